@@ -1,0 +1,45 @@
+# The README's two commands: `make test` and `make demo`. Both set up what they need:
+# Node 24 inside the project (scripts/ensure-node.sh) and the npm dependencies.
+SHELL := /bin/bash
+export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+NODE := $(CURDIR)/.tools/node/bin/node
+STAMP := node_modules/.installed
+
+.PHONY: test demo dev bench setup typecheck lint format unit clean
+setup: $(STAMP)
+
+.tools/node/bin/node:
+	@bash scripts/ensure-node.sh
+
+$(STAMP): package-lock.json .tools/node/bin/node
+	@npm ci --no-audit --no-fund --loglevel=error
+	@touch $(STAMP)
+
+typecheck: setup
+	@tsc --noEmit -p .
+
+lint: setup
+	@biome check .
+
+format: setup
+	@biome check --write .
+
+unit: setup
+	@node --test --test-concurrency=2 --test-timeout=180000 "test/**/*.test.ts"
+
+test: setup
+	@echo "node $$(node --version)"
+	@$(MAKE) --no-print-directory typecheck lint
+	@$(MAKE) --no-print-directory unit
+
+demo: setup
+	@node bin/authority.ts demo
+
+dev: setup
+	@node bin/authority.ts dev
+
+bench: setup
+	@node bench/run.ts
+
+clean:
+	rm -rf .tools node_modules .authority

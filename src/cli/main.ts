@@ -1,0 +1,15 @@
+import { Command } from "commander";
+
+/**
+ * The `authority` command. Each subcommand lives in its own file under commands/ and
+ * exports `register(program)`; this file only lists them.
+ */
+const commandModules: Array<() => Promise<{ register(program: Command): void }>> = [];
+
+export async function main(argv: string[]): Promise<void> {
+  const program = new Command("authority")
+    .description("Authorization for AI agents, users and API clients")
+    .showHelpAfterError();
+  for (const load of commandModules) (await load()).register(program);
+  await program.parseAsync(argv);
+}

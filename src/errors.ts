@@ -1,0 +1,119 @@
+/**
+ * One table of every failure the system reports: stable code → HTTP status, gRPC status
+ * code and public message. Deny reasons of the spec are codes here too, so every path
+ * (HTTP, MCP, ext_authz) turns the same failure into the same answer.
+ */
+
+/** gRPC status codes (google.rpc.Code) used when a failure crosses gRPC. */
+export const GrpcCode = {
+  OK: 0,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
+} as const;
+
+interface ErrorSpec {
+  readonly status: number;
+  readonly grpc: number;
+  readonly message: string;
+}
+
+const deny = (status: number, grpc: number, message: string): ErrorSpec => ({ status, grpc, message });
+
+/** The ten deny reasons of the spec, with the HTTP status each deny outcome carries. */
+export const denyReasons = {
+  missing_subject: deny(401, GrpcCode.UNAUTHENTICATED, "No authenticated subject was supplied."),
+  missing_capability: deny(400, GrpcCode.INVALID_ARGUMENT, "Capability context is absent."),
+  unknown_capability: deny(403, GrpcCode.PERMISSION_DENIED, "Capability does not resolve."),
+  missing_policy: deny(403, GrpcCode.PERMISSION_DENIED, "No policy artifact exists for the subject."),
+  policy_verification_failed: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "Policy artifact could not be decrypted and signature-verified.",
+  ),
+  subject_mismatch: deny(403, GrpcCode.PERMISSION_DENIED, "Verified policy belongs to another subject."),
+  policy_revoked: deny(403, GrpcCode.PERMISSION_DENIED, "Policy is revoked."),
+  policy_expired: deny(403, GrpcCode.PERMISSION_DENIED, "Policy is expired."),
+  unknown_operation: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "Method and path do not match the capability catalog.",
+  ),
+  operation_not_allowed: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "Operation exists but its permission ID is not in the allowlist.",
+  ),
+} as const satisfies Record<string, ErrorSpec>;
+
+export type DenyReason = keyof typeof denyReasons;
+
+/** Every other failure: request problems, authentication, faults. */
+export const errorCodes = {
+  ...denyReasons,
+  invalid_user_assertion: deny(401, GrpcCode.UNAUTHENTICATED, "The end-user assertion was rejected."),
+  invalid_token: deny(401, GrpcCode.UNAUTHENTICATED, "The bearer token is missing or invalid."),
+  insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
+  invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
+  payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
+  not_found: deny(404, GrpcCode.NOT_FOUND, "The resource does not exist."),
+  conflict: deny(409, GrpcCode.FAILED_PRECONDITION, "The resource already exists or changed."),
+  rate_limited: deny(429, GrpcCode.RESOURCE_EXHAUSTED, "Too many requests."),
+  upstream_timeout: deny(504, GrpcCode.DEADLINE_EXCEEDED, "The upstream did not answer in time."),
+  upstream_unavailable: deny(503, GrpcCode.UNAVAILABLE, "A required service is unavailable."),
+  internal: deny(500, GrpcCode.INTERNAL, "Internal error."),
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof errorCodes;
+
+export function isDenyReason(code: string): code is DenyReason {
+  return Object.hasOwn(denyReasons, code);
+}
+
+/**
+ * A failure with a stable code. `details` is public (safe to return to callers);
+ * `cause` is for logs only and never serialized into a response.
+ */
+export class AuthorityError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details: Readonly<Record<string, unknown>> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message?: string,
+    options?: { details?: Record<string, unknown>; cause?: unknown },
+  ) {
+    super(
+      message ?? errorCodes[code].message,
+      options?.cause === undefined ? undefined : { cause: options.cause },
+    );
+    this.name = "AuthorityError";
+    this.code = code;
+    this.status = errorCodes[code].status;
+    this.details = options?.details;
+  }
+
+  get grpcCode(): number {
+    return errorCodes[this.code].grpc;
+  }
+
+  /** The public body: never a stack, a cause or an internal message. */
+  toJSON(): { error: ErrorCode; message: string; details?: Readonly<Record<string, unknown>> } {
+    return this.details === undefined
+      ? { error: this.code, message: this.message }
+      : { error: this.code, message: this.message, details: this.details };
+  }
+}
+
+/** Turns anything thrown into an AuthorityError; unknown failures become `internal`. */
+export function toAuthorityError(error: unknown): AuthorityError {
+  if (error instanceof AuthorityError) return error;
+  return new AuthorityError("internal", undefined, { cause: error });
+}

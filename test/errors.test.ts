@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { AuthorityError, denyReasons, errorCodes, isDenyReason, toAuthorityError } from "../src/errors.ts";
+
+describe("error table", () => {
+  it("has exactly the ten deny reasons of the spec", () => {
+    assert.deepEqual(Object.keys(denyReasons).sort(), [
+      "missing_capability",
+      "missing_policy",
+      "missing_subject",
+      "operation_not_allowed",
+      "policy_expired",
+      "policy_revoked",
+      "policy_verification_failed",
+      "subject_mismatch",
+      "unknown_capability",
+      "unknown_operation",
+    ]);
+    assert.ok(isDenyReason("policy_revoked"));
+    assert.ok(!isDenyReason("internal"));
+  });
+
+  it("gives every code a 4xx/5xx status and a message", () => {
+    for (const [code, spec] of Object.entries(errorCodes)) {
+      assert.ok(spec.status >= 400 && spec.status < 600, code);
+      assert.ok(spec.message.length > 0, code);
+    }
+  });
+
+  it("serializes without the cause or a stack", () => {
+    const error = toAuthorityError(new Error("secret connection string redis://:pw@host"));
+    assert.equal(error.code, "internal");
+    assert.equal(error.status, 500);
+    const body = JSON.stringify(error);
+    assert.ok(!body.includes("secret"));
+    assert.ok(!body.includes("stack"));
+    const known = new AuthorityError("not_found", undefined, { details: { resource: "partner" } });
+    assert.equal(toAuthorityError(known), known);
+    assert.deepEqual(JSON.parse(JSON.stringify(known)), {
+      error: "not_found",
+      message: "The resource does not exist.",
+      details: { resource: "partner" },
+    });
+  });
+});
