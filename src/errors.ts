@@ -62,6 +62,11 @@ export const errorCodes = {
   insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
   invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
   payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
+  unsupported_media_type: deny(
+    415,
+    GrpcCode.INVALID_ARGUMENT,
+    "Unsupported Content-Type; send application/json.",
+  ),
   not_found: deny(404, GrpcCode.NOT_FOUND, "The resource does not exist."),
   conflict: deny(409, GrpcCode.FAILED_PRECONDITION, "The resource already exists or changed."),
   rate_limited: deny(429, GrpcCode.RESOURCE_EXHAUSTED, "Too many requests."),

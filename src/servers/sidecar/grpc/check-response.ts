@@ -1,0 +1,174 @@
+import { errorCodes, GrpcCode } from "../../../errors.ts";
+import type { CheckResponse, HeaderValueOption, ProtoStruct } from "./proto.ts";
+import type { AllowDecision, CheckDecision, DenyDecision, DenyHttpStatus } from "./types.ts";
+
+/**
+ * Maps decisions to CheckResponse messages. Pure. A value that is not a well-formed decision
+ * is never turned into an allow: `validateDecision` returns null and the caller denies.
+ */
+
+const denyStatuses: ReadonlySet<number> = new Set<DenyHttpStatus>([
+  400, 401, 402, 403, 404, 405, 406, 407, 408, 409, 410, 411, 412, 413, 414, 415, 416, 417, 421, 422, 423,
+  424, 426, 428, 429, 431, 500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511,
+]);
+
+/** HTTP status → google.rpc.Code for statuses that no error code of src/errors.ts pins. */
+const rpcCodeByStatus: ReadonlyMap<number, number> = new Map([
+  [400, GrpcCode.INVALID_ARGUMENT],
+  [401, GrpcCode.UNAUTHENTICATED],
+  [403, GrpcCode.PERMISSION_DENIED],
+  [404, GrpcCode.NOT_FOUND],
+  [409, GrpcCode.FAILED_PRECONDITION],
+  [412, GrpcCode.FAILED_PRECONDITION],
+  [413, GrpcCode.RESOURCE_EXHAUSTED],
+  [429, GrpcCode.RESOURCE_EXHAUSTED],
+  [500, GrpcCode.INTERNAL],
+  [502, GrpcCode.UNAVAILABLE],
+  [503, GrpcCode.UNAVAILABLE],
+  [504, GrpcCode.DEADLINE_EXCEEDED],
+]);
+
+/**
+ * The google.rpc code sent beside a deny. When the reason is an error code of the one error
+ * table with this very HTTP status, its gRPC code wins; otherwise the status decides. Envoy
+ * treats every non-zero code as a deny, so the code is informational — but never 0.
+ */
+export function rpcCodeFor(httpStatus: number, reason: string): number {
+  const spec = Object.hasOwn(errorCodes, reason) ? errorCodes[reason as keyof typeof errorCodes] : undefined;
+  if (spec !== undefined && spec.status === httpStatus) return spec.grpc;
+  return (
+    rpcCodeByStatus.get(httpStatus) ?? (httpStatus >= 500 ? GrpcCode.UNAVAILABLE : GrpcCode.PERMISSION_DENIED)
+  );
+}
+
+// RFC 9110 token; Envoy rejects header mutations outside it.
+const headerName = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+// Field values may not hold CR, LF or NUL (RFC 9110 §5.5).
+const badHeaderValue = /[\r\n\0]/;
+
+type Bag = Readonly<Record<string, unknown>>;
+
+function bag(value: unknown): Bag | undefined {
+  return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Bag) : undefined;
+}
+
+function headerRecord(value: unknown): Record<string, string> | null {
+  const source = bag(value);
+  if (source === undefined) return null;
+  const out = new Map<string, string>();
+  for (const [name, headerValue] of Object.entries(source)) {
+    const key = name.toLowerCase();
+    if (!headerName.test(key) || typeof headerValue !== "string" || badHeaderValue.test(headerValue)) {
+      return null;
+    }
+    out.set(key, headerValue);
+  }
+  return Object.fromEntries(out);
+}
+
+function metadataRecord(value: unknown): Record<string, string | number | boolean> | null {
+  const source = bag(value);
+  if (source === undefined) return null;
+  for (const entry of Object.values(source)) {
+    const ok =
+      typeof entry === "string" ||
+      typeof entry === "boolean" ||
+      (typeof entry === "number" && Number.isFinite(entry));
+    if (!ok) return null;
+  }
+  return { ...(source as Record<string, string | number | boolean>) };
+}
+
+/**
+ * Returns a normalized copy of `value` when it is a well-formed decision, else null.
+ * Only `allow: true` (the boolean) can make an allow. Header names come back lower-cased.
+ */
+export function validateDecision(value: unknown): CheckDecision | null {
+  const decision = bag(value);
+  if (decision === undefined) return null;
+  if (decision.allow === true) {
+    const headersToSet = headerRecord(decision.headersToSet);
+    const remove = decision.headersToRemove;
+    const dynamicMetadata = metadataRecord(decision.dynamicMetadata);
+    if (headersToSet === null || dynamicMetadata === null || !Array.isArray(remove)) return null;
+    const headersToRemove: string[] = [];
+    for (const name of remove) {
+      if (typeof name !== "string" || !headerName.test(name.toLowerCase())) return null;
+      headersToRemove.push(name.toLowerCase());
+    }
+    return { allow: true, headersToSet, headersToRemove, dynamicMetadata };
+  }
+  if (decision.allow === false) {
+    const { httpStatus, reason, requestId } = decision;
+    if (typeof httpStatus !== "number" || !denyStatuses.has(httpStatus)) return null;
+    if (typeof reason !== "string" || reason === "") return null;
+    if (requestId !== undefined && typeof requestId !== "string") return null;
+    const headers = decision.headers === undefined ? {} : headerRecord(decision.headers);
+    if (headers === null) return null;
+    return {
+      allow: false,
+      httpStatus: httpStatus as DenyHttpStatus,
+      reason,
+      requestId: requestId ?? "",
+      headers,
+    };
+  }
+  return null;
+}
+
+function overwrite(key: string, value: string): HeaderValueOption {
+  // append_action alone (no deprecated `append`): Envoy versions that know append_action
+  // overwrite; older ones fall back to `append` unset = false, which also overwrites.
+  return { header: { key, value }, append_action: "OVERWRITE_IF_EXISTS_OR_ADD" };
+}
+
+export function toStruct(values: Readonly<Record<string, string | number | boolean>>): ProtoStruct {
+  const fields: ProtoStruct["fields"] = {};
+  for (const [key, value] of Object.entries(values)) {
+    const member =
+      typeof value === "string"
+        ? { stringValue: value }
+        : typeof value === "number"
+          ? { numberValue: value }
+          : { boolValue: value };
+    Object.defineProperty(fields, key, {
+      value: member,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return { fields };
+}
+
+export function allowResponse(decision: AllowDecision): CheckResponse {
+  return {
+    status: { code: GrpcCode.OK },
+    ok_response: {
+      headers: Object.entries(decision.headersToSet).map(([key, value]) => overwrite(key, value)),
+      headers_to_remove: [...decision.headersToRemove],
+    },
+    dynamic_metadata: toStruct(decision.dynamicMetadata),
+  };
+}
+
+/** The deny body: the spec's Deny outcome object. */
+export function denyBody(reason: string, requestId: string): string {
+  return JSON.stringify({ status: "denied", reason, requestId });
+}
+
+export function denyResponse(decision: DenyDecision): CheckResponse {
+  const headers = [overwrite("content-type", "application/json")];
+  for (const [key, value] of Object.entries(decision.headers ?? {})) {
+    // The body is JSON whatever the decision says.
+    if (key !== "content-type") headers.push(overwrite(key, value));
+  }
+  return {
+    status: { code: rpcCodeFor(decision.httpStatus, decision.reason), message: decision.reason },
+    denied_response: {
+      status: { code: decision.httpStatus },
+      headers,
+      body: denyBody(decision.reason, decision.requestId),
+    },
+  };
+}

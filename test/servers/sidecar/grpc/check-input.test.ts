@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { parseCheckRequest } from "../../../../src/servers/sidecar/grpc/check-input.ts";
+
+test("anything that is not a CheckRequest parses to empty values, incomplete", () => {
+  for (const message of [
+    undefined,
+    null,
+    42,
+    "x",
+    [],
+    {},
+    { attributes: "x" },
+    { attributes: { request: [] } },
+  ]) {
+    const parsed = parseCheckRequest(message);
+    assert.equal(parsed.complete, false);
+    assert.deepEqual(parsed.input, {
+      method: "",
+      path: "",
+      host: "",
+      scheme: "",
+      headers: {},
+      contextExtensions: {},
+    });
+  }
+});
+
+test("pseudo headers fill in attributes Envoy left empty", () => {
+  const parsed = parseCheckRequest({
+    attributes: {
+      request: {
+        http: {
+          method: "",
+          headers: { ":method": "PUT", ":path": "/a?b=1", ":authority": "h.test", ":scheme": "https" },
+        },
+      },
+    },
+  });
+  assert.equal(parsed.complete, true);
+  assert.equal(parsed.input.method, "PUT");
+  assert.equal(parsed.input.path, "/a?b=1");
+  assert.equal(parsed.input.host, "h.test");
+  assert.equal(parsed.input.scheme, "https");
+});
+
+test("header names are lower-cased and mistyped values dropped; __proto__ stays a plain key", () => {
+  const headers = JSON.parse('{"X-A":"1","x-a":"2","n":5,"__proto__":"p"}') as Record<string, unknown>;
+  const parsed = parseCheckRequest({
+    attributes: {
+      request: { http: { method: "GET", path: "/", headers } },
+      context_extensions: { ok: "yes", bad: 1 },
+    },
+  });
+  assert.equal(parsed.input.headers["x-a"], "1, 2");
+  assert.equal(parsed.input.headers.n, undefined);
+  assert.equal(Object.getOwnPropertyDescriptor(parsed.input.headers, "__proto__")?.value, "p");
+  assert.equal(Object.getPrototypeOf(parsed.input.headers), Object.prototype);
+  assert.deepEqual(parsed.input.contextExtensions, { ok: "yes" });
+});
+
+test("requestId falls back to the x-request-id header; empty principal is left out", () => {
+  const parsed = parseCheckRequest({
+    attributes: {
+      source: { principal: "" },
+      request: { http: { method: "GET", path: "/", headers: { "x-request-id": "hdr-id" } } },
+    },
+  });
+  assert.equal(parsed.input.requestId, "hdr-id");
+  assert.equal("sourcePrincipal" in parsed.input, false);
+});
+
+test("a request id that is too long or not printable is dropped", () => {
+  for (const id of ["x".repeat(129), "a b", "id\u0000"]) {
+    const parsed = parseCheckRequest({ attributes: { request: { http: { method: "GET", path: "/", id } } } });
+    assert.equal(parsed.input.requestId, undefined);
+  }
+});
