@@ -117,8 +117,15 @@ export class AuthorityError extends Error {
   }
 }
 
-/** Turns anything thrown into an AuthorityError; unknown failures become `internal`. */
+/**
+ * Turns anything thrown into an AuthorityError. Module errors (store, crypto, identity…)
+ * name the table code they stand for in `authorityCode`; anything else is `internal`.
+ */
 export function toAuthorityError(error: unknown): AuthorityError {
   if (error instanceof AuthorityError) return error;
+  const code = (error as { authorityCode?: unknown } | null)?.authorityCode;
+  if (typeof code === "string" && Object.hasOwn(errorCodes, code)) {
+    return new AuthorityError(code as ErrorCode, undefined, { cause: error });
+  }
   return new AuthorityError("internal", undefined, { cause: error });
 }

@@ -1,0 +1,407 @@
+/**
+ * The embedded backend: one SQLite file (node:sqlite, synchronous) in WAL mode. Every
+ * write is a single statement, so it is atomic on its own, including across processes
+ * that share the file; no transaction spans an await.
+ */
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import {
+  checkAfterSeq,
+  checkId,
+  checkIncrement,
+  checkLimit,
+  checkListOptions,
+  checkName,
+  checkTtl,
+  decodeValue,
+  encodeValue,
+  StoreClosedError,
+  StoreError,
+  StoreInvalidArgumentError,
+  StoreUnavailableError,
+} from "../errors.ts";
+import type {
+  ListOptions,
+  LogEntry,
+  Page,
+  ReadLogOptions,
+  Store,
+  StoredItem,
+  StoreHealth,
+  WriteOptions,
+} from "../store.ts";
+
+export interface SqliteStoreOptions {
+  /** Path of the database file; its directory must exist. */
+  readonly path: string;
+  /** How long a write waits for another connection's lock before failing (ms). Default 5000. */
+  readonly busyTimeoutMs?: number;
+  /** How often expired documents are deleted (ms); 0 turns the timer off. Default 60000. */
+  readonly sweepIntervalMs?: number;
+  /** Clock for expiry (ms since the epoch); tests of other modules may pin it. */
+  readonly now?: () => number;
+}
+
+const SCHEMA_VERSION = 1;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS store_meta (
+  key TEXT PRIMARY KEY NOT NULL,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS documents (
+  collection TEXT NOT NULL,
+  id TEXT NOT NULL,
+  value TEXT NOT NULL,
+  expires_at INTEGER,
+  PRIMARY KEY (collection, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS documents_expiry ON documents (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS logs (
+  log TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  value TEXT NOT NULL,
+  PRIMARY KEY (log, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+  name TEXT NOT NULL,
+  key TEXT NOT NULL,
+  value INTEGER NOT NULL,
+  PRIMARY KEY (name, key)
+) WITHOUT ROWID;
+`;
+
+const LIVE = "(expires_at IS NULL OR expires_at > :now)";
+
+/** SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock longer than busy_timeout. */
+const BUSY_CODES = new Set([5, 6]);
+
+/** How many expired rows one sweep statement deletes, so a sweep never holds the lock for long. */
+const SWEEP_BATCH = 500;
+
+function checkOptions(options: SqliteStoreOptions): Required<Omit<SqliteStoreOptions, "now">> {
+  if (typeof options?.path !== "string" || options.path.length === 0) {
+    throw new StoreInvalidArgumentError("SQLite store needs a file path.");
+  }
+  const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
+  if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+    throw new StoreInvalidArgumentError("busyTimeoutMs must be a non-negative integer.");
+  }
+  if (!Number.isSafeInteger(sweepIntervalMs) || sweepIntervalMs < 0) {
+    throw new StoreInvalidArgumentError("sweepIntervalMs must be a non-negative integer.");
+  }
+  return { path: options.path, busyTimeoutMs, sweepIntervalMs };
+}
+
+function toStoreError(error: unknown, what: string): StoreError {
+  if (error instanceof StoreError) return error;
+  const errcode = (error as { errcode?: unknown } | null)?.errcode;
+  if (typeof errcode === "number" && BUSY_CODES.has(errcode & 0xff)) {
+    return new StoreUnavailableError(`SQLite database is locked (${what}).`, { cause: error });
+  }
+  return new StoreError(`SQLite ${what} failed.`, { cause: error });
+}
+
+function asNumber(value: unknown, what: string): number {
+  if (typeof value === "number") return value;
+  if (typeof value === "bigint" && value <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(value);
+  throw new StoreError(`SQLite returned a non-numeric ${what}.`);
+}
+
+function asText(value: unknown, what: string): string {
+  if (typeof value === "string") return value;
+  throw new StoreError(`SQLite returned a non-text ${what}.`);
+}
+
+export class SqliteStore implements Store {
+  readonly backend = "sqlite" as const;
+  readonly path: string;
+  readonly #db: DatabaseSync;
+  readonly #now: () => number;
+  readonly #statements = new Map<string, StatementSync>();
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(options: SqliteStoreOptions) {
+    const checked = checkOptions(options);
+    this.path = checked.path;
+    this.#now = options.now ?? Date.now;
+    try {
+      this.#db = new DatabaseSync(checked.path, { timeout: checked.busyTimeoutMs });
+    } catch (error) {
+      throw toStoreError(error, "open");
+    }
+    try {
+      this.#db.exec(`PRAGMA busy_timeout = ${checked.busyTimeoutMs}`);
+      const mode = this.#db.prepare("PRAGMA journal_mode = WAL").get();
+      if (mode?.journal_mode !== "wal") throw new StoreError("SQLite could not switch to WAL mode.");
+      this.#db.exec("PRAGMA synchronous = NORMAL");
+      this.#db.exec("PRAGMA foreign_keys = ON");
+      this.#migrate();
+      this.sweepExpired();
+    } catch (error) {
+      this.#db.close();
+      throw toStoreError(error, "open");
+    }
+    if (checked.sweepIntervalMs > 0) {
+      this.#sweepTimer = setInterval(() => {
+        try {
+          this.sweepExpired();
+        } catch {
+          // A busy database skips one sweep; reads already treat expired rows as absent.
+        }
+      }, checked.sweepIntervalMs);
+      this.#sweepTimer.unref();
+    }
+  }
+
+  #migrate(): void {
+    // BEGIN IMMEDIATE takes the write lock first, so two processes opening a new file
+    // cannot both try to create the schema.
+    this.#db.exec("BEGIN IMMEDIATE");
+    try {
+      this.#db.exec(SCHEMA);
+      const row = this.#db.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get();
+      if (row === undefined) {
+        this.#db
+          .prepare("INSERT INTO store_meta (key, value) VALUES ('schema_version', ?)")
+          .run(String(SCHEMA_VERSION));
+      } else if (Number(row.value) > SCHEMA_VERSION) {
+        throw new StoreError(`SQLite file has schema version ${String(row.value)}, newer than this build.`);
+      }
+      this.#db.exec("COMMIT");
+    } catch (error) {
+      this.#db.exec("ROLLBACK");
+      throw error;
+    }
+  }
+
+  /** Runs one operation on the open database, turning driver failures into store errors. */
+  #run<R>(what: string, operation: () => R): Promise<R> {
+    if (this.#closed) return Promise.reject(new StoreClosedError("sqlite"));
+    try {
+      return Promise.resolve(operation());
+    } catch (error) {
+      return Promise.reject(toStoreError(error, what));
+    }
+  }
+
+  #statement(sql: string): StatementSync {
+    let statement = this.#statements.get(sql);
+    if (statement === undefined) {
+      statement = this.#db.prepare(sql);
+      this.#statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  /** Deletes expired documents in small batches; returns how many were removed. */
+  sweepExpired(): number {
+    if (this.#closed) throw new StoreClosedError("sqlite");
+    const statement = this.#statement(
+      `DELETE FROM documents WHERE (collection, id) IN (
+         SELECT collection, id FROM documents
+         WHERE expires_at IS NOT NULL AND expires_at <= :now LIMIT ${SWEEP_BATCH})`,
+    );
+    let removed = 0;
+    for (;;) {
+      const changes = asNumber(statement.run({ now: this.#now() }).changes, "change count");
+      removed += changes;
+      if (changes < SWEEP_BATCH) return removed;
+    }
+  }
+
+  get<T>(collection: string, id: string): Promise<T | undefined> {
+    return this.#run("get", () => {
+      const row = this.#statement(
+        `SELECT value FROM documents WHERE collection = :collection AND id = :id AND ${LIVE}`,
+      ).get({ collection: checkName("collection", collection), id: checkId("id", id), now: this.#now() });
+      return row === undefined ? undefined : decodeValue<T>(asText(row.value, "value"));
+    });
+  }
+
+  put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
+    return this.#run("put", () => {
+      const params = this.#writeParams(collection, id, value, options);
+      this.#statement(
+        `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
+         ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
+      ).run(params);
+    });
+  }
+
+  create<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<boolean> {
+    return this.#run("create", () => {
+      const params = this.#writeParams(collection, id, value, options);
+      // One statement: the expiry check and the write happen under the same write lock.
+      const result = this.#statement(
+        `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
+         ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+         WHERE documents.expires_at IS NOT NULL AND documents.expires_at <= :now`,
+      ).run({ ...params, now: this.#now() });
+      return asNumber(result.changes, "change count") === 1;
+    });
+  }
+
+  #writeParams(collection: string, id: string, value: unknown, options: WriteOptions | undefined) {
+    const ttl = checkTtl(options);
+    return {
+      collection: checkName("collection", collection),
+      id: checkId("id", id),
+      value: encodeValue(value),
+      expires: ttl === undefined ? null : this.#now() + ttl,
+    } satisfies Record<string, SQLInputValue>;
+  }
+
+  delete(collection: string, id: string): Promise<boolean> {
+    return this.#run("delete", () => {
+      const row = this.#statement(
+        "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at",
+      ).get({ collection: checkName("collection", collection), id: checkId("id", id) });
+      if (row === undefined) return false;
+      // An expired row was already absent to readers: removing it is housekeeping, not a delete.
+      return row.expires_at === null || asNumber(row.expires_at, "expiry") > this.#now();
+    });
+  }
+
+  list<T>(collection: string, options?: ListOptions): Promise<Page<T>> {
+    return this.#run("list", () => {
+      const name = checkName("collection", collection);
+      const range = checkListOptions(options);
+      const conditions = ["collection = :collection", LIVE];
+      const params: Record<string, SQLInputValue> = {
+        collection: name,
+        now: this.#now(),
+        take: range.limit + 1,
+      };
+      if (range.lower !== undefined) {
+        conditions.push(range.lowerExclusive ? "id > :lower" : "id >= :lower");
+        params.lower = range.lower;
+      }
+      if (range.upper !== undefined) {
+        conditions.push("id < :upper");
+        params.upper = range.upper;
+      }
+      const rows = this.#statement(
+        `SELECT id, value FROM documents WHERE ${conditions.join(" AND ")} ORDER BY id LIMIT :take`,
+      ).all(params);
+      const items: StoredItem<T>[] = rows
+        .slice(0, range.limit)
+        .map((row) => ({ id: asText(row.id, "id"), value: decodeValue<T>(asText(row.value, "value")) }));
+      const last = items.at(-1);
+      return rows.length > range.limit && last !== undefined ? { items, next: last.id } : { items };
+    });
+  }
+
+  count(collection: string): Promise<number> {
+    return this.#run("count", () => {
+      const row = this.#statement(
+        `SELECT COUNT(*) AS n FROM documents WHERE collection = :collection AND ${LIVE}`,
+      ).get({ collection: checkName("collection", collection), now: this.#now() });
+      return asNumber(row?.n, "count");
+    });
+  }
+
+  append<T>(log: string, value: T): Promise<number> {
+    return this.#run("append", () => {
+      const name = checkName("log", log);
+      const text = encodeValue(value);
+      // The write lock is taken before MAX(seq) is read, so concurrent writers (other
+      // connections, other processes) cannot both get the same seq.
+      const row = this.#statement(
+        `INSERT INTO logs (log, seq, value)
+         SELECT :log, COALESCE(MAX(seq), 0) + 1, :value FROM logs WHERE log = :log
+         RETURNING seq`,
+      ).get({ log: name, value: text });
+      return asNumber(row?.seq, "seq");
+    });
+  }
+
+  readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {
+    return this.#run("readLog", () => {
+      const rows = this.#statement(
+        "SELECT seq, value FROM logs WHERE log = :log AND seq > :after ORDER BY seq LIMIT :limit",
+      ).all({
+        log: checkName("log", log),
+        after: checkAfterSeq(options),
+        limit: checkLimit(options?.limit),
+      });
+      return rows.map((row) => ({
+        seq: asNumber(row.seq, "seq"),
+        value: decodeValue<T>(asText(row.value, "value")),
+      }));
+    });
+  }
+
+  logLength(log: string): Promise<number> {
+    return this.#run("logLength", () => {
+      const row = this.#statement("SELECT COALESCE(MAX(seq), 0) AS n FROM logs WHERE log = :log").get({
+        log: checkName("log", log),
+      });
+      return asNumber(row?.n, "log length");
+    });
+  }
+
+  increment(counters: string, key: string, by?: number): Promise<number> {
+    return this.#run("increment", () => {
+      const row = this.#statement(
+        `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
+         ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
+         RETURNING value`,
+      ).get({
+        name: checkName("counters", counters),
+        key: checkId("counter key", key),
+        by: checkIncrement(by),
+      });
+      return asNumber(row?.value, "counter");
+    });
+  }
+
+  readCounters(counters: string, prefix?: string): Promise<Record<string, number>> {
+    return this.#run("readCounters", () => {
+      const name = checkName("counters", counters);
+      const range = checkListOptions(prefix === undefined ? undefined : { prefix });
+      const conditions = ["name = :name"];
+      const params: Record<string, SQLInputValue> = { name };
+      if (range.lower !== undefined) {
+        conditions.push("key >= :lower");
+        params.lower = range.lower;
+      }
+      if (range.upper !== undefined) {
+        conditions.push("key < :upper");
+        params.upper = range.upper;
+      }
+      const rows = this.#statement(
+        `SELECT key, value FROM counters WHERE ${conditions.join(" AND ")} ORDER BY key`,
+      ).all(params);
+      const result: Record<string, number> = {};
+      for (const row of rows) result[asText(row.key, "counter key")] = asNumber(row.value, "counter");
+      return result;
+    });
+  }
+
+  async health(): Promise<StoreHealth> {
+    if (this.#closed) return { backend: "sqlite", ok: false, detail: "sqlite store is closed" };
+    try {
+      this.#statement("SELECT COUNT(*) AS n FROM store_meta").get();
+      return { backend: "sqlite", ok: true, detail: `sqlite ok (wal) at ${this.path}` };
+    } catch (error) {
+      const reason = toStoreError(error, "health check").message;
+      return { backend: "sqlite", ok: false, detail: `${reason} (${this.path})` };
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
+    this.#statements.clear();
+    try {
+      // Folds the WAL back into the main file so a copied file is complete.
+      this.#db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
+    } catch {
+      // Another connection may still be reading; the WAL stays valid and is replayed on open.
+    }
+    this.#db.close();
+  }
+}

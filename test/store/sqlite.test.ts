@@ -1,0 +1,164 @@
+import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { after, before, describe, it } from "node:test";
+import { Worker } from "node:worker_threads";
+import { openStore, SqliteStore, StoreError } from "../../src/store/index.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+import { eventually, runStoreContract } from "./contract.ts";
+
+let dir: TempDir;
+let files = 0;
+before(async () => {
+  dir = await makeTempDir("store-sqlite-");
+});
+after(() => dir.cleanup());
+
+function freshPath(): string {
+  files++;
+  return join(dir.path, `store-${files}.db`);
+}
+
+runStoreContract("sqlite", async () => {
+  const store = new SqliteStore({ path: freshPath() });
+  return { store, cleanup: () => store.close() };
+});
+
+describe("SqliteStore specifics", () => {
+  it("keeps data in the file across close and reopen, in WAL mode", async () => {
+    const path = freshPath();
+    const first = new SqliteStore({ path });
+    await first.put("docs", "a", { kept: true });
+    await first.append("log", "one");
+    await first.increment("usage", "k", 4);
+    await first.close();
+    assert.ok(existsSync(path));
+    const raw = new DatabaseSync(path);
+    assert.equal(raw.prepare("PRAGMA journal_mode").get()?.journal_mode, "wal");
+    raw.close();
+    const second = new SqliteStore({ path });
+    assert.deepEqual(await second.get("docs", "a"), { kept: true });
+    assert.equal(await second.append("log", "two"), 2);
+    assert.deepEqual(await second.readCounters("usage"), { k: 4 });
+    await second.close();
+  });
+
+  it("shares one file between connections: seqs, counters and creates stay exact", async () => {
+    const path = freshPath();
+    const a = new SqliteStore({ path });
+    const b = new SqliteStore({ path });
+    const seqs = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => (i % 2 ? a : b).append("shared", i)),
+    );
+    assert.deepEqual(
+      [...seqs].sort((x, y) => x - y),
+      Array.from({ length: 100 }, (_, i) => i + 1),
+    );
+    assert.equal(await a.create("c", "once", "a"), true);
+    assert.equal(await b.create("c", "once", "b"), false);
+    assert.equal(await b.get("c", "once"), "a");
+    await a.close();
+    await b.close();
+  });
+
+  it("keeps seqs, counters and creates exact across worker threads writing at once", async () => {
+    const path = freshPath();
+    await new SqliteStore({ path, sweepIntervalMs: 0 }).close();
+    const workers = 4;
+    const count = 100;
+    const results = await Promise.all(
+      Array.from(
+        { length: workers },
+        (_, worker) =>
+          new Promise<number[]>((resolve, reject) => {
+            const thread = new Worker(new URL("./sqlite-worker.ts", import.meta.url), {
+              workerData: { path, count, worker },
+            });
+            thread.once("message", resolve);
+            thread.once("error", reject);
+          }),
+      ),
+    );
+    const all = results.flat().sort((x, y) => x - y);
+    assert.deepEqual(
+      all,
+      Array.from({ length: workers * count }, (_, i) => i + 1),
+    );
+    for (const seqs of results) {
+      assert.deepEqual(
+        seqs,
+        [...seqs].sort((x, y) => x - y),
+        "each writer sees its own seqs increase",
+      );
+    }
+    const store = new SqliteStore({ path });
+    assert.equal(await store.logLength("shared"), workers * count);
+    assert.deepEqual(await store.readCounters("shared"), { total: count * (1 + 2 + 3 + 4) });
+    assert.equal(await store.count("winners"), count);
+    await store.close();
+  });
+
+  it("fails with StoreUnavailableError while another connection holds the write lock", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path, busyTimeoutMs: 50 });
+    const holder = new DatabaseSync(path);
+    holder.exec("BEGIN IMMEDIATE");
+    try {
+      await assert.rejects(store.put("c", "k", 1), (error: unknown) => {
+        assert.ok(error instanceof StoreError);
+        assert.equal(error.code, "store_unavailable");
+        return true;
+      });
+      assert.equal(await store.get("c", "k"), undefined, "reads still work in WAL mode");
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    await store.put("c", "k", 1);
+    assert.equal(await store.get("c", "k"), 1);
+    await store.close();
+  });
+
+  it("sweeps expired rows out of the file", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path, sweepIntervalMs: 0 });
+    for (let i = 0; i < 1200; i++) await store.put("tmp", `t${i}`, i, { ttlMs: 20 });
+    await store.put("tmp", "stay", 1);
+    await eventually(async () => (await store.count("tmp")) === 1, "documents expire");
+    assert.equal(store.sweepExpired(), 1200);
+    const raw = new DatabaseSync(path);
+    assert.equal(raw.prepare("SELECT COUNT(*) AS n FROM documents").get()?.n, 1);
+    raw.close();
+    await store.close();
+  });
+
+  it("opens from a sqlite: URL, creating parent directories", async () => {
+    const path = join(dir.path, "nested", "deeper", "authority.db");
+    const store = await openStore(`sqlite:${path}`);
+    assert.equal(store.backend, "sqlite");
+    await store.put("c", "k", "v");
+    await store.close();
+    assert.ok(existsSync(path));
+    const again = await openStore(`sqlite://${path}`);
+    assert.equal(await again.get("c", "k"), "v");
+    await again.close();
+  });
+
+  it("refuses unknown store URLs without echoing them", async () => {
+    for (const url of ["postgres://user:hunter2@db/x", "sqlite:", "sqlite://relative.db", ""]) {
+      await assert.rejects(openStore(url), (error: unknown) => {
+        assert.ok(error instanceof StoreError);
+        assert.equal(error.code, "store_invalid_argument");
+        assert.ok(!error.message.includes("hunter2"));
+        return true;
+      });
+    }
+  });
+
+  it("validates its options", () => {
+    assert.throws(() => new SqliteStore({ path: "" }), StoreError);
+    assert.throws(() => new SqliteStore({ path: freshPath(), busyTimeoutMs: -1 }), StoreError);
+    assert.throws(() => new SqliteStore({ path: freshPath(), sweepIntervalMs: 1.5 }), StoreError);
+  });
+});
