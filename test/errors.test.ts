@@ -34,7 +34,9 @@ describe("error table", () => {
     const body = JSON.stringify(error);
     assert.ok(!body.includes("secret"));
     assert.ok(!body.includes("stack"));
-    const unavailable = Object.assign(new Error("redis 10.0.0.1:6379 refused"), { authorityCode: "upstream_unavailable" });
+    const unavailable = Object.assign(new Error("redis 10.0.0.1:6379 refused"), {
+      authorityCode: "upstream_unavailable",
+    });
     assert.equal(toAuthorityError(unavailable).status, 503);
     assert.ok(!JSON.stringify(toAuthorityError(unavailable)).includes("10.0.0.1"));
     const known = new AuthorityError("not_found", undefined, { details: { resource: "partner" } });

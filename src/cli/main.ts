@@ -4,7 +4,11 @@ import { Command } from "commander";
  * The `authority` command. Each subcommand lives in its own file under commands/ and
  * exports `register(program)`; this file only lists them.
  */
-const commandModules: Array<() => Promise<{ register(program: Command): void }>> = [];
+const commandModules: Array<() => Promise<{ register(program: Command): void }>> = [
+  () => import("./commands/inject.ts"),
+  () => import("./commands/idp.ts"),
+  () => import("./commands/token.ts"),
+];
 
 export async function main(argv: string[]): Promise<void> {
   const program = new Command("authority")
