@@ -1,0 +1,161 @@
+/**
+ * ML-KEM-768 sealing in RFC 9180 HPKE base-mode shape (single shot, sequence number 0):
+ *   (shared_secret, enc) = ML-KEM-768.Encaps(pkR)
+ *   key, base_nonce      = KeySchedule(mode_base, shared_secret, info = envelope info)
+ *   ciphertext           = AES-256-GCM(key, base_nonce, aad = envelope header || caller aad)
+ * KEM id 0x0041 (ML-KEM-768), KDF id 0x0001 (HKDF-SHA256), AEAD id 0x0002 (AES-256-GCM).
+ */
+
+import {
+  createCipheriv,
+  createDecipheriv,
+  decapsulate,
+  encapsulate,
+  type KeyObject,
+  timingSafeEqual,
+} from "node:crypto";
+import { asBuffer, concatBytes, toBytes } from "./bytes.ts";
+import {
+  assertKeyId,
+  deserializeEnvelope,
+  encodeHeader,
+  envelopeInfo,
+  type ParsedEnvelope,
+  parseEnvelope,
+  SUITE_MLKEM768_AES256GCM,
+  serializeEnvelope,
+} from "./envelope.ts";
+import { CryptoError } from "./errors.ts";
+import { hpkeSuiteId, keySchedule, keyScheduleContext } from "./hpke.ts";
+import { assertKey, generateKemKeyPair, KEM_ALGORITHM, type KeyPair } from "./keys.ts";
+
+export const HPKE_KEM_ID_MLKEM768 = 0x0041;
+export const HPKE_KDF_ID_HKDF_SHA256 = 0x0001;
+export const HPKE_AEAD_ID_AES256GCM = 0x0002;
+
+const SUITE = SUITE_MLKEM768_AES256GCM;
+const HPKE_SUITE_ID = hpkeSuiteId(HPKE_KEM_ID_MLKEM768, HPKE_KDF_ID_HKDF_SHA256, HPKE_AEAD_ID_AES256GCM);
+
+/** ML-KEM-768 key pair (Node KeyObjects; keep and reuse them rather than re-importing). */
+export function generateKeyPair(): KeyPair {
+  return generateKemKeyPair();
+}
+
+/**
+ * key_schedule_context depends only on the info, i.e. on the key id: cache it, since the
+ * two hashes behind it would otherwise run on every seal and open.
+ */
+const contextCache = new Map<string, Buffer>();
+const CONTEXT_CACHE_LIMIT = 1024;
+
+function contextFor(keyId: string, info: Buffer): Buffer {
+  // info is a function of (format version, suite, key id); version 1 has one suite.
+  let context = contextCache.get(keyId);
+  if (context === undefined) {
+    context = keyScheduleContext(HPKE_SUITE_ID, info);
+    if (contextCache.size >= CONTEXT_CACHE_LIMIT) contextCache.clear();
+    contextCache.set(keyId, context);
+  }
+  return context;
+}
+
+function deriveKeys(sharedSecret: Buffer, keyId: string, info: Buffer) {
+  return keySchedule({
+    suiteId: HPKE_SUITE_ID,
+    sharedSecret,
+    context: contextFor(keyId, info),
+    keyLength: SUITE.keyBytes,
+    nonceLength: SUITE.nonceBytes,
+  });
+}
+
+function aadBytes(aad: string | Uint8Array | undefined): Uint8Array {
+  return aad === undefined ? new Uint8Array(0) : toBytes(aad, "aad");
+}
+
+export interface SealOptions {
+  readonly recipientPublicKey: KeyObject;
+  readonly recipientKeyId: string;
+  readonly plaintext: string | Uint8Array;
+  /** Extra associated data; the same bytes must be given to `open`. Not stored in the envelope. */
+  readonly aad?: string | Uint8Array;
+}
+
+/** Encrypts to one recipient; returns the envelope bytes. */
+export function sealBytes(options: SealOptions): Buffer {
+  const publicKey = assertKey(options.recipientPublicKey, KEM_ALGORITHM, "public");
+  assertKeyId(options.recipientKeyId);
+  const plaintext = toBytes(options.plaintext, "plaintext");
+  const aad = aadBytes(options.aad);
+  const info = envelopeInfo(options.recipientKeyId, SUITE);
+  const { sharedKey, ciphertext } = encapsulate(publicKey);
+  const { key, baseNonce } = deriveKeys(sharedKey, options.recipientKeyId, info);
+  const header = encodeHeader({ keyId: options.recipientKeyId, kemCiphertext: ciphertext, nonce: baseNonce });
+  const cipher = createCipheriv("aes-256-gcm", key, baseNonce, { authTagLength: SUITE.tagBytes });
+  cipher.setAAD(aad.length === 0 ? header : concatBytes([header, aad]));
+  const body = concatBytes([cipher.update(plaintext), cipher.final(), cipher.getAuthTag()]);
+  sharedKey.fill(0);
+  key.fill(0);
+  return concatBytes([header, body]);
+}
+
+/** Encrypts to one recipient; returns the envelope as standard base64. */
+export function seal(options: SealOptions): string {
+  return serializeEnvelope(sealBytes(options));
+}
+
+export interface OpenOptions {
+  readonly recipientPrivateKey: KeyObject;
+  /** Standard base64, raw bytes, or an envelope already parsed. */
+  readonly envelope: string | Uint8Array | ParsedEnvelope;
+  readonly aad?: string | Uint8Array;
+  /** When given, an envelope addressed to another key id fails with `crypto_wrong_recipient`. */
+  readonly recipientKeyId?: string;
+}
+
+export function toParsedEnvelope(envelope: string | Uint8Array | ParsedEnvelope): ParsedEnvelope {
+  if (typeof envelope === "string") return deserializeEnvelope(envelope);
+  if (envelope instanceof Uint8Array) return parseEnvelope(envelope);
+  return envelope;
+}
+
+/**
+ * Decrypts an envelope. Returns the plaintext only after the tag has been checked: any
+ * change to the header, key id, KEM ciphertext, nonce, body or tag throws, with no output.
+ */
+export function open(options: OpenOptions): Uint8Array {
+  const privateKey = assertKey(options.recipientPrivateKey, KEM_ALGORITHM, "private");
+  const envelope = toParsedEnvelope(options.envelope);
+  if (options.recipientKeyId !== undefined && envelope.keyId !== options.recipientKeyId) {
+    throw new CryptoError("crypto_wrong_recipient");
+  }
+  const aad = aadBytes(options.aad);
+  let sharedSecret: Buffer;
+  try {
+    // ML-KEM rejects implicitly: a wrong key or altered ciphertext yields an unrelated
+    // secret, which then fails the AEAD tag below.
+    sharedSecret = decapsulate(privateKey, envelope.kemCiphertext);
+  } catch (cause) {
+    throw new CryptoError("crypto_decrypt_failed", { detail: "decapsulation", cause });
+  }
+  const { key, baseNonce } = deriveKeys(sharedSecret, envelope.keyId, envelope.info);
+  sharedSecret.fill(0);
+  try {
+    if (!timingSafeEqual(baseNonce, asBuffer(envelope.nonce))) throw new CryptoError("crypto_decrypt_failed");
+    const tagStart = envelope.body.length - SUITE.tagBytes;
+    const decipher = createDecipheriv("aes-256-gcm", key, baseNonce, { authTagLength: SUITE.tagBytes });
+    decipher.setAAD(aad.length === 0 ? envelope.header : concatBytes([envelope.header, aad]));
+    decipher.setAuthTag(envelope.body.subarray(tagStart));
+    const head = decipher.update(envelope.body.subarray(0, tagStart));
+    try {
+      const tail = decipher.final();
+      return tail.length === 0 ? head : concatBytes([head, tail]);
+    } catch (cause) {
+      // GCM hands out unauthenticated plaintext from update(): wipe it before failing.
+      head.fill(0);
+      throw new CryptoError("crypto_decrypt_failed", { cause });
+    }
+  } finally {
+    key.fill(0);
+  }
+}
