@@ -1,0 +1,204 @@
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, it } from "node:test";
+import { pathToFileURL } from "node:url";
+import { parseListenAddress, resolveIdpCommandConfig } from "../../../src/cli/commands/idp.ts";
+import { resolveTokenCommand, TokenCommandError } from "../../../src/cli/commands/token.ts";
+import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
+import { IdpConfigError } from "../../../src/servers/idp/errors.ts";
+
+const root = resolve(import.meta.dirname, "../../..");
+
+/** Runs `authority <args>` with only the identity commands registered, as main.ts would. */
+function authority(args: string[], env: Record<string, string> = {}): ChildProcess {
+  const commands = ["idp", "token"].map(
+    (name) => pathToFileURL(join(root, "src/cli/commands", `${name}.ts`)).href,
+  );
+  const script = `
+    import { Command } from "commander";
+    const program = new Command("authority");
+    for (const url of ${JSON.stringify(commands)}) (await import(url)).register(program);
+    await program.parseAsync(["node", "authority", ...process.argv.slice(1)]);
+  `;
+  return spawn(process.execPath, ["--input-type=module", "-e", script, ...args], {
+    cwd: root,
+    env: { PATH: process.env.PATH ?? "", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+}
+
+async function output(child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const [code] = (await once(child, "exit")) as [number | null];
+  return { code, stdout, stderr };
+}
+
+describe("authority idp and authority token", () => {
+  let dir: string;
+  let idp: ChildProcess;
+  let issuer: string;
+  let tokenUrl: string;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), "authority-idp-cli-"));
+    const accounts = join(dir, "accounts.json");
+    await writeFile(
+      accounts,
+      JSON.stringify({
+        clients: [
+          {
+            clientId: "demo-client",
+            clientSecret: "demo-client-secret",
+            scopes: ["read", "write"],
+            tenant: "demo",
+          },
+        ],
+        serviceAccounts: [{ username: "demo-svc", password: "demo-svc-password", scopes: ["crypto"] }],
+      }),
+    );
+    idp = authority(["idp", "--listen", "127.0.0.1:0", "--keys-dir", join(dir, "keys")], {
+      AUTHORITY_IDP_ACCOUNTS_FILE: accounts,
+      AUTHORITY_IDP_TOKEN_LIFETIME: "300",
+    });
+    // A child that never comes up must not hang the suite.
+    const guard = setTimeout(() => idp.kill("SIGKILL"), 30_000);
+    const lines = createInterface({ input: idp.stdout as NodeJS.ReadableStream });
+    for await (const line of lines) {
+      const entry = JSON.parse(line) as { msg?: string; issuer?: string; token_endpoint?: string };
+      if (
+        entry.msg === "identity provider listening" &&
+        entry.issuer !== undefined &&
+        entry.token_endpoint !== undefined
+      ) {
+        issuer = entry.issuer;
+        tokenUrl = entry.token_endpoint;
+        break;
+      }
+    }
+    clearTimeout(guard);
+    idp.stdout?.resume();
+    assert.ok(issuer !== undefined, "the IdP reported where it listens");
+  });
+
+  after(async () => {
+    if (idp.exitCode === null && idp.signalCode === null) {
+      idp.kill("SIGKILL");
+      await once(idp, "exit");
+    }
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it("prints a client-credentials token that verifies against the running IdP", async () => {
+    const run = await output(
+      authority(["token", "--token-url", tokenUrl, "--client-id", "demo-client", "--scope", "read"], {
+        AUTHORITY_CLIENT_SECRET: "demo-client-secret",
+      }),
+    );
+    assert.equal(run.code, 0, run.stderr);
+    const token = run.stdout.trim();
+    const verifier = createJwtVerifier({
+      issuer,
+      audience: "authority",
+      jwks: `${issuer}/.well-known/jwks.json`,
+      requireTokenUse: "access",
+      tenant: "demo",
+    });
+    const verified = await verifier.verify(token);
+    assert.deepEqual(verified.scopes, ["read"]);
+    assert.equal(verified.expiresAt.getTime() - Date.now() <= 300_000, true);
+  });
+
+  it("prints a password-grant token as JSON with --json", async () => {
+    const run = await output(
+      authority(["token", "--json", "--username", "demo-svc"], {
+        AUTHORITY_IDP_TOKEN_URL: tokenUrl,
+        AUTHORITY_PASSWORD: "demo-svc-password",
+      }),
+    );
+    assert.equal(run.code, 0, run.stderr);
+    const body = JSON.parse(run.stdout) as { access_token: string; scope: string; token_type: string };
+    assert.equal(body.scope, "crypto");
+    assert.equal(body.token_type, "Bearer");
+  });
+
+  it("fails with the endpoint's error and no secret in the output", async () => {
+    const run = await output(
+      authority([
+        "token",
+        "--token-url",
+        tokenUrl,
+        "--client-id",
+        "demo-client",
+        "--client-secret",
+        "wrong-secret-value",
+      ]),
+    );
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /invalid_client/);
+    assert.ok(!run.stderr.includes("wrong-secret-value") && !run.stdout.includes("wrong-secret-value"));
+  });
+
+  it("shuts down cleanly on SIGTERM", async () => {
+    idp.kill("SIGTERM");
+    const [code] = (await once(idp, "exit")) as [number | null];
+    assert.equal(code, 0);
+  });
+});
+
+describe("command option parsing", () => {
+  it("parses listen addresses", () => {
+    assert.deepEqual(parseListenAddress("127.0.0.1:8083"), { host: "127.0.0.1", port: 8083 });
+    assert.deepEqual(parseListenAddress("[::1]:0"), { host: "::1", port: 0 });
+    assert.deepEqual(parseListenAddress("idp.local:443"), { host: "idp.local", port: 443 });
+    for (const bad of ["8083", "host:", ":80", "h:99999", "::1:80"])
+      assert.throws(() => parseListenAddress(bad), IdpConfigError);
+  });
+
+  it("builds IdP options from flags", () => {
+    const config = resolveIdpCommandConfig({
+      listen: "0.0.0.0:8083",
+      issuer: "https://idp.example",
+      tokenLifetime: "600",
+      rotationGrace: "7200",
+      logLevel: "warn",
+    });
+    assert.equal(config.host, "0.0.0.0");
+    assert.deepEqual(config.server, {
+      issuer: "https://idp.example",
+      tokenLifetimeSec: 600,
+      rotationGraceSec: 7200,
+    });
+    assert.throws(
+      () => resolveIdpCommandConfig({ listen: "127.0.0.1:1", tokenLifetime: "15m", logLevel: "info" }),
+      IdpConfigError,
+    );
+  });
+
+  it("chooses the grant from the credentials given", () => {
+    const cc = resolveTokenCommand({
+      tokenUrl: "http://x/t",
+      clientId: "c",
+      clientSecret: "s",
+      scope: "a b",
+    });
+    assert.deepEqual(cc.grant, { type: "client_credentials", clientId: "c", clientSecret: "s" });
+    assert.equal(cc.scope, "a b");
+    const pw = resolveTokenCommand({ tokenUrl: "http://x/t", username: "u", password: "p" });
+    assert.equal(pw.grant.type, "password");
+    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t" }), TokenCommandError);
+    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t", clientId: "c" }), TokenCommandError);
+    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t", username: "u" }), TokenCommandError);
+  });
+});
