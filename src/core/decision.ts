@@ -1,0 +1,151 @@
+import type { DenyReason } from "../errors.ts";
+import { type Capability, catalogMatcher } from "./capability.ts";
+import type { OperationSnapshot } from "./operation-snapshot.ts";
+import type { PathMatch } from "./path-template.ts";
+import { buildPermissionId, type PermissionId } from "./permission-id.ts";
+import {
+  entrySnapshotFor,
+  POLICY_SCHEMA_V2,
+  type PolicyDocument,
+  policyEntryFor,
+  policyState,
+} from "./policy-document.ts";
+import type { RedactionRule } from "./redaction.ts";
+
+/** The outcome of loading the subject's policy: a verified document, or why there is none. */
+export type PolicyLoad =
+  | { readonly ok: true; readonly document: PolicyDocument }
+  | { readonly ok: false; readonly reason: "missing_policy" | "policy_verification_failed" };
+
+/**
+ * The context of an external (headless) subject, derived server-side from the binding,
+ * the token issuer and the token subject — never chosen by the caller.
+ */
+export interface ExternalSubjectContext {
+  readonly partnerId: string;
+  readonly bindingId: string;
+  readonly issuerHash: string;
+  readonly externalSubjectHash: string;
+  readonly mappingVersion: string;
+}
+
+export interface DecisionInput {
+  /** The authenticated (or derived) subject id. */
+  readonly subjectId: string | undefined;
+  readonly capabilityId: string | undefined;
+  /** The catalog resolved for capabilityId in the caller's partner scope. */
+  readonly capability: Capability | undefined;
+  readonly policy: PolicyLoad;
+  /**
+   * Required for v2 policies (all six context fields are compared); when present, a v1
+   * policy cannot satisfy it and is a subject_mismatch. Absent: v1 compares subject ids.
+   */
+  readonly expectedContext?: ExternalSubjectContext;
+  readonly method: string;
+  /** Request path (query allowed) or the operation's path template itself. */
+  readonly path: string;
+  readonly now: Date;
+}
+
+export interface AllowedDecision {
+  readonly status: "allowed";
+  readonly permissionId: PermissionId;
+  /** The policy's reviewed snapshot for the permission id (not the live catalog's). */
+  readonly operation: OperationSnapshot;
+  /** The policy entry's response rules for this permission id. */
+  readonly redactions: readonly RedactionRule[];
+  /** The auth profile the policy entry assigns. */
+  readonly authProfileRef: string;
+  /** Decoded path parameters of the matched template. */
+  readonly params: Readonly<Record<string, string>>;
+}
+
+export interface DeniedDecision {
+  readonly status: "denied";
+  readonly reason: DenyReason;
+}
+
+export type Decision = AllowedDecision | DeniedDecision;
+
+const denied = (reason: DenyReason): DeniedDecision => ({ status: "denied", reason });
+
+const present = (value: string | undefined): value is string => typeof value === "string" && value.length > 0;
+
+function subjectMatches(
+  doc: PolicyDocument,
+  subjectId: string,
+  expected: ExternalSubjectContext | undefined,
+): boolean {
+  if (doc.schema_version !== POLICY_SCHEMA_V2)
+    return expected === undefined && doc.subject.subject_id === subjectId;
+  if (expected === undefined) return false;
+  return (
+    doc.subject_id === subjectId &&
+    doc.subject.subject_id === subjectId &&
+    doc.authority_partner_id === expected.partnerId &&
+    doc.binding_id === expected.bindingId &&
+    doc.issuer_hash === expected.issuerHash &&
+    doc.external_subject_hash === expected.externalSubjectHash &&
+    doc.mapping_version === expected.mappingVersion
+  );
+}
+
+function matchCatalog(capability: Capability, method: string, path: string): PathMatch | undefined {
+  try {
+    return catalogMatcher(capability).match(method, path);
+  } catch {
+    // An overlapping catalog cannot map a request to one operation: fail closed.
+    return undefined;
+  }
+}
+
+/**
+ * The one decision engine every runtime path uses (authorize-invocation, binding invoke,
+ * broker execute, MCP, sidecar). Pure and total: it never throws and never allows by
+ * default. Steps follow the spec's order for authorize-invocation.
+ */
+export function decide(input: DecisionInput): Decision {
+  if (!present(input.subjectId)) return denied("missing_subject");
+  if (!present(input.capabilityId)) return denied("missing_capability");
+  const capability = input.capability;
+  if (capability === undefined || capability.capability_id !== input.capabilityId) {
+    return denied("unknown_capability");
+  }
+  if (!input.policy.ok) return denied(input.policy.reason);
+  const doc = input.policy.document;
+  if (!subjectMatches(doc, input.subjectId, input.expectedContext)) return denied("subject_mismatch");
+  const state = policyState(doc, input.now);
+  if (state === "revoked") return denied("policy_revoked");
+  if (state === "expired") return denied("policy_expired");
+
+  const match = matchCatalog(capability, input.method, input.path);
+  const catalogOperation = match === undefined ? undefined : capability.operations[match.index];
+  if (match === undefined || catalogOperation === undefined) return denied("unknown_operation");
+  let permissionId: PermissionId;
+  try {
+    permissionId = buildPermissionId(
+      capability.capability_id,
+      catalogOperation.method,
+      catalogOperation.path,
+    );
+  } catch {
+    return denied("unknown_operation");
+  }
+
+  const entry = policyEntryFor(doc, capability.capability_id);
+  if (entry === undefined) return denied("missing_policy");
+  if (!entry.allowed_permission_ids.includes(permissionId)) return denied("operation_not_allowed");
+  const operation = entrySnapshotFor(entry, permissionId);
+  if (operation === undefined) return denied("operation_not_allowed");
+  const redactions = Object.hasOwn(entry.response_redactions, permissionId)
+    ? (entry.response_redactions[permissionId] ?? [])
+    : [];
+  return {
+    status: "allowed",
+    permissionId,
+    operation,
+    redactions,
+    authProfileRef: entry.auth_profile_ref,
+    params: match.params,
+  };
+}

@@ -1,0 +1,188 @@
+import { hashCanonical, type Sha256Ref } from "./canonical-json.ts";
+import { CoreError } from "./core-error.ts";
+import { type OperationSnapshot, operationSnapshotProblems } from "./operation-snapshot.ts";
+import { buildPermissionId, type PermissionId, parsePermissionId } from "./permission-id.ts";
+import type { RedactionRule } from "./redaction.ts";
+import { compileSchema } from "./schema-validator.ts";
+import {
+  CRYPTO_VERSION_V2,
+  POLICY_SCHEMA_V1,
+  POLICY_SCHEMA_V2,
+  policyDocumentV1Schema,
+  policyDocumentV2Schema,
+} from "./schemas/policy.schema.ts";
+
+export {
+  CRYPTO_VERSION_V2,
+  POLICY_SCHEMA_V1,
+  POLICY_SCHEMA_V2,
+  policyDocumentV1Schema,
+  policyDocumentV2Schema,
+};
+
+export interface PolicySubject {
+  readonly subject_id: string;
+  /** "agent" is the spec's value; "user" and "external" are the others this system writes. */
+  readonly subject_type: string;
+  readonly display_name: string;
+}
+
+/** One assigned capability inside a policy. */
+export interface PolicyApiEntry {
+  readonly capability_id: string;
+  readonly allowed_permission_ids: readonly PermissionId[];
+  readonly auth_profile_ref: string;
+  /** Snapshots reviewed at assignment time. */
+  readonly operations: readonly OperationSnapshot[];
+  /** Permission id → rules. */
+  readonly response_redactions: Readonly<Record<string, readonly RedactionRule[]>>;
+}
+
+export interface PolicyDocumentV1 {
+  readonly schema_version: typeof POLICY_SCHEMA_V1;
+  readonly policy_version: string;
+  readonly subject: PolicySubject;
+  readonly expires_at: string;
+  readonly revoked_at: string | null;
+  readonly apis: readonly PolicyApiEntry[];
+}
+
+export interface PolicyDocumentV2 {
+  readonly schema_version: typeof POLICY_SCHEMA_V2;
+  readonly crypto_version: typeof CRYPTO_VERSION_V2;
+  readonly subject_id: string;
+  readonly authority_partner_id: string;
+  readonly binding_id: string;
+  readonly issuer_hash: Sha256Ref;
+  readonly external_subject_hash: Sha256Ref;
+  readonly mapping_version: string;
+  readonly policy_version: string;
+  /** hashCanonical(apis). */
+  readonly policy_hash: Sha256Ref;
+  readonly expires_at: string;
+  readonly revoked_at: string | null;
+  /** Same object as v1; subject.subject_id equals subject_id. */
+  readonly subject: PolicySubject;
+  readonly apis: readonly PolicyApiEntry[];
+}
+
+export type PolicyDocument = PolicyDocumentV1 | PolicyDocumentV2;
+
+export type PolicyState = "active" | "expired" | "revoked";
+
+export class PolicyDocumentError extends CoreError<"policy_schema_invalid"> {
+  /** Safe to return and log: locations and rules, never values. */
+  readonly messages: readonly string[];
+
+  constructor(messages: readonly string[]) {
+    super("policy_schema_invalid", `policy document is invalid: ${messages.join("; ")}`);
+    this.messages = messages;
+  }
+}
+
+const checkV1 = compileSchema<PolicyDocumentV1>(policyDocumentV1Schema);
+const checkV2 = compileSchema<PolicyDocumentV2>(policyDocumentV2Schema);
+
+/** The v2 policy_hash: the canonical hash of the apis array. */
+export function computePolicyHash(apis: readonly PolicyApiEntry[]): Sha256Ref {
+  return hashCanonical(apis);
+}
+
+function permissionIdOf(capabilityId: string, snapshot: OperationSnapshot): string | undefined {
+  try {
+    return buildPermissionId(capabilityId, snapshot.method, snapshot.path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Cross-field rules the schema cannot express. */
+function entryProblems(entries: readonly PolicyApiEntry[]): string[] {
+  const problems: string[] = [];
+  const capabilities = new Set<string>();
+  entries.forEach((entry, i) => {
+    const where = `/apis/${i}`;
+    if (capabilities.has(entry.capability_id)) problems.push(`${where}/capability_id appears in two entries`);
+    capabilities.add(entry.capability_id);
+    const ownId = (id: string, at: string): void => {
+      try {
+        if (parsePermissionId(id).capabilityId !== entry.capability_id) {
+          problems.push(`${at} names another capability`);
+        }
+      } catch {
+        problems.push(`${at} is not a valid permission id`);
+      }
+    };
+    entry.allowed_permission_ids.forEach((id, j) => {
+      ownId(id, `${where}/allowed_permission_ids/${j}`);
+    });
+    for (const id of Object.keys(entry.response_redactions)) ownId(id, `${where}/response_redactions`);
+    const seen = new Set<string>();
+    entry.operations.forEach((snapshot, j) => {
+      const at = `${where}/operations/${j}`;
+      problems.push(...operationSnapshotProblems(snapshot, at));
+      const id = permissionIdOf(entry.capability_id, snapshot);
+      if (id !== undefined && seen.has(id)) problems.push(`${at} repeats an operation`);
+      if (id !== undefined) seen.add(id);
+    });
+  });
+  return problems;
+}
+
+/**
+ * Validates a decrypted, signature-verified policy against the schema of its
+ * schema_version and the cross-field rules (docs/core.md). Throws PolicyDocumentError.
+ */
+export function validatePolicyDocument(doc: unknown): PolicyDocument {
+  const version =
+    typeof doc === "object" && doc !== null && !Array.isArray(doc)
+      ? (doc as Record<string, unknown>).schema_version
+      : undefined;
+  if (version === POLICY_SCHEMA_V1) {
+    const result = checkV1(doc);
+    if (!result.ok) throw new PolicyDocumentError(result.messages);
+    const problems = entryProblems(result.value.apis);
+    if (problems.length > 0) throw new PolicyDocumentError(problems);
+    return result.value;
+  }
+  if (version === POLICY_SCHEMA_V2) {
+    const result = checkV2(doc);
+    if (!result.ok) throw new PolicyDocumentError(result.messages);
+    const policy = result.value;
+    const problems = entryProblems(policy.apis);
+    if (policy.subject.subject_id !== policy.subject_id)
+      problems.push("/subject/subject_id differs from /subject_id");
+    if (computePolicyHash(policy.apis) !== policy.policy_hash)
+      problems.push("/policy_hash does not match /apis");
+    if (problems.length > 0) throw new PolicyDocumentError(problems);
+    return policy;
+  }
+  throw new PolicyDocumentError([`/schema_version must be ${POLICY_SCHEMA_V1} or ${POLICY_SCHEMA_V2}`]);
+}
+
+/**
+ * The policy's state at `now`. Revoked wins over expired; a policy is expired only once
+ * now is strictly after expires_at. An unreadable time fails closed (expired).
+ */
+export function policyState(doc: Pick<PolicyDocument, "expires_at" | "revoked_at">, now: Date): PolicyState {
+  if (doc.revoked_at !== null) return "revoked";
+  const expires = Date.parse(doc.expires_at);
+  const at = now.getTime();
+  if (Number.isNaN(expires) || Number.isNaN(at) || at > expires) return "expired";
+  return "active";
+}
+
+/** The subject id a policy belongs to, for either version. */
+export function policySubjectId(doc: PolicyDocument): string {
+  return doc.schema_version === POLICY_SCHEMA_V2 ? doc.subject_id : doc.subject.subject_id;
+}
+
+/** The entry of a capability, if the policy assigns it. */
+export function policyEntryFor(doc: PolicyDocument, capabilityId: string): PolicyApiEntry | undefined {
+  return doc.apis.find((entry) => entry.capability_id === capabilityId);
+}
+
+/** The reviewed snapshot behind a permission id inside one entry. */
+export function entrySnapshotFor(entry: PolicyApiEntry, permissionId: string): OperationSnapshot | undefined {
+  return entry.operations.find((snapshot) => permissionIdOf(entry.capability_id, snapshot) === permissionId);
+}
