@@ -70,6 +70,23 @@ export const errorCodes = {
   not_found: deny(404, GrpcCode.NOT_FOUND, "The resource does not exist."),
   conflict: deny(409, GrpcCode.FAILED_PRECONDITION, "The resource already exists or changed."),
   rate_limited: deny(429, GrpcCode.RESOURCE_EXHAUSTED, "Too many requests."),
+  invalid_input: deny(
+    400,
+    GrpcCode.INVALID_ARGUMENT,
+    "The arguments do not match the operation's input schema.",
+  ),
+  constraint_violation: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "The arguments are outside the policy's parameter constraints.",
+  ),
+  idempotency_key_required: deny(400, GrpcCode.INVALID_ARGUMENT, "An Idempotency-Key header is required."),
+  idempotency_conflict: deny(
+    422,
+    GrpcCode.FAILED_PRECONDITION,
+    "This Idempotency-Key was already used with a different request.",
+  ),
+  upstream_error: deny(502, GrpcCode.UNAVAILABLE, "The upstream answered with an unusable response."),
   upstream_timeout: deny(504, GrpcCode.DEADLINE_EXCEEDED, "The upstream did not answer in time."),
   upstream_unavailable: deny(503, GrpcCode.UNAVAILABLE, "A required service is unavailable."),
   internal: deny(500, GrpcCode.INTERNAL, "Internal error."),

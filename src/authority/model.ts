@@ -3,6 +3,7 @@
  * are keyed `<partner_id>/<local id>` so a partner's records list together by prefix.
  */
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import type { PermissionId } from "../core/permission-id.ts";
 import type { RedactionRule } from "../core/redaction.ts";
 
 export const collections = {
@@ -75,7 +76,7 @@ export interface AssignmentRecord {
   readonly subject_id: string;
   readonly capability_id: string;
   readonly catalog_version: string;
-  readonly allowed_permission_ids: readonly string[];
+  readonly allowed_permission_ids: readonly PermissionId[];
   readonly auth_profile_ref: string;
   readonly operations: readonly OperationSnapshot[];
   readonly response_redactions: Readonly<Record<string, readonly RedactionRule[]>>;

@@ -1,0 +1,59 @@
+import type { CryptoVersion } from "../authority/model.ts";
+import {
+  CRYPTO_VERSION_V2,
+  canonicalJson,
+  hashCanonical,
+  POLICY_SCHEMA_V1,
+  type PolicyDocument,
+  type Sha256Ref,
+  validatePolicyDocument,
+} from "../core/index.ts";
+import { type PolicyProtectionContext, PolicyProtectionError, type PolicyProtector } from "./protector.ts";
+
+export interface ProtectedPolicy {
+  readonly artifact: string;
+  readonly documentHash: Sha256Ref;
+}
+
+function cryptoVersionOf(document: PolicyDocument): CryptoVersion {
+  return document.schema_version === POLICY_SCHEMA_V1 ? "subject_credentials_v1" : CRYPTO_VERSION_V2;
+}
+
+/** Canonicalize, hash, sign-encrypt. The canonical text is what is signed and what is hashed. */
+export async function protectPolicy(
+  document: PolicyDocument,
+  protector: PolicyProtector,
+  partnerId: string,
+): Promise<ProtectedPolicy> {
+  const canonical = canonicalJson(validatePolicyDocument(document));
+  const context: PolicyProtectionContext = {
+    cryptoVersion: cryptoVersionOf(document),
+    subjectId: document.subject.subject_id,
+    partnerId,
+  };
+  return { artifact: await protector.protect(canonical, context), documentHash: hashCanonical(document) };
+}
+
+/**
+ * Decrypt-verify, parse, schema-validate, and check that the document's version path
+ * matches the crypto version it was stored under (v1 ⇔ subject_credentials_v1,
+ * v2 ⇔ platform_service_v2). Any failure is `policy_unverifiable`; a crypto fault stays
+ * `policy_protection_unavailable`.
+ */
+export async function openPolicy(
+  artifact: string,
+  protector: PolicyProtector,
+  context: PolicyProtectionContext,
+): Promise<PolicyDocument> {
+  const opened = await protector.open(artifact, context);
+  let document: PolicyDocument;
+  try {
+    document = validatePolicyDocument(JSON.parse(opened.document));
+  } catch (error) {
+    throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
+  }
+  if (cryptoVersionOf(document) !== context.cryptoVersion) {
+    throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
+  }
+  return document;
+}

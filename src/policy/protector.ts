@@ -1,0 +1,55 @@
+import type { CryptoVersion } from "../authority/model.ts";
+
+/**
+ * Protects a policy document (sign, then encrypt) and opens it again (decrypt, then verify).
+ * The crypto version picks whose keys do it: `subject_credentials_v1` uses the subject's own
+ * credential set, `platform_service_v2` the environment's service identity. Implementations:
+ * in-process key rings (local-protector.ts) and the upstream crypto service (upstream-protector.ts).
+ */
+export interface PolicyProtectionContext {
+  readonly cryptoVersion: CryptoVersion;
+  readonly subjectId: string;
+  readonly partnerId: string;
+}
+
+export interface OpenedPolicy {
+  readonly document: string;
+  /** The owner whose key signed it, from the signed content. */
+  readonly signer: string;
+  readonly signedAt: string;
+}
+
+export interface PolicyProtector {
+  protect(canonicalDocument: string, context: PolicyProtectionContext): Promise<string>;
+  open(artifact: string, context: PolicyProtectionContext): Promise<OpenedPolicy>;
+}
+
+/** The purpose every policy signature names, so no other signed message can pass as a policy. */
+export const POLICY_PURPOSE = "authority-policy";
+
+/** Whose keys protect a policy of this crypto version. */
+export function policyKeyOwner(context: PolicyProtectionContext, serviceIdentity: string): string {
+  return context.cryptoVersion === "platform_service_v2"
+    ? `service:${serviceIdentity}`
+    : `subject:${context.subjectId}`;
+}
+
+export type PolicyProtectionErrorCode = "policy_unverifiable" | "policy_protection_unavailable";
+
+/**
+ * `policy_unverifiable`: the artifact is bad (tampered, wrong keys, wrong signer) — a deny.
+ * `policy_protection_unavailable`: keys or the crypto service cannot be reached — also a
+ * deny, but a fault the caller may retry; it maps to 503.
+ */
+export class PolicyProtectionError extends Error {
+  readonly code: PolicyProtectionErrorCode;
+  readonly authorityCode: "policy_verification_failed" | "upstream_unavailable";
+
+  constructor(code: PolicyProtectionErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PolicyProtectionError";
+    this.code = code;
+    this.authorityCode =
+      code === "policy_unverifiable" ? "policy_verification_failed" : "upstream_unavailable";
+  }
+}

@@ -1,0 +1,51 @@
+import type { FastifyRequest } from "fastify";
+import { AuthorityError } from "../../errors.ts";
+import { extractBearer } from "../../identity/bearer.ts";
+import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
+import type { AuthorityContext } from "./context.ts";
+import type { Principal } from "./principal.ts";
+
+function claimString(claims: Readonly<Record<string, unknown>>, name: string): string | undefined {
+  const value = claims[name];
+  return typeof value === "string" && value.length > 0 ? value : undefined;
+}
+
+/**
+ * The caller's principal, or undefined when no Authorization header was sent. A header
+ * that is present but malformed or fails verification is an `invalid_token` error
+ * (`upstream_unavailable` when the issuer's keys cannot be fetched) — never anonymous.
+ */
+export async function optionalPrincipal(
+  request: FastifyRequest,
+  context: AuthorityContext,
+): Promise<Principal | undefined> {
+  let token: string | undefined;
+  try {
+    token = extractBearer(request.headers.authorization);
+  } catch (error) {
+    throw tokenErrorToAuthorityError(error, "invalid_token");
+  }
+  if (token === undefined) return undefined;
+  try {
+    const verified = await context.verifier.verify(token);
+    return {
+      subject: verified.subject,
+      roles: verified.roles,
+      scopes: verified.scopes,
+      partnerId: claimString(verified.claims, "partner_id"),
+      clientId: verified.clientId,
+    };
+  } catch (error) {
+    throw tokenErrorToAuthorityError(error, "invalid_token");
+  }
+}
+
+/** Like optionalPrincipal, but a missing token is `invalid_token` (401). */
+export async function requirePrincipal(
+  request: FastifyRequest,
+  context: AuthorityContext,
+): Promise<Principal> {
+  const principal = await optionalPrincipal(request, context);
+  if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+  return principal;
+}

@@ -1,0 +1,38 @@
+import type { Logger } from "../../observability/logger.ts";
+import type { PolicyProtector } from "../../policy/protector.ts";
+import type { Store } from "../../store/store.ts";
+
+/** Verifies a bearer token; the identity module's JwtVerifier satisfies it. */
+export interface BearerVerifier {
+  verify(token: string): Promise<{
+    readonly subject: string;
+    readonly roles: readonly string[];
+    readonly scopes: readonly string[];
+    readonly clientId?: string | undefined;
+    readonly claims: Readonly<Record<string, unknown>>;
+  }>;
+}
+
+export interface AuthorityServiceConfig {
+  /** Public base URL, used in MCP resource metadata and links. */
+  readonly publicUrl: string;
+  /** The issuer of bearer tokens this service accepts. */
+  readonly issuer: string;
+  readonly audience: string;
+  /** Largest request body accepted (413 above). */
+  readonly bodyLimitBytes: number;
+  /** Name of this environment's service identity (platform_service_v2 policies). */
+  readonly serviceIdentity: string;
+  /** Parameter-constraint rollout: env flag + partners allowed to use it. */
+  readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+}
+
+/** Everything a route of the authority service needs, built once at start. */
+export interface AuthorityContext {
+  readonly config: AuthorityServiceConfig;
+  readonly store: Store;
+  readonly verifier: BearerVerifier;
+  readonly protector: PolicyProtector;
+  readonly logger: Logger;
+  readonly now: () => Date;
+}
