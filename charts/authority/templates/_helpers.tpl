@@ -1,0 +1,177 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit of names and label values).
+*/}}
+{{- define "authority.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or the release name alone when it already contains the chart
+name. Truncated to 52 so that suffixes such as "-injector" still fit in 63.
+*/}}
+{{- define "authority.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+chart label value: name-version.
+*/}}
+{{- define "authority.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels on every resource.
+*/}}
+{{- define "authority.labels" -}}
+helm.sh/chart: {{ include "authority.chart" . }}
+{{ include "authority.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: authority
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels shared by every component; each workload adds app.kubernetes.io/component.
+*/}}
+{{- define "authority.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "authority.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Selector labels of one component. Call with (dict "ctx" $ "component" "server").
+*/}}
+{{- define "authority.componentSelectorLabels" -}}
+{{ include "authority.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Labels of one component's resources. Call with (dict "ctx" $ "component" "server").
+*/}}
+{{- define "authority.componentLabels" -}}
+{{ include "authority.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+ServiceAccount used by the authority service and the injector.
+*/}}
+{{- define "authority.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "authority.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Names of the other components.
+*/}}
+{{- define "authority.injectorName" -}}
+{{- printf "%s-injector" (include "authority.fullname" .) }}
+{{- end }}
+
+{{- define "authority.redisName" -}}
+{{- printf "%s-redis" (include "authority.fullname" .) }}
+{{- end }}
+
+{{/*
+The image reference: repository@digest, or repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "authority.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The injected sidecar's image: sidecar.image.* falling back to the main image.
+*/}}
+{{- define "authority.sidecarImage" -}}
+{{- if or .Values.sidecar.image.repository .Values.sidecar.image.tag }}
+{{- printf "%s:%s" (default .Values.image.repository .Values.sidecar.image.repository) (default (default .Chart.AppVersion .Values.image.tag) .Values.sidecar.image.tag) }}
+{{- else }}
+{{- include "authority.image" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+In-cluster URL of the authority Service (what sidecars use as AUTHORITY_URL by default).
+*/}}
+{{- define "authority.internalUrl" -}}
+{{- printf "http://%s.%s.svc.cluster.local:%d" (include "authority.fullname" .) .Release.Namespace (int .Values.authority.service.port) }}
+{{- end }}
+
+{{/*
+Whether any Redis is configured: "true" or "".
+*/}}
+{{- define "authority.redisConfigured" -}}
+{{- if or .Values.redis.enabled .Values.redis.externalUrl .Values.redis.existingSecret }}true{{- end }}
+{{- end }}
+
+{{/*
+A plain Redis URL (bundled or externalUrl); empty when the URL lives only in a Secret.
+*/}}
+{{- define "authority.redisUrl" -}}
+{{- if .Values.redis.enabled }}
+{{- printf "redis://%s.%s.svc.cluster.local:6379/0" (include "authority.redisName" .) .Release.Namespace }}
+{{- else if .Values.redis.externalUrl }}
+{{- .Values.redis.externalUrl }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the injector's serving-certificate Secret.
+*/}}
+{{- define "authority.injectorTlsSecret" -}}
+{{- if .Values.injector.certManager.enabled }}
+{{- printf "%s-tls" (include "authority.injectorName" .) }}
+{{- else }}
+{{- required "injector.tls.existingSecret is required when injector.certManager.enabled is false" .Values.injector.tls.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/*
+The restricted container securityContext (shared by every workload of the chart).
+*/}}
+{{- define "authority.containerSecurityContext" -}}
+{{- toYaml .Values.containerSecurityContext }}
+{{- end }}
+
+{{/*
+Checks that fail the render with a clear message (the schema checks shapes; these check
+combinations that need names computed here).
+*/}}
+{{- define "authority.validate" -}}
+{{- if and (gt (int .Values.authority.replicaCount) 1) (eq .Values.authority.store.backend "sqlite") }}
+{{- fail "authority.replicaCount > 1 needs authority.store.backend=redis: SQLite is one file in one pod" }}
+{{- end }}
+{{- if and (eq .Values.authority.store.backend "redis") (not (include "authority.redisConfigured" .)) }}
+{{- fail "authority.store.backend=redis needs redis.enabled, redis.externalUrl or redis.existingSecret" }}
+{{- end }}
+{{- if and .Values.redis.enabled (or .Values.redis.externalUrl .Values.redis.existingSecret) }}
+{{- fail "redis.enabled (bundled) and redis.externalUrl/existingSecret are exclusive" }}
+{{- end }}
+{{- if and .Values.redis.existingSecret (not .Values.sidecar.redisUrlSecret.name) }}
+{{- fail "redis.existingSecret is in the release namespace, which sidecars cannot read: set sidecar.redisUrlSecret.name to a Secret present in every injected namespace" }}
+{{- end }}
+{{- if and .Values.injector.enabled (not .Values.injector.certManager.enabled) (not .Values.injector.tls.caBundle) }}
+{{- fail "injector.tls.caBundle is required when injector.certManager.enabled is false" }}
+{{- end }}
+{{- end }}

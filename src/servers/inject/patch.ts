@@ -1,0 +1,316 @@
+import { cacheKeyMountPath, type SidecarSettings } from "./settings.ts";
+
+/**
+ * The pure part of the injector: given a Pod (as the API server sends it in an
+ * AdmissionReview) and the settings, the RFC 6902 operations that add the sidecar.
+ * No I/O, so every case is unit-tested on real AdmissionReview shapes.
+ */
+
+export type JsonPatchOperation =
+  | { readonly op: "add" | "replace" | "test"; readonly path: string; readonly value: unknown }
+  | { readonly op: "remove"; readonly path: string }
+  | { readonly op: "move" | "copy"; readonly from: string; readonly path: string };
+
+export const sidecarContainerName = "authority-sidecar";
+export const statusAnnotation = "authority.io/status";
+/** Label (selects the pod in the webhook's objectSelector) and annotation (`"false"` opts out). */
+export const injectKey = "authority.io/inject";
+/** Per-pod JSON object `{ "<host or route prefix>": "<capability_id>" }` for the forward proxy. */
+export const capabilityMapAnnotation = "authority.io/capability-map";
+export const istioStatusAnnotation = "sidecar.istio.io/status";
+export const istioExcludeInboundAnnotation = "traffic.sidecar.istio.io/excludeInboundPorts";
+export const istioProxyContainerName = "istio-proxy";
+
+const tmpVolumeName = "authority-sidecar-tmp";
+const cacheKeyVolumeName = "authority-cache-key";
+/** Readable by the sidecar's non-root user without touching the pod's fsGroup. */
+const cacheKeyFileMode = 0o444;
+
+export type PodLike = Readonly<Record<string, unknown>>;
+type Obj = Readonly<Record<string, unknown>>;
+
+export type SkipReason = "already_injected" | "opted_out";
+
+export interface InjectionPlan {
+  /** Empty when the pod is skipped: a second pass over a patched pod adds nothing. */
+  readonly patch: JsonPatchOperation[];
+  readonly skipped: SkipReason | undefined;
+  /** Sent back as AdmissionResponse.warnings (shown by kubectl); never block the pod. */
+  readonly warnings: string[];
+  readonly istio: boolean;
+}
+
+/** A pod annotation the injector must read is malformed: the pod is refused with this message. */
+export class PodAnnotationError extends Error {
+  readonly code = "invalid_pod_annotation";
+  constructor(message: string) {
+    super(message);
+    this.name = "PodAnnotationError";
+  }
+}
+
+const isObj = (value: unknown): value is Obj =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+const objAt = (value: unknown, key: string): Obj | undefined => {
+  if (!isObj(value)) return undefined;
+  const child = value[key];
+  return isObj(child) ? child : undefined;
+};
+const arrayAt = (value: unknown, key: string): readonly unknown[] | undefined => {
+  if (!isObj(value)) return undefined;
+  const child = value[key];
+  return Array.isArray(child) ? child : undefined;
+};
+const stringAt = (value: Obj | undefined, key: string): string | undefined => {
+  const child = value?.[key];
+  return typeof child === "string" ? child : undefined;
+};
+const containerNames = (containers: readonly unknown[] | undefined): string[] =>
+  (containers ?? []).flatMap((c) => {
+    const name = isObj(c) ? c.name : undefined;
+    return typeof name === "string" ? [name] : [];
+  });
+
+/** RFC 6901: `~` then `/` (in that order, so `~1` from a `/` is not re-escaped). */
+export function escapeJsonPointer(token: string): string {
+  return token.replaceAll("~", "~0").replaceAll("/", "~1");
+}
+
+function skipReason(pod: PodLike): SkipReason | undefined {
+  const annotations = objAt(pod.metadata, "annotations");
+  if (stringAt(annotations, statusAnnotation) === "injected") return "already_injected";
+  const spec = objAt(pod, "spec");
+  if (containerNames(arrayAt(spec, "containers")).includes(sidecarContainerName)) return "already_injected";
+  if (stringAt(annotations, injectKey)?.toLowerCase() === "false") return "opted_out";
+  return undefined;
+}
+
+/** Whether Istio's proxy is (or is about to be) in this pod, as far as the pod itself shows. */
+export function podUsesIstio(pod: PodLike, mode: SidecarSettings["istio"]["mode"]): boolean {
+  if (mode !== "auto") return mode === "always";
+  const metadata = objAt(pod, "metadata");
+  const annotations = objAt(metadata, "annotations");
+  const labels = objAt(metadata, "labels");
+  if (stringAt(annotations, istioStatusAnnotation) !== undefined) return true;
+  const spec = objAt(pod, "spec");
+  const names = [
+    ...containerNames(arrayAt(spec, "containers")),
+    ...containerNames(arrayAt(spec, "initContainers")),
+  ];
+  if (names.includes(istioProxyContainerName)) return true;
+  const istioInject =
+    stringAt(labels, "sidecar.istio.io/inject") ?? stringAt(annotations, "sidecar.istio.io/inject");
+  if (istioInject !== undefined) return istioInject.toLowerCase() === "true";
+  return stringAt(labels, "istio.io/rev") !== undefined;
+}
+
+function podCapabilityMap(pod: PodLike): Record<string, string> | undefined {
+  const raw = stringAt(objAt(objAt(pod, "metadata"), "annotations"), capabilityMapAnnotation);
+  if (raw === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw new PodAnnotationError(`annotation ${capabilityMapAnnotation} is not valid JSON`);
+  }
+  if (!isObj(parsed) || !Object.values(parsed).every((v) => typeof v === "string" && v.length > 0)) {
+    throw new PodAnnotationError(
+      `annotation ${capabilityMapAnnotation} must be a JSON object of non-empty capability_id strings`,
+    );
+  }
+  return parsed as Record<string, string>;
+}
+
+interface EnvVar {
+  readonly name: string;
+  readonly value?: string;
+  readonly valueFrom?: { readonly secretKeyRef: { readonly name: string; readonly key: string } };
+}
+
+function sidecarEnv(
+  settings: SidecarSettings,
+  proxyPort: number,
+  capabilityMap: Record<string, string> | undefined,
+): EnvVar[] {
+  const env: EnvVar[] = [
+    { name: "AUTHORITY_LOG_LEVEL", value: settings.logLevel },
+    // The root filesystem is read-only; embedded state (if any) goes to the writable emptyDir.
+    { name: "AUTHORITY_STATE_DIR", value: "/tmp/authority" },
+    { name: "AUTHORITY_URL", value: settings.authorityUrl },
+    { name: "AUTHORITY_SIDECAR_GRPC_LISTEN", value: `${settings.listenHost}:${settings.ports.grpc}` },
+    { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${proxyPort}` },
+    // Kubelet probes and Prometheus reach the pod IP, so metrics always listen on every address.
+    { name: "AUTHORITY_SIDECAR_METRICS_LISTEN", value: `0.0.0.0:${settings.ports.metrics}` },
+  ];
+  if (settings.redis?.url !== undefined) env.push({ name: "AUTHORITY_REDIS_URL", value: settings.redis.url });
+  if (settings.redis?.urlSecret !== undefined) {
+    env.push({ name: "AUTHORITY_REDIS_URL", valueFrom: { secretKeyRef: { ...settings.redis.urlSecret } } });
+  }
+  if (settings.cacheKeySecret !== undefined) {
+    env.push({
+      name: "AUTHORITY_SIDECAR_CACHE_KEY_FILE",
+      value: `${cacheKeyMountPath}/${settings.cacheKeySecret.key}`,
+    });
+  }
+  if (capabilityMap !== undefined) {
+    env.push({ name: "AUTHORITY_SIDECAR_CAPABILITY_MAP", value: JSON.stringify(capabilityMap) });
+  }
+  if (settings.issuer !== undefined) env.push({ name: "AUTHORITY_ISSUER", value: settings.issuer });
+  if (settings.jwksUrl !== undefined) env.push({ name: "AUTHORITY_JWKS_URL", value: settings.jwksUrl });
+  if (settings.audience !== undefined) env.push({ name: "AUTHORITY_AUDIENCE", value: settings.audience });
+  return env;
+}
+
+/** The container the injector adds; also used verbatim by the hand-written manifests' tests. */
+export function sidecarContainer(
+  settings: SidecarSettings,
+  options: { readonly istio: boolean; readonly capabilityMap?: Record<string, string> | undefined },
+): Record<string, unknown> {
+  const proxyPort = options.istio ? settings.istio.proxyPort : settings.ports.proxy;
+  const volumeMounts: Record<string, unknown>[] = [{ name: tmpVolumeName, mountPath: "/tmp" }];
+  if (settings.cacheKeySecret !== undefined) {
+    volumeMounts.push({ name: cacheKeyVolumeName, mountPath: cacheKeyMountPath, readOnly: true });
+  }
+  const probe = (path: string, periodSeconds: number, failureThreshold: number) => ({
+    httpGet: { path, port: settings.ports.metrics, scheme: "HTTP" },
+    periodSeconds,
+    timeoutSeconds: 2,
+    failureThreshold,
+  });
+  return {
+    name: sidecarContainerName,
+    image: settings.image,
+    imagePullPolicy: settings.imagePullPolicy,
+    args: ["sidecar"],
+    ports: [
+      { name: "authz-grpc", containerPort: settings.ports.grpc, protocol: "TCP" },
+      { name: "authz-proxy", containerPort: proxyPort, protocol: "TCP" },
+      { name: "authz-metrics", containerPort: settings.ports.metrics, protocol: "TCP" },
+    ],
+    env: sidecarEnv(settings, proxyPort, options.capabilityMap),
+    readinessProbe: { ...probe("/readyz", 5, 3), initialDelaySeconds: 1 },
+    livenessProbe: { ...probe("/healthz", 10, 6), initialDelaySeconds: 5 },
+    resources: settings.resources,
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: 10001,
+      runAsGroup: 10001,
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      privileged: false,
+      capabilities: { drop: ["ALL"] },
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+    volumeMounts,
+  };
+}
+
+export function sidecarVolumes(settings: SidecarSettings): Record<string, unknown>[] {
+  const volumes: Record<string, unknown>[] = [{ name: tmpVolumeName, emptyDir: { sizeLimit: "64Mi" } }];
+  if (settings.cacheKeySecret !== undefined) {
+    volumes.push({
+      name: cacheKeyVolumeName,
+      secret: {
+        secretName: settings.cacheKeySecret.name,
+        items: [{ key: settings.cacheKeySecret.key, path: settings.cacheKeySecret.key }],
+        defaultMode: cacheKeyFileMode,
+        optional: false,
+      },
+    });
+  }
+  return volumes;
+}
+
+function mergePortList(existing: string | undefined, ports: readonly number[]): string {
+  const list = (existing ?? "")
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
+  for (const p of ports) if (!list.includes(String(p))) list.push(String(p));
+  return list.join(",");
+}
+
+function desiredAnnotations(pod: PodLike, settings: SidecarSettings, istio: boolean): Record<string, string> {
+  const existing = objAt(objAt(pod, "metadata"), "annotations");
+  const wanted: Record<string, string> = { [statusAnnotation]: "injected" };
+  // An app that already configured its own scrape keeps it; Istio's metrics merge reads these too.
+  if (settings.prometheusAnnotations && stringAt(existing, "prometheus.io/scrape") === undefined) {
+    wanted["prometheus.io/scrape"] = "true";
+    wanted["prometheus.io/port"] = String(settings.ports.metrics);
+    wanted["prometheus.io/path"] = "/metrics";
+  }
+  if (istio && settings.istio.excludeInboundPorts) {
+    const current = stringAt(existing, istioExcludeInboundAnnotation);
+    const merged = mergePortList(current, [settings.ports.grpc, settings.ports.metrics]);
+    if (merged !== current) wanted[istioExcludeInboundAnnotation] = merged;
+  }
+  return wanted;
+}
+
+function appendOps(parent: string, existing: readonly unknown[] | undefined, items: readonly unknown[]) {
+  if (existing === undefined) return [{ op: "add" as const, path: parent, value: [...items] }];
+  return items.map((value) => ({ op: "add" as const, path: `${parent}/-`, value }));
+}
+
+function portWarnings(pod: PodLike, ports: readonly number[]): string[] {
+  const warnings: string[] = [];
+  for (const c of arrayAt(objAt(pod, "spec"), "containers") ?? []) {
+    for (const p of arrayAt(c, "ports") ?? []) {
+      const n = isObj(p) ? p.containerPort : undefined;
+      if (typeof n === "number" && ports.includes(n)) {
+        const name = isObj(c) && typeof c.name === "string" ? c.name : "?";
+        warnings.push(
+          `container ${name} declares port ${n}, which the ${sidecarContainerName} also listens on`,
+        );
+      }
+    }
+  }
+  return warnings;
+}
+
+/** Decides and builds the patch; throws PodAnnotationError for a malformed Authority annotation. */
+export function planInjection(pod: PodLike, settings: SidecarSettings): InjectionPlan {
+  const istio = podUsesIstio(pod, settings.istio.mode);
+  const skipped = skipReason(pod);
+  if (skipped !== undefined) return { patch: [], skipped, warnings: [], istio };
+
+  const annotationMap = podCapabilityMap(pod);
+  const capabilityMap =
+    annotationMap === undefined && settings.capabilityMap === undefined
+      ? undefined
+      : { ...settings.capabilityMap, ...annotationMap };
+  const container = sidecarContainer(settings, { istio, capabilityMap });
+  const proxyPort = istio ? settings.istio.proxyPort : settings.ports.proxy;
+
+  const spec = objAt(pod, "spec");
+  const patch: JsonPatchOperation[] = [];
+  if (spec === undefined) {
+    patch.push({
+      op: "add",
+      path: "/spec",
+      value: { containers: [container], volumes: sidecarVolumes(settings) },
+    });
+  } else {
+    patch.push(...appendOps("/spec/containers", arrayAt(spec, "containers"), [container]));
+    patch.push(...appendOps("/spec/volumes", arrayAt(spec, "volumes"), sidecarVolumes(settings)));
+  }
+
+  const annotations = desiredAnnotations(pod, settings, istio);
+  const metadata = objAt(pod, "metadata");
+  if (metadata === undefined) {
+    patch.push({ op: "add", path: "/metadata", value: { annotations } });
+  } else if (objAt(metadata, "annotations") === undefined) {
+    patch.push({ op: "add", path: "/metadata/annotations", value: annotations });
+  } else {
+    for (const [key, value] of Object.entries(annotations)) {
+      patch.push({ op: "add", path: `/metadata/annotations/${escapeJsonPointer(key)}`, value });
+    }
+  }
+  const warnings = portWarnings(pod, [settings.ports.grpc, proxyPort, settings.ports.metrics]);
+  return { patch, skipped: undefined, warnings, istio };
+}
+
+/** The RFC 6902 operations that add the sidecar, or `[]` when the pod is skipped. */
+export function buildSidecarPatch(pod: PodLike, settings: SidecarSettings): JsonPatchOperation[] {
+  return planInjection(pod, settings).patch;
+}

@@ -1,0 +1,227 @@
+import { Ajv2020 } from "ajv/dist/2020.js";
+
+/**
+ * What the injector puts into every pod: read once at start from the settings file the
+ * Helm chart renders into a ConfigMap (`settings.yaml`), validated here so that a typo
+ * fails the injector's start instead of producing broken pods.
+ */
+
+export interface SecretKeyRef {
+  readonly name: string;
+  readonly key: string;
+}
+
+export interface ResourceList {
+  readonly cpu?: string;
+  readonly memory?: string;
+}
+
+export interface SidecarResources {
+  readonly requests?: ResourceList;
+  readonly limits?: ResourceList;
+}
+
+/** `auto`: Istio handling only when the pod shows Istio signs; `always`/`never` force it. */
+export type IstioMode = "auto" | "always" | "never";
+
+export interface SidecarSettings {
+  readonly image: string;
+  readonly imagePullPolicy: "Always" | "IfNotPresent" | "Never";
+  readonly authorityUrl: string;
+  readonly logLevel: string;
+  /** Address the ext_authz and forward-proxy listeners bind to inside the pod. */
+  readonly listenHost: "127.0.0.1" | "0.0.0.0";
+  readonly ports: { readonly grpc: number; readonly proxy: number; readonly metrics: number };
+  readonly redis:
+    | { readonly url: string; readonly urlSecret?: undefined }
+    | { readonly url?: undefined; readonly urlSecret: SecretKeyRef }
+    | undefined;
+  readonly cacheKeySecret: SecretKeyRef | undefined;
+  readonly issuer: string | undefined;
+  readonly jwksUrl: string | undefined;
+  readonly audience: string | undefined;
+  readonly capabilityMap: Readonly<Record<string, string>> | undefined;
+  readonly resources: SidecarResources;
+  readonly istio: {
+    readonly mode: IstioMode;
+    /** Istio's own Envoy owns 15001 (outbound capture), so our proxy moves here. */
+    readonly proxyPort: number;
+    readonly excludeInboundPorts: boolean;
+  };
+  readonly prometheusAnnotations: boolean;
+}
+
+export const defaultSidecarImage = (version: string): string => `ghcr.io/authority/authority:${version}`;
+
+/** Small on purpose: the sidecar is one per pod. Namespaces with a ResourceQuota need these set. */
+export const defaultSidecarResources: SidecarResources = {
+  requests: { cpu: "50m", memory: "64Mi" },
+  limits: { memory: "256Mi" },
+};
+
+/** Where the cache key Secret is mounted inside the sidecar. */
+export const cacheKeyMountPath = "/var/run/authority/cache-key";
+
+export class InjectorSettingsError extends Error {
+  readonly code = "invalid_injector_settings";
+  constructor(message: string) {
+    super(message);
+    this.name = "InjectorSettingsError";
+  }
+}
+
+const port = { type: "integer", minimum: 1, maximum: 65535 } as const;
+const secretRef = {
+  type: "object",
+  additionalProperties: false,
+  required: ["name", "key"],
+  properties: {
+    name: { type: "string", pattern: "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", maxLength: 253 },
+    key: { type: "string", pattern: "^[-._a-zA-Z0-9]+$", maxLength: 253 },
+  },
+} as const;
+const quantity = { type: "string", pattern: "^[0-9]+(\\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$" } as const;
+const resourceList = {
+  type: "object",
+  additionalProperties: false,
+  properties: { cpu: quantity, memory: quantity },
+} as const;
+
+/** JSON Schema of the settings file; every key optional, defaults applied after. */
+export const sidecarSettingsSchema = {
+  $schema: "https://json-schema.org/draft/2020-12/schema",
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    image: { type: "string", minLength: 1 },
+    imagePullPolicy: { enum: ["Always", "IfNotPresent", "Never"] },
+    authorityUrl: { type: "string", pattern: "^https?://" },
+    logLevel: { enum: ["fatal", "error", "warn", "info", "debug", "trace", "silent"] },
+    listenHost: { enum: ["127.0.0.1", "0.0.0.0"] },
+    ports: {
+      type: "object",
+      additionalProperties: false,
+      properties: { grpc: port, proxy: port, metrics: port },
+    },
+    redis: {
+      type: "object",
+      additionalProperties: false,
+      properties: { url: { type: "string", pattern: "^rediss?://" }, urlSecret: secretRef },
+      oneOf: [{ required: ["url"] }, { required: ["urlSecret"] }],
+    },
+    cacheKeySecret: secretRef,
+    issuer: { type: "string", minLength: 1 },
+    jwksUrl: { type: "string", pattern: "^https?://" },
+    audience: { type: "string", minLength: 1 },
+    capabilityMap: { type: "object", additionalProperties: { type: "string", minLength: 1 } },
+    resources: {
+      type: "object",
+      additionalProperties: false,
+      properties: { requests: resourceList, limits: resourceList },
+    },
+    istio: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        mode: { enum: ["auto", "always", "never"] },
+        proxyPort: port,
+        excludeInboundPorts: { type: "boolean" },
+      },
+    },
+    prometheusAnnotations: { type: "boolean" },
+  },
+} as const;
+
+const ajv = new Ajv2020({ allErrors: true, strict: true, strictRequired: false });
+const validateRaw = ajv.compile(sidecarSettingsSchema);
+
+type Raw = Record<string, unknown>;
+
+const obj = (value: unknown): Raw =>
+  typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Raw) : {};
+const str = (value: unknown): string | undefined => (typeof value === "string" ? value : undefined);
+const num = (value: unknown, fallback: number): number => (typeof value === "number" ? value : fallback);
+const ref = (value: unknown): SecretKeyRef | undefined => {
+  const o = obj(value);
+  const name = str(o.name);
+  const key = str(o.key);
+  return name !== undefined && key !== undefined ? { name, key } : undefined;
+};
+const resourceListOf = (value: unknown): ResourceList | undefined => {
+  if (value === undefined) return undefined;
+  const o = obj(value);
+  const cpu = str(o.cpu);
+  const memory = str(o.memory);
+  return { ...(cpu === undefined ? {} : { cpu }), ...(memory === undefined ? {} : { memory }) };
+};
+
+export interface SettingsOverrides {
+  /** From `--sidecar-image` / `AUTHORITY_SIDECAR_IMAGE`: wins over the file. */
+  readonly image?: string | undefined;
+  /** Used when neither the override nor the file names an image. */
+  readonly version: string;
+}
+
+/**
+ * Validates `raw` (the parsed settings file, or `{}` when there is none) and fills the
+ * defaults of docs/configuration.md. Throws InjectorSettingsError listing every problem.
+ */
+export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides): SidecarSettings {
+  const input = raw ?? {};
+  if (!validateRaw(input)) {
+    const problems = (validateRaw.errors ?? []).map(
+      (e) => `${e.instancePath === "" ? "(root)" : e.instancePath} ${e.message ?? "is invalid"}`,
+    );
+    throw new InjectorSettingsError(`invalid sidecar settings: ${problems.join("; ")}`);
+  }
+  const o = obj(input);
+  const ports = obj(o.ports);
+  const redisRaw = o.redis === undefined ? undefined : obj(o.redis);
+  const redisUrl = str(redisRaw?.url);
+  const redisSecret = ref(redisRaw?.urlSecret);
+  const redis =
+    redisUrl !== undefined
+      ? { url: redisUrl }
+      : redisSecret !== undefined
+        ? { urlSecret: redisSecret }
+        : undefined;
+  const cacheKeySecret = ref(o.cacheKeySecret);
+  // A Redis cache without its MAC key would let whoever can write Redis forge verified policies.
+  if (redis !== undefined && cacheKeySecret === undefined) {
+    throw new InjectorSettingsError("invalid sidecar settings: cacheKeySecret is required when redis is set");
+  }
+  const resources = obj(o.resources);
+  const requests = resourceListOf(resources.requests);
+  const limits = resourceListOf(resources.limits);
+  const istio = obj(o.istio);
+  const capabilityMap =
+    o.capabilityMap === undefined ? undefined : (obj(o.capabilityMap) as Record<string, string>);
+  const pullPolicy = str(o.imagePullPolicy);
+  return {
+    image: overrides.image ?? str(o.image) ?? defaultSidecarImage(overrides.version),
+    imagePullPolicy: pullPolicy === "Always" || pullPolicy === "Never" ? pullPolicy : "IfNotPresent",
+    authorityUrl: str(o.authorityUrl) ?? "http://127.0.0.1:8080",
+    logLevel: str(o.logLevel) ?? "info",
+    listenHost: o.listenHost === "0.0.0.0" ? "0.0.0.0" : "127.0.0.1",
+    ports: { grpc: num(ports.grpc, 9191), proxy: num(ports.proxy, 15001), metrics: num(ports.metrics, 9464) },
+    redis,
+    cacheKeySecret,
+    issuer: str(o.issuer),
+    jwksUrl: str(o.jwksUrl),
+    audience: str(o.audience),
+    capabilityMap,
+    resources:
+      o.resources === undefined
+        ? defaultSidecarResources
+        : {
+            ...(requests === undefined ? {} : { requests }),
+            ...(limits === undefined ? {} : { limits }),
+          },
+    istio: {
+      mode: istio.mode === "always" || istio.mode === "never" ? istio.mode : "auto",
+      proxyPort: num(istio.proxyPort, 15101),
+      excludeInboundPorts: istio.excludeInboundPorts !== false,
+    },
+    prometheusAnnotations: o.prometheusAnnotations !== false,
+  };
+}
