@@ -39,7 +39,7 @@ dev: setup
 	@node bin/authority.ts dev
 
 bench: setup
-	@node bench/run.ts
+	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts
 
 clean:
 	rm -rf .tools node_modules .authority

@@ -1,0 +1,65 @@
+/**
+ * `make bench`: runs every benchmark section and prints one table each, with the targets
+ * beside them. `make bench ONLY=crypto,policy` runs a subset.
+ */
+
+type Row = Record<string, string | number | boolean | undefined>;
+
+interface Section {
+  readonly name: string;
+  readonly title: string;
+  readonly targets?: string;
+  readonly run: () => Promise<readonly object[]>;
+}
+
+const sections: Section[] = [
+  {
+    name: "crypto",
+    title: "Post-quantum primitives (median per call)",
+    run: async () => (await import("./crypto.ts")).benchCrypto(),
+  },
+  {
+    name: "store",
+    title: "Stores (median per call)",
+    run: async () => (await import("./store.ts")).benchStore(),
+  },
+  {
+    name: "execute",
+    title: "Executor overhead vs direct fetch",
+    run: async () => (await import("./execute.ts")).benchExecute(),
+  },
+];
+
+function format(value: unknown): string {
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  return value === undefined ? "" : String(value);
+}
+
+function printTable(rows: readonly object[]): void {
+  const records = rows as readonly Row[];
+  const columns = [...new Set(records.flatMap((row) => Object.keys(row)))];
+  const cells = records.map((row) => columns.map((column) => format(row[column])));
+  const widths = columns.map((column, i) =>
+    Math.max(column.length, ...cells.map((line) => (line[i] ?? "").length)),
+  );
+  const line = (values: readonly string[]) =>
+    `| ${values.map((v, i) => v.padEnd(widths[i] ?? 0)).join(" | ")} |`;
+  console.log(line(columns));
+  console.log(`|${widths.map((w) => "-".repeat(w + 2)).join("|")}|`);
+  for (const values of cells) console.log(line(values));
+}
+
+async function main(): Promise<void> {
+  const only = (process.env.ONLY ?? "").split(",").filter((name) => name.length > 0);
+  const chosen = only.length === 0 ? sections : sections.filter((section) => only.includes(section.name));
+  console.log(`Authority benchmarks — node ${process.version}, ${new Date().toISOString()}\n`);
+  for (const section of chosen) {
+    console.log(`## ${section.title}`);
+    if (section.targets !== undefined) console.log(`Targets: ${section.targets}`);
+    printTable(await section.run());
+    console.log("");
+  }
+}
+
+await main();
+process.exit(0);

@@ -1,0 +1,335 @@
+import type { ClientCredentialsTokens } from "./client-credentials.ts";
+import { ExecutionError } from "./errors.ts";
+import type { OAuthUserClient } from "./oauth-user.ts";
+
+/** Resolves a secret reference to its value; the only way a secret enters the executor. */
+export type SecretResolver = (ref: string) => Promise<string>;
+
+/** Static API key, sent in a header or a query parameter. */
+export interface ApiKeyProfile {
+  readonly type: "static";
+  readonly id: string;
+  readonly kind: "api_key";
+  readonly in: "header" | "query";
+  readonly name: string;
+  readonly secretRef: string;
+}
+
+/** Static bearer token. */
+export interface BearerProfile {
+  readonly type: "static";
+  readonly id: string;
+  readonly kind: "bearer";
+  readonly secretRef: string;
+}
+
+/** How the client authenticates at the token endpoint (RFC 6749 §2.3.1). */
+export type ClientAuthMethod = "client_secret_basic" | "client_secret_post";
+
+/** Machine-to-machine OAuth (RFC 6749 §4.4). */
+export interface ClientCredentialsProfile {
+  readonly type: "oauth_client_credentials";
+  readonly id: string;
+  readonly tokenUrl: string;
+  readonly clientId: string;
+  readonly clientSecretRef: string;
+  readonly scopes: readonly string[];
+  readonly audience?: string;
+  readonly clientAuth?: ClientAuthMethod;
+}
+
+/** A user's delegated OAuth grant: authorization code + PKCE (S256), with refresh. */
+export interface OAuthUserProfile {
+  readonly type: "oauth_user";
+  readonly id: string;
+  readonly authorizationUrl: string;
+  readonly tokenUrl: string;
+  readonly clientId: string;
+  /** Absent for a public client (PKCE alone). */
+  readonly clientSecretRef?: string;
+  readonly scopes: readonly string[];
+  readonly audience?: string;
+  readonly clientAuth?: ClientAuthMethod;
+}
+
+export type StaticProfile = ApiKeyProfile | BearerProfile;
+export type AuthProfile = StaticProfile | ClientCredentialsProfile | OAuthUserProfile;
+
+/** A stored user token set. Times are epoch milliseconds. */
+export interface TokenSet {
+  readonly accessToken: string;
+  readonly refreshToken?: string;
+  readonly expiresAt?: number;
+  readonly scope?: string;
+  readonly tokenType: "Bearer";
+}
+
+/** Where user token sets live; the authority service backs it with the Store. */
+export interface TokenSetStore {
+  get(key: string): Promise<TokenSet | undefined>;
+  put(key: string, tokenSet: TokenSet): Promise<void>;
+  delete(key: string): Promise<void>;
+}
+
+/** Thrown by parseAuthProfile; the message names the field, never a value. */
+export class AuthProfileError extends Error {
+  readonly code = "auth_profile_invalid";
+  readonly field: string;
+
+  constructor(field: string, problem: string) {
+    super(`auth profile ${field}: ${problem}`);
+    this.name = "AuthProfileError";
+    this.field = field;
+  }
+}
+
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const SCOPE = /^[\x21\x23-\x5b\x5d-\x7e]+$/;
+// Headers the transport owns or that carry the caller's identity: an API key may not use them.
+const RESERVED_HEADERS: ReadonlySet<string> = new Set([
+  "host",
+  "content-length",
+  "content-type",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+  "proxy-authorization",
+  "cookie",
+]);
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function text(record: Record<string, unknown>, field: string, max = 2048): string {
+  const value = record[field];
+  if (typeof value !== "string" || value.length === 0 || value.length > max) {
+    throw new AuthProfileError(field, `must be a non-empty string of at most ${max} characters`);
+  }
+  return value;
+}
+
+function optionalText(record: Record<string, unknown>, field: string): string | undefined {
+  return record[field] === undefined ? undefined : text(record, field);
+}
+
+function isLoopback(hostname: string): boolean {
+  return hostname === "localhost" || hostname === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(hostname);
+}
+
+/** OAuth endpoints must be HTTPS; plain HTTP is accepted only on loopback (development, tests). */
+function endpoint(record: Record<string, unknown>, field: string): string {
+  const value = text(record, field);
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new AuthProfileError(field, "must be an absolute URL");
+  }
+  if (url.username !== "" || url.password !== "" || url.hash !== "") {
+    throw new AuthProfileError(field, "must not carry credentials or a fragment");
+  }
+  if (url.protocol === "https:") return value;
+  if (url.protocol === "http:" && isLoopback(url.hostname)) return value;
+  throw new AuthProfileError(field, "must use https (http only on loopback)");
+}
+
+function scopes(record: Record<string, unknown>): string[] {
+  const value = record.scopes ?? [];
+  if (!Array.isArray(value) || value.length > 100) throw new AuthProfileError("scopes", "must be an array");
+  return value.map((scope) => {
+    if (typeof scope !== "string" || !SCOPE.test(scope)) {
+      throw new AuthProfileError("scopes", "each scope must be a non-empty scope-token");
+    }
+    return scope;
+  });
+}
+
+function clientAuth(record: Record<string, unknown>): ClientAuthMethod | undefined {
+  const value = record.clientAuth;
+  if (value === undefined || value === "client_secret_basic" || value === "client_secret_post") return value;
+  throw new AuthProfileError("clientAuth", "must be client_secret_basic or client_secret_post");
+}
+
+function withOptional<T extends object>(base: T, extra: Record<string, unknown>): T {
+  const out: Record<string, unknown> = { ...(base as object) };
+  for (const [key, value] of Object.entries(extra)) if (value !== undefined) out[key] = value;
+  return out as T;
+}
+
+/** Validates an auth profile document (from the admin API or the Store). */
+export function parseAuthProfile(value: unknown): AuthProfile {
+  if (!isRecord(value)) throw new AuthProfileError("(root)", "must be an object");
+  const id = text(value, "id", 256);
+  switch (value.type) {
+    case "static": {
+      const secretRef = text(value, "secretRef");
+      if (value.kind === "bearer") return { type: "static", id, kind: "bearer", secretRef };
+      if (value.kind !== "api_key") throw new AuthProfileError("kind", "must be api_key or bearer");
+      const where = value.in;
+      if (where !== "header" && where !== "query")
+        throw new AuthProfileError("in", "must be header or query");
+      const name = text(value, "name", 256);
+      if (where === "header" && (!TOKEN.test(name) || RESERVED_HEADERS.has(name.toLowerCase()))) {
+        throw new AuthProfileError("name", "must be a header name the transport does not own");
+      }
+      return { type: "static", id, kind: "api_key", in: where, name, secretRef };
+    }
+    case "oauth_client_credentials":
+      return withOptional<ClientCredentialsProfile>(
+        {
+          type: "oauth_client_credentials",
+          id,
+          tokenUrl: endpoint(value, "tokenUrl"),
+          clientId: text(value, "clientId"),
+          clientSecretRef: text(value, "clientSecretRef"),
+          scopes: scopes(value),
+        },
+        { audience: optionalText(value, "audience"), clientAuth: clientAuth(value) },
+      );
+    case "oauth_user":
+      return withOptional<OAuthUserProfile>(
+        {
+          type: "oauth_user",
+          id,
+          authorizationUrl: endpoint(value, "authorizationUrl"),
+          tokenUrl: endpoint(value, "tokenUrl"),
+          clientId: text(value, "clientId"),
+          scopes: scopes(value),
+        },
+        {
+          clientSecretRef: optionalText(value, "clientSecretRef"),
+          audience: optionalText(value, "audience"),
+          clientAuth: clientAuth(value),
+        },
+      );
+    default:
+      throw new AuthProfileError("type", "must be static, oauth_client_credentials or oauth_user");
+  }
+}
+
+/** What a profile adds to one upstream request. */
+export interface InjectedCredentials {
+  readonly headers: Readonly<Record<string, string>>;
+  readonly query: Readonly<Record<string, string>>;
+}
+
+/** Credentials for one execution, and a single chance to renew them after a 401. */
+export interface AuthSession {
+  readonly credentials: InjectedCredentials;
+  /** New credentials after the upstream answered 401, or undefined when renewal cannot help. */
+  renew(): Promise<InjectedCredentials | undefined>;
+}
+
+export interface AuthContext {
+  /** The TokenSetStore key of the user's grant; required for oauth_user profiles. */
+  readonly userTokenKey?: string;
+}
+
+export interface AuthInjector {
+  open(profile: AuthProfile, context: AuthContext): Promise<AuthSession>;
+}
+
+// Visible ASCII only: a secret with CR/LF or controls could split or smuggle headers.
+const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+
+export function unavailable(issue: string): ExecutionError {
+  return new ExecutionError("auth_profile_unavailable", { details: { issue } });
+}
+
+/** Checks that a credential can travel in a header; the value is never echoed. */
+export function headerSafe(value: string): string {
+  if (value.length > 16384 || !HEADER_SAFE.test(value)) throw unavailable("credential_not_header_safe");
+  return value;
+}
+
+/** Resolves a reference; any failure (or an empty value) is `auth_profile_unavailable`. */
+export async function resolveSecret(resolver: SecretResolver, ref: string): Promise<string> {
+  let value: string;
+  try {
+    value = await resolver(ref);
+  } catch {
+    throw unavailable("secret_unavailable");
+  }
+  if (typeof value !== "string" || value.length === 0) throw unavailable("secret_unavailable");
+  return value;
+}
+
+function bearer(token: string): InjectedCredentials {
+  return { headers: { authorization: `Bearer ${headerSafe(token)}` }, query: {} };
+}
+
+const noRenewal = async (): Promise<undefined> => undefined;
+
+export interface AuthInjectorOptions {
+  readonly secretResolver: SecretResolver;
+  readonly clientCredentials: ClientCredentialsTokens;
+  readonly oauthUser: OAuthUserClient;
+}
+
+/**
+ * Turns a profile into request credentials. Secrets are resolved here and only here,
+ * which the executor calls after input validation and constraint checks passed.
+ */
+export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
+  const { secretResolver, clientCredentials, oauthUser } = options;
+  return {
+    async open(unchecked, context) {
+      let profile: AuthProfile;
+      try {
+        // Profiles come from the Store or the admin API: checked on every use, not trusted by type.
+        profile = parseAuthProfile(unchecked);
+      } catch {
+        throw unavailable("auth_profile_invalid");
+      }
+      switch (profile.type) {
+        case "static": {
+          const secret = headerSafe(await resolveSecret(secretResolver, profile.secretRef));
+          if (profile.kind === "bearer") return { credentials: bearer(secret), renew: noRenewal };
+          const credentials: InjectedCredentials =
+            profile.in === "header"
+              ? { headers: { [profile.name.toLowerCase()]: secret }, query: {} }
+              : { headers: {}, query: { [profile.name]: secret } };
+          return { credentials, renew: noRenewal };
+        }
+        case "oauth_client_credentials": {
+          const token = await clientCredentials.getToken(profile);
+          let renewed = false;
+          return {
+            credentials: bearer(token),
+            async renew() {
+              if (renewed) return undefined;
+              renewed = true;
+              // Only this token is dropped: concurrent executions that already renewed keep theirs.
+              clientCredentials.invalidate(profile, token);
+              return bearer(await clientCredentials.getToken(profile));
+            },
+          };
+        }
+        case "oauth_user": {
+          const key = context.userTokenKey;
+          if (key === undefined || key.length === 0) throw unavailable("user_grant_missing");
+          const token = await oauthUser.getAccessToken({ profile, tokenSetKey: key });
+          let renewed = false;
+          return {
+            credentials: bearer(token),
+            async renew() {
+              if (renewed) return undefined;
+              renewed = true;
+              const fresh = await oauthUser.refreshIfCurrent({
+                profile,
+                tokenSetKey: key,
+                staleToken: token,
+              });
+              return fresh === undefined ? undefined : bearer(fresh);
+            },
+          };
+        }
+      }
+    },
+  };
+}

@@ -1,0 +1,110 @@
+import { LRUCache } from "lru-cache";
+import { type ClientCredentialsProfile, resolveSecret, type SecretResolver } from "./auth-profiles.ts";
+import { type FetchLike, requestToken } from "./oauth-token-endpoint.ts";
+
+export interface ClientCredentialsOptions {
+  readonly fetch: FetchLike;
+  readonly secretResolver: SecretResolver;
+  /** Deadline of one token request; default 5 s. */
+  readonly timeoutMs?: number;
+  /** A token is renewed this long before it expires (at most half its lifetime); default 30 s. */
+  readonly refreshSkewMs?: number;
+  /** Lifetime assumed when the endpoint gives no expires_in; default 60 s. */
+  readonly defaultLifetimeMs?: number;
+  /** Most cached tokens; default 1000. */
+  readonly maxEntries?: number;
+  readonly now?: () => number;
+}
+
+/** Access tokens for client-credentials profiles: cached, and fetched once for concurrent callers. */
+export interface ClientCredentialsTokens {
+  getToken(profile: ClientCredentialsProfile): Promise<string>;
+  /** Drops the cached token if it is still `token` (so a renewal by another caller is kept). */
+  invalidate(profile: ClientCredentialsProfile, token: string): void;
+  /** How many token requests were sent: for diagnostics and metrics. */
+  readonly requestCount: number;
+}
+
+interface CachedToken {
+  readonly token: string;
+  readonly renewAt: number;
+}
+
+function positive(name: string, value: number | undefined, fallback: number): number {
+  const out = value ?? fallback;
+  if (!Number.isFinite(out) || out <= 0) throw new TypeError(`${name} must be a positive number`);
+  return out;
+}
+
+/** One cache entry per distinct grant: the same client asking for other scopes is another token. */
+function cacheKey(profile: ClientCredentialsProfile): string {
+  return JSON.stringify([
+    profile.tokenUrl,
+    profile.clientId,
+    profile.clientSecretRef,
+    [...profile.scopes].sort(),
+    profile.audience ?? null,
+    profile.clientAuth ?? null,
+  ]);
+}
+
+export function createClientCredentialsTokens(options: ClientCredentialsOptions): ClientCredentialsTokens {
+  const timeoutMs = positive("timeoutMs", options.timeoutMs, 5000);
+  const refreshSkewMs = positive("refreshSkewMs", options.refreshSkewMs, 30_000);
+  const defaultLifetimeMs = positive("defaultLifetimeMs", options.defaultLifetimeMs, 60_000);
+  const maxEntries = positive("maxEntries", options.maxEntries, 1000);
+  const now = options.now ?? Date.now;
+  const cache = new LRUCache<string, CachedToken>({ max: maxEntries });
+  const inFlight = new Map<string, Promise<CachedToken>>();
+  let requestCount = 0;
+
+  async function fetchToken(profile: ClientCredentialsProfile): Promise<CachedToken> {
+    // The secret is loaded only when a token must actually be requested.
+    const clientSecret = await resolveSecret(options.secretResolver, profile.clientSecretRef);
+    const params: Record<string, string> = { grant_type: "client_credentials" };
+    if (profile.scopes.length > 0) params.scope = profile.scopes.join(" ");
+    if (profile.audience !== undefined) params.audience = profile.audience;
+    requestCount++;
+    const started = now();
+    const response = await requestToken({
+      fetch: options.fetch,
+      tokenUrl: profile.tokenUrl,
+      clientId: profile.clientId,
+      clientSecret,
+      clientAuth: profile.clientAuth ?? "client_secret_basic",
+      params,
+      timeoutMs,
+    });
+    const lifetimeMs = response.expiresIn === undefined ? defaultLifetimeMs : response.expiresIn * 1000;
+    return {
+      token: response.accessToken,
+      renewAt: started + lifetimeMs - Math.min(refreshSkewMs, lifetimeMs / 2),
+    };
+  }
+
+  return {
+    get requestCount() {
+      return requestCount;
+    },
+    async getToken(profile) {
+      const key = cacheKey(profile);
+      const cached = cache.get(key);
+      if (cached !== undefined && now() < cached.renewAt) return cached.token;
+      let pending = inFlight.get(key);
+      if (pending === undefined) {
+        pending = fetchToken(profile)
+          .then((entry) => {
+            cache.set(key, entry);
+            return entry;
+          })
+          .finally(() => inFlight.delete(key));
+        inFlight.set(key, pending);
+      }
+      return (await pending).token;
+    },
+    invalidate(profile, token) {
+      const key = cacheKey(profile);
+      if (cache.get(key)?.token === token) cache.delete(key);
+    },
+  };
+}

@@ -1,0 +1,467 @@
+import { hashCanonical } from "../core/canonical-json.ts";
+import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { evaluateConstraints } from "../core/parameter-constraints.ts";
+import {
+  applyRedactions,
+  type HeaderValue,
+  type RedactionEvent,
+  type RedactionRule,
+  redactResponseBody,
+  sanitizeResponseHeaders,
+} from "../core/redaction.ts";
+import {
+  type AuthInjector,
+  type AuthProfile,
+  createAuthInjector,
+  type InjectedCredentials,
+  type SecretResolver,
+  type TokenSetStore,
+} from "./auth-profiles.ts";
+import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
+import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
+import { ExecutionError, type UpstreamError } from "./errors.ts";
+import { type ValidatedArgs, validateInput } from "./input.ts";
+import type { FetchLike } from "./oauth-token-endpoint.ts";
+import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
+import { buildUpstreamUrl } from "./url.ts";
+
+export const DEFAULT_TIMEOUT_MS = 10_000;
+export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
+
+export interface ConstraintsRolloutOptions {
+  /** The environment enables parameter scoping. */
+  readonly enabled: boolean;
+  /** Whether the policy-owner partner is on the parameter-scoping allowlist. */
+  isPartnerAllowlisted(partnerId: string): boolean | Promise<boolean>;
+}
+
+export interface ExecutorOptions {
+  /** Deadline of one upstream call (headers and whole body, 401 retry included); default 10 s. */
+  readonly timeoutMs?: number;
+  /** Largest upstream body kept (decoded bytes); over it the call fails; default 1 MiB. */
+  readonly maxResponseBytes?: number;
+  /** Default: the global fetch (undici, keep-alive connection pool). */
+  readonly fetch?: FetchLike;
+  readonly secretResolver: SecretResolver;
+  readonly tokenSetStore: TokenSetStore;
+  readonly constraintsRollout: ConstraintsRolloutOptions;
+  /** Deadline of one OAuth token request; default 5 s. */
+  readonly tokenTimeoutMs?: number;
+}
+
+/** What the executor needs from a verified operation snapshot. */
+export type ExecutableOperation = Pick<
+  OperationSnapshot,
+  "method" | "input_schema" | "upstream_url_template" | "response_rules" | "parameter_constraints"
+>;
+
+export interface ExecuteRequest {
+  readonly snapshot: ExecutableOperation;
+  /** `{ path?, query?, headers?, body? }` as the caller sent them. */
+  readonly args: unknown;
+  /** The profile the snapshot's auth_profile_ref names, resolved by the caller. */
+  readonly authProfile: AuthProfile;
+  /** The policy-owner partner (parameter-scoping rollout). */
+  readonly partnerId: string;
+  /** The policy's response redactions for this permission ID. */
+  readonly redactions?: readonly RedactionRule[];
+  /** Trusted headers added by the server (request id, authority envelope); never credentials. */
+  readonly extraHeaders?: Readonly<Record<string, string>>;
+  /** TokenSetStore key of the user's grant, for oauth_user profiles. */
+  readonly userTokenKey?: string;
+  readonly signal?: AbortSignal;
+}
+
+export interface ExecutionResult {
+  readonly status: number;
+  /** Lower-case names; sensitive and hop-by-hop headers removed. */
+  readonly headers: Record<string, string | string[]>;
+  /** Parsed JSON (redacted) when the upstream sent JSON, otherwise text; null when empty. */
+  readonly body: unknown;
+  readonly redactionEvents: RedactionEvent[];
+  readonly timings: { readonly totalMs: number; readonly upstreamMs: number };
+  /** sha256 of the canonical request (method, URL and headers before auth injection, body). */
+  readonly requestHash: string;
+  /** sha256 of the canonical returned response (status, safe headers, redacted body). */
+  readonly responseHash: string;
+  /** Set for upstream 4xx/5xx answers. */
+  readonly upstreamError?: UpstreamError;
+}
+
+export interface Executor {
+  execute(request: ExecuteRequest): Promise<ExecutionResult>;
+  /** PKCE start, code exchange and refresh for oauth_user profiles (same token store). */
+  readonly oauthUser: OAuthUserClient;
+  readonly clientCredentials: ClientCredentialsTokens;
+}
+
+const EXECUTABLE_METHODS: ReadonlySet<string> = new Set([
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "PATCH",
+  "DELETE",
+  "OPTIONS",
+]);
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const HEADER_VALUE = /^[\x20-\x7e\x80-\xff]*$/;
+/**
+ * Never taken from the caller or from extraHeaders: credentials (the inbound caller's
+ * token is never forwarded), cookies, and headers the transport owns.
+ */
+const FORBIDDEN_REQUEST_HEADERS: ReadonlySet<string> = new Set([
+  "authorization",
+  "proxy-authorization",
+  "cookie",
+  "host",
+  "content-length",
+  "content-type",
+  "content-encoding",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+  "accept-encoding",
+]);
+
+function positiveInteger(name: string, value: number | undefined, fallback: number): number {
+  const out = value ?? fallback;
+  if (!Number.isInteger(out) || out <= 0) throw new TypeError(`${name} must be a positive integer`);
+  return out;
+}
+
+function checkOptions(options: ExecutorOptions): void {
+  if (typeof options !== "object" || options === null) throw new TypeError("executor options are required");
+  if (typeof options.secretResolver !== "function") throw new TypeError("secretResolver must be a function");
+  const store = options.tokenSetStore;
+  if (
+    typeof store !== "object" ||
+    store === null ||
+    typeof store.get !== "function" ||
+    typeof store.put !== "function" ||
+    typeof store.delete !== "function"
+  ) {
+    throw new TypeError("tokenSetStore must implement get, put and delete");
+  }
+  const rollout = options.constraintsRollout;
+  if (
+    typeof rollout !== "object" ||
+    rollout === null ||
+    typeof rollout.enabled !== "boolean" ||
+    typeof rollout.isPartnerAllowlisted !== "function"
+  ) {
+    throw new TypeError("constraintsRollout must have enabled (boolean) and isPartnerAllowlisted()");
+  }
+  if (options.fetch !== undefined && typeof options.fetch !== "function") {
+    throw new TypeError("fetch must be a function");
+  }
+}
+
+function invalidHeader(pointer: string, keyword: string): ExecutionError {
+  return new ExecutionError("invalid_input", {
+    message: `Invalid input at headers${pointer}: ${keyword}.`,
+    details: { issues: [{ location: "headers", pointer, keyword }] },
+  });
+}
+
+function headerText(value: unknown): string | undefined {
+  if (typeof value === "string") return value;
+  if (typeof value === "number" && Number.isFinite(value)) return String(value);
+  if (typeof value === "boolean") return value ? "true" : "false";
+  return undefined;
+}
+
+/** The caller's validated headers, minus the ones no caller may set. */
+function callerHeaders(headers: Readonly<Record<string, unknown>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined) continue;
+    const lower = name.toLowerCase();
+    if (FORBIDDEN_REQUEST_HEADERS.has(lower)) continue;
+    const pointer = `/${name.replaceAll("~", "~0").replaceAll("/", "~1")}`;
+    if (!HEADER_NAME.test(name)) throw invalidHeader("", "headerName");
+    const values = Array.isArray(value) ? value : [value];
+    const texts = values.map(headerText);
+    if (texts.some((t) => t === undefined || !HEADER_VALUE.test(t)))
+      throw invalidHeader(pointer, "headerValue");
+    out[lower] = texts.join(", ");
+  }
+  return out;
+}
+
+function trustedHeaders(headers: Readonly<Record<string, string>> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    const lower = name.toLowerCase();
+    if (FORBIDDEN_REQUEST_HEADERS.has(lower)) continue;
+    if (!HEADER_NAME.test(name) || typeof value !== "string" || !HEADER_VALUE.test(value)) {
+      throw new TypeError("extraHeaders must hold valid header names and values");
+    }
+    out[lower] = value;
+  }
+  return out;
+}
+
+function isJsonContentType(contentType: string | null): boolean {
+  if (contentType === null) return false;
+  const type = (contentType.split(";")[0] ?? "").trim().toLowerCase();
+  return type === "application/json" || type.endsWith("+json");
+}
+
+/**
+ * JSON when the upstream says so, and also when an object or array arrives under another
+ * content type: redaction must not be skipped because of a mislabelled answer.
+ */
+function decodeBody(bytes: Uint8Array, contentType: string | null): { body: unknown; json: boolean } {
+  if (bytes.byteLength === 0) return { body: null, json: false };
+  const text = new TextDecoder("utf-8").decode(bytes);
+  const looksStructured = /^\s*[[{]/.test(text);
+  if (isJsonContentType(contentType) || looksStructured) {
+    try {
+      return { body: JSON.parse(text), json: true };
+    } catch {
+      // A body that is not JSON stays text: nothing is lost, nothing invented.
+    }
+  }
+  return { body: text, json: false };
+}
+
+function responseHeaderRecord(headers: Headers): Record<string, HeaderValue> {
+  const out: Record<string, HeaderValue> = {};
+  for (const [name, value] of headers) {
+    // The body is returned decoded, so its transfer coding no longer applies.
+    if (name === "content-encoding") continue;
+    out[name] = name === "set-cookie" ? headers.getSetCookie() : value;
+  }
+  return out;
+}
+
+function withQuery(url: URL, credentials: InjectedCredentials): URL {
+  const entries = Object.entries(credentials.query);
+  if (entries.length === 0) return url;
+  const out = new URL(url);
+  for (const [name, value] of entries) out.searchParams.set(name, value);
+  return out;
+}
+
+/**
+ * The snapshot's rules, then the policy's, checked before anything is sent: a malformed
+ * rule must stop the call before it has side effects upstream, not after.
+ */
+function redactionRules(
+  snapshot: ExecutableOperation,
+  policyRules: readonly RedactionRule[] | undefined,
+): RedactionRule[] {
+  const own = snapshot.response_rules;
+  const extra = policyRules ?? [];
+  if (!Array.isArray(own) || !Array.isArray(extra)) {
+    throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "redaction_rule_invalid" } });
+  }
+  const rules = [...own, ...extra];
+  try {
+    // Applying the rules to an empty document parses every pointer and checks every mode.
+    applyRedactions(null, rules);
+  } catch {
+    throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "redaction_rule_invalid" } });
+  }
+  return rules;
+}
+
+interface UpstreamAnswer {
+  readonly response: Response;
+  readonly bytes: Uint8Array;
+}
+
+export function createExecutor(options: ExecutorOptions): Executor {
+  checkOptions(options);
+  const timeoutMs = positiveInteger("timeoutMs", options.timeoutMs, DEFAULT_TIMEOUT_MS);
+  const maxResponseBytes = positiveInteger(
+    "maxResponseBytes",
+    options.maxResponseBytes,
+    DEFAULT_MAX_RESPONSE_BYTES,
+  );
+  const tokenTimeoutMs = positiveInteger("tokenTimeoutMs", options.tokenTimeoutMs, 5000);
+  const fetchImpl: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  const { secretResolver, tokenSetStore, constraintsRollout } = options;
+  const clientCredentials = createClientCredentialsTokens({
+    fetch: fetchImpl,
+    secretResolver,
+    timeoutMs: tokenTimeoutMs,
+  });
+  const oauthUser = createOAuthUserClient({
+    fetch: fetchImpl,
+    secretResolver,
+    tokenSetStore,
+    timeoutMs: tokenTimeoutMs,
+  });
+  const injector: AuthInjector = createAuthInjector({ secretResolver, clientCredentials, oauthUser });
+
+  async function checkConstraints(snapshot: ExecutableOperation, args: ValidatedArgs, partnerId: string) {
+    const constraints = snapshot.parameter_constraints;
+    if (Array.isArray(constraints) && constraints.length === 0) return;
+    let partnerAllowlisted: boolean;
+    try {
+      partnerAllowlisted = (await constraintsRollout.isPartnerAllowlisted(partnerId)) === true;
+    } catch {
+      partnerAllowlisted = false;
+    }
+    const verdict = evaluateConstraints(
+      constraints,
+      { path: args.path, query: args.query, headers: args.headers, body: args.body },
+      { enabled: constraintsRollout.enabled, partnerAllowlisted },
+    );
+    if (!verdict.ok) throw new ExecutionError(verdict.code, { message: verdict.message });
+  }
+
+  async function call(
+    url: URL,
+    init: { method: string; headers: Record<string, string>; body: string | undefined },
+    credentials: InjectedCredentials,
+    signal: AbortSignal,
+  ): Promise<UpstreamAnswer> {
+    const response = await fetchImpl(withQuery(url, credentials), {
+      method: init.method,
+      headers: { ...init.headers, ...credentials.headers },
+      ...(init.body === undefined ? {} : { body: init.body }),
+      // A redirect could carry injected credentials to another origin: 3xx is returned as is.
+      redirect: "manual",
+      signal,
+    });
+    const bytes = await readBoundedBody(response, maxResponseBytes);
+    return { response, bytes };
+  }
+
+  async function execute(request: ExecuteRequest): Promise<ExecutionResult> {
+    const started = performance.now();
+    const { snapshot } = request;
+    const method = typeof snapshot.method === "string" ? snapshot.method.toUpperCase() : "";
+    if (!EXECUTABLE_METHODS.has(method)) {
+      throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "method_not_executable" } });
+    }
+
+    // 1–2: nothing is loaded and nothing is sent until the arguments pass both checks.
+    const args = validateInput(snapshot.input_schema, request.args);
+    if (args.hasBody && (method === "GET" || method === "HEAD")) {
+      throw new ExecutionError("invalid_input", {
+        message: "Invalid input at body: notAccepted.",
+        details: { issues: [{ location: "body", pointer: "", keyword: "notAccepted" }] },
+      });
+    }
+    await checkConstraints(snapshot, args, request.partnerId);
+
+    // 3: the URL comes from the reviewed template only.
+    const url = buildUpstreamUrl(snapshot, args);
+    const fromCaller = callerHeaders(args.headers);
+    const headers: Record<string, string> = {
+      ...fromCaller,
+      ...trustedHeaders(request.extraHeaders),
+      accept: "application/json",
+    };
+    let requestHash: string;
+    try {
+      // What the caller asked for: no credentials, no per-request server headers. It also
+      // proves the body is plain JSON before it is serialized.
+      requestHash = hashCanonical({
+        method,
+        url: url.toString(),
+        headers: fromCaller,
+        body: args.hasBody ? args.body : null,
+      });
+    } catch {
+      throw new ExecutionError("invalid_input", {
+        message: "Invalid input at body: json.",
+        details: { issues: [{ location: "body", pointer: "", keyword: "json" }] },
+      });
+    }
+    const body = args.hasBody ? JSON.stringify(args.body) : undefined;
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const rules = redactionRules(snapshot, request.redactions);
+
+    // 4: secrets are resolved only now.
+    const session = await injector.open(request.authProfile, {
+      ...(request.userTokenKey === undefined ? {} : { userTokenKey: request.userTokenKey }),
+    });
+
+    // 5: one deadline for the whole upstream exchange, including a 401 retry.
+    const deadline = AbortSignal.timeout(timeoutMs);
+    const signal = request.signal === undefined ? deadline : AbortSignal.any([deadline, request.signal]);
+    const upstreamStarted = performance.now();
+    const failure = (reason: "upstream_timeout" | "upstream_unreachable" | "upstream_response_too_large") => {
+      const kind =
+        reason === "upstream_timeout"
+          ? "timeout"
+          : reason === "upstream_unreachable"
+            ? "unreachable"
+            : "too_large";
+      const now = performance.now();
+      return new ExecutionError(reason, {
+        upstreamError: { kind },
+        requestHash,
+        timings: { totalMs: now - started, upstreamMs: now - upstreamStarted },
+      });
+    };
+    let answer: UpstreamAnswer;
+    try {
+      const init = { method, headers, body };
+      answer = await call(url, init, session.credentials, signal);
+      if (answer.response.status === 401) {
+        const renewed = await session.renew();
+        if (renewed !== undefined) answer = await call(url, init, renewed, signal);
+      }
+    } catch (error) {
+      if (error instanceof ExecutionError) throw error;
+      if (error instanceof BodyTooLargeError) throw failure("upstream_response_too_large");
+      if (deadline.aborted) throw failure("upstream_timeout");
+      if (request.signal?.aborted === true) throw request.signal.reason;
+      // The transport's own error text (addresses, TLS details) is never surfaced.
+      throw failure("upstream_unreachable");
+    }
+    const upstreamMs = performance.now() - upstreamStarted;
+
+    // 6: headers, then operation rules, policy rules and default sensitive-field redaction.
+    const { response, bytes } = answer;
+    const sanitized = sanitizeResponseHeaders(responseHeaderRecord(response.headers));
+    const decoded = decodeBody(bytes, response.headers.get("content-type"));
+    let redacted: { body: unknown; events: RedactionEvent[] } = { body: decoded.body, events: [] };
+    if (decoded.json) {
+      try {
+        redacted = redactResponseBody(decoded.body, rules);
+      } catch {
+        // Rules were checked before the call; whatever else fails, no unredacted body leaves.
+        throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "redaction_failed" } });
+      }
+    }
+
+    // 7: hashes of what was asked and of what is returned.
+    const status = response.status;
+    let responseHash: string;
+    try {
+      responseHash = hashCanonical({ status, headers: sanitized.headers, body: redacted.body });
+    } catch {
+      // Only nesting beyond the canonical form's depth bound gets here: refuse, never pass through.
+      throw new ExecutionError("upstream_response_too_large", {
+        message: "The upstream response is nested too deeply.",
+        upstreamError: { kind: "too_large" },
+        requestHash,
+        timings: { totalMs: performance.now() - started, upstreamMs },
+      });
+    }
+    const result: ExecutionResult = {
+      status,
+      headers: sanitized.headers,
+      body: redacted.body,
+      redactionEvents: [...sanitized.events, ...redacted.events],
+      timings: { totalMs: performance.now() - started, upstreamMs },
+      requestHash,
+      responseHash,
+    };
+    return status >= 400 ? { ...result, upstreamError: { kind: "http_error", status } } : result;
+  }
+
+  return { execute, oauthUser, clientCredentials };
+}

@@ -1,0 +1,207 @@
+import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
+import formatsPlugin from "ajv-formats";
+import { LRUCache } from "lru-cache";
+import { hashCanonical } from "../core/canonical-json.ts";
+import { ExecutionError } from "./errors.ts";
+
+/** What a caller passes to one operation: each part validated against the snapshot. */
+export interface ExecutionArgs {
+  readonly path?: Record<string, unknown>;
+  readonly query?: Record<string, unknown>;
+  readonly headers?: Record<string, unknown>;
+  readonly body?: unknown;
+}
+
+/** The arguments after validation: parameter sections are copies with types coerced. */
+export interface ValidatedArgs {
+  readonly path: Record<string, unknown>;
+  readonly query: Record<string, unknown>;
+  readonly headers: Record<string, unknown>;
+  readonly body: unknown;
+  readonly hasBody: boolean;
+}
+
+type SchemaSection = object | boolean | null | undefined;
+
+/** The snapshot's input schema: one JSON Schema (2020-12) per part, absent when not accepted. */
+export interface InputSchema {
+  readonly path?: SchemaSection;
+  readonly query?: SchemaSection;
+  readonly headers?: SchemaSection;
+  readonly body?: SchemaSection;
+}
+
+const PARAM_SECTIONS = ["path", "query", "headers"] as const;
+type ParamSection = (typeof PARAM_SECTIONS)[number];
+type Section = ParamSection | "body";
+
+interface CompiledInput {
+  readonly validators: Readonly<Record<Section, ValidateFunction | undefined>>;
+}
+
+/** One error, safe to return: where and which keyword, never the offending value. */
+export interface InputIssue {
+  readonly location: Section | "arguments";
+  readonly pointer: string;
+  readonly keyword: string;
+  /** For `required`: the schema's property name (from the reviewed schema, not the caller). */
+  readonly missing?: string;
+}
+
+const MAX_POINTER_LENGTH = 200;
+
+const addFormats = formatsPlugin.default;
+
+function newAjv(coerce: boolean): Ajv2020 {
+  // strict: false because imported OpenAPI schemas carry annotations (example, nullable,
+  // x-*) that strict mode rejects; allErrors: false stops at the first error so a hostile
+  // document cannot make validation expensive.
+  const ajv = new Ajv2020({
+    strict: false,
+    allErrors: false,
+    coerceTypes: coerce ? "array" : false,
+    useDefaults: false,
+    removeAdditional: false,
+  });
+  addFormats(ajv);
+  return ajv;
+}
+
+// Path, query and header values travel as strings on HTTP routes (broker, sidecar), so
+// those sections coerce ("10" → 10); the JSON body never does.
+const paramsAjv = newAjv(true);
+const bodyAjv = newAjv(false);
+
+const bySchemaObject = new WeakMap<object, CompiledInput>();
+// Snapshots decoded per request are new objects each time: a bounded cache by content
+// hash keeps one compilation per distinct schema.
+const byHash = new LRUCache<string, CompiledInput>({ max: 512 });
+
+function forget(ajv: Ajv2020, schema: object | boolean): void {
+  // Ajv keeps every compiled schema object (and any $id) forever; the caches here own
+  // lifetime instead. Boolean schemas are not kept (and removeSchema refuses them).
+  if (typeof schema === "object") ajv.removeSchema(schema);
+}
+
+function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction | undefined {
+  if (schema === undefined || schema === null) return undefined;
+  try {
+    return ajv.compile(schema);
+  } catch {
+    throw new ExecutionError("invalid_operation_snapshot", {
+      details: { issue: "input_schema_invalid" },
+    });
+  } finally {
+    forget(ajv, schema);
+  }
+}
+
+function compile(schema: InputSchema): CompiledInput {
+  return {
+    validators: {
+      path: compileSection(paramsAjv, schema.path),
+      query: compileSection(paramsAjv, schema.query),
+      headers: compileSection(paramsAjv, schema.headers),
+      body: compileSection(bodyAjv, schema.body),
+    },
+  };
+}
+
+function compiledFor(schema: InputSchema): CompiledInput {
+  const direct = bySchemaObject.get(schema);
+  if (direct !== undefined) return direct;
+  let key: string;
+  try {
+    key = hashCanonical(schema);
+  } catch {
+    throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "input_schema_invalid" } });
+  }
+  let compiled = byHash.get(key);
+  if (compiled === undefined) {
+    compiled = compile(schema);
+    byHash.set(key, compiled);
+  }
+  bySchemaObject.set(schema, compiled);
+  return compiled;
+}
+
+function truncate(pointer: string): string {
+  return pointer.length > MAX_POINTER_LENGTH ? `${pointer.slice(0, MAX_POINTER_LENGTH)}…` : pointer;
+}
+
+function invalid(issue: InputIssue): ExecutionError {
+  const where = `${issue.location}${issue.pointer === "" ? "" : issue.pointer}`;
+  const message =
+    issue.missing === undefined
+      ? `Invalid input at ${where}: ${issue.keyword}.`
+      : `Invalid input at ${where}: required property "${issue.missing}" is missing.`;
+  return new ExecutionError("invalid_input", { message, details: { issues: [issue] } });
+}
+
+function issueFrom(location: Section, error: ErrorObject | undefined): InputIssue {
+  if (error === undefined) return { location, pointer: "", keyword: "invalid" };
+  const missing = error.keyword === "required" ? error.params.missingProperty : undefined;
+  return typeof missing === "string"
+    ? { location, pointer: truncate(error.instancePath), keyword: error.keyword, missing: truncate(missing) }
+    : { location, pointer: truncate(error.instancePath), keyword: error.keyword };
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return false;
+  const proto: unknown = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+const ALLOWED_KEYS: ReadonlySet<string> = new Set(["path", "query", "headers", "body"]);
+
+function checkShape(args: unknown): asserts args is ExecutionArgs {
+  if (!isPlainObject(args)) throw invalid({ location: "arguments", pointer: "", keyword: "type" });
+  for (const key of Object.keys(args)) {
+    // The key is one the caller chose: report the keyword only.
+    if (!ALLOWED_KEYS.has(key)) {
+      throw invalid({ location: "arguments", pointer: "", keyword: "additionalProperties" });
+    }
+  }
+  for (const section of PARAM_SECTIONS) {
+    const value = args[section];
+    if (value !== undefined && !isPlainObject(value)) {
+      throw invalid({ location: section, pointer: "", keyword: "type" });
+    }
+  }
+}
+
+function validateParams(
+  section: ParamSection,
+  validate: ValidateFunction | undefined,
+  value: Record<string, unknown> | undefined,
+): Record<string, unknown> {
+  // A copy, because coercion rewrites values in place and the caller's object stays theirs.
+  const copy: Record<string, unknown> = value === undefined ? {} : structuredClone(value);
+  if (validate === undefined) {
+    if (Object.keys(copy).length > 0) {
+      throw invalid({ location: section, pointer: "", keyword: "notAccepted" });
+    }
+    return copy;
+  }
+  if (!validate(copy)) throw invalid(issueFrom(section, validate.errors?.[0]));
+  return copy;
+}
+
+/**
+ * Validates a caller's arguments against the snapshot's input schema (JSON Schema
+ * 2020-12 + formats). Throws `ExecutionError("invalid_input")` whose message and
+ * details carry a JSON pointer and a keyword, never a value.
+ */
+export function validateInput(inputSchema: InputSchema, args: unknown): ValidatedArgs {
+  checkShape(args);
+  const { validators } = compiledFor(inputSchema);
+  const path = validateParams("path", validators.path, args.path);
+  const query = validateParams("query", validators.query, args.query);
+  const headers = validateParams("headers", validators.headers, args.headers);
+  const hasBody = args.body !== undefined;
+  if (!hasBody) return { path, query, headers, body: undefined, hasBody };
+  const validateBody = validators.body;
+  if (validateBody === undefined) throw invalid({ location: "body", pointer: "", keyword: "notAccepted" });
+  if (!validateBody(args.body)) throw invalid(issueFrom("body", validateBody.errors?.[0]));
+  return { path, query, headers, body: args.body, hasBody };
+}

@@ -1,0 +1,145 @@
+import { ExecutionError } from "./errors.ts";
+
+/** The parts of a snapshot that decide where a request goes. */
+export interface UrlTemplateSource {
+  readonly upstream_url_template: string;
+}
+
+export interface UrlArgs {
+  readonly path?: Readonly<Record<string, unknown>>;
+  readonly query?: Readonly<Record<string, unknown>>;
+}
+
+interface ParsedTemplate {
+  readonly origin: string;
+  /** The template's path with `{name}` placeholders still in place (URL-serialized). */
+  readonly pathname: string;
+  /** The template's own (reviewed) query string, kept as is; "" or "?…". */
+  readonly search: string;
+  readonly params: readonly string[];
+}
+
+const PLACEHOLDER = /\{([A-Za-z0-9_.-]+)\}/g;
+const MARKER_PREFIX = "authorityparam";
+const MARKER = /authorityparam(\d+)z/g;
+const templates = new Map<string, ParsedTemplate>();
+const MAX_CACHED_TEMPLATES = 1024;
+
+function badTemplate(issue: string): ExecutionError {
+  return new ExecutionError("invalid_operation_snapshot", { details: { issue } });
+}
+
+function badInput(location: "path" | "query", pointer: string, keyword: string): ExecutionError {
+  return new ExecutionError("invalid_input", {
+    message: `Invalid input at ${location}${pointer}: ${keyword}.`,
+    details: { issues: [{ location, pointer, keyword }] },
+  });
+}
+
+const pointerToken = (name: string): string => `/${name.replaceAll("~", "~0").replaceAll("/", "~1")}`;
+
+/**
+ * Parses a reviewed template once. Placeholders are allowed only in the path: the
+ * scheme, host, port and query of a template are fixed by review and never rendered.
+ */
+function parseTemplate(template: string): ParsedTemplate {
+  const cached = templates.get(template);
+  if (cached !== undefined) return cached;
+  if (typeof template !== "string" || template.length === 0 || template.length > 8192) {
+    throw badTemplate("upstream_url_template_invalid");
+  }
+  if (template.includes(MARKER_PREFIX)) throw badTemplate("upstream_url_template_invalid");
+  const params: string[] = [];
+  const marked = template.replace(PLACEHOLDER, (_match, name: string) => {
+    if (params.includes(name)) throw badTemplate("upstream_url_template_duplicate_parameter");
+    params.push(name);
+    return `${MARKER_PREFIX}${params.length - 1}z`;
+  });
+  if (/[{}]/.test(marked)) throw badTemplate("upstream_url_template_invalid");
+  let url: URL;
+  try {
+    url = new URL(marked);
+  } catch {
+    throw badTemplate("upstream_url_template_invalid");
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw badTemplate("upstream_scheme_not_allowed");
+  if (url.username !== "" || url.password !== "") throw badTemplate("upstream_url_has_credentials");
+  if (url.hash !== "") throw badTemplate("upstream_url_has_fragment");
+  if (url.host.includes(MARKER_PREFIX) || url.search.includes(MARKER_PREFIX)) {
+    throw badTemplate("upstream_url_template_parameter_outside_path");
+  }
+  // Every placeholder must have survived URL parsing untouched inside the path.
+  const seen = [...url.pathname.matchAll(MARKER)].length;
+  if (seen !== params.length) throw badTemplate("upstream_url_template_invalid");
+  const parsed: ParsedTemplate = { origin: url.origin, pathname: url.pathname, search: url.search, params };
+  if (templates.size >= MAX_CACHED_TEMPLATES) templates.clear();
+  templates.set(template, parsed);
+  return parsed;
+}
+
+function scalar(value: unknown): string | undefined {
+  // Lone surrogates have no UTF-8 form: encodeURIComponent would throw on them.
+  if (typeof value === "string") return value.isWellFormed() ? value : undefined;
+  if (typeof value === "number" && Number.isFinite(value)) return String(value);
+  if (typeof value === "boolean") return value ? "true" : "false";
+  return undefined;
+}
+
+/**
+ * "." and ".." would be resolved by the upstream as path navigation; ".;x" and "..;x"
+ * mean the same to servers that strip ";" parameters. Empty values would collapse a segment.
+ */
+function isUnsafeSegmentValue(value: string): boolean {
+  if (value.length === 0) return true;
+  const semicolon = value.indexOf(";");
+  const head = semicolon === -1 ? value : value.slice(0, semicolon);
+  return head === "." || head === "..";
+}
+
+function renderPath(parsed: ParsedTemplate, values: Readonly<Record<string, unknown>>): string {
+  for (const name of Object.keys(values)) {
+    if (!parsed.params.includes(name)) throw badInput("path", "", "notAccepted");
+  }
+  return parsed.pathname.replace(MARKER, (_match, index: string) => {
+    const name = parsed.params[Number(index)];
+    if (name === undefined) throw badTemplate("upstream_url_template_invalid");
+    const raw = Object.hasOwn(values, name) ? scalar(values[name]) : undefined;
+    if (raw === undefined) {
+      throw Object.hasOwn(values, name)
+        ? badInput("path", pointerToken(name), "type")
+        : badInput("path", "", "required");
+    }
+    if (isUnsafeSegmentValue(raw)) throw badInput("path", pointerToken(name), "unsafePathSegment");
+    // encodeURIComponent escapes "/", "?", "#", "%" and ";": the value stays one segment.
+    return encodeURIComponent(raw);
+  });
+}
+
+function appendQuery(url: URL, query: Readonly<Record<string, unknown>>): void {
+  for (const [name, value] of Object.entries(query)) {
+    if (value === undefined) continue;
+    const values = Array.isArray(value) ? value : [value];
+    for (const item of values) {
+      const text = scalar(item);
+      if (text === undefined) throw badInput("query", pointerToken(name), "type");
+      url.searchParams.append(name, text);
+    }
+  }
+}
+
+/**
+ * Builds the upstream URL from the reviewed template only. Path parameters are
+ * percent-encoded into their own segment; query parameters are appended. The result is
+ * checked to have the template's origin and exactly the rendered path, so no argument
+ * can move the request to another host or path.
+ */
+export function buildUpstreamUrl(snapshot: UrlTemplateSource, args: UrlArgs): URL {
+  const parsed = parseTemplate(snapshot.upstream_url_template);
+  const pathname = renderPath(parsed, args.path ?? {});
+  const url = new URL(`${parsed.origin}${pathname}${parsed.search}`);
+  appendQuery(url, args.query ?? {});
+  if (url.origin !== parsed.origin || url.pathname !== pathname || url.hash !== "") {
+    throw badTemplate("upstream_url_changed");
+  }
+  return url;
+}

@@ -1,0 +1,99 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { ExecutionError } from "../../src/execute/errors.ts";
+import { validateInput } from "../../src/execute/input.ts";
+import { itemSnapshot, orderSnapshot } from "./helpers.ts";
+
+const item = itemSnapshot("https://api.example.com").input_schema;
+const order = orderSnapshot("https://api.example.com").input_schema;
+
+function failure(fn: () => unknown): ExecutionError {
+  try {
+    fn();
+  } catch (error) {
+    assert.ok(error instanceof ExecutionError);
+    return error;
+  }
+  assert.fail("expected an ExecutionError");
+}
+
+describe("validateInput", () => {
+  it("accepts valid arguments and coerces parameter strings, never the body", () => {
+    const args = { path: { id: "a" }, query: { limit: "10", tags: "one" }, headers: { "x-trace-id": "t" } };
+    const out = validateInput(item, args);
+    assert.deepEqual(out.query, { limit: 10, tags: ["one"] });
+    assert.deepEqual(args.query, { limit: "10", tags: "one" }, "the caller's object is not modified");
+    assert.equal(out.hasBody, false);
+    const body = validateInput(order, { body: { sku: "A-1", quantity: 2, email: "a@example.com" } });
+    assert.deepEqual(body.body, { sku: "A-1", quantity: 2, email: "a@example.com" });
+    const error = failure(() => validateInput(order, { body: { sku: "A-1", quantity: "2" } }));
+    assert.equal(error.reason, "invalid_input");
+  });
+
+  it("reports a pointer and a keyword, never the offending value", () => {
+    const secretish = "s3cr3t-VALUE-that-must-not-echo";
+    const cases: [unknown, string, string, string][] = [
+      [{ path: { id: "a" }, query: { limit: 1000 } }, "query", "/limit", "maximum"],
+      [{ path: {} }, "path", "", "required"],
+      [{ body: { sku: secretish, quantity: 1 } }, "body", "/sku", "pattern"],
+      [{ body: { sku: "A", quantity: 1, email: secretish } }, "body", "/email", "format"],
+      [{ body: { sku: "A", quantity: 1, [secretish]: 1 } }, "body", "", "additionalProperties"],
+    ];
+    for (const [args, location, pointer, keyword] of cases) {
+      const schema = location === "body" ? order : item;
+      const error = failure(() => validateInput(schema, args));
+      assert.equal(error.reason, "invalid_input");
+      assert.equal(error.code, "invalid_request");
+      assert.equal(error.status, 400);
+      const issues = error.details?.issues as { location: string; pointer: string; keyword: string }[];
+      assert.deepEqual(
+        { location: issues[0]?.location, pointer: issues[0]?.pointer, keyword: issues[0]?.keyword },
+        { location, pointer, keyword },
+      );
+      const serialized = JSON.stringify(error.toJSON()) + error.message;
+      assert.ok(!serialized.includes(secretish), "no value echoed");
+      assert.ok(!serialized.includes("1000"), "no value echoed");
+    }
+  });
+
+  it("refuses parts the operation does not take and malformed argument objects", () => {
+    assert.equal(
+      failure(() => validateInput(item, { path: { id: "a" }, body: { a: 1 } })).reason,
+      "invalid_input",
+    );
+    assert.equal(
+      failure(() => validateInput(order, { body: { sku: "A", quantity: 1 }, extra: 1 })).reason,
+      "invalid_input",
+    );
+    assert.equal(failure(() => validateInput(order, { query: "x=1", body: {} })).reason, "invalid_input");
+    assert.equal(failure(() => validateInput(order, null)).reason, "invalid_input");
+    assert.equal(failure(() => validateInput(order, [1])).reason, "invalid_input");
+    const noParams = { path: null, query: null, headers: null, body: null };
+    assert.equal(failure(() => validateInput(noParams, { query: { a: 1 } })).reason, "invalid_input");
+    assert.deepEqual(validateInput(noParams, {}).query, {});
+  });
+
+  it("compiles a schema once per content, whatever object carries it", () => {
+    const copy = structuredClone(item);
+    const first = validateInput(copy, { path: { id: "x" } });
+    const second = validateInput(structuredClone(item), { path: { id: "x" } });
+    assert.deepEqual(first, second);
+  });
+
+  it("treats an uncompilable schema as a bad snapshot, not bad input", () => {
+    const broken = {
+      ...item,
+      query: { type: "object", properties: { a: { $ref: "https://elsewhere.example/x" } } },
+    };
+    assert.equal(
+      failure(() => validateInput(broken, { path: { id: "a" } })).reason,
+      "invalid_operation_snapshot",
+    );
+  });
+
+  it("accepts schemas with an $id more than once", () => {
+    const withId = { ...item, body: { $id: "https://schemas.example/body", type: "object" } };
+    validateInput(withId, { path: { id: "a" }, body: {} });
+    validateInput(structuredClone(withId), { path: { id: "a" }, body: {} });
+  });
+});

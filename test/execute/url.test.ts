@@ -1,0 +1,153 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import { ExecutionError } from "../../src/execute/errors.ts";
+import { buildUpstreamUrl } from "../../src/execute/url.ts";
+
+const template = (upstream_url_template: string) => ({ upstream_url_template });
+const users = template("https://api.example.com/v1/users/{id}/posts/{postId}");
+
+// Characters that matter to URL parsing, plus ordinary ones, non-ASCII and controls.
+const risky = fc.oneof(
+  fc.constantFrom(
+    "/",
+    "?",
+    "#",
+    "%",
+    ".",
+    ";",
+    "\\",
+    "@",
+    ":",
+    "&",
+    "=",
+    "+",
+    " ",
+    "é",
+    "😀",
+    "\u0000",
+    "\n",
+  ),
+  fc.string({ minLength: 1, maxLength: 1 }),
+);
+
+function reason(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (error) {
+    assert.ok(error instanceof ExecutionError);
+    return error.reason;
+  }
+  assert.fail("expected an ExecutionError");
+}
+
+describe("buildUpstreamUrl", () => {
+  it("renders path parameters and appends query parameters", () => {
+    const url = buildUpstreamUrl(users, {
+      path: { id: "alice", postId: 42 },
+      query: { limit: 10, tags: ["a b", "c&d"], draft: false },
+    });
+    assert.equal(
+      url.toString(),
+      "https://api.example.com/v1/users/alice/posts/42?limit=10&tags=a+b&tags=c%26d&draft=false",
+    );
+  });
+
+  it("keeps the template's own query and port", () => {
+    const url = buildUpstreamUrl(template("http://127.0.0.1:8443/api/{x}?version=2"), {
+      path: { x: "y" },
+      query: { q: "1" },
+    });
+    assert.equal(url.toString(), "http://127.0.0.1:8443/api/y?version=2&q=1");
+  });
+
+  for (const value of [
+    "../admin",
+    "a/b",
+    "%2F",
+    "?x=1",
+    "#frag",
+    "..%2F..%2Fadmin",
+    "a\\b",
+    "%2e%2e",
+    "x;y",
+  ]) {
+    it(`keeps ${JSON.stringify(value)} inside one path segment`, () => {
+      const url = buildUpstreamUrl(users, { path: { id: value, postId: "p" } });
+      assert.equal(url.origin, "https://api.example.com");
+      assert.equal(url.search, "");
+      assert.equal(url.hash, "");
+      const segments = url.pathname.split("/");
+      assert.deepEqual(segments.slice(0, 3), ["", "v1", "users"]);
+      assert.equal(segments.length, 6);
+      assert.equal(decodeURIComponent(segments[3] ?? ""), value);
+      assert.deepEqual(segments.slice(4), ["posts", "p"]);
+    });
+  }
+
+  for (const value of [".", "..", ".;x", "..;jsessionid=1", ""]) {
+    it(`refuses the path value ${JSON.stringify(value)}`, () => {
+      assert.equal(
+        reason(() => buildUpstreamUrl(users, { path: { id: value, postId: "p" } })),
+        "invalid_input",
+      );
+    });
+  }
+
+  it("refuses missing, extra and non-scalar path values", () => {
+    assert.equal(
+      reason(() => buildUpstreamUrl(users, { path: { id: "a" } })),
+      "invalid_input",
+    );
+    assert.equal(
+      reason(() => buildUpstreamUrl(users, { path: { id: "a", postId: "b", other: "c" } })),
+      "invalid_input",
+    );
+    assert.equal(
+      reason(() => buildUpstreamUrl(users, { path: { id: { a: 1 }, postId: "b" } })),
+      "invalid_input",
+    );
+    assert.equal(
+      reason(() => buildUpstreamUrl(users, { path: { id: "\ud800", postId: "b" } })),
+      "invalid_input",
+    );
+    assert.equal(
+      reason(() => buildUpstreamUrl(users, { path: { id: "a", postId: "b" }, query: { q: { a: 1 } } })),
+      "invalid_input",
+    );
+  });
+
+  it("cannot be steered to another origin or path by any string", () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 1, unit: risky }), fc.string({ unit: risky }), (id, q) => {
+        fc.pre(id !== "." && id !== ".." && !id.startsWith(".;") && !id.startsWith("..;"));
+        const url = buildUpstreamUrl(users, { path: { id, postId: "p" }, query: { q } });
+        assert.equal(url.origin, "https://api.example.com");
+        const segments = url.pathname.split("/");
+        assert.equal(segments.length, 6);
+        assert.equal(decodeURIComponent(segments[3] ?? ""), id);
+        assert.equal(url.searchParams.get("q"), q);
+      }),
+    );
+  });
+
+  it("accepts only http and https templates without credentials or placeholders outside the path", () => {
+    for (const bad of [
+      "ftp://example.com/{id}",
+      "file:///etc/{id}",
+      "https://user:pw@example.com/{id}",
+      "https://{host}.example.com/x",
+      "https://example.com/x?q={id}",
+      "https://example.com/x#{id}",
+      "https://example.com/{id}/{id}",
+      "https://example.com/{id",
+      "not a url",
+    ]) {
+      assert.equal(
+        reason(() => buildUpstreamUrl(template(bad), { path: { id: "a", host: "evil" } })),
+        "invalid_operation_snapshot",
+        bad,
+      );
+    }
+  });
+});
