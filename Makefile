@@ -11,8 +11,11 @@ setup: $(STAMP)
 .tools/node/bin/node:
 	@bash scripts/ensure-node.sh
 
-$(STAMP): package-lock.json .tools/node/bin/node
-	@npm ci --no-audit --no-fund --loglevel=error
+# `npm install` rather than `npm ci`: the lock file keeps the exact versions, but the registry
+# mirror serves only this platform's optional packages (e.g. biome's other-OS binaries), which
+# `npm ci` insists on finding in the lock.
+$(STAMP): package-lock.json package.json .tools/node/bin/node
+	@npm install --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
 
 typecheck: setup

@@ -5,6 +5,7 @@
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { PermissionId } from "../core/permission-id.ts";
 import type { RedactionRule } from "../core/redaction.ts";
+import type { Sha256Ref } from "../core/canonical-json.ts";
 
 export const collections = {
   partners: "partners",
@@ -83,4 +84,114 @@ export interface AssignmentRecord {
   readonly expires_at: string;
   readonly assigned_by: string;
   readonly assigned_at: string;
+}
+
+/**
+ * Store ids of every record, in one place so the admin services and the runtime path
+ * agree. Subject ids are global (one subject belongs to one partner); every other record
+ * is partner-scoped. Ids never contain "/", so a prefix such as `<partner>/<subject>/`
+ * lists exactly one subject's records.
+ */
+export const storeKeys = {
+  partner: (partnerId: string): string => partnerId,
+  subject: (subjectId: string): string => subjectId,
+  partnerSubject: (partnerId: string, subjectId: string): string => partnerKey(partnerId, subjectId),
+  capability: (partnerId: string, capabilityId: string): string => partnerKey(partnerId, capabilityId),
+  /** Versions of one capability sort by number: the version is zero-padded to 15 digits. */
+  catalogVersion: (partnerId: string, capabilityId: string, version: string): string =>
+    `${partnerId}/${capabilityId}/${version.padStart(15, "0")}`,
+  boundary: (partnerId: string, boundaryId: string): string => partnerKey(partnerId, boundaryId),
+  authProfile: (partnerId: string, profileId: string): string => partnerKey(partnerId, profileId),
+  assignment: (partnerId: string, subjectId: string, capabilityId: string): string =>
+    `${partnerId}/${subjectId}/${capabilityId}`,
+  /** The subject's one policy record (src/policy/record.ts PolicyRecord). */
+  policy: (partnerId: string, subjectId: string): string => partnerKey(partnerId, subjectId),
+} as const;
+
+/** Value of the `partner_subjects` index: lists a partner's subjects by prefix. */
+export interface PartnerSubjectIndexRecord {
+  readonly partner_id: string;
+  readonly subject_id: string;
+}
+
+/**
+ * One immutable imported version of a capability's catalog. A re-import that changes any
+ * operation stores a new version; existing versions (and the snapshots policies copied
+ * from them) are never rewritten.
+ */
+export interface CatalogVersionRecord {
+  readonly partner_id: string;
+  readonly capability_id: string;
+  /** Positive integer as a decimal string ("1", "2", …). */
+  readonly catalog_version: string;
+  readonly previous_version: string | null;
+  /** hashCanonical of the operations in permission-id order. */
+  readonly catalog_hash: Sha256Ref;
+  readonly source: {
+    readonly openapi: string;
+    readonly title: string;
+    readonly api_version: string;
+  };
+  readonly operations: readonly OperationSnapshot[];
+  readonly imported_by: string;
+  readonly imported_at: string;
+}
+
+/** The fields every stored auth profile has. The secret is only ever stored sealed. */
+interface AuthProfileRecordBase {
+  readonly partner_id: string;
+  readonly profile_id: string;
+  /**
+   * ML-KEM-768 envelope (base64) of the secret, sealed to the key ring named by
+   * `authProfileSecretOwner(partner_id)` with associated data binding it to this profile.
+   */
+  readonly sealed_secret: string;
+  readonly created_at: string;
+  readonly updated_at: string;
+  readonly secret_updated_at: string;
+}
+
+export interface ApiKeyAuthProfileRecord extends AuthProfileRecordBase {
+  readonly type: "static";
+  readonly kind: "api_key";
+  readonly in: "header" | "query";
+  /** Header or query parameter name. */
+  readonly name: string;
+}
+
+export interface BearerAuthProfileRecord extends AuthProfileRecordBase {
+  readonly type: "static";
+  readonly kind: "bearer";
+}
+
+export interface ClientCredentialsAuthProfileRecord extends AuthProfileRecordBase {
+  readonly type: "oauth_client_credentials";
+  readonly token_url: string;
+  readonly client_id: string;
+  readonly scopes: readonly string[];
+  readonly audience: string | null;
+  readonly client_auth: "client_secret_basic" | "client_secret_post";
+}
+
+/** User OAuth (PKCE) profiles are added by the user-OAuth work; this union grows then. */
+export type AuthProfileRecord = ApiKeyAuthProfileRecord | BearerAuthProfileRecord | ClientCredentialsAuthProfileRecord;
+
+/** Owner name of the key ring that seals a partner's auth-profile secrets. */
+export const authProfileSecretOwner = (partnerId: string): string => `auth-profile-secrets:${partnerId}`;
+
+/**
+ * What the admin API appends to the `audit` log for every policy change. The runtime
+ * path appends its decision records to the same log, so GET /admin/audit shows both.
+ */
+export interface PolicyChangeAuditRecord {
+  readonly kind: "policy_change";
+  readonly action: "assign" | "unassign" | "revoke";
+  /** Subject of the admin's bearer token. */
+  readonly actor: string;
+  readonly partner_id: string;
+  readonly subject_id: string;
+  /** Null when the change concerns the whole policy (revocation). */
+  readonly capability_id: string | null;
+  readonly time: string;
+  readonly requestId: string;
 }

@@ -6,6 +6,7 @@ import {
   POLICY_SCHEMA_V1,
   type PolicyDocument,
   type Sha256Ref,
+  sha256Hex,
   validatePolicyDocument,
 } from "../core/index.ts";
 import { type PolicyProtectionContext, PolicyProtectionError, type PolicyProtector } from "./protector.ts";
@@ -34,17 +35,26 @@ export async function protectPolicy(
   return { artifact: await protector.protect(canonical, context), documentHash: hashCanonical(document) };
 }
 
+/** An opened policy plus facts about the signed text, for callers that bind it to a stored record. */
+export interface OpenedPolicyDocument {
+  readonly document: PolicyDocument;
+  /** sha256 of the exact signed text: equals the record's document_hash when the text is canonical. */
+  readonly documentHash: Sha256Ref;
+  readonly signer: string;
+  readonly signedAt: string;
+}
+
 /**
  * Decrypt-verify, parse, schema-validate, and check that the document's version path
  * matches the crypto version it was stored under (v1 ⇔ subject_credentials_v1,
  * v2 ⇔ platform_service_v2). Any failure is `policy_unverifiable`; a crypto fault stays
  * `policy_protection_unavailable`.
  */
-export async function openPolicy(
+export async function openPolicyDocument(
   artifact: string,
   protector: PolicyProtector,
   context: PolicyProtectionContext,
-): Promise<PolicyDocument> {
+): Promise<OpenedPolicyDocument> {
   const opened = await protector.open(artifact, context);
   let document: PolicyDocument;
   try {
@@ -55,5 +65,19 @@ export async function openPolicy(
   if (cryptoVersionOf(document) !== context.cryptoVersion) {
     throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
   }
-  return document;
+  return {
+    document,
+    documentHash: `sha256:${sha256Hex(opened.document)}`,
+    signer: opened.signer,
+    signedAt: opened.signedAt,
+  };
+}
+
+/** openPolicyDocument, returning only the validated document. */
+export async function openPolicy(
+  artifact: string,
+  protector: PolicyProtector,
+  context: PolicyProtectionContext,
+): Promise<PolicyDocument> {
+  return (await openPolicyDocument(artifact, protector, context)).document;
 }

@@ -1,4 +1,5 @@
 import type { Logger } from "../../observability/logger.ts";
+import type { KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { Store } from "../../store/store.ts";
 
@@ -35,4 +36,15 @@ export interface AuthorityContext {
   readonly protector: PolicyProtector;
   readonly logger: Logger;
   readonly now: () => Date;
+  /**
+   * Key rings that seal auth-profile secrets at rest (one ring per partner, owner
+   * `auth-profile-secrets:<partner_id>`). Without it, auth profiles cannot be stored or
+   * resolved (503); everything else works.
+   */
+  readonly secretKeyRings?: KeyRingSource;
+  /**
+   * Called after every stored policy change with the subject and its new head, so caches
+   * (sidecars over Redis pub/sub) can drop stale copies. A failure is logged, never undone.
+   */
+  readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
 }
