@@ -1,0 +1,57 @@
+/** RFC 6901 helpers for the pointers that locate problems in a submitted document. */
+
+export const escapeToken = (token: string): string => token.replaceAll("~", "~0").replaceAll("/", "~1");
+
+export const unescapeToken = (token: string): string => token.replaceAll("~1", "/").replaceAll("~0", "~");
+
+export function pointerOf(...tokens: ReadonlyArray<string | number>): string {
+  return tokens.map((t) => `/${escapeToken(String(t))}`).join("");
+}
+
+export function appendPointer(base: string, ...tokens: ReadonlyArray<string | number>): string {
+  return base + pointerOf(...tokens);
+}
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** Own-property lookup: a document key like "constructor" must not reach Object.prototype. */
+export function own(record: Record<string, unknown>, key: string): unknown {
+  return Object.hasOwn(record, key) ? record[key] : undefined;
+}
+
+/** Defines a property even when the key is "__proto__", which plain assignment would not. */
+export function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * Resolves an internal reference ("#/components/schemas/X", URI-fragment encoded) in a
+ * document; undefined when it names nothing.
+ */
+export function resolveFragment(document: unknown, ref: string): unknown {
+  if (!ref.startsWith("#")) return undefined;
+  let fragment: string;
+  try {
+    fragment = decodeURIComponent(ref.slice(1));
+  } catch {
+    return undefined;
+  }
+  if (fragment === "") return document;
+  if (!fragment.startsWith("/")) return undefined;
+  let current: unknown = document;
+  for (const raw of fragment.slice(1).split("/")) {
+    const token = unescapeToken(raw);
+    if (Array.isArray(current)) {
+      if (!/^(?:0|[1-9]\d*)$/.test(token)) return undefined;
+      current = current[Number(token)];
+    } else if (isRecord(current)) {
+      current = own(current, token);
+    } else {
+      return undefined;
+    }
+    if (current === undefined) return undefined;
+  }
+  return current;
+}
