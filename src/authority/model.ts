@@ -2,10 +2,11 @@
  * Records the authority service keeps, one Store collection each. Partner-scoped records
  * are keyed `<partner_id>/<local id>` so a partner's records list together by prefix.
  */
+
+import type { Sha256Ref } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { PermissionId } from "../core/permission-id.ts";
 import type { RedactionRule } from "../core/redaction.ts";
-import type { Sha256Ref } from "../core/canonical-json.ts";
 
 export const collections = {
   partners: "partners",
@@ -88,24 +89,24 @@ export interface AssignmentRecord {
 
 /**
  * Store ids of every record, in one place so the admin services and the runtime path
- * agree. Subject ids are global (one subject belongs to one partner); every other record
- * is partner-scoped. Ids never contain "/", so a prefix such as `<partner>/<subject>/`
- * lists exactly one subject's records.
+ * agree. Subject ids are global (one subject belongs to one partner), and so is the
+ * subject's one policy record; every other record is partner-scoped. Ids never contain
+ * "/", so a prefix such as `<partner>/<subject>/` lists exactly one subject's records.
  */
 export const storeKeys = {
   partner: (partnerId: string): string => partnerId,
   subject: (subjectId: string): string => subjectId,
   partnerSubject: (partnerId: string, subjectId: string): string => partnerKey(partnerId, subjectId),
   capability: (partnerId: string, capabilityId: string): string => partnerKey(partnerId, capabilityId),
-  /** Versions of one capability sort by number: the version is zero-padded to 15 digits. */
+  /** `<partner>/<capability>/<version>` (the runtime's catalogVersionId spells it the same). */
   catalogVersion: (partnerId: string, capabilityId: string, version: string): string =>
-    `${partnerId}/${capabilityId}/${version.padStart(15, "0")}`,
+    partnerKey(partnerId, `${capabilityId}/${version}`),
   boundary: (partnerId: string, boundaryId: string): string => partnerKey(partnerId, boundaryId),
   authProfile: (partnerId: string, profileId: string): string => partnerKey(partnerId, profileId),
   assignment: (partnerId: string, subjectId: string, capabilityId: string): string =>
     `${partnerId}/${subjectId}/${capabilityId}`,
-  /** The subject's one policy record (src/policy/record.ts PolicyRecord). */
-  policy: (partnerId: string, subjectId: string): string => partnerKey(partnerId, subjectId),
+  /** The subject's one policy record (src/policy/record.ts PolicyRecord), read by the runtime loader. */
+  policy: (subjectId: string): string => subjectId,
 } as const;
 
 /** Value of the `partner_subjects` index: lists a partner's subjects by prefix. */
@@ -174,7 +175,10 @@ export interface ClientCredentialsAuthProfileRecord extends AuthProfileRecordBas
 }
 
 /** User OAuth (PKCE) profiles are added by the user-OAuth work; this union grows then. */
-export type AuthProfileRecord = ApiKeyAuthProfileRecord | BearerAuthProfileRecord | ClientCredentialsAuthProfileRecord;
+export type AuthProfileRecord =
+  | ApiKeyAuthProfileRecord
+  | BearerAuthProfileRecord
+  | ClientCredentialsAuthProfileRecord;
 
 /** Owner name of the key ring that seals a partner's auth-profile secrets. */
 export const authProfileSecretOwner = (partnerId: string): string => `auth-profile-secrets:${partnerId}`;

@@ -1,0 +1,28 @@
+import type { Logger } from "../observability/logger.ts";
+import type { KeyRingSource } from "../policy/local-protector.ts";
+import type { PolicyProtector } from "../policy/protector.ts";
+import type { Store } from "../store/store.ts";
+
+/**
+ * What the admin domain services need. The authority service's context satisfies it
+ * structurally, so routes pass their context straight through.
+ */
+export interface AdminDeps {
+  readonly store: Store;
+  readonly now: () => Date;
+  readonly protector: PolicyProtector;
+  readonly logger?: Logger;
+  /** Seals auth-profile secrets; absent: profiles with secrets cannot be stored or resolved. */
+  readonly secretKeyRings?: KeyRingSource;
+  /** Told after every stored policy change. */
+  readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+}
+
+/** Who made an admin change, for audit records. */
+export interface Actor {
+  /** Subject of the caller's verified bearer token. */
+  readonly subject: string;
+  readonly requestId: string;
+}
+
+export type { KeyRingSource };

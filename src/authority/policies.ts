@@ -1,0 +1,434 @@
+import { redactionRuleProblem } from "../catalog/extensions.ts";
+import {
+  buildPermissionId,
+  catalogPermissionIds,
+  type PermissionId,
+  type RedactionRule,
+} from "../core/index.ts";
+import { AuthorityError } from "../errors.ts";
+import { PolicyProtectionError } from "../policy/protector.ts";
+import { type PolicyRecord, type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
+import { recordPolicyChange } from "./audit.ts";
+import { checkBoundary } from "./boundary-check.ts";
+import { loadCatalog } from "./capabilities.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
+import { withKeyLock } from "./key-lock.ts";
+import {
+  type AssignmentRecord,
+  type AuthProfileRecord,
+  type BoundaryRecord,
+  collections,
+  type PartnerSubjectIndexRecord,
+  type SubjectRecord,
+  storeKeys,
+} from "./model.ts";
+import { getPartner } from "./partners.ts";
+import {
+  listAssignments,
+  loadPolicyRecord,
+  notifyPolicyChange,
+  policyLockKey,
+  writeCompiledPolicy,
+  writeRevokedPolicy,
+} from "./policy-writer.ts";
+import { type PageOf, type PageRequest, pageUnder } from "./store-scan.ts";
+import { getSubject } from "./subjects.ts";
+
+/** Longest lifetime an assignment may ask for, boundary or not. */
+export const MAX_POLICY_TTL_SECONDS = 366 * 24 * 3600;
+
+export interface AssignInput {
+  readonly allowed_permission_ids: readonly string[];
+  /** Permission id → rules; every key must be in allowed_permission_ids. */
+  readonly response_redactions?: Readonly<Record<string, readonly RedactionRule[]>>;
+  /** Exactly one of expires_at (ISO 8601) and ttl_seconds. */
+  readonly expires_at?: string;
+  readonly ttl_seconds?: number;
+  /** Default: the capability's auth_profile_ref. */
+  readonly auth_profile_ref?: string;
+}
+
+export interface AssignOutcome {
+  readonly policy: PublicPolicyRecord;
+  readonly assignment: AssignmentRecord;
+  readonly warnings: readonly string[];
+}
+
+const lockKey = policyLockKey;
+
+/** The subject, when its policy is managed here (v1); headless subjects go through bindings. */
+async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: string): Promise<SubjectRecord> {
+  await getPartner(deps, partnerId);
+  const subject = await getSubject(deps, partnerId, subjectId);
+  if (subject.crypto_version === "platform_service_v2") {
+    throw new AuthorityError(
+      "invalid_request",
+      "This subject is headless (platform_service_v2): its policy is managed through its binding, not here.",
+      { details: { subject_id: subjectId, crypto_version: subject.crypto_version } },
+    );
+  }
+  return subject;
+}
+
+function resolveExpiry(input: AssignInput, now: Date): Date {
+  const hasAt = input.expires_at !== undefined;
+  const hasTtl = input.ttl_seconds !== undefined;
+  if (hasAt === hasTtl) {
+    throw new AuthorityError("invalid_request", "Give exactly one of expires_at and ttl_seconds.");
+  }
+  const at =
+    input.ttl_seconds !== undefined
+      ? new Date(now.getTime() + input.ttl_seconds * 1000)
+      : new Date(Date.parse(input.expires_at ?? ""));
+  if (Number.isNaN(at.getTime())) {
+    throw new AuthorityError("invalid_request", "expires_at must be an ISO 8601 timestamp.");
+  }
+  if (at.getTime() <= now.getTime()) {
+    throw new AuthorityError("invalid_request", "The policy must expire in the future.");
+  }
+  if (at.getTime() - now.getTime() > MAX_POLICY_TTL_SECONDS * 1000) {
+    throw new AuthorityError(
+      "invalid_request",
+      `A policy may last at most ${MAX_POLICY_TTL_SECONDS} seconds.`,
+    );
+  }
+  return at;
+}
+
+function checkRedactions(
+  redactions: Readonly<Record<string, readonly RedactionRule[]>>,
+  allowed: ReadonlySet<string>,
+): void {
+  const problems: string[] = [];
+  const notAllowed: string[] = [];
+  for (const [id, rules] of Object.entries(redactions)) {
+    if (!allowed.has(id)) notAllowed.push(id);
+    rules.forEach((rule, i) => {
+      const problem = redactionRuleProblem(rule);
+      if (problem !== undefined) problems.push(`/response_redactions/${id}/${i}: ${problem}`);
+    });
+  }
+  if (notAllowed.length > 0 || problems.length > 0) {
+    throw new AuthorityError("invalid_request", "response_redactions are invalid.", {
+      details: {
+        ...(notAllowed.length > 0 ? { not_in_allowed_permission_ids: notAllowed } : {}),
+        ...(problems.length > 0 ? { problems } : {}),
+      },
+    });
+  }
+}
+
+async function checkSubjectBoundary(
+  deps: AdminDeps,
+  subject: SubjectRecord,
+  capabilityId: string,
+  permissionIds: readonly string[],
+  ttlSeconds: number,
+): Promise<void> {
+  if (subject.boundary_id === null) return;
+  const boundary = await deps.store.get<BoundaryRecord>(
+    collections.boundaries,
+    storeKeys.boundary(subject.partner_id, subject.boundary_id),
+  );
+  if (boundary === undefined) {
+    // A boundary that cannot be read admits nothing.
+    throw new AuthorityError("conflict", "The subject's permission boundary is missing.", {
+      details: { boundary_id: subject.boundary_id },
+    });
+  }
+  const violation = checkBoundary(boundary, { capabilityId, permissionIds, ttlSeconds });
+  if (violation !== undefined) {
+    throw new AuthorityError(
+      "invalid_request",
+      "The assignment is outside the subject's permission boundary.",
+      {
+        details: { ...violation },
+      },
+    );
+  }
+}
+
+async function profileWarnings(
+  deps: AdminDeps,
+  partnerId: string,
+  assignment: AssignmentRecord,
+): Promise<string[]> {
+  const refs = new Set([
+    assignment.auth_profile_ref,
+    ...assignment.operations.map((op) => op.auth_profile_ref),
+  ]);
+  const warnings: string[] = [];
+  for (const ref of refs) {
+    const found = await deps.store.get<AuthProfileRecord>(
+      collections.authProfiles,
+      storeKeys.authProfile(partnerId, ref),
+    );
+    if (found === undefined)
+      warnings.push(`auth profile ${JSON.stringify(ref)} is not defined for this partner yet`);
+  }
+  return warnings;
+}
+
+/**
+ * Assigns (or replaces the assignment of) one capability to a subject and recompiles
+ * the subject's single policy. Permission ids must exist in the capability's current
+ * catalog; the policy copies exactly those operations' snapshots from that version.
+ */
+export async function assignCapability(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+  input: AssignInput,
+): Promise<AssignOutcome> {
+  const subject = await managedSubject(deps, partnerId, subjectId);
+  const loaded = await loadCatalog(deps.store, partnerId, capabilityId);
+  if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
+  const now = deps.now();
+  const expiresAt = resolveExpiry(input, now);
+
+  const known = new Set<string>(catalogPermissionIds(loaded.catalog));
+  const unknown = input.allowed_permission_ids.filter((id) => !known.has(id));
+  if (unknown.length > 0) {
+    throw new AuthorityError(
+      "invalid_request",
+      "Some permission ids are not in the capability's current catalog.",
+      {
+        details: { unknown_permission_ids: unknown, catalog_version: loaded.version.catalog_version },
+      },
+    );
+  }
+  const allowed = new Set(input.allowed_permission_ids);
+  const redactions = input.response_redactions ?? {};
+  checkRedactions(redactions, allowed);
+  await checkSubjectBoundary(
+    deps,
+    subject,
+    capabilityId,
+    [...allowed],
+    (expiresAt.getTime() - now.getTime()) / 1000,
+  );
+
+  const assignment: AssignmentRecord = {
+    partner_id: partnerId,
+    subject_id: subjectId,
+    capability_id: capabilityId,
+    catalog_version: loaded.version.catalog_version,
+    allowed_permission_ids: [...allowed].sort() as PermissionId[],
+    auth_profile_ref: input.auth_profile_ref ?? loaded.capability.auth_profile_ref,
+    // The snapshots reviewed now; later imports never touch them.
+    operations: loaded.version.operations.filter((op) =>
+      allowed.has(buildPermissionId(capabilityId, op.method, op.path)),
+    ),
+    response_redactions: redactions,
+    expires_at: expiresAt.toISOString(),
+    assigned_by: actor.subject,
+    assigned_at: now.toISOString(),
+  };
+  const warnings = await profileWarnings(deps, partnerId, assignment);
+
+  const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+    const others = (await listAssignments(deps, partnerId, subjectId)).filter(
+      (a) => a.capability_id !== capabilityId,
+    );
+    // A new grant issues a fresh, active policy (it lifts an earlier revocation).
+    const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null);
+    // Stored after the policy, so a failed compile leaves no assignment that is not enforced.
+    await deps.store.put(
+      collections.assignments,
+      storeKeys.assignment(partnerId, subjectId, capabilityId),
+      assignment,
+    );
+    await recordPolicyChange(
+      deps.store,
+      actor,
+      { action: "assign", partnerId, subjectId, capabilityId },
+      deps.now(),
+    );
+    return written;
+  });
+  await notifyPolicyChange(deps, record);
+  return { policy: toPublicPolicyRecord(record, deps.now()), assignment, warnings };
+}
+
+/**
+ * Removes one capability from the subject's policy and recompiles it. Removing the last
+ * one leaves a revoked policy with no apis (not a deleted record), so every cache sees a
+ * newer head that denies.
+ */
+export async function unassignCapability(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+): Promise<PublicPolicyRecord> {
+  const subject = await managedSubject(deps, partnerId, subjectId);
+  const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+    const assignments = await listAssignments(deps, partnerId, subjectId);
+    if (!assignments.some((a) => a.capability_id === capabilityId)) {
+      throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
+    }
+    const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
+    const previous = await loadPolicyRecord(deps, partnerId, subjectId);
+    const revokedAt = remaining.length === 0 ? deps.now().toISOString() : (previous?.revoked_at ?? null);
+    const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt);
+    await deps.store.delete(
+      collections.assignments,
+      storeKeys.assignment(partnerId, subjectId, capabilityId),
+    );
+    await recordPolicyChange(
+      deps.store,
+      actor,
+      { action: "unassign", partnerId, subjectId, capabilityId },
+      deps.now(),
+    );
+    return written;
+  });
+  await notifyPolicyChange(deps, record);
+  return toPublicPolicyRecord(record, deps.now());
+}
+
+export interface RevokeOutcome {
+  readonly policy: PolicyRecord | undefined;
+  /** False when the policy was already revoked (nothing written). */
+  readonly changed: boolean;
+}
+
+/**
+ * Revokes a subject's policy: re-signs it with revoked_at set. v1 documents are
+ * recompiled from the assignments (works even if an old artifact no longer opens); a v2
+ * document is opened and re-signed, and when it cannot be opened its record is deleted
+ * (the runtime then denies with missing_policy). Call inside the subject's lock.
+ */
+async function revokeLocked(deps: AdminDeps, subject: SubjectRecord): Promise<RevokeOutcome> {
+  const previous = await loadPolicyRecord(deps, subject.partner_id, subject.subject_id);
+  if (previous === undefined) return { policy: undefined, changed: false };
+  if (previous.revoked_at !== null) return { policy: previous, changed: false };
+  const now = deps.now().toISOString();
+  if (previous.crypto_version === "subject_credentials_v1") {
+    const assignments = await listAssignments(deps, subject.partner_id, subject.subject_id);
+    return { policy: await writeCompiledPolicy(deps, subject, assignments, now), changed: true };
+  }
+  try {
+    return { policy: await writeRevokedPolicy(deps, previous), changed: true };
+  } catch (error) {
+    if (!(error instanceof PolicyProtectionError) || error.code !== "policy_unverifiable") throw error;
+    await deps.store.delete(collections.policies, storeKeys.policy(subject.subject_id));
+    return { policy: undefined, changed: true };
+  }
+}
+
+export async function revokePolicy(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+): Promise<{ policy: PublicPolicyRecord | null; changed: boolean }> {
+  await getPartner(deps, partnerId);
+  const subject = await getSubject(deps, partnerId, subjectId);
+  const outcome = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+    const result = await revokeLocked(deps, subject);
+    if (result.changed) {
+      await recordPolicyChange(
+        deps.store,
+        actor,
+        { action: "revoke", partnerId, subjectId, capabilityId: null },
+        deps.now(),
+      );
+    }
+    return result;
+  });
+  if (outcome.policy === undefined) {
+    // Changed without a record: an unreadable v2 policy was removed instead of re-signed.
+    if (outcome.changed) return { policy: null, changed: true };
+    throw new AuthorityError("not_found", "The subject has no policy.");
+  }
+  if (outcome.changed) await notifyPolicyChange(deps, outcome.policy);
+  return { policy: toPublicPolicyRecord(outcome.policy, deps.now()), changed: outcome.changed };
+}
+
+/**
+ * For deletions: revokes the subject's policy (kept as a revoked record, so heads stay
+ * monotonic for caches) and deletes its assignments. Audited like a revocation.
+ */
+export async function retireSubjectPolicy(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+): Promise<void> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  const outcome = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+    const result = await revokeLocked(deps, subject);
+    for (const assignment of await listAssignments(deps, partnerId, subjectId)) {
+      await deps.store.delete(
+        collections.assignments,
+        storeKeys.assignment(partnerId, subjectId, assignment.capability_id),
+      );
+    }
+    if (result.changed) {
+      await recordPolicyChange(
+        deps.store,
+        actor,
+        { action: "revoke", partnerId, subjectId, capabilityId: null },
+        deps.now(),
+      );
+    }
+    return result;
+  });
+  if (outcome.changed && outcome.policy !== undefined) await notifyPolicyChange(deps, outcome.policy);
+}
+
+export async function getPolicy(
+  deps: Pick<AdminDeps, "store" | "now">,
+  partnerId: string,
+  subjectId: string,
+): Promise<PublicPolicyRecord> {
+  await getPartner(deps, partnerId);
+  await getSubject(deps, partnerId, subjectId);
+  const record = await loadPolicyRecord(deps, partnerId, subjectId);
+  if (record === undefined) throw new AuthorityError("not_found", "The subject has no policy.");
+  return toPublicPolicyRecord(record, deps.now());
+}
+
+/** The partner's policy records (public view only: never the artifact). */
+export async function listPolicies(
+  deps: Pick<AdminDeps, "store" | "now">,
+  partnerId: string,
+  request: PageRequest,
+): Promise<PageOf<PublicPolicyRecord>> {
+  await getPartner(deps, partnerId);
+  // Policies are keyed by global subject id: walk the partner's subject index.
+  const page = await pageUnder<PartnerSubjectIndexRecord>(
+    deps.store,
+    collections.partnerSubjects,
+    `${partnerId}/`,
+    request,
+  );
+  const now = deps.now();
+  const items: PublicPolicyRecord[] = [];
+  for (const item of page.items) {
+    const record = await loadPolicyRecord(deps, partnerId, item.value.subject_id);
+    if (record !== undefined) items.push(toPublicPolicyRecord(record, now));
+  }
+  return page.next === undefined ? { items } : { items, next: page.next };
+}
+
+/** One assignment with the operation snapshots it copied. */
+export async function getAssignment(
+  deps: Pick<AdminDeps, "store">,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+): Promise<AssignmentRecord> {
+  await getPartner(deps, partnerId);
+  await getSubject(deps, partnerId, subjectId);
+  const assignment = await deps.store.get<AssignmentRecord>(
+    collections.assignments,
+    storeKeys.assignment(partnerId, subjectId, capabilityId),
+  );
+  if (assignment === undefined)
+    throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
+  return assignment;
+}

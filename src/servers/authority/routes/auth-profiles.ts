@@ -1,0 +1,91 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import {
+  idSchemas,
+  type PageQuery,
+  pageQuerySchema,
+  pageRequestOf,
+  paramsSchema,
+} from "../../../authority/admin-schemas.ts";
+import { parseAuthProfileInput } from "../../../authority/auth-profile-input.ts";
+import {
+  deleteAuthProfile,
+  getAuthProfile,
+  listAuthProfiles,
+  putAuthProfile,
+} from "../../../authority/auth-profiles.ts";
+import { AuthorityError } from "../../../errors.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
+
+/** Authenticates every route of the group before its body is validated (401 before 400). */
+function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    principals.set(request, await requirePrincipal(request, context));
+  });
+  return (request: FastifyRequest): Principal => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
+}
+
+// The shape each type needs is checked by parseAuthProfileInput, which reports per field.
+const profileBody = {
+  type: "object",
+  required: ["type"],
+  properties: { type: { type: "string" } },
+} as const;
+
+const partnerParams = paramsSchema({ id: idSchemas.partner });
+const profileParams = paramsSchema({ id: idSchemas.partner, profile: idSchemas.local });
+
+type ProfileParams = { id: string; profile: string };
+
+/** Upstream auth profiles. Secrets are write-only: sealed at rest, never returned. */
+export function authProfileRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const principalOf = authenticateAll(app, context);
+
+    app.get<{ Params: { id: string }; Querystring: PageQuery }>(
+      "/partners/:id/caab/auth-profiles",
+      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return listAuthProfiles(context, request.params.id, pageRequestOf(request.query));
+      },
+    );
+
+    app.get<{ Params: ProfileParams }>(
+      "/partners/:id/caab/auth-profiles/:profile",
+      { schema: { params: profileParams } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return getAuthProfile(context, request.params.id, request.params.profile);
+      },
+    );
+
+    app.put<{ Params: ProfileParams; Body: unknown }>(
+      "/partners/:id/caab/auth-profiles/:profile",
+      { schema: { params: profileParams, body: profileBody } },
+      async (request, reply) => {
+        assertCanManagePartner(principalOf(request), request.params.id);
+        const input = parseAuthProfileInput(request.body);
+        const outcome = await putAuthProfile(context, request.params.id, request.params.profile, input);
+        reply.code(outcome.created ? 201 : 200);
+        return outcome.profile;
+      },
+    );
+
+    app.delete<{ Params: ProfileParams }>(
+      "/partners/:id/caab/auth-profiles/:profile",
+      { schema: { params: profileParams } },
+      async (request, reply) => {
+        assertCanManagePartner(principalOf(request), request.params.id);
+        await deleteAuthProfile(context, request.params.id, request.params.profile);
+        return reply.code(204).send();
+      },
+    );
+  };
+}

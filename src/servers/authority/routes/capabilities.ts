@@ -1,0 +1,130 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import {
+  idSchemas,
+  type PageQuery,
+  pageQuerySchema,
+  pageRequestOf,
+  paramsSchema,
+} from "../../../authority/admin-schemas.ts";
+import {
+  getCapability,
+  type ImportInput,
+  importOpenApi,
+  listCapabilities,
+  type PreviewInput,
+  previewOpenApi,
+} from "../../../authority/capabilities.ts";
+import { AuthorityError } from "../../../errors.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import { assertCanManagePartner, assertCanReadPartner, assertRole, type Principal } from "../principal.ts";
+
+/** Authenticates every route of the group before its body is validated (401 before 400). */
+function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    principals.set(request, await requirePrincipal(request, context));
+  });
+  return (request: FastifyRequest): Principal => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
+}
+
+// The document is an object (JSON) or text (JSON or YAML); the catalog module checks the rest.
+const documentSchema = { anyOf: [{ type: "object" }, { type: "string", minLength: 1 }] } as const;
+const formatSchema = { enum: ["json", "yaml"] } as const;
+const profileRefSchema = {
+  type: "string",
+  minLength: 1,
+  maxLength: 256,
+  pattern: "^[\\x21-\\x7e]+$",
+} as const;
+const baseUrlSchema = { type: "string", minLength: 1, maxLength: 2048 } as const;
+
+const previewBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["document"],
+  properties: {
+    document: documentSchema,
+    format: formatSchema,
+    capability_id: idSchemas.capability,
+    upstream_base_url: baseUrlSchema,
+    auth_profile_ref: profileRefSchema,
+  },
+} as const;
+
+const importBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["capability_id", "name", "document", "auth_profile_ref"],
+  properties: {
+    capability_id: idSchemas.capability,
+    name: { type: "string", minLength: 1, maxLength: 256 },
+    document: documentSchema,
+    format: formatSchema,
+    upstream_base_url: baseUrlSchema,
+    auth_profile_ref: profileRefSchema,
+  },
+} as const;
+
+const partnerParams = paramsSchema({ id: idSchemas.partner });
+const capabilityParams = paramsSchema({ id: idSchemas.partner, capability: idSchemas.capability });
+const versionQuery = {
+  type: "object",
+  additionalProperties: false,
+  properties: { version: { type: "string", pattern: "^[1-9][0-9]{0,14}$" } },
+} as const;
+
+/** OpenAPI preview and import, and the capability catalogs they produce. */
+export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const principalOf = authenticateAll(app, context);
+
+    app.post<{ Body: PreviewInput }>(
+      "/admin/apis/preview-openapi",
+      { schema: { body: previewBody } },
+      async (request) => {
+        assertRole(principalOf(request), "admin", "partner_admin");
+        return previewOpenApi(request.body);
+      },
+    );
+
+    app.post<{ Params: { id: string }; Body: ImportInput }>(
+      "/partners/:id/api-specs/import-openapi",
+      { schema: { params: partnerParams, body: importBody } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const outcome = await importOpenApi(
+          context,
+          { subject: principal.subject, requestId: request.id },
+          request.params.id,
+          request.body,
+        );
+        reply.code(outcome.is_new_version ? 201 : 200);
+        return outcome;
+      },
+    );
+
+    app.get<{ Params: { id: string }; Querystring: PageQuery }>(
+      "/partners/:id/capabilities",
+      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return listCapabilities(context, request.params.id, pageRequestOf(request.query));
+      },
+    );
+
+    app.get<{ Params: { id: string; capability: string }; Querystring: { version?: string } }>(
+      "/partners/:id/capabilities/:capability",
+      { schema: { params: capabilityParams, querystring: versionQuery } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return getCapability(context, request.params.id, request.params.capability, request.query.version);
+      },
+    );
+  };
+}

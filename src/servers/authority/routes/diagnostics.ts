@@ -1,0 +1,26 @@
+import type { FastifyPluginAsync } from "fastify";
+import { collectDiagnostics } from "../../../authority/diagnostics.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import { assertRole } from "../principal.ts";
+
+/** GET /admin/diagnostics (admin or auditor): store, counts, configuration facts, warnings. */
+export function diagnosticsRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    app.get("/admin/diagnostics", async (request) => {
+      assertRole(await requirePrincipal(request, context), "admin", "auditor");
+      const config = context.config;
+      return collectDiagnostics(context, {
+        issuer: config.issuer,
+        audience: config.audience,
+        public_url: config.publicUrl,
+        service_identity: config.serviceIdentity,
+        body_limit_bytes: config.bodyLimitBytes,
+        parameter_scoping: {
+          enabled: config.parameterScoping.enabled,
+          partner_allowlist: config.parameterScoping.partnerAllowlist,
+        },
+      });
+    });
+  };
+}

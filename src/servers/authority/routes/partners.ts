@@ -1,0 +1,178 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import {
+  idSchemas,
+  type PageQuery,
+  pageQuerySchema,
+  pageRequestOf,
+  paramsSchema,
+} from "../../../authority/admin-schemas.ts";
+import type { Actor } from "../../../authority/deps.ts";
+import { subjectTypes } from "../../../authority/model.ts";
+import { deletePartner } from "../../../authority/partner-deletion.ts";
+import { createPartner, getPartner, listPartners } from "../../../authority/partners.ts";
+import { deleteSubject } from "../../../authority/subject-removal.ts";
+import { createSubject, getSubject, listSubjects } from "../../../authority/subjects.ts";
+import { AuthorityError } from "../../../errors.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import {
+  assertCanManagePartner,
+  assertCanReadPartner,
+  assertRole,
+  hasRole,
+  type Principal,
+} from "../principal.ts";
+
+/** Authenticates every route of the group before its body is validated (401 before 400). */
+function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    principals.set(request, await requirePrincipal(request, context));
+  });
+  return (request: FastifyRequest): Principal => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
+}
+
+const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
+  subject: principal.subject,
+  requestId: request.id,
+});
+
+const partnerParams = paramsSchema({ id: idSchemas.partner });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+
+const createPartnerBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["name"],
+  properties: {
+    partner_id: idSchemas.partner,
+    name: { type: "string", minLength: 1, maxLength: 256 },
+  },
+} as const;
+
+const createUserBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["subject_type", "display_name"],
+  properties: {
+    subject_id: idSchemas.subject,
+    subject_type: { enum: [...subjectTypes] },
+    display_name: { type: "string", minLength: 1, maxLength: 256 },
+    boundary_id: { anyOf: [idSchemas.local, { type: "null" }] },
+    crypto_version: { enum: ["subject_credentials_v1", "platform_service_v2"] },
+  },
+} as const;
+
+const deleteQuery = {
+  type: "object",
+  additionalProperties: false,
+  properties: { cascade: { enum: ["true", "false"] } },
+} as const;
+
+type PartnerParams = { id: string };
+type SubjectParams = { id: string; subject: string };
+
+/** Partners and their users (subjects). See docs/admin-api.md. */
+export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const principalOf = authenticateAll(app, context);
+
+    app.get<{ Querystring: PageQuery }>(
+      "/partners",
+      { schema: { querystring: pageQuerySchema } },
+      async (request) => {
+        const principal = principalOf(request);
+        if (hasRole(principal, "admin") || hasRole(principal, "auditor")) {
+          return listPartners(context, pageRequestOf(request.query));
+        }
+        assertRole(principal, "partner_admin");
+        // A partner admin sees exactly its own partner.
+        const own = principal.partnerId;
+        if (own === undefined) return { items: [] };
+        try {
+          return { items: [await getPartner(context, own)] };
+        } catch (error) {
+          if (error instanceof AuthorityError && error.code === "not_found") return { items: [] };
+          throw error;
+        }
+      },
+    );
+
+    app.post<{ Body: { partner_id?: string; name: string } }>(
+      "/partners",
+      { schema: { body: createPartnerBody } },
+      async (request, reply) => {
+        assertRole(principalOf(request), "admin");
+        reply.code(201);
+        return createPartner(context, request.body);
+      },
+    );
+
+    app.get<{ Params: PartnerParams }>(
+      "/partners/:id",
+      { schema: { params: partnerParams } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return getPartner(context, request.params.id);
+      },
+    );
+
+    app.delete<{ Params: PartnerParams; Querystring: { cascade?: "true" | "false" } }>(
+      "/partners/:id",
+      { schema: { params: partnerParams, querystring: deleteQuery } },
+      async (request) => {
+        const principal = principalOf(request);
+        assertRole(principal, "admin");
+        return deletePartner(context, actorOf(principal, request), request.params.id, {
+          cascade: request.query.cascade === "true",
+        });
+      },
+    );
+
+    app.post<{
+      Params: PartnerParams;
+      Body: Parameters<typeof createSubject>[2];
+    }>(
+      "/partners/:id/users",
+      { schema: { params: partnerParams, body: createUserBody } },
+      async (request, reply) => {
+        assertCanManagePartner(principalOf(request), request.params.id);
+        reply.code(201);
+        return createSubject(context, request.params.id, request.body);
+      },
+    );
+
+    app.get<{ Params: PartnerParams; Querystring: PageQuery }>(
+      "/partners/:id/users",
+      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return listSubjects(context, request.params.id, pageRequestOf(request.query));
+      },
+    );
+
+    app.get<{ Params: SubjectParams }>(
+      "/partners/:id/users/:subject",
+      { schema: { params: subjectParams } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return getSubject(context, request.params.id, request.params.subject);
+      },
+    );
+
+    app.delete<{ Params: SubjectParams }>(
+      "/partners/:id/users/:subject",
+      { schema: { params: subjectParams } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        await deleteSubject(context, actorOf(principal, request), request.params.id, request.params.subject);
+        return reply.code(204).send();
+      },
+    );
+  };
+}

@@ -1,0 +1,149 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import {
+  idSchemas,
+  type PageQuery,
+  pageQuerySchema,
+  pageRequestOf,
+  paramsSchema,
+} from "../../../authority/admin-schemas.ts";
+import type { Actor } from "../../../authority/deps.ts";
+import {
+  type AssignInput,
+  assignCapability,
+  getAssignment,
+  getPolicy,
+  listPolicies,
+  MAX_POLICY_TTL_SECONDS,
+  revokePolicy,
+  unassignCapability,
+} from "../../../authority/policies.ts";
+import { redactionRuleSchema } from "../../../core/index.ts";
+import { permissionIdSchema } from "../../../core/schemas/common.ts";
+import { AuthorityError } from "../../../errors.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
+
+/** Authenticates every route of the group before its body is validated (401 before 400). */
+function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    principals.set(request, await requirePrincipal(request, context));
+  });
+  return (request: FastifyRequest): Principal => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
+}
+
+const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
+  subject: principal.subject,
+  requestId: request.id,
+});
+
+const partnerParams = paramsSchema({ id: idSchemas.partner });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+const assignmentParams = paramsSchema({
+  id: idSchemas.partner,
+  subject: idSchemas.subject,
+  capability: idSchemas.capability,
+});
+
+const assignBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["allowed_permission_ids"],
+  properties: {
+    allowed_permission_ids: {
+      type: "array",
+      minItems: 1,
+      maxItems: 4096,
+      uniqueItems: true,
+      items: permissionIdSchema,
+    },
+    response_redactions: {
+      type: "object",
+      propertyNames: permissionIdSchema,
+      additionalProperties: { type: "array", maxItems: 256, items: redactionRuleSchema },
+    },
+    expires_at: { type: "string", minLength: 1, maxLength: 64 },
+    ttl_seconds: { type: "integer", minimum: 1, maximum: MAX_POLICY_TTL_SECONDS },
+    auth_profile_ref: { type: "string", minLength: 1, maxLength: 256, pattern: "^[\\x21-\\x7e]+$" },
+  },
+} as const;
+
+type SubjectParams = { id: string; subject: string };
+type AssignmentParams = SubjectParams & { capability: string };
+
+/**
+ * Policy administration. Responses carry public policy records only (toPublicPolicyRecord):
+ * never the encrypted artifact.
+ */
+export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const principalOf = authenticateAll(app, context);
+
+    app.get<{ Params: { id: string }; Querystring: PageQuery }>(
+      "/partners/:id/caab/policies",
+      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return listPolicies(context, request.params.id, pageRequestOf(request.query));
+      },
+    );
+
+    app.get<{ Params: SubjectParams }>(
+      "/partners/:id/caab/subjects/:subject/policy",
+      { schema: { params: subjectParams } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        return getPolicy(context, request.params.id, request.params.subject);
+      },
+    );
+
+    app.post<{ Params: SubjectParams }>(
+      "/partners/:id/caab/subjects/:subject/policy/revoke",
+      { schema: { params: subjectParams } },
+      async (request) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        return revokePolicy(context, actorOf(principal, request), request.params.id, request.params.subject);
+      },
+    );
+
+    app.get<{ Params: AssignmentParams }>(
+      "/partners/:id/caab/subjects/:subject/policies/:capability",
+      { schema: { params: assignmentParams } },
+      async (request) => {
+        assertCanReadPartner(principalOf(request), request.params.id);
+        const { id, subject, capability } = request.params;
+        return getAssignment(context, id, subject, capability);
+      },
+    );
+
+    app.put<{ Params: AssignmentParams; Body: AssignInput }>(
+      "/partners/:id/caab/subjects/:subject/policies/:capability",
+      { schema: { params: assignmentParams, body: assignBody } },
+      async (request) => {
+        const principal = principalOf(request);
+        const { id, subject, capability } = request.params;
+        assertCanManagePartner(principal, id);
+        return assignCapability(context, actorOf(principal, request), id, subject, capability, request.body);
+      },
+    );
+
+    app.delete<{ Params: AssignmentParams }>(
+      "/partners/:id/caab/subjects/:subject/policies/:capability",
+      { schema: { params: assignmentParams } },
+      async (request) => {
+        const principal = principalOf(request);
+        const { id, subject, capability } = request.params;
+        assertCanManagePartner(principal, id);
+        return {
+          policy: await unassignCapability(context, actorOf(principal, request), id, subject, capability),
+        };
+      },
+    );
+  };
+}
