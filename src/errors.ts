@@ -86,6 +86,13 @@ export const errorCodes = {
     GrpcCode.FAILED_PRECONDITION,
     "This Idempotency-Key was already used with a different request.",
   ),
+  invalid_credentials: deny(403, GrpcCode.PERMISSION_DENIED, "The partner credentials were rejected."),
+  invalid_ciphertext: deny(
+    400,
+    GrpcCode.INVALID_ARGUMENT,
+    "The encrypted data is not valid for these credentials, or it was altered.",
+  ),
+  invalid_signature: deny(400, GrpcCode.INVALID_ARGUMENT, "The signed data could not be verified."),
   upstream_error: deny(502, GrpcCode.UNAVAILABLE, "The upstream answered with an unusable response."),
   upstream_timeout: deny(504, GrpcCode.DEADLINE_EXCEEDED, "The upstream did not answer in time."),
   upstream_unavailable: deny(503, GrpcCode.UNAVAILABLE, "A required service is unavailable."),

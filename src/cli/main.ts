@@ -8,6 +8,8 @@ const commandModules: Array<() => Promise<{ register(program: Command): void }>>
   () => import("./commands/inject.ts"),
   () => import("./commands/idp.ts"),
   () => import("./commands/token.ts"),
+  () => import("./commands/crypto.ts"),
+  () => import("./commands/managed.ts"),
 ];
 
 export async function main(argv: string[]): Promise<void> {

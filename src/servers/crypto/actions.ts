@@ -1,0 +1,138 @@
+/**
+ * The four actions on already-loaded key material. No I/O and no clock (the signing time
+ * is passed in); ML-DSA signing and verification run on the libuv thread pool (the async
+ * forms of src/crypto) so one process uses every core. Crypto-layer failures become the
+ * service's public reasons here, so no CryptoError message or detail reaches a caller.
+ */
+
+import {
+  CryptoError,
+  decrypt,
+  decryptVerifyAsync,
+  encrypt,
+  type KeyRing,
+  type Recipient,
+  type SignerKeyLookup,
+  signEncryptAsync,
+} from "../../crypto/index.ts";
+import { CryptoServiceError } from "./errors.ts";
+import type { DecryptPayload, DecryptVerifyPayload, EncryptPayload, SignEncryptPayload } from "./wire.ts";
+
+const textDecoder = new TextDecoder("utf-8", { fatal: true });
+
+/** Maps a crypto-layer failure to what the caller may learn; anything else is rethrown. */
+export function publicCryptoFailure(error: unknown): unknown {
+  if (!(error instanceof CryptoError)) return error;
+  switch (error.code) {
+    case "crypto_malformed":
+    case "crypto_unsupported":
+    case "crypto_decrypt_failed":
+    case "crypto_unknown_key":
+    case "crypto_wrong_recipient":
+      // One answer for all of them: which check failed must not become an oracle.
+      return new CryptoServiceError("invalid_ciphertext", { cause: error });
+    case "crypto_bad_signature":
+    case "crypto_unknown_signer":
+      return new CryptoServiceError("invalid_signature", { cause: error });
+    case "crypto_wrong_purpose":
+      return new CryptoServiceError("wrong_purpose", { cause: error });
+    case "crypto_invalid_argument":
+      return new CryptoServiceError("invalid_request", {
+        message: "A field is invalid (text must be well-formed Unicode; purpose 1-128 of [A-Za-z0-9._:/-]).",
+        cause: error,
+      });
+    default:
+      return error;
+  }
+}
+
+function guarded<T>(run: () => T): T {
+  try {
+    return run();
+  } catch (error) {
+    throw publicCryptoFailure(error);
+  }
+}
+
+async function guardedAsync<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    throw publicCryptoFailure(error);
+  }
+}
+
+function toText(bytes: Uint8Array): string {
+  try {
+    return textDecoder.decode(bytes);
+  } catch (cause) {
+    throw new CryptoServiceError("not_text", { cause });
+  } finally {
+    bytes.fill(0);
+  }
+}
+
+export function encryptAction(ring: KeyRing, data: string): EncryptPayload {
+  return guarded(() => ({ encrypted_data: encrypt(ring, data), key_id: ring.current.keyId }));
+}
+
+export function decryptAction(ring: KeyRing, encryptedData: string): DecryptPayload {
+  return { decrypted_data: toText(guarded(() => decrypt(ring, encryptedData))) };
+}
+
+export interface SignEncryptInput {
+  readonly signer: KeyRing;
+  readonly recipient: Recipient;
+  readonly data: string;
+  readonly purpose: string;
+  readonly now: Date;
+}
+
+export async function signEncryptAction(input: SignEncryptInput): Promise<SignEncryptPayload> {
+  const signer = input.signer.signer();
+  const encrypted = await guardedAsync(() =>
+    signEncryptAsync({
+      signer,
+      recipient: input.recipient,
+      purpose: input.purpose,
+      plaintext: input.data,
+      now: input.now,
+    }),
+  );
+  return {
+    encrypted_data: encrypted,
+    key_id: input.recipient.keyId,
+    signer_key_id: signer.keyId,
+    purpose: input.purpose,
+  };
+}
+
+export interface DecryptVerifyInput {
+  readonly ring: KeyRing;
+  readonly encryptedData: string;
+  readonly signerKeys: SignerKeyLookup;
+  readonly expectedPurpose: string | undefined;
+}
+
+/**
+ * Every reported field comes from the verified signed document: `signed_by` and
+ * `signed_timestamp` are what the signer signed, never anything the caller sent.
+ */
+export async function decryptVerifyAction(input: DecryptVerifyInput): Promise<DecryptVerifyPayload> {
+  const verified = await guardedAsync(() =>
+    decryptVerifyAsync(input.encryptedData, {
+      recipientKeys: input.ring,
+      signerKeys: input.signerKeys,
+      ...(input.expectedPurpose === undefined ? {} : { expectedPurpose: input.expectedPurpose }),
+    }),
+  );
+  return {
+    decrypted_data: toText(verified.plaintext),
+    is_valid_signature: true,
+    signed_by: verified.signer,
+    signed_timestamp: verified.signedAt,
+    signer_key_id: verified.signerKeyId,
+    recipient_key_id: verified.recipientKeyId,
+    purpose: verified.purpose,
+  };
+}

@@ -1,0 +1,321 @@
+/**
+ * Client of the upstream crypto service's action route, used by the managed API and by
+ * the authority service to protect policies. Failures are typed so callers can tell an
+ * outage (`upstream_unavailable`, `upstream_timeout`) from a refusal (token, partner
+ * credentials) and from bad input (ciphertext, signature). Error messages are fixed per
+ * code: nothing the upstream said, and no credential, ever ends up in one.
+ */
+
+import { AuthorityError, type ErrorCode } from "../../errors.ts";
+import { isCryptoServiceReason } from "./errors.ts";
+import {
+  fetchTransport,
+  nodeHttpTransport,
+  type Transport,
+  type TransportAnswer,
+  TransportError,
+} from "./transport.ts";
+import {
+  ACTIONS_PATH,
+  type ActionBody,
+  type DecryptPayload,
+  type DecryptVerifyPayload,
+  type EncryptPayload,
+  type SignEncryptPayload,
+} from "./wire.ts";
+
+export interface CryptoCredentials {
+  /** Bearer token from the identity provider. */
+  readonly token: string;
+  readonly apiKey: string;
+  readonly accessKey: string;
+  readonly secretKey: string;
+}
+
+export interface CryptoClientOptions {
+  readonly baseUrl: string | URL;
+  /** Deadline of one call, connect to last byte (default 5000 ms). */
+  readonly timeoutMs?: number;
+  /** Send with this fetch instead of node:http(s) with a keep-alive agent. */
+  readonly fetch?: typeof globalThis.fetch;
+}
+
+export interface EncryptResult {
+  readonly encryptedData: string;
+  readonly keyId: string;
+}
+
+export interface DecryptResult {
+  readonly decryptedData: string;
+  /** The upstream payload exactly as received (the managed API passes it back unchanged). */
+  readonly payload: Readonly<Record<string, unknown>>;
+}
+
+export interface SignEncryptResult {
+  readonly encryptedData: string;
+  /** The recipient key the data is encrypted to. */
+  readonly keyId: string;
+  readonly signerKeyId: string;
+  readonly purpose: string;
+}
+
+export interface DecryptVerifyResult {
+  readonly decryptedData: string;
+  readonly isValidSignature: true;
+  readonly signedBy: string;
+  /** ISO 8601 with offset, as signed. */
+  readonly signedTimestamp: string;
+  readonly signerKeyId: string;
+  readonly recipientKeyId: string;
+  readonly purpose: string;
+}
+
+export interface CallOptions {
+  /** Sent as X-Request-Id so the upstream's log lines carry the caller's request id. */
+  readonly requestId?: string;
+}
+
+export interface CryptoClient {
+  encrypt(credentials: CryptoCredentials, data: string, options?: CallOptions): Promise<EncryptResult>;
+  decrypt(
+    credentials: CryptoCredentials,
+    encryptedData: string,
+    options?: CallOptions,
+  ): Promise<DecryptResult>;
+  signEncrypt(
+    credentials: CryptoCredentials,
+    data: string,
+    options?: CallOptions & { readonly purpose?: string; readonly recipient?: string },
+  ): Promise<SignEncryptResult>;
+  decryptVerify(
+    credentials: CryptoCredentials,
+    encryptedData: string,
+    options?: CallOptions & { readonly purpose?: string },
+  ): Promise<DecryptVerifyResult>;
+}
+
+export const cryptoClientErrorMessages = {
+  upstream_unavailable: "The crypto service could not be reached.",
+  upstream_timeout: "The crypto service did not answer in time.",
+  invalid_token: "The crypto service rejected the bearer token.",
+  invalid_credentials: "The crypto service rejected the partner credentials.",
+  invalid_ciphertext: "The encrypted data is not valid for these credentials, or it was altered.",
+  invalid_signature: "The signed data could not be verified.",
+  wrong_purpose: "The signed data was made for another purpose.",
+  unknown_recipient: "The recipient is not known to the crypto service.",
+  invalid_request: "The crypto service refused the request as malformed.",
+  upstream_error: "The crypto service gave an unexpected answer.",
+} as const;
+
+export type CryptoClientErrorCode = keyof typeof cryptoClientErrorMessages;
+
+export class CryptoClientError extends Error {
+  readonly code: CryptoClientErrorCode;
+  /** The upstream HTTP status, when it answered. */
+  readonly status: number | undefined;
+  /** The upstream request id, for correlating logs. */
+  readonly requestId: string | undefined;
+  /** Field or header names the upstream named (never values). */
+  readonly fields: readonly string[] | undefined;
+
+  constructor(
+    code: CryptoClientErrorCode,
+    options?: { status?: number; requestId?: string; fields?: readonly string[]; cause?: unknown },
+  ) {
+    super(
+      cryptoClientErrorMessages[code],
+      options?.cause === undefined ? undefined : { cause: options.cause },
+    );
+    this.name = "CryptoClientError";
+    this.code = code;
+    this.status = options?.status;
+    this.requestId = options?.requestId;
+    this.fields = options?.fields;
+  }
+}
+
+const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
+  upstream_unavailable: "upstream_unavailable",
+  upstream_timeout: "upstream_timeout",
+  invalid_token: "internal",
+  invalid_credentials: "insufficient_role",
+  invalid_ciphertext: "invalid_request",
+  invalid_signature: "invalid_request",
+  wrong_purpose: "invalid_request",
+  unknown_recipient: "invalid_request",
+  invalid_request: "invalid_request",
+  upstream_error: "upstream_unavailable",
+};
+
+/**
+ * The public error for a client failure, with the precise code in `details.reason`. A
+ * rejected token is our own configuration fault (the caller never sees the token), so it is
+ * `internal`; an unexpected upstream answer is reported as unavailable.
+ */
+export function cryptoClientErrorToAuthorityError(error: CryptoClientError): AuthorityError {
+  return new AuthorityError(authorityCodes[error.code], cryptoClientErrorMessages[error.code], {
+    details: { reason: error.code },
+    cause: error,
+  });
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function codeFor(status: number, reason: unknown): CryptoClientErrorCode {
+  if (isCryptoServiceReason(reason)) {
+    switch (reason) {
+      case "invalid_ciphertext":
+      case "invalid_signature":
+      case "wrong_purpose":
+      case "unknown_recipient":
+      case "invalid_credentials":
+        return reason;
+      case "subject_not_allowed":
+        return "invalid_credentials";
+      default:
+        if (status >= 400 && status < 500) return status === 403 ? "invalid_credentials" : "invalid_request";
+    }
+  }
+  if (status === 401) return "invalid_token";
+  if (status === 403) return "invalid_credentials";
+  if (status === 503) return "upstream_unavailable";
+  if (status === 504) return "upstream_timeout";
+  if (status === 400 || status === 404 || status === 413 || status === 415) return "invalid_request";
+  return "upstream_error";
+}
+
+function requireString(payload: Record<string, unknown>, field: string, status: number): string {
+  const value = payload[field];
+  if (typeof value !== "string") throw new CryptoClientError("upstream_error", { status });
+  return value;
+}
+
+export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
+  if (typeof options !== "object" || options === null)
+    throw new TypeError("crypto client: options are required");
+  let base: URL;
+  try {
+    base = new URL(options.baseUrl);
+  } catch {
+    throw new TypeError("crypto client: baseUrl is not a URL");
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:")
+    throw new TypeError("crypto client: baseUrl must be http(s)");
+  if (base.username !== "" || base.password !== "")
+    throw new TypeError("crypto client: baseUrl must not carry credentials");
+  const timeoutMs = options.timeoutMs ?? 5000;
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0)
+    throw new TypeError("crypto client: timeoutMs must be a positive integer");
+  if (options.fetch !== undefined && typeof options.fetch !== "function") {
+    throw new TypeError("crypto client: fetch must be a function");
+  }
+  const send: Transport = options.fetch === undefined ? nodeHttpTransport() : fetchTransport(options.fetch);
+  const url = new URL(ACTIONS_PATH.slice(1), base.href.endsWith("/") ? base : `${base.href}/`);
+
+  async function call(
+    credentials: CryptoCredentials,
+    body: ActionBody,
+    callOptions: CallOptions,
+  ): Promise<Record<string, unknown>> {
+    let answer: TransportAnswer;
+    try {
+      answer = await send(url, {
+        headers: {
+          "content-type": "application/json",
+          accept: "application/json",
+          authorization: `Bearer ${credentials.token}`,
+          api_key: credentials.apiKey,
+          access_key: credentials.accessKey,
+          secret_key: credentials.secretKey,
+          ...(callOptions.requestId === undefined ? {} : { "x-request-id": callOptions.requestId }),
+        },
+        body: JSON.stringify(body),
+        timeoutMs,
+      });
+    } catch (cause) {
+      const timedOut = cause instanceof TransportError && cause.kind === "timeout";
+      throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
+    }
+    const { status, requestId } = answer;
+    const ok = status >= 200 && status < 300;
+    let json: unknown;
+    try {
+      json = JSON.parse(answer.body);
+    } catch (cause) {
+      throw new CryptoClientError(ok ? "upstream_error" : codeFor(status, undefined), { status, cause });
+    }
+    if (!ok) {
+      const details = isRecord(json) && isRecord(json.details) ? json.details : {};
+      const fields = Array.isArray(details.fields)
+        ? details.fields.filter((f) => typeof f === "string")
+        : undefined;
+      throw new CryptoClientError(codeFor(status, details.reason), {
+        status,
+        ...(requestId === undefined ? {} : { requestId }),
+        ...(fields === undefined ? {} : { fields }),
+      });
+    }
+    if (!isRecord(json)) throw new CryptoClientError("upstream_error", { status });
+    return json;
+  }
+
+  return {
+    async encrypt(credentials, data, callOptions = {}) {
+      const payload = await call(credentials, { actions: ["e"], data }, callOptions);
+      return {
+        encryptedData: requireString(payload, "encrypted_data" satisfies keyof EncryptPayload, 200),
+        keyId: requireString(payload, "key_id", 200),
+      };
+    },
+    async decrypt(credentials, encryptedData, callOptions = {}) {
+      const payload = await call(credentials, { actions: ["d"], encrypted_data: encryptedData }, callOptions);
+      return {
+        decryptedData: requireString(payload, "decrypted_data" satisfies keyof DecryptPayload, 200),
+        payload,
+      };
+    },
+    async signEncrypt(credentials, data, callOptions = {}) {
+      const payload = await call(
+        credentials,
+        {
+          actions: ["s", "e"],
+          data,
+          ...(callOptions.purpose === undefined ? {} : { purpose: callOptions.purpose }),
+          ...(callOptions.recipient === undefined ? {} : { recipient: callOptions.recipient }),
+        },
+        callOptions,
+      );
+      return {
+        encryptedData: requireString(payload, "encrypted_data" satisfies keyof SignEncryptPayload, 200),
+        keyId: requireString(payload, "key_id", 200),
+        signerKeyId: requireString(payload, "signer_key_id", 200),
+        purpose: requireString(payload, "purpose", 200),
+      };
+    },
+    async decryptVerify(credentials, encryptedData, callOptions = {}) {
+      const payload = await call(
+        credentials,
+        {
+          actions: ["d", "v"],
+          encrypted_data: encryptedData,
+          ...(callOptions.purpose === undefined ? {} : { purpose: callOptions.purpose }),
+        },
+        callOptions,
+      );
+      // Anything but an explicit true is a failed verification, whatever else came back.
+      if (payload.is_valid_signature !== true)
+        throw new CryptoClientError("invalid_signature", { status: 200 });
+      return {
+        decryptedData: requireString(payload, "decrypted_data" satisfies keyof DecryptVerifyPayload, 200),
+        isValidSignature: true,
+        signedBy: requireString(payload, "signed_by", 200),
+        signedTimestamp: requireString(payload, "signed_timestamp", 200),
+        signerKeyId: requireString(payload, "signer_key_id", 200),
+        recipientKeyId: requireString(payload, "recipient_key_id", 200),
+        purpose: requireString(payload, "purpose", 200),
+      };
+    },
+  };
+}

@@ -1,0 +1,28 @@
+/** Public API of the upstream crypto service and its client. See docs/managed-crypto.md. */
+
+export {
+  type CryptoClient,
+  CryptoClientError,
+  type CryptoClientErrorCode,
+  type CryptoClientOptions,
+  type CryptoCredentials,
+  createCryptoClient,
+  cryptoClientErrorMessages,
+  cryptoClientErrorToAuthorityError,
+  type DecryptResult,
+  type DecryptVerifyResult,
+  type EncryptResult,
+  type SignEncryptResult,
+} from "./client.ts";
+export type { PartnerCredentials } from "./credentials.ts";
+export { CryptoServiceError, type CryptoServiceReason, cryptoServiceReasons } from "./errors.ts";
+export { CryptoServerConfigError, type CryptoServerOptions } from "./options.ts";
+export { OWNER_KINDS, type OwnerKind, type ProvisionOwnerInput } from "./owner-registry.ts";
+export {
+  type CryptoServer,
+  createCryptoServer,
+  type ListenAddress,
+  type ProvisionedOwner,
+  type RotatedOwner,
+} from "./server.ts";
+export { ACTIONS_PATH, ADMIN_OWNERS_PATH, DEFAULT_PURPOSE, PARTNER_HEADERS } from "./wire.ts";

@@ -1,0 +1,158 @@
+/**
+ * The wire format of the upstream crypto service's action route (docs/managed-crypto.md),
+ * shared by the server and its client. Parsing is pure: JSON in, a typed request out.
+ */
+
+import { CryptoServiceError } from "./errors.ts";
+
+export const ACTIONS_PATH = "/v1/actions";
+export const ADMIN_OWNERS_PATH = "/v1/admin/owners";
+
+/** Headers carrying the caller's partner credentials (besides `Authorization: Bearer`). */
+export const PARTNER_HEADERS = ["api_key", "access_key", "secret_key"] as const;
+export type PartnerHeader = (typeof PARTNER_HEADERS)[number];
+
+/** Purpose signed into sign-encrypt documents when the caller names none. */
+export const DEFAULT_PURPOSE = "managed-crypto/v1";
+
+export type ActionCode = "e" | "d" | "s" | "v";
+
+export type ActionRequest =
+  | { readonly kind: "encrypt"; readonly data: string }
+  | { readonly kind: "decrypt"; readonly encryptedData: string }
+  | {
+      readonly kind: "sign-encrypt";
+      readonly data: string;
+      readonly purpose: string;
+      readonly recipient: string | undefined;
+    }
+  | { readonly kind: "decrypt-verify"; readonly encryptedData: string; readonly purpose: string | undefined };
+
+/** The upstream request body, as sent. */
+export interface ActionBody {
+  readonly actions: readonly ActionCode[];
+  readonly data?: string;
+  readonly encrypted_data?: string;
+  readonly purpose?: string;
+  readonly recipient?: string;
+}
+
+/** Success payloads, as sent. */
+export interface EncryptPayload {
+  readonly encrypted_data: string;
+  readonly key_id: string;
+}
+
+export interface DecryptPayload {
+  readonly decrypted_data: string;
+}
+
+export interface SignEncryptPayload {
+  readonly encrypted_data: string;
+  readonly key_id: string;
+  readonly signer_key_id: string;
+  readonly purpose: string;
+}
+
+export interface DecryptVerifyPayload {
+  readonly decrypted_data: string;
+  readonly is_valid_signature: true;
+  readonly signed_by: string;
+  readonly signed_timestamp: string;
+  readonly signer_key_id: string;
+  readonly recipient_key_id: string;
+  readonly purpose: string;
+}
+
+const KINDS: Readonly<Record<string, ActionRequest["kind"]>> = {
+  e: "encrypt",
+  d: "decrypt",
+  "s,e": "sign-encrypt",
+  "d,v": "decrypt-verify",
+};
+
+/** Fields each action reads; any other known field is refused so nothing is silently ignored. */
+const FIELDS: Readonly<Record<ActionRequest["kind"], readonly string[]>> = {
+  encrypt: ["data"],
+  decrypt: ["encrypted_data"],
+  "sign-encrypt": ["data", "purpose", "recipient"],
+  "decrypt-verify": ["encrypted_data", "purpose"],
+};
+
+const OPTIONAL_FIELDS = ["data", "encrypted_data", "purpose", "recipient"] as const;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function invalid(message: string, fields?: readonly string[]): CryptoServiceError {
+  return new CryptoServiceError("invalid_request", fields === undefined ? { message } : { message, fields });
+}
+
+function requiredString(body: Record<string, unknown>, field: string): string {
+  const value = body[field];
+  if (value === undefined || value === null || value === "") {
+    throw new CryptoServiceError("missing_field", {
+      message: `The body field ${field} is required and must be a non-empty string.`,
+      fields: [field],
+    });
+  }
+  if (typeof value !== "string") throw invalid(`The body field ${field} must be a string.`, [field]);
+  return value;
+}
+
+function optionalString(body: Record<string, unknown>, field: string): string | undefined {
+  const value = body[field];
+  if (value === undefined) return undefined;
+  if (typeof value !== "string" || value.length === 0) {
+    throw invalid(`The body field ${field} must be a non-empty string when present.`, [field]);
+  }
+  return value;
+}
+
+/** The action list's canonical key ("s,e"), or a 400 naming what is wrong. */
+function actionKind(actions: unknown): ActionRequest["kind"] {
+  if (actions === undefined) {
+    throw new CryptoServiceError("missing_field", {
+      message: "The body field actions is required.",
+      fields: ["actions"],
+    });
+  }
+  if (!Array.isArray(actions) || !actions.every((a) => typeof a === "string")) {
+    throw invalid("The body field actions must be an array of action codes.", ["actions"]);
+  }
+  const kind = KINDS[actions.join(",")];
+  if (kind === undefined) {
+    throw invalid('The body field actions must be ["e"], ["d"], ["s","e"] or ["d","v"].', ["actions"]);
+  }
+  return kind;
+}
+
+export function parseActionRequest(body: unknown): ActionRequest {
+  if (!isRecord(body)) throw invalid("The body must be a JSON object.");
+  const kind = actionKind(body.actions);
+  const allowed = FIELDS[kind];
+  const unused = OPTIONAL_FIELDS.filter((field) => body[field] !== undefined && !allowed.includes(field));
+  if (unused.length > 0) {
+    throw invalid(`The body field(s) ${unused.join(", ")} are not used by this action.`, unused);
+  }
+  switch (kind) {
+    case "encrypt":
+      return { kind, data: requiredString(body, "data") };
+    case "decrypt":
+      return { kind, encryptedData: requiredString(body, "encrypted_data") };
+    case "sign-encrypt":
+      return {
+        kind,
+        data: requiredString(body, "data"),
+        purpose: optionalString(body, "purpose") ?? DEFAULT_PURPOSE,
+        recipient: optionalString(body, "recipient"),
+      };
+    case "decrypt-verify":
+      return {
+        kind,
+        encryptedData: requiredString(body, "encrypted_data"),
+        purpose: optionalString(body, "purpose"),
+      };
+  }
+}

@@ -1,0 +1,86 @@
+/**
+ * Reading a managed API request: the five credential headers and the one body field of the
+ * operation. Pure. Every missing or empty item is named at once (names only, never values).
+ */
+
+import { ManagedError } from "./errors.ts";
+
+export const CREDENTIAL_HEADERS = ["username", "password", "api_key", "access_key", "secret_key"] as const;
+export type CredentialHeader = (typeof CREDENTIAL_HEADERS)[number];
+
+/** Upper bounds on header values, checked before any value is hashed or forwarded. */
+const MAX_LENGTH: Readonly<Record<CredentialHeader, number>> = {
+  username: 256,
+  password: 1024,
+  api_key: 512,
+  access_key: 512,
+  secret_key: 512,
+};
+
+export interface ManagedCredentials {
+  readonly username: string;
+  readonly password: string;
+  readonly apiKey: string;
+  readonly accessKey: string;
+  readonly secretKey: string;
+}
+
+export type BodyField = "data" | "encrypted_data";
+
+export interface ManagedRequest {
+  readonly credentials: ManagedCredentials;
+  readonly value: string;
+}
+
+type Headers = Readonly<Record<string, string | readonly string[] | undefined>>;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function isPresent(value: unknown): boolean {
+  return value !== undefined && value !== null && value !== "";
+}
+
+export function parseManagedRequest(headers: Headers, body: unknown, field: BodyField): ManagedRequest {
+  const missing: string[] = CREDENTIAL_HEADERS.filter((name) => !isPresent(headers[name]));
+  const record = isRecord(body) ? body : {};
+  const bodyValue = record[field];
+  if (!isPresent(bodyValue)) missing.push(field);
+  if (missing.length > 0) {
+    const missingHeaders = missing.filter((name) => name !== field);
+    const parts = [
+      missingHeaders.length > 0 ? `header(s) ${missingHeaders.join(", ")}` : "",
+      missingHeaders.length < missing.length ? `body field ${field}` : "",
+    ].filter((part) => part !== "");
+    throw new ManagedError("missing_field", {
+      message: `Missing or empty ${parts.join(" and ")}.`,
+      fields: missing,
+    });
+  }
+  const invalid: string[] = CREDENTIAL_HEADERS.filter((name) => {
+    const value = headers[name];
+    return typeof value !== "string" || value.length > MAX_LENGTH[name];
+  });
+  if (typeof bodyValue !== "string") invalid.push(field);
+  if (invalid.length > 0) {
+    throw new ManagedError("invalid_field", {
+      message: `Invalid ${invalid.join(", ")}: each must be one string of bounded length.`,
+      fields: invalid,
+    });
+  }
+  const read = (name: CredentialHeader): string => {
+    const value = headers[name];
+    return typeof value === "string" ? value : "";
+  };
+  return {
+    credentials: {
+      username: read("username"),
+      password: read("password"),
+      apiKey: read("api_key"),
+      accessKey: read("access_key"),
+      secretKey: read("secret_key"),
+    },
+    value: typeof bodyValue === "string" ? bodyValue : "",
+  };
+}
