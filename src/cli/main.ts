@@ -8,6 +8,7 @@ const commandModules: Array<() => Promise<{ register(program: Command): void }>>
   () => import("./commands/inject.ts"),
   () => import("./commands/idp.ts"),
   () => import("./commands/token.ts"),
+  () => import("./commands/serve.ts"),
   () => import("./commands/crypto.ts"),
   () => import("./commands/managed.ts"),
 ];

@@ -179,14 +179,30 @@ export function parsePathTemplate(template: string): ParsedPathTemplate {
   return { template, segments, params: [...seen] };
 }
 
+/**
+ * Verdicts of isValidPathTemplate, which runs several times per operation whenever a
+ * policy is validated (snapshot paths, permission ids): parsing is pure, so a bounded memo
+ * keeps policy load + verify from re-parsing the same templates.
+ */
+const validityMemo = new Map<string, boolean>();
+const VALIDITY_MEMO_MAX = 16_384;
+
 export function isValidPathTemplate(template: unknown): template is string {
   if (typeof template !== "string") return false;
+  const known = validityMemo.get(template);
+  if (known !== undefined) return known;
+  let valid: boolean;
   try {
     parsePathTemplate(template);
-    return true;
+    valid = true;
   } catch {
-    return false;
+    valid = false;
   }
+  if (template.length <= 2048) {
+    if (validityMemo.size >= VALIDITY_MEMO_MAX) validityMemo.clear();
+    validityMemo.set(template, valid);
+  }
+  return valid;
 }
 
 /**

@@ -2,7 +2,6 @@ import type { CryptoVersion } from "../authority/model.ts";
 import {
   CRYPTO_VERSION_V2,
   canonicalJson,
-  hashCanonical,
   POLICY_SCHEMA_V1,
   type PolicyDocument,
   type Sha256Ref,
@@ -32,7 +31,9 @@ export async function protectPolicy(
     subjectId: document.subject.subject_id,
     partnerId,
   };
-  return { artifact: await protector.protect(canonical, context), documentHash: hashCanonical(document) };
+  // The hash of the very text that is signed (= hashCanonical(document)), canonicalized once.
+  const documentHash: Sha256Ref = `sha256:${sha256Hex(canonical)}`;
+  return { artifact: await protector.protect(canonical, context), documentHash };
 }
 
 /** An opened policy plus facts about the signed text, for callers that bind it to a stored record. */

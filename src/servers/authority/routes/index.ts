@@ -1,6 +1,8 @@
 import type { FastifyPluginAsync } from "fastify";
 import type { AuthorityContext } from "../context.ts";
+import { auditRoutes } from "./audit.ts";
 import { authProfileRoutes } from "./auth-profiles.ts";
+import { authorizeRoutes } from "./authorize.ts";
 import { boundaryRoutes } from "./boundaries.ts";
 import { capabilityRoutes } from "./capabilities.ts";
 import { diagnosticsRoutes } from "./diagnostics.ts";
@@ -9,6 +11,8 @@ import { policyRoutes } from "./policies.ts";
 
 /** Every route group of the authority service, one file each. */
 export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPluginAsync> = [
+  authorizeRoutes,
+  auditRoutes,
   partnerRoutes,
   capabilityRoutes,
   policyRoutes,

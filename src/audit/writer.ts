@@ -1,0 +1,378 @@
+/**
+ * The buffered writer behind every audit, usage and evidence record.
+ *
+ * - A `write(entry)` is accepted whole (its log record and its counter increments) or
+ *   refused whole: nothing is half-recorded.
+ * - While the store answers, `write` resolves once the log record is stored. When the
+ *   store fails, the entry stays in a bounded in-memory queue, `write` resolves at once
+ *   (the caller is not held up by an outage), and the queue is retried with exponential
+ *   backoff until the store is back; records keep their order.
+ * - Counter increments are summed per key and written every `counterFlushMs` (and by
+ *   flush()), so a backlog is bounded by the number of distinct keys, not of decisions,
+ *   and usage views trail the audit log by at most that interval.
+ * - When the queue is full a write is refused with `AuditBufferFullError`
+ *   (`upstream_unavailable`): callers answer 503 and never act on a decision that could
+ *   not be recorded. `dropped()` counts these refusals; it stays 0 within the bound.
+ * - `flush()` waits for the queue to drain (retrying at once); `close()` flushes with a
+ *   deadline and reports what could not be written (`lost()`).
+ *
+ * The queue lives in memory: a process killed while the store is down loses what it
+ * holds (at most `maxPending` entries). A write whose reply was lost (connection cut
+ * after the store applied it) is retried, so a record can exceptionally land twice —
+ * never zero times; records carry unique ids for that reason.
+ */
+import type { Store } from "../store/store.ts";
+
+export interface CounterIncrement {
+  readonly counters: string;
+  readonly key: string;
+  readonly by?: number;
+}
+
+export interface AuditEntry {
+  readonly log?: { readonly name: string; readonly value: unknown };
+  readonly counts?: readonly CounterIncrement[];
+}
+
+export interface AuditWriterOptions {
+  readonly store: Store;
+  /** Most log entries (and most distinct pending counter keys) held (default 100000). */
+  readonly maxPending?: number;
+  /** Log writes sent to the store at once (default 32). */
+  readonly concurrency?: number;
+  /**
+   * Counter increments are summed in memory and written at most this often (default
+   * 250 ms), or at once by flush(); a hot key costs one store write per interval, not one
+   * per decision.
+   */
+  readonly counterFlushMs?: number;
+  /** First retry delay after a failure, doubled up to maxDelayMs (defaults 50 / 5000 ms). */
+  readonly retry?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /** Told about outages and recoveries (for logs and metrics); never given record contents. */
+  readonly onStateChange?: (event: { state: "failing" | "ok"; pending: number; error?: unknown }) => void;
+}
+
+export type AuditWriterState = "ok" | "failing" | "closed";
+
+export interface AuditWriterStats {
+  readonly state: AuditWriterState;
+  readonly pending: number;
+  readonly pendingCounterKeys: number;
+  readonly written: number;
+  readonly dropped: number;
+  readonly lost: number;
+  readonly failures: number;
+}
+
+export interface AuditWriter {
+  write(entry: AuditEntry): Promise<void>;
+  /** True when an entry would be accepted now. */
+  accepting(): boolean;
+  /** Log entries not yet stored. */
+  pending(): number;
+  dropped(): number;
+  lost(): number;
+  stats(): AuditWriterStats;
+  /** Resolves true once everything is stored, false if `timeoutMs` passes first. */
+  flush(timeoutMs?: number): Promise<boolean>;
+  /** Refuses further writes, flushes within `timeoutMs` (default 10000), counts the rest as lost. */
+  close(timeoutMs?: number): Promise<{ flushed: boolean; lost: number }>;
+}
+
+export class AuditBufferFullError extends Error {
+  readonly code = "audit_buffer_full";
+  readonly authorityCode = "upstream_unavailable" as const;
+
+  constructor() {
+    super("the audit buffer is full: the store has been unavailable too long");
+    this.name = "AuditBufferFullError";
+  }
+}
+
+export class AuditClosedError extends Error {
+  readonly code = "audit_closed";
+  readonly authorityCode = "upstream_unavailable" as const;
+
+  constructor() {
+    super("the audit writer is closed");
+    this.name = "AuditClosedError";
+  }
+}
+
+interface QueuedLog {
+  readonly name: string;
+  readonly value: unknown;
+  settle: (() => void) | undefined;
+}
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const result = value ?? fallback;
+  if (!Number.isSafeInteger(result) || result < 1) throw new TypeError(`${name} must be a positive integer`);
+  return result;
+}
+
+const counterId = (counters: string, key: string): string => `${counters}\u0000${key}`;
+
+export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
+  if (options?.store === undefined) throw new TypeError("store is required");
+  const store = options.store;
+  const maxPending = positiveInt(options.maxPending, 100_000, "maxPending");
+  const concurrency = positiveInt(options.concurrency, 32, "concurrency");
+  const initialDelay = positiveInt(options.retry?.initialDelayMs, 50, "retry.initialDelayMs");
+  const maxDelay = positiveInt(options.retry?.maxDelayMs, 5000, "retry.maxDelayMs");
+  const counterFlushMs = positiveInt(options.counterFlushMs, 250, "counterFlushMs");
+  if (maxDelay < initialDelay) throw new TypeError("retry.maxDelayMs must be at least retry.initialDelayMs");
+
+  let queue: QueuedLog[] = [];
+  /** counterId → { counters, key, by } summed while waiting. */
+  const deltas = new Map<string, { counters: string; key: string; by: number }>();
+  let state: AuditWriterState = "ok";
+  let running = false;
+  let retryTimer: NodeJS.Timeout | undefined;
+  let delay = initialDelay;
+  let written = 0;
+  let dropped = 0;
+  let lost = 0;
+  let failures = 0;
+  let closing = false;
+  /** Set by the counter timer and by flush(): pending counters are written in this run. */
+  let countersDue = false;
+  let counterTimer: NodeJS.Timeout | undefined;
+  const idleWaiters = new Set<() => void>();
+
+  const empty = (): boolean => queue.length === 0 && deltas.size === 0;
+
+  function notifyIdle(): void {
+    if (!empty()) return;
+    for (const wake of idleWaiters) wake();
+    idleWaiters.clear();
+  }
+
+  function parkAll(): void {
+    for (const item of queue) {
+      item.settle?.();
+      item.settle = undefined;
+    }
+  }
+
+  async function drainLogs(): Promise<boolean> {
+    while (queue.length > 0) {
+      const batch = queue.splice(0, concurrency);
+      const results = await Promise.allSettled(batch.map((item) => store.append(item.name, item.value)));
+      const failed: QueuedLog[] = [];
+      let firstError: unknown;
+      results.forEach((result, i) => {
+        const item = batch[i];
+        if (item === undefined) return;
+        if (result.status === "fulfilled") {
+          written++;
+          item.settle?.();
+          item.settle = undefined;
+        } else {
+          failed.push(item);
+          firstError ??= result.reason;
+        }
+      });
+      if (failed.length > 0) {
+        queue = failed.concat(queue);
+        failures++;
+        enterFailing(firstError);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  async function drainCounters(): Promise<boolean> {
+    const batch = [...deltas.entries()].slice(0, concurrency * 4);
+    // Snapshot the amounts sent: the map may grow while the increments are in flight.
+    const sent = batch.map(([id, delta]) => ({ id, counters: delta.counters, key: delta.key, by: delta.by }));
+    const results = await Promise.allSettled(sent.map((d) => store.increment(d.counters, d.key, d.by)));
+    let firstError: unknown;
+    results.forEach((result, i) => {
+      const d = sent[i];
+      if (d === undefined) return;
+      if (result.status === "rejected") {
+        firstError ??= result.reason;
+        return;
+      }
+      // Increments added while this one was in flight stay pending.
+      const current = deltas.get(d.id);
+      if (current === undefined) return;
+      current.by -= d.by;
+      if (current.by === 0) deltas.delete(d.id);
+    });
+    if (firstError !== undefined) {
+      failures++;
+      enterFailing(firstError);
+      return false;
+    }
+    return true;
+  }
+
+  function enterFailing(error: unknown): void {
+    parkAll();
+    if (state === "ok") {
+      state = "failing";
+      options.onStateChange?.({ state: "failing", pending: queue.length, error });
+    }
+  }
+
+  function scheduleRetry(): void {
+    if (retryTimer !== undefined) return;
+    retryTimer = setTimeout(() => {
+      retryTimer = undefined;
+      kick();
+    }, delay);
+    // A pending retry must not keep a finished process alive; close() flushes explicitly.
+    retryTimer.unref();
+    delay = Math.min(delay * 2, maxDelay);
+  }
+
+  function scheduleCounters(): void {
+    if (counterTimer !== undefined || countersDue) return;
+    counterTimer = setTimeout(() => {
+      counterTimer = undefined;
+      countersDue = true;
+      kick();
+    }, counterFlushMs);
+    counterTimer.unref();
+  }
+
+  const work = (): boolean => queue.length > 0 || (countersDue && deltas.size > 0);
+
+  async function run(): Promise<void> {
+    running = true;
+    try {
+      while (work()) {
+        const ok = (await drainLogs()) && (!countersDue || (await drainCounters()));
+        if (!ok) {
+          scheduleRetry();
+          return;
+        }
+        delay = initialDelay;
+        if (state === "failing") {
+          state = "ok";
+          options.onStateChange?.({ state: "ok", pending: queue.length });
+        }
+      }
+      if (deltas.size === 0) countersDue = false;
+      notifyIdle();
+    } finally {
+      running = false;
+    }
+  }
+
+  function kick(): void {
+    if (running || retryTimer !== undefined) return;
+    void run();
+  }
+
+  /** Skips the backoff wait (flush and close want an answer now). */
+  function retryNow(): void {
+    if (retryTimer !== undefined) {
+      clearTimeout(retryTimer);
+      retryTimer = undefined;
+    }
+    kick();
+  }
+
+  function accepting(): boolean {
+    return !closing && queue.length < maxPending && deltas.size < maxPending;
+  }
+
+  function write(entry: AuditEntry): Promise<void> {
+    if (closing) {
+      dropped++;
+      return Promise.reject(new AuditClosedError());
+    }
+    if (!accepting()) {
+      dropped++;
+      return Promise.reject(new AuditBufferFullError());
+    }
+    for (const count of entry.counts ?? []) {
+      const by = count.by ?? 1;
+      const id = counterId(count.counters, count.key);
+      const current = deltas.get(id);
+      if (current === undefined) deltas.set(id, { counters: count.counters, key: count.key, by });
+      else current.by += by;
+    }
+    if (deltas.size > 0) scheduleCounters();
+    const log = entry.log;
+    if (log === undefined) {
+      kick();
+      return Promise.resolve();
+    }
+    const item: QueuedLog = { name: log.name, value: log.value, settle: undefined };
+    // In an outage the caller does not wait: the record is safe in the queue.
+    const done =
+      state === "failing"
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => {
+            item.settle = resolve;
+          });
+    queue.push(item);
+    kick();
+    return done;
+  }
+
+  function flush(timeoutMs?: number): Promise<boolean> {
+    if (empty()) return Promise.resolve(true);
+    return new Promise<boolean>((resolve) => {
+      let timer: NodeJS.Timeout | undefined;
+      const wake = (): void => {
+        if (timer !== undefined) clearTimeout(timer);
+        resolve(true);
+      };
+      idleWaiters.add(wake);
+      countersDue = true;
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          idleWaiters.delete(wake);
+          resolve(empty());
+        }, timeoutMs);
+      }
+      retryNow();
+    });
+  }
+
+  async function close(timeoutMs = 10_000): Promise<{ flushed: boolean; lost: number }> {
+    closing = true;
+    const deadline = Date.now() + timeoutMs;
+    // Retry at the backoff pace until the deadline; each attempt is immediate on success.
+    while (!empty() && Date.now() < deadline) {
+      const flushed = await flush(Math.max(1, Math.min(delay, deadline - Date.now())));
+      if (flushed) break;
+    }
+    if (retryTimer !== undefined) clearTimeout(retryTimer);
+    retryTimer = undefined;
+    if (counterTimer !== undefined) clearTimeout(counterTimer);
+    counterTimer = undefined;
+    const flushed = empty();
+    if (!flushed) {
+      lost += queue.length;
+      parkAll();
+    }
+    state = "closed";
+    return { flushed, lost };
+  }
+
+  return {
+    write,
+    accepting,
+    pending: () => queue.length,
+    dropped: () => dropped,
+    lost: () => lost,
+    stats: () => ({
+      state,
+      pending: queue.length,
+      pendingCounterKeys: deltas.size,
+      written,
+      dropped,
+      lost,
+      failures,
+    }),
+    flush,
+    close,
+  };
+}

@@ -1,0 +1,78 @@
+import { type Command, Option } from "commander";
+import { authoritySettings, flagAttribute, loadAuthorityConfig } from "../../config/authority.ts";
+import { ConfigError } from "../../config/errors.ts";
+import { isCryptoError } from "../../crypto/index.ts";
+import { createLogger } from "../../observability/logger.ts";
+import { buildAuthorityService } from "../../servers/authority/build.ts";
+import { isStoreError } from "../../store/index.ts";
+
+/**
+ * `authority serve`: the authority service. Settings: flags > environment > config file
+ * (`--config`) > defaults, names in docs/configuration.md. SIGTERM / SIGINT stop it in
+ * order: stop accepting, finish requests in flight, flush the audit buffer, close the
+ * store — bounded by --shutdown-timeout.
+ */
+
+async function run(flags: Record<string, string | undefined>): Promise<void> {
+  const config = await loadAuthorityConfig({ flags, env: process.env });
+  const log = createLogger("authority", config.logLevel);
+  const service = await buildAuthorityService(config, { logger: log });
+  const url = await service.listen();
+  // Sources only: values (store URLs, keys) may be secrets.
+  log.info(
+    { url, issuer: config.issuer, store: service.context.store.backend, sources: config.sources },
+    "authority service listening",
+  );
+
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, "authority service shutting down");
+    // A stuck socket or store must not keep the process alive past the budget.
+    setTimeout(() => {
+      log.error("shutdown did not finish in time");
+      process.exit(1);
+    }, config.shutdownTimeoutMs + 5000).unref();
+    service.close().then(
+      ({ auditFlushed, auditLost }) => {
+        if (!auditFlushed) log.error({ auditLost }, "audit records lost at shutdown");
+        log.info("authority service stopped");
+        process.exitCode = auditFlushed ? 0 : 1;
+      },
+      (error: unknown) => {
+        log.error({ err: error }, "authority service failed to close");
+        process.exitCode = 1;
+      },
+    );
+  };
+  process.once("SIGINT", () => stop("SIGINT"));
+  process.once("SIGTERM", () => stop("SIGTERM"));
+}
+
+export function register(program: Command): void {
+  const command = program
+    .command("serve")
+    .description("Run the authority service (admin API, authorize-invocation, audit and usage)");
+  for (const setting of Object.values(authoritySettings)) {
+    if ("noFlag" in setting && setting.noFlag === true) continue;
+    const env = setting.env === undefined ? "" : ` [env ${setting.env}]`;
+    command.addOption(new Option(`--${setting.key} <value>`, `${setting.description}${env}`));
+  }
+  command.action(async (options: Record<string, unknown>, cmd: Command) => {
+    const flags: Record<string, string | undefined> = {};
+    for (const setting of Object.values(authoritySettings)) {
+      const value = options[flagAttribute(setting.key)];
+      if (typeof value === "string") flags[setting.key] = value;
+    }
+    try {
+      await run(flags);
+    } catch (error) {
+      if (error instanceof ConfigError) cmd.error(`authority serve: ${error.message}`);
+      if (isCryptoError(error) || isStoreError(error)) {
+        cmd.error(`authority serve: ${error.message}`);
+      }
+      throw error;
+    }
+  });
+}

@@ -1,0 +1,297 @@
+/**
+ * The configuration of `authority serve` (names in docs/configuration.md), resolved from
+ * flags > environment > config file > defaults and validated once at start.
+ */
+import { join, resolve } from "node:path";
+import { ConfigError } from "./errors.ts";
+import { readConfigFile } from "./file.ts";
+import {
+  boolean,
+  httpUrl,
+  integer,
+  type ListenAddress,
+  list,
+  listenAddress,
+  oneOf,
+  redisUrl,
+  resolveSetting,
+  type SettingInputs,
+  type SettingSource,
+  type SettingSpec,
+  storeUrl,
+  text,
+  unknownFileKeys,
+} from "./settings.ts";
+
+export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export type LogLevel = (typeof logLevels)[number];
+
+export interface AuthorityConfig {
+  readonly logLevel: LogLevel;
+  readonly stateDir: string;
+  readonly storeUrl: string;
+  readonly kek: {
+    /** The KEK itself (AUTHORITY_KEK), when given. */
+    readonly value?: string;
+    readonly file: string;
+    /** A missing file is created — only for the embedded (SQLite) store, never for a shared one. */
+    readonly createIfMissing: boolean;
+  };
+  readonly listen: ListenAddress;
+  readonly publicUrl: string;
+  readonly issuer: string;
+  readonly jwksUrl: string;
+  readonly audience: string;
+  readonly managedUrl: string;
+  readonly cryptoUrl: string;
+  readonly redisUrl?: string;
+  readonly serviceIdentity: string;
+  readonly bodyLimitBytes: number;
+  readonly policyCache: { readonly max: number; readonly ttlMs: number };
+  readonly tokenCache: { readonly max: number };
+  /** How long subject and capability records are reused by the decision path (0: never). */
+  readonly recordCacheMs: number;
+  readonly auditBuffer: number;
+  readonly shutdownTimeoutMs: number;
+  readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+  /** Where each setting came from (for the start-up log; values are not repeated). */
+  readonly sources: Readonly<Record<string, SettingSource>>;
+}
+
+const spec = <T>(s: SettingSpec<T>): SettingSpec<T> => s;
+
+/** Every setting of `authority serve`, in the order the help lists them. */
+export const authoritySettings = {
+  config: spec({
+    key: "config",
+    env: "AUTHORITY_CONFIG_FILE",
+    description: "JSON or YAML file of settings (keys are the flag names)",
+    notInFile: true,
+    parse: text(),
+  }),
+  logLevel: spec({
+    key: "log-level",
+    env: "AUTHORITY_LOG_LEVEL",
+    description: "log level (default info)",
+    parse: oneOf(logLevels),
+  }),
+  stateDir: spec({
+    key: "state-dir",
+    env: "AUTHORITY_STATE_DIR",
+    description: "embedded state directory (default ./.authority)",
+    parse: text(),
+  }),
+  store: spec({
+    key: "store",
+    env: "AUTHORITY_STORE_URL",
+    description: "sqlite:<file> or redis://host:port/db (default sqlite:<state-dir>/authority.db)",
+    secret: true,
+    parse: storeUrl,
+  }),
+  kekFile: spec({
+    key: "kek-file",
+    env: "AUTHORITY_KEK_FILE",
+    description: "key-encryption key file (default <state-dir>/kek)",
+    parse: text(),
+  }),
+  kek: spec({
+    key: "kek",
+    env: "AUTHORITY_KEK",
+    description: "the key-encryption key itself (base64; environment only)",
+    secret: true,
+    notInFile: true,
+    noFlag: true,
+    parse: text({ secret: true }),
+  }),
+  listen: spec({
+    key: "listen",
+    env: "AUTHORITY_LISTEN",
+    description: "address to listen on (default 127.0.0.1:8080)",
+    parse: listenAddress,
+  }),
+  publicUrl: spec({
+    key: "public-url",
+    env: "AUTHORITY_PUBLIC_URL",
+    description: "public base URL (default http://127.0.0.1:8080)",
+    parse: httpUrl,
+  }),
+  issuer: spec({
+    key: "issuer",
+    env: "AUTHORITY_ISSUER",
+    description: "issuer of accepted bearer tokens (default http://127.0.0.1:8083)",
+    parse: httpUrl,
+  }),
+  jwksUrl: spec({
+    key: "jwks-url",
+    env: "AUTHORITY_JWKS_URL",
+    description: "JWKS of the issuer (default <issuer>/.well-known/jwks.json)",
+    parse: httpUrl,
+  }),
+  audience: spec({
+    key: "audience",
+    env: "AUTHORITY_AUDIENCE",
+    description: "required token audience (default authority)",
+    parse: text(),
+  }),
+  managedUrl: spec({
+    key: "managed-url",
+    env: "AUTHORITY_MANAGED_URL",
+    description: "managed crypto API (default https://127.0.0.1:8081)",
+    parse: httpUrl,
+  }),
+  cryptoUrl: spec({
+    key: "crypto-url",
+    env: "AUTHORITY_CRYPTO_URL",
+    description: "upstream crypto service (default http://127.0.0.1:8082)",
+    parse: httpUrl,
+  }),
+  redisUrl: spec({
+    key: "redis-url",
+    env: "AUTHORITY_REDIS_URL",
+    description: "Redis for policy-change pub/sub and sidecar caches (optional)",
+    secret: true,
+    parse: redisUrl,
+  }),
+  serviceIdentity: spec({
+    key: "service-identity",
+    env: "AUTHORITY_SERVICE_IDENTITY",
+    description: "service identity protecting platform_service_v2 policies (default authority)",
+    parse: text(),
+  }),
+  bodyLimit: spec({
+    key: "body-limit",
+    env: "AUTHORITY_BODY_LIMIT",
+    description: "largest request body in bytes (default 1048576)",
+    parse: integer(1024, 64 * 1024 * 1024),
+  }),
+  policyCacheSize: spec({
+    key: "policy-cache-size",
+    env: "AUTHORITY_POLICY_CACHE_SIZE",
+    description: "verified policies kept in memory (default 10000)",
+    parse: integer(1, 10_000_000),
+  }),
+  policyCacheTtl: spec({
+    key: "policy-cache-ttl",
+    env: "AUTHORITY_POLICY_CACHE_TTL",
+    description: "seconds a verified policy stays cached (default 300; freshness comes from the record)",
+    parse: integer(1, 86_400),
+  }),
+  recordCache: spec({
+    key: "record-cache-ms",
+    env: "AUTHORITY_RECORD_CACHE_MS",
+    description:
+      "milliseconds subject and capability records are reused on the decision path, 0 to read every time (default 1000; policy records are always read)",
+    parse: integer(0, 60_000),
+  }),
+  tokenCacheSize: spec({
+    key: "token-cache-size",
+    env: "AUTHORITY_TOKEN_CACHE_SIZE",
+    description: "verified bearer tokens kept in memory, 0 to verify every time (default 10000)",
+    parse: integer(0, 10_000_000),
+  }),
+  auditBuffer: spec({
+    key: "audit-buffer",
+    env: "AUTHORITY_AUDIT_BUFFER",
+    description: "audit records held while the store is unavailable (default 100000)",
+    parse: integer(1, 10_000_000),
+  }),
+  shutdownTimeout: spec({
+    key: "shutdown-timeout",
+    env: "AUTHORITY_SHUTDOWN_TIMEOUT",
+    description: "seconds to drain requests and flush audit on shutdown (default 10)",
+    parse: integer(1, 3600),
+  }),
+  parameterScoping: spec({
+    key: "parameter-scoping",
+    env: "AUTHORITY_PARAMETER_SCOPING",
+    description: "enforce signed parameter constraints (default false)",
+    parse: boolean,
+  }),
+  parameterScopingPartners: spec({
+    key: "parameter-scoping-partners",
+    env: "AUTHORITY_PARAMETER_SCOPING_PARTNERS",
+    description: "comma-separated partners allowed to use parameter constraints",
+    parse: list,
+  }),
+} as const;
+
+type Settings = typeof authoritySettings;
+type SettingName = keyof Settings;
+type ValueOf<N extends SettingName> = Settings[N] extends SettingSpec<infer T> ? T : never;
+
+export interface AuthorityConfigInputs {
+  readonly flags?: Readonly<Record<string, string | undefined>>;
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** Working directory relative paths resolve against (default process.cwd()). */
+  readonly cwd?: string;
+}
+
+/** Resolves from already-parsed inputs (no file I/O): what tests call. */
+export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: string }): AuthorityConfig {
+  if (inputs.file !== undefined) {
+    const unknown = unknownFileKeys(inputs.file, Object.values(authoritySettings) as SettingSpec<unknown>[]);
+    if (unknown.length > 0) {
+      throw new ConfigError(
+        `${inputs.fileName ?? "the config file"} has unknown settings: ${unknown.join(", ")}`,
+      );
+    }
+  }
+  const sources: Record<string, SettingSource> = {};
+  const get = <N extends SettingName>(name: N): ValueOf<N> | undefined => {
+    const setting = authoritySettings[name] as SettingSpec<ValueOf<N>>;
+    const resolved = resolveSetting(setting, inputs);
+    sources[setting.key] = resolved.source;
+    return resolved.value;
+  };
+  const cwd = inputs.cwd ?? process.cwd();
+  const stateDir = resolve(cwd, get("stateDir") ?? "./.authority");
+  const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
+  const issuer = get("issuer") ?? "http://127.0.0.1:8083";
+  const kekValue = get("kek");
+  const redis = get("redisUrl");
+  const config: AuthorityConfig = {
+    logLevel: get("logLevel") ?? "info",
+    stateDir,
+    storeUrl: store,
+    kek: {
+      ...(kekValue === undefined ? {} : { value: kekValue }),
+      file: resolve(cwd, get("kekFile") ?? join(stateDir, "kek")),
+      createIfMissing: store.toLowerCase().startsWith("sqlite:"),
+    },
+    listen: get("listen") ?? { host: "127.0.0.1", port: 8080 },
+    publicUrl: get("publicUrl") ?? "http://127.0.0.1:8080",
+    issuer,
+    jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
+    audience: get("audience") ?? "authority",
+    managedUrl: get("managedUrl") ?? "https://127.0.0.1:8081",
+    cryptoUrl: get("cryptoUrl") ?? "http://127.0.0.1:8082",
+    ...(redis === undefined ? {} : { redisUrl: redis }),
+    serviceIdentity: get("serviceIdentity") ?? "authority",
+    bodyLimitBytes: get("bodyLimit") ?? 1024 * 1024,
+    policyCache: { max: get("policyCacheSize") ?? 10_000, ttlMs: (get("policyCacheTtl") ?? 300) * 1000 },
+    tokenCache: { max: get("tokenCacheSize") ?? 10_000 },
+    recordCacheMs: get("recordCache") ?? 1000,
+    auditBuffer: get("auditBuffer") ?? 100_000,
+    shutdownTimeoutMs: (get("shutdownTimeout") ?? 10) * 1000,
+    parameterScoping: {
+      enabled: get("parameterScoping") ?? false,
+      partnerAllowlist: get("parameterScopingPartners") ?? [],
+    },
+    sources,
+  };
+  return config;
+}
+
+/** Reads the config file named by `--config` / AUTHORITY_CONFIG_FILE (if any), then resolves. */
+export async function loadAuthorityConfig(inputs: AuthorityConfigInputs): Promise<AuthorityConfig> {
+  const fileName = resolveSetting(authoritySettings.config, inputs).value;
+  const cwd = inputs.cwd ?? process.cwd();
+  if (fileName === undefined) return resolveAuthorityConfig({ ...inputs, cwd });
+  const path = resolve(cwd, fileName);
+  return resolveAuthorityConfig({ ...inputs, cwd, file: await readConfigFile(path), fileName: path });
+}
+
+/** A flag name's commander attribute name (`public-url` → `publicUrl`). */
+export function flagAttribute(key: string): string {
+  return key.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}

@@ -1,0 +1,197 @@
+/**
+ * Authorize one invocation: the spec's steps 2–7 around the pure `decide()` (step 1,
+ * authentication, belongs to the transport). Every outcome — allow, deny, or a deny
+ * because a dependency is down — is recorded exactly once before it is returned, and an
+ * outcome that cannot be recorded is never an allow. docs/authorize.md has the table.
+ */
+import type { Transport } from "../audit/records.ts";
+import {
+  buildPermissionId,
+  type Capability,
+  catalogMatcher,
+  type Decision,
+  decide,
+  type ExternalSubjectContext,
+  normalizeRequestPath,
+  type PolicyLoad,
+} from "../core/index.ts";
+import { type DenyReason, denyReasons } from "../errors.ts";
+import type { PolicyRecord } from "./record.ts";
+import type { DecisionRuntime } from "./runtime.ts";
+
+export interface InvocationRequest {
+  readonly transport: Transport;
+  readonly requestId: string;
+  readonly now: Date;
+  /** Who called; null when nobody authenticated. */
+  readonly actor: string | null;
+  /** The authenticated subject; undefined when none (→ missing_subject). */
+  readonly subjectId: string | undefined;
+  /** A subject the caller named in the request; must equal the authenticated one. */
+  readonly claimedSubjectId?: string | undefined;
+  readonly capabilityId: string | undefined;
+  readonly method: string;
+  readonly path: string;
+  /** Server-derived v2 context (headless subjects); absent on the v1 path. */
+  readonly expectedContext?: ExternalSubjectContext;
+  /** The caller could not be authenticated because the issuer's keys are unreachable. */
+  readonly authenticationUnavailable?: boolean;
+}
+
+export type InvocationOutcome =
+  | { readonly status: "allowed"; readonly permissionId: string }
+  | { readonly status: "denied"; readonly reason: DenyReason };
+
+export interface InvocationResult {
+  readonly outcome: InvocationOutcome;
+  /** HTTP status of the outcome: 200, the deny reason's status, or 503 when a dependency is down. */
+  readonly httpStatus: number;
+  /** True when the deny comes from an unavailable dependency (store, keys, audit), not from policy. */
+  readonly unavailable: boolean;
+  /** The full decision for executors (snapshot, redactions, auth profile); absent on a 503. */
+  readonly decision?: Decision;
+  readonly partnerId: string | null;
+  readonly capability?: Capability;
+  readonly policy?: PolicyRecord;
+}
+
+/** The reason a 503 deny carries: the policy could not be verified because something it needs is down. */
+export const UNAVAILABLE_REASON: DenyReason = "policy_verification_failed";
+
+interface Evaluation {
+  readonly decision: Decision;
+  readonly partnerId: string | null;
+  readonly capability?: Capability;
+  readonly policy?: PolicyRecord;
+}
+
+const MISSING_POLICY: PolicyLoad = { ok: false, reason: "missing_policy" };
+
+async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): Promise<Evaluation> {
+  const base = {
+    subjectId: request.subjectId,
+    capabilityId: request.capabilityId,
+    method: request.method,
+    path: request.path,
+    now: request.now,
+    ...(request.expectedContext === undefined ? {} : { expectedContext: request.expectedContext }),
+  };
+  const subjectId = request.subjectId;
+  const capabilityId = request.capabilityId;
+  // Step 1: an authenticated subject and a capability context (decide() names which is missing).
+  if (subjectId === undefined || subjectId === "" || capabilityId === undefined || capabilityId === "") {
+    return {
+      decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }),
+      partnerId: null,
+    };
+  }
+  // A caller may not ask about another subject: refused before anything of theirs is read.
+  if (request.claimedSubjectId !== undefined && request.claimedSubjectId !== subjectId) {
+    return { decision: { status: "denied", reason: "subject_mismatch" }, partnerId: null };
+  }
+  // Step 2: the partner scope comes from the subject's record; a subject the authority
+  // does not know has no policy.
+  const subject = await runtime.subjects.get(subjectId);
+  if (subject === undefined || typeof subject.partner_id !== "string") {
+    return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
+  }
+  const partnerId = subject.partner_id;
+  const capability = await runtime.capabilities.resolve(partnerId, capabilityId);
+  if (capability === undefined) {
+    return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };
+  }
+  // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
+  const loaded = await runtime.policies.load(subjectId, { partnerId });
+  return {
+    decision: decide({ ...base, capability, policy: loaded.policy }),
+    partnerId,
+    capability,
+    ...(loaded.record === undefined ? {} : { policy: loaded.record }),
+  };
+}
+
+function unavailableResult(partnerId: string | null): InvocationResult {
+  return {
+    outcome: { status: "denied", reason: UNAVAILABLE_REASON },
+    httpStatus: 503,
+    unavailable: true,
+    partnerId,
+  };
+}
+
+/** The catalog permission a request maps to (recorded with denials too), if any. */
+function attemptedPermission(
+  capability: Capability | undefined,
+  method: string,
+  path: string,
+): string | null {
+  if (capability === undefined) return null;
+  try {
+    const match = catalogMatcher(capability).match(method, path);
+    const operation = match === undefined ? undefined : capability.operations[match.index];
+    return operation === undefined
+      ? null
+      : buildPermissionId(capability.capability_id, operation.method, operation.path);
+  } catch {
+    return null;
+  }
+}
+
+/** A path safe to record: the normalized form when the path normalizes, else as sent (recorder bounds it). */
+function recordedPath(path: string): string {
+  return normalizeRequestPath(path)?.path ?? path;
+}
+
+export async function authorizeInvocation(
+  runtime: DecisionRuntime,
+  request: InvocationRequest,
+): Promise<InvocationResult> {
+  let result: InvocationResult;
+  if (request.authenticationUnavailable === true || !runtime.recorder.accepting()) {
+    // Keys of the issuer unreachable, or the audit buffer full: nothing is evaluated.
+    result = unavailableResult(null);
+  } else {
+    try {
+      const evaluation = await evaluate(runtime, request);
+      const { decision } = evaluation;
+      result = {
+        outcome:
+          decision.status === "allowed"
+            ? { status: "allowed", permissionId: decision.permissionId }
+            : { status: "denied", reason: decision.reason },
+        httpStatus: decision.status === "allowed" ? 200 : denyReasons[decision.reason].status,
+        unavailable: false,
+        decision,
+        partnerId: evaluation.partnerId,
+        ...(evaluation.capability === undefined ? {} : { capability: evaluation.capability }),
+        ...(evaluation.policy === undefined ? {} : { policy: evaluation.policy }),
+      };
+    } catch {
+      // Store or keys unavailable (PolicyLoadError), or any fault: fail closed.
+      result = unavailableResult(null);
+    }
+  }
+  // Step 7: record every decision. One that cannot be recorded is answered as unavailable.
+  try {
+    await runtime.recorder.record({
+      actor: request.actor,
+      subject_id: request.subjectId ?? request.claimedSubjectId ?? null,
+      partner_id: result.partnerId,
+      capability_id: request.capabilityId ?? null,
+      method: request.method,
+      path: recordedPath(request.path),
+      permission_id:
+        result.outcome.status === "allowed"
+          ? result.outcome.permissionId
+          : attemptedPermission(result.capability, request.method, request.path),
+      decision: result.outcome.status,
+      reason: result.outcome.status === "denied" ? result.outcome.reason : null,
+      transport: request.transport,
+      requestId: request.requestId,
+      time: request.now,
+    });
+  } catch {
+    return unavailableResult(result.partnerId);
+  }
+  return result;
+}

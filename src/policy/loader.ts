@@ -1,0 +1,228 @@
+/**
+ * Load + verify a subject's policy for the runtime paths. The stored record is read on
+ * every call (one document read): it carries `head` and `document_hash`, so a policy
+ * change or revocation is seen on the very next call. Only the expensive part —
+ * decrypt-verify, schema validation, version path — is cached, keyed by subject +
+ * document_hash + head and checked against the exact artifact text, so a tampered
+ * artifact behind an unchanged record is opened (and refused) again, never served from
+ * the cache.
+ */
+import { LRUCache } from "lru-cache";
+import { collections, storeKeys } from "../authority/model.ts";
+import type { PolicyLoad } from "../core/decision.ts";
+import type { Store } from "../store/store.ts";
+import { openPolicyDocument } from "./artifact.ts";
+import { PolicyProtectionError, type PolicyProtector } from "./protector.ts";
+import type { PolicyRecord } from "./record.ts";
+
+/** Where policy records come from: the store here, the authority service over HTTP in the sidecar. */
+export interface PolicyRecordSource {
+  get(subjectId: string): Promise<PolicyRecord | undefined>;
+}
+
+/** Ids no store can hold (too long, NUL, lone surrogates) name no record — not a store fault. */
+export function isStorableId(id: string): boolean {
+  return id.length > 0 && id.length <= 512 && !id.includes("\u0000") && id.isWellFormed();
+}
+
+/** Reads `policies/<subject_id>`; an id no store can hold names no record. */
+export function storePolicyRecordSource(store: Store): PolicyRecordSource {
+  return {
+    get: async (subjectId) => {
+      if (!isStorableId(subjectId)) return undefined;
+      return store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
+    },
+  };
+}
+
+export interface PolicyLoaderOptions {
+  /** Where records come from; or give `store` to read `policies/<subject_id>` from it. */
+  readonly source?: PolicyRecordSource;
+  readonly store?: Store;
+  readonly protector: PolicyProtector;
+  readonly cache?: {
+    /** Verified documents kept (default 10000). */
+    readonly max?: number;
+    /** Memory hygiene only; freshness comes from the record (default 300000 ms). */
+    readonly ttlMs?: number;
+  };
+}
+
+export interface LoadedPolicy {
+  readonly policy: PolicyLoad;
+  /** The stored record, when one exists (its public facts; never returned with the artifact). */
+  readonly record?: PolicyRecord;
+}
+
+export interface LoadExpectation {
+  /** The subject's partner as derived server-side; a record naming another partner is refused. */
+  readonly partnerId?: string;
+}
+
+export interface PolicyLoaderStats {
+  readonly hits: number;
+  readonly misses: number;
+  /** Decrypt-verify + validate runs (misses that were not joined to one in flight). */
+  readonly opens: number;
+  readonly verificationFailures: number;
+}
+
+export interface PolicyLoader {
+  load(subjectId: string, expect?: LoadExpectation): Promise<LoadedPolicy>;
+  stats(): PolicyLoaderStats;
+  /** Drops every cached document (key rotation, tests). */
+  clear(): void;
+}
+
+export type PolicyLoadErrorCode = "policy_source_unavailable" | "policy_protection_unavailable";
+
+/**
+ * The policy could not be evaluated because something it depends on is down: the record
+ * source (store) or the keys / crypto service. Routes answer with a 503 deny — fail closed.
+ */
+export class PolicyLoadError extends Error {
+  readonly code: PolicyLoadErrorCode;
+  readonly authorityCode = "upstream_unavailable" as const;
+
+  constructor(code: PolicyLoadErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "PolicyLoadError";
+    this.code = code;
+  }
+}
+
+interface CacheEntry {
+  /** The exact artifact text the outcome was computed from. */
+  readonly artifact: string;
+  readonly cryptoVersion: string;
+  readonly partnerId: string;
+  readonly outcome: PolicyLoad;
+}
+
+const VERIFICATION_FAILED: PolicyLoad = { ok: false, reason: "policy_verification_failed" };
+const MISSING: PolicyLoad = { ok: false, reason: "missing_policy" };
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const result = value ?? fallback;
+  if (!Number.isSafeInteger(result) || result < 1) throw new TypeError(`${name} must be a positive integer`);
+  return result;
+}
+
+/** The fields the loader relies on, checked because a store can hold anything. */
+function isUsableRecord(record: unknown): record is PolicyRecord {
+  if (typeof record !== "object" || record === null) return false;
+  const r = record as Record<string, unknown>;
+  return (
+    typeof r.subject_id === "string" &&
+    typeof r.partner_id === "string" &&
+    (r.crypto_version === "subject_credentials_v1" || r.crypto_version === "platform_service_v2") &&
+    typeof r.document_hash === "string" &&
+    typeof r.head === "number" &&
+    typeof r.artifact === "string" &&
+    r.artifact.length > 0
+  );
+}
+
+export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
+  const given =
+    options?.source ?? (options?.store === undefined ? undefined : storePolicyRecordSource(options.store));
+  if (given === undefined || typeof given.get !== "function") {
+    throw new TypeError("a PolicyRecordSource (source) or a store is required");
+  }
+  const source: PolicyRecordSource = given;
+  if (typeof options.protector?.open !== "function") throw new TypeError("protector is required");
+  const { protector } = options;
+  const cache = new LRUCache<string, CacheEntry>({
+    max: positiveInt(options.cache?.max, 10_000, "cache.max"),
+    ttl: positiveInt(options.cache?.ttlMs, 300_000, "cache.ttlMs"),
+  });
+  const inflight = new Map<string, Promise<PolicyLoad>>();
+  let hits = 0;
+  let misses = 0;
+  let opens = 0;
+  let verificationFailures = 0;
+
+  async function open(record: PolicyRecord, partnerId: string): Promise<PolicyLoad> {
+    opens++;
+    try {
+      const opened = await openPolicyDocument(record.artifact, protector, {
+        cryptoVersion: record.crypto_version,
+        subjectId: record.subject_id,
+        partnerId,
+      });
+      // The record's facts (revocation, expiry, allowlist summary) are shown to admins and
+      // used by caches; they must describe exactly the signed document.
+      if (opened.documentHash !== record.document_hash) {
+        verificationFailures++;
+        return VERIFICATION_FAILED;
+      }
+      return { ok: true, document: opened.document };
+    } catch (error) {
+      if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") {
+        throw new PolicyLoadError("policy_protection_unavailable", "policy keys are unavailable", {
+          cause: error,
+        });
+      }
+      // A bad artifact, wrong keys, wrong signer, invalid content — or any unexpected
+      // failure while opening: never an allow.
+      verificationFailures++;
+      return VERIFICATION_FAILED;
+    }
+  }
+
+  async function load(subjectId: string, expect: LoadExpectation = {}): Promise<LoadedPolicy> {
+    let raw: unknown;
+    try {
+      raw = await source.get(subjectId);
+    } catch (error) {
+      throw new PolicyLoadError("policy_source_unavailable", "policy records are unavailable", {
+        cause: error,
+      });
+    }
+    if (raw === undefined || raw === null) return { policy: MISSING };
+    if (!isUsableRecord(raw)) return { policy: VERIFICATION_FAILED };
+    const record = raw;
+    // A record filed under another subject or partner is not this subject's policy.
+    if (record.subject_id !== subjectId) return { policy: VERIFICATION_FAILED, record };
+    const partnerId = expect.partnerId ?? record.partner_id;
+    if (record.partner_id !== partnerId) return { policy: VERIFICATION_FAILED, record };
+
+    const key = `${subjectId}\u0000${record.document_hash}\u0000${record.head}`;
+    const cached = cache.get(key);
+    if (
+      cached !== undefined &&
+      cached.artifact === record.artifact &&
+      cached.cryptoVersion === record.crypto_version &&
+      cached.partnerId === partnerId
+    ) {
+      hits++;
+      return { policy: cached.outcome, record };
+    }
+    misses++;
+    const flightKey = `${key}\u0000${partnerId}\u0000${record.crypto_version}\u0000${record.artifact.length}`;
+    let pending = inflight.get(flightKey);
+    if (pending === undefined) {
+      pending = open(record, partnerId).finally(() => inflight.delete(flightKey));
+      inflight.set(flightKey, pending);
+      const outcome = await pending;
+      cache.set(key, {
+        artifact: record.artifact,
+        cryptoVersion: record.crypto_version,
+        partnerId,
+        outcome,
+      });
+      return { policy: outcome, record };
+    }
+    const joined = await pending;
+    // Joined a load of a record read at the same moment; if the artifacts differ, open our own.
+    const entry = cache.get(key);
+    if (entry !== undefined && entry.artifact === record.artifact) return { policy: joined, record };
+    return { policy: await open(record, partnerId), record };
+  }
+
+  return {
+    load,
+    stats: () => ({ hits, misses, opens, verificationFailures }),
+    clear: () => cache.clear(),
+  };
+}

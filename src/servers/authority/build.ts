@@ -1,0 +1,193 @@
+/**
+ * Wires the authority service from its configuration: store, bearer verifier, policy
+ * protector (local key rings kept in the store under the KEK — the upstream-crypto
+ * protector replaces it by configuration later), policy loader, capability resolver and
+ * audit recorder; then the HTTP app with health endpoints, listen and an orderly close.
+ */
+import { createHash } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import type { FastifyInstance } from "fastify";
+import { LRUCache } from "lru-cache";
+import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
+import type { AuthorityConfig } from "../../config/authority.ts";
+import { loadKek } from "../../crypto/index.ts";
+import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
+import { createLogger, type Logger } from "../../observability/logger.ts";
+import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
+import { createPolicyLoader, storePolicyRecordSource } from "../../policy/loader.ts";
+import { createLocalPolicyProtector } from "../../policy/local-protector.ts";
+import type { PolicyProtector } from "../../policy/protector.ts";
+import { attachDecisionRuntime, type DecisionRuntime, storeSubjectSource } from "../../policy/runtime.ts";
+import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
+import { openStore } from "../../store/index.ts";
+import type { Store } from "../../store/store.ts";
+import { createAuthorityApp } from "./app.ts";
+import type { AuthorityContext, BearerVerifier } from "./context.ts";
+
+type VerifiedBearer = Awaited<ReturnType<BearerVerifier["verify"]>>;
+
+/** Longest time a verified token is reused without checking its signature again. */
+const TOKEN_CACHE_MAX_AGE_MS = 60_000;
+
+/**
+ * Remembers successful verifications (keyed by the token's SHA-256, never the token) so a
+ * client repeating its token is not re-verified on every request. An entry lives at most
+ * 60 s and never past the token's own expiry; failures are never cached.
+ */
+export function createCachingVerifier(
+  verifier: BearerVerifier,
+  options: { max: number; now?: () => number },
+): BearerVerifier {
+  if (options.max === 0) return verifier;
+  const now = options.now ?? Date.now;
+  const cache = new LRUCache<string, { token: VerifiedBearer; expiresAtMs: number }>({ max: options.max });
+  return {
+    async verify(token) {
+      const key = createHash("sha256").update(token).digest("base64url");
+      const hit = cache.get(key);
+      const at = now();
+      if (hit !== undefined && at < hit.expiresAtMs) return hit.token;
+      const verified = await verifier.verify(token);
+      const exp = verified.claims.exp;
+      const expiresAtMs = Math.min(typeof exp === "number" ? exp * 1000 : at, at + TOKEN_CACHE_MAX_AGE_MS);
+      if (expiresAtMs > at) cache.set(key, { token: verified, expiresAtMs });
+      return verified;
+    },
+  };
+}
+
+/** Pieces a caller (tests, `authority dev`) may supply instead of building them from config. */
+export interface AuthorityServiceOverrides {
+  /** Used as is and not closed by close(). */
+  readonly store?: Store;
+  readonly verifier?: BearerVerifier;
+  readonly protector?: PolicyProtector;
+  readonly logger?: Logger;
+  readonly now?: () => Date;
+}
+
+export interface AuthorityService {
+  readonly app: FastifyInstance;
+  readonly context: AuthorityContext;
+  readonly runtime: DecisionRuntime;
+  readonly recorder: AuditRecorder;
+  /** Starts serving on the configured address; resolves to the base URL bound. */
+  listen(): Promise<string>;
+  /** Stops accepting, drains requests in flight, flushes the audit buffer, closes the store. */
+  close(): Promise<{ auditFlushed: boolean; auditLost: number }>;
+}
+
+export async function buildAuthorityService(
+  config: AuthorityConfig,
+  overrides: AuthorityServiceOverrides = {},
+): Promise<AuthorityService> {
+  const logger = overrides.logger ?? createLogger("authority", config.logLevel);
+  const ownsStore = overrides.store === undefined;
+  const store = overrides.store ?? (await openStore(config.storeUrl));
+  try {
+    let protector = overrides.protector;
+    if (protector === undefined) {
+      const kek = await loadKek({
+        ...(config.kek.value === undefined ? {} : { kek: config.kek.value }),
+        kekFile: config.kek.file,
+        createIfMissing: config.kek.createIfMissing,
+      });
+      protector = createLocalPolicyProtector({
+        keyRings: createStoredKeyRings({ store, kek }),
+        serviceIdentity: config.serviceIdentity,
+      });
+    }
+    const verifier =
+      overrides.verifier ??
+      createCachingVerifier(
+        createJwtVerifier({
+          issuer: config.issuer,
+          audience: config.audience,
+          jwks: { url: config.jwksUrl },
+        }),
+        { max: config.tokenCache.max },
+      );
+    const context: AuthorityContext = {
+      config: {
+        publicUrl: config.publicUrl,
+        issuer: config.issuer,
+        audience: config.audience,
+        bodyLimitBytes: config.bodyLimitBytes,
+        serviceIdentity: config.serviceIdentity,
+        parameterScoping: config.parameterScoping,
+      },
+      store,
+      verifier,
+      protector,
+      logger,
+      now: overrides.now ?? (() => new Date()),
+    };
+    const recorder = createAuditRecorder({
+      store,
+      maxPending: config.auditBuffer,
+      onStateChange: (event) => {
+        if (event.state === "failing") {
+          logger.warn({ pending: event.pending, err: event.error }, "audit writes failing; buffering");
+        } else logger.info({ pending: event.pending }, "audit writes recovered");
+      },
+    });
+    const runtime: DecisionRuntime = {
+      subjects: storeSubjectSource(store, { ttlMs: config.recordCacheMs }),
+      capabilities: createCapabilityResolver(store, {
+        recordTtlMs: config.recordCacheMs,
+        onInvalidCatalog: (info) =>
+          logger.error(info, "stored catalog version is invalid; capability denied"),
+      }),
+      policies: createPolicyLoader({
+        source: storePolicyRecordSource(store),
+        protector,
+        cache: config.policyCache,
+      }),
+      recorder,
+    };
+    attachDecisionRuntime(context, runtime);
+
+    const app = await createAuthorityApp(context);
+    let draining = false;
+    app.get("/healthz", async () => ({ status: "ok" }));
+    app.get("/readyz", async (_request, reply) => {
+      const health = await store.health();
+      const ready = !draining && health.ok && recorder.accepting();
+      return reply.code(ready ? 200 : 503).send({
+        status: ready ? "ready" : "unavailable",
+        store: health.ok ? "ok" : "unavailable",
+        audit: { state: recorder.stats().state, pending: recorder.pending() },
+      });
+    });
+
+    let closed: Promise<{ auditFlushed: boolean; auditLost: number }> | undefined;
+    return {
+      app,
+      context,
+      runtime,
+      recorder,
+      async listen() {
+        await app.listen({ host: config.listen.host, port: config.listen.port });
+        const address = app.server.address() as AddressInfo;
+        const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+        return `http://${host}:${address.port}`;
+      },
+      close() {
+        closed ??= (async () => {
+          draining = true;
+          // fastify stops accepting, answers new requests on kept-alive sockets with 503,
+          // and waits for requests in flight — each of which records its decision.
+          await app.close();
+          const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
+          if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
+          if (ownsStore) await store.close();
+          return { auditFlushed: flushed, auditLost: lost };
+        })();
+        return closed;
+      },
+    };
+  } catch (error) {
+    if (ownsStore) await store.close();
+    throw error;
+  }
+}

@@ -1,0 +1,317 @@
+import type { FastifyPluginAsync } from "fastify";
+import {
+  BILLING_SYNC_COLLECTION,
+  encodeUsageComponent,
+  parseUsageKey,
+  periodStart,
+  periodsBetween,
+  USAGE_COUNTERS,
+  type UsageGranularity,
+  usagePeriodPrefix,
+} from "../../../audit/usage.ts";
+import { logs } from "../../../authority/model.ts";
+import { AuthorityError } from "../../../errors.ts";
+import type { Store } from "../../../store/store.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import { assertCanReadPartner, assertRole, hasRole, type Principal } from "../principal.ts";
+
+/**
+ * Operations views: GET /admin/audit (policy changes and runtime decisions),
+ * GET /admin/mcp-audit (MCP tool calls), GET /admin/usage (counts by period and success
+ * state). Admins and auditors see every partner (optionally filtered by `partner`); a
+ * partner admin sees only its own partner. Paging: `cursor` is the last `seq` seen; the
+ * answer's `next` continues after it. docs/authorize.md.
+ */
+
+const MAX_LIMIT = 500;
+/** Log entries examined per request at most; `next` resumes the scan. */
+const SCAN_BUDGET = 5000;
+const PAGE = 1000;
+
+const text = (max = 1024) => ({ type: "string", minLength: 1, maxLength: max }) as const;
+const timestamp = { type: "string", format: "date-time" } as const;
+const paging = {
+  cursor: { type: "string", pattern: "^[0-9]{1,15}$" },
+  // Query strings are not coerced (the base server's ajv has coerceTypes off).
+  limit: { type: "string", pattern: "^[1-9][0-9]{0,2}$" },
+  since: timestamp,
+  until: timestamp,
+  partner: text(256),
+} as const;
+
+interface PagingQuery {
+  readonly cursor?: string;
+  readonly limit?: string;
+  readonly since?: string;
+  readonly until?: string;
+  readonly partner?: string;
+}
+
+interface AuditQuery extends PagingQuery {
+  readonly kind?: "decision" | "policy_change";
+  readonly subject?: string;
+  readonly capability?: string;
+  readonly decision?: "allowed" | "denied";
+  readonly reason?: string;
+  readonly transport?: string;
+}
+
+interface McpAuditQuery extends PagingQuery {
+  readonly subject?: string;
+  readonly capability?: string;
+  readonly tool?: string;
+  readonly permission?: string;
+}
+
+interface UsageQuery {
+  readonly period: UsageGranularity;
+  readonly group_by: "subject" | "capability" | "permission";
+  readonly since?: string;
+  readonly until?: string;
+  readonly partner?: string;
+  readonly subject?: string;
+  readonly capability?: string;
+  readonly permission?: string;
+  readonly state?: "allowed" | "denied";
+}
+
+/** The partner a principal may read: its own for a partner admin, any (or the one asked) for admin/auditor. */
+function readablePartner(principal: Principal, asked: string | undefined): string | undefined {
+  assertRole(principal, "admin", "auditor", "partner_admin");
+  if (hasRole(principal, "admin") || hasRole(principal, "auditor")) return asked;
+  const own = principal.partnerId;
+  if (own === undefined) throw new AuthorityError("insufficient_role", "This principal names no partner.");
+  assertCanReadPartner(principal, asked ?? own);
+  return own;
+}
+
+function timeWindow(query: { since?: string; until?: string }): { since: number; until: number } {
+  const since = query.since === undefined ? Number.NEGATIVE_INFINITY : Date.parse(query.since);
+  const until = query.until === undefined ? Number.POSITIVE_INFINITY : Date.parse(query.until);
+  if (since > until) throw new AuthorityError("invalid_request", "since must not be after until.");
+  return { since, until };
+}
+
+type Row = Readonly<Record<string, unknown>>;
+
+/** Reads the log after `cursor`, keeping rows `keep` accepts, within the scan budget. */
+async function scanLog(
+  store: Store,
+  log: string,
+  query: PagingQuery,
+  keep: (row: Row) => boolean,
+): Promise<{ items: Array<Row & { seq: number }>; next?: string }> {
+  let after = query.cursor === undefined ? 0 : Number(query.cursor);
+  const limit = Math.min(query.limit === undefined ? 100 : Number(query.limit), MAX_LIMIT);
+  const items: Array<Row & { seq: number }> = [];
+  let scanned = 0;
+  for (;;) {
+    const entries = await store.readLog<Row>(log, { afterSeq: after, limit: PAGE });
+    for (const entry of entries) {
+      after = entry.seq;
+      scanned++;
+      if (typeof entry.value === "object" && entry.value !== null && keep(entry.value)) {
+        items.push({ seq: entry.seq, ...entry.value });
+        if (items.length >= limit) return { items, next: String(after) };
+      }
+      if (scanned >= SCAN_BUDGET) return { items, next: String(after) };
+    }
+    if (entries.length < PAGE) return { items };
+  }
+}
+
+function inWindow(row: Row, window: { since: number; until: number }): boolean {
+  if (window.since === Number.NEGATIVE_INFINITY && window.until === Number.POSITIVE_INFINITY) return true;
+  const time = typeof row.time === "string" ? Date.parse(row.time) : Number.NaN;
+  return !Number.isNaN(time) && time >= window.since && time <= window.until;
+}
+
+const matches = (row: Row, field: string, wanted: string | undefined): boolean =>
+  wanted === undefined || row[field] === wanted;
+
+const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
+const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
+
+export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
+  const { store } = context;
+  return async (app) => {
+    app.get<{ Querystring: AuditQuery }>(
+      "/admin/audit",
+      {
+        schema: {
+          querystring: {
+            type: "object",
+            additionalProperties: false,
+            properties: {
+              ...paging,
+              kind: { type: "string", enum: ["decision", "policy_change"] },
+              subject: text(),
+              capability: text(256),
+              decision: { type: "string", enum: ["allowed", "denied"] },
+              reason: text(64),
+              transport: text(16),
+            },
+          },
+        },
+      },
+      async (request) => {
+        const principal = await requirePrincipal(request, context);
+        const query = request.query;
+        const partner = readablePartner(principal, query.partner);
+        const window = timeWindow(query);
+        return scanLog(
+          store,
+          logs.audit,
+          query,
+          (row) =>
+            matches(row, "kind", query.kind) &&
+            matches(row, "partner_id", partner) &&
+            matches(row, "subject_id", query.subject) &&
+            matches(row, "capability_id", query.capability) &&
+            matches(row, "decision", query.decision) &&
+            matches(row, "reason", query.reason) &&
+            matches(row, "transport", query.transport) &&
+            inWindow(row, window),
+        );
+      },
+    );
+
+    app.get<{ Querystring: McpAuditQuery }>(
+      "/admin/mcp-audit",
+      {
+        schema: {
+          querystring: {
+            type: "object",
+            additionalProperties: false,
+            properties: {
+              ...paging,
+              subject: text(),
+              capability: text(256),
+              tool: text(128),
+              permission: text(2048),
+            },
+          },
+        },
+      },
+      async (request) => {
+        const principal = await requirePrincipal(request, context);
+        const query = request.query;
+        const partner = readablePartner(principal, query.partner);
+        const window = timeWindow(query);
+        return scanLog(
+          store,
+          logs.mcpAudit,
+          query,
+          (row) =>
+            matches(row, "partner_id", partner) &&
+            matches(row, "subject_id", query.subject) &&
+            matches(row, "capability_id", query.capability) &&
+            matches(row, "tool", query.tool) &&
+            matches(row, "permission_id", query.permission) &&
+            inWindow(row, window),
+        );
+      },
+    );
+
+    app.get<{ Querystring: UsageQuery }>(
+      "/admin/usage",
+      {
+        schema: {
+          querystring: {
+            type: "object",
+            additionalProperties: false,
+            properties: {
+              period: { type: "string", enum: ["day", "hour"], default: "day" },
+              group_by: { type: "string", enum: ["subject", "capability", "permission"], default: "subject" },
+              since: timestamp,
+              until: timestamp,
+              partner: text(256),
+              subject: text(),
+              capability: text(256),
+              permission: text(2048),
+              state: { type: "string", enum: ["allowed", "denied"] },
+            },
+          },
+        },
+      },
+      async (request) => {
+        const principal = await requirePrincipal(request, context);
+        const query = request.query;
+        const partner = readablePartner(principal, query.partner);
+        const granularity = query.period;
+        const until = query.until === undefined ? context.now() : new Date(query.until);
+        const since =
+          query.since === undefined
+            ? new Date(until.getTime() - DEFAULT_SPAN_MS[granularity])
+            : new Date(query.since);
+        if (since.getTime() > until.getTime()) {
+          throw new AuthorityError("invalid_request", "since must not be after until.");
+        }
+        const periods = periodsBetween(since, until, granularity);
+        if (periods.length > MAX_PERIODS[granularity]) {
+          throw new AuthorityError(
+            "invalid_request",
+            `At most ${MAX_PERIODS[granularity]} ${granularity} periods per request.`,
+          );
+        }
+        const rows = new Map<string, Record<string, unknown> & { count: number }>();
+        const totals = { allowed: 0, denied: 0 };
+        for (const period of periods) {
+          const prefix =
+            usagePeriodPrefix(granularity, period) +
+            (partner === undefined ? "" : `${encodeUsageComponent(partner)}|`);
+          const counters = await store.readCounters(USAGE_COUNTERS, prefix);
+          const entries = Object.entries(counters);
+          if (entries.length === 0) continue;
+          const synced = await store.get(
+            BILLING_SYNC_COLLECTION,
+            usagePeriodPrefix(granularity, period).slice(0, -1),
+          );
+          for (const [key, count] of entries) {
+            const parsed = parseUsageKey(key);
+            if (parsed === undefined) continue;
+            if (
+              (partner !== undefined && parsed.partner_id !== partner) ||
+              (query.subject !== undefined && parsed.subject_id !== query.subject) ||
+              (query.capability !== undefined && parsed.capability_id !== query.capability) ||
+              (query.permission !== undefined && parsed.permission_id !== query.permission) ||
+              (query.state !== undefined && parsed.state !== query.state)
+            ) {
+              continue;
+            }
+            const group =
+              query.group_by === "subject"
+                ? { subject_id: parsed.subject_id }
+                : query.group_by === "capability"
+                  ? { capability_id: parsed.capability_id }
+                  : { capability_id: parsed.capability_id, permission_id: parsed.permission_id };
+            const id = JSON.stringify([period, parsed.partner_id, group, parsed.state]);
+            const row = rows.get(id);
+            if (row !== undefined) row.count += count;
+            else {
+              rows.set(id, {
+                period,
+                period_start: periodStart(period, granularity),
+                partner_id: parsed.partner_id,
+                ...group,
+                state: parsed.state,
+                count,
+                billing_sync_status: synced === undefined ? "pending" : "synced",
+              });
+            }
+            totals[parsed.state] += count;
+          }
+        }
+        return {
+          period: granularity,
+          group_by: query.group_by,
+          since: since.toISOString(),
+          until: until.toISOString(),
+          totals,
+          items: [...rows.values()],
+        };
+      },
+    );
+  };
+}

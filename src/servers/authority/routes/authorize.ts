@@ -1,0 +1,106 @@
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { AuthorityError } from "../../../errors.ts";
+import { authorizeInvocation, type InvocationResult } from "../../../policy/invocation.ts";
+import { decisionRuntimeFor } from "../../../policy/runtime.ts";
+import { optionalPrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import type { Principal } from "../principal.ts";
+
+/**
+ * POST /v1/authorize-invocation — allow or deny one operation for the authenticated
+ * subject. The outcome body is the spec's Allow or Deny object; the HTTP status is the
+ * deny reason's (src/errors.ts), 200 for an allow, 503 when the store, the policy keys,
+ * the issuer's keys or the audit log are unavailable. docs/authorize.md.
+ */
+
+interface AuthorizeBody {
+  readonly subject?: { readonly subject_id: string };
+  readonly capability_id?: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+const bodySchema = {
+  type: "object",
+  additionalProperties: false,
+  required: ["method", "path"],
+  properties: {
+    subject: {
+      type: "object",
+      additionalProperties: false,
+      required: ["subject_id"],
+      properties: { subject_id: { type: "string", minLength: 1, maxLength: 1024 } },
+    },
+    capability_id: { type: "string", maxLength: 256 },
+    method: { type: "string", minLength: 1, maxLength: 16 },
+    path: { type: "string", minLength: 1, maxLength: 8192 },
+  },
+} as const;
+
+const outcomeSchema = {
+  type: "object",
+  required: ["status", "requestId"],
+  properties: {
+    status: { type: "string", enum: ["allowed", "denied"] },
+    permissionId: { type: "string" },
+    reason: { type: "string" },
+    requestId: { type: "string" },
+  },
+} as const;
+
+type Authentication =
+  | { readonly kind: "ok"; readonly principal: Principal }
+  | { readonly kind: "none" }
+  | { readonly kind: "unavailable" };
+
+/** Step 1: a missing or rejected bearer token is no subject; unreachable issuer keys are an outage. */
+async function authenticate(request: FastifyRequest, context: AuthorityContext): Promise<Authentication> {
+  try {
+    const principal = await optionalPrincipal(request, context);
+    return principal === undefined ? { kind: "none" } : { kind: "ok", principal };
+  } catch (error) {
+    if (error instanceof AuthorityError && error.code === "upstream_unavailable")
+      return { kind: "unavailable" };
+    return { kind: "none" };
+  }
+}
+
+function body(result: InvocationResult, requestId: string): Record<string, string> {
+  return result.outcome.status === "allowed"
+    ? { status: "allowed", permissionId: result.outcome.permissionId, requestId }
+    : { status: "denied", reason: result.outcome.reason, requestId };
+}
+
+export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    app.post<{ Body: AuthorizeBody }>(
+      "/v1/authorize-invocation",
+      {
+        schema: {
+          body: bodySchema,
+          // 400 is left out: a schema failure's error body must not pass through this serializer.
+          response: { 200: outcomeSchema, 401: outcomeSchema, 403: outcomeSchema },
+        },
+      },
+      async (request, reply) => {
+        const runtime = decisionRuntimeFor(context);
+        const auth = await authenticate(request, context);
+        const principal = auth.kind === "ok" ? auth.principal : undefined;
+        const result = await authorizeInvocation(runtime, {
+          transport: "http",
+          requestId: request.id,
+          now: context.now(),
+          actor: principal?.subject ?? null,
+          subjectId: principal?.subject,
+          claimedSubjectId: request.body.subject?.subject_id,
+          capabilityId: request.body.capability_id,
+          method: request.body.method,
+          path: request.body.path,
+          authenticationUnavailable: auth.kind === "unavailable",
+        });
+        if (result.httpStatus === 503) reply.header("retry-after", "1");
+        return reply.code(result.httpStatus).send(body(result, request.id));
+      },
+    );
+  };
+}

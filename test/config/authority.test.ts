@@ -1,0 +1,119 @@
+import assert from "node:assert/strict";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { loadAuthorityConfig, resolveAuthorityConfig } from "../../src/config/authority.ts";
+import { ConfigError } from "../../src/config/errors.ts";
+import { parseConfigText } from "../../src/config/file.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+
+describe("authority serve configuration", () => {
+  let dir: TempDir;
+  before(async () => {
+    dir = await makeTempDir("config-");
+  });
+  after(() => dir.cleanup());
+
+  test("defaults follow docs/configuration.md", () => {
+    const config = resolveAuthorityConfig({ env: {}, cwd: "/srv" });
+    assert.deepEqual(config.listen, { host: "127.0.0.1", port: 8080 });
+    assert.equal(config.publicUrl, "http://127.0.0.1:8080");
+    assert.equal(config.issuer, "http://127.0.0.1:8083");
+    assert.equal(config.jwksUrl, "http://127.0.0.1:8083/.well-known/jwks.json");
+    assert.equal(config.audience, "authority");
+    assert.equal(config.stateDir, "/srv/.authority");
+    assert.equal(config.storeUrl, "sqlite:/srv/.authority/authority.db");
+    assert.equal(config.kek.file, "/srv/.authority/kek");
+    assert.equal(config.kek.createIfMissing, true);
+    assert.equal(config.logLevel, "info");
+    assert.equal(config.auditBuffer, 100_000);
+    assert.deepEqual(config.policyCache, { max: 10_000, ttlMs: 300_000 });
+    assert.equal(config.shutdownTimeoutMs, 10_000);
+    assert.deepEqual(config.parameterScoping, { enabled: false, partnerAllowlist: [] });
+  });
+
+  test("flags win over the environment, which wins over the file", () => {
+    const config = resolveAuthorityConfig({
+      flags: { listen: "0.0.0.0:9000" },
+      env: {
+        AUTHORITY_LISTEN: "127.0.0.1:1",
+        AUTHORITY_AUDIENCE: "from-env",
+        AUTHORITY_PARAMETER_SCOPING: "yes",
+      },
+      file: {
+        listen: "127.0.0.1:2",
+        audience: "from-file",
+        issuer: "https://idp.example.com/",
+        "audit-buffer": 50,
+      },
+      fileName: "authority.yaml",
+    });
+    assert.deepEqual(config.listen, { host: "0.0.0.0", port: 9000 });
+    assert.equal(config.audience, "from-env");
+    assert.equal(config.issuer, "https://idp.example.com");
+    assert.equal(config.jwksUrl, "https://idp.example.com/.well-known/jwks.json");
+    assert.equal(config.auditBuffer, 50);
+    assert.equal(config.parameterScoping.enabled, true);
+    assert.equal(config.sources.listen, "flag");
+    assert.equal(config.sources.audience, "env");
+    assert.equal(config.sources.issuer, "file");
+    assert.equal(config.sources["public-url"], "default");
+  });
+
+  test("a shared (Redis) store never gets a generated KEK", () => {
+    const config = resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" } });
+    assert.equal(config.kek.createIfMissing, false);
+  });
+
+  test("invalid values name the setting and where it came from, never a secret value", () => {
+    const cases: Array<[Parameters<typeof resolveAuthorityConfig>[0], RegExp]> = [
+      [{ flags: { listen: "nope" } }, /--listen must be host:port/],
+      [{ env: { AUTHORITY_ISSUER: "ftp://x" } }, /AUTHORITY_ISSUER must be an absolute http\(s\) URL/],
+      [{ env: { AUTHORITY_LOG_LEVEL: "loud" } }, /AUTHORITY_LOG_LEVEL must be one of/],
+      [{ file: { "body-limit": "12" }, fileName: "c.yaml" }, /body-limit in c.yaml must be an integer/],
+      [{ file: { listen: { host: "x" } } }, /must be a string, number or boolean/],
+      [{ file: { lisen: "127.0.0.1:1" }, fileName: "c.yaml" }, /c.yaml has unknown settings: lisen/],
+      [{ file: { kek: "c2VjcmV0" } }, /unknown settings: kek/],
+    ];
+    for (const [inputs, message] of cases) {
+      assert.throws(
+        () => resolveAuthorityConfig(inputs),
+        (error: unknown) => {
+          assert.ok(error instanceof ConfigError);
+          assert.match(error.message, message);
+          return true;
+        },
+      );
+    }
+    assert.throws(
+      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "postgres://user:hunter2@db" } }),
+      (error: unknown) => error instanceof ConfigError && !error.message.includes("hunter2"),
+    );
+  });
+
+  test("loads a YAML file named by AUTHORITY_CONFIG_FILE and a JSON file named by --config", async () => {
+    const yamlPath = join(dir.path, "authority.yaml");
+    await writeFile(
+      yamlPath,
+      "listen: 127.0.0.1:7000\npolicy-cache-ttl: 30\nparameter-scoping-partners: a, b\n",
+    );
+    const fromYaml = await loadAuthorityConfig({ env: { AUTHORITY_CONFIG_FILE: yamlPath } });
+    assert.equal(fromYaml.listen.port, 7000);
+    assert.equal(fromYaml.policyCache.ttlMs, 30_000);
+    assert.deepEqual(fromYaml.parameterScoping.partnerAllowlist, ["a", "b"]);
+    const jsonPath = join(dir.path, "authority.json");
+    await writeFile(jsonPath, JSON.stringify({ audience: "json-aud" }));
+    const fromJson = await loadAuthorityConfig({ flags: { config: jsonPath }, env: {} });
+    assert.equal(fromJson.audience, "json-aud");
+    await assert.rejects(
+      loadAuthorityConfig({ flags: { config: join(dir.path, "missing.yaml") }, env: {} }),
+      ConfigError,
+    );
+  });
+
+  test("config text must be a mapping", () => {
+    assert.deepEqual(parseConfigText("", "x.yaml"), {});
+    assert.throws(() => parseConfigText("- a\n- b\n", "x.yaml"), ConfigError);
+    assert.throws(() => parseConfigText("{", "x.json"), /not valid JSON/);
+  });
+});
