@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import fastify, { type FastifyInstance } from "fastify";
+import fastify, { type FastifyInstance, LogController } from "fastify";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { installErrorHandling } from "./error-handling.ts";
 
@@ -28,7 +28,8 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeout: options.requestTimeoutMs ?? 30_000,
     genReqId: (request) => requestIdFrom(request.headers["x-request-id"]),
-    disableRequestLogging: true,
+    // One summary line per request (onResponse below) instead of fastify's two.
+    logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     forceCloseConnections: "idle",
     ...(options.https === undefined ? {} : { https: options.https }),
