@@ -3,11 +3,16 @@ import type { AuthorityContext } from "../context.ts";
 import { auditRoutes } from "./audit.ts";
 import { authProfileRoutes } from "./auth-profiles.ts";
 import { authorizeRoutes } from "./authorize.ts";
+import { bindingRoutes } from "./bindings.ts";
 import { boundaryRoutes } from "./boundaries.ts";
+import { brokerRoutes } from "./broker.ts";
 import { capabilityRoutes } from "./capabilities.ts";
 import { diagnosticsRoutes } from "./diagnostics.ts";
+import { invokeRoutes } from "./invoke.ts";
 import { partnerRoutes } from "./partners.ts";
 import { policyRoutes } from "./policies.ts";
+import { verifyRoutes } from "./verify.ts";
+import { workloadTokenRoutes } from "./workload-token.ts";
 
 /** Every route group of the authority service, one file each. */
 export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPluginAsync> = [
@@ -19,4 +24,9 @@ export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPl
   boundaryRoutes,
   authProfileRoutes,
   diagnosticsRoutes,
+  bindingRoutes,
+  workloadTokenRoutes,
+  invokeRoutes,
+  verifyRoutes,
+  brokerRoutes,
 ];

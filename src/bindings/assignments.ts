@@ -1,0 +1,261 @@
+/**
+ * API assignments of mapped (headless) subjects: `POST /v1/bindings/{id}/apis`. The
+ * subject's single policy is compiled as a v2 document whose signed content binds it to
+ * the binding's context (partner, binding, issuer hash, external-subject hash, mapping
+ * version), then protected and stored through the admin policy write path.
+ */
+import { recordPolicyChange } from "../authority/audit.ts";
+import { checkBoundary } from "../authority/boundary-check.ts";
+import { loadCatalog } from "../authority/capabilities.ts";
+import type { Actor, AdminDeps } from "../authority/deps.ts";
+import { withKeyLock } from "../authority/key-lock.ts";
+import {
+  type AssignmentRecord,
+  type BoundaryRecord,
+  collections,
+  type SubjectRecord,
+  storeKeys,
+} from "../authority/model.ts";
+import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../authority/policy-writer.ts";
+import { getSubject } from "../authority/subjects.ts";
+import { redactionRuleProblem } from "../catalog/extensions.ts";
+import {
+  buildPermissionId,
+  catalogPermissionIds,
+  type PermissionId,
+  type RedactionRule,
+} from "../core/index.ts";
+import { AuthorityError } from "../errors.ts";
+import type { HeadlessContext } from "../policy/compile.ts";
+import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
+import { getMapping, touchMapping } from "./mappings.ts";
+import type { BindingRecord, ExternalMappingRecord } from "./model.ts";
+
+/** Longest lifetime an assignment may ask for (same as the admin API's). */
+export const MAX_ASSIGNMENT_TTL_SECONDS = 366 * 24 * 3600;
+
+export interface BindingAssignInput {
+  readonly subject_id: string;
+  readonly capability_id: string;
+  readonly allowed_permission_ids: readonly string[];
+  readonly response_redactions?: Readonly<Record<string, readonly RedactionRule[]>>;
+  /** Exactly one of expires_at (ISO 8601) and ttl_seconds. */
+  readonly expires_at?: string;
+  readonly ttl_seconds?: number;
+}
+
+export interface BindingAssignOutcome {
+  readonly policy: PublicPolicyRecord;
+  readonly assignment: AssignmentRecord;
+  readonly mapping: ExternalMappingRecord;
+}
+
+const lockKey = (partnerId: string, subjectId: string): string => `policy:${partnerId}/${subjectId}`;
+
+function invalid(message: string, details?: Record<string, unknown>): AuthorityError {
+  return new AuthorityError("invalid_request", message, details === undefined ? undefined : { details });
+}
+
+function expiryOf(input: BindingAssignInput, now: Date): Date {
+  if ((input.expires_at === undefined) === (input.ttl_seconds === undefined)) {
+    throw invalid("Give exactly one of expires_at and ttl_seconds.");
+  }
+  const at =
+    input.ttl_seconds !== undefined
+      ? new Date(now.getTime() + input.ttl_seconds * 1000)
+      : new Date(Date.parse(input.expires_at ?? ""));
+  if (Number.isNaN(at.getTime())) throw invalid("expires_at must be an ISO 8601 timestamp.");
+  if (at.getTime() <= now.getTime()) throw invalid("The policy must expire in the future.");
+  if (at.getTime() - now.getTime() > MAX_ASSIGNMENT_TTL_SECONDS * 1000) {
+    throw invalid(`A policy may last at most ${MAX_ASSIGNMENT_TTL_SECONDS} seconds.`);
+  }
+  return at;
+}
+
+function checkRedactions(
+  redactions: Readonly<Record<string, readonly RedactionRule[]>>,
+  allowed: ReadonlySet<string>,
+) {
+  const problems: string[] = [];
+  for (const [id, rules] of Object.entries(redactions)) {
+    if (!allowed.has(id)) problems.push(`/response_redactions/${id}: not in allowed_permission_ids`);
+    rules.forEach((rule, i) => {
+      const problem = redactionRuleProblem(rule);
+      if (problem !== undefined) problems.push(`/response_redactions/${id}/${i}: ${problem}`);
+    });
+  }
+  if (problems.length > 0) throw invalid("response_redactions are invalid.", { problems });
+}
+
+async function headlessSubject(
+  deps: AdminDeps,
+  binding: BindingRecord,
+  subjectId: string,
+): Promise<SubjectRecord> {
+  const subject = await getSubject(deps, binding.partner_id, subjectId);
+  if (subject.subject_type !== "external" || subject.crypto_version !== "platform_service_v2") {
+    throw invalid("The subject is not a headless external subject.", { subject_id: subjectId });
+  }
+  return subject;
+}
+
+async function checkSubjectBoundary(
+  deps: AdminDeps,
+  subject: SubjectRecord,
+  capabilityId: string,
+  permissionIds: readonly string[],
+  ttlSeconds: number,
+): Promise<void> {
+  if (subject.boundary_id === null) return;
+  const boundary = await deps.store.get<BoundaryRecord>(
+    collections.boundaries,
+    storeKeys.boundary(subject.partner_id, subject.boundary_id),
+  );
+  if (boundary === undefined) {
+    throw new AuthorityError("conflict", "The subject's permission boundary is missing.", {
+      details: { boundary_id: subject.boundary_id },
+    });
+  }
+  const violation = checkBoundary(boundary, { capabilityId, permissionIds, ttlSeconds });
+  if (violation !== undefined) {
+    throw invalid("The assignment is outside the subject's permission boundary.", { ...violation });
+  }
+}
+
+/** The v2 context every policy of this mapping is bound to. */
+export function headlessContextOf(binding: BindingRecord, mapping: ExternalMappingRecord): HeadlessContext {
+  return {
+    partnerId: binding.partner_id,
+    bindingId: binding.binding_id,
+    issuerHash: mapping.issuer_hash,
+    externalSubjectHash: mapping.external_subject_hash,
+    mappingVersion: binding.mapping_version,
+  };
+}
+
+/**
+ * Assigns (or replaces) one capability of a mapped subject and recompiles its v2 policy
+ * under the binding's current mapping_version. Uses the binding's auth profile when set.
+ */
+export async function assignBindingApi(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  input: BindingAssignInput,
+): Promise<BindingAssignOutcome> {
+  const mapping = await getMapping(deps, binding, input.subject_id);
+  const subject = await headlessSubject(deps, binding, input.subject_id);
+  const partnerId = binding.partner_id;
+  const loaded = await loadCatalog(deps.store, partnerId, input.capability_id);
+  if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
+  const now = deps.now();
+  const expiresAt = expiryOf(input, now);
+  const known = new Set<string>(catalogPermissionIds(loaded.catalog));
+  const unknown = input.allowed_permission_ids.filter((id) => !known.has(id));
+  if (unknown.length > 0) {
+    throw invalid("Some permission ids are not in the capability's current catalog.", {
+      unknown_permission_ids: unknown,
+      catalog_version: loaded.version.catalog_version,
+    });
+  }
+  const allowed = new Set(input.allowed_permission_ids);
+  if (allowed.size === 0) throw invalid("allowed_permission_ids must not be empty.");
+  const redactions = input.response_redactions ?? {};
+  checkRedactions(redactions, allowed);
+  await checkSubjectBoundary(
+    deps,
+    subject,
+    input.capability_id,
+    [...allowed],
+    (expiresAt.getTime() - now.getTime()) / 1000,
+  );
+
+  const assignment: AssignmentRecord = {
+    partner_id: partnerId,
+    subject_id: subject.subject_id,
+    capability_id: input.capability_id,
+    catalog_version: loaded.version.catalog_version,
+    allowed_permission_ids: [...allowed].sort() as PermissionId[],
+    auth_profile_ref: binding.auth_profile_ref ?? loaded.capability.auth_profile_ref,
+    operations: loaded.version.operations.filter((op) =>
+      allowed.has(buildPermissionId(input.capability_id, op.method, op.path)),
+    ),
+    response_redactions: redactions,
+    expires_at: expiresAt.toISOString(),
+    assigned_by: actor.subject,
+    assigned_at: now.toISOString(),
+  };
+  const headless = headlessContextOf(binding, mapping);
+  const record = await withKeyLock(lockKey(partnerId, subject.subject_id), async () => {
+    const others = (await listAssignments(deps, partnerId, subject.subject_id)).filter(
+      (a) => a.capability_id !== input.capability_id,
+    );
+    const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null, headless);
+    await deps.store.put(
+      collections.assignments,
+      storeKeys.assignment(partnerId, subject.subject_id, input.capability_id),
+      assignment,
+    );
+    await recordPolicyChange(
+      deps.store,
+      actor,
+      { action: "assign", partnerId, subjectId: subject.subject_id, capabilityId: input.capability_id },
+      deps.now(),
+    );
+    return written;
+  });
+  await notifyPolicyChange(deps, record);
+  const touched = await touchMapping(deps, mapping, binding.mapping_version);
+  return { policy: toPublicPolicyRecord(record, deps.now()), assignment, mapping: touched };
+}
+
+/** Removes one capability; removing the last leaves a revoked policy (never a deleted one). */
+export async function unassignBindingApi(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  subjectId: string,
+  capabilityId: string,
+): Promise<PublicPolicyRecord> {
+  const mapping = await getMapping(deps, binding, subjectId);
+  const subject = await headlessSubject(deps, binding, subjectId);
+  const partnerId = binding.partner_id;
+  const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+    const assignments = await listAssignments(deps, partnerId, subjectId);
+    if (!assignments.some((a) => a.capability_id === capabilityId)) {
+      throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
+    }
+    const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
+    const revokedAt = remaining.length === 0 ? deps.now().toISOString() : null;
+    const written = await writeCompiledPolicy(
+      deps,
+      subject,
+      remaining,
+      revokedAt,
+      headlessContextOf(binding, mapping),
+    );
+    await deps.store.delete(
+      collections.assignments,
+      storeKeys.assignment(partnerId, subjectId, capabilityId),
+    );
+    await recordPolicyChange(
+      deps.store,
+      actor,
+      { action: "unassign", partnerId, subjectId, capabilityId },
+      deps.now(),
+    );
+    return written;
+  });
+  await notifyPolicyChange(deps, record);
+  return toPublicPolicyRecord(record, deps.now());
+}
+
+/** A mapped subject's assignments (what its policy was compiled from). */
+export async function listBindingApis(
+  deps: AdminDeps,
+  binding: BindingRecord,
+  subjectId: string,
+): Promise<AssignmentRecord[]> {
+  await getMapping(deps, binding, subjectId);
+  return listAssignments(deps, binding.partner_id, subjectId);
+}

@@ -1,0 +1,79 @@
+/**
+ * Audit evidence of binding invokes: one record per call (allowed or denied) in the
+ * binding's `binding_invocations` collection — listed by `GET …/invocations`, read by
+ * `GET …/evidence/{id}` — plus one `evidence` log record through the shared audit
+ * recorder. Records hold hashes, ids, statuses, timings and redaction locations; never
+ * a body, a header value, a token or a credential.
+ */
+import type { EvidenceInput } from "../audit/mcp-records.ts";
+import type { PageOf, PageRequest } from "../authority/store-scan.ts";
+import { pageUnder } from "../authority/store-scan.ts";
+import { AuthorityError, isDenyReason } from "../errors.ts";
+import type { Store } from "../store/store.ts";
+import { bindingCollections, bindingKeys, type InvocationEvidence } from "./model.ts";
+
+const EVIDENCE_ID = /^ev_[0-9a-z]{10}[0-9a-f]{16}$/;
+
+export async function writeEvidence(store: Store, evidence: InvocationEvidence): Promise<void> {
+  await store.put(
+    bindingCollections.invocations,
+    bindingKeys.invocation(evidence.binding_id, evidence.evidence_id),
+    evidence,
+  );
+}
+
+/** The shared `evidence` log's view of the same call (digests only). */
+export function evidenceLogInput(evidence: InvocationEvidence): EvidenceInput {
+  return {
+    binding_id: evidence.binding_id,
+    actor: evidence.client_id,
+    subject_id: evidence.subject_id,
+    partner_id: evidence.partner_id,
+    capability_id: evidence.capability_id,
+    permission_id: evidence.permission_id,
+    decision: evidence.decision,
+    reason: evidence.reason !== null && isDenyReason(evidence.reason) ? evidence.reason : null,
+    policy:
+      evidence.document_hash === null || evidence.policy_version === null
+        ? null
+        : { document_hash: evidence.document_hash, policy_version: evidence.policy_version },
+    request: evidence.request_hash,
+    response_status: evidence.upstream_status,
+    response: evidence.response_hash,
+    redaction_events: evidence.redaction_events.length,
+    idempotency_key: evidence.idempotency_key_hash,
+    requestId: evidence.requestId,
+    time: evidence.time,
+  };
+}
+
+export async function getEvidence(
+  store: Store,
+  bindingId: string,
+  evidenceId: string,
+): Promise<InvocationEvidence> {
+  const record = EVIDENCE_ID.test(evidenceId)
+    ? await store.get<InvocationEvidence>(
+        bindingCollections.invocations,
+        bindingKeys.invocation(bindingId, evidenceId),
+      )
+    : undefined;
+  if (record === undefined) throw new AuthorityError("not_found", "No such evidence record in this binding.");
+  return record;
+}
+
+/** Oldest first (evidence ids sort by time); page with `after`. */
+export async function listEvidence(
+  store: Store,
+  bindingId: string,
+  request: PageRequest,
+): Promise<PageOf<InvocationEvidence>> {
+  const page = await pageUnder<InvocationEvidence>(
+    store,
+    bindingCollections.invocations,
+    `${bindingId}/`,
+    request,
+  );
+  const items = page.items.map((item) => item.value);
+  return page.next === undefined ? { items } : { items, next: page.next };
+}

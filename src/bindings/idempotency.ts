@@ -1,0 +1,159 @@
+/**
+ * Idempotency-Key handling for binding invoke (docs/bindings.md, "Idempotency").
+ *
+ * The key is claimed atomically with `store.create` before anything runs, so of two
+ * requests with one key — in this process or on two replicas — exactly one executes.
+ * The other waits for the stored result (polling the store; joined directly in-process)
+ * and gets the same answer; if the first is still running after `waitMs`, it gets 409.
+ * The same key with a different request (body, binding or subject) is 422. Results are
+ * kept for `ttlMs` (24 h); an in-progress claim expires after `leaseMs`, so a crashed
+ * replica does not block the key for a day.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import type { Sha256Ref } from "../core/canonical-json.ts";
+import { AuthorityError } from "../errors.ts";
+import type { Store } from "../store/store.ts";
+import { sha256Ref } from "./derive.ts";
+import { bindingCollections, bindingKeys, type IdempotencyRecord, type StoredResponse } from "./model.ts";
+
+export const IDEMPOTENCY_HEADER = "idempotency-key";
+/** Printable ASCII without spaces at the ends, 1–255 characters. */
+const KEY_PATTERN = /^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$/;
+
+export interface IdempotencyOptions {
+  readonly store: Store;
+  /** How long a result is replayed (default 24 h). */
+  readonly ttlMs?: number;
+  /** How long an unfinished claim blocks the key (default 120 s; longer than any execution). */
+  readonly leaseMs?: number;
+  /** How long a duplicate waits for the first request's result before 409 (default 15 s). */
+  readonly waitMs?: number;
+  /** Store polling interval while waiting (default 25 ms). */
+  readonly pollMs?: number;
+  readonly now?: () => Date;
+}
+
+export interface IdempotentOutcome {
+  readonly response: StoredResponse;
+  /** True when this is a stored result, not a new execution. */
+  readonly replayed: boolean;
+}
+
+/**
+ * What `work` returns: the response, and whether it may be stored. A response that is
+ * not kept (a fault before the upstream was contacted) releases the key for a retry.
+ */
+export interface WorkResult {
+  readonly response: StoredResponse;
+  readonly keep: boolean;
+}
+
+export interface Idempotency {
+  run(
+    bindingId: string,
+    key: string,
+    requestHash: Sha256Ref,
+    work: () => Promise<WorkResult>,
+  ): Promise<IdempotentOutcome>;
+}
+
+/** The header's value, checked; throws `idempotency_key_required` or `invalid_request`. */
+export function readIdempotencyKey(header: string | string[] | undefined): string {
+  if (header === undefined || header === "") throw new AuthorityError("idempotency_key_required");
+  if (typeof header !== "string" || !KEY_PATTERN.test(header)) {
+    throw new AuthorityError("invalid_request", "Idempotency-Key must be 1-255 printable ASCII characters.");
+  }
+  return header;
+}
+
+function positive(value: number | undefined, fallback: number, name: string): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1) throw new TypeError(`${name} must be a positive integer`);
+  return out;
+}
+
+const conflict = () => new AuthorityError("idempotency_conflict");
+const inProgress = () =>
+  new AuthorityError("conflict", "A request with this Idempotency-Key is still in progress; retry later.");
+
+export function createIdempotency(options: IdempotencyOptions): Idempotency {
+  if (options?.store === undefined) throw new TypeError("store is required");
+  const store = options.store;
+  const ttlMs = positive(options.ttlMs, 24 * 3600 * 1000, "ttlMs");
+  const leaseMs = positive(options.leaseMs, 120_000, "leaseMs");
+  const waitMs = positive(options.waitMs, 15_000, "waitMs");
+  const pollMs = positive(options.pollMs, 25, "pollMs");
+  const now = options.now ?? (() => new Date());
+  /** Claims this process holds: duplicates here join the promise instead of polling. */
+  const local = new Map<string, { requestHash: Sha256Ref; done: Promise<IdempotentOutcome> }>();
+
+  async function execute(id: string, requestHash: Sha256Ref, work: () => Promise<WorkResult>) {
+    let result: WorkResult;
+    try {
+      result = await work();
+    } catch (error) {
+      await store.delete(bindingCollections.idempotency, id).catch(() => undefined);
+      throw error;
+    }
+    if (!result.keep) {
+      await store.delete(bindingCollections.idempotency, id).catch(() => undefined);
+      return { response: result.response, replayed: false };
+    }
+    const record: IdempotencyRecord = {
+      state: "completed",
+      request_hash: requestHash,
+      created_at: now().toISOString(),
+      response: result.response,
+    };
+    await store.put(bindingCollections.idempotency, id, record, { ttlMs });
+    return { response: result.response, replayed: false };
+  }
+
+  async function claimOrWait(
+    id: string,
+    requestHash: Sha256Ref,
+    work: () => Promise<WorkResult>,
+  ): Promise<IdempotentOutcome> {
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const joined = local.get(id);
+      if (joined !== undefined) {
+        if (joined.requestHash !== requestHash) throw conflict();
+        const outcome = await joined.done;
+        return { response: outcome.response, replayed: true };
+      }
+      const claim: IdempotencyRecord = {
+        state: "in_progress",
+        request_hash: requestHash,
+        created_at: now().toISOString(),
+      };
+      if (await store.create(bindingCollections.idempotency, id, claim, { ttlMs: leaseMs })) {
+        const done = execute(id, requestHash, work);
+        local.set(id, { requestHash, done });
+        try {
+          return await done;
+        } finally {
+          local.delete(id);
+        }
+      }
+      const existing = await store.get<IdempotencyRecord>(bindingCollections.idempotency, id);
+      if (existing !== undefined) {
+        if (existing.request_hash !== requestHash) throw conflict();
+        if (existing.state === "completed" && existing.response !== undefined) {
+          return { response: existing.response, replayed: true };
+        }
+      }
+      // Claimed elsewhere and still running (or released a moment ago): wait and look again.
+      if (Date.now() >= deadline) throw inProgress();
+      await sleep(pollMs);
+    }
+  }
+
+  return {
+    run(bindingId, key, requestHash, work) {
+      // The key is hashed: whatever characters it holds never reach a store id.
+      const id = bindingKeys.idempotency(bindingId, sha256Ref(key).slice("sha256:".length));
+      return claimOrWait(id, requestHash, work);
+    },
+  };
+}

@@ -1,0 +1,527 @@
+/**
+ * The governed execution behind `POST /v1/bindings/{id}/invoke` and
+ * `POST /v1/broker/execute`, after authentication (steps 1–4, authenticate.ts):
+ *
+ *   5. before decryption: active connection, external mapping, subject, boundary;
+ *   6. decrypt + verify the subject's v2 policy and `decide()` with the derived context
+ *      (subject, partner, binding, issuer hash, external-subject hash, mapping version);
+ *   7. on every call — nothing about a decision is cached but the verified document.
+ *
+ * An allow then executes the policy's reviewed operation snapshot with the auth profile
+ * injected, an authority envelope attached and the response redacted, and writes
+ * evidence. docs/bindings.md describes bodies, statuses and idempotency.
+ */
+import type { Transport } from "../audit/records.ts";
+import { loadExecutionAuthProfile } from "../authority/auth-profiles.ts";
+import type { AdminDeps } from "../authority/deps.ts";
+import { type BoundaryRecord, collections, storeKeys } from "../authority/model.ts";
+import { permissionPatternMatches } from "../authority/permission-pattern.ts";
+import {
+  type AllowedDecision,
+  buildPermissionId,
+  type Capability,
+  catalogMatcher,
+  hashCanonical,
+  normalizeRequestPath,
+  parsePermissionId,
+  type Sha256Ref,
+} from "../core/index.ts";
+import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "../errors.ts";
+import { ExecutionError } from "../execute/errors.ts";
+import type { ExecutionResult } from "../execute/executor.ts";
+import { validateInput } from "../execute/input.ts";
+import { authorizeInvocation } from "../policy/invocation.ts";
+import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
+import { newEvidenceId, sha256Ref } from "./derive.ts";
+import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";
+import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
+import { evidenceLogInput, writeEvidence } from "./evidence.ts";
+import type { WorkResult } from "./idempotency.ts";
+import { findMapping } from "./mappings.ts";
+import type { InvocationEvidence, StoredResponse } from "./model.ts";
+import type { BindingRuntime } from "./runtime.ts";
+
+export interface InvokeArguments {
+  readonly path?: Readonly<Record<string, unknown>>;
+  readonly query?: Readonly<Record<string, unknown>>;
+  readonly headers?: Readonly<Record<string, unknown>>;
+  readonly body?: unknown;
+}
+
+/** Request body of invoke (and broker execute, which adds binding_id). */
+export interface InvokeBody {
+  readonly capability_id: string;
+  /** Either method + path (a request path or the path template)… */
+  readonly method?: string;
+  readonly path?: string;
+  /** …or the permission id… */
+  readonly permission_id?: string;
+  /** …or (broker execute) the catalog operation id. */
+  readonly operation_id?: string;
+  readonly arguments?: InvokeArguments;
+}
+
+export interface InvokeCall {
+  readonly transport: Extract<Transport, "invoke" | "broker">;
+  readonly requestId: string;
+  readonly workload: AuthenticatedWorkload;
+  readonly user: AuthenticatedUser;
+  readonly body: InvokeBody;
+  /** Required on invoke (the route checks); optional on broker execute. */
+  readonly idempotencyKey: string | undefined;
+}
+
+export interface InvokeResponse {
+  readonly statusCode: number;
+  readonly body: unknown;
+  /** A stored result of an earlier request with the same Idempotency-Key. */
+  readonly replayed: boolean;
+}
+
+export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger">;
+
+interface Target {
+  readonly method: string;
+  readonly path: string;
+  /** The path is the operation's template itself (values come from arguments.path only). */
+  readonly isTemplate: boolean;
+}
+
+type TargetOutcome =
+  | { readonly ok: true; readonly target: Target }
+  | { readonly ok: false; readonly reason: DenyReason };
+
+const badRequest = (message: string) => new AuthorityError("invalid_request", message);
+
+/** What the caller asked to run, as a method and a path `decide()` maps to a permission. */
+async function resolveTarget(
+  runtime: BindingRuntime,
+  partnerId: string,
+  body: InvokeBody,
+): Promise<TargetOutcome> {
+  const hasMethodPath = body.method !== undefined || body.path !== undefined;
+  const forms = [hasMethodPath, body.permission_id !== undefined, body.operation_id !== undefined].filter(
+    Boolean,
+  );
+  if (forms.length !== 1) {
+    throw badRequest("Name the operation with exactly one of: method and path, permission_id, operation_id.");
+  }
+  if (body.permission_id !== undefined) {
+    let parsed: ReturnType<typeof parsePermissionId>;
+    try {
+      parsed = parsePermissionId(body.permission_id);
+    } catch {
+      throw badRequest("permission_id is not a valid permission id.");
+    }
+    if (parsed.capabilityId !== body.capability_id)
+      throw badRequest("permission_id names another capability.");
+    return { ok: true, target: { method: parsed.method, path: parsed.pathTemplate, isTemplate: true } };
+  }
+  if (body.operation_id !== undefined) {
+    const capability = await runtime.decisions.capabilities.resolve(partnerId, body.capability_id);
+    if (capability === undefined) return { ok: false, reason: "unknown_capability" };
+    const operation = capability.operations.find((op) => op.operation_id === body.operation_id);
+    if (operation === undefined) return { ok: false, reason: "unknown_operation" };
+    return { ok: true, target: { method: operation.method, path: operation.path, isTemplate: true } };
+  }
+  if (body.method === undefined || body.path === undefined) throw badRequest("method and path go together.");
+  return { ok: true, target: { method: body.method, path: body.path, isTemplate: body.path.includes("{") } };
+}
+
+function permissionOf(capability: Capability | undefined, method: string, path: string): string | undefined {
+  if (capability === undefined) return undefined;
+  try {
+    const match = catalogMatcher(capability).match(method, path);
+    const operation = match === undefined ? undefined : capability.operations[match.index];
+    return operation === undefined
+      ? undefined
+      : buildPermissionId(capability.capability_id, operation.method, operation.path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Step 5: everything that can be refused without opening the policy. */
+async function checkBeforeDecryption(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  target: Target,
+): Promise<DenyReason | undefined> {
+  const { binding } = call.workload;
+  const { subjectId } = call.user.derived;
+  if (!binding.active) return "missing_subject";
+  const mapping = await findMapping(deps, binding.binding_id, subjectId);
+  if (mapping === undefined || mapping.partner_id !== binding.partner_id) return "missing_subject";
+  const subject = await runtime.decisions.subjects.get(subjectId);
+  if (
+    subject === undefined ||
+    subject.partner_id !== binding.partner_id ||
+    subject.subject_type !== "external" ||
+    subject.crypto_version !== "platform_service_v2"
+  ) {
+    return "missing_subject";
+  }
+  if (subject.boundary_id === null) return undefined;
+  const boundary = await deps.store.get<BoundaryRecord>(
+    collections.boundaries,
+    storeKeys.boundary(binding.partner_id, subject.boundary_id),
+  );
+  // A boundary that cannot be read admits nothing.
+  if (boundary === undefined || !boundary.allowed_capabilities.includes(call.body.capability_id)) {
+    return "operation_not_allowed";
+  }
+  const capability = await runtime.decisions.capabilities.resolve(
+    binding.partner_id,
+    call.body.capability_id,
+  );
+  const permissionId = permissionOf(capability, target.method, target.path);
+  if (
+    permissionId !== undefined &&
+    !boundary.allowed_permission_patterns.some((pattern) => permissionPatternMatches(pattern, permissionId))
+  ) {
+    return "operation_not_allowed";
+  }
+  return undefined;
+}
+
+function recordedPath(path: string): string {
+  return normalizeRequestPath(path)?.path ?? path.split("?")[0] ?? path;
+}
+
+/** The executor's arguments: the caller's, plus path values a concrete request path carried. */
+function executionArgs(body: InvokeBody, target: Target, decision: AllowedDecision): InvokeArguments {
+  const given = body.arguments ?? {};
+  if (target.isTemplate || Object.keys(decision.params).length === 0) return given;
+  const path: Record<string, unknown> = { ...decision.params };
+  for (const [name, value] of Object.entries(given.path ?? {})) {
+    if (Object.hasOwn(path, name) && String(path[name]) !== String(value)) {
+      throw badRequest(`arguments.path.${name} differs from the value in path.`);
+    }
+    path[name] = value;
+  }
+  return { ...given, path };
+}
+
+interface EvidenceFacts {
+  readonly started: number;
+  readonly decidedAt: number;
+  readonly requestHash: Sha256Ref;
+  readonly capabilityId: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+function evidenceOf(
+  call: InvokeCall,
+  facts: EvidenceFacts,
+  outcome: {
+    readonly decision: "allowed" | "denied";
+    readonly reason?: string;
+    readonly permissionId?: string;
+    readonly policy?: {
+      readonly policy_hash: string;
+      readonly document_hash: string;
+      readonly policy_version: string;
+    };
+    readonly result?: ExecutionResult;
+    readonly error?: AuthorityError;
+    readonly envelopeId?: string;
+  },
+  evidenceId: string,
+  now: Date,
+): InvocationEvidence {
+  const { client, binding } = call.workload;
+  const result = outcome.result;
+  const failure = outcome.error instanceof ExecutionError ? outcome.error : undefined;
+  return {
+    kind: "binding_invocation",
+    evidence_id: evidenceId,
+    transport: call.transport,
+    binding_id: binding.binding_id,
+    partner_id: binding.partner_id,
+    client_id: client.client_id,
+    subject_id: call.user.derived.subjectId,
+    capability_id: facts.capabilityId,
+    permission_id: outcome.permissionId ?? null,
+    method: facts.method.toUpperCase(),
+    path: recordedPath(facts.path),
+    decision: outcome.decision,
+    reason: outcome.reason ?? null,
+    error_code: outcome.error?.code ?? null,
+    request_hash: facts.requestHash,
+    upstream_request_hash: result?.requestHash ?? failure?.requestHash ?? null,
+    response_hash: result?.responseHash ?? null,
+    policy_hash: outcome.policy?.policy_hash ?? null,
+    document_hash: outcome.policy?.document_hash ?? null,
+    policy_version: outcome.policy?.policy_version ?? null,
+    upstream_status: result?.status ?? null,
+    redaction_events: (result?.redactionEvents ?? []).map((event) => ({ ...event })),
+    envelope_id: outcome.envelopeId ?? null,
+    timings: {
+      total_ms: Math.round((performance.now() - facts.started) * 1000) / 1000,
+      decision_ms: Math.round((facts.decidedAt - facts.started) * 1000) / 1000,
+      upstream_ms: result?.timings.upstreamMs ?? failure?.timings?.upstreamMs ?? null,
+    },
+    idempotency_key_hash: call.idempotencyKey === undefined ? null : sha256Ref(call.idempotencyKey),
+    requestId: call.requestId,
+    time: now.toISOString(),
+  };
+}
+
+async function record(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  evidence: InvocationEvidence,
+): Promise<void> {
+  // Evidence is written after the fact: a failure is logged, the caller's answer stands.
+  const failed = (what: string) => (error: unknown) => {
+    deps.logger?.error({ err: error, evidence_id: evidence.evidence_id }, what);
+  };
+  await Promise.all([
+    writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored")),
+    runtime.decisions.recorder
+      .recordEvidence(evidenceLogInput(evidence))
+      .catch(failed("binding evidence could not be queued")),
+  ]);
+}
+
+const denyBody = (reason: DenyReason, requestId: string) => ({ status: "denied", reason, requestId });
+const unavailable = (requestId: string): StoredResponse => ({
+  status_code: 503,
+  body: { status: "denied", reason: "policy_verification_failed", requestId },
+});
+
+async function execute(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  requestHash: Sha256Ref,
+): Promise<WorkResult> {
+  const started = performance.now();
+  const now = deps.now();
+  const { binding, client } = call.workload;
+  const { derived } = call.user;
+  const evidenceId = newEvidenceId(now);
+  const base = {
+    started,
+    requestHash,
+    capabilityId: call.body.capability_id,
+    method: call.body.method ?? "",
+    path: call.body.path ?? call.body.permission_id ?? call.body.operation_id ?? "",
+  };
+
+  const resolved = await resolveTarget(runtime, binding.partner_id, call.body);
+  const target = resolved.ok ? resolved.target : undefined;
+  const facts = target === undefined ? base : { ...base, method: target.method, path: target.path };
+  const preDeny = resolved.ok
+    ? await checkBeforeDecryption(runtime, deps, call, resolved.target)
+    : resolved.reason;
+  if (preDeny !== undefined || target === undefined) {
+    const reason: DenyReason = preDeny ?? "unknown_operation";
+    try {
+      await runtime.decisions.recorder.record({
+        actor: client.client_id,
+        subject_id: derived.subjectId,
+        partner_id: binding.partner_id,
+        capability_id: call.body.capability_id,
+        method: facts.method,
+        path: recordedPath(facts.path),
+        decision: "denied",
+        reason,
+        transport: call.transport,
+        requestId: call.requestId,
+        time: now,
+      });
+    } catch {
+      return { response: unavailable(call.requestId), keep: false };
+    }
+    await record(
+      runtime,
+      deps,
+      evidenceOf(
+        call,
+        { ...facts, decidedAt: performance.now() },
+        { decision: "denied", reason },
+        evidenceId,
+        now,
+      ),
+    );
+    return {
+      response: { status_code: denyReasons[reason].status, body: denyBody(reason, call.requestId) },
+      keep: false,
+    };
+  }
+
+  const authorized = await authorizeInvocation(runtime.decisions, {
+    transport: call.transport,
+    requestId: call.requestId,
+    now,
+    actor: client.client_id,
+    subjectId: derived.subjectId,
+    capabilityId: call.body.capability_id,
+    method: target.method,
+    path: target.path,
+    expectedContext: derived.context,
+  });
+  const decidedAt = performance.now();
+  const policy = authorized.policy;
+  const policyFacts =
+    policy === undefined
+      ? undefined
+      : {
+          policy_hash: policy.policy_hash,
+          document_hash: policy.document_hash,
+          policy_version: policy.policy_version,
+        };
+  if (authorized.unavailable) return { response: unavailable(call.requestId), keep: false };
+  const decision = authorized.decision;
+  if (decision === undefined || decision.status === "denied") {
+    const reason: DenyReason = decision?.status === "denied" ? decision.reason : "policy_verification_failed";
+    await record(
+      runtime,
+      deps,
+      evidenceOf(
+        call,
+        { ...facts, decidedAt },
+        { decision: "denied", reason, ...(policyFacts ? { policy: policyFacts } : {}) },
+        evidenceId,
+        now,
+      ),
+    );
+    return {
+      response: { status_code: authorized.httpStatus, body: denyBody(reason, call.requestId) },
+      keep: false,
+    };
+  }
+
+  const allowedFacts = {
+    decision: "allowed" as const,
+    permissionId: decision.permissionId,
+    ...(policyFacts ? { policy: policyFacts } : {}),
+  };
+  let envelopeId: string | undefined;
+  try {
+    const args = executionArgs(call.body, target, decision);
+    const validated = validateInput(decision.operation.input_schema, args);
+    const envelopes = runtime.envelopes;
+    if (envelopes === undefined) throw new EnvelopeCryptoUnavailableError("envelope keys are not configured");
+    const claims = buildEnvelopeClaims({
+      profile: PARTNER_PROFILE_V2,
+      issuer: runtime.issuer,
+      partnerId: binding.partner_id,
+      bindingId: binding.binding_id,
+      operationId: decision.operation.operation_id,
+      permissionId: decision.permissionId,
+      argsDigest: argumentsDigest({
+        path: validated.path,
+        query: validated.query,
+        body: validated.hasBody ? validated.body : null,
+      }),
+      now,
+    });
+    envelopeId = claims.jti;
+    // The signature (thread pool) and the profile read overlap.
+    const sealing = envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
+    sealing.catch(() => undefined);
+    const authProfile = await loadExecutionAuthProfile(
+      deps,
+      binding.partner_id,
+      decision.authProfileRef,
+    ).catch((error: unknown) => {
+      throw new ExecutionError("auth_profile_unavailable", {
+        details: {
+          issue:
+            error instanceof AuthorityError && error.code === "not_found"
+              ? "auth_profile_missing"
+              : "auth_profile_unreadable",
+        },
+      });
+    });
+    const envelope = await sealing;
+    const result = await runtime.executor.execute({
+      snapshot: decision.operation,
+      args,
+      authProfile,
+      partnerId: binding.partner_id,
+      redactions: decision.redactions,
+      extraHeaders: { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId },
+    });
+    await record(
+      runtime,
+      deps,
+      evidenceOf(call, { ...facts, decidedAt }, { ...allowedFacts, result, envelopeId }, evidenceId, now),
+    );
+    return {
+      response: {
+        status_code: 200,
+        body: {
+          status: "allowed",
+          permissionId: decision.permissionId,
+          requestId: call.requestId,
+          result: {
+            status: result.status,
+            headers: result.headers,
+            body: result.body,
+            redaction_events: result.redactionEvents,
+          },
+          evidenceId,
+        },
+      },
+      keep: true,
+    };
+  } catch (raw) {
+    const error =
+      raw instanceof EnvelopeCryptoUnavailableError
+        ? new AuthorityError("upstream_unavailable", undefined, { cause: raw })
+        : toAuthorityError(raw);
+    await record(
+      runtime,
+      deps,
+      evidenceOf(
+        call,
+        { ...facts, decidedAt },
+        { ...allowedFacts, error, ...(envelopeId ? { envelopeId } : {}) },
+        evidenceId,
+        now,
+      ),
+    );
+    // Once the upstream may have acted, the outcome is kept: a retry must not run it twice.
+    const contacted = raw instanceof ExecutionError && raw.upstreamError !== undefined;
+    if (!contacted) throw error;
+    return {
+      response: { status_code: error.status, body: { ...error.toJSON(), requestId: call.requestId } },
+      keep: true,
+    };
+  }
+}
+
+/** Runs one invoke (or broker execute), through the Idempotency-Key when one is given. */
+export async function runInvoke(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+): Promise<InvokeResponse> {
+  const { binding } = call.workload;
+  let requestHash: Sha256Ref;
+  try {
+    requestHash = hashCanonical({
+      binding_id: binding.binding_id,
+      subject_id: call.user.derived.subjectId,
+      body: call.body,
+    });
+  } catch {
+    throw badRequest("The body is not plain JSON.");
+  }
+  const work = () => execute(runtime, deps, call, requestHash);
+  if (call.idempotencyKey === undefined) {
+    const result = await work();
+    return { statusCode: result.response.status_code, body: result.response.body, replayed: false };
+  }
+  const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work);
+  return {
+    statusCode: outcome.response.status_code,
+    body: outcome.response.body,
+    replayed: outcome.replayed,
+  };
+}

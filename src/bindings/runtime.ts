@@ -1,0 +1,129 @@
+/**
+ * The pieces the binding routes share, built once per authority-service context: the
+ * workload-token service, user-assertion verifiers, idempotency, envelope crypto, the
+ * executor, and the shared decision runtime (policy loader, capability resolver, audit
+ * recorder). Options come from `context.bindings` when the service builder sets them.
+ */
+import { createAuthProfileSecretResolver } from "../authority/auth-profiles.ts";
+import { isValidId } from "../authority/ids.ts";
+import { collections, storeKeys } from "../authority/model.ts";
+import { createExecutor, type Executor } from "../execute/executor.ts";
+import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { KeyRingSource } from "../policy/local-protector.ts";
+import type { PolicyProtector } from "../policy/protector.ts";
+import { type DecisionRuntime, decisionRuntimeFor } from "../policy/runtime.ts";
+import type { Store } from "../store/store.ts";
+import { type AssertionVerifiers, createAssertionVerifiers } from "./assertions.ts";
+import { createKeyRingEnvelopeCrypto, type EnvelopeCrypto } from "./envelope-crypto.ts";
+import { createIdempotency, type Idempotency, type IdempotencyOptions } from "./idempotency.ts";
+import { createTokenKeys } from "./token-keys.ts";
+import { createWorkloadTokenService, type WorkloadTokenService } from "./workload-tokens.ts";
+
+export interface BindingRuntimeOptions {
+  /**
+   * Key rings of partner envelope signers (`partner:<id>`) and of the service identity
+   * (`service:<identity>`). Default: the context's `secretKeyRings`. None at all: envelopes
+   * cannot be issued or verified (invoke and verify answer 503).
+   */
+  readonly envelopeKeyRings?: KeyRingSource;
+  /** Seals the workload-token signing key at rest. Default: the context's `secretKeyRings`. */
+  readonly tokenKeyRings?: KeyRingSource;
+  /** Default 300 s. */
+  readonly workloadTokenLifetimeSec?: number;
+  readonly idempotency?: Omit<IdempotencyOptions, "store" | "now">;
+  /** A ready executor (benchmarks); default one built from the context. */
+  readonly executor?: Executor;
+  /** Upstream deadline of the default executor (default 10 s). */
+  readonly upstreamTimeoutMs?: number;
+}
+
+/** The fields of the authority context this module reads. */
+export interface BindingRuntimeOwner {
+  readonly config: {
+    readonly publicUrl: string;
+    readonly serviceIdentity: string;
+    readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+  };
+  readonly store: Store;
+  readonly protector: PolicyProtector;
+  readonly logger: Logger;
+  readonly now: () => Date;
+  readonly secretKeyRings?: KeyRingSource;
+  readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /** Set by the service builder (optional; defaults apply without it). */
+  readonly bindings?: BindingRuntimeOptions;
+}
+
+export interface BindingRuntime {
+  readonly tokens: WorkloadTokenService;
+  readonly assertions: AssertionVerifiers;
+  readonly idempotency: Idempotency;
+  /** Undefined when no key rings are configured: envelopes fail closed with 503. */
+  readonly envelopes: EnvelopeCrypto | undefined;
+  readonly executor: Executor;
+  readonly decisions: DecisionRuntime;
+  /** The authority's public URL: issuer of workload tokens and envelopes. */
+  readonly issuer: string;
+}
+
+const runtimes = new WeakMap<object, BindingRuntime>();
+
+export function createBindingRuntime(owner: BindingRuntimeOwner): BindingRuntime {
+  const options = owner.bindings ?? {};
+  const { store, config } = owner;
+  const issuer = config.publicUrl.replace(/\/+$/, "");
+  const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
+  const envelopeKeyRings = options.envelopeKeyRings ?? owner.secretKeyRings;
+  const allowlist = new Set(config.parameterScoping.partnerAllowlist);
+  const executor =
+    options.executor ??
+    createExecutor({
+      secretResolver: createAuthProfileSecretResolver(owner),
+      tokenSetStore: createStoreTokenSetStore(store),
+      constraintsRollout: {
+        enabled: config.parameterScoping.enabled,
+        isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
+      },
+      ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
+    });
+  return {
+    tokens: createWorkloadTokenService({
+      keys: createTokenKeys({
+        store,
+        now: owner.now,
+        ...(tokenKeyRings === undefined ? {} : { keyRings: tokenKeyRings }),
+      }),
+      issuer,
+      now: owner.now,
+      ...(options.workloadTokenLifetimeSec === undefined
+        ? {}
+        : { lifetimeSec: options.workloadTokenLifetimeSec }),
+    }),
+    assertions: createAssertionVerifiers({ now: owner.now }),
+    idempotency: createIdempotency({ store, now: owner.now, ...options.idempotency }),
+    envelopes:
+      envelopeKeyRings === undefined
+        ? undefined
+        : createKeyRingEnvelopeCrypto({
+            keyRings: envelopeKeyRings,
+            serviceIdentity: config.serviceIdentity,
+            partnerExists: async (partnerId) =>
+              isValidId("partner", partnerId) &&
+              (await store.get(collections.partners, storeKeys.partner(partnerId))) !== undefined,
+          }),
+    executor,
+    decisions: decisionRuntimeFor(owner),
+    issuer,
+  };
+}
+
+/** The one binding runtime of this context (created on first use). */
+export function bindingRuntimeFor(owner: BindingRuntimeOwner): BindingRuntime {
+  let runtime = runtimes.get(owner);
+  if (runtime === undefined) {
+    runtime = createBindingRuntime(owner);
+    runtimes.set(owner, runtime);
+  }
+  return runtime;
+}

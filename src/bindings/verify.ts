@@ -1,0 +1,208 @@
+/**
+ * `POST /v1/authority/verify`: an upstream asks whether the request it received carries
+ * a valid authority envelope for the arguments it received. Decision only — no
+ * downstream call, and the answer never contains the envelope's contents, plaintext,
+ * credentials or raw crypto errors: a stable code per cause (docs/bindings.md).
+ */
+import { LRUCache } from "lru-cache";
+import type { AdminDeps } from "../authority/deps.ts";
+import type { CapabilityRecord } from "../authority/model.ts";
+import { collections } from "../authority/model.ts";
+import { scan } from "../authority/store-scan.ts";
+import { buildPermissionId, type Sha256Ref } from "../core/index.ts";
+import type { AuthenticatedWorkload } from "./authenticate.ts";
+import {
+  argumentsDigest,
+  authorityProfiles,
+  checkEnvelopeClaims,
+  type EnvelopeClaimFailure,
+  ProfileArgumentsError,
+  parseEnvelopeClaims,
+} from "./envelope.ts";
+import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
+import type { BindingRuntime } from "./runtime.ts";
+
+export interface VerifyRequest {
+  readonly profile: string;
+  readonly bindingId: string;
+  readonly operationId: string;
+  readonly arguments: unknown;
+  readonly protectedEnvelope: string;
+}
+
+export interface VerifySuccess {
+  readonly profile: string;
+  readonly bindingId: string;
+  readonly operationId: string;
+  readonly decision: "allow";
+  readonly verified: true;
+}
+
+/** Every cause verify reports, with its HTTP status (spec: "Authority verify statuses"). */
+export const verifyFailureStatus = {
+  unknown_profile: 400,
+  unsupported_operation: 400,
+  invalid_arguments: 400,
+  binding_mismatch: 403,
+  binding_inactive: 403,
+  invalid_signature: 403,
+  signer_mismatch: 403,
+  invalid_envelope: 403,
+  profile_mismatch: 403,
+  issuer_mismatch: 403,
+  audience_mismatch: 403,
+  operation_mismatch: 403,
+  permission_mismatch: 403,
+  decision_denied: 403,
+  lifetime_exceeded: 403,
+  envelope_expired: 403,
+  digest_mismatch: 403,
+  crypto_unavailable: 503,
+} as const satisfies Record<string, 400 | 403 | 503> & Record<EnvelopeClaimFailure, 400 | 403 | 503>;
+
+export type VerifyFailureCode = keyof typeof verifyFailureStatus;
+
+const messages: Record<VerifyFailureCode, string> = {
+  unknown_profile: "The authority profile is not supported.",
+  unsupported_operation: "The operation is not supported by this profile for this binding.",
+  invalid_arguments: "The arguments are not valid for this profile.",
+  binding_mismatch: "The binding does not match the workload client's binding.",
+  binding_inactive: "The binding is not active.",
+  invalid_signature: "The envelope could not be opened and signature-verified.",
+  signer_mismatch: "The envelope was not signed by the binding's partner.",
+  invalid_envelope: "The envelope content is not valid for this profile.",
+  profile_mismatch: "The envelope was issued for another profile.",
+  issuer_mismatch: "The envelope issuer does not match.",
+  audience_mismatch: "The envelope audience does not match.",
+  operation_mismatch: "The envelope was issued for another operation.",
+  permission_mismatch: "The envelope permission does not match the operation.",
+  decision_denied: "The envelope does not carry an allow decision.",
+  lifetime_exceeded: "The envelope lifetime exceeds the profile maximum.",
+  envelope_expired: "The envelope is outside its validity window.",
+  digest_mismatch: "The arguments do not match the envelope's digest.",
+  crypto_unavailable: "Envelope verification is unavailable.",
+};
+
+/** A refused verify: `code` and `status` go to the caller, nothing else. */
+export class VerifyError extends Error {
+  readonly code: VerifyFailureCode;
+  readonly status: number;
+
+  constructor(code: VerifyFailureCode, options?: { cause?: unknown }) {
+    super(messages[code], options);
+    this.name = "VerifyError";
+    this.code = code;
+    this.status = verifyFailureStatus[code];
+  }
+
+  toJSON(): { error: VerifyFailureCode; message: string } {
+    return { error: this.code, message: this.message };
+  }
+}
+
+export interface OperationIndex {
+  /** Permission ids the operation id has in the partner's current catalogs (empty: unsupported). */
+  permissionsOf(partnerId: string, operationId: string): Promise<ReadonlySet<string>>;
+}
+
+/**
+ * Partner operation id → permission ids, built from the current catalogs and kept for a
+ * short while; a miss rebuilds (at most once a second per partner) so a new import is
+ * verifiable at once.
+ */
+export function createOperationIndex(
+  runtime: Pick<BindingRuntime, "decisions">,
+  deps: Pick<AdminDeps, "store">,
+  options: { readonly ttlMs?: number } = {},
+): OperationIndex {
+  const cache = new LRUCache<string, { builtAt: number; ops: Map<string, Set<string>> }>({
+    max: 1000,
+    ttl: options.ttlMs ?? 30_000,
+  });
+
+  async function build(partnerId: string): Promise<Map<string, Set<string>>> {
+    const ops = new Map<string, Set<string>>();
+    for await (const item of scan<CapabilityRecord>(deps.store, collections.capabilities, `${partnerId}/`)) {
+      const capability = await runtime.decisions.capabilities.resolve(partnerId, item.value.capability_id);
+      if (capability === undefined) continue;
+      for (const op of capability.operations) {
+        const set = ops.get(op.operation_id) ?? new Set<string>();
+        set.add(buildPermissionId(capability.capability_id, op.method, op.path));
+        ops.set(op.operation_id, set);
+      }
+    }
+    cache.set(partnerId, { builtAt: Date.now(), ops });
+    return ops;
+  }
+
+  return {
+    async permissionsOf(partnerId, operationId) {
+      const cached = cache.get(partnerId);
+      const found = cached?.ops.get(operationId);
+      if (found !== undefined) return found;
+      if (cached !== undefined && Date.now() - cached.builtAt < 1000) return new Set();
+      return (await build(partnerId)).get(operationId) ?? new Set();
+    },
+  };
+}
+
+/**
+ * Checks, in order: profile known (400), arguments canonicalizable (400), binding equals
+ * the workload client's and is active (403), operation supported (400), envelope opens
+ * and verifies (403; 503 when keys are unavailable), signer is the binding's partner
+ * (403), then the profile checks on the signed claims (403 each).
+ */
+export async function verifyEnvelope(
+  runtime: BindingRuntime,
+  operations: OperationIndex,
+  workload: AuthenticatedWorkload,
+  request: VerifyRequest,
+  now: Date,
+): Promise<VerifySuccess> {
+  const profile = authorityProfiles.get(request.profile);
+  if (profile === undefined) throw new VerifyError("unknown_profile");
+  let digest: Sha256Ref;
+  try {
+    digest = argumentsDigest(request.arguments);
+  } catch (error) {
+    if (error instanceof ProfileArgumentsError) throw new VerifyError("invalid_arguments");
+    throw error;
+  }
+  const { binding } = workload;
+  if (request.bindingId !== binding.binding_id) throw new VerifyError("binding_mismatch");
+  if (!binding.active) throw new VerifyError("binding_inactive");
+  const permissionIds = await operations.permissionsOf(binding.partner_id, request.operationId);
+  if (permissionIds.size === 0) throw new VerifyError("unsupported_operation");
+
+  const envelopes = runtime.envelopes;
+  if (envelopes === undefined) throw new VerifyError("crypto_unavailable");
+  let opened: Awaited<ReturnType<typeof envelopes.open>>;
+  try {
+    opened = await envelopes.open(request.protectedEnvelope, binding.partner_id, profile);
+  } catch (error) {
+    if (error instanceof EnvelopeCryptoUnavailableError)
+      throw new VerifyError("crypto_unavailable", { cause: error });
+    throw error;
+  }
+  if (!opened.ok) throw new VerifyError(opened.failure);
+  const claims = parseEnvelopeClaims(opened.plaintext);
+  if (claims === undefined) throw new VerifyError("invalid_envelope");
+  const failure = checkEnvelopeClaims(claims, {
+    profile,
+    issuer: runtime.issuer,
+    partnerId: binding.partner_id,
+    bindingId: binding.binding_id,
+    operationId: request.operationId,
+    permissionIds,
+    argsDigest: digest,
+    now,
+  });
+  if (failure !== undefined) throw new VerifyError(failure);
+  return {
+    profile: profile.id,
+    bindingId: binding.binding_id,
+    operationId: request.operationId,
+    decision: "allow",
+    verified: true,
+  };
+}

@@ -1,0 +1,93 @@
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
+import {
+  type AuthenticatedUser,
+  type AuthenticatedWorkload,
+  authenticateUser,
+  authenticateWorkload,
+  USER_ASSERTION_HEADER,
+} from "../../../bindings/authenticate.ts";
+import { IDEMPOTENCY_HEADER, readIdempotencyKey } from "../../../bindings/idempotency.ts";
+import { type InvokeBody, runInvoke } from "../../../bindings/invoke.ts";
+import { INVOKE_SCOPE } from "../../../bindings/model.ts";
+import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
+import { AuthorityError } from "../../../errors.ts";
+import type { AuthorityContext } from "../context.ts";
+
+/**
+ * POST /v1/bindings/{bindingId}/invoke — one governed operation for the binding's
+ * external user (docs/bindings.md, "Binding invoke"). Authentication (steps 1–4) runs
+ * before the body is validated; the Idempotency-Key is required.
+ */
+
+const plainObject = { type: "object" } as const;
+
+/** Shared with broker execute: how a caller names the operation and passes its arguments. */
+export const operationProperties = {
+  capability_id: idSchemas.capability,
+  method: { type: "string", minLength: 1, maxLength: 16 },
+  path: { type: "string", minLength: 1, maxLength: 8192 },
+  permission_id: { type: "string", minLength: 1, maxLength: 2048 },
+  arguments: {
+    type: "object",
+    additionalProperties: false,
+    properties: { path: plainObject, query: plainObject, headers: plainObject, body: {} },
+  },
+} as const;
+
+const invokeBody = {
+  type: "object",
+  // A subject (or anything else) chosen by the caller is refused: the subject is derived.
+  additionalProperties: false,
+  required: ["capability_id"],
+  properties: operationProperties,
+} as const;
+
+interface Authenticated {
+  readonly workload: AuthenticatedWorkload;
+  readonly user: AuthenticatedUser;
+}
+
+export function invokeRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const authenticated = new WeakMap<FastifyRequest, Authenticated>();
+
+    app.post<{ Params: { bindingId: string }; Body: InvokeBody }>(
+      "/v1/bindings/:bindingId/invoke",
+      {
+        schema: { params: paramsSchema({ bindingId: idSchemas.local }), body: invokeBody },
+        // Steps 1–4 before the body is looked at: a stranger learns nothing from a 400.
+        preValidation: async (request: FastifyRequest<{ Params: { bindingId: string } }>) => {
+          const runtime = bindingRuntimeFor(context);
+          const workload = await authenticateWorkload(runtime, context, request.headers.authorization, {
+            scope: INVOKE_SCOPE,
+            routeBindingId: request.params.bindingId,
+          });
+          const user = await authenticateUser(
+            runtime,
+            workload.binding,
+            request.headers[USER_ASSERTION_HEADER],
+          );
+          authenticated.set(request, { workload, user });
+        },
+      },
+      async (request, reply) => {
+        const auth = authenticated.get(request);
+        if (auth === undefined)
+          throw new AuthorityError("invalid_token", "A workload bearer token is required.");
+        const idempotencyKey = readIdempotencyKey(request.headers[IDEMPOTENCY_HEADER]);
+        const result = await runInvoke(bindingRuntimeFor(context), context, {
+          transport: "invoke",
+          requestId: request.id,
+          workload: auth.workload,
+          user: auth.user,
+          body: request.body,
+          idempotencyKey,
+        });
+        if (result.replayed) reply.header("idempotent-replayed", "true");
+        if (result.statusCode === 503) reply.header("retry-after", "1");
+        return reply.code(result.statusCode).type("application/json").send(result.body);
+      },
+    );
+  };
+}

@@ -1,0 +1,90 @@
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { type AuthenticatedWorkload, authenticateWorkload } from "../../../bindings/authenticate.ts";
+import { BROKER_EXECUTE_SCOPE } from "../../../bindings/model.ts";
+import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
+import {
+  createOperationIndex,
+  type OperationIndex,
+  VerifyError,
+  type VerifyRequest,
+  verifyEnvelope,
+} from "../../../bindings/verify.ts";
+import { AuthorityError } from "../../../errors.ts";
+import type { AuthorityContext } from "../context.ts";
+
+/**
+ * POST /v1/authority/verify — verifies an authority envelope for the arguments an
+ * upstream received and returns a decision only (docs/bindings.md, "Authority verify").
+ * Bearer: a workload token with scope `authority/authority.broker.execute`. Failures are
+ * `{ error, message, requestId }` with one stable code per cause.
+ */
+
+const verifyBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["profile", "bindingId", "operationId", "arguments", "protectedEnvelope"],
+  properties: {
+    profile: { type: "string", minLength: 1, maxLength: 128 },
+    bindingId: { type: "string", minLength: 1, maxLength: 128 },
+    operationId: { type: "string", minLength: 1, maxLength: 256 },
+    arguments: { type: "object" },
+    protectedEnvelope: { type: "string", minLength: 1, maxLength: 65536 },
+  },
+} as const;
+
+const successSchema = {
+  type: "object",
+  required: ["profile", "bindingId", "operationId", "decision", "verified"],
+  properties: {
+    profile: { type: "string" },
+    bindingId: { type: "string" },
+    operationId: { type: "string" },
+    decision: { type: "string" },
+    verified: { type: "boolean" },
+  },
+} as const;
+
+export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const workloads = new WeakMap<FastifyRequest, AuthenticatedWorkload>();
+    let operations: OperationIndex | undefined;
+
+    app.post<{ Body: VerifyRequest }>(
+      "/v1/authority/verify",
+      {
+        schema: { body: verifyBody, response: { 200: successSchema } },
+        preValidation: async (request) => {
+          const workload = await authenticateWorkload(
+            bindingRuntimeFor(context),
+            context,
+            request.headers.authorization,
+            {
+              scope: BROKER_EXECUTE_SCOPE,
+            },
+          );
+          workloads.set(request, workload);
+        },
+      },
+      async (request, reply) => {
+        const workload = workloads.get(request);
+        if (workload === undefined)
+          throw new AuthorityError("invalid_token", "A workload bearer token is required.");
+        const runtime = bindingRuntimeFor(context);
+        operations ??= createOperationIndex(runtime, context);
+        try {
+          return await verifyEnvelope(runtime, operations, workload, request.body, context.now());
+        } catch (error) {
+          if (!(error instanceof VerifyError)) throw error;
+          if (error.status === 503) {
+            request.log.error({ err: error.cause, code: error.code }, "authority verify unavailable");
+            reply.header("retry-after", "1");
+          }
+          return reply
+            .code(error.status)
+            .type("application/json")
+            .send({ ...error.toJSON(), requestId: request.id });
+        }
+      },
+    );
+  };
+}
