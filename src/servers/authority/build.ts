@@ -15,7 +15,7 @@ import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
 import { createPolicyLoader, storePolicyRecordSource } from "../../policy/loader.ts";
-import { createLocalPolicyProtector } from "../../policy/local-protector.ts";
+import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import { attachDecisionRuntime, type DecisionRuntime, storeSubjectSource } from "../../policy/runtime.ts";
 import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
@@ -62,6 +62,8 @@ export interface AuthorityServiceOverrides {
   readonly store?: Store;
   readonly verifier?: BearerVerifier;
   readonly protector?: PolicyProtector;
+  /** Key rings for secrets, envelopes and workload tokens (default: in the store under the KEK). */
+  readonly keyRings?: KeyRingSource;
   readonly logger?: Logger;
   readonly now?: () => Date;
 }
@@ -85,18 +87,21 @@ export async function buildAuthorityService(
   const ownsStore = overrides.store === undefined;
   const store = overrides.store ?? (await openStore(config.storeUrl));
   try {
-    let protector = overrides.protector;
-    if (protector === undefined) {
-      const kek = await loadKek({
-        ...(config.kek.value === undefined ? {} : { kek: config.kek.value }),
-        kekFile: config.kek.file,
-        createIfMissing: config.kek.createIfMissing,
+    // Key rings kept in the store, wrapped under the KEK: they seal auth-profile secrets,
+    // sign binding envelopes and workload tokens, and (unless overridden) protect policies.
+    const keyRings =
+      overrides.keyRings ??
+      createStoredKeyRings({
+        store,
+        kek: await loadKek({
+          ...(config.kek.value === undefined ? {} : { kek: config.kek.value }),
+          kekFile: config.kek.file,
+          createIfMissing: config.kek.createIfMissing,
+        }),
       });
-      protector = createLocalPolicyProtector({
-        keyRings: createStoredKeyRings({ store, kek }),
-        serviceIdentity: config.serviceIdentity,
-      });
-    }
+    const protector =
+      overrides.protector ??
+      createLocalPolicyProtector({ keyRings, serviceIdentity: config.serviceIdentity });
     const verifier =
       overrides.verifier ??
       createCachingVerifier(
@@ -119,6 +124,7 @@ export async function buildAuthorityService(
       store,
       verifier,
       protector,
+      secretKeyRings: keyRings,
       logger,
       now: overrides.now ?? (() => new Date()),
     };
