@@ -7,11 +7,11 @@ import { AuthorityError, type ErrorCode } from "../errors.ts";
  */
 export const executionErrorTable = {
   invalid_input: {
-    code: "invalid_request",
+    code: "invalid_input",
     message: "The arguments do not match the operation's input schema.",
   },
   constraint_violation: {
-    code: "invalid_request",
+    code: "constraint_violation",
     message: "The arguments violate the operation's parameter constraints.",
   },
   constraint_metadata_invalid: {

@@ -244,7 +244,7 @@ describe("executor: fail closed before secrets and network", () => {
         executor().execute(request({ snapshot: constrained(), args: { path: { id: "a" }, query } })),
       );
       assert.equal(error.reason, "constraint_violation");
-      assert.equal(error.code, "invalid_request");
+      assert.equal(error.code, "constraint_violation");
       assert.ok(!error.message.includes('us"'));
     }
     assert.equal(upstream.requests.length, 0);

@@ -43,7 +43,7 @@ describe("validateInput", () => {
       const schema = location === "body" ? order : item;
       const error = failure(() => validateInput(schema, args));
       assert.equal(error.reason, "invalid_input");
-      assert.equal(error.code, "invalid_request");
+      assert.equal(error.code, "invalid_input");
       assert.equal(error.status, 400);
       const issues = error.details?.issues as { location: string; pointer: string; keyword: string }[];
       assert.deepEqual(
