@@ -9,6 +9,7 @@ import { brokerRoutes } from "./broker.ts";
 import { capabilityRoutes } from "./capabilities.ts";
 import { diagnosticsRoutes } from "./diagnostics.ts";
 import { invokeRoutes } from "./invoke.ts";
+import { mcpRoutes } from "./mcp.ts";
 import { partnerRoutes } from "./partners.ts";
 import { policyRoutes } from "./policies.ts";
 import { verifyRoutes } from "./verify.ts";
@@ -24,6 +25,7 @@ export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPl
   boundaryRoutes,
   authProfileRoutes,
   diagnosticsRoutes,
+  mcpRoutes,
   bindingRoutes,
   workloadTokenRoutes,
   invokeRoutes,

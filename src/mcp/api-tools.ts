@@ -1,0 +1,134 @@
+/**
+ * The imported-API tools of one verified policy document: one tool per allowed operation
+ * snapshot, named by `toolNameFor`, plus the index from tool name back to the capability
+ * and permission it stands for. Pure: a cached index describes a document, it never
+ * grants anything — every call decides again on a freshly loaded policy.
+ */
+import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { HttpMethod } from "../core/http-method.ts";
+import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
+import type { PolicyDocument } from "../core/policy-document.ts";
+import { toolNameFor } from "../core/tool-name.ts";
+import { toolInputSchema } from "./tool-input-schema.ts";
+
+/** What a tool name stands for; enough to run `decide()` with the snapshot's method and template. */
+export interface ApiToolTarget {
+  readonly name: string;
+  readonly capabilityId: string;
+  readonly permissionId: PermissionId;
+  readonly method: HttpMethod;
+  /** The snapshot's path template, braces kept. */
+  readonly pathTemplate: string;
+}
+
+export interface ApiToolIndex {
+  readonly tools: readonly Tool[];
+  readonly byName: ReadonlyMap<string, ApiToolTarget>;
+  /** Permissions left out because their name collided with an earlier tool (fail closed; logged). */
+  readonly collisions: readonly PermissionId[];
+}
+
+/** Longest description text taken from a snapshot (the method and path line is added after it). */
+export const MAX_DESCRIPTION_LENGTH = 1024;
+
+const READ_ONLY: ReadonlySet<string> = new Set(["GET", "HEAD", "OPTIONS"]);
+const IDEMPOTENT: ReadonlySet<string> = new Set(["GET", "HEAD", "OPTIONS", "PUT", "DELETE"]);
+
+/**
+ * The shape of every API tool result's `structuredContent`. Kept small (it is repeated in
+ * every listed tool) and given one `$id`, so a client compiles it once for all tools.
+ */
+export const apiToolOutputSchema = {
+  $id: "urn:authority:mcp:api-tool-result",
+  type: "object",
+  properties: {
+    status: { type: "integer" },
+    headers: { type: "object" },
+    body: {},
+    redaction_events: { type: "array", items: { type: "object" } },
+  },
+  required: ["status", "headers", "body", "redaction_events"],
+} as const;
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+export function toolDescription(snapshot: OperationSnapshot): string {
+  const summary = snapshot.summary?.trim() ?? "";
+  const description = snapshot.description?.trim() ?? "";
+  const parts = [summary, description].filter((part, i, all) => part !== "" && all.indexOf(part) === i);
+  const line = `${snapshot.method} ${snapshot.path}`;
+  const text = clip(parts.join("\n\n"), MAX_DESCRIPTION_LENGTH);
+  return text === "" ? line : `${text}\n\n${line}`;
+}
+
+export function toolAnnotations(snapshot: OperationSnapshot): NonNullable<Tool["annotations"]> {
+  const method = snapshot.method;
+  const readOnly = READ_ONLY.has(method);
+  const title = snapshot.summary?.trim();
+  return {
+    ...(title ? { title: clip(title, 200) } : {}),
+    readOnlyHint: readOnly,
+    ...(readOnly ? {} : { destructiveHint: method === "DELETE" }),
+    idempotentHint: IDEMPOTENT.has(method),
+    openWorldHint: true,
+  };
+}
+
+function toolFor(name: string, snapshot: OperationSnapshot): Tool {
+  const annotations = toolAnnotations(snapshot);
+  return {
+    name,
+    ...(annotations.title === undefined ? {} : { title: annotations.title }),
+    description: toolDescription(snapshot),
+    inputSchema: toolInputSchema(snapshot.input_schema) as Tool["inputSchema"],
+    outputSchema: apiToolOutputSchema as unknown as Tool["outputSchema"],
+    annotations,
+  };
+}
+
+function permissionOf(capabilityId: string, snapshot: OperationSnapshot): PermissionId | undefined {
+  try {
+    return buildPermissionId(capabilityId, snapshot.method, snapshot.path);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Tools for every operation snapshot whose permission ID the document allows, in document
+ * order (capabilities sorted by id, operations as reviewed). Whether the document may be
+ * used at all (verified, active, this subject's) is the caller's check.
+ */
+export function buildApiToolIndex(document: PolicyDocument): ApiToolIndex {
+  const tools: Tool[] = [];
+  const byName = new Map<string, ApiToolTarget>();
+  const collisions: PermissionId[] = [];
+  const seen = new Set<string>();
+  for (const entry of document.apis) {
+    const allowed = new Set<string>(entry.allowed_permission_ids);
+    for (const snapshot of entry.operations) {
+      const permissionId = permissionOf(entry.capability_id, snapshot);
+      if (permissionId === undefined || !allowed.has(permissionId) || seen.has(permissionId)) continue;
+      seen.add(permissionId);
+      let name = toolNameFor(permissionId, snapshot.operation_id);
+      // Two bases cut to the same text with the same 32-bit suffix: try the path-derived base.
+      if (byName.has(name)) name = toolNameFor(permissionId);
+      if (byName.has(name)) {
+        collisions.push(permissionId);
+        continue;
+      }
+      byName.set(name, {
+        name,
+        capabilityId: entry.capability_id,
+        permissionId,
+        method: snapshot.method,
+        pathTemplate: snapshot.path,
+      });
+      tools.push(toolFor(name, snapshot));
+    }
+  }
+  return { tools, byName, collisions };
+}

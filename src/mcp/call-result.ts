@@ -1,0 +1,46 @@
+/**
+ * `tools/call` results (pure). An API tool answers with `structuredContent`
+ * `{ status, headers, body, redaction_events }` and the same JSON as text content (for
+ * clients that read only text); an upstream HTTP error is such a result with
+ * `isError: true`. A failure before or instead of an upstream answer (invalid input,
+ * constraint, timeout, unavailable credentials…) is an `isError` result whose text is the
+ * service's public error body `{ error, message, details?, requestId }` — never a stack,
+ * a cause, an upstream error text or a credential.
+ */
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import type { RedactionEvent } from "../core/redaction.ts";
+import type { AuthorityError } from "../errors.ts";
+
+export interface ApiToolContent {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string | string[]>>;
+  readonly body: unknown;
+  readonly redaction_events: readonly RedactionEvent[];
+  [key: string]: unknown;
+}
+
+export function apiToolResult(content: ApiToolContent, isError: boolean): CallToolResult {
+  return {
+    content: [{ type: "text", text: JSON.stringify(content) }],
+    structuredContent: content,
+    ...(isError ? { isError: true } : {}),
+  };
+}
+
+/** The public error body, as every HTTP route of the service answers it. */
+export function errorBody(error: AuthorityError, requestId: string): Record<string, unknown> {
+  return { ...error.toJSON(), requestId };
+}
+
+/**
+ * No structuredContent: API tools declare an output schema for successful shapes, and a
+ * client validates any structuredContent it receives against it.
+ */
+export function errorToolResult(error: AuthorityError, requestId: string): CallToolResult {
+  return { content: [{ type: "text", text: JSON.stringify(errorBody(error, requestId)) }], isError: true };
+}
+
+/** A management tool's answer: the domain service's (public) view, as structured and text content. */
+export function jsonToolResult(value: Record<string, unknown>): CallToolResult {
+  return { content: [{ type: "text", text: JSON.stringify(value) }], structuredContent: value };
+}

@@ -1,0 +1,446 @@
+/**
+ * The hosted MCP tools of one authenticated caller: what `tools/list` shows and what
+ * `tools/call` does. Transport-free (the SDK server in protocol-server.ts calls it).
+ *
+ * List: management tools by role, plus one API tool per allowed operation of the caller's
+ * verified, active policy (cached per subject and document hash).
+ * Call: the policy is loaded and verified again, the decision engine decides with the
+ * snapshot's method and path template, the decision is recorded before anything acts on
+ * it, then the executor validates input, enforces constraints, injects the auth profile,
+ * calls the upstream with a deadline and redacts. A denied tool answers exactly like an
+ * unknown one.
+ */
+import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { McpCallInput } from "../audit/mcp-records.ts";
+import type { AdminDeps } from "../authority/deps.ts";
+import { hashCanonical } from "../core/canonical-json.ts";
+import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
+import type { AuthProfile } from "../execute/auth-profiles.ts";
+import { ExecutionError } from "../execute/errors.ts";
+import type { Executor } from "../execute/executor.ts";
+import { buildUpstreamUrl } from "../execute/url.ts";
+import type { Logger } from "../observability/logger.ts";
+import { authorizeInvocation } from "../policy/invocation.ts";
+import type { LoadedPolicy } from "../policy/loader.ts";
+import type { DecisionRuntime } from "../policy/runtime.ts";
+import type { Principal } from "../servers/authority/principal.ts";
+import type { ApiToolTarget } from "./api-tools.ts";
+import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
+import type { ManagementToolSet } from "./management-tools.ts";
+import { listablePolicy } from "./policy-gate.ts";
+import { createToolIndexCache, type ToolIndexCache } from "./tool-cache.ts";
+
+export interface McpCaller {
+  readonly principal: Principal;
+  /** The HTTP request's id: sent upstream as X-Request-Id and written to every record. */
+  readonly requestId: string;
+}
+
+export interface McpServiceOptions {
+  /** The decision path every runtime transport shares: subjects, capabilities, policy loader, recorder. */
+  readonly runtime: DecisionRuntime;
+  readonly executor: Pick<Executor, "execute">;
+  /** The executor's form of a partner's auth profile (secrets stay references); throws when absent. */
+  readonly authProfile: (partnerId: string, profileId: string) => Promise<AuthProfile>;
+  readonly management: ManagementToolSet;
+  /** What the management tools' domain services need (the authority context satisfies it). */
+  readonly adminDeps: AdminDeps;
+  readonly now: () => Date;
+  readonly logger?: Logger;
+  /** Built tool lists kept (default 1000). */
+  readonly toolCacheSize?: number;
+}
+
+export interface McpService {
+  listTools(caller: McpCaller): Promise<Tool[]>;
+  callTool(caller: McpCaller, name: string, args: unknown, signal?: AbortSignal): Promise<CallToolResult>;
+  readonly toolCache: ToolIndexCache;
+}
+
+/** Longest tool name echoed back in the unknown-tool error. */
+const MAX_ECHOED_NAME = 128;
+
+/**
+ * A JSON-RPC error a handler throws: the SDK answers `{ code, message }` with exactly
+ * this message (its own McpError would prefix "MCP error <code>:" to the wire message).
+ */
+export class McpProtocolError extends Error {
+  readonly code: number;
+
+  constructor(code: number, message: string) {
+    super(message);
+    this.name = "McpProtocolError";
+    this.code = code;
+  }
+}
+
+/** The one answer for a tool that does not exist and for one the caller may not use. */
+export function unknownToolError(name: string): McpProtocolError {
+  const shown = name.length > MAX_ECHOED_NAME ? `${name.slice(0, MAX_ECHOED_NAME)}…` : name;
+  return new McpProtocolError(ErrorCode.InvalidParams, `Unknown tool: ${shown}`);
+}
+
+/** Store, keys or audit unavailable: the public 503 error, whatever the cause was. */
+function unavailable(failure: AuthorityError): AuthorityError {
+  return failure.status >= 500 ? new AuthorityError("upstream_unavailable") : failure;
+}
+
+function checkOptions(options: McpServiceOptions): void {
+  if (typeof options !== "object" || options === null)
+    throw new TypeError("MCP service options are required");
+  const runtime = options.runtime;
+  if (
+    typeof runtime?.subjects?.get !== "function" ||
+    typeof runtime.policies?.load !== "function" ||
+    typeof runtime.capabilities?.resolve !== "function" ||
+    typeof runtime.recorder?.record !== "function" ||
+    typeof runtime.recorder.recordMcpCall !== "function"
+  ) {
+    throw new TypeError("runtime must provide subjects, policies, capabilities and recorder");
+  }
+  if (typeof options.executor?.execute !== "function") throw new TypeError("executor.execute is required");
+  if (typeof options.authProfile !== "function") throw new TypeError("authProfile must be a function");
+  if (typeof options.management?.find !== "function") throw new TypeError("management tools are required");
+  if (typeof options.now !== "function") throw new TypeError("now must be a function");
+}
+
+function plainRecord(value: unknown): Record<string, unknown> | undefined {
+  return typeof value === "object" && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : undefined;
+}
+
+/** The upstream URL as the executor built it (before credential injection), for its audit hash. */
+function auditUrl(target: { readonly upstream_url_template: string }, args: unknown): string | null {
+  const parts = plainRecord(args);
+  if (parts === undefined) return null;
+  try {
+    const path = plainRecord(parts.path);
+    const query = plainRecord(parts.query);
+    return buildUpstreamUrl(target, {
+      ...(path === undefined ? {} : { path }),
+      ...(query === undefined ? {} : { query }),
+    }).toString();
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The runtime for one tool call: the subject record and the verified policy are read once
+ * and the same copies serve both the name lookup and the decision (one store read of a
+ * possibly large policy record instead of two, and no window between them).
+ */
+function requestScoped(runtime: DecisionRuntime): DecisionRuntime {
+  const subjects = new Map<string, ReturnType<DecisionRuntime["subjects"]["get"]>>();
+  const policies = new Map<string, Promise<LoadedPolicy>>();
+  return {
+    ...runtime,
+    subjects: {
+      get(subjectId) {
+        let pending = subjects.get(subjectId);
+        if (pending === undefined) {
+          pending = runtime.subjects.get(subjectId);
+          subjects.set(subjectId, pending);
+        }
+        return pending;
+      },
+    },
+    policies: {
+      load(subjectId, expect) {
+        const key = `${subjectId}\u0000${expect?.partnerId ?? ""}`;
+        let pending = policies.get(key);
+        if (pending === undefined) {
+          pending = runtime.policies.load(subjectId, expect);
+          policies.set(key, pending);
+        }
+        return pending;
+      },
+      stats: () => runtime.policies.stats(),
+      clear: () => runtime.policies.clear(),
+    },
+  };
+}
+
+export function createMcpService(options: McpServiceOptions): McpService {
+  checkOptions(options);
+  const { runtime, executor, management, adminDeps, now, logger } = options;
+  const toolCache = createToolIndexCache({
+    max: options.toolCacheSize ?? 1000,
+    onCollision: (info) =>
+      logger?.warn(
+        { subjectId: info.subjectId, count: info.permissionIds.length },
+        "mcp tool names collided",
+      ),
+  });
+
+  function documentHash(loaded: LoadedPolicy): string | undefined {
+    if (!loaded.policy.ok) return undefined;
+    // The loader checked that the opened document hashes to the record's document_hash.
+    return loaded.record?.document_hash ?? hashCanonical(loaded.policy.document);
+  }
+
+  function targetFor(loaded: LoadedPolicy, subjectId: string, name: string): ApiToolTarget | undefined {
+    const hash = documentHash(loaded);
+    if (!loaded.policy.ok || hash === undefined) return undefined;
+    return toolCache.indexFor(subjectId, hash, loaded.policy.document).byName.get(name);
+  }
+
+  /** The caller's policy, or undefined when the subject is unknown (it has none). */
+  async function loadPolicy(
+    scope: DecisionRuntime,
+    subjectId: string,
+  ): Promise<{ loaded?: LoadedPolicy; partnerId: string | null }> {
+    const subject = await scope.subjects.get(subjectId);
+    const partnerId = typeof subject?.partner_id === "string" ? subject.partner_id : null;
+    if (partnerId === null) return { partnerId };
+    return { loaded: await scope.policies.load(subjectId, { partnerId }), partnerId };
+  }
+
+  /**
+   * Hands the call's MCP row to the audit writer, which keeps it (queued through a store
+   * outage) and stores it in order. The answer does not wait for the store: the decision
+   * record — the one that must exist before anything acts — was already stored.
+   */
+  function audit(input: Omit<McpCallInput, "time">): void {
+    // The call has happened (or was refused); losing its MCP row must not change the answer.
+    const lost = (error: unknown): void => {
+      logger?.error({ err: error, requestId: input.requestId }, "mcp audit row could not be written");
+    };
+    try {
+      // Queued now (so a flush sees it), stored without holding up the answer.
+      runtime.recorder.recordMcpCall({ ...input, time: now() }).catch(lost);
+    } catch (error) {
+      lost(error);
+    }
+  }
+
+  /** A name that maps to no allowed operation is a deny like any other, and recorded as one. */
+  async function recordUnmapped(
+    caller: McpCaller,
+    partnerId: string | null,
+    reason: DenyReason,
+  ): Promise<void> {
+    const subjectId = caller.principal.subject;
+    try {
+      await runtime.recorder.record({
+        actor: subjectId,
+        subject_id: subjectId,
+        partner_id: partnerId,
+        capability_id: null,
+        method: null,
+        path: null,
+        permission_id: null,
+        decision: "denied",
+        reason,
+        transport: "mcp",
+        requestId: caller.requestId,
+        time: now(),
+      });
+    } catch (error) {
+      logger?.error({ err: error, requestId: caller.requestId }, "mcp deny could not be recorded");
+    }
+  }
+
+  async function listTools(caller: McpCaller): Promise<Tool[]> {
+    const tools = management.toolsFor(caller.principal).map((entry) => entry.tool);
+    const subjectId = caller.principal.subject;
+    let loaded: LoadedPolicy | undefined;
+    try {
+      loaded = (await loadPolicy(runtime, subjectId)).loaded;
+    } catch (error) {
+      throw new McpProtocolError(ErrorCode.InternalError, unavailable(toAuthorityError(error)).message);
+    }
+    if (loaded === undefined) return tools;
+    const gate = listablePolicy(loaded.policy, subjectId, now());
+    const hash = documentHash(loaded);
+    if (!gate.ok || hash === undefined) return tools;
+    return [...tools, ...toolCache.indexFor(subjectId, hash, gate.document).tools];
+  }
+
+  async function callManagementTool(
+    caller: McpCaller,
+    name: string,
+    args: unknown,
+    run: () => Promise<Record<string, unknown>>,
+  ): Promise<CallToolResult> {
+    const started = performance.now();
+    const base = {
+      actor: caller.principal.subject,
+      subject_id: null,
+      partner_id: caller.principal.partnerId ?? null,
+      capability_id: null,
+      tool: name,
+      permission_id: null,
+      method: null,
+      url: null,
+      status: null,
+      request: args,
+      requestId: caller.requestId,
+    };
+    try {
+      const value = await run();
+      audit({ ...base, duration_ms: performance.now() - started, response: value });
+      return jsonToolResult(value);
+    } catch (error) {
+      const failure = toAuthorityError(error);
+      if (failure.status >= 500) logger?.error({ err: error, tool: name }, "mcp management tool failed");
+      audit({ ...base, duration_ms: performance.now() - started, error_code: failure.code });
+      return errorToolResult(failure, caller.requestId);
+    }
+  }
+
+  async function callApiTool(
+    caller: McpCaller,
+    name: string,
+    args: unknown,
+    signal: AbortSignal | undefined,
+  ): Promise<CallToolResult> {
+    const started = performance.now();
+    const subjectId = caller.principal.subject;
+    const row = {
+      actor: subjectId,
+      subject_id: subjectId,
+      tool: name,
+      request: args,
+      requestId: caller.requestId,
+    };
+    const refuse = (partnerId: string | null, target: ApiToolTarget | undefined, errorCode: string): void => {
+      audit({
+        ...row,
+        partner_id: partnerId,
+        capability_id: target?.capabilityId ?? null,
+        permission_id: target?.permissionId ?? null,
+        method: target?.method ?? null,
+        url: null,
+        status: null,
+        duration_ms: performance.now() - started,
+        error_code: errorCode,
+      });
+    };
+
+    // 1. The policy again (a cached tool list never grants anything), to map the name.
+    // Loaded once for this call: the decision below reads the very same verified copy.
+    const scope = requestScoped(runtime);
+    let partnerId: string | null = null;
+    let target: ApiToolTarget | undefined;
+    let mappingDenial: DenyReason = "unknown_operation";
+    try {
+      const found = await loadPolicy(scope, subjectId);
+      partnerId = found.partnerId;
+      if (found.loaded === undefined) mappingDenial = "missing_policy";
+      else {
+        // Policy-wide reasons come first, in decide()'s order, before "no such operation".
+        const gate = listablePolicy(found.loaded.policy, subjectId, now());
+        if (!gate.ok) mappingDenial = gate.reason;
+        target = targetFor(found.loaded, subjectId, name);
+      }
+    } catch (error) {
+      const failure = toAuthorityError(error);
+      refuse(partnerId, undefined, failure.code);
+      return errorToolResult(unavailable(failure), caller.requestId);
+    }
+    if (target === undefined) {
+      await recordUnmapped(caller, partnerId, mappingDenial);
+      refuse(partnerId, undefined, mappingDenial);
+      throw unknownToolError(name);
+    }
+
+    // 2–3. The one decision path (subject, capability, verified policy, decide(), record)
+    // with the snapshot's method and path template; not acted on unless recorded.
+    const authorized = await authorizeInvocation(scope, {
+      transport: "mcp",
+      requestId: caller.requestId,
+      now: now(),
+      actor: subjectId,
+      subjectId,
+      capabilityId: target.capabilityId,
+      method: target.method,
+      path: target.pathTemplate,
+    });
+    if (authorized.unavailable) {
+      refuse(authorized.partnerId, target, "upstream_unavailable");
+      return errorToolResult(new AuthorityError("upstream_unavailable"), caller.requestId);
+    }
+    const decision = authorized.decision;
+    if (decision === undefined || decision.status === "denied" || authorized.partnerId === null) {
+      const reason = authorized.outcome.status === "denied" ? authorized.outcome.reason : "missing_policy";
+      refuse(authorized.partnerId, target, reason);
+      throw unknownToolError(name);
+    }
+    partnerId = authorized.partnerId;
+
+    // 4. Execute: input, constraints, request, credentials, upstream, redaction.
+    const snapshot = decision.operation;
+    const executed = { ...row, partner_id: partnerId, capability_id: target.capabilityId };
+    try {
+      const profile = await options
+        .authProfile(partnerId, decision.authProfileRef)
+        .catch((error: unknown) => {
+          logger?.warn({ err: error, requestId: caller.requestId }, "mcp auth profile could not be loaded");
+          throw new ExecutionError("auth_profile_unavailable");
+        });
+      const result = await executor.execute({
+        snapshot,
+        args,
+        authProfile: profile,
+        partnerId,
+        redactions: decision.redactions,
+        extraHeaders: { "x-request-id": caller.requestId },
+        ...(signal === undefined ? {} : { signal }),
+      });
+      const content: ApiToolContent = {
+        status: result.status,
+        headers: result.headers,
+        body: result.body,
+        redaction_events: result.redactionEvents,
+      };
+      audit({
+        ...executed,
+        permission_id: decision.permissionId,
+        method: snapshot.method,
+        url: auditUrl(snapshot, args),
+        status: result.status,
+        duration_ms: performance.now() - started,
+        error_code: result.upstreamError === undefined ? null : "upstream_http_error",
+        response: content,
+      });
+      return apiToolResult(content, result.upstreamError !== undefined);
+    } catch (error) {
+      const failure = toAuthorityError(error);
+      const reason = error instanceof ExecutionError ? error.reason : failure.code;
+      if (failure.status >= 500 && !(error instanceof ExecutionError)) {
+        logger?.error({ err: error, requestId: caller.requestId }, "mcp tool call failed");
+      }
+      audit({
+        ...executed,
+        permission_id: decision.permissionId,
+        method: snapshot.method,
+        url:
+          error instanceof ExecutionError && error.requestHash !== undefined
+            ? auditUrl(snapshot, args)
+            : null,
+        status: null,
+        duration_ms: performance.now() - started,
+        error_code: signal?.aborted === true ? "cancelled" : reason,
+      });
+      // The client went away: there is no one to answer.
+      if (signal?.aborted === true) throw error;
+      return errorToolResult(failure, caller.requestId);
+    }
+  }
+
+  return {
+    toolCache,
+    listTools,
+    async callTool(caller, name, args, signal) {
+      const tool = management.find(caller.principal, name);
+      if (tool !== undefined) {
+        return callManagementTool(caller, name, args, () =>
+          tool.run(adminDeps, { principal: caller.principal, requestId: caller.requestId }, args),
+        );
+      }
+      return callApiTool(caller, name, args, signal);
+    },
+  };
+}

@@ -1,0 +1,217 @@
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { loadExecutionAuthProfile } from "../../../authority/auth-profiles.ts";
+import { AuthorityError, toAuthorityError } from "../../../errors.ts";
+import { createExecutor, type Executor } from "../../../execute/executor.ts";
+import { createStoreTokenSetStore } from "../../../execute/token-set-store.ts";
+import {
+  type McpConfig,
+  mcpConfigOf,
+  type ResolvedMcpConfig,
+  resolveMcpConfig,
+} from "../../../mcp/config.ts";
+import { createManagementToolSet } from "../../../mcp/management-tools.ts";
+import { createOriginPolicy } from "../../../mcp/origin.ts";
+import { createProtocolServer } from "../../../mcp/protocol-server.ts";
+import {
+  bearerChallenge,
+  MCP_PATH,
+  PROTECTED_RESOURCE_METADATA_PATH,
+  protectedResourceMetadata,
+} from "../../../mcp/resource-metadata.ts";
+import { createCachedSecretResolver } from "../../../mcp/secret-cache.ts";
+import { createMcpService, type McpService } from "../../../mcp/service.ts";
+import { decisionRuntimeFor } from "../../../policy/runtime.ts";
+import { sendError } from "../../http/error-handling.ts";
+import { optionalPrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import type { Principal } from "../principal.ts";
+
+/**
+ * Hosted MCP at /mcp (docs/mcp.md): Streamable HTTP in stateless mode — a fresh SDK
+ * server and transport per POST, so any replica answers any request; GET and DELETE are
+ * 405 (no server-initiated stream, no session to end). Before the body is read: the
+ * Origin is checked against the allowlist (403), then the bearer token (401 with a
+ * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too).
+ */
+
+export interface McpRouteOptions {
+  /** Overrides `context.config.mcp`. */
+  readonly config?: McpConfig;
+  /** A ready executor (benchmarks, tests); default: one built from the context. */
+  readonly executor?: Executor;
+}
+
+const ALLOWED_METHODS = "POST, OPTIONS";
+const CORS_REQUEST_HEADERS = "authorization, content-type, accept, mcp-protocol-version, last-event-id";
+const CORS_EXPOSED_HEADERS = "www-authenticate, x-request-id";
+
+function jsonRpcError(reply: FastifyReply, status: number, message: string): FastifyReply {
+  return reply
+    .code(status)
+    .type("application/json")
+    .send({ jsonrpc: "2.0", error: { code: -32000, message }, id: null });
+}
+
+function buildExecutor(context: AuthorityContext, config: ResolvedMcpConfig): Executor {
+  const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
+  return createExecutor({
+    secretResolver: createCachedSecretResolver(context),
+    tokenSetStore: createStoreTokenSetStore(context.store),
+    constraintsRollout: {
+      enabled: context.config.parameterScoping.enabled,
+      isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
+    },
+    timeoutMs: config.upstreamTimeoutMs,
+    maxResponseBytes: config.maxResponseBytes,
+  });
+}
+
+export function buildMcpService(
+  context: AuthorityContext,
+  config: ResolvedMcpConfig,
+  executor: Executor = buildExecutor(context, config),
+): McpService {
+  return createMcpService({
+    runtime: decisionRuntimeFor(context),
+    executor,
+    authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
+    management: createManagementToolSet(),
+    adminDeps: context,
+    now: context.now,
+    logger: context.logger,
+    toolCacheSize: config.toolCacheSize,
+  });
+}
+
+export function createMcpRoutes(
+  context: AuthorityContext,
+  options: McpRouteOptions = {},
+): FastifyPluginAsync {
+  const config = resolveMcpConfig(options.config ?? mcpConfigOf(context.config), context.config.publicUrl);
+  const origins = createOriginPolicy(config.allowedOrigins);
+  const service = buildMcpService(context, config, options.executor);
+  const metadata = protectedResourceMetadata({
+    publicUrl: context.config.publicUrl,
+    issuer: context.config.issuer,
+    scopes: config.scopesSupported,
+  });
+  const principals = new WeakMap<FastifyRequest, Principal>();
+
+  /** CORS for allowed browser origins; false (and a 403 sent) for a foreign one. */
+  const checkOrigin = (request: FastifyRequest, reply: FastifyReply): boolean => {
+    const origin = request.headers.origin;
+    if (!origins.allows(origin)) {
+      jsonRpcError(reply, 403, "Forbidden: this Origin is not allowed.");
+      return false;
+    }
+    if (typeof origin === "string") {
+      reply.header("access-control-allow-origin", origin);
+      reply.header("access-control-expose-headers", CORS_EXPOSED_HEADERS);
+      reply.header("vary", "origin");
+    }
+    return true;
+  };
+
+  const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (!checkOrigin(request, reply)) return reply;
+    try {
+      const principal = await optionalPrincipal(request, context);
+      if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+      principals.set(request, principal);
+    } catch (error) {
+      const failure = toAuthorityError(error);
+      if (failure.status === 401) {
+        // RFC 6750 §3.1: no error code when the request carried no credentials at all.
+        const presented = request.headers.authorization !== undefined;
+        reply.header(
+          "www-authenticate",
+          bearerChallenge(context.config.publicUrl, presented ? "invalid_token" : undefined),
+        );
+      }
+      return sendError(reply, request, failure);
+    }
+  };
+
+  return async (app) => {
+    for (const path of [`${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`, PROTECTED_RESOURCE_METADATA_PATH]) {
+      app.get(path, async (_request, reply) =>
+        reply
+          .header("cache-control", "public, max-age=300")
+          .header("access-control-allow-origin", "*")
+          .send(metadata),
+      );
+    }
+
+    app.options(MCP_PATH, async (request, reply) => {
+      if (!checkOrigin(request, reply)) return reply;
+      return reply
+        .code(204)
+        .header("access-control-allow-methods", ALLOWED_METHODS)
+        .header("access-control-allow-headers", CORS_REQUEST_HEADERS)
+        .header("access-control-max-age", "600")
+        .send();
+    });
+
+    for (const method of ["GET", "DELETE"] as const) {
+      app.route({
+        method,
+        url: MCP_PATH,
+        handler: async (_request, reply) =>
+          jsonRpcError(
+            reply.header("allow", ALLOWED_METHODS),
+            405,
+            "Method not allowed: this server is stateless.",
+          ),
+      });
+    }
+
+    app.post(MCP_PATH, { onRequest: authenticate }, async (request, reply) => {
+      const principal = principals.get(request);
+      if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+      // From here the SDK writes the response itself.
+      reply.hijack();
+      const raw = reply.raw;
+      for (const [name, value] of Object.entries(reply.getHeaders())) {
+        if (value !== undefined) raw.setHeader(name, value);
+      }
+      const transport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: undefined,
+        enableJsonResponse: true,
+      });
+      const server = createProtocolServer(service, { principal, requestId: request.id });
+      raw.on("close", () => {
+        // A client that went away mid-call: abort the handlers (the upstream call stops too)
+        // and drop the connection — the answer will never be written, so it must not stay
+        // open as an unfinished request.
+        if (raw.writableFinished) return;
+        void transport.close();
+        void server.close();
+        raw.destroy();
+      });
+      raw.on("finish", () => {
+        request.log.info(
+          { method: "POST", route: MCP_PATH, status: raw.statusCode, ms: reply.elapsedTime },
+          "request",
+        );
+      });
+      try {
+        await server.connect(transport);
+        await transport.handleRequest(request.raw, raw, request.body);
+      } catch (error) {
+        request.log.error({ err: error }, "mcp request failed");
+        if (!raw.headersSent) {
+          raw.writeHead(500, { "content-type": "application/json" });
+          raw.end(
+            JSON.stringify({ jsonrpc: "2.0", error: { code: -32603, message: "Internal error." }, id: null }),
+          );
+        }
+      }
+    });
+  };
+}
+
+/** The route group as `routeGroups` lists it: settings from `context.config.mcp`. */
+export function mcpRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return createMcpRoutes(context);
+}
