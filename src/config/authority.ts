@@ -26,6 +26,8 @@ import {
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof logLevels)[number];
 
+import type { McpConfig } from "../mcp/config.ts";
+
 export interface AuthorityConfig {
   readonly logLevel: LogLevel;
   readonly stateDir: string;
@@ -54,6 +56,7 @@ export interface AuthorityConfig {
   readonly auditBuffer: number;
   readonly shutdownTimeoutMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+  readonly mcp: McpConfig;
   /** Where each setting came from (for the start-up log; values are not repeated). */
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
@@ -213,6 +216,18 @@ export const authoritySettings = {
     description: "comma-separated partners allowed to use parameter constraints",
     parse: list,
   }),
+  mcpAllowedOrigins: spec({
+    key: "mcp-allowed-origins",
+    env: "AUTHORITY_MCP_ALLOWED_ORIGINS",
+    description: "comma-separated browser origins allowed to call /mcp (default: the public URL's origin)",
+    parse: list,
+  }),
+  mcpUpstreamTimeout: spec({
+    key: "mcp-upstream-timeout-ms",
+    env: "AUTHORITY_MCP_UPSTREAM_TIMEOUT_MS",
+    description: "deadline of one upstream call in MCP tools/call (default 10000)",
+    parse: integer(1, 600_000),
+  }),
 } as const;
 
 type Settings = typeof authoritySettings;
@@ -276,6 +291,10 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     parameterScoping: {
       enabled: get("parameterScoping") ?? false,
       partnerAllowlist: get("parameterScopingPartners") ?? [],
+    },
+    mcp: {
+      ...(get("mcpAllowedOrigins") === undefined ? {} : { allowedOrigins: get("mcpAllowedOrigins") }),
+      ...(get("mcpUpstreamTimeout") === undefined ? {} : { upstreamTimeoutMs: get("mcpUpstreamTimeout") }),
     },
     sources,
   };

@@ -71,11 +71,7 @@ export function resolveMcpConfig(config: McpConfig | undefined, publicUrl: strin
   };
 }
 
-/**
- * The MCP settings carried in the service configuration. `AuthorityServiceConfig` does
- * not declare `mcp` yet; a config object built with it (CLI, tests) is read here.
- */
-export function mcpConfigOf(config: object): McpConfig | undefined {
-  const value = (config as { mcp?: unknown }).mcp;
-  return typeof value === "object" && value !== null ? (value as McpConfig) : undefined;
+/** The MCP settings carried in the service configuration. */
+export function mcpConfigOf(config: { readonly mcp?: McpConfig }): McpConfig | undefined {
+  return config.mcp;
 }

@@ -120,6 +120,7 @@ export async function buildAuthorityService(
         bodyLimitBytes: config.bodyLimitBytes,
         serviceIdentity: config.serviceIdentity,
         parameterScoping: config.parameterScoping,
+        mcp: config.mcp,
       },
       store,
       verifier,

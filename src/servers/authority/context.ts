@@ -1,3 +1,4 @@
+import type { McpConfig } from "../../mcp/config.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
@@ -26,6 +27,8 @@ export interface AuthorityServiceConfig {
   readonly serviceIdentity: string;
   /** Parameter-constraint rollout: env flag + partners allowed to use it. */
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+  /** Hosted MCP settings (origins, upstream timeout); defaults apply when absent. */
+  readonly mcp?: McpConfig;
 }
 
 /** Everything a route of the authority service needs, built once at start. */
