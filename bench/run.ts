@@ -68,6 +68,12 @@ const sections: Section[] = [
       ];
     },
   },
+  {
+    name: "mcp",
+    title: "Hosted MCP: tools/list for 500 allowed operations, tools/call vs the upstream directly",
+    targets: "tools/list ≤ 20 ms p50; tools/call added p50 ≤ 3 ms",
+    run: async () => (await (await import("./mcp.ts")).benchMcp()).rows,
+  },
 ];
 
 function format(value: unknown): string {
