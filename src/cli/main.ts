@@ -11,6 +11,9 @@ const commandModules: Array<() => Promise<{ register(program: Command): void }>>
   () => import("./commands/serve.ts"),
   () => import("./commands/crypto.ts"),
   () => import("./commands/managed.ts"),
+  () => import("./commands/sidecar.ts"),
+  () => import("./commands/dev.ts"),
+  () => import("./commands/demo.ts"),
 ];
 
 export async function main(argv: string[]): Promise<void> {

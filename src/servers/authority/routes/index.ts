@@ -12,6 +12,7 @@ import { invokeRoutes } from "./invoke.ts";
 import { mcpRoutes } from "./mcp.ts";
 import { partnerRoutes } from "./partners.ts";
 import { policyRoutes } from "./policies.ts";
+import { sidecarRoutes } from "./sidecar.ts";
 import { verifyRoutes } from "./verify.ts";
 import { workloadTokenRoutes } from "./workload-token.ts";
 
@@ -25,6 +26,7 @@ export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPl
   boundaryRoutes,
   authProfileRoutes,
   diagnosticsRoutes,
+  sidecarRoutes,
   mcpRoutes,
   bindingRoutes,
   workloadTokenRoutes,

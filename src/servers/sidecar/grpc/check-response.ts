@@ -66,6 +66,29 @@ function headerRecord(value: unknown): Record<string, string> | null {
   return Object.fromEntries(out);
 }
 
+function queryRecord(value: unknown): Record<string, string> | null {
+  const source = bag(value);
+  if (source === undefined) return null;
+  const out: Record<string, string> = {};
+  for (const [name, queryValue] of Object.entries(source)) {
+    if (
+      name === "" ||
+      badHeaderValue.test(name) ||
+      typeof queryValue !== "string" ||
+      badHeaderValue.test(queryValue)
+    ) {
+      return null;
+    }
+    Object.defineProperty(out, name, {
+      value: queryValue,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return out;
+}
+
 function metadataRecord(value: unknown): Record<string, string | number | boolean> | null {
   const source = bag(value);
   if (source === undefined) return null;
@@ -96,7 +119,12 @@ export function validateDecision(value: unknown): CheckDecision | null {
       if (typeof name !== "string" || !headerName.test(name.toLowerCase())) return null;
       headersToRemove.push(name.toLowerCase());
     }
-    return { allow: true, headersToSet, headersToRemove, dynamicMetadata };
+    if (decision.queryParametersToSet === undefined) {
+      return { allow: true, headersToSet, headersToRemove, dynamicMetadata };
+    }
+    const queryParametersToSet = queryRecord(decision.queryParametersToSet);
+    if (queryParametersToSet === null) return null;
+    return { allow: true, headersToSet, headersToRemove, dynamicMetadata, queryParametersToSet };
   }
   if (decision.allow === false) {
     const { httpStatus, reason, requestId } = decision;
@@ -147,6 +175,15 @@ export function allowResponse(decision: AllowDecision): CheckResponse {
     ok_response: {
       headers: Object.entries(decision.headersToSet).map(([key, value]) => overwrite(key, value)),
       headers_to_remove: [...decision.headersToRemove],
+      ...(decision.queryParametersToSet === undefined ||
+      Object.keys(decision.queryParametersToSet).length === 0
+        ? {}
+        : {
+            query_parameters_to_set: Object.entries(decision.queryParametersToSet).map(([key, value]) => ({
+              key,
+              value,
+            })),
+          }),
     },
     dynamic_metadata: toStruct(decision.dynamicMetadata),
   };

@@ -31,6 +31,8 @@ export interface AllowDecision {
   readonly headersToRemove: readonly string[];
   /** Emitted as Envoy dynamic metadata under the ext_authz filter namespace. */
   readonly dynamicMetadata: Readonly<Record<string, string | number | boolean>>;
+  /** Query parameters set on the upstream request (e.g. an API key an auth profile sends in the query). */
+  readonly queryParametersToSet?: Readonly<Record<string, string>>;
 }
 
 /** HTTP statuses a deny may carry: 4xx and 5xx codes of Envoy's `envoy.type.v3.StatusCode`. */

@@ -1,0 +1,87 @@
+import { type Command, Option } from "commander";
+import { pino } from "pino";
+import { logLevels } from "../../config/authority.ts";
+import { startDevEnvironment } from "../../dev/environment.ts";
+import { devInstructions } from "../../dev/instructions.ts";
+import { loggerOptions } from "../../observability/logger.ts";
+
+/**
+ * `authority dev`: every service on localhost in one process with seeded demo data
+ * (src/dev/environment.ts), until SIGINT/SIGTERM. The instructions go to stdout, component
+ * logs (default level warn) to stderr.
+ */
+
+interface DevFlags {
+  readonly stateDir: string;
+  readonly redisUrl?: string;
+  readonly logLevel: string;
+  readonly sidecar: boolean;
+}
+
+async function run(flags: DevFlags): Promise<void> {
+  const log = pino({ ...loggerOptions(flags.logLevel), name: "dev" }, pino.destination(2));
+  const env = await startDevEnvironment({
+    stateDir: flags.stateDir,
+    ports: "default",
+    log,
+    sidecar: flags.sidecar,
+    ...(flags.redisUrl === undefined ? {} : { redisUrl: flags.redisUrl }),
+  });
+  for (const line of devInstructions({
+    urls: env.urls,
+    stateDir: env.stateDir,
+    credentialsFile: env.credentialsFile,
+    managedCertFile: String(env.credentials.managed_tls_cert),
+    report: env.report,
+    warnings: env.warnings,
+  })) {
+    process.stdout.write(`${line}\n`);
+  }
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      process.stdout.write(`\n${signal}: stopping…\n`);
+      // A stuck socket must not keep the process alive for ever.
+      setTimeout(() => {
+        process.stderr.write("authority dev: shutdown did not finish in time\n");
+        process.exit(1);
+      }, 20_000).unref();
+      env.close().then(resolve, (error: unknown) => {
+        log.error({ err: error }, "shutdown failed");
+        process.exitCode = 1;
+        resolve();
+      });
+    };
+    process.once("SIGINT", () => stop("SIGINT"));
+    process.once("SIGTERM", () => stop("SIGTERM"));
+  });
+  process.stdout.write("stopped.\n");
+}
+
+export function register(program: Command): void {
+  program
+    .command("dev")
+    .description("Run every service on localhost with seeded demo data until Ctrl-C (the quick start)")
+    .addOption(
+      new Option("--state-dir <dir>", "embedded state: store, keys, dev-credentials.json")
+        .env("AUTHORITY_STATE_DIR")
+        .default("./.authority"),
+    )
+    .addOption(
+      new Option("--redis-url <url>", "Redis for the sidecar's verified-policy cache (optional)").env(
+        "AUTHORITY_REDIS_URL",
+      ),
+    )
+    .addOption(
+      new Option("--log-level <level>", "component log level (stderr)")
+        .choices([...logLevels])
+        .env("AUTHORITY_LOG_LEVEL")
+        .default("warn"),
+    )
+    .option("--no-sidecar", "do not start the sidecar")
+    .action(async (flags: DevFlags) => {
+      await run(flags);
+    });
+}

@@ -1,0 +1,104 @@
+/**
+ * What every demo section works with: the running environment, the reporter, tokens from
+ * the identity provider (over its real token endpoint, as a client would get them) and a
+ * JSON-over-HTTP helper.
+ */
+import { requestToken } from "../../identity/token-client.ts";
+import type { DevEnvironment } from "../environment.ts";
+import { DEV_IDP, DEV_SUBJECTS, type DevSubjectRole } from "../names.ts";
+import type { DemoReporter } from "./reporter.ts";
+
+export interface HttpAnswer {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly body: unknown;
+}
+
+export interface DemoContext {
+  readonly env: DevEnvironment;
+  readonly report: DemoReporter;
+  /** A client-credentials token of a seeded agent subject. */
+  subjectToken(role: DevSubjectRole): Promise<string>;
+  /** The admin's token (password grant of the admin service account). */
+  adminToken(): Promise<string>;
+  /** Any JSON request; only a transport failure throws. */
+  json(
+    method: string,
+    url: string,
+    options?: { headers?: Record<string, string>; body?: unknown },
+  ): Promise<HttpAnswer>;
+}
+
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** A field of a JSON object answer, as text ("-" when absent). */
+export function field(body: unknown, name: string): string {
+  return isRecord(body) && body[name] !== undefined ? String(body[name]) : "-";
+}
+
+async function json(
+  method: string,
+  url: string,
+  options: { headers?: Record<string, string>; body?: unknown } = {},
+): Promise<HttpAnswer> {
+  const response = await fetch(url, {
+    method,
+    headers: {
+      accept: "application/json",
+      ...(options.body === undefined ? {} : { "content-type": "application/json" }),
+      ...options.headers,
+    },
+    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
+    signal: AbortSignal.timeout(15_000),
+  });
+  const text = await response.text();
+  let body: unknown = text;
+  try {
+    body = text.length === 0 ? null : JSON.parse(text);
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: response.status, headers: response.headers, body };
+}
+
+export function createDemoContext(env: DevEnvironment, report: DemoReporter): DemoContext {
+  const tokens = new Map<string, Promise<string>>();
+  const cached = (key: string, get: () => Promise<string>): Promise<string> => {
+    let pending = tokens.get(key);
+    if (pending === undefined) {
+      pending = get();
+      tokens.set(key, pending);
+      pending.catch(() => tokens.delete(key));
+    }
+    return pending;
+  };
+  const tokenUrl = env.urls.tokenEndpoint;
+  return {
+    env,
+    report,
+    subjectToken: (role) =>
+      cached(`subject:${role}`, async () => {
+        const clientId = DEV_SUBJECTS[role].subjectId;
+        const token = await requestToken({
+          tokenUrl,
+          grant: {
+            type: "client_credentials",
+            clientId,
+            clientSecret: env.secrets.subjectClientSecrets[role],
+          },
+        });
+        return token.accessToken;
+      }),
+    adminToken: () =>
+      cached("admin", async () => {
+        const token = await requestToken({
+          tokenUrl,
+          grant: { type: "password", username: DEV_IDP.adminUsername, password: env.secrets.adminPassword },
+        });
+        return token.accessToken;
+      }),
+    json,
+  };
+}

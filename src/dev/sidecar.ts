@@ -1,0 +1,76 @@
+/**
+ * The sidecar of the development environment: Envoy ext_authz (gRPC), the forward proxy and
+ * the metrics/health port, in-process, with the same policy protector as the authority
+ * service and a capability map that sends the sample API's host to the `customers` capability.
+ */
+import { createJwtVerifier } from "../identity/jwt-verifier.ts";
+import type { Logger } from "../observability/logger.ts";
+import type { PolicyProtector } from "../policy/protector.ts";
+import { createAuthorityClient } from "../servers/sidecar/authority-client.ts";
+import { createCapabilityMap } from "../servers/sidecar/capability-map.ts";
+import { clientCredentialsTokenSource } from "../servers/sidecar/service-token.ts";
+import { createSidecar, type Sidecar, type SidecarPorts } from "../servers/sidecar/sidecar.ts";
+import { DEV_CAPABILITY, DEV_IDP } from "./names.ts";
+import { DEV_HOST } from "./ports.ts";
+
+/** Decision deadline of the dev sidecar (ext_authz and proxy). */
+export const DEV_DECISION_TIMEOUT_MS = 3000;
+
+export interface DevSidecarOptions {
+  readonly authorityUrl: string;
+  readonly issuer: string;
+  readonly jwksUrl: string;
+  readonly tokenUrl: string;
+  /** The sidecar's own client secret at the identity provider (role `sidecar`). */
+  readonly clientSecret: string;
+  readonly protector: PolicyProtector;
+  readonly sampleApiUrl: string;
+  readonly ports: { readonly grpc: number; readonly proxy: number; readonly metrics: number };
+  /** Redis and the 32-byte MAC key of its cache entries (optional). */
+  readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
+  readonly log: Logger;
+}
+
+export interface DevSidecar {
+  readonly sidecar: Sidecar;
+  readonly ports: SidecarPorts;
+}
+
+export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSidecar> {
+  const token = clientCredentialsTokenSource({
+    tokenUrl: options.tokenUrl,
+    clientId: DEV_IDP.sidecarClientId,
+    clientSecret: options.clientSecret,
+  });
+  // Fetched now, not inside the first decision: the IdP's secret check (scrypt) alone can
+  // take a good part of an ext_authz deadline on a busy machine.
+  await token.token();
+  const sidecar = createSidecar({
+    authority: createAuthorityClient({ baseUrl: options.authorityUrl, token }),
+    // A cold decision loads the policy (decrypt-verify at the crypto service), the catalog and
+    // the credentials; production's 200 ms / 1 s are tuned for warm caches, not for a laptop
+    // running every service in one process.
+    decisionTimeoutMs: DEV_DECISION_TIMEOUT_MS,
+    proxyDecisionTimeoutMs: DEV_DECISION_TIMEOUT_MS,
+    verifier: createJwtVerifier({
+      issuer: options.issuer,
+      audience: "authority",
+      jwks: { url: options.jwksUrl },
+    }),
+    protector: options.protector,
+    capabilityMap: createCapabilityMap({ [new URL(options.sampleApiUrl).host]: DEV_CAPABILITY.capabilityId }),
+    ...(options.redis === undefined ? {} : { redis: options.redis }),
+    listen: {
+      grpc: { host: DEV_HOST, port: options.ports.grpc },
+      proxy: { host: DEV_HOST, port: options.ports.proxy },
+      metrics: { host: DEV_HOST, port: options.ports.metrics },
+    },
+    logger: options.log,
+  });
+  try {
+    return { sidecar, ports: await sidecar.start() };
+  } catch (error) {
+    await sidecar.close({ graceMs: 0 });
+    throw error;
+  }
+}

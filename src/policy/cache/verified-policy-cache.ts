@@ -1,0 +1,442 @@
+import { LRUCache } from "lru-cache";
+import type { PolicyLoad } from "../../core/decision.ts";
+import { validatePolicyDocument } from "../../core/policy-document.ts";
+import { openPolicyDocument } from "../artifact.ts";
+import { PolicyProtectionError, type PolicyProtector } from "../protector.ts";
+import type { PolicyRecord } from "../record.ts";
+import type { CacheKeys } from "./cache-key.ts";
+import { PolicyCacheError } from "./errors.ts";
+import { policyEntryName } from "./redis-keys.ts";
+import type { PolicyHeadStore } from "./redis-policy-store.ts";
+import { openEntry, sealEntry } from "./sealed-entry.ts";
+
+/**
+ * The sidecar's verified-policy cache: local LRU → Redis (sealed entries) → the authority
+ * service's artifact → decrypt-verify. Freshness is decided by the subject's policy head:
+ *
+ * - With Redis, every lookup reads `authority:policy-head:<subject>` (one pipelined GET,
+ *   shared by concurrent lookups of the same subject). A local entry is used only when its
+ *   head equals that value; otherwise the entry is reloaded. When the head cannot be read,
+ *   the local entry is used only while its head was confirmed less than `stalenessMs` ago;
+ *   after that the lookup fails (`freshness_unavailable` → deny 503).
+ * - Without Redis, an entry is used for `ttlWithoutRedisMs` after the authority last
+ *   confirmed it; then it is revalidated with a conditional request (fail closed).
+ * - Whatever Redis says, an entry is revalidated with the authority once it is `maxAgeMs`
+ *   old (in the background from half that age), which bounds what a Redis that withholds
+ *   or replays changes can do.
+ *
+ * Redis entries are sealed (AES-256-GCM + HMAC-SHA256 under the sidecar's cache key) and
+ * bound to their subject; a bad MAC, a wrong subject, an unexpected head or a malformed
+ * document means the entry is ignored and the policy reloaded from the authority and
+ * verified again — never trusted.
+ */
+
+export type CacheLayer = "local" | "redis" | "authority";
+
+export type PolicyFetchResult =
+  | {
+      readonly status: "found";
+      readonly record: PolicyRecord;
+      /** The subject's partner as the authority knows it (from the subject record, not the policy record). */
+      readonly partnerId: string;
+    }
+  | { readonly status: "not_found" }
+  | { readonly status: "not_modified" };
+
+/** Where policy records come from (the authority service's sidecar route). */
+export interface PolicyRecordFetcher {
+  /**
+   * With `knownHead`, may answer `not_modified` when the record still has that head. One
+   * fetch serves every concurrent lookup of the subject, so it gets no caller's signal:
+   * the fetcher bounds it with its own timeout.
+   */
+  fetchPolicy(subjectId: string, options: { readonly knownHead?: number }): Promise<PolicyFetchResult>;
+}
+
+export interface VerifiedPolicy {
+  readonly subjectId: string;
+  /** The record's head; 0 when the subject has no policy. */
+  readonly head: number;
+  /** The policy-owner partner (from the record); undefined when there is no record. */
+  readonly partnerId: string | undefined;
+  /** What the decision engine gets: a verified document, or why there is none. */
+  readonly load: PolicyLoad;
+  /** When the authority last confirmed this head (epoch ms). */
+  readonly verifiedAt: number;
+}
+
+export interface PolicyLookup {
+  readonly policy: VerifiedPolicy;
+  readonly layer: CacheLayer;
+}
+
+export interface PolicyCacheEvents {
+  lookup?(layer: CacheLayer, hit: boolean): void;
+  verificationFailure?(layer: "redis" | "authority"): void;
+  /** `stale_used`: Redis failed and a recently confirmed entry was used within the staleness bound. */
+  headRead?(result: "ok" | "error" | "stale_used"): void;
+}
+
+export interface VerifiedPolicyCacheOptions {
+  readonly source: PolicyRecordFetcher;
+  readonly protector: PolicyProtector;
+  readonly redis?: { readonly store: PolicyHeadStore; readonly keys: CacheKeys };
+  /** Local LRU size (default 10000 subjects). */
+  readonly localMaxEntries?: number;
+  /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
+  readonly ttlWithoutRedisMs?: number;
+  /** With Redis: how long a confirmed head still counts while Redis cannot be read (default 1000 ms). */
+  readonly stalenessMs?: number;
+  /** Entries older than this are revalidated with the authority whatever Redis says (default 60000 ms). */
+  readonly maxAgeMs?: number;
+  /** TTL of sealed entries in Redis (default 300000 ms). */
+  readonly redisEntryTtlMs?: number;
+  readonly now?: () => number;
+  readonly events?: PolicyCacheEvents;
+}
+
+export interface VerifiedPolicyCache {
+  get(subjectId: string): Promise<PolicyLookup>;
+  evict(subjectId: string): void;
+  readonly size: number;
+  close(): void;
+}
+
+type DenyLoad = "missing_policy" | "policy_verification_failed";
+
+interface SealedPolicy {
+  readonly v: 1;
+  readonly subject_id: string;
+  readonly head: number;
+  readonly partner_id: string | null;
+  readonly verified_at: number;
+  readonly reason: DenyLoad | null;
+  readonly document: unknown;
+}
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1)
+    throw new PolicyCacheError("invalid_options", `${name} must be a positive integer`);
+  return out;
+}
+
+function sealable(policy: VerifiedPolicy): SealedPolicy {
+  return {
+    v: 1,
+    subject_id: policy.subjectId,
+    head: policy.head,
+    partner_id: policy.partnerId ?? null,
+    verified_at: policy.verifiedAt,
+    reason: policy.load.ok ? null : policy.load.reason,
+    document: policy.load.ok ? policy.load.document : null,
+  };
+}
+
+/** A sealed entry's content, checked field by field; undefined when anything is off. */
+function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const entry = value as Partial<SealedPolicy>;
+  if (entry.v !== 1 || entry.subject_id !== subjectId) return undefined;
+  if (typeof entry.head !== "number" || !Number.isSafeInteger(entry.head) || entry.head < 0) return undefined;
+  if (typeof entry.verified_at !== "number" || !Number.isFinite(entry.verified_at)) return undefined;
+  if (entry.partner_id !== null && typeof entry.partner_id !== "string") return undefined;
+  const partnerId = entry.partner_id ?? undefined;
+  if (entry.reason === "missing_policy" || entry.reason === "policy_verification_failed") {
+    return {
+      subjectId,
+      head: entry.head,
+      partnerId,
+      verifiedAt: entry.verified_at,
+      load: { ok: false, reason: entry.reason },
+    };
+  }
+  if (entry.reason !== null) return undefined;
+  try {
+    const document = validatePolicyDocument(entry.document);
+    return {
+      subjectId,
+      head: entry.head,
+      partnerId,
+      verifiedAt: entry.verified_at,
+      load: { ok: true, document },
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): VerifiedPolicyCache {
+  if (typeof options !== "object" || options === null)
+    throw new PolicyCacheError("invalid_options", "options are required");
+  const { source, protector, redis, events = {} } = options;
+  if (typeof source?.fetchPolicy !== "function")
+    throw new PolicyCacheError("invalid_options", "source.fetchPolicy is required");
+  if (typeof protector?.open !== "function")
+    throw new PolicyCacheError("invalid_options", "protector is required");
+  const now = options.now ?? Date.now;
+  const ttlWithoutRedisMs = positiveInt(options.ttlWithoutRedisMs, 1000, "ttlWithoutRedisMs");
+  const stalenessMs = positiveInt(options.stalenessMs, 1000, "stalenessMs");
+  const maxAgeMs = positiveInt(options.maxAgeMs, 60_000, "maxAgeMs");
+  const redisEntryTtlMs = positiveInt(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
+  const max = positiveInt(options.localMaxEntries, 10_000, "localMaxEntries");
+
+  const local = new LRUCache<string, VerifiedPolicy>({ max });
+  /** The last head Redis confirmed per subject, and when: the staleness bound runs from `at`. */
+  const confirmed = new LRUCache<string, { head: number; at: number }>({ max });
+  const headReads = new Map<string, Promise<number | null>>();
+  const reloads = new Map<string, Promise<VerifiedPolicy>>();
+  const revalidating = new Set<string>();
+
+  const unsubscribe = redis?.store.onChange((change) => {
+    const previous = confirmed.get(change.subject_id);
+    if (previous === undefined || change.head >= previous.head) {
+      confirmed.set(change.subject_id, { head: change.head, at: now() });
+    }
+    // A newer head makes the local entry useless, also inside the staleness window.
+    const entry = local.get(change.subject_id);
+    if (entry !== undefined && entry.head !== change.head) local.delete(change.subject_id);
+  });
+
+  const readHeadShared = (subjectId: string): Promise<number | null> => {
+    const store = redis?.store;
+    if (store === undefined) return Promise.resolve(null);
+    let read = headReads.get(subjectId);
+    if (read === undefined) {
+      read = store.readHead(subjectId).finally(() => headReads.delete(subjectId));
+      headReads.set(subjectId, read);
+    }
+    return read;
+  };
+
+  const openRecord = async (
+    record: PolicyRecord,
+    partnerId: string,
+    subjectId: string,
+    at: number,
+  ): Promise<VerifiedPolicy> => {
+    const base = { subjectId, head: record.head, partnerId, verifiedAt: at };
+    const refused = (): VerifiedPolicy => {
+      events.verificationFailure?.("authority");
+      return { ...base, load: { ok: false, reason: "policy_verification_failed" } };
+    };
+    // A record filed under another subject or partner is not this subject's policy.
+    if (record.subject_id !== subjectId || record.partner_id !== partnerId) return refused();
+    try {
+      const opened = await openPolicyDocument(record.artifact, protector, {
+        cryptoVersion: record.crypto_version,
+        subjectId: record.subject_id,
+        partnerId,
+      });
+      // The record's facts (head, revocation, expiry) must describe exactly the signed text.
+      if (opened.documentHash !== record.document_hash) return refused();
+      return { ...base, load: { ok: true, document: opened.document } };
+    } catch (error) {
+      if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") {
+        throw new PolicyCacheError("source_unavailable", "policy protection is unavailable", {
+          cause: error,
+        });
+      }
+      return refused();
+    }
+  };
+
+  const store = async (policy: VerifiedPolicy): Promise<void> => {
+    local.set(policy.subjectId, policy);
+    if (redis === undefined) return;
+    // Best effort: a failed write only costs another sidecar a fetch from the authority.
+    const sealed = sealEntry(redis.keys, policyEntryName(policy.subjectId), sealable(policy));
+    await Promise.allSettled([
+      redis.store.putEntry(policy.subjectId, sealed, redisEntryTtlMs),
+      redis.store.raiseHead(policy.subjectId, policy.head),
+    ]);
+  };
+
+  const fromRedis = async (subjectId: string, head: number): Promise<VerifiedPolicy | undefined> => {
+    if (redis === undefined) return undefined;
+    let text: string | null;
+    try {
+      text = await redis.store.getEntry(subjectId);
+    } catch {
+      return undefined;
+    }
+    if (text === null) {
+      events.lookup?.("redis", false);
+      return undefined;
+    }
+    const opened = openEntry(redis.keys, policyEntryName(subjectId), text);
+    const policy = opened.ok ? fromSealed(opened.value, subjectId) : undefined;
+    if (policy === undefined) {
+      // Tampered, truncated or foreign: never used; the authority's artifact decides.
+      events.verificationFailure?.("redis");
+      events.lookup?.("redis", false);
+      return undefined;
+    }
+    if (policy.head !== head || now() - policy.verifiedAt > maxAgeMs) {
+      events.lookup?.("redis", false);
+      return undefined;
+    }
+    events.lookup?.("redis", true);
+    local.set(subjectId, policy);
+    return policy;
+  };
+
+  const fromAuthority = async (
+    subjectId: string,
+    head: number | null,
+    known: VerifiedPolicy | undefined,
+  ): Promise<VerifiedPolicy> => {
+    const at = now();
+    const conditional = known !== undefined && (head === null || known.head === head) ? known : undefined;
+    let result: PolicyFetchResult;
+    try {
+      result = await source.fetchPolicy(
+        subjectId,
+        conditional === undefined ? {} : { knownHead: conditional.head },
+      );
+    } catch (error) {
+      if (error instanceof PolicyCacheError) throw error;
+      throw new PolicyCacheError("source_unavailable", "the authority service could not be asked", {
+        cause: error,
+      });
+    }
+    let policy: VerifiedPolicy;
+    if (result.status === "not_modified") {
+      if (conditional === undefined)
+        throw new PolicyCacheError("source_unavailable", "unexpected not-modified answer");
+      events.lookup?.("authority", true);
+      policy = { ...conditional, verifiedAt: at };
+    } else if (result.status === "not_found") {
+      events.lookup?.("authority", false);
+      policy = {
+        subjectId,
+        head: 0,
+        partnerId: undefined,
+        verifiedAt: at,
+        load: { ok: false, reason: "missing_policy" },
+      };
+    } else {
+      events.lookup?.("authority", true);
+      policy = await openRecord(result.record, result.partnerId, subjectId, at);
+    }
+    if (head !== null && policy.head < head) {
+      // Redis knows a newer policy than the authority returned: do not decide on the older one.
+      throw new PolicyCacheError(
+        "source_inconsistent",
+        "the authority returned an older policy than published",
+      );
+    }
+    await store(policy);
+    return policy;
+  };
+
+  /** Single flight per subject; a joined reload that ended on another head is redone once. */
+  const reload = async (
+    subjectId: string,
+    head: number | null,
+    known: VerifiedPolicy | undefined,
+  ): Promise<PolicyLookup> => {
+    const run = async (): Promise<PolicyLookup> => {
+      const viaRedis = head === null ? undefined : await fromRedis(subjectId, head);
+      if (viaRedis !== undefined) return { policy: viaRedis, layer: "redis" };
+      return { policy: await fromAuthority(subjectId, head, known), layer: "authority" };
+    };
+    const inFlight = reloads.get(subjectId);
+    if (inFlight !== undefined) {
+      const joined = await inFlight;
+      if (head === null || joined.head === head) return { policy: joined, layer: "authority" };
+    }
+    const started = run();
+    const shared = started.then((lookup) => lookup.policy);
+    shared.catch(() => undefined);
+    reloads.set(subjectId, shared);
+    try {
+      return await started;
+    } finally {
+      if (reloads.get(subjectId) === shared) reloads.delete(subjectId);
+    }
+  };
+
+  /** From half of maxAgeMs on, the authority is asked in the background; the entry serves meanwhile. */
+  const revalidateSoon = (entry: VerifiedPolicy, at: number): void => {
+    if (at - entry.verifiedAt <= maxAgeMs / 2 || revalidating.has(entry.subjectId)) return;
+    revalidating.add(entry.subjectId);
+    fromAuthority(entry.subjectId, entry.head, entry)
+      .catch(() => undefined)
+      .finally(() => revalidating.delete(entry.subjectId));
+  };
+
+  const getWithRedis = async (subjectId: string): Promise<PolicyLookup> => {
+    let head: number | null;
+    try {
+      head = await readHeadShared(subjectId);
+    } catch (error) {
+      events.headRead?.("error");
+      const at = now();
+      const entry = local.get(subjectId);
+      const last = confirmed.get(subjectId);
+      if (
+        entry !== undefined &&
+        last !== undefined &&
+        last.head === entry.head &&
+        at - last.at <= stalenessMs &&
+        at - entry.verifiedAt <= maxAgeMs
+      ) {
+        events.headRead?.("stale_used");
+        events.lookup?.("local", true);
+        return { policy: entry, layer: "local" };
+      }
+      throw new PolicyCacheError("freshness_unavailable", "the policy head cannot be read", { cause: error });
+    }
+    events.headRead?.("ok");
+    const at = now();
+    if (head !== null) {
+      const previous = confirmed.get(subjectId);
+      if (previous === undefined || head >= previous.head) confirmed.set(subjectId, { head, at });
+    }
+    const entry = local.get(subjectId);
+    if (entry !== undefined && head !== null && entry.head === head && at - entry.verifiedAt <= maxAgeMs) {
+      events.lookup?.("local", true);
+      revalidateSoon(entry, at);
+      return { policy: entry, layer: "local" };
+    }
+    events.lookup?.("local", false);
+    // A head below what this sidecar already verified is not believed: ask the authority.
+    const trustedHead = entry !== undefined && head !== null && head < entry.head ? null : head;
+    const lookup = await reload(subjectId, trustedHead, entry);
+    if (trustedHead === null) {
+      confirmed.set(subjectId, { head: lookup.policy.head, at: lookup.policy.verifiedAt });
+    }
+    return lookup;
+  };
+
+  const getWithoutRedis = async (subjectId: string): Promise<PolicyLookup> => {
+    const entry = local.get(subjectId);
+    if (entry !== undefined && now() - entry.verifiedAt <= ttlWithoutRedisMs) {
+      events.lookup?.("local", true);
+      return { policy: entry, layer: "local" };
+    }
+    events.lookup?.("local", false);
+    return reload(subjectId, null, entry);
+  };
+
+  return {
+    get(subjectId) {
+      if (typeof subjectId !== "string" || subjectId.length === 0) {
+        return Promise.reject(new PolicyCacheError("invalid_options", "subject id is required"));
+      }
+      return redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId);
+    },
+    evict(subjectId) {
+      local.delete(subjectId);
+    },
+    get size() {
+      return local.size;
+    },
+    close() {
+      unsubscribe?.();
+      local.clear();
+      confirmed.clear();
+    },
+  };
+}

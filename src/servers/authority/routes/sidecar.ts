@@ -1,0 +1,222 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
+import {
+  createAuthProfileSecretResolver,
+  loadExecutionAuthProfile,
+} from "../../../authority/auth-profiles.ts";
+import { loadCatalog } from "../../../authority/capabilities.ts";
+import { collections, type SubjectRecord, storeKeys } from "../../../authority/model.ts";
+import { loadPolicyRecord } from "../../../authority/policy-writer.ts";
+import { AuthorityError } from "../../../errors.ts";
+import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
+import {
+  type ClientCredentialsTokens,
+  createClientCredentialsTokens,
+} from "../../../execute/client-credentials.ts";
+import type { PolicyRecord } from "../../../policy/record.ts";
+import { requirePrincipal } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
+import type { Principal } from "../principal.ts";
+
+/**
+ * What sidecars fetch from the authority service (docs/sidecar.md, "Trust model"):
+ *
+ * - `GET /v1/sidecar/policies/{subject}` — the subject's stored PolicyRecord **including the
+ *   encrypted artifact**, plus the subject's partner. The sidecar decrypt-verifies the
+ *   artifact itself; this route hands out nothing it could not also read from the store.
+ *   `ETag: "<head>"`; `If-None-Match` with the current head answers 304.
+ * - `GET /v1/sidecar/capabilities/{partner}/{capability}` — the current catalog the decision
+ *   engine matches requests against.
+ * - `GET /v1/sidecar/auth-profiles/{partner}/{profile}` — the upstream credentials of an auth
+ *   profile, ready to inject (headers / query parameters), with how long they may be cached.
+ *
+ * Only principals with role `sidecar` or scope `authority/sidecar` may call them; a
+ * principal whose token carries `partner_id` is limited to that partner's subjects,
+ * capabilities and profiles. Every answer is `Cache-Control: no-store`.
+ */
+
+export const SIDECAR_ROLE = "sidecar";
+export const SIDECAR_SCOPE = "authority/sidecar";
+/** How long a sidecar may keep static credentials before asking again. */
+export const STATIC_CREDENTIALS_TTL_SECONDS = 300;
+/** How long a sidecar may keep a client-credentials access token (the token cache renews 30 s early). */
+export const TOKEN_CREDENTIALS_TTL_SECONDS = 30;
+
+function assertSidecar(principal: Principal): void {
+  if (principal.roles.includes(SIDECAR_ROLE) || principal.scopes.includes(SIDECAR_SCOPE)) return;
+  throw new AuthorityError(
+    "insufficient_role",
+    `This route needs the role ${SIDECAR_ROLE} or the scope ${SIDECAR_SCOPE}.`,
+  );
+}
+
+function assertPartner(principal: Principal, partnerId: string): void {
+  if (principal.partnerId === undefined || principal.partnerId === partnerId) return;
+  throw new AuthorityError("insufficient_role", "This sidecar may not read another partner's records.");
+}
+
+function storeUnavailable(error: unknown): AuthorityError {
+  return error instanceof AuthorityError
+    ? error
+    : new AuthorityError("upstream_unavailable", undefined, { cause: error });
+}
+
+async function read<T>(what: () => Promise<T>): Promise<T> {
+  try {
+    return await what();
+  } catch (error) {
+    throw storeUnavailable(error);
+  }
+}
+
+/** The weak validator a sidecar sends back: the record's head. */
+export function policyEtag(head: number): string {
+  return `"${head}"`;
+}
+
+function etagMatches(header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  return header.split(",").some((candidate) => {
+    const trimmed = candidate.trim();
+    return trimmed === etag || trimmed === `W/${etag}`;
+  });
+}
+
+export interface SidecarPolicyResponse {
+  readonly subject: { readonly subject_id: string; readonly partner_id: string };
+  readonly policy: PolicyRecord;
+}
+
+export interface SidecarAuthMaterial {
+  readonly partner_id: string;
+  readonly profile_id: string;
+  readonly type: string;
+  readonly headers: Record<string, string>;
+  readonly query: Record<string, string>;
+  readonly expires_in: number;
+}
+
+const subjectParams = paramsSchema({ subject: idSchemas.subject });
+const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
+const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
+
+function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    const principal = await requirePrincipal(request, context);
+    assertSidecar(principal);
+    principals.set(request, principal);
+  });
+  return (request: FastifyRequest): Principal => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
+}
+
+function noStore(reply: FastifyReply): FastifyReply {
+  return reply.header("cache-control", "no-store");
+}
+
+/** Token caches are per context: one per authority instance, shared by all sidecar requests. */
+const tokenCaches = new WeakMap<AuthorityContext, ClientCredentialsTokens>();
+
+function clientCredentialsFor(context: AuthorityContext, resolver: SecretResolver): ClientCredentialsTokens {
+  let tokens = tokenCaches.get(context);
+  if (tokens === undefined) {
+    tokens = createClientCredentialsTokens({ fetch: globalThis.fetch, secretResolver: resolver });
+    tokenCaches.set(context, tokens);
+  }
+  return tokens;
+}
+
+async function authMaterial(
+  context: AuthorityContext,
+  partnerId: string,
+  profileId: string,
+): Promise<SidecarAuthMaterial> {
+  const profile = await read(() => loadExecutionAuthProfile(context, partnerId, profileId));
+  if (context.secretKeyRings === undefined) {
+    throw new AuthorityError("upstream_unavailable", "Auth-profile secrets are not configured.");
+  }
+  const resolver = createAuthProfileSecretResolver(context);
+  const base = { partner_id: partnerId, profile_id: profileId, type: profile.type };
+  switch (profile.type) {
+    case "static": {
+      const secret = headerSafe(await resolveSecret(resolver, profile.secretRef));
+      const headers: Record<string, string> = {};
+      const query: Record<string, string> = {};
+      if (profile.kind === "bearer") headers.authorization = `Bearer ${secret}`;
+      else if (profile.in === "header") headers[profile.name.toLowerCase()] = secret;
+      else query[profile.name] = secret;
+      const credentials = { headers, query };
+      return { ...base, ...credentials, expires_in: STATIC_CREDENTIALS_TTL_SECONDS };
+    }
+    case "oauth_client_credentials": {
+      const token = headerSafe(await clientCredentialsFor(context, resolver).getToken(profile));
+      return {
+        ...base,
+        headers: { authorization: `Bearer ${token}` },
+        query: {},
+        expires_in: TOKEN_CREDENTIALS_TTL_SECONDS,
+      };
+    }
+    default:
+      // A user's delegated grant needs the user's token set; the sidecar cannot inject it.
+      throw new AuthorityError("conflict", "This auth profile type cannot be injected by a sidecar.", {
+        details: { type: profile.type },
+      });
+  }
+}
+
+export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
+  return async (app) => {
+    const principalOf = authenticateAll(app, context);
+
+    app.get<{ Params: { subject: string } }>(
+      "/v1/sidecar/policies/:subject",
+      { schema: { params: subjectParams } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const subjectId = request.params.subject;
+        const subject = await read(() =>
+          context.store.get<SubjectRecord>(collections.subjects, storeKeys.subject(subjectId)),
+        );
+        if (subject === undefined) throw new AuthorityError("not_found", "No such subject.");
+        assertPartner(principal, subject.partner_id);
+        const record = await read(() => loadPolicyRecord(context, subject.partner_id, subjectId));
+        if (record === undefined) throw new AuthorityError("not_found", "The subject has no policy.");
+        const etag = policyEtag(record.head);
+        noStore(reply).header("etag", etag);
+        if (etagMatches(request.headers["if-none-match"], etag)) return reply.code(304).send();
+        const body: SidecarPolicyResponse = {
+          subject: { subject_id: subject.subject_id, partner_id: subject.partner_id },
+          policy: record,
+        };
+        return reply.send(body);
+      },
+    );
+
+    app.get<{ Params: { partner: string; capability: string } }>(
+      "/v1/sidecar/capabilities/:partner/:capability",
+      { schema: { params: capabilityParams } },
+      async (request, reply) => {
+        const { partner, capability } = request.params;
+        assertPartner(principalOf(request), partner);
+        const loaded = await read(() => loadCatalog(context.store, partner, capability));
+        if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
+        return noStore(reply).send({ capability: loaded.catalog });
+      },
+    );
+
+    app.get<{ Params: { partner: string; profile: string } }>(
+      "/v1/sidecar/auth-profiles/:partner/:profile",
+      { schema: { params: profileParams } },
+      async (request, reply) => {
+        const { partner, profile } = request.params;
+        assertPartner(principalOf(request), partner);
+        return noStore(reply).send(await authMaterial(context, partner, profile));
+      },
+    );
+  };
+}

@@ -1,0 +1,189 @@
+import { type Capability, validateCapability } from "../../core/index.ts";
+import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
+import type { PolicyRecord } from "../../policy/record.ts";
+import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
+import type { ServiceTokenSource } from "./service-token.ts";
+
+/**
+ * The sidecar's client of the authority service's `/v1/sidecar/*` routes. Every call has
+ * its own deadline; keep-alive connections come from fetch's (undici's) pool. Any answer
+ * other than the expected ones is an AuthorityFetchError (`upstream_unavailable`): the
+ * caller denies, it never guesses.
+ */
+
+export interface InjectableCredentials {
+  readonly headers: Readonly<Record<string, string>>;
+  readonly query: Readonly<Record<string, string>>;
+  /** How long the sidecar may keep them (ms). */
+  readonly ttlMs: number;
+}
+
+export interface AuthorityClient extends PolicyRecordFetcher {
+  fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
+  fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
+}
+
+export interface AuthorityClientOptions {
+  /** e.g. http://127.0.0.1:8080 */
+  readonly baseUrl: string;
+  readonly token: ServiceTokenSource;
+  /** Deadline of one call (default 2000 ms). */
+  readonly timeoutMs?: number;
+  /** Default: the global fetch. */
+  readonly fetch?: typeof fetch;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function stringMap(value: unknown): Record<string, string> | undefined {
+  if (!isRecord(value)) return undefined;
+  const out: Record<string, string> = {};
+  for (const [key, item] of Object.entries(value)) {
+    if (typeof item !== "string") return undefined;
+    out[key] = item;
+  }
+  return out;
+}
+
+/** The fields the sidecar relies on, checked: the network is not trusted for shape. */
+function policyRecordOf(value: unknown): PolicyRecord | undefined {
+  if (!isRecord(value)) return undefined;
+  const ok =
+    typeof value.subject_id === "string" &&
+    typeof value.partner_id === "string" &&
+    (value.crypto_version === "subject_credentials_v1" || value.crypto_version === "platform_service_v2") &&
+    typeof value.document_hash === "string" &&
+    typeof value.head === "number" &&
+    Number.isSafeInteger(value.head) &&
+    value.head >= 0 &&
+    typeof value.artifact === "string" &&
+    value.artifact.length > 0;
+  return ok ? (value as unknown as PolicyRecord) : undefined;
+}
+
+export function createAuthorityClient(options: AuthorityClientOptions): AuthorityClient {
+  let base: URL;
+  try {
+    base = new URL(options.baseUrl);
+  } catch {
+    throw new SidecarConfigError("authority url is not a URL");
+  }
+  if (base.protocol !== "http:" && base.protocol !== "https:")
+    throw new SidecarConfigError("authority url must be http(s)");
+  if (typeof options.token?.token !== "function") throw new SidecarConfigError("token source is required");
+  const timeoutMs = options.timeoutMs ?? 2000;
+  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1)
+    throw new SidecarConfigError("timeoutMs must be a positive integer");
+  const doFetch = options.fetch ?? globalThis.fetch;
+  const root = base.href.replace(/\/+$/, "");
+
+  const call = async (path: string, headers: Record<string, string> = {}): Promise<Response> => {
+    for (let attempt = 0; ; attempt++) {
+      let token: string;
+      try {
+        token = await options.token.token();
+      } catch (error) {
+        throw new AuthorityFetchError("the sidecar's own token is unavailable", undefined, { cause: error });
+      }
+      let response: Response;
+      try {
+        response = await doFetch(`${root}${path}`, {
+          headers: { authorization: `Bearer ${token}`, accept: "application/json", ...headers },
+          redirect: "error",
+          signal: AbortSignal.timeout(timeoutMs),
+        });
+      } catch (error) {
+        throw new AuthorityFetchError("the authority service could not be reached", undefined, {
+          cause: error,
+        });
+      }
+      // One retry with a fresh token: a rotated or expired sidecar token is not an outage.
+      if (response.status === 401 && attempt === 0) {
+        await response.body?.cancel();
+        options.token.invalidate();
+        continue;
+      }
+      return response;
+    }
+  };
+
+  const json = async (response: Response): Promise<unknown> => {
+    try {
+      return await response.json();
+    } catch (error) {
+      throw new AuthorityFetchError("the authority service answered without JSON", response.status, {
+        cause: error,
+      });
+    }
+  };
+
+  const unexpected = async (response: Response): Promise<never> => {
+    await response.body?.cancel();
+    throw new AuthorityFetchError(`the authority service answered ${response.status}`, response.status);
+  };
+
+  const segment = encodeURIComponent;
+
+  return {
+    async fetchPolicy(subjectId, { knownHead }): Promise<PolicyFetchResult> {
+      const response = await call(
+        `/v1/sidecar/policies/${segment(subjectId)}`,
+        knownHead === undefined ? {} : { "if-none-match": `"${knownHead}"` },
+      );
+      if (response.status === 304) {
+        await response.body?.cancel();
+        return { status: "not_modified" };
+      }
+      if (response.status === 404) {
+        await response.body?.cancel();
+        return { status: "not_found" };
+      }
+      if (response.status !== 200) return unexpected(response);
+      const body = await json(response);
+      const subject = isRecord(body) ? body.subject : undefined;
+      const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
+      if (!isRecord(subject) || typeof subject.partner_id !== "string" || record === undefined) {
+        throw new AuthorityFetchError("the policy answer is malformed", 200);
+      }
+      return { status: "found", record, partnerId: subject.partner_id };
+    },
+
+    async fetchCapability(partnerId, capabilityId) {
+      const response = await call(`/v1/sidecar/capabilities/${segment(partnerId)}/${segment(capabilityId)}`);
+      if (response.status === 404) {
+        await response.body?.cancel();
+        return undefined;
+      }
+      if (response.status !== 200) return unexpected(response);
+      const body = await json(response);
+      try {
+        const capability = validateCapability(isRecord(body) ? body.capability : undefined);
+        if (capability.capability_id !== capabilityId || capability.partner_id !== partnerId)
+          return undefined;
+        return capability;
+      } catch (error) {
+        throw new AuthorityFetchError("the capability answer is malformed", 200, { cause: error });
+      }
+    },
+
+    async fetchCredentials(partnerId, profileId) {
+      const response = await call(`/v1/sidecar/auth-profiles/${segment(partnerId)}/${segment(profileId)}`);
+      if (response.status !== 200) return unexpected(response);
+      const body = await json(response);
+      const headers = isRecord(body) ? stringMap(body.headers) : undefined;
+      const query = isRecord(body) ? stringMap(body.query) : undefined;
+      const expiresIn = isRecord(body) ? body.expires_in : undefined;
+      if (
+        headers === undefined ||
+        query === undefined ||
+        typeof expiresIn !== "number" ||
+        !(expiresIn >= 0)
+      ) {
+        throw new AuthorityFetchError("the credentials answer is malformed", 200);
+      }
+      return { headers, query, ttlMs: Math.min(expiresIn, 3600) * 1000 };
+    },
+  };
+}

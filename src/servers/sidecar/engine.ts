@@ -1,0 +1,192 @@
+import type { Capability } from "../../core/capability.ts";
+import { decide } from "../../core/decision.ts";
+import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import type { RedactionRule } from "../../core/redaction.ts";
+import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
+import { extractBearer } from "../../identity/bearer.ts";
+import type { CacheLayer, VerifiedPolicyCache } from "../../policy/cache/index.ts";
+import type { CapabilityMap } from "./capability-map.ts";
+import { SidecarConfigError } from "./errors.ts";
+import type { VerifiedTokenCache } from "./token-cache.ts";
+
+/**
+ * The sidecar's decision path, shared by ext_authz and the forward proxy:
+ * bearer token (cached verification) → capability (explicit, else the capability map) →
+ * verified policy (local → Redis → authority, with the head freshness check) →
+ * partner-scoped catalog → `decide()` from src/core (the authority service's engine) →
+ * the auth profile's upstream credentials. It is total: every failure is a deny with the
+ * error table's status and reason; nothing but `decide()`'s allow is an allow.
+ */
+
+export type Transport = "grpc" | "proxy";
+
+export interface SidecarRequest {
+  readonly transport: Transport;
+  /** The caller's `Authorization` (or, for the proxy, `Proxy-Authorization`) header. */
+  readonly authorization: string | undefined;
+  /** From context_extensions / the proxy header; undefined → the capability map decides. */
+  readonly capabilityId: string | undefined;
+  readonly host: string;
+  readonly method: string;
+  /** Path and query as received. */
+  readonly path: string;
+  readonly requestId: string;
+}
+
+export interface InjectedCredentials {
+  readonly headers: Readonly<Record<string, string>>;
+  readonly query: Readonly<Record<string, string>>;
+}
+
+export interface SidecarAllow {
+  readonly allow: true;
+  readonly requestId: string;
+  readonly subjectId: string;
+  readonly partnerId: string;
+  readonly capabilityId: string;
+  readonly permissionId: string;
+  /** The policy's reviewed snapshot (upstream URL template, response rules). */
+  readonly operation: OperationSnapshot;
+  /** The policy entry's response redactions for this permission. */
+  readonly redactions: readonly RedactionRule[];
+  readonly params: Readonly<Record<string, string>>;
+  readonly credentials: InjectedCredentials;
+  readonly policyHead: number;
+  readonly policyLayer: CacheLayer;
+}
+
+export interface SidecarDeny {
+  readonly allow: false;
+  readonly httpStatus: number;
+  readonly reason: ErrorCode;
+  readonly requestId: string;
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+export type SidecarDecision = SidecarAllow | SidecarDeny;
+
+export interface CatalogSource {
+  /** The partner's capability, or undefined when it does not resolve. */
+  get(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
+}
+
+export interface CredentialSource {
+  get(partnerId: string, profileId: string): Promise<InjectedCredentials>;
+}
+
+export interface SidecarEngineOptions {
+  readonly tokens: VerifiedTokenCache;
+  readonly policies: VerifiedPolicyCache;
+  readonly catalogs: CatalogSource;
+  readonly credentials: CredentialSource;
+  readonly capabilityMap: CapabilityMap;
+  readonly now?: () => Date;
+  /** Told of token checks (metrics): `cached`, `verified`, `rejected`, `unavailable`. */
+  readonly onTokenCheck?: (result: "cached" | "verified" | "rejected" | "unavailable") => void;
+}
+
+export interface SidecarEngine {
+  authorize(request: SidecarRequest): Promise<SidecarDecision>;
+}
+
+const CHALLENGE = 'Bearer realm="authority"';
+
+export function denyOf(
+  reason: ErrorCode,
+  requestId: string,
+  headers?: Readonly<Record<string, string>>,
+): SidecarDeny {
+  const status = errorCodes[reason].status;
+  const merged: Record<string, string> = { ...headers };
+  if (status === 401) {
+    merged["www-authenticate"] =
+      reason === "invalid_token" ? `${CHALLENGE}, error="invalid_token"` : CHALLENGE;
+  }
+  return Object.keys(merged).length === 0
+    ? { allow: false, httpStatus: status, reason, requestId }
+    : { allow: false, httpStatus: status, reason, requestId, headers: merged };
+}
+
+/** Any failure's deny: an AuthorityError keeps its code (e.g. 503 upstream_unavailable), anything else is 403 internal. */
+export function denyForError(error: unknown, requestId: string): SidecarDeny {
+  const authorityError = toAuthorityError(error);
+  if (authorityError.code === "internal")
+    return { allow: false, httpStatus: 403, reason: "internal", requestId };
+  return denyOf(authorityError.code, requestId);
+}
+
+export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngine {
+  if (typeof options !== "object" || options === null)
+    throw new SidecarConfigError("engine options are required");
+  const { tokens, policies, catalogs, credentials, capabilityMap } = options;
+  if (typeof tokens?.check !== "function") throw new SidecarConfigError("tokens are required");
+  if (typeof policies?.get !== "function") throw new SidecarConfigError("policies are required");
+  if (typeof catalogs?.get !== "function") throw new SidecarConfigError("catalogs are required");
+  if (typeof credentials?.get !== "function") throw new SidecarConfigError("credentials are required");
+  if (typeof capabilityMap?.resolve !== "function") throw new SidecarConfigError("capabilityMap is required");
+  const now = options.now ?? (() => new Date());
+  const onTokenCheck = options.onTokenCheck ?? (() => undefined);
+
+  const evaluate = async (request: SidecarRequest): Promise<SidecarDecision> => {
+    const { requestId } = request;
+    let token: string | undefined;
+    try {
+      token = extractBearer(request.authorization);
+    } catch {
+      onTokenCheck("rejected");
+      return denyOf("invalid_token", requestId);
+    }
+    if (token === undefined) return denyOf("missing_subject", requestId);
+    const checked = await tokens.check(token);
+    if (!checked.ok) {
+      onTokenCheck(checked.unavailable ? "unavailable" : "rejected");
+      return denyOf(checked.unavailable ? "upstream_unavailable" : "invalid_token", requestId);
+    }
+    onTokenCheck(checked.cached ? "cached" : "verified");
+    const subjectId = checked.principal.subject;
+    const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
+    if (capabilityId === undefined || capabilityId === "") return denyOf("missing_capability", requestId);
+
+    const { policy, layer } = await policies.get(subjectId);
+    // No record: the partner (and so the capability's scope) is unknown; the spec's answer is missing_policy.
+    if (policy.partnerId === undefined)
+      return denyOf(policy.load.ok ? "internal" : policy.load.reason, requestId);
+    const partnerId = policy.partnerId;
+    const capability = await catalogs.get(partnerId, capabilityId);
+    const decision = decide({
+      subjectId,
+      capabilityId,
+      capability,
+      policy: policy.load,
+      method: request.method,
+      path: request.path,
+      now: now(),
+    });
+    if (decision.status === "denied") return denyOf(decision.reason, requestId);
+    const injected = await credentials.get(partnerId, decision.authProfileRef);
+    return {
+      allow: true,
+      requestId,
+      subjectId,
+      partnerId,
+      capabilityId,
+      permissionId: decision.permissionId,
+      operation: decision.operation,
+      redactions: decision.redactions,
+      params: decision.params,
+      credentials: injected,
+      policyHead: policy.head,
+      policyLayer: layer,
+    };
+  };
+
+  return {
+    async authorize(request) {
+      try {
+        return await evaluate(request);
+      } catch (error) {
+        return denyForError(error, request.requestId);
+      }
+    },
+  };
+}

@@ -1,0 +1,22 @@
+/** A sidecar option or setting that cannot work, found at construction or start. */
+export class SidecarConfigError extends Error {
+  readonly code = "sidecar_config_invalid";
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "SidecarConfigError";
+  }
+}
+
+/** The authority service could not be asked, or answered something unusable. */
+export class AuthorityFetchError extends Error {
+  readonly code = "authority_unavailable";
+  readonly authorityCode = "upstream_unavailable" as const;
+  readonly status: number | undefined;
+
+  constructor(message: string, status?: number, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "AuthorityFetchError";
+    this.status = status;
+  }
+}

@@ -1,0 +1,561 @@
+import { randomUUID } from "node:crypto";
+import {
+  type ClientRequest,
+  createServer,
+  type Agent as HttpAgent,
+  Agent as HttpKeepAliveAgent,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
+import { Agent as HttpsAgent } from "node:https";
+import type { AddressInfo, Socket } from "node:net";
+import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
+import httpProxy from "http-proxy";
+import {
+  applyRedactions,
+  type RedactionRule,
+  redactResponseBody,
+  sanitizeResponseHeaders,
+} from "../../core/redaction.ts";
+import type { ErrorCode } from "../../errors.ts";
+import { buildUpstreamUrl } from "../../execute/url.ts";
+import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
+import { SidecarConfigError } from "./errors.ts";
+import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
+import type { SidecarMetrics } from "./metrics.ts";
+
+/**
+ * The forward proxy for invoke traffic (`127.0.0.1:15001`). An app sends its upstream calls
+ * through it — absolute-form (`GET http://orders.internal/v1/orders/42`, `HTTP_PROXY`) or
+ * origin-form with the upstream's `Host` — carrying its own bearer token in
+ * `Proxy-Authorization` (or `Authorization`). Each request is decided by the same engine as
+ * ext_authz; an allowed one is sent to the **reviewed upstream URL of the operation
+ * snapshot** (never to the host the app named), with the auth profile's credentials
+ * injected and the caller's credentials, cookies and `x-authority-*` headers removed.
+ *
+ * Responses: sensitive and hop-by-hop headers are dropped; a body that may need redaction —
+ * the operation or policy has rules, or it is (or may be) JSON — is buffered up to
+ * `maxResponseBytes` (decoded), redacted with the same rules as the executor, and sent
+ * with a fresh Content-Length. Over the bound the answer is **502 upstream_error**: nothing
+ * of the body is sent, never an unredacted one. Other bodies (binary, HTML, …, with no
+ * rules) stream through untouched. CONNECT and upgrades are refused: a tunnel could not be
+ * inspected.
+ */
+
+export interface ForwardProxyOptions {
+  readonly engine: SidecarEngine;
+  readonly metrics?: SidecarMetrics;
+  /** Deadline for the decision (default 1000 ms); past it the answer is 503. */
+  readonly decisionTimeoutMs?: number;
+  /** Deadline for the upstream's response headers and, when buffered, its whole body (default 10000 ms). */
+  readonly upstreamTimeoutMs?: number;
+  /** Largest response body buffered for redaction, decoded bytes (default 1 MiB). */
+  readonly maxResponseBytes?: number;
+  /** Sockets per upstream origin (default 256). */
+  readonly maxSockets?: number;
+  readonly logger?: { warn(obj: Record<string, unknown>, msg: string): void };
+}
+
+export interface ForwardProxy {
+  listen(address: { host: string; port: number }): Promise<{ port: number }>;
+  /** Stops accepting, lets in-flight exchanges finish for up to graceMs, then cuts connections. */
+  close(options?: { graceMs?: number }): Promise<void>;
+  readonly inFlight: number;
+  readonly server: Server;
+}
+
+/** The capability the app asks for (like Envoy's context_extensions); removed before forwarding. */
+export const CAPABILITY_HEADER = "x-authority-capability";
+
+/** Caller headers never forwarded: its credentials, cookies, our own headers, and hop-by-hop ones. */
+const DROPPED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
+  "authorization",
+  "proxy-authorization",
+  "cookie",
+  "host",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect",
+]);
+
+const NO_BODY_STATUSES: ReadonlySet<number> = new Set([204, 304]);
+
+interface Exchange {
+  readonly decision: SidecarAllow;
+  readonly rules: readonly RedactionRule[];
+  readonly method: string;
+  sentAt: number;
+  proxyReq: ClientRequest | undefined;
+  timer: NodeJS.Timeout | undefined;
+  timedOut: boolean;
+  settled: boolean;
+}
+
+const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
+
+/** A caller's X-Request-Id when short and plain (as the HTTP servers keep it), else a fresh one. */
+function requestIdFrom(header: string | string[] | undefined): string {
+  return typeof header === "string" && callerRequestId.test(header) ? header : `req_${randomUUID()}`;
+}
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1)
+    throw new SidecarConfigError(`${name} must be a positive integer`);
+  return out;
+}
+
+function single(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? undefined : value;
+}
+
+function mediaType(contentType: string | undefined): string {
+  return (contentType?.split(";")[0] ?? "").trim().toLowerCase();
+}
+
+function isJsonType(type: string): boolean {
+  return type === "application/json" || type.endsWith("+json");
+}
+
+/** Bodies that might be JSON (and so need default redaction) or that rules apply to are buffered. */
+function needsBuffering(contentType: string | undefined, rules: readonly RedactionRule[]): boolean {
+  if (rules.length > 0) return true;
+  const type = mediaType(contentType);
+  return type === "" || isJsonType(type) || type === "text/plain";
+}
+
+function decodeBody(bytes: Buffer, encoding: string, max: number): Buffer | undefined {
+  const options = { maxOutputLength: max };
+  switch (encoding) {
+    case "":
+    case "identity":
+      return bytes;
+    case "gzip":
+    case "x-gzip":
+      return gunzipSync(bytes, options);
+    case "deflate":
+      return inflateSync(bytes, options);
+    case "br":
+      return brotliDecompressSync(bytes, options);
+    default:
+      return undefined;
+  }
+}
+
+/** Removes, in place, what is never forwarded (http-proxy copies `req.headers` to the upstream request). */
+function stripRequestHeaders(headers: IncomingHttpHeaders): void {
+  const connection = single(headers.connection);
+  const nominated =
+    connection === undefined
+      ? undefined
+      : new Set(
+          connection
+            .split(",")
+            .map((token) => token.trim().toLowerCase())
+            .filter((token) => token.length > 0),
+        );
+  for (const name of Object.keys(headers)) {
+    if (
+      DROPPED_REQUEST_HEADERS.has(name) ||
+      nominated?.has(name) === true ||
+      name.startsWith("x-authority-")
+    ) {
+      delete headers[name];
+    }
+  }
+}
+
+export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
+  if (typeof options?.engine?.authorize !== "function") throw new SidecarConfigError("engine is required");
+  const { engine, metrics, logger } = options;
+  const decisionTimeoutMs = positiveInt(options.decisionTimeoutMs, 1000, "decisionTimeoutMs");
+  const upstreamTimeoutMs = positiveInt(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
+  const maxResponseBytes = positiveInt(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
+  const maxSockets = positiveInt(options.maxSockets, 256, "maxSockets");
+  const agents: { http: HttpAgent; https: HttpsAgent } = {
+    http: new HttpKeepAliveAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
+    https: new HttpsAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
+  };
+  const proxy = httpProxy.createProxyServer({});
+  const exchanges = new WeakMap<IncomingMessage, Exchange>();
+  const sockets = new Set<Socket>();
+  let inFlight = 0;
+  let closing: Promise<void> | undefined;
+  let drained: (() => void) | undefined;
+
+  const finished = (): void => {
+    inFlight--;
+    if (inFlight === 0) drained?.();
+  };
+
+  const send = (
+    res: ServerResponse,
+    status: number,
+    body: Record<string, string>,
+    headers: Readonly<Record<string, string>> = {},
+  ): void => {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const text = JSON.stringify(body);
+    res.writeHead(status, {
+      ...headers,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(text),
+      "cache-control": "no-store",
+    });
+    res.end(text);
+  };
+
+  const sendDeny = (res: ServerResponse, deny: SidecarDeny): void => {
+    send(
+      res,
+      deny.httpStatus,
+      { status: "denied", reason: deny.reason, requestId: deny.requestId },
+      { ...deny.headers, [REQUEST_ID_HEADER]: deny.requestId },
+    );
+  };
+
+  /** A failure after the allow (upstream down, too large, …): never a partial or unredacted body. */
+  const fail = (res: ServerResponse, exchange: Exchange, reason: ErrorCode, status: number): void => {
+    if (exchange.settled) return;
+    exchange.settled = true;
+    if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+    const requestId = exchange.decision.requestId;
+    send(res, status, { status: "error", reason, requestId }, { [REQUEST_ID_HEADER]: requestId });
+  };
+
+  const decide = async (req: IncomingMessage, requestId: string): Promise<SidecarAllow | SidecarDeny> => {
+    let host = single(req.headers.host) ?? "";
+    let path = req.url ?? "";
+    if (!path.startsWith("/")) {
+      // Absolute-form (RFC 9112 §3.2.2): the app addressed the upstream through us.
+      try {
+        const target = new URL(path);
+        host = target.host;
+        path = `${target.pathname}${target.search}`;
+      } catch {
+        return denyOf("invalid_request", requestId);
+      }
+    }
+    const authorization = single(req.headers["proxy-authorization"]) ?? single(req.headers.authorization);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(denyOf("upstream_unavailable", requestId)), decisionTimeoutMs);
+      const settle = (decision: SidecarAllow | SidecarDeny): void => {
+        clearTimeout(timer);
+        resolve(decision);
+      };
+      engine
+        .authorize({
+          transport: "proxy",
+          authorization,
+          capabilityId: single(req.headers[CAPABILITY_HEADER]),
+          host,
+          method: req.method ?? "",
+          path,
+          requestId,
+        })
+        .then(settle, (error: unknown) => settle(denyForError(error, requestId)));
+    });
+  };
+
+  const forward = (req: IncomingMessage, res: ServerResponse, decision: SidecarAllow): void => {
+    const rules =
+      decision.redactions.length === 0
+        ? decision.operation.response_rules
+        : [...decision.operation.response_rules, ...decision.redactions];
+    let target: URL;
+    try {
+      // A malformed rule stops the call before it has side effects upstream.
+      if (rules.length > 0) applyRedactions(null, rules);
+      target = buildUpstreamUrl(decision.operation, { path: decision.params });
+      const query = (req.url ?? "").split("?")[1];
+      if (query !== undefined && query.length > 0) {
+        target.search = target.search.length > 1 ? `${target.search}&${query}` : `?${query}`;
+      }
+      for (const [name, value] of Object.entries(decision.credentials.query))
+        target.searchParams.set(name, value);
+    } catch (error) {
+      sendDeny(res, denyForError(error, decision.requestId));
+      return;
+    }
+    const exchange: Exchange = {
+      decision,
+      rules,
+      method: req.method ?? "GET",
+      sentAt: performance.now(),
+      proxyReq: undefined,
+      timer: undefined,
+      timedOut: false,
+      settled: false,
+    };
+    exchanges.set(req, exchange);
+    exchange.timer = setTimeout(() => {
+      exchange.timedOut = true;
+      exchange.proxyReq?.destroy(new Error("upstream deadline"));
+      metrics?.upstream("timeout", (performance.now() - exchange.sentAt) / 1000);
+      fail(res, exchange, "upstream_timeout", 504);
+    }, upstreamTimeoutMs);
+    // The caller went away: stop the upstream call too.
+    res.on("close", () => {
+      if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+      if (!res.writableFinished) exchange.proxyReq?.destroy();
+    });
+    stripRequestHeaders(req.headers);
+    const https = target.protocol === "https:";
+    const hostname = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
+    proxy.web(
+      req,
+      res,
+      {
+        target: {
+          protocol: target.protocol,
+          host: hostname,
+          hostname,
+          port: target.port === "" ? (https ? 443 : 80) : Number(target.port),
+          path: `${target.pathname}${target.search}`,
+        } as unknown as string,
+        // `toProxy` + `ignorePath`: the path is exactly the target's (no url.parse of req.url).
+        toProxy: true,
+        ignorePath: true,
+        selfHandleResponse: true,
+        xfwd: false,
+        secure: true,
+        agent: https ? agents.https : agents.http,
+        headers: { ...allowHeaders(decision), host: target.host },
+      },
+      (error: Error) => {
+        if (exchange.settled) return;
+        metrics?.upstream("error", (performance.now() - exchange.sentAt) / 1000);
+        metrics?.proxyResponse("failed");
+        const code = (error as { code?: unknown }).code;
+        logger?.warn(
+          { requestId: decision.requestId, code: typeof code === "string" ? code : error.name },
+          "upstream call failed",
+        );
+        fail(res, exchange, "upstream_unavailable", 503);
+      },
+    );
+  };
+
+  const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
+    exchange.settled = true;
+    if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+    const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+    metrics?.redactions(sanitized.events);
+    // The bytes pass unchanged, so their length and coding stay true.
+    const length = proxyRes.headers["content-length"];
+    const headers = {
+      ...sanitized.headers,
+      ...(length === undefined ? {} : { "content-length": length }),
+      [REQUEST_ID_HEADER]: exchange.decision.requestId,
+    };
+    res.writeHead(proxyRes.statusCode ?? 502, headers);
+    metrics?.proxyResponse("streamed");
+    proxyRes.pipe(res);
+    proxyRes.on("error", () => res.destroy());
+  };
+
+  const respondBuffered = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
+    const declared = Number(proxyRes.headers["content-length"]);
+    const tooLarge = (): void => {
+      proxyRes.destroy();
+      metrics?.proxyResponse("too_large");
+      fail(res, exchange, "upstream_error", 502);
+    };
+    if (Number.isFinite(declared) && declared > maxResponseBytes) {
+      tooLarge();
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    proxyRes.on("data", (chunk: Buffer) => {
+      if (exchange.settled) return;
+      size += chunk.length;
+      if (size > maxResponseBytes) {
+        tooLarge();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    proxyRes.on("error", () => {
+      metrics?.proxyResponse("failed");
+      fail(res, exchange, "upstream_error", 502);
+    });
+    proxyRes.on("end", () => {
+      if (exchange.settled) return;
+      let body: Buffer | undefined;
+      try {
+        body = decodeBody(
+          Buffer.concat(chunks),
+          mediaType(single(proxyRes.headers["content-encoding"])),
+          maxResponseBytes,
+        );
+      } catch (error) {
+        if ((error as { code?: unknown }).code === "ERR_BUFFER_TOO_LARGE") {
+          tooLarge();
+          return;
+        }
+        body = undefined;
+      }
+      if (body === undefined) {
+        metrics?.proxyResponse("failed");
+        fail(res, exchange, "upstream_error", 502);
+        return;
+      }
+      const contentType = single(proxyRes.headers["content-type"]);
+      const text = body.toString("utf8");
+      let parsed: { value: unknown } | undefined;
+      if (isJsonType(mediaType(contentType)) || /^\s*[[{]/.test(text)) {
+        try {
+          parsed = { value: JSON.parse(text) };
+        } catch {
+          parsed = undefined;
+        }
+      }
+      const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+      delete sanitized.headers["content-encoding"];
+      let out = body;
+      let events = sanitized.events;
+      if (parsed !== undefined) {
+        try {
+          const redacted = redactResponseBody(parsed.value, exchange.rules);
+          out = Buffer.from(JSON.stringify(redacted.body), "utf8");
+          events = [...events, ...redacted.events];
+        } catch {
+          metrics?.proxyResponse("failed");
+          fail(res, exchange, "upstream_error", 502);
+          return;
+        }
+      }
+      exchange.settled = true;
+      if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+      metrics?.redactions(events);
+      metrics?.proxyResponse(parsed === undefined ? "passed" : "redacted");
+      res.writeHead(proxyRes.statusCode ?? 502, {
+        ...sanitized.headers,
+        "content-length": out.length,
+        [REQUEST_ID_HEADER]: exchange.decision.requestId,
+      });
+      res.end(out);
+    });
+  };
+
+  proxy.on("proxyReq", (proxyReq: ClientRequest, req: IncomingMessage) => {
+    const exchange = exchanges.get(req);
+    if (exchange === undefined) return;
+    exchange.proxyReq = proxyReq;
+    if (exchange.timedOut) proxyReq.destroy();
+  });
+
+  proxy.on("proxyRes", (proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse) => {
+    const exchange = exchanges.get(req);
+    if (exchange === undefined || exchange.settled) {
+      proxyRes.resume();
+      return;
+    }
+    metrics?.upstream("response", (performance.now() - exchange.sentAt) / 1000);
+    const status = proxyRes.statusCode ?? 502;
+    if (exchange.method === "HEAD" || NO_BODY_STATUSES.has(status)) {
+      exchange.settled = true;
+      if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+      const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+      metrics?.redactions(sanitized.events);
+      metrics?.proxyResponse("passed");
+      res.writeHead(status, { ...sanitized.headers, [REQUEST_ID_HEADER]: exchange.decision.requestId });
+      res.end();
+      proxyRes.resume();
+      return;
+    }
+    if (needsBuffering(single(proxyRes.headers["content-type"]), exchange.rules)) {
+      respondBuffered(exchange, proxyRes, res);
+    } else {
+      respondStreaming(exchange, proxyRes, res);
+    }
+  });
+
+  const server = createServer((req, res) => {
+    inFlight++;
+    res.once("close", finished);
+    const started = performance.now();
+    const requestId = requestIdFrom(req.headers["x-request-id"]);
+    decide(req, requestId).then(
+      (decision) => {
+        const seconds = (performance.now() - started) / 1000;
+        metrics?.decision(
+          "proxy",
+          decision.allow ? "allow" : "deny",
+          decision.allow ? null : decision.reason,
+          seconds,
+        );
+        if (!decision.allow) {
+          sendDeny(res, decision);
+          return;
+        }
+        forward(req, res, decision);
+      },
+      (error: unknown) => {
+        metrics?.decision("proxy", "error", "internal", (performance.now() - started) / 1000);
+        sendDeny(res, denyForError(error, requestId));
+      },
+    );
+  });
+  server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
+  // Tunnels and upgrades cannot be inspected or redacted: refused.
+  server.on("connect", (_req: IncomingMessage, socket: Socket) => {
+    socket.end("HTTP/1.1 405 Method Not Allowed\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+  });
+  server.on("upgrade", (_req: IncomingMessage, socket: Socket) => {
+    socket.end("HTTP/1.1 501 Not Implemented\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+  });
+  server.keepAliveTimeout = 5000;
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 0;
+
+  return {
+    server,
+    get inFlight() {
+      return inFlight;
+    },
+    listen({ host, port }) {
+      return new Promise((resolve, reject) => {
+        const onError = (error: Error) =>
+          reject(new SidecarConfigError(`cannot listen on ${host}:${port}`, { cause: error }));
+        server.once("error", onError);
+        server.listen(port, host, () => {
+          server.off("error", onError);
+          resolve({ port: (server.address() as AddressInfo).port });
+        });
+      });
+    },
+    close({ graceMs = 5000 } = {}) {
+      if (closing !== undefined) return closing;
+      closing = new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(force);
+          for (const socket of sockets) socket.destroy();
+          proxy.close();
+          agents.http.destroy();
+          agents.https.destroy();
+          resolve();
+        };
+        const force = setTimeout(done, graceMs);
+        server.close();
+        server.closeIdleConnections();
+        if (inFlight === 0) done();
+        else drained = done;
+      });
+      return closing;
+    },
+  };
+}

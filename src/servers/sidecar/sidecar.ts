@@ -1,0 +1,239 @@
+import type { Registry } from "prom-client";
+import type { Capability } from "../../core/capability.ts";
+import { createLogger, type Logger } from "../../observability/logger.ts";
+import { createMetricsRegistry } from "../../observability/metrics.ts";
+import {
+  type CacheLayer,
+  createRedisPolicyStore,
+  createVerifiedPolicyCache,
+  deriveCacheKeys,
+  type RedisPolicyStore,
+  type VerifiedPolicyCache,
+} from "../../policy/cache/index.ts";
+import type { PolicyProtector } from "../../policy/protector.ts";
+import type { AuthorityClient } from "./authority-client.ts";
+import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
+import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
+import { SidecarConfigError } from "./errors.ts";
+import { createExtAuthzCheck } from "./ext-authz.ts";
+import { createFetchCache } from "./fetch-cache.ts";
+import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
+import type { DecisionEvent } from "./grpc/types.ts";
+import { createHealthServer, type HealthServer } from "./health-server.ts";
+import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
+import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
+import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
+
+/**
+ * One sidecar process: the ext_authz gRPC server, the forward proxy and the metrics/health
+ * port around one engine, one verified-policy cache and one Redis connection pair.
+ */
+
+export interface ListenAddress {
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface SidecarOptions {
+  readonly authority: AuthorityClient;
+  /** Verifies the callers' bearer tokens (createJwtVerifier, as elsewhere). */
+  readonly verifier: TokenVerifier;
+  /** Decrypt-verifies policy artifacts: the same protector configuration as the authority service. */
+  readonly protector: PolicyProtector;
+  readonly capabilityMap?: CapabilityMap;
+  /** Without it: local cache + authority fetch with `policyTtlMs` (docs/sidecar.md). */
+  readonly redis?: {
+    readonly url: string;
+    readonly cacheKey: Uint8Array;
+    readonly commandTimeoutMs?: number;
+  };
+  readonly listen: {
+    readonly grpc: ListenAddress;
+    readonly proxy: ListenAddress;
+    readonly metrics: ListenAddress;
+  };
+  /** ext_authz decision deadline (default 200 ms). */
+  readonly decisionTimeoutMs?: number;
+  /** Forward proxy decision deadline (default 1000 ms). */
+  readonly proxyDecisionTimeoutMs?: number;
+  readonly upstreamTimeoutMs?: number;
+  readonly maxResponseBytes?: number;
+  /** With Redis: how long a confirmed policy head counts while Redis cannot be read (default 1000 ms). */
+  readonly stalenessMs?: number;
+  /** Without Redis: how long an authority answer is used (default 1000 ms). */
+  readonly policyTtlMs?: number;
+  /** Revalidation with the authority whatever Redis says (default 60000 ms). */
+  readonly policyMaxAgeMs?: number;
+  /** How long a capability catalog is kept (default 30000 ms; 5000 ms for one that does not resolve). */
+  readonly catalogTtlMs?: number;
+  readonly logger?: Logger;
+  readonly registry?: Registry;
+}
+
+export interface SidecarPorts {
+  readonly grpc: number;
+  readonly proxy: number;
+  readonly metrics: number;
+}
+
+export interface Sidecar {
+  start(): Promise<SidecarPorts>;
+  /** Not ready → drains gRPC and proxy (graceMs each, in parallel) → closes Redis → metrics port last. */
+  close(options?: { graceMs?: number }): Promise<void>;
+  readonly ready: boolean;
+  readonly engine: SidecarEngine;
+  readonly policies: VerifiedPolicyCache;
+  readonly metrics: SidecarMetrics;
+  readonly redis: RedisPolicyStore | undefined;
+}
+
+const UNRESOLVED_CATALOG_TTL_MS = 5000;
+
+function outcomeOf(event: DecisionEvent): "allow" | "deny" | "error" {
+  if (event.allowed) return "allow";
+  return event.outcome === "deny" || event.outcome === "invalid_request" ? "deny" : "error";
+}
+
+export function createSidecar(options: SidecarOptions): Sidecar {
+  if (typeof options !== "object" || options === null) throw new SidecarConfigError("options are required");
+  const logger = options.logger ?? createLogger("sidecar");
+  const metrics = createSidecarMetrics(options.registry ?? createMetricsRegistry());
+  const catalogTtlMs = options.catalogTtlMs ?? 30_000;
+  if (!Number.isSafeInteger(catalogTtlMs) || catalogTtlMs < 1)
+    throw new SidecarConfigError("catalogTtlMs must be a positive integer");
+
+  const redis =
+    options.redis === undefined
+      ? undefined
+      : createRedisPolicyStore({
+          url: options.redis.url,
+          ...(options.redis.commandTimeoutMs === undefined
+            ? {}
+            : { commandTimeoutMs: options.redis.commandTimeoutMs }),
+        });
+  const policies = createVerifiedPolicyCache({
+    source: options.authority,
+    protector: options.protector,
+    ...(redis === undefined || options.redis === undefined
+      ? {}
+      : { redis: { store: redis, keys: deriveCacheKeys(options.redis.cacheKey) } }),
+    ...(options.stalenessMs === undefined ? {} : { stalenessMs: options.stalenessMs }),
+    ...(options.policyTtlMs === undefined ? {} : { ttlWithoutRedisMs: options.policyTtlMs }),
+    ...(options.policyMaxAgeMs === undefined ? {} : { maxAgeMs: options.policyMaxAgeMs }),
+    events: {
+      lookup: (layer: CacheLayer, hit: boolean) => metrics.cache("policy", layer, hit),
+      verificationFailure: (layer) => metrics.verificationFailure(layer),
+      headRead: (result) => {
+        metrics.headRead(result);
+        if (result !== "stale_used") metrics.setRedisUp(result === "ok");
+      },
+    },
+  });
+  const catalogs = createFetchCache<Capability | undefined>({
+    load: async (key) => {
+      const [partnerId = "", capabilityId = ""] = key.split("\u0000");
+      const value = await options.authority.fetchCapability(partnerId, capabilityId);
+      return { value, ttlMs: value === undefined ? UNRESOLVED_CATALOG_TTL_MS : catalogTtlMs };
+    },
+  });
+  const credentials = createFetchCache<InjectedCredentials>({
+    load: async (key) => {
+      const [partnerId = "", profileId = ""] = key.split("\u0000");
+      const fetched = await options.authority.fetchCredentials(partnerId, profileId);
+      return { value: { headers: fetched.headers, query: fetched.query }, ttlMs: fetched.ttlMs };
+    },
+  });
+  const engine = createSidecarEngine({
+    tokens: createVerifiedTokenCache({ verifier: options.verifier }),
+    policies,
+    catalogs: {
+      async get(partnerId, capabilityId) {
+        const { value, hit } = await catalogs.get(`${partnerId}\u0000${capabilityId}`);
+        metrics.cache("capability", hit ? "local" : "authority", hit || value !== undefined);
+        return value;
+      },
+    },
+    credentials: {
+      async get(partnerId, profileId) {
+        const { value, hit } = await credentials.get(`${partnerId}\u0000${profileId}`);
+        metrics.cache("credentials", hit ? "local" : "authority", true);
+        return value;
+      },
+    },
+    capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
+    onTokenCheck: (result) => metrics.tokenCheck(result),
+  });
+
+  const checkServer: CheckServer = createCheckServer({
+    check: createExtAuthzCheck(engine),
+    ...(options.decisionTimeoutMs === undefined ? {} : { deadlineMs: options.decisionTimeoutMs }),
+    logger,
+    onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
+  });
+  const proxy: ForwardProxy = createForwardProxy({
+    engine,
+    metrics,
+    logger,
+    ...(options.proxyDecisionTimeoutMs === undefined
+      ? {}
+      : { decisionTimeoutMs: options.proxyDecisionTimeoutMs }),
+    ...(options.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.upstreamTimeoutMs }),
+    ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
+  });
+
+  metrics.trackInFlight("grpc", () => checkServer.inFlight);
+  metrics.trackInFlight("proxy", () => proxy.inFlight);
+  let grpcUp = false;
+  let proxyUp = false;
+  let closing = false;
+  let closed: Promise<void> | undefined;
+  const readiness = () => {
+    const checks = {
+      grpc: grpcUp,
+      proxy: proxyUp,
+      ...(redis === undefined ? {} : { redis: redis.reachedOnce }),
+    };
+    return { ready: !closing && Object.values(checks).every(Boolean), checks };
+  };
+  const health: HealthServer = createHealthServer({
+    registry: metrics.registry,
+    ready: readiness,
+    live: () => closed === undefined,
+  });
+
+  return {
+    engine,
+    policies,
+    metrics,
+    redis,
+    get ready() {
+      return readiness().ready;
+    },
+
+    async start() {
+      const { grpc, proxy: proxyAddress, metrics: metricsAddress } = options.listen;
+      const { port: metricsPort } = await health.listen(metricsAddress);
+      const grpcHost = grpc.host.includes(":") ? `[${grpc.host}]` : grpc.host;
+      const { port: grpcPort } = await checkServer.listen(`${grpcHost}:${grpc.port}`);
+      grpcUp = true;
+      const { port: proxyPort } = await proxy.listen(proxyAddress);
+      proxyUp = true;
+      logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
+      return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
+    },
+
+    close({ graceMs = 10_000 } = {}) {
+      closed ??= (async () => {
+        closing = true;
+        await Promise.all([checkServer.close({ graceMs }), proxy.close({ graceMs })]);
+        grpcUp = false;
+        proxyUp = false;
+        policies.close();
+        await redis?.close();
+        await health.close();
+        logger.info("sidecar stopped");
+      })();
+      return closed;
+    },
+  };
+}

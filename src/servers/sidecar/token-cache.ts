@@ -1,0 +1,109 @@
+import { createHash } from "node:crypto";
+import { LRUCache } from "lru-cache";
+import { TokenVerificationError } from "../../identity/errors.ts";
+import type { VerifiedToken } from "../../identity/jwt-verifier.ts";
+import { SidecarConfigError } from "./errors.ts";
+
+/**
+ * Verified bearer tokens by SHA-256 of the token, until the token's `exp` (at most
+ * `maxAgeMs`, so a key removed from the issuer's JWKS stops being trusted within that
+ * time, as with the verifier's own JWKS cache). The hot path then costs one hash instead
+ * of a signature check. Only the digest is kept, never the token. Rejections are
+ * remembered briefly (`rejectTtlMs`) so a flood of one bad token costs one check per
+ * interval; an unreachable JWKS (`jwks_unavailable`) is never remembered.
+ */
+
+export interface TokenVerifier {
+  verify(token: string): Promise<VerifiedToken>;
+}
+
+export interface CachedPrincipal {
+  readonly subject: string;
+  readonly partnerId: string | undefined;
+  /** Epoch ms after which the cache entry is not used. */
+  readonly validUntil: number;
+}
+
+export interface VerifiedTokenCacheOptions {
+  readonly verifier: TokenVerifier;
+  /** Default 10000 tokens. */
+  readonly maxEntries?: number;
+  /** Default 300000 ms. */
+  readonly maxAgeMs?: number;
+  /** Default 2000 ms. */
+  readonly rejectTtlMs?: number;
+  readonly now?: () => number;
+}
+
+export type TokenCheck =
+  | { readonly ok: true; readonly principal: CachedPrincipal; readonly cached: boolean }
+  | { readonly ok: false; readonly unavailable: boolean };
+
+export interface VerifiedTokenCache {
+  check(token: string): Promise<TokenCheck>;
+  readonly size: number;
+}
+
+function positiveInt(value: number | undefined, fallback: number, name: string): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1)
+    throw new SidecarConfigError(`${name} must be a positive integer`);
+  return out;
+}
+
+export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): VerifiedTokenCache {
+  if (typeof options?.verifier?.verify !== "function") throw new SidecarConfigError("verifier is required");
+  const { verifier } = options;
+  const max = positiveInt(options.maxEntries, 10_000, "maxEntries");
+  const maxAgeMs = positiveInt(options.maxAgeMs, 300_000, "maxAgeMs");
+  const rejectTtlMs = positiveInt(options.rejectTtlMs, 2_000, "rejectTtlMs");
+  const now = options.now ?? Date.now;
+  const accepted = new LRUCache<string, CachedPrincipal>({ max });
+  const rejected = new LRUCache<string, number>({ max });
+  const inFlight = new Map<string, Promise<TokenCheck>>();
+
+  const verify = async (digest: string, token: string): Promise<TokenCheck> => {
+    try {
+      const verified = await verifier.verify(token);
+      const partner = verified.claims.partner_id;
+      const principal: CachedPrincipal = {
+        subject: verified.subject,
+        partnerId: typeof partner === "string" && partner.length > 0 ? partner : undefined,
+        validUntil: Math.min(verified.expiresAt.getTime(), now() + maxAgeMs),
+      };
+      accepted.set(digest, principal);
+      return { ok: true, principal, cached: false };
+    } catch (error) {
+      const unavailable = error instanceof TokenVerificationError && error.unavailable;
+      if (!unavailable) rejected.set(digest, now() + rejectTtlMs);
+      return { ok: false, unavailable };
+    }
+  };
+
+  return {
+    get size() {
+      return accepted.size;
+    },
+    check(token) {
+      // Bearer tokens are ASCII (extractBearer checked): latin1 skips the UTF-8 scan.
+      const digest = createHash("sha256").update(token, "latin1").digest("base64");
+      const at = now();
+      const principal = accepted.get(digest);
+      if (principal !== undefined) {
+        if (at < principal.validUntil) return Promise.resolve({ ok: true, principal, cached: true });
+        accepted.delete(digest);
+      }
+      const rejectedUntil = rejected.get(digest);
+      if (rejectedUntil !== undefined) {
+        if (at < rejectedUntil) return Promise.resolve({ ok: false, unavailable: false });
+        rejected.delete(digest);
+      }
+      let pending = inFlight.get(digest);
+      if (pending === undefined) {
+        pending = verify(digest, token).finally(() => inFlight.delete(digest));
+        inFlight.set(digest, pending);
+      }
+      return pending;
+    },
+  };
+}

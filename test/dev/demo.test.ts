@@ -1,0 +1,57 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const root = fileURLToPath(new URL("../../", import.meta.url));
+
+/** Runs `node bin/authority.ts demo` as a user would; kills it if it outlives the deadline. */
+function runDemo(deadlineMs: number): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["bin/authority.ts", "demo", "--no-color"], {
+      cwd: root,
+      env: { ...process.env, AUTHORITY_LOG_LEVEL: "error" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk.toString("utf8");
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk.toString("utf8");
+    });
+    const timer = setTimeout(() => child.kill("SIGKILL"), deadlineMs);
+    child.on("error", reject);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+test("authority demo walks through every path and exits 0 when every outcome is the expected one", {
+  timeout: 200_000,
+}, async () => {
+  const { code, stdout, stderr } = await runDemo(180_000);
+  assert.equal(code, 0, `demo exited ${code}\n${stdout}\n${stderr.slice(-4000)}`);
+  assert.match(stdout, /All outcomes as expected: \d+ passed, 0 failed/);
+  for (const reason of [
+    "missing_subject",
+    "missing_capability",
+    "unknown_capability",
+    "missing_policy",
+    "policy_verification_failed",
+    "subject_mismatch",
+    "policy_revoked",
+    "policy_expired",
+    "unknown_operation",
+    "operation_not_allowed",
+  ]) {
+    assert.ok(stdout.includes(`denied ${reason}`), `the demo shows a ${reason} deny`);
+  }
+  assert.doesNotMatch(stdout, /skipped: /);
+  // The story never prints a secret: no partner key, client secret or bearer token shapes.
+  assert.doesNotMatch(stdout, /\b(apk|sk|cs|pw)_[A-Za-z0-9_-]{20,}/);
+  assert.doesNotMatch(stdout, /eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}/);
+});

@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import {
+  createPolicyChangePublisher,
+  createRedisPolicyStore,
+  type PolicyChangeMessage,
+  type PolicyChangePublisher,
+  type RedisPolicyStore,
+} from "../../../src/policy/cache/index.ts";
+import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
+
+async function waitFor(probe: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return true;
+}
+
+describe("policy change publisher and the sidecar's Redis view (real redis-server)", () => {
+  let server: RedisServerHandle;
+  let publisher: PolicyChangePublisher;
+  let store: RedisPolicyStore;
+  const changes: PolicyChangeMessage[] = [];
+
+  before(async () => {
+    server = await startRedisServer();
+    publisher = createPolicyChangePublisher({ url: server.url, retryDelayMs: 20, maxRetryDelayMs: 100 });
+    store = createRedisPolicyStore({ url: server.url });
+    store.onChange((change) => changes.push(change));
+    await store.waitReady(5000);
+  });
+  after(async () => {
+    await publisher.close();
+    await store.close();
+    await server.stop();
+  });
+
+  test("publish sets the head and announces {subject_id, head} on the channel", async () => {
+    assert.equal(await publisher.publish("s-1", 5), true);
+    assert.equal(await store.readHead("s-1"), 5);
+    assert.equal(await waitFor(() => changes.some((c) => c.subject_id === "s-1" && c.head === 5)), true);
+  });
+
+  test("heads only go up, whoever writes them", async () => {
+    await publisher.publish("s-2", 7);
+    await publisher.publish("s-2", 6);
+    await store.raiseHead("s-2", 3);
+    assert.equal(await store.readHead("s-2"), 7);
+    await store.raiseHead("s-2", 8);
+    assert.equal(await store.readHead("s-2"), 8);
+    assert.equal(await store.readHead("never-published"), null);
+  });
+
+  test("an invalid change is refused before it reaches Redis", async () => {
+    await assert.rejects(publisher.publish("", 1), { code: "invalid_options" });
+    await assert.rejects(publisher.publish("s", -1), { code: "invalid_options" });
+  });
+
+  test("while Redis is down: reads fail fast, changes are kept and delivered after it is back", async () => {
+    await server.stop();
+    await assert.rejects(store.readHead("s-3"), {
+      code: "freshness_unavailable",
+      authorityCode: "upstream_unavailable",
+    });
+    assert.equal(await publisher.publish("s-3", 2), false);
+    assert.equal(await publisher.publish("s-3", 4), false);
+    assert.equal(publisher.pending, 1);
+    await server.start();
+    assert.equal(await waitFor(async () => publisher.pending === 0), true);
+    assert.equal(await waitFor(async () => (await store.readHead("s-3").catch(() => null)) === 4), true);
+    // The subscriber resubscribed by itself: a change published now arrives.
+    await publisher.publish("s-4", 1);
+    assert.equal(await waitFor(() => changes.some((c) => c.subject_id === "s-4")), true);
+  });
+});

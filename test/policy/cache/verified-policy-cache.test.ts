@@ -1,0 +1,261 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { Redis } from "ioredis";
+import {
+  type CacheLayer,
+  createPolicyChangePublisher,
+  createRedisPolicyStore,
+  createVerifiedPolicyCache,
+  deriveCacheKeys,
+  type PolicyChangePublisher,
+  policyEntryKey,
+  policyHeadKey,
+  type RedisPolicyStore,
+  type VerifiedPolicyCacheOptions,
+} from "../../../src/policy/cache/index.ts";
+import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
+import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
+import type { PolicyProtector } from "../../../src/policy/protector.ts";
+import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
+import { protectedRecord, recordSource } from "./helpers.ts";
+
+function clock(start = Date.now()) {
+  const state = { at: start };
+  return {
+    now: () => state.at,
+    advance(ms: number) {
+      state.at += ms;
+    },
+  };
+}
+
+const keys = deriveCacheKeys(new Uint8Array(randomBytes(32)));
+
+describe("verified-policy cache without Redis", () => {
+  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+
+  test("authority, then local within the TTL, then a conditional revalidation", async () => {
+    const source = recordSource();
+    source.records.set("s1", await protectedRecord(protector, "s1", 1));
+    const time = clock();
+    const cache = createVerifiedPolicyCache({ source, protector, ttlWithoutRedisMs: 1000, now: time.now });
+    const first = await cache.get("s1");
+    assert.equal(first.layer, "authority");
+    assert.equal(first.policy.load.ok, true);
+    assert.equal(first.policy.partnerId, "partner-1");
+    assert.equal((await cache.get("s1")).layer, "local");
+    time.advance(1001);
+    const revalidated = await cache.get("s1");
+    assert.equal(revalidated.layer, "authority");
+    assert.deepEqual(source.calls.at(-1), { subjectId: "s1", knownHead: 1 });
+    assert.equal(revalidated.policy.load.ok, true);
+    assert.equal(source.calls.length, 2);
+  });
+
+  test("past the TTL with the authority unreachable, the cached policy is not used (upstream_unavailable)", async () => {
+    const source = recordSource();
+    source.records.set("s2", await protectedRecord(protector, "s2", 1));
+    const time = clock();
+    const cache = createVerifiedPolicyCache({ source, protector, ttlWithoutRedisMs: 1000, now: time.now });
+    await cache.get("s2");
+    source.down = true;
+    time.advance(1001);
+    await assert.rejects(cache.get("s2"), {
+      code: "source_unavailable",
+      authorityCode: "upstream_unavailable",
+    });
+  });
+
+  test("no record → missing_policy; a record that does not verify → policy_verification_failed", async () => {
+    const source = recordSource();
+    const failures: string[] = [];
+    const cache = createVerifiedPolicyCache({
+      source,
+      protector,
+      events: { verificationFailure: (l) => failures.push(l) },
+    });
+    assert.deepEqual((await cache.get("nobody")).policy.load, { ok: false, reason: "missing_policy" });
+
+    const good = await protectedRecord(protector, "s3", 1);
+    const other = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+    source.records.set("s3", { ...good, artifact: (await protectedRecord(other, "s3", 1)).artifact });
+    assert.deepEqual((await cache.get("s3")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+    source.records.set("s4", {
+      ...(await protectedRecord(protector, "s4", 1)),
+      document_hash: `sha256:${"1".repeat(64)}`,
+    });
+    assert.deepEqual((await cache.get("s4")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+    source.records.set("s5", { ...(await protectedRecord(protector, "s5", 1)), subject_id: "someone-else" });
+    assert.deepEqual((await cache.get("s5")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+    assert.deepEqual(failures, ["authority", "authority", "authority"]);
+  });
+
+  test("keys that cannot be reached are a fault (503), not a verdict", async () => {
+    const source = recordSource();
+    source.records.set("s6", await protectedRecord(protector, "s6", 1));
+    const broken: PolicyProtector = {
+      protect: protector.protect,
+      open: () => Promise.reject(new (class extends Error {})("down")),
+    };
+    const unavailable = createLocalPolicyProtector({
+      keyRings: { keyRing: () => Promise.reject(new Error("key store down")) },
+      serviceIdentity: "t",
+    });
+    const cache = createVerifiedPolicyCache({ source, protector: unavailable });
+    await assert.rejects(cache.get("s6"), { code: "source_unavailable" });
+    const refusing = createVerifiedPolicyCache({ source, protector: broken });
+    assert.deepEqual((await refusing.get("s6")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+  });
+});
+
+describe("verified-policy cache with Redis (real redis-server)", () => {
+  let server: RedisServerHandle;
+  const stores: RedisPolicyStore[] = [];
+  let publisher: PolicyChangePublisher;
+  let redis: Redis;
+  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+
+  before(async () => {
+    server = await startRedisServer();
+    publisher = createPolicyChangePublisher({ url: server.url });
+    redis = new Redis(server.url);
+  });
+  after(async () => {
+    for (const store of stores) await store.close();
+    await publisher.close();
+    redis.disconnect();
+    await server.stop();
+  });
+
+  const sidecarCache = async (
+    source: ReturnType<typeof recordSource>,
+    extra: Partial<VerifiedPolicyCacheOptions> = {},
+  ) => {
+    const store = createRedisPolicyStore({ url: server.url });
+    stores.push(store);
+    await store.waitReady(5000);
+    const layers: Array<[CacheLayer, boolean]> = [];
+    const cache = createVerifiedPolicyCache({
+      source,
+      protector,
+      redis: { store, keys },
+      events: { lookup: (layer, hit) => layers.push([layer, hit]) },
+      ...extra,
+    });
+    return { cache, store, layers };
+  };
+
+  test("no head yet: the authority answers, the head and a sealed entry are written; a second sidecar reads Redis", async () => {
+    const source = recordSource();
+    source.records.set("r1", await protectedRecord(protector, "r1", 4));
+    const a = await sidecarCache(source);
+    const first = await a.cache.get("r1");
+    assert.equal(first.layer, "authority");
+    assert.equal(await redis.get(policyHeadKey("r1")), "4");
+    assert.ok((await redis.get(policyEntryKey("r1")))?.startsWith("v1."));
+    assert.equal((await a.cache.get("r1")).layer, "local");
+
+    const b = await sidecarCache(source);
+    const calls = source.calls.length;
+    const second = await b.cache.get("r1");
+    assert.equal(second.layer, "redis");
+    assert.equal(source.calls.length, calls);
+    assert.equal(second.policy.load.ok, true);
+    assert.equal(second.policy.head, 4);
+  });
+
+  test("a published change is seen on the next lookup of every sidecar (head read per lookup)", async () => {
+    const source = recordSource();
+    source.records.set("r2", await protectedRecord(protector, "r2", 1));
+    const a = await sidecarCache(source);
+    const b = await sidecarCache(source);
+    await a.cache.get("r2");
+    await b.cache.get("r2");
+    source.records.set(
+      "r2",
+      await protectedRecord(protector, "r2", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
+    );
+    assert.equal(await publisher.publish("r2", 2), true);
+    for (const { cache } of [a, b]) {
+      const lookup = await cache.get("r2");
+      assert.equal(lookup.policy.head, 2);
+      assert.ok(lookup.policy.load.ok);
+      assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    }
+  });
+
+  test("the change channel evicts stale local entries", async () => {
+    const source = recordSource();
+    source.records.set("r3", await protectedRecord(protector, "r3", 1));
+    const a = await sidecarCache(source);
+    await a.cache.get("r3");
+    assert.equal(a.cache.size, 1);
+    await publisher.publish("r3", 2);
+    const evicted = await waitFor(() => a.cache.size === 0);
+    assert.equal(evicted, true);
+  });
+
+  test("heads never go backwards, and a head below what a sidecar verified is not believed", async () => {
+    const source = recordSource();
+    source.records.set("r4", await protectedRecord(protector, "r4", 3));
+    const a = await sidecarCache(source);
+    await a.cache.get("r4");
+    await publisher.publish("r4", 1);
+    assert.equal(await redis.get(policyHeadKey("r4")), "3");
+    await redis.set(policyHeadKey("r4"), "1");
+    const calls = source.calls.length;
+    const lookup = await a.cache.get("r4");
+    assert.equal(lookup.layer, "authority");
+    assert.equal(lookup.policy.head, 3);
+    assert.equal(source.calls.length, calls + 1);
+  });
+
+  test("Redis announcing a newer head than the authority returns is refused (source_inconsistent)", async () => {
+    const source = recordSource();
+    source.records.set("r5", await protectedRecord(protector, "r5", 1));
+    const a = await sidecarCache(source);
+    await redis.set(policyHeadKey("r5"), "9");
+    await assert.rejects(a.cache.get("r5"), {
+      code: "source_inconsistent",
+      authorityCode: "upstream_unavailable",
+    });
+  });
+
+  test("entries older than maxAgeMs are revalidated with the authority whatever Redis says", async () => {
+    const source = recordSource();
+    source.records.set("r6", await protectedRecord(protector, "r6", 1));
+    const time = clock();
+    const a = await sidecarCache(source, { maxAgeMs: 10_000, now: time.now });
+    await a.cache.get("r6");
+    const calls = source.calls.length;
+    time.advance(4000);
+    assert.equal((await a.cache.get("r6")).layer, "local");
+    assert.equal(source.calls.length, calls);
+    time.advance(7000);
+    const lookup = await a.cache.get("r6");
+    assert.equal(lookup.layer, "authority");
+    assert.deepEqual(source.calls.at(-1), { subjectId: "r6", knownHead: 1 });
+  });
+});
+
+async function waitFor(probe: () => boolean, timeoutMs = 5000): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!probe()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  return true;
+}

@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { ConfigError } from "../../../src/config/errors.ts";
+import { resolveSidecarConfig } from "../../../src/servers/sidecar/config.ts";
+
+const minimal = {
+  AUTHORITY_SIDECAR_TOKEN_FILE: "/var/run/secrets/authority/token",
+  AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/0",
+  AUTHORITY_KEK_FILE: "/var/run/secrets/authority/kek",
+};
+
+describe("authority sidecar configuration", () => {
+  test("defaults match docs/configuration.md", () => {
+    const config = resolveSidecarConfig({ env: minimal });
+    assert.equal(config.authorityUrl, "http://127.0.0.1:8080");
+    assert.deepEqual(config.listen, {
+      grpc: { host: "127.0.0.1", port: 9191 },
+      proxy: { host: "127.0.0.1", port: 15001 },
+      metrics: { host: "127.0.0.1", port: 9464 },
+    });
+    assert.equal(config.issuer, "http://127.0.0.1:8083");
+    assert.equal(config.jwksUrl, "http://127.0.0.1:8083/.well-known/jwks.json");
+    assert.equal(config.audience, "authority");
+    assert.equal(config.redis, undefined);
+    assert.equal(config.decisionTimeoutMs, 200);
+    assert.equal(config.stalenessMs, 1000);
+    assert.equal(config.policyTtlMs, 1000);
+    assert.equal(config.maxResponseBytes, 1048576);
+    assert.deepEqual(config.credentials, { kind: "token_file", path: "/var/run/secrets/authority/token" });
+  });
+
+  test("flags win over the environment", () => {
+    const config = resolveSidecarConfig({
+      env: { ...minimal, AUTHORITY_SIDECAR_GRPC_LISTEN: "0.0.0.0:9000" },
+      flags: { "grpc-listen": "127.0.0.1:9292", "staleness-ms": "500" },
+    });
+    assert.deepEqual(config.listen.grpc, { host: "127.0.0.1", port: 9292 });
+    assert.equal(config.stalenessMs, 500);
+  });
+
+  test("Redis needs the cache key file; client credentials are an alternative to a token file", () => {
+    assert.throws(
+      () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_REDIS_URL: "redis://r:6379" } }),
+      ConfigError,
+    );
+    const withRedis = resolveSidecarConfig({
+      env: { ...minimal, AUTHORITY_REDIS_URL: "redis://r:6379", AUTHORITY_SIDECAR_CACHE_KEY_FILE: "/k" },
+    });
+    assert.deepEqual(withRedis.redis, { url: "redis://r:6379", cacheKeyFile: "/k" });
+    const { AUTHORITY_SIDECAR_TOKEN_FILE: _ignored, ...noToken } = minimal;
+    assert.throws(() => resolveSidecarConfig({ env: noToken }), /own credentials/);
+    const viaGrant = resolveSidecarConfig({
+      env: { ...noToken, AUTHORITY_CLIENT_ID: "sidecar", AUTHORITY_CLIENT_SECRET: "s3cret-value" },
+    });
+    assert.deepEqual(viaGrant.credentials, {
+      kind: "client_credentials",
+      tokenUrl: "http://127.0.0.1:8083/oauth2/token",
+      clientId: "sidecar",
+      clientSecret: "s3cret-value",
+    });
+  });
+
+  test("malformed values are refused with the setting's name, never a secret's value", () => {
+    assert.throws(
+      () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_SIDECAR_PROXY_LISTEN: "nope" } }),
+      /AUTHORITY_SIDECAR_PROXY_LISTEN/,
+    );
+    assert.throws(
+      () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_SIDECAR_STALENESS_MS: "0" } }),
+      /STALENESS/,
+    );
+    assert.throws(
+      () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_REDIS_URL: "http://user:hunter2@r" } }),
+      (error: Error) => !error.message.includes("hunter2"),
+    );
+  });
+});

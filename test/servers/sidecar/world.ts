@@ -1,0 +1,504 @@
+/**
+ * A real world for sidecar tests: the dev IdP over HTTP, the authority service (SQLite in a
+ * temp dir, every route group, in-process key rings), a real upstream HTTP server, optionally
+ * a real `redis-server` with the authority's policy-change publisher, and sidecars built
+ * with `createSidecar` on ephemeral ports. The sidecars and the authority share one
+ * KeyRingSource object, as the brief for in-process tests asks.
+ */
+import { randomBytes } from "node:crypto";
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { join } from "node:path";
+import { Client, credentials } from "@grpc/grpc-js";
+import type { FastifyInstance } from "fastify";
+import { putAuthProfile } from "../../../src/authority/auth-profiles.ts";
+import { importOpenApi } from "../../../src/authority/capabilities.ts";
+import { createPartner } from "../../../src/authority/partners.ts";
+import { type AssignInput, assignCapability } from "../../../src/authority/policies.ts";
+import { createSubject } from "../../../src/authority/subjects.ts";
+import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
+import { createLogger } from "../../../src/observability/logger.ts";
+import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
+import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../../src/policy/cache/index.ts";
+import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
+import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
+import type { PolicyProtector } from "../../../src/policy/protector.ts";
+import { createAuthorityApp } from "../../../src/servers/authority/app.ts";
+import type { AuthorityContext } from "../../../src/servers/authority/context.ts";
+import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
+import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
+import { createCapabilityMap } from "../../../src/servers/sidecar/capability-map.ts";
+import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
+import {
+  createSidecar,
+  type Sidecar,
+  type SidecarOptions,
+  type SidecarPorts,
+} from "../../../src/servers/sidecar/sidecar.ts";
+import { openStore } from "../../../src/store/index.ts";
+import type { Store } from "../../../src/store/store.ts";
+import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
+import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
+import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
+
+export const PARTNER = "acme";
+export const AGENT = "agent-1";
+export const OTHER_AGENT = "agent-2";
+export const NO_POLICY_AGENT = "agent-3";
+export const CAPABILITY = "orders";
+export const PROFILE = "orders-key";
+export const UPSTREAM_SECRET = "upstream-secret-0123456789";
+export const UPSTREAM_HOST = "orders.internal";
+/** Large enough for the oversize test (the sidecars use a 64 KiB bound). */
+export const BIG_BODY_BYTES = 200 * 1024;
+export const TEST_MAX_RESPONSE_BYTES = 64 * 1024;
+
+export const ALLOWED = [
+  `${CAPABILITY}:get:/orders`,
+  `${CAPABILITY}:get:/orders/{orderId}`,
+  `${CAPABILITY}:get:/files/{name}`,
+  `${CAPABILITY}:get:/big`,
+  `${CAPABILITY}:get:/slow`,
+];
+
+export const silent = createLogger("sidecar-test", "silent");
+
+export function ordersApi(): Record<string, unknown> {
+  const json = {
+    "200": { description: "ok", content: { "application/json": { schema: { type: "object" } } } },
+  };
+  return {
+    openapi: "3.1.0",
+    info: { title: "Orders", version: "1.0.0" },
+    paths: {
+      "/orders": {
+        get: { operationId: "listOrders", responses: json },
+        post: {
+          operationId: "createOrder",
+          requestBody: { content: { "application/json": { schema: { type: "object" } } } },
+          responses: { "201": { description: "created" } },
+        },
+      },
+      "/orders/{orderId}": {
+        parameters: [{ name: "orderId", in: "path", required: true, schema: { type: "string" } }],
+        get: {
+          operationId: "getOrder",
+          responses: json,
+          "x-authority-redactions": [{ path: "/card_number", mode: "mask", keep_last: 4 }],
+        },
+      },
+      "/files/{name}": {
+        parameters: [{ name: "name", in: "path", required: true, schema: { type: "string" } }],
+        get: { operationId: "getFile", responses: { "200": { description: "bytes" } } },
+      },
+      "/big": { get: { operationId: "getBig", responses: json } },
+      "/slow": { get: { operationId: "getSlow", responses: json } },
+    },
+  };
+}
+
+export interface SeenRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: IncomingHttpHeaders;
+}
+
+/** The upstream API the policies point at. */
+export interface Upstream {
+  readonly url: string;
+  readonly seen: SeenRequest[];
+  readonly fileBytes: Buffer;
+  close(): Promise<void>;
+}
+
+export async function startUpstream(): Promise<Upstream> {
+  const seen: SeenRequest[] = [];
+  const fileBytes = randomBytes(96 * 1024);
+  const server: Server = createServer((req, res) => {
+    seen.push({ method: req.method ?? "", url: req.url ?? "", headers: { ...req.headers } });
+    const path = (req.url ?? "").split("?")[0] ?? "";
+    req.resume();
+    const sendJson = (value: unknown) => {
+      const text = JSON.stringify(value);
+      res.writeHead(200, {
+        "content-type": "application/json",
+        "content-length": Buffer.byteLength(text),
+        "set-cookie": "upstream-session=abc; HttpOnly",
+        server: "upstream/1.0",
+      });
+      res.end(text);
+    };
+    if (path.startsWith("/orders/")) {
+      sendJson({
+        id: decodeURIComponent(path.slice("/orders/".length)),
+        card_number: "4111111111111111",
+        customer: { email: "ada@example.com", password: "hunter2" },
+        total: 42,
+      });
+    } else if (path === "/orders") {
+      sendJson({ items: [{ id: "1", api_key: "leaked-key" }], next: null });
+    } else if (path.startsWith("/files/")) {
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": fileBytes.length });
+      res.end(fileBytes);
+    } else if (path === "/big") {
+      // Chunked, no Content-Length: the bound must hold while reading.
+      res.writeHead(200, { "content-type": "application/json" });
+      const filler = "x".repeat(1024);
+      res.write('{"items":[');
+      for (let i = 0; i < BIG_BODY_BYTES / 1024; i++) res.write(`${i === 0 ? "" : ","}"${filler}"`);
+      res.end("]}");
+    } else if (path === "/slow") {
+      setTimeout(() => sendJson({ slow: true }), 3000).unref();
+    } else {
+      res.writeHead(404, { "content-type": "application/json" });
+      res.end('{"error":"not_found"}');
+    }
+  });
+  // Node's default (5 s): a shorter one makes keep-alive clients (the proxy) drop every connection.
+  server.keepAliveTimeout = 5000;
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen,
+    fileBytes,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+export interface SidecarHandle {
+  readonly sidecar: Sidecar;
+  readonly ports: SidecarPorts;
+  readonly client: Client;
+  /** One ext_authz Check with a bearer token (or none), as Envoy sends it. */
+  check(options: CheckOptions): Promise<Decoded>;
+  /** One request through the forward proxy. */
+  proxy(options: ProxyOptions): Promise<ProxyReply>;
+  metricsText(): Promise<string>;
+  close(): Promise<void>;
+}
+
+export interface CheckOptions {
+  readonly token?: string | null;
+  readonly authorization?: string;
+  readonly method?: string;
+  readonly path?: string;
+  readonly host?: string;
+  readonly capability?: string | null;
+}
+
+export interface ProxyOptions {
+  readonly token?: string | null;
+  readonly method?: string;
+  /** Absolute-form target (default) or origin-form path with `host`. */
+  readonly target: string;
+  readonly host?: string;
+  readonly headers?: Record<string, string>;
+}
+
+export interface ProxyReply {
+  readonly status: number;
+  readonly headers: IncomingHttpHeaders;
+  readonly body: Buffer;
+  // biome-ignore lint/suspicious/noExplicitAny: test bodies are read field by field
+  json(): any;
+}
+
+export interface World {
+  readonly idp: IdpServer;
+  readonly store: Store;
+  readonly context: AuthorityContext;
+  readonly authorityUrl: string;
+  readonly upstream: Upstream;
+  readonly redis: RedisServerHandle | undefined;
+  readonly publisher: PolicyChangePublisher | undefined;
+  readonly cacheKey: Uint8Array;
+  readonly protector: PolicyProtector;
+  readonly tokens: {
+    readonly admin: string;
+    readonly sidecar: string;
+    readonly agent: string;
+    readonly otherAgent: string;
+    readonly noPolicyAgent: string;
+  };
+  token(subject: string, extra?: { roles?: string[]; lifetimeSec?: number }): Promise<string>;
+  startSidecar(overrides?: Partial<SidecarOptions>): Promise<SidecarHandle>;
+  assign(subjectId: string, input: Partial<AssignInput>): Promise<void>;
+  /** Revokes through the real admin HTTP route; resolves when the authority answered. */
+  revoke(subjectId: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+export interface WorldOptions {
+  readonly redis?: boolean;
+}
+
+export async function startWorld(options: WorldOptions = {}): Promise<World> {
+  const dir: TempDir = await makeTempDir("sidecar-world-");
+  const cleanups: Array<() => Promise<void>> = [() => dir.cleanup()];
+  try {
+    const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
+    cleanups.unshift(() => store.close());
+    const idp = await createIdpServer({ audience: "authority" });
+    const issuer = await idp.listen();
+    cleanups.unshift(() => idp.close());
+    const upstream = await startUpstream();
+    cleanups.unshift(() => upstream.close());
+    const redis = options.redis === true ? await startRedisServer() : undefined;
+    if (redis !== undefined) cleanups.unshift(() => redis.stop());
+    const publisher = redis === undefined ? undefined : createPolicyChangePublisher({ url: redis.url });
+    if (publisher !== undefined) cleanups.unshift(() => publisher.close());
+
+    // One KeyRingSource object for the authority and every sidecar.
+    const keyRings = createProcessKeyRings();
+    const protector = createLocalPolicyProtector({ keyRings, serviceIdentity: "test-environment" });
+    const context: AuthorityContext = {
+      config: {
+        publicUrl: "http://127.0.0.1:8080",
+        issuer,
+        audience: "authority",
+        bodyLimitBytes: 8 * 1024 * 1024,
+        serviceIdentity: "test-environment",
+        parameterScoping: { enabled: false, partnerAllowlist: [] },
+      },
+      store,
+      verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+      protector,
+      logger: silent,
+      now: () => new Date(),
+      secretKeyRings: createProcessKeyRings(),
+      ...(publisher === undefined
+        ? {}
+        : {
+            onPolicyChange: async (subjectId: string, head: number) => {
+              await publisher.publish(subjectId, head);
+            },
+          }),
+    };
+    const app: FastifyInstance = await createAuthorityApp(context);
+    await app.listen({ host: "127.0.0.1", port: 0 });
+    cleanups.unshift(() => app.close());
+    const authorityUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+
+    const actor = { subject: "root-admin", requestId: "seed" };
+    await createPartner(context, { partner_id: PARTNER, name: "Acme" });
+    for (const subjectId of [AGENT, OTHER_AGENT, NO_POLICY_AGENT]) {
+      await createSubject(context, PARTNER, {
+        subject_id: subjectId,
+        subject_type: "agent",
+        display_name: subjectId,
+      });
+    }
+    await putAuthProfile(context, PARTNER, PROFILE, {
+      type: "static",
+      kind: "api_key",
+      in: "header",
+      name: "x-api-key",
+      secret: UPSTREAM_SECRET,
+    });
+    await importOpenApi(context, actor, PARTNER, {
+      capability_id: CAPABILITY,
+      name: "Orders",
+      document: ordersApi(),
+      upstream_base_url: upstream.url,
+      auth_profile_ref: PROFILE,
+    });
+    const assign = async (subjectId: string, input: Partial<AssignInput>) => {
+      await assignCapability(context, actor, PARTNER, subjectId, CAPABILITY, {
+        allowed_permission_ids: ALLOWED,
+        ttl_seconds: 3600,
+        response_redactions: {
+          [`${CAPABILITY}:get:/orders/{orderId}`]: [{ path: "/total", mode: "remove" }],
+        },
+        ...input,
+      });
+    };
+    await assign(AGENT, {});
+    await assign(OTHER_AGENT, {});
+
+    const token = async (subject: string, extra: { roles?: string[]; lifetimeSec?: number } = {}) =>
+      (
+        await idp.issueToken({
+          subject,
+          ...(extra.roles === undefined ? {} : { roles: extra.roles }),
+          ...(extra.lifetimeSec === undefined ? {} : { lifetimeSec: extra.lifetimeSec }),
+        })
+      ).accessToken;
+    const tokens = {
+      admin: await token("root-admin", { roles: ["admin"] }),
+      sidecar: await token("sidecar-1", { roles: ["sidecar"] }),
+      agent: await token(AGENT),
+      otherAgent: await token(OTHER_AGENT),
+      noPolicyAgent: await token(NO_POLICY_AGENT),
+    };
+    const cacheKey = new Uint8Array(randomBytes(32));
+    const sidecars = new Set<SidecarHandle>();
+
+    const startSidecar = async (overrides: Partial<SidecarOptions> = {}): Promise<SidecarHandle> => {
+      const sidecar = createSidecar({
+        authority: createAuthorityClient({ baseUrl: authorityUrl, token: staticTokenSource(tokens.sidecar) }),
+        verifier: createJwtVerifier({
+          issuer,
+          audience: "authority",
+          jwks: `${issuer}/.well-known/jwks.json`,
+        }),
+        protector: createLocalPolicyProtector({ keyRings, serviceIdentity: "test-environment" }),
+        capabilityMap: createCapabilityMap({ [UPSTREAM_HOST]: CAPABILITY }),
+        ...(redis === undefined ? {} : { redis: { url: redis.url, cacheKey } }),
+        listen: {
+          grpc: { host: "127.0.0.1", port: 0 },
+          proxy: { host: "127.0.0.1", port: 0 },
+          metrics: { host: "127.0.0.1", port: 0 },
+        },
+        maxResponseBytes: TEST_MAX_RESPONSE_BYTES,
+        // Cold decisions (JWKS, policy, catalog and credentials fetches) on a loaded test
+        // machine may take longer than Envoy's 200 ms; deadlines have their own tests.
+        decisionTimeoutMs: 3000,
+        proxyDecisionTimeoutMs: 3000,
+        upstreamTimeoutMs: 1000,
+        logger: silent,
+        registry: createMetricsRegistry({ collectDefaults: false }),
+        ...overrides,
+      });
+      const ports = await sidecar.start();
+      if (redis !== undefined) await sidecar.redis?.waitReady(5000);
+      const client = new Client(`127.0.0.1:${ports.grpc}`, credentials.createInsecure());
+      const handle: SidecarHandle = {
+        sidecar,
+        ports,
+        client,
+        check(check) {
+          const headers: Record<string, string> = {};
+          const bearer = check.token === undefined ? tokens.agent : check.token;
+          if (check.authorization !== undefined) headers.authorization = check.authorization;
+          else if (bearer !== null) headers.authorization = `Bearer ${bearer}`;
+          return unary(
+            client,
+            checkMethod,
+            envoyCheckRequest({
+              method: check.method ?? "GET",
+              path: check.path ?? "/orders/42",
+              host: check.host ?? UPSTREAM_HOST,
+              headers,
+              contextExtensions:
+                check.capability === null ? {} : { capability_id: check.capability ?? CAPABILITY },
+              id: `req-${randomBytes(6).toString("hex")}`,
+            }),
+          );
+        },
+        proxy(request) {
+          return proxyRequest(
+            ports.proxy,
+            request,
+            request.token === undefined ? tokens.agent : request.token,
+          );
+        },
+        async metricsText() {
+          const response = await fetch(`http://127.0.0.1:${ports.metrics}/metrics`);
+          return response.text();
+        },
+        async close() {
+          sidecars.delete(handle);
+          client.close();
+          await sidecar.close({ graceMs: 1000 });
+        },
+      };
+      sidecars.add(handle);
+      return handle;
+    };
+
+    return {
+      idp,
+      store,
+      context,
+      authorityUrl,
+      upstream,
+      redis,
+      publisher,
+      cacheKey,
+      protector,
+      tokens,
+      token,
+      startSidecar,
+      assign,
+      async revoke(subjectId) {
+        const response = await fetch(
+          `${authorityUrl}/partners/${PARTNER}/caab/subjects/${encodeURIComponent(subjectId)}/policy/revoke`,
+          { method: "POST", headers: { authorization: `Bearer ${tokens.admin}` } },
+        );
+        await response.arrayBuffer();
+        return response.status;
+      },
+      async close() {
+        for (const handle of [...sidecars]) await handle.close();
+        for (const cleanup of cleanups) await cleanup();
+      },
+    };
+  } catch (error) {
+    for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+    throw error;
+  }
+}
+
+export function proxyRequest(port: number, options: ProxyOptions, token: string | null): Promise<ProxyReply> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { ...options.headers };
+    if (token !== null) headers["proxy-authorization"] = `Bearer ${token}`;
+    if (options.host !== undefined) headers.host = options.host;
+    const req = httpRequest(
+      {
+        host: "127.0.0.1",
+        port,
+        method: options.method ?? "GET",
+        path: options.target,
+        headers,
+        agent: false,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (chunk: Buffer) => chunks.push(chunk));
+        res.on("error", reject);
+        res.on("end", () => {
+          const body = Buffer.concat(chunks);
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body,
+            json: () => JSON.parse(body.toString("utf8")),
+          });
+        });
+      },
+    );
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/** Polls `probe` until it returns true or `timeoutMs` passes; resolves to whether it did. */
+export async function eventually(
+  probe: () => Promise<boolean>,
+  timeoutMs = 10_000,
+  intervalMs = 25,
+): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await probe()) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+export function deniedBody(response: Decoded): Decoded {
+  return JSON.parse(response.denied_response.body) as Decoded;
+}
+
+export function headerMap(response: Decoded): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const option of response.ok_response.headers as Decoded[])
+    out[option.header.key] = option.header.value;
+  return out;
+}
