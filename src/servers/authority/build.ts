@@ -13,6 +13,7 @@ import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
+import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
 import { createPolicyLoader, storePolicyRecordSource } from "../../policy/loader.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
@@ -112,6 +113,10 @@ export async function buildAuthorityService(
         }),
         { max: config.tokenCache.max },
       );
+    // With Redis configured, every policy write sets the subject's head and is published,
+    // so sidecars drop cached policies within their freshness bound.
+    const publisher =
+      config.redisUrl === undefined ? undefined : createPolicyChangePublisher({ url: config.redisUrl });
     const context: AuthorityContext = {
       config: {
         publicUrl: config.publicUrl,
@@ -126,6 +131,12 @@ export async function buildAuthorityService(
       verifier,
       protector,
       secretKeyRings: keyRings,
+      ...(publisher === undefined
+        ? {}
+        : {
+            onPolicyChange: async (subjectId: string, head: number) =>
+              void (await publisher.publish(subjectId, head)),
+          }),
       logger,
       now: overrides.now ?? (() => new Date()),
     };
@@ -187,6 +198,7 @@ export async function buildAuthorityService(
           await app.close();
           const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
+          await publisher?.close();
           if (ownsStore) await store.close();
           return { auditFlushed: flushed, auditLost: lost };
         })();
