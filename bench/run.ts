@@ -74,6 +74,13 @@ const sections: Section[] = [
     targets: "tools/list ≤ 20 ms p50; tools/call added p50 ≤ 3 ms",
     run: async () => (await (await import("./mcp.ts")).benchMcp()).rows,
   },
+  {
+    name: "sidecar",
+    title: "Sidecar: ext_authz Check beside a no-op grpc-js server, forward proxy vs direct, RSS",
+    targets:
+      "Check ≥ 0.8× no-op throughput, p99 ≤ 1 ms at 1,000 req/s; proxy adds ≤ 1 ms p50, ≥ 0.5× direct; RSS ≤ 150 MB",
+    run: async () => (await import("./sidecar.ts")).benchSidecar(),
+  },
 ];
 
 function format(value: unknown): string {
