@@ -27,8 +27,11 @@ lint: setup
 format: setup
 	@biome check --write .
 
+# The runner's whole output is kept and scanned for the suite's planted canary secrets:
+# a secret, token or plaintext in any log line or message fails the build.
 unit: setup
-	@node --test --test-concurrency=2 --test-timeout=180000 "test/**/*.test.ts"
+	@set -o pipefail; node --test --test-concurrency=2 --test-timeout=180000 "test/**/*.test.ts" 2>&1 | tee .authority-test.log
+	@node scripts/scan-canaries.ts .authority-test.log
 
 test: setup
 	@echo "node $$(node --version)"

@@ -81,6 +81,12 @@ const sections: Section[] = [
       "Check ≥ 0.8× no-op throughput, p99 ≤ 1 ms at 1,000 req/s; proxy adds ≤ 1 ms p50, ≥ 0.5× direct; RSS ≤ 150 MB",
     run: async () => (await import("./sidecar.ts")).benchSidecar(),
   },
+  {
+    name: "load",
+    title: "Load with nothing lost: 20,000 mixed decisions + idempotent invokes",
+    targets: "audit records = decisions, usage = decisions, each idempotent invoke executed once",
+    run: async () => (await import("./load.ts")).benchLoad(),
+  },
 ];
 
 function format(value: unknown): string {
