@@ -62,6 +62,7 @@ export const errorCodes = {
   insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
   invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
   payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
+  uri_too_long: deny(414, GrpcCode.INVALID_ARGUMENT, "A path segment is too long."),
   unsupported_media_type: deny(
     415,
     GrpcCode.INVALID_ARGUMENT,

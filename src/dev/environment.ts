@@ -205,7 +205,12 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const crypto = await createCryptoServer({
       store,
       kek,
-      verifier: createJwtVerifier({ issuer, audience: "authority", jwks: { url: jwksUrl } }),
+      verifier: createJwtVerifier({
+        issuer,
+        audience: "authority",
+        jwks: { url: jwksUrl },
+        requireTokenUse: "access",
+      }),
       logger: log.child({ component: "crypto" }),
     });
     const cryptoUrl = await listenOn("crypto service", ports.crypto, () =>

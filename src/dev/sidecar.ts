@@ -56,6 +56,7 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
       issuer: options.issuer,
       audience: "authority",
       jwks: { url: options.jwksUrl },
+      requireTokenUse: "access",
     }),
     protector: options.protector,
     capabilityMap: createCapabilityMap({ [new URL(options.sampleApiUrl).host]: DEV_CAPABILITY.capabilityId }),

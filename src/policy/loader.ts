@@ -10,6 +10,7 @@
 import { LRUCache } from "lru-cache";
 import { collections, storeKeys } from "../authority/model.ts";
 import type { PolicyLoad } from "../core/decision.ts";
+import { policySubjectId } from "../core/policy-document.ts";
 import type { Store } from "../store/store.ts";
 import { openPolicyDocument } from "./artifact.ts";
 import { PolicyProtectionError, type PolicyProtector } from "./protector.ts";
@@ -170,7 +171,30 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     }
   }
 
+  // The newest signed policy_version seen per subject. A store writer who puts back an older,
+  // validly signed record (e.g. from before a revocation) is refused instead of trusted.
+  const newestVersion = new LRUCache<string, string>({
+    max: positiveInt(options.cache?.max, 10_000, "cache.max"),
+  });
+  function atOrAboveFloor(subjectId: string, outcome: PolicyLoad): PolicyLoad {
+    // Another subject's document is left to the decision's subject check (subject_mismatch).
+    if (!outcome.ok || policySubjectId(outcome.document) !== subjectId) return outcome;
+    const version = outcome.document.policy_version;
+    const floor = newestVersion.get(subjectId);
+    if (floor !== undefined && version < floor) {
+      verificationFailures++;
+      return VERIFICATION_FAILED;
+    }
+    if (floor === undefined || version > floor) newestVersion.set(subjectId, version);
+    return outcome;
+  }
+
   async function load(subjectId: string, expect: LoadExpectation = {}): Promise<LoadedPolicy> {
+    const loaded = await loadRecord(subjectId, expect);
+    return { ...loaded, policy: atOrAboveFloor(subjectId, loaded.policy) };
+  }
+
+  async function loadRecord(subjectId: string, expect: LoadExpectation): Promise<LoadedPolicy> {
     let raw: unknown;
     try {
       raw = await source.get(subjectId);

@@ -56,6 +56,7 @@ export async function startRestartableCrypto(options: RestartableCryptoOptions):
     issuer: options.issuer,
     audience: "authority",
     jwks: { url: options.jwksUri, cooldownMs: 0 },
+    requireTokenUse: "access",
   });
   const create = () => createCryptoServer({ store, kek, verifier, logger: options.logs.logger("crypto") });
   let server: CryptoServer;

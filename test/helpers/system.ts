@@ -335,6 +335,7 @@ async function startAuthority(
       issuer: idp.issuer,
       audience: "authority",
       jwks: { url: idp.jwksUri, ...options.jwks },
+      requireTokenUse: "access",
     }),
     { max: 10_000 },
   );
@@ -627,7 +628,12 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       const cacheKey = new Uint8Array(randomBytes(32));
       const created = createSidecar({
         authority: createAuthorityClient({ baseUrl: url, token: staticTokenSource(sidecarToken) }),
-        verifier: createJwtVerifier({ issuer: idp.issuer, audience: "authority", jwks: idp.jwksUri }),
+        verifier: createJwtVerifier({
+          issuer: idp.issuer,
+          audience: "authority",
+          jwks: idp.jwksUri,
+          requireTokenUse: "access",
+        }),
         protector: authority.protector,
         capabilityMap: createCapabilityMap({ [SIDECAR_HOST]: CAPABILITY }),
         ...(sidecarRedisUrl === undefined ? {} : { redis: { url: sidecarRedisUrl, cacheKey } }),

@@ -288,10 +288,9 @@ describe("tampering", () => {
     await putPolicy(otherSubject, v2Own);
   });
 
-  test("known limit, pinned: an older, validly signed record of the same subject replayed into the store is accepted", async () => {
-    // docs/security.md, "Known limits": whoever can write the store can put back a policy
-    // record the subject held before (until that policy's own expiry). The sidecar refuses
-    // heads below one it verified; the authority service keeps no such floor yet.
+  test("an older, validly signed record of the same subject replayed into the store is refused", async () => {
+    // The loader remembers the newest signed policy_version it verified per subject; an older
+    // one put back by a store writer (e.g. from before a revocation) never allows again.
     const token = await system.agentToken(AGENT);
     const before = await policyOf(AGENT);
     const revoked = await system.call(
@@ -304,7 +303,8 @@ describe("tampering", () => {
     assert.equal(revoked.status, 200);
     assertDenied(await system.authorize(allowedOp, token), "policy_revoked", "after revocation");
     await putPolicy(AGENT, before);
-    assert.equal((await system.authorize(allowedOp, token)).status, 200);
+    assertDenied(await system.authorize(allowedOp, token), "policy_verification_failed", "replayed record");
+    counts.attacksTried++;
     // Restore a live grant for the tests below.
     const assigned = await system.call(
       "PUT",

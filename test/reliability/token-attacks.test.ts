@@ -279,13 +279,13 @@ describe("token attacks", () => {
     counts.attacksTried += 2;
   });
 
-  test("known limit, pinned: bearer paths do not require token_use (the audience check refuses ID tokens)", async () => {
-    // docs/security.md, "Known limits": a correctly signed token of the configured issuer
-    // and audience is accepted whatever its token_use; user assertions and workload tokens
-    // require token_use "access". If this starts failing, the gap was closed: update the doc.
-    const refresh = await forge.signed(AGENT, { token_use: "refresh" });
-    const reply: HttpReply = await system.authorize(allowedOp, refresh);
-    assert.equal(reply.status, 200, reply.text);
+  test("bearer paths accept only access tokens (token_use other than access is refused)", async () => {
+    for (const tokenUse of ["refresh", "id"]) {
+      const other = await forge.signed(AGENT, { token_use: tokenUse });
+      const reply: HttpReply = await system.authorize(allowedOp, other);
+      assert.equal(reply.status, 401, reply.text);
+      counts.attacksTried++;
+    }
   });
 
   test("no canary, secret or token in any log line or response; summary", (t) => {

@@ -66,6 +66,7 @@ async function run(flags: CryptoCommandFlags): Promise<void> {
     issuer: config.issuer,
     audience: config.audience,
     jwks: config.jwksUrl,
+    requireTokenUse: "access",
   });
   const server = await createCryptoServer({ store, kek, verifier, logger: log, adminRole: config.adminRole });
   const url = await server.listen({ host: config.host, port: config.port });

@@ -61,6 +61,7 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
       issuer: config.issuer,
       audience: config.audience,
       jwks: { url: config.jwksUrl },
+      requireTokenUse: "access",
     }),
     protector,
     capabilityMap: parseCapabilityMap(config.capabilityMap),

@@ -110,6 +110,8 @@ export async function buildAuthorityService(
           issuer: config.issuer,
           audience: config.audience,
           jwks: { url: config.jwksUrl },
+          // Only access tokens act as bearer credentials (RFC 9068 / token_use).
+          requireTokenUse: "access",
         }),
         { max: config.tokenCache.max },
       );

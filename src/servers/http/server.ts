@@ -1,7 +1,13 @@
 import { randomUUID } from "node:crypto";
-import fastify, { type FastifyInstance, LogController } from "fastify";
+import fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from "fastify";
+import { AuthorityError } from "../../errors.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
-import { installErrorHandling } from "./error-handling.ts";
+import { installErrorHandling, sendError } from "./error-handling.ts";
 
 export interface HttpServerOptions {
   /** Logger name, e.g. "authority" or "managed". */
@@ -33,6 +39,28 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     return503OnClosing: true,
     forceCloseConnections: "idle",
     ...(options.https === undefined ? {} : { https: options.https }),
+    // Router-level failures (bad percent-encoding, over-long path parameters) answer in the
+    // project's error format, never fastify's default body echoing the URL.
+    frameworkErrors: (error, request, reply) =>
+      sendError(
+        reply as FastifyReply,
+        request as FastifyRequest,
+        error.code === "FST_ERR_MAX_PARAM_LENGTH"
+          ? new AuthorityError("uri_too_long")
+          : new AuthorityError("invalid_request", "The URL is malformed."),
+      ),
+    // Requests node's HTTP parser rejects never reach a route: answer with a fixed body.
+    clientErrorHandler: (error, socket) => {
+      const status = (error as { code?: string }).code === "HPE_HEADER_OVERFLOW" ? 431 : 400;
+      if (socket.writable) {
+        const body = JSON.stringify({ error: "invalid_request", message: "The HTTP request is malformed." });
+        socket.end(
+          `HTTP/1.1 ${status} ${status === 431 ? "Request Header Fields Too Large" : "Bad Request"}\r\n` +
+            `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
+      }
+      socket.destroy(error);
+    },
     ajv: {
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false, useDefaults: true },
     },

@@ -17,6 +17,7 @@ describe("http server base", () => {
     app.get("/boom", async () => {
       throw new Error("connection to postgres://user:hunter2@db failed");
     });
+    app.get("/items/:id", async () => ({ ok: true }));
     app.get("/gone", async () => {
       throw new AuthorityError("not_found", "No such partner.");
     });
@@ -62,6 +63,17 @@ describe("http server base", () => {
     assert.equal(gone.status, 404);
     assert.equal(((await gone.json()) as { message: string }).message, "No such partner.");
     assert.equal((await fetch(`${base}/nope`)).status, 404);
+  });
+
+  it("answers malformed URLs and over-long path segments in the project's format", async () => {
+    const bad = await fetch(`${base}/gone%zz`);
+    assert.equal(bad.status, 400);
+    const badBody = await bad.text();
+    assert.equal((JSON.parse(badBody) as { error: string }).error, "invalid_request");
+    assert.ok(!badBody.includes("%zz"));
+    const long = await fetch(`${base}/items/${"x".repeat(500)}`);
+    assert.equal(long.status, 414);
+    assert.equal(((await long.json()) as { error: string }).error, "uri_too_long");
   });
 
   it("keeps plain caller request ids and replaces odd ones", () => {
