@@ -24,10 +24,9 @@ export function fromBase64(text: string, what: string): Buffer {
   return bytes;
 }
 
-const encoder = new TextEncoder();
-
+/** Buffer.from is about twice as fast as TextEncoder on the mostly-ASCII JSON we carry. */
 export function utf8(text: string): Uint8Array {
-  return encoder.encode(text);
+  return Buffer.from(text, "utf8");
 }
 
 /**

@@ -3,7 +3,7 @@
  * functions over bytes, so they can be checked against the RFC's test vectors.
  */
 
-import { createHmac } from "node:crypto";
+import { createHmac, createSecretKey, hkdfSync, type KeyObject } from "node:crypto";
 import { concatBytes, u16, utf8 } from "./bytes.ts";
 
 const HPKE_V1 = utf8("HPKE-v1");
@@ -30,6 +30,14 @@ function hkdfExpand(prk: Uint8Array, info: Uint8Array, length: number): Buffer {
   return concatBytes(blocks).subarray(0, length);
 }
 
+function labeledIkm(suiteId: Uint8Array, label: string, ikm: Uint8Array): Buffer {
+  return concatBytes([HPKE_V1, suiteId, utf8(label), ikm]);
+}
+
+function labeledInfo(suiteId: Uint8Array, label: string, info: Uint8Array, length: number): Buffer {
+  return concatBytes([u16(length), HPKE_V1, suiteId, utf8(label), info]);
+}
+
 /** LabeledExtract(salt, label, ikm) = Extract(salt, "HPKE-v1" || suite_id || label || ikm). */
 export function labeledExtract(
   suiteId: Uint8Array,
@@ -37,7 +45,7 @@ export function labeledExtract(
   label: string,
   ikm: Uint8Array,
 ): Buffer {
-  return hkdfExtract(salt, concatBytes([HPKE_V1, suiteId, utf8(label), ikm]));
+  return hkdfExtract(salt, labeledIkm(suiteId, label, ikm));
 }
 
 /** LabeledExpand(prk, label, info, L) = Expand(prk, I2OSP(L, 2) || "HPKE-v1" || suite_id || label || info, L). */
@@ -48,7 +56,7 @@ export function labeledExpand(
   info: Uint8Array,
   length: number,
 ): Buffer {
-  return hkdfExpand(prk, concatBytes([u16(length), HPKE_V1, suiteId, utf8(label), info]), length);
+  return hkdfExpand(prk, labeledInfo(suiteId, label, info, length), length);
 }
 
 /** key_schedule_context = mode || LabeledExtract("", "psk_id_hash", "") || LabeledExtract("", "info_hash", info). */
@@ -80,5 +88,52 @@ export function keySchedule(options: {
     secret,
     key: labeledExpand(suiteId, secret, "key", context, keyLength),
     baseNonce: labeledExpand(suiteId, secret, "base_nonce", context, nonceLength),
+  };
+}
+
+/** The labelled HKDF inputs of `keySchedule` that depend only on the suite and the context. */
+export interface BaseModeInputs {
+  /**
+   * A KeyObject, not bytes: Node 24 probes a byte key with try/catch around KeyObject and
+   * CryptoKey checks, and the two exceptions cost more than the HKDF itself.
+   */
+  readonly secretIkm: KeyObject;
+  readonly keyInfo: Buffer;
+  readonly nonceInfo: Buffer;
+  readonly keyLength: number;
+  readonly nonceLength: number;
+}
+
+export function baseModeInputs(options: {
+  suiteId: Uint8Array;
+  context: Uint8Array;
+  keyLength: number;
+  nonceLength: number;
+}): BaseModeInputs {
+  const { suiteId, context, keyLength, nonceLength } = options;
+  return {
+    secretIkm: createSecretKey(labeledIkm(suiteId, "secret", new Uint8Array(0))),
+    keyInfo: labeledInfo(suiteId, "key", context, keyLength),
+    nonceInfo: labeledInfo(suiteId, "base_nonce", context, nonceLength),
+    keyLength,
+    nonceLength,
+  };
+}
+
+/**
+ * key and base_nonce of `keySchedule`, the per-message part of every seal and open.
+ * LabeledExtract then LabeledExpand is exactly HKDF(salt, ikm, info) with the labelled ikm
+ * and info, so each value is one native `hkdfSync` call: less than half the time of three
+ * HMAC objects, with no hand-written primitive. Tested equal to `keySchedule`.
+ */
+export function deriveKeyAndNonce(
+  sharedSecret: Uint8Array,
+  inputs: BaseModeInputs,
+): { key: Buffer; baseNonce: Buffer } {
+  const derive = (info: Buffer, length: number) =>
+    Buffer.from(hkdfSync("sha256", inputs.secretIkm, sharedSecret, info, length));
+  return {
+    key: derive(inputs.keyInfo, inputs.keyLength),
+    baseNonce: derive(inputs.nonceInfo, inputs.nonceLength),
   };
 }

@@ -61,11 +61,15 @@ export {
 export {
   type DecryptVerifyOptions,
   decryptVerify,
+  decryptVerifyAsync,
   formatSignedAt,
   SIGN_ENCRYPT_CONTEXT,
+  SIGNED_BLOB_VERSION,
+  SIGNED_DOCUMENT_TYPE,
   type SignEncryptOptions,
   type SignedDocument,
   signEncrypt,
+  signEncryptAsync,
   type VerifiedMessage,
 } from "./sign-encrypt.ts";
 export {
@@ -74,5 +78,7 @@ export {
   MAX_CONTEXT_BYTES,
   SIGNATURE_BYTES,
   sign,
+  signAsync,
   verify,
+  verifyAsync,
 } from "./signature.ts";

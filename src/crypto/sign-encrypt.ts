@@ -3,17 +3,19 @@
  * forwarding: a recipient cannot re-seal a sender's signed document to a third party
  * without the third party seeing it was signed for someone else).
  *
- *   inner document = canonical JSON {payload, purpose, recipient_key_id, signed_at,
- *                                    signer, signer_key_id, typ}
- *   signed blob    = 0x01 || u32 BE length || document || ML-DSA-65 signature (3309 bytes)
- *   envelope       = seal(signed blob) to the recipient key named in the document
+ *   signed blob = 0x02 || u32 BE length || document || ML-DSA-65 signature || payload
+ *                 (signed-blob.ts; the document binds the payload by length and SHA-512)
+ *   envelope    = seal(signed blob) to the recipient key named in the document
+ *
+ * The sync and async forms share every step but the ML-DSA call, which the async forms
+ * run on the libuv thread pool (node:crypto's callback API) so a server can use its cores.
  */
 
 import type { KeyObject } from "node:crypto";
-import { fromBase64, toBase64, toBytes, utf8 } from "./bytes.ts";
-import { assertKeyId, type ParsedEnvelope } from "./envelope.ts";
+import { toBytes } from "./bytes.ts";
+import { assertKeyId, type ParsedEnvelope, serializeEnvelope } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
-import { open, seal, toParsedEnvelope } from "./kem.ts";
+import { createSealer, open, type Sealer, toParsedEnvelope } from "./kem.ts";
 import {
   assertOwner,
   KeyRing,
@@ -23,13 +25,35 @@ import {
   type Signer,
   type SignerKeyLookup,
 } from "./key-ring.ts";
-import { SIGNATURE_BYTES, sign, verify } from "./signature.ts";
+import { type SignOptions, sign, signAsync, type VerifyOptions, verify, verifyAsync } from "./signature.ts";
+import {
+  assertPayloadMatches,
+  canonicalDocument,
+  decodeSignedBlob,
+  parseSignedDocument,
+  payloadDigest,
+  SIGNED_DOCUMENT_TYPE,
+  type SignedDocument,
+  signedBlobHead,
+} from "./signed-blob.ts";
 
-/** ML-DSA-65 context string of the inner signature, and the AEAD associated data of the envelope. */
+export {
+  canonicalDocument,
+  decodeSignedBlob,
+  encodeSignedBlob,
+  parseSignedDocument,
+  SIGNED_BLOB_VERSION,
+  SIGNED_DOCUMENT_TYPE,
+  type SignedDocument,
+} from "./signed-blob.ts";
+
+/**
+ * ML-DSA-65 context string of the inner signature, and the AEAD associated data of the
+ * envelope. They name the protocol; its wire format is versioned by the blob version and
+ * the document `typ`.
+ */
 export const SIGN_ENCRYPT_CONTEXT = "authority/sign-encrypt/v1";
 export const SIGN_ENCRYPT_AAD = "authority/sign-encrypt/v1";
-export const SIGNED_DOCUMENT_TYPE = "authority.signed-document.v1";
-const BLOB_VERSION = 0x01;
 
 const PURPOSE = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
 const TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})$/;
@@ -50,95 +74,23 @@ export function formatSignedAt(date: Date): string {
   return date.toISOString().replace(/Z$/, "+00:00");
 }
 
-/** The signed inner document; field names are the wire names. */
-export interface SignedDocument {
-  readonly payload: string;
-  readonly purpose: string;
-  readonly recipient_key_id: string;
-  readonly signed_at: string;
-  readonly signer: string;
-  readonly signer_key_id: string;
-  readonly typ: typeof SIGNED_DOCUMENT_TYPE;
-}
-
-const DOCUMENT_FIELDS = [
-  "payload",
-  "purpose",
-  "recipient_key_id",
-  "signed_at",
-  "signer",
-  "signer_key_id",
-  "typ",
-] as const;
-
-/**
- * Canonical form: keys in code-point order, no whitespace, every value a string. For such
- * objects JSON.stringify's output is exactly RFC 8785 (JCS).
- */
-export function canonicalDocument(document: SignedDocument): Uint8Array {
-  const ordered: Record<string, string> = {};
-  for (const field of DOCUMENT_FIELDS) ordered[field] = document[field];
-  return utf8(JSON.stringify(ordered));
-}
-
-export function encodeSignedBlob(document: Uint8Array, signature: Uint8Array): Buffer {
-  const head = Buffer.alloc(5);
-  head.writeUInt8(BLOB_VERSION, 0);
-  head.writeUInt32BE(document.length, 1);
-  return Buffer.concat([head, document, signature]);
-}
-
-export function decodeSignedBlob(blob: Uint8Array): { document: Buffer; signature: Buffer } {
-  const buf = Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength);
-  if (buf.length < 5 || buf.readUInt8(0) !== BLOB_VERSION) {
-    throw new CryptoError("crypto_malformed", { detail: "signed blob version" });
-  }
-  const length = buf.readUInt32BE(1);
-  if (buf.length !== 5 + length + SIGNATURE_BYTES) {
-    throw new CryptoError("crypto_malformed", { detail: "signed blob length" });
-  }
-  return { document: buf.subarray(5, 5 + length), signature: buf.subarray(5 + length) };
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/** Strict parse: exactly the known fields, all strings, and the bytes already canonical. */
-export function parseSignedDocument(bytes: Uint8Array): SignedDocument {
-  const malformed = (detail: string) => new CryptoError("crypto_malformed", { detail });
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8"));
-  } catch {
-    throw malformed("signed document is not JSON");
-  }
-  if (!isRecord(value)) throw malformed("signed document is not an object");
-  const keys = Object.keys(value);
-  if (
-    keys.length !== DOCUMENT_FIELDS.length ||
-    !DOCUMENT_FIELDS.every((field) => typeof value[field] === "string")
-  ) {
-    throw malformed("signed document fields");
-  }
-  const document = value as unknown as SignedDocument;
-  if (document.typ !== SIGNED_DOCUMENT_TYPE) throw malformed("signed document type");
-  if (!Buffer.from(canonicalDocument(document)).equals(Buffer.from(bytes))) {
-    throw malformed("signed document is not canonical");
-  }
-  return document;
-}
-
 export interface SignEncryptOptions {
   readonly signer: Signer;
   readonly recipient: Recipient | KeyRing | PublicKeyRing;
   readonly purpose: string;
+  /** Text is sealed as its UTF-8 bytes; bytes are sealed as given, without a copy. */
   readonly plaintext: string | Uint8Array;
   readonly now?: Date;
 }
 
-/** Signs a document naming signer, recipient, purpose and time, then seals it; returns base64. */
-export function signEncrypt(options: SignEncryptOptions): string {
+interface PreparedSignature {
+  readonly recipient: Recipient;
+  readonly document: Uint8Array;
+  readonly payload: Uint8Array;
+  readonly signOptions: SignOptions;
+}
+
+function prepareSignature(options: SignEncryptOptions): PreparedSignature {
   const { signer, purpose } = options;
   assertOwner(signer.id);
   assertKeyId(signer.keyId);
@@ -148,8 +100,10 @@ export function signEncrypt(options: SignEncryptOptions): string {
       ? options.recipient.recipient()
       : options.recipient;
   assertKeyId(recipient.keyId);
+  const payload = toBytes(options.plaintext, "plaintext");
   const document = canonicalDocument({
-    payload: toBase64(toBytes(options.plaintext, "plaintext")),
+    payload_length: payload.length,
+    payload_sha512: payloadDigest(payload).toString("hex"),
     purpose,
     recipient_key_id: recipient.keyId,
     signed_at: formatSignedAt(options.now ?? new Date()),
@@ -157,13 +111,57 @@ export function signEncrypt(options: SignEncryptOptions): string {
     signer_key_id: signer.keyId,
     typ: SIGNED_DOCUMENT_TYPE,
   });
-  const signature = sign({ privateKey: signer.privateKey, message: document, context: SIGN_ENCRYPT_CONTEXT });
-  return seal({
-    recipientPublicKey: recipient.publicKey,
-    recipientKeyId: recipient.keyId,
-    plaintext: encodeSignedBlob(document, signature),
+  return {
+    recipient,
+    document,
+    payload,
+    signOptions: { privateKey: signer.privateKey, message: document, context: SIGN_ENCRYPT_CONTEXT },
+  };
+}
+
+/** Encapsulates and encrypts the blob's head and document; the signature and payload follow. */
+function startSeal(prepared: PreparedSignature): Sealer {
+  const sealer = createSealer({
+    recipientPublicKey: prepared.recipient.publicKey,
+    recipientKeyId: prepared.recipient.keyId,
     aad: SIGN_ENCRYPT_AAD,
   });
+  sealer.update(signedBlobHead(prepared.document.length));
+  sealer.update(prepared.document);
+  return sealer;
+}
+
+function finishSeal(sealer: Sealer, signature: Uint8Array, payload: Uint8Array): string {
+  sealer.update(signature);
+  sealer.update(payload);
+  return serializeEnvelope(sealer.finish());
+}
+
+/** Signs a document naming signer, recipient, purpose and time, then seals it; returns base64. */
+export function signEncrypt(options: SignEncryptOptions): string {
+  const prepared = prepareSignature(options);
+  const signature = sign(prepared.signOptions);
+  return finishSeal(startSeal(prepared), signature, prepared.payload);
+}
+
+/**
+ * `signEncrypt` with the ML-DSA signing on the libuv thread pool; the encapsulation and the
+ * encryption of the head run meanwhile. Resolves to the same kind of envelope and rejects
+ * with the same `CryptoError` codes. A Uint8Array plaintext is read in place after the
+ * signature is made: do not change it before the promise settles.
+ */
+export async function signEncryptAsync(options: SignEncryptOptions): Promise<string> {
+  const prepared = prepareSignature(options);
+  const signing = signAsync(prepared.signOptions);
+  let sealer: Sealer;
+  try {
+    sealer = startSeal(prepared);
+  } catch (error) {
+    // The signing job may fail too; its rejection must not go unhandled.
+    signing.catch(() => undefined);
+    throw error;
+  }
+  return finishSeal(sealer, await signing, prepared.payload);
 }
 
 export interface DecryptVerifyOptions {
@@ -176,6 +174,7 @@ export interface DecryptVerifyOptions {
 }
 
 export interface VerifiedMessage {
+  /** A view into the decrypted blob (no copy). */
   readonly plaintext: Uint8Array;
   readonly signer: string;
   readonly signerKeyId: string;
@@ -185,15 +184,21 @@ export interface VerifiedMessage {
   readonly purpose: string;
 }
 
-/**
- * Opens and verifies. Checks, in order: envelope form, expected recipient, recipient key
- * known, decryption, signed-document form, signer known, signature, inner recipient equals
- * outer recipient, purpose. Nothing from the document is trusted before the signature.
- */
-export function decryptVerify(
+/** Decrypted and parsed, signature not yet checked: nothing here is trusted but the key id. */
+interface OpenedSigned {
+  readonly envelopeKeyId: string;
+  /** The whole decrypted blob, wiped if any later check fails. */
+  readonly blob: Uint8Array;
+  readonly document: SignedDocument;
+  readonly documentBytes: Uint8Array;
+  readonly payload: Uint8Array;
+  readonly verifyOptions: VerifyOptions;
+}
+
+function openSigned(
   envelope: string | Uint8Array | ParsedEnvelope,
   options: DecryptVerifyOptions,
-): VerifiedMessage {
+): OpenedSigned {
   const parsed = toParsedEnvelope(envelope);
   if (options.expectedRecipientKeyId !== undefined && parsed.keyId !== options.expectedRecipientKeyId) {
     throw new CryptoError("crypto_wrong_recipient");
@@ -203,26 +208,102 @@ export function decryptVerify(
   const privateKey: KeyObject | undefined = lookup(parsed.keyId);
   if (privateKey === undefined) throw new CryptoError("crypto_unknown_key");
   const blob = open({ recipientPrivateKey: privateKey, envelope: parsed, aad: SIGN_ENCRYPT_AAD });
-  const { document: documentBytes, signature } = decodeSignedBlob(blob);
-  const document = parseSignedDocument(documentBytes);
-  const signerKey = options.signerKeys(document.signer, document.signer_key_id);
-  if (signerKey === undefined) throw new CryptoError("crypto_unknown_signer");
-  if (!verify({ publicKey: signerKey, message: documentBytes, signature, context: SIGN_ENCRYPT_CONTEXT })) {
-    throw new CryptoError("crypto_bad_signature");
+  try {
+    const { document: documentBytes, signature, payload } = decodeSignedBlob(blob);
+    const document = parseSignedDocument(documentBytes);
+    // The signer name and key id are used only to find the key that must verify them.
+    const signerKey = options.signerKeys(document.signer, document.signer_key_id);
+    if (signerKey === undefined) throw new CryptoError("crypto_unknown_signer");
+    return {
+      envelopeKeyId: parsed.keyId,
+      blob,
+      document,
+      documentBytes,
+      payload,
+      verifyOptions: {
+        publicKey: signerKey,
+        message: documentBytes,
+        signature,
+        context: SIGN_ENCRYPT_CONTEXT,
+      },
+    };
+  } catch (error) {
+    blob.fill(0);
+    throw error;
   }
-  if (document.recipient_key_id !== parsed.keyId) throw new CryptoError("crypto_wrong_recipient");
-  if (options.expectedPurpose !== undefined && document.purpose !== options.expectedPurpose) {
-    throw new CryptoError("crypto_wrong_purpose");
-  }
-  if (!TIMESTAMP.test(document.signed_at) || Number.isNaN(Date.parse(document.signed_at))) {
-    throw new CryptoError("crypto_malformed", { detail: "signed_at" });
+}
+
+/** The checks after the signature, in order; the plaintext is released only if all pass. */
+function completeVerified(
+  opened: OpenedSigned,
+  signatureValid: boolean,
+  digest: () => Buffer,
+  options: DecryptVerifyOptions,
+): VerifiedMessage {
+  const { document } = opened;
+  try {
+    if (!signatureValid) throw new CryptoError("crypto_bad_signature");
+    assertPayloadMatches(document, opened.payload.length, digest());
+    if (document.recipient_key_id !== opened.envelopeKeyId) throw new CryptoError("crypto_wrong_recipient");
+    if (options.expectedPurpose !== undefined && document.purpose !== options.expectedPurpose) {
+      throw new CryptoError("crypto_wrong_purpose");
+    }
+    if (!TIMESTAMP.test(document.signed_at) || Number.isNaN(Date.parse(document.signed_at))) {
+      throw new CryptoError("crypto_malformed", { detail: "signed_at" });
+    }
+  } catch (error) {
+    opened.blob.fill(0);
+    throw error;
   }
   return {
-    plaintext: fromBase64(document.payload, "payload"),
+    plaintext: opened.payload,
     signer: document.signer,
     signerKeyId: document.signer_key_id,
     signedAt: document.signed_at,
     recipientKeyId: document.recipient_key_id,
     purpose: document.purpose,
   };
+}
+
+/**
+ * Opens and verifies. Checks, in order: envelope form, expected recipient, recipient key
+ * known, decryption, blob and document form, signer known, signature over the document,
+ * payload length and digest, inner recipient equals outer recipient, purpose, time.
+ * Nothing from the document is trusted before the signature.
+ */
+export function decryptVerify(
+  envelope: string | Uint8Array | ParsedEnvelope,
+  options: DecryptVerifyOptions,
+): VerifiedMessage {
+  const opened = openSigned(envelope, options);
+  let valid: boolean;
+  try {
+    valid = verify(opened.verifyOptions);
+  } catch (error) {
+    opened.blob.fill(0);
+    throw error;
+  }
+  return completeVerified(opened, valid, () => payloadDigest(opened.payload), options);
+}
+
+/**
+ * `decryptVerify` with the ML-DSA verification on the libuv thread pool; the payload is
+ * hashed meanwhile (its digest is compared only after the signature has verified). Same
+ * result and same `CryptoError` codes as `decryptVerify`.
+ */
+export async function decryptVerifyAsync(
+  envelope: string | Uint8Array | ParsedEnvelope,
+  options: DecryptVerifyOptions,
+): Promise<VerifiedMessage> {
+  const opened = openSigned(envelope, options);
+  const verification = verifyAsync(opened.verifyOptions);
+  const digest = payloadDigest(opened.payload);
+  let valid: boolean;
+  try {
+    valid = await verification;
+  } catch (error) {
+    opened.blob.fill(0);
+    throw error;
+  }
+  return completeVerified(opened, valid, () => digest, options);
 }

@@ -1,6 +1,9 @@
 /**
  * ML-DSA-65 (FIPS 204, pure mode) signatures with a context string. The context separates
  * protocols: a signature made for one context never verifies under another.
+ *
+ * The async forms use node:crypto's callback API, which runs the operation as a libuv
+ * thread-pool job: a server keeps its event loop free and can use more than one core.
  */
 
 import { type KeyObject, sign as nodeSign, verify as nodeVerify } from "node:crypto";
@@ -51,6 +54,35 @@ export function verify(options: VerifyOptions): boolean {
   if (!(options.signature instanceof Uint8Array) || options.signature.length !== SIGNATURE_BYTES)
     return false;
   return nodeVerify(null, toBytes(options.message, "message"), { key, context }, options.signature);
+}
+
+/** `sign` on the libuv thread pool; argument errors reject with the same codes as `sign`. */
+export async function signAsync(options: SignOptions): Promise<Uint8Array> {
+  const key = assertKey(options.privateKey, SIG_ALGORITHM, "private");
+  const context = contextBytes(options.context);
+  const message = toBytes(options.message, "message");
+  return new Promise((resolve, reject) => {
+    nodeSign(null, message, { key, context }, (error, signature) => {
+      if (error === null) resolve(signature);
+      else reject(error);
+    });
+  });
+}
+
+/** `verify` on the libuv thread pool: resolves true only for a valid signature. */
+export async function verifyAsync(options: VerifyOptions): Promise<boolean> {
+  const key = assertKey(options.publicKey, SIG_ALGORITHM, "public");
+  const context = contextBytes(options.context);
+  if (!(options.signature instanceof Uint8Array) || options.signature.length !== SIGNATURE_BYTES)
+    return false;
+  const signature = options.signature;
+  const message = toBytes(options.message, "message");
+  return new Promise((resolve, reject) => {
+    nodeVerify(null, message, { key, context }, signature, (error, valid) => {
+      if (error === null) resolve(valid);
+      else reject(error);
+    });
+  });
 }
 
 /** Like `verify`, but a bad signature throws `crypto_bad_signature`. */

@@ -1,7 +1,14 @@
 import assert from "node:assert/strict";
 import { createCipheriv } from "node:crypto";
 import { describe, it } from "node:test";
-import { hpkeSuiteId, keySchedule, keyScheduleContext, labeledExpand } from "../../src/crypto/hpke.ts";
+import {
+  baseModeInputs,
+  deriveKeyAndNonce,
+  hpkeSuiteId,
+  keySchedule,
+  keyScheduleContext,
+  labeledExpand,
+} from "../../src/crypto/hpke.ts";
 
 // RFC 9180 Appendix A.1.1: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM, mode_base.
 const hex = (text: string) => Buffer.from(text, "hex");
@@ -28,6 +35,29 @@ describe("HPKE key schedule (RFC 9180 A.1.1 test vector)", () => {
     );
     assert.equal(schedule.key.toString("hex"), "4531685d41d65f03dc48f6b8302c05b0");
     assert.equal(schedule.baseNonce.toString("hex"), "56d890e5accaaf011cff4b7d");
+  });
+
+  it("the one-call HKDF derivation gives the same key and base_nonce", () => {
+    const inputs = baseModeInputs({ suiteId, context, keyLength: 16, nonceLength: 12 });
+    const { key, baseNonce } = deriveKeyAndNonce(sharedSecret, inputs);
+    assert.equal(key.toString("hex"), "4531685d41d65f03dc48f6b8302c05b0");
+    assert.equal(baseNonce.toString("hex"), "56d890e5accaaf011cff4b7d");
+    const suite1 = hpkeSuiteId(0x0041, 0x0001, 0x0002);
+    const other = keyScheduleContext(suite1, Buffer.from("another info"));
+    const secret = Buffer.alloc(32, 0x5a);
+    const reference = keySchedule({
+      suiteId: suite1,
+      sharedSecret: secret,
+      context: other,
+      keyLength: 32,
+      nonceLength: 12,
+    });
+    const fast = deriveKeyAndNonce(
+      secret,
+      baseModeInputs({ suiteId: suite1, context: other, keyLength: 32, nonceLength: 12 }),
+    );
+    assert.deepEqual(fast.key, reference.key);
+    assert.deepEqual(fast.baseNonce, reference.baseNonce);
   });
 
   it("derives exporter_secret with LabeledExpand", () => {

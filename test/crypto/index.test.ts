@@ -3,12 +3,14 @@ import { describe, it } from "node:test";
 import {
   decrypt,
   decryptVerify,
+  decryptVerifyAsync,
   encrypt,
   isCryptoError,
   Kek,
   KeyRing,
   PublicKeyRing,
   signEncrypt,
+  signEncryptAsync,
   signerKeyLookup,
   unwrapKeyRing,
   wrapKeyRing,
@@ -47,5 +49,19 @@ describe("crypto public API", () => {
       assert.ok(isCryptoError(error));
       assert.equal(error.code, "crypto_decrypt_failed");
     }
+  });
+
+  it("exports the thread-pool forms of sign-encrypt and decrypt-verify", async () => {
+    const ring = KeyRing.generate({ owner: "partner:acme" });
+    const signed = await signEncryptAsync({
+      signer: ring.signer(),
+      recipient: ring,
+      purpose: "managed",
+      plaintext: "data",
+    });
+    const options = { recipientKeys: ring, signerKeys: ring.signerKeys, expectedPurpose: "managed" };
+    const result = await decryptVerifyAsync(signed, options);
+    assert.equal(Buffer.from(result.plaintext).toString(), "data");
+    assert.equal(Buffer.from(decryptVerify(signed, options).plaintext).toString(), "data");
   });
 });

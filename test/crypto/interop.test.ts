@@ -3,7 +3,7 @@
  * FIPS 203/204: keys, signatures (with context) and encapsulations must agree both ways.
  */
 import assert from "node:assert/strict";
-import { createCipheriv, createDecipheriv, decapsulate, encapsulate } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, decapsulate, encapsulate } from "node:crypto";
 import { describe, it } from "node:test";
 import { ml_dsa65 } from "@noble/post-quantum/ml-dsa.js";
 import { ml_kem768 } from "@noble/post-quantum/ml-kem.js";
@@ -24,6 +24,7 @@ import {
   SIGN_ENCRYPT_AAD,
   SIGN_ENCRYPT_CONTEXT,
   signEncrypt,
+  signEncryptAsync,
 } from "../../src/crypto/sign-encrypt.ts";
 import { generateKeyPair as generateSigKeyPair, sign, verify } from "../../src/crypto/signature.ts";
 
@@ -127,16 +128,24 @@ describe("interop with @noble/post-quantum: ML-KEM-768", () => {
     assert.equal(plaintext.toString(), "sealed by node");
   });
 
-  it("the signature inside a sign-encrypt envelope verifies with noble", () => {
+  it("the signature inside a sign-encrypt envelope (sync and async) verifies with noble", async () => {
     const alice = KeyRing.generate({ owner: "alice" });
     const bob = KeyRing.generate({ owner: "bob" });
-    const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "hi" });
-    const blob = open({ recipientPrivateKey: bob.current.kem.privateKey, envelope, aad: SIGN_ENCRYPT_AAD });
-    const { document, signature } = decodeSignedBlob(blob);
+    const plaintext = "hi ".repeat(5000);
+    const options = { signer: alice.signer(), recipient: bob, purpose: "p", plaintext };
     const publicKey = exportRawPublicKey(alice.current.sig.publicKey);
-    assert.equal(
-      ml_dsa65.verify(signature, document, publicKey, { context: utf8(SIGN_ENCRYPT_CONTEXT) }),
-      true,
-    );
+    for (const envelope of [signEncrypt(options), await signEncryptAsync(options)]) {
+      const blob = open({ recipientPrivateKey: bob.current.kem.privateKey, envelope, aad: SIGN_ENCRYPT_AAD });
+      const { document, signature, payload } = decodeSignedBlob(blob);
+      assert.equal(
+        ml_dsa65.verify(signature, document, publicKey, { context: utf8(SIGN_ENCRYPT_CONTEXT) }),
+        true,
+      );
+      // What noble verified binds the payload that travels beside it.
+      const signed = JSON.parse(Buffer.from(document).toString("utf8"));
+      assert.equal(signed.payload_length, payload.length);
+      assert.equal(signed.payload_sha512, createHash("sha512").update(payload).digest("hex"));
+      assert.equal(Buffer.from(payload).toString("utf8"), plaintext);
+    }
   });
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { deserializeEnvelope } from "../../src/crypto/envelope.ts";
 import { CryptoError } from "../../src/crypto/errors.ts";
-import { generateKeyPair, open, seal, sealBytes } from "../../src/crypto/kem.ts";
+import { createSealer, generateKeyPair, open, seal, sealBytes } from "../../src/crypto/kem.ts";
 import { generateKeyPair as generateSigKeyPair } from "../../src/crypto/signature.ts";
 
 const code = (expected: string) => (error: unknown) =>
@@ -171,5 +171,39 @@ describe("ML-KEM-768 seal/open", () => {
         assert.ok(!JSON.stringify({ ...error, message: error.message }).includes("attack"));
       }
     });
+  });
+});
+
+describe("sealing a plaintext given in parts", () => {
+  const recipient = generateKeyPair();
+  const options = { recipientPublicKey: recipient.publicKey, recipientKeyId: "parts-1", aad: "label" };
+
+  it("opens to the concatenation of the parts, with the same aad", () => {
+    const parts = [Buffer.from("head|"), new Uint8Array(0), Buffer.alloc(70_000, 7), Buffer.from("|tail")];
+    const sealer = createSealer(options);
+    for (const part of parts) sealer.update(part);
+    const envelope = sealer.finish();
+    const opened = open({ recipientPrivateKey: recipient.privateKey, envelope, aad: "label" });
+    assert.deepEqual(Buffer.from(opened), Buffer.concat(parts));
+    assert.throws(
+      () => open({ recipientPrivateKey: recipient.privateKey, envelope, aad: "other" }),
+      code("crypto_decrypt_failed"),
+    );
+  });
+
+  it("a sealer fed nothing seals the empty plaintext", () => {
+    const envelope = createSealer(options).finish();
+    assert.equal(open({ recipientPrivateKey: recipient.privateKey, envelope, aad: "label" }).length, 0);
+  });
+
+  it("validates its key and key id before encapsulating", () => {
+    assert.throws(
+      () => createSealer({ ...options, recipientPublicKey: recipient.privateKey }),
+      code("crypto_invalid_key"),
+    );
+    assert.throws(
+      () => createSealer({ ...options, recipientKeyId: "bad id" }),
+      code("crypto_invalid_argument"),
+    );
   });
 });

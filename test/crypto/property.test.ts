@@ -5,7 +5,13 @@ import { decrypt, encrypt } from "../../src/crypto/encrypt.ts";
 import { CryptoError } from "../../src/crypto/errors.ts";
 import { generateKeyPair, open, seal } from "../../src/crypto/kem.ts";
 import { KeyRing } from "../../src/crypto/key-ring.ts";
-import { decryptVerify, signEncrypt } from "../../src/crypto/sign-encrypt.ts";
+import {
+  decryptVerify,
+  decryptVerifyAsync,
+  SIGN_ENCRYPT_AAD,
+  signEncrypt,
+  signEncryptAsync,
+} from "../../src/crypto/sign-encrypt.ts";
 
 const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
 
@@ -68,6 +74,55 @@ describe("property: any plaintext round-trips", () => {
         assert.equal(result.signer, "alice");
       }),
       { numRuns: 60 },
+    );
+  });
+
+  it("signEncryptAsync/decryptVerifyAsync agree with the sync forms", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(bytesArb, stringArb), async (plaintext) => {
+        const options = { signer: alice.signer(), recipient: bob, purpose: "prop", plaintext };
+        const verifyOptions = { recipientKeys: bob, signerKeys: alice.signerKeys, expectedPurpose: "prop" };
+        const expected =
+          typeof plaintext === "string" ? Buffer.from(plaintext, "utf8") : Buffer.from(plaintext);
+        const viaAsync = await decryptVerifyAsync(await signEncryptAsync(options), verifyOptions);
+        const mixed = decryptVerify(await signEncryptAsync(options), verifyOptions);
+        const mixedBack = await decryptVerifyAsync(signEncrypt(options), verifyOptions);
+        for (const result of [viaAsync, mixed, mixedBack]) {
+          assert.deepEqual(Buffer.from(result.plaintext), expected);
+          assert.equal(result.signer, "alice");
+        }
+      }),
+      { numRuns: 20 },
+    );
+  });
+
+  it("any single-byte change of a signed blob, re-sealed to the recipient, is rejected", () => {
+    const envelope = signEncrypt({
+      signer: alice.signer(),
+      recipient: bob,
+      purpose: "prop",
+      plaintext: "p".repeat(500),
+    });
+    const blob = Buffer.from(
+      open({ recipientPrivateKey: bob.current.kem.privateKey, envelope, aad: SIGN_ENCRYPT_AAD }),
+    );
+    const recipient = bob.recipient();
+    fc.assert(
+      fc.property(fc.nat({ max: blob.length - 1 }), fc.integer({ min: 1, max: 255 }), (index, mask) => {
+        const tampered = Buffer.from(blob);
+        tampered[index] = (tampered[index] ?? 0) ^ mask;
+        const resealed = seal({
+          recipientPublicKey: recipient.publicKey,
+          recipientKeyId: recipient.keyId,
+          plaintext: tampered,
+          aad: SIGN_ENCRYPT_AAD,
+        });
+        assert.throws(
+          () => decryptVerify(resealed, { recipientKeys: bob, signerKeys: alice.signerKeys }),
+          (error: unknown) => error instanceof CryptoError,
+        );
+      }),
+      { numRuns: 150 },
     );
   });
 
