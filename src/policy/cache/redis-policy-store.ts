@@ -110,15 +110,19 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
     reachedOnce = true;
     wakeIfReady();
   });
-  subscriber.on("ready", () => {
+  // A SUBSCRIBE that fails on a connection that is still up is retried, so the sidecar never
+  // stays connected but deaf to changes.
+  const subscribe = (): void => {
+    if (closed || subscriber.status !== "ready") return;
     subscriber.subscribe(POLICY_CHANGES_CHANNEL).then(
       () => {
         subscribed = true;
         wakeIfReady();
       },
-      () => undefined,
+      () => setTimeout(subscribe, 100).unref(),
     );
-  });
+  };
+  subscriber.on("ready", subscribe);
   subscriber.on("close", () => {
     subscribed = false;
   });

@@ -70,7 +70,9 @@ describe("policy change publisher and the sidecar's Redis view (real redis-serve
     await server.start();
     assert.equal(await waitFor(async () => publisher.pending === 0), true);
     assert.equal(await waitFor(async () => (await store.readHead("s-3").catch(() => null)) === 4), true);
-    // The subscriber resubscribed by itself: a change published now arrives.
+    // The subscriber resubscribes by itself (pub/sub keeps nothing for a subscriber that is
+    // not there yet, so wait for it); a change published then arrives.
+    await store.waitReady(10_000);
     await publisher.publish("s-4", 1);
     assert.equal(await waitFor(() => changes.some((c) => c.subject_id === "s-4")), true);
   });
