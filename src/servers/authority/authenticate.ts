@@ -1,4 +1,4 @@
-import type { FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../errors.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
@@ -48,4 +48,27 @@ export async function requirePrincipal(
   const principal = await optionalPrincipal(request, context);
   if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
   return principal;
+}
+
+/**
+ * Authenticates every route of a group in `onRequest`, before its body is validated (so an
+ * unauthenticated caller gets 401, not 400); returns the lookup the handlers use.
+ */
+export function authenticateAll(
+  app: FastifyInstance,
+  context: AuthorityContext,
+  /** A further check on every principal of the group (throws to refuse). */
+  admit?: (principal: Principal) => void,
+): (request: FastifyRequest) => Principal {
+  const principals = new WeakMap<FastifyRequest, Principal>();
+  app.addHook("onRequest", async (request) => {
+    const principal = await requirePrincipal(request, context);
+    admit?.(principal);
+    principals.set(request, principal);
+  });
+  return (request) => {
+    const principal = principals.get(request);
+    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+    return principal;
+  };
 }

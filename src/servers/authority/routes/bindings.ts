@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
   idSchemas,
   type PageQuery,
@@ -37,8 +37,7 @@ import {
   listWorkloadClients,
   revokeWorkloadClient,
 } from "../../../bindings/workload-clients.ts";
-import { AuthorityError } from "../../../errors.ts";
-import { requirePrincipal } from "../authenticate.ts";
+import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
 
@@ -48,18 +47,6 @@ import { assertCanManagePartner, assertCanReadPartner, type Principal } from "..
  * profile, invocations and evidence. Callers: `admin`, or `partner_admin` of the
  * binding's partner; reads also `auditor`.
  */
-
-function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
-  const principals = new WeakMap<FastifyRequest, Principal>();
-  app.addHook("onRequest", async (request) => {
-    principals.set(request, await requirePrincipal(request, context));
-  });
-  return (request: FastifyRequest): Principal => {
-    const principal = principals.get(request);
-    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-    return principal;
-  };
-}
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,

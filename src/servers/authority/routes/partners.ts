@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
   idSchemas,
   type PageQuery,
@@ -13,7 +13,7 @@ import { createPartner, getPartner, listPartners } from "../../../authority/part
 import { deleteSubject } from "../../../authority/subject-removal.ts";
 import { createSubject, getSubject, listSubjects } from "../../../authority/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
-import { requirePrincipal } from "../authenticate.ts";
+import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import {
   assertCanManagePartner,
@@ -22,19 +22,6 @@ import {
   hasRole,
   type Principal,
 } from "../principal.ts";
-
-/** Authenticates every route of the group before its body is validated (401 before 400). */
-function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
-  const principals = new WeakMap<FastifyRequest, Principal>();
-  app.addHook("onRequest", async (request) => {
-    principals.set(request, await requirePrincipal(request, context));
-  });
-  return (request: FastifyRequest): Principal => {
-    const principal = principals.get(request);
-    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-    return principal;
-  };
-}
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,

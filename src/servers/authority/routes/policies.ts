@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
   idSchemas,
   type PageQuery,
@@ -19,23 +19,9 @@ import {
 } from "../../../authority/policies.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
-import { AuthorityError } from "../../../errors.ts";
-import { requirePrincipal } from "../authenticate.ts";
+import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
-
-/** Authenticates every route of the group before its body is validated (401 before 400). */
-function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
-  const principals = new WeakMap<FastifyRequest, Principal>();
-  app.addHook("onRequest", async (request) => {
-    principals.set(request, await requirePrincipal(request, context));
-  });
-  return (request: FastifyRequest): Principal => {
-    const principal = principals.get(request);
-    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-    return principal;
-  };
-}
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
 import {
   createAuthProfileSecretResolver,
@@ -14,7 +14,7 @@ import {
   createClientCredentialsTokens,
 } from "../../../execute/client-credentials.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
-import { requirePrincipal } from "../authenticate.ts";
+import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import type { Principal } from "../principal.ts";
 
@@ -100,20 +100,6 @@ const subjectParams = paramsSchema({ subject: idSchemas.subject });
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
 
-function authenticateAll(app: FastifyInstance, context: AuthorityContext) {
-  const principals = new WeakMap<FastifyRequest, Principal>();
-  app.addHook("onRequest", async (request) => {
-    const principal = await requirePrincipal(request, context);
-    assertSidecar(principal);
-    principals.set(request, principal);
-  });
-  return (request: FastifyRequest): Principal => {
-    const principal = principals.get(request);
-    if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-    return principal;
-  };
-}
-
 function noStore(reply: FastifyReply): FastifyReply {
   return reply.header("cache-control", "no-store");
 }
@@ -171,7 +157,7 @@ async function authMaterial(
 
 export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
-    const principalOf = authenticateAll(app, context);
+    const principalOf = authenticateAll(app, context, assertSidecar);
 
     app.get<{ Params: { subject: string } }>(
       "/v1/sidecar/policies/:subject",
