@@ -118,7 +118,8 @@ function checkRedactions(
   }
 }
 
-async function checkSubjectBoundary(
+/** Refuses an assignment outside the subject's permission boundary (400, details list what). */
+export async function checkSubjectBoundary(
   deps: AdminDeps,
   subject: SubjectRecord,
   capabilityId: string,

@@ -5,17 +5,11 @@
  * version), then protected and stored through the admin policy write path.
  */
 import { recordPolicyChange } from "../authority/audit.ts";
-import { checkBoundary } from "../authority/boundary-check.ts";
 import { loadCatalog } from "../authority/capabilities.ts";
 import type { Actor, AdminDeps } from "../authority/deps.ts";
 import { withKeyLock } from "../authority/key-lock.ts";
-import {
-  type AssignmentRecord,
-  type BoundaryRecord,
-  collections,
-  type SubjectRecord,
-  storeKeys,
-} from "../authority/model.ts";
+import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../authority/model.ts";
+import { checkSubjectBoundary } from "../authority/policies.ts";
 import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../authority/policy-writer.ts";
 import { getSubject } from "../authority/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
@@ -97,29 +91,6 @@ async function headlessSubject(
     throw invalid("The subject is not a headless external subject.", { subject_id: subjectId });
   }
   return subject;
-}
-
-async function checkSubjectBoundary(
-  deps: AdminDeps,
-  subject: SubjectRecord,
-  capabilityId: string,
-  permissionIds: readonly string[],
-  ttlSeconds: number,
-): Promise<void> {
-  if (subject.boundary_id === null) return;
-  const boundary = await deps.store.get<BoundaryRecord>(
-    collections.boundaries,
-    storeKeys.boundary(subject.partner_id, subject.boundary_id),
-  );
-  if (boundary === undefined) {
-    throw new AuthorityError("conflict", "The subject's permission boundary is missing.", {
-      details: { boundary_id: subject.boundary_id },
-    });
-  }
-  const violation = checkBoundary(boundary, { capabilityId, permissionIds, ttlSeconds });
-  if (violation !== undefined) {
-    throw invalid("The assignment is outside the subject's permission boundary.", { ...violation });
-  }
 }
 
 /** The v2 context every policy of this mapping is bound to. */

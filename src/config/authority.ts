@@ -6,6 +6,7 @@ import { join, resolve } from "node:path";
 import { ConfigError } from "./errors.ts";
 import { readConfigFile } from "./file.ts";
 import {
+  bearerTokenSettings,
   boolean,
   httpUrl,
   integer,
@@ -118,24 +119,7 @@ export const authoritySettings = {
     description: "public base URL (default http://127.0.0.1:8080)",
     parse: httpUrl,
   }),
-  issuer: spec({
-    key: "issuer",
-    env: "AUTHORITY_ISSUER",
-    description: "issuer of accepted bearer tokens (default http://127.0.0.1:8083)",
-    parse: httpUrl,
-  }),
-  jwksUrl: spec({
-    key: "jwks-url",
-    env: "AUTHORITY_JWKS_URL",
-    description: "JWKS of the issuer (default <issuer>/.well-known/jwks.json)",
-    parse: httpUrl,
-  }),
-  audience: spec({
-    key: "audience",
-    env: "AUTHORITY_AUDIENCE",
-    description: "required token audience (default authority)",
-    parse: text(),
-  }),
+  ...bearerTokenSettings,
   managedUrl: spec({
     key: "managed-url",
     env: "AUTHORITY_MANAGED_URL",

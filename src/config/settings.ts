@@ -173,3 +173,25 @@ export function redisUrl(raw: RawValue, where: string): string {
   if (!/^rediss?:\/\/.+/i.test(value)) throw new ConfigError(`${where} must be redis://host:port[/db]`);
   return value;
 }
+
+/** The bearer-token settings every server that verifies tokens shares (serve, sidecar). */
+export const bearerTokenSettings = {
+  issuer: {
+    key: "issuer",
+    env: "AUTHORITY_ISSUER",
+    description: "issuer of accepted bearer tokens (default http://127.0.0.1:8083)",
+    parse: httpUrl,
+  } satisfies SettingSpec<string>,
+  jwksUrl: {
+    key: "jwks-url",
+    env: "AUTHORITY_JWKS_URL",
+    description: "JWKS of the issuer (default <issuer>/.well-known/jwks.json)",
+    parse: httpUrl,
+  } satisfies SettingSpec<string>,
+  audience: {
+    key: "audience",
+    env: "AUTHORITY_AUDIENCE",
+    description: "required token audience (default authority)",
+    parse: text(),
+  } satisfies SettingSpec<string>,
+};

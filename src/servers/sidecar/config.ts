@@ -4,6 +4,7 @@
  */
 import { ConfigError } from "../../config/errors.ts";
 import {
+  bearerTokenSettings,
   httpUrl,
   integer,
   type ListenAddress,
@@ -72,24 +73,7 @@ export const sidecarSettings = {
       'JSON object: host, host/prefix or /prefix → capability id (e.g. {"orders.internal":"orders"})',
     parse: text(),
   }),
-  issuer: spec({
-    key: "issuer",
-    env: "AUTHORITY_ISSUER",
-    description: "issuer of accepted bearer tokens (default http://127.0.0.1:8083)",
-    parse: httpUrl,
-  }),
-  jwksUrl: spec({
-    key: "jwks-url",
-    env: "AUTHORITY_JWKS_URL",
-    description: "JWKS of the issuer (default <issuer>/.well-known/jwks.json)",
-    parse: httpUrl,
-  }),
-  audience: spec({
-    key: "audience",
-    env: "AUTHORITY_AUDIENCE",
-    description: "required token audience (default authority)",
-    parse: text(),
-  }),
+  ...bearerTokenSettings,
   tokenFile: spec({
     key: "token-file",
     env: "AUTHORITY_SIDECAR_TOKEN_FILE",
