@@ -12,7 +12,8 @@
  * parameters, JSON body). Anything but a 200 verification is answered 403 and the
  * handler does not run. It also checks the API key the authority injects.
  *
- * Used by the tests and by the demo; not production code.
+ * Used by the tests and by the demo; not production code. It deliberately imports nothing
+ * from src/: it stands for a partner's own service, written against the wire protocol only.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";

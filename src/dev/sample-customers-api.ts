@@ -14,6 +14,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { createPathMatcher } from "../core/path-template.ts";
 
 /** What the upstream needs to ask the authority about an envelope. */
 export interface EnvelopeVerification {
@@ -301,33 +302,20 @@ function createRoutes(): readonly Route[] {
   ];
 }
 
-function matchRoute(
+/** Routes through the core path matcher: literal segments win over parameters. */
+function createRouteMatcher(
   routes: readonly Route[],
-  method: string,
-  path: string,
-): { route: Route; params: Record<string, string> } | undefined {
-  const segments = path.split("/").slice(1);
-  // Literal segments win over parameters (/customers/me before /customers/{customerId}).
-  const candidates = [...routes].sort((a, b) => a.template.split("{").length - b.template.split("{").length);
-  for (const route of candidates) {
-    if (route.method !== method) continue;
-    const parts = route.template.split("/").slice(1);
-    if (parts.length !== segments.length) continue;
-    const params: Record<string, string> = {};
-    let ok = true;
-    for (const [i, part] of parts.entries()) {
-      const segment = segments[i] ?? "";
-      if (part.startsWith("{") && part.endsWith("}")) {
-        try {
-          params[part.slice(1, -1)] = decodeURIComponent(segment);
-        } catch {
-          ok = false;
-        }
-      } else if (part !== segment) ok = false;
-    }
-    if (ok) return { route, params };
-  }
-  return undefined;
+): (method: string, path: string) => { route: Route; params: Record<string, string> } | undefined {
+  const matcher = createPathMatcher(
+    routes.map((route) => ({ template: route.template, method: route.method })),
+  );
+  return (method, path) => {
+    const matched = matcher.match(method, path);
+    const route = matched === undefined ? undefined : routes[matched.index];
+    return route === undefined || matched === undefined
+      ? undefined
+      : { route, params: { ...matched.params } };
+  };
 }
 
 /** The verify profile's arguments as this upstream observed them: path values, query values, JSON body. */
@@ -408,7 +396,7 @@ export async function startSampleCustomersApi(
 ): Promise<SampleCustomersApi> {
   validateOptions(options);
   const host = options.host ?? "127.0.0.1";
-  const routes = createRoutes();
+  const matchRoute = createRouteMatcher(createRoutes());
   const received: ReceivedRequest[] = [];
   const remember = (entry: ReceivedRequest): void => {
     received.push(entry);
@@ -450,7 +438,7 @@ export async function startSampleCustomersApi(
   async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const url = new URL(request.url ?? "/", "http://upstream.invalid");
     const method = (request.method ?? "GET").toUpperCase();
-    const matched = matchRoute(routes, method, url.pathname);
+    const matched = matchRoute(method, url.pathname);
     const envelope = request.headers["x-authority-envelope"];
     const base = {
       method,
