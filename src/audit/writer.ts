@@ -38,8 +38,12 @@ export interface AuditWriterOptions {
   readonly store: Store;
   /** Most log entries (and most distinct pending counter keys) held (default 100000). */
   readonly maxPending?: number;
-  /** Log writes sent to the store at once (default 32). */
-  readonly concurrency?: number;
+  /**
+   * Most log entries written in one store call (default 256): entries queued while a write
+   * is in flight go together in the next one (group commit), so a busy log costs one
+   * store write per batch, not one per decision.
+   */
+  readonly batchSize?: number;
   /**
    * Counter increments are summed in memory and written at most this often (default
    * 250 ms), or at once by flush(); a hot key costs one store write per interval, not one
@@ -111,13 +115,16 @@ function positiveInt(value: number | undefined, fallback: number, name: string):
   return result;
 }
 
+/** Counter keys written at once (one increment each, in parallel). */
+const COUNTER_BATCH = 128;
+
 const counterId = (counters: string, key: string): string => `${counters}\u0000${key}`;
 
 export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   if (options?.store === undefined) throw new TypeError("store is required");
   const store = options.store;
   const maxPending = positiveInt(options.maxPending, 100_000, "maxPending");
-  const concurrency = positiveInt(options.concurrency, 32, "concurrency");
+  const batchSize = positiveInt(options.batchSize, 256, "batchSize");
   const initialDelay = positiveInt(options.retry?.initialDelayMs, 50, "retry.initialDelayMs");
   const maxDelay = positiveInt(options.retry?.maxDelayMs, 5000, "retry.maxDelayMs");
   const counterFlushMs = positiveInt(options.counterFlushMs, 250, "counterFlushMs");
@@ -155,26 +162,47 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     }
   }
 
+  /** One batch's entries per log, in queue order. */
+  function byLog(batch: readonly QueuedLog[]): Map<string, QueuedLog[]> {
+    const groups = new Map<string, QueuedLog[]>();
+    for (const item of batch) {
+      const group = groups.get(item.name);
+      if (group === undefined) groups.set(item.name, [item]);
+      else group.push(item);
+    }
+    return groups;
+  }
+
   async function drainLogs(): Promise<boolean> {
     while (queue.length > 0) {
-      const batch = queue.splice(0, concurrency);
-      const results = await Promise.allSettled(batch.map((item) => store.append(item.name, item.value)));
-      const failed: QueuedLog[] = [];
+      const batch = queue.splice(0, batchSize);
+      const groups = [...byLog(batch)];
+      const results = await Promise.allSettled(
+        groups.map(([name, items]) =>
+          store.appendMany(
+            name,
+            items.map((item) => item.value),
+          ),
+        ),
+      );
+      const failed = new Set<QueuedLog>();
       let firstError: unknown;
       results.forEach((result, i) => {
-        const item = batch[i];
-        if (item === undefined) return;
-        if (result.status === "fulfilled") {
+        const items = groups[i]?.[1] ?? [];
+        if (result.status === "rejected") {
+          for (const item of items) failed.add(item);
+          firstError ??= result.reason;
+          return;
+        }
+        for (const item of items) {
           written++;
           item.settle?.();
           item.settle = undefined;
-        } else {
-          failed.push(item);
-          firstError ??= result.reason;
         }
       });
-      if (failed.length > 0) {
-        queue = failed.concat(queue);
+      if (failed.size > 0) {
+        // Back at the front, in their original order.
+        queue = batch.filter((item) => failed.has(item)).concat(queue);
         failures++;
         enterFailing(firstError);
         return false;
@@ -184,7 +212,7 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   }
 
   async function drainCounters(): Promise<boolean> {
-    const batch = [...deltas.entries()].slice(0, concurrency * 4);
+    const batch = [...deltas.entries()].slice(0, COUNTER_BATCH);
     // Snapshot the amounts sent: the map may grow while the increments are in flight.
     const sent = batch.map(([id, delta]) => ({ id, counters: delta.counters, key: delta.key, by: delta.by }));
     const results = await Promise.allSettled(sent.map((d) => store.increment(d.counters, d.key, d.by)));
@@ -263,9 +291,18 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     }
   }
 
+  let scheduled = false;
+  /**
+   * Starts a drain after the current event-loop turn, so every record written during the
+   * turn (all the requests that arrived together) goes to the store in one batch.
+   */
   function kick(): void {
-    if (running || retryTimer !== undefined) return;
-    void run();
+    if (running || scheduled || retryTimer !== undefined) return;
+    scheduled = true;
+    setImmediate(() => {
+      scheduled = false;
+      if (!running && retryTimer === undefined) void run();
+    });
   }
 
   /** Skips the backoff wait (flush and close want an answer now). */

@@ -18,6 +18,8 @@ export const collections = {
   authProfiles: "auth_profiles",
   assignments: "policy_assignments",
   policies: "policies",
+  /** Policy artifacts by content address (record-store.ts); the record names the one in force. */
+  policyArtifacts: "policy_artifacts",
 } as const;
 
 export const logs = { audit: "audit", mcpAudit: "mcp_audit", evidence: "evidence" } as const;

@@ -8,6 +8,7 @@ import {
 import { AuthorityError } from "../errors.ts";
 import { PolicyProtectionError } from "../policy/protector.ts";
 import { type PolicyRecord, type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
+import { deletePolicyRecord } from "../policy/record-store.ts";
 import { recordPolicyChange } from "./audit.ts";
 import { checkBoundary } from "./boundary-check.ts";
 import { loadCatalog } from "./capabilities.ts";
@@ -316,7 +317,7 @@ async function revokeLocked(deps: AdminDeps, subject: SubjectRecord): Promise<Re
     return { policy: await writeRevokedPolicy(deps, previous), changed: true };
   } catch (error) {
     if (!(error instanceof PolicyProtectionError) || error.code !== "policy_unverifiable") throw error;
-    await deps.store.delete(collections.policies, storeKeys.policy(subject.subject_id));
+    await deletePolicyRecord(deps.store, subject.subject_id);
     return { policy: undefined, changed: true };
   }
 }

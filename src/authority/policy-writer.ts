@@ -3,8 +3,9 @@ import { AuthorityError } from "../errors.ts";
 import { openPolicy, protectPolicy } from "../policy/artifact.ts";
 import { apiEntryOf, compilePolicyDocument, type HeadlessContext } from "../policy/compile.ts";
 import type { PolicyCapabilitySummary, PolicyRecord } from "../policy/record.ts";
+import { readPolicyRecord, readStoredPolicyRecord, writePolicyRecord } from "../policy/record-store.ts";
 import type { AdminDeps } from "./deps.ts";
-import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "./model.ts";
+import { type AssignmentRecord, collections, type SubjectRecord } from "./model.ts";
 import { scanAll } from "./store-scan.ts";
 
 /** Every assignment of one subject, ordered by capability id. */
@@ -21,14 +22,6 @@ export async function listAssignments(
   return items.map((item) => item.value);
 }
 
-/** The stored record under the subject's id, whichever partner wrote it. */
-function rawPolicyRecord(
-  deps: Pick<AdminDeps, "store">,
-  subjectId: string,
-): Promise<PolicyRecord | undefined> {
-  return deps.store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
-}
-
 /**
  * The subject's policy record in this partner. Policy records are keyed by the global
  * subject id; one left revoked by a deleted subject of another partner is not this
@@ -39,7 +32,7 @@ export async function loadPolicyRecord(
   partnerId: string,
   subjectId: string,
 ): Promise<PolicyRecord | undefined> {
-  const record = await rawPolicyRecord(deps, subjectId);
+  const record = await readPolicyRecord(deps.store, subjectId);
   return record?.partner_id === partnerId ? record : undefined;
 }
 
@@ -89,7 +82,7 @@ async function store(
 ): Promise<PolicyRecord> {
   const protectedPolicy = await protect(deps, document, partnerId);
   // Heads only grow per subject id, even across a deleted and re-created subject.
-  const previous = await rawPolicyRecord(deps, subjectId);
+  const previous = await readStoredPolicyRecord(deps.store, subjectId);
   const record: PolicyRecord = {
     subject_id: subjectId,
     partner_id: partnerId,
@@ -109,7 +102,7 @@ async function store(
     artifact: protectedPolicy.artifact,
     updated_at: deps.now().toISOString(),
   };
-  await deps.store.put(collections.policies, storeKeys.policy(subjectId), record);
+  await writePolicyRecord(deps.store, record);
   return record;
 }
 

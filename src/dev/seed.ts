@@ -25,7 +25,7 @@ import {
 import { createPartner } from "../authority/partners.ts";
 import { type AssignInput, assignCapability, revokePolicy } from "../authority/policies.ts";
 import { createSubject } from "../authority/subjects.ts";
-import type { PolicyRecord } from "../policy/record.ts";
+import { readPolicyRecord } from "../policy/record-store.ts";
 import {
   DEV_ADMIN_AUTH_PROFILE_ID,
   DEV_ALLOWED_PERMISSIONS,
@@ -177,8 +177,7 @@ async function ensureSubjects(deps: AdminDeps, track: Tracker): Promise<void> {
   }
 }
 
-const policyOf = (deps: AdminDeps, subjectId: string) =>
-  deps.store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
+const policyOf = (deps: AdminDeps, subjectId: string) => readPolicyRecord(deps.store, subjectId);
 
 const assignmentOf = (deps: AdminDeps, subjectId: string) =>
   deps.store.get<AssignmentRecord>(

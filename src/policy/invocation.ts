@@ -16,7 +16,7 @@ import {
   type PolicyLoad,
 } from "../core/index.ts";
 import { type DenyReason, denyReasons } from "../errors.ts";
-import type { PolicyRecord } from "./record.ts";
+import type { PolicyRecordFacts } from "./record.ts";
 import type { DecisionRuntime } from "./runtime.ts";
 
 export interface InvocationRequest {
@@ -52,7 +52,7 @@ export interface InvocationResult {
   readonly decision?: Decision;
   readonly partnerId: string | null;
   readonly capability?: Capability;
-  readonly policy?: PolicyRecord;
+  readonly policy?: PolicyRecordFacts;
 }
 
 /** The reason a 503 deny carries: the policy could not be verified because something it needs is down. */
@@ -62,7 +62,7 @@ interface Evaluation {
   readonly decision: Decision;
   readonly partnerId: string | null;
   readonly capability?: Capability;
-  readonly policy?: PolicyRecord;
+  readonly policy?: PolicyRecordFacts;
 }
 
 const MISSING_POLICY: PolicyLoad = { ok: false, reason: "missing_policy" };

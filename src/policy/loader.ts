@@ -1,24 +1,30 @@
 /**
- * Load + verify a subject's policy for the runtime paths. The stored record is read on
- * every call (one document read): it carries `head` and `document_hash`, so a policy
- * change or revocation is seen on the very next call. Only the expensive part —
- * decrypt-verify, schema validation, version path — is cached, keyed by subject +
- * document_hash + head and checked against the exact artifact text, so a tampered
- * artifact behind an unchanged record is opened (and refused) again, never served from
- * the cache.
+ * Load + verify a subject's policy for the runtime paths. The stored record (small: its
+ * facts and the artifact's address; record-store.ts) is read on every call, so a policy
+ * change or revocation is seen on the very next call. Only the expensive part — reading the
+ * artifact, decrypt-verify, schema validation, version path — is cached, keyed by subject
+ * + document_hash + head and checked against the exact artifact the record names (its
+ * content address, or its text when inline), so a record pointing at another artifact is
+ * opened (and refused, if tampered) again, never served from the cache.
  */
 import { LRUCache } from "lru-cache";
-import { collections, storeKeys } from "../authority/model.ts";
 import type { PolicyLoad } from "../core/decision.ts";
 import { policySubjectId } from "../core/policy-document.ts";
 import type { Store } from "../store/store.ts";
 import { openPolicyDocument } from "./artifact.ts";
 import { PolicyProtectionError, type PolicyProtector } from "./protector.ts";
-import type { PolicyRecord } from "./record.ts";
+import type { PolicyRecordFacts, StoredPolicyRecord } from "./record.ts";
+import { readPolicyArtifact, readStoredPolicyRecord } from "./record-store.ts";
 
-/** Where policy records come from: the store here, the authority service over HTTP in the sidecar. */
+/**
+ * Where policy records come from: the store here, the authority service over HTTP in the
+ * sidecar. A source may return the record without its artifact (`artifact_sha256` names
+ * it) and fetch the artifact only when the loader has no verified copy of that one.
+ */
 export interface PolicyRecordSource {
-  get(subjectId: string): Promise<PolicyRecord | undefined>;
+  get(subjectId: string): Promise<StoredPolicyRecord | undefined>;
+  /** The artifact a record names by address; undefined when missing or altered. */
+  artifact?(record: StoredPolicyRecord): Promise<string | undefined>;
 }
 
 /** Ids no store can hold (too long, NUL, lone surrogates) name no record — not a store fault. */
@@ -26,13 +32,12 @@ export function isStorableId(id: string): boolean {
   return id.length > 0 && id.length <= 512 && !id.includes("\u0000") && id.isWellFormed();
 }
 
-/** Reads `policies/<subject_id>`; an id no store can hold names no record. */
+/** Reads `policies/<subject_id>` (and its artifact on a miss); an id no store can hold names no record. */
 export function storePolicyRecordSource(store: Store): PolicyRecordSource {
   return {
-    get: async (subjectId) => {
-      if (!isStorableId(subjectId)) return undefined;
-      return store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
-    },
+    get: async (subjectId) =>
+      isStorableId(subjectId) ? readStoredPolicyRecord(store, subjectId) : undefined,
+    artifact: (record) => readPolicyArtifact(store, record),
   };
 }
 
@@ -51,8 +56,8 @@ export interface PolicyLoaderOptions {
 
 export interface LoadedPolicy {
   readonly policy: PolicyLoad;
-  /** The stored record, when one exists (its public facts; never returned with the artifact). */
-  readonly record?: PolicyRecord;
+  /** The stored record's facts, when one exists (never the artifact). */
+  readonly record?: PolicyRecordFacts;
 }
 
 export interface LoadExpectation {
@@ -93,7 +98,7 @@ export class PolicyLoadError extends Error {
 }
 
 interface CacheEntry {
-  /** The exact artifact text the outcome was computed from. */
+  /** The artifact the outcome was computed from: its address, or its exact text when inline. */
   readonly artifact: string;
   readonly cryptoVersion: string;
   readonly partnerId: string;
@@ -110,7 +115,7 @@ function positiveInt(value: number | undefined, fallback: number, name: string):
 }
 
 /** The fields the loader relies on, checked because a store can hold anything. */
-function isUsableRecord(record: unknown): record is PolicyRecord {
+function isUsableRecord(record: unknown): record is StoredPolicyRecord {
   if (typeof record !== "object" || record === null) return false;
   const r = record as Record<string, unknown>;
   return (
@@ -119,9 +124,18 @@ function isUsableRecord(record: unknown): record is PolicyRecord {
     (r.crypto_version === "subject_credentials_v1" || r.crypto_version === "platform_service_v2") &&
     typeof r.document_hash === "string" &&
     typeof r.head === "number" &&
-    typeof r.artifact === "string" &&
-    r.artifact.length > 0
+    ((typeof r.artifact === "string" && r.artifact.length > 0) ||
+      (r.artifact === undefined && typeof r.artifact_sha256 === "string"))
   );
+}
+
+/** What identifies the artifact a record names: its address, or its text when inline. */
+const artifactIdentity = (record: StoredPolicyRecord): string =>
+  typeof record.artifact === "string" ? record.artifact : `sha256:${record.artifact_sha256}`;
+
+function factsOf(record: StoredPolicyRecord): PolicyRecordFacts {
+  const { artifact: _artifact, artifact_sha256: _address, ...facts } = record;
+  return facts;
 }
 
 export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
@@ -137,16 +151,16 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     max: positiveInt(options.cache?.max, 10_000, "cache.max"),
     ttl: positiveInt(options.cache?.ttlMs, 300_000, "cache.ttlMs"),
   });
-  const inflight = new Map<string, Promise<PolicyLoad>>();
+  const inflight = new Map<string, Promise<PolicyLoad | undefined>>();
   let hits = 0;
   let misses = 0;
   let opens = 0;
   let verificationFailures = 0;
 
-  async function open(record: PolicyRecord, partnerId: string): Promise<PolicyLoad> {
+  async function open(record: PolicyRecordFacts, artifact: string, partnerId: string): Promise<PolicyLoad> {
     opens++;
     try {
-      const opened = await openPolicyDocument(record.artifact, protector, {
+      const opened = await openPolicyDocument(artifact, protector, {
         cryptoVersion: record.crypto_version,
         subjectId: record.subject_id,
         partnerId,
@@ -194,54 +208,90 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     return { ...loaded, policy: atOrAboveFloor(subjectId, loaded.policy) };
   }
 
-  async function loadRecord(subjectId: string, expect: LoadExpectation): Promise<LoadedPolicy> {
-    let raw: unknown;
+  async function readRecord(subjectId: string): Promise<unknown> {
     try {
-      raw = await source.get(subjectId);
+      return await source.get(subjectId);
     } catch (error) {
       throw new PolicyLoadError("policy_source_unavailable", "policy records are unavailable", {
         cause: error,
       });
     }
+  }
+
+  /** The artifact a record names; undefined when it is gone or altered. */
+  async function artifactOf(record: StoredPolicyRecord): Promise<string | undefined> {
+    if (typeof record.artifact === "string") return record.artifact;
+    try {
+      return await source.artifact?.(record);
+    } catch (error) {
+      throw new PolicyLoadError("policy_source_unavailable", "policy records are unavailable", {
+        cause: error,
+      });
+    }
+  }
+
+  /** Reads the artifact and opens it; undefined when the artifact is gone or altered. */
+  async function readAndOpen(
+    record: StoredPolicyRecord,
+    facts: PolicyRecordFacts,
+    partnerId: string,
+  ): Promise<PolicyLoad | undefined> {
+    const artifact = await artifactOf(record);
+    return artifact === undefined ? undefined : open(facts, artifact, partnerId);
+  }
+
+  async function loadRecord(
+    subjectId: string,
+    expect: LoadExpectation,
+    retried = false,
+  ): Promise<LoadedPolicy> {
+    const raw = await readRecord(subjectId);
     if (raw === undefined || raw === null) return { policy: MISSING };
     if (!isUsableRecord(raw)) return { policy: VERIFICATION_FAILED };
     const record = raw;
+    const facts = factsOf(record);
     // A record filed under another subject or partner is not this subject's policy.
-    if (record.subject_id !== subjectId) return { policy: VERIFICATION_FAILED, record };
+    if (record.subject_id !== subjectId) return { policy: VERIFICATION_FAILED, record: facts };
     const partnerId = expect.partnerId ?? record.partner_id;
-    if (record.partner_id !== partnerId) return { policy: VERIFICATION_FAILED, record };
+    if (record.partner_id !== partnerId) return { policy: VERIFICATION_FAILED, record: facts };
 
+    const identity = artifactIdentity(record);
     const key = `${subjectId}\u0000${record.document_hash}\u0000${record.head}`;
     const cached = cache.get(key);
     if (
       cached !== undefined &&
-      cached.artifact === record.artifact &&
+      cached.artifact === identity &&
       cached.cryptoVersion === record.crypto_version &&
       cached.partnerId === partnerId
     ) {
       hits++;
-      return { policy: cached.outcome, record };
+      return { policy: cached.outcome, record: facts };
     }
     misses++;
-    const flightKey = `${key}\u0000${partnerId}\u0000${record.crypto_version}\u0000${record.artifact.length}`;
-    let pending = inflight.get(flightKey);
-    if (pending === undefined) {
-      pending = open(record, partnerId).finally(() => inflight.delete(flightKey));
-      inflight.set(flightKey, pending);
-      const outcome = await pending;
-      cache.set(key, {
-        artifact: record.artifact,
-        cryptoVersion: record.crypto_version,
-        partnerId,
-        outcome,
-      });
-      return { policy: outcome, record };
+    const flightKey = `${key}\u0000${partnerId}\u0000${record.crypto_version}\u0000${identity.length}`;
+    const pending = inflight.get(flightKey);
+    if (pending !== undefined) {
+      const joined = await pending;
+      // Joined a load of a record read at the same moment; if the artifacts differ, open our own.
+      const entry = cache.get(key);
+      if (joined !== undefined && entry !== undefined && entry.artifact === identity) {
+        return { policy: joined, record: facts };
+      }
     }
-    const joined = await pending;
-    // Joined a load of a record read at the same moment; if the artifacts differ, open our own.
-    const entry = cache.get(key);
-    if (entry !== undefined && entry.artifact === record.artifact) return { policy: joined, record };
-    return { policy: await open(record, partnerId), record };
+    let opening = readAndOpen(record, facts, partnerId);
+    if (pending === undefined) {
+      opening = opening.finally(() => inflight.delete(flightKey));
+      inflight.set(flightKey, opening);
+    }
+    const outcome = await opening;
+    if (outcome === undefined) {
+      // Replaced between the two reads (the writer removes the old artifact): read the record again.
+      if (!retried) return loadRecord(subjectId, expect, true);
+      verificationFailures++;
+      return { policy: VERIFICATION_FAILED, record: facts };
+    }
+    cache.set(key, { artifact: identity, cryptoVersion: record.crypto_version, partnerId, outcome });
+    return { policy: outcome, record: facts };
   }
 
   return {

@@ -28,19 +28,40 @@ export interface PolicyCapabilitySummary {
   readonly auth_profile_ref: string;
 }
 
-export type PublicPolicyRecord = Omit<PolicyRecord, "artifact"> & {
+/** The record's facts without the artifact: what decisions report and admins see. */
+export type PolicyRecordFacts = Omit<PolicyRecord, "artifact">;
+
+/**
+ * What `policies/<subject_id>` holds: the facts plus the artifact's content address
+ * (`artifact_sha256`, the artifact itself in `policy_artifacts`; record-store.ts), or — as
+ * written by earlier versions and still read — the artifact inline.
+ */
+export type StoredPolicyRecord = PolicyRecordFacts &
+  (
+    | { readonly artifact_sha256: string; readonly artifact?: undefined }
+    | { readonly artifact: string; readonly artifact_sha256?: undefined }
+  );
+
+export type PublicPolicyRecord = PolicyRecordFacts & {
   readonly state: "active" | "expired" | "revoked";
   readonly encrypted_present: boolean;
 };
 
 /** The record callers may see: never the encrypted blob, never a credential. */
-export function toPublicPolicyRecord(record: PolicyRecord, now: Date): PublicPolicyRecord {
-  const { artifact, ...visible } = record;
+export function toPublicPolicyRecord(
+  record: PolicyRecord | StoredPolicyRecord,
+  now: Date,
+): PublicPolicyRecord {
+  const { artifact, artifact_sha256, ...visible } = record as StoredPolicyRecord;
   const state =
     record.revoked_at !== null
       ? "revoked"
       : now.getTime() > Date.parse(record.expires_at)
         ? "expired"
         : "active";
-  return { ...visible, state, encrypted_present: artifact.length > 0 };
+  return {
+    ...visible,
+    state,
+    encrypted_present: (artifact?.length ?? 0) > 0 || artifact_sha256 !== undefined,
+  };
 }

@@ -62,6 +62,12 @@ export interface Store {
   list<T>(collection: string, options?: ListOptions): Promise<Page<T>>;
   count(collection: string): Promise<number>;
   append<T>(log: string, value: T): Promise<number>;
+  /**
+   * Appends several entries at once, in order, all or none: their seqs are consecutive and
+   * returned in the same order. One transaction (SQLite) or one script (Redis) for the
+   * batch, so a busy audit log costs one write per batch instead of one per entry.
+   */
+  appendMany<T>(log: string, values: readonly T[]): Promise<number[]>;
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]>;
   logLength(log: string): Promise<number>;
   increment(counters: string, key: string, by?: number): Promise<number>;

@@ -5,6 +5,7 @@
  * changed, an artifact moved to another subject, replayed or altered authority envelopes
  * and tampered sealed cache entries are all refused — never an allow.
  */
+
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import fc from "fast-check";
@@ -12,6 +13,7 @@ import { Redis } from "ioredis";
 import { collections, storeKeys } from "../../src/authority/model.ts";
 import { policyEntryKey, policyHeadKey } from "../../src/policy/cache/index.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
+import { readPolicyRecord } from "../../src/policy/record-store.ts";
 import type { HttpReply } from "../helpers/http-client.ts";
 import { type RedisServerHandle, startRedisServer } from "../helpers/redis-server.ts";
 import { assertNoLeaks, newCounts, report } from "../helpers/suite-report.ts";
@@ -67,7 +69,7 @@ describe("tampering", () => {
   });
 
   const policyOf = async (subjectId: string): Promise<PolicyRecord> => {
-    const record = await system.store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
+    const record = await readPolicyRecord(system.store, subjectId);
     assert.ok(record, `policy of ${subjectId}`);
     return record;
   };

@@ -404,6 +404,54 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
           ]);
         }));
 
+      it("appendMany writes a batch under consecutive seqs, in order, beside single appends", () =>
+        withStore(async (store) => {
+          assert.equal(await store.append("batch", "a"), 1);
+          assert.deepEqual(await store.appendMany("batch", ["b", { c: 1 }, "d"]), [2, 3, 4]);
+          assert.deepEqual(await store.appendMany("batch", []), []);
+          assert.equal(await store.append("batch", "e"), 5);
+          assert.deepEqual(await store.readLog("batch"), [
+            { seq: 1, value: "a" },
+            { seq: 2, value: "b" },
+            { seq: 3, value: { c: 1 } },
+            { seq: 4, value: "d" },
+            { seq: 5, value: "e" },
+          ]);
+        }));
+
+      it("appendMany batches racing each other and single appends lose nothing and share no seq", () =>
+        withStore(async (store) => {
+          const batches = await Promise.all(
+            Array.from({ length: 20 }, (_, b) =>
+              store.appendMany(
+                "race",
+                Array.from({ length: 10 }, (_, i) => `b${b}-${i}`),
+              ),
+            ),
+          );
+          const singles = await Promise.all(
+            Array.from({ length: 20 }, (_, i) => store.append("race", `s${i}`)),
+          );
+          const seqs = [...batches.flat(), ...singles].sort((x, y) => x - y);
+          assert.deepEqual(
+            seqs,
+            Array.from({ length: 220 }, (_, i) => i + 1),
+          );
+          const entries = await store.readLog<string>("race", { limit: 1000 });
+          for (const [b, batch] of batches.entries()) {
+            for (const [i, seq] of batch.entries()) assert.equal(entries[seq - 1]?.value, `b${b}-${i}`);
+          }
+        }));
+
+      it("appendMany refuses a batch holding a value JSON cannot hold, writing none of it", () =>
+        withStore(async (store) => {
+          await assert.rejects(
+            store.appendMany("strict", ["ok", () => 1]),
+            hasCode("store_invalid_argument"),
+          );
+          assert.equal(await store.logLength("strict"), 0);
+        }));
+
       it("keeps logs independent", () =>
         withStore(async (store) => {
           assert.equal(await store.append("one", "a"), 1);

@@ -3,8 +3,8 @@
  * `POST /v1/authorize-invocation` allowed, and denied once for each deny reason a caller
  * can reach from outside.
  */
-import { collections, storeKeys } from "../../authority/model.ts";
-import type { PolicyRecord } from "../../policy/record.ts";
+import { collections } from "../../authority/model.ts";
+import { readStoredPolicyRecord } from "../../policy/record-store.ts";
 import {
   DEV_BOUNDARY_ID,
   DEV_CAPABILITY,
@@ -112,15 +112,16 @@ async function tamperedSubjectToken(ctx: DemoContext): Promise<string> {
     },
   );
   if (assigned.status !== 200) throw new Error(`assigning the policy answered ${assigned.status}`);
-  const record = await env.store.get<PolicyRecord>(collections.policies, storeKeys.policy(TAMPERED_SUBJECT));
-  if (record === undefined) throw new Error("the policy record is missing");
-  const bytes = Buffer.from(record.artifact, "base64");
+  // Someone with write access to the store flips one bit of the stored artifact.
+  const record = await readStoredPolicyRecord(env.store, TAMPERED_SUBJECT);
+  if (record === undefined || record.artifact_sha256 === undefined)
+    throw new Error("the policy record is missing");
+  const artifact = await env.store.get<string>(collections.policyArtifacts, record.artifact_sha256);
+  if (artifact === undefined) throw new Error("the policy artifact is missing");
+  const bytes = Buffer.from(artifact, "base64");
   const at = Math.floor(bytes.length / 2);
   bytes[at] = (bytes[at] ?? 0) ^ 0x01;
-  await env.store.put(collections.policies, storeKeys.policy(TAMPERED_SUBJECT), {
-    ...record,
-    artifact: bytes.toString("base64"),
-  });
+  await env.store.put(collections.policyArtifacts, record.artifact_sha256, bytes.toString("base64"));
   return (await env.idp.issueToken({ subject: TAMPERED_SUBJECT })).accessToken;
 }
 

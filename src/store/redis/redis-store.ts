@@ -32,7 +32,7 @@ import type {
   WriteOptions,
 } from "../store.ts";
 import { RedisConnection, type RedisConnectionOptions } from "./connection.ts";
-import { APPEND, COUNT, DELETE, PRUNE, WRITE } from "./scripts.ts";
+import { APPEND, APPEND_MANY, COUNT, DELETE, PRUNE, WRITE } from "./scripts.ts";
 
 export interface RedisStoreOptions extends RedisConnectionOptions {
   /** `redis://[user:password@]host:port/db` or `rediss://…`. */
@@ -206,6 +206,16 @@ export class RedisStore implements Store {
     const text = encodeValue(value);
     return this.#connection.run("append", async (client) => {
       return toInteger(await this.#connection.script(client, APPEND, [...keys, text]), "seq");
+    });
+  }
+
+  async appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
+    const keys = this.#logKeys(log);
+    const texts = values.map((value) => encodeValue(value));
+    if (texts.length === 0) return [];
+    return this.#connection.run("append", async (client) => {
+      const first = toInteger(await this.#connection.script(client, APPEND_MANY, [...keys, ...texts]), "seq");
+      return texts.map((_, i) => first + i);
     });
   }
 

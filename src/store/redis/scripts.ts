@@ -128,3 +128,19 @@ return seq
 `,
   2,
 );
+
+/**
+ * KEYS: seq counter, entry list. ARGV: json values. Appends them in order under consecutive
+ * seqs (one INCRBY); returns the first seq.
+ */
+export const APPEND_MANY = luaScript(
+  `
+local last = redis.call('INCRBY', KEYS[1], #ARGV)
+local first = last - #ARGV + 1
+for i = 1, #ARGV do
+  redis.call('RPUSH', KEYS[2], string.format('%d', first + i - 1) .. ' ' .. ARGV[i])
+end
+return first
+`,
+  2,
+);

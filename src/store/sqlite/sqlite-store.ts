@@ -317,6 +317,32 @@ export class SqliteStore implements Store {
     });
   }
 
+  appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
+    return this.#run("append", () => {
+      const name = checkName("log", log);
+      const texts = values.map((value) => encodeValue(value));
+      if (texts.length === 0) return [];
+      // IMMEDIATE takes the write lock before MAX(seq) is read (as append's single statement does).
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        const last = this.#statement("SELECT COALESCE(MAX(seq), 0) AS seq FROM logs WHERE log = :log").get({
+          log: name,
+        });
+        const first = asNumber(last?.seq, "seq") + 1;
+        const insert = this.#statement("INSERT INTO logs (log, seq, value) VALUES (:log, :seq, :value)");
+        const seqs = texts.map((value, i) => {
+          insert.run({ log: name, seq: first + i, value });
+          return first + i;
+        });
+        this.#db.exec("COMMIT");
+        return seqs;
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+  }
+
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {
     return this.#run("readLog", () => {
       const rows = this.#statement(

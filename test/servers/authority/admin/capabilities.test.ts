@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
-import { collections, storeKeys } from "../../../../src/authority/model.ts";
+import { collections } from "../../../../src/authority/model.ts";
 import { openPolicy } from "../../../../src/policy/artifact.ts";
-import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
 import { buildLargeOpenApi, expectedLargeOperations } from "../../../fixtures/openapi/large-api.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
@@ -147,10 +147,7 @@ describe("admin API: capabilities", () => {
         body: { allowed_permission_ids: ["orders:get:/orders/{orderId}"], ttl_seconds: 3600 },
       });
       assert.equal(assigned.status, 200, assigned.text);
-      const before = await h.store.get<PolicyRecord>(
-        collections.policies,
-        storeKeys.policy("reimport-agent"),
-      );
+      const before = await readPolicyRecord(h.store, "reimport-agent");
       assert.ok(before);
 
       // Same operation, new upstream: a changed snapshot and an added operation.
@@ -172,7 +169,7 @@ describe("admin API: capabilities", () => {
       assert.ok(second.body.diff.changed.includes("orders:get:/orders/{orderId}"));
 
       // The policy record is exactly as it was, and its artifact still holds version 1's snapshot.
-      const after = await h.store.get<PolicyRecord>(collections.policies, storeKeys.policy("reimport-agent"));
+      const after = await readPolicyRecord(h.store, "reimport-agent");
       assert.deepEqual(after, before);
       const document = await openPolicy(after?.artifact ?? "", h.protector, {
         cryptoVersion: "subject_credentials_v1",

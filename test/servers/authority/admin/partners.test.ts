@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { collections, logs, storeKeys } from "../../../../src/authority/model.ts";
 import { openPolicy } from "../../../../src/policy/artifact.ts";
-import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 describe("admin API: partners and users", () => {
@@ -233,7 +233,7 @@ describe("admin API: partners and users", () => {
       const del = await h.call("DELETE", "/partners/acme/users/to-delete", { token: t.acmeAdmin });
       assert.equal(del.status, 204);
       assert.equal((await h.call("GET", "/partners/acme/users/to-delete", { token: t.admin })).status, 404);
-      const record = await h.store.get<PolicyRecord>(collections.policies, storeKeys.policy("to-delete"));
+      const record = await readPolicyRecord(h.store, "to-delete");
       assert.ok(record?.revoked_at);
       assert.equal(
         await h.store.get(collections.assignments, storeKeys.assignment("acme", "to-delete", "orders")),
@@ -314,7 +314,7 @@ describe("admin API: partners and users", () => {
       assert.equal(await h.store.get(collections.subjects, "doomed-agent"), undefined);
 
       // The revocation is signed: the stored artifact opens to a revoked document.
-      const record = await h.store.get<PolicyRecord>(collections.policies, storeKeys.policy("doomed-agent"));
+      const record = await readPolicyRecord(h.store, "doomed-agent");
       assert.ok(record);
       assert.ok(record.revoked_at);
       const document = await openPolicy(record.artifact, h.protector, {

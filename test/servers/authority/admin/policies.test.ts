@@ -11,6 +11,7 @@ import type { PolicyDocument } from "../../../../src/core/policy-document.ts";
 import { openPolicy, protectPolicy } from "../../../../src/policy/artifact.ts";
 import { compilePolicyDocument } from "../../../../src/policy/compile.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const GET_ORDERS = "orders:get:/orders";
@@ -21,8 +22,7 @@ describe("admin API: policies", () => {
   let h: Harness;
   let t: Awaited<ReturnType<typeof cast>>;
 
-  const stored = (subjectId: string) =>
-    h.store.get<PolicyRecord>(collections.policies, storeKeys.policy(subjectId));
+  const stored = (subjectId: string) => readPolicyRecord(h.store, subjectId);
   const open = async (subjectId: string, partnerId = "acme"): Promise<PolicyDocument> => {
     const record = await stored(subjectId);
     assert.ok(record, "policy record stored");

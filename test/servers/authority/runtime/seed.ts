@@ -21,6 +21,7 @@ import { protectPolicy } from "../../../../src/policy/artifact.ts";
 import { compilePolicyDocument, type HeadlessContext } from "../../../../src/policy/compile.ts";
 import type { PolicyProtector } from "../../../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { readStoredPolicyRecord, writePolicyRecord } from "../../../../src/policy/record-store.ts";
 import type { Store } from "../../../../src/store/store.ts";
 
 export const PARTNER = "partner-1";
@@ -180,7 +181,7 @@ export async function seedPolicy(
     ...(seed.headless === undefined ? {} : { headless: seed.headless }),
   });
   const protectedPolicy = await protectPolicy(document, protector, subject.partner_id);
-  const previous = await store.get<PolicyRecord>(collections.policies, storeKeys.policy(subject.subject_id));
+  const previous = await readStoredPolicyRecord(store, subject.subject_id);
   const record: PolicyRecord = {
     subject_id: subject.subject_id,
     partner_id: subject.partner_id,
@@ -203,7 +204,7 @@ export async function seedPolicy(
     artifact: protectedPolicy.artifact,
     updated_at: now.toISOString(),
   };
-  await store.put(collections.policies, storeKeys.policy(subject.subject_id), record);
+  await writePolicyRecord(store, record);
   return record;
 }
 
