@@ -208,9 +208,10 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     return { ...loaded, policy: atOrAboveFloor(subjectId, loaded.policy) };
   }
 
-  async function readRecord(subjectId: string): Promise<unknown> {
+  /** A read from the record source; its failure is an outage (503), never a deny reason. */
+  async function fromSource<T>(read: () => Promise<T>): Promise<T> {
     try {
-      return await source.get(subjectId);
+      return await read();
     } catch (error) {
       throw new PolicyLoadError("policy_source_unavailable", "policy records are unavailable", {
         cause: error,
@@ -219,15 +220,9 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
   }
 
   /** The artifact a record names; undefined when it is gone or altered. */
-  async function artifactOf(record: StoredPolicyRecord): Promise<string | undefined> {
-    if (typeof record.artifact === "string") return record.artifact;
-    try {
-      return await source.artifact?.(record);
-    } catch (error) {
-      throw new PolicyLoadError("policy_source_unavailable", "policy records are unavailable", {
-        cause: error,
-      });
-    }
+  function artifactOf(record: StoredPolicyRecord): Promise<string | undefined> {
+    if (typeof record.artifact === "string") return Promise.resolve(record.artifact);
+    return fromSource(async () => source.artifact?.(record));
   }
 
   /** Reads the artifact and opens it; undefined when the artifact is gone or altered. */
@@ -245,7 +240,7 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     expect: LoadExpectation,
     retried = false,
   ): Promise<LoadedPolicy> {
-    const raw = await readRecord(subjectId);
+    const raw: unknown = await fromSource(() => source.get(subjectId));
     if (raw === undefined || raw === null) return { policy: MISSING };
     if (!isUsableRecord(raw)) return { policy: VERIFICATION_FAILED };
     const record = raw;
