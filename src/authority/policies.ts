@@ -30,6 +30,7 @@ import {
   notifyPolicyChange,
   policyLockKey,
   writeCompiledPolicy,
+  writeRevocationMarker,
   writeRevokedPolicy,
 } from "./policy-writer.ts";
 import { type PageOf, type PageRequest, pageUnder } from "./store-scan.ts";
@@ -302,24 +303,38 @@ export interface RevokeOutcome {
  * Revokes a subject's policy: re-signs it with revoked_at set. v1 documents are
  * recompiled from the assignments (works even if an old artifact no longer opens); a v2
  * document is opened and re-signed, and when it cannot be opened its record is deleted
- * (the runtime then denies with missing_policy). Call inside the subject's lock.
+ * (the runtime then denies with missing_policy). When the crypto service is unavailable,
+ * a deny-only revocation marker is written instead (writeRevocationMarker). Call inside
+ * the subject's lock.
  */
 async function revokeLocked(deps: AdminDeps, subject: SubjectRecord): Promise<RevokeOutcome> {
   const previous = await loadPolicyRecord(deps, subject.partner_id, subject.subject_id);
   if (previous === undefined) return { policy: undefined, changed: false };
   if (previous.revoked_at !== null) return { policy: previous, changed: false };
-  const now = deps.now().toISOString();
-  if (previous.crypto_version === "subject_credentials_v1") {
-    const assignments = await listAssignments(deps, subject.partner_id, subject.subject_id);
-    return { policy: await writeCompiledPolicy(deps, subject, assignments, now), changed: true };
-  }
   try {
-    return { policy: await writeRevokedPolicy(deps, previous), changed: true };
+    return { policy: await resign(deps, subject, previous), changed: true };
   } catch (error) {
-    if (!(error instanceof PolicyProtectionError) || error.code !== "policy_unverifiable") throw error;
+    if (!(error instanceof PolicyProtectionError)) throw error;
+    // The crypto service is down: revoke now with a deny-only marker rather than not at all.
+    if (error.code === "policy_protection_unavailable") {
+      return { policy: await writeRevocationMarker(deps, previous), changed: true };
+    }
     await deletePolicyRecord(deps.store, subject.subject_id);
     return { policy: undefined, changed: true };
   }
+}
+
+/** The revoked policy, signed: v1 recompiled from the assignments, v2 opened and re-signed. */
+async function resign(
+  deps: AdminDeps,
+  subject: SubjectRecord,
+  previous: PolicyRecord,
+): Promise<PolicyRecord> {
+  if (previous.crypto_version === "subject_credentials_v1") {
+    const assignments = await listAssignments(deps, subject.partner_id, subject.subject_id);
+    return writeCompiledPolicy(deps, subject, assignments, deps.now().toISOString());
+  }
+  return writeRevokedPolicy(deps, previous);
 }
 
 export async function revokePolicy(

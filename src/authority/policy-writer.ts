@@ -163,6 +163,18 @@ export async function writeRevokedPolicy(deps: AdminDeps, previous: PolicyRecord
   return store(deps, document, previous.capabilities, previous.partner_id, previous.subject_id);
 }
 
+/**
+ * Revokes without the crypto service: the record keeps its signed artifact and gains
+ * `revoked_at` and a new head — a deny-only revocation marker that every runtime path
+ * honours (withRevocationMarker). The new head makes every cache read the record again.
+ */
+export async function writeRevocationMarker(deps: AdminDeps, previous: PolicyRecord): Promise<PolicyRecord> {
+  const now = deps.now().toISOString();
+  const record: PolicyRecord = { ...previous, head: previous.head + 1, revoked_at: now, updated_at: now };
+  await writePolicyRecord(deps.store, record);
+  return record;
+}
+
 /** Tells the change hook; a failing hook is logged, the stored change stands. */
 export async function notifyPolicyChange(deps: AdminDeps, record: PolicyRecord): Promise<void> {
   if (deps.onPolicyChange === undefined) return;

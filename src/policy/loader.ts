@@ -138,6 +138,18 @@ function factsOf(record: StoredPolicyRecord): PolicyRecordFacts {
   return facts;
 }
 
+/**
+ * A record revoked while its document could not be re-signed (the crypto service was down)
+ * carries `revoked_at` outside the signature: a revocation marker. It can only take away —
+ * a verified document that is not revoked is treated as revoked from that moment — so
+ * honouring an unsigned field is safe; un-revoking still needs a newly signed document.
+ */
+export function withRevocationMarker(policy: PolicyLoad, record: PolicyRecordFacts | undefined): PolicyLoad {
+  const marker = record?.revoked_at;
+  if (!policy.ok || typeof marker !== "string" || policy.document.revoked_at !== null) return policy;
+  return { ok: true, document: { ...policy.document, revoked_at: marker } };
+}
+
 export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
   const given =
     options?.source ?? (options?.store === undefined ? undefined : storePolicyRecordSource(options.store));
@@ -205,7 +217,8 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
 
   async function load(subjectId: string, expect: LoadExpectation = {}): Promise<LoadedPolicy> {
     const loaded = await loadRecord(subjectId, expect);
-    return { ...loaded, policy: atOrAboveFloor(subjectId, loaded.policy) };
+    const policy = withRevocationMarker(atOrAboveFloor(subjectId, loaded.policy), loaded.record);
+    return { ...loaded, policy };
   }
 
   /** A read from the record source; its failure is an outage (503), never a deny reason. */

@@ -3,11 +3,17 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { collections, storeKeys } from "../../src/authority/model.ts";
 import { toAuthorityError } from "../../src/errors.ts";
-import { createPolicyLoader, PolicyLoadError, storePolicyRecordSource } from "../../src/policy/loader.ts";
+import {
+  createPolicyLoader,
+  PolicyLoadError,
+  storePolicyRecordSource,
+  withRevocationMarker,
+} from "../../src/policy/loader.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
+import { writePolicyRecord } from "../../src/policy/record-store.ts";
 import { openStore } from "../../src/store/index.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
@@ -175,5 +181,33 @@ describe("policy loader", () => {
     const stored: PolicyRecord = await seedPolicy(store, protector, { subject, allow: [] });
     const loaded = await loaderFor().load("s-record");
     assert.equal(loaded.record?.document_hash, stored.document_hash);
+  });
+
+  test("a revocation marker on the record revokes a verified active document; nothing un-revokes", async () => {
+    const subject = await seedSubject(store, { subjectId: "s-marker" });
+    const active = await seedPolicy(store, protector, { subject, allow: [["GET", "/users/{id}"]] });
+    const loader = loaderFor();
+    const before = await loader.load("s-marker");
+    assert.ok(before.policy.ok && before.policy.document.revoked_at === null);
+    // What writeRevocationMarker stores while the crypto service is down.
+    const at = "2026-01-02T03:04:05.000Z";
+    await writePolicyRecord(store, { ...active, head: active.head + 1, revoked_at: at });
+    const marked = await loader.load("s-marker");
+    assert.ok(marked.policy.ok);
+    assert.equal(marked.policy.document.revoked_at, at);
+    assert.equal(marked.record?.revoked_at, at);
+
+    // A signed revocation with its marker removed from the record stays revoked.
+    const revoked = await seedPolicy(store, protector, { subject, allow: [], revokedAt: at });
+    await writePolicyRecord(store, { ...revoked, head: revoked.head + 1, revoked_at: null });
+    const stripped = await loader.load("s-marker");
+    assert.ok(stripped.policy.ok);
+    assert.equal(stripped.policy.document.revoked_at, at);
+  });
+
+  test("withRevocationMarker only ever takes away", () => {
+    const failed = { ok: false, reason: "policy_verification_failed" } as const;
+    assert.equal(withRevocationMarker(failed, undefined), failed);
+    assert.deepEqual(withRevocationMarker(failed, { revoked_at: "x" } as never), failed);
   });
 });
