@@ -1,8 +1,11 @@
 /**
  * An open-loop HTTP/1.1 load generator for latency at a fixed rate: requests are due at
- * evenly spaced instants (rate per second) whether or not earlier ones have answered, and
- * each latency is measured from the instant the request was *due*, so a stalled server (or
- * a stalled generator) shows up in the percentiles instead of hiding (coordinated omission).
+ * evenly spaced instants (rate per second) and are sent whether or not earlier ones have
+ * answered. Each latency runs from the moment the generator dispatched the request — when
+ * all connections are busy it waits for one, and that wait counts — so a stalled server
+ * shows up in the percentiles instead of hiding (coordinated omission). How late the
+ * generator's own timer dispatched requests (Node timers have millisecond granularity) is
+ * reported apart (`lateP99Ms`) rather than charged to the server.
  *
  * autocannon's `overallRate` is closed-loop per connection and sends each second's quota in
  * a burst at the start of the second: its "fixed rate" latencies are those of a short
@@ -32,12 +35,14 @@ export interface OpenLoopResult {
   readonly p50Ms: number;
   readonly p99Ms: number;
   readonly maxMs: number;
+  /** p99 of how late the generator dispatched requests after they were due (its own timer). */
+  readonly lateP99Ms: number;
   readonly errors: number;
   readonly non2xx: number;
 }
 
 interface Pending {
-  readonly dueAt: number;
+  readonly dispatchedAt: number;
   readonly record: boolean;
 }
 
@@ -72,27 +77,35 @@ function parseResponse(buffer: Buffer): { status: number; length: number } | und
 export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopResult> {
   const url = new URL(options.url);
   const request = requestBytes(options, url);
-  const histogram = hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
+  const newHistogram = () =>
+    hdr.build({
+      lowestDiscernibleValue: 1,
+      highestTrackableValue: 60_000_000,
+      numberOfSignificantValueDigits: 3,
+    });
+  const histogram = newHistogram();
+  const lateness = newHistogram();
   let completed = 0;
   let errors = 0;
   let non2xx = 0;
   const waiting: Pending[] = [];
+  /** Free connections, used in turn (FIFO) so none idles past the server's keep-alive timeout. */
   const idle: Connection[] = [];
+  let outstanding = 0;
+  let closing = false;
 
   const finish = (pending: Pending, status: number): void => {
+    outstanding--;
     if (!pending.record) return;
     if (status === 0) errors++;
     else if (status < 200 || status > 299) non2xx++;
     else {
       completed++;
-      histogram.recordValue(Math.max(1, Math.round((performance.now() - pending.dueAt) * 1000)));
+      histogram.recordValue(Math.max(1, Math.round((performance.now() - pending.dispatchedAt) * 1000)));
     }
   };
   const send = (connection: Connection, pending: Pending): void => {
+    outstanding++;
     connection.current = pending;
     connection.socket.write(request);
   };
@@ -121,13 +134,16 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
       socket.on("close", () => {
         if (connection.current !== undefined) finish(connection.current, 0);
         connection.current = undefined;
+        const at = idle.indexOf(connection);
+        if (at !== -1) idle.splice(at, 1);
+        // The server closed it (keep-alive timeout, error): a fresh one takes its place.
+        if (!closing) open().then(release, () => undefined);
       });
     });
 
-  const connections = await Promise.all(Array.from({ length: options.connections ?? 16 }, open));
-  idle.push(...connections);
+  idle.push(...(await Promise.all(Array.from({ length: options.connections ?? 16 }, open))));
   const dispatch = (pending: Pending): void => {
-    const connection = idle.pop();
+    const connection = idle.shift();
     if (connection === undefined) waiting.push(pending);
     else send(connection, pending);
   };
@@ -141,7 +157,8 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
       const tick = (): void => {
         const now = performance.now();
         while (sent < total && start + sent * interval <= now) {
-          dispatch({ dueAt: start + sent * interval, record });
+          if (record) lateness.recordValue(Math.max(1, Math.round((now - (start + sent * interval)) * 1000)));
+          dispatch({ dispatchedAt: now, record });
           sent++;
         }
         if (sent >= total) resolve();
@@ -155,11 +172,12 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
   await phase(options.durationMs, true);
   // Wait for the answers still outstanding (bounded), then close.
   const drainUntil = performance.now() + 10_000;
-  while (idle.length < connections.length && performance.now() < drainUntil) {
+  const seconds = (performance.now() - started) / 1000;
+  while ((outstanding > 0 || waiting.length > 0) && performance.now() < drainUntil) {
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
-  const seconds = (performance.now() - started) / 1000;
-  for (const connection of connections) connection.socket.destroy();
+  closing = true;
+  for (const connection of idle) connection.socket.destroy();
   const ms = (us: number) => Number((us / 1000).toFixed(3));
   return {
     requests: completed,
@@ -167,6 +185,7 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
     p50Ms: ms(histogram.getValueAtPercentile(50)),
     p99Ms: ms(histogram.getValueAtPercentile(99)),
     maxMs: ms(histogram.maxValue),
+    lateP99Ms: ms(lateness.getValueAtPercentile(99)),
     errors: errors + waiting.length,
     non2xx,
   };
