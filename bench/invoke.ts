@@ -34,6 +34,18 @@ export interface LatencySummary {
   readonly p50Ms: number;
   readonly p99Ms: number;
   readonly meanMs: number;
+  /**
+   * CPU per call: the whole process (event loop, thread pool; the client and the upstream
+   * run here too), and the event loop's thread alone. Steadier than latency when other
+   * processes compete for the cores.
+   */
+  readonly cpuMsPerCall: number;
+  readonly loopCpuMsPerCall: number;
+}
+
+interface CpuTotals {
+  process: number;
+  loop: number;
 }
 
 export interface InvokeBenchResult {
@@ -79,24 +91,36 @@ function percentile(sorted: readonly number[], p: number): number {
   return sorted[index] ?? 0;
 }
 
-function summarize(name: string, samples: number[]): LatencySummary {
+function summarize(name: string, samples: number[], cpu: CpuTotals): LatencySummary {
   const sorted = [...samples].sort((a, b) => a - b);
   const round = (n: number) => Number(n.toFixed(4));
+  const calls = Math.max(1, sorted.length);
   return {
     name,
     iterations: sorted.length,
     p50Ms: round(percentile(sorted, 50)),
     p99Ms: round(percentile(sorted, 99)),
-    meanMs: round(sorted.reduce((sum, v) => sum + v, 0) / Math.max(1, sorted.length)),
+    meanMs: round(sorted.reduce((sum, v) => sum + v, 0) / calls),
+    cpuMsPerCall: round(cpu.process / 1000 / calls),
+    loopCpuMsPerCall: round(cpu.loop / 1000 / calls),
   };
 }
 
-async function time(iterations: number, run: () => Promise<unknown>): Promise<number[]> {
+/** Runs `run` one call at a time; adds the CPU time spent (µs) to `cpu` when given. */
+async function time(iterations: number, run: () => Promise<unknown>, cpu?: CpuTotals): Promise<number[]> {
   const samples: number[] = [];
+  const processBefore = process.cpuUsage();
+  const loopBefore = process.threadCpuUsage();
   for (let i = 0; i < iterations; i++) {
     const start = performance.now();
     await run();
     samples.push(performance.now() - start);
+  }
+  if (cpu !== undefined) {
+    const processUsed = process.cpuUsage(processBefore);
+    const loopUsed = process.threadCpuUsage(loopBefore);
+    cpu.process += processUsed.user + processUsed.system;
+    cpu.loop += loopUsed.user + loopUsed.system;
   }
   return samples;
 }
@@ -234,10 +258,12 @@ export async function benchInvoke(
     await time(warmup, invoke);
     const directSamples: number[] = [];
     const invokeSamples: number[] = [];
+    const directCpu: CpuTotals = { process: 0, loop: 0 };
+    const invokeCpu: CpuTotals = { process: 0, loop: 0 };
     const rounds = 10;
     for (let round = 0; round < rounds; round++) {
-      directSamples.push(...(await time(Math.ceil(iterations / rounds), direct)));
-      invokeSamples.push(...(await time(Math.ceil(iterations / rounds), invoke)));
+      directSamples.push(...(await time(Math.ceil(iterations / rounds), direct, directCpu)));
+      invokeSamples.push(...(await time(Math.ceil(iterations / rounds), invoke, invokeCpu)));
     }
     const recorded: EvidenceTimings[] = [];
     let after: string | undefined;
@@ -251,8 +277,8 @@ export async function benchInvoke(
       after = page.next;
     }
     const measured = recorded.slice(-iterations);
-    const d = summarize("direct fetch", directSamples);
-    const i = summarize("binding invoke", invokeSamples);
+    const d = summarize("direct fetch", directSamples, directCpu);
+    const i = summarize("binding invoke", invokeSamples, invokeCpu);
     return {
       direct: d,
       invoke: i,

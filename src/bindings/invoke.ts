@@ -278,12 +278,13 @@ async function record(
   const failed = (what: string) => (error: unknown) => {
     deps.logger?.error({ err: error, evidence_id: evidence.evidence_id }, what);
   };
-  await Promise.all([
-    writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored")),
-    runtime.decisions.recorder
-      .recordEvidence(evidenceLogInput(evidence))
-      .catch(failed("binding evidence could not be queued")),
-  ]);
+  // The digest for the shared `evidence` log is handed to the audit writer's queue (which
+  // group-commits it on a later turn and flushes it on close) without waiting for the
+  // commit; the record `GET …/evidence/{id}` reads is stored before the answer goes out.
+  void Promise.resolve()
+    .then(() => runtime.decisions.recorder.recordEvidence(evidenceLogInput(evidence)))
+    .catch(failed("binding evidence could not be queued"));
+  await writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored"));
 }
 
 const denyBody = (reason: DenyReason, requestId: string) => ({ status: "denied", reason, requestId });

@@ -9,6 +9,8 @@
  *
  * The sync and async forms share every step but the ML-DSA call, which the async forms
  * run on the libuv thread pool (node:crypto's callback API) so a server can use its cores.
+ * The steps are also exported one by one for the worker pool (worker-pool.ts), which runs
+ * all of them but the argument and key checks on worker threads.
  */
 
 import type { KeyObject } from "node:crypto";
@@ -83,14 +85,16 @@ export interface SignEncryptOptions {
   readonly now?: Date;
 }
 
-interface PreparedSignature {
+/** Everything of a sign-encrypt but the signature and the seal (checked, hashed, timestamped). */
+export interface PreparedSignature {
   readonly recipient: Recipient;
   readonly document: Uint8Array;
   readonly payload: Uint8Array;
   readonly signOptions: SignOptions;
 }
 
-function prepareSignature(options: SignEncryptOptions): PreparedSignature {
+/** Checks the arguments and builds the signed document; throws the `CryptoError`s of `signEncrypt`. */
+export function prepareSignature(options: SignEncryptOptions): PreparedSignature {
   const { signer, purpose } = options;
   assertOwner(signer.id);
   assertKeyId(signer.keyId);
@@ -137,11 +141,15 @@ function finishSeal(sealer: Sealer, signature: Uint8Array, payload: Uint8Array):
   return serializeEnvelope(sealer.finish());
 }
 
-/** Signs a document naming signer, recipient, purpose and time, then seals it; returns base64. */
-export function signEncrypt(options: SignEncryptOptions): string {
-  const prepared = prepareSignature(options);
+/** Signs and seals a prepared document (the synchronous second half of `signEncrypt`). */
+export function signPrepared(prepared: PreparedSignature): string {
   const signature = sign(prepared.signOptions);
   return finishSeal(startSeal(prepared), signature, prepared.payload);
+}
+
+/** Signs a document naming signer, recipient, purpose and time, then seals it; returns base64. */
+export function signEncrypt(options: SignEncryptOptions): string {
+  return signPrepared(prepareSignature(options));
 }
 
 /**
@@ -184,21 +192,17 @@ export interface VerifiedMessage {
   readonly purpose: string;
 }
 
-/** Decrypted and parsed, signature not yet checked: nothing here is trusted but the key id. */
-interface OpenedSigned {
-  readonly envelopeKeyId: string;
-  /** The whole decrypted blob, wiped if any later check fails. */
-  readonly blob: Uint8Array;
-  readonly document: SignedDocument;
-  readonly documentBytes: Uint8Array;
-  readonly payload: Uint8Array;
-  readonly verifyOptions: VerifyOptions;
+/** The envelope parsed and its recipient key found: the first checks of `decryptVerify`. */
+export interface AddressedEnvelope {
+  readonly parsed: ParsedEnvelope;
+  readonly privateKey: KeyObject;
 }
 
-function openSigned(
+/** Envelope form, expected recipient, recipient key known, in that order. */
+export function addressedEnvelope(
   envelope: string | Uint8Array | ParsedEnvelope,
-  options: DecryptVerifyOptions,
-): OpenedSigned {
+  options: Pick<DecryptVerifyOptions, "recipientKeys" | "expectedRecipientKeyId">,
+): AddressedEnvelope {
   const parsed = toParsedEnvelope(envelope);
   if (options.expectedRecipientKeyId !== undefined && parsed.keyId !== options.expectedRecipientKeyId) {
     throw new CryptoError("crypto_wrong_recipient");
@@ -207,30 +211,91 @@ function openSigned(
     options.recipientKeys instanceof KeyRing ? options.recipientKeys.recipientKeys : options.recipientKeys;
   const privateKey: KeyObject | undefined = lookup(parsed.keyId);
   if (privateKey === undefined) throw new CryptoError("crypto_unknown_key");
+  return { parsed, privateKey };
+}
+
+/** Decrypted and parsed, signature not yet checked: nothing here is trusted but the key id. */
+export interface DecryptedSigned {
+  readonly envelopeKeyId: string;
+  /** The whole decrypted blob, wiped if any later check fails. */
+  readonly blob: Uint8Array;
+  readonly document: SignedDocument;
+  readonly documentBytes: Uint8Array;
+  readonly signature: Uint8Array;
+  readonly payload: Uint8Array;
+}
+
+/** Decryption, blob and document form; the blob is wiped if the form is wrong. */
+export function decryptSigned(addressed: AddressedEnvelope): DecryptedSigned {
+  const { parsed, privateKey } = addressed;
   const blob = open({ recipientPrivateKey: privateKey, envelope: parsed, aad: SIGN_ENCRYPT_AAD });
   try {
     const { document: documentBytes, signature, payload } = decodeSignedBlob(blob);
     const document = parseSignedDocument(documentBytes);
-    // The signer name and key id are used only to find the key that must verify them.
-    const signerKey = options.signerKeys(document.signer, document.signer_key_id);
-    if (signerKey === undefined) throw new CryptoError("crypto_unknown_signer");
-    return {
-      envelopeKeyId: parsed.keyId,
-      blob,
-      document,
-      documentBytes,
-      payload,
-      verifyOptions: {
-        publicKey: signerKey,
-        message: documentBytes,
-        signature,
-        context: SIGN_ENCRYPT_CONTEXT,
-      },
-    };
+    return { envelopeKeyId: parsed.keyId, blob, document, documentBytes, signature, payload };
   } catch (error) {
     blob.fill(0);
     throw error;
   }
+}
+
+/** Ready to verify: the signer's key was found for the (still untrusted) signer name. */
+export interface OpenedSigned extends DecryptedSigned {
+  readonly verifyOptions: VerifyOptions;
+}
+
+/**
+ * Pairs a decrypted blob with its signer's verification key (`undefined`: not trusted,
+ * `crypto_unknown_signer`). The blob is wiped on failure.
+ */
+export function withSignerKey(decrypted: DecryptedSigned, signerKey: KeyObject | undefined): OpenedSigned {
+  if (signerKey === undefined) {
+    decrypted.blob.fill(0);
+    throw new CryptoError("crypto_unknown_signer");
+  }
+  return {
+    ...decrypted,
+    verifyOptions: {
+      publicKey: signerKey,
+      message: decrypted.documentBytes,
+      signature: decrypted.signature,
+      context: SIGN_ENCRYPT_CONTEXT,
+    },
+  };
+}
+
+function openSigned(
+  envelope: string | Uint8Array | ParsedEnvelope,
+  options: DecryptVerifyOptions,
+): OpenedSigned {
+  const decrypted = decryptSigned(addressedEnvelope(envelope, options));
+  let signerKey: KeyObject | undefined;
+  try {
+    // The signer name and key id are used only to find the key that must verify them.
+    signerKey = options.signerKeys(decrypted.document.signer, decrypted.document.signer_key_id);
+  } catch (error) {
+    decrypted.blob.fill(0);
+    throw error;
+  }
+  return withSignerKey(decrypted, signerKey);
+}
+
+/**
+ * Verifies synchronously and runs the checks after the signature (the second half of
+ * `decryptVerify`, for a caller that looked the signer's key up itself).
+ */
+export function verifyOpened(
+  opened: OpenedSigned,
+  options: Pick<DecryptVerifyOptions, "expectedPurpose">,
+): VerifiedMessage {
+  let valid: boolean;
+  try {
+    valid = verify(opened.verifyOptions);
+  } catch (error) {
+    opened.blob.fill(0);
+    throw error;
+  }
+  return completeVerified(opened, valid, () => payloadDigest(opened.payload), options);
 }
 
 /** The checks after the signature, in order; the plaintext is released only if all pass. */
@@ -238,7 +303,7 @@ function completeVerified(
   opened: OpenedSigned,
   signatureValid: boolean,
   digest: () => Buffer,
-  options: DecryptVerifyOptions,
+  options: Pick<DecryptVerifyOptions, "expectedPurpose">,
 ): VerifiedMessage {
   const { document } = opened;
   try {
@@ -275,15 +340,7 @@ export function decryptVerify(
   envelope: string | Uint8Array | ParsedEnvelope,
   options: DecryptVerifyOptions,
 ): VerifiedMessage {
-  const opened = openSigned(envelope, options);
-  let valid: boolean;
-  try {
-    valid = verify(opened.verifyOptions);
-  } catch (error) {
-    opened.blob.fill(0);
-    throw error;
-  }
-  return completeVerified(opened, valid, () => payloadDigest(opened.payload), options);
+  return verifyOpened(openSigned(envelope, options), options);
 }
 
 /**

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import { decrypt, encrypt } from "../../src/crypto/encrypt.ts";
 import { CryptoError } from "../../src/crypto/errors.ts";
 import { open, seal } from "../../src/crypto/kem.ts";
@@ -22,6 +22,7 @@ import {
 } from "../../src/crypto/sign-encrypt.ts";
 import { SIGNATURE_BYTES, sign } from "../../src/crypto/signature.ts";
 import { payloadDigest } from "../../src/crypto/signed-blob.ts";
+import { createCryptoWorkerPool } from "../../src/crypto/worker-pool.ts";
 
 const code = (expected: string, detail?: string) => (error: unknown) =>
   error instanceof CryptoError &&
@@ -35,7 +36,10 @@ type DecryptVerifyFn = (
 ) => Promise<VerifiedMessage>;
 type SignEncryptFn = (options: SignEncryptOptions) => Promise<string>;
 
-// Each behaviour is checked through the sync and the thread-pool forms alike.
+const pool = createCryptoWorkerPool({ size: 2 });
+after(() => pool.close());
+
+// Each behaviour is checked through the sync, the thread-pool and the worker-pool forms alike.
 const modes: readonly (readonly [string, SignEncryptFn, DecryptVerifyFn])[] = [
   [
     "sync",
@@ -43,6 +47,7 @@ const modes: readonly (readonly [string, SignEncryptFn, DecryptVerifyFn])[] = [
     async (envelope, options) => decryptVerify(envelope, options),
   ],
   ["async", signEncryptAsync, decryptVerifyAsync],
+  ["worker pool", pool.signEncrypt, pool.decryptVerify],
 ];
 
 const alice = KeyRing.generate({ owner: "alice" });

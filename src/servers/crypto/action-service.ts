@@ -6,7 +6,14 @@
  */
 
 import { CryptoError, type SignerKeyLookup } from "../../crypto/index.ts";
-import { decryptAction, decryptVerifyAction, encryptAction, signEncryptAction } from "./actions.ts";
+import {
+  decryptAction,
+  decryptVerifyAction,
+  encryptAction,
+  type SignatureEngine,
+  signEncryptAction,
+  threadPoolEngine,
+} from "./actions.ts";
 import { CryptoServiceError } from "./errors.ts";
 import type { Owner, OwnerRegistry } from "./owner-registry.ts";
 import type {
@@ -29,8 +36,19 @@ function causeCode(error: unknown): string | undefined {
     : undefined;
 }
 
-export function createActionService(options: { registry: OwnerRegistry; now: () => Date }): ActionService {
+export interface ActionServiceOptions {
+  readonly registry: OwnerRegistry;
+  readonly now: () => Date;
+  /** Where sign-encrypt runs (default: ML-DSA on the libuv thread pool). */
+  readonly signEngine?: SignatureEngine;
+  /** Where decrypt-verify runs (default: ML-DSA on the libuv thread pool). */
+  readonly verifyEngine?: SignatureEngine;
+}
+
+export function createActionService(options: ActionServiceOptions): ActionService {
   const { registry, now } = options;
+  const signEngine = options.signEngine ?? threadPoolEngine;
+  const verifyEngine = options.verifyEngine ?? threadPoolEngine;
 
   /** Retries `run` once with a freshly loaded caller when the envelope names a key we lack. */
   async function withCallerRefresh<T>(owner: Owner, run: (owner: Owner) => T | Promise<T>): Promise<T> {
@@ -53,7 +71,10 @@ export function createActionService(options: { registry: OwnerRegistry; now: () 
       return key;
     };
     const attempt = (caller: Owner, lookup: SignerKeyLookup) =>
-      decryptVerifyAction({ ring: caller.ring, encryptedData, signerKeys: lookup, expectedPurpose: purpose });
+      decryptVerifyAction(
+        { ring: caller.ring, encryptedData, signerKeys: lookup, expectedPurpose: purpose },
+        verifyEngine,
+      );
     try {
       return await withCallerRefresh(owner, (caller) => attempt(caller, signerKeys));
     } catch (error) {
@@ -83,13 +104,16 @@ export function createActionService(options: { registry: OwnerRegistry; now: () 
               throw new CryptoServiceError("unknown_recipient", { fields: ["recipient"] });
             recipient = found;
           }
-          return signEncryptAction({
-            signer: owner.ring,
-            recipient: recipient.ring.recipient(),
-            data: request.data,
-            purpose: request.purpose,
-            now: now(),
-          });
+          return signEncryptAction(
+            {
+              signer: owner.ring,
+              recipient: recipient.ring.recipient(),
+              data: request.data,
+              purpose: request.purpose,
+              now: now(),
+            },
+            signEngine,
+          );
         }
         case "decrypt-verify":
           return decryptVerify(owner, request.encryptedData, request.purpose);

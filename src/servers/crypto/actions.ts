@@ -7,18 +7,35 @@
 
 import {
   CryptoError,
+  type DecryptVerifyOptions,
   decrypt,
   decryptVerifyAsync,
   encrypt,
   type KeyRing,
   type Recipient,
+  type SignEncryptOptions,
   type SignerKeyLookup,
   signEncryptAsync,
+  type VerifiedMessage,
 } from "../../crypto/index.ts";
 import { CryptoServiceError } from "./errors.ts";
 import type { DecryptPayload, DecryptVerifyPayload, EncryptPayload, SignEncryptPayload } from "./wire.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true });
+
+/**
+ * Where the two signature actions run: `signEncryptAsync` / `decryptVerifyAsync` (ML-DSA on
+ * the libuv thread pool), or a crypto worker pool (the whole operation off the event loop).
+ */
+export interface SignatureEngine {
+  signEncrypt(options: SignEncryptOptions): Promise<string>;
+  decryptVerify(envelope: string, options: DecryptVerifyOptions): Promise<VerifiedMessage>;
+}
+
+export const threadPoolEngine: SignatureEngine = {
+  signEncrypt: signEncryptAsync,
+  decryptVerify: decryptVerifyAsync,
+};
 
 /** Maps a crypto-layer failure to what the caller may learn; anything else is rethrown. */
 export function publicCryptoFailure(error: unknown): unknown {
@@ -88,10 +105,13 @@ export interface SignEncryptInput {
   readonly now: Date;
 }
 
-export async function signEncryptAction(input: SignEncryptInput): Promise<SignEncryptPayload> {
+export async function signEncryptAction(
+  input: SignEncryptInput,
+  engine: SignatureEngine = threadPoolEngine,
+): Promise<SignEncryptPayload> {
   const signer = input.signer.signer();
   const encrypted = await guardedAsync(() =>
-    signEncryptAsync({
+    engine.signEncrypt({
       signer,
       recipient: input.recipient,
       purpose: input.purpose,
@@ -118,9 +138,12 @@ export interface DecryptVerifyInput {
  * Every reported field comes from the verified signed document: `signed_by` and
  * `signed_timestamp` are what the signer signed, never anything the caller sent.
  */
-export async function decryptVerifyAction(input: DecryptVerifyInput): Promise<DecryptVerifyPayload> {
+export async function decryptVerifyAction(
+  input: DecryptVerifyInput,
+  engine: SignatureEngine = threadPoolEngine,
+): Promise<DecryptVerifyPayload> {
   const verified = await guardedAsync(() =>
-    decryptVerifyAsync(input.encryptedData, {
+    engine.decryptVerify(input.encryptedData, {
       recipientKeys: input.ring,
       signerKeys: input.signerKeys,
       ...(input.expectedPurpose === undefined ? {} : { expectedPurpose: input.expectedPurpose }),

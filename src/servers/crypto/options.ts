@@ -1,5 +1,6 @@
 /** Options of the upstream crypto service, validated once at construction. */
 
+import { availableParallelism } from "node:os";
 import { Kek } from "../../crypto/index.ts";
 import type { JwtVerifier } from "../../identity/jwt-verifier.ts";
 import type { Logger } from "../../observability/logger.ts";
@@ -22,6 +23,12 @@ export interface CryptoServerOptions {
   readonly ownerCacheTtlMs?: number;
   /** How long a verified bearer token is remembered (default 60 s; 0 verifies every call). */
   readonly tokenCacheMaxAgeMs?: number;
+  /**
+   * Worker threads for sign-encrypt and decrypt-verify, started at the first such call
+   * (default: the available parallelism, 1 to 4). 0: they run on the event loop with only
+   * the ML-DSA step on the libuv thread pool.
+   */
+  readonly workerThreads?: number;
 }
 
 export interface ResolvedCryptoServerOptions {
@@ -34,6 +41,7 @@ export interface ResolvedCryptoServerOptions {
   readonly adminRole: string;
   readonly ownerCacheTtlMs: number;
   readonly tokenCacheMaxAgeMs: number;
+  readonly workerThreads: number;
 }
 
 export class CryptoServerConfigError extends Error {
@@ -73,6 +81,12 @@ export function resolveCryptoServerOptions(options: CryptoServerOptions): Resolv
   if (typeof adminRole !== "string" || adminRole.length === 0) {
     throw new CryptoServerConfigError("adminRole must be a non-empty string");
   }
+  const workerThreads = nonNegativeInteger(
+    options.workerThreads,
+    "workerThreads",
+    Math.max(1, Math.min(4, availableParallelism())),
+  );
+  if (workerThreads > 64) throw new CryptoServerConfigError("workerThreads must be at most 64");
   const ownerCacheTtlMs = nonNegativeInteger(options.ownerCacheTtlMs, "ownerCacheTtlMs", 30_000);
   if (ownerCacheTtlMs < 1) throw new CryptoServerConfigError("ownerCacheTtlMs must be at least 1 ms");
   return {
@@ -85,5 +99,6 @@ export function resolveCryptoServerOptions(options: CryptoServerOptions): Resolv
     adminRole,
     ownerCacheTtlMs,
     tokenCacheMaxAgeMs: nonNegativeInteger(options.tokenCacheMaxAgeMs, "tokenCacheMaxAgeMs", 60_000),
+    workerThreads,
   };
 }

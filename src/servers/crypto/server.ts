@@ -7,6 +7,7 @@
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
+import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
 import { AuthorityError } from "../../errors.ts";
 import { extractBearer, hasRole } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
@@ -136,7 +137,15 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
     now: config.now,
     cacheTtlMs: config.ownerCacheTtlMs,
   });
-  const actions = createActionService({ registry, now: config.now });
+  // Sign-encrypt and decrypt-verify run whole on worker threads (started at first use):
+  // the event loop, which also serves HTTP, only passes messages.
+  const pool =
+    config.workerThreads === 0 ? undefined : createCryptoWorkerPool({ size: config.workerThreads });
+  const actions = createActionService({
+    registry,
+    now: config.now,
+    ...(pool === undefined ? {} : { signEngine: pool, verifyEngine: pool }),
+  });
   const verifier: JwtVerifier = cachingVerifier(config.verifier, { maxAgeMs: config.tokenCacheMaxAgeMs });
 
   const app = createHttpServer({
@@ -302,7 +311,10 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       const host = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
       return `http://${host === "0.0.0.0" || host === "[::]" ? "127.0.0.1" : host}:${bound.port}`;
     },
-    close: () => app.close(),
+    close: async () => {
+      await app.close();
+      await pool?.close();
+    },
     provisionOwner,
     rotateOwner,
     publicKeys,

@@ -1,0 +1,159 @@
+/**
+ * One thread of the crypto worker pool (worker-pool.ts). It runs the synchronous
+ * sign-encrypt and decrypt-verify steps on keys and bytes the pool sends, so the event
+ * loop of the process that owns the pool only passes messages. Nothing here decides
+ * trust: the signer's verification key comes from the owner of the pool, asked for by
+ * the (still unverified) signer name and key id, exactly as `decryptVerify` asks its
+ * `signerKeys` lookup.
+ */
+
+import type { KeyObject } from "node:crypto";
+import { parentPort } from "node:worker_threads";
+import { parseEnvelope } from "./envelope.ts";
+import { type CryptoErrorCode, isCryptoError } from "./errors.ts";
+import {
+  type DecryptedSigned,
+  decryptSigned,
+  SIGN_ENCRYPT_CONTEXT,
+  signPrepared,
+  verifyOpened,
+  withSignerKey,
+} from "./sign-encrypt.ts";
+
+/** Messages to a worker. Byte arrays are transferred: each is a fresh, exact-size buffer. */
+export type ToWorker =
+  | {
+      readonly kind: "sign-encrypt";
+      readonly id: number;
+      /** The canonical signed document and the payload it binds (prepared by the pool's owner). */
+      readonly document: Uint8Array;
+      readonly payload: Uint8Array;
+      readonly privateKey: KeyObject;
+      readonly recipientPublicKey: KeyObject;
+      readonly recipientKeyId: string;
+    }
+  | {
+      readonly kind: "decrypt-verify";
+      readonly id: number;
+      /** The envelope bytes, already parsed once and addressed to `privateKey`. */
+      readonly envelope: Uint8Array;
+      readonly privateKey: KeyObject;
+      readonly expectedPurpose: string | undefined;
+    }
+  | { readonly kind: "signer-key"; readonly id: number; readonly publicKey: KeyObject | undefined }
+  | { readonly kind: "drop"; readonly id: number };
+
+export type FromWorker =
+  | { readonly kind: "signed"; readonly id: number; readonly envelope: string }
+  | { readonly kind: "need-signer"; readonly id: number; readonly signer: string; readonly keyId: string }
+  | {
+      readonly kind: "verified";
+      readonly id: number;
+      readonly plaintext: Uint8Array;
+      readonly signer: string;
+      readonly signerKeyId: string;
+      readonly signedAt: string;
+      readonly recipientKeyId: string;
+      readonly purpose: string;
+    }
+  | {
+      readonly kind: "failed";
+      readonly id: number;
+      /** Undefined for a failure that is not a CryptoError. */
+      readonly code: CryptoErrorCode | undefined;
+      readonly message: string;
+    };
+
+const port = parentPort;
+if (port === null) throw new Error("worker-pool-thread.ts runs only as a worker thread");
+
+/** Decrypted blobs waiting for their signer's key, by job id. */
+const waiting = new Map<number, { decrypted: DecryptedSigned; expectedPurpose: string | undefined }>();
+
+function post(message: FromWorker, transfer: ArrayBuffer[] = []): void {
+  port?.postMessage(message, transfer);
+}
+
+function fail(id: number, error: unknown): void {
+  post({
+    kind: "failed",
+    id,
+    code: isCryptoError(error) ? error.code : undefined,
+    message: error instanceof Error ? error.message : "crypto worker failure",
+  });
+}
+
+function onMessage(message: ToWorker): void {
+  switch (message.kind) {
+    case "sign-encrypt": {
+      try {
+        const envelope = signPrepared({
+          recipient: { keyId: message.recipientKeyId, publicKey: message.recipientPublicKey },
+          document: message.document,
+          payload: message.payload,
+          signOptions: {
+            privateKey: message.privateKey,
+            message: message.document,
+            context: SIGN_ENCRYPT_CONTEXT,
+          },
+        });
+        post({ kind: "signed", id: message.id, envelope });
+      } catch (error) {
+        fail(message.id, error);
+      } finally {
+        message.payload.fill(0);
+      }
+      return;
+    }
+    case "decrypt-verify": {
+      try {
+        const decrypted = decryptSigned({
+          parsed: parseEnvelope(message.envelope),
+          privateKey: message.privateKey,
+        });
+        waiting.set(message.id, { decrypted, expectedPurpose: message.expectedPurpose });
+        const { document } = decrypted;
+        post({ kind: "need-signer", id: message.id, signer: document.signer, keyId: document.signer_key_id });
+      } catch (error) {
+        fail(message.id, error);
+      }
+      return;
+    }
+    case "signer-key": {
+      const job = waiting.get(message.id);
+      if (job === undefined) return;
+      waiting.delete(message.id);
+      try {
+        const verified = verifyOpened(withSignerKey(job.decrypted, message.publicKey), {
+          expectedPurpose: job.expectedPurpose,
+        });
+        // A copy in a buffer of its own goes to the owner; the decrypted blob stays here, wiped.
+        const plaintext = new Uint8Array(verified.plaintext);
+        job.decrypted.blob.fill(0);
+        post(
+          {
+            kind: "verified",
+            id: message.id,
+            plaintext,
+            signer: verified.signer,
+            signerKeyId: verified.signerKeyId,
+            signedAt: verified.signedAt,
+            recipientKeyId: verified.recipientKeyId,
+            purpose: verified.purpose,
+          },
+          [plaintext.buffer],
+        );
+      } catch (error) {
+        fail(message.id, error);
+      }
+      return;
+    }
+    case "drop": {
+      waiting.get(message.id)?.decrypted.blob.fill(0);
+      waiting.delete(message.id);
+      return;
+    }
+  }
+}
+
+port.on("message", onMessage);

@@ -1,0 +1,148 @@
+import assert from "node:assert/strict";
+import { after, describe, it } from "node:test";
+import { CryptoError } from "../../src/crypto/errors.ts";
+import { KeyRing, signerKeyLookup } from "../../src/crypto/key-ring.ts";
+import { decryptVerify, signEncrypt } from "../../src/crypto/sign-encrypt.ts";
+import { createCryptoWorkerPool } from "../../src/crypto/worker-pool.ts";
+
+// The behaviours shared with signEncrypt / decryptVerify (every tampering, every error
+// code) run through the pool in sign-encrypt.test.ts; these are the pool's own.
+
+const alice = KeyRing.generate({ owner: "alice" });
+const bob = KeyRing.generate({ owner: "bob" });
+const signers = signerKeyLookup([alice, bob]);
+const atBob = { recipientKeys: bob, signerKeys: signers };
+const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("utf8");
+const code = (expected: string) => (error: unknown) =>
+  error instanceof CryptoError && error.code === expected;
+
+describe("crypto worker pool", () => {
+  const pool = createCryptoWorkerPool({ size: 2 });
+  after(() => pool.close());
+
+  it("keeps each caller's result apart under concurrency, on every thread", async () => {
+    const inputs = Array.from({ length: 24 }, (_, i) => `payload ${i} `.repeat(i * 50 + 1));
+    const envelopes = await Promise.all(
+      inputs.map((plaintext, i) =>
+        pool.signEncrypt({ signer: alice.signer(), recipient: bob, purpose: `p${i}`, plaintext }),
+      ),
+    );
+    const results = await Promise.all(
+      envelopes.map((envelope, i) => pool.decryptVerify(envelope, { ...atBob, expectedPurpose: `p${i}` })),
+    );
+    assert.deepEqual(
+      results.map((result) => text(result.plaintext)),
+      inputs,
+    );
+    // And they are ordinary envelopes: the synchronous form reads them.
+    assert.equal(text(decryptVerify(envelopes[3] ?? "", atBob).plaintext), inputs[3]);
+  });
+
+  it("returns a plaintext in a buffer of its own, which the caller may wipe", async () => {
+    const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "mine" });
+    const first = await pool.decryptVerify(envelope, atBob);
+    const second = await pool.decryptVerify(envelope, atBob);
+    assert.equal(first.plaintext.byteLength, 4);
+    assert.equal(first.plaintext.buffer.byteLength, 4);
+    first.plaintext.fill(0);
+    assert.equal(text(second.plaintext), "mine");
+  });
+
+  it("signs a byte plaintext as given, and a plaintext changed after the call does not matter", async () => {
+    const bytes = Uint8Array.from([1, 2, 3, 4, 5]);
+    const pending = pool.signEncrypt({
+      signer: alice.signer(),
+      recipient: bob,
+      purpose: "p",
+      plaintext: bytes,
+    });
+    bytes.fill(9);
+    const opened = decryptVerify(await pending, atBob);
+    assert.deepEqual(Uint8Array.from(opened.plaintext), Uint8Array.from([1, 2, 3, 4, 5]));
+  });
+
+  it("asks the signer lookup with the signed names, on the caller's thread", async () => {
+    const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" });
+    const asked: Array<[string, string]> = [];
+    await pool.decryptVerify(envelope, {
+      recipientKeys: bob,
+      signerKeys: (signer, keyId) => {
+        asked.push([signer, keyId]);
+        return signers(signer, keyId);
+      },
+    });
+    assert.deepEqual(asked, [["alice", alice.current.keyId]]);
+  });
+
+  it("rejects with the error a signer lookup throws, and the thread serves the next call", async () => {
+    const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" });
+    const failure = new Error("directory unavailable");
+    await assert.rejects(
+      pool.decryptVerify(envelope, {
+        recipientKeys: bob,
+        signerKeys: () => {
+          throw failure;
+        },
+      }),
+      (error: unknown) => error === failure,
+    );
+    assert.equal(text((await pool.decryptVerify(envelope, atBob)).plaintext), "x");
+  });
+
+  it("checks arguments and the envelope's form before anything is sent to a thread", async () => {
+    await assert.rejects(pool.decryptVerify("not base64!", atBob), code("crypto_malformed"));
+    await assert.rejects(
+      pool.signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "bad purpose", plaintext: "x" }),
+      code("crypto_invalid_argument"),
+    );
+    await assert.rejects(
+      pool.signEncrypt({
+        signer: { ...alice.signer(), privateKey: alice.current.kem.privateKey },
+        recipient: bob,
+        purpose: "p",
+        plaintext: "x",
+      }),
+      code("crypto_invalid_key"),
+    );
+  });
+
+  it("refuses a size that is not a positive integer", () => {
+    for (const size of [0, -1, 1.5, Number.NaN]) {
+      assert.throws(() => createCryptoWorkerPool({ size }), TypeError);
+    }
+  });
+});
+
+describe("a closed crypto worker pool", () => {
+  it("fails calls made after close, and close is idempotent", async () => {
+    const pool = createCryptoWorkerPool({ size: 1 });
+    const envelope = await pool.signEncrypt({
+      signer: alice.signer(),
+      recipient: bob,
+      purpose: "p",
+      plaintext: "x",
+    });
+    await pool.close();
+    await pool.close();
+    await assert.rejects(pool.decryptVerify(envelope, atBob), /closed/);
+    await assert.rejects(
+      pool.signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" }),
+      /closed/,
+    );
+  });
+
+  it("fails calls still pending when it closes", async () => {
+    const pool = createCryptoWorkerPool({ size: 1 });
+    const pending = Array.from({ length: 8 }, () =>
+      pool.signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" }),
+    );
+    const settled = Promise.allSettled(pending);
+    await pool.close();
+    const outcomes = await settled;
+    // Calls the thread finished before it stopped succeed; the others are refused, none hang.
+    assert.equal(outcomes.length, 8);
+    for (const outcome of outcomes) {
+      if (outcome.status === "rejected") assert.match(String(outcome.reason), /closed/);
+    }
+  });
+});
