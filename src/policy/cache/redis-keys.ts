@@ -48,8 +48,11 @@ export function parsePolicyChange(text: string): PolicyChangeMessage | undefined
 
 /**
  * Raises a head key to ARGV[1] unless it already holds that or more (heads never go back),
- * then, with ARGV[2] (channel) and ARGV[3] (message) given, publishes the change.
- * A value that is not a number is overwritten: it was not written by us.
+ * then, with ARGV[2] (channel) and ARGV[3] (message) given, publishes the change — always
+ * (the authority service: a retried change is announced again), or with ARGV[4] =
+ * "if-raised" only when the head went up (a sidecar that learned a newer head from the
+ * authority tells the others). A value that is not a number is overwritten: it was not
+ * written by us.
  */
 export const RAISE_HEAD_SCRIPT = `
 local current = tonumber(redis.call('GET', KEYS[1]))
@@ -59,7 +62,7 @@ if current == nil or current < head then
   redis.call('SET', KEYS[1], ARGV[1])
   raised = 1
 end
-if ARGV[2] then
+if ARGV[2] and (raised == 1 or ARGV[4] ~= 'if-raised') then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return raised

@@ -11,12 +11,20 @@ import {
 } from "./redis-keys.ts";
 
 /**
- * The sidecar's view of Redis: policy heads (one small GET per request, auto-pipelined),
- * sealed verified-policy entries, and the change channel. It fails fast: no offline
- * queue, no retries of a sent command, a short command timeout — a Redis that is down or
- * hung turns into an error within `commandTimeoutMs`, which the cache turns into "freshness
- * unknown" (and, past the staleness bound, a deny). Reconnection runs in the background with
- * a backoff capped at `maxReconnectDelayMs`, so the sidecar recovers by itself.
+ * The sidecar's view of Redis: policy heads (small GETs, auto-pipelined), sealed
+ * verified-policy entries, and the change channel. It fails fast: no offline queue, no
+ * retries of a sent command, a short command timeout — a Redis that is down or hung turns
+ * into an error within `commandTimeoutMs`, which the cache turns into "freshness unknown"
+ * (and, past the staleness bound, a deny). Reconnection runs in the background with a
+ * backoff capped at `maxReconnectDelayMs`, so the sidecar recovers by itself.
+ *
+ * **Sync.** Every `syncIntervalMs` a PING goes over the subscribed connection. Redis
+ * answers it after every message it published before it processed the PING, on the same
+ * connection, in order — so when the answer arrives, every change published before the PING
+ * was sent has reached the `onChange` listeners. `syncedWithin(generation, ms)` says whether
+ * that is true of a moment less than `ms` ago. The generation changes whenever the
+ * subscription is (re)established or lost: changes published while it was down are not
+ * delivered, so what a listener learned in an older generation is not kept up to date.
  */
 
 export interface RedisPolicyStoreOptions {
@@ -27,17 +35,29 @@ export interface RedisPolicyStoreOptions {
   readonly connectTimeoutMs?: number;
   /** Cap of the reconnect backoff (default 500 ms): recovery comes at most this late. */
   readonly maxReconnectDelayMs?: number;
+  /** How often the change subscription is synced with a PING (default 100 ms). */
+  readonly syncIntervalMs?: number;
+  /** Monotonic clock of `syncedWithin`, ms (default performance.now). */
+  readonly now?: () => number;
 }
 
 export interface PolicyHeadStore {
   /** The subject's current head, null when Redis has none. Rejects when Redis cannot answer. */
   readHead(subjectId: string): Promise<number | null>;
-  /** Raises the head to at least `head` (never lowers it). */
+  /** Raises the head to at least `head` (never lowers it); announces it on the channel when it went up. */
   raiseHead(subjectId: string, head: number): Promise<void>;
   getEntry(subjectId: string): Promise<string | null>;
   putEntry(subjectId: string, sealed: string, ttlMs: number): Promise<void>;
   /** Registers a change listener; returns the unsubscribe function. */
   onChange(listener: (change: PolicyChangeMessage) => void): () => void;
+  /**
+   * The generation of the change subscription while it is up, else undefined. A head read
+   * sent while generation g is up, plus every change delivered in g, is the subject's head
+   * for as long as g lasts.
+   */
+  subscribedGeneration(): number | undefined;
+  /** True when every change published until less than `ms` ago has reached the listeners of `generation`. */
+  syncedWithin(generation: number, ms: number): boolean;
 }
 
 export interface RedisPolicyStore extends PolicyHeadStore {
@@ -47,6 +67,8 @@ export interface RedisPolicyStore extends PolicyHeadStore {
   readonly up: boolean;
   /** Resolves when the command connection is ready and the change channel subscribed, or rejects after timeoutMs. */
   waitReady(timeoutMs: number): Promise<void>;
+  /** Syncs now: resolves once every change published before the call has reached the listeners. */
+  sync(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -79,6 +101,8 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   const commandTimeoutMs = positiveInt(options.commandTimeoutMs, 100, "commandTimeoutMs");
   const connectTimeoutMs = positiveInt(options.connectTimeoutMs, 1000, "connectTimeoutMs");
   const maxDelay = positiveInt(options.maxReconnectDelayMs, 500, "maxReconnectDelayMs");
+  const syncIntervalMs = positiveInt(options.syncIntervalMs, 100, "syncIntervalMs");
+  const now = options.now ?? (() => performance.now());
   const base: RedisOptions = {
     connectTimeout: connectTimeoutMs,
     enableOfflineQueue: false,
@@ -96,6 +120,13 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   let reachedOnce = false;
   let subscribed = false;
   let closed = false;
+  const failed = (what: string, cause: unknown): PolicyCacheError =>
+    new PolicyCacheError("freshness_unavailable", `redis ${what} failed`, { cause });
+  /** Raised on every (re)subscription and every loss of it. */
+  let generation = 0;
+  /** The send time of the last answered sync, and its generation. */
+  let synced = { generation: -1, at: Number.NEGATIVE_INFINITY };
+  let syncing: Promise<void> | undefined;
   const readyWaiters = new Set<() => void>();
   const isReady = (): boolean => commands.status === "ready" && subscribed;
   const wakeIfReady = (): void => {
@@ -114,9 +145,14 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   // stays connected but deaf to changes.
   const subscribe = (): void => {
     if (closed || subscriber.status !== "ready") return;
+    const sentAt = now();
     subscriber.subscribe(POLICY_CHANGES_CHANNEL).then(
       () => {
+        if (closed || subscriber.status !== "ready") return;
         subscribed = true;
+        generation++;
+        // What was published before the SUBSCRIBE is in Redis' heads; what comes after arrives here.
+        synced = { generation, at: sentAt };
         wakeIfReady();
       },
       () => setTimeout(subscribe, 100).unref(),
@@ -124,8 +160,37 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   };
   subscriber.on("ready", subscribe);
   subscriber.on("close", () => {
+    if (subscribed) generation++;
     subscribed = false;
   });
+
+  /**
+   * One PING on the subscribed connection (one at a time). Its answer comes after every
+   * message published before Redis processed it, so it moves `synced` to its send time.
+   */
+  const syncOnce = (): Promise<void> => {
+    if (syncing !== undefined) return syncing;
+    if (!subscribed) return Promise.reject(new PolicyCacheError("freshness_unavailable", "not subscribed"));
+    const sentIn = generation;
+    const sentAt = now();
+    const pending = subscriber.ping().then(
+      () => {
+        const newer = synced.generation !== sentIn || sentAt > synced.at;
+        if (subscribed && generation === sentIn && newer) synced = { generation: sentIn, at: sentAt };
+      },
+      (error: unknown) => {
+        throw failed("sync", error);
+      },
+    );
+    syncing = pending.finally(() => {
+      syncing = undefined;
+    });
+    return syncing;
+  };
+  const syncTimer = setInterval(() => {
+    if (subscribed && syncing === undefined) syncOnce().catch(() => undefined);
+  }, syncIntervalMs);
+  syncTimer.unref();
   subscriber.on("message", (channel: string, message: string) => {
     if (channel !== POLICY_CHANGES_CHANNEL) return;
     const change = parsePolicyChange(message);
@@ -138,9 +203,6 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
       }
     }
   });
-
-  const failed = (what: string, cause: unknown): PolicyCacheError =>
-    new PolicyCacheError("freshness_unavailable", `redis ${what} failed`, { cause });
 
   return {
     get reachedOnce() {
@@ -175,8 +237,17 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
     },
 
     async raiseHead(subjectId, head) {
+      const message = JSON.stringify({ subject_id: subjectId, head });
       try {
-        await commands.eval(RAISE_HEAD_SCRIPT, 1, policyHeadKey(subjectId), String(head));
+        await commands.eval(
+          RAISE_HEAD_SCRIPT,
+          1,
+          policyHeadKey(subjectId),
+          String(head),
+          POLICY_CHANGES_CHANNEL,
+          message,
+          "if-raised",
+        );
       } catch (error) {
         throw failed("head write", error);
       }
@@ -203,9 +274,24 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
       return () => listeners.delete(listener);
     },
 
+    subscribedGeneration() {
+      return subscribed ? generation : undefined;
+    },
+
+    syncedWithin(of, ms) {
+      return synced.generation === of && now() - synced.at <= ms;
+    },
+
+    async sync() {
+      // A PING already on its way may have been sent before the caller's moment: send another.
+      await syncing?.catch(() => undefined);
+      await syncOnce();
+    },
+
     async close() {
       if (closed) return;
       closed = true;
+      clearInterval(syncTimer);
       listeners.clear();
       for (const client of [commands, subscriber]) {
         if (client.status === "ready") {

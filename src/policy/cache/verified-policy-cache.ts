@@ -14,10 +14,15 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
  * The sidecar's verified-policy cache: local LRU → Redis (sealed entries) → the authority
  * service's artifact → decrypt-verify. Freshness is decided by the subject's policy head:
  *
- * - With Redis, every lookup reads `authority:policy-head:<subject>` (one pipelined GET,
- *   shared by concurrent lookups of the same subject). A local entry is used only when its
- *   head equals that value; otherwise the entry is reloaded. When the head cannot be read,
- *   the local entry is used only while its head was confirmed less than `stalenessMs` ago;
+ * - With Redis, every lookup checks the subject's current head, `authority:policy-head:<subject>`.
+ *   It comes from the **head view** when that is in sync: a head read once from Redis while
+ *   the change channel was subscribed, raised by every change message since (the store's
+ *   generation), trusted while the store's last sync is less than `viewMaxLagMs` old — every
+ *   change published before then has been applied. Otherwise the lookup reads the head from
+ *   Redis (one pipelined GET, shared by concurrent lookups of the subject), which also seeds
+ *   the view. A local entry is used only when its head equals the current head; otherwise
+ *   it is reloaded. When the head cannot be read, the local entry is used only while its
+ *   head was confirmed (read, announced, or covered by a sync) less than `stalenessMs` ago;
  *   after that the lookup fails (`freshness_unavailable` → deny 503).
  * - Without Redis, an entry is used for `ttlWithoutRedisMs` after the authority last
  *   confirmed it; then it is revalidated with a conditional request (fail closed).
@@ -73,8 +78,12 @@ export interface PolicyLookup {
 export interface PolicyCacheEvents {
   lookup?(layer: CacheLayer, hit: boolean): void;
   verificationFailure?(layer: "redis" | "authority"): void;
-  /** `stale_used`: Redis failed and a recently confirmed entry was used within the staleness bound. */
-  headRead?(result: "ok" | "error" | "stale_used"): void;
+  /**
+   * `view`: the head came from the synced head view (no Redis round trip); `ok`: read from
+   * Redis; `error`: Redis could not be read; `stale_used`: then a recently confirmed entry
+   * was used within the staleness bound.
+   */
+  headRead?(result: "view" | "ok" | "error" | "stale_used"): void;
 }
 
 export interface VerifiedPolicyCacheOptions {
@@ -83,10 +92,22 @@ export interface VerifiedPolicyCacheOptions {
   readonly redis?: { readonly store: PolicyHeadStore; readonly keys: CacheKeys };
   /** Local LRU size (default 10000 subjects). */
   readonly localMaxEntries?: number;
+  /**
+   * Local LRU weight bound: estimated bytes of the cached documents (twice their JSON text),
+   * default 32 MiB — so a heap limit (`--max-old-space-size`) stays safe however large the
+   * policies. A policy heavier than the bound is used but not kept.
+   */
+  readonly localMaxBytes?: number;
   /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
   readonly ttlWithoutRedisMs?: number;
   /** With Redis: how long a confirmed head still counts while Redis cannot be read (default 1000 ms). */
   readonly stalenessMs?: number;
+  /**
+   * With Redis: the head view answers only while the store's last sync is at most this old
+   * (default 300 ms, never more than `stalenessMs`). It bounds how late a change whose
+   * message was lost can be noticed: past it, lookups read the head from Redis.
+   */
+  readonly viewMaxLagMs?: number;
   /** Entries older than this are revalidated with the authority whatever Redis says (default 60000 ms). */
   readonly maxAgeMs?: number;
   /** TTL of sealed entries in Redis (default 300000 ms). */
@@ -97,6 +118,12 @@ export interface VerifiedPolicyCacheOptions {
 
 export interface VerifiedPolicyCache {
   get(subjectId: string): Promise<PolicyLookup>;
+  /**
+   * The lookup `get` would answer without any I/O — the local entry, its head confirmed by
+   * the head view (with Redis) or within the TTL (without) — else undefined, and then
+   * nothing happened: call `get`. Lets the decision path stay synchronous when all is cached.
+   */
+  peek(subjectId: string): PolicyLookup | undefined;
   evict(subjectId: string): void;
   readonly size: number;
   close(): void;
@@ -112,6 +139,11 @@ interface SealedPolicy {
   readonly verified_at: number;
   readonly reason: DenyLoad | null;
   readonly document: unknown;
+}
+
+/** What a cached policy weighs, roughly: its objects take about twice the bytes of their JSON text. */
+function estimatedBytes(policy: VerifiedPolicy): number {
+  return policy.load.ok ? Math.max(1, 2 * JSON.stringify(policy.load.document).length) : 256;
 }
 
 function positiveInt(value: number | undefined, fallback: number, name: string): number {
@@ -180,33 +212,103 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const maxAgeMs = positiveInt(options.maxAgeMs, 60_000, "maxAgeMs");
   const redisEntryTtlMs = positiveInt(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
   const max = positiveInt(options.localMaxEntries, 10_000, "localMaxEntries");
+  const viewMaxLagMs = Math.min(positiveInt(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
 
-  const local = new LRUCache<string, VerifiedPolicy>({ max });
+  const localMaxBytes = positiveInt(options.localMaxBytes, 32 * 1024 * 1024, "localMaxBytes");
+  const local = new LRUCache<string, VerifiedPolicy>({
+    max,
+    maxSize: localMaxBytes,
+    sizeCalculation: estimatedBytes,
+  });
   /** The last head Redis confirmed per subject, and when: the staleness bound runs from `at`. */
   const confirmed = new LRUCache<string, { head: number; at: number }>({ max });
+  /**
+   * The head view: per subject, a head read from Redis in a subscription generation, raised
+   * by that generation's change messages. Only a read creates an entry (a message alone may
+   * be a retried, older change); messages that arrive while the read is on its way are kept
+   * in `viewReads` and applied to its answer.
+   */
+  const view = new LRUCache<string, { head: number; readonly generation: number }>({ max });
+  const viewReads = new Map<string, { max: number; readonly generation: number }>();
   const headReads = new Map<string, Promise<number | null>>();
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
 
   const unsubscribe = redis?.store.onChange((change) => {
-    const previous = confirmed.get(change.subject_id);
+    const subjectId = change.subject_id;
+    const previous = confirmed.get(subjectId);
     if (previous === undefined || change.head >= previous.head) {
-      confirmed.set(change.subject_id, { head: change.head, at: now() });
+      confirmed.set(subjectId, { head: change.head, at: now() });
     }
+    const generation = redis.store.subscribedGeneration();
+    const known = view.get(subjectId);
+    if (known !== undefined) {
+      if (known.generation !== generation) view.delete(subjectId);
+      else if (change.head > known.head) known.head = change.head;
+    }
+    const reading = viewReads.get(subjectId);
+    if (reading !== undefined && change.head > reading.max) reading.max = change.head;
     // A newer head makes the local entry useless, also inside the staleness window.
-    const entry = local.get(change.subject_id);
-    if (entry !== undefined && entry.head !== change.head) local.delete(change.subject_id);
+    const entry = local.get(subjectId);
+    if (entry !== undefined && change.head > entry.head) local.delete(subjectId);
   });
+
+  /** The subject's head from the view, when the view is in sync and knows it; else undefined. */
+  const viewHead = (subjectId: string): number | undefined => {
+    const store = redis?.store;
+    const known = view.get(subjectId);
+    if (store === undefined || known === undefined) return undefined;
+    if (store.subscribedGeneration() !== known.generation) return undefined;
+    return store.syncedWithin(known.generation, viewMaxLagMs) ? known.head : undefined;
+  };
+
+  /** A head learned from the authority (trusted) raises the view: the local entry must match it. */
+  const raiseView = (subjectId: string, head: number): void => {
+    const known = view.get(subjectId);
+    if (known !== undefined && head > known.head) known.head = head;
+  };
 
   const readHeadShared = (subjectId: string): Promise<number | null> => {
     const store = redis?.store;
     if (store === undefined) return Promise.resolve(null);
     let read = headReads.get(subjectId);
     if (read === undefined) {
-      read = store.readHead(subjectId).finally(() => headReads.delete(subjectId));
+      const generation = store.subscribedGeneration();
+      const seed = generation === undefined ? undefined : { max: -1, generation };
+      if (seed !== undefined) viewReads.set(subjectId, seed);
+      read = store.readHead(subjectId).then(
+        (head) => {
+          if (seed === undefined || viewReads.get(subjectId) !== seed) return head;
+          viewReads.delete(subjectId);
+          if (head === null) return head;
+          // A change announced while the read was on its way may be newer than its answer.
+          const current = Math.max(head, seed.max);
+          if (store.subscribedGeneration() === seed.generation) {
+            view.set(subjectId, { head: current, generation: seed.generation });
+          }
+          return current;
+        },
+        (error: unknown) => {
+          if (viewReads.get(subjectId) === seed) viewReads.delete(subjectId);
+          throw error;
+        },
+      );
+      read = read.finally(() => headReads.delete(subjectId));
       headReads.set(subjectId, read);
     }
     return read;
+  };
+
+  /** When the subject's head was last confirmed: a read, a change message, or a sync covering its view entry. */
+  const confirmedAt = (subjectId: string, head: number, at: number): boolean => {
+    const last = confirmed.get(subjectId);
+    if (last !== undefined && last.head === head && at - last.at <= stalenessMs) return true;
+    const known = view.get(subjectId);
+    return (
+      known !== undefined &&
+      known.head === head &&
+      redis?.store.syncedWithin(known.generation, stalenessMs) === true
+    );
   };
 
   const openRecord = async (
@@ -244,6 +346,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const store = async (policy: VerifiedPolicy): Promise<void> => {
     local.set(policy.subjectId, policy);
     if (redis === undefined) return;
+    raiseView(policy.subjectId, policy.head);
     // Best effort: a failed write only costs another sidecar a fetch from the authority.
     const sealed = sealEntry(redis.keys, policyEntryName(policy.subjectId), sealable(policy));
     await Promise.allSettled([
@@ -367,33 +470,36 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   };
 
   const getWithRedis = async (subjectId: string): Promise<PolicyLookup> => {
-    let head: number | null;
-    try {
-      head = await readHeadShared(subjectId);
-    } catch (error) {
-      events.headRead?.("error");
-      const at = now();
-      const entry = local.get(subjectId);
-      const last = confirmed.get(subjectId);
-      if (
-        entry !== undefined &&
-        last !== undefined &&
-        last.head === entry.head &&
-        at - last.at <= stalenessMs &&
-        at - entry.verifiedAt <= maxAgeMs
-      ) {
-        events.headRead?.("stale_used");
-        events.lookup?.("local", true);
-        return { policy: entry, layer: "local" };
+    let head: number | null | undefined = viewHead(subjectId);
+    if (head !== undefined) {
+      events.headRead?.("view");
+    } else {
+      try {
+        head = await readHeadShared(subjectId);
+      } catch (error) {
+        events.headRead?.("error");
+        const at = now();
+        const entry = local.get(subjectId);
+        if (
+          entry !== undefined &&
+          confirmedAt(subjectId, entry.head, at) &&
+          at - entry.verifiedAt <= maxAgeMs
+        ) {
+          events.headRead?.("stale_used");
+          events.lookup?.("local", true);
+          return { policy: entry, layer: "local" };
+        }
+        throw new PolicyCacheError("freshness_unavailable", "the policy head cannot be read", {
+          cause: error,
+        });
       }
-      throw new PolicyCacheError("freshness_unavailable", "the policy head cannot be read", { cause: error });
+      events.headRead?.("ok");
+      if (head !== null) {
+        const previous = confirmed.get(subjectId);
+        if (previous === undefined || head >= previous.head) confirmed.set(subjectId, { head, at: now() });
+      }
     }
-    events.headRead?.("ok");
     const at = now();
-    if (head !== null) {
-      const previous = confirmed.get(subjectId);
-      if (previous === undefined || head >= previous.head) confirmed.set(subjectId, { head, at });
-    }
     const entry = local.get(subjectId);
     if (entry !== undefined && head !== null && entry.head === head && at - entry.verifiedAt <= maxAgeMs) {
       events.lookup?.("local", true);
@@ -408,6 +514,22 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       confirmed.set(subjectId, { head: lookup.policy.head, at: lookup.policy.verifiedAt });
     }
     return lookup;
+  };
+
+  const peek = (subjectId: string): PolicyLookup | undefined => {
+    const entry = local.get(subjectId);
+    if (entry === undefined) return undefined;
+    const at = now();
+    if (redis === undefined) {
+      if (at - entry.verifiedAt > ttlWithoutRedisMs) return undefined;
+      events.lookup?.("local", true);
+      return { policy: entry, layer: "local" };
+    }
+    if (viewHead(subjectId) !== entry.head || at - entry.verifiedAt > maxAgeMs) return undefined;
+    events.headRead?.("view");
+    events.lookup?.("local", true);
+    revalidateSoon(entry, at);
+    return { policy: entry, layer: "local" };
   };
 
   const getWithoutRedis = async (subjectId: string): Promise<PolicyLookup> => {
@@ -427,6 +549,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       }
       return redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId);
     },
+    peek(subjectId) {
+      return typeof subjectId === "string" && subjectId.length > 0 ? peek(subjectId) : undefined;
+    },
     evict(subjectId) {
       local.delete(subjectId);
     },
@@ -437,6 +562,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       unsubscribe?.();
       local.clear();
       confirmed.clear();
+      view.clear();
     },
   };
 }

@@ -4,10 +4,10 @@ import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
 import { extractBearer } from "../../identity/bearer.ts";
-import type { CacheLayer, VerifiedPolicyCache } from "../../policy/cache/index.ts";
+import type { CacheLayer, PolicyLookup, VerifiedPolicyCache } from "../../policy/cache/index.ts";
 import type { CapabilityMap } from "./capability-map.ts";
 import { SidecarConfigError } from "./errors.ts";
-import type { VerifiedTokenCache } from "./token-cache.ts";
+import type { TokenCheck, VerifiedTokenCache } from "./token-cache.ts";
 
 /**
  * The sidecar's decision path, shared by ext_authz and the forward proxy:
@@ -68,10 +68,14 @@ export type SidecarDecision = SidecarAllow | SidecarDeny;
 export interface CatalogSource {
   /** The partner's capability, or undefined when it does not resolve. */
   get(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
+  /** A cached answer without waiting (`{ value }`, the value possibly undefined), else undefined. */
+  peek?(partnerId: string, capabilityId: string): { readonly value: Capability | undefined } | undefined;
 }
 
 export interface CredentialSource {
   get(partnerId: string, profileId: string): Promise<InjectedCredentials>;
+  /** Cached credentials without waiting, else undefined. */
+  peek?(partnerId: string, profileId: string): InjectedCredentials | undefined;
 }
 
 export interface SidecarEngineOptions {
@@ -87,6 +91,11 @@ export interface SidecarEngineOptions {
 
 export interface SidecarEngine {
   authorize(request: SidecarRequest): Promise<SidecarDecision>;
+  /**
+   * The same decision, synchronously when every input is cached (the common case: no
+   * promise, no microtask), else a promise. Never throws or rejects: failures are denies.
+   */
+  decide(request: SidecarRequest): SidecarDecision | Promise<SidecarDecision>;
 }
 
 const CHALLENGE = 'Bearer realm="authority"';
@@ -127,7 +136,11 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
   const now = options.now ?? (() => new Date());
   const onTokenCheck = options.onTokenCheck ?? (() => undefined);
 
-  const evaluate = async (request: SidecarRequest): Promise<SidecarDecision> => {
+  // The decision in stages; each stage continues at once when its input is cached and
+  // through a promise when it has to wait, so the all-cached path allocates no promise.
+  type Step = SidecarDecision | Promise<SidecarDecision>;
+
+  const evaluate = (request: SidecarRequest): Step => {
     const { requestId } = request;
     let token: string | undefined;
     try {
@@ -137,7 +150,14 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       return denyOf("invalid_token", requestId);
     }
     if (token === undefined) return denyOf("missing_subject", requestId);
-    const checked = await tokens.check(token);
+    const checked = tokens.check(token);
+    return checked instanceof Promise
+      ? checked.then((result) => withToken(request, result))
+      : withToken(request, checked);
+  };
+
+  const withToken = (request: SidecarRequest, checked: TokenCheck): Step => {
+    const { requestId } = request;
     if (!checked.ok) {
       onTokenCheck(checked.unavailable ? "unavailable" : "rejected");
       return denyOf(checked.unavailable ? "upstream_unavailable" : "invalid_token", requestId);
@@ -146,47 +166,75 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const subjectId = checked.principal.subject;
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
     if (capabilityId === undefined || capabilityId === "") return denyOf("missing_capability", requestId);
+    const cached = policies.peek?.(subjectId);
+    return cached !== undefined
+      ? withPolicy(request, subjectId, capabilityId, cached)
+      : policies.get(subjectId).then((lookup) => withPolicy(request, subjectId, capabilityId, lookup));
+  };
 
-    const { policy, layer } = await policies.get(subjectId);
+  const withPolicy = (
+    request: SidecarRequest,
+    subjectId: string,
+    capabilityId: string,
+    { policy, layer }: PolicyLookup,
+  ): Step => {
     // No record: the partner (and so the capability's scope) is unknown; the spec's answer is missing_policy.
     if (policy.partnerId === undefined)
-      return denyOf(policy.load.ok ? "internal" : policy.load.reason, requestId);
+      return denyOf(policy.load.ok ? "internal" : policy.load.reason, request.requestId);
     const partnerId = policy.partnerId;
-    const capability = await catalogs.get(partnerId, capabilityId);
-    const decision = decide({
-      subjectId,
-      capabilityId,
-      capability,
-      policy: policy.load,
-      method: request.method,
-      path: request.path,
-      now: now(),
-    });
-    if (decision.status === "denied") return denyOf(decision.reason, requestId);
-    const injected = await credentials.get(partnerId, decision.authProfileRef);
-    return {
-      allow: true,
-      requestId,
-      subjectId,
-      partnerId,
-      capabilityId,
-      permissionId: decision.permissionId,
-      operation: decision.operation,
-      redactions: decision.redactions,
-      params: decision.params,
-      credentials: injected,
-      policyHead: policy.head,
-      policyLayer: layer,
+    const cached = catalogs.peek?.(partnerId, capabilityId);
+    const decideWith = (capability: Capability | undefined): Step => {
+      const decision = decide({
+        subjectId,
+        capabilityId,
+        capability,
+        policy: policy.load,
+        method: request.method,
+        path: request.path,
+        now: now(),
+      });
+      if (decision.status === "denied") return denyOf(decision.reason, request.requestId);
+      const allow = (injected: InjectedCredentials): SidecarAllow => ({
+        allow: true,
+        requestId: request.requestId,
+        subjectId,
+        partnerId,
+        capabilityId,
+        permissionId: decision.permissionId,
+        operation: decision.operation,
+        redactions: decision.redactions,
+        params: decision.params,
+        credentials: injected,
+        policyHead: policy.head,
+        policyLayer: layer,
+      });
+      const injected = credentials.peek?.(partnerId, decision.authProfileRef);
+      return injected !== undefined
+        ? allow(injected)
+        : credentials.get(partnerId, decision.authProfileRef).then(allow);
     };
+    return cached !== undefined
+      ? decideWith(cached.value)
+      : catalogs.get(partnerId, capabilityId).then(decideWith);
+  };
+
+  const decideNow = (request: SidecarRequest): Step => {
+    let step: Step;
+    try {
+      step = evaluate(request);
+    } catch (error) {
+      return denyForError(error, request.requestId);
+    }
+    return step instanceof Promise
+      ? step.catch((error: unknown) => denyForError(error, request.requestId))
+      : step;
   };
 
   return {
-    async authorize(request) {
-      try {
-        return await evaluate(request);
-      } catch (error) {
-        return denyForError(error, request.requestId);
-      }
+    authorize(request) {
+      const step = decideNow(request);
+      return step instanceof Promise ? step : Promise.resolve(step);
     },
+    decide: decideNow,
   };
 }

@@ -71,16 +71,17 @@ export function toCheckDecision(decision: SidecarDecision): CheckDecision {
 }
 
 export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
-  return async (input: CheckInput) =>
-    toCheckDecision(
-      await engine.authorize({
-        transport: "grpc",
-        authorization: input.headers.authorization,
-        capabilityId: input.contextExtensions.capability_id,
-        host: input.host,
-        method: input.method,
-        path: input.path,
-        requestId: input.requestId ?? randomUUID(),
-      }),
-    );
+  return (input: CheckInput) => {
+    const decision = engine.decide({
+      transport: "grpc",
+      authorization: input.headers.authorization,
+      capabilityId: input.contextExtensions.capability_id,
+      host: input.host,
+      method: input.method,
+      path: input.path,
+      requestId: input.requestId ?? randomUUID(),
+    });
+    // Synchronous when everything was cached: the transport answers without a microtask.
+    return decision instanceof Promise ? decision.then(toCheckDecision) : toCheckDecision(decision);
+  };
 }

@@ -21,6 +21,8 @@ export interface FetchCacheOptions<V> {
 
 export interface FetchCache<V> {
   get(key: string): Promise<{ readonly value: V; readonly hit: boolean }>;
+  /** The cached, unexpired value without waiting; undefined on a miss (then call `get`). */
+  peek(key: string): { readonly value: V } | undefined;
   delete(key: string): void;
   clear(): void;
 }
@@ -50,6 +52,10 @@ export function createFetchCache<V>(options: FetchCacheOptions<V>): FetchCache<V
         inFlight.set(key, pending);
       }
       return { value: await pending, hit: false };
+    },
+    peek(key) {
+      const entry = entries.get(key);
+      return entry !== undefined && now() < entry.until ? entry : undefined;
     },
     delete(key) {
       entries.delete(key);

@@ -2,17 +2,17 @@ import { randomUUID } from "node:crypto";
 import {
   type ClientRequest,
   createServer,
-  type Agent as HttpAgent,
   Agent as HttpKeepAliveAgent,
+  request as httpRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
+  type OutgoingHttpHeaders,
   type Server,
   type ServerResponse,
 } from "node:http";
-import { Agent as HttpsAgent } from "node:https";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
-import httpProxy from "http-proxy";
 import {
   applyRedactions,
   type RedactionRule,
@@ -85,6 +85,7 @@ const DROPPED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
 ]);
 
 const NO_BODY_STATUSES: ReadonlySet<number> = new Set([204, 304]);
+const NO_RULES: readonly RedactionRule[] = Object.freeze([]);
 
 interface Exchange {
   readonly decision: SidecarAllow;
@@ -148,8 +149,8 @@ function decodeBody(bytes: Buffer, encoding: string, max: number): Buffer | unde
   }
 }
 
-/** Removes, in place, what is never forwarded (http-proxy copies `req.headers` to the upstream request). */
-function stripRequestHeaders(headers: IncomingHttpHeaders): void {
+/** The caller's headers that may go upstream: without what is never forwarded. */
+function forwardedHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
   const connection = single(headers.connection);
   const nominated =
     connection === undefined
@@ -160,15 +161,33 @@ function stripRequestHeaders(headers: IncomingHttpHeaders): void {
             .map((token) => token.trim().toLowerCase())
             .filter((token) => token.length > 0),
         );
-  for (const name of Object.keys(headers)) {
+  const out: OutgoingHttpHeaders = {};
+  for (const name in headers) {
     if (
+      !Object.hasOwn(headers, name) ||
       DROPPED_REQUEST_HEADERS.has(name) ||
       nominated?.has(name) === true ||
       name.startsWith("x-authority-")
     ) {
-      delete headers[name];
+      continue;
     }
+    // Defined as an own property: a hostile `__proto__` header stays a plain (dropped-by-Node) name.
+    Object.defineProperty(out, name, {
+      value: headers[name],
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
   }
+  return out;
+}
+
+/** RFC 9112 §6.3: a request with neither Content-Length nor Transfer-Encoding has no body. */
+function hasBody(headers: IncomingHttpHeaders): boolean {
+  return (
+    headers["transfer-encoding"] !== undefined ||
+    (headers["content-length"] !== undefined && headers["content-length"] !== "0")
+  );
 }
 
 export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
@@ -178,12 +197,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const upstreamTimeoutMs = positiveInt(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
   const maxResponseBytes = positiveInt(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
   const maxSockets = positiveInt(options.maxSockets, 256, "maxSockets");
-  const agents: { http: HttpAgent; https: HttpsAgent } = {
+  const agents = {
     http: new HttpKeepAliveAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
     https: new HttpsAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
   };
-  const proxy = httpProxy.createProxyServer({});
-  const exchanges = new WeakMap<IncomingMessage, Exchange>();
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let closing: Promise<void> | undefined;
@@ -232,7 +249,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     send(res, status, { status: "error", reason, requestId }, { [REQUEST_ID_HEADER]: requestId });
   };
 
-  const decide = async (req: IncomingMessage, requestId: string): Promise<SidecarAllow | SidecarDeny> => {
+  type Decision = SidecarAllow | SidecarDeny;
+
+  /** The decision, synchronously when everything it needs is cached; else a promise bounded by the deadline. */
+  const decide = (req: IncomingMessage, requestId: string): Decision | Promise<Decision> => {
     let host = single(req.headers.host) ?? "";
     let path = req.url ?? "";
     if (!path.startsWith("/")) {
@@ -246,35 +266,63 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
     }
     const authorization = single(req.headers["proxy-authorization"]) ?? single(req.headers.authorization);
+    const decided = engine.decide({
+      transport: "proxy",
+      authorization,
+      capabilityId: single(req.headers[CAPABILITY_HEADER]),
+      host,
+      method: req.method ?? "",
+      path,
+      requestId,
+    });
+    if (!(decided instanceof Promise)) return decided;
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(denyOf("upstream_unavailable", requestId)), decisionTimeoutMs);
-      const settle = (decision: SidecarAllow | SidecarDeny): void => {
-        clearTimeout(timer);
-        resolve(decision);
-      };
-      engine
-        .authorize({
-          transport: "proxy",
-          authorization,
-          capabilityId: single(req.headers[CAPABILITY_HEADER]),
-          host,
-          method: req.method ?? "",
-          path,
-          requestId,
-        })
-        .then(settle, (error: unknown) => settle(denyForError(error, requestId)));
+      decided.then(
+        (decision) => {
+          clearTimeout(timer);
+          resolve(decision);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          resolve(denyForError(error, requestId));
+        },
+      );
     });
   };
 
+  /**
+   * The operation's and the policy entry's response rules together, checked once: both come
+   * from the verified policy (the same objects while it is cached), so the combination is
+   * kept per pair instead of being built and checked on every request.
+   */
+  const checkedRules = new WeakMap<
+    readonly RedactionRule[],
+    WeakMap<readonly RedactionRule[], readonly RedactionRule[]>
+  >();
+  const rulesFor = (decision: SidecarAllow): readonly RedactionRule[] => {
+    const operationRules = decision.operation.response_rules;
+    // decide() answers "no policy rules" with a fresh empty array: one key stands for all of them.
+    const policyRules = decision.redactions.length === 0 ? NO_RULES : decision.redactions;
+    let byPolicy = checkedRules.get(operationRules);
+    const known = byPolicy?.get(policyRules);
+    if (known !== undefined) return known;
+    const rules = policyRules === NO_RULES ? operationRules : [...operationRules, ...policyRules];
+    // A malformed rule stops the call before it has side effects upstream (throws).
+    if (rules.length > 0) applyRedactions(null, rules);
+    if (byPolicy === undefined) {
+      byPolicy = new WeakMap();
+      checkedRules.set(operationRules, byPolicy);
+    }
+    byPolicy.set(policyRules, rules);
+    return rules;
+  };
+
   const forward = (req: IncomingMessage, res: ServerResponse, decision: SidecarAllow): void => {
-    const rules =
-      decision.redactions.length === 0
-        ? decision.operation.response_rules
-        : [...decision.operation.response_rules, ...decision.redactions];
+    let rules: readonly RedactionRule[];
     let target: URL;
     try {
-      // A malformed rule stops the call before it has side effects upstream.
-      if (rules.length > 0) applyRedactions(null, rules);
+      rules = rulesFor(decision);
       target = buildUpstreamUrl(decision.operation, { path: decision.params });
       const query = (req.url ?? "").split("?")[1];
       if (query !== undefined && query.length > 0) {
@@ -296,7 +344,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       timedOut: false,
       settled: false,
     };
-    exchanges.set(req, exchange);
     exchange.timer = setTimeout(() => {
       exchange.timedOut = true;
       exchange.proxyReq?.destroy(new Error("upstream deadline"));
@@ -308,41 +355,49 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       if (exchange.timer !== undefined) clearTimeout(exchange.timer);
       if (!res.writableFinished) exchange.proxyReq?.destroy();
     });
-    stripRequestHeaders(req.headers);
     const https = target.protocol === "https:";
     const hostname = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
-    proxy.web(
-      req,
-      res,
-      {
-        target: {
-          protocol: target.protocol,
-          host: hostname,
-          hostname,
-          port: target.port === "" ? (https ? 443 : 80) : Number(target.port),
-          path: `${target.pathname}${target.search}`,
-        } as unknown as string,
-        // `toProxy` + `ignorePath`: the path is exactly the target's (no url.parse of req.url).
-        toProxy: true,
-        ignorePath: true,
-        selfHandleResponse: true,
-        xfwd: false,
-        secure: true,
+    const headers = forwardedHeaders(req.headers);
+    for (const [name, value] of Object.entries(allowHeaders(decision))) headers[name] = value;
+    headers.host = target.host;
+    let proxyReq: ClientRequest;
+    try {
+      proxyReq = (https ? httpsRequest : httpRequest)({
+        protocol: target.protocol,
+        hostname,
+        port: target.port === "" ? (https ? 443 : 80) : Number(target.port),
+        path: `${target.pathname}${target.search}`,
+        method: exchange.method,
+        headers,
         agent: https ? agents.https : agents.http,
-        headers: { ...allowHeaders(decision), host: target.host },
-      },
-      (error: Error) => {
-        if (exchange.settled) return;
-        metrics?.upstream("error", (performance.now() - exchange.sentAt) / 1000);
-        metrics?.proxyResponse("failed");
-        const code = (error as { code?: unknown }).code;
-        logger?.warn(
-          { requestId: decision.requestId, code: typeof code === "string" ? code : error.name },
-          "upstream call failed",
-        );
-        fail(res, exchange, "upstream_unavailable", 503);
-      },
+      });
+    } catch (error) {
+      // Header values Node refuses (e.g. a credential with a control character) never leave.
+      upstreamFailed(res, exchange, error as Error);
+      return;
+    }
+    exchange.proxyReq = proxyReq;
+    proxyReq.on("response", (proxyRes: IncomingMessage) => onUpstreamResponse(exchange, proxyRes, res));
+    proxyReq.on("error", (error: Error) => upstreamFailed(res, exchange, error));
+    if (hasBody(req.headers)) {
+      // The request body streams to the upstream.
+      req.pipe(proxyReq);
+    } else {
+      req.resume();
+      proxyReq.end();
+    }
+  };
+
+  const upstreamFailed = (res: ServerResponse, exchange: Exchange, error: Error): void => {
+    if (exchange.settled) return;
+    metrics?.upstream("error", (performance.now() - exchange.sentAt) / 1000);
+    metrics?.proxyResponse("failed");
+    const code = (error as { code?: unknown }).code;
+    logger?.warn(
+      { requestId: exchange.decision.requestId, code: typeof code === "string" ? code : error.name },
+      "upstream call failed",
     );
+    fail(res, exchange, "upstream_unavailable", 503);
   };
 
   const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
@@ -448,16 +503,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     });
   };
 
-  proxy.on("proxyReq", (proxyReq: ClientRequest, req: IncomingMessage) => {
-    const exchange = exchanges.get(req);
-    if (exchange === undefined) return;
-    exchange.proxyReq = proxyReq;
-    if (exchange.timedOut) proxyReq.destroy();
-  });
-
-  proxy.on("proxyRes", (proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse) => {
-    const exchange = exchanges.get(req);
-    if (exchange === undefined || exchange.settled) {
+  const onUpstreamResponse = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
+    if (exchange.settled) {
       proxyRes.resume();
       return;
     }
@@ -479,33 +526,41 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     } else {
       respondStreaming(exchange, proxyRes, res);
     }
-  });
+  };
 
   const server = createServer((req, res) => {
     inFlight++;
     res.once("close", finished);
     const started = performance.now();
     const requestId = requestIdFrom(req.headers["x-request-id"]);
-    decide(req, requestId).then(
-      (decision) => {
-        const seconds = (performance.now() - started) / 1000;
-        metrics?.decision(
-          "proxy",
-          decision.allow ? "allow" : "deny",
-          decision.allow ? null : decision.reason,
-          seconds,
-        );
-        if (!decision.allow) {
-          sendDeny(res, decision);
-          return;
-        }
-        forward(req, res, decision);
-      },
-      (error: unknown) => {
-        metrics?.decision("proxy", "error", "internal", (performance.now() - started) / 1000);
-        sendDeny(res, denyForError(error, requestId));
-      },
-    );
+    const decided = (decision: Decision): void => {
+      const seconds = (performance.now() - started) / 1000;
+      metrics?.decision(
+        "proxy",
+        decision.allow ? "allow" : "deny",
+        decision.allow ? null : decision.reason,
+        seconds,
+      );
+      if (!decision.allow) {
+        sendDeny(res, decision);
+        return;
+      }
+      forward(req, res, decision);
+    };
+    let decision: Decision | Promise<Decision>;
+    try {
+      decision = decide(req, requestId);
+    } catch (error) {
+      decision = denyForError(error, requestId);
+    }
+    if (!(decision instanceof Promise)) {
+      decided(decision);
+      return;
+    }
+    decision.then(decided, (error: unknown) => {
+      metrics?.decision("proxy", "error", "internal", (performance.now() - started) / 1000);
+      sendDeny(res, denyForError(error, requestId));
+    });
   });
   server.on("connection", (socket: Socket) => {
     sockets.add(socket);
@@ -544,7 +599,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         const done = (): void => {
           clearTimeout(force);
           for (const socket of sockets) socket.destroy();
-          proxy.close();
           agents.http.destroy();
           agents.https.destroy();
           resolve();

@@ -123,10 +123,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     events: {
       lookup: (layer: CacheLayer, hit: boolean) => metrics.cache("policy", layer, hit),
       verificationFailure: (layer) => metrics.verificationFailure(layer),
-      headRead: (result) => {
-        metrics.headRead(result);
-        if (result !== "stale_used") metrics.setRedisUp(result === "ok");
-      },
+      headRead: (result) => metrics.headRead(result),
     },
   });
   const catalogs = createFetchCache<Capability | undefined>({
@@ -152,12 +149,23 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         metrics.cache("capability", hit ? "local" : "authority", hit || value !== undefined);
         return value;
       },
+      peek(partnerId, capabilityId) {
+        const cached = catalogs.peek(`${partnerId}\u0000${capabilityId}`);
+        if (cached !== undefined) metrics.cache("capability", "local", true);
+        return cached;
+      },
     },
     credentials: {
       async get(partnerId, profileId) {
         const { value, hit } = await credentials.get(`${partnerId}\u0000${profileId}`);
         metrics.cache("credentials", hit ? "local" : "authority", true);
         return value;
+      },
+      peek(partnerId, profileId) {
+        const cached = credentials.peek(`${partnerId}\u0000${profileId}`);
+        if (cached === undefined) return undefined;
+        metrics.cache("credentials", "local", true);
+        return cached.value;
       },
     },
     capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
@@ -181,6 +189,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
   });
 
+  if (redis !== undefined) metrics.trackRedisUp(() => redis.up);
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   let grpcUp = false;

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
 import { TokenVerificationError } from "../../identity/errors.ts";
 import type { VerifiedToken } from "../../identity/jwt-verifier.ts";
@@ -40,9 +40,12 @@ export type TokenCheck =
   | { readonly ok: false; readonly unavailable: boolean };
 
 export interface VerifiedTokenCache {
-  check(token: string): Promise<TokenCheck>;
+  /** A cached answer comes back as it is (no promise): the decision path stays synchronous. */
+  check(token: string): TokenCheck | Promise<TokenCheck>;
   readonly size: number;
 }
+
+const REJECTED: TokenCheck = Object.freeze({ ok: false, unavailable: false });
 
 function positiveInt(value: number | undefined, fallback: number, name: string): number {
   const out = value ?? fallback;
@@ -85,17 +88,17 @@ export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): Ve
       return accepted.size;
     },
     check(token) {
-      // Bearer tokens are ASCII (extractBearer checked): latin1 skips the UTF-8 scan.
-      const digest = createHash("sha256").update(token, "latin1").digest("base64");
+      // One-shot digest: no Hash object per request.
+      const digest = hash("sha256", token, "base64");
       const at = now();
       const principal = accepted.get(digest);
       if (principal !== undefined) {
-        if (at < principal.validUntil) return Promise.resolve({ ok: true, principal, cached: true });
+        if (at < principal.validUntil) return { ok: true, principal, cached: true };
         accepted.delete(digest);
       }
       const rejectedUntil = rejected.get(digest);
       if (rejectedUntil !== undefined) {
-        if (at < rejectedUntil) return Promise.resolve({ ok: false, unavailable: false });
+        if (at < rejectedUntil) return REJECTED;
         rejected.delete(digest);
       }
       let pending = inFlight.get(digest);

@@ -50,7 +50,21 @@ describe("policy change publisher and the sidecar's Redis view (real redis-serve
     assert.equal(await store.readHead("s-2"), 7);
     await store.raiseHead("s-2", 8);
     assert.equal(await store.readHead("s-2"), 8);
+    // A sidecar that raised a head announces it (only when it went up).
+    await store.sync();
+    assert.ok(changes.some((c) => c.subject_id === "s-2" && c.head === 8));
+    assert.ok(!changes.some((c) => c.subject_id === "s-2" && c.head === 3));
     assert.equal(await store.readHead("never-published"), null);
+  });
+
+  test("sync: once it resolves, every change published before it has reached the listeners", async () => {
+    for (let head = 1; head <= 20; head++) await publisher.publish("s-sync", head);
+    await store.sync();
+    assert.ok(changes.some((c) => c.subject_id === "s-sync" && c.head === 20));
+    const generation = store.subscribedGeneration();
+    assert.ok(generation !== undefined);
+    assert.equal(store.syncedWithin(generation, 60_000), true);
+    assert.equal(store.syncedWithin(generation + 1, 60_000), false);
   });
 
   test("an invalid change is refused before it reaches Redis", async () => {

@@ -177,6 +177,60 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     assert.equal(second.policy.head, 4);
   });
 
+  test("the head view: repeat lookups read no head from Redis; a change that arrived is seen at once", async () => {
+    const source = recordSource();
+    source.records.set("v1", await protectedRecord(protector, "v1", 1));
+    const reads: string[] = [];
+    const a = await sidecarCache(source, { events: { headRead: (result) => reads.push(result) } });
+    await a.cache.get("v1"); // no head in Redis yet: the authority answers and the head is written
+    await a.cache.get("v1"); // the head is read from Redis, which seeds the view
+    reads.length = 0;
+    assert.equal((await a.cache.get("v1")).layer, "local");
+    assert.equal(a.cache.peek("v1")?.policy.head, 1);
+    assert.deepEqual(reads, ["view", "view"]);
+
+    source.records.set(
+      "v1",
+      await protectedRecord(protector, "v1", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
+    );
+    await publisher.publish("v1", 2);
+    await a.store.sync();
+    assert.equal(a.cache.peek("v1"), undefined);
+    const lookup = await a.cache.get("v1");
+    assert.equal(lookup.policy.head, 2);
+    assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+  });
+
+  test("the head view is used only while the store's last sync is recent enough (viewMaxLagMs)", async () => {
+    const source = recordSource();
+    source.records.set("v2", await protectedRecord(protector, "v2", 1));
+    const store = createRedisPolicyStore({ url: server.url, syncIntervalMs: 3_600_000 });
+    stores.push(store);
+    await store.waitReady(5000);
+    const reads: string[] = [];
+    const cache = createVerifiedPolicyCache({
+      source,
+      protector,
+      redis: { store, keys },
+      viewMaxLagMs: 1000,
+      stalenessMs: 5000,
+      events: { headRead: (result) => reads.push(result) },
+    });
+    await cache.get("v2");
+    await cache.get("v2");
+    await store.sync();
+    reads.length = 0;
+    await cache.get("v2");
+    assert.deepEqual(reads, ["view"]);
+    // No sync for longer than the bound: the head is read from Redis again.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    reads.length = 0;
+    assert.equal(cache.peek("v2"), undefined);
+    await cache.get("v2");
+    assert.deepEqual(reads, ["ok"]);
+  });
+
   test("a published change is seen on the next lookup of every sidecar (head read per lookup)", async () => {
     const source = recordSource();
     source.records.set("r2", await protectedRecord(protector, "r2", 1));
@@ -259,3 +313,24 @@ async function waitFor(probe: () => boolean, timeoutMs = 5000): Promise<boolean>
   }
   return true;
 }
+
+describe("verified-policy cache weight bound", () => {
+  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+
+  test("the local layer keeps policies within localMaxBytes: the least recent goes first", async () => {
+    const source = recordSource();
+    for (const subject of ["w1", "w2", "w3"])
+      source.records.set(subject, await protectedRecord(protector, subject, 1));
+    const one = (await createVerifiedPolicyCache({ source, protector }).get("w1")).policy;
+    assert.ok(one.load.ok);
+    const weight = 2 * JSON.stringify(one.load.document).length;
+    const cache = createVerifiedPolicyCache({ source, protector, localMaxBytes: 2 * weight + 10 });
+    await cache.get("w1");
+    await cache.get("w2");
+    assert.equal(cache.size, 2);
+    await cache.get("w3");
+    assert.equal(cache.size, 2);
+    assert.equal(cache.peek("w1"), undefined);
+    assert.equal(cache.peek("w3")?.layer, "local");
+  });
+});

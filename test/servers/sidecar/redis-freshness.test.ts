@@ -47,14 +47,20 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
     await world.close();
   });
 
-  test("a revocation on the authority is denied by both sidecars on their very next request", async () => {
+  /** One sync round trip on each sidecar's change subscription: every change published before has arrived. */
+  const synced = () => Promise.all([first, second].map((sidecar) => sidecar.sidecar.redis?.sync()));
+
+  test("a revocation on the authority is denied by both sidecars once its change message has arrived", async () => {
     const token = await newSubject("agent-revoke-both");
     for (const sidecar of [first, second]) {
       assert.equal((await sidecar.check({ token })).http_response, "ok_response");
     }
     const started = performance.now();
     assert.equal(await world.revoke("agent-revoke-both"), 200);
-    // The authority set the head before answering: no waiting, no polling.
+    // The authority published before answering; the message reaches a sidecar within a
+    // loopback hop (in practice before this request does). A sync round trip makes that
+    // deterministic here: no waiting, no polling.
+    await synced();
     const [a, b] = await Promise.all([first.check({ token }), second.check({ token })]);
     const elapsedMs = performance.now() - started;
     for (const response of [a, b]) {
@@ -72,11 +78,39 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
     assert.equal((await first.proxy({ target, token })).status, 200);
     assert.equal((await second.proxy({ target, token })).status, 200);
     assert.equal(await world.revoke("agent-revoke-proxy"), 200);
+    await synced();
     for (const sidecar of [first, second]) {
       const reply = await sidecar.proxy({ target, token });
       assert.equal(reply.status, 403);
       assert.equal(reply.json().reason, "policy_revoked");
     }
+  });
+
+  test("the head view answers repeat requests without a Redis read, and stops when the subscription is lost", async () => {
+    const token = await newSubject("agent-view");
+    const headReads = async (result: string) =>
+      Number(
+        (await first.metricsText()).match(
+          new RegExp(`^authority_sidecar_policy_head_reads_total\\{result="${result}"\\} (\\d+)`, "m"),
+        )?.[1] ?? 0,
+      );
+    for (let i = 0; i < 3; i++) assert.equal((await first.check({ token })).http_response, "ok_response");
+    const fromView = await headReads("view");
+    const fromRedis = await headReads("ok");
+    assert.equal((await first.check({ token })).http_response, "ok_response");
+    assert.equal(await headReads("view"), fromView + 1);
+    assert.equal(await headReads("ok"), fromRedis);
+
+    // Redis drops the sidecar's pub/sub connection: changes could be missed, so the view is
+    // out of service until the subscription is back and the head has been read again.
+    const store = first.sidecar.redis;
+    assert.ok(store !== undefined);
+    const generation = store.subscribedGeneration();
+    await redis.call("CLIENT", "KILL", "TYPE", "pubsub");
+    assert.equal(await eventually(async () => store.subscribedGeneration() !== generation), true);
+    assert.equal((await first.check({ token })).http_response, "ok_response");
+    assert.equal(await headReads("ok"), fromRedis + 1);
+    await store.waitReady(10_000);
   });
 
   test("a policy verified by one sidecar is served to the other from the sealed Redis entry", async () => {

@@ -1,9 +1,9 @@
 import type { CheckInput } from "./types.ts";
 
 /**
- * Turns a decoded CheckRequest into a CheckInput. Pure and total: whatever the peer sent,
- * missing or mistyped attributes become empty values — never a throw — and the caller decides
- * whether the result is complete enough to ask for a decision.
+ * Turns a CheckRequest into a CheckInput. Pure and total: whatever the peer sent, missing or
+ * mistyped attributes become empty values — never a throw — and the caller decides whether
+ * the result is complete enough to ask for a decision.
  */
 
 export interface ParsedCheckRequest {
@@ -36,54 +36,50 @@ function appendHeader(target: Map<string, string>, name: string, value: string):
   else target.set(key, `${previous}${key === "cookie" ? "; " : ", "}${value}`);
 }
 
-// Object.fromEntries defines own properties, so a hostile `__proto__` key stays a plain key.
-function headersOf(http: Bag | undefined): Record<string, string> {
-  const merged = new Map<string, string>();
-  const map = bag(http?.headers);
-  if (map !== undefined) {
-    for (const [name, value] of Object.entries(map)) {
-      if (name !== "" && typeof value === "string") appendHeader(merged, name, value);
-    }
-  }
-  // Envoy sends header_map instead of headers when encode_raw_headers is on.
-  const raw = bag(http?.header_map)?.headers;
-  if (merged.size === 0 && Array.isArray(raw)) {
-    for (const entry of raw) {
-      const header = bag(entry);
-      const name = text(header?.key);
-      if (name === "") continue;
-      const value = text(header?.value) || bytesText(header?.raw_value);
-      appendHeader(merged, name, value);
-    }
-  }
-  return Object.fromEntries(merged);
-}
-
-function stringMap(value: unknown): Record<string, string> {
-  const source = bag(value);
-  if (source === undefined) return {};
-  const entries: [string, string][] = [];
-  for (const [key, entry] of Object.entries(source)) {
-    if (typeof entry === "string") entries.push([key, entry]);
-  }
-  return Object.fromEntries(entries);
+/** The few CheckRequest fields a decision needs, however they were decoded. */
+export interface RawCheckRequest {
+  readonly id: string;
+  readonly method: string;
+  readonly path: string;
+  readonly host: string;
+  readonly scheme: string;
+  /** `HttpRequest.headers` entries, as received. */
+  readonly headers: Iterable<readonly [string, string]>;
+  /** `HttpRequest.header_map` entries (value, else raw_value as text), used when `headers` is empty. */
+  readonly headerMap: Iterable<readonly [string, string]>;
+  readonly contextExtensions: Iterable<readonly [string, string]>;
+  /** `source.principal`. */
+  readonly principal: string;
 }
 
 const printableId = /^[\x21-\x7e]{1,128}$/;
 
-export function parseCheckRequest(message: unknown): ParsedCheckRequest {
-  const attributes = bag(bag(message)?.attributes);
-  const http = bag(bag(attributes?.request)?.http);
-  const headers = headersOf(http);
+/**
+ * The CheckInput of a request. Shared by `parseCheckRequest` (decoded messages) and the
+ * hot path's codec (grpc/codec.ts), so both agree on every rule.
+ */
+export function buildCheckInput(raw: RawCheckRequest): ParsedCheckRequest {
+  const merged = new Map<string, string>();
+  for (const [name, value] of raw.headers) {
+    if (name !== "") appendHeader(merged, name, value);
+  }
+  // Envoy sends header_map instead of headers when encode_raw_headers is on.
+  if (merged.size === 0) {
+    for (const [name, value] of raw.headerMap) {
+      if (name !== "") appendHeader(merged, name, value);
+    }
+  }
+  // Object.fromEntries defines own properties, so a hostile `__proto__` key stays a plain key.
+  const headers: Record<string, string> = Object.fromEntries(merged);
 
-  const method = text(http?.method) || (headers[":method"] ?? "");
-  const path = text(http?.path) || (headers[":path"] ?? "");
-  const host = text(http?.host) || (headers[":authority"] ?? headers.host ?? "");
-  const scheme = text(http?.scheme) || (headers[":scheme"] ?? "");
-  const candidateId = text(http?.id) || headers["x-request-id"] || "";
+  const method = raw.method || (headers[":method"] ?? "");
+  const path = raw.path || (headers[":path"] ?? "");
+  const host = raw.host || (headers[":authority"] ?? headers.host ?? "");
+  const scheme = raw.scheme || (headers[":scheme"] ?? "");
+  const candidateId = raw.id || headers["x-request-id"] || "";
   // Echoed in deny bodies and logs: only a short printable id is kept.
   const requestId = printableId.test(candidateId) ? candidateId : "";
-  const sourcePrincipal = text(bag(attributes?.source)?.principal);
+  const sourcePrincipal = raw.principal;
 
   const input: CheckInput = {
     method,
@@ -91,9 +87,47 @@ export function parseCheckRequest(message: unknown): ParsedCheckRequest {
     host,
     scheme,
     headers,
-    contextExtensions: stringMap(attributes?.context_extensions),
+    contextExtensions: Object.fromEntries(raw.contextExtensions),
     ...(requestId === "" ? {} : { requestId }),
     ...(sourcePrincipal === "" ? {} : { sourcePrincipal }),
   };
   return { input, complete: method !== "" && path !== "" };
+}
+
+function stringEntries(value: unknown): Array<[string, string]> {
+  const source = bag(value);
+  if (source === undefined) return [];
+  const entries: Array<[string, string]> = [];
+  for (const [key, entry] of Object.entries(source)) {
+    if (typeof entry === "string") entries.push([key, entry]);
+  }
+  return entries;
+}
+
+function headerMapEntries(http: Bag | undefined): Array<[string, string]> {
+  const raw = bag(http?.header_map)?.headers;
+  if (!Array.isArray(raw)) return [];
+  const entries: Array<[string, string]> = [];
+  for (const entry of raw) {
+    const header = bag(entry);
+    entries.push([text(header?.key), text(header?.value) || bytesText(header?.raw_value)]);
+  }
+  return entries;
+}
+
+/** Turns a decoded CheckRequest (proto-loader's object form) into a CheckInput. */
+export function parseCheckRequest(message: unknown): ParsedCheckRequest {
+  const attributes = bag(bag(message)?.attributes);
+  const http = bag(bag(attributes?.request)?.http);
+  return buildCheckInput({
+    id: text(http?.id),
+    method: text(http?.method),
+    path: text(http?.path),
+    host: text(http?.host),
+    scheme: text(http?.scheme),
+    headers: stringEntries(http?.headers),
+    headerMap: headerMapEntries(http),
+    contextExtensions: stringEntries(attributes?.context_extensions),
+    principal: text(bag(attributes?.source)?.principal),
+  });
 }

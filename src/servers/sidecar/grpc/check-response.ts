@@ -42,9 +42,9 @@ export function rpcCodeFor(httpStatus: number, reason: string): number {
 }
 
 // RFC 9110 token; Envoy rejects header mutations outside it.
-const headerName = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+export const headerName = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 // Field values may not hold CR, LF or NUL (RFC 9110 §5.5).
-const badHeaderValue = /[\r\n\0]/;
+export const badHeaderValue = /[\r\n\0]/;
 
 type Bag = Readonly<Record<string, unknown>>;
 

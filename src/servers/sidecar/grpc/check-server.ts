@@ -1,19 +1,15 @@
 import { randomUUID } from "node:crypto";
-import {
-  type Deadline,
-  Server,
-  ServerCredentials,
-  type ServerUnaryCall,
-  type sendUnaryData,
-} from "@grpc/grpc-js";
-import type { MethodDefinition } from "@grpc/proto-loader";
+import type { SecureServerOptions } from "node:http2";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
-import { parseCheckRequest } from "./check-input.ts";
+import type { ParsedCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
+import { decodeCheckRequest, encodeAllowDecision, encodeCheckResponse } from "./codec.ts";
 import { CheckServerError } from "./errors.ts";
 import { createHealthService, type SettableServingStatus } from "./health.ts";
-import { AUTHORIZATION_SERVICE, type CheckResponse, loadProtos } from "./proto.ts";
+import { AUTHORIZATION_SERVICE, CHECK_PATH } from "./names.ts";
+import type { CheckResponse } from "./proto.ts";
+import { createGrpcServer, type GrpcServer, type UnaryCall } from "./transport.ts";
 import type { CheckFunction, CheckOutcome, DecisionEvent, DenyDecision, DenyHttpStatus } from "./types.ts";
 
 /**
@@ -21,6 +17,10 @@ import type { CheckFunction, CheckOutcome, DecisionEvent, DenyDecision, DenyHttp
  * handler is answered with a CheckResponse, and anything but a well-formed allow from the
  * decision function — a throw, a rejection, a timeout, a malformed request or decision — is a
  * deny. It never answers with a gRPC error, which Envoy would resolve by `failure_mode_allow`.
+ *
+ * The gRPC layer is transport.ts (HTTP/2 and gRPC framing only) and the messages are read and
+ * written by codec.ts: when the decision is synchronous (everything cached), a Check is
+ * decoded, decided, encoded and answered in the one callback that received it.
  */
 
 export interface CheckServerLogger {
@@ -38,8 +38,8 @@ export interface CheckServerOptions {
   readonly onDecision?: (event: DecisionEvent) => void;
   /** Health status before anyone sets it (default SERVING). */
   readonly initialServingStatus?: SettableServingStatus;
-  /** Default: insecure (Envoy and the sidecar share the pod's loopback). */
-  readonly credentials?: ServerCredentials;
+  /** TLS for the gRPC port (HTTP/2 over TLS); default plaintext (Envoy and the sidecar share the pod's loopback). */
+  readonly tls?: SecureServerOptions;
 }
 
 export interface CloseOptions {
@@ -69,15 +69,21 @@ export function callerDeadlineMarginMs(remaining: number): number {
 }
 const MAX_DEADLINE_MS = 60_000;
 
-/** Stands for a request whose bytes did not decode: the handler denies it instead of grpc-js failing the call. */
-const MALFORMED: unique symbol = Symbol("malformed CheckRequest");
-interface MalformedRequest {
-  readonly [MALFORMED]: true;
+/** Bytes that are not a CheckRequest: the handler denies them instead of grpc-js failing the call. */
+function decodeOrUndefined(bytes: unknown): ParsedCheckRequest | undefined {
+  if (!(bytes instanceof Uint8Array)) return undefined;
+  try {
+    return decodeCheckRequest(bytes);
+  } catch {
+    return undefined;
+  }
 }
-const malformedRequest: MalformedRequest = Object.freeze({ [MALFORMED]: true as const });
 
-function validateOptions(options: CheckServerOptions): Required<Omit<CheckServerOptions, "onDecision">> & {
+function validateOptions(options: CheckServerOptions): Required<
+  Omit<CheckServerOptions, "onDecision" | "tls">
+> & {
   onDecision: ((event: DecisionEvent) => void) | undefined;
+  tls: SecureServerOptions | undefined;
 } {
   const fail = (message: string): never => {
     throw new CheckServerError("invalid_options", message);
@@ -99,21 +105,17 @@ function validateOptions(options: CheckServerOptions): Required<Omit<CheckServer
   if (initialServingStatus !== "SERVING" && initialServingStatus !== "NOT_SERVING") {
     fail("initialServingStatus must be SERVING or NOT_SERVING");
   }
-  const credentials = options.credentials ?? ServerCredentials.createInsecure();
-  if (!(credentials instanceof ServerCredentials)) fail("credentials must be grpc ServerCredentials");
+  if (options.tls !== undefined && (typeof options.tls !== "object" || options.tls === null)) {
+    fail("tls must be TLS server options");
+  }
   return {
     check: options.check,
     deadlineMs,
     logger,
     onDecision: options.onDecision,
     initialServingStatus,
-    credentials,
+    tls: options.tls,
   };
-}
-
-function remainingMs(deadline: Deadline): number {
-  const at = deadline instanceof Date ? deadline.getTime() : deadline;
-  return at - Date.now();
 }
 
 /** What the server itself denies with when no valid decision exists. */
@@ -142,28 +144,12 @@ function errorSummary(error: unknown): Record<string, unknown> {
 export function createCheckServer(options: CheckServerOptions): CheckServer {
   const config = validateOptions(options);
   const { logger } = config;
-  const protos = loadProtos();
   const health = createHealthService(["", AUTHORIZATION_SERVICE], config.initialServingStatus);
   const pending = new Set<AbortController>();
-  const server = new Server();
   let state: "idle" | "binding" | "listening" | "closed" = "idle";
   let closing: Promise<void> | undefined;
-
-  const checkMethod = protos.authorization.Check as MethodDefinition<object, object> | undefined;
-  if (checkMethod === undefined) throw new CheckServerError("invalid_options", "Authorization.Check missing");
-  const decode = checkMethod.requestDeserialize;
-  const authorization = {
-    Check: {
-      ...checkMethod,
-      requestDeserialize: (bytes: Buffer): object => {
-        try {
-          return decode(bytes);
-        } catch {
-          return malformedRequest;
-        }
-      },
-    },
-  };
+  /** Set when a shutdown's grace period ran out. */
+  let cut = false;
 
   const emit = (event: DecisionEvent): void => {
     if (config.onDecision === undefined) return;
@@ -174,13 +160,9 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     }
   };
 
-  const handleCheck = (
-    call: ServerUnaryCall<unknown, CheckResponse>,
-    callback: sendUnaryData<CheckResponse>,
-  ) => {
+  const handleCheck = (request: Buffer, call: UnaryCall): void => {
     const started = performance.now();
-    const request: unknown = call.request;
-    const parsed = request === malformedRequest ? undefined : parseCheckRequest(request);
+    const parsed = decodeOrUndefined(request);
     const requestId = parsed?.input.requestId ?? randomUUID();
     const controller = new AbortController();
     let settled = false;
@@ -213,9 +195,38 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     };
 
     const respond = (outcome: CheckOutcome, response: CheckResponse): void => {
-      if (!settle()) return;
-      callback(null, response);
-      emit(event(outcome, response));
+      if (settled || cut) return;
+      let bytes: Buffer;
+      let sent = response;
+      let sentOutcome = outcome;
+      try {
+        bytes = encodeCheckResponse(response);
+      } catch (error) {
+        // Never a gRPC error (Envoy's failure_mode_allow decides those): an internal deny.
+        logger.error({ requestId, err: errorSummary(error) }, "CheckResponse could not be encoded; denied");
+        sentOutcome = "invalid_decision";
+        sent = denyResponse({ allow: false, ...failClosed.invalid_decision, requestId });
+        bytes = encodeCheckResponse(sent);
+      }
+      settle();
+      call.respond(bytes);
+      emit(event(sentOutcome, sent));
+    };
+
+    /** The common case: a well-formed allow, checked and written in one pass. */
+    const respondAllow = (bytes: Buffer): void => {
+      if (settled || cut) return;
+      settle();
+      call.respond(bytes);
+      emit({
+        outcome: "allow",
+        allowed: true,
+        httpStatus: 200,
+        rpcCode: 0,
+        reason: null,
+        requestId,
+        durationMs: performance.now() - started,
+      });
     };
 
     const deny = (
@@ -243,15 +254,55 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       return;
     }
 
-    const remaining = remainingMs(call.getDeadline());
+    const remaining = call.deadline === undefined ? Number.POSITIVE_INFINITY : call.deadline - Date.now();
     const budget = Math.min(config.deadlineMs, remaining - callerDeadlineMarginMs(remaining));
     if (budget <= 0) {
       deny("timeout", failClosed.timeout);
       return;
     }
 
+    const onValue = (value: unknown): void => {
+      if (settled) return;
+      const allow = encodeAllowDecision(value);
+      if (allow !== undefined) {
+        respondAllow(allow);
+        return;
+      }
+      const decision = validateDecision(value);
+      if (decision === null) {
+        logger.error({ requestId }, "decision function returned a malformed decision; denied");
+        deny("invalid_decision", failClosed.invalid_decision);
+      } else if (decision.allow) {
+        respond("allow", allowResponse(decision));
+      } else {
+        deny("deny", decision);
+      }
+    };
+    const onError = (error: unknown): void => {
+      if (settled) return;
+      logger.warn({ requestId, err: errorSummary(error) }, "decision function failed; denied");
+      deny("error", denyForError(error));
+    };
+    let result: unknown;
+    try {
+      result = config.check(parsed.input, controller.signal);
+    } catch (error) {
+      onError(error);
+      return;
+    }
+    const pendingResult =
+      result instanceof Promise
+        ? result
+        : typeof (result as { then?: unknown } | null)?.then === "function"
+          ? Promise.resolve(result)
+          : undefined;
+    if (pendingResult === undefined) {
+      // Decided synchronously (everything was cached): nothing to wait for, time or cancel.
+      onValue(result);
+      return;
+    }
     pending.add(controller);
-    call.on("cancelled", () => {
+    call.onCancel(() => {
       if (!settle()) return;
       controller.abort(new Error("ext_authz call cancelled"));
       emit(event("cancelled", undefined));
@@ -263,30 +314,13 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       controller.abort(new Error("ext_authz deadline exceeded"));
       logger.warn({ requestId, deadlineMs: budget }, "ext_authz decision timed out; denied");
     }, budget);
-
-    new Promise<unknown>((resolve) => resolve(config.check(parsed.input, controller.signal))).then(
-      (value) => {
-        if (settled) return;
-        const decision = validateDecision(value);
-        if (decision === null) {
-          logger.error({ requestId }, "decision function returned a malformed decision; denied");
-          deny("invalid_decision", failClosed.invalid_decision);
-        } else if (decision.allow) {
-          respond("allow", allowResponse(decision));
-        } else {
-          deny("deny", decision);
-        }
-      },
-      (error: unknown) => {
-        if (settled) return;
-        logger.warn({ requestId, err: errorSummary(error) }, "decision function failed; denied");
-        deny("error", denyForError(error));
-      },
-    );
+    pendingResult.then(onValue, onError);
   };
 
-  server.addService(authorization, { Check: handleCheck });
-  server.addService(protos.health, health.implementation);
+  const server: GrpcServer = createGrpcServer({
+    methods: { [CHECK_PATH]: { kind: "unary", handle: handleCheck }, ...health.methods },
+    ...(config.tls === undefined ? {} : { tls: config.tls }),
+  });
 
   return {
     get inFlight() {
@@ -305,18 +339,23 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       if (state !== "idle") {
         return Promise.reject(new CheckServerError("already_listening", "server is already listening"));
       }
+      const colon = address.lastIndexOf(":");
+      const port = Number(address.slice(colon + 1));
+      const host = address.slice(0, Math.max(0, colon)).replace(/^\[(.*)\]$/, "$1");
+      if (colon < 1 || !Number.isInteger(port) || port < 0 || port > 65_535 || host === "") {
+        return Promise.reject(new CheckServerError("invalid_options", "listen address must be host:port"));
+      }
       state = "binding";
-      return new Promise((resolve, reject) => {
-        server.bindAsync(address, config.credentials, (error, port) => {
-          if (error !== null) {
-            state = "idle";
-            reject(new CheckServerError("bind_failed", `cannot bind ${address}`, { cause: error }));
-            return;
-          }
+      return server.listen(host, port).then(
+        (bound) => {
           state = "listening";
-          resolve({ port });
-        });
-      });
+          return { port: bound };
+        },
+        (error: unknown) => {
+          state = "idle";
+          throw new CheckServerError("bind_failed", `cannot bind ${address}`, { cause: error });
+        },
+      );
     },
 
     close({ graceMs = DEFAULT_GRACE_MS } = {}) {
@@ -327,17 +366,14 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       state = "closed";
       health.setStatus("NOT_SERVING");
       health.endWatches();
-      closing = new Promise<void>((resolve) => {
-        const force = setTimeout(() => {
-          for (const controller of pending) controller.abort(new Error("ext_authz server shutting down"));
-          server.forceShutdown();
-          resolve();
-        }, graceMs);
-        server.tryShutdown(() => {
-          clearTimeout(force);
-          resolve();
-        });
-      });
+      // At the end of the grace period: nothing is answered any more — the connections are
+      // being cut, and a decision that still arrives (an allow included) must not go out on
+      // one that survived — and every decision still running is told to stop.
+      const cutOff = setTimeout(() => {
+        cut = true;
+        for (const controller of pending) controller.abort(new Error("ext_authz server shutting down"));
+      }, graceMs);
+      closing = server.close(graceMs).finally(() => clearTimeout(cutOff));
       return closing;
     },
   };

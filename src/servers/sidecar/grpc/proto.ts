@@ -39,8 +39,9 @@ export const protoLoaderOptions: Readonly<Options> = Object.freeze({
   includeDirs: [protoDir],
 });
 
-export const AUTHORIZATION_SERVICE = "envoy.service.auth.v3.Authorization";
-export const HEALTH_SERVICE = "grpc.health.v1.Health";
+import { AUTHORIZATION_SERVICE, HEALTH_SERVICE } from "./names.ts";
+
+export { AUTHORIZATION_SERVICE, HEALTH_SERVICE };
 
 export interface LoadedProtos {
   readonly packageDefinition: PackageDefinition;

@@ -88,8 +88,14 @@ export interface DenyDecision {
 
 export type CheckDecision = AllowDecision | DenyDecision;
 
-/** The injected decision function. It must stop work when `signal` aborts. */
-export type CheckFunction = (input: CheckInput, signal: AbortSignal) => Promise<CheckDecision>;
+/**
+ * The injected decision function. It must stop work when `signal` aborts. It may answer
+ * synchronously (a decision from caches) or with a promise.
+ */
+export type CheckFunction = (
+  input: CheckInput,
+  signal: AbortSignal,
+) => CheckDecision | Promise<CheckDecision>;
 
 /**
  * How a Check call ended, for metrics:
