@@ -2,6 +2,7 @@ import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
 import { validatePolicyDocument } from "../../core/policy-document.ts";
 import { openPolicyDocument } from "../artifact.ts";
+import { withRevocationMarker } from "../loader.ts";
 import { PolicyProtectionError, type PolicyProtector } from "../protector.ts";
 import type { PolicyRecord } from "../record.ts";
 import type { CacheKeys } from "./cache-key.ts";
@@ -332,7 +333,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       });
       // The record's facts (head, revocation, expiry) must describe exactly the signed text.
       if (opened.documentHash !== record.document_hash) return refused();
-      return { ...base, load: { ok: true, document: opened.document } };
+      // A revocation written while the crypto service was down is a deny-only marker.
+      return { ...base, load: withRevocationMarker({ ok: true, document: opened.document }, record) };
     } catch (error) {
       if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") {
         throw new PolicyCacheError("source_unavailable", "policy protection is unavailable", {

@@ -100,6 +100,16 @@ describe("verified-policy cache without Redis", () => {
     assert.deepEqual(failures, ["authority", "authority", "authority"]);
   });
 
+  test("a revocation marker on the record (crypto service down at revoke time) revokes the verified document", async () => {
+    const source = recordSource();
+    const record = await protectedRecord(protector, "s-marker", 1);
+    source.records.set("s-marker", { ...record, revoked_at: "2026-01-02T03:04:05.000Z" });
+    const cache = createVerifiedPolicyCache({ source, protector });
+    const load = (await cache.get("s-marker")).policy.load;
+    assert.ok(load.ok);
+    assert.equal(load.document.revoked_at, "2026-01-02T03:04:05.000Z");
+  });
+
   test("keys that cannot be reached are a fault (503), not a verdict", async () => {
     const source = recordSource();
     source.records.set("s6", await protectedRecord(protector, "s6", 1));
