@@ -127,6 +127,8 @@ interface EnvVar {
   readonly valueFrom?: { readonly secretKeyRef: { readonly name: string; readonly key: string } };
 }
 
+export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=8 --max-old-space-size=128";
+
 function sidecarEnv(
   settings: SidecarSettings,
   proxyPort: number,
@@ -141,6 +143,10 @@ function sidecarEnv(
     { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${proxyPort}` },
     // Kubelet probes and Prometheus reach the pod IP, so metrics always listen on every address.
     { name: "AUTHORITY_SIDECAR_METRICS_LISTEN", value: `0.0.0.0:${settings.ports.metrics}` },
+    // A bounded young generation and old space keep the sidecar's RSS under load near 135 MB
+    // (docs/sidecar.md, Performance); two malloc arenas stop per-thread arena growth.
+    { name: "NODE_OPTIONS", value: SIDECAR_NODE_OPTIONS },
+    { name: "MALLOC_ARENA_MAX", value: "2" },
   ];
   if (settings.redis?.url !== undefined) env.push({ name: "AUTHORITY_REDIS_URL", value: settings.redis.url });
   if (settings.redis?.urlSecret !== undefined) {
