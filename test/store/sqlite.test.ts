@@ -160,5 +160,6 @@ describe("SqliteStore specifics", () => {
     assert.throws(() => new SqliteStore({ path: "" }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), busyTimeoutMs: -1 }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), sweepIntervalMs: 1.5 }), StoreError);
+    assert.throws(() => new SqliteStore({ path: freshPath(), walAutocheckpointPages: 0 }), StoreError);
   });
 });
