@@ -16,6 +16,7 @@ import {
   decryptSigned,
   SIGN_ENCRYPT_CONTEXT,
   signPrepared,
+  type VerifiedMessage,
   verifyOpened,
   withSignerKey,
 } from "./sign-encrypt.ts";
@@ -46,16 +47,7 @@ export type ToWorker =
 export type FromWorker =
   | { readonly kind: "signed"; readonly id: number; readonly envelope: string }
   | { readonly kind: "need-signer"; readonly id: number; readonly signer: string; readonly keyId: string }
-  | {
-      readonly kind: "verified";
-      readonly id: number;
-      readonly plaintext: Uint8Array;
-      readonly signer: string;
-      readonly signerKeyId: string;
-      readonly signedAt: string;
-      readonly recipientKeyId: string;
-      readonly purpose: string;
-    }
+  | ({ readonly kind: "verified"; readonly id: number } & VerifiedMessage)
   | {
       readonly kind: "failed";
       readonly id: number;

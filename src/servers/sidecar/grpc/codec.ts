@@ -204,17 +204,20 @@ function httpRequest(c: Cursor): RawHttp {
   return http;
 }
 
-/** Peer: principal = 4. */
-function peerPrincipal(c: Cursor): string {
-  let principal = "";
+/** The (last) value of one string field of the message under the cursor; other fields are skipped. */
+function stringField(c: Cursor, field: number): string {
+  let value = "";
   while (c.pos < c.end) {
     const tag = varint(c);
     const wire = tag & 7;
-    if (tag >>> 3 === 4) principal = text(c, wire);
+    if (tag >>> 3 === field) value = text(c, wire);
     else skip(c, wire);
   }
-  return principal;
+  return value;
 }
+
+/** Peer: principal = 4. */
+const peerPrincipal = (c: Cursor): string => stringField(c, 4);
 
 /** AttributeContext.Request: http = 2. */
 function requestHttp(c: Cursor): RawHttp | undefined {
@@ -570,15 +573,7 @@ export function encodeAllowDecision(value: unknown): Buffer | undefined {
 
 /** HealthCheckRequest: service = 1. Throws MalformedMessage for bytes that are not one. */
 export function decodeHealthCheckRequest(bytes: Uint8Array): string {
-  const c: Cursor = { bytes, pos: 0, end: bytes.length };
-  let service = "";
-  while (c.pos < c.end) {
-    const tag = varint(c);
-    const wire = tag & 7;
-    if (tag >>> 3 === 1) service = text(c, wire);
-    else skip(c, wire);
-  }
-  return service;
+  return stringField({ bytes, pos: 0, end: bytes.length }, 1);
 }
 
 const SERVING_STATUS: Readonly<Record<string, number>> = {
