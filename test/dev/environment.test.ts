@@ -5,9 +5,10 @@ import { after, describe, test } from "node:test";
 import { collections, storeKeys } from "../../src/authority/model.ts";
 import { type DevEnvironment, startDevEnvironment } from "../../src/dev/environment.ts";
 import { DEV_IDP, DEV_SUBJECTS, type DevSubjectRole } from "../../src/dev/names.ts";
-import { type DevPorts, findFreePort } from "../../src/dev/ports.ts";
+import type { DevPorts } from "../../src/dev/ports.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
+import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir } from "../helpers/temp-dir.ts";
 
 const log = createLogger("dev-test", "silent");
@@ -112,11 +113,11 @@ describe("startDevEnvironment", () => {
     const dir = await makeTempDir("authority-dev-rerun-");
     after(() => dir.cleanup());
     const ports: DevPorts = {
-      authority: await findFreePort(),
-      managed: await findFreePort(),
-      crypto: await findFreePort(),
-      idp: await findFreePort(),
-      sampleApi: await findFreePort(),
+      authority: await stablePort(),
+      managed: await stablePort(),
+      crypto: await stablePort(),
+      idp: await stablePort(),
+      sampleApi: await stablePort(),
       sidecarGrpc: 0,
       sidecarProxy: 0,
       sidecarMetrics: 0,

@@ -18,6 +18,7 @@ import { openStore } from "../../src/store/index.ts";
 import { canary } from "./canary.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
 import type { LogCapture } from "./log-capture.ts";
+import { stablePort } from "./stable-port.ts";
 
 export interface PartnerKeys {
   readonly apiKey: string;
@@ -63,7 +64,7 @@ export async function startRestartableCrypto(options: RestartableCryptoOptions):
   let url: string;
   try {
     server = await create();
-    url = await server.listen({ host: "127.0.0.1", port: 0 });
+    url = await server.listen({ host: "127.0.0.1", port: await stablePort() });
   } catch (error) {
     await store.close();
     throw error;

@@ -13,9 +13,9 @@
  * watchdog kills the server. Nothing is persisted: a restarted server starts empty.
  */
 import { type ChildProcessByStdio, spawn } from "node:child_process";
-import { once } from "node:events";
-import { connect, createServer, type Socket } from "node:net";
+import { connect, type Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
+import { stablePort } from "./stable-port.ts";
 
 export interface RedisServerOptions {
   /** Port to use; default a free one. */
@@ -79,16 +79,8 @@ function installExitHook(): void {
   });
 }
 
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, HOST);
-  await once(server, "listening");
-  const address = server.address();
-  server.close();
-  await once(server, "close");
-  if (address === null || typeof address === "string") throw new Error("no port assigned");
-  return address.port;
-}
+/** A free port the server can be restarted on (below the ephemeral range; stable-port.ts). */
+export const freePort = (): Promise<number> => stablePort(HOST);
 
 function setRef(child: Child, ref: boolean): void {
   for (const stream of [child.stdin, child.stdout, child.stderr]) {

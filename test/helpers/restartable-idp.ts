@@ -11,6 +11,7 @@
 import { join } from "node:path";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/index.ts";
 import type { LogCapture } from "./log-capture.ts";
+import { stablePort } from "./stable-port.ts";
 
 export interface RestartableIdp {
   readonly issuer: string;
@@ -51,7 +52,7 @@ export async function startRestartableIdp(options: RestartableIdpOptions): Promi
       ...(issuer === undefined ? {} : { issuer }),
     });
   let server = await create();
-  const url = await server.listen({ host: "127.0.0.1", port: 0 });
+  const url = await server.listen({ host: "127.0.0.1", port: await stablePort() });
   await options.setup?.(server);
   const issuer = server.issuer;
   const port = Number(new URL(url).port);
