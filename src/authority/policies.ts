@@ -6,6 +6,7 @@ import {
   type RedactionRule,
 } from "../core/index.ts";
 import { AuthorityError } from "../errors.ts";
+import type { HeadlessContext } from "../policy/compile.ts";
 import { PolicyProtectionError } from "../policy/protector.ts";
 import { type PolicyRecord, type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import { deletePolicyRecord } from "../policy/record-store.ts";
@@ -269,28 +270,43 @@ export async function unassignCapability(
 ): Promise<PublicPolicyRecord> {
   const subject = await managedSubject(deps, partnerId, subjectId);
   const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
-    const assignments = await listAssignments(deps, partnerId, subjectId);
-    if (!assignments.some((a) => a.capability_id === capabilityId)) {
-      throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
-    }
-    const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
     const previous = await loadPolicyRecord(deps, partnerId, subjectId);
-    const revokedAt = remaining.length === 0 ? deps.now().toISOString() : (previous?.revoked_at ?? null);
-    const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt);
-    await deps.store.delete(
-      collections.assignments,
-      storeKeys.assignment(partnerId, subjectId, capabilityId),
-    );
-    await recordPolicyChange(
-      deps.store,
-      actor,
-      { action: "unassign", partnerId, subjectId, capabilityId },
-      deps.now(),
-    );
-    return written;
+    return dropAssignmentLocked(deps, actor, subject, capabilityId, {
+      revokedAt: previous?.revoked_at ?? null,
+    });
   });
   await notifyPolicyChange(deps, record);
   return toPublicPolicyRecord(record, deps.now());
+}
+
+/**
+ * Inside the subject's lock: removes one assignment and recompiles the policy from the rest
+ * — revoked now when none is left, else with `revokedAt` — then records the change. Shared
+ * by the admin API and the binding API (which passes the headless context).
+ */
+export async function dropAssignmentLocked(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  capabilityId: string,
+  options: { readonly revokedAt: string | null; readonly headless?: HeadlessContext },
+): Promise<PolicyRecord> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  const assignments = await listAssignments(deps, partnerId, subjectId);
+  if (!assignments.some((a) => a.capability_id === capabilityId)) {
+    throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
+  }
+  const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
+  const revokedAt = remaining.length === 0 ? deps.now().toISOString() : options.revokedAt;
+  const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt, options.headless);
+  await deps.store.delete(collections.assignments, storeKeys.assignment(partnerId, subjectId, capabilityId));
+  await recordPolicyChange(
+    deps.store,
+    actor,
+    { action: "unassign", partnerId, subjectId, capabilityId },
+    deps.now(),
+  );
+  return written;
 }
 
 export interface RevokeOutcome {

@@ -9,7 +9,7 @@ import { loadCatalog } from "../authority/capabilities.ts";
 import type { Actor, AdminDeps } from "../authority/deps.ts";
 import { withKeyLock } from "../authority/key-lock.ts";
 import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../authority/model.ts";
-import { checkSubjectBoundary } from "../authority/policies.ts";
+import { checkSubjectBoundary, dropAssignmentLocked } from "../authority/policies.ts";
 import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../authority/policy-writer.ts";
 import { getSubject } from "../authority/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
@@ -191,32 +191,12 @@ export async function unassignBindingApi(
   const mapping = await getMapping(deps, binding, subjectId);
   const subject = await headlessSubject(deps, binding, subjectId);
   const partnerId = binding.partner_id;
-  const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
-    const assignments = await listAssignments(deps, partnerId, subjectId);
-    if (!assignments.some((a) => a.capability_id === capabilityId)) {
-      throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
-    }
-    const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
-    const revokedAt = remaining.length === 0 ? deps.now().toISOString() : null;
-    const written = await writeCompiledPolicy(
-      deps,
-      subject,
-      remaining,
-      revokedAt,
-      headlessContextOf(binding, mapping),
-    );
-    await deps.store.delete(
-      collections.assignments,
-      storeKeys.assignment(partnerId, subjectId, capabilityId),
-    );
-    await recordPolicyChange(
-      deps.store,
-      actor,
-      { action: "unassign", partnerId, subjectId, capabilityId },
-      deps.now(),
-    );
-    return written;
-  });
+  const record = await withKeyLock(lockKey(partnerId, subjectId), () =>
+    dropAssignmentLocked(deps, actor, subject, capabilityId, {
+      revokedAt: null,
+      headless: headlessContextOf(binding, mapping),
+    }),
+  );
   await notifyPolicyChange(deps, record);
   return toPublicPolicyRecord(record, deps.now());
 }
