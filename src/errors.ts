@@ -142,6 +142,43 @@ export class AuthorityError extends Error {
   }
 }
 
+/** One entry of a component's reason table: the error-table code it is answered with and a fixed message. */
+export interface ReasonSpec {
+  readonly code: ErrorCode;
+  readonly message: string;
+}
+
+/**
+ * A component failure with a stable `reason` of its own table, answered with the table
+ * entry's code and `details.reason` (plus `details.fields`: field or header names, never
+ * values). `cause` is for logs only.
+ */
+export class ReasonError<R extends string> extends Error {
+  readonly reason: R;
+  readonly fields: readonly string[] | undefined;
+  readonly #code: ErrorCode;
+
+  constructor(
+    spec: ReasonSpec,
+    reason: R,
+    options?: { message?: string; fields?: readonly string[]; cause?: unknown },
+  ) {
+    super(
+      options?.message ?? spec.message,
+      options?.cause === undefined ? undefined : { cause: options.cause },
+    );
+    this.reason = reason;
+    this.fields = options?.fields;
+    this.#code = spec.code;
+  }
+
+  toAuthorityError(): AuthorityError {
+    const details: Record<string, unknown> =
+      this.fields === undefined ? { reason: this.reason } : { reason: this.reason, fields: [...this.fields] };
+    return new AuthorityError(this.#code, this.message, { details, cause: this });
+  }
+}
+
 /**
  * Turns anything thrown into an AuthorityError. Module errors (store, crypto, identity…)
  * name the table code they stand for in `authorityCode`; anything else is `internal`.

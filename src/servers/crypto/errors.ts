@@ -5,12 +5,7 @@
  * `details.reason`; the mapping lives only here, so adding proper codes is a one-line change.
  */
 
-import { AuthorityError, type ErrorCode } from "../../errors.ts";
-
-interface ReasonSpec {
-  readonly code: ErrorCode;
-  readonly message: string;
-}
+import { ReasonError, type ReasonSpec } from "../../errors.ts";
 
 /** Public reasons: what a caller is told. Messages are fixed and never contain a value. */
 export const cryptoServiceReasons = {
@@ -46,30 +41,15 @@ export function isCryptoServiceReason(value: unknown): value is CryptoServiceRea
 }
 
 /**
- * A failure of the crypto service. `field` (a field or header name, never a value) is
+ * A failure of the crypto service. `fields` (field or header names, never values) are
  * public; `cause` is for logs only.
  */
-export class CryptoServiceError extends Error {
-  readonly reason: CryptoServiceReason;
-  readonly fields: readonly string[] | undefined;
-
+export class CryptoServiceError extends ReasonError<CryptoServiceReason> {
   constructor(
     reason: CryptoServiceReason,
     options?: { message?: string; fields?: readonly string[]; cause?: unknown },
   ) {
-    super(
-      options?.message ?? cryptoServiceReasons[reason].message,
-      options?.cause === undefined ? undefined : { cause: options.cause },
-    );
+    super(cryptoServiceReasons[reason], reason, options);
     this.name = "CryptoServiceError";
-    this.reason = reason;
-    this.fields = options?.fields;
-  }
-
-  toAuthorityError(): AuthorityError {
-    const spec = cryptoServiceReasons[this.reason];
-    const details: Record<string, unknown> =
-      this.fields === undefined ? { reason: this.reason } : { reason: this.reason, fields: [...this.fields] };
-    return new AuthorityError(spec.code, this.message, { details, cause: this });
   }
 }

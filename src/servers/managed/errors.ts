@@ -6,12 +6,7 @@
  * docs/managed-crypto.md), and only this file changes when proper codes are added.
  */
 
-import { AuthorityError, type ErrorCode } from "../../errors.ts";
-
-interface ReasonSpec {
-  readonly code: ErrorCode;
-  readonly message: string;
-}
+import { ReasonError, type ReasonSpec } from "../../errors.ts";
 
 export const managedReasons = {
   missing_field: { code: "invalid_request", message: "A required header or body field is missing or empty." },
@@ -48,9 +43,7 @@ export const managedReasons = {
 
 export type ManagedReason = keyof typeof managedReasons;
 
-export class ManagedError extends Error {
-  readonly reason: ManagedReason;
-  readonly fields: readonly string[] | undefined;
+export class ManagedError extends ReasonError<ManagedReason> {
   /** Sent as Retry-After with 429 and 503 answers. */
   readonly retryAfterSec: number | undefined;
 
@@ -58,19 +51,8 @@ export class ManagedError extends Error {
     reason: ManagedReason,
     options?: { message?: string; fields?: readonly string[]; retryAfterSec?: number; cause?: unknown },
   ) {
-    super(
-      options?.message ?? managedReasons[reason].message,
-      options?.cause === undefined ? undefined : { cause: options.cause },
-    );
+    super(managedReasons[reason], reason, options);
     this.name = "ManagedError";
-    this.reason = reason;
-    this.fields = options?.fields;
     this.retryAfterSec = options?.retryAfterSec;
-  }
-
-  toAuthorityError(): AuthorityError {
-    const details: Record<string, unknown> =
-      this.fields === undefined ? { reason: this.reason } : { reason: this.reason, fields: [...this.fields] };
-    return new AuthorityError(managedReasons[this.reason].code, this.message, { details, cause: this });
   }
 }
