@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from "fastify";
+import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import {
   BILLING_SYNC_COLLECTION,
   encodeUsageComponent,
@@ -46,22 +46,6 @@ interface PagingQuery {
   readonly since?: string;
   readonly until?: string;
   readonly partner?: string;
-}
-
-interface AuditQuery extends PagingQuery {
-  readonly kind?: "decision" | "policy_change";
-  readonly subject?: string;
-  readonly capability?: string;
-  readonly decision?: "allowed" | "denied";
-  readonly reason?: string;
-  readonly transport?: string;
-}
-
-interface McpAuditQuery extends PagingQuery {
-  readonly subject?: string;
-  readonly capability?: string;
-  readonly tool?: string;
-  readonly permission?: string;
 }
 
 interface UsageQuery {
@@ -133,86 +117,70 @@ const matches = (row: Row, field: string, wanted: string | undefined): boolean =
 const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
 const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
 
+/** A log view: its route, its log, and per query parameter the schema and the row field it must equal. */
+interface LogView {
+  readonly path: string;
+  readonly log: string;
+  readonly filters: Readonly<Record<string, { readonly schema: object; readonly field: string }>>;
+}
+
+/** GET <path>: the log's rows after `cursor`, for the partner the principal may read, filtered and windowed. */
+function logView(app: FastifyInstance, context: AuthorityContext, view: LogView): void {
+  const properties = {
+    ...paging,
+    ...Object.fromEntries(Object.entries(view.filters).map(([n, f]) => [n, f.schema])),
+  };
+  app.get<{ Querystring: PagingQuery & Readonly<Record<string, string | undefined>> }>(
+    view.path,
+    { schema: { querystring: { type: "object", additionalProperties: false, properties } } },
+    async (request) => {
+      const principal = await requirePrincipal(request, context);
+      const query = request.query;
+      const partner = readablePartner(principal, query.partner);
+      const window = timeWindow(query);
+      const wanted = Object.entries(view.filters).flatMap(([name, filter]) => {
+        const value = query[name];
+        return value === undefined ? [] : [[filter.field, value] as const];
+      });
+      return scanLog(
+        context.store,
+        view.log,
+        query,
+        (row) =>
+          matches(row, "partner_id", partner) &&
+          wanted.every(([field, value]) => row[field] === value) &&
+          inWindow(row, window),
+      );
+    },
+  );
+}
+
 export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
   const { store } = context;
   return async (app) => {
-    app.get<{ Querystring: AuditQuery }>(
-      "/admin/audit",
-      {
-        schema: {
-          querystring: {
-            type: "object",
-            additionalProperties: false,
-            properties: {
-              ...paging,
-              kind: { type: "string", enum: ["decision", "policy_change"] },
-              subject: text(),
-              capability: text(256),
-              decision: { type: "string", enum: ["allowed", "denied"] },
-              reason: text(64),
-              transport: text(16),
-            },
-          },
-        },
+    logView(app, context, {
+      path: "/admin/audit",
+      log: logs.audit,
+      filters: {
+        kind: { schema: { type: "string", enum: ["decision", "policy_change"] }, field: "kind" },
+        subject: { schema: text(), field: "subject_id" },
+        capability: { schema: text(256), field: "capability_id" },
+        decision: { schema: { type: "string", enum: ["allowed", "denied"] }, field: "decision" },
+        reason: { schema: text(64), field: "reason" },
+        transport: { schema: text(16), field: "transport" },
       },
-      async (request) => {
-        const principal = await requirePrincipal(request, context);
-        const query = request.query;
-        const partner = readablePartner(principal, query.partner);
-        const window = timeWindow(query);
-        return scanLog(
-          store,
-          logs.audit,
-          query,
-          (row) =>
-            matches(row, "kind", query.kind) &&
-            matches(row, "partner_id", partner) &&
-            matches(row, "subject_id", query.subject) &&
-            matches(row, "capability_id", query.capability) &&
-            matches(row, "decision", query.decision) &&
-            matches(row, "reason", query.reason) &&
-            matches(row, "transport", query.transport) &&
-            inWindow(row, window),
-        );
-      },
-    );
+    });
 
-    app.get<{ Querystring: McpAuditQuery }>(
-      "/admin/mcp-audit",
-      {
-        schema: {
-          querystring: {
-            type: "object",
-            additionalProperties: false,
-            properties: {
-              ...paging,
-              subject: text(),
-              capability: text(256),
-              tool: text(128),
-              permission: text(2048),
-            },
-          },
-        },
+    logView(app, context, {
+      path: "/admin/mcp-audit",
+      log: logs.mcpAudit,
+      filters: {
+        subject: { schema: text(), field: "subject_id" },
+        capability: { schema: text(256), field: "capability_id" },
+        tool: { schema: text(128), field: "tool" },
+        permission: { schema: text(2048), field: "permission_id" },
       },
-      async (request) => {
-        const principal = await requirePrincipal(request, context);
-        const query = request.query;
-        const partner = readablePartner(principal, query.partner);
-        const window = timeWindow(query);
-        return scanLog(
-          store,
-          logs.mcpAudit,
-          query,
-          (row) =>
-            matches(row, "partner_id", partner) &&
-            matches(row, "subject_id", query.subject) &&
-            matches(row, "capability_id", query.capability) &&
-            matches(row, "tool", query.tool) &&
-            matches(row, "permission_id", query.permission) &&
-            inWindow(row, window),
-        );
-      },
-    );
+    });
 
     app.get<{ Querystring: UsageQuery }>(
       "/admin/usage",
