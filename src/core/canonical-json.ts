@@ -66,21 +66,15 @@ function sortKeys(keys: string[]): string[] {
   return keys.sort();
 }
 
-function serialize(
+/** Throws for what JSON cannot hold as a scalar: non-finite numbers, undefined, BigInt, functions, symbols. */
+function rejectNonJsonScalar(
   value: unknown,
   location: Location | undefined,
-  ancestors: Set<object>,
-  depth: number,
-): string {
+): asserts value is string | number | boolean | object | null {
   switch (typeof value) {
-    case "string":
-      return JSON.stringify(value);
-    case "boolean":
-      return value ? "true" : "false";
     case "number":
       if (!Number.isFinite(value)) throw new CanonicalJsonError(pointerOf(location), "non-finite number");
-      // JSON.stringify turns -0 into "0" and uses the shortest round-trip form.
-      return JSON.stringify(value);
+      return;
     case "undefined":
       throw new CanonicalJsonError(pointerOf(location), "undefined is not JSON");
     case "bigint":
@@ -89,8 +83,24 @@ function serialize(
       throw new CanonicalJsonError(pointerOf(location), "function is not JSON");
     case "symbol":
       throw new CanonicalJsonError(pointerOf(location), "symbol is not JSON");
-    case "object":
-      break;
+  }
+}
+
+function serialize(
+  value: unknown,
+  location: Location | undefined,
+  ancestors: Set<object>,
+  depth: number,
+): string {
+  rejectNonJsonScalar(value, location);
+  switch (typeof value) {
+    case "string":
+      return JSON.stringify(value);
+    case "boolean":
+      return value ? "true" : "false";
+    case "number":
+      // JSON.stringify turns -0 into "0" and uses the shortest round-trip form.
+      return JSON.stringify(value);
   }
   if (value === null) return "null";
   if (depth > CANONICAL_JSON_MAX_DEPTH) throw new CanonicalJsonError(pointerOf(location), "nesting too deep");
@@ -175,24 +185,8 @@ function prepare(
   ancestors: Set<object>,
   depth: number,
 ): unknown {
-  switch (typeof value) {
-    case "string":
-    case "boolean":
-      return value;
-    case "number":
-      if (!Number.isFinite(value)) throw new CanonicalJsonError(pointerOf(location), "non-finite number");
-      return value;
-    case "undefined":
-      throw new CanonicalJsonError(pointerOf(location), "undefined is not JSON");
-    case "bigint":
-      throw new CanonicalJsonError(pointerOf(location), "BigInt is not JSON");
-    case "function":
-      throw new CanonicalJsonError(pointerOf(location), "function is not JSON");
-    case "symbol":
-      throw new CanonicalJsonError(pointerOf(location), "symbol is not JSON");
-    case "object":
-      break;
-  }
+  rejectNonJsonScalar(value, location);
+  if (typeof value !== "object") return value;
   if (value === null) return null;
   if (depth > CANONICAL_JSON_MAX_DEPTH) throw new CanonicalJsonError(pointerOf(location), "nesting too deep");
   if (ancestors.has(value)) throw new CanonicalJsonError(pointerOf(location), "cycle");
