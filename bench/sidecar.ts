@@ -38,6 +38,7 @@ import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
 import type { AuthorityContext } from "../src/servers/authority/context.ts";
 import type { createIdpServer as CreateIdpServer } from "../src/servers/idp/server.ts";
+import { connectGrpcH2Client, type GrpcH2Client } from "./lib/grpc-h2-client.ts";
 
 /** BENCH_SIDECAR_RATES=1000 measures a subset. */
 const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "1000,5000")
@@ -192,6 +193,32 @@ function grpcCall(
   stream.end(frame);
 }
 
+/**
+ * The load itself goes through bench/lib/grpc-h2-client.ts (no per-call stream objects); one
+ * call through node:http2 first reads the real gRPC status, which that client does not decode.
+ */
+async function openCheckClient(
+  port: number,
+  request: readonly number[],
+): Promise<{ client: GrpcH2Client; probeError: string | undefined }> {
+  const session = await sessionFor(port);
+  const probeError = await new Promise<string | undefined>((resolve) =>
+    grpcCall(session, grpcFrame(request), (outcome, error) =>
+      resolve(outcome === "error" ? error : undefined),
+    ),
+  );
+  const message = Uint8Array.from(request);
+  const client = await connectGrpcH2Client({ host: "127.0.0.1", port, path: CHECK_PATH, message });
+  return { client, probeError };
+}
+
+function checkCall(client: GrpcH2Client, done: (outcome: CallOutcome, error?: string) => void): void {
+  client.call((response) => {
+    if (response === undefined) done("error", "stream ended without a response message");
+    else done(isDenied(response) ? "deny" : "allow");
+  });
+}
+
 function grpcFrame(message: readonly number[]): Buffer {
   const frame = Buffer.alloc(5 + message.length);
   frame.writeUInt32BE(message.length, 1);
@@ -246,8 +273,7 @@ for (;;) {
 `;
 
 async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<LoadResult> {
-  const session = await sessionFor(task.port);
-  const frame = grpcFrame(task.request);
+  const { client, probeError } = await openCheckClient(task.port, task.request);
   const intervalMs = 1000 / task.rate;
   const total = Math.floor(((task.warmupMs + task.durationMs) * task.rate) / 1000);
   const recordFrom = Math.floor((task.warmupMs * task.rate) / 1000);
@@ -261,7 +287,7 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
   let dropped = 0;
   let outstanding = 0;
   let sent = 0;
-  let firstError: string | undefined;
+  let firstError = probeError;
   const startMs = nowMs() + 20;
   const stop = new SharedArrayBuffer(4);
   // Wakes at most every 0.1 ms; each wake sends whatever is due by then.
@@ -281,7 +307,7 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
       const record = index >= recordFrom;
       if (record) sendLag.recordValue(toUs(sentAt - due));
       outstanding++;
-      grpcCall(session, frame, (outcome, error) => {
+      checkCall(client, (outcome, error) => {
         const at = nowMs();
         outstanding--;
         if (outcome !== "error") calls++;
@@ -325,6 +351,7 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
     ).unref();
   });
   await ticker.terminate();
+  client.close();
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const result: LoadResult = {
     completed,
@@ -341,13 +368,12 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
 }
 
 async function capacity(task: Extract<LoadTask, { kind: "capacity" }>): Promise<LoadResult> {
-  const session = await sessionFor(task.port);
-  const frame = grpcFrame(task.request);
+  const { client, probeError } = await openCheckClient(task.port, task.request);
   const histogram = newHistogram();
   let completed = 0;
   let errors = 0;
   let denied = 0;
-  let firstError: string | undefined;
+  let firstError = probeError;
   const deadline = nowMs() + task.durationMs;
   await new Promise<void>((resolve) => {
     let running = task.concurrency;
@@ -358,7 +384,7 @@ async function capacity(task: Extract<LoadTask, { kind: "capacity" }>): Promise<
         return;
       }
       const started = nowMs();
-      grpcCall(session, frame, (outcome, error) => {
+      checkCall(client, (outcome, error) => {
         if (outcome === "error") {
           errors++;
           firstError ??= error;
@@ -372,6 +398,7 @@ async function capacity(task: Extract<LoadTask, { kind: "capacity" }>): Promise<
     };
     for (let i = 0; i < task.concurrency; i++) loop();
   });
+  client.close();
   const result: LoadResult = {
     completed,
     calls: completed,
