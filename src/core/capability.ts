@@ -33,6 +33,27 @@ export function catalogPermissionIds(capability: Capability): PermissionId[] {
   return [...new Set(ids)];
 }
 
+const operationIds = new WeakMap<Capability, readonly (PermissionId | undefined)[]>();
+
+/**
+ * The permission id of the catalog operation at `index`, built once per capability object
+ * (like its matcher); undefined when the operation cannot have one.
+ */
+export function operationPermissionId(capability: Capability, index: number): PermissionId | undefined {
+  let ids = operationIds.get(capability);
+  if (ids === undefined) {
+    ids = capability.operations.map((op) => {
+      try {
+        return buildPermissionId(capability.capability_id, op.method, op.path);
+      } catch {
+        return undefined;
+      }
+    });
+    operationIds.set(capability, ids);
+  }
+  return ids[index];
+}
+
 const matchers = new WeakMap<Capability, PathMatcher>();
 
 /**

@@ -1,8 +1,8 @@
 import type { DenyReason } from "../errors.ts";
-import { type Capability, catalogMatcher } from "./capability.ts";
+import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import type { PathMatch } from "./path-template.ts";
-import { buildPermissionId, type PermissionId } from "./permission-id.ts";
+import type { PermissionId } from "./permission-id.ts";
 import {
   entrySnapshotFor,
   POLICY_SCHEMA_V2,
@@ -119,18 +119,8 @@ export function decide(input: DecisionInput): Decision {
   if (state === "expired") return denied("policy_expired");
 
   const match = matchCatalog(capability, input.method, input.path);
-  const catalogOperation = match === undefined ? undefined : capability.operations[match.index];
-  if (match === undefined || catalogOperation === undefined) return denied("unknown_operation");
-  let permissionId: PermissionId;
-  try {
-    permissionId = buildPermissionId(
-      capability.capability_id,
-      catalogOperation.method,
-      catalogOperation.path,
-    );
-  } catch {
-    return denied("unknown_operation");
-  }
+  const permissionId = match === undefined ? undefined : operationPermissionId(capability, match.index);
+  if (match === undefined || permissionId === undefined) return denied("unknown_operation");
 
   const entry = policyEntryFor(doc, capability.capability_id);
   if (entry === undefined) return denied("missing_policy");

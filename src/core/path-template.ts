@@ -72,6 +72,22 @@ export function encodePathSegment(decoded: string): string {
 }
 
 /**
+ * Characters that decode and re-encode to themselves (encodeURIComponent's unreserved set plus
+ * PCHAR_KEEP) and "/": a path made only of these needs no decoding, only the segment checks.
+ */
+const PLAIN_PATH = /^[A-Za-z0-9\-._~!*'()$&+,:;=@/]+$/;
+
+/** normalizeRequestPath for a PLAIN_PATH: the same result without decoding or re-encoding. */
+function normalizePlainPath(path: string): NormalizedPath | undefined {
+  const segments = path.split("/").filter((s) => s.length > 0);
+  if (segments.length > MAX_PATH_SEGMENTS) return undefined;
+  for (const segment of segments) {
+    if (segment.startsWith(".") && isDotSegment(segment)) return undefined;
+  }
+  return { path: `/${segments.join("/")}`, segments };
+}
+
+/**
  * Normalizes a request path for matching (rules in docs/core.md). Undefined means "never
  * matches": the caller denies with unknown_operation.
  */
@@ -84,6 +100,8 @@ export function normalizeRequestPath(raw: unknown): NormalizedPath | undefined {
   }
   const path = raw.slice(0, end);
   if (path.length === 0 || path.length > MAX_REQUEST_PATH_LENGTH || !path.startsWith("/")) return undefined;
+  // The common case: nothing percent-encoded (per request on every decision path).
+  if (PLAIN_PATH.test(path)) return normalizePlainPath(path);
   if (RAW_FORBIDDEN.test(path)) return undefined;
   const rawSegments = path.split("/").filter((s) => s.length > 0);
   if (rawSegments.length > MAX_PATH_SEGMENTS) return undefined;

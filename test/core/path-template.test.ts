@@ -106,6 +106,29 @@ describe("normalizeRequestPath", () => {
       { numRuns: 500 },
     );
   });
+
+  it("property: a path without escapes normalizes as its percent-encoded spelling does", () => {
+    // The unescaped spelling takes the fast path; escaping one character forces the decoding
+    // path. Both must agree, including on dot segments and limits.
+    const plainChar = fc.constantFrom(..."az09-._~!*'()$&+,:;=@/".split(""), ".", "/", ";");
+    const path = fc.array(plainChar, { minLength: 1, maxLength: 24 }).map((chars) => `/${chars.join("")}`);
+    fc.assert(
+      fc.property(path, fc.nat(), (plain, at) => {
+        const index = 1 + (at % (plain.length - 1 || 1));
+        const char = plain[index] ?? "";
+        const escaped =
+          char === "" || char === "/"
+            ? plain
+            : `${plain.slice(0, index)}%${char.charCodeAt(0).toString(16).toUpperCase()}${plain.slice(index + 1)}`;
+        assert.deepEqual(
+          normalizeRequestPath(plain),
+          normalizeRequestPath(escaped),
+          `${plain} vs ${escaped}`,
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
 });
 
 describe("path templates", () => {
