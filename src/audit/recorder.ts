@@ -27,7 +27,7 @@ export interface AuditRecorder {
    * rejects with AuditBufferFullError / AuditClosedError (`upstream_unavailable`) when it
    * cannot be kept — the caller must then not act on the decision (answer a 503 deny).
    */
-  record(input: DecisionInput): Promise<DecisionAuditRecord>;
+  record(input: DecisionInput, id?: string): Promise<DecisionAuditRecord>;
   recordMcpCall(input: McpCallInput): Promise<void>;
   recordEvidence(input: EvidenceInput): Promise<void>;
   /** False when a record would be refused now (buffer full or closing). */
@@ -53,8 +53,8 @@ export function createAuditRecorder(storeOrOptions: Store | AuditRecorderOptions
     throw new TypeError("reprLimit must be an integer of at least 16");
   }
   return {
-    async record(input) {
-      const record = decisionRecord(input);
+    async record(input, id) {
+      const record = id === undefined ? decisionRecord(input) : decisionRecord(input, id);
       const time = new Date(record.time);
       const keys = Number.isNaN(time.getTime())
         ? []

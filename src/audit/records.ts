@@ -9,7 +9,7 @@
  */
 import { randomUUID } from "node:crypto";
 import type { PolicyChangeAuditRecord } from "../authority/model.ts";
-import type { DenyReason } from "../errors.ts";
+import type { ErrorCode } from "../errors.ts";
 
 export type { PolicyChangeAuditRecord };
 
@@ -31,7 +31,8 @@ export interface DecisionInput {
   readonly path: string | null;
   readonly permission_id?: string | null;
   readonly decision: DecisionOutcome;
-  readonly reason?: DenyReason | null;
+  /** One of the spec's deny reasons; the sidecar also records its transport codes (e.g. invalid_token). */
+  readonly reason?: ErrorCode | null;
   readonly transport: Transport;
   readonly requestId: string;
   readonly time: Date | string;
@@ -48,7 +49,7 @@ export interface DecisionAuditRecord {
   readonly path: string | null;
   readonly permission_id: string | null;
   readonly decision: DecisionOutcome;
-  readonly reason: DenyReason | null;
+  readonly reason: ErrorCode | null;
   readonly transport: Transport;
   readonly requestId: string;
   readonly time: string;

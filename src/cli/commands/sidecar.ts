@@ -71,6 +71,7 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
     proxyDecisionTimeoutMs: config.proxyDecisionTimeoutMs,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     maxResponseBytes: config.maxResponseBytes,
+    auditMaxPending: config.auditMaxPending,
     stalenessMs: config.stalenessMs,
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,

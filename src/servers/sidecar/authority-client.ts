@@ -1,6 +1,7 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
 import type { PolicyRecord } from "../../policy/record.ts";
+import type { ShippedDecision } from "./decision-log.ts";
 import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
 import type { ServiceTokenSource } from "./service-token.ts";
 
@@ -21,6 +22,8 @@ export interface InjectableCredentials {
 export interface AuthorityClient extends PolicyRecordFetcher {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
+  /** Hands decision records to the authority's audit log; resolves once it took them. */
+  sendDecisions(records: readonly ShippedDecision[]): Promise<void>;
 }
 
 export interface AuthorityClientOptions {
@@ -79,7 +82,11 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   const doFetch = options.fetch ?? globalThis.fetch;
   const root = base.href.replace(/\/+$/, "");
 
-  const call = async (path: string, headers: Record<string, string> = {}): Promise<Response> => {
+  const call = async (
+    path: string,
+    headers: Record<string, string> = {},
+    body?: string,
+  ): Promise<Response> => {
     for (let attempt = 0; ; attempt++) {
       let token: string;
       try {
@@ -90,7 +97,13 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       let response: Response;
       try {
         response = await doFetch(`${root}${path}`, {
-          headers: { authorization: `Bearer ${token}`, accept: "application/json", ...headers },
+          ...(body === undefined ? {} : { method: "POST", body }),
+          headers: {
+            authorization: `Bearer ${token}`,
+            accept: "application/json",
+            ...(body === undefined ? {} : { "content-type": "application/json" }),
+            ...headers,
+          },
           redirect: "error",
           signal: AbortSignal.timeout(timeoutMs),
         });
@@ -127,6 +140,11 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   const segment = encodeURIComponent;
 
   return {
+    async sendDecisions(records) {
+      const response = await call("/v1/sidecar/decisions", {}, JSON.stringify({ records }));
+      if (response.status !== 200) await unexpected(response);
+      await response.body?.cancel();
+    },
     async fetchPolicy(subjectId, { knownHead }): Promise<PolicyFetchResult> {
       const response = await call(
         `/v1/sidecar/policies/${segment(subjectId)}`,

@@ -171,6 +171,13 @@ export const sidecarSettings = {
     description: "revalidate every policy with the authority at least this often (default 60000)",
     parse: integer(1000, 3_600_000),
   }),
+  auditMaxPending: spec({
+    key: "audit-max-pending",
+    env: "AUTHORITY_SIDECAR_AUDIT_MAX_PENDING",
+    description:
+      "decision records held while the authority does not take them (default 10000; beyond: 503)",
+    parse: integer(100, 10_000_000),
+  }),
   shutdownGrace: spec({
     key: "shutdown-grace-ms",
     env: "AUTHORITY_SIDECAR_SHUTDOWN_GRACE_MS",
@@ -212,6 +219,7 @@ export interface SidecarConfig {
   readonly policyTtlMs: number;
   readonly policyMaxAgeMs: number;
   readonly shutdownGraceMs: number;
+  readonly auditMaxPending: number;
 }
 
 type Settings = typeof sidecarSettings;
@@ -282,5 +290,6 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     policyTtlMs: get("policyTtl") ?? 1000,
     policyMaxAgeMs: get("policyMaxAge") ?? 60_000,
     shutdownGraceMs: get("shutdownGrace") ?? 10_000,
+    auditMaxPending: get("auditMaxPending") ?? 10_000,
   };
 }

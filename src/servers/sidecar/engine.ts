@@ -55,12 +55,20 @@ export interface SidecarAllow {
   readonly policyLayer: CacheLayer;
 }
 
+/** Who and what a deny was about, as far as the engine got before denying (for the audit record). */
+export interface DenyContext {
+  readonly subjectId: string;
+  readonly partnerId?: string;
+  readonly capabilityId?: string;
+}
+
 export interface SidecarDeny {
   readonly allow: false;
   readonly httpStatus: number;
   readonly reason: ErrorCode;
   readonly requestId: string;
   readonly headers?: Readonly<Record<string, string>>;
+  readonly context?: DenyContext;
 }
 
 export type SidecarDecision = SidecarAllow | SidecarDeny;
@@ -116,6 +124,10 @@ export function denyOf(
     : { allow: false, httpStatus: status, reason, requestId, headers: merged };
 }
 
+function denyAbout(reason: ErrorCode, requestId: string, context: DenyContext): SidecarDeny {
+  return { ...denyOf(reason, requestId), context };
+}
+
 /** Any failure's deny: an AuthorityError keeps its code (e.g. 503 upstream_unavailable), anything else is 403 internal. */
 export function denyForError(error: unknown, requestId: string): SidecarDeny {
   const authorityError = toAuthorityError(error);
@@ -165,7 +177,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     onTokenCheck(checked.cached ? "cached" : "verified");
     const subjectId = checked.principal.subject;
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
-    if (capabilityId === undefined || capabilityId === "") return denyOf("missing_capability", requestId);
+    if (capabilityId === undefined || capabilityId === "")
+      return denyAbout("missing_capability", requestId, { subjectId });
     const cached = policies.peek?.(subjectId);
     return cached !== undefined
       ? withPolicy(request, subjectId, capabilityId, cached)
@@ -180,7 +193,10 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
   ): Step => {
     // No record: the partner (and so the capability's scope) is unknown; the spec's answer is missing_policy.
     if (policy.partnerId === undefined)
-      return denyOf(policy.load.ok ? "internal" : policy.load.reason, request.requestId);
+      return denyAbout(policy.load.ok ? "internal" : policy.load.reason, request.requestId, {
+        subjectId,
+        capabilityId,
+      });
     const partnerId = policy.partnerId;
     const cached = catalogs.peek?.(partnerId, capabilityId);
     const decideWith = (capability: Capability | undefined): Step => {
@@ -193,7 +209,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         path: request.path,
         now: now(),
       });
-      if (decision.status === "denied") return denyOf(decision.reason, request.requestId);
+      if (decision.status === "denied")
+        return denyAbout(decision.reason, request.requestId, { subjectId, partnerId, capabilityId });
       const allow = (injected: InjectedCredentials): SidecarAllow => ({
         allow: true,
         requestId: request.requestId,

@@ -31,6 +31,8 @@ export interface SidecarMetrics {
   trackRedisUp(read: () => boolean): void;
   /** Reports `read()` as the in-flight gauge of `transport` at scrape time. */
   trackInFlight(transport: Transport, read: () => number): void;
+  /** Reports `read()` as the gauge of decision records not yet taken by the authority. */
+  trackAuditPending(read: () => number): void;
 }
 
 /**
@@ -340,6 +342,17 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
   );
 
+  let auditPending: (() => number) | undefined;
+  gauge(
+    registry,
+    "authority_sidecar_audit_pending_records",
+    "Decision records queued for the authority's audit log.",
+    [],
+    (set) => {
+      if (auditPending !== undefined) set({}, auditPending());
+    },
+  );
+
   const checkSecondsOf = new Map<string, { observe(seconds: number): void }>();
   const upstreamOf = new Map<string, { observe(seconds: number): void }>();
   const observer = (
@@ -391,6 +404,9 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
     trackInFlight(transport, read) {
       inFlightReaders.set(transport, read);
+    },
+    trackAuditPending(read) {
+      auditPending = read;
     },
   };
 }

@@ -13,6 +13,7 @@ import {
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
+import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
@@ -66,6 +67,8 @@ export interface SidecarOptions {
   readonly policyMaxAgeMs?: number;
   /** How long a capability catalog is kept (default 30000 ms; 5000 ms for one that does not resolve). */
   readonly catalogTtlMs?: number;
+  /** Decision records held while the authority does not take them (default 10000); beyond, decisions are 503. */
+  readonly auditMaxPending?: number;
   readonly logger?: Logger;
   readonly registry?: Registry;
 }
@@ -140,7 +143,16 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return { value: { headers: fetched.headers, query: fetched.query }, ttlMs: fetched.ttlMs };
     },
   });
-  const engine = createSidecarEngine({
+  const auditLog = createDecisionShipper({
+    send: (records) => options.authority.sendDecisions(records),
+    ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
+    onStateChange: (state, pending) => {
+      if (state === "failing")
+        logger.warn({ pending }, "decision records not delivered to the authority; retrying");
+      else logger.info({ pending }, "decision records delivered again");
+    },
+  });
+  const decisionEngine = createSidecarEngine({
     tokens: createVerifiedTokenCache({ verifier: options.verifier }),
     policies,
     catalogs: {
@@ -171,6 +183,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
     onTokenCheck: (result) => metrics.tokenCheck(result),
   });
+  const engine = auditedEngine(decisionEngine, auditLog);
 
   const checkServer: CheckServer = createCheckServer({
     check: createExtAuthzCheck(engine),
@@ -192,6 +205,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
+  metrics.trackAuditPending(() => auditLog.pending());
   let grpcUp = false;
   let proxyUp = false;
   let closing = false;
@@ -201,6 +215,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       grpc: grpcUp,
       proxy: proxyUp,
       ...(redis === undefined ? {} : { redis: redis.reachedOnce }),
+      audit: auditLog.accepting(),
     };
     return { ready: !closing && Object.values(checks).every(Boolean), checks };
   };
@@ -237,6 +252,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         await Promise.all([checkServer.close({ graceMs }), proxy.close({ graceMs })]);
         grpcUp = false;
         proxyUp = false;
+        const { lost } = await auditLog.close(graceMs);
+        if (lost > 0) logger.error({ lost }, "decision records could not be delivered before shutdown");
         policies.close();
         await redis?.close();
         await health.close();

@@ -27,7 +27,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     });
     const ready = await getJson(handle.ports.metrics, "/readyz");
     assert.equal(ready.status, 200);
-    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true });
+    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true, audit: true });
     const health = await unary(handle.client, healthCheckMethod, {
       service: "envoy.service.auth.v3.Authorization",
     });
@@ -59,7 +59,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     });
     const ready = await getJson(handle.ports.metrics, "/readyz");
     assert.equal(ready.status, 503);
-    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true, redis: false });
+    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true, redis: false, audit: true });
     const response = await handle.check({});
     assert.equal(JSON.parse(response.denied_response.body).reason, "upstream_unavailable");
     await handle.close();

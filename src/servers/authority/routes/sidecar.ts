@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
+import type { DecisionInput } from "../../../audit/records.ts";
 import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
 import {
   createAuthProfileSecretResolver,
@@ -7,13 +8,15 @@ import {
 import { loadCatalog } from "../../../authority/capabilities.ts";
 import { collections, type SubjectRecord, storeKeys } from "../../../authority/model.ts";
 import { loadPolicyRecord } from "../../../authority/policy-writer.ts";
-import { AuthorityError } from "../../../errors.ts";
+import { AuthorityError, errorCodes } from "../../../errors.ts";
 import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
 import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../../execute/client-credentials.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
+import { decisionRuntimeFor } from "../../../policy/runtime.ts";
+import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../sidecar/decision-log.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import type { Principal } from "../principal.ts";
@@ -99,6 +102,63 @@ export interface SidecarAuthMaterial {
 const subjectParams = paramsSchema({ subject: idSchemas.subject });
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
+
+const nullableText = (maxLength: number) => ({
+  anyOf: [{ type: "string", minLength: 1, maxLength }, { type: "null" }],
+});
+
+/** A batch from DecisionShipper (src/servers/sidecar/decision-log.ts). */
+const decisionBatchSchema = {
+  type: "object",
+  additionalProperties: false,
+  required: ["records"],
+  properties: {
+    records: {
+      type: "array",
+      minItems: 1,
+      maxItems: MAX_DECISIONS_PER_BATCH,
+      items: {
+        type: "object",
+        additionalProperties: false,
+        required: [
+          "id",
+          "actor",
+          "subject_id",
+          "partner_id",
+          "capability_id",
+          "method",
+          "path",
+          "permission_id",
+          "decision",
+          "reason",
+          "transport",
+          "requestId",
+          "time",
+        ],
+        properties: {
+          id: { type: "string", pattern: "^dec_[A-Za-z0-9-]{1,64}$" },
+          actor: nullableText(1024),
+          subject_id: nullableText(1024),
+          partner_id: nullableText(1024),
+          capability_id: nullableText(1024),
+          method: nullableText(16),
+          path: nullableText(1024),
+          permission_id: nullableText(2048),
+          decision: { enum: ["allowed", "denied"] },
+          reason: { anyOf: [{ enum: Object.keys(errorCodes) }, { type: "null" }] },
+          transport: { enum: ["grpc", "proxy"] },
+          requestId: { type: "string", minLength: 1, maxLength: 128 },
+          time: { type: "string", format: "date-time" },
+        },
+      },
+    },
+  },
+} as const;
+
+function recordInput(record: ShippedDecision): DecisionInput {
+  const { id: _id, ...input } = record;
+  return input;
+}
 
 function noStore(reply: FastifyReply): FastifyReply {
   return reply.header("cache-control", "no-store");
@@ -192,6 +252,27 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
         const loaded = await read(() => loadCatalog(context.store, partner, capability));
         if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
         return noStore(reply).send({ capability: loaded.catalog });
+      },
+    );
+
+    app.post<{ Body: { records: ShippedDecision[] } }>(
+      "/v1/sidecar/decisions",
+      { schema: { body: decisionBatchSchema } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const { records } = request.body;
+        for (const record of records) {
+          if (record.partner_id !== null) assertPartner(principal, record.partner_id);
+        }
+        const recorder = decisionRuntimeFor(context).recorder;
+        if (!recorder.accepting()) {
+          throw new AuthorityError("upstream_unavailable", "The audit log is not accepting records.");
+        }
+        // Stored (or safely queued by the recorder) before the sidecar may drop its copy.
+        await read(() =>
+          Promise.all(records.map((record) => recorder.record(recordInput(record), record.id))),
+        );
+        return noStore(reply).send({ accepted: records.length });
       },
     );
 

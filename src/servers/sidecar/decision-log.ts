@@ -1,0 +1,206 @@
+import { auditPath, type DecisionInput, newRecordId } from "../../audit/records.ts";
+import { normalizeRequestPath } from "../../core/path-template.ts";
+import type { SidecarDecision, SidecarEngine, SidecarRequest } from "./engine.ts";
+import { denyOf } from "./engine.ts";
+import { SidecarConfigError } from "./errors.ts";
+
+/**
+ * Every sidecar decision becomes one `decision` record in the authority's audit log (the
+ * spec: "every allow or deny decision … admin audit"), shipped in batches to
+ * `POST /v1/sidecar/decisions`, where the authority's recorder writes it with its usage
+ * counts.
+ *
+ * A decision is answered once its record is queued here, not once it is stored: waiting for
+ * the authority on every Check would put a network round trip and a store commit on the
+ * request path. The queue is bounded (`maxPending`); while it is full the sidecar evaluates
+ * nothing and answers 503 `upstream_unavailable` (as the authority does when its own audit
+ * buffer is full), so no decision goes unrecorded for longer than the authority is away.
+ * Records still queued when the process dies are lost (SIGTERM flushes them first); a batch
+ * whose reply was lost is sent again, so the log can hold twins with the same `id`.
+ */
+
+/** A decision record as the sidecar sends it: the recorder's input plus the record id. */
+export interface ShippedDecision extends DecisionInput {
+  readonly id: string;
+  readonly transport: "grpc" | "proxy";
+  readonly time: string;
+}
+
+export interface DecisionShipperOptions {
+  /** Delivers one batch; rejects when the authority did not take it (it is sent again). */
+  readonly send: (records: readonly ShippedDecision[]) => Promise<void>;
+  /** Records held before decisions are refused (default 10000). */
+  readonly maxPending?: number;
+  /** Records per request (default 500, the route's limit). */
+  readonly batchSize?: number;
+  /** How long a record may wait for companions before it is sent (default 100 ms). */
+  readonly flushIntervalMs?: number;
+  /** First retry delay after a failed send, doubled up to 2 s (default 100 ms). */
+  readonly retryMs?: number;
+  readonly onStateChange?: (state: "ok" | "failing", pending: number) => void;
+}
+
+export interface DecisionShipper {
+  /** False when a record would be refused now (queue full or closed). */
+  accepting(): boolean;
+  push(record: ShippedDecision): void;
+  pending(): number;
+  /** Sends what is queued; false when something is still queued after `timeoutMs`. */
+  flush(timeoutMs: number): Promise<boolean>;
+  /** Stops accepting, flushes for up to `timeoutMs`; `lost` records were never delivered. */
+  close(timeoutMs: number): Promise<{ flushed: boolean; lost: number }>;
+}
+
+export const MAX_DECISIONS_PER_BATCH = 500;
+const MAX_RETRY_MS = 2000;
+
+function positiveInt(
+  value: number | undefined,
+  fallback: number,
+  name: string,
+  max = Number.MAX_SAFE_INTEGER,
+) {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1 || out > max)
+    throw new SidecarConfigError(`${name} must be an integer from 1 to ${max}`);
+  return out;
+}
+
+export function createDecisionShipper(options: DecisionShipperOptions): DecisionShipper {
+  if (typeof options?.send !== "function") throw new SidecarConfigError("send is required");
+  const maxPending = positiveInt(options.maxPending, 10_000, "maxPending");
+  const batchSize = positiveInt(
+    options.batchSize,
+    MAX_DECISIONS_PER_BATCH,
+    "batchSize",
+    MAX_DECISIONS_PER_BATCH,
+  );
+  const flushIntervalMs = positiveInt(options.flushIntervalMs, 100, "flushIntervalMs");
+  const retryMs = positiveInt(options.retryMs, 100, "retryMs");
+  const queue: ShippedDecision[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  let sending: Promise<void> | undefined;
+  let failures = 0;
+  let closed = false;
+  const idle = new Set<() => void>();
+
+  const schedule = (delayMs: number): void => {
+    if (timer !== undefined || sending !== undefined || queue.length === 0) return;
+    timer = setTimeout(sendBatch, delayMs);
+  };
+
+  const sendBatch = (): void => {
+    timer = undefined;
+    const batch = queue.slice(0, batchSize);
+    sending = options.send(batch).then(
+      () => {
+        queue.splice(0, batch.length);
+        if (failures > 0) options.onStateChange?.("ok", queue.length);
+        failures = 0;
+      },
+      () => {
+        failures++;
+        if (failures === 1) options.onStateChange?.("failing", queue.length);
+      },
+    );
+    void sending.then(() => {
+      sending = undefined;
+      if (queue.length === 0) {
+        for (const resolve of idle) resolve();
+        idle.clear();
+        return;
+      }
+      if (failures > 0) schedule(Math.min(MAX_RETRY_MS, retryMs * 2 ** (failures - 1)));
+      else schedule(queue.length >= batchSize ? 0 : flushIntervalMs);
+    });
+  };
+
+  const flush = async (timeoutMs: number): Promise<boolean> => {
+    if (queue.length === 0) return true;
+    if (timer !== undefined && failures === 0) {
+      clearTimeout(timer);
+      sendBatch();
+    }
+    let cancel: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      new Promise<boolean>((resolve) => idle.add(() => resolve(true))),
+      new Promise<boolean>((resolve) => {
+        cancel = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(cancel);
+    return drained && queue.length === 0;
+  };
+
+  return {
+    accepting: () => !closed && queue.length < maxPending,
+    push(record) {
+      queue.push(record);
+      schedule(queue.length >= batchSize ? 0 : flushIntervalMs);
+    },
+    pending: () => queue.length,
+    flush,
+    async close(timeoutMs) {
+      closed = true;
+      const flushed = await flush(timeoutMs);
+      if (timer !== undefined) clearTimeout(timer);
+      timer = undefined;
+      return { flushed, lost: queue.length };
+    },
+  };
+}
+
+/** The audit record of one decision, from what the transport asked and what the engine answered. */
+export function shippedDecision(
+  request: SidecarRequest,
+  decision: SidecarDecision,
+  time: Date,
+): ShippedDecision {
+  const about = decision.allow ? decision : decision.context;
+  return {
+    id: newRecordId("dec"),
+    // The token's subject called on its own behalf; unauthenticated calls have no actor.
+    actor: about?.subjectId ?? null,
+    subject_id: about?.subjectId ?? null,
+    partner_id: about?.partnerId ?? null,
+    capability_id: about?.capabilityId ?? request.capabilityId ?? null,
+    method: request.method === "" ? null : request.method,
+    path: normalizeRequestPath(request.path)?.path ?? auditPath(request.path),
+    permission_id: decision.allow ? decision.permissionId : null,
+    decision: decision.allow ? "allowed" : "denied",
+    reason: decision.allow ? null : decision.reason,
+    transport: request.transport,
+    requestId: decision.requestId,
+    time: time.toISOString(),
+  };
+}
+
+/**
+ * The engine with every decision recorded. While the shipper refuses records, nothing is
+ * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
+ * answers when its audit buffer is full).
+ */
+export function auditedEngine(
+  engine: SidecarEngine,
+  shipper: DecisionShipper,
+  now: () => Date = () => new Date(),
+): SidecarEngine {
+  const recorded = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
+    shipper.push(shippedDecision(request, decision, now()));
+    return decision;
+  };
+  const decide = (request: SidecarRequest): SidecarDecision | Promise<SidecarDecision> => {
+    if (!shipper.accepting()) return denyOf("upstream_unavailable", request.requestId);
+    const decision = engine.decide(request);
+    return decision instanceof Promise
+      ? decision.then((settled) => recorded(request, settled))
+      : recorded(request, decision);
+  };
+  return {
+    decide,
+    authorize(request) {
+      const decision = decide(request);
+      return decision instanceof Promise ? decision : Promise.resolve(decision);
+    },
+  };
+}

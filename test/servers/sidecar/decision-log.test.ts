@@ -1,0 +1,249 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import {
+  auditedEngine,
+  createDecisionShipper,
+  type ShippedDecision,
+} from "../../../src/servers/sidecar/decision-log.ts";
+import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
+import { AGENT, CAPABILITY, type SidecarHandle, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
+
+interface AuditItem {
+  readonly id: string;
+  readonly actor: string | null;
+  readonly subject_id: string | null;
+  readonly capability_id: string | null;
+  readonly permission_id: string | null;
+  readonly partner_id: string | null;
+  readonly method: string | null;
+  readonly path: string | null;
+  readonly decision: string;
+  readonly reason: string | null;
+  readonly transport: string;
+  readonly requestId: string;
+}
+
+async function sidecarAudit(world: World, transport: string, count: number): Promise<AuditItem[]> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const response = await fetch(`${world.authorityUrl}/admin/audit?kind=decision&transport=${transport}`, {
+      headers: { authorization: `Bearer ${world.tokens.admin}` },
+    });
+    assert.equal(response.status, 200);
+    const { items } = (await response.json()) as { items: AuditItem[] };
+    if (items.length >= count || Date.now() > deadline) return items;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function postDecisions(world: World, token: string, body: unknown): Promise<Response> {
+  return fetch(`${world.authorityUrl}/v1/sidecar/decisions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+}
+
+function shipped(n: number): ShippedDecision {
+  return {
+    id: `dec_test-${n}`,
+    actor: AGENT,
+    subject_id: AGENT,
+    partner_id: "acme",
+    capability_id: CAPABILITY,
+    method: "GET",
+    path: `/orders/${n}`,
+    permission_id: `${CAPABILITY}:get:/orders/{orderId}`,
+    decision: "allowed",
+    reason: null,
+    transport: "grpc",
+    requestId: `req-${n}`,
+    time: new Date().toISOString(),
+  };
+}
+
+describe("sidecar decisions reach the authority's audit log", () => {
+  let world: World;
+  let sidecar: SidecarHandle;
+  before(async () => {
+    world = await startWorld();
+    sidecar = await world.startSidecar();
+  });
+  after(() => world.close());
+
+  test("Check allows and denies, and proxied requests, each become one decision record", async () => {
+    await sidecar.check({});
+    await sidecar.check({ method: "POST", path: "/orders" });
+    await sidecar.check({ token: null });
+    assert.equal((await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/orders/7` })).status, 200);
+
+    const grpc = await sidecarAudit(world, "grpc", 3);
+    assert.equal(grpc.length, 3);
+    const byReason = new Map(grpc.map((item) => [item.reason, item]));
+    const allowed = byReason.get(null);
+    assert.equal(allowed?.decision, "allowed");
+    assert.equal(allowed?.subject_id, AGENT);
+    assert.equal(allowed?.actor, AGENT);
+    assert.equal(allowed?.partner_id, "acme");
+    assert.equal(allowed?.capability_id, CAPABILITY);
+    assert.equal(allowed?.permission_id, `${CAPABILITY}:get:/orders/{orderId}`);
+    const notAllowed = byReason.get("operation_not_allowed");
+    assert.equal(notAllowed?.decision, "denied");
+    assert.equal(notAllowed?.subject_id, AGENT);
+    assert.equal(notAllowed?.capability_id, CAPABILITY);
+    assert.equal(notAllowed?.method, "POST");
+    assert.equal(notAllowed?.path, "/orders");
+    const anonymous = byReason.get("missing_subject");
+    assert.equal(anonymous?.decision, "denied");
+    assert.equal(anonymous?.subject_id, null);
+
+    const proxy = await sidecarAudit(world, "proxy", 1);
+    assert.equal(proxy.length, 1);
+    assert.equal(proxy[0]?.decision, "allowed");
+    assert.equal(proxy[0]?.path, "/orders/7");
+    // Usage is counted from the same records.
+    const usage = await fetch(`${world.authorityUrl}/admin/usage?subject=${AGENT}`, {
+      headers: { authorization: `Bearer ${world.tokens.admin}` },
+    });
+    assert.equal(usage.status, 200);
+    assert.match(JSON.stringify(await usage.json()), /allowed/);
+  });
+
+  test("only sidecars may write records, and only well-formed batches", async () => {
+    const agentAnswer = await postDecisions(world, world.tokens.agent, { records: [shipped(1)] });
+    assert.equal(agentAnswer.status, 403);
+    assert.equal(((await agentAnswer.json()) as { error: string }).error, "insufficient_role");
+    for (const body of [
+      {},
+      { records: [] },
+      { records: [{ ...shipped(2), transport: "http" }] },
+      { records: [{ ...shipped(3), reason: "made_up" }] },
+      { records: [{ ...shipped(4), id: "not-a-record-id" }] },
+      { records: [{ ...shipped(5), extra: 1 }] },
+      { records: Array.from({ length: 501 }, (_, i) => shipped(100 + i)) },
+    ]) {
+      const answer = await postDecisions(world, world.tokens.sidecar, body);
+      assert.equal(answer.status, 400, JSON.stringify(body).slice(0, 80));
+    }
+    const ok = await postDecisions(world, world.tokens.sidecar, { records: [shipped(6), shipped(7)] });
+    assert.equal(ok.status, 200);
+    assert.deepEqual(await ok.json(), { accepted: 2 });
+  });
+});
+
+describe("decision shipper", () => {
+  const request: SidecarRequest = {
+    transport: "grpc",
+    authorization: undefined,
+    capabilityId: CAPABILITY,
+    host: "orders.internal",
+    method: "GET",
+    path: "/orders/1?secret=x",
+    requestId: "req-1",
+  };
+  const deny: SidecarDecision = {
+    allow: false,
+    httpStatus: 401,
+    reason: "missing_subject",
+    requestId: "req-1",
+  };
+
+  test("sends in batches of at most batchSize, in order, each record once", async () => {
+    const batches: ShippedDecision[][] = [];
+    const shipper = createDecisionShipper({
+      batchSize: 4,
+      flushIntervalMs: 5,
+      send: async (records) => {
+        batches.push([...records]);
+      },
+    });
+    for (let i = 0; i < 10; i++) shipper.push(shipped(i));
+    assert.equal(await shipper.flush(2000), true);
+    assert.deepEqual(
+      batches.map((batch) => batch.length),
+      [4, 4, 2],
+    );
+    assert.deepEqual(
+      batches.flat().map((record) => record.id),
+      Array.from({ length: 10 }, (_, i) => `dec_test-${i}`),
+    );
+    assert.equal(shipper.pending(), 0);
+  });
+
+  test("a failed send is retried with back-off; the state change is reported once each way", async () => {
+    let failuresLeft = 2;
+    const delivered: string[] = [];
+    const states: string[] = [];
+    const shipper = createDecisionShipper({
+      flushIntervalMs: 5,
+      retryMs: 5,
+      send: async (records) => {
+        if (failuresLeft-- > 0) throw new Error("authority away");
+        delivered.push(...records.map((record) => record.id));
+      },
+      onStateChange: (state) => states.push(state),
+    });
+    shipper.push(shipped(1));
+    shipper.push(shipped(2));
+    assert.equal(await shipper.flush(2000), true);
+    assert.deepEqual(delivered, ["dec_test-1", "dec_test-2"]);
+    assert.deepEqual(states, ["failing", "ok"]);
+  });
+
+  test("a full queue refuses decisions: the engine is not asked and the answer is 503", async () => {
+    let asked = 0;
+    const engine: SidecarEngine = {
+      decide: () => {
+        asked++;
+        return deny;
+      },
+      authorize: async () => deny,
+    };
+    const shipper = createDecisionShipper({
+      maxPending: 2,
+      retryMs: 1000,
+      send: async () => {
+        throw new Error("authority away");
+      },
+    });
+    const audited = auditedEngine(engine, shipper);
+    audited.decide(request);
+    audited.decide(request);
+    assert.equal(shipper.accepting(), false);
+    const refused = await audited.authorize(request);
+    assert.equal(refused.allow, false);
+    assert.equal(refused.allow === false && refused.reason, "upstream_unavailable");
+    assert.equal(refused.allow === false && refused.httpStatus, 503);
+    assert.equal(asked, 2);
+    assert.deepEqual(await shipper.close(50), { flushed: false, lost: 2 });
+  });
+
+  test("records carry what the engine knew, and never a query string", async () => {
+    const records: ShippedDecision[] = [];
+    const engine: SidecarEngine = {
+      decide: () => ({
+        ...deny,
+        httpStatus: 403,
+        reason: "operation_not_allowed",
+        context: { subjectId: AGENT, partnerId: "acme", capabilityId: CAPABILITY },
+      }),
+      authorize: async () => deny,
+    };
+    const shipper = createDecisionShipper({
+      flushIntervalMs: 5,
+      send: async (batch) => {
+        records.push(...batch);
+      },
+    });
+    auditedEngine(engine, shipper).decide(request);
+    await shipper.close(2000);
+    assert.equal(records.length, 1);
+    const [record] = records;
+    assert.equal(record?.subject_id, AGENT);
+    assert.equal(record?.actor, AGENT);
+    assert.equal(record?.partner_id, "acme");
+    assert.equal(record?.reason, "operation_not_allowed");
+    assert.equal(record?.path, "/orders/1");
+    assert.match(record?.id ?? "", /^dec_/);
+  });
+});
