@@ -214,6 +214,22 @@ function keyWords(key: string): string[] {
  * cookie, ssn, card number spellings and card verification codes. Case-insensitive.
  */
 export function isSensitiveKey(key: string): boolean {
+  // Response bodies repeat the same few keys: remember answers (bounded; pure function).
+  const known = sensitiveKeyAnswers.get(key);
+  if (known !== undefined) return known;
+  const answer = classifyKey(key);
+  if (key.length <= MAX_REMEMBERED_KEY_LENGTH) {
+    if (sensitiveKeyAnswers.size >= MAX_REMEMBERED_KEYS) sensitiveKeyAnswers.clear();
+    sensitiveKeyAnswers.set(key, answer);
+  }
+  return answer;
+}
+
+const MAX_REMEMBERED_KEYS = 4096;
+const MAX_REMEMBERED_KEY_LENGTH = 128;
+const sensitiveKeyAnswers = new Map<string, boolean>();
+
+function classifyKey(key: string): boolean {
   const words = keyWords(key);
   const joined = words.join("");
   if (SENSITIVE_FRAGMENTS.some((fragment) => joined.includes(fragment))) return true;
@@ -229,7 +245,11 @@ export function defaultSensitiveFieldRedaction(
   body: unknown,
   options: { readonly skip?: ReadonlySet<string> } = {},
 ): RedactionResult {
-  const root = cloneJson(body);
+  return maskSensitiveFields(cloneJson(body), options.skip);
+}
+
+/** defaultSensitiveFieldRedaction on a value the caller owns: masks it in place. */
+function maskSensitiveFields(root: unknown, skip: ReadonlySet<string> | undefined): RedactionResult {
   const events: RedactionEvent[] = [];
   interface Frame {
     readonly node: unknown;
@@ -258,7 +278,7 @@ export function defaultSensitiveFieldRedaction(
     const [key, value] = item;
     const path = `${top.pointer}/${jsonPointer.escape(key)}`;
     if (isRecord(top.node) && isSensitiveKey(key) && value !== null && typeof value !== "boolean") {
-      if (options.skip?.has(path)) continue;
+      if (skip?.has(path)) continue;
       setOwn(top.node, key, maskValue(value));
       events.push({ path, mode: "mask", source: "default" });
     } else if (typeof value === "object" && value !== null) {
@@ -275,7 +295,8 @@ export function defaultSensitiveFieldRedaction(
 export function redactResponseBody(body: unknown, rules: readonly RedactionRule[]): RedactionResult {
   const operation = applyRedactions(body, rules);
   const skip = new Set(operation.events.map((e) => e.path));
-  const defaults = defaultSensitiveFieldRedaction(operation.body, { skip });
+  // applyRedactions returned a copy: it is masked in place, not copied again.
+  const defaults = maskSensitiveFields(operation.body, skip);
   return { body: defaults.body, events: [...operation.events, ...defaults.events] };
 }
 

@@ -214,6 +214,16 @@ describe("default sensitive-field redaction", () => {
     }
   });
 
+  it("remembered answers stay right when the key memory fills and is cleared", () => {
+    const sample = ["apiKey", "total_tokens", "client-secret", "name", "cvv2", "passenger"];
+    const first = sample.map(isSensitiveKey);
+    for (let i = 0; i < 10_000; i++) isSensitiveKey(i % 2 === 0 ? `field_${i}` : `secret_${i}`);
+    assert.deepEqual(sample.map(isSensitiveKey), first);
+    assert.deepEqual(first, [true, false, true, false, true, false]);
+    assert.equal(isSensitiveKey("x".repeat(500)), false);
+    assert.equal(isSensitiveKey(`${"x".repeat(500)}_password`), true);
+  });
+
   it("masks at any depth, leaves null and booleans, records events, never mutates", () => {
     const body = {
       user: { name: "jane", password: "hunter2", profile: { api_key: 12345 } },
