@@ -129,12 +129,18 @@ export async function startUpstream(): Promise<Upstream> {
       res.end(text);
     };
     if (path.startsWith("/orders/")) {
-      sendJson({
+      const order = {
         id: decodeURIComponent(path.slice("/orders/".length)),
         card_number: "4111111111111111",
         customer: { email: "ada@example.com", password: "hunter2" },
         total: 42,
-      });
+      };
+      // `?service_ms=N`: answer after N ms, like a service doing real work (the benchmark's second baseline).
+      const serviceMs = Number(
+        new URLSearchParams((req.url ?? "").split("?")[1] ?? "").get("service_ms") ?? 0,
+      );
+      if (serviceMs > 0 && serviceMs <= 1000) setTimeout(() => sendJson(order), serviceMs);
+      else sendJson(order);
     } else if (path === "/orders") {
       sendJson({ items: [{ id: "1", api_key: "leaked-key" }], next: null });
     } else if (path.startsWith("/files/")) {
