@@ -625,6 +625,17 @@ async function startSidecarProcess(
   };
 }
 
+/** scripts/warm-compile-cache.ts with the servers' Node flags, into SERVER_ENV's cache. */
+async function warmCompileCache(): Promise<void> {
+  const script = fileURLToPath(new URL("../scripts/warm-compile-cache.ts", import.meta.url));
+  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, script], {
+    env: { ...process.env, ...SERVER_ENV },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+  if (code !== 0) throw new Error(`warm-compile-cache exited with ${code}`);
+}
+
 /** Reference: http-proxy alone (keep-alive agent, no decision, no redaction) in its own process. */
 async function startBareProxyProcess(upstreamUrl: string): Promise<ChildServer> {
   const code = `
@@ -978,9 +989,9 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     if (process.env.BENCH_SIDECAR_PLAIN_ENV !== "1") {
       SERVER_ENV.NODE_COMPILE_CACHE = join(dir.path, "compile-cache");
       SERVER_ENV.MALLOC_ARENA_MAX = "2";
-      // Fill the compile cache (written when a process exits) as an image build would.
-      for (const entry of ["command", "cli"] as const)
-        await (await startSidecarProcess(sidecarEnv, entry)).stop();
+      // Fill the compile cache as the image build does (deploy/Containerfile); the no-op
+      // server's own modules are outside src/, so it fills them by starting once.
+      await warmCompileCache();
       await (await startNoopProcess()).stop();
     }
     const sidecar = await startSidecarProcess(sidecarEnv, "command");
