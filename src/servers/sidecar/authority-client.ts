@@ -1,7 +1,6 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
 import type { PolicyRecord } from "../../policy/record.ts";
-import type { ShippedDecision } from "./decision-log.ts";
 import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
 import type { ServiceTokenSource } from "./service-token.ts";
 
@@ -22,8 +21,8 @@ export interface InjectableCredentials {
 export interface AuthorityClient extends PolicyRecordFetcher {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
-  /** Hands decision records to the authority's audit log; resolves once it took them. */
-  sendDecisions(records: readonly ShippedDecision[]): Promise<void>;
+  /** Hands decision records (each as its JSON text) to the authority's audit log; resolves once it took them. */
+  sendDecisions(records: readonly string[]): Promise<void>;
 }
 
 export interface AuthorityClientOptions {
@@ -141,7 +140,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
   return {
     async sendDecisions(records) {
-      const response = await call("/v1/sidecar/decisions", {}, JSON.stringify({ records }));
+      const response = await call("/v1/sidecar/decisions", {}, `{"records":[${records.join(",")}]}`);
       if (response.status !== 200) await unexpected(response);
       await response.body?.cancel();
     },

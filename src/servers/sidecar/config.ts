@@ -174,8 +174,7 @@ export const sidecarSettings = {
   auditMaxPending: spec({
     key: "audit-max-pending",
     env: "AUTHORITY_SIDECAR_AUDIT_MAX_PENDING",
-    description:
-      "decision records held while the authority does not take them (default 10000; beyond: 503)",
+    description: "decision records held while the authority does not take them (default 10000; beyond: 503)",
     parse: integer(100, 10_000_000),
   }),
   shutdownGrace: spec({

@@ -150,11 +150,12 @@ describe("decision shipper", () => {
 
   test("sends in batches of at most batchSize, in order, each record once", async () => {
     const batches: ShippedDecision[][] = [];
+    const parse = (records: readonly string[]) => records.map((text) => JSON.parse(text) as ShippedDecision);
     const shipper = createDecisionShipper({
       batchSize: 4,
       flushIntervalMs: 5,
       send: async (records) => {
-        batches.push([...records]);
+        batches.push(parse(records));
       },
     });
     for (let i = 0; i < 10; i++) shipper.push(shipped(i));
@@ -179,7 +180,7 @@ describe("decision shipper", () => {
       retryMs: 5,
       send: async (records) => {
         if (failuresLeft-- > 0) throw new Error("authority away");
-        delivered.push(...records.map((record) => record.id));
+        delivered.push(...records.map((text) => (JSON.parse(text) as ShippedDecision).id));
       },
       onStateChange: (state) => states.push(state),
     });
@@ -232,7 +233,7 @@ describe("decision shipper", () => {
     const shipper = createDecisionShipper({
       flushIntervalMs: 5,
       send: async (batch) => {
-        records.push(...batch);
+        records.push(...batch.map((text) => JSON.parse(text) as ShippedDecision));
       },
     });
     auditedEngine(engine, shipper).decide(request);
