@@ -21,8 +21,8 @@ export interface InjectableCredentials {
 export interface AuthorityClient extends PolicyRecordFetcher {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
-  /** Hands decision records (each as its JSON text) to the authority's audit log; resolves once it took them. */
-  sendDecisions(records: readonly string[]): Promise<void>;
+  /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
+  sendDecisions(records: Buffer): Promise<void>;
 }
 
 export interface AuthorityClientOptions {
@@ -65,6 +65,9 @@ function policyRecordOf(value: unknown): PolicyRecord | undefined {
   return ok ? (value as unknown as PolicyRecord) : undefined;
 }
 
+const RECORDS_OPEN = Buffer.from('{"records":');
+const RECORDS_CLOSE = Buffer.from("}");
+
 export function createAuthorityClient(options: AuthorityClientOptions): AuthorityClient {
   let base: URL;
   try {
@@ -84,7 +87,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   const call = async (
     path: string,
     headers: Record<string, string> = {},
-    body?: string,
+    body?: Buffer,
   ): Promise<Response> => {
     for (let attempt = 0; ; attempt++) {
       let token: string;
@@ -140,7 +143,8 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
   return {
     async sendDecisions(records) {
-      const response = await call("/v1/sidecar/decisions", {}, `{"records":[${records.join(",")}]}`);
+      const body = Buffer.concat([RECORDS_OPEN, records, RECORDS_CLOSE]);
+      const response = await call("/v1/sidecar/decisions", {}, body);
       if (response.status !== 200) await unexpected(response);
       await response.body?.cancel();
     },

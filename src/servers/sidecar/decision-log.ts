@@ -3,6 +3,7 @@ import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
 import { SidecarConfigError } from "./errors.ts";
+import { createRecordQueue } from "./record-queue.ts";
 
 /**
  * Every sidecar decision becomes one `decision` record in the authority's audit log (the
@@ -28,10 +29,10 @@ export interface ShippedDecision extends DecisionInput {
 
 export interface DecisionShipperOptions {
   /**
-   * Delivers one batch, each record as its JSON text; rejects when the authority did not take
-   * it (it is sent again).
+   * Delivers one batch: the records as the UTF-8 bytes of a JSON array. Rejects when the
+   * authority did not take it (it is sent again).
    */
-  readonly send: (records: readonly string[]) => Promise<void>;
+  readonly send: (records: Buffer) => Promise<void>;
   /** Records held before decisions are refused (default 10000). */
   readonly maxPending?: number;
   /** Records per request (default 500, the route's limit). */
@@ -80,9 +81,8 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
   );
   const flushIntervalMs = positiveInt(options.flushIntervalMs, 100, "flushIntervalMs");
   const retryMs = positiveInt(options.retryMs, 100, "retryMs");
-  // Records wait as JSON text: one flat string each is far cheaper for the garbage collector
-  // to keep (and promote) than an object of thirteen fields.
-  const queue: string[] = [];
+  // Records wait as UTF-8 JSON outside the JS heap (record-queue.ts).
+  const queue = createRecordQueue();
   let timer: NodeJS.Timeout | undefined;
   let sending: Promise<void> | undefined;
   let failures = 0;
@@ -96,10 +96,10 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
 
   const sendBatch = (): void => {
     timer = undefined;
-    const batch = queue.slice(0, batchSize);
-    sending = options.send(batch).then(
+    const count = Math.min(batchSize, queue.length);
+    sending = options.send(queue.peekArray(count)).then(
       () => {
-        queue.splice(0, batch.length);
+        queue.drop(count);
         if (failures > 0) options.onStateChange?.("ok", queue.length);
         failures = 0;
       },

@@ -150,7 +150,7 @@ describe("decision shipper", () => {
 
   test("sends in batches of at most batchSize, in order, each record once", async () => {
     const batches: ShippedDecision[][] = [];
-    const parse = (records: readonly string[]) => records.map((text) => JSON.parse(text) as ShippedDecision);
+    const parse = (records: Buffer) => JSON.parse(records.toString("utf8")) as ShippedDecision[];
     const shipper = createDecisionShipper({
       batchSize: 4,
       flushIntervalMs: 5,
@@ -180,7 +180,9 @@ describe("decision shipper", () => {
       retryMs: 5,
       send: async (records) => {
         if (failuresLeft-- > 0) throw new Error("authority away");
-        delivered.push(...records.map((text) => (JSON.parse(text) as ShippedDecision).id));
+        delivered.push(
+          ...(JSON.parse(records.toString("utf8")) as ShippedDecision[]).map((record) => record.id),
+        );
       },
       onStateChange: (state) => states.push(state),
     });
@@ -233,7 +235,7 @@ describe("decision shipper", () => {
     const shipper = createDecisionShipper({
       flushIntervalMs: 5,
       send: async (batch) => {
-        records.push(...batch.map((text) => JSON.parse(text) as ShippedDecision));
+        records.push(...(JSON.parse(batch.toString("utf8")) as ShippedDecision[]));
       },
     });
     auditedEngine(engine, shipper).decide(request);
