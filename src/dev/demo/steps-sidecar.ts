@@ -174,4 +174,54 @@ export async function sidecarSection(ctx: DemoContext): Promise<void> {
     ok: proxied.status === 200 && masked && item.cvc === undefined,
     detail: `card_number ${String(item.card_number ?? "(absent)")}; the API key was injected by the sidecar`,
   });
+  await auditedStep(ctx);
+}
+
+interface AuditItem {
+  readonly transport?: string;
+  readonly decision?: string;
+  readonly reason?: string | null;
+  readonly method?: string | null;
+  readonly path?: string | null;
+}
+
+/** The sidecar ships its decisions to the authority's audit log within about 100 ms. */
+async function auditedStep(ctx: DemoContext): Promise<void> {
+  const admin = await ctx.adminToken();
+  const read = async (): Promise<AuditItem[]> => {
+    const items: AuditItem[] = [];
+    for (const transport of ["grpc", "proxy"]) {
+      const answer = await ctx.json(
+        "GET",
+        `${ctx.env.urls.authority}/admin/audit?kind=decision&transport=${transport}&limit=10`,
+        { headers: { authorization: `Bearer ${admin}` } },
+      );
+      if (isRecord(answer.body) && Array.isArray(answer.body.items))
+        items.push(...(answer.body.items as AuditItem[]));
+    }
+    return items;
+  };
+  let items = await read();
+  for (let waited = 0; items.length < 3 && waited < 3000; waited += 100) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    items = await read();
+  }
+  const line = (item: AuditItem): string =>
+    `${item.transport} ${item.method} ${item.path} ${item.decision}${item.reason ? ` ${item.reason}` : ""}`;
+  reportAudit(ctx, items, line);
+}
+
+function reportAudit(ctx: DemoContext, items: readonly AuditItem[], line: (item: AuditItem) => string): void {
+  const grpc = items.filter((item) => item.transport === "grpc");
+  const proxy = items.filter((item) => item.transport === "proxy");
+  ctx.report.check({
+    label: "GET /admin/audit?transport=grpc|proxy (authority)",
+    expected: "the 3 sidecar decisions, recorded by the authority",
+    actual: `${grpc.length} grpc + ${proxy.length} proxy decision records`,
+    ok:
+      grpc.some((item) => item.decision === "allowed") &&
+      grpc.some((item) => item.reason === "operation_not_allowed") &&
+      proxy.some((item) => item.decision === "allowed"),
+    detail: items.map(line).join("; "),
+  });
 }
