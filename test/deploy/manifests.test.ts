@@ -322,9 +322,23 @@ describe("deploy/Containerfile", () => {
       "package.json",
       "package.json",
       "proto",
+      "scripts/warm-compile-cache.ts",
       "src",
     ]);
     for (const s of new Set(sources)) assert.ok(existsSync(repoPath(s)), s);
+    // The build context lets each of them through.
+    const allowed = readRepoFile("deploy/Containerfile.dockerignore")
+      .split("\n")
+      .filter((l) => l.startsWith("!"))
+      .map((l) => l.slice(1).replace(/\/\*\*$/, ""));
+    for (const s of new Set(sources)) assert.ok(allowed.includes(s), `${s} is not in the build context`);
+  });
+
+  it("fills the compile cache as the runtime user (Node keys it by user id)", () => {
+    const lastUser = instructions.findLastIndex((l) => l.startsWith("USER "));
+    const warm = instructions.findIndex((l) => l.startsWith("RUN ") && l.includes("warm-compile-cache.ts"));
+    assert.ok(warm > lastUser && lastUser >= 0);
+    assert.ok(instructions.some((l) => l.startsWith("ENV ") && l.includes("NODE_COMPILE_CACHE=")));
   });
 });
 
