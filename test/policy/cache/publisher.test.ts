@@ -30,6 +30,9 @@ describe("policy change publisher and the sidecar's Redis view (real redis-serve
     store = createRedisPolicyStore({ url: server.url });
     store.onChange((change) => changes.push(change));
     await store.waitReady(5000);
+    // The publisher has no offline queue: until its own connection is up, publish() answers
+    // false and retries later. The tests below start once it is connected.
+    assert.equal(await waitFor(() => publisher.publish("connected-probe", 1)), true);
   });
   after(async () => {
     await publisher.close();
