@@ -1226,6 +1226,19 @@ function cannon(url: string, path: string, headers: Record<string, string>): Pro
   });
 }
 
+/** Proxied vs direct throughput at the same concurrency; the target is ≥ 0.5× direct. */
+function throughputRow(measure: string, proxied: LoadResult, direct: LoadResult): SidecarBenchRow {
+  const ratio = proxied.rps / Math.max(1, direct.rps);
+  return {
+    measure,
+    sidecar: `${proxied.rps} (${fmt(proxied.p50Ms)})${proxied.denied > 0 ? ` ${proxied.denied} non-2xx` : ""}`,
+    baseline: `${direct.rps} (${fmt(direct.p50Ms)}) direct`,
+    result: `${fmt(ratio, 2)}×`,
+    target: "≥ 0.5× direct",
+    met: String(ratio >= 0.5 && proxied.denied === 0),
+  };
+}
+
 async function proxyVersusDirect(setup: BenchSetup): Promise<SidecarBenchRow[]> {
   const rows: SidecarBenchRow[] = [];
   const proxyHeaders = { "proxy-authorization": `Bearer ${setup.agentToken}`, host: "orders.internal" };
@@ -1264,15 +1277,13 @@ async function proxyVersusDirect(setup: BenchSetup): Promise<SidecarBenchRow[]> 
   );
   await bare.stop();
   const proxy = cannonProxy.result;
-  const ratio = proxy.rps / Math.max(1, cannonDirect.rps);
-  rows.push({
-    measure: `Proxy throughput req/s (autocannon, ${HTTP_CONNECTIONS} connections; p50 ms)`,
-    sidecar: `${proxy.rps} (${fmt(proxy.p50Ms)})${proxy.denied > 0 ? ` ${proxy.denied} non-2xx` : ""}`,
-    baseline: `${cannonDirect.rps} (${fmt(cannonDirect.p50Ms)}) direct`,
-    result: `${fmt(ratio, 2)}×`,
-    target: "≥ 0.5× direct",
-    met: String(ratio >= 0.5 && proxy.denied === 0),
-  });
+  rows.push(
+    throughputRow(
+      `Proxy throughput req/s (autocannon, ${HTTP_CONNECTIONS} connections; p50 ms)`,
+      proxy,
+      cannonDirect,
+    ),
+  );
   progress(rows);
   // The same comparison against an upstream that takes SERVICE_MS per request, as real APIs do:
   // at equal concurrency the throughput then follows latency, which the proxy adds little to.
@@ -1283,15 +1294,13 @@ async function proxyVersusDirect(setup: BenchSetup): Promise<SidecarBenchRow[]> 
     `http://orders.internal${servicePath}`,
     proxyHeaders,
   );
-  const serviceRatio = serviceProxy.rps / Math.max(1, serviceDirect.rps);
-  rows.push({
-    measure: `Proxy throughput, upstream with ${SERVICE_MS} ms service time (autocannon, ${HTTP_CONNECTIONS} connections; p50 ms)`,
-    sidecar: `${serviceProxy.rps} (${fmt(serviceProxy.p50Ms)})${serviceProxy.denied > 0 ? ` ${serviceProxy.denied} non-2xx` : ""}`,
-    baseline: `${serviceDirect.rps} (${fmt(serviceDirect.p50Ms)}) direct`,
-    result: `${fmt(serviceRatio, 2)}×`,
-    target: "≥ 0.5× direct",
-    met: String(serviceRatio >= 0.5 && serviceProxy.denied === 0),
-  });
+  rows.push(
+    throughputRow(
+      `Proxy throughput, upstream with ${SERVICE_MS} ms service time (autocannon, ${HTTP_CONNECTIONS} connections; p50 ms)`,
+      serviceProxy,
+      serviceDirect,
+    ),
+  );
   progress(rows);
   rows.push({
     measure: "Reference: bare http-proxy (no decision, no redaction) req/s (p50 ms); CPU µs per request",
