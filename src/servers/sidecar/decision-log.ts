@@ -41,7 +41,8 @@ export interface DecisionShipperOptions {
   readonly flushIntervalMs?: number;
   /** First retry delay after a failed send, doubled up to 2 s (default 100 ms). */
   readonly retryMs?: number;
-  readonly onStateChange?: (state: "ok" | "failing", pending: number) => void;
+  /** `failing` after a first failed send (with its error), `ok` once a send succeeds again. */
+  readonly onStateChange?: (state: "ok" | "failing", pending: number, error?: unknown) => void;
 }
 
 export interface DecisionShipper {
@@ -103,9 +104,9 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
         if (failures > 0) options.onStateChange?.("ok", queue.length);
         failures = 0;
       },
-      () => {
+      (error: unknown) => {
         failures++;
-        if (failures === 1) options.onStateChange?.("failing", queue.length);
+        if (failures === 1) options.onStateChange?.("failing", queue.length, error);
       },
     );
     void sending.then(() => {

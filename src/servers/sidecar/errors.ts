@@ -20,3 +20,14 @@ export class AuthorityFetchError extends Error {
     this.status = status;
   }
 }
+
+/** What a log line may say about an error: name, code and HTTP status, never its message (it may quote a token or upstream text). */
+export function errorSummary(error: unknown): Record<string, unknown> {
+  if (!(error instanceof Error)) return { type: typeof error };
+  const { code, status } = error as { code?: unknown; status?: unknown };
+  return {
+    name: error.name,
+    ...(typeof code === "string" ? { code } : {}),
+    ...(typeof status === "number" ? { status } : {}),
+  };
+}

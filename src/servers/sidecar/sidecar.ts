@@ -15,7 +15,7 @@ import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
-import { SidecarConfigError } from "./errors.ts";
+import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { createFetchCache } from "./fetch-cache.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
@@ -146,9 +146,14 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   const auditLog = createDecisionShipper({
     send: (records) => options.authority.sendDecisions(records),
     ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
-    onStateChange: (state, pending) => {
+    onStateChange: (state, pending, error) => {
+      // A refused batch (e.g. 400 from a version skew) is retried too: the queue then fills and
+      // the sidecar fails closed rather than drop records; the log says why.
       if (state === "failing")
-        logger.warn({ pending }, "decision records not delivered to the authority; retrying");
+        logger.warn(
+          { pending, err: errorSummary(error) },
+          "decision records not delivered to the authority; retrying",
+        );
       else logger.info({ pending }, "decision records delivered again");
     },
   });

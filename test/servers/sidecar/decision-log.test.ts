@@ -120,6 +120,8 @@ describe("sidecar decisions reach the authority's audit log", () => {
       { records: [{ ...shipped(3), reason: "made_up" }] },
       { records: [{ ...shipped(4), id: "not-a-record-id" }] },
       { records: [{ ...shipped(5), extra: 1 }] },
+      { records: [{ ...shipped(9), time: "yesterday" }] },
+      { records: [{ ...shipped(10), decision: "maybe" }] },
       { records: Array.from({ length: 501 }, (_, i) => shipped(100 + i)) },
     ]) {
       const answer = await postDecisions(world, world.tokens.sidecar, body);
@@ -128,6 +130,24 @@ describe("sidecar decisions reach the authority's audit log", () => {
     const ok = await postDecisions(world, world.tokens.sidecar, { records: [shipped(6), shipped(7)] });
     assert.equal(ok.status, 200);
     assert.deepEqual(await ok.json(), { accepted: 2 });
+  });
+
+  test("a sidecar token bound to a partner writes only that partner's records", async () => {
+    const bound = (
+      await world.idp.issueToken({
+        subject: "sidecar-other",
+        roles: ["sidecar"],
+        claims: { partner_id: "other-partner" },
+        lifetimeSec: 300,
+      })
+    ).accessToken;
+    const refused = await postDecisions(world, bound, { records: [shipped(20)] });
+    assert.equal(refused.status, 403);
+    const anonymous = { ...shipped(21), partner_id: null, subject_id: null, actor: null };
+    const taken = await postDecisions(world, bound, {
+      records: [{ ...anonymous, decision: "denied", reason: "missing_subject", permission_id: null }],
+    });
+    assert.equal(taken.status, 200);
   });
 });
 
@@ -175,6 +195,7 @@ describe("decision shipper", () => {
     let failuresLeft = 2;
     const delivered: string[] = [];
     const states: string[] = [];
+    const errors: unknown[] = [];
     const shipper = createDecisionShipper({
       flushIntervalMs: 5,
       retryMs: 5,
@@ -184,13 +205,20 @@ describe("decision shipper", () => {
           ...(JSON.parse(records.toString("utf8")) as ShippedDecision[]).map((record) => record.id),
         );
       },
-      onStateChange: (state) => states.push(state),
+      onStateChange: (state, _pending, error) => {
+        states.push(state);
+        if (error !== undefined) errors.push(error);
+      },
     });
     shipper.push(shipped(1));
     shipper.push(shipped(2));
     assert.equal(await shipper.flush(2000), true);
     assert.deepEqual(delivered, ["dec_test-1", "dec_test-2"]);
     assert.deepEqual(states, ["failing", "ok"]);
+    assert.deepEqual(
+      errors.map((error) => (error as Error).message),
+      ["authority away"],
+    );
   });
 
   test("a full queue refuses decisions: the engine is not asked and the answer is 503", async () => {

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { SecureServerOptions } from "node:http2";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
+import { errorSummary } from "../errors.ts";
 import type { ParsedCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
 import { decodeCheckRequest, encodeAllowDecision, encodeCheckResponse } from "./codec.ts";
@@ -132,13 +133,6 @@ function denyForError(error: unknown): { httpStatus: DenyHttpStatus; reason: str
     return { httpStatus: error.status as DenyHttpStatus, reason: error.code };
   }
   return failClosed.error;
-}
-
-function errorSummary(error: unknown): Record<string, unknown> {
-  // Name and code only: an error message may quote a token or upstream text.
-  if (error instanceof AuthorityError) return { name: error.name, code: error.code };
-  if (error instanceof Error) return { name: error.name };
-  return { type: typeof error };
 }
 
 export function createCheckServer(options: CheckServerOptions): CheckServer {
