@@ -18,6 +18,7 @@ import { assertNoLeaks, assertWithin, newCounts, report } from "../helpers/suite
 import {
   ALLOWED,
   CAPABILITY,
+  type ExtAuthzAnswer,
   PARTNER,
   recoveryTime,
   SECOND_AGENT,
@@ -42,6 +43,16 @@ const allowedOp = { capability_id: CAPABILITY, method: "GET", path: "/items/7" }
 const deniedOp = { capability_id: CAPABILITY, method: "GET", path: "/items" };
 const unknownOp = { capability_id: CAPABILITY, method: "GET", path: "/nowhere" };
 const invokeOp = { capability_id: CAPABILITY, method: "GET", path: "/items/7" };
+
+/** The request id an ext_authz answer carries (allow: its header; deny: its body). */
+function checkRequestId(answer: ExtAuthzAnswer): string | undefined {
+  if (answer.allowed) {
+    const headers: Array<{ header?: { key?: string; value?: string } }> =
+      answer.response?.ok_response?.headers ?? [];
+    return headers.find((option) => option.header?.key === "x-authority-request-id")?.header?.value;
+  }
+  return (JSON.parse(answer.response?.denied_response?.body ?? "{}") as { requestId?: string }).requestId;
+}
 
 describe("faults: Redis under the authority store and the sidecar cache", () => {
   let aof: TempDir;
@@ -79,6 +90,12 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
 
   /** Decision records after `afterSeq`, once Redis took the buffered ones. */
   async function decisionsAfter(afterSeq: number): Promise<DecisionAuditRecord[]> {
+    // The sidecar hands its records to the authority within ≈ 100 ms; then the authority's buffer drains.
+    assert.equal(
+      await system.sidecar?.sidecar.flushAudit(AUDIT_FLUSH_MS),
+      true,
+      "the sidecar's records are sent",
+    );
     assert.equal(await system.recorder.flush(AUDIT_FLUSH_MS), true, "the audit buffer drains after recovery");
     const entries = await system.store.readLog<DecisionAuditRecord>(logs.audit, { afterSeq, limit: 5000 });
     return entries.map((entry) => entry.value).filter((value) => value.kind === "decision");
@@ -200,6 +217,15 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
     const byRequest = new Map<string, number>();
     for (const record of records) byRequest.set(record.requestId, (byRequest.get(record.requestId) ?? 0) + 1);
     const missing = decisions.filter((reply) => byRequest.get(reply.json.requestId) !== 1);
+    // The sidecar's two decisions of the outage reached the authority's audit log too.
+    const sidecarRecords = [checkRequestId(cached), checkRequestId(uncached)].map((id) =>
+      records.filter((record) => record.requestId === id && record.transport === "grpc"),
+    );
+    assert.deepEqual(
+      sidecarRecords.map((found) => found.map((record) => [record.decision, record.reason])),
+      [[["allowed", null]], [["denied", "upstream_unavailable"]]],
+      "one record per sidecar decision",
+    );
     counts.recordsLost += missing.length;
     assert.deepEqual(
       missing.map((reply) => reply.json.requestId),

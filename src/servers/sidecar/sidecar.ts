@@ -88,6 +88,8 @@ export interface Sidecar {
   readonly policies: VerifiedPolicyCache;
   readonly metrics: SidecarMetrics;
   readonly redis: RedisPolicyStore | undefined;
+  /** Sends the queued decision records now; false when some are still queued after `timeoutMs`. */
+  flushAudit(timeoutMs: number): Promise<boolean>;
 }
 
 const UNRESOLVED_CATALOG_TTL_MS = 5000;
@@ -238,6 +240,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     get ready() {
       return readiness().ready;
     },
+    flushAudit: (timeoutMs) => auditLog.flush(timeoutMs),
 
     async start() {
       const { grpc, proxy: proxyAddress, metrics: metricsAddress } = options.listen;

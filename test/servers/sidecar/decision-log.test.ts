@@ -1,11 +1,15 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import {
   auditedEngine,
   createDecisionShipper,
   type ShippedDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
+import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
+import { type FaultProxy, startFaultProxy } from "../../helpers/fault-proxy.ts";
+import type { Decoded } from "./grpc/helpers.ts";
 import { AGENT, CAPABILITY, type SidecarHandle, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 interface AuditItem {
@@ -148,6 +152,82 @@ describe("sidecar decisions reach the authority's audit log", () => {
       records: [{ ...anonymous, decision: "denied", reason: "missing_subject", permission_id: null }],
     });
     assert.equal(taken.status, 200);
+  });
+});
+
+describe("sidecar decision records while the authority is unreachable (fault proxy)", () => {
+  let world: World;
+  let proxy: FaultProxy;
+  let sidecar: SidecarHandle;
+  const MAX_PENDING = 20;
+  before(async () => {
+    world = await startWorld();
+    proxy = await startFaultProxy(Number(new URL(world.authorityUrl).port));
+    sidecar = await world.startSidecar({
+      authority: createAuthorityClient({
+        baseUrl: proxy.url,
+        token: staticTokenSource(world.tokens.sidecar),
+      }),
+      auditMaxPending: MAX_PENDING,
+      // The cached policy stays usable for the whole outage: only the records need the authority.
+      policyTtlMs: 60_000,
+    });
+  });
+  after(async () => {
+    await proxy.close();
+    await world.close();
+  });
+
+  const requestIdOf = (response: Decoded): string | undefined =>
+    (response.ok_response?.headers ?? []).find(
+      (option: { header?: { key?: string } }) => option.header?.key === "x-authority-request-id",
+    )?.header?.value;
+  const ready = async (): Promise<{ status: number; audit: unknown }> => {
+    const response = await fetch(`http://127.0.0.1:${sidecar.ports.metrics}/readyz`);
+    const body = (await response.json()) as { checks?: { audit?: unknown } };
+    return { status: response.status, audit: body.checks?.audit };
+  };
+
+  test("decisions go on while records queue; a full queue is 503 and not ready; all delivered once the authority is back", async () => {
+    assert.equal((await sidecar.check({})).http_response, "ok_response");
+    assert.equal(await sidecar.sidecar.flushAudit(5000), true);
+
+    proxy.mode = "reset";
+    proxy.dropAll();
+    const attemptsBefore = proxy.accepted();
+    const outage: string[] = [];
+    for (let i = 0; i < MAX_PENDING; i++) {
+      const response = await sidecar.check({});
+      assert.equal(response.http_response, "ok_response", "decided from the cached policy");
+      const id = requestIdOf(response);
+      assert.ok(id !== undefined);
+      outage.push(id);
+    }
+    // A delivery was tried (and reset) before the queue is judged full.
+    for (let waited = 0; proxy.accepted() === attemptsBefore && waited < 5000; waited += 20) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    assert.ok(proxy.accepted() > attemptsBefore, "the sidecar tried to deliver during the outage");
+    // The queue is full: nothing is evaluated, nothing is allowed without a record.
+    const refused = await sidecar.check({});
+    assert.equal(refused.http_response, "denied_response");
+    assert.equal(refused.denied_response.status.code, "ServiceUnavailable");
+    assert.equal(JSON.parse(refused.denied_response.body).reason, "upstream_unavailable");
+    assert.deepEqual(await ready(), { status: 503, audit: false });
+
+    proxy.mode = "pass";
+    assert.equal(
+      await sidecar.sidecar.flushAudit(10_000),
+      true,
+      "the backlog is delivered (retries ≤ 2 s apart)",
+    );
+    assert.deepEqual(await ready(), { status: 200, audit: true });
+    assert.equal((await sidecar.check({})).http_response, "ok_response");
+
+    const records = await sidecarAudit(world, "grpc", outage.length + 2);
+    for (const id of outage) {
+      assert.equal(records.filter((record) => record.requestId === id).length, 1, `one record for ${id}`);
+    }
   });
 });
 
