@@ -54,7 +54,8 @@ export function createAuditRecorder(storeOrOptions: Store | AuditRecorderOptions
   }
   return {
     async record(input, id) {
-      const record = id === undefined ? decisionRecord(input) : decisionRecord(input, id);
+      // An undefined id takes decisionRecord's default (a fresh one).
+      const record = decisionRecord(input, id);
       const time = new Date(record.time);
       const keys = Number.isNaN(time.getTime())
         ? []
