@@ -9,7 +9,7 @@
  *   round-trip p50/p99 from the *scheduled* send time (coordinated-omission safe), the rate
  *   achieved, and the sidecar's own handler time (its Prometheus
  *   `authority_sidecar_check_duration_seconds` histogram, read before and after the run);
- * - Check capacity: closed loop, 32 calls outstanding, 3 s: calls per second;
+ * - Check capacity: closed loop, 32 calls outstanding, 3 s, in three alternating sidecar/no-op pairs: calls per second;
  * - CPU per Check call of each server process (and of redis-server), from /proc — the
  *   number that is least disturbed by other jobs on the machine;
  * - forward proxy vs a direct call to the same upstream: sequential latency (p50/p99) and
