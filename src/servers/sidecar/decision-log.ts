@@ -1,6 +1,6 @@
 import { auditPath, type DecisionInput, newRecordId } from "../../audit/records.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
-import type { SidecarDecision, SidecarEngine, SidecarRequest } from "./engine.ts";
+import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
 import { SidecarConfigError } from "./errors.ts";
 import { createRecordQueue } from "./record-queue.ts";
@@ -194,6 +194,15 @@ function isoTime(time: Date): string {
   return lastIso;
 }
 
+/** The 503 a transport sends when it stops waiting, about what the engine had found out. */
+function answeredInstead(request: SidecarRequest, settled: SidecarDecision): SidecarDeny {
+  const context = settled.allow
+    ? { subjectId: settled.subjectId, partnerId: settled.partnerId, capabilityId: settled.capabilityId }
+    : settled.context;
+  const deny = denyOf("upstream_unavailable", request.requestId);
+  return context === undefined ? deny : { ...deny, context };
+}
+
 /**
  * The engine with every decision recorded. While the shipper refuses records, nothing is
  * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
@@ -204,16 +213,19 @@ export function auditedEngine(
   shipper: DecisionShipper,
   now: () => Date = () => new Date(),
 ): SidecarEngine {
-  const recorded = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
+  const record = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
     shipper.push(shippedDecision(request, decision, now()));
     return decision;
   };
   const decide = (request: SidecarRequest): SidecarDecision | Promise<SidecarDecision> => {
     if (!shipper.accepting()) return denyOf("upstream_unavailable", request.requestId);
     const decision = engine.decide(request);
-    return decision instanceof Promise
-      ? decision.then((settled) => recorded(request, settled))
-      : recorded(request, decision);
+    if (!(decision instanceof Promise)) return record(request, decision);
+    return decision.then((settled) => {
+      // Settled after the transport stopped waiting: what the caller got was a 503.
+      record(request, request.signal?.aborted === true ? answeredInstead(request, settled) : settled);
+      return settled;
+    });
   };
   return {
     decide,

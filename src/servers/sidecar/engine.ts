@@ -31,6 +31,11 @@ export interface SidecarRequest {
   /** Path and query as received. */
   readonly path: string;
   readonly requestId: string;
+  /**
+   * Aborted when the transport has answered without waiting for this decision (its deadline,
+   * the caller cancelling, shutdown): the audit then records the 503 that was sent instead.
+   */
+  readonly signal?: AbortSignal;
 }
 
 export interface InjectedCredentials {

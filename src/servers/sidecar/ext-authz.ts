@@ -71,7 +71,7 @@ export function toCheckDecision(decision: SidecarDecision): CheckDecision {
 }
 
 export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
-  return (input: CheckInput) => {
+  return (input: CheckInput, signal?: AbortSignal) => {
     const decision = engine.decide({
       transport: "grpc",
       authorization: input.headers.authorization,
@@ -80,6 +80,7 @@ export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
       method: input.method,
       path: input.path,
       requestId: input.requestId ?? randomUUID(),
+      ...(signal === undefined ? {} : { signal }),
     });
     // Synchronous when everything was cached: the transport answers without a microtask.
     return decision instanceof Promise ? decision.then(toCheckDecision) : toCheckDecision(decision);

@@ -266,6 +266,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
     }
     const authorization = single(req.headers["proxy-authorization"]) ?? single(req.headers.authorization);
+    const answered = new AbortController();
     const decided = engine.decide({
       transport: "proxy",
       authorization,
@@ -274,10 +275,14 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       method: req.method ?? "",
       path,
       requestId,
+      signal: answered.signal,
     });
     if (!(decided instanceof Promise)) return decided;
     return new Promise((resolve) => {
-      const timer = setTimeout(() => resolve(denyOf("upstream_unavailable", requestId)), decisionTimeoutMs);
+      const timer = setTimeout(() => {
+        answered.abort();
+        resolve(denyOf("upstream_unavailable", requestId));
+      }, decisionTimeoutMs);
       decided.then(
         (decision) => {
           clearTimeout(timer);

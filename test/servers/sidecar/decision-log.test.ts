@@ -329,6 +329,42 @@ describe("decision shipper", () => {
     assert.deepEqual(await shipper.close(50), { flushed: false, lost: 2 });
   });
 
+  test("a decision that settles after the transport answered is recorded as the 503 that was sent", async () => {
+    const records: ShippedDecision[] = [];
+    let settle: (decision: SidecarDecision) => void = () => undefined;
+    const engine: SidecarEngine = {
+      decide: () =>
+        new Promise<SidecarDecision>((resolve) => {
+          settle = resolve;
+        }),
+      authorize: async () => deny,
+    };
+    const shipper = createDecisionShipper({
+      flushIntervalMs: 5,
+      send: async (batch) => {
+        records.push(...(JSON.parse(batch.toString("utf8")) as ShippedDecision[]));
+      },
+    });
+    const answered = new AbortController();
+    const pending = auditedEngine(engine, shipper).decide({ ...request, signal: answered.signal });
+    answered.abort(); // the transport's deadline passed: it sent a 503
+    settle({
+      allow: true,
+      requestId: "req-1",
+      subjectId: AGENT,
+      partnerId: "acme",
+      capabilityId: CAPABILITY,
+      permissionId: `${CAPABILITY}:get:/orders/{orderId}`,
+    } as SidecarDecision);
+    assert.equal((await pending).allow, true);
+    await shipper.close(2000);
+    assert.equal(records.length, 1);
+    assert.equal(records[0]?.decision, "denied");
+    assert.equal(records[0]?.reason, "upstream_unavailable");
+    assert.equal(records[0]?.subject_id, AGENT);
+    assert.equal(records[0]?.permission_id, null);
+  });
+
   test("records carry what the engine knew, and never a query string", async () => {
     const records: ShippedDecision[] = [];
     const engine: SidecarEngine = {
