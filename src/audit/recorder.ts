@@ -30,6 +30,9 @@ export interface AuditRecorder {
   record(input: DecisionInput, id?: string): Promise<DecisionAuditRecord>;
   recordMcpCall(input: McpCallInput): Promise<void>;
   recordEvidence(input: EvidenceInput): Promise<void>;
+  /** How many more records would be accepted now, out of `capacity`. */
+  room(): number;
+  readonly capacity: number;
   /** False when a record would be refused now (buffer full or closing). */
   accepting(): boolean;
   pending(): number;
@@ -76,6 +79,8 @@ export function createAuditRecorder(storeOrOptions: Store | AuditRecorderOptions
       writer.write({ log: { name: logs.mcpAudit, value: mcpAuditRecord(input, reprLimit) } }),
     recordEvidence: (input) => writer.write({ log: { name: logs.evidence, value: evidenceRecord(input) } }),
     accepting: writer.accepting,
+    room: writer.room,
+    capacity: writer.capacity,
     pending: writer.pending,
     dropped: writer.dropped,
     lost: writer.lost,

@@ -72,6 +72,10 @@ export interface AuditWriter {
   write(entry: AuditEntry): Promise<void>;
   /** True when an entry would be accepted now. */
   accepting(): boolean;
+  /** How many more entries would be accepted now (0 while closing), out of `capacity`. */
+  room(): number;
+  /** The most entries held at once (`maxPending`). */
+  readonly capacity: number;
   /** Log entries not yet stored. */
   pending(): number;
   dropped(): number;
@@ -397,6 +401,8 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   return {
     write,
     accepting,
+    room: () => (closing ? 0 : Math.max(0, maxPending - Math.max(queue.length, deltas.size))),
+    capacity: maxPending,
     pending: () => queue.length,
     dropped: () => dropped,
     lost: () => lost,

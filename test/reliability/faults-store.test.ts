@@ -338,6 +338,33 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
       }
       assert.equal(small.recorder.pending(), 3, "the buffer holds its bound");
       assert.equal(small.recorder.dropped(), 3, "refused beyond it, and counted");
+      // Sidecar records are refused whole (503, the sidecar keeps them) and count as nothing.
+      const sidecarToken = await small.agentToken("sidecar-reliability", { roles: ["sidecar"] });
+      const batch = await small.call("POST", `${small.url}/v1/sidecar/decisions`, {
+        token: sidecarToken,
+        json: {
+          records: [
+            {
+              id: "dec_reliability-1",
+              actor: null,
+              subject_id: null,
+              partner_id: null,
+              capability_id: null,
+              method: "GET",
+              path: "/items",
+              permission_id: null,
+              decision: "denied",
+              reason: "missing_subject",
+              transport: "grpc",
+              requestId: "req-reliability-1",
+              time: new Date().toISOString(),
+            },
+          ],
+        },
+      });
+      assert.equal(batch.status, 503);
+      assert.equal(small.recorder.pending(), 3);
+      assert.equal(small.recorder.dropped(), 3);
       await redis.start();
       assert.equal(await small.recorder.flush(AUDIT_FLUSH_MS), true);
       const records = (await small.store.readLog<DecisionAuditRecord>(logs.audit, { limit: 100 }))

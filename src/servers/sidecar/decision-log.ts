@@ -1,4 +1,10 @@
-import { auditPath, type DecisionInput, newRecordId } from "../../audit/records.ts";
+import {
+  auditPath,
+  boundedText,
+  type DecisionInput,
+  MAX_FIELD_CHARS,
+  newRecordId,
+} from "../../audit/records.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
@@ -43,6 +49,8 @@ export interface DecisionShipperOptions {
   readonly retryMs?: number;
   /** `failing` after a first failed send (with its error), `ok` once a send succeeds again. */
   readonly onStateChange?: (state: "ok" | "failing", pending: number, error?: unknown) => void;
+  /** A record the authority refused on its own (400/413/422): it was set aside, not retried. */
+  readonly onRefused?: (error: unknown) => void;
 }
 
 export interface DecisionShipper {
@@ -57,6 +65,15 @@ export interface DecisionShipper {
 }
 
 export const MAX_DECISIONS_PER_BATCH = 500;
+/** Well under the authority's request body limit (1 MiB by default). */
+const MAX_BATCH_BYTES = 512 * 1024;
+const REFUSED_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);
+
+/** An answer that sending the same records again cannot change (unlike 401/403/5xx/no answer). */
+function isRefusal(error: unknown): boolean {
+  const status = (error as { status?: unknown } | null)?.status;
+  return typeof status === "number" && REFUSED_STATUSES.has(status);
+}
 const MAX_RETRY_MS = 2000;
 
 function positiveInt(
@@ -84,6 +101,8 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
   const retryMs = positiveInt(options.retryMs, 100, "retryMs");
   // Records wait as UTF-8 JSON outside the JS heap (record-queue.ts).
   const queue = createRecordQueue();
+  /** Records per send: batchSize, smaller while a refused batch is being narrowed down. */
+  let batchLimit = batchSize;
   let timer: NodeJS.Timeout | undefined;
   let sending: Promise<void> | undefined;
   let failures = 0;
@@ -95,18 +114,38 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
     timer = setTimeout(sendBatch, delayMs);
   };
 
+  /** Calls a hook; a throwing hook must not stop the shipper. */
+  const tell = (hook: () => void): void => {
+    try {
+      hook();
+    } catch {
+      // The hooks only log.
+    }
+  };
+
   const sendBatch = (): void => {
     timer = undefined;
-    const count = Math.min(batchSize, queue.length);
+    const count = queue.countWithin(Math.min(batchLimit, queue.length), MAX_BATCH_BYTES);
     sending = options.send(queue.peekArray(count)).then(
       () => {
         queue.drop(count);
-        if (failures > 0) options.onStateChange?.("ok", queue.length);
+        batchLimit = batchSize;
+        if (failures > 0) tell(() => options.onStateChange?.("ok", queue.length));
         failures = 0;
       },
       (error: unknown) => {
+        if (isRefusal(error)) {
+          // The authority will never take this batch as it is: halve it until the one record it
+          // refuses is found, and set that one aside, so it cannot block every record behind it.
+          if (count > 1) batchLimit = Math.ceil(count / 2);
+          else {
+            queue.drop(1);
+            tell(() => options.onRefused?.(error));
+          }
+          return;
+        }
         failures++;
-        if (failures === 1) options.onStateChange?.("failing", queue.length, error);
+        if (failures === 1) tell(() => options.onStateChange?.("failing", queue.length, error));
       },
     );
     void sending.then(() => {
@@ -117,7 +156,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
         return;
       }
       if (failures > 0) schedule(Math.min(MAX_RETRY_MS, retryMs * 2 ** (failures - 1)));
-      else schedule(queue.length >= batchSize ? 0 : flushIntervalMs);
+      else schedule(queue.length >= batchLimit ? 0 : flushIntervalMs);
     });
   };
 
@@ -128,13 +167,18 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
       sendBatch();
     }
     let cancel: NodeJS.Timeout | undefined;
+    let onIdle: (() => void) | undefined;
     const drained = await Promise.race([
-      new Promise<boolean>((resolve) => idle.add(() => resolve(true))),
+      new Promise<boolean>((resolve) => {
+        onIdle = () => resolve(true);
+        idle.add(onIdle);
+      }),
       new Promise<boolean>((resolve) => {
         cancel = setTimeout(() => resolve(false), timeoutMs);
       }),
     ]);
     clearTimeout(cancel);
+    if (onIdle !== undefined) idle.delete(onIdle);
     return drained && queue.length === 0;
   };
 
@@ -142,7 +186,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
     accepting: () => !closed && queue.length < maxPending,
     push(record) {
       queue.push(JSON.stringify(record));
-      schedule(queue.length >= batchSize ? 0 : flushIntervalMs);
+      schedule(queue.length >= batchLimit ? 0 : flushIntervalMs);
     },
     pending: () => queue.length,
     flush,
@@ -163,22 +207,30 @@ export function shippedDecision(
   time: Date,
 ): ShippedDecision {
   const about = decision.allow ? decision : decision.context;
+  // Every field within what the route's schema takes: a caller's over-long path or capability
+  // header must not make the authority refuse a batch.
+  const subject = text(about?.subjectId, MAX_FIELD_CHARS);
   return {
     id: newRecordId("dec"),
     // The token's subject called on its own behalf; unauthenticated calls have no actor.
-    actor: about?.subjectId ?? null,
-    subject_id: about?.subjectId ?? null,
-    partner_id: about?.partnerId ?? null,
-    capability_id: about?.capabilityId ?? request.capabilityId ?? null,
-    method: request.method === "" ? null : request.method,
-    path: normalizeRequestPath(request.path)?.path ?? auditPath(request.path),
-    permission_id: decision.allow ? decision.permissionId : null,
+    actor: subject,
+    subject_id: subject,
+    partner_id: text(about?.partnerId, MAX_FIELD_CHARS),
+    capability_id: text(about?.capabilityId ?? request.capabilityId, MAX_FIELD_CHARS),
+    method: text(request.method, 16),
+    path: text(auditPath(normalizeRequestPath(request.path)?.path ?? request.path), MAX_FIELD_CHARS),
+    permission_id: decision.allow ? text(decision.permissionId, 2048) : null,
     decision: decision.allow ? "allowed" : "denied",
     reason: decision.allow ? null : decision.reason,
     transport: request.transport,
-    requestId: decision.requestId,
+    requestId: text(decision.requestId, 128) ?? "-",
     time: isoTime(time),
   };
+}
+
+/** A record field: null when absent or empty, else bounded like the authority's own records. */
+function text(value: string | null | undefined, max: number): string | null {
+  return value === undefined || value === null || value === "" ? null : boundedText(value, max);
 }
 
 let lastIsoMs = Number.NaN;

@@ -10,6 +10,8 @@
 export interface RecordQueue {
   readonly length: number;
   push(json: string): void;
+  /** How many of the first `count` records fit in a JSON array of `maxBytes` (at least one). */
+  countWithin(count: number, maxBytes: number): number;
   /** The first `count` records as the bytes of a JSON array, without removing them. */
   peekArray(count: number): Buffer;
   /** Removes the first `count` records. */
@@ -54,6 +56,18 @@ export function createRecordQueue(): RecordQueue {
       const at = used();
       bytes.write(json, at, length, "utf8");
       ends.push(at + length);
+    },
+    countWithin(count, maxBytes) {
+      const n = Math.min(count, ends.length - first);
+      let from = start;
+      let size = 2;
+      for (let i = 0; i < n; i++) {
+        const end = ends[first + i] ?? from;
+        size += end - from + (i > 0 ? 1 : 0);
+        if (size > maxBytes && i > 0) return i;
+        from = end;
+      }
+      return n;
     },
     peekArray(count) {
       const n = Math.min(count, ends.length - first);

@@ -149,8 +149,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     send: (records) => options.authority.sendDecisions(records),
     ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
     onStateChange: (state, pending, error) => {
-      // A refused batch (e.g. 400 from a version skew) is retried too: the queue then fills and
-      // the sidecar fails closed rather than drop records; the log says why.
+      // Unreachable, 5xx, 401/403: retried (a full queue then fails closed); the log says why.
       if (state === "failing")
         logger.warn(
           { pending, err: errorSummary(error) },
@@ -158,6 +157,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         );
       else logger.info({ pending }, "decision records delivered again");
     },
+    onRefused: (error) =>
+      logger.error({ err: errorSummary(error) }, "a decision record was refused by the authority; set aside"),
   });
   const decisionEngine = createSidecarEngine({
     tokens: createVerifiedTokenCache({ verifier: options.verifier }),

@@ -5,6 +5,7 @@ import {
   auditedEngine,
   createDecisionShipper,
   type ShippedDecision,
+  shippedDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
@@ -147,6 +148,9 @@ describe("sidecar decisions reach the authority's audit log", () => {
     ).accessToken;
     const refused = await postDecisions(world, bound, { records: [shipped(20)] });
     assert.equal(refused.status, 403);
+    // An allow always has a partner: one without is not taken from a partner-bound token.
+    const unowned = await postDecisions(world, bound, { records: [{ ...shipped(22), partner_id: null }] });
+    assert.equal(unowned.status, 403);
     const anonymous = { ...shipped(21), partner_id: null, subject_id: null, actor: null };
     const taken = await postDecisions(world, bound, {
       records: [{ ...anonymous, decision: "denied", reason: "missing_subject", permission_id: null }],
@@ -299,6 +303,41 @@ describe("decision shipper", () => {
       errors.map((error) => (error as Error).message),
       ["authority away"],
     );
+  });
+
+  test("a record the authority refuses (400) is found by halving the batch and set aside; the rest go through", async () => {
+    const delivered: string[] = [];
+    const refused: unknown[] = [];
+    const shipper = createDecisionShipper({
+      flushIntervalMs: 5,
+      send: async (batch) => {
+        const records = JSON.parse(batch.toString("utf8")) as ShippedDecision[];
+        if (records.some((record) => record.id === "dec_test-13")) {
+          throw Object.assign(new Error("the authority service answered 400"), { status: 400 });
+        }
+        delivered.push(...records.map((record) => record.id));
+      },
+      onRefused: (error) => refused.push(error),
+    });
+    for (let i = 0; i < 40; i++) shipper.push(shipped(i));
+    assert.equal(await shipper.flush(5000), true);
+    assert.deepEqual(
+      delivered,
+      Array.from({ length: 40 }, (_, i) => `dec_test-${i}`).filter((id) => id !== "dec_test-13"),
+    );
+    assert.equal(refused.length, 1);
+  });
+
+  test("fields are bounded to what the authority's route takes; empty ones are null", () => {
+    const record = shippedDecision(
+      { ...request, path: `/${"a".repeat(5000)}?q=1`, capabilityId: "", method: "X".repeat(40) },
+      { ...deny, context: { subjectId: "s".repeat(3000) } },
+      new Date(),
+    );
+    assert.equal(record.path?.length, 1024);
+    assert.equal(record.capability_id, null);
+    assert.equal(record.method?.length, 16);
+    assert.equal(record.subject_id?.length, 1024);
   });
 
   test("a full queue refuses decisions: the engine is not asked and the answer is 503", async () => {

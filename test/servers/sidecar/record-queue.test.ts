@@ -39,6 +39,15 @@ describe("record queue (decision records outside the JS heap)", () => {
           } else {
             const bytes = queue.peekArray(step.count);
             assert.deepEqual(JSON.parse(bytes.toString("utf8")), model.slice(0, step.count));
+            // countWithin: the most leading records whose array fits, never fewer than one.
+            const limit = 2_000 + step.count * 3_000;
+            const fits = queue.countWithin(step.count, limit);
+            const expected = Math.min(step.count, model.length);
+            if (expected > 0) {
+              assert.ok(fits >= 1 && fits <= expected);
+              if (fits > 1) assert.ok(queue.peekArray(fits).length <= limit);
+              if (fits < expected) assert.ok(queue.peekArray(fits + 1).length > limit);
+            }
           }
           assert.equal(queue.length, model.length);
         }

@@ -55,7 +55,10 @@ function assertSidecar(principal: Principal): void {
 
 function assertPartner(principal: Principal, partnerId: string): void {
   if (principal.partnerId === undefined || principal.partnerId === partnerId) return;
-  throw new AuthorityError("insufficient_role", "This sidecar may not read another partner's records.");
+  throw new AuthorityError(
+    "insufficient_role",
+    "This sidecar may not read or write another partner's records.",
+  );
 }
 
 function storeUnavailable(error: unknown): AuthorityError {
@@ -262,10 +265,14 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
         const principal = principalOf(request);
         const { records } = request.body;
         for (const record of records) {
-          if (record.partner_id !== null) assertPartner(principal, record.partner_id);
+          // An allow always knows its partner; only denies that came before it may lack one.
+          if (record.partner_id !== null || record.decision === "allowed")
+            assertPartner(principal, record.partner_id ?? "");
         }
         const recorder = decisionRuntimeFor(context).recorder;
-        if (!recorder.accepting()) {
+        // Sidecars get at most half of the audit buffer, and a batch goes in whole or not at all:
+        // the authority's own decisions keep room while sidecars send a backlog.
+        if (recorder.room() - records.length < recorder.capacity / 2) {
           throw new AuthorityError("upstream_unavailable", "The audit log is not accepting records.");
         }
         // Stored (or safely queued by the recorder) before the sidecar may drop its copy.
