@@ -111,7 +111,8 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
 
   const schedule = (delayMs: number): void => {
     if (timer !== undefined || sending !== undefined || queue.length === 0) return;
-    timer = setTimeout(sendBatch, delayMs);
+    // Unref: the servers keep the process alive; close() flushes explicitly.
+    timer = setTimeout(sendBatch, delayMs).unref();
   };
 
   /** Calls a hook; a throwing hook must not stop the shipper. */
