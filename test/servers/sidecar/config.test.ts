@@ -27,6 +27,16 @@ describe("authority sidecar configuration", () => {
     assert.equal(config.policyTtlMs, 1000);
     assert.equal(config.maxResponseBytes, 1048576);
     assert.deepEqual(config.credentials, { kind: "token_file", path: "/var/run/secrets/authority/token" });
+    assert.equal(config.auditMaxPending, 10_000);
+  });
+
+  test("the decision-record queue bound is configurable, within limits", () => {
+    const env = { ...minimal, AUTHORITY_SIDECAR_AUDIT_MAX_PENDING: "50000" };
+    assert.equal(resolveSidecarConfig({ env }).auditMaxPending, 50_000);
+    assert.throws(
+      () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_SIDECAR_AUDIT_MAX_PENDING: "10" } }),
+      /audit-max-pending|AUDIT_MAX_PENDING/,
+    );
   });
 
   test("flags win over the environment", () => {
