@@ -51,6 +51,8 @@ export interface DecisionShipperOptions {
   readonly onStateChange?: (state: "ok" | "failing", pending: number, error?: unknown) => void;
   /** A record the authority refused on its own (400/413/422): it was set aside, not retried. */
   readonly onRefused?: (error: unknown) => void;
+  /** `count` records the authority took. */
+  readonly onDelivered?: (count: number) => void;
 }
 
 export interface DecisionShipper {
@@ -131,6 +133,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
       () => {
         queue.drop(count);
         batchLimit = batchSize;
+        tell(() => options.onDelivered?.(count));
         if (failures > 0) tell(() => options.onStateChange?.("ok", queue.length));
         failures = 0;
       },

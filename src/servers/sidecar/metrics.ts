@@ -26,6 +26,8 @@ export interface SidecarMetrics {
   tokenCheck(result: "cached" | "verified" | "rejected" | "unavailable"): void;
   upstream(outcome: "response" | "timeout" | "error", seconds: number): void;
   proxyResponse(kind: "streamed" | "redacted" | "passed" | "too_large" | "failed"): void;
+  /** Decision records the authority took (`delivered`) or refused and the sidecar set aside (`refused`). */
+  auditRecords(result: "delivered" | "refused", count: number): void;
   redactions(events: ReadonlyArray<{ readonly source: string; readonly mode: string }>): void;
   /** Reports `read()` as the redis_up gauge at scrape time. */
   trackRedisUp(read: () => boolean): void;
@@ -309,6 +311,12 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     "outcome",
     upstreamBucketsSeconds,
   );
+  const auditRecords = countingCounter(
+    registry,
+    "authority_sidecar_audit_records_total",
+    "Decision records sent to the authority's audit log: delivered, or refused by it and set aside.",
+    ["result"],
+  );
   const proxyResponses = countingCounter(
     registry,
     "authority_sidecar_proxy_responses_total",
@@ -391,6 +399,9 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
     proxyResponse(kind) {
       proxyResponses.get(kind).value++;
+    },
+    auditRecords(result, count) {
+      auditRecords.get(result).value += count;
     },
     redactions(events) {
       for (const event of events) {

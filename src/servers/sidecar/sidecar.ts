@@ -157,8 +157,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         );
       else logger.info({ pending }, "decision records delivered again");
     },
-    onRefused: (error) =>
-      logger.error({ err: errorSummary(error) }, "a decision record was refused by the authority; set aside"),
+    onRefused: (error) => {
+      metrics.auditRecords("refused", 1);
+      logger.error({ err: errorSummary(error) }, "a decision record was refused by the authority; set aside");
+    },
+    onDelivered: (count) => metrics.auditRecords("delivered", count),
   });
   const decisionEngine = createSidecarEngine({
     tokens: createVerifiedTokenCache({ verifier: options.verifier }),

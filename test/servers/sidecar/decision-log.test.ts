@@ -106,6 +106,10 @@ describe("sidecar decisions reach the authority's audit log", () => {
     assert.equal(proxy.length, 1);
     assert.equal(proxy[0]?.decision, "allowed");
     assert.equal(proxy[0]?.path, "/orders/7");
+    assert.match(
+      await sidecar.metricsText(),
+      /authority_sidecar_audit_records_total\{result="delivered"\} [1-9]/,
+    );
     // Usage is counted from the same records.
     const usage = await fetch(`${world.authorityUrl}/admin/usage?subject=${AGENT}`, {
       headers: { authorization: `Bearer ${world.tokens.admin}` },
