@@ -9,6 +9,7 @@ import { ConfigMap, Namespace, Pod, Service, ServiceAccount } from "kubernetes-m
 import { parse } from "yaml";
 import { buildSidecarPatch, sidecarContainer, sidecarVolumes } from "../../src/servers/inject/patch.ts";
 import { parseSidecarSettings } from "../../src/servers/inject/settings.ts";
+import { createSidecarMetrics } from "../../src/servers/sidecar/metrics.ts";
 import {
   at,
   isObj,
@@ -339,6 +340,27 @@ describe("deploy/Containerfile", () => {
     const warm = instructions.findIndex((l) => l.startsWith("RUN ") && l.includes("warm-compile-cache.ts"));
     assert.ok(warm > lastUser && lastUser >= 0);
     assert.ok(instructions.some((l) => l.startsWith("ENV ") && l.includes("NODE_COMPILE_CACHE=")));
+  });
+});
+
+describe("deploy/prometheus/alerts.yaml", () => {
+  it("alerts only on series the sidecar exports, each rule complete", async () => {
+    const metrics = createSidecarMetrics();
+    // Touch every series so the registry lists it (a counter without a sample is still listed).
+    metrics.trackRedisUp(() => true);
+    metrics.trackAuditPending(() => 0);
+    const exported = new Set((await metrics.registry.getMetricsAsJSON()).map((metric) => metric.name));
+    const groups = list(at(loadYaml("deploy/prometheus/alerts.yaml"), ["groups"]));
+    const rules = groups.flatMap((group) => list(group.rules));
+    assert.ok(rules.length >= 5);
+    for (const rule of rules) {
+      assert.equal(typeof rule.alert, "string");
+      assert.match(String(at(rule, ["labels", "severity"])), /^(warning|critical)$/, String(rule.alert));
+      assert.equal(typeof at(rule, ["annotations", "summary"]), "string", String(rule.alert));
+      const series = String(rule.expr).match(/\bauthority_sidecar_[a-z_]+/g) ?? [];
+      assert.ok(series.length > 0, String(rule.alert));
+      for (const name of series) assert.ok(exported.has(name), `${rule.alert}: ${name} is not exported`);
+    }
   });
 });
 
