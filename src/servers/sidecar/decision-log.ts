@@ -8,7 +8,7 @@ import {
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
-import { SidecarConfigError } from "./errors.ts";
+import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { createRecordQueue } from "./record-queue.ts";
 
 /**
@@ -78,29 +78,17 @@ function isRefusal(error: unknown): boolean {
 }
 const MAX_RETRY_MS = 2000;
 
-function positiveInt(
-  value: number | undefined,
-  fallback: number,
-  name: string,
-  max = Number.MAX_SAFE_INTEGER,
-) {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1 || out > max)
-    throw new SidecarConfigError(`${name} must be an integer from 1 to ${max}`);
-  return out;
-}
-
 export function createDecisionShipper(options: DecisionShipperOptions): DecisionShipper {
   if (typeof options?.send !== "function") throw new SidecarConfigError("send is required");
-  const maxPending = positiveInt(options.maxPending, 10_000, "maxPending");
-  const batchSize = positiveInt(
+  const maxPending = positiveIntOption(options.maxPending, 10_000, "maxPending");
+  const batchSize = positiveIntOption(
     options.batchSize,
     MAX_DECISIONS_PER_BATCH,
     "batchSize",
     MAX_DECISIONS_PER_BATCH,
   );
-  const flushIntervalMs = positiveInt(options.flushIntervalMs, 100, "flushIntervalMs");
-  const retryMs = positiveInt(options.retryMs, 100, "retryMs");
+  const flushIntervalMs = positiveIntOption(options.flushIntervalMs, 100, "flushIntervalMs");
+  const retryMs = positiveIntOption(options.retryMs, 100, "retryMs");
   // Records wait as UTF-8 JSON outside the JS heap (record-queue.ts).
   const queue = createRecordQueue();
   /** Records per send: batchSize, smaller while a refused batch is being narrowed down. */

@@ -8,6 +8,24 @@ export class SidecarConfigError extends Error {
   }
 }
 
+/** A positive integer option (`fallback` when absent), checked at construction. */
+export function positiveIntOption(
+  value: number | undefined,
+  fallback: number,
+  name: string,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 1 || out > max) {
+    throw new SidecarConfigError(
+      max === Number.MAX_SAFE_INTEGER
+        ? `${name} must be a positive integer`
+        : `${name} must be an integer from 1 to ${max}`,
+    );
+  }
+  return out;
+}
+
 /** The authority service could not be asked, or answered something unusable. */
 export class AuthorityFetchError extends Error {
   readonly code = "authority_unavailable";

@@ -22,7 +22,7 @@ import {
 import type { ErrorCode } from "../../errors.ts";
 import { buildUpstreamUrl } from "../../execute/url.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
-import { SidecarConfigError } from "./errors.ts";
+import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
 
@@ -103,13 +103,6 @@ const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
 /** A caller's X-Request-Id when short and plain (as the HTTP servers keep it), else a fresh one. */
 function requestIdFrom(header: string | string[] | undefined): string {
   return typeof header === "string" && callerRequestId.test(header) ? header : `req_${randomUUID()}`;
-}
-
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1)
-    throw new SidecarConfigError(`${name} must be a positive integer`);
-  return out;
 }
 
 function single(value: string | string[] | undefined): string | undefined {
@@ -193,10 +186,10 @@ function hasBody(headers: IncomingHttpHeaders): boolean {
 export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   if (typeof options?.engine?.authorize !== "function") throw new SidecarConfigError("engine is required");
   const { engine, metrics, logger } = options;
-  const decisionTimeoutMs = positiveInt(options.decisionTimeoutMs, 1000, "decisionTimeoutMs");
-  const upstreamTimeoutMs = positiveInt(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
-  const maxResponseBytes = positiveInt(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
-  const maxSockets = positiveInt(options.maxSockets, 256, "maxSockets");
+  const decisionTimeoutMs = positiveIntOption(options.decisionTimeoutMs, 1000, "decisionTimeoutMs");
+  const upstreamTimeoutMs = positiveIntOption(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
+  const maxResponseBytes = positiveIntOption(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
+  const maxSockets = positiveIntOption(options.maxSockets, 256, "maxSockets");
   const agents = {
     http: new HttpKeepAliveAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
     https: new HttpsAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),

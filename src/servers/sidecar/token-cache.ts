@@ -2,7 +2,7 @@ import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
 import { TokenVerificationError } from "../../identity/errors.ts";
 import type { VerifiedToken } from "../../identity/jwt-verifier.ts";
-import { SidecarConfigError } from "./errors.ts";
+import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 
 /**
  * Verified bearer tokens by SHA-256 of the token, until the token's `exp` (at most
@@ -47,19 +47,12 @@ export interface VerifiedTokenCache {
 
 const REJECTED: TokenCheck = Object.freeze({ ok: false, unavailable: false });
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1)
-    throw new SidecarConfigError(`${name} must be a positive integer`);
-  return out;
-}
-
 export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): VerifiedTokenCache {
   if (typeof options?.verifier?.verify !== "function") throw new SidecarConfigError("verifier is required");
   const { verifier } = options;
-  const max = positiveInt(options.maxEntries, 10_000, "maxEntries");
-  const maxAgeMs = positiveInt(options.maxAgeMs, 300_000, "maxAgeMs");
-  const rejectTtlMs = positiveInt(options.rejectTtlMs, 2_000, "rejectTtlMs");
+  const max = positiveIntOption(options.maxEntries, 10_000, "maxEntries");
+  const maxAgeMs = positiveIntOption(options.maxAgeMs, 300_000, "maxAgeMs");
+  const rejectTtlMs = positiveIntOption(options.rejectTtlMs, 2_000, "rejectTtlMs");
   const now = options.now ?? Date.now;
   const accepted = new LRUCache<string, CachedPrincipal>({ max });
   const rejected = new LRUCache<string, number>({ max });
