@@ -46,10 +46,33 @@ export const headerName = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 // Field values may not hold CR, LF or NUL (RFC 9110 §5.5).
 export const badHeaderValue = /[\r\n\0]/;
 
-type Bag = Readonly<Record<string, unknown>>;
+export type Bag = Readonly<Record<string, unknown>>;
 
-function bag(value: unknown): Bag | undefined {
+export function bag(value: unknown): Bag | undefined {
   return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Bag) : undefined;
+}
+
+// The rules of a well-formed decision, shared with the codec's one-pass allow encoder.
+
+/** A header to set: a lower-cased token name and a value without CR, LF or NUL. */
+export function isHeaderToSet(lowerName: string, value: unknown): value is string {
+  return headerName.test(lowerName) && typeof value === "string" && !badHeaderValue.test(value);
+}
+
+/** A dynamic_metadata fact: a string, a boolean or a finite number. */
+export function isMetadataFact(value: unknown): value is string | number | boolean {
+  return (
+    typeof value === "string" ||
+    typeof value === "boolean" ||
+    (typeof value === "number" && Number.isFinite(value))
+  );
+}
+
+/** A query parameter to set: a non-empty name and a value, both without CR, LF or NUL. */
+export function isQueryParameter(name: string, value: unknown): value is string {
+  return (
+    name !== "" && !badHeaderValue.test(name) && typeof value === "string" && !badHeaderValue.test(value)
+  );
 }
 
 function headerRecord(value: unknown): Record<string, string> | null {
@@ -58,9 +81,7 @@ function headerRecord(value: unknown): Record<string, string> | null {
   const out = new Map<string, string>();
   for (const [name, headerValue] of Object.entries(source)) {
     const key = name.toLowerCase();
-    if (!headerName.test(key) || typeof headerValue !== "string" || badHeaderValue.test(headerValue)) {
-      return null;
-    }
+    if (!isHeaderToSet(key, headerValue)) return null;
     out.set(key, headerValue);
   }
   return Object.fromEntries(out);
@@ -71,14 +92,7 @@ function queryRecord(value: unknown): Record<string, string> | null {
   if (source === undefined) return null;
   const out: Record<string, string> = {};
   for (const [name, queryValue] of Object.entries(source)) {
-    if (
-      name === "" ||
-      badHeaderValue.test(name) ||
-      typeof queryValue !== "string" ||
-      badHeaderValue.test(queryValue)
-    ) {
-      return null;
-    }
+    if (!isQueryParameter(name, queryValue)) return null;
     Object.defineProperty(out, name, {
       value: queryValue,
       enumerable: true,
@@ -93,11 +107,7 @@ function metadataRecord(value: unknown): Record<string, string | number | boolea
   const source = bag(value);
   if (source === undefined) return null;
   for (const entry of Object.values(source)) {
-    const ok =
-      typeof entry === "string" ||
-      typeof entry === "boolean" ||
-      (typeof entry === "number" && Number.isFinite(entry));
-    if (!ok) return null;
+    if (!isMetadataFact(entry)) return null;
   }
   return { ...(source as Record<string, string | number | boolean>) };
 }

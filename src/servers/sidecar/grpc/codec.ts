@@ -1,5 +1,5 @@
 import { buildCheckInput, type ParsedCheckRequest } from "./check-input.ts";
-import { badHeaderValue, headerName } from "./check-response.ts";
+import { bag, headerName, isHeaderToSet, isMetadataFact, isQueryParameter } from "./check-response.ts";
 import type { CheckResponse, HeaderValueOption, ProtoStruct, ProtoStructValue } from "./proto.ts";
 
 /**
@@ -461,12 +461,6 @@ export function encodeCheckResponse(response: CheckResponse): Buffer {
   return w.finish();
 }
 
-type Bag = Readonly<Record<string, unknown>>;
-
-function bag(value: unknown): Bag | undefined {
-  return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Bag) : undefined;
-}
-
 const OVERWRITE_IF_EXISTS_OR_ADD = 2;
 const INTEGER_KEY = /^[0-9]+$/;
 
@@ -493,10 +487,7 @@ export function encodeAllowDecision(value: unknown): Buffer | undefined {
     const headerValue = toSet[name];
     const key = name.toLowerCase();
     // An integer-like name would move to the front of an object's keys: the general path keeps that order.
-    if (INTEGER_KEY.test(key)) return undefined;
-    if (!headerName.test(key) || typeof headerValue !== "string" || badHeaderValue.test(headerValue)) {
-      return undefined;
-    }
+    if (INTEGER_KEY.test(key) || !isHeaderToSet(key, headerValue)) return undefined;
     headers.set(key, headerValue);
   }
   const remove: string[] = [];
@@ -510,15 +501,8 @@ export function encodeAllowDecision(value: unknown): Buffer | undefined {
   for (const key in metadata) {
     if (!Object.hasOwn(metadata, key)) continue;
     const entry = metadata[key];
-    if (
-      typeof entry === "string" ||
-      typeof entry === "boolean" ||
-      (typeof entry === "number" && Number.isFinite(entry))
-    ) {
-      facts.push([key, entry]);
-    } else {
-      return undefined;
-    }
+    if (!isMetadataFact(entry)) return undefined;
+    facts.push([key, entry]);
   }
   const parameters: Array<[string, string]> = [];
   if (decision.queryParametersToSet !== undefined) {
@@ -527,14 +511,7 @@ export function encodeAllowDecision(value: unknown): Buffer | undefined {
     for (const name in query) {
       if (!Object.hasOwn(query, name)) continue;
       const queryValue = query[name];
-      if (
-        name === "" ||
-        badHeaderValue.test(name) ||
-        typeof queryValue !== "string" ||
-        badHeaderValue.test(queryValue)
-      ) {
-        return undefined;
-      }
+      if (!isQueryParameter(name, queryValue)) return undefined;
       parameters.push([name, queryValue]);
     }
   }
