@@ -102,19 +102,24 @@ function text(c: Cursor, wire: number): string {
     : utf8.decode(bytes.subarray(value.pos, value.end));
 }
 
-/** A map<string, string> entry: key = 1, value = 2, both defaulting to "". */
-function mapEntry(c: Cursor): [string, string] {
+/**
+ * key = 1, value = 2 (both defaulting to ""): a map<string, string> entry, or with
+ * `rawValueField` a HeaderValue, whose raw_value (3) stands in for an empty value.
+ */
+function keyValue(c: Cursor, rawValueField?: number): [string, string] {
   let key = "";
   let value = "";
+  let raw = "";
   while (c.pos < c.end) {
     const tag = varint(c);
     const field = tag >>> 3;
     const wire = tag & 7;
     if (field === 1) key = text(c, wire);
     else if (field === 2) value = text(c, wire);
+    else if (field === rawValueField) raw = text(c, wire);
     else skip(c, wire);
   }
-  return [key, value];
+  return [key, value || raw];
 }
 
 /** The fields of HttpRequest the engine reads. */
@@ -130,27 +135,11 @@ interface RawHttp {
   headerMap: Array<[string, string]>;
 }
 
-function headerValue(c: Cursor): [string, string] {
-  let key = "";
-  let value = "";
-  let raw: string | undefined;
-  while (c.pos < c.end) {
-    const tag = varint(c);
-    const field = tag >>> 3;
-    const wire = tag & 7;
-    if (field === 1) key = text(c, wire);
-    else if (field === 2) value = text(c, wire);
-    else if (field === 3) raw = text(c, wire);
-    else skip(c, wire);
-  }
-  return [key, value || (raw ?? "")];
-}
-
 function headerMap(c: Cursor, into: Array<[string, string]>): void {
   while (c.pos < c.end) {
     const tag = varint(c);
     const wire = tag & 7;
-    if (tag >>> 3 === 1) into.push(headerValue(lengthDelimited(c, wire)));
+    if (tag >>> 3 === 1) into.push(keyValue(lengthDelimited(c, wire), 3));
     else skip(c, wire);
   }
 }
@@ -178,7 +167,7 @@ function httpRequest(c: Cursor): RawHttp {
         http.method = text(c, wire);
         break;
       case 3: {
-        const [key, value] = mapEntry(lengthDelimited(c, wire));
+        const [key, value] = keyValue(lengthDelimited(c, wire));
         http.headers.set(key, value);
         break;
       }
@@ -255,7 +244,7 @@ export function decodeCheckRequest(bytes: Uint8Array): ParsedCheckRequest {
       if (field === 1) principal = peerPrincipal(lengthDelimited(attributes, wire));
       else if (field === 4) http = requestHttp(lengthDelimited(attributes, wire));
       else if (field === 10) {
-        const [key, value] = mapEntry(lengthDelimited(attributes, wire));
+        const [key, value] = keyValue(lengthDelimited(attributes, wire));
         contextExtensions.set(key, value);
       } else skip(attributes, wire);
     }
