@@ -272,44 +272,45 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
         );
         return;
       }
-      const deadline = deadlineOf(headers);
-      const onCancel = (listener: () => void): void => {
-        cancelListeners ??= [];
-        cancelListeners.push(listener);
-      };
-      if (method.kind === "unary") {
-        method.handle(request, {
-          deadline,
-          get cancelled() {
-            return cancelled;
-          },
-          onCancel,
-          fail,
-          respond(message) {
-            if (finish()) endWith(OK_TRAILERS, frame(message));
-          },
-        });
-        return;
-      }
-      method.handle(request, {
-        deadline,
+      // What every call sees; unary calls add respond(), streaming ones write() and end().
+      const call = {
+        deadline: deadlineOf(headers),
         get cancelled() {
           return cancelled;
         },
-        onCancel,
+        onCancel(listener: () => void): void {
+          cancelListeners ??= [];
+          cancelListeners.push(listener);
+        },
         fail,
-        write(message) {
-          if (done || stream.destroyed) return;
-          if (!headersSent) {
-            headersSent = true;
-            stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
-          }
-          stream.write(frame(message));
-        },
-        end() {
-          if (finish()) endWith(OK_TRAILERS);
-        },
-      });
+      };
+      if (method.kind === "unary") {
+        method.handle(
+          request,
+          Object.assign(call, {
+            respond(message: Uint8Array) {
+              if (finish()) endWith(OK_TRAILERS, frame(message));
+            },
+          }),
+        );
+        return;
+      }
+      method.handle(
+        request,
+        Object.assign(call, {
+          write(message: Uint8Array) {
+            if (done || stream.destroyed) return;
+            if (!headersSent) {
+              headersSent = true;
+              stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
+            }
+            stream.write(frame(message));
+          },
+          end() {
+            if (finish()) endWith(OK_TRAILERS);
+          },
+        }),
+      );
     });
   };
 
