@@ -276,6 +276,26 @@ for (;;) {
 }
 `;
 
+/** Outcomes of the recorded calls of one run. */
+interface Tally {
+  completed: number;
+  errors: number;
+  denied: number;
+  firstError: string | undefined;
+}
+
+/** Counts one recorded call; true when it was answered (allow or deny), so its latency counts. */
+function tally(counts: Tally, outcome: CallOutcome, error?: string): boolean {
+  if (outcome === "error") {
+    counts.errors++;
+    counts.firstError ??= error;
+    return false;
+  }
+  if (outcome === "deny") counts.denied++;
+  counts.completed++;
+  return true;
+}
+
 async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<LoadResult> {
   const { client, probeError } = await openCheckClient(task.port, task.request);
   const intervalMs = 1000 / task.rate;
@@ -284,14 +304,11 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
   const fromDue = newHistogram();
   const fromSend = newHistogram();
   const sendLag = newHistogram();
+  const counts: Tally = { completed: 0, errors: 0, denied: 0, firstError: probeError };
   let calls = 0;
-  let completed = 0;
-  let errors = 0;
-  let denied = 0;
   let dropped = 0;
   let outstanding = 0;
   let sent = 0;
-  let firstError = probeError;
   const startMs = nowMs() + 20;
   const stop = new SharedArrayBuffer(4);
   // Wakes at most every 0.1 ms; each wake sends whatever is due by then.
@@ -315,16 +332,9 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
         const at = nowMs();
         outstanding--;
         if (outcome !== "error") calls++;
-        if (record) {
-          if (outcome === "error") {
-            errors++;
-            firstError ??= error;
-          } else {
-            if (outcome === "deny") denied++;
-            completed++;
-            fromDue.recordValue(toUs(at - due));
-            fromSend.recordValue(toUs(at - sentAt));
-          }
+        if (record && tally(counts, outcome, error)) {
+          fromDue.recordValue(toUs(at - due));
+          fromSend.recordValue(toUs(at - sentAt));
         }
         finish();
       });
@@ -347,7 +357,7 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
     // Never wait forever for a call that does not come back.
     setTimeout(
       () => {
-        errors += outstanding;
+        counts.errors += outstanding;
         outstanding = 0;
         finish();
       },
@@ -358,26 +368,23 @@ async function fixedRate(task: Extract<LoadTask, { kind: "fixed" }>): Promise<Lo
   client.close();
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const result: LoadResult = {
-    completed,
+    completed: counts.completed,
     calls,
-    errors: errors + dropped,
-    denied,
-    ...summary(fromDue, { completed, seconds: task.durationMs / 1000 }),
+    errors: counts.errors + dropped,
+    denied: counts.denied,
+    ...summary(fromDue, { completed: counts.completed, seconds: task.durationMs / 1000 }),
     serviceP99Ms: usToMs(fromSend.getValueAtPercentile(99)),
     sendLagP99Ms: usToMs(sendLag.getValueAtPercentile(99)),
   };
   const first =
-    firstError ?? (dropped > 0 ? `${dropped} not sent (${MAX_OUTSTANDING} outstanding)` : undefined);
+    counts.firstError ?? (dropped > 0 ? `${dropped} not sent (${MAX_OUTSTANDING} outstanding)` : undefined);
   return first === undefined ? result : { ...result, firstError: first };
 }
 
 async function capacity(task: Extract<LoadTask, { kind: "capacity" }>): Promise<LoadResult> {
   const { client, probeError } = await openCheckClient(task.port, task.request);
   const histogram = newHistogram();
-  let completed = 0;
-  let errors = 0;
-  let denied = 0;
-  let firstError = probeError;
+  const counts: Tally = { completed: 0, errors: 0, denied: 0, firstError: probeError };
   const deadline = nowMs() + task.durationMs;
   await new Promise<void>((resolve) => {
     let running = task.concurrency;
@@ -389,20 +396,14 @@ async function capacity(task: Extract<LoadTask, { kind: "capacity" }>): Promise<
       }
       const started = nowMs();
       checkCall(client, (outcome, error) => {
-        if (outcome === "error") {
-          errors++;
-          firstError ??= error;
-        } else {
-          if (outcome === "deny") denied++;
-          completed++;
-          histogram.recordValue(toUs(nowMs() - started));
-        }
+        if (tally(counts, outcome, error)) histogram.recordValue(toUs(nowMs() - started));
         loop();
       });
     };
     for (let i = 0; i < task.concurrency; i++) loop();
   });
   client.close();
+  const { completed, errors, denied, firstError } = counts;
   const result: LoadResult = {
     completed,
     calls: completed,
