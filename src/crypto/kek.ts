@@ -5,7 +5,7 @@
  */
 
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { link, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 import { concatBytes, fromBase64, toBase64, utf8 } from "./bytes.ts";
 import { assertKeyId } from "./envelope.ts";
@@ -124,13 +124,19 @@ export async function loadKek(options: LoadKekOptions): Promise<Kek> {
   }
   const { kek, base64 } = Kek.generate();
   await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+  // Written whole under a private name, then linked into place: link() fails if the file
+  // exists, so two processes starting together end up with one KEK, and neither can read the
+  // other's file before it is complete (an exclusive create of the file itself could be read empty).
+  const draft = `${file}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
   try {
-    // "wx": two processes starting together must end up with one KEK, not two.
-    await writeFile(file, `${base64}\n`, { mode: 0o600, flag: "wx" });
+    await writeFile(draft, `${base64}\n`, { mode: 0o600, flag: "wx" });
+    await link(draft, file);
     return kek;
   } catch (error) {
     if (hasCode(error, "EEXIST")) return Kek.fromBase64(await readFile(file, "utf8"));
     throw kekFileError(error);
+  } finally {
+    await rm(draft, { force: true });
   }
 }
 
