@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { SecureServerOptions } from "node:http2";
+import type { TlsOptions } from "node:tls";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
@@ -40,7 +40,7 @@ export interface CheckServerOptions {
   /** Health status before anyone sets it (default SERVING). */
   readonly initialServingStatus?: SettableServingStatus;
   /** TLS for the gRPC port (HTTP/2 over TLS); default plaintext (Envoy and the sidecar share the pod's loopback). */
-  readonly tls?: SecureServerOptions;
+  readonly tls?: TlsOptions;
 }
 
 export interface CloseOptions {
@@ -84,7 +84,7 @@ function validateOptions(options: CheckServerOptions): Required<
   Omit<CheckServerOptions, "onDecision" | "tls">
 > & {
   onDecision: ((event: DecisionEvent) => void) | undefined;
-  tls: SecureServerOptions | undefined;
+  tls: TlsOptions | undefined;
 } {
   const fail = (message: string): never => {
     throw new CheckServerError("invalid_options", message);

@@ -1,26 +1,20 @@
-import {
-  createSecureServer,
-  createServer,
-  type Http2SecureServer,
-  type Http2Server,
-  type Http2Session,
-  constants as http2Constants,
-  type IncomingHttpHeaders,
-  type SecureServerOptions,
-  type ServerHttp2Stream,
-} from "node:http2";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, createServer as createTcpServer, type Server, type Socket } from "node:net";
+import { createServer as createTlsServer, type TLSSocket, type TlsOptions } from "node:tls";
 import { gunzipSync, inflateSync } from "node:zlib";
+import { H2Connection, type H2Stream, type RequestHeaders } from "./h2/connection.ts";
+import { encodeHeaderBlock } from "./h2/hpack.ts";
 
 /**
  * A small gRPC server (gRPC over HTTP/2, https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md)
  * for the sidecar's two services: unary methods and server-streaming methods whose request
  * is one message. Messages go in and out as bytes; the codecs are the services' own.
  *
- * Why not grpc-js: on the ext_authz hot path a grpc-js server spends about twice the CPU of
- * the HTTP/2 stack underneath on its own call machinery (interceptors, metadata objects,
- * channelz bookkeeping, per-call streams and timers) — more than the decision itself. This
- * keeps only what the protocol needs:
+ * Why not grpc-js, nor node:http2: on the ext_authz hot path a grpc-js server spends about
+ * twice the CPU of the HTTP/2 stack underneath on its own call machinery (interceptors,
+ * metadata objects, channelz bookkeeping, per-call streams and timers), and node:http2 itself
+ * costs more per call than the decision (a C++ session, a JS Duplex stream, header objects and
+ * several event emissions per call). The HTTP/2 layer here is the sidecar's own (./h2/, see
+ * docs/sidecar.md), and this keeps only what gRPC needs on top of it:
  *
  * - requests: `:method` POST (else HTTP 405), `content-type: application/grpc…` (else 415),
  *   a registered `:path` (else UNIMPLEMENTED), exactly one length-prefixed message of at most
@@ -80,8 +74,8 @@ export interface GrpcServerOptions {
   readonly methods: Readonly<Record<string, Method>>;
   /** Largest request message, bytes after decompression (default 4 MiB, as grpc-js). */
   readonly maxMessageBytes?: number;
-  /** TLS (h2); default plaintext HTTP/2 (the sidecar and Envoy share the pod's loopback). */
-  readonly tls?: SecureServerOptions;
+  /** TLS (h2, by ALPN); default plaintext HTTP/2 (the sidecar and Envoy share the pod's loopback). */
+  readonly tls?: TlsOptions;
 }
 
 export interface GrpcServer {
@@ -105,7 +99,7 @@ const TIMEOUT_UNIT_MS: Readonly<Record<string, number>> = {
 };
 
 /** `grpc-timeout` as an absolute deadline (epoch ms); undefined when absent or malformed. */
-function deadlineOf(headers: IncomingHttpHeaders): number | undefined {
+function deadlineOf(headers: RequestHeaders): number | undefined {
   const value = headers["grpc-timeout"];
   if (typeof value !== "string") return undefined;
   const match = TIMEOUT.exec(value);
@@ -113,13 +107,14 @@ function deadlineOf(headers: IncomingHttpHeaders): number | undefined {
   return Date.now() + Number(match[1]) * (TIMEOUT_UNIT_MS[match[2] ?? ""] ?? 0);
 }
 
-/** The response headers of every answered call. */
-const RESPONSE_HEADERS = Object.freeze({
-  [http2Constants.HTTP2_HEADER_STATUS]: 200,
-  [http2Constants.HTTP2_HEADER_CONTENT_TYPE]: "application/grpc+proto",
-  "grpc-accept-encoding": "identity,deflate,gzip",
-});
-const OK_TRAILERS = Object.freeze({ "grpc-status": "0" });
+const RESPONSE_FIELDS: ReadonlyArray<readonly [string, string]> = [
+  [":status", "200"],
+  ["content-type", "application/grpc+proto"],
+  ["grpc-accept-encoding", "identity,deflate,gzip"],
+];
+/** The response headers of every answered call, and the trailers of a successful one (encoded once). */
+const RESPONSE_HEADERS = encodeHeaderBlock(RESPONSE_FIELDS);
+const OK_TRAILERS = encodeHeaderBlock([["grpc-status", "0"]]);
 
 /** A message with its 5-byte prefix (uncompressed). */
 function frame(message: Uint8Array): Buffer {
@@ -166,51 +161,50 @@ function requestMessage(body: Buffer, encoding: string, max: number): Buffer {
   throw new CallError(GrpcStatus.INTERNAL, "a compressed message without grpc-encoding");
 }
 
-/** The status as trailers (or trailers-only headers); the message percent-encoded as grpc-js does. */
-function statusHeaders(code: number, message: string): Record<string, string | number> {
-  return { "grpc-status": String(code), "grpc-message": encodeURI(message) };
+/** The status as trailers (or with the response headers: trailers-only), the message percent-encoded as grpc-js does. */
+function statusBlock(code: number, message: string, withHeaders: boolean): Buffer {
+  const status: Array<readonly [string, string]> = [
+    ["grpc-status", String(code)],
+    ["grpc-message", encodeURI(message)],
+  ];
+  return encodeHeaderBlock(withHeaders ? [...RESPONSE_FIELDS, ...status] : status);
 }
+
+/** A response that is not gRPC (wrong method or content type): the HTTP status alone. */
+function httpStatusBlock(status: number): Buffer {
+  return encodeHeaderBlock([[":status", String(status)]]);
+}
+
+/** HTTP/2 settings of every connection. */
+const CONNECTION_LIMITS = {
+  maxConcurrentStreams: 1000,
+  maxHeaderListSize: 64 * 1024,
+  streamWindow: 1024 * 1024,
+  connectionWindow: 16 * 1024 * 1024,
+  maxBufferedOutput: 16 * 1024 * 1024,
+} as const;
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
   const { methods } = options;
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const settings = {
-    // As grpc-js: Node's session memory limit (10 MB) breaks busy connections; not enforced.
-    maxSessionMemory: Number.MAX_SAFE_INTEGER,
-    maxSendHeaderBlockLength: Number.MAX_SAFE_INTEGER,
-  };
-  const server: Http2Server | Http2SecureServer =
-    options.tls === undefined
-      ? createServer(settings)
-      : createSecureServer({ ...options.tls, ...settings, allowHTTP1: false });
-  const sessions = new Set<Http2Session>();
+  const connections = new Set<H2Connection>();
   let open = 0;
   let closing = false;
 
-  server.on("session", (session: Http2Session) => {
-    sessions.add(session);
-    session.on("error", () => undefined);
-    session.once("close", () => sessions.delete(session));
-    // A connection that arrives while closing is told to go away at once.
-    if (closing) session.close();
-  });
-  // No idle timeouts on connections Envoy keeps open.
-  server.setTimeout(0);
-
   /** One accepted call: counted in `open` until it is answered or its stream closes. */
-  const accept = (stream: ServerHttp2Stream, method: Method, headers: IncomingHttpHeaders): void => {
+  const accept = (stream: H2Stream, method: Method): void => {
     open++;
+    const headers = stream.headers;
     let done = false;
-    let headersSent = false;
     let cancelled = false;
     let cancelListeners: Array<() => void> | undefined;
     const finish = (): boolean => {
       if (done) return false;
       done = true;
       open--;
-      return !stream.destroyed;
+      return !stream.closed;
     };
-    stream.once("close", () => {
+    stream.onClose = () => {
       if (done) return;
       done = true;
       open--;
@@ -222,47 +216,38 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
           // A listener's failure must not stop the others.
         }
       }
-    });
-    /** Ends the stream with trailers after what was sent; headers first if none went yet. */
-    const endWith = (trailers: Readonly<Record<string, string | number>>, last?: Buffer): void => {
-      if (!headersSent) {
-        headersSent = true;
-        stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
-      }
-      stream.once("wantTrailers", () => stream.sendTrailers(trailers));
-      if (last === undefined) stream.end();
-      else stream.end(last);
     };
     const fail = (code: number, message: string): void => {
       if (!finish()) return;
-      if (headersSent) endWith(statusHeaders(code, message));
-      else stream.respond({ ...RESPONSE_HEADERS, ...statusHeaders(code, message) }, { endStream: true });
+      if (stream.headersSent) stream.sendTrailers(statusBlock(code, message, false));
+      else stream.respond(statusBlock(code, message, true), true);
     };
 
     let size = 0;
     let body: Buffer | undefined;
     let chunks: Buffer[] | undefined;
-    stream.on("data", (chunk: Buffer) => {
+    stream.onData = (chunk) => {
       if (done) return;
       size += chunk.length;
       if (size > maxMessageBytes + 5) {
         fail(GrpcStatus.RESOURCE_EXHAUSTED, "request message too large");
         return;
       }
-      if (body === undefined) body = chunk;
+      // Copied: a view would keep the whole socket read alive for as long as the call.
+      if (body === undefined) body = Buffer.from(chunk);
       else {
         chunks ??= [body];
-        chunks.push(chunk);
+        chunks.push(Buffer.from(chunk));
       }
-    });
-    stream.once("end", () => {
+    };
+    stream.onEnd = () => {
       if (done) return;
       let request: Buffer;
       try {
         const encoding = headers["grpc-encoding"];
         request = requestMessage(
           chunks === undefined ? (body ?? Buffer.alloc(0)) : Buffer.concat(chunks),
-          typeof encoding === "string" ? encoding : "identity",
+          encoding ?? "identity",
           maxMessageBytes,
         );
       } catch (error) {
@@ -289,7 +274,7 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
           request,
           Object.assign(call, {
             respond(message: Uint8Array) {
-              if (finish()) endWith(OK_TRAILERS, frame(message));
+              if (finish()) stream.respondComplete(RESPONSE_HEADERS, frame(message), OK_TRAILERS);
             },
           }),
         );
@@ -299,57 +284,63 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
         request,
         Object.assign(call, {
           write(message: Uint8Array) {
-            if (done || stream.destroyed) return;
-            if (!headersSent) {
-              headersSent = true;
-              stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
-            }
-            stream.write(frame(message));
+            if (done || stream.closed) return;
+            if (!stream.headersSent) stream.respond(RESPONSE_HEADERS);
+            stream.sendData(frame(message));
           },
           end() {
-            if (finish()) endWith(OK_TRAILERS);
+            if (!finish()) return;
+            if (!stream.headersSent) stream.respond(RESPONSE_HEADERS);
+            stream.sendTrailers(OK_TRAILERS);
           },
         }),
       );
-    });
+    };
   };
 
-  server.on("stream", (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {
-    // Errors end in "close", which is what calls react to.
-    stream.on("error", () => undefined);
-    if (headers[http2Constants.HTTP2_HEADER_METHOD] !== "POST") {
-      stream.respond({ [http2Constants.HTTP2_HEADER_STATUS]: 405 }, { endStream: true });
-      stream.resume();
+  const onStream = (stream: H2Stream): void => {
+    const headers = stream.headers;
+    if (headers[":method"] !== "POST") {
+      stream.respond(httpStatusBlock(405), true);
       return;
     }
-    const contentType = headers[http2Constants.HTTP2_HEADER_CONTENT_TYPE];
-    if (typeof contentType !== "string" || !contentType.startsWith("application/grpc")) {
-      stream.respond({ [http2Constants.HTTP2_HEADER_STATUS]: 415 }, { endStream: true });
-      stream.resume();
+    const contentType = headers["content-type"];
+    if (contentType === undefined || !contentType.startsWith("application/grpc")) {
+      stream.respond(httpStatusBlock(415), true);
       return;
     }
-    const path = headers[http2Constants.HTTP2_HEADER_PATH];
-    const method = typeof path === "string" && Object.hasOwn(methods, path) ? methods[path] : undefined;
+    const path = headers[":path"];
+    const method = path !== undefined && Object.hasOwn(methods, path) ? methods[path] : undefined;
     const encoding = headers["grpc-encoding"];
     const unsupported =
-      typeof encoding === "string" &&
-      encoding !== "identity" &&
-      encoding !== "gzip" &&
-      encoding !== "deflate";
+      encoding !== undefined && encoding !== "identity" && encoding !== "gzip" && encoding !== "deflate";
     if (method === undefined || unsupported) {
       const message =
         method === undefined
           ? `The server does not implement the method ${String(path)}`
           : `Compression ${String(encoding)} is not supported`;
-      stream.respond(
-        { ...RESPONSE_HEADERS, ...statusHeaders(GrpcStatus.UNIMPLEMENTED, message) },
-        { endStream: true },
-      );
-      stream.resume();
+      stream.respond(statusBlock(GrpcStatus.UNIMPLEMENTED, message, true), true);
       return;
     }
-    accept(stream, method, headers);
-  });
+    accept(stream, method);
+  };
+
+  const serve = (socket: Socket): void => {
+    const connection = new H2Connection(socket, { ...CONNECTION_LIMITS, onStream });
+    connections.add(connection);
+    connection.onGone = () => connections.delete(connection);
+    // A connection that arrives while closing is told to go away at once.
+    if (closing) connection.goAway();
+  };
+  const server: Server =
+    options.tls === undefined
+      ? createTcpServer(serve)
+      : createTlsServer({ ...options.tls, ALPNProtocols: ["h2"] }, (socket: TLSSocket) => {
+          // HTTP/2 over TLS is negotiated by ALPN (RFC 9113 §3.2); anything else is refused.
+          if (socket.alpnProtocol !== "h2") socket.destroy();
+          else serve(socket);
+        });
+  server.on("tlsClientError", (_error: Error, socket: Socket) => socket.destroy());
 
   return {
     get open() {
@@ -378,12 +369,12 @@ export function createGrpcServer(options: GrpcServerOptions): GrpcServer {
           resolve();
         };
         const force = setTimeout(() => {
-          for (const session of sessions) session.destroy(undefined, http2Constants.NGHTTP2_CANCEL);
+          for (const connection of connections) connection.destroy();
           done();
         }, graceMs);
         // Resolves once every connection is gone: each closes when its open calls are answered.
         server.close(() => done());
-        for (const session of sessions) session.close();
+        for (const connection of connections) connection.goAway();
       });
     },
   };
