@@ -1,0 +1,340 @@
+import assert from "node:assert/strict";
+import { connect, type IncomingHttpHeaders } from "node:http2";
+import { after, before, describe, it } from "node:test";
+import fc from "fast-check";
+import type { H2Stream } from "../../../../../src/servers/sidecar/grpc/h2/connection.ts";
+import {
+  Flag,
+  FrameType,
+  frame,
+  H2Error,
+  Setting,
+  uint32Frame,
+} from "../../../../../src/servers/sidecar/grpc/h2/frames.ts";
+import { encodeHeaderBlock } from "../../../../../src/servers/sidecar/grpc/h2/hpack.ts";
+import { closeAllPeers, h2Server, headersFrame, RawPeer } from "./raw-peer.ts";
+
+/**
+ * The sidecar's HTTP/2 connection at the frame level: a real node:http2 client (nghttp2's
+ * encoder: Huffman strings, dynamic table) for interoperability, and a raw peer for what a
+ * well-behaved client never sends.
+ */
+
+const REQUEST = encodeHeaderBlock([
+  [":method", "POST"],
+  [":scheme", "http"],
+  [":path", "/echo"],
+  [":authority", "localhost"],
+]);
+const OK = encodeHeaderBlock([[":status", "200"]]);
+const TRAILERS = encodeHeaderBlock([["x-done", "1"]]);
+
+/** Answers every request with its headers as JSON and the number of body bytes in a trailer-free body. */
+function echo(stream: H2Stream): void {
+  let bytes = 0;
+  stream.onData = (chunk) => {
+    bytes += chunk.length;
+  };
+  stream.onEnd = () => {
+    const body = Buffer.from(JSON.stringify({ headers: stream.headers, bytes }));
+    if (stream.headers["x-reply-size"] !== undefined) {
+      stream.respond(OK);
+      stream.sendData(Buffer.alloc(Number(stream.headers["x-reply-size"]), 7));
+      stream.sendTrailers(TRAILERS);
+      return;
+    }
+    stream.respondComplete(OK, body, TRAILERS);
+  };
+}
+
+describe("HTTP/2 connection", () => {
+  let port: number;
+  let close: () => void;
+  let closedStreams = 0;
+
+  before(async () => {
+    const started = await h2Server({
+      maxConcurrentStreams: 4,
+      onStream(stream) {
+        echo(stream);
+        if (stream.headers[":path"] === "/hold") {
+          stream.onEnd = () => undefined;
+          stream.onClose = () => {
+            closedStreams++;
+          };
+        }
+      },
+    });
+    port = started.port;
+    close = () => started.server.close();
+  });
+  after(() => {
+    closeAllPeers();
+    close();
+  });
+
+  it("talks to node:http2: any header names and values, Huffman-coded and indexed, over one connection", async () => {
+    const session = connect(`http://127.0.0.1:${port}`);
+    try {
+      const request = (headers: Record<string, string>, body: Buffer) =>
+        new Promise<{
+          response: IncomingHttpHeaders;
+          trailers: IncomingHttpHeaders;
+          json: { headers: Record<string, string>; bytes: number };
+        }>((resolve, reject) => {
+          const stream = session.request({ ":method": "POST", ":path": "/echo", ...headers });
+          let response: IncomingHttpHeaders = {};
+          let trailers: IncomingHttpHeaders = {};
+          const chunks: Buffer[] = [];
+          stream.on("response", (h) => {
+            response = h;
+          });
+          stream.on("trailers", (t) => {
+            trailers = t;
+          });
+          stream.on("data", (c: Buffer) => chunks.push(c));
+          stream.on("error", reject);
+          stream.on("end", () =>
+            resolve({ response, trailers, json: JSON.parse(Buffer.concat(chunks).toString()) }),
+          );
+          stream.end(body);
+        });
+      const name = fc.stringMatching(/^x-[a-z0-9-]{1,20}$/);
+      const value = fc.stringMatching(/^[\x21-\x7e]([\x20-\x7e]{0,60}[\x21-\x7e])?$/);
+      await fc.assert(
+        fc.asyncProperty(
+          fc.dictionary(name, value, { maxKeys: 8 }),
+          fc.integer({ min: 0, max: 70_000 }),
+          async (headers, size) => {
+            const reply = await request(headers, Buffer.alloc(size, 1));
+            assert.equal(reply.response[":status"], 200);
+            assert.equal(reply.trailers["x-done"], "1");
+            assert.equal(reply.json.bytes, size);
+            for (const [key, text] of Object.entries(headers)) assert.equal(reply.json.headers[key], text);
+            assert.equal(reply.json.headers[":path"], "/echo");
+          },
+        ),
+        { numRuns: 60 },
+      );
+      // A response larger than the client's stream window is sent as the window opens.
+      const big = await new Promise<number>((resolve, reject) => {
+        const stream = session.request({ ":method": "POST", ":path": "/echo", "x-reply-size": "300000" });
+        let length = 0;
+        stream.on("data", (c: Buffer) => {
+          length += c.length;
+        });
+        stream.on("error", reject);
+        stream.on("end", () => resolve(length));
+        stream.end();
+      });
+      assert.equal(big, 300_000);
+    } finally {
+      session.close();
+    }
+  });
+
+  it("answers PING and acknowledges SETTINGS", async () => {
+    const peer = await RawPeer.connect(port);
+    peer.send(frame(FrameType.PING, 0, 0, Buffer.from("12345678")));
+    const pong = await peer.waitFor((f) => f.type === FrameType.PING);
+    assert.equal(pong?.flags, Flag.ACK);
+    assert.equal(pong?.payload.toString(), "12345678");
+    assert.ok(await peer.waitFor((f) => f.type === FrameType.SETTINGS && f.flags === Flag.ACK));
+    peer.close();
+  });
+
+  it("holds its output to the client's window, and sends the rest as WINDOW_UPDATEs arrive", async () => {
+    const peer = await RawPeer.connect(port, { settings: [[Setting.INITIAL_WINDOW_SIZE, 100]] });
+    const block = encodeHeaderBlock([
+      [":method", "POST"],
+      [":scheme", "http"],
+      [":path", "/echo"],
+      ["x-reply-size", "250"],
+    ]);
+    peer.send(headersFrame(1, block, Flag.END_HEADERS | Flag.END_STREAM));
+    await peer.waitFor((f) => f.type === FrameType.DATA);
+    await new Promise((r) => setTimeout(r, 50));
+    const sent = () =>
+      peer.frames.filter((f) => f.type === FrameType.DATA).reduce((n, f) => n + f.payload.length, 0);
+    assert.equal(sent(), 100);
+    peer.send(uint32Frame(FrameType.WINDOW_UPDATE, 1, 1000));
+    const trailers = await peer.waitFor(
+      (f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0,
+    );
+    assert.ok(trailers);
+    assert.equal(sent(), 250);
+    peer.close();
+  });
+
+  it("refuses streams over the concurrency limit, and tells the application when a client resets one", async () => {
+    const peer = await RawPeer.connect(port);
+    const hold = encodeHeaderBlock([
+      [":method", "POST"],
+      [":scheme", "http"],
+      [":path", "/hold"],
+    ]);
+    for (const id of [1, 3, 5, 7, 9]) peer.send(headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM));
+    const refused = await peer.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 9);
+    assert.equal(refused?.payload.readUInt32BE(0), H2Error.REFUSED_STREAM);
+    const before = closedStreams;
+    peer.send(uint32Frame(FrameType.RST_STREAM, 1, H2Error.CANCEL));
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(closedStreams, before + 1);
+    peer.close();
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(closedStreams, before + 4);
+  });
+
+  it("resets malformed requests and keeps the connection", async () => {
+    const peer = await RawPeer.connect(port);
+    const malformed = [
+      encodeHeaderBlock([
+        [":method", "POST"],
+        [":scheme", "http"],
+      ]), // no :path
+      encodeHeaderBlock([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/"],
+        ["X-Upper", "1"],
+      ]),
+      encodeHeaderBlock([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/"],
+        ["connection", "close"],
+      ]),
+      encodeHeaderBlock([
+        ["a", "1"],
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/"],
+      ]),
+      encodeHeaderBlock([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/"],
+        [":protocol", "x"],
+      ]),
+    ];
+    for (const [i, block] of malformed.entries()) {
+      peer.send(headersFrame(1 + 2 * i, block, Flag.END_HEADERS | Flag.END_STREAM));
+    }
+    for (let i = 0; i < malformed.length; i++) {
+      const reset = await peer.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 1 + 2 * i);
+      assert.equal(reset?.payload.readUInt32BE(0), H2Error.PROTOCOL_ERROR, `case ${i}`);
+    }
+    peer.send(headersFrame(11, REQUEST, Flag.END_HEADERS | Flag.END_STREAM));
+    assert.ok(await peer.waitFor((f) => f.type === FrameType.DATA && f.streamId === 11));
+    peer.close();
+  });
+
+  it("ends the connection with the right GOAWAY code on protocol violations", async () => {
+    const cases: Array<{ name: string; code: number; frames: Buffer[]; preface?: boolean }> = [
+      {
+        name: "not HTTP/2",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [Buffer.from("GET / HTTP/1.1\r\n\r\n")],
+        preface: false,
+      },
+      {
+        name: "first frame not SETTINGS",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [frame(FrameType.PING, 0, 0, Buffer.alloc(8))],
+        preface: false,
+      },
+      {
+        name: "frame over 16 KiB",
+        code: H2Error.FRAME_SIZE_ERROR,
+        frames: [frame(0xfa, 0, 0, Buffer.alloc(16_385))],
+      },
+      {
+        name: "even stream id",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [headersFrame(2, REQUEST, Flag.END_HEADERS)],
+      },
+      {
+        name: "DATA on an idle stream",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [frame(FrameType.DATA, 0, 7, Buffer.alloc(1))],
+      },
+      {
+        name: "bad HPACK",
+        code: H2Error.COMPRESSION_ERROR,
+        frames: [headersFrame(1, Buffer.from([0x80]), Flag.END_HEADERS)],
+      },
+      {
+        name: "CONTINUATION flood",
+        code: H2Error.ENHANCE_YOUR_CALM,
+        frames: [
+          headersFrame(1, REQUEST, 0),
+          ...Array.from({ length: 3 }, () => frame(FrameType.CONTINUATION, 0, 1, Buffer.alloc(8000, 0x82))),
+        ],
+      },
+      {
+        name: "interleaved frame inside a header block",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [headersFrame(1, REQUEST, 0), frame(FrameType.PING, 0, 0, Buffer.alloc(8))],
+      },
+      {
+        name: "zero window increment",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [uint32Frame(FrameType.WINDOW_UPDATE, 0, 0)],
+      },
+      {
+        name: "PUSH_PROMISE from a client",
+        code: H2Error.PROTOCOL_ERROR,
+        frames: [frame(FrameType.PUSH_PROMISE, 0, 1, Buffer.alloc(4))],
+      },
+    ];
+    for (const { name, code, frames, preface } of cases) {
+      const peer = await RawPeer.connect(port, { preface: preface ?? true });
+      peer.send(...frames);
+      assert.equal(await peer.goAwayCode(), code, name);
+      assert.ok(await peer.waitClosed(), `${name}: connection closed`);
+    }
+  });
+
+  it("more DATA than a stream's window is a flow-control error on that stream", async () => {
+    const started = await h2Server({ streamWindow: 1000, onStream: echo });
+    try {
+      const peer = await RawPeer.connect(started.port);
+      peer.send(headersFrame(1, REQUEST, Flag.END_HEADERS), frame(FrameType.DATA, 0, 1, Buffer.alloc(1001)));
+      const reset = await peer.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 1);
+      assert.equal(reset?.payload.readUInt32BE(0), H2Error.FLOW_CONTROL_ERROR);
+      // The connection lives on.
+      peer.send(headersFrame(3, REQUEST, Flag.END_HEADERS | Flag.END_STREAM));
+      assert.ok(await peer.waitFor((f) => f.type === FrameType.DATA && f.streamId === 3));
+    } finally {
+      closeAllPeers();
+      started.server.close();
+    }
+  });
+
+  it("goAway(): GOAWAY with the last stream, the open stream still answered, then the socket ends", async () => {
+    let held: H2Stream | undefined;
+    const started = await h2Server({
+      onStream(stream) {
+        held = stream;
+      },
+    });
+    try {
+      const peer = await RawPeer.connect(started.port);
+      peer.send(headersFrame(1, REQUEST, Flag.END_HEADERS | Flag.END_STREAM));
+      while (held === undefined) await new Promise((r) => setTimeout(r, 5));
+      started.connections[0]?.goAway();
+      const goAway = await peer.waitFor((f) => f.type === FrameType.GOAWAY);
+      assert.equal(goAway?.payload.readUInt32BE(0), 1);
+      assert.equal(goAway?.payload.readUInt32BE(4), H2Error.NO_ERROR);
+      // New streams after GOAWAY are ignored.
+      peer.send(headersFrame(3, REQUEST, Flag.END_HEADERS | Flag.END_STREAM));
+      held.respondComplete(OK, Buffer.from("late"), TRAILERS);
+      const data = await peer.waitFor((f) => f.type === FrameType.DATA);
+      assert.equal(data?.payload.toString(), "late");
+      assert.ok(await peer.waitClosed());
+      assert.equal(peer.frames.filter((f) => f.streamId === 3).length, 0);
+    } finally {
+      started.server.close();
+    }
+  });
+});
