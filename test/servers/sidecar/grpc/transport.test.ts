@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { connect, type IncomingHttpHeaders } from "node:http2";
 import { after, before, describe, test } from "node:test";
+import { connect as tlsConnect } from "node:tls";
 import { deflateSync, gzipSync } from "node:zlib";
+import { createDevCertificate } from "../../../../src/servers/managed/dev-certificate.ts";
 import {
   createGrpcServer,
   type GrpcServer,
@@ -170,6 +172,51 @@ describe("gRPC transport (HTTP/2 framing and statuses)", () => {
       assert.equal(server.open, 0);
     } finally {
       hold = false;
+    }
+  });
+});
+
+describe("gRPC transport over TLS", () => {
+  test("h2 is negotiated by ALPN and calls work as on plaintext; a client without h2 is refused", async () => {
+    const certificate = await createDevCertificate();
+    const server = createGrpcServer({
+      tls: { key: certificate.key, cert: certificate.cert },
+      methods: { "/t.Echo/Echo": { kind: "unary", handle: (request, call) => call.respond(request) } },
+    });
+    const port = await server.listen("127.0.0.1", 0);
+    try {
+      const session = connect(`https://127.0.0.1:${port}`, { ca: certificate.cert, servername: "localhost" });
+      const body = await new Promise<Buffer>((resolve, reject) => {
+        const stream = session.request({
+          ":method": "POST",
+          ":path": "/t.Echo/Echo",
+          "content-type": "application/grpc",
+        });
+        const chunks: Buffer[] = [];
+        stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+        stream.on("error", reject);
+        stream.on("end", () => resolve(Buffer.concat(chunks)));
+        stream.end(prefixed(Buffer.from("secret-free")));
+      });
+      session.close();
+      assert.deepEqual(body, prefixed(Buffer.from("secret-free")));
+
+      const http1 = tlsConnect({
+        port,
+        host: "127.0.0.1",
+        ca: certificate.cert,
+        servername: "localhost",
+        ALPNProtocols: ["http/1.1"],
+      });
+      // The handshake itself fails: the server offers h2 only (TLS alert no_application_protocol).
+      const refused = await new Promise<Error | undefined>((resolve) => {
+        http1.on("error", resolve);
+        http1.on("secureConnect", () => resolve(undefined));
+      });
+      http1.destroy();
+      assert.match(String(refused?.message), /no application protocol/);
+    } finally {
+      await server.close(1000);
     }
   });
 });
