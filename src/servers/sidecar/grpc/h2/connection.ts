@@ -66,6 +66,9 @@ const CONNECTION_SPECIFIC = new Set([
 ]);
 const REQUEST_PSEUDO = new Set([":method", ":scheme", ":path", ":authority"]);
 const UPPER_CASE = /[A-Z]/;
+/** Peer resets of open streams: a burst, then a sustained rate (as nghttp2's defaults scale). */
+const RESET_BURST = 1000;
+const RESETS_PER_SECOND = 100;
 /** How long a peer has to close its side after this side ended the connection. */
 const END_GRACE_MS = 1000;
 
@@ -139,7 +142,13 @@ export class H2Connection {
   readonly #decoder: HpackDecoder;
   readonly #streams = new Map<number, H2Stream>();
   readonly #blocked = new Set<H2Stream>();
-  #input: Buffer | undefined;
+  /** Input not yet parsed: an incomplete frame (or preface) and the bytes it needs. */
+  #input: Buffer[] = [];
+  #inputBytes = 0;
+  #inputNeeded = 0;
+  /** Resets of streams still being answered that the peer may still make (a token bucket). */
+  #resetBudget: number;
+  #resetBudgetAt = Date.now();
   #prefaceSeen = false;
   #settingsSeen = false;
   #lastStreamId = 0;
@@ -163,6 +172,7 @@ export class H2Connection {
   constructor(socket: Socket, options: H2ConnectionOptions) {
     this.#socket = socket;
     this.#options = options;
+    this.#resetBudget = RESET_BURST;
     this.#decoder = new HpackDecoder({ maxTableSize: 4096, maxHeaderListSize: options.maxHeaderListSize });
     socket.setNoDelay(true);
     socket.on("data", (chunk: Buffer) => this.#onInput(chunk));
@@ -211,8 +221,14 @@ export class H2Connection {
 
   #onInput(chunk: Buffer): void {
     if (this.#closed) return;
-    let bytes = this.#input === undefined ? chunk : Buffer.concat([this.#input, chunk]);
-    this.#input = undefined;
+    // A frame arriving in many small reads is joined once, when it is complete.
+    this.#input.push(chunk);
+    this.#inputBytes += chunk.length;
+    if (this.#inputBytes < this.#inputNeeded) return;
+    let bytes = this.#input.length === 1 ? chunk : Buffer.concat(this.#input, this.#inputBytes);
+    this.#input = [];
+    this.#inputBytes = 0;
+    this.#inputNeeded = 0;
     try {
       if (!this.#prefaceSeen) {
         const have = Math.min(bytes.length, CONNECTION_PREFACE.length);
@@ -221,7 +237,7 @@ export class H2Connection {
           throw new ConnectionError(H2Error.PROTOCOL_ERROR, "bad connection preface");
         }
         if (have < CONNECTION_PREFACE.length) {
-          this.#input = bytes;
+          this.#keep(bytes, CONNECTION_PREFACE.length);
           return;
         }
         this.#prefaceSeen = true;
@@ -238,13 +254,25 @@ export class H2Connection {
         if (this.#closed) return;
         offset += FRAME_HEADER_BYTES + length;
       }
-      if (offset < bytes.length) this.#input = Buffer.from(bytes.subarray(offset));
+      if (offset < bytes.length) {
+        const rest = bytes.subarray(offset);
+        const length = rest.length >= 3 ? ((rest[0] ?? 0) << 16) | ((rest[1] ?? 0) << 8) | (rest[2] ?? 0) : 0;
+        // An oversized length is refused as soon as the frame header is complete.
+        this.#keep(rest, FRAME_HEADER_BYTES + (length <= DEFAULT_MAX_FRAME_SIZE ? length : 0));
+      }
       this.#afterInput();
     } catch (error) {
       if (error instanceof ConnectionError) this.#connectionError(error.code);
       else if (error instanceof HpackError) this.#connectionError(H2Error.COMPRESSION_ERROR);
       else this.#connectionError(H2Error.INTERNAL_ERROR);
     }
+  }
+
+  /** Keeps an incomplete frame (copied: the read buffer is not ours) until `needed` bytes are in. */
+  #keep(bytes: Buffer, needed: number): void {
+    this.#input = [Buffer.from(bytes)];
+    this.#inputBytes = bytes.length;
+    this.#inputNeeded = needed;
   }
 
   #onFrame(bytes: Buffer, offset: number, length: number): void {
@@ -341,7 +369,7 @@ export class H2Connection {
     }
     stream.unacknowledged += payload.length;
     const ended = (flags & Flag.END_STREAM) !== 0;
-    if (content.length > 0) stream.onData?.(content);
+    if (content.length > 0) this.#deliver(stream, stream.onData, content);
     if (ended) this.#remoteEnd(stream);
     else if (stream.unacknowledged >= this.#options.streamWindow / 2 && this.isOpen(stream)) {
       this.#write(uint32Frame(FrameType.WINDOW_UPDATE, stream.id, stream.unacknowledged));
@@ -423,7 +451,7 @@ export class H2Connection {
     }
     const stream = new H2Stream(this, streamId, headers, this.#peerStreamWindow, this.#options.streamWindow);
     this.#streams.set(streamId, stream);
-    this.#options.onStream(stream);
+    this.#deliver(stream, this.#options.onStream, stream);
     if (endStream && this.isOpen(stream)) this.#remoteEnd(stream);
   }
 
@@ -433,7 +461,18 @@ export class H2Connection {
     if (streamId > this.#lastStreamId)
       throw new ConnectionError(H2Error.PROTOCOL_ERROR, "RST_STREAM on an idle stream");
     const stream = this.#streams.get(streamId);
-    if (stream !== undefined) this.#close(stream, true);
+    if (stream === undefined) return;
+    this.#close(stream, true);
+    // Opening streams and resetting them at once makes this side start work it then drops
+    // (CVE-2023-44487, "rapid reset"): past a budget of such resets the connection is closed.
+    const now = Date.now();
+    this.#resetBudget = Math.min(
+      RESET_BURST,
+      this.#resetBudget + ((now - this.#resetBudgetAt) / 1000) * RESETS_PER_SECOND,
+    );
+    this.#resetBudgetAt = now;
+    if (--this.#resetBudget < 0)
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, "too many stream resets");
   }
 
   #onSettings(streamId: number, flags: number, payload: Buffer): void {
@@ -498,7 +537,16 @@ export class H2Connection {
   #remoteEnd(stream: H2Stream): void {
     stream.remoteEnded = true;
     if (stream.localEnded) this.#close(stream, false);
-    else stream.onEnd?.();
+    else this.#deliver(stream, stream.onEnd, undefined);
+  }
+
+  /** Runs an application callback; if it throws, only its stream is reset. */
+  #deliver<T>(stream: H2Stream, callback: ((value: T) => void) | undefined, value: T): void {
+    try {
+      callback?.(value);
+    } catch {
+      if (this.isOpen(stream)) this.#streamError(stream, H2Error.INTERNAL_ERROR);
+    }
   }
 
   #afterInput(): void {

@@ -229,6 +229,67 @@ describe("HTTP/2 connection", () => {
     peer.close();
   });
 
+  it("reads frames that arrive a byte at a time", async () => {
+    const peer = await RawPeer.connect(port);
+    const bytes = Buffer.concat([
+      headersFrame(1, REQUEST, Flag.END_HEADERS),
+      frame(FrameType.DATA, Flag.END_STREAM, 1, Buffer.alloc(300, 1)),
+    ]);
+    for (const byte of bytes) {
+      peer.socket.write(Buffer.from([byte]));
+      await new Promise((r) => setImmediate(r));
+    }
+    const data = await peer.waitFor((f) => f.type === FrameType.DATA && f.streamId === 1);
+    assert.equal(JSON.parse(String(data?.payload)).bytes, 300);
+    peer.close();
+  });
+
+  it("closes a connection that opens and resets streams without end (rapid reset)", async () => {
+    const peer = await RawPeer.connect(port);
+    const hold = encodeHeaderBlock([
+      [":method", "POST"],
+      [":scheme", "http"],
+      [":path", "/hold"],
+    ]);
+    const frames: Buffer[] = [];
+    for (let id = 1; id < 2 * 1100; id += 2) {
+      frames.push(
+        headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM),
+        uint32Frame(FrameType.RST_STREAM, id, H2Error.CANCEL),
+      );
+    }
+    peer.send(...frames);
+    assert.equal(await peer.goAwayCode(), H2Error.ENHANCE_YOUR_CALM);
+    assert.ok(await peer.waitClosed());
+  });
+
+  it("a handler that throws resets its own stream only", async () => {
+    const started = await h2Server({
+      onStream(stream) {
+        if (stream.headers[":path"] === "/throw") throw new Error("handler bug");
+        echo(stream);
+      },
+    });
+    try {
+      const peer = await RawPeer.connect(started.port);
+      const throwing = encodeHeaderBlock([
+        [":method", "POST"],
+        [":scheme", "http"],
+        [":path", "/throw"],
+      ]);
+      peer.send(
+        headersFrame(1, throwing, Flag.END_HEADERS | Flag.END_STREAM),
+        headersFrame(3, REQUEST, Flag.END_HEADERS | Flag.END_STREAM),
+      );
+      const reset = await peer.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 1);
+      assert.equal(reset?.payload.readUInt32BE(0), H2Error.INTERNAL_ERROR);
+      assert.ok(await peer.waitFor((f) => f.type === FrameType.DATA && f.streamId === 3));
+    } finally {
+      closeAllPeers();
+      started.server.close();
+    }
+  });
+
   it("ends the connection with the right GOAWAY code on protocol violations", async () => {
     const cases: Array<{ name: string; code: number; frames: Buffer[]; preface?: boolean }> = [
       {
