@@ -633,7 +633,8 @@ export class H2Connection {
         return;
       }
       const allowed = Math.min(next.data.length, maxFrame, stream.sendWindow, this.#sendWindow);
-      if (allowed === 0 && next.data.length > 0) {
+      // A window can be negative after the peer lowered INITIAL_WINDOW_SIZE (§6.9.2).
+      if (allowed <= 0 && next.data.length > 0) {
         this.#blocked.add(stream);
         return;
       }

@@ -166,6 +166,33 @@ describe("HTTP/2 connection", () => {
     peer.close();
   });
 
+  it("a window the client lowers below zero holds output until it is positive again", async () => {
+    const peer = await RawPeer.connect(port);
+    const block = encodeHeaderBlock([
+      [":method", "POST"],
+      [":scheme", "http"],
+      [":path", "/echo"],
+      ["x-reply-size", "70000"],
+    ]);
+    const sent = () =>
+      peer.frames.filter((f) => f.type === FrameType.DATA).reduce((n, f) => n + f.payload.length, 0);
+    peer.send(headersFrame(1, block, Flag.END_HEADERS | Flag.END_STREAM));
+    while (sent() < 65_535) await peer.waitFor((f) => f.type === FrameType.DATA && sent() >= 65_535);
+    assert.equal(sent(), 65_535);
+    // The stream's window becomes 0 - 65,535; the connection's is opened wide.
+    peer.send(
+      frame(FrameType.SETTINGS, 0, 0, Buffer.from([0, Setting.INITIAL_WINDOW_SIZE, 0, 0, 0, 0])),
+      uint32Frame(FrameType.WINDOW_UPDATE, 0, 1_000_000),
+      uint32Frame(FrameType.WINDOW_UPDATE, 1, 65_535),
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(sent(), 65_535);
+    peer.send(uint32Frame(FrameType.WINDOW_UPDATE, 1, 10_000));
+    assert.ok(await peer.waitFor((f) => f.type === FrameType.HEADERS && (f.flags & Flag.END_STREAM) !== 0));
+    assert.equal(sent(), 70_000);
+    peer.close();
+  });
+
   it("refuses streams over the concurrency limit, and tells the application when a client resets one", async () => {
     const peer = await RawPeer.connect(port);
     const hold = encodeHeaderBlock([
