@@ -22,8 +22,9 @@
  * redis-server. Targets are printed beside the numbers.
  *
  * Load generator: a child process that speaks gRPC itself, writing HTTP/2 frames on a TCP
- * socket (bench/lib/grpc-h2-client.ts: length-prefixed messages, pre-encoded request bytes) — no grpc-js client, whose per-call garbage made
- * scavenges of 10–18 ms in the generator and so in the measured tails. Fixed-rate sends are
+ * socket (bench/lib/grpc-h2-client.ts: length-prefixed messages, pre-encoded request
+ * bytes) — no grpc-js client, whose per-call garbage made scavenges of 10–18 ms in the
+ * generator and so in the measured tails. Fixed-rate sends are
  * paced by a ticker thread that sleeps with sub-millisecond precision (Atomics.wait) and
  * wakes the sending thread; each call's latency is counted from when it was *due*, so a late
  * send (a pause in the generator, a backlog) counts against the result instead of hiding.
