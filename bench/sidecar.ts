@@ -656,17 +656,8 @@ async function startBareProxyProcess(upstreamUrl: string): Promise<ChildServer> 
         toProxy: true, ignorePath: true, agent, headers: { host: target.host },
       });
     }).listen(0, "127.0.0.1", () => console.log("bare-port " + server.address().port));
-    process.on("SIGTERM", () => process.exit(0));
   `;
-  const child = track(
-    spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
-      env: { ...process.env, ...SERVER_ENV },
-      stdio: ["ignore", "pipe", "pipe"],
-    }),
-  );
-  const line = await waitForLine(child, (text) => text.startsWith("bare-port "));
-  const port = Number(line.split(" ")[1]);
-  return { child, ports: { grpc: 0, proxy: port, metrics: 0 }, stop: () => stopChild(child) };
+  return startProxyScript(code);
 }
 
 /**
@@ -686,10 +677,15 @@ async function startTcpRelayProcess(upstreamUrl: string): Promise<ChildServer> {
       }
       client.pipe(upstream).pipe(client);
     }).listen(0, "127.0.0.1", () => console.log("bare-port " + server.address().port));
-    process.on("SIGTERM", () => process.exit(0));
   `;
+  return startProxyScript(code);
+}
+
+/** Runs a reference proxy's module code in its own process; the code prints "bare-port <port>". */
+async function startProxyScript(code: string): Promise<ChildServer> {
+  const script = `${code}\nprocess.on("SIGTERM", () => process.exit(0));`;
   const child = track(
-    spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
+    spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", script], {
       env: { ...process.env, ...SERVER_ENV },
       stdio: ["ignore", "pipe", "pipe"],
     }),
