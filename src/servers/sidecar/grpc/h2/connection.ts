@@ -28,7 +28,7 @@ import { HpackDecoder, HpackError } from "./hpack.ts";
  * bound on unread output. Server push and priorities are not used (PRIORITY is ignored).
  *
  * Requests surface as H2Stream objects once their headers are complete; the application sets
- * onData/onEnd/onClose on them and answers with respond / sendData / sendTrailers / reset.
+ * onData/onEnd/onClose on them and answers with respond / sendData / sendTrailers.
  * Everything written while one batch of input is handled goes out in one socket write.
  */
 
@@ -130,10 +130,6 @@ export class H2Stream {
   respondComplete(headers: Buffer, data: Buffer, trailers: Buffer): void {
     this.#connection.sendComplete(this, headers, data, trailers);
   }
-
-  reset(code: number = H2Error.CANCEL): void {
-    this.#connection.resetStream(this, code);
-  }
 }
 
 export class H2Connection {
@@ -191,11 +187,6 @@ export class H2Connection {
       this.#write(uint32Frame(FrameType.WINDOW_UPDATE, 0, raise));
       this.#receiveWindow += raise;
     }
-  }
-
-  /** Streams received and not yet closed. */
-  get openStreams(): number {
-    return this.#streams.size;
   }
 
   isOpen(stream: H2Stream): boolean {
@@ -611,12 +602,6 @@ export class H2Connection {
     stream.headersSent = true;
     this.#write(out);
     this.#localEnd(stream);
-  }
-
-  resetStream(stream: H2Stream, code: number): void {
-    if (!this.isOpen(stream)) return;
-    this.#write(uint32Frame(FrameType.RST_STREAM, stream.id, code));
-    this.#close(stream, false);
   }
 
   /** Sends what the windows allow of the stream's queued output. */
