@@ -383,6 +383,31 @@ describe("HTTP/2 connection", () => {
     }
   });
 
+  it("random frames after a valid preface: answered or GOAWAY, never a crash; the server keeps serving", async () => {
+    const anyFrame = fc
+      .record({
+        type: fc.integer({ min: 0, max: 10 }),
+        flags: fc.integer({ min: 0, max: 255 }),
+        streamId: fc.oneof(fc.constantFrom(0, 1, 3, 5), fc.integer({ min: 0, max: 2 ** 31 - 1 })),
+        payload: fc.oneof(fc.uint8Array({ maxLength: 40 }), fc.constant(REQUEST)),
+      })
+      .map(({ type, flags, streamId, payload }) => frame(type, flags, streamId, payload));
+    await fc.assert(
+      fc.asyncProperty(fc.array(anyFrame, { minLength: 1, maxLength: 12 }), async (frames) => {
+        const peer = await RawPeer.connect(port);
+        peer.send(...frames, frame(FrameType.PING, 0, 0, Buffer.from("lastping")));
+        // Either the PING is answered (everything before it was taken) or the connection ends.
+        await peer.waitFor((f) => f.type === FrameType.PING && f.payload.toString() === "lastping");
+        peer.close();
+      }),
+      { numRuns: 150 },
+    );
+    const check = await RawPeer.connect(port);
+    check.send(headersFrame(1, REQUEST, Flag.END_HEADERS | Flag.END_STREAM));
+    assert.ok(await check.waitFor((f) => f.type === FrameType.DATA && f.streamId === 1));
+    check.close();
+  });
+
   it("more DATA than a stream's window is a flow-control error on that stream", async () => {
     const started = await h2Server({ streamWindow: 1000, onStream: echo });
     try {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import {
   encodeHeaderBlock,
   HpackDecoder,
@@ -82,6 +83,20 @@ describe("HPACK decoder", () => {
     assert.throws(
       () => decodeAll(small, encodeHeaderBlock([["a", "b".repeat(40)]]).toString("hex")),
       /too large/,
+    );
+  });
+
+  it("any bytes either decode or fail with HpackError, and the decoder stays usable", () => {
+    const hpack = decoder(256, 4096);
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 300 }), (bytes) => {
+        try {
+          hpack.decode(bytes, () => undefined);
+        } catch (error) {
+          assert.ok(error instanceof HpackError, String(error));
+        }
+      }),
+      { numRuns: 2000 },
     );
   });
 
