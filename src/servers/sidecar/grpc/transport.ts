@@ -182,6 +182,7 @@ const CONNECTION_LIMITS = {
   streamWindow: 1024 * 1024,
   connectionWindow: 16 * 1024 * 1024,
   maxBufferedOutput: 16 * 1024 * 1024,
+  maxBufferedInput: 64 * 1024 * 1024,
 } as const;
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {

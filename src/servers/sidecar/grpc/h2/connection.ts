@@ -41,6 +41,8 @@ export interface H2ConnectionOptions {
   readonly connectionWindow: number;
   /** Output the peer leaves unread beyond which the connection is cut (a slow-reading peer). */
   readonly maxBufferedOutput: number;
+  /** Request bytes held by open streams beyond which the connection is closed. */
+  readonly maxBufferedInput: number;
   readonly onStream: (stream: H2Stream) => void;
 }
 
@@ -74,6 +76,10 @@ const END_GRACE_MS = 1000;
 
 type Outgoing = { readonly data: Buffer; readonly end: boolean } | { readonly trailers: Buffer };
 
+function outgoingBytes(outgoing: Outgoing): number {
+  return "trailers" in outgoing ? outgoing.trailers.length : outgoing.data.length;
+}
+
 export class H2Stream {
   readonly id: number;
   readonly headers: RequestHeaders;
@@ -85,6 +91,7 @@ export class H2Stream {
   /** @internal */ receiveWindow: number;
   /** @internal */ unacknowledged = 0;
   /** @internal */ remoteEnded = false;
+  /** @internal */ buffered = 0;
   /** @internal */ localEnded = false;
   /** True once response headers went out. */
   headersSent = false;
@@ -147,8 +154,16 @@ export class H2Connection {
   #resetBudgetAt = Date.now();
   #prefaceSeen = false;
   #settingsSeen = false;
+  /** The highest stream id the peer has used (streams at or below it are no longer idle). */
+  #highestStreamId = 0;
+  /** The last stream taken or refused: what GOAWAY reports as processed. */
   #lastStreamId = 0;
+  /** This side sent GOAWAY; the peer sent one. */
   #goingAway = false;
+  #peerGoingAway = false;
+  /** Request bytes held for streams not yet closed, and output queued behind flow control. */
+  #bufferedInput = 0;
+  #queuedOutput = 0;
   #closed = false;
   /** A header block spread over HEADERS + CONTINUATION frames. */
   #pendingBlock: { streamId: number; endStream: boolean; parts: Buffer[]; size: number } | undefined;
@@ -303,8 +318,9 @@ export class H2Connection {
         return;
       case FrameType.GOAWAY:
         if (streamId !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, "GOAWAY on a stream");
+        if (payload.length < 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, "GOAWAY size");
         // The peer opens no more streams; the ones open finish, then the connection ends.
-        this.#goingAway = true;
+        this.#peerGoingAway = true;
         this.#endIfIdle();
         return;
       case FrameType.WINDOW_UPDATE:
@@ -338,7 +354,7 @@ export class H2Connection {
 
   #onData(streamId: number, flags: number, payload: Buffer): void {
     if (streamId === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, "DATA on stream 0");
-    if (streamId > this.#lastStreamId)
+    if (streamId > this.#highestStreamId)
       throw new ConnectionError(H2Error.PROTOCOL_ERROR, "DATA on an idle stream");
     // Flow control counts the whole payload, padding included, whatever the stream's state.
     this.#receiveWindow -= payload.length;
@@ -359,6 +375,12 @@ export class H2Connection {
       return;
     }
     stream.unacknowledged += payload.length;
+    // Window credit is returned as data arrives, so what streams hold is bounded here.
+    stream.buffered += content.length;
+    this.#bufferedInput += content.length;
+    if (this.#bufferedInput > this.#options.maxBufferedInput) {
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, "too much request data held");
+    }
     const ended = (flags & Flag.END_STREAM) !== 0;
     if (content.length > 0) this.#deliver(stream, stream.onData, content);
     if (ended) this.#remoteEnd(stream);
@@ -386,12 +408,13 @@ export class H2Connection {
     if (pending === undefined || pending.streamId !== streamId) {
       throw new ConnectionError(H2Error.PROTOCOL_ERROR, "unexpected CONTINUATION");
     }
-    pending.size += payload.length;
+    // Frame headers count too: a flood of empty CONTINUATION frames must reach the limit.
+    pending.size += FRAME_HEADER_BYTES + payload.length;
     // A block larger than the decoded list may be cannot be valid: stop a CONTINUATION flood.
     if (pending.size > this.#options.maxHeaderListSize) {
       throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, "header block too large");
     }
-    pending.parts.push(Buffer.from(payload));
+    if (payload.length > 0) pending.parts.push(Buffer.from(payload));
     if ((flags & Flag.END_HEADERS) === 0) return;
     this.#pendingBlock = undefined;
     this.#onHeaderBlock(streamId, pending.endStream, Buffer.concat(pending.parts));
@@ -424,12 +447,14 @@ export class H2Connection {
       } else this.#remoteEnd(existing);
       return;
     }
-    if (streamId <= this.#lastStreamId) {
+    if (streamId <= this.#highestStreamId) {
       // A stream that is closed (or was refused): nothing to do beyond decoding.
       return;
     }
-    this.#lastStreamId = streamId;
+    this.#highestStreamId = streamId;
+    // After this side's GOAWAY new streams are ignored; the peer may retry them elsewhere.
     if (this.#goingAway) return;
+    this.#lastStreamId = streamId;
     if (this.#streams.size >= this.#options.maxConcurrentStreams) {
       this.#write(uint32Frame(FrameType.RST_STREAM, streamId, H2Error.REFUSED_STREAM));
       return;
@@ -441,21 +466,31 @@ export class H2Connection {
       return;
     }
     const stream = new H2Stream(this, streamId, headers, this.#peerStreamWindow, this.#options.streamWindow);
+    // Known before the application answers: an answer to a complete request needs no reset.
+    stream.remoteEnded = endStream;
     this.#streams.set(streamId, stream);
     this.#deliver(stream, this.#options.onStream, stream);
-    if (endStream && this.isOpen(stream)) this.#remoteEnd(stream);
+    if (endStream && this.isOpen(stream)) this.#deliver(stream, stream.onEnd, undefined);
   }
 
   #onReset(streamId: number, payload: Buffer): void {
     if (streamId === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, "RST_STREAM on stream 0");
     if (payload.length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, "RST_STREAM size");
-    if (streamId > this.#lastStreamId)
+    if (streamId > this.#highestStreamId)
       throw new ConnectionError(H2Error.PROTOCOL_ERROR, "RST_STREAM on an idle stream");
     const stream = this.#streams.get(streamId);
     if (stream === undefined) return;
     this.#close(stream, true);
-    // Opening streams and resetting them at once makes this side start work it then drops
-    // (CVE-2023-44487, "rapid reset"): past a budget of such resets the connection is closed.
+    this.#chargeReset();
+  }
+
+  /**
+   * Opening streams and having them reset at once makes this side start work it then drops —
+   * by the peer's RST_STREAM (CVE-2023-44487, "rapid reset") or by a frame that makes this side
+   * reset the stream (CVE-2025-8671, "MadeYouReset"): past a budget of such resets the
+   * connection is closed.
+   */
+  #chargeReset(): void {
     const now = Date.now();
     this.#resetBudget = Math.min(
       RESET_BURST,
@@ -475,6 +510,7 @@ export class H2Connection {
     }
     if (payload.length % 6 !== 0) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, "SETTINGS size");
     this.#settingsSeen = true;
+    let initialWindow: number | undefined;
     for (let at = 0; at < payload.length; at += 6) {
       const id = payload.readUInt16BE(at);
       const value = payload.readUInt32BE(at + 2);
@@ -482,14 +518,7 @@ export class H2Connection {
         throw new ConnectionError(H2Error.PROTOCOL_ERROR, "ENABLE_PUSH");
       if (id === Setting.INITIAL_WINDOW_SIZE) {
         if (value > MAX_WINDOW) throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, "INITIAL_WINDOW_SIZE");
-        // The change applies to every open stream's send window (§6.9.2).
-        const delta = value - this.#peerStreamWindow;
-        this.#peerStreamWindow = value;
-        for (const stream of this.#streams.values()) {
-          stream.sendWindow += delta;
-          if (stream.sendWindow > MAX_WINDOW)
-            throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, "window overflow");
-        }
+        initialWindow = value;
       }
       if (id === Setting.MAX_FRAME_SIZE) {
         if (value < DEFAULT_MAX_FRAME_SIZE || value > MAX_FRAME_SIZE_LIMIT) {
@@ -497,7 +526,17 @@ export class H2Connection {
         }
         this.#peerMaxFrameSize = value;
       }
-      // HEADER_TABLE_SIZE: this side's encoder never indexes, so any table size suits it.
+      // HEADER_TABLE_SIZE: this side's encoder never indexes (see encodeHeaderBlock).
+    }
+    if (initialWindow !== undefined) {
+      // The change applies to every open stream's send window (§6.9.2), once per frame.
+      const delta = initialWindow - this.#peerStreamWindow;
+      this.#peerStreamWindow = initialWindow;
+      for (const stream of this.#streams.values()) {
+        stream.sendWindow += delta;
+        if (stream.sendWindow > MAX_WINDOW)
+          throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, "window overflow");
+      }
     }
     this.#write(frame(FrameType.SETTINGS, Flag.ACK, 0));
     this.#drainBlocked();
@@ -512,7 +551,7 @@ export class H2Connection {
       if (this.#sendWindow > MAX_WINDOW)
         throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, "window overflow");
     } else {
-      if (streamId > this.#lastStreamId)
+      if (streamId > this.#highestStreamId)
         throw new ConnectionError(H2Error.PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream");
       const stream = this.#streams.get(streamId);
       if (stream === undefined) return;
@@ -561,14 +600,20 @@ export class H2Connection {
 
   sendData(stream: H2Stream, data: Buffer, endStream: boolean): void {
     if (!this.isOpen(stream) || stream.localEnded) return;
-    stream.outbox.push({ data, end: endStream });
-    this.#drain(stream);
+    this.#enqueue(stream, { data, end: endStream });
   }
 
   sendTrailers(stream: H2Stream, block: Buffer): void {
     if (!this.isOpen(stream) || stream.localEnded) return;
-    stream.outbox.push({ trailers: block });
+    this.#enqueue(stream, { trailers: block });
+  }
+
+  #enqueue(stream: H2Stream, outgoing: Outgoing): void {
+    stream.outbox.push(outgoing);
+    this.#queuedOutput += outgoingBytes(outgoing);
     this.#drain(stream);
+    // A peer that keeps its windows shut must not make this side queue without bound.
+    if (this.#queuedOutput + this.#socket.writableLength > this.#options.maxBufferedOutput) this.destroy();
   }
 
   sendComplete(stream: H2Stream, headers: Buffer, data: Buffer, trailers: Buffer): void {
@@ -611,6 +656,7 @@ export class H2Connection {
       const next = stream.outbox[0] as Outgoing;
       if ("trailers" in next) {
         stream.outbox.shift();
+        this.#queuedOutput -= next.trailers.length;
         const out = Buffer.allocUnsafe(headerFramesSize(next.trailers.length, maxFrame));
         writeHeaderFrames(out, 0, stream.id, next.trailers, true, maxFrame);
         this.#write(out);
@@ -634,6 +680,7 @@ export class H2Connection {
       );
       stream.sendWindow -= allowed;
       this.#sendWindow -= allowed;
+      this.#queuedOutput -= allowed;
       if (last) {
         stream.outbox.shift();
         if (next.end) this.#localEnd(stream);
@@ -667,13 +714,17 @@ export class H2Connection {
     if (!this.isOpen(stream)) return;
     this.#streams.delete(stream.id);
     this.#blocked.delete(stream);
+    this.#bufferedInput -= stream.buffered;
+    for (const pending of stream.outbox.splice(0)) this.#queuedOutput -= outgoingBytes(pending);
     if (aborted || !stream.localEnded) stream.onClose?.();
     this.#endIfIdle();
   }
 
+  /** Resets a stream the peer got wrong (called while its input is handled: may throw ConnectionError). */
   #streamError(stream: H2Stream, code: number): void {
     this.#write(uint32Frame(FrameType.RST_STREAM, stream.id, code));
     this.#close(stream, true);
+    this.#chargeReset();
   }
 
   #connectionError(code: number): void {
@@ -685,7 +736,7 @@ export class H2Connection {
   }
 
   #endIfIdle(): void {
-    if (!this.#goingAway || this.#streams.size > 0 || this.#closed) return;
+    if (!(this.#goingAway || this.#peerGoingAway) || this.#streams.size > 0 || this.#closed) return;
     this.#flush();
     this.#endSocket();
   }
@@ -713,7 +764,7 @@ export class H2Connection {
     }
     this.#output = [];
     this.#socket.write(output.length === 1 ? (output[0] as Buffer) : Buffer.concat(output));
-    if (this.#socket.writableLength > this.#options.maxBufferedOutput) this.destroy();
+    if (this.#socket.writableLength + this.#queuedOutput > this.#options.maxBufferedOutput) this.destroy();
   }
 
   #gone(): void {

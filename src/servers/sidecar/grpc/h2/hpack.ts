@@ -77,7 +77,7 @@ const STATIC_TABLE: ReadonlyArray<readonly [string, string]> = [
 
 /** Per-entry overhead counted in table and header-list sizes (§4.1). */
 const ENTRY_OVERHEAD = 32;
-/** An integer needs at most this many continuation bytes below 2^28 (§5.1 leaves the bound to us). */
+/** The largest integer accepted (§5.1 leaves the bound to the decoder): far above any limit here. */
 const MAX_INTEGER = 2 ** 28;
 
 export interface HpackDecoderOptions {
@@ -144,15 +144,15 @@ export class HpackDecoder {
     const limit = (1 << prefixBits) - 1;
     let value = (block[this.#at++] ?? 0) & limit;
     if (value < limit) return value;
-    let factor = 1;
-    for (;;) {
+    // Four continuation bytes reach 2^28; more (even zero-valued ones) are refused.
+    for (let factor = 1; factor <= MAX_INTEGER; factor *= 128) {
       if (this.#at >= block.length) throw new HpackError("truncated integer");
       const byte = block[this.#at++] ?? 0;
       value += (byte & 0x7f) * factor;
-      factor *= 128;
       if (value > MAX_INTEGER) throw new HpackError("integer too large");
       if ((byte & 0x80) === 0) return value;
     }
+    throw new HpackError("integer too long");
   }
 
   #string(): string {
@@ -217,9 +217,13 @@ function integerBytes(value: number, prefixBits: number, flags: number): number[
 /**
  * A header block of "literal without indexing, new name" fields (§6.2.2), strings as plain
  * Latin-1 octets. Values must already be valid header octets (no CR, LF or NUL).
+ *
+ * Every block starts with a dynamic table size update to 0 (§6.3): this encoder keeps no table,
+ * and a peer that lowers SETTINGS_HEADER_TABLE_SIZE requires such an update at the start of
+ * the next block (§4.2) — one byte always sent is simpler than tracking when it is owed.
  */
 export function encodeHeaderBlock(fields: ReadonlyArray<readonly [string, string]>): Buffer {
-  const parts: Buffer[] = [];
+  const parts: Buffer[] = [Buffer.from([0x20])];
   for (const [name, value] of fields) {
     parts.push(Buffer.from(integerBytes(0, 4, 0x00)));
     for (const text of [name, value]) {

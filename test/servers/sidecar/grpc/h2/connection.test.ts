@@ -128,6 +128,20 @@ describe("HTTP/2 connection", () => {
         stream.end();
       });
       assert.equal(big, 300_000);
+      // A client that turns its HPACK table off needs a table size update at the start of each block.
+      const tableless = connect(`http://127.0.0.1:${port}`, { settings: { headerTableSize: 0 } });
+      try {
+        const status = await new Promise<unknown>((resolve, reject) => {
+          const stream = tableless.request({ ":method": "POST", ":path": "/echo" });
+          stream.on("response", (h) => resolve(h[":status"]));
+          stream.on("error", reject);
+          stream.resume();
+          stream.end();
+        });
+        assert.equal(status, 200);
+      } finally {
+        tableless.close();
+      }
     } finally {
       session.close();
     }
@@ -290,6 +304,44 @@ describe("HTTP/2 connection", () => {
     assert.ok(await peer.waitClosed());
   });
 
+  it("streams the peer makes this side reset count against the same budget (MadeYouReset)", async () => {
+    const peer = await RawPeer.connect(port);
+    const hold = encodeHeaderBlock([
+      [":method", "POST"],
+      [":scheme", "http"],
+      [":path", "/hold"],
+    ]);
+    const frames: Buffer[] = [];
+    for (let id = 1; id < 2 * 1100; id += 2) {
+      // A zero window increment on an open stream is a stream error: this side resets it.
+      frames.push(
+        headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM),
+        uint32Frame(FrameType.WINDOW_UPDATE, id, 0),
+      );
+    }
+    peer.send(...frames);
+    assert.equal(await peer.goAwayCode(), H2Error.ENHANCE_YOUR_CALM);
+    assert.ok(await peer.waitClosed());
+  });
+
+  it("request data held by open streams is bounded per connection", async () => {
+    const started = await h2Server({ onStream: () => undefined });
+    try {
+      const peer = await RawPeer.connect(started.port);
+      const frames: Buffer[] = [];
+      // 20 streams × 60,000 bytes, none ended: over the 1 MiB the test server holds.
+      for (let id = 1; id < 40; id += 2) {
+        frames.push(headersFrame(id, REQUEST, Flag.END_HEADERS));
+        for (let i = 0; i < 4; i++) frames.push(frame(FrameType.DATA, 0, id, Buffer.alloc(15_000)));
+      }
+      peer.send(...frames);
+      assert.equal(await peer.goAwayCode(), H2Error.ENHANCE_YOUR_CALM);
+    } finally {
+      closeAllPeers();
+      started.server.close();
+    }
+  });
+
   it("a handler that throws resets its own stream only", async () => {
     const started = await h2Server({
       onStream(stream) {
@@ -358,6 +410,19 @@ describe("HTTP/2 connection", () => {
           headersFrame(1, REQUEST, 0),
           ...Array.from({ length: 3 }, () => frame(FrameType.CONTINUATION, 0, 1, Buffer.alloc(8000, 0x82))),
         ],
+      },
+      {
+        name: "flood of empty CONTINUATION frames",
+        code: H2Error.ENHANCE_YOUR_CALM,
+        frames: [
+          headersFrame(1, REQUEST, 0),
+          ...Array.from({ length: 2000 }, () => frame(FrameType.CONTINUATION, 0, 1)),
+        ],
+      },
+      {
+        name: "short GOAWAY",
+        code: H2Error.FRAME_SIZE_ERROR,
+        frames: [frame(FrameType.GOAWAY, 0, 0, Buffer.alloc(4))],
       },
       {
         name: "interleaved frame inside a header block",

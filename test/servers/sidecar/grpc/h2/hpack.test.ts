@@ -77,6 +77,8 @@ describe("HPACK decoder", () => {
       "00 05 61", // truncated name
       "0f ff ff ff ff ff 01", // integer too large
       "00 81 ff 01 61", // Huffman string that is all padding ones (8 bits)
+      `3f ${"80 ".repeat(150)}00`, // an integer padded with zero-valued continuation bytes
+      `00 7f ${"80 ".repeat(150)}00`, // the same as a string length
     ];
     for (const hex of bad) assert.throws(() => decodeAll(decoder(), hex), HpackError, hex);
     const small = decoder(4096, 64);

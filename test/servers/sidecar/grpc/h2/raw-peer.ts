@@ -127,6 +127,7 @@ export async function h2Server(
         streamWindow: 65_535,
         connectionWindow: 1 << 20,
         maxBufferedOutput: 1 << 20,
+        maxBufferedInput: 1 << 20,
         ...options,
       }),
     );
