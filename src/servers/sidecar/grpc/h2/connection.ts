@@ -68,7 +68,7 @@ const CONNECTION_SPECIFIC = new Set([
 ]);
 const REQUEST_PSEUDO = new Set([":method", ":scheme", ":path", ":authority"]);
 const UPPER_CASE = /[A-Z]/;
-/** Peer resets of open streams: a burst, then a sustained rate (as nghttp2's defaults scale). */
+/** Resets of open streams, sent by the peer or provoked by it: a burst, then a sustained rate. */
 const RESET_BURST = 1000;
 const RESETS_PER_SECOND = 100;
 /** How long a peer has to close its side after this side ended the connection. */
