@@ -410,7 +410,7 @@ export class H2Connection {
     }
     // Frame headers count too: a flood of empty CONTINUATION frames must reach the limit.
     pending.size += FRAME_HEADER_BYTES + payload.length;
-    // A block larger than the decoded list may be cannot be valid: stop a CONTINUATION flood.
+    // Compressed, a valid block is smaller than the decoded list may be: stop a CONTINUATION flood.
     if (pending.size > this.#options.maxHeaderListSize) {
       throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, "header block too large");
     }
