@@ -19,6 +19,9 @@ import {
   writeHeaderFrames,
 } from "./frames.ts";
 import { HpackDecoder, HpackError } from "./hpack.ts";
+import { H2Stream, type Outgoing, outgoingBytes, type RequestHeaders, type StreamOwner } from "./stream.ts";
+
+export type { H2Stream, RequestHeaders } from "./stream.ts";
 
 /**
  * The server side of one HTTP/2 connection (RFC 9113) on a socket: framing, stream states,
@@ -46,9 +49,6 @@ export interface H2ConnectionOptions {
   readonly onStream: (stream: H2Stream) => void;
 }
 
-/** Request headers: lower-case names, repeated fields joined as HTTP does. */
-export type RequestHeaders = Record<string, string>;
-
 class ConnectionError extends Error {
   readonly code: number;
 
@@ -74,72 +74,7 @@ const RESETS_PER_SECOND = 100;
 /** How long a peer has to close its side after this side ended the connection. */
 const END_GRACE_MS = 1000;
 
-type Outgoing = { readonly data: Buffer; readonly end: boolean } | { readonly trailers: Buffer };
-
-function outgoingBytes(outgoing: Outgoing): number {
-  return "trailers" in outgoing ? outgoing.trailers.length : outgoing.data.length;
-}
-
-export class H2Stream {
-  readonly id: number;
-  readonly headers: RequestHeaders;
-  onData: ((chunk: Buffer) => void) | undefined;
-  onEnd: (() => void) | undefined;
-  /** Runs once if the stream closes before this side ended it (reset, connection lost). */
-  onClose: (() => void) | undefined;
-  /** @internal */ sendWindow: number;
-  /** @internal */ receiveWindow: number;
-  /** @internal */ unacknowledged = 0;
-  /** @internal */ remoteEnded = false;
-  /** @internal */ buffered = 0;
-  /** @internal */ localEnded = false;
-  /** True once response headers went out. */
-  headersSent = false;
-  /** @internal */ readonly outbox: Outgoing[] = [];
-  readonly #connection: H2Connection;
-
-  /** @internal */
-  constructor(
-    connection: H2Connection,
-    id: number,
-    headers: RequestHeaders,
-    sendWindow: number,
-    receiveWindow: number,
-  ) {
-    this.#connection = connection;
-    this.id = id;
-    this.headers = headers;
-    this.sendWindow = sendWindow;
-    this.receiveWindow = receiveWindow;
-  }
-
-  /** True once the stream is done: ended both ways, reset, or its connection gone. */
-  get closed(): boolean {
-    return !this.#connection.isOpen(this);
-  }
-
-  /** Sends response headers (an encoded block); `endStream` for a headers-only response. */
-  respond(block: Buffer, endStream = false): void {
-    this.#connection.sendHeaders(this, block, endStream);
-  }
-
-  /** Sends response body bytes (flow controlled; queued until the peer's window allows). */
-  sendData(data: Buffer, endStream = false): void {
-    this.#connection.sendData(this, data, endStream);
-  }
-
-  /** Ends the stream with trailers (an encoded block), after any queued data. */
-  sendTrailers(block: Buffer): void {
-    this.#connection.sendTrailers(this, block);
-  }
-
-  /** Headers, one DATA payload and trailers in one write when the windows allow (a unary answer). */
-  respondComplete(headers: Buffer, data: Buffer, trailers: Buffer): void {
-    this.#connection.sendComplete(this, headers, data, trailers);
-  }
-}
-
-export class H2Connection {
+export class H2Connection implements StreamOwner {
   readonly #socket: Socket;
   readonly #options: H2ConnectionOptions;
   readonly #decoder: HpackDecoder;
