@@ -183,6 +183,7 @@ const CONNECTION_LIMITS = {
   connectionWindow: 16 * 1024 * 1024,
   maxBufferedOutput: 16 * 1024 * 1024,
   maxBufferedInput: 64 * 1024 * 1024,
+  prefaceTimeoutMs: 10_000,
 } as const;
 
 export function createGrpcServer(options: GrpcServerOptions): GrpcServer {

@@ -46,6 +46,8 @@ export interface H2ConnectionOptions {
   readonly maxBufferedOutput: number;
   /** Request bytes held by open streams beyond which the connection is closed. */
   readonly maxBufferedInput: number;
+  /** Time a new connection has to send the preface and its SETTINGS, else it is cut. */
+  readonly prefaceTimeoutMs: number;
   readonly onStream: (stream: H2Stream) => void;
 }
 
@@ -124,6 +126,12 @@ export class H2Connection implements StreamOwner {
     socket.on("data", (chunk: Buffer) => this.#onInput(chunk));
     socket.on("error", () => undefined);
     socket.on("close", () => this.#gone());
+    // A socket that never speaks HTTP/2 must not hold a connection slot for ever.
+    const prefaceTimer = setTimeout(() => {
+      if (!this.#settingsSeen) this.destroy();
+    }, options.prefaceTimeoutMs);
+    prefaceTimer.unref();
+    socket.once("close", () => clearTimeout(prefaceTimer));
     this.#write(
       settingsFrame([
         [Setting.ENABLE_PUSH, 0],

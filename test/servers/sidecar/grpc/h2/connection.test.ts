@@ -477,6 +477,21 @@ describe("HTTP/2 connection", () => {
     check.close();
   });
 
+  it("a connection that never sends the preface and SETTINGS is cut", async () => {
+    const started = await h2Server({ prefaceTimeoutMs: 100, onStream: echo });
+    try {
+      const silent = await RawPeer.connect(started.port, { preface: false });
+      assert.ok(await silent.waitClosed());
+      // One that does is kept.
+      const talking = await RawPeer.connect(started.port);
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(talking.closed, false);
+    } finally {
+      closeAllPeers();
+      started.server.close();
+    }
+  });
+
   it("more DATA than a stream's window is a flow-control error on that stream", async () => {
     const started = await h2Server({ streamWindow: 1000, onStream: echo });
     try {

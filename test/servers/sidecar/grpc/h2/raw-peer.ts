@@ -128,6 +128,7 @@ export async function h2Server(
         connectionWindow: 1 << 20,
         maxBufferedOutput: 1 << 20,
         maxBufferedInput: 1 << 20,
+        prefaceTimeoutMs: 10_000,
         ...options,
       }),
     );
