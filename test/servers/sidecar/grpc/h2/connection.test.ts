@@ -26,6 +26,12 @@ const REQUEST = encodeHeaderBlock([
   [":path", "/echo"],
   [":authority", "localhost"],
 ]);
+/** A request the suite's server holds unanswered. */
+const HOLD = encodeHeaderBlock([
+  [":method", "POST"],
+  [":scheme", "http"],
+  [":path", "/hold"],
+]);
 const OK = encodeHeaderBlock([[":status", "200"]]);
 const TRAILERS = encodeHeaderBlock([["x-done", "1"]]);
 
@@ -209,12 +215,7 @@ describe("HTTP/2 connection", () => {
 
   it("refuses streams over the concurrency limit, and tells the application when a client resets one", async () => {
     const peer = await RawPeer.connect(port);
-    const hold = encodeHeaderBlock([
-      [":method", "POST"],
-      [":scheme", "http"],
-      [":path", "/hold"],
-    ]);
-    for (const id of [1, 3, 5, 7, 9]) peer.send(headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM));
+    for (const id of [1, 3, 5, 7, 9]) peer.send(headersFrame(id, HOLD, Flag.END_HEADERS | Flag.END_STREAM));
     const refused = await peer.waitFor((f) => f.type === FrameType.RST_STREAM && f.streamId === 9);
     assert.equal(refused?.payload.readUInt32BE(0), H2Error.REFUSED_STREAM);
     const before = closedStreams;
@@ -285,44 +286,24 @@ describe("HTTP/2 connection", () => {
     peer.close();
   });
 
-  it("closes a connection that opens and resets streams without end (rapid reset)", async () => {
+  /** Opens 1,100 held streams, each followed by `reset(id)`; the connection must end in ENHANCE_YOUR_CALM. */
+  const resetStorm = async (reset: (id: number) => Buffer): Promise<void> => {
     const peer = await RawPeer.connect(port);
-    const hold = encodeHeaderBlock([
-      [":method", "POST"],
-      [":scheme", "http"],
-      [":path", "/hold"],
-    ]);
     const frames: Buffer[] = [];
     for (let id = 1; id < 2 * 1100; id += 2) {
-      frames.push(
-        headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM),
-        uint32Frame(FrameType.RST_STREAM, id, H2Error.CANCEL),
-      );
+      frames.push(headersFrame(id, HOLD, Flag.END_HEADERS | Flag.END_STREAM), reset(id));
     }
     peer.send(...frames);
     assert.equal(await peer.goAwayCode(), H2Error.ENHANCE_YOUR_CALM);
     assert.ok(await peer.waitClosed());
-  });
+  };
 
-  it("streams the peer makes this side reset count against the same budget (MadeYouReset)", async () => {
-    const peer = await RawPeer.connect(port);
-    const hold = encodeHeaderBlock([
-      [":method", "POST"],
-      [":scheme", "http"],
-      [":path", "/hold"],
-    ]);
-    const frames: Buffer[] = [];
-    for (let id = 1; id < 2 * 1100; id += 2) {
-      // A zero window increment on an open stream is a stream error: this side resets it.
-      frames.push(
-        headersFrame(id, hold, Flag.END_HEADERS | Flag.END_STREAM),
-        uint32Frame(FrameType.WINDOW_UPDATE, id, 0),
-      );
-    }
-    peer.send(...frames);
-    assert.equal(await peer.goAwayCode(), H2Error.ENHANCE_YOUR_CALM);
-    assert.ok(await peer.waitClosed());
-  });
+  it("closes a connection that opens and resets streams without end (rapid reset)", () =>
+    resetStorm((id) => uint32Frame(FrameType.RST_STREAM, id, H2Error.CANCEL)));
+
+  // A zero window increment on an open stream is a stream error: this side resets it.
+  it("streams the peer makes this side reset count against the same budget (MadeYouReset)", () =>
+    resetStorm((id) => uint32Frame(FrameType.WINDOW_UPDATE, id, 0)));
 
   it("request data held by open streams is bounded per connection", async () => {
     const started = await h2Server({ onStream: () => undefined });
