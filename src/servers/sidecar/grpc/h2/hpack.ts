@@ -96,7 +96,7 @@ export class HpackDecoder {
   #tableSize = 0;
   #capacity: number;
   #at = 0;
-  #block: Uint8Array = new Uint8Array(0);
+  #block: Buffer = Buffer.alloc(0);
 
   constructor(options: HpackDecoderOptions) {
     this.#maxTableSize = options.maxTableSize;
@@ -106,7 +106,10 @@ export class HpackDecoder {
 
   /** Calls `field` for each header in order; throws HpackError (a COMPRESSION_ERROR) if malformed. */
   decode(block: Uint8Array, field: (name: string, value: string) => void): void {
-    this.#block = block;
+    // One Buffer view per block, so plain strings are sliced without a view per string.
+    this.#block = Buffer.isBuffer(block)
+      ? block
+      : Buffer.from(block.buffer, block.byteOffset, block.byteLength);
     this.#at = 0;
     let listSize = 0;
     let fieldsSeen = false;
@@ -136,7 +139,7 @@ export class HpackDecoder {
       if (listSize > this.#maxHeaderListSize) throw new HpackError("header list too large");
       field(name, value);
     }
-    this.#block = new Uint8Array(0);
+    this.#block = Buffer.alloc(0);
   }
 
   #integer(prefixBits: number): number {
@@ -164,8 +167,7 @@ export class HpackDecoder {
     const end = start + length;
     if (end > block.length) throw new HpackError("truncated string");
     this.#at = end;
-    if (!huffman)
-      return Buffer.from(block.buffer, block.byteOffset, block.byteLength).toString("latin1", start, end);
+    if (!huffman) return block.toString("latin1", start, end);
     const decoded = decodeHuffman(block, start, end);
     if (decoded === undefined) throw new HpackError("bad Huffman string");
     return decoded;
