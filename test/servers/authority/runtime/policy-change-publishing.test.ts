@@ -21,17 +21,19 @@ describe("authority serve with --redis-url publishes policy changes", () => {
     await redis.stop();
   });
 
-  it("raises the subject's head and announces it on the channel", async () => {
+  // The publisher's connection may still be opening when the change is made: the change then
+  // waits in its retry queue and goes out once the connection is ready, so both are polled.
+  it("raises the subject's head and announces it on the channel", async (t) => {
     const subscriber = new Redis(redis.url);
+    t.after(() => subscriber.disconnect());
     const messages: string[] = [];
     subscriber.on("message", (_channel: string, message: string) => messages.push(message));
     await subscriber.subscribe(POLICY_CHANGES_CHANNEL);
     const onPolicyChange = harness.service.context.onPolicyChange;
     assert.ok(onPolicyChange, "onPolicyChange is wired when a Redis URL is configured");
     await onPolicyChange("agent-publishing", 7);
-    assert.equal(await client.get(policyHeadKey("agent-publishing")), "7");
-    for (let i = 0; i < 50 && messages.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 250 && messages.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(JSON.parse(messages[0] ?? "{}"), { subject_id: "agent-publishing", head: 7 });
-    subscriber.disconnect();
+    assert.equal(await client.get(policyHeadKey("agent-publishing")), "7");
   });
 });
