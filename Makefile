@@ -29,12 +29,12 @@ format: setup
 
 # The runner's whole output is kept and scanned for the suite's planted canary secrets:
 # a secret, token or plaintext in any log line or message fails the build.
-# --test-force-exit: a test file whose tests are done exits even if a failed test left a
-# handle open (a Redis client reconnecting forever once hung CI for 90 minutes); the outer
-# timeout turns any other hang into a red run well inside CI's budget.
+# exit-when-done.ts ends a test file's process that its tests left with open handles (a Redis
+# client reconnecting forever once hung CI for 90 minutes); the outer timeout turns any other
+# hang into a red run well inside CI's budget.
 unit: setup
 	@set -o pipefail; timeout -k 10 720 node --test --test-concurrency=2 --test-timeout=180000 \
-		--test-force-exit "test/**/*.test.ts" 2>&1 | tee .authority-test.log
+		--import ./test/helpers/exit-when-done.ts "test/**/*.test.ts" 2>&1 | tee .authority-test.log
 	@node scripts/scan-canaries.ts .authority-test.log
 
 test: setup
