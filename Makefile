@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup typecheck lint format unit clean
+.PHONY: test demo dev bench setup test-peers typecheck lint format unit clean
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -17,6 +17,9 @@ setup: $(STAMP)
 $(STAMP): package-lock.json package.json .tools/node/bin/node
 	@npm install --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
+
+test-peers:
+	@bash scripts/ensure-test-peers.sh
 
 typecheck: setup
 	@tsc --noEmit -p .
@@ -32,7 +35,7 @@ format: setup
 # exit-when-done.ts ends a test file's process that its tests left with open handles (a Redis
 # client reconnecting forever once hung CI for 90 minutes); the outer timeout turns any other
 # hang into a red run well inside CI's budget.
-unit: setup
+unit: setup test-peers
 	@set -o pipefail; timeout -k 10 720 node --test --test-concurrency=2 --test-timeout=180000 \
 		--import ./test/helpers/exit-when-done.ts "test/**/*.test.ts" 2>&1 | tee .authority-test.log
 	@node scripts/scan-canaries.ts .authority-test.log
