@@ -3,7 +3,7 @@ import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { createDevCertificate } from "../../../../src/servers/managed/dev-certificate.ts";
 import { createGrpcServer, type GrpcServer } from "../../../../src/servers/sidecar/grpc/transport.ts";
-import { findGrpcCore, type GrpcCoreAnswer } from "../../../helpers/grpc-core-peer.ts";
+import { findGrpcCore, type GrpcCoreAnswer, type GrpcCoreRun } from "../../../helpers/grpc-core-peer.ts";
 import {
   checkMethod,
   type Decoded,
@@ -29,6 +29,12 @@ import {
  */
 const peer = findGrpcCore();
 const skip = peer === undefined ? "gRPC C-core (python3-grpcio) is not installed here" : false;
+
+/** One C-core channel making `spec.calls` (only reached when the suites are not skipped). */
+function grpcCore(spec: GrpcCoreRun): Promise<GrpcCoreAnswer[][]> {
+  assert.ok(peer);
+  return peer.run(spec);
+}
 
 const CHECK = checkMethod.path;
 const OK = 0;
@@ -64,7 +70,7 @@ describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
   after(() => world?.close());
 
   test("allow, 403, 401, health Check and Watch, and an unknown method, on one channel", async () => {
-    const [allow, forbidden, unauthenticated, health, watch, unknown] = await (peer?.run({
+    const [allow, forbidden, unauthenticated, health, watch, unknown] = await grpcCore({
       target,
       calls: [
         { kind: "unary", method: CHECK, request: checkBytes(world.tokens.agent) },
@@ -82,7 +88,7 @@ describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
         },
         { kind: "unary", method: "/envoy.service.auth.v3.Authorization/Nope", request: Buffer.alloc(0) },
       ],
-    }) ?? []);
+    });
 
     const allowed = decoded(allow?.[0]);
     assert.equal(allowed.http_response, "ok_response");
@@ -107,7 +113,7 @@ describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
   });
 
   test("300 concurrent Checks on one connection (C-core's dynamic HPACK table, multiplexing)", async () => {
-    const [answers] = await (peer?.run({
+    const [answers] = await grpcCore({
       target,
       calls: [
         {
@@ -118,7 +124,7 @@ describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
           metadata: [["x-envoy-like", "repeated-on-every-call"]],
         },
       ],
-    }) ?? []);
+    });
     assert.equal(answers?.length, 300);
     for (const answer of answers ?? []) assert.equal(decoded(answer).http_response, "ok_response");
   });
@@ -157,7 +163,7 @@ describe("the sidecar's gRPC transport with a gRPC C-core client", { skip }, () 
     test(`messages of ${sizes.length} sizes up to 3 MiB echo intact, ${tls ? "h2 over TLS (ALPN)" : "h2c"}`, async () => {
       const messages = sizes.map((size) => randomBytes(size));
       const port = tls ? ports.tls : ports.h2c;
-      const results = await (peer?.run({
+      const results = await grpcCore({
         target: `127.0.0.1:${port}`,
         ...(tls ? { tls: { rootPem, serverName: "localhost" } } : {}),
         calls: messages.map((request) => ({
@@ -166,7 +172,7 @@ describe("the sidecar's gRPC transport with a gRPC C-core client", { skip }, () 
           request,
           repeat: 3,
         })),
-      }) ?? []);
+      });
       assert.equal(results.length, sizes.length);
       for (const [i, answers] of results.entries()) {
         assert.equal(answers.length, 3);
