@@ -5,7 +5,7 @@ Reads one JSON object on stdin:
   {"target": "127.0.0.1:port",
    "tls": null | {"root_pem": "...", "server_name": "localhost"},
    "calls": [{"kind": "unary" | "first-of-stream", "method": "/pkg.Service/Method",
-              "request": "<base64>", "repeat": 1, "timeout": 10,
+              "request": "<base64>", "repeat": 1, "timeout": 10 (null: no deadline),
               "metadata": [["key", "value"], ...]}]}
 Writes {"results": [[{"code": 0, "details": "", "response": "<base64>"}, ...], ...]}: one list
 per call, one entry per repeat. Repeats are sent at once, multiplexed on the one channel.

@@ -17,8 +17,8 @@ export interface GrpcCoreCall {
   readonly request: Uint8Array;
   /** Sent at once, multiplexed on the one channel (default 1). */
   readonly repeat?: number;
-  /** Seconds (default 10). */
-  readonly timeout?: number;
+  /** Seconds (default 10); null sends no deadline. */
+  readonly timeout?: number | null;
   readonly metadata?: ReadonlyArray<readonly [string, string]>;
 }
 

@@ -2,7 +2,11 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { createDevCertificate } from "../../../../src/servers/managed/dev-certificate.ts";
-import { createGrpcServer, type GrpcServer } from "../../../../src/servers/sidecar/grpc/transport.ts";
+import {
+  createGrpcServer,
+  type GrpcServer,
+  type Method,
+} from "../../../../src/servers/sidecar/grpc/transport.ts";
 import { findGrpcCore, type GrpcCoreAnswer, type GrpcCoreRun } from "../../../helpers/grpc-core-peer.ts";
 import {
   checkMethod,
@@ -135,10 +139,15 @@ describe("the sidecar's gRPC transport with a gRPC C-core client", { skip }, () 
   let tlsServer: GrpcServer;
   const ports = { h2c: 0, tls: 0 };
   let rootPem: string;
-  const methods = {
-    "/t.Echo/Echo": {
-      kind: "unary" as const,
-      handle: (request: Buffer, call: { respond(message: Uint8Array): void }) => call.respond(request),
+  const methods: Record<string, Method> = {
+    "/t.Echo/Echo": { kind: "unary", handle: (request, call) => call.respond(request) },
+    // What the server read from C-core's grpc-timeout: the ms left, or "none".
+    "/t.Deadline/Left": {
+      kind: "unary",
+      handle: (_request, call) =>
+        call.respond(
+          Buffer.from(call.deadline === undefined ? "none" : String(Math.round(call.deadline - Date.now()))),
+        ),
     },
   };
 
@@ -153,6 +162,33 @@ describe("the sidecar's gRPC transport with a gRPC C-core client", { skip }, () 
   after(async () => {
     await server?.close(1000);
     await tlsServer?.close(1000);
+  });
+
+  test("C-core's grpc-timeout, in whatever unit it picks, becomes the call's deadline", async () => {
+    const timeoutsS = [1.5, 7.5, 90, 5000];
+    const results = await grpcCore({
+      target: `127.0.0.1:${ports.h2c}`,
+      calls: [
+        ...timeoutsS.map((timeout) => ({
+          kind: "unary" as const,
+          method: "/t.Deadline/Left",
+          request: Buffer.alloc(0),
+          timeout,
+        })),
+        { kind: "unary", method: "/t.Deadline/Left", request: Buffer.alloc(0), timeout: null },
+      ],
+    });
+    for (const [i, timeout] of timeoutsS.entries()) {
+      const answer = results[i]?.[0];
+      assert.equal(answer?.code, OK, answer?.details);
+      const leftMs = Number(answer?.response?.toString());
+      // C-core rounds its timeout up to the unit it sends; the call itself takes some time.
+      assert.ok(
+        leftMs <= timeout * 1000 * 1.01 + 5 && leftMs >= timeout * 1000 - 1000,
+        `${timeout} s: ${leftMs} ms left`,
+      );
+    }
+    assert.equal(results[timeoutsS.length]?.[0]?.response?.toString(), "none");
   });
 
   // Sizes past the 1 MiB stream window the server grants and past C-core's 64 KiB initial
