@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { connect, type IncomingHttpHeaders } from "node:http2";
+import { connect } from "node:http2";
 import { after, before, describe, test } from "node:test";
 import { connect as tlsConnect } from "node:tls";
 import { deflateSync, gzipSync } from "node:zlib";
@@ -9,18 +9,13 @@ import {
   type GrpcServer,
   type UnaryCall,
 } from "../../../../src/servers/sidecar/grpc/transport.ts";
+import { exchange, type Http2Reply } from "../../../helpers/http2-exchange.ts";
 
 /**
  * The sidecar's gRPC transport at the protocol level, with a bare node:http2 client (the
  * grpc-js client suites exercise the normal paths): what it answers to requests that are not
  * well-formed gRPC, compression, message limits, deadlines and cancellation.
  */
-
-interface Reply {
-  readonly headers: IncomingHttpHeaders;
-  readonly trailers: IncomingHttpHeaders;
-  readonly body: Buffer;
-}
 
 function prefixed(message: Uint8Array, compressed = false): Buffer {
   const out = Buffer.alloc(5 + message.length);
@@ -62,35 +57,26 @@ describe("gRPC transport (HTTP/2 framing and statuses)", () => {
   });
   after(() => server.close(1000));
 
-  const send = (headers: Record<string, string>, body: Buffer): Promise<Reply> =>
-    new Promise((resolve, reject) => {
-      const session = connect(`http://127.0.0.1:${port}`);
-      session.on("error", reject);
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/t.Echo/Echo",
-        "content-type": "application/grpc",
-        te: "trailers",
-        ...headers,
-      });
-      let responseHeaders: IncomingHttpHeaders = {};
-      let trailers: IncomingHttpHeaders = {};
-      const chunks: Buffer[] = [];
-      stream.on("response", (h) => {
-        responseHeaders = h;
-      });
-      stream.on("trailers", (t) => {
-        trailers = t;
-      });
-      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-      stream.on("error", () => undefined);
-      stream.on("close", () => {
-        session.close();
-        resolve({ headers: responseHeaders, trailers, body: Buffer.concat(chunks) });
-      });
-      stream.end(body);
-    });
-  const statusOf = (reply: Reply) => reply.trailers["grpc-status"] ?? reply.headers["grpc-status"];
+  const send = async (headers: Record<string, string>, body: Buffer): Promise<Http2Reply> => {
+    const session = connect(`http://127.0.0.1:${port}`);
+    session.on("error", () => undefined);
+    try {
+      return await exchange(
+        session,
+        {
+          ":method": "POST",
+          ":path": "/t.Echo/Echo",
+          "content-type": "application/grpc",
+          te: "trailers",
+          ...headers,
+        },
+        body,
+      );
+    } finally {
+      session.close();
+    }
+  };
+  const statusOf = (reply: Http2Reply) => reply.trailers["grpc-status"] ?? reply.headers["grpc-status"];
 
   test("a unary call: headers, one prefixed message, grpc-status 0 in the trailers", async () => {
     const reply = await send({}, prefixed(Buffer.from("hello")));
@@ -186,18 +172,11 @@ describe("gRPC transport over TLS", () => {
     const port = await server.listen("127.0.0.1", 0);
     try {
       const session = connect(`https://127.0.0.1:${port}`, { ca: certificate.cert, servername: "localhost" });
-      const body = await new Promise<Buffer>((resolve, reject) => {
-        const stream = session.request({
-          ":method": "POST",
-          ":path": "/t.Echo/Echo",
-          "content-type": "application/grpc",
-        });
-        const chunks: Buffer[] = [];
-        stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-        stream.on("error", reject);
-        stream.on("end", () => resolve(Buffer.concat(chunks)));
-        stream.end(prefixed(Buffer.from("secret-free")));
-      });
+      const { body } = await exchange(
+        session,
+        { ":method": "POST", ":path": "/t.Echo/Echo", "content-type": "application/grpc" },
+        prefixed(Buffer.from("secret-free")),
+      );
       session.close();
       assert.deepEqual(body, prefixed(Buffer.from("secret-free")));
 

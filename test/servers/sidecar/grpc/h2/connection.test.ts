@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { connect, type IncomingHttpHeaders } from "node:http2";
+import { connect } from "node:http2";
 import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
 import type { H2Stream } from "../../../../../src/servers/sidecar/grpc/h2/connection.ts";
@@ -12,6 +12,7 @@ import {
   uint32Frame,
 } from "../../../../../src/servers/sidecar/grpc/h2/frames.ts";
 import { encodeHeaderBlock } from "../../../../../src/servers/sidecar/grpc/h2/hpack.ts";
+import { exchange } from "../../../../helpers/http2-exchange.ts";
 import { closeAllPeers, h2Server, headersFrame, RawPeer } from "./raw-peer.ts";
 
 /**
@@ -82,29 +83,11 @@ describe("HTTP/2 connection", () => {
   it("talks to node:http2: any header names and values, Huffman-coded and indexed, over one connection", async () => {
     const session = connect(`http://127.0.0.1:${port}`);
     try {
-      const request = (headers: Record<string, string>, body: Buffer) =>
-        new Promise<{
-          response: IncomingHttpHeaders;
-          trailers: IncomingHttpHeaders;
-          json: { headers: Record<string, string>; bytes: number };
-        }>((resolve, reject) => {
-          const stream = session.request({ ":method": "POST", ":path": "/echo", ...headers });
-          let response: IncomingHttpHeaders = {};
-          let trailers: IncomingHttpHeaders = {};
-          const chunks: Buffer[] = [];
-          stream.on("response", (h) => {
-            response = h;
-          });
-          stream.on("trailers", (t) => {
-            trailers = t;
-          });
-          stream.on("data", (c: Buffer) => chunks.push(c));
-          stream.on("error", reject);
-          stream.on("end", () =>
-            resolve({ response, trailers, json: JSON.parse(Buffer.concat(chunks).toString()) }),
-          );
-          stream.end(body);
-        });
+      const request = async (headers: Record<string, string>, body: Buffer) => {
+        const reply = await exchange(session, { ":method": "POST", ":path": "/echo", ...headers }, body);
+        const json = JSON.parse(reply.body.toString()) as { headers: Record<string, string>; bytes: number };
+        return { response: reply.headers, trailers: reply.trailers, json };
+      };
       const name = fc.stringMatching(/^x-[a-z0-9-]{1,20}$/);
       const value = fc.stringMatching(/^[\x21-\x7e]([\x20-\x7e]{0,60}[\x21-\x7e])?$/);
       await fc.assert(
@@ -123,16 +106,8 @@ describe("HTTP/2 connection", () => {
         { numRuns: 60 },
       );
       // A response larger than the client's stream window is sent as the window opens.
-      const big = await new Promise<number>((resolve, reject) => {
-        const stream = session.request({ ":method": "POST", ":path": "/echo", "x-reply-size": "300000" });
-        let length = 0;
-        stream.on("data", (c: Buffer) => {
-          length += c.length;
-        });
-        stream.on("error", reject);
-        stream.on("end", () => resolve(length));
-        stream.end();
-      });
+      const big = (await exchange(session, { ":method": "POST", ":path": "/echo", "x-reply-size": "300000" }))
+        .body.length;
       assert.equal(big, 300_000);
       // A client that turns its HPACK table off needs a table size update at the start of each block.
       const tableless = connect(`http://127.0.0.1:${port}`, { settings: { headerTableSize: 0 } });
