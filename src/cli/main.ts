@@ -1,4 +1,5 @@
-import { Command } from "commander";
+import { readFileSync } from "node:fs";
+import { Command, type ErrorOptions } from "commander";
 
 type CommandModule = { register(program: Command): void };
 
@@ -19,9 +20,34 @@ const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   token: () => import("./commands/token.ts"),
 };
 
+/**
+ * Help follows usage errors only (an unknown option, a missing argument: commander's own codes).
+ * A runtime failure that a command reports with `command.error(message)` is one line: the
+ * help text would bury it.
+ */
+class AuthorityCommand extends Command {
+  override createCommand(name?: string): AuthorityCommand {
+    return new AuthorityCommand(name);
+  }
+
+  override error(message: string, options?: ErrorOptions): never {
+    const usageError = options?.code !== undefined && options.code !== "commander.error";
+    if (!usageError) this.showHelpAfterError(false);
+    return super.error(message, options);
+  }
+}
+
+export function productVersion(): string {
+  const manifest = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+    version: string;
+  };
+  return manifest.version;
+}
+
 export async function main(argv: string[]): Promise<void> {
-  const program = new Command("authority")
+  const program = new AuthorityCommand("authority")
     .description("Authorization for AI agents, users and API clients")
+    .version(productVersion(), "-V, --version", "print the version and exit")
     .showHelpAfterError();
   const requested = argv[2];
   const load = requested === undefined ? undefined : commandModules[requested];
