@@ -111,8 +111,9 @@ describe("RedisStore specifics", () => {
       await eventually(async () => (await store.count("sessions")) === 1, "sessions expire");
       assert.deepEqual(await raw.zrange("prune:idx:sessions", "0", "-1"), ["live"]);
       assert.equal(await raw.zcard("prune:exp:sessions"), 0);
-      // Written-only collections are swept by later writes with a TTL.
-      for (let i = 0; i < 20; i++) await store.create("nonces", `n${i}`, 1, { ttlMs: 20 });
+      // Written-only collections are swept by later writes with a TTL. The TTL outlasts the 20
+      // writes even on a loaded machine: a write made after the first ids are due sweeps them.
+      for (let i = 0; i < 20; i++) await store.create("nonces", `n${i}`, 1, { ttlMs: 1_000 });
       // Watched through a raw client: a store get would prune the ids itself.
       const nonceKeys = Array.from({ length: 20 }, (_, i) => `prune:doc:nonces:n${i}`);
       await eventually(async () => (await raw.exists(...nonceKeys)) === 0, "nonces expire");
