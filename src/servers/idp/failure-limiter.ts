@@ -1,7 +1,7 @@
 /**
- * Counts failed credential checks per username or client id and locks a key out for a
- * while after too many, so the token endpoint cannot be used to guess passwords at speed.
- * Memory is bounded: the oldest keys are forgotten first.
+ * Counts failures per key and refuses a key for the rest of its window after too many, so the
+ * token endpoint cannot be used to guess secrets at speed (the token endpoint keys it by
+ * principal and source address). Memory is bounded: the oldest keys are forgotten first.
  */
 
 export interface FailureLimiterOptions {

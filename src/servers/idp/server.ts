@@ -11,7 +11,13 @@ import { IdpConfigError, OAuthError } from "./errors.ts";
 import { createFailureLimiter } from "./failure-limiter.ts";
 import { createKeyRing, type KeyRing, SIGNING_ALG } from "./keys.ts";
 import { type IdpServerOptions, normalizeIssuer, resolveIdpOptions } from "./options.ts";
-import { handleTokenRequest, parseFormParams, parseJsonParams, type TokenParams } from "./token-endpoint.ts";
+import {
+  type FailureLimits,
+  handleTokenRequest,
+  parseFormParams,
+  parseJsonParams,
+  type TokenParams,
+} from "./token-endpoint.ts";
 import {
   createTokenIssuer,
   type IssuedToken,
@@ -75,6 +81,21 @@ function tokenParams(request: FastifyRequest): TokenParams {
   throw new OAuthError("invalid_request", "send application/x-www-form-urlencoded or application/json");
 }
 
+/** One source may fail this many times more than one principal before it is refused altogether. */
+const SOURCE_BUDGET_FACTOR = 10;
+
+function failureLimitsFor(
+  limit: { readonly maxFailures: number; readonly windowSec: number } | undefined,
+  now: () => Date,
+): FailureLimits | undefined {
+  if (limit === undefined) return undefined;
+  const windowMs = limit.windowSec * 1000;
+  return {
+    perPrincipal: createFailureLimiter({ maxFailures: limit.maxFailures, windowMs, now }),
+    perSource: createFailureLimiter({ maxFailures: limit.maxFailures * SOURCE_BUDGET_FACTOR, windowMs, now }),
+  };
+}
+
 export async function createIdpServer(options: IdpServerOptions = {}): Promise<IdpServer> {
   const config = resolveIdpOptions(options);
   let issuer = config.issuer;
@@ -104,14 +125,7 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
     tenantClaim: config.tenantClaim,
     now: config.now,
   });
-  const limiter =
-    config.failureLimit === undefined
-      ? undefined
-      : createFailureLimiter({
-          maxFailures: config.failureLimit.maxFailures,
-          windowMs: config.failureLimit.windowSec * 1000,
-          now: config.now,
-        });
+  const limits = failureLimitsFor(config.failureLimit, config.now);
 
   const loggerInstance: FastifyBaseLogger | undefined = config.logger;
   const app: FastifyInstance =
@@ -140,11 +154,16 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
 
   app.post(TOKEN_PATH, async (request, reply) => {
     const params = tokenParams(request);
-    const response = await handleTokenRequest(params, request.headers.authorization, {
-      directory,
-      issuer: tokenIssuer,
-      limiter,
-    });
+    const response = await handleTokenRequest(
+      params,
+      request.headers.authorization,
+      request.socket.remoteAddress ?? "unknown",
+      {
+        directory,
+        issuer: tokenIssuer,
+        limits,
+      },
+    );
     return reply.header("cache-control", "no-store").header("pragma", "no-cache").send(response);
   });
 

@@ -18,11 +18,24 @@ export interface TokenSuccess {
   readonly scope: string;
 }
 
+/**
+ * Failed credential checks are counted per principal *and source address*, so a stranger who
+ * guesses wrong locks out only itself, never the owner of the secret calling from elsewhere;
+ * a per-source budget bounds one source spraying guesses over many principals.
+ */
+export interface FailureLimits {
+  readonly perPrincipal: FailureLimiter;
+  readonly perSource: FailureLimiter;
+}
+
 export interface TokenEndpointDeps {
   readonly directory: Directory;
   readonly issuer: TokenIssuer;
-  readonly limiter: FailureLimiter | undefined;
+  readonly limits: FailureLimits | undefined;
 }
+
+/** The peer address of the token request (the socket's, never a forwarded header). */
+export type RequestSource = string;
 
 const MAX_PARAM_LENGTH = 4096;
 
@@ -113,29 +126,50 @@ function clientCredentials(
   return undefined;
 }
 
-function checkLimit(limiter: FailureLimiter | undefined, key: string): void {
-  const check = limiter?.check(key);
-  if (check !== undefined && !check.allowed) {
+function refuseWhenLimited(limiter: FailureLimiter, key: string): void {
+  const check = limiter.check(key);
+  if (!check.allowed) {
     throw new OAuthError("rate_limited", "too many failed attempts; retry later", {
       retryAfterSec: check.retryAfterSec,
     });
   }
 }
 
+/** Runs one credential check under the failure limits; `undefined` from the check is a failure. */
+async function limited<T>(
+  limits: FailureLimits | undefined,
+  source: RequestSource,
+  principalKey: string,
+  check: () => Promise<T | undefined>,
+): Promise<T | undefined> {
+  if (limits === undefined) return check();
+  const key = `${principalKey}|${source}`;
+  const sourceKey = `source|${source}`;
+  refuseWhenLimited(limits.perSource, sourceKey);
+  refuseWhenLimited(limits.perPrincipal, key);
+  const result = await check();
+  if (result === undefined) {
+    limits.perPrincipal.recordFailure(key);
+    limits.perSource.recordFailure(sourceKey);
+  } else {
+    limits.perPrincipal.reset(key);
+  }
+  return result;
+}
+
 async function authenticateClient(
   deps: TokenEndpointDeps,
+  source: RequestSource,
   credentials: ClientCredentials,
 ): Promise<Principal> {
-  const key = `client:${credentials.clientId}`;
-  checkLimit(deps.limiter, key);
-  const principal = await deps.directory.authenticateClient(credentials.clientId, credentials.secret);
+  const principal = await limited(deps.limits, source, `client:${credentials.clientId}`, () =>
+    deps.directory.authenticateClient(credentials.clientId, credentials.secret),
+  );
   if (principal === undefined) {
-    deps.limiter?.recordFailure(key);
     throw new OAuthError("invalid_client", "client authentication failed", {
       basicChallenge: credentials.viaBasic,
     });
   }
-  deps.limiter?.reset(key);
   return principal;
 }
 
@@ -194,17 +228,19 @@ async function issueFor(
 
 async function clientCredentialsGrant(
   deps: TokenEndpointDeps,
+  source: RequestSource,
   params: TokenParams,
   authorization: string | undefined,
 ): Promise<TokenSuccess> {
   const credentials = clientCredentials(params, authorization);
   if (credentials === undefined) throw new OAuthError("invalid_client", "client authentication is required");
-  const principal = await authenticateClient(deps, credentials);
+  const principal = await authenticateClient(deps, source, credentials);
   return issueFor(deps, principal, params, credentials.clientId);
 }
 
 async function passwordGrant(
   deps: TokenEndpointDeps,
+  source: RequestSource,
   params: TokenParams,
   authorization: string | undefined,
 ): Promise<TokenSuccess> {
@@ -213,21 +249,18 @@ async function passwordGrant(
     throw new OAuthError("invalid_request", "username and password are required");
   }
   const credentials = clientCredentials(params, authorization);
-  if (credentials !== undefined) await authenticateClient(deps, credentials);
-  const key = `user:${username}`;
-  checkLimit(deps.limiter, key);
-  const account = await deps.directory.authenticateServiceAccount(username, password);
-  if (account === undefined) {
-    deps.limiter?.recordFailure(key);
-    throw new OAuthError("invalid_grant", "the username or password is incorrect");
-  }
-  deps.limiter?.reset(key);
+  if (credentials !== undefined) await authenticateClient(deps, source, credentials);
+  const account = await limited(deps.limits, source, `user:${username}`, () =>
+    deps.directory.authenticateServiceAccount(username, password),
+  );
+  if (account === undefined) throw new OAuthError("invalid_grant", "the username or password is incorrect");
   return issueFor(deps, account, params, credentials?.clientId);
 }
 
 export async function handleTokenRequest(
   params: TokenParams,
   authorization: string | undefined,
+  source: RequestSource,
   deps: TokenEndpointDeps,
 ): Promise<TokenSuccess> {
   const grantType = params.grant_type;
@@ -236,9 +269,9 @@ export async function handleTokenRequest(
   }
   switch (grantType) {
     case "client_credentials":
-      return clientCredentialsGrant(deps, params, authorization);
+      return clientCredentialsGrant(deps, source, params, authorization);
     case "password":
-      return passwordGrant(deps, params, authorization);
+      return passwordGrant(deps, source, params, authorization);
     default:
       throw new OAuthError("unsupported_grant_type", "the grant type is not supported");
   }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { request as httpRequest } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
@@ -309,6 +310,58 @@ describe("development IdP token endpoint", () => {
       (await post("grant_type=password&username=svc-locked&password=locked-password")).status,
       200,
     );
+  });
+
+  /** A form POST from another loopback address (Linux routes all of 127/8 to lo). */
+  function postFrom(localAddress: string, body: string, base = url): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(
+        `${base}/oauth2/token`,
+        {
+          method: "POST",
+          localAddress,
+          headers: { "content-type": "application/x-www-form-urlencoded" },
+        },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on("error", reject);
+      req.end(body);
+    });
+  }
+
+  it("never locks the owner out: failures count per source, so a stranger locks out only itself", async () => {
+    await idp.directory.addClient({ clientId: "victim", clientSecret: "victim-secret", scopes: ["s"] });
+    const guess = "grant_type=client_credentials&client_id=victim&client_secret=guessed";
+    for (let i = 0; i < 3; i++) assert.equal(await postFrom("127.0.0.3", guess), 401);
+    const right = "grant_type=client_credentials&client_id=victim&client_secret=victim-secret";
+    assert.equal(await postFrom("127.0.0.3", right), 429, "the guessing source is locked out");
+    assert.equal(await postFrom("127.0.0.4", right), 200, "the owner, elsewhere, is not");
+  });
+
+  it("bounds one source spraying guesses over many principals", async () => {
+    // One failure per principal and source; ten per source over all principals.
+    const strict = await createIdpServer({
+      scryptCost: cheap,
+      failureLimit: { maxFailures: 1, windowSec: 60 },
+      accounts: { serviceAccounts: [{ username: "svc", password: "svc-password", scopes: ["s"] }] },
+    });
+    try {
+      const base = await strict.listen();
+      for (let i = 0; i < 10; i++) {
+        assert.equal(
+          await postFrom("127.0.0.5", `grant_type=password&username=spray-${i}&password=x`, base),
+          400,
+        );
+      }
+      const right = "grant_type=password&username=svc&password=svc-password";
+      assert.equal(await postFrom("127.0.0.5", right, base), 429, "the spraying source is refused");
+      assert.equal(await postFrom("127.0.0.6", right, base), 200, "other sources are not");
+    } finally {
+      await strict.close();
+    }
   });
 
   it("adds and removes clients at run time, including pre-hashed secrets", async () => {
