@@ -114,11 +114,16 @@ export class AuthorityError extends Error {
   readonly code: ErrorCode;
   readonly status: number;
   readonly details: Readonly<Record<string, unknown>> | undefined;
+  /**
+   * The caller's mistake although the status is a 5xx (the managed API answers wrong
+   * identity-provider credentials with 500, as its spec says): logged as a rejection, not a fault.
+   */
+  readonly callerFault: boolean;
 
   constructor(
     code: ErrorCode,
     message?: string,
-    options?: { details?: Record<string, unknown>; cause?: unknown },
+    options?: { details?: Record<string, unknown>; cause?: unknown; callerFault?: boolean },
   ) {
     super(
       message ?? errorCodes[code].message,
@@ -128,6 +133,7 @@ export class AuthorityError extends Error {
     this.code = code;
     this.status = errorCodes[code].status;
     this.details = options?.details;
+    this.callerFault = options?.callerFault ?? this.status < 500;
   }
 
   get grpcCode(): number {
@@ -146,6 +152,8 @@ export class AuthorityError extends Error {
 export interface ReasonSpec {
   readonly code: ErrorCode;
   readonly message: string;
+  /** Set where a 5xx code answers the caller's own mistake (see AuthorityError.callerFault). */
+  readonly callerFault?: boolean;
 }
 
 /**
@@ -156,7 +164,7 @@ export interface ReasonSpec {
 export class ReasonError<R extends string> extends Error {
   readonly reason: R;
   readonly fields: readonly string[] | undefined;
-  readonly #code: ErrorCode;
+  readonly #spec: ReasonSpec;
 
   constructor(
     spec: ReasonSpec,
@@ -169,13 +177,18 @@ export class ReasonError<R extends string> extends Error {
     );
     this.reason = reason;
     this.fields = options?.fields;
-    this.#code = spec.code;
+    this.#spec = spec;
   }
 
   toAuthorityError(): AuthorityError {
     const details: Record<string, unknown> =
       this.fields === undefined ? { reason: this.reason } : { reason: this.reason, fields: [...this.fields] };
-    return new AuthorityError(this.#code, this.message, { details, cause: this });
+    const { code, callerFault } = this.#spec;
+    return new AuthorityError(code, this.message, {
+      details,
+      cause: this,
+      ...(callerFault === undefined ? {} : { callerFault }),
+    });
   }
 }
 

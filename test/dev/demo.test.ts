@@ -51,6 +51,10 @@ test("authority demo walks through every path and exits 0 when every outcome is 
     assert.ok(stdout.includes(`denied ${reason}`), `the demo shows a ${reason} deny`);
   }
   assert.doesNotMatch(stdout, /skipped: /);
+  // Expected client errors (the wrong-password step among them) are not server errors: at log
+  // level "error" nothing is logged, and no stack trace is printed.
+  assert.doesNotMatch(`${stdout}\n${stderr}`, /"level":(50|60)/);
+  assert.doesNotMatch(`${stdout}\n${stderr}`, /^\s+at .+:\d+:\d+\)?$/m);
   // The story never prints a secret: no partner key, client secret or bearer token shapes.
   assert.doesNotMatch(stdout, /\b(apk|sk|cs|pw)_[A-Za-z0-9_-]{20,}/);
   assert.doesNotMatch(stdout, /eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}/);

@@ -53,8 +53,8 @@ export function sendError(reply: FastifyReply, request: FastifyRequest, error: A
 export function installErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((raw: FastifyError, request, reply) => {
     const error = fromFastifyError(raw) ?? toAuthorityError(raw);
-    if (error.status >= 500) request.log.error({ err: raw, code: error.code }, "request failed");
-    else request.log.info({ code: error.code }, "request rejected");
+    if (!error.callerFault) request.log.error({ err: raw, code: error.code }, "request failed");
+    else request.log.info({ code: error.code, reason: error.details?.reason }, "request rejected");
     return sendError(reply, request, error);
   });
   app.setNotFoundHandler((request, reply) =>

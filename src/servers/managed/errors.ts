@@ -15,6 +15,7 @@ export const managedReasons = {
   invalid_idp_credentials: {
     code: "internal",
     message: "The identity provider rejected the username or password.",
+    callerFault: true,
   },
   idp_rate_limited: {
     code: "rate_limited",
