@@ -22,6 +22,17 @@ const publicMessages: Partial<Record<string, string>> = {
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: "Content-Length does not match the body.",
 };
 
+type ValidationIssue = NonNullable<FastifyError["validation"]>[number];
+
+/** The caller's own property name, bounded: it says which property without echoing a whole payload. */
+function problemMessage(issue: ValidationIssue): string {
+  const extra = (issue.params as { additionalProperty?: unknown } | undefined)?.additionalProperty;
+  if (issue.keyword === "additionalProperties" && typeof extra === "string") {
+    return `must NOT have the additional property ${JSON.stringify(extra.slice(0, 64))}`;
+  }
+  return issue.message ?? "is invalid";
+}
+
 function fromFastifyError(error: FastifyError): AuthorityError | undefined {
   const code = error.code === undefined ? undefined : fastifyCodeMap[error.code];
   if (code === undefined) {
@@ -33,7 +44,7 @@ function fromFastifyError(error: FastifyError): AuthorityError | undefined {
   if (error.code === "FST_ERR_VALIDATION" && Array.isArray(error.validation)) {
     const problems = error.validation.map((issue) => ({
       location: `${error.validationContext ?? "body"}${issue.instancePath}`,
-      message: issue.message ?? "is invalid",
+      message: problemMessage(issue),
     }));
     return new AuthorityError("invalid_request", "The request does not match the schema.", {
       details: { problems },

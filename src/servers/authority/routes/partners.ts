@@ -73,10 +73,10 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
       { schema: { querystring: pageQuerySchema } },
       async (request) => {
         const principal = principalOf(request);
+        assertRole(principal, "admin", "auditor", "partner_admin");
         if (hasRole(principal, "admin") || hasRole(principal, "auditor")) {
           return listPartners(context, pageRequestOf(request.query));
         }
-        assertRole(principal, "partner_admin");
         // A partner admin sees exactly its own partner.
         const own = principal.partnerId;
         if (own === undefined) return { items: [] };

@@ -59,6 +59,15 @@ describe("admin API: partners and users", () => {
       }
     });
 
+    it("names every role that is allowed when it refuses one, and the property it does not know", async () => {
+      const list = await h.call("GET", "/partners", { token: t.agent });
+      assert.equal(list.status, 403);
+      assert.equal(list.body.message, "This route needs one of the roles: admin, auditor, partner_admin.");
+      const extra = await h.call("POST", "/partners", { token: t.admin, body: { name: "x", colour: "red" } });
+      assert.equal(extra.status, 400);
+      assert.match(JSON.stringify(extra.body.details), /must NOT have the additional property \\"colour\\"/);
+    });
+
     it("answers 409 for an existing id and 400 listing schema problems", async () => {
       const dup = await h.call("POST", "/partners", {
         token: t.admin,
