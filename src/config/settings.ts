@@ -6,6 +6,7 @@
  * value of a secret one.
  */
 import { ConfigError } from "./errors.ts";
+import { type ListenAddress, parseListenAddress } from "./listen-address.ts";
 
 export type RawValue = string | number | boolean;
 
@@ -142,21 +143,11 @@ export function oneOf<T extends string>(values: readonly T[]) {
   };
 }
 
-export interface ListenAddress {
-  readonly host: string;
-  readonly port: number;
-}
+export type { ListenAddress };
 
 /** `host:port` or `[v6]:port`. */
 export function listenAddress(raw: RawValue, where: string): ListenAddress {
-  const value = asText(raw, where);
-  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(value);
-  const host = match?.[1] ?? match?.[2];
-  const port = Number(match?.[3]);
-  if (host === undefined || !Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new ConfigError(`${where} must be host:port`);
-  }
-  return { host, port };
+  return parseListenAddress(asText(raw, where), where);
 }
 
 /** A store URL: `sqlite:<file>` or `redis(s)://…`; the value may hold a password, so it is never echoed. */

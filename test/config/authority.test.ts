@@ -116,4 +116,19 @@ describe("authority serve configuration", () => {
     assert.throws(() => parseConfigText("- a\n- b\n", "x.yaml"), ConfigError);
     assert.throws(() => parseConfigText("{", "x.json"), /not valid JSON/);
   });
+
+  test("a parse error names the line and column, never the content", () => {
+    assert.throws(
+      () => parseConfigText("listen: 127.0.0.1:8080\nstore: [sqlite:x\n  secret: s3cr3t }\n", "a.yaml"),
+      (error: unknown) => {
+        assert.ok(error instanceof ConfigError);
+        assert.match(error.message, /^a\.yaml:2:9 is not valid YAML$/);
+        return true;
+      },
+    );
+    assert.throws(
+      () => parseConfigText('{\n  "listen": [1,\n', "b.json"),
+      /^ConfigError: b\.json:\d+:\d+ is not valid JSON$/,
+    );
+  });
 });

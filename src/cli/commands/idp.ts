@@ -1,4 +1,8 @@
 import { type Command, Option } from "commander";
+import {
+  type ListenAddress,
+  parseListenAddress as parseSharedListenAddress,
+} from "../../config/listen-address.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { IdpConfigError } from "../../servers/idp/errors.ts";
 import type { IdpServerOptions } from "../../servers/idp/options.ts";
@@ -28,15 +32,13 @@ export interface IdpCommandConfig {
   readonly logLevel: string;
 }
 
-/** `host:port` or `[v6]:port`. */
-export function parseListenAddress(value: string): { host: string; port: number } {
-  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(value);
-  const host = match?.[1] ?? match?.[2];
-  const port = Number(match?.[3]);
-  if (host === undefined || !Number.isInteger(port) || port < 0 || port > 65535) {
-    throw new IdpConfigError(`listen address ${JSON.stringify(value)} is not host:port`);
+/** `host:port` or `[v6]:port`, as an IdpConfigError (managed and crypto use it too). */
+export function parseListenAddress(value: string): ListenAddress {
+  try {
+    return parseSharedListenAddress(value, "--listen");
+  } catch (error) {
+    throw new IdpConfigError(error instanceof Error ? error.message : String(error));
   }
-  return { host, port };
 }
 
 function seconds(value: string | undefined, name: string): number | undefined {

@@ -2,6 +2,7 @@ import { readFile, stat } from "node:fs/promises";
 import { type Command, Option } from "commander";
 import { parse as parseYaml } from "yaml";
 import pkg from "../../../package.json" with { type: "json" };
+import { parseListenAddress } from "../../config/listen-address.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { parseSidecarSettings } from "../../servers/inject/settings.ts";
 import { createWebhookServer, type TlsMaterial } from "../../servers/inject/webhook-server.ts";
@@ -20,17 +21,6 @@ interface InjectFlags {
   readonly settingsFile?: string;
   readonly logLevel: string;
   readonly tlsReloadSeconds: string;
-}
-
-/** `host:port` or `[v6]:port`. */
-export function parseListenAddress(value: string): { host: string; port: number } {
-  const match = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(value);
-  const port = Number(match?.[3]);
-  const host = match?.[1] ?? match?.[2];
-  if (host === undefined || !Number.isInteger(port) || port > 65535) {
-    throw new Error(`invalid listen address ${JSON.stringify(value)}: expected host:port`);
-  }
-  return { host, port };
 }
 
 async function readTls(certFile: string, keyFile: string): Promise<TlsMaterial> {

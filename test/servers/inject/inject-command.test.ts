@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { parseListenAddress } from "../../../src/cli/commands/inject.ts";
+import { parseListenAddress } from "../../../src/config/listen-address.ts";
 import { loadReview } from "./fixtures.ts";
 import { httpsRequest, selfSignedCert } from "./tls.ts";
 
@@ -125,7 +125,7 @@ describe("authority inject", () => {
   it("parses listen addresses", () => {
     assert.deepEqual(parseListenAddress("0.0.0.0:8443"), { host: "0.0.0.0", port: 8443 });
     assert.deepEqual(parseListenAddress("[::]:8443"), { host: "::", port: 8443 });
-    assert.throws(() => parseListenAddress("8443"), /expected host:port/);
-    assert.throws(() => parseListenAddress("a:99999"), /expected host:port/);
+    assert.throws(() => parseListenAddress("8443"), /must be host:port/);
+    assert.throws(() => parseListenAddress("a:99999"), /port 99999 is out of range/);
   });
 });
