@@ -75,11 +75,19 @@ async function run(flags: IdpCommandFlags): Promise<IdpServer> {
   const log = createLogger("idp", config.logLevel);
   const server = await createIdpServer({ ...config.server, logger: log });
   const url = await server.listen({ host: config.host, port: config.port });
-  if (server.directory.scopes().length === 0) {
+  const loaded = server.directory.size();
+  if (loaded.serviceAccounts + loaded.clients === 0) {
     log.warn("no service accounts or clients loaded; pass --accounts-file");
   }
   log.info(
-    { url, issuer: server.issuer, token_endpoint: server.tokenEndpoint, jwks_uri: server.jwksUri },
+    {
+      url,
+      issuer: server.issuer,
+      token_endpoint: server.tokenEndpoint,
+      jwks_uri: server.jwksUri,
+      service_accounts: loaded.serviceAccounts,
+      clients: loaded.clients,
+    },
     "identity provider listening",
   );
   let stopping = false;

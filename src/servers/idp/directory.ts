@@ -16,7 +16,8 @@ import { IdpConfigError } from "./errors.ts";
 
 interface PrincipalInput {
   readonly subject?: string;
-  readonly scopes: readonly string[];
+  /** The scopes its tokens may carry; none when omitted. */
+  readonly scopes?: readonly string[];
   readonly roles?: readonly string[];
   readonly tenant?: string;
   /** Audiences a token may be issued for; the first is the default. Default: the IdP's audience. */
@@ -64,6 +65,8 @@ export interface Directory {
   authenticateClient(clientId: string, secret: string): Promise<Principal | undefined>;
   /** Every scope some account or client may receive (for discovery). */
   scopes(): string[];
+  /** How many service accounts and clients are registered. */
+  size(): { readonly serviceAccounts: number; readonly clients: number };
 }
 
 export interface DirectoryOptions {
@@ -132,7 +135,8 @@ function principalOf(
   options: DirectoryOptions,
 ): Principal {
   if (typeof input !== "object" || input === null) fail(what, "entry must be an object");
-  const scopes = stringArray(input.scopes, what, "scopes");
+  // No scopes is a principal that may only receive tokens without a scope.
+  const scopes = input.scopes === undefined ? [] : stringArray(input.scopes, what, "scopes");
   const badScope = scopes.find((s) => !isScopeToken(s));
   if (badScope !== undefined) fail(what, `scope ${JSON.stringify(badScope)} is not a valid scope token`);
   const roles = input.roles === undefined ? [] : stringArray(input.roles, what, "roles");
@@ -222,5 +226,6 @@ export function createDirectory(options: DirectoryOptions): Directory {
         for (const s of entry.scopes) all.add(s);
       return [...all].sort();
     },
+    size: () => ({ serviceAccounts: accounts.size, clients: clients.size }),
   };
 }

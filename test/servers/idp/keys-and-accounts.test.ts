@@ -103,6 +103,23 @@ describe("accounts file", () => {
     }
   });
 
+  it("takes entries without scopes (tokens without a scope) and counts what it loaded", async () => {
+    const file = join(dir, "no-scopes.json");
+    await writeFile(
+      file,
+      JSON.stringify({ clients: [{ clientId: "plain", clientSecret: "plain-secret-1" }] }),
+    );
+    const idp = await createIdpServer({ accountsFile: file, scryptCost: cheap });
+    try {
+      assert.deepEqual(idp.directory.size(), { serviceAccounts: 0, clients: 1 });
+      assert.deepEqual(idp.directory.scopes(), []);
+      const principal = await idp.directory.authenticateClient("plain", "plain-secret-1");
+      assert.deepEqual(principal?.scopes, []);
+    } finally {
+      await idp.close();
+    }
+  });
+
   it("rejects malformed files with a precise message", async () => {
     assert.throws(() => parseAccountsFile("{"), /not valid JSON/);
     assert.throws(() => parseAccountsFile("[]"), /JSON object/);
