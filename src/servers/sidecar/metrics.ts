@@ -329,16 +329,6 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     "Redaction events applied to proxied responses, by source and mode.",
     ["source", "mode"],
   );
-  let redisUp: (() => boolean) | undefined;
-  gauge(
-    registry,
-    "authority_sidecar_redis_up",
-    "1 while the Redis command connection is ready.",
-    [],
-    (set) => {
-      if (redisUp !== undefined) set({}, redisUp() ? 1 : 0);
-    },
-  );
   const inFlightReaders = new Map<Transport, () => number>();
   gauge(
     registry,
@@ -410,8 +400,17 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
         redactionEvents.get(source, mode).value++;
       }
     },
+    // Registered only when a Redis is configured: a Redis-less sidecar has no such series
+    // (a 0 would fire the RedisDown alert on every sidecar that never had a Redis).
     trackRedisUp(read) {
-      redisUp = read;
+      if (registry.getSingleMetric("authority_sidecar_redis_up") !== undefined) return;
+      gauge(
+        registry,
+        "authority_sidecar_redis_up",
+        "1 while the Redis command connection is ready.",
+        [],
+        (set) => set({}, read() ? 1 : 0),
+      );
     },
     trackInFlight(transport, read) {
       inFlightReaders.set(transport, read);
