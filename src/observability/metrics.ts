@@ -32,6 +32,12 @@ export class MetricsConfigError extends Error {
 const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 
+const LINT_FAILING_DEFAULTS = [
+  "nodejs_active_handles_total",
+  "nodejs_active_requests_total",
+  "nodejs_active_resources_total",
+] as const;
+
 export function createMetricsRegistry(options: MetricsRegistryOptions = {}): Registry {
   if (typeof options !== "object" || options === null)
     throw new MetricsConfigError("options must be an object");
@@ -49,6 +55,9 @@ export function createMetricsRegistry(options: MetricsRegistryOptions = {}): Reg
       throw new MetricsConfigError("eventLoopMonitoringPrecision must be a positive integer");
     }
     collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: precision });
+    // prom-client names three gauges `*_total`, which Prometheus reserves for counters
+    // (`promtool check metrics` refuses them); the per-type gauges beside them carry the same sums.
+    for (const name of LINT_FAILING_DEFAULTS) registry.removeSingleMetric(name);
   }
   return registry;
 }

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import { installHttpMetrics } from "../http/metrics.ts";
 import { createHttpServer } from "../http/server.ts";
 import type { AuthorityContext } from "./context.ts";
 import { routeGroups } from "./routes/index.ts";
@@ -16,6 +17,7 @@ export async function createAuthorityApp(context: AuthorityContext): Promise<Fas
       reply.header("www-authenticate", `Bearer realm="authority"`);
     }
   });
+  installHttpMetrics(app, { namespace: "authority" });
   for (const group of routeGroups) await app.register(group(context));
   return app;
 }

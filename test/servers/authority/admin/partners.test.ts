@@ -22,6 +22,13 @@ describe("admin API: partners and users", () => {
   });
   after(() => h.close());
 
+  it("serves Prometheus metrics at /metrics, where the chart's ServiceMonitor scrapes", async () => {
+    await h.call("GET", "/partners", { token: t.admin });
+    const r = await h.call("GET", "/metrics");
+    assert.equal(r.status, 200);
+    assert.match(r.text, /^authority_http_requests_total\{route="\/partners",method="GET",status="200"\} \d+$/m);
+  });
+
   describe("POST /partners", () => {
     it("creates a partner for an admin and generates an id when none is given", async () => {
       const r = await h.call("POST", "/partners", { token: t.admin, body: { name: "Initech" } });
