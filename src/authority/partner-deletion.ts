@@ -1,6 +1,8 @@
+import { bindingCollections } from "../bindings/model.ts";
 import { AuthorityError } from "../errors.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
 import { collections, type PartnerSubjectIndexRecord, type SubjectRecord, storeKeys } from "./model.ts";
+import { removePartnerBindings } from "./partner-bindings-removal.ts";
 import { getPartner } from "./partners.ts";
 import { loadPolicyRecord } from "./policy-writer.ts";
 import { countPrefix, scanAll } from "./store-scan.ts";
@@ -14,6 +16,7 @@ export interface PartnerContents {
   readonly boundaries: number;
   readonly auth_profiles: number;
   readonly assignments: number;
+  readonly bindings: number;
 }
 
 export async function partnerContents(
@@ -29,6 +32,7 @@ export async function partnerContents(
     boundaries: await count(collections.boundaries),
     auth_profiles: await count(collections.authProfiles),
     assignments: await count(collections.assignments),
+    bindings: await count(bindingCollections.partnerBindings),
   };
 }
 
@@ -38,16 +42,20 @@ export interface PartnerDeletion {
   readonly deleted: PartnerContents;
   /** Policies revoked by this deletion. */
   readonly revoked_policies: number;
+  /** Workload clients deleted with the bindings: none of their tokens is accepted any more. */
+  readonly deleted_workload_clients: number;
 }
 
 const isEmpty = (contents: PartnerContents): boolean => Object.values(contents).every((n) => n === 0);
 
 /**
  * Deletes a partner. Without cascade it is refused (409, details list what remains) while
- * the partner holds anything. With cascade: every subject's policy is revoked first (a
- * signed revocation, so enforcement stops before anything else changes), then
- * assignments, subjects, capabilities with all catalog versions, boundaries and auth
- * profiles are deleted, then the partner. Audit logs and the revoked policy records stay.
+ * the partner holds anything. With cascade: its bindings' workload clients go first (no
+ * workload token of the partner is accepted after that), with the bindings, their mappings and
+ * stored idempotent results; then every subject's policy is revoked (a signed revocation, so
+ * enforcement stops before anything else changes); then assignments, subjects, capabilities
+ * with all catalog versions, boundaries and auth profiles are deleted, then the partner.
+ * Audit logs, evidence and the revoked policy records stay.
  */
 export async function deletePartner(
   deps: AdminDeps,
@@ -66,6 +74,7 @@ export async function deletePartner(
       },
     );
   }
+  const removed = await removePartnerBindings(deps, partnerId);
   const prefix = `${partnerId}/`;
   let revoked = 0;
   for (const item of await scanAll<PartnerSubjectIndexRecord>(
@@ -97,5 +106,10 @@ export async function deletePartner(
       await deps.store.delete(collection, item.id);
   }
   await deps.store.delete(collections.partners, storeKeys.partner(partnerId));
-  return { partner_id: partnerId, deleted: contents, revoked_policies: revoked };
+  return {
+    partner_id: partnerId,
+    deleted: contents,
+    revoked_policies: revoked,
+    deleted_workload_clients: removed.workload_clients,
+  };
 }

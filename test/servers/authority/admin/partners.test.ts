@@ -310,6 +310,7 @@ describe("admin API: partners and users", () => {
         boundaries: 1,
         auth_profiles: 1,
         assignments: 1,
+        bindings: 0,
       });
 
       const done = await h.call("DELETE", `/partners/${partner}?cascade=true`, { token: t.admin });
