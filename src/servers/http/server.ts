@@ -65,6 +65,9 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
       customOptions: { removeAdditional: false, coerceTypes: false, allErrors: false, useDefaults: true },
     },
   }) as unknown as FastifyInstance;
+  // Every API of the project takes JSON; fastify's built-in text/plain parser would hand a
+  // string to routes that then answer a misleading 400 instead of 415.
+  app.removeContentTypeParser("text/plain");
   app.addHook("onRequest", async (request, reply) => {
     reply.header("x-request-id", request.id);
   });

@@ -17,9 +17,21 @@ export const recordedBodies: string[] = [];
 
 export function post(
   url: string,
-  options: { ca: string; headers?: Readonly<Record<string, string>>; body?: unknown; rawBody?: string },
+  options: {
+    ca: string;
+    /** A header given as undefined is left out (e.g. no Content-Type at all). */
+    headers?: Readonly<Record<string, string | undefined>>;
+    body?: unknown;
+    rawBody?: string;
+  },
 ): Promise<Answer> {
   const payload = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body));
+  const headers = Object.fromEntries(
+    Object.entries({
+      ...(payload === undefined ? {} : { "content-type": "application/json" }),
+      ...options.headers,
+    }).filter((entry): entry is [string, string] => entry[1] !== undefined),
+  );
   return new Promise((resolve, reject) => {
     const req = request(
       url,
@@ -27,10 +39,7 @@ export function post(
         method: "POST",
         ca: options.ca,
         agent: false,
-        headers: {
-          ...(payload === undefined ? {} : { "content-type": "application/json" }),
-          ...options.headers,
-        },
+        headers,
       },
       (res) => {
         const chunks: Buffer[] = [];

@@ -242,6 +242,17 @@ describe("managed crypto API", () => {
       rawBody: "<data>x</data>",
     });
     assert.equal(xml.status, 415);
+    // text/plain (which fastify parses by default) and a body without a Content-Type are not
+    // JSON either: 415 with the error code, never a misleading missing_field.
+    for (const contentType of ["text/plain", "application/x-www-form-urlencoded", undefined]) {
+      const reply = await post(`${env.managedUrl}/v1/encrypt`, {
+        ca: env.certificate.cert,
+        headers: { ...headers, "content-type": contentType },
+        rawBody: '{"data":"x"}',
+      });
+      assert.equal(reply.status, 415, String(contentType));
+      assert.equal(errorOf(reply).error, "unsupported_media_type", String(contentType));
+    }
   });
 
   it("serves HTTPS with the configured certificate and nothing in clear", async () => {
