@@ -25,6 +25,7 @@ import {
   storeKeys,
 } from "./model.ts";
 import { getPartner } from "./partners.ts";
+import { type PolicyView, policyView } from "./policy-view.ts";
 import {
   listAssignments,
   loadPolicyRecord,
@@ -425,12 +426,12 @@ export async function getPolicy(
   return toPublicPolicyRecord(record, deps.now());
 }
 
-/** The partner's policy records (public view only: never the artifact). */
+/** The partner's policy records (public view only: never the artifact), with their snapshots. */
 export async function listPolicies(
   deps: Pick<AdminDeps, "store" | "now">,
   partnerId: string,
   request: PageRequest,
-): Promise<PageOf<PublicPolicyRecord>> {
+): Promise<PageOf<PolicyView>> {
   await getPartner(deps, partnerId);
   // Policies are keyed by global subject id: walk the partner's subject index.
   const page = await pageUnder<PartnerSubjectIndexRecord>(
@@ -440,10 +441,10 @@ export async function listPolicies(
     request,
   );
   const now = deps.now();
-  const items: PublicPolicyRecord[] = [];
+  const items: PolicyView[] = [];
   for (const item of page.items) {
     const record = await loadPolicyRecord(deps, partnerId, item.value.subject_id);
-    if (record !== undefined) items.push(toPublicPolicyRecord(record, now));
+    if (record !== undefined) items.push(await policyView(deps, toPublicPolicyRecord(record, now)));
   }
   return page.next === undefined ? { items } : { items, next: page.next };
 }

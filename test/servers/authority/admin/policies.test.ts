@@ -324,6 +324,16 @@ describe("admin API: policies", () => {
         assert.equal(item.partner_id, "acme");
       }
       assert.ok(!list.text.includes('"artifact"'));
+      // The view carries each capability's reviewed snapshots and links the whole assignment.
+      const agent1 = list.body.items.find((item: { subject_id: string }) => item.subject_id === "agent-1");
+      const orders = agent1.capabilities.find((c: { capability_id: string }) => c.capability_id === "orders");
+      assert.equal(orders.snapshots_total, orders.allowed_permission_ids.length);
+      assert.equal(orders.snapshots.length, orders.snapshots_total);
+      assert.equal(orders.snapshots_truncated, false);
+      for (const snapshot of orders.snapshots) assert.equal(typeof snapshot.path, "string");
+      const linked = await h.call("GET", orders.assignment_href, { token: t.acmeAdmin });
+      assert.equal(linked.status, 200);
+      assert.equal(linked.body.operations.length, orders.snapshots_total);
       assert.equal(
         (await h.call("GET", "/partners/acme/caab/policies", { token: t.globexAdmin })).status,
         403,
@@ -346,6 +356,39 @@ describe("admin API: policies", () => {
           .status,
         404,
       );
+    });
+
+    it("summarises a large snapshot set and links the full assignment", async () => {
+      const paths: Record<string, unknown> = {};
+      for (let i = 0; i < 30; i++) {
+        paths[`/items${i}`] = {
+          get: { operationId: `list${i}`, responses: { "200": { description: "ok" } } },
+        };
+      }
+      const imported = await h.call("POST", "/partners/acme/api-specs/import-openapi", {
+        token: t.acmeAdmin,
+        body: {
+          capability_id: "wide",
+          name: "Wide",
+          document: { ...smallApi(), info: { title: "Wide", version: "1" }, paths },
+          auth_profile_ref: "orders-key",
+        },
+      });
+      assert.equal(imported.status, 201, imported.text);
+      const ids = Array.from({ length: 30 }, (_, i) => `wide:get:/items${i}`);
+      assert.equal(
+        (await put("agent-5", "wide", { allowed_permission_ids: ids, ttl_seconds: 600 })).status,
+        200,
+      );
+      const list = await h.call("GET", "/partners/acme/caab/policies", { token: t.auditor });
+      const agent5 = list.body.items.find((item: { subject_id: string }) => item.subject_id === "agent-5");
+      const wide = agent5.capabilities.find((c: { capability_id: string }) => c.capability_id === "wide");
+      assert.equal(wide.snapshots_total, 30);
+      assert.equal(wide.snapshots.length, 25);
+      assert.equal(wide.snapshots_truncated, true);
+      assert.equal(wide.assignment_href, "/partners/acme/caab/subjects/agent-5/policies/wide");
+      const full = await h.call("GET", wide.assignment_href, { token: t.auditor });
+      assert.equal(full.body.operations.length, 30);
     });
 
     it("answers 404 for a subject without a policy", async () => {
