@@ -11,8 +11,8 @@
  */
 import { type ChildProcessByStdio, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import type { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
 
 export interface PeerProcessOptions {
   readonly command: string;
@@ -55,7 +55,9 @@ const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 export function projectTool(name: "envoy" | "helm"): string {
   const path = `${repoRoot}.tools/bin/${name}`;
   if (!existsSync(path)) {
-    throw new Error(`${name} is not installed in .tools/bin: run scripts/ensure-test-peers.sh (make test does)`);
+    throw new Error(
+      `${name} is not installed in .tools/bin: run scripts/ensure-test-peers.sh (make test does)`,
+    );
   }
   return path;
 }

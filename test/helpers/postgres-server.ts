@@ -13,8 +13,8 @@
  * (setpriv, which execs, so the pid the test holds is the postmaster's own).
  */
 import { execFile } from "node:child_process";
-import { chown, mkdir } from "node:fs/promises";
 import { existsSync, readdirSync } from "node:fs";
+import { chown, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { type PeerProcess, startPeerProcess } from "./peer-process.ts";
@@ -119,7 +119,12 @@ export async function startPostgresServer(startTimeoutMs = 30_000): Promise<Post
     "-c",
     "max_connections=50",
   ]);
-  const peer: PeerProcess = startPeerProcess({ command: postgres, args: postgresArgs, env, stopSignal: "SIGINT" });
+  const peer: PeerProcess = startPeerProcess({
+    command: postgres,
+    args: postgresArgs,
+    env,
+    stopSignal: "SIGINT",
+  });
 
   const psql = async (sql: string): Promise<string> => {
     const [command, args] = as(join(bin, "psql"), [
