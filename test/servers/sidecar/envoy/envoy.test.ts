@@ -400,3 +400,51 @@ describe("2,000 requests through Envoy", () => {
     }
   });
 });
+
+describe("with_request_body (the block deploy/envoy/envoy.yaml ships commented out)", () => {
+  let bodyEnvoy: EnvoyHandle;
+
+  before(async () => {
+    bodyEnvoy = await startEnvoy(() =>
+      renderBootstrap({
+        sidecarPort: fault.port,
+        appPort: Number(new URL(world.upstream.url).port),
+        capability: CAPABILITY,
+        timeout: `${EXT_AUTHZ_TIMEOUT_MS / 1000}s`,
+        withRequestBody: true,
+      }),
+    );
+  });
+  after(() => bodyEnvoy?.stop());
+
+  const send = (bytes: number) => {
+    const body = JSON.stringify({ pad: "x".repeat(Math.max(0, bytes - 10)) });
+    return httpRequest(`${bodyEnvoy.url}/orders/42`, {
+      method: "GET",
+      headers: {
+        host: UPSTREAM_HOST,
+        "content-type": "application/json",
+        // node sends a GET body without framing unless told its length
+        "content-length": String(Buffer.byteLength(body)),
+        ...bearer(world.tokens.agent),
+      },
+      body,
+      fresh: true,
+    });
+  };
+
+  it("buffers a body within max_request_bytes and asks the sidecar, which decides as without it", async () => {
+    const before = world.upstream.seen.length;
+    const reply = await send(4096);
+    assert.equal(reply.status, 200, reply.text);
+    assert.equal(world.upstream.seen.length, before + 1);
+    assert.equal(world.upstream.seen.at(-1)?.headers["x-api-key"], UPSTREAM_SECRET);
+  });
+
+  it("refuses (413) a body over max_request_bytes before the sidecar or the upstream sees it", async () => {
+    const before = world.upstream.seen.length;
+    const reply = await send(16 * 1024);
+    assert.equal(reply.status, 413, reply.text);
+    assert.equal(world.upstream.seen.length, before);
+  });
+});
