@@ -9,7 +9,7 @@ import { isObj, listRepoDir, loadYamlDocuments, repoPath } from "./helpers.ts";
 /**
  * promtool (Debian's prometheus package; scripts/ensure-test-peers.sh installs it) on what the
  * project ships for Prometheus: every rules file, and the metrics a real sidecar exposes.
- * The authority service has no /metrics yet, so only the sidecar's output is checked.
+ * The sidecar's and the authority service's /metrics are read from running servers.
  */
 
 function promtool(args: string[], stdin?: string): Promise<{ code: number; output: string }> {
@@ -85,6 +85,17 @@ describe("promtool check metrics", () => {
     const text = await sidecar.metricsText();
     assert.match(text, /^authority_sidecar_/m);
     assert.match(text, /^process_resident_memory_bytes /m);
+    const { code, output } = await promtool(["check", "metrics"], text);
+    assert.equal(output.trim(), "");
+    assert.equal(code, 0);
+  });
+
+  it("passes on the authority service's real /metrics output", async () => {
+    // a few requests first, so the per-route series exist
+    await fetch(`${world.authorityUrl}/healthz`).then((r) => r.arrayBuffer());
+    await fetch(`${world.authorityUrl}/partners`).then((r) => r.arrayBuffer());
+    const text = await fetch(`${world.authorityUrl}/metrics`).then((r) => r.text());
+    assert.match(text, /^authority_/m);
     const { code, output } = await promtool(["check", "metrics"], text);
     assert.equal(output.trim(), "");
     assert.equal(code, 0);
