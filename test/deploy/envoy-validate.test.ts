@@ -14,7 +14,12 @@ import { at, listRepoDir, loadYaml, loadYamlDocuments, readRepoFile } from "./he
 // biome-ignore lint/suspicious/noExplicitAny: an Envoy bootstrap is walked and edited field by field
 type Yaml = any;
 
-const docsSnippets = [...listRepoDir("docs").map((f) => `docs/${f}`), "README.md"].flatMap((file) =>
+const docsSnippets = [
+  ...listRepoDir("docs")
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+  "README.md",
+].flatMap((file) =>
   [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)]
     .map((m) => m[1] ?? "")
     .filter((text) => /\benvoy\.(filters|extensions|config)\b/.test(text))
