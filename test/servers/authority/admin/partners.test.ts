@@ -26,7 +26,10 @@ describe("admin API: partners and users", () => {
     await h.call("GET", "/partners", { token: t.admin });
     const r = await h.call("GET", "/metrics");
     assert.equal(r.status, 200);
-    assert.match(r.text, /^authority_http_requests_total\{route="\/partners",method="GET",status="200"\} \d+$/m);
+    assert.match(
+      r.text,
+      /^authority_http_requests_total\{route="\/partners",method="GET",status="200"\} \d+$/m,
+    );
   });
 
   describe("POST /partners", () => {
