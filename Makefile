@@ -1,7 +1,7 @@
 # The README's two commands: `make test` and `make demo`. Both set up what they need:
 # Node 24 inside the project (scripts/ensure-node.sh) and the npm dependencies.
 SHELL := /bin/bash
-export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
@@ -18,6 +18,8 @@ $(STAMP): package-lock.json package.json .tools/node/bin/node
 	@npm install --no-audit --no-fund --loglevel=error
 	@touch $(STAMP)
 
+# Every peer the suite runs against (redis-server, PostgreSQL, promtool, gRPC C-core, Envoy,
+# Helm): installed when missing, and a peer that cannot be installed fails the run by name.
 test-peers:
 	@bash scripts/ensure-test-peers.sh
 

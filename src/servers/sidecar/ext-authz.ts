@@ -13,7 +13,10 @@ import type {
  * ext_authz on top of the engine. An allow sets (OVERWRITE_IF_EXISTS_OR_ADD) the request id,
  * the permission id and the auth profile's upstream credentials, and removes the caller's
  * `Authorization` unless the credentials replace it — either way the caller's token never
- * reaches the upstream. Decision facts go to `dynamic_metadata`. A deny is the engine's
+ * reaches the upstream. Every other `x-authority-*` header the caller sent is removed too:
+ * the upstream must be able to trust that namespace (the forward proxy strips it likewise),
+ * and Envoy's ext_authz can only remove headers by exact name, which the caller chooses.
+ * Decision facts go to `dynamic_metadata`. A deny is the engine's
  * status and reason; the transport (grpc/check-server.ts) writes the JSON body.
  */
 
@@ -44,7 +47,23 @@ export function decisionMetadata(decision: SidecarAllow): Record<string, string 
   };
 }
 
-export function toCheckDecision(decision: SidecarDecision): CheckDecision {
+const RESERVED_PREFIX = "x-authority-";
+
+/** The caller's `x-authority-*` header names that an allow does not overwrite. */
+export function callerReservedHeaders(
+  headers: Readonly<Record<string, string>>,
+  set: Readonly<Record<string, string>>,
+): string[] {
+  const setNames = new Set(Object.keys(set).map((name) => name.toLowerCase()));
+  return Object.keys(headers)
+    .map((name) => name.toLowerCase())
+    .filter((name) => name.startsWith(RESERVED_PREFIX) && !setNames.has(name));
+}
+
+export function toCheckDecision(
+  decision: SidecarDecision,
+  callerHeaders: Readonly<Record<string, string>> = {},
+): CheckDecision {
   if (!decision.allow) {
     const deny: DenyDecision = {
       allow: false,
@@ -58,10 +77,14 @@ export function toCheckDecision(decision: SidecarDecision): CheckDecision {
   const replacesAuthorization = Object.keys(decision.credentials.headers).some(
     (name) => name.toLowerCase() === "authorization",
   );
+  const headersToSet = allowHeaders(decision);
   const allow: AllowDecision = {
     allow: true,
-    headersToSet: allowHeaders(decision),
-    headersToRemove: replacesAuthorization ? [] : ["authorization"],
+    headersToSet,
+    headersToRemove: [
+      ...(replacesAuthorization ? [] : ["authorization"]),
+      ...callerReservedHeaders(callerHeaders, headersToSet),
+    ],
     dynamicMetadata: decisionMetadata(decision),
     ...(Object.keys(decision.credentials.query).length === 0
       ? {}
@@ -83,6 +106,8 @@ export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
       ...(signal === undefined ? {} : { signal }),
     });
     // Synchronous when everything was cached: the transport answers without a microtask.
-    return decision instanceof Promise ? decision.then(toCheckDecision) : toCheckDecision(decision);
+    return decision instanceof Promise
+      ? decision.then((settled) => toCheckDecision(settled, input.headers))
+      : toCheckDecision(decision, input.headers);
   };
 }

@@ -7,7 +7,7 @@ import {
   type GrpcServer,
   type Method,
 } from "../../../../src/servers/sidecar/grpc/transport.ts";
-import { findGrpcCore, type GrpcCoreAnswer, type GrpcCoreRun } from "../../../helpers/grpc-core-peer.ts";
+import { type GrpcCoreAnswer, type GrpcCoreRun, requireGrpcCore } from "../../../helpers/grpc-core-peer.ts";
 import {
   checkMethod,
   type Decoded,
@@ -29,14 +29,13 @@ import {
 /**
  * The sidecar's HTTP/2 and gRPC layers against gRPC C-core, a client whose HTTP/2 stack
  * (chttp2) shares no code with node:http2 — the nearest thing to Envoy's own gRPC client that
- * this machine can run. Skipped, saying why, where python3-grpcio could not be installed.
+ * this machine can run. python3-grpcio is a test peer `make test` installs; without it these
+ * tests fail, saying so.
  */
-const peer = findGrpcCore();
-const skip = peer === undefined ? "gRPC C-core (python3-grpcio) is not installed here" : false;
+const peer = requireGrpcCore();
 
-/** One C-core channel making `spec.calls` (only reached when the suites are not skipped). */
+/** One C-core channel making `spec.calls`. */
 function grpcCore(spec: GrpcCoreRun): Promise<GrpcCoreAnswer[][]> {
-  assert.ok(peer);
   return peer.run(spec);
 }
 
@@ -61,7 +60,7 @@ function decoded(answer: GrpcCoreAnswer | undefined): Decoded {
   return checkMethod.responseDeserialize(answer.response) as Decoded;
 }
 
-describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
+describe("sidecar ext_authz with a gRPC C-core client", () => {
   let world: World;
   let sidecar: SidecarHandle;
   let target: string;
@@ -134,7 +133,7 @@ describe("sidecar ext_authz with a gRPC C-core client", { skip }, () => {
   });
 });
 
-describe("the sidecar's gRPC transport with a gRPC C-core client", { skip }, () => {
+describe("the sidecar's gRPC transport with a gRPC C-core client", () => {
   let server: GrpcServer;
   let tlsServer: GrpcServer;
   const ports = { h2c: 0, tls: 0 };

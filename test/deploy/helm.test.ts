@@ -1,0 +1,239 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { symlink, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
+import { MutatingWebhookConfiguration } from "kubernetes-models/admissionregistration.k8s.io/v1";
+import { Deployment } from "kubernetes-models/apps/v1";
+import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
+import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
+import { ConfigMap, PersistentVolumeClaim, Service, ServiceAccount } from "kubernetes-models/v1";
+import { parseAllDocuments } from "yaml";
+import { projectTool } from "../helpers/peer-process.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+import { isObj, listRepoDir, type Obj, repoPath } from "./helpers.ts";
+
+/**
+ * The chart through the real Helm (v3.22, built by scripts/ensure-test-peers.sh): `helm lint
+ * --strict` and `helm template` with every ci/ values file, and every rendered Kubernetes
+ * object validated twice — by kubernetes-models (types, enums, formats, required fields) and by
+ * the TypeScript compiler against the same models' interfaces, whose excess-property check
+ * refuses any field Kubernetes does not define, at any depth.
+ *
+ * `--kube-version` is given because a `go install`ed Helm has no Kubernetes version stamped in
+ * (it would assume v1.20, below the chart's kubeVersion).
+ */
+
+const run = promisify(execFile);
+const chart = repoPath("charts/authority");
+const KUBE_VERSION = "1.31.0";
+const ciFiles = listRepoDir("charts/authority/ci").filter((f) => f.endsWith("values.yaml"));
+
+interface Kind {
+  readonly model: new (data: never) => { validate(): void };
+  /** module and interface the type check imports */
+  readonly module: string;
+  readonly type: string;
+}
+
+const kinds: Record<string, Kind> = {
+  "v1/ConfigMap": { model: ConfigMap, module: "kubernetes-models/v1/ConfigMap", type: "IConfigMap" },
+  "v1/Service": { model: Service, module: "kubernetes-models/v1/Service", type: "IService" },
+  "v1/ServiceAccount": {
+    model: ServiceAccount,
+    module: "kubernetes-models/v1/ServiceAccount",
+    type: "IServiceAccount",
+  },
+  "v1/PersistentVolumeClaim": {
+    model: PersistentVolumeClaim,
+    module: "kubernetes-models/v1/PersistentVolumeClaim",
+    type: "IPersistentVolumeClaim",
+  },
+  "apps/v1/Deployment": {
+    model: Deployment,
+    module: "kubernetes-models/apps/v1/Deployment",
+    type: "IDeployment",
+  },
+  "policy/v1/PodDisruptionBudget": {
+    model: PodDisruptionBudget,
+    module: "kubernetes-models/policy/v1/PodDisruptionBudget",
+    type: "IPodDisruptionBudget",
+  },
+  "networking.k8s.io/v1/NetworkPolicy": {
+    model: NetworkPolicy,
+    module: "kubernetes-models/networking.k8s.io/v1/NetworkPolicy",
+    type: "INetworkPolicy",
+  },
+  "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration": {
+    model: MutatingWebhookConfiguration,
+    module: "kubernetes-models/admissionregistration.k8s.io/v1/MutatingWebhookConfiguration",
+    type: "IMutatingWebhookConfiguration",
+  },
+};
+
+/**
+ * Custom resources of operators the chart integrates with. No schema package for them is a
+ * dependency, so they are checked for what a rendered object must have; their fields are not.
+ */
+const customKinds = new Set([
+  "cert-manager.io/v1/Certificate",
+  "cert-manager.io/v1/Issuer",
+  "monitoring.coreos.com/v1/ServiceMonitor",
+  "monitoring.coreos.com/v1/PodMonitor",
+]);
+
+async function helm(args: string[]): Promise<string> {
+  const { stdout } = await run(projectTool("helm"), args, { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 });
+  return stdout;
+}
+
+function documents(text: string, file: string): Obj[] {
+  return parseAllDocuments(text).flatMap((doc) => {
+    assert.deepEqual(
+      doc.errors.map((e) => e.message),
+      [],
+      file,
+    );
+    const value: unknown = doc.toJS();
+    if (value === null || value === undefined) return [];
+    assert.ok(isObj(value), `${file}: a document is not a mapping`);
+    return [value];
+  });
+}
+
+const rendered = new Map<string, Obj[]>();
+let dir: TempDir;
+
+before(async () => {
+  dir = await makeTempDir("helm-types-");
+  // the type check resolves kubernetes-models from the project's node_modules
+  await symlink(repoPath("node_modules"), join(dir.path, "node_modules"), "dir");
+  for (const file of ciFiles) {
+    const text = await helm([
+      "template",
+      "authority",
+      chart,
+      "--namespace",
+      "authority-system",
+      "--kube-version",
+      KUBE_VERSION,
+      "-f",
+      join(chart, "ci", file),
+    ]);
+    rendered.set(file, documents(text, file));
+  }
+});
+after(() => dir?.cleanup());
+
+describe("helm lint --strict", () => {
+  it("passes with the defaults and with every ci/ values file", async () => {
+    const args = ["lint", "--strict", chart, "--kube-version", KUBE_VERSION];
+    const out = await helm(args);
+    assert.match(out, /1 chart\(s\) linted, 0 chart\(s\) failed/);
+    for (const file of ciFiles) {
+      const withFile = await helm([...args, "-f", join(chart, "ci", file)]);
+      assert.match(withFile, /0 chart\(s\) failed/, file);
+      assert.doesNotMatch(withFile, /\[(WARNING|ERROR)\]/, file);
+    }
+  });
+
+  it("fails on values the schema refuses (so the lint above is not vacuous)", async () => {
+    const output = await helm([
+      "lint",
+      "--strict",
+      chart,
+      "--kube-version",
+      KUBE_VERSION,
+      "--set",
+      "replicas=3",
+    ]).then(
+      (out) => `passed: ${out}`,
+      (error: { stdout?: string; stderr?: string }) => `${error.stdout ?? ""}${error.stderr ?? ""}`,
+    );
+    assert.match(output, /additional properties 'replicas' not allowed/);
+    assert.match(output, /1 chart\(s\) failed/);
+  });
+});
+
+describe("helm template with every ci/ values file", () => {
+  it("renders only kinds this suite validates", () => {
+    assert.ok(ciFiles.length >= 5);
+    for (const [file, objects] of rendered) {
+      assert.ok(objects.length >= 8, `${file}: ${objects.length} objects`);
+      for (const object of objects) {
+        const key = `${String(object.apiVersion)}/${String(object.kind)}`;
+        assert.ok(kinds[key] !== undefined || customKinds.has(key), `${file}: unexpected ${key}`);
+        const metadata = object.metadata;
+        assert.ok(
+          isObj(metadata) && typeof metadata.name === "string" && metadata.name !== "",
+          `${file}: ${key} name`,
+        );
+      }
+    }
+  });
+
+  it("renders objects kubernetes-models accepts", () => {
+    for (const [file, objects] of rendered) {
+      for (const object of objects) {
+        const kind = kinds[`${String(object.apiVersion)}/${String(object.kind)}`];
+        if (kind === undefined) continue;
+        assert.doesNotThrow(
+          () => new kind.model(object as never).validate(),
+          `${file}: ${String(object.kind)} ${String((object.metadata as Obj).name)}`,
+        );
+      }
+    }
+  });
+
+  it("renders no field Kubernetes does not define (a compile against the models' types)", async () => {
+    const typeCheck = async (objects: ReadonlyArray<{ label: string; object: Obj }>): Promise<string> => {
+      const used = new Set<string>();
+      const lines: string[] = [];
+      objects.forEach(({ label, object }, i) => {
+        const kind = kinds[`${String(object.apiVersion)}/${String(object.kind)}`];
+        if (kind === undefined) return;
+        used.add(`import type { ${kind.type} } from "${kind.module}";`);
+        // The API server reads a null field as an absent one (the chart renders `env:` empty).
+        const json = JSON.stringify(object, (_key, value: unknown) => (value === null ? undefined : value));
+        lines.push(`// ${label}`, `export const o${i}: ${kind.type} = ${json};`);
+      });
+      await writeFile(join(dir.path, "rendered.ts"), [...used, ...lines].join("\n"));
+      await writeFile(
+        join(dir.path, "tsconfig.json"),
+        JSON.stringify({
+          compilerOptions: {
+            strict: true,
+            noEmit: true,
+            module: "nodenext",
+            moduleResolution: "nodenext",
+            skipLibCheck: true,
+            types: [],
+          },
+          files: ["rendered.ts"],
+        }),
+      );
+      return run(repoPath("node_modules/.bin/tsc"), ["-p", dir.path], { timeout: 120_000 }).then(
+        () => "",
+        (error: { stdout?: string; stderr?: string }) => `${error.stdout ?? ""}${error.stderr ?? ""}`,
+      );
+    };
+    const all = [...rendered].flatMap(([file, objects]) =>
+      objects.map((object) => ({ label: `${file} ${String(object.kind)}`, object })),
+    );
+    assert.equal(await typeCheck(all), "");
+    // and the check does refuse an unknown field, deep inside a pod template
+    const deployment = all.find(({ object }) => object.kind === "Deployment");
+    assert.ok(deployment);
+    const tampered = structuredClone(deployment.object) as {
+      spec: { template: { spec: { containers: Obj[] } } };
+    };
+    const container = tampered.spec.template.spec.containers[0];
+    assert.ok(container);
+    container.imagePullPolcy = "Always";
+    assert.match(
+      await typeCheck([{ label: "tampered", object: tampered as unknown as Obj }]),
+      /imagePullPolcy/,
+    );
+  });
+});
