@@ -26,7 +26,10 @@ interface ErrorSpec {
 
 const deny = (status: number, grpc: number, message: string): ErrorSpec => ({ status, grpc, message });
 
-/** The ten deny reasons of the spec, with the HTTP status each deny outcome carries. */
+/**
+ * The ten deny reasons of the spec, plus the ones this system adds (each with its decision
+ * record in docs/decisions/), with the HTTP status each deny outcome carries.
+ */
 export const denyReasons = {
   missing_subject: deny(401, GrpcCode.UNAUTHENTICATED, "No authenticated subject was supplied."),
   missing_capability: deny(400, GrpcCode.INVALID_ARGUMENT, "Capability context is absent."),
@@ -49,6 +52,12 @@ export const denyReasons = {
     403,
     GrpcCode.PERMISSION_DENIED,
     "Operation exists but its permission ID is not in the allowlist.",
+  ),
+  // docs/decisions/0301-ambiguous-path-values.md
+  ambiguous_path: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "A path parameter value could select another operation or breaks the parameter's declared schema.",
   ),
 } as const satisfies Record<string, ErrorSpec>;
 

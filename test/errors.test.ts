@@ -3,8 +3,9 @@ import { describe, it } from "node:test";
 import { AuthorityError, denyReasons, errorCodes, isDenyReason, toAuthorityError } from "../src/errors.ts";
 
 describe("error table", () => {
-  it("has exactly the ten deny reasons of the spec", () => {
+  it("has exactly the ten deny reasons of the spec and the documented additions", () => {
     assert.deepEqual(Object.keys(denyReasons).sort(), [
+      "ambiguous_path",
       "missing_capability",
       "missing_policy",
       "missing_subject",

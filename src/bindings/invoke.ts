@@ -30,6 +30,7 @@ import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { validateInput } from "../execute/input.ts";
+import { allowedRoute, renderUpstreamRequest } from "../execute/url.ts";
 import { authorizeInvocation } from "../policy/invocation.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
@@ -363,6 +364,7 @@ async function execute(
     capabilityId: call.body.capability_id,
     method: target.method,
     path: target.path,
+    pathIsTemplate: target.isTemplate,
     expectedContext: derived.context,
   });
   const decidedAt = performance.now();
@@ -405,6 +407,9 @@ async function execute(
   try {
     const args = executionArgs(call.body, target, decision);
     const validated = validateInput(decision.operation.input_schema, args);
+    // The rendered request must map back to this permission before anything is sealed or loaded.
+    const route = allowedRoute(authorized.capability, decision.permissionId, decision.operation);
+    renderUpstreamRequest(route, validated);
     const envelopes = runtime.envelopes;
     if (envelopes === undefined) throw new EnvelopeCryptoUnavailableError("envelope keys are not configured");
     const claims = buildEnvelopeClaims({
@@ -447,6 +452,7 @@ async function execute(
       partnerId: binding.partner_id,
       redactions: decision.redactions,
       extraHeaders: { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId },
+      route,
     });
     await record(
       runtime,
@@ -472,6 +478,18 @@ async function execute(
       keep: true,
     };
   } catch (raw) {
+    if (raw instanceof ExecutionError && raw.reason === "ambiguous_path") {
+      // A path value that would reach another operation: a deny, recorded as one.
+      const denial = { ...allowedFacts, decision: "denied" as const, reason: "ambiguous_path" };
+      await record(runtime, deps, evidenceOf(call, { ...facts, decidedAt }, denial, evidenceId, now));
+      return {
+        response: {
+          status_code: denyReasons.ambiguous_path.status,
+          body: denyBody("ambiguous_path", call.requestId),
+        },
+        keep: false,
+      };
+    }
     const error =
       raw instanceof EnvelopeCryptoUnavailableError
         ? new AuthorityError("upstream_unavailable", undefined, { cause: raw })

@@ -2,6 +2,7 @@ import type { DenyReason } from "../errors.ts";
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import type { PathMatch } from "./path-template.ts";
+import { pathValuesAcceptable } from "./path-values.ts";
 import type { PermissionId } from "./permission-id.ts";
 import {
   entrySnapshotFor,
@@ -44,6 +45,13 @@ export interface DecisionInput {
   readonly method: string;
   /** Request path (query allowed) or the operation's path template itself. */
   readonly path: string;
+  /**
+   * True when `path` is the operation's template (authorize-invocation, invoke by
+   * permission id or template, MCP): segments spelled as in the template are placeholders
+   * whose values are checked when the upstream request is rendered and matched again.
+   * Absent or false: the path is a concrete request path and every value is checked.
+   */
+  readonly pathIsTemplate?: boolean;
   readonly now: Date;
 }
 
@@ -58,6 +66,8 @@ export interface AllowedDecision {
   readonly authProfileRef: string;
   /** Decoded path parameters of the matched template. */
   readonly params: Readonly<Record<string, string>>;
+  /** The catalog the request matched: a rendered upstream request is matched against it again. */
+  readonly capability: Capability;
 }
 
 export interface DeniedDecision {
@@ -127,6 +137,16 @@ export function decide(input: DecisionInput): Decision {
   if (!entry.allowed_permission_ids.includes(permissionId)) return denied("operation_not_allowed");
   const operation = entrySnapshotFor(entry, permissionId);
   if (operation === undefined) return denied("operation_not_allowed");
+  // A value that another operation's route could claim, or outside the declared schema.
+  const acceptable = pathValuesAcceptable({
+    capability,
+    index: match.index,
+    segments: match.segments,
+    params: match.params,
+    operation,
+    template: input.pathIsTemplate === true,
+  });
+  if (!acceptable) return denied("ambiguous_path");
   const redactions = Object.hasOwn(entry.response_redactions, permissionId)
     ? (entry.response_redactions[permissionId] ?? [])
     : [];
@@ -137,5 +157,6 @@ export function decide(input: DecisionInput): Decision {
     redactions,
     authProfileRef: entry.auth_profile_ref,
     params: match.params,
+    capability,
   };
 }

@@ -7,6 +7,7 @@ export * from "./http-method.ts";
 export * from "./operation-snapshot.ts";
 export * from "./parameter-constraints.ts";
 export * from "./path-template.ts";
+export * from "./path-values.ts";
 export * from "./permission-id.ts";
 export * from "./policy-document.ts";
 export * from "./redaction.ts";

@@ -283,6 +283,8 @@ export interface PathMatch {
   readonly params: Readonly<Record<string, string>>;
   /** Position of the matched route in the array given to createPathMatcher. */
   readonly index: number;
+  /** The request's decoded segments (what each template segment matched). */
+  readonly segments: readonly string[];
 }
 
 export interface PathMatcher {
@@ -402,7 +404,16 @@ export function createPathMatcher(routes: ReadonlyArray<string | PathRoute>): Pa
           else if (segment.kind === "param") params[segment.name] = value;
           else ok = matchMixed(segment.parts, value, params);
         }
-        if (ok) return { template: route.parsed.template, method: route.method, params, index: route.index };
+        if (ok) {
+          const { template } = route.parsed;
+          return {
+            template,
+            method: route.method,
+            params,
+            index: route.index,
+            segments: normalized.segments,
+          };
+        }
       }
       return undefined;
     },

@@ -22,6 +22,10 @@ export const executionErrorTable = {
     code: "operation_not_allowed",
     message: "Parameter-constrained operations are not enabled for this partner.",
   },
+  ambiguous_path: {
+    code: "ambiguous_path",
+    message: "The rendered upstream request would not address exactly the allowed operation.",
+  },
   invalid_operation_snapshot: {
     code: "policy_verification_failed",
     message: "The operation snapshot cannot be executed.",

@@ -23,7 +23,7 @@ import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { type ValidatedArgs, validateInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
-import { buildUpstreamUrl } from "./url.ts";
+import { type AllowedRoute, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
@@ -70,6 +70,12 @@ export interface ExecuteRequest {
   /** TokenSetStore key of the user's grant, for oauth_user profiles. */
   readonly userTokenKey?: string;
   readonly signal?: AbortSignal;
+  /**
+   * The decision this call runs under: the rendered request must map back to exactly its
+   * permission (renderUpstreamRequest). Every runtime path passes it; only unit tests of a
+   * standalone snapshot go without.
+   */
+  readonly route?: AllowedRoute;
 }
 
 export interface ExecutionResult {
@@ -354,8 +360,16 @@ export function createExecutor(options: ExecutorOptions): Executor {
     }
     await checkConstraints(snapshot, args, request.partnerId);
 
-    // 3: the URL comes from the reviewed template only.
-    const url = buildUpstreamUrl(snapshot, args);
+    // 3: the URL comes from the reviewed template only, and must map back to the decision.
+    if (request.route !== undefined && request.route.operation !== snapshot) {
+      throw new ExecutionError("invalid_operation_snapshot", {
+        details: { issue: "route_snapshot_mismatch" },
+      });
+    }
+    const url =
+      request.route === undefined
+        ? buildUpstreamUrl(snapshot, args)
+        : renderUpstreamRequest(request.route, args);
     const fromCaller = callerHeaders(args.headers);
     const headers: Record<string, string> = {
       ...fromCaller,

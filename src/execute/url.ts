@@ -1,3 +1,7 @@
+import type { Capability } from "../core/capability.ts";
+import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { parsePathTemplate } from "../core/path-template.ts";
+import { renderedRequestMatches } from "../core/path-values.ts";
 import { ExecutionError } from "./errors.ts";
 
 /** The parts of a snapshot that decide where a request goes. */
@@ -141,5 +145,79 @@ export function buildUpstreamUrl(snapshot: UrlTemplateSource, args: UrlArgs): UR
   if (url.origin !== parsed.origin || url.pathname !== pathname || url.hash !== "") {
     throw badTemplate("upstream_url_changed");
   }
+  return url;
+}
+
+const ambiguous = (issue: string): ExecutionError =>
+  new ExecutionError("ambiguous_path", { details: { issue } });
+
+/** What the rendered request must map back to: the decision's catalog, permission and snapshot. */
+export interface AllowedRoute {
+  readonly capability: Capability;
+  readonly permissionId: string;
+  /** The policy's reviewed snapshot of that permission (the decision's `operation`). */
+  readonly operation: OperationSnapshot;
+}
+
+/** The route of an allowed decision; a decision without its catalog cannot be re-matched (fails closed). */
+export function allowedRoute(
+  capability: Capability | undefined,
+  permissionId: string,
+  operation: OperationSnapshot,
+): AllowedRoute {
+  if (capability === undefined) throw ambiguous("catalog_missing");
+  return { capability, permissionId, operation };
+}
+
+const pathSegments = (path: string): string[] => path.split("/").filter((s) => s.length > 0);
+const templateSegmentCounts = new Map<string, number>();
+
+function apiSegmentCount(template: string): number | undefined {
+  let count = templateSegmentCounts.get(template);
+  if (count === undefined) {
+    try {
+      count = parsePathTemplate(template).segments.length;
+    } catch {
+      return undefined;
+    }
+    if (templateSegmentCounts.size >= MAX_CACHED_TEMPLATES) templateSegmentCounts.clear();
+    templateSegmentCounts.set(template, count);
+  }
+  return count;
+}
+
+/**
+ * The one way an upstream request is rendered: every value percent-encoded into its own
+ * segment (buildUpstreamUrl), then the rendered method and path — relative to the
+ * upstream's base path, i.e. the last as-many-segments-as-the-API-template of the URL —
+ * matched again against the decision's catalog. It must map to exactly the allowed
+ * permission, with values that pass the same ambiguity and schema rule as decide();
+ * otherwise ExecutionError("ambiguous_path"), before any credential or network activity.
+ * The path parameters must all sit in that relative part: a placeholder in the base path
+ * could not be checked, so it is refused too.
+ */
+export function renderUpstreamRequest(route: AllowedRoute, args: UrlArgs): URL {
+  const { operation } = route;
+  const url = buildUpstreamUrl(operation, args);
+  const count = apiSegmentCount(operation.path);
+  const parsed = parseTemplate(operation.upstream_url_template);
+  const templateSegments = pathSegments(parsed.pathname);
+  const rendered = pathSegments(url.pathname);
+  if (count === undefined || rendered.length !== templateSegments.length || count > rendered.length) {
+    throw ambiguous("rendered_path_segments");
+  }
+  const baseLength = rendered.length - count;
+  if (templateSegments.slice(0, baseLength).some((segment) => segment.includes(MARKER_PREFIX))) {
+    throw ambiguous("parameter_in_base_path");
+  }
+  const relative = `/${rendered.slice(baseLength).join("/")}`;
+  const matches = renderedRequestMatches({
+    capability: route.capability,
+    permissionId: route.permissionId,
+    operation,
+    method: operation.method,
+    path: relative,
+  });
+  if (!matches) throw ambiguous("rendered_request_maps_elsewhere");
   return url;
 }

@@ -18,7 +18,7 @@ import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts"
 import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { Executor } from "../execute/executor.ts";
-import { buildUpstreamUrl } from "../execute/url.ts";
+import { allowedRoute, buildUpstreamUrl } from "../execute/url.ts";
 import type { Logger } from "../observability/logger.ts";
 import { authorizeInvocation } from "../policy/invocation.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
@@ -357,6 +357,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
       capabilityId: target.capabilityId,
       method: target.method,
       path: target.pathTemplate,
+      pathIsTemplate: true,
     });
     if (authorized.unavailable) {
       refuse(authorized.partnerId, target, "upstream_unavailable");
@@ -388,6 +389,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
         redactions: decision.redactions,
         extraHeaders: { "x-request-id": caller.requestId },
         ...(signal === undefined ? {} : { signal }),
+        route: allowedRoute(authorized.capability, decision.permissionId, snapshot),
       });
       const content: ApiToolContent = {
         status: result.status,

@@ -32,6 +32,11 @@ export interface InvocationRequest {
   readonly capabilityId: string | undefined;
   readonly method: string;
   readonly path: string;
+  /**
+   * The path is the operation's template, its values still to come (see
+   * DecisionInput.pathIsTemplate); the caller renders and re-matches them before any upstream call.
+   */
+  readonly pathIsTemplate?: boolean;
   /** Server-derived v2 context (headless subjects); absent on the v1 path. */
   readonly expectedContext?: ExternalSubjectContext;
   /** The caller could not be authenticated because the issuer's keys are unreachable. */
@@ -74,6 +79,7 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     method: request.method,
     path: request.path,
     now: request.now,
+    ...(request.pathIsTemplate === true ? { pathIsTemplate: true } : {}),
     ...(request.expectedContext === undefined ? {} : { expectedContext: request.expectedContext }),
   };
   const subjectId = request.subjectId;

@@ -178,7 +178,11 @@ describe("decide: one test per deny reason", () => {
     assert.equal(reasonOf(v1Input({ policy: loaded(policyV1([withoutSnapshot])) })), "operation_not_allowed");
   });
 
-  it("covers all ten reasons of the error table", () => {
+  it("ambiguous_path: a value another route of the catalog could claim (GET /users/me is a sibling)", () => {
+    assert.equal(reasonOf(v1Input({ path: "/users/Me" })), "ambiguous_path");
+  });
+
+  it("covers every deny reason of the error table", () => {
     const seen = new Set([
       reasonOf(v1Input({ subjectId: undefined })),
       reasonOf(v1Input({ capabilityId: undefined })),
@@ -190,6 +194,7 @@ describe("decide: one test per deny reason", () => {
       reasonOf(v1Input({ policy: loaded(policyV1([assigned], { expires_at: "2026-01-01T00:00:00Z" })) })),
       reasonOf(v1Input({ path: "/nope" })),
       reasonOf(v1Input({ method: "DELETE" })),
+      reasonOf(v1Input({ path: "/users/ME.json" })),
     ]);
     assert.deepEqual([...seen].sort(), Object.keys(denyReasons).sort());
   });

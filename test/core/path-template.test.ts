@@ -169,6 +169,7 @@ describe("path templates", () => {
       method: undefined,
       params: {},
       index: 1,
+      segments: ["users", "me"],
     });
     assert.deepEqual(matcher.match(undefined, "/users/42")?.params, { id: "42" });
     assert.equal(matcher.match(undefined, "/users/me/posts")?.template, "/users/{id}/posts");
@@ -200,6 +201,7 @@ describe("path templates", () => {
       method: "DELETE",
       params: { id: "me" },
       index: 1,
+      segments: ["users", "me"],
     });
     assert.equal(matcher.match("POST", "/users/me"), undefined);
     assert.equal(matcher.match("BREW", "/users/me"), undefined);

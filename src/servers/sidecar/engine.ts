@@ -55,6 +55,8 @@ export interface SidecarAllow {
   /** The policy entry's response redactions for this permission. */
   readonly redactions: readonly RedactionRule[];
   readonly params: Readonly<Record<string, string>>;
+  /** The catalog the decision matched: the forward proxy matches its rendered request against it again. */
+  readonly capability: Capability;
   readonly credentials: InjectedCredentials;
   readonly policyHead: number;
   readonly policyLayer: CacheLayer;
@@ -226,6 +228,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         operation: decision.operation,
         redactions: decision.redactions,
         params: decision.params,
+        capability: decision.capability,
         credentials: injected,
         policyHead: policy.head,
         policyLayer: layer,

@@ -20,7 +20,7 @@ import {
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
 import type { ErrorCode } from "../../errors.ts";
-import { buildUpstreamUrl } from "../../execute/url.ts";
+import { renderUpstreamRequest } from "../../execute/url.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
@@ -321,7 +321,15 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     let target: URL;
     try {
       rules = rulesFor(decision);
-      target = buildUpstreamUrl(decision.operation, { path: decision.params });
+      // Rendered, then matched again: it must still be the allowed permission (ambiguous_path).
+      target = renderUpstreamRequest(
+        {
+          capability: decision.capability,
+          permissionId: decision.permissionId,
+          operation: decision.operation,
+        },
+        { path: decision.params },
+      );
       const query = (req.url ?? "").split("?")[1];
       if (query !== undefined && query.length > 0) {
         target.search = target.search.length > 1 ? `${target.search}&${query}` : `?${query}`;

@@ -96,6 +96,8 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
           capabilityId: request.body.capability_id,
           method: request.body.method,
           path: request.body.path,
+          // The spec's form names the template; it reaches no upstream, so its braces are placeholders.
+          pathIsTemplate: typeof request.body.path === "string" && request.body.path.includes("{"),
           authenticationUnavailable: auth.kind === "unavailable",
         });
         if (result.httpStatus === 503) reply.header("retry-after", "1");
