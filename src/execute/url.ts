@@ -1,6 +1,5 @@
 import type { Capability } from "../core/capability.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
-import { parsePathTemplate } from "../core/path-template.ts";
 import { renderedRequestMatches } from "../core/path-values.ts";
 import { ExecutionError } from "./errors.ts";
 
@@ -169,48 +168,34 @@ export function allowedRoute(
   return { capability, permissionId, operation };
 }
 
-const pathSegments = (path: string): string[] => path.split("/").filter((s) => s.length > 0);
-const templateSegmentCounts = new Map<string, number>();
+/** A stand-in origin for parsing an API path template with the same code as an upstream URL template. */
+const API_ORIGIN = "https://api-path.invalid";
 
-function apiSegmentCount(template: string): number | undefined {
-  let count = templateSegmentCounts.get(template);
-  if (count === undefined) {
-    try {
-      count = parsePathTemplate(template).segments.length;
-    } catch {
-      return undefined;
-    }
-    if (templateSegmentCounts.size >= MAX_CACHED_TEMPLATES) templateSegmentCounts.clear();
-    templateSegmentCounts.set(template, count);
-  }
-  return count;
-}
+const sameNames = (a: readonly string[], b: readonly string[]): boolean =>
+  a.length === b.length && a.every((name) => b.includes(name));
 
 /**
  * The one way an upstream request is rendered: every value percent-encoded into its own
- * segment (buildUpstreamUrl), then the rendered method and path — relative to the
- * upstream's base path, i.e. the last as-many-segments-as-the-API-template of the URL —
- * matched again against the decision's catalog. It must map to exactly the allowed
- * permission, with values that pass the same ambiguity and schema rule as decide();
- * otherwise ExecutionError("ambiguous_path"), before any credential or network activity.
- * The path parameters must all sit in that relative part: a placeholder in the base path
- * could not be checked, so it is refused too.
+ * segment (buildUpstreamUrl). Then the same values rendered, with the same encoder, into
+ * the operation's API path template — the upstream path relative to its base path — and
+ * that method and path matched again against the decision's catalog: it must map to
+ * exactly the allowed permission, with values that pass the same ambiguity and schema rule
+ * as decide(); otherwise ExecutionError("ambiguous_path"), before any credential or network
+ * activity. Both templates must have the same parameters, so no rendered value escapes the
+ * check (a placeholder only in the upstream's base path is refused).
  */
 export function renderUpstreamRequest(route: AllowedRoute, args: UrlArgs): URL {
   const { operation } = route;
   const url = buildUpstreamUrl(operation, args);
-  const count = apiSegmentCount(operation.path);
-  const parsed = parseTemplate(operation.upstream_url_template);
-  const templateSegments = pathSegments(parsed.pathname);
-  const rendered = pathSegments(url.pathname);
-  if (count === undefined || rendered.length !== templateSegments.length || count > rendered.length) {
-    throw ambiguous("rendered_path_segments");
+  const upstream = parseTemplate(operation.upstream_url_template);
+  let api: ParsedTemplate;
+  try {
+    api = parseTemplate(`${API_ORIGIN}${operation.path}`);
+  } catch {
+    throw ambiguous("api_path_template_invalid");
   }
-  const baseLength = rendered.length - count;
-  if (templateSegments.slice(0, baseLength).some((segment) => segment.includes(MARKER_PREFIX))) {
-    throw ambiguous("parameter_in_base_path");
-  }
-  const relative = `/${rendered.slice(baseLength).join("/")}`;
+  if (!sameNames(api.params, upstream.params)) throw ambiguous("parameters_outside_api_path");
+  const relative = renderPath(api, args.path ?? {});
   const matches = renderedRequestMatches({
     capability: route.capability,
     permissionId: route.permissionId,

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { buildUpstreamUrl } from "../../src/execute/url.ts";
+import { allowedRoute, buildUpstreamUrl, renderUpstreamRequest } from "../../src/execute/url.ts";
+import { capability, pid, snapshot } from "../core/fixtures.ts";
 
 const template = (upstream_url_template: string) => ({ upstream_url_template });
 const users = template("https://api.example.com/v1/users/{id}/posts/{postId}");
@@ -149,5 +150,78 @@ describe("buildUpstreamUrl", () => {
         bad,
       );
     }
+  });
+});
+
+describe("renderUpstreamRequest", () => {
+  const op = (method: "GET" | "DELETE", path: string) =>
+    snapshot(method, path, { upstream_url_template: `https://api.example.com/base/v1${path}` });
+  const byId = op("GET", "/things/{id}");
+  const catalog = capability([byId, op("GET", "/things/me"), op("DELETE", "/things/admin")]);
+  const route = { capability: catalog, permissionId: pid("GET", "/things/{id}"), operation: byId };
+
+  it("renders values that map back to the allowed permission", () => {
+    for (const id of ["cus_00000001", "john.doe", "José", "日本", "a b", "100%"]) {
+      const url = renderUpstreamRequest(route, { path: { id } });
+      assert.equal(url.origin, "https://api.example.com");
+      assert.equal(decodeURIComponent(url.pathname.split("/")[4] ?? ""), id);
+    }
+  });
+
+  for (const id of [
+    "me",
+    "Me",
+    "ME",
+    "ＭＥ",
+    "me.json",
+    "me ",
+    "me.",
+    "me;jsessionid=1",
+    "%2e",
+    "admin",
+    "a%2Fb",
+    "me%2e",
+  ]) {
+    it(`refuses ${JSON.stringify(id)} with ambiguous_path`, () => {
+      assert.equal(
+        reason(() => renderUpstreamRequest(route, { path: { id } })),
+        "ambiguous_path",
+      );
+    });
+  }
+
+  it("refuses a snapshot whose parameters sit in the upstream base path", () => {
+    const tenant = snapshot("GET", "/things/{id}", {
+      upstream_url_template: "https://api.example.com/{tenant}/things/{id}",
+    });
+    const r = {
+      capability: capability([tenant]),
+      permissionId: pid("GET", "/things/{id}"),
+      operation: tenant,
+    };
+    assert.equal(
+      reason(() => renderUpstreamRequest(r, { path: { id: "x", tenant: "t" } })),
+      "ambiguous_path",
+    );
+  });
+
+  it("matches the API path when the upstream names the operation differently", () => {
+    const moved = snapshot("GET", "/things/{id}", {
+      upstream_url_template: "https://api.example.com/items/{id}",
+    });
+    const r = { capability: capability([moved]), permissionId: pid("GET", "/things/{id}"), operation: moved };
+    assert.equal(renderUpstreamRequest(r, { path: { id: "x" } }).pathname, "/items/x");
+    const withSibling = { ...r, capability: capability([moved, snapshot("GET", "/things/me")]) };
+    assert.equal(
+      reason(() => renderUpstreamRequest(withSibling, { path: { id: "ME" } })),
+      "ambiguous_path",
+    );
+  });
+
+  it("fails closed without the decision's catalog", () => {
+    assert.equal(
+      reason(() => allowedRoute(undefined, route.permissionId, byId)),
+      "ambiguous_path",
+    );
   });
 });
