@@ -8,6 +8,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import type { InvocationEvidence } from "../../src/bindings/model.ts";
+import { bindingCollections } from "../../src/bindings/model.ts";
 import type { HttpReply } from "../helpers/http-client.ts";
 import { AGENT, AUTH_PROFILE, BINDING, PARTNER, type System, startSystem } from "../helpers/system.ts";
 
@@ -105,6 +107,20 @@ describe("path values cannot select another operation, on every path", () => {
     assert.equal(reply.json.reason, "ambiguous_path", what);
   }
 
+  async function allEvidence(): Promise<InvocationEvidence[]> {
+    const out: InvocationEvidence[] = [];
+    let after: string | undefined;
+    do {
+      const page = await system.store.list<InvocationEvidence>(bindingCollections.invocations, {
+        limit: 1000,
+        ...(after === undefined ? {} : { after }),
+      });
+      out.push(...page.items.map((item) => item.value));
+      after = page.next;
+    } while (after !== undefined);
+    return out;
+  }
+
   async function broker(json: unknown): Promise<HttpReply> {
     const binding = system.binding;
     assert.ok(binding);
@@ -171,6 +187,18 @@ describe("path values cannot select another operation, on every path", () => {
       assertAmbiguous(await system.invoke({ capability_id: THINGS, method: "GET", path }), `path ${path}`);
     }
     assert.equal(thingHits(), before, "the upstream received nothing");
+    // The evidence says denied, with the reason, and names the permission the decision mapped to.
+    const evidence = await allEvidence();
+    const denied = evidence.filter((e) => e.capability_id === THINGS && e.reason === "ambiguous_path");
+    assert.equal(denied.length, HOSTILE_VALUES.length * 2 + HOSTILE_PATHS.length);
+    for (const record of denied) {
+      assert.equal(record.decision, "denied");
+      assert.equal(record.upstream_status, null);
+      assert.ok(
+        record.permission_id === null || record.permission_id === BY_ID,
+        String(record.permission_id),
+      );
+    }
   });
 
   test("broker execute: the same denials", async () => {
