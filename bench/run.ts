@@ -43,6 +43,13 @@ const sections: Section[] = [
     run: async () => (await import("./policy.ts")).benchPolicy(),
   },
   {
+    name: "path",
+    title:
+      "Path rule: decide() on a 100-operation catalog with literal siblings, the rule alone, render + re-match",
+    targets: "all extra checks ≤ 25 µs CPU per Check (issue 15)",
+    run: async () => (await import("./path-values.ts")).benchPathValues(),
+  },
+  {
     name: "authorize",
     title: "POST /v1/authorize-invocation over HTTP on loopback, warm policy",
     targets: "p99 ≤ 5 ms at 1,000 req/s; ≥ 5,000 req/s at saturation",
