@@ -247,4 +247,36 @@ describe("path rule: a rendered request maps to exactly the allowed permission",
       { numRuns: 600 },
     );
   });
+
+  it("both forms agree: a value is refused as ambiguous_path in a concrete path exactly when its rendering is", () => {
+    fc.assert(
+      fc.property(worldArb, fc.array(valueArb, { minLength: 3, maxLength: 3 }), (world, values) => {
+        if (world === undefined) return;
+        const names = paramsOf(world.allowed.path);
+        const path = Object.fromEntries(names.map((name, i) => [name, values[i] ?? "x"]));
+        const parsed = parsePathTemplate(world.allowed.path);
+        let v = 0;
+        const requestPath = `/${parsed.segments
+          .map((segment) =>
+            segment.kind === "literal" ? segment.value : encodePathSegment(values[v++] ?? "x"),
+          )
+          .join("/")}`;
+        const concrete = decideFor(world, requestPath, false);
+        const concreteReason = concrete.status === "allowed" ? "allowed" : concrete.reason;
+        // Refused by normalization (dot segments, %2F) or mapped to another operation: another question.
+        if (concreteReason !== "allowed" && concreteReason !== "ambiguous_path") return;
+        if (concrete.status === "allowed" && concrete.permissionId !== routeOf(world).permissionId) return;
+        let rendered: string;
+        try {
+          renderUpstreamRequest(routeOf(world), { path });
+          rendered = "allowed";
+        } catch (error) {
+          assert.ok(error instanceof ExecutionError);
+          rendered = error.reason;
+        }
+        assert.equal(rendered, concreteReason, `${requestPath} ${JSON.stringify(path)}`);
+      }),
+      { numRuns: 600 },
+    );
+  });
 });
