@@ -30,7 +30,7 @@ import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { validateInput } from "../execute/input.ts";
-import { allowedRoute, renderUpstreamRequest } from "../execute/url.ts";
+import { allowedRoute, assertUnambiguousPath, renderUpstreamRequest } from "../execute/url.ts";
 import { authorizeInvocation } from "../policy/invocation.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
@@ -406,9 +406,10 @@ async function execute(
   let envelopeId: string | undefined;
   try {
     const args = executionArgs(call.body, target, decision);
-    const validated = validateInput(decision.operation.input_schema, args);
     // The rendered request must map back to this permission before anything is sealed or loaded.
     const route = allowedRoute(authorized.capability, decision.permissionId, decision.operation);
+    assertUnambiguousPath(route, args);
+    const validated = validateInput(decision.operation.input_schema, args);
     renderUpstreamRequest(route, validated);
     const envelopes = runtime.envelopes;
     if (envelopes === undefined) throw new EnvelopeCryptoUnavailableError("envelope keys are not configured");

@@ -23,7 +23,7 @@ import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { type ValidatedArgs, validateInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
-import { type AllowedRoute, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
+import { type AllowedRoute, assertUnambiguousPath, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
@@ -351,6 +351,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     }
 
     // 1–2: nothing is loaded and nothing is sent until the arguments pass both checks.
+    if (request.route !== undefined) assertUnambiguousPath(request.route, request.args);
     const args = validateInput(snapshot.input_schema, request.args);
     if (args.hasBody && (method === "GET" || method === "HEAD")) {
       throw new ExecutionError("invalid_input", {

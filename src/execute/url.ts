@@ -206,3 +206,21 @@ export function renderUpstreamRequest(route: AllowedRoute, args: UrlArgs): URL {
   if (!matches) throw ambiguous("rendered_request_maps_elsewhere");
   return url;
 }
+
+/**
+ * The path rule on arguments not yet validated: refuses with ambiguous_path exactly when
+ * renderUpstreamRequest would, and ignores every other problem (the input schema reports
+ * those). Run before schema validation so a value gets the same reason whether it arrives
+ * in a concrete path (decide()) or as an argument; the authoritative check is still the
+ * render of the validated arguments.
+ */
+export function assertUnambiguousPath(route: AllowedRoute, args: unknown): void {
+  if (typeof args !== "object" || args === null) return;
+  const path: unknown = (args as { path?: unknown }).path;
+  if (typeof path !== "object" || path === null || Array.isArray(path)) return;
+  try {
+    renderUpstreamRequest(route, { path: path as Record<string, unknown> });
+  } catch (error) {
+    if (error instanceof ExecutionError && error.reason === "ambiguous_path") throw error;
+  }
+}

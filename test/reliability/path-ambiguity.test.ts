@@ -33,8 +33,19 @@ function thingsOpenApi(): Record<string, unknown> {
   };
 }
 
-/** Values (template forms) an upstream may route to GET /things/me. */
-const HOSTILE_VALUES = ["me", "Me", "ME", "me.json", "me;jsessionid=1", "me ", "me.", "ＭＥ", "me%2e"];
+/** Values (template forms) an upstream may route to GET /things/me, and one outside the declared schema. */
+const HOSTILE_VALUES = [
+  "me",
+  "Me",
+  "ME",
+  "me.json",
+  "me;jsessionid=1",
+  "me ",
+  "me.",
+  "ＭＥ",
+  "me%2e",
+  "x".repeat(65),
+];
 /** Request paths (ext_authz, proxy, invoke by path) of the issue. */
 const HOSTILE_PATHS = [
   "/things/me;jsessionid=1",
@@ -43,6 +54,7 @@ const HOSTILE_PATHS = [
   "/things/me%20",
   "/things/me%2e",
   "/things/%EF%BC%AD%EF%BC%A5",
+  `/things/${"x".repeat(65)}`, // over the declared maxLength
 ];
 
 describe("path values cannot select another operation, on every path", () => {

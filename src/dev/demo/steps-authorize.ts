@@ -220,6 +220,13 @@ export async function authorizeSection(ctx: DemoContext): Promise<void> {
       expected: "denied operation_not_allowed",
       status: 403,
     },
+    {
+      label: "agent-demo      GET /customers/Me (routes to GET /customers/me upstream)",
+      token: agent,
+      body: call("GET", "/customers/Me"),
+      expected: "denied ambiguous_path",
+      status: 403,
+    },
   ];
   for (const c of cases) await authorize(ctx, c);
 }

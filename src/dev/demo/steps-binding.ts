@@ -124,6 +124,23 @@ export async function bindingSection(ctx: DemoContext): Promise<void> {
       env.sampleApi.received.length === countBefore ? "not called" : "CALLED"
     }`,
   });
+  // GET /customers/me is in the catalog but not allowed: a value the upstream would route there.
+  const sneakyBefore = env.sampleApi.received.length;
+  const sneaky = await invoke(
+    {
+      capability_id: DEV_CAPABILITY.capabilityId,
+      permission_id: `${DEV_CAPABILITY.capabilityId}:get:/customers/{customerId}`,
+      arguments: { path: { customerId: "Me" } },
+    },
+    user.accessToken,
+  );
+  report.check({
+    label: "alice  GET /customers/{customerId} with customerId Me",
+    expected: "denied ambiguous_path (403), upstream not called",
+    actual: `${field(sneaky.body, "status")} ${field(sneaky.body, "reason")} (${sneaky.status}), upstream ${
+      env.sampleApi.received.length === sneakyBefore ? "not called" : "CALLED"
+    }`,
+  });
   const agentToken = await ctx.subjectToken("agent");
   const rejected = await invoke(
     { capability_id: DEV_CAPABILITY.capabilityId, method: "GET", path: "/customers" },
