@@ -191,7 +191,7 @@ test("invalid input is refused before any upstream request", async () => {
   const s = await session("caller-invalid");
   const before = h.upstream.requests.length;
   const cases: Array<[string, Record<string, unknown>, string]> = [
-    ["getOrder", { path: { orderId: "not-an-order" } }, "path"],
+    ["getOrder", { path: { orderId: { id: "o-1" } } }, "path"],
     ["getOrder", {}, "path"],
     ["createOrder", { body: { quantity: 1 } }, "body"],
     ["listOrders", { query: { limit: 1000 } }, "query"],
@@ -210,6 +210,14 @@ test("invalid input is refused before any upstream request", async () => {
   assert.equal(row?.error_code, "invalid_input");
   assert.equal(row?.status, null);
   assert.equal(row?.url_hash, null);
+  // A path value outside the declared pattern does not address this operation: the path
+  // rule's reason, as on ext_authz for the same path (docs/decisions/0301).
+  const outside = errorBody(await call(s, "getOrder", { path: { orderId: "not-an-order" } }));
+  assert.equal(outside.error, "ambiguous_path");
+  assert.equal(h.upstream.requests.length, before);
+  const refused = (await mcpRows()).filter((r) => r.subject_id === "caller-invalid").at(-1);
+  assert.equal(refused?.error_code, "ambiguous_path");
+  assert.equal(refused?.status, null);
 });
 
 test("signed parameter constraints are enforced before anything is sent", async () => {
