@@ -270,6 +270,11 @@ function matchMixed(parts: readonly TemplatePart[], value: string, params: Recor
   return true;
 }
 
+/** Whether one decoded segment value matches a mixed segment's parts ("{name}.pdf", "v{n}"). */
+export function matchesMixedSegment(segment: TemplateSegment & { kind: "mixed" }, value: string): boolean {
+  return matchMixed(segment.parts, value, {});
+}
+
 export interface PathRoute {
   readonly template: string;
   /** Restricts the route to one method; absent means any method. */

@@ -11,7 +11,14 @@
  */
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
-import { type ParsedPathTemplate, parsePathTemplate, type TemplateSegment } from "./path-template.ts";
+import {
+  matchesMixedSegment,
+  type ParsedPathTemplate,
+  parsePathTemplate,
+  type TemplateSegment,
+} from "./path-template.ts";
+
+type MixedSegment = TemplateSegment & { kind: "mixed" };
 
 /** What one parameter position of a route is checked against. */
 interface GuardedPosition {
@@ -20,6 +27,8 @@ interface GuardedPosition {
   readonly placeholder: string;
   /** Folded literal segments that sibling templates have at this position. */
   readonly siblingLiterals: ReadonlySet<string>;
+  /** Mixed segments ("{name}.pdf") siblings have at this position, their literals folded. */
+  readonly siblingMixed: readonly MixedSegment[];
 }
 
 type RouteGuard = readonly GuardedPosition[];
@@ -42,6 +51,14 @@ function placeholderOf(segment: TemplateSegment): string {
   if (segment.kind === "param") return `{${segment.name}}`;
   if (segment.kind === "literal") return segment.value;
   return segment.parts.map((p) => ("literal" in p ? p.literal : `{${p.param}}`)).join("");
+}
+
+/** A mixed segment with its literal parts folded (lower case of the NFKC form). */
+function foldMixed(segment: MixedSegment): MixedSegment {
+  const parts = segment.parts.map((p) => ("literal" in p ? { literal: foldKeys(p.literal)[0] ?? "" } : p));
+  let literalLength = 0;
+  for (const part of parts) if ("literal" in part) literalLength += part.literal.length;
+  return { kind: "mixed", parts, literalLength };
 }
 
 /** Could a request segment matched by `a` at this position also be one matched by `b`? */
@@ -71,20 +88,30 @@ function buildGuards(capability: Capability): readonly (RouteGuard | undefined)[
     route.segments.forEach((segment, position) => {
       if (segment.kind === "literal") return;
       const literals = new Set<string>();
+      const mixed: MixedSegment[] = [];
       parsed.forEach((other, otherIndex) => {
         if (other === undefined || otherIndex === index) return;
         if (other.segments.length !== route.segments.length) return;
         const at = other.segments[position];
-        if (at === undefined || at.kind !== "literal") return;
+        if (at === undefined || at.kind === "param") return;
+        // A mixed sibling is checked against whole-segment parameters only: between two mixed
+        // segments the matcher's ranking (more literal characters first) already decides.
+        if (at.kind === "mixed" && segment.kind !== "param") return;
         for (let j = 0; j < route.segments.length; j++) {
           if (j === position) continue;
           const mine = route.segments[j];
           const theirs = other.segments[j];
           if (mine === undefined || theirs === undefined || !compatible(mine, theirs)) return;
         }
-        for (const key of foldKeys(at.value)) literals.add(key);
+        if (at.kind === "literal") for (const key of foldKeys(at.value)) literals.add(key);
+        else mixed.push(foldMixed(at));
       });
-      guarded.push({ position, placeholder: placeholderOf(segment), siblingLiterals: literals });
+      guarded.push({
+        position,
+        placeholder: placeholderOf(segment),
+        siblingLiterals: literals,
+        siblingMixed: mixed,
+      });
     });
     return guarded;
   });
@@ -134,9 +161,18 @@ function spellings(value: string): string[] | undefined {
  * compatibility form, trimmed of trailing whitespace and dots, without a `.ext` suffix,
  * case-folded — equals one of `siblingLiterals` (already folded).
  */
-export function isAmbiguousSegmentValue(value: string, siblingLiterals: ReadonlySet<string>): boolean {
+export function isAmbiguousSegmentValue(
+  value: string,
+  siblingLiterals: ReadonlySet<string>,
+  siblingMixed: readonly MixedSegment[] = [],
+): boolean {
   if (value.length === 0) return true;
-  if (PLAIN.test(value)) return siblingLiterals.size > 0 && siblingLiterals.has(value.toLowerCase());
+  const claims = (key: string): boolean =>
+    siblingLiterals.has(key) || siblingMixed.some((mixed) => matchesMixedSegment(mixed, key));
+  if (PLAIN.test(value)) {
+    if (siblingLiterals.size === 0 && siblingMixed.length === 0) return false;
+    return claims(value.toLowerCase());
+  }
   const bases = [value];
   if (value.includes("%")) {
     try {
@@ -150,9 +186,9 @@ export function isAmbiguousSegmentValue(value: string, siblingLiterals: Readonly
     for (const form of new Set([base, base.normalize("NFKC")])) {
       const forms = spellings(form);
       if (forms === undefined) return true;
-      if (siblingLiterals.size === 0) continue;
+      if (siblingLiterals.size === 0 && siblingMixed.length === 0) continue;
       for (const spelling of forms) {
-        for (const key of foldKeys(spelling)) if (siblingLiterals.has(key)) return true;
+        for (const key of foldKeys(spelling)) if (claims(key)) return true;
       }
     }
   }
@@ -283,7 +319,7 @@ export function pathValuesAcceptable(input: PathValuesInput): boolean {
     const value = input.segments[position.position];
     if (value === undefined) return false;
     if (template && value === position.placeholder) continue;
-    if (isAmbiguousSegmentValue(value, position.siblingLiterals)) return false;
+    if (isAmbiguousSegmentValue(value, position.siblingLiterals, position.siblingMixed)) return false;
   }
   for (const name in input.params) {
     const value = input.params[name];

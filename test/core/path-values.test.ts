@@ -199,6 +199,33 @@ describe("path values: the snapshot's declared schema applies to concrete paths"
   });
 });
 
+describe("path values: mixed sibling segments", () => {
+  const files = snapshot("GET", "/files/{id}");
+  const mixedCatalog = capability([
+    files,
+    snapshot("GET", "/files/{name}.pdf"),
+    snapshot("GET", "/files/v{n}"),
+  ]);
+  const filesPolicy = loaded(policyV1([entry([["GET", "/files/{id}"]], { operations: [files] })]));
+  const reason = (path: string) => reasonOf(path, { capability: mixedCatalog, policy: filesPolicy });
+
+  it("denies spellings a case-folding upstream routes to the mixed sibling", () => {
+    for (const path of [
+      "/files/report.PDF",
+      "/files/V2",
+      "/files/report.%EF%BD%90df",
+      "/files/report.pdf%20",
+    ]) {
+      assert.equal(reason(path), "ambiguous_path", path);
+    }
+  });
+  it("leaves the exact spellings to the mixed sibling's own permission and other values alone", () => {
+    assert.equal(reason("/files/report.pdf"), "operation_not_allowed");
+    assert.equal(reason("/files/readme"), "allowed");
+    assert.equal(reason("/files/report.txt"), "allowed");
+  });
+});
+
 describe("isAmbiguousSegmentValue", () => {
   // Sibling literals as the guard stores them: compatibility form, lower case.
   const literals = new Set(["me", "admin", "dž", "kit"]);

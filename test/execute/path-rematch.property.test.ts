@@ -15,7 +15,12 @@ import type { Capability } from "../../src/core/capability.ts";
 import { decide } from "../../src/core/decision.ts";
 import type { HttpMethod } from "../../src/core/http-method.ts";
 import type { OperationSnapshot } from "../../src/core/operation-snapshot.ts";
-import { createPathMatcher, encodePathSegment, parsePathTemplate } from "../../src/core/path-template.ts";
+import {
+  createPathMatcher,
+  encodePathSegment,
+  matchesMixedSegment,
+  parsePathTemplate,
+} from "../../src/core/path-template.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { renderUpstreamRequest } from "../../src/execute/url.ts";
 import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "../core/fixtures.ts";
@@ -60,9 +65,13 @@ function lenientRoute(templates: readonly string[], segments: readonly string[])
     const rank: number[] = [];
     let ok = true;
     parsed.segments.forEach((segment, i) => {
+      const value = segments[i] ?? "";
       if (segment.kind === "literal") {
-        const value = segments[i] ?? "";
-        if (value === segment.value || keys[i]?.has(segment.value.toLowerCase())) rank.push(1);
+        if (value === segment.value || keys[i]?.has(segment.value.toLowerCase())) rank.push(2);
+        else ok = false;
+      } else if (segment.kind === "mixed") {
+        const spellings = [value, ...(keys[i] ?? [])];
+        if (spellings.some((spelling) => matchesMixedSegment(segment, spelling))) rank.push(1);
         else ok = false;
       } else rank.push(0);
     });
@@ -80,10 +89,11 @@ function lenientRoute(templates: readonly string[], segments: readonly string[])
 const segmentArb = fc.oneof(
   { weight: 3, arbitrary: fc.constantFrom(...LITERALS) },
   { weight: 2, arbitrary: fc.constant("{p}") },
+  { weight: 1, arbitrary: fc.constantFrom("{p}.json", "v{p}") },
 );
 const templateArb = fc
   .array(segmentArb, { minLength: 1, maxLength: 3 })
-  .map((segments) => `/${segments.map((s, i) => (s === "{p}" ? `{p${i}}` : s)).join("/")}`);
+  .map((segments) => `/${segments.map((s, i) => s.replace("{p}", `{p${i}}`)).join("/")}`);
 
 interface World {
   readonly capability: Capability;
