@@ -90,6 +90,11 @@ export const errorCodes = {
     GrpcCode.PERMISSION_DENIED,
     "The arguments are outside the policy's parameter constraints.",
   ),
+  request_body_required: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "The request body is needed to enforce the policy and was not received whole: enable with_request_body on the Envoy ext_authz filter (max_request_bytes above the largest body, allow_partial_message false).",
+  ),
   idempotency_key_required: deny(400, GrpcCode.INVALID_ARGUMENT, "An Idempotency-Key header is required."),
   idempotency_conflict: deny(
     422,

@@ -376,6 +376,8 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
             clientSecret: secrets.sidecarClientSecret,
             protector,
             sampleApiUrl: sampleApi.url,
+            // The same rollout as the authority service: constraints hold on every path.
+            constraintsRollout: config.parameterScoping,
             ports: { grpc: ports.sidecarGrpc, proxy: ports.sidecarProxy, metrics: ports.sidecarMetrics },
             ...(options.redisUrl === undefined || cacheKey === undefined
               ? {}

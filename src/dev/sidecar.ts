@@ -25,6 +25,8 @@ export interface DevSidecarOptions {
   readonly clientSecret: string;
   readonly protector: PolicyProtector;
   readonly sampleApiUrl: string;
+  /** The parameter-scoping rollout of the authority service beside it. */
+  readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly ports: { readonly grpc: number; readonly proxy: number; readonly metrics: number };
   /** Redis and the 32-byte MAC key of its cache entries (optional). */
   readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
@@ -66,6 +68,7 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
       proxy: { host: DEV_HOST, port: options.ports.proxy },
       metrics: { host: DEV_HOST, port: options.ports.metrics },
     },
+    ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     logger: options.log,
   });
   try {

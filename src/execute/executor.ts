@@ -1,6 +1,6 @@
 import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
-import { evaluateConstraints } from "../core/parameter-constraints.ts";
+import type { ConstraintRollout } from "../core/parameter-constraints.ts";
 import {
   applyRedactions,
   type HeaderValue,
@@ -20,7 +20,7 @@ import {
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
-import { type ValidatedArgs, validateInput } from "./input.ts";
+import { enforceOperationInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
 import { type AllowedRoute, assertUnambiguousPath, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
@@ -307,21 +307,18 @@ export function createExecutor(options: ExecutorOptions): Executor {
   });
   const injector: AuthInjector = createAuthInjector({ secretResolver, clientCredentials, oauthUser });
 
-  async function checkConstraints(snapshot: ExecutableOperation, args: ValidatedArgs, partnerId: string) {
+  /** The rollout gate's inputs; the partner allowlist is asked only when the snapshot has constraints. */
+  async function rolloutFor(snapshot: ExecutableOperation, partnerId: string): Promise<ConstraintRollout> {
     const constraints = snapshot.parameter_constraints;
-    if (Array.isArray(constraints) && constraints.length === 0) return;
+    if (Array.isArray(constraints) && constraints.length === 0)
+      return { enabled: constraintsRollout.enabled, partnerAllowlisted: false };
     let partnerAllowlisted: boolean;
     try {
       partnerAllowlisted = (await constraintsRollout.isPartnerAllowlisted(partnerId)) === true;
     } catch {
       partnerAllowlisted = false;
     }
-    const verdict = evaluateConstraints(
-      constraints,
-      { path: args.path, query: args.query, headers: args.headers, body: args.body },
-      { enabled: constraintsRollout.enabled, partnerAllowlisted },
-    );
-    if (!verdict.ok) throw new ExecutionError(verdict.code, { message: verdict.message });
+    return { enabled: constraintsRollout.enabled, partnerAllowlisted };
   }
 
   async function call(
@@ -352,14 +349,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
 
     // 1–2: nothing is loaded and nothing is sent until the arguments pass both checks.
     if (request.route !== undefined) assertUnambiguousPath(request.route, request.args);
-    const args = validateInput(snapshot.input_schema, request.args);
-    if (args.hasBody && (method === "GET" || method === "HEAD")) {
-      throw new ExecutionError("invalid_input", {
-        message: "Invalid input at body: notAccepted.",
-        details: { issues: [{ location: "body", pointer: "", keyword: "notAccepted" }] },
-      });
-    }
-    await checkConstraints(snapshot, args, request.partnerId);
+    // The same enforcement step as the sidecar's ext_authz and forward proxy (input.ts).
+    const args = enforceOperationInput(snapshot, request.args, await rolloutFor(snapshot, request.partnerId));
 
     // 3: the URL comes from the reviewed template only, and must map back to the decision.
     if (request.route !== undefined && request.route.operation !== snapshot) {

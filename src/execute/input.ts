@@ -2,6 +2,7 @@ import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.
 import formatsPlugin from "ajv-formats";
 import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
+import { type ConstraintRollout, evaluateConstraints } from "../core/parameter-constraints.ts";
 import { ExecutionError } from "./errors.ts";
 
 /** What a caller passes to one operation: each part validated against the snapshot. */
@@ -204,4 +205,86 @@ export function validateInput(inputSchema: InputSchema, args: unknown): Validate
   if (validateBody === undefined) throw invalid({ location: "body", pointer: "", keyword: "notAccepted" });
   if (!validateBody(args.body)) throw invalid(issueFrom("body", validateBody.errors?.[0]));
   return { path, query, headers, body: args.body, hasBody };
+}
+
+/**
+ * Headers and parameters that make common upstream frameworks run another operation than
+ * the one the request names (method overrides, URL rewrites). Never an input, whatever a
+ * snapshot declares: the decision was taken on the method and path, and they must stay
+ * the operation the upstream runs.
+ */
+export const ROUTING_OVERRIDE_HEADERS: ReadonlySet<string> = new Set([
+  "x-http-method-override",
+  "x-http-method",
+  "x-method-override",
+  "x-original-method",
+  "x-original-url",
+  "x-original-uri",
+  "x-rewrite-url",
+]);
+
+/** Query parameters and top-level JSON body members that frameworks read as a method override. */
+export const ROUTING_OVERRIDE_PARAMETERS: ReadonlySet<string> = new Set(["_method", "_httpmethod"]);
+
+function overrideIn(record: Readonly<Record<string, unknown>>, names: ReadonlySet<string>): boolean {
+  for (const name in record) {
+    if (Object.hasOwn(record, name) && names.has(name.toLowerCase())) return true;
+  }
+  return false;
+}
+
+function refuseRoutingOverrides(args: ValidatedArgs): void {
+  const issue = (location: Section): ExecutionError =>
+    invalid({ location, pointer: "", keyword: "routingOverride" });
+  if (overrideIn(args.query, ROUTING_OVERRIDE_PARAMETERS)) throw issue("query");
+  if (overrideIn(args.headers, ROUTING_OVERRIDE_HEADERS)) throw issue("headers");
+  if (isPlainObject(args.body) && overrideIn(args.body, ROUTING_OVERRIDE_PARAMETERS)) throw issue("body");
+}
+
+/** What the enforcement step reads from a verified operation snapshot. */
+export interface EnforcedOperation {
+  readonly method: string;
+  readonly input_schema: InputSchema;
+  readonly parameter_constraints: readonly unknown[];
+}
+
+const BODYLESS_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD"]);
+
+/**
+ * The one "validate input + evaluate constraints" step of every path that lets a request
+ * reach an upstream (invoke, broker, MCP through the executor; ext_authz and the forward
+ * proxy through the sidecar engine): the arguments against the snapshot's input schema,
+ * routing overrides refused, then the signed parameter constraints with the rollout gate.
+ * Throws `ExecutionError` — `invalid_input` (400), `constraint_violation` (403),
+ * `constraint_rollout_disabled` (operation_not_allowed, 403), `constraint_metadata_invalid`
+ * (policy_verification_failed, 403) — so every path answers the same reason and status.
+ */
+export function enforceOperationInput(
+  operation: EnforcedOperation,
+  args: unknown,
+  rollout: ConstraintRollout,
+): ValidatedArgs {
+  const validated = validateInput(operation.input_schema, args);
+  const method = typeof operation.method === "string" ? operation.method.toUpperCase() : "";
+  if (validated.hasBody && BODYLESS_METHODS.has(method)) {
+    throw invalid({ location: "body", pointer: "", keyword: "notAccepted" });
+  }
+  refuseRoutingOverrides(validated);
+  const verdict = evaluateConstraints(
+    operation.parameter_constraints,
+    { path: validated.path, query: validated.query, headers: validated.headers, body: validated.body },
+    rollout,
+  );
+  if (!verdict.ok) throw new ExecutionError(verdict.code, { message: verdict.message });
+  return validated;
+}
+
+/** Whether the snapshot's constraints read the JSON body (the sidecar then needs to see it). */
+export function constrainsBody(operation: EnforcedOperation): boolean {
+  const constraints = operation.parameter_constraints;
+  if (!Array.isArray(constraints)) return false;
+  for (const constraint of constraints) {
+    if ((constraint as { in?: unknown } | null)?.in === "body") return true;
+  }
+  return false;
 }

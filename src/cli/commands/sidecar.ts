@@ -71,6 +71,8 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
     proxyDecisionTimeoutMs: config.proxyDecisionTimeoutMs,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     maxResponseBytes: config.maxResponseBytes,
+    maxRequestBytes: config.maxRequestBytes,
+    constraintsRollout: config.parameterScoping,
     auditMaxPending: config.auditMaxPending,
     stalenessMs: config.stalenessMs,
     policyTtlMs: config.policyTtlMs,

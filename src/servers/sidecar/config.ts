@@ -5,9 +5,11 @@
 import { ConfigError } from "../../config/errors.ts";
 import {
   bearerTokenSettings,
+  boolean,
   httpUrl,
   integer,
   type ListenAddress,
+  list,
   listenAddress,
   oneOf,
   redisUrl,
@@ -152,6 +154,24 @@ export const sidecarSettings = {
     description: "forward proxy: largest response buffered for redaction (default 1048576; over it: 502)",
     parse: integer(1024, 256 * 1024 * 1024),
   }),
+  maxRequestBytes: spec({
+    key: "max-request-bytes",
+    env: "AUTHORITY_SIDECAR_MAX_REQUEST_BYTES",
+    description: "forward proxy: largest request body read for validation (default 1048576; over it: 413)",
+    parse: integer(1024, 256 * 1024 * 1024),
+  }),
+  parameterScoping: spec({
+    key: "parameter-scoping",
+    env: "AUTHORITY_PARAMETER_SCOPING",
+    description: "enforce signed parameter constraints, as the authority service does (default false)",
+    parse: boolean,
+  }),
+  parameterScopingPartners: spec({
+    key: "parameter-scoping-partners",
+    env: "AUTHORITY_PARAMETER_SCOPING_PARTNERS",
+    description: "comma-separated partners allowed to use parameter constraints",
+    parse: list,
+  }),
   staleness: spec({
     key: "staleness-ms",
     env: "AUTHORITY_SIDECAR_STALENESS_MS",
@@ -214,6 +234,8 @@ export interface SidecarConfig {
   readonly proxyDecisionTimeoutMs: number;
   readonly upstreamTimeoutMs: number;
   readonly maxResponseBytes: number;
+  readonly maxRequestBytes: number;
+  readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly stalenessMs: number;
   readonly policyTtlMs: number;
   readonly policyMaxAgeMs: number;
@@ -285,6 +307,11 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     proxyDecisionTimeoutMs: get("proxyDecisionTimeout") ?? 1000,
     upstreamTimeoutMs: get("upstreamTimeout") ?? 10_000,
     maxResponseBytes: get("maxResponseBytes") ?? 1024 * 1024,
+    maxRequestBytes: get("maxRequestBytes") ?? 1024 * 1024,
+    parameterScoping: {
+      enabled: get("parameterScoping") ?? false,
+      partnerAllowlist: get("parameterScopingPartners") ?? [],
+    },
     stalenessMs: get("staleness") ?? 1000,
     policyTtlMs: get("policyTtl") ?? 1000,
     policyMaxAgeMs: get("policyMaxAge") ?? 60_000,

@@ -3,10 +3,12 @@ import { decide } from "../../core/decision.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
+import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import type { CacheLayer, PolicyLookup, VerifiedPolicyCache } from "../../policy/cache/index.ts";
 import type { CapabilityMap } from "./capability-map.ts";
 import { SidecarConfigError } from "./errors.ts";
+import { type HeaderBag, operationArguments, type RequestBody } from "./request-input.ts";
 import type { TokenCheck, VerifiedTokenCache } from "./token-cache.ts";
 
 /**
@@ -14,7 +16,9 @@ import type { TokenCheck, VerifiedTokenCache } from "./token-cache.ts";
  * bearer token (cached verification) → capability (explicit, else the capability map) →
  * verified policy (local → Redis → authority, with the head freshness check) →
  * partner-scoped catalog → `decide()` from src/core (the authority service's engine) →
- * the auth profile's upstream credentials. It is total: every failure is a deny with the
+ * the request's path parameters, query, declared headers and body against the snapshot's
+ * input schema and signed parameter constraints (`enforceOperationInput`, the executor's own
+ * step) → the auth profile's upstream credentials. It is total: every failure is a deny with the
  * error table's status and reason; nothing but `decide()`'s allow is an allow.
  */
 
@@ -30,6 +34,14 @@ export interface SidecarRequest {
   readonly method: string;
   /** Path and query as received. */
   readonly path: string;
+  /** The caller's headers (lower-case names); the declared ones are inputs of the operation. */
+  readonly headers?: HeaderBag;
+  /**
+   * The body when the transport has it (the proxy; ext_authz with Envoy's with_request_body).
+   * Absent: a body the framing headers announce was not seen, and an operation that takes or
+   * constrains a body is then denied with request_body_required.
+   */
+  readonly body?: RequestBody;
   readonly requestId: string;
   /**
    * Aborted when the transport has answered without waiting for this decision (its deadline,
@@ -57,6 +69,8 @@ export interface SidecarAllow {
   readonly params: Readonly<Record<string, string>>;
   /** The catalog the decision matched: the forward proxy matches its rendered request against it again. */
   readonly capability: Capability;
+  /** The arguments as validated and constrained: what may be forwarded (the proxy renders them). */
+  readonly input: ValidatedArgs;
   readonly credentials: InjectedCredentials;
   readonly policyHead: number;
   readonly policyLayer: CacheLayer;
@@ -99,6 +113,11 @@ export interface SidecarEngineOptions {
   readonly catalogs: CatalogSource;
   readonly credentials: CredentialSource;
   readonly capabilityMap: CapabilityMap;
+  /**
+   * The parameter-scoping rollout, as the authority service's (AUTHORITY_PARAMETER_SCOPING,
+   * AUTHORITY_PARAMETER_SCOPING_PARTNERS). Default off: an operation with constraints is denied.
+   */
+  readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: Iterable<string> };
   readonly now?: () => Date;
   /** Told of token checks (metrics): `cached`, `verified`, `rejected`, `unavailable`. */
   readonly onTokenCheck?: (result: "cached" | "verified" | "rejected" | "unavailable") => void;
@@ -154,6 +173,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
   if (typeof capabilityMap?.resolve !== "function") throw new SidecarConfigError("capabilityMap is required");
   const now = options.now ?? (() => new Date());
   const onTokenCheck = options.onTokenCheck ?? (() => undefined);
+  const rolloutEnabled = options.constraintsRollout?.enabled === true;
+  const rolloutPartners = new Set(options.constraintsRollout?.partnerAllowlist ?? []);
 
   // The decision in stages; each stage continues at once when its input is cached and
   // through a promise when it has to wait, so the all-cached path allocates no promise.
@@ -216,8 +237,24 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         path: request.path,
         now: now(),
       });
-      if (decision.status === "denied")
-        return denyAbout(decision.reason, request.requestId, { subjectId, partnerId, capabilityId });
+      const context = { subjectId, partnerId, capabilityId };
+      if (decision.status === "denied") return denyAbout(decision.reason, request.requestId, context);
+      let input: ValidatedArgs;
+      try {
+        const args = operationArguments(
+          decision.operation,
+          decision.params,
+          request.path,
+          request.headers ?? {},
+          request.body,
+        );
+        input = enforceOperationInput(decision.operation, args, {
+          enabled: rolloutEnabled,
+          partnerAllowlisted: rolloutPartners.has(partnerId),
+        });
+      } catch (error) {
+        return { ...denyForError(error, request.requestId), context };
+      }
       const allow = (injected: InjectedCredentials): SidecarAllow => ({
         allow: true,
         requestId: request.requestId,
@@ -229,6 +266,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         redactions: decision.redactions,
         params: decision.params,
         capability: decision.capability,
+        input,
         credentials: injected,
         policyHead: policy.head,
         policyLayer: layer,

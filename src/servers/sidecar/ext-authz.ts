@@ -8,16 +8,18 @@ import type {
   DenyDecision,
   DenyHttpStatus,
 } from "./grpc/types.ts";
+import { declaredHeaders, type HeaderBag, headersToRemove, type RequestBody } from "./request-input.ts";
 
 /**
  * ext_authz on top of the engine. An allow sets (OVERWRITE_IF_EXISTS_OR_ADD) the request id,
- * the permission id and the auth profile's upstream credentials, and removes the caller's
- * `Authorization` unless the credentials replace it — either way the caller's token never
- * reaches the upstream. Every other `x-authority-*` header the caller sent is removed too:
- * the upstream must be able to trust that namespace (the forward proxy strips it likewise),
- * and Envoy's ext_authz can only remove headers by exact name, which the caller chooses.
- * Decision facts go to `dynamic_metadata`. A deny is the engine's
- * status and reason; the transport (grpc/check-server.ts) writes the JSON body.
+ * the permission id and the auth profile's upstream credentials, and removes (headers_to_remove)
+ * every caller header the upstream must not see: the caller's credentials unless the
+ * injected ones replace them, every client-sent `x-authority-*`, routing overrides and any
+ * header neither declared by the snapshot nor in the forwarded set (request-input.ts). The
+ * upstream must be able to trust the `x-authority-*` namespace, and Envoy can only remove
+ * headers by exact name, which the caller chooses. Decision facts go to `dynamic_metadata`.
+ * A deny is the engine's status and reason; the transport (grpc/check-server.ts) writes the
+ * JSON body.
  */
 
 export const REQUEST_ID_HEADER = "x-authority-request-id";
@@ -51,7 +53,7 @@ const RESERVED_PREFIX = "x-authority-";
 
 /** The caller's `x-authority-*` header names that an allow does not overwrite. */
 export function callerReservedHeaders(
-  headers: Readonly<Record<string, string>>,
+  headers: Readonly<Record<string, unknown>>,
   set: Readonly<Record<string, string>>,
 ): string[] {
   const setNames = new Set(Object.keys(set).map((name) => name.toLowerCase()));
@@ -60,10 +62,20 @@ export function callerReservedHeaders(
     .filter((name) => name.startsWith(RESERVED_PREFIX) && !setNames.has(name));
 }
 
-export function toCheckDecision(
-  decision: SidecarDecision,
-  callerHeaders: Readonly<Record<string, string>> = {},
-): CheckDecision {
+/** Envoy's marker of a body cut at max_request_bytes (allow_partial_message: true). */
+export const PARTIAL_BODY_HEADER = "x-envoy-auth-partial-body";
+
+/** The body as Envoy sent it; absent when it sent none (with_request_body off, or no body). */
+export function checkBody(input: CheckInput): RequestBody | undefined {
+  const partial = input.headers[PARTIAL_BODY_HEADER];
+  if (partial === "true") return { state: "partial" };
+  if (input.body !== undefined) return { state: "complete", bytes: input.body };
+  // Envoy buffered the body and it was empty.
+  if (partial === "false") return { state: "complete", bytes: "" };
+  return undefined;
+}
+
+export function toCheckDecision(decision: SidecarDecision, requestHeaders: HeaderBag = {}): CheckDecision {
   if (!decision.allow) {
     const deny: DenyDecision = {
       allow: false,
@@ -74,17 +86,20 @@ export function toCheckDecision(
     };
     return deny;
   }
-  const replacesAuthorization = Object.keys(decision.credentials.headers).some(
-    (name) => name.toLowerCase() === "authorization",
-  );
   const headersToSet = allowHeaders(decision);
+  const setByAllow: Record<string, string> = {};
+  for (const name in headersToSet) setByAllow[name.toLowerCase()] = "";
+  const remove = headersToRemove(requestHeaders, declaredHeaders(decision.operation), setByAllow);
+  // The caller's token goes even when the request did not show it to us.
+  if (!Object.hasOwn(setByAllow, "authorization") && !remove.includes("authorization"))
+    remove.push("authorization");
+  // The x-authority-* namespace in any spelling, whatever the forwarded set says.
+  for (const name of callerReservedHeaders(requestHeaders, headersToSet))
+    if (!remove.includes(name)) remove.push(name);
   const allow: AllowDecision = {
     allow: true,
     headersToSet,
-    headersToRemove: [
-      ...(replacesAuthorization ? [] : ["authorization"]),
-      ...callerReservedHeaders(callerHeaders, headersToSet),
-    ],
+    headersToRemove: remove,
     dynamicMetadata: decisionMetadata(decision),
     ...(Object.keys(decision.credentials.query).length === 0
       ? {}
@@ -95,6 +110,7 @@ export function toCheckDecision(
 
 export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
   return (input: CheckInput, signal?: AbortSignal) => {
+    const body = checkBody(input);
     const decision = engine.decide({
       transport: "grpc",
       authorization: input.headers.authorization,
@@ -102,6 +118,8 @@ export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
       host: input.host,
       method: input.method,
       path: input.path,
+      headers: input.headers,
+      ...(body === undefined ? {} : { body }),
       requestId: input.requestId ?? randomUUID(),
       ...(signal === undefined ? {} : { signal }),
     });

@@ -25,6 +25,7 @@ import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type Sidecar
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
+import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
 
 /**
  * The forward proxy for invoke traffic (`127.0.0.1:15001`). An app sends its upstream calls
@@ -33,7 +34,11 @@ import type { SidecarMetrics } from "./metrics.ts";
  * `Proxy-Authorization` (or `Authorization`). Each request is decided by the same engine as
  * ext_authz; an allowed one is sent to the **reviewed upstream URL of the operation
  * snapshot** (never to the host the app named), with the auth profile's credentials
- * injected and the caller's credentials, cookies and `x-authority-*` headers removed.
+ * injected. The request body (JSON, up to `maxRequestBytes`) is read before the decision, so
+ * the engine checks path parameters, query, declared headers and body against the snapshot's
+ * input schema and constraints; upstream goes only what was checked: the validated query,
+ * the declared headers plus the forwarded set (request-input.ts), the body re-serialized.
+ * The caller's credentials, cookies, `x-authority-*` and routing-override headers never go.
  *
  * Responses: sensitive and hop-by-hop headers are dropped; a body that may need redaction —
  * the operation or policy has rules, or it is (or may be) JSON — is buffered up to
@@ -53,6 +58,8 @@ export interface ForwardProxyOptions {
   readonly upstreamTimeoutMs?: number;
   /** Largest response body buffered for redaction, decoded bytes (default 1 MiB). */
   readonly maxResponseBytes?: number;
+  /** Largest request body read for validation (default 1 MiB); over it the answer is 413. */
+  readonly maxRequestBytes?: number;
   /** Sockets per upstream origin (default 256). */
   readonly maxSockets?: number;
   readonly logger?: { warn(obj: Record<string, unknown>, msg: string): void };
@@ -69,20 +76,8 @@ export interface ForwardProxy {
 /** The capability the app asks for (like Envoy's context_extensions); removed before forwarding. */
 export const CAPABILITY_HEADER = "x-authority-capability";
 
-/** Caller headers never forwarded: its credentials, cookies, our own headers, and hop-by-hop ones. */
-const DROPPED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
-  "authorization",
-  "proxy-authorization",
-  "cookie",
-  "host",
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "upgrade",
-  "te",
-  "trailer",
-  "expect",
-]);
+/** Thrown while reading a request body over the bound. */
+class RequestTooLarge extends Error {}
 
 const NO_BODY_STATUSES: ReadonlySet<number> = new Set([204, 304]);
 const NO_RULES: readonly RedactionRule[] = Object.freeze([]);
@@ -142,28 +137,12 @@ function decodeBody(bytes: Buffer, encoding: string, max: number): Buffer | unde
   }
 }
 
-/** The caller's headers that may go upstream: without what is never forwarded. */
-function forwardedHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
-  const connection = single(headers.connection);
-  const nominated =
-    connection === undefined
-      ? undefined
-      : new Set(
-          connection
-            .split(",")
-            .map((token) => token.trim().toLowerCase())
-            .filter((token) => token.length > 0),
-        );
+/** The caller's headers that may go upstream: the declared ones and the forwarded set (request-input.ts). */
+function forwardedHeaders(headers: IncomingHttpHeaders, declared: ReadonlySet<string>): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   for (const name in headers) {
-    if (
-      !Object.hasOwn(headers, name) ||
-      DROPPED_REQUEST_HEADERS.has(name) ||
-      nominated?.has(name) === true ||
-      name.startsWith("x-authority-")
-    ) {
-      continue;
-    }
+    // content-type belongs to the body, which is re-serialized: set with it below.
+    if (!Object.hasOwn(headers, name) || name === "content-type" || !isForwarded(name, declared)) continue;
     // Defined as an own property: a hostile `__proto__` header stays a plain (dropped-by-Node) name.
     Object.defineProperty(out, name, {
       value: headers[name],
@@ -173,6 +152,17 @@ function forwardedHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
     });
   }
   return out;
+}
+
+/** The validated query, rendered: the upstream sees exactly the values that were checked. */
+function renderQuery(target: URL, query: Readonly<Record<string, unknown>>): void {
+  for (const name in query) {
+    if (!Object.hasOwn(query, name)) continue;
+    const value = query[name];
+    for (const item of Array.isArray(value) ? value : [value]) {
+      target.searchParams.append(name, typeof item === "string" ? item : JSON.stringify(item));
+    }
+  }
 }
 
 /** RFC 9112 §6.3: a request with neither Content-Length nor Transfer-Encoding has no body. */
@@ -190,6 +180,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const upstreamTimeoutMs = positiveIntOption(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
   const maxResponseBytes = positiveIntOption(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
   const maxSockets = positiveIntOption(options.maxSockets, 256, "maxSockets");
+  const maxRequestBytes = positiveIntOption(options.maxRequestBytes, 1024 * 1024, "maxRequestBytes");
   const agents = {
     http: new HttpKeepAliveAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
     https: new HttpsAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
@@ -244,8 +235,37 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
 
   type Decision = SidecarAllow | SidecarDeny;
 
+  /** The whole request body, bounded: it is validated before anything is sent upstream. */
+  const readRequestBody = (req: IncomingMessage): Promise<Buffer> =>
+    new Promise((resolve, reject) => {
+      const declared = Number(req.headers["content-length"]);
+      if (Number.isFinite(declared) && declared > maxRequestBytes) {
+        reject(new RequestTooLarge());
+        return;
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const onData = (chunk: Buffer): void => {
+        size += chunk.length;
+        if (size > maxRequestBytes) {
+          req.off("data", onData);
+          req.pause();
+          reject(new RequestTooLarge());
+          return;
+        }
+        chunks.push(chunk);
+      };
+      req.on("data", onData);
+      req.once("end", () => resolve(Buffer.concat(chunks)));
+      req.once("error", reject);
+    });
+
   /** The decision, synchronously when everything it needs is cached; else a promise bounded by the deadline. */
-  const decide = (req: IncomingMessage, requestId: string): Decision | Promise<Decision> => {
+  const decide = (
+    req: IncomingMessage,
+    requestId: string,
+    body: RequestBody,
+  ): Decision | Promise<Decision> => {
     let host = single(req.headers.host) ?? "";
     let path = req.url ?? "";
     if (!path.startsWith("/")) {
@@ -267,6 +287,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       host,
       method: req.method ?? "",
       path,
+      headers: req.headers,
+      body,
       requestId,
       signal: answered.signal,
     });
@@ -330,10 +352,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         },
         { path: decision.params },
       );
-      const query = (req.url ?? "").split("?")[1];
-      if (query !== undefined && query.length > 0) {
-        target.search = target.search.length > 1 ? `${target.search}&${query}` : `?${query}`;
-      }
+      renderQuery(target, decision.input.query);
       for (const [name, value] of Object.entries(decision.credentials.query))
         target.searchParams.set(name, value);
     } catch (error) {
@@ -363,9 +382,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     });
     const https = target.protocol === "https:";
     const hostname = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
-    const headers = forwardedHeaders(req.headers);
+    const headers = forwardedHeaders(req.headers, declaredHeaders(decision.operation));
     for (const [name, value] of Object.entries(allowHeaders(decision))) headers[name] = value;
     headers.host = target.host;
+    const body = decision.input.hasBody
+      ? Buffer.from(JSON.stringify(decision.input.body), "utf8")
+      : undefined;
+    if (body !== undefined) {
+      headers["content-type"] = "application/json";
+      headers["content-length"] = body.length;
+    }
     let proxyReq: ClientRequest;
     try {
       proxyReq = (https ? httpsRequest : httpRequest)({
@@ -385,13 +411,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     exchange.proxyReq = proxyReq;
     proxyReq.on("response", (proxyRes: IncomingMessage) => onUpstreamResponse(exchange, proxyRes, res));
     proxyReq.on("error", (error: Error) => upstreamFailed(res, exchange, error));
-    if (hasBody(req.headers)) {
-      // The request body streams to the upstream.
-      req.pipe(proxyReq);
-    } else {
-      req.resume();
-      proxyReq.end();
-    }
+    // What was validated, re-serialized: no duplicate key or other spelling reaches the upstream.
+    proxyReq.end(body);
   };
 
   const upstreamFailed = (res: ServerResponse, exchange: Exchange, error: Error): void => {
@@ -553,20 +574,40 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
       forward(req, res, decision);
     };
-    let decision: Decision | Promise<Decision>;
-    try {
-      decision = decide(req, requestId);
-    } catch (error) {
-      decision = denyForError(error, requestId);
-    }
-    if (!(decision instanceof Promise)) {
-      decided(decision);
+    const withBody = (body: RequestBody): void => {
+      let decision: Decision | Promise<Decision>;
+      try {
+        decision = decide(req, requestId, body);
+      } catch (error) {
+        decision = denyForError(error, requestId);
+      }
+      if (!(decision instanceof Promise)) {
+        decided(decision);
+        return;
+      }
+      decision.then(decided, (error: unknown) => {
+        metrics?.decision("proxy", "error", "internal", (performance.now() - started) / 1000);
+        sendDeny(res, denyForError(error, requestId));
+      });
+    };
+    if (!hasBody(req.headers)) {
+      req.resume();
+      withBody({ state: "complete", bytes: "" });
       return;
     }
-    decision.then(decided, (error: unknown) => {
-      metrics?.decision("proxy", "error", "internal", (performance.now() - started) / 1000);
-      sendDeny(res, denyForError(error, requestId));
-    });
+    readRequestBody(req).then(
+      (bytes) => withBody({ state: "complete", bytes }),
+      (error: unknown) => {
+        const deny = denyOf(
+          error instanceof RequestTooLarge ? "payload_too_large" : "invalid_request",
+          requestId,
+        );
+        metrics?.decision("proxy", "deny", deny.reason, (performance.now() - started) / 1000);
+        // The rest of an oversized body is not read: the connection goes with the answer.
+        res.shouldKeepAlive = false;
+        sendDeny(res, deny);
+      },
+    );
   });
   server.on("connection", (socket: Socket) => {
     sockets.add(socket);

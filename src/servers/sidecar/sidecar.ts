@@ -59,6 +59,10 @@ export interface SidecarOptions {
   readonly proxyDecisionTimeoutMs?: number;
   readonly upstreamTimeoutMs?: number;
   readonly maxResponseBytes?: number;
+  /** Forward proxy: largest request body read for validation (default 1 MiB). */
+  readonly maxRequestBytes?: number;
+  /** Parameter-scoping rollout, as the authority service's; default off (constrained operations are denied). */
+  readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   /** With Redis: how long a confirmed policy head counts while Redis cannot be read (default 1000 ms). */
   readonly stalenessMs?: number;
   /** Without Redis: how long an authority answer is used (default 1000 ms). */
@@ -192,6 +196,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       },
     },
     capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
+    ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
   });
   const engine = auditedEngine(decisionEngine, auditLog);
@@ -211,6 +216,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       : { decisionTimeoutMs: options.proxyDecisionTimeoutMs }),
     ...(options.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.upstreamTimeoutMs }),
     ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
+    ...(options.maxRequestBytes === undefined ? {} : { maxRequestBytes: options.maxRequestBytes }),
   });
 
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);

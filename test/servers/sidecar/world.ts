@@ -83,6 +83,11 @@ export function ordersApi(): Record<string, unknown> {
         parameters: [{ name: "orderId", in: "path", required: true, schema: { type: "string" } }],
         get: {
           operationId: "getOrder",
+          // Declared: the sidecar refuses query parameters the snapshot does not name.
+          parameters: [
+            { name: "expand", in: "query", schema: { type: "string" } },
+            { name: "service_ms", in: "query", schema: { type: "integer", minimum: 0, maximum: 1000 } },
+          ],
           responses: json,
           "x-authority-redactions": [{ path: "/card_number", mode: "mask", keep_last: 4 }],
         },

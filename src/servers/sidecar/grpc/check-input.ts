@@ -50,6 +50,10 @@ export interface RawCheckRequest {
   readonly contextExtensions: Iterable<readonly [string, string]>;
   /** `source.principal`. */
   readonly principal: string;
+  /** `HttpRequest.body` (with_request_body), "" when absent. */
+  readonly body?: string;
+  /** `HttpRequest.raw_body` (with_request_body and pack_as_bytes), empty when absent. */
+  readonly rawBody?: Uint8Array;
 }
 
 const printableId = /^[\x21-\x7e]{1,128}$/;
@@ -80,6 +84,8 @@ export function buildCheckInput(raw: RawCheckRequest): ParsedCheckRequest {
   // Echoed in deny bodies and logs: only a short printable id is kept.
   const requestId = printableId.test(candidateId) ? candidateId : "";
   const sourcePrincipal = raw.principal;
+  // Envoy sends one of the two; raw bytes when it packs them (no UTF-8 replacement).
+  const body = raw.rawBody !== undefined && raw.rawBody.byteLength > 0 ? raw.rawBody : raw.body || undefined;
 
   const input: CheckInput = {
     method,
@@ -90,6 +96,7 @@ export function buildCheckInput(raw: RawCheckRequest): ParsedCheckRequest {
     contextExtensions: Object.fromEntries(raw.contextExtensions),
     ...(requestId === "" ? {} : { requestId }),
     ...(sourcePrincipal === "" ? {} : { sourcePrincipal }),
+    ...(body === undefined ? {} : { body }),
   };
   return { input, complete: method !== "" && path !== "" };
 }
@@ -129,5 +136,7 @@ export function parseCheckRequest(message: unknown): ParsedCheckRequest {
     headerMap: headerMapEntries(http),
     contextExtensions: stringEntries(attributes?.context_extensions),
     principal: text(bag(attributes?.source)?.principal),
+    body: text(http?.body),
+    rawBody: http?.raw_body instanceof Uint8Array ? http.raw_body : undefined,
   });
 }

@@ -133,6 +133,8 @@ interface RawHttp {
   headers: Map<string, string>;
   /** header_map entries: [key, value or raw_value as text]. */
   headerMap: Array<[string, string]>;
+  body: string;
+  rawBody: Uint8Array | undefined;
 }
 
 function headerMap(c: Cursor, into: Array<[string, string]>): void {
@@ -153,6 +155,8 @@ function httpRequest(c: Cursor): RawHttp {
     scheme: "",
     headers: new Map(),
     headerMap: [],
+    body: "",
+    rawBody: undefined,
   };
   let map: Array<[string, string]> = [];
   while (c.pos < c.end) {
@@ -180,6 +184,14 @@ function httpRequest(c: Cursor): RawHttp {
       case 6:
         http.scheme = text(c, wire);
         break;
+      case 11:
+        http.body = text(c, wire);
+        break;
+      case 12: {
+        const value = lengthDelimited(c, wire);
+        http.rawBody = value.bytes.slice(value.pos, value.end);
+        break;
+      }
       case 13:
         // A repeated singular message: the last one counts.
         map = [];
@@ -259,6 +271,8 @@ export function decodeCheckRequest(bytes: Uint8Array): ParsedCheckRequest {
     headerMap: http?.headerMap ?? [],
     contextExtensions,
     principal,
+    body: http?.body ?? "",
+    rawBody: http?.rawBody,
   });
 }
 

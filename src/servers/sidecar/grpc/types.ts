@@ -21,6 +21,11 @@ export interface CheckInput {
   readonly requestId?: string;
   /** `source.principal`, e.g. the SPIFFE ID of the mTLS peer. */
   readonly sourcePrincipal?: string;
+  /**
+   * The body Envoy sent (with_request_body): `raw_body` bytes, else `body` text; absent when
+   * none was sent. Whether it is whole is Envoy's `x-envoy-auth-partial-body` header.
+   */
+  readonly body?: Uint8Array | string;
 }
 
 export interface AllowDecision {

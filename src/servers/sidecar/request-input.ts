@@ -1,0 +1,247 @@
+import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import { AuthorityError } from "../../errors.ts";
+import { constrainsBody, ROUTING_OVERRIDE_HEADERS } from "../../execute/input.ts";
+
+/**
+ * What of a caller's HTTP request the sidecar enforces and forwards, the same for ext_authz
+ * and the forward proxy: the request as operation arguments (path parameters, query,
+ * declared headers, JSON body) for the shared enforcement step, and which headers may reach
+ * the upstream. docs/sidecar.md ("Forwarded request parts") lists the sets;
+ * docs/decisions/0501-sidecar-request-enforcement.md says why.
+ */
+
+export type HeaderBag = Readonly<Record<string, string | readonly string[] | undefined>>;
+
+/**
+ * The body as the transport has it. Absent means the transport did not see one: the engine
+ * then decides from the framing headers whether there can be a body (see `bodyArgument`).
+ */
+export type RequestBody =
+  | { readonly state: "complete"; readonly bytes: Uint8Array | string }
+  /** Cut short by the transport (Envoy's `x-envoy-auth-partial-body: true`). */
+  | { readonly state: "partial" };
+
+/** Headers forwarded beside the declared ones: content negotiation and tracing. */
+export const FORWARDED_HEADERS: ReadonlySet<string> = new Set([
+  "accept",
+  "accept-language",
+  "content-type",
+  "user-agent",
+  "traceparent",
+  "tracestate",
+  "x-request-id",
+  "b3",
+  "x-b3-traceid",
+  "x-b3-spanid",
+  "x-b3-parentspanid",
+  "x-b3-sampled",
+  "x-b3-flags",
+]);
+
+/** Never forwarded, whatever the snapshot declares: the caller's credentials and our own namespace. */
+const CALLER_CREDENTIALS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "cookie"]);
+
+/**
+ * ext_authz only: what Envoy itself owns and forwards — pseudo headers, framing and
+ * hop-by-hop headers, its own `x-envoy-*` and the forwarding facts it sets
+ * (`x-forwarded-for`, `-proto`, `-client-cert`), and `accept-encoding` (Envoy's compression).
+ * These are not the caller's inputs and are left to Envoy; everything else undeclared is removed.
+ */
+const ENVOY_OWNED: ReadonlySet<string> = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "upgrade",
+  "expect",
+  "accept-encoding",
+  "x-forwarded-for",
+  "x-forwarded-proto",
+  "x-forwarded-client-cert",
+]);
+
+/** Never forwarded: credentials, `x-authority-*`, routing overrides. */
+export function isNeverForwarded(name: string): boolean {
+  return (
+    CALLER_CREDENTIALS.has(name) || name.startsWith("x-authority-") || ROUTING_OVERRIDE_HEADERS.has(name)
+  );
+}
+
+const declaredByOperation = new WeakMap<object, ReadonlySet<string>>();
+
+/** The header names the snapshot's input schema declares (lower case). */
+export function declaredHeaders(operation: OperationSnapshot): ReadonlySet<string> {
+  const schema = operation.input_schema.headers;
+  const known = declaredByOperation.get(schema);
+  if (known !== undefined) return known;
+  const properties = (schema as { properties?: unknown }).properties;
+  const names = new Set<string>(
+    typeof properties === "object" && properties !== null
+      ? Object.keys(properties).map((name) => name.toLowerCase())
+      : [],
+  );
+  declaredByOperation.set(schema, names);
+  return names;
+}
+
+/** Whether the proxy sends this (lower-case) caller header upstream. */
+export function isForwarded(name: string, declared: ReadonlySet<string>): boolean {
+  if (isNeverForwarded(name)) return false;
+  return declared.has(name) || FORWARDED_HEADERS.has(name);
+}
+
+/**
+ * The CheckResponse's `headers_to_remove`: every caller header that is neither forwarded
+ * nor Envoy's own, except the names the allow sets (they are overwritten instead).
+ */
+export function headersToRemove(
+  headers: HeaderBag,
+  declared: ReadonlySet<string>,
+  setByAllow: Readonly<Record<string, string>>,
+): string[] {
+  const remove: string[] = [];
+  for (const raw in headers) {
+    if (!Object.hasOwn(headers, raw)) continue;
+    const name = raw.toLowerCase();
+    if (name.startsWith(":") || Object.hasOwn(setByAllow, name)) continue;
+    if (isNeverForwarded(name)) remove.push(name);
+    else if (!ENVOY_OWNED.has(name) && !name.startsWith("x-envoy-") && !isForwarded(name, declared))
+      remove.push(name);
+  }
+  return remove;
+}
+
+function first(value: string | readonly string[] | undefined): string | undefined {
+  return typeof value === "string" ? value : value?.[0];
+}
+
+/** The query string's parameters, repeated names as arrays, decoded as form data (`+` is a space). */
+export function queryArguments(path: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = Object.create(null);
+  const at = path.indexOf("?");
+  if (at < 0 || at === path.length - 1) return out;
+  const hash = path.indexOf("#", at);
+  for (const [name, value] of new URLSearchParams(path.slice(at + 1, hash < 0 ? undefined : hash))) {
+    const previous = out[name];
+    out[name] =
+      previous === undefined ? value : Array.isArray(previous) ? [...previous, value] : [previous, value];
+  }
+  return out;
+}
+
+/** The declared headers' values, as the schema sees them (lower-case names). */
+export function headerArguments(headers: HeaderBag, declared: ReadonlySet<string>): Record<string, string> {
+  const out: Record<string, string> = Object.create(null);
+  if (declared.size === 0) return out;
+  for (const raw in headers) {
+    if (!Object.hasOwn(headers, raw)) continue;
+    const name = raw.toLowerCase();
+    const value = headers[raw];
+    // A routing override is an argument too, so that the enforcement step refuses it.
+    if (value === undefined || !(declared.has(name) || ROUTING_OVERRIDE_HEADERS.has(name))) continue;
+    out[name] = typeof value === "string" ? value : value.join(", ");
+  }
+  return out;
+}
+
+/** RFC 9112 §6.3: without Content-Length or Transfer-Encoding there is no body. */
+function framingSaysNoBody(headers: HeaderBag): boolean {
+  const length = first(headers["content-length"]);
+  if (length !== undefined) return length.trim() === "0";
+  return first(headers["transfer-encoding"]) === undefined;
+}
+
+const needsBodyByOperation = new WeakMap<object, boolean>();
+
+/** The snapshot takes a body or constrains one: the body must be seen to enforce it. */
+export function operationNeedsBody(operation: OperationSnapshot): boolean {
+  let needs = needsBodyByOperation.get(operation);
+  if (needs === undefined) {
+    needs = operation.input_schema.body !== null || constrainsBody(operation);
+    needsBodyByOperation.set(operation, needs);
+  }
+  return needs;
+}
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+function invalidBody(keyword: string): AuthorityError {
+  return new AuthorityError("invalid_input", `Invalid input at body: ${keyword}.`, {
+    details: { reason: "invalid_input", issues: [{ location: "body", pointer: "", keyword }] },
+  });
+}
+
+function isJsonMediaType(contentType: string | undefined): boolean {
+  const type = (contentType?.split(";")[0] ?? "").trim().toLowerCase();
+  return type === "application/json" || type.endsWith("+json");
+}
+
+/** Marks a body the operation does not take: enforcement answers `invalid_input` (notAccepted). */
+const UNACCEPTED_BODY: unknown = Object.freeze({});
+
+/**
+ * The body as an argument: `undefined` when there is none; the parsed JSON when the
+ * operation takes or constrains a body. Throws `request_body_required` when a needed body
+ * was not seen whole — an unseen body is never treated as an absent one — and
+ * `invalid_input` / `unsupported_media_type` for a body that is not JSON.
+ */
+export function bodyArgument(
+  operation: OperationSnapshot,
+  headers: HeaderBag,
+  body: RequestBody | undefined,
+): unknown {
+  if (body?.state === "partial") {
+    if (operationNeedsBody(operation)) throw new AuthorityError("request_body_required");
+    return UNACCEPTED_BODY;
+  }
+  if (body === undefined) {
+    if (framingSaysNoBody(headers)) return undefined;
+    if (operationNeedsBody(operation)) throw new AuthorityError("request_body_required");
+    // A body the operation does not take, and that nothing could check: refused like MCP's.
+    return UNACCEPTED_BODY;
+  }
+  const size = typeof body.bytes === "string" ? body.bytes.length : body.bytes.byteLength;
+  if (size === 0) return undefined;
+  if (!operationNeedsBody(operation)) return UNACCEPTED_BODY;
+  if (!isJsonMediaType(first(headers["content-type"]))) throw new AuthorityError("unsupported_media_type");
+  const encoding = first(headers["content-encoding"])?.trim().toLowerCase();
+  if (encoding !== undefined && encoding !== "" && encoding !== "identity")
+    throw new AuthorityError("unsupported_media_type");
+  let text: string;
+  try {
+    text = typeof body.bytes === "string" ? body.bytes : utf8.decode(body.bytes);
+  } catch {
+    throw invalidBody("json");
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw invalidBody("json");
+  }
+}
+
+/** The request as operation arguments for the shared enforcement step. */
+export function operationArguments(
+  operation: OperationSnapshot,
+  params: Readonly<Record<string, string>>,
+  path: string,
+  headers: HeaderBag,
+  body: RequestBody | undefined,
+): {
+  path: Record<string, string>;
+  query: Record<string, string | string[]>;
+  headers: Record<string, string>;
+  body?: unknown;
+} {
+  const value = bodyArgument(operation, headers, body);
+  const args = {
+    path: { ...params },
+    query: queryArguments(path),
+    headers: headerArguments(headers, declaredHeaders(operation)),
+  };
+  return value === undefined ? args : { ...args, body: value };
+}
