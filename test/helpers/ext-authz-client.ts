@@ -21,6 +21,10 @@ export interface ExtAuthzRequest {
   readonly capability?: string | null;
   /** Bearer token for `authorization`; null or absent sends none. */
   readonly token?: string | null;
+  /** `HttpRequest.body`, as Envoy sends it with with_request_body. */
+  readonly body?: string;
+  /** `HttpRequest.raw_body` (with_request_body.pack_as_bytes). */
+  readonly rawBody?: Uint8Array;
 }
 
 /** The decoded CheckResponse (or the gRPC error). */
@@ -80,6 +84,8 @@ export function createExtAuthzClient(port: number): ExtAuthzClient {
               scheme: "http",
               protocol: "HTTP/1.1",
               headers: { ":method": verb, ":path": path, ":authority": host, ...headers },
+              ...(request.body === undefined ? {} : { body: request.body }),
+              ...(request.rawBody === undefined ? {} : { raw_body: request.rawBody }),
             },
           },
           context_extensions:

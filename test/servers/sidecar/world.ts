@@ -209,6 +209,8 @@ export interface ProxyOptions {
   readonly target: string;
   readonly host?: string;
   readonly headers?: Record<string, string>;
+  /** Request body (sent with its Content-Length). */
+  readonly body?: string;
 }
 
 export interface ProxyReply {
@@ -246,6 +248,8 @@ export interface World {
 
 export interface WorldOptions {
   readonly redis?: boolean;
+  /** The authority enforces signed parameter constraints for PARTNER (default off). */
+  readonly parameterScoping?: boolean;
 }
 
 export async function startWorld(options: WorldOptions = {}): Promise<World> {
@@ -274,7 +278,10 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         audience: "authority",
         bodyLimitBytes: 8 * 1024 * 1024,
         serviceIdentity: "test-environment",
-        parameterScoping: { enabled: false, partnerAllowlist: [] },
+        parameterScoping:
+          options.parameterScoping === true
+            ? { enabled: true, partnerAllowlist: [PARTNER] }
+            : { enabled: false, partnerAllowlist: [] },
       },
       store,
       verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
@@ -485,7 +492,7 @@ export function proxyRequest(port: number, options: ProxyOptions, token: string 
       },
     );
     req.on("error", reject);
-    req.end();
+    req.end(options.body);
   });
 }
 
