@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
-import { describe, it } from "node:test";
+import { describe, it, test } from "node:test";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { validateInput } from "../../src/execute/input.ts";
+import { enforceOperationInput, validateInput } from "../../src/execute/input.ts";
 import { itemSnapshot, orderSnapshot } from "./helpers.ts";
 
 const item = itemSnapshot("https://api.example.com").input_schema;
@@ -96,4 +96,53 @@ describe("validateInput", () => {
     validateInput(withId, { path: { id: "a" }, body: {} });
     validateInput(structuredClone(withId), { path: { id: "a" }, body: {} });
   });
+});
+
+test("enforceOperationInput: routing overrides are refused even when a snapshot declares them", () => {
+  const open = { type: "object" } as const;
+  const operation = {
+    method: "POST",
+    input_schema: { path: open, query: open, headers: open, body: open },
+    parameter_constraints: [],
+  };
+  const rollout = { enabled: false, partnerAllowlisted: false };
+  for (const args of [
+    { query: { _method: "DELETE" } },
+    { query: { _Method: "DELETE" } },
+    { headers: { "X-HTTP-Method-Override": "DELETE" } },
+    { headers: { "x-original-url": "/admin" } },
+    { body: { _method: "DELETE" } },
+  ]) {
+    assert.throws(
+      () => enforceOperationInput(operation, args, rollout),
+      (error: unknown) => error instanceof ExecutionError && error.code === "invalid_input",
+      JSON.stringify(args),
+    );
+  }
+  assert.equal(enforceOperationInput(operation, { body: { method: "x" } }, rollout).hasBody, true);
+});
+
+test("enforceOperationInput: constraints with the rollout gate, after the schema", () => {
+  const operation = {
+    method: "GET",
+    input_schema: { query: { type: "object", properties: { limit: { type: "integer" } } } },
+    parameter_constraints: [{ in: "query", name: "limit", maximum: 5 }],
+  };
+  const on = { enabled: true, partnerAllowlisted: true };
+  const code = (args: unknown, rollout = on) => {
+    try {
+      enforceOperationInput(operation, args, rollout);
+      return "ok";
+    } catch (error) {
+      return error instanceof ExecutionError ? error.reason : "other";
+    }
+  };
+  assert.equal(code({ query: { limit: "5" } }), "ok");
+  assert.equal(code({ query: { limit: "6" } }), "constraint_violation");
+  assert.equal(code({ query: { limit: "x" } }), "invalid_input");
+  assert.equal(
+    code({ query: { limit: "1" } }, { enabled: true, partnerAllowlisted: false }),
+    "constraint_rollout_disabled",
+  );
+  assert.equal(code({ body: {} }), "invalid_input");
 });

@@ -189,7 +189,8 @@ function httpRequest(c: Cursor): RawHttp {
         break;
       case 12: {
         const value = lengthDelimited(c, wire);
-        http.rawBody = value.bytes.slice(value.pos, value.end);
+        // A copy: the request's buffer is not kept alive by a decision.
+        http.rawBody = Buffer.from(value.bytes.subarray(value.pos, value.end));
         break;
       }
       case 13:

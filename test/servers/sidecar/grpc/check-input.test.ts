@@ -76,3 +76,13 @@ test("a request id that is too long or not printable is dropped", () => {
     assert.equal(parsed.input.requestId, undefined);
   }
 });
+
+test("the body Envoy sends (with_request_body): raw_body bytes first, else body text; none when empty", () => {
+  const parse = (http: Record<string, unknown>) =>
+    parseCheckRequest({ attributes: { request: { http: { method: "POST", path: "/", ...http } } } }).input;
+  const raw = new Uint8Array([0x7b, 0x7d]);
+  assert.deepEqual(parse({ raw_body: raw, body: "ignored" }).body, raw);
+  assert.equal(parse({ body: '{"a":1}' }).body, '{"a":1}');
+  assert.equal(parse({ body: "", raw_body: new Uint8Array() }).body, undefined);
+  assert.equal(Object.hasOwn(parse({}), "body"), false);
+});

@@ -47,6 +47,7 @@ const httpRequest = fc.record(
     size: fc.constantFrom("-1", "0", "1234"),
     protocol: text,
     body: text,
+    raw_body: fc.uint8Array({ maxLength: 8 }),
     headers: stringMap,
     header_map: fc.record({
       headers: fc.array(
