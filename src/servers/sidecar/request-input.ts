@@ -180,6 +180,44 @@ function isJsonMediaType(contentType: string | undefined): boolean {
   return type === "application/json" || type.endsWith("+json");
 }
 
+/**
+ * Whether an object of this (already valid) JSON text names a member twice. Parsers differ
+ * on which one counts (JSON.parse keeps the last, others the first), and on ext_authz the
+ * upstream parses the very bytes that were checked: a duplicate could pass the check with
+ * one value and reach the upstream with the other. Keys compare decoded ("\u0061" is "a").
+ */
+export function hasDuplicateKey(text: string): boolean {
+  const frames: Array<Set<string> | undefined> = [];
+  let expectKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22 /* " */) {
+      let end = i + 1;
+      while (end < text.length && text.charCodeAt(end) !== 0x22) end += text.charCodeAt(end) === 0x5c ? 2 : 1;
+      const keys = frames.at(-1);
+      if (expectKey && keys !== undefined) {
+        const key = JSON.parse(text.slice(i, end + 1)) as string;
+        if (keys.has(key)) return true;
+        keys.add(key);
+        expectKey = false;
+      }
+      i = end;
+    } else if (c === 0x7b /* { */) {
+      frames.push(new Set());
+      expectKey = true;
+    } else if (c === 0x5b /* [ */) {
+      frames.push(undefined);
+      expectKey = false;
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) {
+      frames.pop();
+      expectKey = false;
+    } else if (c === 0x2c /* , */) {
+      expectKey = frames.at(-1) !== undefined;
+    }
+  }
+  return false;
+}
+
 /** Marks a body the operation does not take: enforcement answers `invalid_input` (notAccepted). */
 const UNACCEPTED_BODY: unknown = Object.freeze({});
 
@@ -217,11 +255,14 @@ export function bodyArgument(
   } catch {
     throw invalidBody("json");
   }
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
     throw invalidBody("json");
   }
+  if (hasDuplicateKey(text)) throw invalidBody("duplicateKey");
+  return value;
 }
 
 /** The request as operation arguments for the shared enforcement step. */

@@ -320,15 +320,32 @@ describe("a signed maximum and the input schema hold on ext_authz and the proxy"
     assert.deepEqual(await viaProxy(over), { allowed: false, status: 403, reason: "constraint_violation" });
     assert.equal(upstream.seen.length, 0);
 
-    // Duplicate keys: whatever an upstream's parser keeps, it receives the value that was checked.
+    // Duplicate keys: JSON.parse keeps the last, an upstream's parser may keep the first.
+    for (const text of ['{"amount": 1000, "amount": 5}', '{"amount": 1000, "\\u0061mount": 5}']) {
+      const duplicate = await proxy(
+        { method: "POST", path: "/payments" },
+        { "content-type": "application/json" },
+        text,
+      );
+      assert.equal(duplicate.status, 400, text);
+      const answer = await check(
+        { method: "POST", path: "/payments" },
+        { body: text, headers: { "content-type": "application/json", "x-envoy-auth-partial-body": "false" } },
+      );
+      assert.deepEqual(checkOutcome(answer), { allowed: false, status: 400, reason: "invalid_input" });
+    }
+    assert.equal(upstream.seen.length, 0);
+
+    // What the proxy forwards is the checked value, re-serialized.
     const reply = await proxy(
       { method: "POST", path: "/payments" },
-      { "content-type": "application/json" },
-      `{"amount": 1000, "amount": 5}`,
+      { "content-type": "application/json; charset=utf-8" },
+      '{ "amount" : 5.0, "memo": "ok" }',
     );
     assert.equal(reply.status, 200);
     assert.equal(upstream.seen.length, 1);
-    assert.deepEqual(JSON.parse(upstream.seen[0]?.body ?? ""), { amount: 5 });
+    assert.equal(upstream.seen[0]?.body, '{"amount":5,"memo":"ok"}');
+    assert.equal(upstream.seen[0]?.headers["content-type"], "application/json");
     assert.equal(upstream.seen[0]?.headers["x-api-key"], UPSTREAM_SECRET);
   });
 });

@@ -6,6 +6,7 @@ import { enforceOperationInput, ROUTING_OVERRIDE_HEADERS } from "../../../src/ex
 import {
   bodyArgument,
   FORWARDED_HEADERS,
+  hasDuplicateKey,
   headersToRemove,
   isForwarded,
   isNeverForwarded,
@@ -157,4 +158,24 @@ test("a body that is not JSON: 415 for another media type or a coding, 400 for b
     ),
     "invalid_input",
   );
+});
+
+test("duplicate JSON keys are found at any depth, spelled with escapes or not; JSON.stringify output has none", () => {
+  fc.assert(
+    fc.property(fc.jsonValue(), (value) => {
+      assert.equal(hasDuplicateKey(JSON.stringify(value)), false);
+      assert.equal(hasDuplicateKey(JSON.stringify(value, null, 2)), false);
+    }),
+  );
+  fc.assert(
+    fc.property(fc.jsonValue(), fc.string(), (value, key) => {
+      const member = JSON.stringify(key);
+      const escaped = `"${[...key].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`).join("")}"`;
+      const text = `[{"a":{"x":${JSON.stringify(value)},${member}:1,${escaped}:2}}]`;
+      // The key twice, once plainly and once escaped: a duplicate whatever the key is.
+      assert.equal(hasDuplicateKey(text), true);
+    }),
+  );
+  assert.equal(hasDuplicateKey('{"a":[{"b":1},{"b":2}],"c":"\\"a\\""}'), false);
+  assert.equal(hasDuplicateKey('{"a":1,"b":{"a":2}}'), false);
 });
