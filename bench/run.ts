@@ -89,6 +89,12 @@ const sections: Section[] = [
     run: async () => (await import("./sidecar.ts")).benchSidecar(),
   },
   {
+    name: "sidecar-input",
+    title: "Sidecar request enforcement (schema, constraints, body, headers_to_remove): CPU per Check",
+    targets: "all extra checks together ≤ 25 µs CPU per Check",
+    run: async () => (await import("./sidecar-input.ts")).benchSidecarInput(),
+  },
+  {
     name: "load",
     title: "Load with nothing lost: 20,000 mixed decisions + idempotent invokes",
     targets: "audit records = decisions, usage = decisions, each idempotent invoke executed once",

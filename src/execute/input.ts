@@ -171,13 +171,41 @@ function checkShape(args: unknown): asserts args is ExecutionArgs {
   }
 }
 
+function isScalar(value: unknown): boolean {
+  return value === null || (typeof value !== "object" && typeof value !== "function");
+}
+
+/**
+ * A copy coercion cannot reach through: HTTP parameters (scalars and lists of scalars) are
+ * copied one level deep — a structuredClone costs microseconds on the sidecar's hot path —
+ * anything nested is cloned whole.
+ */
+function copyParams(value: Record<string, unknown>): Record<string, unknown> {
+  const copy: Record<string, unknown> = {};
+  for (const name of Object.keys(value)) {
+    const item = value[name];
+    let copied: unknown;
+    if (isScalar(item)) copied = item;
+    else if (Array.isArray(item) && item.every(isScalar)) copied = [...item];
+    else return structuredClone(value);
+    // Defined, not assigned: a `__proto__` parameter stays a plain key (as structuredClone keeps it).
+    Object.defineProperty(copy, name, {
+      value: copied,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  }
+  return copy;
+}
+
 function validateParams(
   section: ParamSection,
   validate: ValidateFunction | undefined,
   value: Record<string, unknown> | undefined,
 ): Record<string, unknown> {
   // A copy, because coercion rewrites values in place and the caller's object stays theirs.
-  const copy: Record<string, unknown> = value === undefined ? {} : structuredClone(value);
+  const copy: Record<string, unknown> = value === undefined ? {} : copyParams(value);
   if (validate === undefined) {
     if (Object.keys(copy).length > 0) {
       throw invalid({ location: section, pointer: "", keyword: "notAccepted" });

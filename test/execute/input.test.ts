@@ -146,3 +146,15 @@ test("enforceOperationInput: constraints with the rollout gate, after the schema
   );
   assert.equal(code({ body: {} }), "invalid_input");
 });
+
+test("validateInput copies parameters: the caller's objects are not coerced, __proto__ stays a plain key", () => {
+  const schema = { query: { type: "object", properties: { n: { type: "integer" }, l: { type: "array" } } } };
+  const query = JSON.parse('{"n":"5","l":"x","__proto__":"p"}') as Record<string, unknown>;
+  const validated = validateInput(schema, { query });
+  assert.equal(validated.query.n, 5);
+  assert.deepEqual(validated.query.l, ["x"]);
+  assert.equal(query.n, "5");
+  assert.equal(query.l, "x");
+  assert.equal(Object.getOwnPropertyDescriptor(validated.query, "__proto__")?.value, "p");
+  assert.equal(Object.getPrototypeOf(validated.query), Object.prototype);
+});
