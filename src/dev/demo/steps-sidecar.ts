@@ -1,8 +1,10 @@
 /**
  * Demo section on the sidecar: Envoy's ext_authz `Check` called the way Envoy calls it — a
- * grpc-js client built from the protos in `proto/` — once allowed and once denied, then one
+ * grpc-js client built from the protos in `proto/` — allowed, denied by the allowlist and by a
+ * signed parameter constraint — then one
  * request through the forward proxy whose response comes back redacted.
  */
+import { randomUUID } from "node:crypto";
 import { request } from "node:http";
 import * as grpc from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
@@ -52,7 +54,7 @@ function check(client: CheckClient, input: { method: string; path: string; host:
               path: input.path,
               host: input.host,
               scheme: "http",
-              headers: { authorization: `Bearer ${input.token}`, "x-request-id": `demo-${Date.now()}` },
+              headers: { authorization: `Bearer ${input.token}`, "x-request-id": randomUUID() },
             },
           },
         },
@@ -152,6 +154,17 @@ export async function sidecarSection(ctx: DemoContext): Promise<void> {
         reasonOf(denied) === "operation_not_allowed" &&
         denied.status?.code === 7,
     });
+    // The signed constraint (limit ≤ 50) holds on ext_authz as it does on MCP and invoke.
+    const constrained = await check(client, { method: "GET", path: "/customers?limit=80", host, token });
+    report.check({
+      label: "Check  GET /customers?limit=80",
+      expected: "denied 403 constraint_violation (code 7)",
+      actual: `denied ${String(constrained.denied_response?.status?.code ?? "-")} ${reasonOf(constrained)} (code ${constrained.status?.code ?? "-"})`,
+      ok:
+        constrained.http_response === "denied_response" &&
+        constrained.denied_response?.status?.code === 403 &&
+        reasonOf(constrained) === "constraint_violation",
+    });
   } finally {
     client.close();
   }
@@ -202,7 +215,7 @@ async function auditedStep(ctx: DemoContext): Promise<void> {
     return items;
   };
   let items = await read();
-  for (let waited = 0; items.length < 3 && waited < 3000; waited += 100) {
+  for (let waited = 0; items.length < 4 && waited < 3000; waited += 100) {
     await new Promise((resolve) => setTimeout(resolve, 100));
     items = await read();
   }
@@ -216,11 +229,12 @@ function reportAudit(ctx: DemoContext, items: readonly AuditItem[], line: (item:
   const proxy = items.filter((item) => item.transport === "proxy");
   ctx.report.check({
     label: "GET /admin/audit?transport=grpc|proxy (authority)",
-    expected: "the 3 sidecar decisions, recorded by the authority",
+    expected: "the 4 sidecar decisions, recorded by the authority",
     actual: `${grpc.length} grpc + ${proxy.length} proxy decision records`,
     ok:
       grpc.some((item) => item.decision === "allowed") &&
       grpc.some((item) => item.reason === "operation_not_allowed") &&
+      grpc.some((item) => item.reason === "constraint_violation") &&
       proxy.some((item) => item.decision === "allowed"),
     detail: items.map(line).join("; "),
   });
