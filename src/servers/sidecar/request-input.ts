@@ -237,8 +237,13 @@ export function bodyArgument(
     return UNACCEPTED_BODY;
   }
   if (body === undefined) {
+    if (operationNeedsBody(operation)) {
+      // Only an explicit zero length proves there is none: over HTTP/2 a body may come
+      // without Content-Length or Transfer-Encoding.
+      if (first(headers["content-length"])?.trim() === "0") return undefined;
+      throw new AuthorityError("request_body_required");
+    }
     if (framingSaysNoBody(headers)) return undefined;
-    if (operationNeedsBody(operation)) throw new AuthorityError("request_body_required");
     // A body the operation does not take, and that nothing could check: refused like MCP's.
     return UNACCEPTED_BODY;
   }

@@ -110,8 +110,13 @@ test("a needed body that was not seen whole is request_body_required, never an a
       reason(() => bodyArgument(operation, {}, { state: "partial" })),
       "request_body_required",
     );
+    // HTTP/2 frames a body without either header: their absence proves nothing.
+    assert.equal(
+      reason(() => bodyArgument(operation, {}, undefined)),
+      "request_body_required",
+    );
   }
-  // The framing says there is none: nothing to see.
+  // The request says there is none: nothing to see.
   assert.equal(bodyArgument(post, { "content-length": "0" }, undefined), undefined);
   assert.deepEqual(
     bodyArgument(post, { "content-type": "application/json" }, { state: "complete", bytes: '{"a":1}' }),
