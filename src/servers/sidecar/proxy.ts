@@ -245,9 +245,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
       const chunks: Buffer[] = [];
       let size = 0;
+      // A body that trickles in holds a connection: it has the upstream deadline to arrive.
+      const timer = setTimeout(() => {
+        req.off("data", onData);
+        req.pause();
+        reject(new Error("request body deadline"));
+      }, upstreamTimeoutMs);
       const onData = (chunk: Buffer): void => {
         size += chunk.length;
         if (size > maxRequestBytes) {
+          clearTimeout(timer);
           req.off("data", onData);
           req.pause();
           reject(new RequestTooLarge());
@@ -256,8 +263,14 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         chunks.push(chunk);
       };
       req.on("data", onData);
-      req.once("end", () => resolve(Buffer.concat(chunks)));
-      req.once("error", reject);
+      req.once("end", () => {
+        clearTimeout(timer);
+        resolve(Buffer.concat(chunks));
+      });
+      req.once("error", (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
     });
 
   /** The decision, synchronously when everything it needs is cached; else a promise bounded by the deadline. */

@@ -6,7 +6,7 @@
  * gets the same answer and reason through MCP, ext_authz and the proxy.
  */
 import assert from "node:assert/strict";
-import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, beforeEach, describe, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -36,6 +36,7 @@ const PAYMENTS = "payments";
 const PAYMENTS_HOST = "payments.internal";
 const MAX_LIMIT = 50;
 const MAX_AMOUNT = 100;
+const MAX_REQUEST_BYTES = 4096;
 
 function paymentsApi(): Record<string, unknown> {
   const ok = {
@@ -164,7 +165,10 @@ before(async () => {
       ttl_seconds: 3600,
     },
   );
-  sidecar = await world.startSidecar({ constraintsRollout: { enabled: true, partnerAllowlist: [PARTNER] } });
+  sidecar = await world.startSidecar({
+    constraintsRollout: { enabled: true, partnerAllowlist: [PARTNER] },
+    maxRequestBytes: MAX_REQUEST_BYTES,
+  });
   extAuthz = createExtAuthzClient(sidecar.ports.grpc);
   mcp = new Client({ name: "sidecar-cross-path", version: "1.0.0" });
   await mcp.connect(
@@ -347,6 +351,76 @@ describe("a signed maximum and the input schema hold on ext_authz and the proxy"
     assert.equal(upstream.seen[0]?.body, '{"amount":5,"memo":"ok"}');
     assert.equal(upstream.seen[0]?.headers["content-type"], "application/json");
     assert.equal(upstream.seen[0]?.headers["x-api-key"], UPSTREAM_SECRET);
+  });
+});
+
+describe("the proxy reads a bounded body before deciding", () => {
+  test("over max-request-bytes: 413 payload_too_large, declared or streamed; nothing reaches the upstream", async () => {
+    const big = JSON.stringify({ amount: 1, memo: "x".repeat(MAX_REQUEST_BYTES) });
+    const declared = await proxy(
+      { method: "POST", path: "/payments" },
+      { "content-type": "application/json" },
+      big,
+    );
+    assert.equal(declared.status, 413);
+    assert.equal(declared.json().reason, "payload_too_large");
+    const streamed = await new Promise<number>((resolve, reject) => {
+      const req = httpRequest(
+        {
+          host: "127.0.0.1",
+          port: sidecar.ports.proxy,
+          method: "POST",
+          path: `http://${PAYMENTS_HOST}/payments`,
+          headers: {
+            "proxy-authorization": `Bearer ${world.tokens.agent}`,
+            "x-authority-capability": PAYMENTS,
+            "content-type": "application/json",
+            "transfer-encoding": "chunked",
+          },
+          agent: false,
+        },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on("error", reject);
+      for (let i = 0; i < 8; i++) req.write("x".repeat(1024));
+      req.end();
+    });
+    assert.equal(streamed, 413);
+    assert.equal(upstream.seen.length, 0);
+  });
+
+  test("a body that never finishes is cut at the upstream deadline, not held forever", async () => {
+    const started = performance.now();
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = httpRequest(
+        {
+          host: "127.0.0.1",
+          port: sidecar.ports.proxy,
+          method: "POST",
+          path: `http://${PAYMENTS_HOST}/payments`,
+          headers: {
+            "proxy-authorization": `Bearer ${world.tokens.agent}`,
+            "x-authority-capability": PAYMENTS,
+            "content-type": "application/json",
+            "content-length": "100",
+          },
+          agent: false,
+        },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        },
+      );
+      req.on("error", reject);
+      req.write('{"amount":');
+    });
+    assert.equal(status, 400);
+    // The world's sidecars have a 1 s upstream deadline.
+    assert.ok(performance.now() - started < 5000);
+    assert.equal(upstream.seen.length, 0);
   });
 });
 
