@@ -104,6 +104,28 @@ describe("binding invoke", () => {
     assert.notEqual(created.body.result.body.tax_id, "US1234567");
   });
 
+  it("refuses what the sidecar refuses, with the same reason and status: the one enforcement step", async () => {
+    const before = h.upstream.received.length;
+    const cases: Array<[Record<string, unknown>, number, string]> = [
+      [{ query: { limit: 80 } }, 403, "constraint_violation"],
+      [{ query: { limit: "ten" } }, 400, "invalid_input"],
+      [{ query: { limit: 5, debug: "1" } }, 400, "invalid_input"],
+      [{ query: { limit: 5, _method: "DELETE" } }, 400, "invalid_input"],
+      [{ query: { limit: 5 }, headers: { "X-HTTP-Method-Override": "DELETE" } }, 400, "invalid_input"],
+    ];
+    for (const [args, status, reason] of cases) {
+      const reply = await h.invoke({
+        capability_id: "customers",
+        permission_id: "customers:get:/customers",
+        arguments: args,
+      });
+      assert.equal(reply.status, status, JSON.stringify(args));
+      // The deny shape names it `reason`; the error shape `error`.
+      assert.equal(reply.body.reason ?? reply.body.error, reason, JSON.stringify(reply.body));
+    }
+    assert.equal(h.upstream.received.length, before);
+  });
+
   it("denies an operation outside the policy with the deny shape, without calling the upstream", async () => {
     const before = h.upstream.received.length;
     const reply = await h.invoke({
