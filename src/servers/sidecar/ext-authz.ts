@@ -65,14 +65,14 @@ export function callerReservedHeaders(
 /** Envoy's marker of a body cut at max_request_bytes (allow_partial_message: true). */
 export const PARTIAL_BODY_HEADER = "x-envoy-auth-partial-body";
 
-/** The body as Envoy sent it; absent when it sent none (with_request_body off, or no body). */
+/**
+ * The body as Envoy sent it; absent when it sent none (with_request_body off, or no body).
+ * The marker alone proves nothing: without with_request_body Envoy passes a client's own
+ * `x-envoy-auth-partial-body: false` through, so only a body Envoy actually sent counts.
+ */
 export function checkBody(input: CheckInput): RequestBody | undefined {
-  const partial = input.headers[PARTIAL_BODY_HEADER];
-  if (partial === "true") return { state: "partial" };
-  if (input.body !== undefined) return { state: "complete", bytes: input.body };
-  // Envoy buffered the body and it was empty.
-  if (partial === "false") return { state: "complete", bytes: "" };
-  return undefined;
+  if (input.headers[PARTIAL_BODY_HEADER] === "true") return { state: "partial" };
+  return input.body === undefined ? undefined : { state: "complete", bytes: input.body };
 }
 
 export function toCheckDecision(decision: SidecarDecision, requestHeaders: HeaderBag = {}): CheckDecision {

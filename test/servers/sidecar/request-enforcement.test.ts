@@ -448,6 +448,20 @@ describe("ext_authz never allows a body it did not see", () => {
     assert.deepEqual(checkOutcome(answer), { allowed: false, status: 403, reason: "request_body_required" });
   });
 
+  test("a client's own x-envoy-auth-partial-body: false does not pass for a body Envoy sent", async () => {
+    const answer = await check(
+      { method: "POST", path: "/payments" },
+      {
+        headers: {
+          "content-type": "application/json",
+          "content-length": "20",
+          "x-envoy-auth-partial-body": "false",
+        },
+      },
+    );
+    assert.deepEqual(checkOutcome(answer), { allowed: false, status: 403, reason: "request_body_required" });
+  });
+
   test("a body in raw_body (pack_as_bytes) is read too", async () => {
     const answer = await extAuthz.check(
       {
