@@ -403,10 +403,10 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
   const server = new Server({ ...grpcServerOptions(limits), interceptors: [receiveGuard.interceptor] });
   server.addService(authorization, { Check: handleCheck });
   server.addService(protos.health, health.implementation);
-  const listener = createGrpcListener(
-    server.createConnectionInjector(config.credentials),
-    limits.maxConnections,
-  );
+  const listener = createGrpcListener(server.createConnectionInjector(config.credentials), {
+    maxConnections: limits.maxConnections,
+    silentMs: limits.maxConnectionIdleMs,
+  });
 
   return {
     get inFlight() {

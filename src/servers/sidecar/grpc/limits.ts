@@ -29,7 +29,7 @@ export interface GrpcLimits {
   readonly keepaliveTimeMs: number;
   /** Close the connection when a ping is not answered in this time (grpc.keepalive_timeout_ms). */
   readonly keepaliveTimeoutMs: number;
-  /** Close a connection without calls after this long (grpc.max_connection_idle_ms). */
+  /** Close a connection without calls after this long (grpc.max_connection_idle_ms); destroy a socket silent this long. */
   readonly maxConnectionIdleMs: number;
   /** GOAWAY a connection after this long, ±10% (grpc.max_connection_age_ms). */
   readonly maxConnectionAgeMs: number;
@@ -48,6 +48,7 @@ export const DEFAULT_GRPC_LIMITS: GrpcLimits = Object.freeze({
   maxConnections: 64,
   maxReceivingCalls: 256,
   receiveTimeoutMs: 5_000,
+  // Must stay well below maxConnectionIdleMs: the pings keep a live socket from being silent.
   keepaliveTimeMs: 60_000,
   keepaliveTimeoutMs: 20_000,
   maxConnectionIdleMs: 5 * 60_000,

@@ -20,16 +20,27 @@ export interface GrpcListener {
 
 const key = (address: string | undefined, port: number | undefined): string => `${address}|${port}`;
 
-export function createGrpcListener(injector: ConnectionInjector, maxConnections: number): GrpcListener {
+export interface GrpcListenerOptions {
+  readonly maxConnections: number;
+  /**
+   * A socket silent this long, both ways, is destroyed. grpc-js's own idle timeout only asks a
+   * connection to close (GOAWAY), which a peer that never spoke HTTP/2 ignores; on a live
+   * connection the server's keepalive pings keep the socket from ever being silent this long.
+   */
+  readonly silentMs: number;
+}
+
+export function createGrpcListener(injector: ConnectionInjector, options: GrpcListenerOptions): GrpcListener {
   const sockets = new Map<string, Socket>();
   const server: Server = createServer((socket) => {
     const id = key(socket.remoteAddress, socket.remotePort);
     sockets.set(id, socket);
     socket.once("close", () => sockets.delete(id));
+    socket.setTimeout(options.silentMs, () => socket.destroy());
     injector.injectConnection(socket);
   });
   // Node closes sockets past this at accept.
-  server.maxConnections = maxConnections;
+  server.maxConnections = options.maxConnections;
 
   return {
     get connections() {
