@@ -8,10 +8,12 @@ import {
 /**
  * Bounds calls whose request has not fully arrived (headers seen, end of stream not yet):
  * grpc-js holds their bytes until then, without a time limit of its own when the caller sent
- * no `grpc-timeout`. At most `maxReceiving` such calls exist over all connections (one more is
- * answered RESOURCE_EXHAUSTED at once), and one still receiving after `timeoutMs` is answered
- * DEADLINE_EXCEEDED and its connection is cut: Envoy sends a Check's headers, message and end
- * of stream together, so a peer that trickles or stalls a request is not Envoy.
+ * no `grpc-timeout`. At most `maxReceiving` such calls exist over all connections: a new one
+ * past that makes room by ending the call that has been receiving the longest
+ * (RESOURCE_EXHAUSTED) — Envoy sends a Check's headers, message and end of stream together,
+ * so its calls finish receiving at once and the oldest one is a stalled peer's, while refusing
+ * the new call instead would let a staller shut Envoy out. A call still receiving after
+ * `timeoutMs` is answered DEADLINE_EXCEEDED and its connection is cut.
  */
 
 export type ReceiveRejection = "overloaded" | "receive_timeout";
@@ -54,10 +56,10 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
     new ServerInterceptingCall(call, {
       start(next) {
         if (receiving.size >= maxReceiving) {
-          next({});
+          const oldest = receiving.keys().next().value as ServerInterceptingCallInterface;
+          receiving.delete(oldest);
           onRejected("overloaded");
-          call.sendStatus({ code: status.RESOURCE_EXHAUSTED, details: "too many calls in progress" });
-          return;
+          oldest.sendStatus({ code: status.RESOURCE_EXHAUSTED, details: "too many calls in progress" });
         }
         receiving.set(call, performance.now());
         next({
