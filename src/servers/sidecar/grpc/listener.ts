@@ -32,7 +32,8 @@ export interface GrpcListenerOptions {
 
 export function createGrpcListener(injector: ConnectionInjector, options: GrpcListenerOptions): GrpcListener {
   const sockets = new Map<string, Socket>();
-  const server: Server = createServer((socket) => {
+  // No Nagle delay: a Check's answer is one small write that must leave at once.
+  const server: Server = createServer({ noDelay: true }, (socket) => {
     const id = key(socket.remoteAddress, socket.remotePort);
     sockets.set(id, socket);
     socket.once("close", () => sockets.delete(id));
