@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { type ClientHttp2Session, type ClientHttp2Stream, connect as http2Connect } from "node:http2";
 import { type Socket, connect as tcpConnect } from "node:net";
 import { after, before, describe, test } from "node:test";
-import { status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
+import { Client, credentials, status as GrpcStatus, type ServiceError } from "@grpc/grpc-js";
 import type { RejectionReason } from "../../../../src/servers/sidecar/grpc/check-server.ts";
 import { DEFAULT_GRPC_LIMITS } from "../../../../src/servers/sidecar/grpc/limits.ts";
 import type { CheckDecision } from "../../../../src/servers/sidecar/grpc/types.ts";
@@ -127,9 +127,15 @@ describe("ext_authz server bounds (attacker inside the pod)", () => {
       for (let i = 0; i < 99; i++) unfinishedCheck(first, prefix(1000));
       for (let i = 0; i < 50; i++) unfinishedCheck(second, prefix(1000));
       await waitFor("150 receiving calls", () => harness.server.receiving === 150);
-      // A whole Check (as Envoy sends it) arrives while the stallers hold every slot.
-      const response = await unary(harness.client, checkMethod, envoyCheckRequest({}));
-      assert.equal(response.status.code, 0);
+      // A whole Check (as Envoy sends it) arrives while the stallers hold every slot (on a
+      // connection of its own: the harness client's may have been closed as silent).
+      const envoy = new Client(`127.0.0.1:${harness.port}`, credentials.createInsecure());
+      try {
+        const response = await unary(envoy, checkMethod, envoyCheckRequest({}));
+        assert.equal(response.status.code, 0);
+      } finally {
+        envoy.close();
+      }
       assert.equal(await oldestStatus, GrpcStatus.RESOURCE_EXHAUSTED);
       assert.deepEqual(rejections, ["overloaded"]);
       assert.equal(harness.server.receiving, 149);

@@ -137,11 +137,22 @@ describe("sidecar ext_authz with a gRPC C-core client", () => {
 });
 
 describe("the ext_authz server's deadlines, sizes and TLS with a gRPC C-core client", () => {
-  // Decides only when told to stop: every answer is the server's own deadline deny.
-  const never: CheckFunction = (_input, signal) =>
-    new Promise<CheckDecision>((_resolve, reject) => {
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  // Decides only when told to stop: every answer is the server's own deadline deny. Records
+  // how long each call waited before the server stopped it.
+  const waitedMs: number[] = [];
+  const never: CheckFunction = (_input, signal) => {
+    const started = performance.now();
+    return new Promise<CheckDecision>((_resolve, reject) => {
+      signal.addEventListener(
+        "abort",
+        () => {
+          waitedMs.push(performance.now() - started);
+          reject(signal.reason);
+        },
+        { once: true },
+      );
     });
+  };
   const seenHeaderBytes: number[] = [];
   const measuring: CheckFunction = (input) => {
     seenHeaderBytes.push(input.headers["x-padding"]?.length ?? -1);
@@ -171,10 +182,10 @@ describe("the ext_authz server's deadlines, sizes and TLS with a gRPC C-core cli
   const padded = (bytes: number): Buffer =>
     checkMethod.requestSerialize(envoyCheckRequest({ headers: { "x-padding": "p".repeat(bytes) } }));
 
-  test("C-core's grpc-timeout, in whatever unit it picks, bounds the decision: the deny arrives first", async () => {
+  test("C-core's grpc-timeout, in whatever unit it picks, bounds the decision (deadlineMs is 60 s)", async () => {
     // Long enough for the server's full 50 ms margin (10 % of what is left, 5–50 ms).
     const timeoutsS = [1.5, 4];
-    const started = performance.now();
+    waitedMs.length = 0;
     const results = await grpcCore({
       target: `127.0.0.1:${ports.slow}`,
       calls: timeoutsS.map((timeout) => ({
@@ -184,14 +195,21 @@ describe("the ext_authz server's deadlines, sizes and TLS with a gRPC C-core cli
         timeout,
       })),
     });
-    const elapsedMs = performance.now() - started;
     for (const [i, timeout] of timeoutsS.entries()) {
-      const answer = decoded(results[i]?.[0]);
-      assert.equal(answer.http_response, "denied_response", `${timeout} s`);
-      assert.equal(deniedBody(answer).reason, "upstream_unavailable", `${timeout} s`);
+      // The decision was stopped just ahead of C-core's own deadline, not at deadlineMs.
+      const waited = waitedMs[i] ?? Number.NaN;
+      assert.ok(
+        waited >= timeout * 1000 * 0.9 && waited <= timeout * 1000,
+        `${timeout} s: waited ${waited} ms`,
+      );
+      const answer = results[i]?.[0];
+      // Our 503 deny, sent 50 ms ahead; on a machine too loaded for it to beat C-core's timer,
+      // C-core's DEADLINE_EXCEEDED — a deny at Envoy as well (failure_mode_allow: false).
+      if (answer?.code === 4) continue;
+      const denied = decoded(answer);
+      assert.equal(denied.http_response, "denied_response", `${timeout} s`);
+      assert.equal(deniedBody(denied).reason, "upstream_unavailable", `${timeout} s`);
     }
-    // The calls run one after the other: the server waited for (nearly) each deadline.
-    assert.ok(elapsedMs >= (1.5 + 4) * 1000 * 0.9, `${elapsedMs} ms`);
   });
 
   for (const tls of [false, true]) {
