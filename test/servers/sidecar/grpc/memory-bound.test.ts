@@ -111,8 +111,13 @@ test("stalled maximum-size requests on many connections keep RSS bounded; legiti
 
     // The calls still receiving at receiveTimeoutMs are cut with their connections; the
     // others were ended (RESOURCE_EXHAUSTED) as newer calls needed their room.
+    // (The last of them started receiving when the attack's bytes reached them, which on a
+    // loaded machine is seconds after the first.)
     const waitMs = attackStarted + DEFAULT_GRPC_LIMITS.receiveTimeoutMs * 1.25 + 1_000 - Date.now();
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, waitMs)));
+    while (cutByServer === 0 && Date.now() - attackStarted < 60_000) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
     clearInterval(sampler);
     const afterCut = rssBytes(pid);
     const cutConnections = cutByServer;
