@@ -34,7 +34,7 @@ import { type ChildProcess, fork, spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect, constants as http2Constants } from "node:http2";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
 import type { AuthorityContext } from "../src/servers/authority/context.ts";
@@ -602,9 +602,12 @@ function stopChild(child: ChildProcess): Promise<void> {
 async function startSidecarProcess(
   env: Record<string, string>,
   entry: "cli" | "command",
+  /** Another checkout of this repository to run the sidecar from (BENCH_SIDECAR_BEFORE). */
+  tree?: string,
 ): Promise<ChildServer> {
-  const bin = fileURLToPath(new URL("../bin/authority.ts", import.meta.url));
-  const command = new URL("../src/cli/commands/sidecar.ts", import.meta.url).href;
+  const root = tree === undefined ? new URL("../", import.meta.url) : pathToFileURL(`${tree}/`);
+  const bin = fileURLToPath(new URL("bin/authority.ts", root));
+  const command = new URL("src/cli/commands/sidecar.ts", root).href;
   const code = `
     const { Command } = await import("commander");
     const { register } = await import(${JSON.stringify(command)});
@@ -698,11 +701,10 @@ async function startProxyScript(code: string): Promise<ChildServer> {
   };
 }
 
-/** `grpc-js`: the issue's no-op baseline; `transport`: the sidecar's own gRPC layer answering a fixed allow. */
-async function startNoopProcess(kind: "grpc-js" | "transport" = "grpc-js"): Promise<ChildServer> {
+/** The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own. */
+async function startNoopProcess(): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
-  const start = kind === "grpc-js" ? "startNoopCheckServer" : "startTransportNoopServer";
-  const code = `const m = await import(${JSON.stringify(module)}); const s = await m.${start}(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
+  const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
   const child = track(
     spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
       env: { ...process.env, ...SERVER_ENV },
@@ -867,6 +869,8 @@ interface BenchSetup {
   readonly loader: Loader;
   readonly sidecar: ChildServer;
   readonly noop: ChildServer;
+  /** The sidecar of another checkout (BENCH_SIDECAR_BEFORE), measured beside this one. */
+  readonly before: ChildServer | undefined;
   readonly redisPid: number | undefined;
   readonly agentToken: string;
   readonly upstreamUrl: string;
@@ -1033,6 +1037,12 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     cleanups.unshift(() => second.stop());
     const noop = await startNoopProcess();
     cleanups.unshift(() => noop.stop());
+    const beforeTree = process.env.BENCH_SIDECAR_BEFORE;
+    const before =
+      beforeTree === undefined || beforeTree === ""
+        ? undefined
+        : await startSidecarProcess(sidecarEnv, "command", beforeTree);
+    if (before !== undefined) cleanups.unshift(() => before.stop());
     const loader = startLoader();
     cleanups.unshift(() => loader.close());
 
@@ -1045,6 +1055,7 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
       loader,
       sidecar,
       noop,
+      before,
       redisPid: redisPid(redis.port),
       agentToken,
       upstreamUrl: upstream.url,
@@ -1086,7 +1097,7 @@ async function checkRates(setup: BenchSetup): Promise<SidecarBenchRow[]> {
   const request = await checkRequestBytes(setup.agentToken, "/orders/42");
   // Cold caches (JWKS, policy decrypt-verify, catalog, credentials) are not the steady state:
   // one call at a time for a second first, so no queue from the first decisions leaks in.
-  for (const server of [setup.sidecar, setup.noop]) {
+  for (const server of [setup.sidecar, setup.noop, ...(setup.before === undefined ? [] : [setup.before])]) {
     await setup.loader.run({
       kind: "capacity",
       concurrency: 1,
@@ -1095,30 +1106,11 @@ async function checkRates(setup: BenchSetup): Promise<SidecarBenchRow[]> {
       port: server.ports.grpc,
     });
   }
-  // The floor of the measurement on this machine: the sidecar's gRPC transport answering a
-  // fixed allow (no decoding, no decision) under the same generator.
-  const floor = await startNoopProcess("transport");
-  try {
-    await setup.loader.run({
-      kind: "capacity",
-      concurrency: 1,
-      durationMs: WARMUP_MS,
-      request,
-      port: floor.ports.grpc,
-    });
-    for (const rate of RATES) rows.push(...(await checkAtRate(setup, floor, rate, request)));
-  } finally {
-    await floor.stop();
-  }
+  for (const rate of RATES) rows.push(...(await checkAtRate(setup, rate, request)));
   return rows;
 }
 
-async function checkAtRate(
-  setup: BenchSetup,
-  floor: ChildServer,
-  rate: number,
-  request: number[],
-): Promise<SidecarBenchRow[]> {
+async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): Promise<SidecarBenchRow[]> {
   const rows: SidecarBenchRow[] = [];
   const task = { kind: "fixed" as const, rate, durationMs: FIXED_RATE_MS, warmupMs: WARMUP_MS, request };
   const before = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
@@ -1130,25 +1122,15 @@ async function checkAtRate(
   const base = await cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
     setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
   );
-  const bare = await setup.loader.run({ ...task, port: floor.ports.grpc });
   const r = real.result;
   const b = base.result;
   rows.push({
     measure: `Check @${rate}/s: round trip p50 / p99 ms from the due time (achieved req/s)`,
     sidecar: `${fmt(r.p50Ms)} / ${fmt(r.p99Ms)} (${r.rps}${failures(r)})`,
     baseline: `${fmt(b.p50Ms)} / ${fmt(b.p99Ms)} (${b.rps}${failures(b)}) no-op`,
-    result: `throughput ${fmt(r.rps / Math.max(1, b.rps), 2)}×; generator send lag p99 ${fmt(r.sendLagP99Ms ?? Number.NaN)} / ${fmt(b.sendLagP99Ms ?? Number.NaN)} ms`,
+    result: `throughput ${fmt(r.rps / Math.max(1, b.rps), 2)}×; deciding adds ${fmt(r.p50Ms - b.p50Ms)} ms p50; generator send lag p99 ${fmt(r.sendLagP99Ms ?? Number.NaN)} / ${fmt(b.sendLagP99Ms ?? Number.NaN)} ms`,
     target: rate === 1000 ? "p99 ≤ 1 ms; ≥ 0.8× no-op" : "≥ 0.8× no-op",
     met: String(r.rps >= 0.8 * b.rps && r.denied === 0 && r.errors === 0 && (rate !== 1000 || r.p99Ms <= 1)),
-  });
-  progress(rows);
-  rows.push({
-    measure: `Check @${rate}/s reference: the sidecar's transport alone, fixed allow — round trip p50 / p99 ms`,
-    sidecar: "",
-    baseline: `${fmt(bare.p50Ms)} / ${fmt(bare.p99Ms)} (${bare.rps}${failures(bare)})`,
-    result: `deciding adds ${fmt(r.p50Ms - bare.p50Ms)} ms p50, ${fmt(r.p99Ms - bare.p99Ms)} ms p99; generator send lag p99 ${fmt(bare.sendLagP99Ms ?? Number.NaN)} ms`,
-    target: "",
-    met: "",
   });
   progress(rows);
   rows.push({
@@ -1169,6 +1151,21 @@ async function checkAtRate(
     met: "",
   });
   progress(rows);
+  if (setup.before !== undefined) {
+    const other = await cpuPerCall({ server: setup.before.child.pid }, () =>
+      setup.loader.run({ ...task, port: setup.before?.ports.grpc ?? 0 }),
+    );
+    const o = other.result;
+    rows.push({
+      measure: `Check @${rate}/s: this sidecar vs BENCH_SIDECAR_BEFORE's — p50 / p99 ms; CPU µs per call`,
+      sidecar: `${fmt(r.p50Ms)} / ${fmt(r.p99Ms)}; ${fmt(real.usPerCall.server ?? Number.NaN, 1)} µs`,
+      baseline: `${fmt(o.p50Ms)} / ${fmt(o.p99Ms)} (${o.rps}${failures(o)}); ${fmt(other.usPerCall.server ?? Number.NaN, 1)} µs (before)`,
+      result: `${fmt((real.usPerCall.server ?? Number.NaN) - (other.usPerCall.server ?? Number.NaN), 1)} µs per call more`,
+      target: "",
+      met: "",
+    });
+    progress(rows);
+  }
   return rows;
 }
 
@@ -1215,20 +1212,16 @@ async function checkCapacity(setup: BenchSetup): Promise<SidecarBenchRow[]> {
     pairs.length > 1
       ? ` (${pairs.length} pairs: ${fmt(ratioOf(sorted[0] ?? median), 2)}–${fmt(ratioOf(sorted.at(-1) ?? median), 2)}×)`
       : "";
-  // Reference: the sidecar's transport alone (no decoding, no decision), same load.
-  // BENCH_SIDECAR_TRANSPORT_REF=0 skips it (e.g. to run this file against an older tree).
-  const transport =
-    process.env.BENCH_SIDECAR_TRANSPORT_REF === "0"
-      ? { result: { rps: Number.NaN }, usPerCall: {} as Record<string, number> }
-      : await (async () => {
-          const floor = await startNoopProcess("transport");
-          await setup.loader.run({ ...task, durationMs: WARMUP_MS, port: floor.ports.grpc });
-          const measured = await cpuPerCall({ server: floor.child.pid }, () =>
-            setup.loader.run({ ...task, port: floor.ports.grpc }),
+  // The sidecar of another checkout under the same load, when BENCH_SIDECAR_BEFORE names one.
+  const other =
+    setup.before === undefined
+      ? undefined
+      : await (async (before: ChildServer) => {
+          await setup.loader.run({ ...task, durationMs: WARMUP_MS, port: before.ports.grpc });
+          return cpuPerCall({ server: before.child.pid, redis: setup.redisPid }, () =>
+            setup.loader.run({ ...task, port: before.ports.grpc }),
           );
-          await floor.stop();
-          return measured;
-        })();
+        })(setup.before);
   const ratio = ratioOf(median);
   const rows = [
     {
@@ -1248,15 +1241,17 @@ async function checkCapacity(setup: BenchSetup): Promise<SidecarBenchRow[]> {
       target: "",
       met: "",
     },
-    {
-      measure: "Reference: the sidecar's gRPC transport alone, fixed allow (req/s; CPU µs per call)",
-      sidecar: "",
-      baseline: `${transport.result.rps}; ${fmt(transport.usPerCall.server ?? Number.NaN, 1)} µs`,
-      result: `deciding costs the sidecar ${fmt((real.usPerCall.server ?? Number.NaN) - (transport.usPerCall.server ?? Number.NaN), 1)} µs per call`,
+  ];
+  if (other !== undefined) {
+    rows.push({
+      measure: "Check capacity: this sidecar vs BENCH_SIDECAR_BEFORE's (req/s (p50 ms); CPU µs per call)",
+      sidecar: `${real.result.rps} (${fmt(real.result.p50Ms)}); ${fmt(real.usPerCall.server ?? Number.NaN, 1)} µs`,
+      baseline: `${other.result.rps} (${fmt(other.result.p50Ms)})${failures(other.result)}; ${fmt(other.usPerCall.server ?? Number.NaN, 1)} µs (before)`,
+      result: `${fmt(real.result.rps / Math.max(1, other.result.rps), 2)}× the throughput; ${fmt((real.usPerCall.server ?? Number.NaN) - (other.usPerCall.server ?? Number.NaN), 1)} µs per call more`,
       target: "",
       met: "",
-    },
-  ];
+    });
+  }
   progress(rows);
   return rows;
 }

@@ -12,7 +12,8 @@
  * reads response headers or trailers: a call with a response message ending its stream is a
  * success, a stream ending without one — gRPC's trailers-only error — or reset is an error; the
  * bench checks statuses with a real client before each run), CONTINUATION frames, TLS, or
- * more than 2^30 calls per connection.
+ * more than 2^30 calls per connection. It does keep to the server's
+ * SETTINGS_MAX_CONCURRENT_STREAMS, as Envoy does: calls past it wait for a stream to end.
  */
 
 import { connect, type Socket } from "node:net";
@@ -53,6 +54,7 @@ const FLAG_PADDED = 0x8;
 const FLAG_PRIORITY = 0x20;
 const MAX_WINDOW = 0x7fffffff;
 const SETTINGS_ENABLE_PUSH = 2;
+const SETTINGS_MAX_CONCURRENT_STREAMS = 3;
 const SETTINGS_INITIAL_WINDOW_SIZE = 4;
 /** Return connection-level flow-control credit once this much data has arrived. */
 const WINDOW_REFILL = 1 << 20;
@@ -163,10 +165,38 @@ export async function connectGrpcH2Client(options: GrpcH2ClientOptions): Promise
   let nextStreamId = 1;
   let unread: Buffer | undefined;
   let unacknowledgedData = 0;
+  /** The server's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited until it says otherwise). */
+  let maxStreams = Number.POSITIVE_INFINITY;
+  /** Calls waiting for a stream slot, oldest first. */
+  const waiting: CallDone[] = [];
+  let closed = false;
 
+  const send = (done: CallDone): void => {
+    const streamId = nextStreamId;
+    nextStreamId += 2;
+    const request = Buffer.from(template.bytes);
+    request.writeUInt32BE(streamId, 5);
+    request.writeUInt32BE(streamId, template.dataFrameOffset + 5);
+    pending.set(streamId, { done, response: undefined });
+    socket.write(request);
+  };
+  const finish = (streamId: number, call: PendingCall, response: Uint8Array | undefined): void => {
+    pending.delete(streamId);
+    const next = waiting.shift();
+    if (next !== undefined) send(next);
+    call.done(response);
+  };
   const failAll = (): void => {
+    closed = true;
     for (const call of pending.values()) call.done(undefined);
     pending.clear();
+    for (const done of waiting.splice(0)) done(undefined);
+  };
+  const readSettings = (bytes: Buffer, start: number, length: number): void => {
+    for (let at = start; at + 6 <= start + length; at += 6) {
+      if (bytes.readUInt16BE(at) === SETTINGS_MAX_CONCURRENT_STREAMS) maxStreams = bytes.readUInt32BE(at + 2);
+    }
+    while (waiting.length > 0 && pending.size < maxStreams) send(waiting.shift() as CallDone);
   };
   const onFrame = (bytes: Buffer, start: number, length: number): void => {
     const type = bytes[start + 3] ?? 0;
@@ -174,9 +204,10 @@ export async function connectGrpcH2Client(options: GrpcH2ClientOptions): Promise
     const streamId = bytes.readUInt32BE(start + 5) & 0x7fffffff;
     const payloadStart = start + FRAME_HEADER;
     if (streamId === 0) {
-      if (type === FrameType.Settings && (flags & FLAG_ACK) === 0)
+      if (type === FrameType.Settings && (flags & FLAG_ACK) === 0) {
         socket.write(frame(FrameType.Settings, FLAG_ACK, 0, new Uint8Array(0)));
-      else if (type === FrameType.Ping && (flags & FLAG_ACK) === 0)
+        readSettings(bytes, payloadStart, length);
+      } else if (type === FrameType.Ping && (flags & FLAG_ACK) === 0)
         socket.write(frame(FrameType.Ping, FLAG_ACK, 0, bytes.subarray(payloadStart, payloadStart + length)));
       else if (type === FrameType.Goaway) failAll();
       return;
@@ -185,8 +216,7 @@ export async function connectGrpcH2Client(options: GrpcH2ClientOptions): Promise
     if (type === FrameType.Data) unacknowledgedData += length;
     if (call === undefined) return;
     if (type === FrameType.RstStream) {
-      pending.delete(streamId);
-      call.done(undefined);
+      finish(streamId, call, undefined);
       return;
     }
     if (type === FrameType.Data && call.response === undefined) {
@@ -194,8 +224,7 @@ export async function connectGrpcH2Client(options: GrpcH2ClientOptions): Promise
       call.response = framePayload(bytes, payloadStart, length, type, flags).subarray(5);
     }
     if ((type === FrameType.Data || type === FrameType.Headers) && (flags & FLAG_END_STREAM) !== 0) {
-      pending.delete(streamId);
-      call.done(call.response);
+      finish(streamId, call, call.response);
     }
   };
   socket.on("data", (chunk: Buffer) => {
@@ -219,13 +248,9 @@ export async function connectGrpcH2Client(options: GrpcH2ClientOptions): Promise
 
   return {
     call(done) {
-      const streamId = nextStreamId;
-      nextStreamId += 2;
-      const request = Buffer.from(template.bytes);
-      request.writeUInt32BE(streamId, 5);
-      request.writeUInt32BE(streamId, template.dataFrameOffset + 5);
-      pending.set(streamId, { done, response: undefined });
-      socket.write(request);
+      if (closed) done(undefined);
+      else if (pending.size < maxStreams) send(done);
+      else waiting.push(done);
     },
     close() {
       socket.destroy();

@@ -16,6 +16,7 @@ import type { Transport } from "./engine.ts";
  */
 
 export type DecisionOutcome = "allow" | "deny" | "error";
+export type GrpcRejection = "malformed" | "incomplete" | "overloaded" | "receive_timeout";
 
 export interface SidecarMetrics {
   readonly registry: Registry;
@@ -24,6 +25,8 @@ export interface SidecarMetrics {
   verificationFailure(layer: "redis" | "authority"): void;
   headRead(result: "view" | "ok" | "error" | "stale_used"): void;
   tokenCheck(result: "cached" | "verified" | "rejected" | "unavailable"): void;
+  /** A gRPC request refused before any decision (malformed, incomplete, overloaded, receive_timeout). */
+  grpcRejected(reason: GrpcRejection): void;
   upstream(outcome: "response" | "timeout" | "error", seconds: number): void;
   proxyResponse(kind: "streamed" | "redacted" | "passed" | "too_large" | "failed"): void;
   /** Decision records the authority took (`delivered`) or refused and the sidecar set aside (`refused`). */
@@ -304,6 +307,12 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     "Bearer token checks: cached (verified earlier), verified, rejected, unavailable (JWKS unreachable).",
     ["result"],
   );
+  const grpcRejections = countingCounter(
+    registry,
+    "authority_sidecar_grpc_rejected_total",
+    "gRPC requests refused before a decision: malformed (undecodable CheckRequest), incomplete (no HTTP method or path; denied 400), overloaded (too many requests arriving at once; RESOURCE_EXHAUSTED), receive_timeout (a request not finished in time; its connection cut). Their log lines are rate-limited; this counts every one.",
+    ["reason"],
+  );
   const upstreamSeconds = new CountingHistogram(
     registry,
     "authority_sidecar_upstream_duration_seconds",
@@ -383,6 +392,9 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
     tokenCheck(result) {
       tokenChecks.get(result).value++;
+    },
+    grpcRejected(reason) {
+      grpcRejections.get(reason).value++;
     },
     upstream(outcome, seconds) {
       observer(upstreamOf, upstreamSeconds, outcome).observe(seconds);

@@ -206,6 +206,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.decisionTimeoutMs === undefined ? {} : { deadlineMs: options.decisionTimeoutMs }),
     logger,
     onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
+    onRejected: (reason) => metrics.grpcRejected(reason),
   });
   const proxy: ForwardProxy = createForwardProxy({
     engine,

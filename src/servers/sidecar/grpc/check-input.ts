@@ -59,8 +59,8 @@ export interface RawCheckRequest {
 const printableId = /^[\x21-\x7e]{1,128}$/;
 
 /**
- * The CheckInput of a request. Shared by `parseCheckRequest` (decoded messages) and the
- * hot path's codec (grpc/codec.ts), so both agree on every rule.
+ * The CheckInput of a request, from the few fields `parseCheckRequest` reads out of a
+ * decoded message.
  */
 export function buildCheckInput(raw: RawCheckRequest): ParsedCheckRequest {
   const merged = new Map<string, string>();

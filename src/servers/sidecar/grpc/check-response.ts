@@ -52,7 +52,7 @@ export function bag(value: unknown): Bag | undefined {
   return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Bag) : undefined;
 }
 
-// The rules of a well-formed decision, shared with the codec's one-pass allow encoder.
+// The rules of a well-formed decision.
 
 /** A header to set: a lower-cased token name and a value without CR, LF or NUL. */
 export function isHeaderToSet(lowerName: string, value: unknown): value is string {

@@ -1,32 +1,56 @@
 import { randomUUID } from "node:crypto";
-import type { TlsOptions } from "node:tls";
+import {
+  type Deadline,
+  Server,
+  ServerCredentials,
+  type ServerUnaryCall,
+  type sendUnaryData,
+} from "@grpc/grpc-js";
+import type { MethodDefinition } from "@grpc/proto-loader";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
-import type { ParsedCheckRequest } from "./check-input.ts";
+import { type ParsedCheckRequest, parseCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
-import { decodeCheckRequest, encodeAllowDecision, encodeCheckResponse } from "./codec.ts";
 import { CheckServerError } from "./errors.ts";
 import { createHealthService, type SettableServingStatus } from "./health.ts";
-import { AUTHORIZATION_SERVICE, CHECK_PATH } from "./names.ts";
-import type { CheckResponse } from "./proto.ts";
-import { createGrpcServer, type GrpcServer, type UnaryCall } from "./transport.ts";
+import { type GrpcLimits, grpcServerOptions, resolveLimits } from "./limits.ts";
+import { createGrpcListener } from "./listener.ts";
+import { AUTHORIZATION_SERVICE, type CheckResponse, loadProtos } from "./proto.ts";
+import { createReceiveGuard, type ReceiveRejection } from "./receive-guard.ts";
 import type { CheckFunction, CheckOutcome, DecisionEvent, DenyDecision, DenyHttpStatus } from "./types.ts";
+import { createWarningLimiter, DEFAULT_WARNING_INTERVAL_MS } from "./warning-limiter.ts";
 
 /**
- * The Envoy ext_authz v3 gRPC server. It fails closed: every Check call that reaches the
- * handler is answered with a CheckResponse, and anything but a well-formed allow from the
- * decision function — a throw, a rejection, a timeout, a malformed request or decision — is a
- * deny. It never answers with a gRPC error, which Envoy would resolve by `failure_mode_allow`.
+ * The Envoy ext_authz v3 gRPC server, on @grpc/grpc-js with the messages of proto/ loaded by
+ * @grpc/proto-loader. It fails closed: every Check call that reaches the handler is answered
+ * with a CheckResponse, and anything but a well-formed allow from the decision function — a
+ * throw, a rejection, a timeout, a malformed request or decision — is a deny. It never
+ * answers a Check it has read with a gRPC error, which Envoy would resolve by
+ * `failure_mode_allow`: undecodable bytes reach the handler as a marker (and are denied 400),
+ * and responses are encoded by the handler itself, so an encoding failure is a deny too.
  *
- * The gRPC layer is transport.ts (HTTP/2 and gRPC framing only) and the messages are read and
- * written by codec.ts: when the decision is synchronous (everything cached), a Check is
- * decoded, decided, encoded and answered in the one callback that received it.
+ * What a peer can hold is bounded by limits.ts (message sizes, streams, connections, session
+ * memory, keepalive, idle and age) and receive-guard.ts (requests that never finish).
  */
 
 export interface CheckServerLogger {
   warn(obj: Record<string, unknown>, msg: string): void;
   error(obj: Record<string, unknown>, msg: string): void;
+}
+
+/**
+ * Requests refused before a decision: `malformed` (undecodable bytes), `incomplete` (no HTTP
+ * method or path: an empty or network-filter CheckRequest), `overloaded` (too many calls
+ * receiving at once), `receive_timeout` (a request that did not finish in time).
+ */
+export type RejectionReason = "malformed" | "incomplete" | ReceiveRejection;
+
+/** TLS for the gRPC port: a PEM key and certificate chain; with `clientCa`, client certificates are required. */
+export interface CheckServerTls {
+  readonly key: string | Buffer;
+  readonly cert: string | Buffer;
+  readonly clientCa?: string | Buffer;
 }
 
 export interface CheckServerOptions {
@@ -37,10 +61,16 @@ export interface CheckServerOptions {
   readonly logger?: CheckServerLogger;
   /** Called once per finished Check call (metrics). Errors thrown by it are logged and ignored. */
   readonly onDecision?: (event: DecisionEvent) => void;
+  /** Called once per request refused before a decision (metrics); its warning is rate-limited. */
+  readonly onRejected?: (reason: RejectionReason) => void;
+  /** At most one warning line of each kind per this many ms (default 10 s). */
+  readonly warningIntervalMs?: number;
   /** Health status before anyone sets it (default SERVING). */
   readonly initialServingStatus?: SettableServingStatus;
-  /** TLS for the gRPC port (HTTP/2 over TLS); default plaintext (Envoy and the sidecar share the pod's loopback). */
-  readonly tls?: TlsOptions;
+  /** Default: plaintext (Envoy and the sidecar share the pod's loopback). */
+  readonly tls?: CheckServerTls;
+  /** Overrides of DEFAULT_GRPC_LIMITS. */
+  readonly limits?: Partial<GrpcLimits>;
 }
 
 export interface CloseOptions {
@@ -57,6 +87,10 @@ export interface CheckServer {
   setServingStatus(status: SettableServingStatus, service?: string): void;
   /** Check calls currently waiting for a decision. */
   readonly inFlight: number;
+  /** Open TCP connections. */
+  readonly connections: number;
+  /** Calls whose request has not fully arrived yet. */
+  readonly receiving: number;
 }
 
 export const DEFAULT_DEADLINE_MS = 200;
@@ -70,22 +104,39 @@ export function callerDeadlineMarginMs(remaining: number): number {
 }
 const MAX_DEADLINE_MS = 60_000;
 
-/** Bytes that are not a CheckRequest: the handler denies them instead of grpc-js failing the call. */
-function decodeOrUndefined(bytes: unknown): ParsedCheckRequest | undefined {
-  if (!(bytes instanceof Uint8Array)) return undefined;
-  try {
-    return decodeCheckRequest(bytes);
-  } catch {
-    return undefined;
-  }
+/** Stands for a request whose bytes did not decode: the handler denies it instead of grpc-js failing the call. */
+const malformedRequest: object = Object.freeze({});
+
+interface ValidOptions {
+  readonly check: CheckFunction;
+  readonly deadlineMs: number;
+  readonly logger: CheckServerLogger;
+  readonly onDecision: ((event: DecisionEvent) => void) | undefined;
+  readonly onRejected: ((reason: RejectionReason) => void) | undefined;
+  readonly warningIntervalMs: number;
+  readonly initialServingStatus: SettableServingStatus;
+  readonly credentials: ServerCredentials;
+  readonly limits: GrpcLimits;
 }
 
-function validateOptions(options: CheckServerOptions): Required<
-  Omit<CheckServerOptions, "onDecision" | "tls">
-> & {
-  onDecision: ((event: DecisionEvent) => void) | undefined;
-  tls: TlsOptions | undefined;
-} {
+function credentialsFor(
+  tls: CheckServerTls | undefined,
+  fail: (message: string) => never,
+): ServerCredentials {
+  if (tls === undefined) return ServerCredentials.createInsecure();
+  if (typeof tls !== "object" || tls === null) fail("tls must be { key, cert, clientCa? }");
+  const pem = (value: unknown): value is string | Buffer =>
+    typeof value === "string" || Buffer.isBuffer(value);
+  if (!pem(tls.key) || !pem(tls.cert) || (tls.clientCa !== undefined && !pem(tls.clientCa))) {
+    fail("tls key, cert and clientCa must be PEM strings or buffers");
+  }
+  const keyCert = [{ private_key: Buffer.from(tls.key), cert_chain: Buffer.from(tls.cert) }];
+  return tls.clientCa === undefined
+    ? ServerCredentials.createSsl(null, keyCert, false)
+    : ServerCredentials.createSsl(Buffer.from(tls.clientCa), keyCert, true);
+}
+
+function validateOptions(options: CheckServerOptions): ValidOptions {
   const fail = (message: string): never => {
     throw new CheckServerError("invalid_options", message);
   };
@@ -95,8 +146,13 @@ function validateOptions(options: CheckServerOptions): Required<
   if (!Number.isInteger(deadlineMs) || deadlineMs < 1 || deadlineMs > MAX_DEADLINE_MS) {
     fail(`deadlineMs must be an integer from 1 to ${MAX_DEADLINE_MS}`);
   }
-  if (options.onDecision !== undefined && typeof options.onDecision !== "function") {
-    fail("onDecision must be a function");
+  for (const hook of ["onDecision", "onRejected"] as const) {
+    if (options[hook] !== undefined && typeof options[hook] !== "function")
+      fail(`${hook} must be a function`);
+  }
+  const warningIntervalMs = options.warningIntervalMs ?? DEFAULT_WARNING_INTERVAL_MS;
+  if (!Number.isInteger(warningIntervalMs) || warningIntervalMs < 0) {
+    fail("warningIntervalMs must be an integer >= 0");
   }
   const logger = options.logger ?? createLogger("ext-authz");
   if (typeof logger.warn !== "function" || typeof logger.error !== "function") {
@@ -106,17 +162,22 @@ function validateOptions(options: CheckServerOptions): Required<
   if (initialServingStatus !== "SERVING" && initialServingStatus !== "NOT_SERVING") {
     fail("initialServingStatus must be SERVING or NOT_SERVING");
   }
-  if (options.tls !== undefined && (typeof options.tls !== "object" || options.tls === null)) {
-    fail("tls must be TLS server options");
-  }
   return {
     check: options.check,
     deadlineMs,
     logger,
     onDecision: options.onDecision,
+    onRejected: options.onRejected,
+    warningIntervalMs,
     initialServingStatus,
-    tls: options.tls,
+    credentials: credentialsFor(options.tls, fail),
+    limits: resolveLimits(options.limits),
   };
+}
+
+function remainingMs(deadline: Deadline): number {
+  const at = deadline instanceof Date ? deadline.getTime() : deadline;
+  return at - Date.now();
 }
 
 /** What the server itself denies with when no valid decision exists. */
@@ -135,15 +196,49 @@ function denyForError(error: unknown): { httpStatus: DenyHttpStatus; reason: str
   return failClosed.error;
 }
 
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === "function";
+}
+
 export function createCheckServer(options: CheckServerOptions): CheckServer {
   const config = validateOptions(options);
-  const { logger } = config;
+  const { logger, limits } = config;
+  const warnings = createWarningLimiter(logger, config.warningIntervalMs);
+  const protos = loadProtos();
   const health = createHealthService(["", AUTHORIZATION_SERVICE], config.initialServingStatus);
   const pending = new Set<AbortController>();
   let state: "idle" | "binding" | "listening" | "closed" = "idle";
   let closing: Promise<void> | undefined;
-  /** Set when a shutdown's grace period ran out. */
+  /** Set when a shutdown's grace period ran out: nothing is answered any more. */
   let cut = false;
+
+  const rejected = (reason: RejectionReason): void => {
+    if (config.onRejected === undefined) return;
+    try {
+      config.onRejected(reason);
+    } catch (error) {
+      logger.error({ err: errorSummary(error) }, "onRejected hook threw");
+    }
+  };
+
+  const checkMethod = protos.authorization.Check as MethodDefinition<object, object> | undefined;
+  if (checkMethod === undefined) throw new CheckServerError("invalid_options", "Authorization.Check missing");
+  const decode = checkMethod.requestDeserialize;
+  const encode = checkMethod.responseSerialize as (response: CheckResponse) => Buffer;
+  const authorization = {
+    Check: {
+      ...checkMethod,
+      requestDeserialize: (bytes: Buffer): object => {
+        try {
+          return decode(bytes);
+        } catch {
+          return malformedRequest;
+        }
+      },
+      // The handler hands over bytes it encoded itself (see `respond`).
+      responseSerialize: (bytes: Buffer): Buffer => bytes,
+    },
+  };
 
   const emit = (event: DecisionEvent): void => {
     if (config.onDecision === undefined) return;
@@ -154,9 +249,11 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     }
   };
 
-  const handleCheck = (request: Buffer, call: UnaryCall): void => {
+  const handleCheck = (call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>): void => {
     const started = performance.now();
-    const parsed = decodeOrUndefined(request);
+    const request: unknown = call.request;
+    const parsed: ParsedCheckRequest | undefined =
+      request === malformedRequest ? undefined : parseCheckRequest(request);
     const requestId = parsed?.input.requestId ?? randomUUID();
     const controller = new AbortController();
     let settled = false;
@@ -189,38 +286,21 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     };
 
     const respond = (outcome: CheckOutcome, response: CheckResponse): void => {
-      if (settled || cut) return;
-      let bytes: Buffer;
+      if (cut || !settle()) return;
       let sent = response;
       let sentOutcome = outcome;
+      let bytes: Buffer;
       try {
-        bytes = encodeCheckResponse(response);
+        bytes = encode(response);
       } catch (error) {
         // Never a gRPC error (Envoy's failure_mode_allow decides those): an internal deny.
         logger.error({ requestId, err: errorSummary(error) }, "CheckResponse could not be encoded; denied");
         sentOutcome = "invalid_decision";
         sent = denyResponse({ allow: false, ...failClosed.invalid_decision, requestId });
-        bytes = encodeCheckResponse(sent);
+        bytes = encode(sent);
       }
-      settle();
-      call.respond(bytes);
+      callback(null, bytes);
       emit(event(sentOutcome, sent));
-    };
-
-    /** The common case: a well-formed allow, checked and written in one pass. */
-    const respondAllow = (bytes: Buffer): void => {
-      if (settled || cut) return;
-      settle();
-      call.respond(bytes);
-      emit({
-        outcome: "allow",
-        allowed: true,
-        httpStatus: 200,
-        rpcCode: 0,
-        reason: null,
-        requestId,
-        durationMs: performance.now() - started,
-      });
     };
 
     const deny = (
@@ -240,15 +320,14 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     };
 
     if (parsed === undefined || !parsed.complete) {
-      logger.warn(
-        { requestId, malformed: parsed === undefined },
-        "ext_authz request without HTTP method/path denied",
-      );
+      const reason = parsed === undefined ? "malformed" : "incomplete";
+      rejected(reason);
+      warnings.warn(reason, { requestId, reason }, "ext_authz request without HTTP method/path denied");
       deny("invalid_request", failClosed.invalid_request);
       return;
     }
 
-    const remaining = call.deadline === undefined ? Number.POSITIVE_INFINITY : call.deadline - Date.now();
+    const remaining = remainingMs(call.getDeadline());
     const budget = Math.min(config.deadlineMs, remaining - callerDeadlineMarginMs(remaining));
     if (budget <= 0) {
       deny("timeout", failClosed.timeout);
@@ -257,11 +336,6 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
 
     const onValue = (value: unknown): void => {
       if (settled) return;
-      const allow = encodeAllowDecision(value);
-      if (allow !== undefined) {
-        respondAllow(allow);
-        return;
-      }
       const decision = validateDecision(value);
       if (decision === null) {
         logger.error({ requestId }, "decision function returned a malformed decision; denied");
@@ -274,9 +348,14 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     };
     const onError = (error: unknown): void => {
       if (settled) return;
-      logger.warn({ requestId, err: errorSummary(error) }, "decision function failed; denied");
+      warnings.warn(
+        "decision_failed",
+        { requestId, err: errorSummary(error) },
+        "decision function failed; denied",
+      );
       deny("error", denyForError(error));
     };
+
     let result: unknown;
     try {
       result = config.check(parsed.input, controller.signal);
@@ -284,19 +363,13 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       onError(error);
       return;
     }
-    const pendingResult =
-      result instanceof Promise
-        ? result
-        : typeof (result as { then?: unknown } | null)?.then === "function"
-          ? Promise.resolve(result)
-          : undefined;
-    if (pendingResult === undefined) {
+    if (!isThenable(result)) {
       // Decided synchronously (everything was cached): nothing to wait for, time or cancel.
       onValue(result);
       return;
     }
     pending.add(controller);
-    call.onCancel(() => {
+    call.on("cancelled", () => {
       if (!settle()) return;
       controller.abort(new Error("ext_authz call cancelled"));
       emit(event("cancelled", undefined));
@@ -306,19 +379,44 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       // Deny first: whatever the aborted function does next finds the call settled.
       deny("timeout", failClosed.timeout);
       controller.abort(new Error("ext_authz deadline exceeded"));
-      logger.warn({ requestId, deadlineMs: budget }, "ext_authz decision timed out; denied");
+      warnings.warn(
+        "decision_timeout",
+        { requestId, deadlineMs: budget },
+        "ext_authz decision timed out; denied",
+      );
     }, budget);
-    pendingResult.then(onValue, onError);
+    Promise.resolve(result).then(onValue, onError);
   };
 
-  const server: GrpcServer = createGrpcServer({
-    methods: { [CHECK_PATH]: { kind: "unary", handle: handleCheck }, ...health.methods },
-    ...(config.tls === undefined ? {} : { tls: config.tls }),
+  const receiveGuard = createReceiveGuard({
+    maxReceiving: limits.maxReceivingCalls,
+    timeoutMs: limits.receiveTimeoutMs,
+    cutConnection: (call) => {
+      const peer = call.getConnectionInfo();
+      listener.cut(peer.remoteAddress, peer.remotePort);
+    },
+    onRejected: (reason) => {
+      rejected(reason);
+      warnings.warn(reason, { reason }, "gRPC call refused before its request was read");
+    },
+  });
+  const server = new Server({ ...grpcServerOptions(limits), interceptors: [receiveGuard.interceptor] });
+  server.addService(authorization, { Check: handleCheck });
+  server.addService(protos.health, health.implementation);
+  const listener = createGrpcListener(server.createConnectionInjector(config.credentials), {
+    maxConnections: limits.maxConnections,
+    silentMs: limits.maxConnectionIdleMs,
   });
 
   return {
     get inFlight() {
       return pending.size;
+    },
+    get connections() {
+      return listener.connections;
+    },
+    get receiving() {
+      return receiveGuard.receiving;
     },
 
     setServingStatus(status, service) {
@@ -340,9 +438,10 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
         return Promise.reject(new CheckServerError("invalid_options", "listen address must be host:port"));
       }
       state = "binding";
-      return server.listen(host, port).then(
+      return listener.listen(host, port).then(
         (bound) => {
           state = "listening";
+          receiveGuard.start();
           return { port: bound };
         },
         (error: unknown) => {
@@ -360,14 +459,25 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       state = "closed";
       health.setStatus("NOT_SERVING");
       health.endWatches();
-      // At the end of the grace period: nothing is answered any more — the connections are
-      // being cut, and a decision that still arrives (an allow included) must not go out on
-      // one that survived — and every decision still running is told to stop.
-      const cutOff = setTimeout(() => {
-        cut = true;
-        for (const controller of pending) controller.abort(new Error("ext_authz server shutting down"));
-      }, graceMs);
-      closing = server.close(graceMs).finally(() => clearTimeout(cutOff));
+      closing = new Promise<void>((resolve) => {
+        // At the end of the grace period nothing is answered any more — the connections are
+        // being cut, and a decision that still arrives (an allow included) must not go out on
+        // one that survived — and every decision still running is told to stop.
+        const force = setTimeout(() => {
+          cut = true;
+          for (const controller of pending) controller.abort(new Error("ext_authz server shutting down"));
+          server.forceShutdown();
+          listener.cutAll();
+        }, graceMs);
+        // GOAWAY on every connection; each closes once its open calls are answered. (grpc-js's
+        // own callback does not wait for that on this Node version: the listener's does.)
+        server.tryShutdown(() => undefined);
+        void listener.stopAccepting().then(() => {
+          clearTimeout(force);
+          receiveGuard.stop();
+          resolve();
+        });
+      });
       return closing;
     },
   };

@@ -1,7 +1,11 @@
-import { decodeHealthCheckRequest, encodeHealthCheckResponse } from "./codec.ts";
-import { HEALTH_CHECK_PATH, HEALTH_WATCH_PATH } from "./names.ts";
-import type { ServingStatus } from "./proto.ts";
-import { GrpcStatus, type Method, type ServerStreamCall } from "./transport.ts";
+import {
+  status as GrpcStatus,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type sendUnaryData,
+  type UntypedServiceImplementation,
+} from "@grpc/grpc-js";
+import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from "./proto.ts";
 
 /**
  * grpc.health.v1.Health over a settable table of service → status. Known services are fixed
@@ -12,8 +16,7 @@ import { GrpcStatus, type Method, type ServerStreamCall } from "./transport.ts";
 export type SettableServingStatus = "SERVING" | "NOT_SERVING";
 
 export interface HealthService {
-  /** Check and Watch, by path, for the gRPC server. */
-  readonly methods: Readonly<Record<string, Method>>;
+  readonly implementation: UntypedServiceImplementation;
   /** Sets one service's status, or every known service's when `service` is omitted. */
   setStatus(status: SettableServingStatus, service?: string): void;
   getStatus(service?: string): ServingStatus;
@@ -21,13 +24,10 @@ export interface HealthService {
   endWatches(): void;
 }
 
-/** The requested service name; undefined when the request does not decode. */
-function serviceName(request: Buffer): string | undefined {
-  try {
-    return decodeHealthCheckRequest(request);
-  } catch {
-    return undefined;
-  }
+function serviceName(request: unknown): string {
+  if (typeof request !== "object" || request === null) return "";
+  const service = (request as HealthCheckRequest).service;
+  return typeof service === "string" ? service : "";
 }
 
 export function createHealthService(
@@ -35,48 +35,40 @@ export function createHealthService(
   initial: SettableServingStatus,
 ): HealthService {
   const statuses = new Map<string, SettableServingStatus>(services.map((name) => [name, initial]));
-  const watchers = new Map<ServerStreamCall, string>();
+  const watchers = new Map<ServerWritableStream<unknown, HealthCheckResponse>, string>();
 
   const current = (service: string): ServingStatus => statuses.get(service) ?? "SERVICE_UNKNOWN";
 
-  const methods: Record<string, Method> = {
-    [HEALTH_CHECK_PATH]: {
-      kind: "unary",
-      handle(request, call) {
-        const service = serviceName(request);
-        if (service === undefined) {
-          call.fail(GrpcStatus.INTERNAL, "malformed HealthCheckRequest");
-          return;
-        }
-        const status = statuses.get(service);
-        if (status === undefined) call.fail(GrpcStatus.NOT_FOUND, "unknown service");
-        else call.respond(encodeHealthCheckResponse(status));
-      },
-    },
-    [HEALTH_WATCH_PATH]: {
-      kind: "server-stream",
-      handle(request, call) {
-        const service = serviceName(request);
-        if (service === undefined) {
-          call.fail(GrpcStatus.INTERNAL, "malformed HealthCheckRequest");
-          return;
-        }
-        watchers.set(call, service);
-        call.onCancel(() => watchers.delete(call));
-        call.write(encodeHealthCheckResponse(current(service)));
-      },
-    },
+  const check = (
+    call: ServerUnaryCall<unknown, HealthCheckResponse>,
+    callback: sendUnaryData<HealthCheckResponse>,
+  ): void => {
+    const status = statuses.get(serviceName(call.request));
+    if (status === undefined) callback({ code: GrpcStatus.NOT_FOUND, details: "unknown service" });
+    else callback(null, { status });
+  };
+
+  const watch = (call: ServerWritableStream<unknown, HealthCheckResponse>): void => {
+    const service = serviceName(call.request);
+    watchers.set(call, service);
+    const forget = (): void => {
+      watchers.delete(call);
+    };
+    call.on("cancelled", forget);
+    call.on("error", forget);
+    call.on("finish", forget);
+    call.write({ status: current(service) });
   };
 
   return {
-    methods,
+    implementation: { Check: check, Watch: watch },
     setStatus(status, service) {
       const targets = service === undefined ? [...statuses.keys()] : [service];
       for (const name of targets) {
         if (statuses.get(name) === status) continue;
         statuses.set(name, status);
         for (const [call, watched] of watchers) {
-          if (watched === name) call.write(encodeHealthCheckResponse(status));
+          if (watched === name) call.write({ status });
         }
       }
     },

@@ -1,7 +1,4 @@
-/**
- * The gRPC names the sidecar serves, in their own module so the server can use them without
- * loading the .proto files (proto.ts does, for clients, tests and the benchmark).
- */
+/** The gRPC names the sidecar serves (Envoy's and grpc.health.v1's exact package names). */
 
 export const AUTHORIZATION_SERVICE = "envoy.service.auth.v3.Authorization";
 export const HEALTH_SERVICE = "grpc.health.v1.Health";

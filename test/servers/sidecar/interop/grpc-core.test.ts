@@ -3,10 +3,12 @@ import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { createDevCertificate } from "../../../../src/servers/managed/dev-certificate.ts";
 import {
-  createGrpcServer,
-  type GrpcServer,
-  type Method,
-} from "../../../../src/servers/sidecar/grpc/transport.ts";
+  type CheckServer,
+  type CheckServerOptions,
+  createCheckServer,
+} from "../../../../src/servers/sidecar/grpc/check-server.ts";
+import { DEFAULT_GRPC_LIMITS } from "../../../../src/servers/sidecar/grpc/limits.ts";
+import type { CheckDecision, CheckFunction } from "../../../../src/servers/sidecar/grpc/types.ts";
 import { type GrpcCoreAnswer, type GrpcCoreRun, requireGrpcCore } from "../../../helpers/grpc-core-peer.ts";
 import {
   checkMethod,
@@ -14,6 +16,7 @@ import {
   envoyCheckRequest,
   healthCheckMethod,
   healthWatchMethod,
+  silentLogger,
 } from "../grpc/helpers.ts";
 import {
   CAPABILITY,
@@ -27,10 +30,10 @@ import {
 } from "../world.ts";
 
 /**
- * The sidecar's HTTP/2 and gRPC layers against gRPC C-core, a client whose HTTP/2 stack
- * (chttp2) shares no code with node:http2 — the nearest thing to Envoy's own gRPC client that
- * this machine can run. python3-grpcio is a test peer `make test` installs; without it these
- * tests fail, saying so.
+ * The sidecar's gRPC server (grpc-js on node:http2) against gRPC C-core, a client whose HTTP/2
+ * stack (chttp2) shares no code with nghttp2 — the nearest thing to Envoy's own gRPC client
+ * that this machine can run. python3-grpcio is a test peer `make test` installs; without it
+ * these tests fail, saying so.
  */
 const peer = requireGrpcCore();
 
@@ -133,89 +136,109 @@ describe("sidecar ext_authz with a gRPC C-core client", () => {
   });
 });
 
-describe("the sidecar's gRPC transport with a gRPC C-core client", () => {
-  let server: GrpcServer;
-  let tlsServer: GrpcServer;
-  const ports = { h2c: 0, tls: 0 };
+describe("the ext_authz server's deadlines, sizes and TLS with a gRPC C-core client", () => {
+  // Decides only when told to stop: every answer is the server's own deadline deny. Records
+  // how long each call waited before the server stopped it.
+  const waitedMs: number[] = [];
+  const never: CheckFunction = (_input, signal) => {
+    const started = performance.now();
+    return new Promise<CheckDecision>((_resolve, reject) => {
+      signal.addEventListener(
+        "abort",
+        () => {
+          waitedMs.push(performance.now() - started);
+          reject(signal.reason);
+        },
+        { once: true },
+      );
+    });
+  };
+  const seenHeaderBytes: number[] = [];
+  const measuring: CheckFunction = (input) => {
+    seenHeaderBytes.push(input.headers["x-padding"]?.length ?? -1);
+    return { allow: true, headersToSet: {}, headersToRemove: [], dynamicMetadata: {} };
+  };
+  const servers: CheckServer[] = [];
+  const ports = { slow: 0, sized: 0, tls: 0 };
   let rootPem: string;
-  const methods: Record<string, Method> = {
-    "/t.Echo/Echo": { kind: "unary", handle: (request, call) => call.respond(request) },
-    // What the server read from C-core's grpc-timeout: the ms left, or "none".
-    "/t.Deadline/Left": {
-      kind: "unary",
-      handle: (_request, call) =>
-        call.respond(
-          Buffer.from(call.deadline === undefined ? "none" : String(Math.round(call.deadline - Date.now()))),
-        ),
-    },
+
+  const start = async (options: CheckServerOptions): Promise<number> => {
+    const server = createCheckServer({ logger: silentLogger, ...options });
+    servers.push(server);
+    return (await server.listen("127.0.0.1:0")).port;
   };
 
   before(async () => {
     const certificate = await createDevCertificate();
     rootPem = certificate.cert;
-    server = createGrpcServer({ methods });
-    tlsServer = createGrpcServer({ methods, tls: { key: certificate.key, cert: certificate.cert } });
-    ports.h2c = await server.listen("127.0.0.1", 0);
-    ports.tls = await tlsServer.listen("127.0.0.1", 0);
+    ports.slow = await start({ check: never, deadlineMs: 60_000 });
+    ports.sized = await start({ check: measuring });
+    ports.tls = await start({ check: measuring, tls: { key: certificate.key, cert: certificate.cert } });
   });
   after(async () => {
-    await server?.close(1000);
-    await tlsServer?.close(1000);
+    for (const server of servers) await server.close({ graceMs: 1_000 });
   });
 
-  test("C-core's grpc-timeout, in whatever unit it picks, becomes the call's deadline", async () => {
-    const timeoutsS = [1.5, 7.5, 90, 5000];
+  const padded = (bytes: number): Buffer =>
+    checkMethod.requestSerialize(envoyCheckRequest({ headers: { "x-padding": "p".repeat(bytes) } }));
+
+  test("C-core's grpc-timeout, in whatever unit it picks, bounds the decision (deadlineMs is 60 s)", async () => {
+    // Long enough for the server's full 50 ms margin (10 % of what is left, 5–50 ms).
+    const timeoutsS = [1.5, 4];
+    waitedMs.length = 0;
     const results = await grpcCore({
-      target: `127.0.0.1:${ports.h2c}`,
-      calls: [
-        ...timeoutsS.map((timeout) => ({
-          kind: "unary" as const,
-          method: "/t.Deadline/Left",
-          request: Buffer.alloc(0),
-          timeout,
-        })),
-        { kind: "unary", method: "/t.Deadline/Left", request: Buffer.alloc(0), timeout: null },
-      ],
+      target: `127.0.0.1:${ports.slow}`,
+      calls: timeoutsS.map((timeout) => ({
+        kind: "unary" as const,
+        method: CHECK,
+        request: padded(1),
+        timeout,
+      })),
     });
     for (const [i, timeout] of timeoutsS.entries()) {
-      const answer = results[i]?.[0];
-      assert.equal(answer?.code, OK, answer?.details);
-      const leftMs = Number(answer?.response?.toString());
-      // C-core rounds its timeout up to the unit it sends; the call itself takes some time.
+      // The decision was stopped just ahead of C-core's own deadline, not at deadlineMs.
+      const waited = waitedMs[i] ?? Number.NaN;
       assert.ok(
-        leftMs <= timeout * 1000 * 1.01 + 5 && leftMs >= timeout * 1000 - 1000,
-        `${timeout} s: ${leftMs} ms left`,
+        waited >= timeout * 1000 * 0.9 && waited <= timeout * 1000,
+        `${timeout} s: waited ${waited} ms`,
       );
+      const answer = results[i]?.[0];
+      // Our 503 deny, sent 50 ms ahead; on a machine too loaded for it to beat C-core's timer,
+      // C-core's DEADLINE_EXCEEDED — a deny at Envoy as well (failure_mode_allow: false).
+      if (answer?.code === 4) continue;
+      const denied = decoded(answer);
+      assert.equal(denied.http_response, "denied_response", `${timeout} s`);
+      assert.equal(deniedBody(denied).reason, "upstream_unavailable", `${timeout} s`);
     }
-    assert.equal(results[timeoutsS.length]?.[0]?.response?.toString(), "none");
   });
 
-  // Sizes past the 1 MiB stream window the server grants and past C-core's 64 KiB initial
-  // window, so flow control works both ways; random content, so nothing compresses or repeats.
-  const sizes = [0, 1, 16_383, 16_385, 65_535, 70_000, 1_048_576 + 17, 3 * 1024 * 1024];
-
   for (const tls of [false, true]) {
-    test(`messages of ${sizes.length} sizes up to 3 MiB echo intact, ${tls ? "h2 over TLS (ALPN)" : "h2c"}`, async () => {
-      const messages = sizes.map((size) => randomBytes(size));
-      const port = tls ? ports.tls : ports.h2c;
+    test(`CheckRequests up to the message limit are read intact; past it RESOURCE_EXHAUSTED (${tls ? "h2 over TLS" : "h2c"})`, async () => {
+      // Past the 64 KiB initial windows of both sides and several 16 KiB frames.
+      const sizes = [1, 16_385, 70_000, DEFAULT_GRPC_LIMITS.maxReceiveMessageBytes - 1024];
+      seenHeaderBytes.length = 0;
       const results = await grpcCore({
-        target: `127.0.0.1:${port}`,
+        target: `127.0.0.1:${tls ? ports.tls : ports.sized}`,
         ...(tls ? { tls: { rootPem, serverName: "localhost" } } : {}),
-        calls: messages.map((request) => ({
-          kind: "unary" as const,
-          method: "/t.Echo/Echo",
-          request,
-          repeat: 3,
-        })),
+        calls: [
+          ...sizes.map((size) => ({
+            kind: "unary" as const,
+            method: CHECK,
+            request: padded(size),
+            repeat: 2,
+          })),
+          { kind: "unary", method: CHECK, request: padded(DEFAULT_GRPC_LIMITS.maxReceiveMessageBytes + 1) },
+        ],
       });
-      assert.equal(results.length, sizes.length);
-      for (const [i, answers] of results.entries()) {
-        assert.equal(answers.length, 3);
-        for (const answer of answers) {
-          assert.equal(answer.code, OK, `${sizes[i]} bytes: ${answer.details}`);
-          assert.ok(answer.response?.equals(messages[i] ?? Buffer.alloc(1)), `${sizes[i]} bytes`);
-        }
+      for (const [i, size] of sizes.entries()) {
+        for (const answer of results[i] ?? [])
+          assert.equal(decoded(answer).http_response, "ok_response", `${size}`);
       }
+      assert.deepEqual(
+        [...seenHeaderBytes].sort((a, b) => a - b),
+        sizes.flatMap((size) => [size, size]),
+      );
+      assert.equal(results[sizes.length]?.[0]?.code, 8, "RESOURCE_EXHAUSTED");
     });
   }
 });
