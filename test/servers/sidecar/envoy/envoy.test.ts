@@ -177,14 +177,19 @@ describe("an allowed request through Envoy", () => {
     const token = await newSubject("agent-envoy-query", false);
     await world.assign("agent-envoy-query", { auth_profile_ref: "orders-query-key" });
     const before = world.upstream.seen.length;
-    const reply = await get("/orders/46?api_key=callers-own&x=1", bearer(token));
+    const reply = await get("/orders/46?expand=items", bearer(token));
     assert.equal(reply.status, 200, reply.text);
     const seen = world.upstream.seen.slice(before);
     assert.equal(seen.length, 1);
     const url = new URL(seen[0]?.url ?? "", "http://upstream");
     assert.deepEqual(url.searchParams.getAll("api_key"), ["query-secret-value"]);
-    assert.equal(url.searchParams.get("x"), "1");
+    assert.equal(url.searchParams.get("expand"), "items");
     assert.equal(seen[0]?.headers.authorization, undefined);
+    // A caller's own `api_key` is a query parameter the operation does not declare: refused.
+    const own = await get("/orders/46?api_key=callers-own", bearer(token));
+    assert.equal(own.status, 400, own.text);
+    assert.equal(JSON.parse(own.text).reason, "invalid_input");
+    assert.equal(world.upstream.seen.length, before + 1);
   });
 
   it("writes the sidecar's dynamic metadata into Envoy's access log", async () => {
@@ -433,11 +438,19 @@ describe("with_request_body (the block deploy/envoy/envoy.yaml ships commented o
     });
   };
 
-  it("buffers a body within max_request_bytes and asks the sidecar, which decides as without it", async () => {
+  it("buffers a body within max_request_bytes and sends it to the sidecar, which checks it", async () => {
+    // getOrder declares no body: the sidecar sees the one Envoy sent and refuses it.
     const before = world.upstream.seen.length;
     const reply = await send(4096);
-    assert.equal(reply.status, 200, reply.text);
-    assert.equal(world.upstream.seen.length, before + 1);
+    assert.equal(reply.status, 400, reply.text);
+    assert.equal(JSON.parse(reply.text).reason, "invalid_input");
+    assert.equal(world.upstream.seen.length, before);
+    const plain = await httpRequest(`${bodyEnvoy.url}/orders/42`, {
+      method: "GET",
+      headers: { host: UPSTREAM_HOST, ...bearer(world.tokens.agent) },
+      fresh: true,
+    });
+    assert.equal(plain.status, 200, plain.text);
     assert.equal(world.upstream.seen.at(-1)?.headers["x-api-key"], UPSTREAM_SECRET);
   });
 
