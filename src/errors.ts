@@ -90,6 +90,11 @@ export const errorCodes = {
     GrpcCode.PERMISSION_DENIED,
     "The arguments are outside the policy's parameter constraints.",
   ),
+  egress_denied: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "The upstream destination is not allowed by the platform's egress policy.",
+  ),
   idempotency_key_required: deny(400, GrpcCode.INVALID_ARGUMENT, "An Idempotency-Key header is required."),
   idempotency_conflict: deny(
     422,
