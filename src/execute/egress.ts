@@ -106,6 +106,8 @@ export interface EgressPolicy {
   /** node:http / node:https agents whose connections are checked the same way. */
   httpAgent(options?: HttpAgentOptions): HttpAgent;
   httpsAgent(options?: HttpsAgentOptions): HttpsAgent;
+  /** Adds services of the platform known only once they listen (a port chosen at start). */
+  addPlatformEndpoints(...endpoints: readonly (PlatformEndpoint | undefined)[]): void;
   close(): Promise<void>;
 }
 
@@ -155,10 +157,11 @@ const PLATFORM_NAME_TTL_MS = 30_000;
 export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPolicy {
   const allow = [...(options.allow ?? [])];
   const resolve = options.resolve ?? defaultResolve;
-  const endpoints = (options.platformEndpoints ?? []).map((endpoint) => {
+  const toKnown = (endpoint: PlatformEndpoint) => {
     const host = bare(endpoint.host);
     return { port: endpoint.port, name: normalizeHostName(host), address: parseIpAddress(host) };
-  });
+  };
+  const endpoints = (options.platformEndpoints ?? []).map(toKnown);
   const platformNames = new Map<string, { addresses: IpAddress[]; until: number }>();
 
   /** The addresses a platform service's name has (cached briefly; a failure counts as none). */
@@ -344,6 +347,9 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     },
     httpAgent: (agentOptions = {}) => guard(new HttpAgent(agentOptions), 80),
     httpsAgent: (agentOptions = {}) => guard(new HttpsAgent(agentOptions), 443),
+    addPlatformEndpoints(...added) {
+      for (const endpoint of added) if (endpoint !== undefined) endpoints.push(toKnown(endpoint));
+    },
     async close() {
       await dispatcher?.close();
     },
