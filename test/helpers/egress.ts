@@ -1,24 +1,20 @@
-import { parseEgressAllowEntry } from "../../src/core/egress-address.ts";
+import { egressAllowSetting } from "../../src/config/settings.ts";
 import { createEgressPolicy, type EgressPolicy, type EgressPolicyOptions } from "../../src/execute/egress.ts";
 
 /**
- * The `egress-allow` entries that open exactly these test servers (`127.0.0.1:<port>` each),
- * as a platform admin would write them: tests reach their loopback upstreams through the same
+ * The `egress-allow` value that opens exactly these test servers (`127.0.0.1:<port>` each), as
+ * a platform admin would write it: tests reach their loopback upstreams through the same
  * configuration as a deployment, never through a bypass.
  */
-export function allowEntriesFor(...origins: readonly string[]): string[] {
-  return origins.map((origin) => new URL(origin).host);
+export function egressAllowValue(...origins: readonly string[]): string {
+  return origins.map((origin) => new URL(origin).host).join(",");
 }
 
-/** An egress policy allowing exactly these test servers (and nothing else internal). */
+/** The egress policy `egress-allow=<these servers>` gives (and nothing else internal). */
 export function egressAllowing(
   origins: readonly string[],
   options: Omit<EgressPolicyOptions, "allow"> = {},
 ): EgressPolicy {
-  const allow = allowEntriesFor(...origins).map((text) => {
-    const entry = parseEgressAllowEntry(text);
-    if (entry === undefined) throw new Error(`not an allow-list entry: ${text}`);
-    return entry;
-  });
+  const allow = egressAllowSetting.parse(egressAllowValue(...origins), "egress-allow");
   return createEgressPolicy({ ...options, allow });
 }
