@@ -280,7 +280,8 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
       logger: silent,
       now: () => new Date(),
       secretKeyRings: createProcessKeyRings(),
-      egress: egressAllowing([upstream.url]),
+      // The IdP also plays a partner's OAuth token endpoint (client-credentials profiles).
+      egress: egressAllowing([upstream.url, issuer]),
       ...(publisher === undefined
         ? {}
         : {
