@@ -256,25 +256,25 @@ function classifyIpv4(b: Uint8Array): AddressClass {
   return "public";
 }
 
+/** IPv6 prefixes after the special cases above, in order (parsed once). */
+const IPV6_RANGES: ReadonlyArray<{ prefix: Uint8Array; bits: number; kind: AddressClass }> = [
+  { prefix: hex6("fe80::"), bits: 10, kind: "link_local" },
+  { prefix: hex6("fc00::"), bits: 7, kind: "unique_local" },
+  { prefix: hex6("ff00::"), bits: 8, kind: "multicast" },
+  { prefix: hex6("fec0::"), bits: 10, kind: "reserved" }, // deprecated site-local
+  { prefix: hex6("2001:db8::"), bits: 32, kind: "reserved" }, // documentation
+  { prefix: hex6("100::"), bits: 64, kind: "reserved" }, // discard-only
+  { prefix: hex6("2001::"), bits: 32, kind: "reserved" }, // Teredo: the client's IPv4 address is obfuscated
+  { prefix: hex6("2001:10::"), bits: 28, kind: "reserved" },
+  { prefix: hex6("64:ff9b:1::"), bits: 48, kind: "reserved" }, // local-use NAT64: the IPv4 position varies
+  { prefix: hex6("::"), bits: 8, kind: "reserved" }, // the rest of ::/8 (mapped and compatible forms are read first)
+];
+
 function classifyIpv6(b: Uint8Array): AddressClass {
   if (IPV6_METADATA.some((m) => sameBytes(m, b))) return "metadata";
   if (zeros(b, 0, 16)) return "unspecified";
   if (zeros(b, 0, 15) && b[15] === 1) return "loopback";
-  const in6 = (text: string, bits: number) => startsWith(b, hex6(text), bits);
-  if (in6("fe80::", 10)) return "link_local";
-  if (in6("fc00::", 7)) return "unique_local";
-  if (in6("ff00::", 8)) return "multicast";
-  if (
-    in6("fec0::", 10) || // deprecated site-local
-    in6("2001:db8::", 32) || // documentation
-    in6("100::", 64) || // discard-only
-    in6("2001::", 32) || // Teredo: the client's IPv4 address is obfuscated in it
-    in6("2001:10::", 28) ||
-    in6("64:ff9b:1::", 48) || // local-use NAT64: the embedded IPv4 position varies
-    in6("::", 8) // what remains of the unassigned ::/8 (mapped and compatible forms are read above)
-  ) {
-    return "reserved";
-  }
+  for (const range of IPV6_RANGES) if (startsWith(b, range.prefix, range.bits)) return range.kind;
   return "public";
 }
 
