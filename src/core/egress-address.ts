@@ -231,28 +231,41 @@ const IPV6_METADATA: readonly Uint8Array[] = [hex6("fd00:ec2::254")];
 const sameBytes = (a: Uint8Array, b: Uint8Array): boolean =>
   a.length === b.length && a.every((byte, i) => byte === b[i]);
 
+const ipv4Int = (b: Uint8Array): number =>
+  (((b[0] ?? 0) << 24) | ((b[1] ?? 0) << 16) | ((b[2] ?? 0) << 8) | (b[3] ?? 0)) >>> 0;
+
+/** IPv4 ranges in order (the first match wins), as 32-bit base and mask. */
+const IPV4_RANGES: ReadonlyArray<{ base: number; mask: number; kind: AddressClass }> = (
+  [
+    [[0, 0, 0, 0], 8, "unspecified"], // "this host on this network": reaches this machine
+    [[127, 0, 0, 0], 8, "loopback"],
+    [[169, 254, 0, 0], 16, "link_local"],
+    [[10, 0, 0, 0], 8, "private"],
+    [[172, 16, 0, 0], 12, "private"],
+    [[192, 168, 0, 0], 16, "private"],
+    [[100, 64, 0, 0], 10, "shared"],
+    [[255, 255, 255, 255], 32, "broadcast"],
+    [[224, 0, 0, 0], 4, "multicast"],
+    [[240, 0, 0, 0], 4, "reserved"],
+    [[192, 0, 0, 0], 24, "reserved"], // IETF protocol assignments
+    [[192, 0, 2, 0], 24, "reserved"], // documentation
+    [[198, 51, 100, 0], 24, "reserved"],
+    [[203, 0, 113, 0], 24, "reserved"],
+    [[198, 18, 0, 0], 15, "reserved"], // benchmarking
+    [[192, 88, 99, 0], 24, "reserved"], // 6to4 relay anycast
+  ] as const
+).map(([quad, bits, kind]) => ({
+  base: ipv4Int(Uint8Array.from(quad)),
+  mask: (0xffffffff << (32 - bits)) >>> 0,
+  kind,
+}));
+
+const IPV4_METADATA_INTS: ReadonlySet<number> = new Set(IPV4_METADATA.map(ipv4Int));
+
 function classifyIpv4(b: Uint8Array): AddressClass {
-  if (IPV4_METADATA.some((m) => sameBytes(m, b))) return "metadata";
-  const in4 = (a: number, bb: number, c: number, d: number, bits: number) =>
-    startsWith(b, v4(a, bb, c, d), bits);
-  if (in4(0, 0, 0, 0, 8)) return "unspecified"; // "this host on this network": reaches this machine
-  if (in4(127, 0, 0, 0, 8)) return "loopback";
-  if (in4(169, 254, 0, 0, 16)) return "link_local";
-  if (in4(10, 0, 0, 0, 8) || in4(172, 16, 0, 0, 12) || in4(192, 168, 0, 0, 16)) return "private";
-  if (in4(100, 64, 0, 0, 10)) return "shared";
-  if (in4(255, 255, 255, 255, 32)) return "broadcast";
-  if (in4(224, 0, 0, 0, 4)) return "multicast";
-  if (
-    in4(240, 0, 0, 0, 4) ||
-    in4(192, 0, 0, 0, 24) || // IETF protocol assignments
-    in4(192, 0, 2, 0, 24) || // documentation
-    in4(198, 51, 100, 0, 24) ||
-    in4(203, 0, 113, 0, 24) ||
-    in4(198, 18, 0, 0, 15) || // benchmarking
-    in4(192, 88, 99, 0, 24) // 6to4 relay anycast
-  ) {
-    return "reserved";
-  }
+  const n = ipv4Int(b);
+  if (IPV4_METADATA_INTS.has(n)) return "metadata";
+  for (const range of IPV4_RANGES) if ((n & range.mask) >>> 0 === range.base) return range.kind;
   return "public";
 }
 
