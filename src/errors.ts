@@ -95,6 +95,11 @@ export const errorCodes = {
     GrpcCode.PERMISSION_DENIED,
     "The request body is needed to enforce the policy and was not received whole: enable with_request_body on the Envoy ext_authz filter (max_request_bytes above the largest body, allow_partial_message false).",
   ),
+  egress_denied: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "The upstream destination is not allowed by the platform's egress policy.",
+  ),
   idempotency_key_required: deny(400, GrpcCode.INVALID_ARGUMENT, "An Idempotency-Key header is required."),
   idempotency_conflict: deny(
     422,

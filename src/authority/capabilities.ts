@@ -6,6 +6,7 @@ import type { Capability } from "../core/capability.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
+import { createEgressPolicy, type EgressPolicy, ruleText } from "../execute/egress.ts";
 import type { Store } from "../store/store.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
 import {
@@ -56,10 +57,63 @@ interface Imported {
   readonly result: ImportResult;
 }
 
+/** Where the reviewed templates send requests: each distinct origin once. */
+function upstreamOrigins(operations: readonly OperationSnapshot[]): string[] {
+  const origins = new Set<string>();
+  for (const op of operations) {
+    // Placeholders are only in the path (the importer guarantees it): the origin is fixed.
+    const template = op.upstream_url_template.replace(/\{[^{}]*\}/g, "p");
+    if (URL.canParse(template)) origins.add(new URL(template).origin);
+  }
+  return [...origins];
+}
+
+/**
+ * The egress policy at import: every upstream origin — literal addresses, and names resolved
+ * now — must be an allowed destination. The refusal names the origin as written and the rule,
+ * never the addresses a name resolved to. Calls are checked again on the address connected to.
+ */
+async function checkUpstreams(
+  operations: readonly OperationSnapshot[],
+  egress: EgressPolicy,
+): Promise<string[]> {
+  const problems: { pointer: string; message: string }[] = [];
+  const warnings: string[] = [];
+  for (const origin of upstreamOrigins(operations)) {
+    const verdict = await egress.checkUrl(origin, { resolve: true });
+    if (!verdict.ok) {
+      const what = verdict.resolved ? "its host name resolves to" : "it is";
+      problems.push({
+        pointer: "",
+        message: `upstream ${origin} is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}`,
+      });
+    } else if (verdict.unresolved === true) {
+      warnings.push(
+        `upstream ${origin} does not resolve from the authority service now; every call is checked`,
+      );
+    }
+  }
+  if (problems.length > 0) {
+    throw new AuthorityError(
+      "invalid_request",
+      "An upstream server is not allowed by the platform's egress policy.",
+      {
+        details: { reason: "egress_denied", problems },
+      },
+    );
+  }
+  return warnings;
+}
+
 /** Parse + import, with the catalog module's failures turned into 400s that list every problem. */
 async function runImport(
   source: OpenApiSource,
-  options: { capabilityId: string; upstreamBaseUrl: string | undefined; authProfileRef: string },
+  options: {
+    capabilityId: string;
+    upstreamBaseUrl: string | undefined;
+    authProfileRef: string;
+    egress: EgressPolicy | undefined;
+  },
 ): Promise<Imported> {
   try {
     const document = source.document;
@@ -78,7 +132,14 @@ async function runImport(
       authProfileRef: options.authProfileRef,
       ...(options.upstreamBaseUrl === undefined ? {} : { upstreamBaseUrl: options.upstreamBaseUrl }),
     });
-    return { parsed, result };
+    const egressWarnings = await checkUpstreams(result.operations, options.egress ?? createEgressPolicy());
+    return {
+      parsed,
+      result:
+        egressWarnings.length === 0
+          ? result
+          : { ...result, warnings: [...result.warnings, ...egressWarnings] },
+    };
   } catch (error) {
     if (error instanceof OpenApiImportError) throw error.toAuthorityError();
     if (error instanceof ImportOptionsError) {
@@ -104,12 +165,13 @@ function summarize(capabilityId: string, operations: readonly OperationSnapshot[
 }
 
 /** What an import would produce; writes nothing. */
-export async function previewOpenApi(input: PreviewInput): Promise<PreviewResult> {
+export async function previewOpenApi(input: PreviewInput, egress?: EgressPolicy): Promise<PreviewResult> {
   const capabilityId = input.capability_id ?? "preview";
   const { parsed, result } = await runImport(input, {
     capabilityId,
     upstreamBaseUrl: input.upstream_base_url,
     authProfileRef: input.auth_profile_ref ?? "default",
+    egress,
   });
   return {
     openapi: parsed.openapi,
@@ -176,6 +238,7 @@ export async function importOpenApi(
     capabilityId: input.capability_id,
     upstreamBaseUrl: input.upstream_base_url,
     authProfileRef: input.auth_profile_ref,
+    egress: deps.egress,
   });
   const store = deps.store;
   const capabilityKey = storeKeys.capability(partnerId, input.capability_id);

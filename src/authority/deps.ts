@@ -1,3 +1,4 @@
+import type { EgressPolicy } from "../execute/egress.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
@@ -16,6 +17,8 @@ export interface AdminDeps {
   readonly secretKeyRings?: KeyRingSource;
   /** Told after every stored policy change. */
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /** Checks imported upstream URLs; absent: the strict default policy. */
+  readonly egress?: EgressPolicy;
 }
 
 /** Who made an admin change, for audit records. */

@@ -7,6 +7,7 @@
 import { createAuthProfileSecretResolver } from "../authority/auth-profiles.ts";
 import { isValidId } from "../authority/ids.ts";
 import { collections, storeKeys } from "../authority/model.ts";
+import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -53,6 +54,8 @@ export interface BindingRuntimeOwner {
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
   /** Set by the service builder (optional; defaults apply without it). */
   readonly bindings?: BindingRuntimeOptions;
+  /** Where upstream calls may go; absent: the strict default policy. */
+  readonly egress?: EgressPolicy;
 }
 
 export interface BindingRuntime {
@@ -86,6 +89,7 @@ export function createBindingRuntime(owner: BindingRuntimeOwner): BindingRuntime
         isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
       },
       ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
+      ...(owner.egress === undefined ? {} : { egress: owner.egress }),
     });
   return {
     tokens: createWorkloadTokenService({

@@ -8,6 +8,7 @@ import { readConfigFile } from "./file.ts";
 import {
   bearerTokenSettings,
   boolean,
+  egressAllowSetting,
   httpUrl,
   integer,
   type ListenAddress,
@@ -27,6 +28,7 @@ import {
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof logLevels)[number];
 
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { McpConfig } from "../mcp/config.ts";
 
 export interface AuthorityConfig {
@@ -58,6 +60,8 @@ export interface AuthorityConfig {
   readonly shutdownTimeoutMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly mcp: McpConfig;
+  /** The platform admin's egress allow list (upstream destinations beyond public addresses). */
+  readonly egress: { readonly allow: readonly EgressAllowEntry[] };
   /** Where each setting came from (for the start-up log; values are not repeated). */
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
@@ -212,6 +216,7 @@ export const authoritySettings = {
     description: "deadline of one upstream call in MCP tools/call (default 10000)",
     parse: integer(1, 600_000),
   }),
+  egressAllow: spec(egressAllowSetting),
 } as const;
 
 type Settings = typeof authoritySettings;
@@ -280,6 +285,7 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
       ...(get("mcpAllowedOrigins") === undefined ? {} : { allowedOrigins: get("mcpAllowedOrigins") }),
       ...(get("mcpUpstreamTimeout") === undefined ? {} : { upstreamTimeoutMs: get("mcpUpstreamTimeout") }),
     },
+    egress: { allow: get("egressAllow") ?? [] },
     sources,
   };
   return config;

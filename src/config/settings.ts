@@ -5,6 +5,7 @@
  * validated once, at start. Messages name the setting and where it came from, never the
  * value of a secret one.
  */
+import { type EgressAllowEntry, parseEgressAllowEntry } from "../core/egress-address.ts";
 import { ConfigError } from "./errors.ts";
 import { type ListenAddress, parseListenAddress } from "./listen-address.ts";
 
@@ -164,6 +165,32 @@ export function redisUrl(raw: RawValue, where: string): string {
   if (!/^rediss?:\/\/.+/i.test(value)) throw new ConfigError(`${where} must be redis://host:port[/db]`);
   return value;
 }
+
+/**
+ * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address)
+ * and `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`). Host names are not accepted:
+ * the policy is checked on the address a connection really reaches.
+ */
+export function egressAllowList(raw: RawValue, where: string): EgressAllowEntry[] {
+  return list(raw, where).map((item) => {
+    const entry = parseEgressAllowEntry(item);
+    if (entry === undefined) {
+      throw new ConfigError(
+        `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block or an address:port (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080)`,
+      );
+    }
+    return entry;
+  });
+}
+
+/** The egress allow list setting, shared by every process that calls upstreams (serve, sidecar). */
+export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
+  key: "egress-allow",
+  env: "AUTHORITY_EGRESS_ALLOW",
+  description:
+    "comma-separated CIDRs and address:port entries upstream calls may reach beyond public addresses (default: none)",
+  parse: egressAllowList,
+};
 
 /** The bearer-token settings every server that verifies tokens shares (serve, sidecar). */
 export const bearerTokenSettings = {

@@ -255,6 +255,10 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     });
     const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
     const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
+    // The sample API's port is fixed before the authority starts: the egress allow list opens
+    // exactly that one loopback destination, nothing else on this machine.
+    const sampleApiPort = ports.sampleApi === 0 ? await findFreePort() : ports.sampleApi;
+    const egressAllow = `${DEV_HOST}:${sampleApiPort}`;
     const config = resolveAuthorityConfig({
       flags: {
         "state-dir": stateDir,
@@ -270,6 +274,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
         // the demo partner is in the rollout, so they are enforced instead of failing closed.
         "parameter-scoping": "true",
         "parameter-scoping-partners": DEV_PARTNER.partnerId,
+        "egress-allow": egressAllow,
         ...(options.redisUrl === undefined ? {} : { "redis-url": options.redisUrl }),
       },
       env: {},
@@ -289,12 +294,12 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     // The sample upstream; envelope verification is wired once the binding exists.
     let binding: SeededBinding | undefined;
     let workloadToken: ServiceTokenSource | undefined;
-    const sampleApi = await listenOn("sample customers API", ports.sampleApi, () =>
+    const sampleApi = await listenOn("sample customers API", sampleApiPort, () =>
       startSampleCustomersApi({
         apiKey: secrets.upstreamApiKey,
         adminBearer: secrets.upstreamAdminBearer,
         host: DEV_HOST,
-        port: ports.sampleApi,
+        port: sampleApiPort,
         envelopeVerification: () => {
           const source = workloadToken;
           return binding === undefined || source === undefined
@@ -312,6 +317,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       protector,
       logger: log.child({ component: "seed" }),
       secretKeyRings,
+      ...(authority.context.egress === undefined ? {} : { egress: authority.context.egress }),
       ...(authority.context.onPolicyChange === undefined
         ? {}
         : { onPolicyChange: authority.context.onPolicyChange }),
@@ -378,6 +384,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
             sampleApiUrl: sampleApi.url,
             // The same rollout as the authority service: constraints hold on every path.
             constraintsRollout: config.parameterScoping,
+            egressAllow,
             ports: { grpc: ports.sidecarGrpc, proxy: ports.sidecarProxy, metrics: ports.sidecarMetrics },
             ...(options.redisUrl === undefined || cacheKey === undefined
               ? {}

@@ -3,6 +3,8 @@
  * the metrics/health port, in-process, with the same policy protector as the authority
  * service and a capability map that sends the sample API's host to the `customers` capability.
  */
+import { egressAllowSetting } from "../config/settings.ts";
+import { createEgressPolicy, endpointOfUrl } from "../execute/egress.ts";
 import { createJwtVerifier } from "../identity/jwt-verifier.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
@@ -27,6 +29,8 @@ export interface DevSidecarOptions {
   readonly sampleApiUrl: string;
   /** The parameter-scoping rollout of the authority service beside it. */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+  /** The `egress-allow` setting of the environment (exactly the sample API's address and port). */
+  readonly egressAllow: string;
   readonly ports: { readonly grpc: number; readonly proxy: number; readonly metrics: number };
   /** Redis and the 32-byte MAC key of its cache entries (optional). */
   readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
@@ -70,6 +74,12 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
     },
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     logger: options.log,
+    egress: createEgressPolicy({
+      allow: egressAllowSetting.parse(options.egressAllow, "egress-allow"),
+      platformEndpoints: [options.authorityUrl, options.issuer, options.jwksUrl, options.tokenUrl]
+        .map(endpointOfUrl)
+        .filter((endpoint) => endpoint !== undefined),
+    }),
   });
   try {
     return { sidecar, ports: await sidecar.start() };

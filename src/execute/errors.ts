@@ -30,6 +30,10 @@ export const executionErrorTable = {
     code: "policy_verification_failed",
     message: "The operation snapshot cannot be executed.",
   },
+  egress_denied: {
+    code: "egress_denied",
+    message: "The upstream destination is not allowed by the platform's egress policy.",
+  },
   auth_profile_unavailable: {
     code: "upstream_unavailable",
     message: "The upstream auth profile could not provide credentials.",

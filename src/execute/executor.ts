@@ -19,6 +19,7 @@ import {
 } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
+import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
@@ -47,6 +48,11 @@ export interface ExecutorOptions {
   readonly constraintsRollout: ConstraintsRolloutOptions;
   /** Deadline of one OAuth token request; default 5 s. */
   readonly tokenTimeoutMs?: number;
+  /**
+   * Checks every upstream and token-endpoint connection (passed to fetch as its
+   * `dispatcher`). Default: the strict policy, nothing internal allowed.
+   */
+  readonly egress?: EgressPolicy;
 }
 
 /** What the executor needs from a verified operation snapshot. */
@@ -292,7 +298,12 @@ export function createExecutor(options: ExecutorOptions): Executor {
     DEFAULT_MAX_RESPONSE_BYTES,
   );
   const tokenTimeoutMs = positiveInteger("tokenTimeoutMs", options.tokenTimeoutMs, 5000);
-  const fetchImpl: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+  const egress = options.egress ?? createEgressPolicy();
+  // Every connection fetch opens (upstream and token endpoints alike) passes the egress check
+  // on the address it really connects to.
+  const fetchImpl: FetchLike = (input, init) =>
+    baseFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
   const { secretResolver, tokenSetStore, constraintsRollout } = options;
   const clientCredentials = createClientCredentialsTokens({
     fetch: fetchImpl,
@@ -388,6 +399,13 @@ export function createExecutor(options: ExecutorOptions): Executor {
     if (body !== undefined) headers["content-type"] = "application/json";
     const rules = redactionRules(snapshot, request.redactions);
 
+    // A destination refused without DNS (a literal address, a metadata name, a platform
+    // service) stops here, before any secret is loaded; names are checked again on connect.
+    const destination = await egress.checkUrl(url);
+    if (!destination.ok) {
+      throw new ExecutionError("egress_denied", { details: { rule: destination.rule }, requestHash });
+    }
+
     // 4: secrets are resolved only now.
     const session = await injector.open(request.authProfile, {
       ...(request.userTokenKey === undefined ? {} : { userTokenKey: request.userTokenKey }),
@@ -421,6 +439,15 @@ export function createExecutor(options: ExecutorOptions): Executor {
       }
     } catch (error) {
       if (error instanceof ExecutionError) throw error;
+      const denial = egressDenialOf(error);
+      if (denial !== undefined) {
+        const now = performance.now();
+        throw new ExecutionError("egress_denied", {
+          details: { rule: denial.rule },
+          requestHash,
+          timings: { totalMs: now - started, upstreamMs: now - upstreamStarted },
+        });
+      }
       if (error instanceof BodyTooLargeError) throw failure("upstream_response_too_large");
       if (deadline.aborted) throw failure("upstream_timeout");
       if (request.signal?.aborted === true) throw request.signal.reason;

@@ -1,6 +1,7 @@
 import type { ClientAuthMethod } from "./auth-profiles.ts";
 import { headerSafe, unavailable } from "./auth-profiles.ts";
 import { readBoundedBody } from "./bounded-body.ts";
+import { egressDenialOf } from "./egress.ts";
 import { ExecutionError } from "./errors.ts";
 
 export type FetchLike = (input: string | URL, init?: RequestInit) => Promise<Response>;
@@ -124,7 +125,11 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
       signal: AbortSignal.timeout(request.timeoutMs),
     });
     bytes = await readBoundedBody(response, MAX_TOKEN_RESPONSE_BYTES);
-  } catch {
+  } catch (error) {
+    const denial = egressDenialOf(error);
+    if (denial !== undefined) {
+      throw new ExecutionError("egress_denied", { details: { issue: "token_endpoint", rule: denial.rule } });
+    }
     throw unavailable("token_endpoint_unreachable");
   }
   const body = parseJson(bytes);

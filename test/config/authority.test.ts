@@ -5,6 +5,7 @@ import { after, before, describe, test } from "node:test";
 import { loadAuthorityConfig, resolveAuthorityConfig } from "../../src/config/authority.ts";
 import { ConfigError } from "../../src/config/errors.ts";
 import { parseConfigText } from "../../src/config/file.ts";
+import { authorityEgressPolicy } from "../../src/servers/authority/build.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 
 describe("authority serve configuration", () => {
@@ -13,6 +14,39 @@ describe("authority serve configuration", () => {
     dir = await makeTempDir("config-");
   });
   after(() => dir.cleanup());
+
+  test("egress-allow: CIDRs and address:port entries; nothing internal by default; own services refused", async () => {
+    assert.deepEqual(resolveAuthorityConfig({ env: {} }).egress.allow, []);
+    const config = resolveAuthorityConfig({
+      env: { AUTHORITY_EGRESS_ALLOW: "10.0.0.0/8, 127.0.0.1:18080,[::1]:9000" },
+      flags: { "crypto-url": "http://10.1.1.1:8082" },
+    });
+    assert.deepEqual(
+      config.egress.allow.map((entry) => entry.text),
+      ["10.0.0.0/8", "127.0.0.1:18080", "[::1]:9000"],
+    );
+    const policy = authorityEgressPolicy(config);
+    assert.deepEqual(await policy.checkUrl("http://10.2.3.4/"), { ok: true });
+    assert.deepEqual(await policy.checkUrl("http://127.0.0.1:18080/"), { ok: true });
+    // The crypto service is inside the allowed range but is the platform's own service.
+    assert.deepEqual(await policy.checkUrl("http://10.1.1.1:8082/"), {
+      ok: false,
+      rule: "platform_service",
+      resolved: false,
+    });
+    // So is the default IdP and the authority's own listen address.
+    for (const url of ["http://127.0.0.1:8083/oauth2/token", "http://127.0.0.1:8080/"]) {
+      assert.equal((await policy.checkUrl(url)).ok, false, url);
+    }
+    for (const bad of ["orders.internal:443", "10.0.0.1/8", "127.1:80", "*"]) {
+      assert.throws(
+        () => resolveAuthorityConfig({ env: { AUTHORITY_EGRESS_ALLOW: bad } }),
+        (error: unknown) =>
+          error instanceof ConfigError && error.message.startsWith("AUTHORITY_EGRESS_ALLOW"),
+        bad,
+      );
+    }
+  });
 
   test("defaults follow docs/configuration.md", () => {
     const config = resolveAuthorityConfig({ env: {}, cwd: "/srv" });

@@ -4,6 +4,7 @@ import type { ClientCredentialsProfile } from "../../src/execute/auth-profiles.t
 import { createClientCredentialsTokens } from "../../src/execute/client-credentials.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor } from "../../src/execute/executor.ts";
+import { egressAllowing } from "../helpers/egress.ts";
 import { itemSnapshot, openTokenStore, secretTable, type TokenStoreFixture } from "./helpers.ts";
 import { type OAuthServer, startOAuthServer } from "./oauth-server.ts";
 
@@ -48,6 +49,7 @@ function executor() {
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+    egress: egressAllowing([oauth.origin]),
   });
 }
 
@@ -180,6 +182,7 @@ describe("oauth_client_credentials", () => {
       secretResolver: wrongSecret.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+      egress: egressAllowing([oauth.origin]),
     });
     assert.equal((await reasonOf(execute(ex))).reason, "auth_profile_unavailable");
     assert.equal(apiRequests().length, 0);
@@ -191,6 +194,7 @@ describe("oauth_client_credentials", () => {
       secretResolver: secrets.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+      egress: egressAllowing([oauth.origin]),
       tokenTimeoutMs: 100,
     });
     const error = await reasonOf(execute(ex));

@@ -5,6 +5,7 @@ import { hashCanonical } from "../../src/core/canonical-json.ts";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor, type ExecuteRequest, type ExecutorOptions } from "../../src/execute/executor.ts";
+import { egressAllowing } from "../helpers/egress.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -53,6 +54,7 @@ function executor(overrides: Partial<ExecutorOptions> = {}) {
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: true, isPartnerAllowlisted: (id) => id === "partner-allowed" },
+    egress: egressAllowing([upstream.origin]),
     ...overrides,
   });
 }
@@ -353,7 +355,8 @@ describe("executor: upstream outcomes", () => {
     const gone = await startServer();
     const origin = gone.origin;
     await gone.close();
-    const error = await rejection(executor().execute(request({ snapshot: itemSnapshot(origin) })));
+    const ex = executor({ egress: egressAllowing([origin]) });
+    const error = await rejection(ex.execute(request({ snapshot: itemSnapshot(origin) })));
     assert.equal(error.reason, "upstream_unreachable");
     assert.deepEqual(error.upstreamError, { kind: "unreachable" });
     const text = `${error.message} ${JSON.stringify(error.toJSON())}`;
@@ -579,6 +582,7 @@ describe("createExecutor options", () => {
       secretResolver: secrets.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+      egress: egressAllowing([upstream.origin]),
     };
     assert.throws(() => createExecutor({ ...base, timeoutMs: 0 }), TypeError);
     assert.throws(() => createExecutor({ ...base, maxResponseBytes: -1 }), TypeError);

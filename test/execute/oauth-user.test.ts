@@ -6,6 +6,7 @@ import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor, type Executor } from "../../src/execute/executor.ts";
 import { codeChallengeS256, createCodeVerifier } from "../../src/execute/oauth-user.ts";
 import { DEFAULT_TOKEN_SET_COLLECTION } from "../../src/execute/token-set-store.ts";
+import { egressAllowing } from "../helpers/egress.ts";
 import { itemSnapshot, openTokenStore, secretTable, type TokenStoreFixture } from "./helpers.ts";
 import { type OAuthServer, startOAuthServer } from "./oauth-server.ts";
 
@@ -40,6 +41,7 @@ beforeEach(() => {
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+    egress: egressAllowing([oauth.origin]),
   });
 });
 

@@ -23,12 +23,15 @@
  * source, key rings as `secretKeyRings`) plus what that builder does not take yet: binding
  * runtime options (upstream deadline), MCP settings, a policy-change publisher.
  */
+
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { type AuditRecorder, createAuditRecorder } from "../../src/audit/recorder.ts";
 import type { BindingRuntimeOptions } from "../../src/bindings/runtime.ts";
+import { egressAllowSetting } from "../../src/config/settings.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
+import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
 import type { McpConfig } from "../../src/mcp/config.ts";
 import { createMetricsRegistry } from "../../src/observability/metrics.ts";
@@ -60,6 +63,7 @@ import {
   type RestartableCrypto,
   startRestartableCrypto,
 } from "./crypto-service.ts";
+import { egressAllowValue } from "./egress.ts";
 import {
   createExtAuthzClient,
   type ExtAuthzAnswer,
@@ -306,6 +310,8 @@ async function startAuthority(
     readonly crypto: RestartableCrypto | undefined;
     readonly owners: CryptoOwners | undefined;
     readonly sidecarRedisUrl: string | undefined;
+    /** The `egress-allow` setting: exactly the test upstream. */
+    readonly egressAllow: string;
     readonly cleanups: ReturnType<typeof cleanupStack>;
   },
 ): Promise<AuthorityParts> {
@@ -356,8 +362,17 @@ async function startAuthority(
     parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
     mcp: { upstreamTimeoutMs },
   };
+  // Configured as `authority serve` builds it: the allow list, and the platform's own services.
+  const egress = createEgressPolicy({
+    allow: egressAllowSetting.parse(deps.egressAllow, "egress-allow"),
+    platformEndpoints: [idp.issuer, crypto?.url, deps.sidecarRedisUrl, options.storeUrl]
+      .map(endpointOfUrl)
+      .filter((endpoint) => endpoint !== undefined),
+  });
+  cleanups.push(() => egress.close());
   const context: AuthorityContext & { readonly bindings: BindingRuntimeOptions } = {
     config,
+    egress,
     store,
     verifier,
     protector,
@@ -392,6 +407,7 @@ async function startAuthority(
   });
   const address = app.server.address();
   if (address === null || typeof address === "string") throw new Error("authority: no address");
+  egress.addPlatformEndpoints({ host: address.address, port: address.port });
   return {
     store,
     context,
@@ -582,6 +598,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       crypto,
       owners: crypto === undefined ? undefined : canaryOwners(crypto),
       sidecarRedisUrl,
+      egressAllow: egressAllowValue(upstream.url),
       cleanups,
     });
     const { url } = authority;
@@ -648,6 +665,12 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
         upstreamTimeoutMs: options.upstreamTimeoutMs ?? 2000,
         logger: logs.logger("sidecar"),
         registry: createMetricsRegistry({ collectDefaults: false }),
+        egress: createEgressPolicy({
+          allow: egressAllowSetting.parse(egressAllowValue(upstream.url), "egress-allow"),
+          platformEndpoints: [url, idp.issuer, sidecarRedisUrl]
+            .map(endpointOfUrl)
+            .filter((e) => e !== undefined),
+        }),
         ...options.sidecar.options,
       });
       const ports = await created.start();

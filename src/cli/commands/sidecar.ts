@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { type Command, Option } from "commander";
 import { ConfigError } from "../../config/errors.ts";
 import { isCryptoError, loadKek } from "../../crypto/index.ts";
+import { createEgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { PolicyCacheError, parseCacheKey } from "../../policy/cache/index.ts";
@@ -78,6 +79,20 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,
     logger: log,
+    // The platform's services this sidecar knows of are never an upstream; its own ports are added on start.
+    egress: createEgressPolicy({
+      allow: config.egressAllow,
+      platformEndpoints: [
+        config.authorityUrl,
+        config.issuer,
+        config.jwksUrl,
+        config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
+        config.redis?.url,
+        config.keyRings.storeUrl,
+      ]
+        .map(endpointOfUrl)
+        .filter((endpoint) => endpoint !== undefined),
+    }),
   });
   try {
     await sidecar.start();

@@ -58,6 +58,59 @@ export async function adminSection(ctx: DemoContext): Promise<void> {
       !("artifact" in body),
     detail: `allows: ${allowed.join(", ")}\nnot allowed (in the catalog): ${DEV_NOT_ALLOWED_PERMISSION}`,
   });
+  await egressSection(ctx, auth);
+}
+
+/**
+ * The egress policy at import: a document whose server is the authority service itself, or
+ * the cloud metadata address, is refused with 400 and the rule — the sample API's one
+ * address:port is the only internal destination this environment allows.
+ */
+async function egressSection(ctx: DemoContext, auth: Record<string, string>): Promise<void> {
+  const targets = [
+    {
+      label: "the authority's own port",
+      url: ctx.env.urls.authority,
+      rule: "a service of the platform itself",
+    },
+    {
+      label: "the cloud metadata address",
+      url: "http://169.254.169.254/latest",
+      rule: "a cloud metadata address",
+    },
+  ];
+  for (const target of targets) {
+    const answer = await ctx.json(
+      "POST",
+      `${ctx.env.urls.authority}/partners/${DEV_PARTNER.partnerId}/api-specs/import-openapi`,
+      {
+        headers: auth,
+        body: {
+          capability_id: "egress-probe",
+          name: "Egress probe",
+          auth_profile_ref: "none",
+          document: {
+            openapi: "3.1.0",
+            info: { title: "probe", version: "1" },
+            servers: [{ url: target.url }],
+            paths: {
+              "/partners": { get: { operationId: "probe", responses: { "200": { description: "ok" } } } },
+            },
+          },
+        },
+      },
+    );
+    const details = isRecord(answer.body) && isRecord(answer.body.details) ? answer.body.details : {};
+    const problems = Array.isArray(details.problems) ? details.problems : [];
+    const message = problems.map((p) => field(p, "message")).join("; ");
+    ctx.report.check({
+      label: `import with the server at ${target.label}`,
+      expected: "400, refused by the egress policy",
+      actual: `${answer.status}, ${field(details, "reason")}`,
+      ok: answer.status === 400 && details.reason === "egress_denied" && message.includes(target.rule),
+      detail: message,
+    });
+  }
 }
 
 interface AuthorizeCase {

@@ -11,6 +11,7 @@ import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
+import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
@@ -67,6 +68,28 @@ export interface AuthorityServiceOverrides {
   readonly keyRings?: KeyRingSource;
   readonly logger?: Logger;
   readonly now?: () => Date;
+  /** Used instead of the policy built from `config.egress` and the configured service URLs. */
+  readonly egress?: EgressPolicy;
+}
+
+/**
+ * The egress policy of `authority serve`: the admin's allow list, and every service of the
+ * platform this process knows of refused as an upstream (its own port is added once bound).
+ */
+export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
+  return createEgressPolicy({
+    allow: config.egress.allow,
+    platformEndpoints: [
+      config.listen.port === 0 ? undefined : config.listen,
+      endpointOfUrl(config.publicUrl),
+      endpointOfUrl(config.issuer),
+      endpointOfUrl(config.jwksUrl),
+      endpointOfUrl(config.managedUrl),
+      endpointOfUrl(config.cryptoUrl),
+      endpointOfUrl(config.redisUrl),
+      endpointOfUrl(config.storeUrl),
+    ].filter((endpoint) => endpoint !== undefined),
+  });
 }
 
 export interface AuthorityService {
@@ -119,7 +142,9 @@ export async function buildAuthorityService(
     // so sidecars drop cached policies within their freshness bound.
     const publisher =
       config.redisUrl === undefined ? undefined : createPolicyChangePublisher({ url: config.redisUrl });
+    const egress = overrides.egress ?? authorityEgressPolicy(config);
     const context: AuthorityContext = {
+      egress,
       config: {
         publicUrl: config.publicUrl,
         issuer: config.issuer,
@@ -189,6 +214,7 @@ export async function buildAuthorityService(
       async listen() {
         await app.listen({ host: config.listen.host, port: config.listen.port });
         const address = app.server.address() as AddressInfo;
+        egress.addPlatformEndpoints({ host: address.address, port: address.port });
         const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
         return `http://${host}:${address.port}`;
       },
@@ -201,6 +227,7 @@ export async function buildAuthorityService(
           const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
           await publisher?.close();
+          if (overrides.egress === undefined) await egress.close();
           if (ownsStore) await store.close();
           return { auditFlushed: flushed, auditLost: lost };
         })();

@@ -1,3 +1,4 @@
+import type { EgressPolicy } from "../../execute/egress.ts";
 import type { McpConfig } from "../../mcp/config.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -50,4 +51,9 @@ export interface AuthorityContext {
    * (sidecars over Redis pub/sub) can drop stale copies. A failure is logged, never undone.
    */
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /**
+   * Where upstream calls and imported server URLs may point (docs/security.md, "Egress").
+   * Absent: the strict default — no loopback, private, link-local or metadata destination.
+   */
+  readonly egress?: EgressPolicy;
 }

@@ -6,6 +6,7 @@ import { ConfigError } from "../../config/errors.ts";
 import {
   bearerTokenSettings,
   boolean,
+  egressAllowSetting,
   httpUrl,
   integer,
   type ListenAddress,
@@ -19,6 +20,7 @@ import {
   storeUrl,
   text,
 } from "../../config/settings.ts";
+import type { EgressAllowEntry } from "../../core/egress-address.ts";
 
 export const sidecarLogLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
@@ -203,6 +205,7 @@ export const sidecarSettings = {
     description: "how long in-flight requests may finish on shutdown (default 10000)",
     parse: integer(0, 600_000),
   }),
+  egressAllow: spec(egressAllowSetting),
 } as const;
 
 export type SidecarCredentialsConfig =
@@ -241,6 +244,8 @@ export interface SidecarConfig {
   readonly policyMaxAgeMs: number;
   readonly shutdownGraceMs: number;
   readonly auditMaxPending: number;
+  /** The platform admin's egress allow list for the forward proxy's upstreams. */
+  readonly egressAllow: readonly EgressAllowEntry[];
 }
 
 type Settings = typeof sidecarSettings;
@@ -317,5 +322,6 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     policyMaxAgeMs: get("policyMaxAge") ?? 60_000,
     shutdownGraceMs: get("shutdownGrace") ?? 10_000,
     auditMaxPending: get("auditMaxPending") ?? 10_000,
+    egressAllow: get("egressAllow") ?? [],
   };
 }

@@ -2,7 +2,6 @@ import { randomUUID } from "node:crypto";
 import {
   type ClientRequest,
   createServer,
-  Agent as HttpKeepAliveAgent,
   request as httpRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
@@ -10,7 +9,7 @@ import {
   type Server,
   type ServerResponse,
 } from "node:http";
-import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import { request as httpsRequest } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import {
@@ -20,6 +19,7 @@ import {
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
 import type { ErrorCode } from "../../errors.ts";
+import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import { renderUpstreamRequest } from "../../execute/url.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
@@ -63,6 +63,11 @@ export interface ForwardProxyOptions {
   /** Sockets per upstream origin (default 256). */
   readonly maxSockets?: number;
   readonly logger?: { warn(obj: Record<string, unknown>, msg: string): void };
+  /**
+   * Checks every upstream connection on the address it reaches (docs/security.md, "Egress").
+   * Default: the strict policy, nothing internal allowed.
+   */
+  readonly egress?: EgressPolicy;
 }
 
 export interface ForwardProxy {
@@ -181,10 +186,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const maxResponseBytes = positiveIntOption(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
   const maxSockets = positiveIntOption(options.maxSockets, 256, "maxSockets");
   const maxRequestBytes = positiveIntOption(options.maxRequestBytes, 1024 * 1024, "maxRequestBytes");
-  const agents = {
-    http: new HttpKeepAliveAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
-    https: new HttpsAgent({ keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" }),
-  };
+  // Each new upstream connection is checked by the egress policy (a kept-alive one was checked when opened).
+  const egress = options.egress ?? createEgressPolicy();
+  const agentOptions = { keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" } as const;
+  const agents = { http: egress.httpAgent(agentOptions), https: egress.httpsAgent(agentOptions) };
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let closing: Promise<void> | undefined;
@@ -430,6 +435,19 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
 
   const upstreamFailed = (res: ServerResponse, exchange: Exchange, error: Error): void => {
     if (exchange.settled) return;
+    const denial = egressDenialOf(error);
+    if (denial !== undefined) {
+      // Refused on connect: nothing (credentials included) was sent.
+      metrics?.proxyResponse("failed");
+      logger?.warn(
+        { requestId: exchange.decision.requestId, rule: denial.rule },
+        "upstream refused by the egress policy",
+      );
+      exchange.settled = true;
+      if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+      sendDeny(res, denyOf("egress_denied", exchange.decision.requestId));
+      return;
+    }
     metrics?.upstream("error", (performance.now() - exchange.sentAt) / 1000);
     metrics?.proxyResponse("failed");
     const code = (error as { code?: unknown }).code;

@@ -1,5 +1,6 @@
 import type { Registry } from "prom-client";
 import type { Capability } from "../../core/capability.ts";
+import { createEgressPolicy, type EgressPolicy } from "../../execute/egress.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
 import {
@@ -75,6 +76,11 @@ export interface SidecarOptions {
   readonly auditMaxPending?: number;
   readonly logger?: Logger;
   readonly registry?: Registry;
+  /**
+   * Where the forward proxy may connect (docs/security.md, "Egress"); the sidecar's own ports
+   * are added to its platform endpoints once bound. Default: the strict policy.
+   */
+  readonly egress?: EgressPolicy;
 }
 
 export interface SidecarPorts {
@@ -208,10 +214,12 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
     onRejected: (reason) => metrics.grpcRejected(reason),
   });
+  const egress = options.egress ?? createEgressPolicy();
   const proxy: ForwardProxy = createForwardProxy({
     engine,
     metrics,
     logger,
+    egress,
     ...(options.proxyDecisionTimeoutMs === undefined
       ? {}
       : { decisionTimeoutMs: options.proxyDecisionTimeoutMs }),
@@ -261,6 +269,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       grpcUp = true;
       const { port: proxyPort } = await proxy.listen(proxyAddress);
       proxyUp = true;
+      egress.addPlatformEndpoints(
+        { host: grpc.host, port: grpcPort },
+        { host: proxyAddress.host, port: proxyPort },
+        { host: metricsAddress.host, port: metricsPort },
+      );
       logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
       return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
     },

@@ -5,6 +5,7 @@
  * with `createSidecar` on ephemeral ports. The sidecars and the authority share one
  * KeyRingSource object, as the brief for in-process tests asks.
  */
+
 import { randomBytes } from "node:crypto";
 import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -16,6 +17,7 @@ import { importOpenApi } from "../../../src/authority/capabilities.ts";
 import { createPartner } from "../../../src/authority/partners.ts";
 import { type AssignInput, assignCapability } from "../../../src/authority/policies.ts";
 import { createSubject } from "../../../src/authority/subjects.ts";
+import { endpointOfUrl } from "../../../src/execute/egress.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
 import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
@@ -37,6 +39,7 @@ import {
 } from "../../../src/servers/sidecar/sidecar.ts";
 import { openStore } from "../../../src/store/index.ts";
 import type { Store } from "../../../src/store/store.ts";
+import { egressAllowing } from "../../helpers/egress.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
@@ -289,6 +292,8 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
       logger: silent,
       now: () => new Date(),
       secretKeyRings: createProcessKeyRings(),
+      // The IdP also plays a partner's OAuth token endpoint (client-credentials profiles).
+      egress: egressAllowing([upstream.url, issuer]),
       ...(publisher === undefined
         ? {}
         : {
@@ -380,6 +385,9 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         upstreamTimeoutMs: 1000,
         logger: silent,
         registry: createMetricsRegistry({ collectDefaults: false }),
+        egress: egressAllowing([upstream.url], {
+          platformEndpoints: [authorityUrl, issuer].map(endpointOfUrl).filter((e) => e !== undefined),
+        }),
         ...overrides,
       });
       const ports = await sidecar.start();

@@ -74,7 +74,7 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
       { schema: { body: previewBody } },
       async (request) => {
         assertRole(principalOf(request), "admin", "partner_admin");
-        return previewOpenApi(request.body);
+        return previewOpenApi(request.body, context.egress);
       },
     );
 

@@ -64,6 +64,7 @@ function buildExecutor(context: AuthorityContext, config: ResolvedMcpConfig): Ex
     },
     timeoutMs: config.upstreamTimeoutMs,
     maxResponseBytes: config.maxResponseBytes,
+    ...(context.egress === undefined ? {} : { egress: context.egress }),
   });
 }
 

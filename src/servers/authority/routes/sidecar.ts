@@ -14,6 +14,7 @@ import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../../execute/client-credentials.ts";
+import { createEgressPolicy } from "../../../execute/egress.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../sidecar/decision-log.ts";
@@ -173,7 +174,13 @@ const tokenCaches = new WeakMap<AuthorityContext, ClientCredentialsTokens>();
 function clientCredentialsFor(context: AuthorityContext, resolver: SecretResolver): ClientCredentialsTokens {
   let tokens = tokenCaches.get(context);
   if (tokens === undefined) {
-    tokens = createClientCredentialsTokens({ fetch: globalThis.fetch, secretResolver: resolver });
+    // The token endpoint is a partner's upstream too: its connections pass the egress policy.
+    const egress = context.egress ?? createEgressPolicy();
+    tokens = createClientCredentialsTokens({
+      fetch: (input, init) =>
+        globalThis.fetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit),
+      secretResolver: resolver,
+    });
     tokenCaches.set(context, tokens);
   }
   return tokens;

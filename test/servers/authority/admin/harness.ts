@@ -3,8 +3,10 @@
  * over real HTTP (JWKS fetched by the verifier), in-process key rings for policies and
  * auth-profile secrets, and the app listening on 127.0.0.1:0.
  */
+
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
+import type { EgressPolicy } from "../../../../src/execute/egress.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
@@ -15,6 +17,7 @@ import type { AuthorityContext } from "../../../../src/servers/authority/context
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { egressAllowing } from "../../../helpers/egress.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export interface Reply {
@@ -45,6 +48,8 @@ export interface Harness {
 }
 
 export interface HarnessOptions {
+  /** Default: `egress-allow=127.0.0.1:18080`, the sample API of examples/openapi/customers.yaml. */
+  readonly egress?: EgressPolicy;
   readonly secretKeyRings?: boolean;
 }
 
@@ -80,6 +85,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     logger: createLogger("authority-test", "silent"),
     now: () => new Date(Date.now() + clock.offsetMs),
     ...(options.secretKeyRings === false ? {} : { secretKeyRings }),
+    egress: options.egress ?? egressAllowing(["http://127.0.0.1:18080"]),
     onPolicyChange: (subjectId, head) => {
       notifications.push({ subjectId, head });
     },

@@ -8,11 +8,13 @@
  * Everything is set up through the public HTTP API: partner, auth profile, OpenAPI
  * import of examples/openapi/customers.yaml, binding, workload clients, mapping, APIs.
  */
+
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { type SampleUpstream, startSampleUpstream } from "../../../../examples/upstream/server.ts";
 import type { BindingRuntimeOptions } from "../../../../src/bindings/runtime.ts";
+import { findFreePort } from "../../../../src/dev/ports.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
@@ -22,6 +24,7 @@ import type { AuthorityContext } from "../../../../src/servers/authority/context
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { egressAllowing } from "../../../helpers/egress.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export interface Reply {
@@ -128,6 +131,9 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   await partnerIdp.listen();
   const keyRings = createProcessKeyRings();
   const apps: FastifyInstance[] = [];
+  // The upstream's port is chosen first: `egress-allow` opens exactly that address:port.
+  const upstreamPort = await findFreePort();
+  const egress = egressAllowing([`http://127.0.0.1:${upstreamPort}`]);
 
   const contextFor = (overrides: Partial<AuthorityContext> & { bindings?: BindingRuntimeOptions } = {}) =>
     ({
@@ -149,6 +155,7 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
       logger: createLogger("bindings-test", "silent"),
       now: () => new Date(),
       secretKeyRings: keyRings,
+      egress,
       ...overrides,
     }) as AuthorityContext;
 
@@ -212,6 +219,7 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
     bindingId: BINDING,
     credentials: { clientId: upstreamClient.client_id, clientSecret: upstreamClient.client_secret },
     apiKey: UPSTREAM_API_KEY,
+    port: upstreamPort,
     ...(options.upstreamDelayMs === undefined ? {} : { delayMs: options.upstreamDelayMs }),
   });
   const document = await readFile(

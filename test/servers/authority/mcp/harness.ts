@@ -4,6 +4,7 @@
  * the app on 127.0.0.1:0. Data is seeded through the admin domain services, and clients
  * are the SDK's own Client over StreamableHTTPClientTransport.
  */
+
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -27,6 +28,7 @@ import type { AuthorityContext, AuthorityServiceConfig } from "../../../../src/s
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { egressAllowing } from "../../../helpers/egress.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export const PUBLIC_URL = "http://127.0.0.1:8080";
@@ -231,6 +233,7 @@ export async function startHarness(
     logger: createLogger("authority-mcp-test", "silent"),
     now: () => new Date(Date.now() + clock.offsetMs),
     secretKeyRings: createProcessKeyRings(),
+    egress: egressAllowing([upstream.url]),
   };
   const app: FastifyInstance = await createAuthorityApp(context);
   await app.listen({ host: "127.0.0.1", port: 0 });
