@@ -145,8 +145,8 @@ let mcp: Client;
 const tools = new Map<string, string>();
 
 before(async () => {
-  world = await startWorld({ parameterScoping: true });
   upstream = await startRecordingUpstream();
+  world = await startWorld({ parameterScoping: true, allowUpstreams: [upstream.url] });
   await importOpenApi(world.context, { subject: "root-admin", requestId: "seed" }, PARTNER, {
     capability_id: PAYMENTS,
     name: "Payments",

@@ -253,6 +253,8 @@ export interface WorldOptions {
   readonly redis?: boolean;
   /** The authority enforces signed parameter constraints for PARTNER (default off). */
   readonly parameterScoping?: boolean;
+  /** More test upstreams the platform's egress-allow opens, beside the world's own. */
+  readonly allowUpstreams?: readonly string[];
 }
 
 export async function startWorld(options: WorldOptions = {}): Promise<World> {
@@ -293,7 +295,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
       now: () => new Date(),
       secretKeyRings: createProcessKeyRings(),
       // The IdP also plays a partner's OAuth token endpoint (client-credentials profiles).
-      egress: egressAllowing([upstream.url, issuer]),
+      egress: egressAllowing([upstream.url, issuer, ...(options.allowUpstreams ?? [])]),
       ...(publisher === undefined
         ? {}
         : {
@@ -385,7 +387,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         upstreamTimeoutMs: 1000,
         logger: silent,
         registry: createMetricsRegistry({ collectDefaults: false }),
-        egress: egressAllowing([upstream.url], {
+        egress: egressAllowing([upstream.url, ...(options.allowUpstreams ?? [])], {
           platformEndpoints: [authorityUrl, issuer].map(endpointOfUrl).filter((e) => e !== undefined),
         }),
         ...overrides,
