@@ -73,6 +73,14 @@ describe("envoy --mode validate", () => {
         const hcm = bootstrap.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
         hcm.route_config.virtual_hosts[0].routes[1].typed_per_filter_config = snippet.typed_per_filter_config;
         config = stringify(bootstrap);
+      } else if (snippet.with_request_body !== undefined) {
+        // A fragment of the ext_authz filter's config: merged into the shipped filter.
+        const bootstrap: Yaml = loadYaml("deploy/envoy/envoy.yaml");
+        const hcm = bootstrap.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
+        const extAuthz = hcm.http_filters.find((f: Yaml) => f.name === "envoy.filters.http.ext_authz");
+        assert.ok(extAuthz, "the shipped bootstrap has an ext_authz filter");
+        extAuthz.typed_config.with_request_body = snippet.with_request_body;
+        config = stringify(bootstrap);
       } else {
         assert.fail(`${file}: an Envoy snippet this test does not know where to put:\n${text}`);
       }
