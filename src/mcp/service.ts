@@ -358,6 +358,8 @@ export function createMcpService(options: McpServiceOptions): McpService {
       method: target.method,
       path: target.pathTemplate,
       pathIsTemplate: true,
+      // Recorded once the call's outcome is known: a refusal below is the record's deny.
+      settleAllowLater: true,
     });
     if (authorized.unavailable) {
       refuse(authorized.partnerId, target, "upstream_unavailable");
@@ -370,6 +372,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
       throw unknownToolError(name);
     }
     partnerId = authorized.partnerId;
+    const settle = authorized.settle ?? (() => Promise.resolve());
 
     // 4. Execute: input, constraints, request, credentials, upstream, redaction.
     const snapshot = decision.operation;
@@ -391,6 +394,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
         ...(signal === undefined ? {} : { signal }),
         route: allowedRoute(authorized.capability, decision.permissionId, snapshot),
       });
+      // The upstream's answer goes out only once the allow is recorded.
+      const recorded = await settle().then(
+        () => true,
+        () => false,
+      );
       const content: ApiToolContent = {
         status: result.status,
         headers: result.headers,
@@ -407,10 +415,15 @@ export function createMcpService(options: McpServiceOptions): McpService {
         error_code: result.upstreamError === undefined ? null : "upstream_http_error",
         response: content,
       });
+      if (!recorded) return errorToolResult(new AuthorityError("upstream_unavailable"), caller.requestId);
       return apiToolResult(content, result.upstreamError !== undefined);
     } catch (error) {
       const failure = toAuthorityError(error);
       const reason = error instanceof ExecutionError ? error.reason : failure.code;
+      // The pipeline refused after the decision: the call's one record is a deny with the code.
+      await settle(failure.code).catch((recordError: unknown) => {
+        logger?.error({ err: recordError, requestId: caller.requestId }, "mcp refusal could not be recorded");
+      });
       if (failure.status >= 500 && !(error instanceof ExecutionError)) {
         logger?.error({ err: error, requestId: caller.requestId }, "mcp tool call failed");
       }

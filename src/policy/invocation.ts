@@ -15,7 +15,7 @@ import {
   normalizeRequestPath,
   type PolicyLoad,
 } from "../core/index.ts";
-import { type DenyReason, denyReasons } from "../errors.ts";
+import { type DenyReason, denyReasons, type ErrorCode } from "../errors.ts";
 import type { PolicyRecordFacts } from "./record.ts";
 import type { DecisionRuntime } from "./runtime.ts";
 
@@ -41,7 +41,22 @@ export interface InvocationRequest {
   readonly expectedContext?: ExternalSubjectContext;
   /** The caller could not be authenticated because the issuer's keys are unreachable. */
   readonly authenticationUnavailable?: boolean;
+  /**
+   * Paths that go on to run the operation (invoke, broker, MCP) record an allow only once
+   * the pipeline's outcome is known, through `settle` on the result: a refusal after the
+   * decision (input, constraints, rollout gate, rendering, egress, redaction…) is then the
+   * one record of the request, as a deny with that refusal's code. Denies are recorded at once.
+   */
+  readonly settleAllowLater?: boolean;
 }
+
+/**
+ * Records the final outcome of an allowed decision whose record was deferred: no argument
+ * (or null) when the pipeline delivered the upstream's answer, else the code the pipeline
+ * refused with. Records once (later calls do nothing); rejects when the record cannot be
+ * kept — the caller must then not release the answer (503).
+ */
+export type SettleInvocation = (refusal?: ErrorCode | null) => Promise<void>;
 
 export type InvocationOutcome =
   | { readonly status: "allowed"; readonly permissionId: string }
@@ -58,6 +73,8 @@ export interface InvocationResult {
   readonly partnerId: string | null;
   readonly capability?: Capability;
   readonly policy?: PolicyRecordFacts;
+  /** Present on an allow when the request asked `settleAllowLater`: nothing is recorded until it is called. */
+  readonly settle?: SettleInvocation;
 }
 
 /** The reason a 503 deny carries: the policy could not be verified because something it needs is down. */
@@ -178,24 +195,33 @@ export async function authorizeInvocation(
     }
   }
   // Step 7: record every decision. One that cannot be recorded is answered as unavailable.
+  const recordOf = (refusal: ErrorCode | null) => ({
+    actor: request.actor,
+    subject_id: request.subjectId ?? request.claimedSubjectId ?? null,
+    partner_id: result.partnerId,
+    capability_id: request.capabilityId ?? null,
+    method: request.method,
+    path: recordedPath(request.path),
+    permission_id:
+      result.outcome.status === "allowed"
+        ? result.outcome.permissionId
+        : attemptedPermission(result.capability, request.method, request.path),
+    decision: result.outcome.status === "allowed" && refusal === null ? ("allowed" as const) : ("denied" as const),
+    reason: result.outcome.status === "denied" ? result.outcome.reason : refusal,
+    transport: request.transport,
+    requestId: request.requestId,
+    time: request.now,
+  });
+  if (request.settleAllowLater === true && result.outcome.status === "allowed") {
+    let settled: Promise<void> | undefined;
+    const settle: SettleInvocation = (refusal) => {
+      settled ??= runtime.recorder.record(recordOf(refusal ?? null)).then(() => undefined);
+      return settled;
+    };
+    return { ...result, settle };
+  }
   try {
-    await runtime.recorder.record({
-      actor: request.actor,
-      subject_id: request.subjectId ?? request.claimedSubjectId ?? null,
-      partner_id: result.partnerId,
-      capability_id: request.capabilityId ?? null,
-      method: request.method,
-      path: recordedPath(request.path),
-      permission_id:
-        result.outcome.status === "allowed"
-          ? result.outcome.permissionId
-          : attemptedPermission(result.capability, request.method, request.path),
-      decision: result.outcome.status,
-      reason: result.outcome.status === "denied" ? result.outcome.reason : null,
-      transport: request.transport,
-      requestId: request.requestId,
-      time: request.now,
-    });
+    await runtime.recorder.record(recordOf(null));
   } catch {
     return unavailableResult(result.partnerId);
   }
