@@ -206,7 +206,8 @@ export async function authorizeInvocation(
       result.outcome.status === "allowed"
         ? result.outcome.permissionId
         : attemptedPermission(result.capability, request.method, request.path),
-    decision: result.outcome.status === "allowed" && refusal === null ? ("allowed" as const) : ("denied" as const),
+    decision:
+      result.outcome.status === "allowed" && refusal === null ? ("allowed" as const) : ("denied" as const),
     reason: result.outcome.status === "denied" ? result.outcome.reason : refusal,
     transport: request.transport,
     requestId: request.requestId,
