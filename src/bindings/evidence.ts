@@ -32,7 +32,10 @@ export function evidenceLogInput(evidence: InvocationEvidence): EvidenceInput {
     capability_id: evidence.capability_id,
     permission_id: evidence.permission_id,
     decision: evidence.decision,
-    reason: evidence.reason !== null && Object.hasOwn(errorCodes, evidence.reason) ? (evidence.reason as ErrorCode) : null,
+    reason:
+      evidence.reason !== null && Object.hasOwn(errorCodes, evidence.reason)
+        ? (evidence.reason as ErrorCode)
+        : null,
     policy:
       evidence.document_hash === null || evidence.policy_version === null
         ? null

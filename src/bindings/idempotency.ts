@@ -125,7 +125,9 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
   /** A stored result for a duplicate, unless the current decision refuses it. */
   async function replay(stored: StoredResponse, replayOptions: ReplayOptions): Promise<IdempotentOutcome> {
     const refusal = await replayOptions.recheck?.();
-    return refusal === undefined ? { response: stored, replayed: true } : { response: refusal, replayed: false };
+    return refusal === undefined
+      ? { response: stored, replayed: true }
+      : { response: refusal, replayed: false };
   }
 
   async function claimOrWait(
