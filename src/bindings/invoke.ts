@@ -26,6 +26,7 @@ import {
   parsePermissionId,
   type Sha256Ref,
 } from "../core/index.ts";
+import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
@@ -160,6 +161,10 @@ async function checkBeforeDecryption(
   if (
     subject === undefined ||
     subject.partner_id !== binding.partner_id ||
+    !subjectAdmits(
+      { partner_id: subject.partner_id, identity: identityOf(subject) },
+      { via: "binding", partnerId: binding.partner_id },
+    ) ||
     subject.subject_type !== "external" ||
     subject.crypto_version !== "platform_service_v2"
   ) {
@@ -412,6 +417,7 @@ async function decideCall(
     path: target.path,
     pathIsTemplate: target.isTemplate,
     expectedContext: derived.context,
+    authenticatedAs: { via: "binding", partnerId: binding.partner_id },
     settleAllowLater: settleLater,
   });
   const decidedAt = performance.now();

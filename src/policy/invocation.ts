@@ -15,6 +15,7 @@ import {
   normalizeRequestPath,
   type PolicyLoad,
 } from "../core/index.ts";
+import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { type DenyReason, denyReasons, type ErrorCode } from "../errors.ts";
 import type { PolicyRecordFacts } from "./record.ts";
 import type { DecisionRuntime } from "./runtime.ts";
@@ -27,6 +28,11 @@ export interface InvocationRequest {
   readonly actor: string | null;
   /** The authenticated subject; undefined when none (→ missing_subject). */
   readonly subjectId: string | undefined;
+  /**
+   * How the subject was authenticated: a subject stands only for the principals its
+   * identity admits (src/core/subject-identity.ts); any other is treated as having no subject record.
+   */
+  readonly authenticatedAs: SubjectAuthentication;
   /** A subject the caller named in the request; must equal the authenticated one. */
   readonly claimedSubjectId?: string | undefined;
   readonly capabilityId: string | undefined;
@@ -116,6 +122,12 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   // does not know has no policy.
   const subject = await runtime.subjects.get(subjectId);
   if (subject === undefined || typeof subject.partner_id !== "string") {
+    return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
+  }
+  // A subject of another partner (or one named after this principal by someone else) is
+  // not this principal's: answered exactly like an unknown subject, so nothing leaks.
+  const identity = identityOf(subject);
+  if (!subjectAdmits({ partner_id: subject.partner_id, identity }, request.authenticatedAs)) {
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
   const partnerId = subject.partner_id;
