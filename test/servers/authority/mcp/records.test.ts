@@ -42,7 +42,11 @@ async function toolsOf(token: string) {
 }
 
 test("refusals after the decision are recorded as denied with their reason; an answered call as allowed", async () => {
-  await h.grant("records-caller", [permission("get", "/orders/{orderId}"), permission("get", "/slow")]);
+  await h.grant("records-caller", [
+    permission("get", "/orders/{orderId}"),
+    permission("get", "/slow"),
+    permission("get", "/reports"),
+  ]);
   const { client, names } = await toolsOf(await h.token("records-caller"));
   const call = async (operationId: string, args: Record<string, unknown>) =>
     (await client.callTool({ name: names.get(operationId) ?? "?", arguments: args })) as CallToolResult;
@@ -51,6 +55,8 @@ test("refusals after the decision are recorded as denied with their reason; an a
   assert.equal(invalid.isError, true);
   const slow = await call("neverAnswersInTime", {});
   assert.equal(slow.isError, true);
+  const constrained = await call("getReport", { query: { region: "apac" } });
+  assert.equal(constrained.isError, true);
   const answered = await call("getOrder", { path: { orderId: "o-1" } });
   assert.notEqual(answered.isError, true);
 
@@ -60,10 +66,11 @@ test("refusals after the decision are recorded as denied with their reason; an a
     [
       ["denied", "invalid_input", permission("get", "/orders/{orderId}"), "mcp"],
       ["denied", "upstream_timeout", permission("get", "/slow"), "mcp"],
+      ["denied", "constraint_violation", permission("get", "/reports"), "mcp"],
       ["allowed", null, permission("get", "/orders/{orderId}"), "mcp"],
     ],
   );
-  assert.equal(await usage("records-caller", "denied"), 2);
+  assert.equal(await usage("records-caller", "denied"), 3);
   assert.equal(await usage("records-caller", "allowed"), 1);
 });
 
