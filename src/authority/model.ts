@@ -198,7 +198,8 @@ export const authProfileSecretOwner = (partnerId: string): string => `auth-profi
  */
 export interface PolicyChangeAuditRecord {
   readonly kind: "policy_change";
-  readonly action: "assign" | "unassign" | "revoke";
+  /** `identity`: which principals stand for the subject changed (PATCH …/users/{subject}). */
+  readonly action: "assign" | "unassign" | "revoke" | "identity";
   /** Subject of the admin's bearer token. */
   readonly actor: string;
   readonly partner_id: string;

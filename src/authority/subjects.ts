@@ -1,6 +1,7 @@
 import { DERIVED_SUBJECT_PREFIX, identityOf, type SubjectIdentity } from "../core/subject-identity.ts";
 import { AuthorityError } from "../errors.ts";
-import type { AdminDeps } from "./deps.ts";
+import { recordPolicyChange } from "./audit.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
 import { generateId, isValidId } from "./ids.ts";
 import {
   type BoundaryRecord,
@@ -114,7 +115,8 @@ export async function getSubject(
  * The route allows `platform_vouched` to platform admins only; `binding` is never set here.
  */
 export async function setSubjectIdentity(
-  deps: Pick<AdminDeps, "store">,
+  deps: Pick<AdminDeps, "store" | "now">,
+  actor: Actor,
   partnerId: string,
   subjectId: string,
   identity: Exclude<SubjectIdentity, "binding">,
@@ -126,6 +128,13 @@ export async function setSubjectIdentity(
   if (current.identity === identity) return current;
   const updated: SubjectRecord = { ...current, identity };
   await deps.store.put(collections.subjects, storeKeys.subject(subjectId), updated);
+  // Who may act as the subject is a policy change: it is in the admin audit like one.
+  await recordPolicyChange(
+    deps.store,
+    actor,
+    { action: "identity", partnerId, subjectId, capabilityId: null },
+    deps.now(),
+  );
   return updated;
 }
 

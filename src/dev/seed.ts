@@ -166,7 +166,7 @@ async function ensureSubjects(deps: AdminDeps, track: Tracker): Promise<void> {
       }
       // The platform registered these agents in its own identity provider: it vouches for them.
       if (existing.identity !== "platform_vouched") {
-        await setSubjectIdentity(deps, DEV_PARTNER.partnerId, subject.subjectId, "platform_vouched");
+        await setSubjectIdentity(deps, ACTOR, DEV_PARTNER.partnerId, subject.subjectId, "platform_vouched");
         track.note("updated", `subject ${subject.subjectId} (vouched for by the platform)`);
         continue;
       }

@@ -185,7 +185,13 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);
         const identity = bearerIdentityFor(principal, request.body.identity);
-        return setSubjectIdentity(context, request.params.id, request.params.subject, identity);
+        return setSubjectIdentity(
+          context,
+          actorOf(principal, request),
+          request.params.id,
+          request.params.subject,
+          identity,
+        );
       },
     );
 

@@ -176,6 +176,16 @@ describe("subjects cannot be squatted", () => {
     assert.deepEqual([narrowed.status, narrowed.body.identity], [200, "partner_token"]);
     assert.equal(await settlesTo(token, "denied"), true);
     assert.equal((await h.authorize(GET_CUSTOMERS, token)).body.reason, "missing_policy");
+    // Both changes are in the admin audit, with who made them.
+    assert.equal(await h.service.recorder.flush(5000), true);
+    const changes = await h.get("/admin/audit?kind=policy_change&subject=vouch-me", platformAdmin);
+    const identityChanges = (changes.body.items as { action: string; actor: string }[]).filter(
+      (item) => item.action === "identity",
+    );
+    assert.deepEqual(
+      identityChanges.map((item) => item.actor),
+      ["root-admin", "acme-ops"],
+    );
   });
 
   /** True once the token's answer is `status`, within the record cache's lifetime and some slack. */
