@@ -27,7 +27,7 @@ import {
   type Sha256Ref,
 } from "../core/index.ts";
 import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
-import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "../errors.ts";
+import { AuthorityError, type DenyReason, denyReasons, isDenyReason, toAuthorityError } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { validateInput } from "../execute/input.ts";
@@ -573,7 +573,17 @@ async function execute(
     // Once the upstream may have acted, the outcome is kept: a retry must not run it twice.
     const contacted = raw instanceof ExecutionError && raw.upstreamError !== undefined;
     if (!recorded) return { response: unavailable(call.requestId), keep: contacted };
-    if (!contacted) throw error;
+    if (!contacted) {
+      // A refusal with one of the spec's deny reasons (the rollout gate's operation_not_allowed,
+      // invalid constraint metadata's policy_verification_failed) is answered in its Deny shape.
+      if (isDenyReason(error.code)) {
+        return {
+          response: { status_code: error.status, body: denyBody(error.code, call.requestId) },
+          keep: false,
+        };
+      }
+      throw error;
+    }
     return {
       response: { status_code: error.status, body: { ...error.toJSON(), requestId: call.requestId } },
       keep: true,

@@ -95,6 +95,34 @@ describe("binding invoke records and replays", () => {
     assert.equal(await usage(subjectId, "denied"), before.denied + 1, "one denied count");
   });
 
+  it("answers the rollout gate with the Deny shape and records it as denied", async () => {
+    const subjectId = await h.mapUser("records-rollout");
+    // A replica whose environment does not enable parameter scoping: constrained operations fail closed.
+    const replica = await h.startReplica({
+      config: { ...h.context.config, parameterScoping: { enabled: false, partnerAllowlist: [] } },
+    });
+    const upstreamBefore = h.upstream.received.length;
+    const reply = await h.invoke(
+      { capability_id: "customers", method: "GET", path: "/customers", arguments: { query: { limit: 10 } } },
+      { assertion: await h.userAssertion("records-rollout"), base: replica.url },
+    );
+    assert.equal(reply.status, 403, JSON.stringify(reply.body));
+    assert.deepEqual(reply.body, {
+      status: "denied",
+      reason: "operation_not_allowed",
+      requestId: reply.body.requestId,
+    });
+    assert.equal(h.upstream.received.length, upstreamBefore);
+    assert.equal(await decisionRuntimeFor(replica.context).recorder.flush(5000), true);
+    await assertRecordedDenied(reply, "operation_not_allowed", subjectId);
+    // The same call where the rollout allows constraints: the decision itself allowed it.
+    const allowed = await h.invoke(
+      { capability_id: "customers", method: "GET", path: "/customers", arguments: { query: { limit: 10 } } },
+      { assertion: await h.userAssertion("records-rollout") },
+    );
+    assert.equal(allowed.status, 200, JSON.stringify(allowed.body));
+  });
+
   it("records a call the upstream answered as allowed, once", async () => {
     const subjectId = await h.mapUser("records-allowed");
     const reply = await h.invoke(
