@@ -574,8 +574,9 @@ async function execute(
     const contacted = raw instanceof ExecutionError && raw.upstreamError !== undefined;
     if (!recorded) return { response: unavailable(call.requestId), keep: contacted };
     if (!contacted) {
-      // A refusal with one of the spec's deny reasons (the rollout gate's operation_not_allowed,
-      // invalid constraint metadata's policy_verification_failed) is answered in its Deny shape.
+      // A refusal with one of the deny reasons (ambiguous_path, the rollout gate's
+      // operation_not_allowed, invalid constraint metadata's policy_verification_failed) is
+      // answered in the Deny shape.
       if (isDenyReason(error.code)) {
         return {
           response: { status_code: error.status, body: denyBody(error.code, call.requestId) },

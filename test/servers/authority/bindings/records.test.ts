@@ -95,6 +95,25 @@ describe("binding invoke records and replays", () => {
     assert.equal(await usage(subjectId, "denied"), before.denied + 1, "one denied count");
   });
 
+  it("records a refusal another check adds after the decision (ambiguous_path) as denied", async () => {
+    const subjectId = await h.mapUser("records-ambiguous");
+    const reply = await h.invoke(
+      {
+        capability_id: "customers",
+        permission_id: "customers:get:/customers/{customerId}",
+        arguments: { path: { customerId: "Me" } },
+      },
+      { assertion: await h.userAssertion("records-ambiguous") },
+    );
+    assert.equal(reply.status, 403, JSON.stringify(reply.body));
+    assert.deepEqual(reply.body, {
+      status: "denied",
+      reason: "ambiguous_path",
+      requestId: reply.body.requestId,
+    });
+    await assertRecordedDenied(reply, "ambiguous_path", subjectId);
+  });
+
   it("answers the rollout gate with the Deny shape and records it as denied", async () => {
     const subjectId = await h.mapUser("records-rollout");
     // A replica whose environment does not enable parameter scoping: constrained operations fail closed.

@@ -46,13 +46,17 @@ test("refusals after the decision are recorded as denied with their reason; an a
     permission("get", "/orders/{orderId}"),
     permission("get", "/slow"),
     permission("get", "/reports"),
+    permission("get", "/orders"),
   ]);
   const { client, names } = await toolsOf(await h.token("records-caller"));
   const call = async (operationId: string, args: Record<string, unknown>) =>
     (await client.callTool({ name: names.get(operationId) ?? "?", arguments: args })) as CallToolResult;
 
-  const invalid = await call("getOrder", { path: { orderId: "not-an-order" } });
+  const invalid = await call("listOrders", { query: { limit: 1000 } });
   assert.equal(invalid.isError, true);
+  // A refusal another check adds (a path value outside its pattern) is recorded the same way.
+  const ambiguous = await call("getOrder", { path: { orderId: "not-an-order" } });
+  assert.equal(ambiguous.isError, true);
   const slow = await call("neverAnswersInTime", {});
   assert.equal(slow.isError, true);
   const constrained = await call("getReport", { query: { region: "apac" } });
@@ -64,13 +68,14 @@ test("refusals after the decision are recorded as denied with their reason; an a
   assert.deepEqual(
     records.map((r) => [r.decision, r.reason, r.permission_id, r.transport]),
     [
-      ["denied", "invalid_input", permission("get", "/orders/{orderId}"), "mcp"],
+      ["denied", "invalid_input", permission("get", "/orders"), "mcp"],
+      ["denied", "ambiguous_path", permission("get", "/orders/{orderId}"), "mcp"],
       ["denied", "upstream_timeout", permission("get", "/slow"), "mcp"],
       ["denied", "constraint_violation", permission("get", "/reports"), "mcp"],
       ["allowed", null, permission("get", "/orders/{orderId}"), "mcp"],
     ],
   );
-  assert.equal(await usage("records-caller", "denied"), 3);
+  assert.equal(await usage("records-caller", "denied"), 4);
   assert.equal(await usage("records-caller", "allowed"), 1);
 });
 
