@@ -6,7 +6,7 @@
  */
 import { createHash } from "node:crypto";
 import { defaultSensitiveFieldRedaction, hashCanonical, type Sha256Ref } from "../core/index.ts";
-import type { DenyReason } from "../errors.ts";
+import type { ErrorCode } from "../errors.ts";
 import { boundedText, type DecisionOutcome, newRecordId } from "./records.ts";
 
 /** Default size limit of one stored representation, in characters of its JSON text. */
@@ -133,7 +133,8 @@ export interface EvidenceInput {
   readonly permission_id: string | null;
   readonly operation_id?: string | null;
   readonly decision: DecisionOutcome;
-  readonly reason?: DenyReason | null;
+  /** A deny reason, or the code a refusal after the decision stopped the call with. */
+  readonly reason?: ErrorCode | null;
   /** Facts of the verified policy the decision used. */
   readonly policy?: { readonly document_hash: string; readonly policy_version: string } | null;
   /** The validated arguments (digested, not stored). */
@@ -159,7 +160,7 @@ export interface EvidenceRecord {
   readonly permission_id: string | null;
   readonly operation_id: string | null;
   readonly decision: DecisionOutcome;
-  readonly reason: DenyReason | null;
+  readonly reason: ErrorCode | null;
   readonly policy: { readonly document_hash: string; readonly policy_version: string } | null;
   readonly request_digest: Sha256Ref | null;
   readonly response_status: number | null;

@@ -7,6 +7,7 @@ import type { Sha256Ref } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { PermissionId } from "../core/permission-id.ts";
 import type { RedactionRule } from "../core/redaction.ts";
+import type { SubjectIdentity } from "../core/subject-identity.ts";
 
 export const collections = {
   partners: "partners",
@@ -47,6 +48,12 @@ export interface SubjectRecord {
   readonly display_name: string;
   readonly boundary_id: string | null;
   readonly crypto_version: CryptoVersion;
+  /**
+   * Which principals stand for the subject (src/core/subject-identity.ts). Records written
+   * before it existed are migrated at start (subject-identity-migration.ts) and read with
+   * `identityOf` meanwhile.
+   */
+  readonly identity: SubjectIdentity;
   readonly created_at: string;
 }
 
@@ -191,7 +198,8 @@ export const authProfileSecretOwner = (partnerId: string): string => `auth-profi
  */
 export interface PolicyChangeAuditRecord {
   readonly kind: "policy_change";
-  readonly action: "assign" | "unassign" | "revoke";
+  /** `identity`: which principals stand for the subject changed (PATCH …/users/{subject}). */
+  readonly action: "assign" | "unassign" | "revoke" | "identity";
   /** Subject of the admin's bearer token. */
   readonly actor: string;
   readonly partner_id: string;

@@ -1,5 +1,7 @@
+import { DERIVED_SUBJECT_PREFIX, identityOf, type SubjectIdentity } from "../core/subject-identity.ts";
 import { AuthorityError } from "../errors.ts";
-import type { AdminDeps } from "./deps.ts";
+import { recordPolicyChange } from "./audit.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
 import { generateId, isValidId } from "./ids.ts";
 import {
   type BoundaryRecord,
@@ -21,6 +23,34 @@ export interface CreateSubjectInput {
   readonly boundary_id?: string | null;
   /** Default `subject_credentials_v1`. */
   readonly crypto_version?: CryptoVersion;
+  /**
+   * Which principals stand for the subject (src/core/subject-identity.ts). `binding` for,
+   * and only for, external subjects. Otherwise the admin route decides from the caller's
+   * role; in-process callers (the dev seed) are platform code and default to `platform_vouched`.
+   */
+  readonly identity?: SubjectIdentity;
+}
+
+/** A stored record as the current model reads it (legacy records lack `identity`). */
+export function withIdentity(record: SubjectRecord): SubjectRecord {
+  const identity = identityOf(record);
+  return record.identity === identity ? record : { ...record, identity };
+}
+
+function identityFor(input: CreateSubjectInput, subjectId: string): SubjectIdentity {
+  const external = input.subject_type === "external";
+  const identity = input.identity ?? (external ? "binding" : "platform_vouched");
+  if (external !== (identity === "binding")) {
+    throw new AuthorityError(
+      "invalid_request",
+      "Only external subjects, and all of them, have identity binding.",
+    );
+  }
+  // Derived ids belong to binding mappings: nobody may take one ahead of its mapping.
+  if (!external && subjectId.startsWith(DERIVED_SUBJECT_PREFIX)) {
+    throw new AuthorityError("invalid_request", `subject_id may not start with "${DERIVED_SUBJECT_PREFIX}".`);
+  }
+  return identity;
 }
 
 export async function createSubject(
@@ -33,6 +63,7 @@ export async function createSubject(
   if (!isValidId("subject", subjectId)) {
     throw new AuthorityError("invalid_request", "subject_id must be 1-128 characters of [A-Za-z0-9._:@-].");
   }
+  const identity = identityFor(input, subjectId);
   const boundaryId = input.boundary_id ?? null;
   if (boundaryId !== null) {
     const boundary = await deps.store.get<BoundaryRecord>(
@@ -52,6 +83,7 @@ export async function createSubject(
     display_name: input.display_name,
     boundary_id: boundaryId,
     crypto_version: input.crypto_version ?? "subject_credentials_v1",
+    identity,
     created_at: deps.now().toISOString(),
   };
   // Subject ids are global: the create is the uniqueness check, across every partner.
@@ -75,7 +107,35 @@ export async function getSubject(
   if (record === undefined || record.partner_id !== partnerId) {
     throw new AuthorityError("not_found", "No such subject in this partner.");
   }
-  return record;
+  return withIdentity(record);
+}
+
+/**
+ * PATCH /partners/{id}/users/{subject}: changes which principals stand for the subject.
+ * The route allows `platform_vouched` to platform admins only; `binding` is never set here.
+ */
+export async function setSubjectIdentity(
+  deps: Pick<AdminDeps, "store" | "now">,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+  identity: Exclude<SubjectIdentity, "binding">,
+): Promise<SubjectRecord> {
+  const current = await getSubject(deps, partnerId, subjectId);
+  if (current.identity === "binding") {
+    throw new AuthorityError("invalid_request", "An external subject is reached only through its binding.");
+  }
+  if (current.identity === identity) return current;
+  const updated: SubjectRecord = { ...current, identity };
+  await deps.store.put(collections.subjects, storeKeys.subject(subjectId), updated);
+  // Who may act as the subject is a policy change: it is in the admin audit like one.
+  await recordPolicyChange(
+    deps.store,
+    actor,
+    { action: "identity", partnerId, subjectId, capabilityId: null },
+    deps.now(),
+  );
+  return updated;
 }
 
 export async function listSubjects(
@@ -97,7 +157,7 @@ export async function listSubjects(
       storeKeys.subject(item.value.subject_id),
     );
     // An index entry without its subject is the trace of an interrupted delete: skip it.
-    if (subject !== undefined && subject.partner_id === partnerId) items.push(subject);
+    if (subject !== undefined && subject.partner_id === partnerId) items.push(withIdentity(subject));
   }
   return page.next === undefined ? { items } : { items, next: page.next };
 }

@@ -8,7 +8,7 @@
 import type { EvidenceInput } from "../audit/mcp-records.ts";
 import type { PageOf, PageRequest } from "../authority/store-scan.ts";
 import { pageUnder } from "../authority/store-scan.ts";
-import { AuthorityError, isDenyReason } from "../errors.ts";
+import { AuthorityError, type ErrorCode, errorCodes } from "../errors.ts";
 import type { Store } from "../store/store.ts";
 import { bindingCollections, bindingKeys, type InvocationEvidence } from "./model.ts";
 
@@ -32,7 +32,10 @@ export function evidenceLogInput(evidence: InvocationEvidence): EvidenceInput {
     capability_id: evidence.capability_id,
     permission_id: evidence.permission_id,
     decision: evidence.decision,
-    reason: evidence.reason !== null && isDenyReason(evidence.reason) ? evidence.reason : null,
+    reason:
+      evidence.reason !== null && Object.hasOwn(errorCodes, evidence.reason)
+        ? (evidence.reason as ErrorCode)
+        : null,
     policy:
       evidence.document_hash === null || evidence.policy_version === null
         ? null

@@ -8,6 +8,10 @@
  * The same key with a different request (body, binding or subject) is 422. Results are
  * kept for `ttlMs` (24 h); an in-progress claim expires after `leaseMs`, so a crashed
  * replica does not block the key for a day.
+ *
+ * A stored result is not a grant: before one is replayed, `recheck` runs the current
+ * decision again (revocation, expiry, allowlist, mapping, subject, boundary); when it
+ * refuses, its deny is the answer and the stored result stays unused (docs/bindings.md).
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Sha256Ref } from "../core/canonical-json.ts";
@@ -48,12 +52,21 @@ export interface WorkResult {
   readonly keep: boolean;
 }
 
+export interface ReplayOptions {
+  /**
+   * Runs before a stored (or joined) result is handed to a duplicate: undefined when the
+   * call is still allowed now, else the current refusal, answered instead (not stored).
+   */
+  readonly recheck?: () => Promise<StoredResponse | undefined>;
+}
+
 export interface Idempotency {
   run(
     bindingId: string,
     key: string,
     requestHash: Sha256Ref,
     work: () => Promise<WorkResult>,
+    options?: ReplayOptions,
   ): Promise<IdempotentOutcome>;
 }
 
@@ -109,10 +122,19 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
     return { response: result.response, replayed: false };
   }
 
+  /** A stored result for a duplicate, unless the current decision refuses it. */
+  async function replay(stored: StoredResponse, replayOptions: ReplayOptions): Promise<IdempotentOutcome> {
+    const refusal = await replayOptions.recheck?.();
+    return refusal === undefined
+      ? { response: stored, replayed: true }
+      : { response: refusal, replayed: false };
+  }
+
   async function claimOrWait(
     id: string,
     requestHash: Sha256Ref,
     work: () => Promise<WorkResult>,
+    replayOptions: ReplayOptions,
   ): Promise<IdempotentOutcome> {
     const deadline = Date.now() + waitMs;
     for (;;) {
@@ -120,7 +142,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       if (joined !== undefined) {
         if (joined.requestHash !== requestHash) throw conflict();
         const outcome = await joined.done;
-        return { response: outcome.response, replayed: true };
+        return replay(outcome.response, replayOptions);
       }
       const claim: IdempotencyRecord = {
         state: "in_progress",
@@ -140,7 +162,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       if (existing !== undefined) {
         if (existing.request_hash !== requestHash) throw conflict();
         if (existing.state === "completed" && existing.response !== undefined) {
-          return { response: existing.response, replayed: true };
+          return replay(existing.response, replayOptions);
         }
       }
       // Claimed elsewhere and still running (or released a moment ago): wait and look again.
@@ -150,10 +172,10 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
   }
 
   return {
-    run(bindingId, key, requestHash, work) {
+    run(bindingId, key, requestHash, work, replayOptions = {}) {
       // The key is hashed: whatever characters it holds never reach a store id.
       const id = bindingKeys.idempotency(bindingId, sha256Ref(key).slice("sha256:".length));
-      return claimOrWait(id, requestHash, work);
+      return claimOrWait(id, requestHash, work, replayOptions);
     },
   };
 }

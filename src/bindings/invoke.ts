@@ -26,12 +26,13 @@ import {
   parsePermissionId,
   type Sha256Ref,
 } from "../core/index.ts";
-import { AuthorityError, type DenyReason, denyReasons, toAuthorityError } from "../errors.ts";
+import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
+import { AuthorityError, type DenyReason, denyReasons, isDenyReason, toAuthorityError } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { validateInput } from "../execute/input.ts";
 import { allowedRoute, assertUnambiguousPath, renderUpstreamRequest } from "../execute/url.ts";
-import { authorizeInvocation } from "../policy/invocation.ts";
+import { authorizeInvocation, type SettleInvocation } from "../policy/invocation.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
 import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";
@@ -51,7 +52,8 @@ export interface InvokeArguments {
 
 /** Request body of invoke (and broker execute, which adds binding_id). */
 export interface InvokeBody {
-  readonly capability_id: string;
+  /** Absent: the spec's Deny outcome `missing_capability` (recorded), not a 400 of the schema. */
+  readonly capability_id?: string;
   /** Either method + path (a request path or the path template)… */
   readonly method?: string;
   readonly path?: string;
@@ -98,7 +100,7 @@ const badRequest = (message: string) => new AuthorityError("invalid_request", me
 async function resolveTarget(
   runtime: BindingRuntime,
   partnerId: string,
-  body: InvokeBody,
+  body: InvokeBody & { readonly capability_id: string },
 ): Promise<TargetOutcome> {
   const hasMethodPath = body.method !== undefined || body.path !== undefined;
   const forms = [hasMethodPath, body.permission_id !== undefined, body.operation_id !== undefined].filter(
@@ -147,6 +149,7 @@ async function checkBeforeDecryption(
   runtime: BindingRuntime,
   deps: InvokeDeps,
   call: InvokeCall,
+  capabilityId: string,
   target: Target,
 ): Promise<DenyReason | undefined> {
   const { binding } = call.workload;
@@ -158,6 +161,10 @@ async function checkBeforeDecryption(
   if (
     subject === undefined ||
     subject.partner_id !== binding.partner_id ||
+    !subjectAdmits(
+      { partner_id: subject.partner_id, identity: identityOf(subject) },
+      { via: "binding", partnerId: binding.partner_id },
+    ) ||
     subject.subject_type !== "external" ||
     subject.crypto_version !== "platform_service_v2"
   ) {
@@ -169,13 +176,10 @@ async function checkBeforeDecryption(
     storeKeys.boundary(binding.partner_id, subject.boundary_id),
   );
   // A boundary that cannot be read admits nothing.
-  if (boundary === undefined || !boundary.allowed_capabilities.includes(call.body.capability_id)) {
+  if (boundary === undefined || !boundary.allowed_capabilities.includes(capabilityId)) {
     return "operation_not_allowed";
   }
-  const capability = await runtime.decisions.capabilities.resolve(
-    binding.partner_id,
-    call.body.capability_id,
-  );
+  const capability = await runtime.decisions.capabilities.resolve(binding.partner_id, capabilityId);
   const permissionId = permissionOf(capability, target.method, target.path);
   if (
     permissionId !== undefined &&
@@ -208,7 +212,7 @@ interface EvidenceFacts {
   readonly started: number;
   readonly decidedAt: number;
   readonly requestHash: Sha256Ref;
-  readonly capabilityId: string;
+  readonly capabilityId: string | null;
   readonly method: string;
   readonly path: string;
 }
@@ -294,39 +298,83 @@ const unavailable = (requestId: string): StoredResponse => ({
   body: { status: "denied", reason: "policy_verification_failed", requestId },
 });
 
-async function execute(
+/** The decision for one call: a recorded refusal (answer ready), or an allow to run. */
+type Decided =
+  | { readonly kind: "refused"; readonly result: WorkResult }
+  | {
+      readonly kind: "allowed";
+      readonly target: Target;
+      readonly capabilityId: string;
+      /** The resolved capability the decision used (the rendered request is re-matched against it). */
+      readonly capability: AuthorizedCapability;
+      readonly facts: EvidenceFacts;
+      readonly decision: AllowedDecision;
+      readonly policyFacts: EvidencePolicyFacts | undefined;
+      /** Records the pipeline's outcome (deferred allows); absent when the allow is already recorded. */
+      readonly settle: SettleInvocation | undefined;
+      readonly evidenceId: string;
+      readonly now: Date;
+    };
+
+type AuthorizedCapability = Awaited<ReturnType<typeof authorizeInvocation>>["capability"];
+
+interface EvidencePolicyFacts {
+  readonly policy_hash: string;
+  readonly document_hash: string;
+  readonly policy_version: string;
+}
+
+/**
+ * Steps 5–7 for one call: resolve the target, the checks before decryption, then the one
+ * decision path. A refusal is recorded (audit, usage, evidence) and answered with the
+ * spec's Deny shape. With `settleLater` an allow is not recorded yet: the caller settles
+ * it with the pipeline's outcome.
+ */
+async function decideCall(
   runtime: BindingRuntime,
   deps: InvokeDeps,
   call: InvokeCall,
   requestHash: Sha256Ref,
-): Promise<WorkResult> {
+  settleLater: boolean,
+): Promise<Decided> {
   const started = performance.now();
   const now = deps.now();
   const { binding, client } = call.workload;
   const { derived } = call.user;
   const evidenceId = newEvidenceId(now);
+  const capabilityId =
+    call.body.capability_id === undefined || call.body.capability_id === ""
+      ? undefined
+      : call.body.capability_id;
   const base = {
     started,
     requestHash,
-    capabilityId: call.body.capability_id,
+    capabilityId: capabilityId ?? null,
     method: call.body.method ?? "",
     path: call.body.path ?? call.body.permission_id ?? call.body.operation_id ?? "",
   };
 
-  const resolved = await resolveTarget(runtime, binding.partner_id, call.body);
+  // Step 1 of the spec's decision: no capability context is the Deny `missing_capability`.
+  const resolved: TargetOutcome =
+    capabilityId === undefined
+      ? { ok: false, reason: "missing_capability" }
+      : await resolveTarget(runtime, binding.partner_id, { ...call.body, capability_id: capabilityId });
   const target = resolved.ok ? resolved.target : undefined;
   const facts = target === undefined ? base : { ...base, method: target.method, path: target.path };
-  const preDeny = resolved.ok
-    ? await checkBeforeDecryption(runtime, deps, call, resolved.target)
-    : resolved.reason;
-  if (preDeny !== undefined || target === undefined) {
+  const preDeny =
+    resolved.ok && capabilityId !== undefined
+      ? await checkBeforeDecryption(runtime, deps, call, capabilityId, resolved.target)
+      : resolved.ok
+        ? undefined
+        : resolved.reason;
+  if (preDeny !== undefined || target === undefined || capabilityId === undefined) {
     const reason: DenyReason = preDeny ?? "unknown_operation";
     try {
       await runtime.decisions.recorder.record({
         actor: client.client_id,
         subject_id: derived.subjectId,
         partner_id: binding.partner_id,
-        capability_id: call.body.capability_id,
+        capability_id: capabilityId ?? null,
         method: facts.method,
         path: recordedPath(facts.path),
         decision: "denied",
@@ -336,7 +384,7 @@ async function execute(
         time: now,
       });
     } catch {
-      return { response: unavailable(call.requestId), keep: false };
+      return { kind: "refused", result: { response: unavailable(call.requestId), keep: false } };
     }
     await record(
       runtime,
@@ -350,8 +398,11 @@ async function execute(
       ),
     );
     return {
-      response: { status_code: denyReasons[reason].status, body: denyBody(reason, call.requestId) },
-      keep: false,
+      kind: "refused",
+      result: {
+        response: { status_code: denyReasons[reason].status, body: denyBody(reason, call.requestId) },
+        keep: false,
+      },
     };
   }
 
@@ -361,11 +412,13 @@ async function execute(
     now,
     actor: client.client_id,
     subjectId: derived.subjectId,
-    capabilityId: call.body.capability_id,
+    capabilityId,
     method: target.method,
     path: target.path,
     pathIsTemplate: target.isTemplate,
     expectedContext: derived.context,
+    authenticatedAs: { via: "binding", partnerId: binding.partner_id },
+    settleAllowLater: settleLater,
   });
   const decidedAt = performance.now();
   const policy = authorized.policy;
@@ -377,7 +430,9 @@ async function execute(
           document_hash: policy.document_hash,
           policy_version: policy.policy_version,
         };
-  if (authorized.unavailable) return { response: unavailable(call.requestId), keep: false };
+  if (authorized.unavailable) {
+    return { kind: "refused", result: { response: unavailable(call.requestId), keep: false } };
+  }
   const decision = authorized.decision;
   if (decision === undefined || decision.status === "denied") {
     const reason: DenyReason = decision?.status === "denied" ? decision.reason : "policy_verification_failed";
@@ -393,10 +448,39 @@ async function execute(
       ),
     );
     return {
-      response: { status_code: authorized.httpStatus, body: denyBody(reason, call.requestId) },
-      keep: false,
+      kind: "refused",
+      result: {
+        response: { status_code: authorized.httpStatus, body: denyBody(reason, call.requestId) },
+        keep: false,
+      },
     };
   }
+  return {
+    kind: "allowed",
+    target,
+    capabilityId,
+    capability: authorized.capability,
+    facts: { ...facts, decidedAt },
+    decision,
+    policyFacts,
+    settle: authorized.settle,
+    evidenceId,
+    now,
+  };
+}
+
+async function execute(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  requestHash: Sha256Ref,
+): Promise<WorkResult> {
+  const decided = await decideCall(runtime, deps, call, requestHash, true);
+  if (decided.kind === "refused") return decided.result;
+  const { target, decision, policyFacts, evidenceId, now, facts } = decided;
+  const { binding } = call.workload;
+  // The one record of an allowed call says what the pipeline did with it.
+  const settle = decided.settle ?? (() => Promise.resolve());
 
   const allowedFacts = {
     decision: "allowed" as const,
@@ -404,10 +488,11 @@ async function execute(
     ...(policyFacts ? { policy: policyFacts } : {}),
   };
   let envelopeId: string | undefined;
+  let result: ExecutionResult;
   try {
     const args = executionArgs(call.body, target, decision);
     // The rendered request must map back to this permission before anything is sealed or loaded.
-    const route = allowedRoute(authorized.capability, decision.permissionId, decision.operation);
+    const route = allowedRoute(decided.capability, decision.permissionId, decision.operation);
     assertUnambiguousPath(route, args);
     const validated = validateInput(decision.operation.input_schema, args);
     renderUpstreamRequest(route, validated);
@@ -446,7 +531,7 @@ async function execute(
       });
     });
     const envelope = await sealing;
-    const result = await runtime.executor.execute({
+    result = await runtime.executor.execute({
       snapshot: decision.operation,
       args,
       authProfile,
@@ -455,65 +540,100 @@ async function execute(
       extraHeaders: { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId },
       route,
     });
-    await record(
-      runtime,
-      deps,
-      evidenceOf(call, { ...facts, decidedAt }, { ...allowedFacts, result, envelopeId }, evidenceId, now),
-    );
-    return {
-      response: {
-        status_code: 200,
-        body: {
-          status: "allowed",
-          permissionId: decision.permissionId,
-          requestId: call.requestId,
-          result: {
-            status: result.status,
-            headers: result.headers,
-            body: result.body,
-            redaction_events: result.redactionEvents,
-          },
-          evidenceId,
-        },
-      },
-      keep: true,
-    };
   } catch (raw) {
-    if (raw instanceof ExecutionError && raw.reason === "ambiguous_path") {
-      // A path value that would reach another operation: a deny, recorded as one.
-      const denial = { ...allowedFacts, decision: "denied" as const, reason: "ambiguous_path" };
-      await record(runtime, deps, evidenceOf(call, { ...facts, decidedAt }, denial, evidenceId, now));
-      return {
-        response: {
-          status_code: denyReasons.ambiguous_path.status,
-          body: denyBody("ambiguous_path", call.requestId),
-        },
-        keep: false,
-      };
-    }
+    // Every refusal after the decision — ambiguous_path included — takes the one path below:
+    // recorded as a deny with its code, answered in the Deny shape when the code is a deny reason.
     const error =
       raw instanceof EnvelopeCryptoUnavailableError
         ? new AuthorityError("upstream_unavailable", undefined, { cause: raw })
         : toAuthorityError(raw);
+    // The pipeline refused after the decision: the call is recorded as denied, with the code.
+    const recorded = await settle(error.code).then(
+      () => true,
+      () => false,
+    );
     await record(
       runtime,
       deps,
       evidenceOf(
         call,
-        { ...facts, decidedAt },
-        { ...allowedFacts, error, ...(envelopeId ? { envelopeId } : {}) },
+        facts,
+        {
+          decision: "denied",
+          reason: error.code,
+          permissionId: decision.permissionId,
+          ...(policyFacts ? { policy: policyFacts } : {}),
+          error,
+          ...(envelopeId ? { envelopeId } : {}),
+        },
         evidenceId,
         now,
       ),
     );
     // Once the upstream may have acted, the outcome is kept: a retry must not run it twice.
     const contacted = raw instanceof ExecutionError && raw.upstreamError !== undefined;
-    if (!contacted) throw error;
+    if (!recorded) return { response: unavailable(call.requestId), keep: contacted };
+    if (!contacted) {
+      // A refusal with one of the deny reasons (ambiguous_path, the rollout gate's
+      // operation_not_allowed, invalid constraint metadata's policy_verification_failed) is
+      // answered in the Deny shape.
+      if (isDenyReason(error.code)) {
+        return {
+          response: { status_code: error.status, body: denyBody(error.code, call.requestId) },
+          keep: false,
+        };
+      }
+      throw error;
+    }
     return {
       response: { status_code: error.status, body: { ...error.toJSON(), requestId: call.requestId } },
       keep: true,
     };
   }
+  // The upstream's answer is released only once the allow is recorded.
+  const recorded = await settle().then(
+    () => true,
+    () => false,
+  );
+  await record(
+    runtime,
+    deps,
+    evidenceOf(call, facts, { ...allowedFacts, result, envelopeId }, evidenceId, now),
+  );
+  if (!recorded) return { response: unavailable(call.requestId), keep: true };
+  return {
+    response: {
+      status_code: 200,
+      body: {
+        status: "allowed",
+        permissionId: decision.permissionId,
+        requestId: call.requestId,
+        result: {
+          status: result.status,
+          headers: result.headers,
+          body: result.body,
+          redaction_events: result.redactionEvents,
+        },
+        evidenceId,
+      },
+    },
+    keep: true,
+  };
+}
+
+/**
+ * A stored result is replayed only while the policy still allows the call now: the same
+ * decision path runs again (mapping, subject, boundary, verified policy: revocation, expiry,
+ * allowlist), recorded like any call. A refusal is answered instead of the stored result.
+ */
+async function recheckReplay(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  requestHash: Sha256Ref,
+): Promise<StoredResponse | undefined> {
+  const decided = await decideCall(runtime, deps, call, requestHash, false);
+  return decided.kind === "refused" ? decided.result.response : undefined;
 }
 
 /** Runs one invoke (or broker execute), through the Idempotency-Key when one is given. */
@@ -538,7 +658,9 @@ export async function runInvoke(
     const result = await work();
     return { statusCode: result.response.status_code, body: result.response.body, replayed: false };
   }
-  const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work);
+  const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work, {
+    recheck: () => recheckReplay(runtime, deps, call, requestHash),
+  });
   return {
     statusCode: outcome.response.status_code,
     body: outcome.response.body,

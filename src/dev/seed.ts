@@ -24,7 +24,7 @@ import {
 } from "../authority/model.ts";
 import { createPartner } from "../authority/partners.ts";
 import { type AssignInput, assignCapability, revokePolicy } from "../authority/policies.ts";
-import { createSubject } from "../authority/subjects.ts";
+import { createSubject, setSubjectIdentity } from "../authority/subjects.ts";
 import { readPolicyRecord } from "../policy/record-store.ts";
 import {
   DEV_ADMIN_AUTH_PROFILE_ID,
@@ -164,6 +164,12 @@ async function ensureSubjects(deps: AdminDeps, track: Tracker): Promise<void> {
           `subject ${subject.subjectId} exists in partner ${existing.partner_id}, not ${DEV_PARTNER.partnerId}`,
         );
       }
+      // The platform registered these agents in its own identity provider: it vouches for them.
+      if (existing.identity !== "platform_vouched") {
+        await setSubjectIdentity(deps, ACTOR, DEV_PARTNER.partnerId, subject.subjectId, "platform_vouched");
+        track.note("updated", `subject ${subject.subjectId} (vouched for by the platform)`);
+        continue;
+      }
       track.note("unchanged", `subject ${subject.subjectId}`);
       continue;
     }
@@ -172,6 +178,7 @@ async function ensureSubjects(deps: AdminDeps, track: Tracker): Promise<void> {
       subject_type: "agent",
       display_name: subject.displayName,
       boundary_id: DEV_BOUNDARY_ID,
+      identity: "platform_vouched",
     });
     track.note("created", `subject ${subject.subjectId}`);
   }

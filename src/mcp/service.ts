@@ -14,6 +14,7 @@ import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol
 import type { McpCallInput } from "../audit/mcp-records.ts";
 import type { AdminDeps } from "../authority/deps.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
+import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
 import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
@@ -104,6 +105,11 @@ function checkOptions(options: McpServiceOptions): void {
   if (typeof options.now !== "function") throw new TypeError("now must be a function");
 }
 
+/** The MCP caller as a bearer principal: its `partner_id` claim decides which subject it may be. */
+function bearerOf(caller: McpCaller): SubjectAuthentication {
+  return { via: "bearer", partnerId: caller.principal.partnerId };
+}
+
 function plainRecord(value: unknown): Record<string, unknown> | undefined {
   return typeof value === "object" && value !== null && !Array.isArray(value)
     ? (value as Record<string, unknown>)
@@ -186,14 +192,21 @@ export function createMcpService(options: McpServiceOptions): McpService {
     return toolCache.indexFor(subjectId, hash, loaded.policy.document).byName.get(name);
   }
 
-  /** The caller's policy, or undefined when the subject is unknown (it has none). */
+  /**
+   * The caller's policy, or undefined when the caller has no subject: none with its `sub`,
+   * or one that does not stand for this principal (another partner's, or named after it).
+   */
   async function loadPolicy(
     scope: DecisionRuntime,
-    subjectId: string,
+    caller: McpCaller,
   ): Promise<{ loaded?: LoadedPolicy; partnerId: string | null }> {
+    const subjectId = caller.principal.subject;
     const subject = await scope.subjects.get(subjectId);
     const partnerId = typeof subject?.partner_id === "string" ? subject.partner_id : null;
-    if (partnerId === null) return { partnerId };
+    if (subject === undefined || partnerId === null) return { partnerId: null };
+    if (!subjectAdmits({ partner_id: partnerId, identity: identityOf(subject) }, bearerOf(caller))) {
+      return { partnerId: null };
+    }
     return { loaded: await scope.policies.load(subjectId, { partnerId }), partnerId };
   }
 
@@ -247,7 +260,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
     const subjectId = caller.principal.subject;
     let loaded: LoadedPolicy | undefined;
     try {
-      loaded = (await loadPolicy(runtime, subjectId)).loaded;
+      loaded = (await loadPolicy(runtime, caller)).loaded;
     } catch (error) {
       throw new McpProtocolError(ErrorCode.InternalError, unavailable(toAuthorityError(error)).message);
     }
@@ -326,7 +339,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
     let target: ApiToolTarget | undefined;
     let mappingDenial: DenyReason = "unknown_operation";
     try {
-      const found = await loadPolicy(scope, subjectId);
+      const found = await loadPolicy(scope, caller);
       partnerId = found.partnerId;
       if (found.loaded === undefined) mappingDenial = "missing_policy";
       else {
@@ -358,6 +371,9 @@ export function createMcpService(options: McpServiceOptions): McpService {
       method: target.method,
       path: target.pathTemplate,
       pathIsTemplate: true,
+      authenticatedAs: bearerOf(caller),
+      // Recorded once the call's outcome is known: a refusal below is the record's deny.
+      settleAllowLater: true,
     });
     if (authorized.unavailable) {
       refuse(authorized.partnerId, target, "upstream_unavailable");
@@ -370,6 +386,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
       throw unknownToolError(name);
     }
     partnerId = authorized.partnerId;
+    const settle = authorized.settle ?? (() => Promise.resolve());
 
     // 4. Execute: input, constraints, request, credentials, upstream, redaction.
     const snapshot = decision.operation;
@@ -391,6 +408,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
         ...(signal === undefined ? {} : { signal }),
         route: allowedRoute(authorized.capability, decision.permissionId, snapshot),
       });
+      // The upstream's answer goes out only once the allow is recorded.
+      const recorded = await settle().then(
+        () => true,
+        () => false,
+      );
       const content: ApiToolContent = {
         status: result.status,
         headers: result.headers,
@@ -407,10 +429,15 @@ export function createMcpService(options: McpServiceOptions): McpService {
         error_code: result.upstreamError === undefined ? null : "upstream_http_error",
         response: content,
       });
+      if (!recorded) return errorToolResult(new AuthorityError("upstream_unavailable"), caller.requestId);
       return apiToolResult(content, result.upstreamError !== undefined);
     } catch (error) {
       const failure = toAuthorityError(error);
       const reason = error instanceof ExecutionError ? error.reason : failure.code;
+      // The pipeline refused after the decision: the call's one record is a deny with the code.
+      await settle(failure.code).catch((recordError: unknown) => {
+        logger?.error({ err: recordError, requestId: caller.requestId }, "mcp refusal could not be recorded");
+      });
       if (failure.status >= 500 && !(error instanceof ExecutionError)) {
         logger?.error({ err: error, requestId: caller.requestId }, "mcp tool call failed");
       }

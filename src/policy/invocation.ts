@@ -15,7 +15,8 @@ import {
   normalizeRequestPath,
   type PolicyLoad,
 } from "../core/index.ts";
-import { type DenyReason, denyReasons } from "../errors.ts";
+import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
+import { type DenyReason, denyReasons, type ErrorCode } from "../errors.ts";
 import type { PolicyRecordFacts } from "./record.ts";
 import type { DecisionRuntime } from "./runtime.ts";
 
@@ -27,6 +28,11 @@ export interface InvocationRequest {
   readonly actor: string | null;
   /** The authenticated subject; undefined when none (→ missing_subject). */
   readonly subjectId: string | undefined;
+  /**
+   * How the subject was authenticated: a subject stands only for the principals its
+   * identity admits (src/core/subject-identity.ts); any other is treated as having no subject record.
+   */
+  readonly authenticatedAs: SubjectAuthentication;
   /** A subject the caller named in the request; must equal the authenticated one. */
   readonly claimedSubjectId?: string | undefined;
   readonly capabilityId: string | undefined;
@@ -41,7 +47,22 @@ export interface InvocationRequest {
   readonly expectedContext?: ExternalSubjectContext;
   /** The caller could not be authenticated because the issuer's keys are unreachable. */
   readonly authenticationUnavailable?: boolean;
+  /**
+   * Paths that go on to run the operation (invoke, broker, MCP) record an allow only once
+   * the pipeline's outcome is known, through `settle` on the result: a refusal after the
+   * decision (input, constraints, rollout gate, rendering, egress, redaction…) is then the
+   * one record of the request, as a deny with that refusal's code. Denies are recorded at once.
+   */
+  readonly settleAllowLater?: boolean;
 }
+
+/**
+ * Records the final outcome of an allowed decision whose record was deferred: no argument
+ * (or null) when the pipeline delivered the upstream's answer, else the code the pipeline
+ * refused with. Records once (later calls do nothing); rejects when the record cannot be
+ * kept — the caller must then not release the answer (503).
+ */
+export type SettleInvocation = (refusal?: ErrorCode | null) => Promise<void>;
 
 export type InvocationOutcome =
   | { readonly status: "allowed"; readonly permissionId: string }
@@ -58,6 +79,8 @@ export interface InvocationResult {
   readonly partnerId: string | null;
   readonly capability?: Capability;
   readonly policy?: PolicyRecordFacts;
+  /** Present on an allow when the request asked `settleAllowLater`: nothing is recorded until it is called. */
+  readonly settle?: SettleInvocation;
 }
 
 /** The reason a 503 deny carries: the policy could not be verified because something it needs is down. */
@@ -99,6 +122,12 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   // does not know has no policy.
   const subject = await runtime.subjects.get(subjectId);
   if (subject === undefined || typeof subject.partner_id !== "string") {
+    return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
+  }
+  // A subject of another partner (or one named after this principal by someone else) is
+  // not this principal's: answered exactly like an unknown subject, so nothing leaks.
+  const identity = identityOf(subject);
+  if (!subjectAdmits({ partner_id: subject.partner_id, identity }, request.authenticatedAs)) {
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
   const partnerId = subject.partner_id;
@@ -178,24 +207,34 @@ export async function authorizeInvocation(
     }
   }
   // Step 7: record every decision. One that cannot be recorded is answered as unavailable.
+  const recordOf = (refusal: ErrorCode | null) => ({
+    actor: request.actor,
+    subject_id: request.subjectId ?? request.claimedSubjectId ?? null,
+    partner_id: result.partnerId,
+    capability_id: request.capabilityId ?? null,
+    method: request.method,
+    path: recordedPath(request.path),
+    permission_id:
+      result.outcome.status === "allowed"
+        ? result.outcome.permissionId
+        : attemptedPermission(result.capability, request.method, request.path),
+    decision:
+      result.outcome.status === "allowed" && refusal === null ? ("allowed" as const) : ("denied" as const),
+    reason: result.outcome.status === "denied" ? result.outcome.reason : refusal,
+    transport: request.transport,
+    requestId: request.requestId,
+    time: request.now,
+  });
+  if (request.settleAllowLater === true && result.outcome.status === "allowed") {
+    let settled: Promise<void> | undefined;
+    const settle: SettleInvocation = (refusal) => {
+      settled ??= runtime.recorder.record(recordOf(refusal ?? null)).then(() => undefined);
+      return settled;
+    };
+    return { ...result, settle };
+  }
   try {
-    await runtime.recorder.record({
-      actor: request.actor,
-      subject_id: request.subjectId ?? request.claimedSubjectId ?? null,
-      partner_id: result.partnerId,
-      capability_id: request.capabilityId ?? null,
-      method: request.method,
-      path: recordedPath(request.path),
-      permission_id:
-        result.outcome.status === "allowed"
-          ? result.outcome.permissionId
-          : attemptedPermission(result.capability, request.method, request.path),
-      decision: result.outcome.status,
-      reason: result.outcome.status === "denied" ? result.outcome.reason : null,
-      transport: request.transport,
-      requestId: request.requestId,
-      time: request.now,
-    });
+    await runtime.recorder.record(recordOf(null));
   } catch {
     return unavailableResult(result.partnerId);
   }

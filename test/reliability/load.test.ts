@@ -51,10 +51,14 @@ describe("load: mixed decisions and idempotent invokes, nothing lost", () => {
     assert.equal(result.recordsLost, 0, "every decision has its audit record");
     assert.equal(result.duplicatedRecords, 0, "and only one");
     assert.equal(result.auditRecordsForRequests, DECISIONS);
-    // Invokes decide too (transport "invoke"): once per executed key, never per duplicate.
-    assert.equal(result.auditDecisionRecords, DECISIONS + INVOKE_KEYS);
+    // Invokes decide too (transport "invoke"): every request once — the executed one and each
+    // duplicate, whose stored answer is replayed only after the current decision allows it
+    // (docs/decisions/0702) — while the upstream runs once per key.
+    const invokes = INVOKE_KEYS * DUPLICATES;
+    assert.equal(result.invokeReplays, invokes - INVOKE_KEYS);
+    assert.equal(result.auditDecisionRecords, DECISIONS + invokes);
     assert.equal(result.usageCounted, result.auditDecisionRecords, "one usage count per decision record");
-    assert.equal(result.usageAllowed, result.allowed + INVOKE_KEYS);
+    assert.equal(result.usageAllowed, result.allowed + invokes);
     assert.equal(result.invokesExecutedUpstream, INVOKE_KEYS, "each Idempotency-Key executed upstream once");
     assert.equal(result.inconsistentKeys, 0, "duplicates got the first answer");
     assert.equal(result.evidenceRecords, INVOKE_KEYS);

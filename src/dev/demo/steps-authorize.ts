@@ -8,6 +8,7 @@ import { readStoredPolicyRecord } from "../../policy/record-store.ts";
 import {
   DEV_BOUNDARY_ID,
   DEV_CAPABILITY,
+  DEV_IDP,
   DEV_NOT_ALLOWED_PERMISSION,
   DEV_PARTNER,
   DEV_SUBJECTS,
@@ -178,6 +179,39 @@ async function tamperedSubjectToken(ctx: DemoContext): Promise<string> {
   return (await env.idp.issueToken({ subject: TAMPERED_SUBJECT })).accessToken;
 }
 
+/**
+ * Subject squatting: acme's partner admin names a subject after the platform admin's `sub`
+ * and gives it a policy. The platform admin's own token must still have no subject
+ * (docs/decisions/0701-subject-ownership.md); returns that token.
+ */
+async function squattedPlatformAdminToken(ctx: DemoContext): Promise<string> {
+  const { env } = ctx;
+  const partnerAdmin = await env.idp.issueToken({
+    subject: DEV_IDP.serviceAccountUsername,
+    roles: ["partner_admin"],
+    claims: { partner_id: DEV_PARTNER.partnerId },
+  });
+  const auth = { authorization: `Bearer ${partnerAdmin.accessToken}` };
+  const base = `${env.urls.authority}/partners/${DEV_PARTNER.partnerId}`;
+  const squat = DEV_IDP.adminUsername;
+  const created = await ctx.json("POST", `${base}/users`, {
+    headers: auth,
+    body: { subject_id: squat, subject_type: "agent", display_name: "Named after the platform admin" },
+  });
+  if (created.status !== 201 && created.status !== 409)
+    throw new Error(`creating the squatting subject answered ${created.status}`);
+  const assigned = await ctx.json(
+    "PUT",
+    `${base}/caab/subjects/${squat}/policies/${DEV_CAPABILITY.capabilityId}`,
+    {
+      headers: auth,
+      body: { allowed_permission_ids: [`${DEV_CAPABILITY.capabilityId}:get:/customers`], ttl_seconds: 3600 },
+    },
+  );
+  if (assigned.status !== 200) throw new Error(`assigning the squatting policy answered ${assigned.status}`);
+  return ctx.adminToken();
+}
+
 export async function authorizeSection(ctx: DemoContext): Promise<void> {
   const { report } = ctx;
   report.section(
@@ -227,6 +261,13 @@ export async function authorizeSection(ctx: DemoContext): Promise<void> {
     {
       label: "agent-unassigned GET /customers (no policy)",
       token: await token("unassigned"),
+      body: call("GET", "/customers"),
+      expected: "denied missing_policy",
+      status: 403,
+    },
+    {
+      label: "dev-admin       GET /customers (acme named a subject after it)",
+      token: await squattedPlatformAdminToken(ctx),
       body: call("GET", "/customers"),
       expected: "denied missing_policy",
       status: 403,

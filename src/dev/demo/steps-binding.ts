@@ -141,6 +141,12 @@ export async function bindingSection(ctx: DemoContext): Promise<void> {
       env.sampleApi.received.length === sneakyBefore ? "not called" : "CALLED"
     }`,
   });
+  const noCapability = await invoke({ method: "GET", path: "/customers" }, user.accessToken);
+  report.check({
+    label: "alice  GET /customers, no capability_id",
+    expected: "denied missing_capability (400)",
+    actual: `${field(noCapability.body, "status")} ${field(noCapability.body, "reason")} (${noCapability.status})`,
+  });
   const agentToken = await ctx.subjectToken("agent");
   const rejected = await invoke(
     { capability_id: DEV_CAPABILITY.capabilityId, method: "GET", path: "/customers" },

@@ -1,6 +1,7 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
 import { validatePolicyDocument } from "../../core/policy-document.ts";
+import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { PolicyProtectionError, type PolicyProtector } from "../protector.ts";
@@ -45,6 +46,8 @@ export type PolicyFetchResult =
       readonly record: PolicyRecord;
       /** The subject's partner as the authority knows it (from the subject record, not the policy record). */
       readonly partnerId: string;
+      /** Which principals stand for the subject (src/core/subject-identity.ts), from the subject record. */
+      readonly identity: SubjectIdentity;
     }
   | { readonly status: "not_found" }
   | { readonly status: "not_modified" };
@@ -65,6 +68,8 @@ export interface VerifiedPolicy {
   readonly head: number;
   /** The policy-owner partner (from the record); undefined when there is no record. */
   readonly partnerId: string | undefined;
+  /** Which principals the subject admits; undefined when there is no record (nobody is admitted). */
+  readonly identity?: SubjectIdentity | undefined;
   /** What the decision engine gets: a verified document, or why there is none. */
   readonly load: PolicyLoad;
   /** When the authority last confirmed this head (epoch ms). */
@@ -137,6 +142,7 @@ interface SealedPolicy {
   readonly subject_id: string;
   readonly head: number;
   readonly partner_id: string | null;
+  readonly identity?: SubjectIdentity | null;
   readonly verified_at: number;
   readonly reason: DenyLoad | null;
   readonly document: unknown;
@@ -160,6 +166,7 @@ function sealable(policy: VerifiedPolicy): SealedPolicy {
     subject_id: policy.subjectId,
     head: policy.head,
     partner_id: policy.partnerId ?? null,
+    identity: policy.identity ?? null,
     verified_at: policy.verifiedAt,
     reason: policy.load.ok ? null : policy.load.reason,
     document: policy.load.ok ? policy.load.document : null,
@@ -175,11 +182,15 @@ function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefin
   if (typeof entry.verified_at !== "number" || !Number.isFinite(entry.verified_at)) return undefined;
   if (entry.partner_id !== null && typeof entry.partner_id !== "string") return undefined;
   const partnerId = entry.partner_id ?? undefined;
+  // An entry of a subject without a valid identity (sealed by an older sidecar) is reloaded.
+  const identity = isSubjectIdentity(entry.identity) ? entry.identity : undefined;
+  if (partnerId !== undefined && identity === undefined) return undefined;
   if (entry.reason === "missing_policy" || entry.reason === "policy_verification_failed") {
     return {
       subjectId,
       head: entry.head,
       partnerId,
+      identity,
       verifiedAt: entry.verified_at,
       load: { ok: false, reason: entry.reason },
     };
@@ -191,6 +202,7 @@ function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefin
       subjectId,
       head: entry.head,
       partnerId,
+      identity,
       verifiedAt: entry.verified_at,
       load: { ok: true, document },
     };
@@ -315,10 +327,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const openRecord = async (
     record: PolicyRecord,
     partnerId: string,
+    identity: SubjectIdentity,
     subjectId: string,
     at: number,
   ): Promise<VerifiedPolicy> => {
-    const base = { subjectId, head: record.head, partnerId, verifiedAt: at };
+    const base = { subjectId, head: record.head, partnerId, identity, verifiedAt: at };
     const refused = (): VerifiedPolicy => {
       events.verificationFailure?.("authority");
       return { ...base, load: { ok: false, reason: "policy_verification_failed" } };
@@ -422,7 +435,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       };
     } else {
       events.lookup?.("authority", true);
-      policy = await openRecord(result.record, result.partnerId, subjectId, at);
+      policy = await openRecord(result.record, result.partnerId, result.identity, subjectId, at);
     }
     if (head !== null && policy.head < head) {
       // Redis knows a newer policy than the authority returned: do not decide on the older one.

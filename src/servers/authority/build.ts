@@ -4,11 +4,13 @@
  * protector replaces it by configuration later), policy loader, capability resolver and
  * audit recorder; then the HTTP app with health endpoints, listen and an orderly close.
  */
+
 import { createHash } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
+import { migrateSubjectIdentities } from "../../authority/subject-identity-migration.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
@@ -111,6 +113,9 @@ export async function buildAuthorityService(
   const ownsStore = overrides.store === undefined;
   const store = overrides.store ?? (await openStore(config.storeUrl));
   try {
+    // Records written before subjects carried their identity kind get one (idempotent).
+    const migration = await migrateSubjectIdentities(store);
+    if (migration.migrated > 0) logger.info(migration, "subject records migrated to an identity kind");
     // Key rings kept in the store, wrapped under the KEK: they seal auth-profile secrets,
     // sign binding envelopes and workload tokens, and (unless overridden) protect policies.
     const keyRings =

@@ -1,4 +1,5 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
+import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
 import type { PolicyRecord } from "../../policy/record.ts";
 import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
@@ -168,7 +169,9 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       if (!isRecord(subject) || typeof subject.partner_id !== "string" || record === undefined) {
         throw new AuthorityFetchError("the policy answer is malformed", 200);
       }
-      return { status: "found", record, partnerId: subject.partner_id };
+      // An authority that does not say which principals the subject admits: the strictest kind.
+      const identity = isSubjectIdentity(subject.identity) ? subject.identity : "partner_token";
+      return { status: "found", record, partnerId: subject.partner_id, identity };
     },
 
     async fetchCapability(partnerId, capabilityId) {

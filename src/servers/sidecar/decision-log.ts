@@ -6,6 +6,7 @@ import {
   newRecordId,
 } from "../../audit/records.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
+import type { ErrorCode } from "../../errors.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
@@ -247,10 +248,34 @@ function answeredInstead(request: SidecarRequest, settled: SidecarDecision): Sid
   return context === undefined ? deny : { ...deny, context };
 }
 
+/** The record of an allow the transport then refused (input, constraints, upstream, redaction…). */
+export function refusedDecision(shipped: ShippedDecision, refusal: ErrorCode): ShippedDecision {
+  return { ...shipped, decision: "denied", reason: refusal };
+}
+
+/** Allows of the forward proxy whose record waits for the proxy's outcome (settleDecision). */
+const awaitingOutcome = new WeakMap<SidecarDecision, (refusal: ErrorCode | null) => void>();
+
+/**
+ * Records the outcome of a proxy allow: null when the upstream's answer was passed on, else
+ * the code the proxy refused with after the decision. Once per decision; a decision that is
+ * not waiting (a deny, an ext_authz answer) is already recorded and this does nothing.
+ */
+export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | null): void {
+  const settle = awaitingOutcome.get(decision);
+  if (settle === undefined) return;
+  awaitingOutcome.delete(decision);
+  settle(refusal);
+}
+
 /**
  * The engine with every decision recorded. While the shipper refuses records, nothing is
  * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
  * answers when its audit buffer is full).
+ *
+ * An allow on the forward proxy is recorded once the proxy knows what became of it
+ * (`settleDecision`, which the proxy calls when the response ends): a refusal after the
+ * decision is the record's deny with its code, whatever step refused — never an allow.
  */
 export function auditedEngine(
   engine: SidecarEngine,
@@ -258,6 +283,14 @@ export function auditedEngine(
   now: () => Date = () => new Date(),
 ): SidecarEngine {
   const record = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
+    if (decision.allow && request.transport === "proxy") {
+      // Queue room is checked now (accepting()); the record goes in when the outcome is known.
+      awaitingOutcome.set(decision, (refusal) => {
+        const shipped = shippedDecision(request, decision, now());
+        shipper.push(refusal === null ? shipped : refusedDecision(shipped, refusal));
+      });
+      return decision;
+    }
     shipper.push(shippedDecision(request, decision, now()));
     return decision;
   };

@@ -2,10 +2,16 @@ import type { Capability } from "../../core/capability.ts";
 import { decide } from "../../core/decision.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
+import { type SubjectAuthentication, subjectAdmits } from "../../core/subject-identity.ts";
 import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
-import type { CacheLayer, PolicyLookup, VerifiedPolicyCache } from "../../policy/cache/index.ts";
+import type {
+  CacheLayer,
+  PolicyLookup,
+  VerifiedPolicy,
+  VerifiedPolicyCache,
+} from "../../policy/cache/index.ts";
 import type { CapabilityMap } from "./capability-map.ts";
 import { SidecarConfigError } from "./errors.ts";
 import { type HeaderBag, operationArguments, type RequestBody } from "./request-input.ts";
@@ -134,6 +140,18 @@ export interface SidecarEngine {
 
 const CHALLENGE = 'Bearer realm="authority"';
 
+/** What a principal sees of a subject that does not stand for it: no subject, no policy. */
+function notAdmitted(policy: VerifiedPolicy): VerifiedPolicy {
+  return {
+    subjectId: policy.subjectId,
+    head: policy.head,
+    partnerId: undefined,
+    identity: undefined,
+    verifiedAt: policy.verifiedAt,
+    load: { ok: false, reason: "missing_policy" },
+  };
+}
+
 export function denyOf(
   reason: ErrorCode,
   requestId: string,
@@ -207,10 +225,29 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
     if (capabilityId === undefined || capabilityId === "")
       return denyAbout("missing_capability", requestId, { subjectId });
+    const bearer = { via: "bearer", partnerId: checked.principal.partnerId } as const;
     const cached = policies.peek?.(subjectId);
     return cached !== undefined
-      ? withPolicy(request, subjectId, capabilityId, cached)
-      : policies.get(subjectId).then((lookup) => withPolicy(request, subjectId, capabilityId, lookup));
+      ? withPolicy(request, subjectId, capabilityId, admitted(cached, bearer))
+      : policies
+          .get(subjectId)
+          .then((lookup) => withPolicy(request, subjectId, capabilityId, admitted(lookup, bearer)));
+  };
+
+  /**
+   * A subject stands only for the principals its identity admits (src/core/subject-identity.ts):
+   * for any other token with the same `sub` it is no subject at all (missing_policy).
+   */
+  const admitted = (lookup: PolicyLookup, bearer: SubjectAuthentication): PolicyLookup => {
+    const { policy } = lookup;
+    if (
+      policy.partnerId !== undefined &&
+      policy.identity !== undefined &&
+      subjectAdmits({ partner_id: policy.partnerId, identity: policy.identity }, bearer)
+    ) {
+      return lookup;
+    }
+    return lookup.policy.partnerId === undefined ? lookup : { ...lookup, policy: notAdmitted(policy) };
   };
 
   const withPolicy = (

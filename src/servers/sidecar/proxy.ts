@@ -21,6 +21,7 @@ import {
 import type { ErrorCode } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import { renderUpstreamRequest } from "../../execute/url.ts";
+import { settleDecision } from "./decision-log.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
@@ -200,12 +201,17 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     if (inFlight === 0) drained?.();
   };
 
+  /** The reason the proxy answered a request with itself (a deny or a failure after the allow). */
+  const refusals = new WeakMap<ServerResponse, ErrorCode>();
+
   const send = (
     res: ServerResponse,
     status: number,
     body: Record<string, string>,
     headers: Readonly<Record<string, string>> = {},
   ): void => {
+    // Whatever the proxy answers itself carries a reason: the record of the request says so.
+    if (typeof body.reason === "string") refusals.set(res, body.reason as ErrorCode);
     if (res.headersSent) {
       res.destroy();
       return;
@@ -603,6 +609,9 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         sendDeny(res, decision);
         return;
       }
+      // The allow's record says what became of it: any refusal the proxy answered after the
+      // decision (schema, constraints, egress, upstream, redaction…) is recorded as that deny.
+      res.once("close", () => settleDecision(decision, refusals.get(res) ?? null));
       forward(req, res, decision);
     };
     const withBody = (body: RequestBody): void => {

@@ -60,7 +60,7 @@ export function recordSource(): RecordSource {
       const record = records.get(subjectId);
       if (record === undefined) return { status: "not_found" };
       if (knownHead !== undefined && knownHead === record.head) return { status: "not_modified" };
-      return { status: "found", record, partnerId: record.partner_id };
+      return { status: "found", record, partnerId: record.partner_id, identity: "platform_vouched" };
     },
   };
   return source;

@@ -42,7 +42,11 @@ describe("authority service: sidecar routes", () => {
     const reply = await get(`/v1/sidecar/policies/${AGENT}`, world.tokens.sidecar);
     assert.equal(reply.status, 200);
     assert.equal(reply.headers.get("cache-control"), "no-store");
-    assert.deepEqual(reply.body.subject, { subject_id: AGENT, partner_id: PARTNER });
+    assert.deepEqual(reply.body.subject, {
+      subject_id: AGENT,
+      partner_id: PARTNER,
+      identity: "platform_vouched",
+    });
     assert.equal(reply.body.policy.subject_id, AGENT);
     assert.equal(typeof reply.body.policy.artifact, "string");
     assert.ok(reply.body.policy.artifact.length > 100);

@@ -92,6 +92,7 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
           now: context.now(),
           actor: principal?.subject ?? null,
           subjectId: principal?.subject,
+          authenticatedAs: { via: "bearer", partnerId: principal?.partnerId },
           claimedSubjectId: request.body.subject?.subject_id,
           capabilityId: request.body.capability_id,
           method: request.body.method,

@@ -39,7 +39,7 @@ const invokeBody = {
   type: "object",
   // A subject (or anything else) chosen by the caller is refused: the subject is derived.
   additionalProperties: false,
-  required: ["capability_id"],
+  // No capability_id is the spec's Deny `missing_capability` (recorded), not a schema 400.
   properties: operationProperties,
 } as const;
 

@@ -11,7 +11,13 @@ import { subjectTypes } from "../../../authority/model.ts";
 import { deletePartner } from "../../../authority/partner-deletion.ts";
 import { createPartner, getPartner, listPartners } from "../../../authority/partners.ts";
 import { deleteSubject } from "../../../authority/subject-removal.ts";
-import { createSubject, getSubject, listSubjects } from "../../../authority/subjects.ts";
+import {
+  type CreateSubjectInput,
+  createSubject,
+  getSubject,
+  listSubjects,
+  setSubjectIdentity,
+} from "../../../authority/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
@@ -51,8 +57,35 @@ const createUserBody = {
     display_name: { type: "string", minLength: 1, maxLength: 256 },
     boundary_id: { anyOf: [idSchemas.local, { type: "null" }] },
     crypto_version: { enum: ["subject_credentials_v1", "platform_service_v2"] },
+    identity: { enum: ["partner_token", "platform_vouched"] },
   },
 } as const;
+
+const identityBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["identity"],
+  properties: { identity: { enum: ["partner_token", "platform_vouched"] } },
+} as const;
+
+type BearerIdentity = "partner_token" | "platform_vouched";
+
+/**
+ * Which principals a subject created or changed by this caller stands for
+ * (docs/decisions/0701-subject-ownership.md): a partner admin's subjects are reached only by
+ * tokens carrying its `partner_id` claim; only a platform admin may vouch for a bare `sub`.
+ */
+function bearerIdentityFor(principal: Principal, asked: BearerIdentity | undefined): BearerIdentity {
+  const platform = hasRole(principal, "admin");
+  const identity = asked ?? (platform ? "platform_vouched" : "partner_token");
+  if (identity === "platform_vouched" && !platform) {
+    throw new AuthorityError(
+      "insufficient_role",
+      "Only a platform admin may vouch for a subject's principal.",
+    );
+  }
+  return identity;
+}
 
 const deleteQuery = {
   type: "object",
@@ -122,14 +155,43 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{
       Params: PartnerParams;
-      Body: Parameters<typeof createSubject>[2];
+      Body: Omit<CreateSubjectInput, "identity"> & { identity?: BearerIdentity };
     }>(
       "/partners/:id/users",
       { schema: { params: partnerParams, body: createUserBody } },
       async (request, reply) => {
-        assertCanManagePartner(principalOf(request), request.params.id);
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const { identity, ...input } = request.body;
+        const external = input.subject_type === "external";
+        if (external && identity !== undefined) {
+          throw new AuthorityError(
+            "invalid_request",
+            "An external subject is reached only through its binding.",
+          );
+        }
         reply.code(201);
-        return createSubject(context, request.params.id, request.body);
+        return createSubject(context, request.params.id, {
+          ...input,
+          identity: external ? "binding" : bearerIdentityFor(principal, identity),
+        });
+      },
+    );
+
+    app.patch<{ Params: SubjectParams; Body: { identity: BearerIdentity } }>(
+      "/partners/:id/users/:subject",
+      { schema: { params: subjectParams, body: identityBody } },
+      async (request) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const identity = bearerIdentityFor(principal, request.body.identity);
+        return setSubjectIdentity(
+          context,
+          actorOf(principal, request),
+          request.params.id,
+          request.params.subject,
+          identity,
+        );
       },
     );
 

@@ -8,6 +8,7 @@ import {
 import { loadCatalog } from "../../../authority/capabilities.ts";
 import { collections, type SubjectRecord, storeKeys } from "../../../authority/model.ts";
 import { loadPolicyRecord } from "../../../authority/policy-writer.ts";
+import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import { AuthorityError, errorCodes } from "../../../errors.ts";
 import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
 import {
@@ -90,7 +91,12 @@ function etagMatches(header: string | undefined, etag: string): boolean {
 }
 
 export interface SidecarPolicyResponse {
-  readonly subject: { readonly subject_id: string; readonly partner_id: string };
+  readonly subject: {
+    readonly subject_id: string;
+    readonly partner_id: string;
+    /** Which principals stand for the subject: the sidecar admits only those (src/core/subject-identity.ts). */
+    readonly identity: SubjectIdentity;
+  };
   readonly policy: PolicyRecord;
 }
 
@@ -246,7 +252,11 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
         noStore(reply).header("etag", etag);
         if (etagMatches(request.headers["if-none-match"], etag)) return reply.code(304).send();
         const body: SidecarPolicyResponse = {
-          subject: { subject_id: subject.subject_id, partner_id: subject.partner_id },
+          subject: {
+            subject_id: subject.subject_id,
+            partner_id: subject.partner_id,
+            identity: identityOf(subject),
+          },
           policy: record,
         };
         return reply.send(body);

@@ -74,6 +74,7 @@ export async function seedSubject(
     display_name: `Subject ${subjectId}`,
     boundary_id: null,
     crypto_version: options.cryptoVersion ?? "subject_credentials_v1",
+    identity: options.cryptoVersion === "platform_service_v2" ? "binding" : "platform_vouched",
     created_at: T0,
   };
   await store.put(collections.subjects, storeKeys.subject(subjectId), record);
