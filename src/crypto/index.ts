@@ -37,6 +37,7 @@ export {
   type KeyStatus,
   type KeyVersion,
   newKeyId,
+  PUBLIC_KEYS_FORMAT,
   type PublicKeyJson,
   PublicKeyRing,
   type PublicKeyRingJson,
@@ -60,9 +61,12 @@ export {
 } from "./keys.ts";
 export {
   type DecryptVerifyOptions,
+  decodeSignedBlob,
   decryptVerify,
   decryptVerifyAsync,
+  encodeSignedBlob,
   formatSignedAt,
+  parseSignedDocument,
   SIGN_ENCRYPT_CONTEXT,
   SIGNED_BLOB_VERSION,
   SIGNED_DOCUMENT_TYPE,
@@ -71,6 +75,9 @@ export {
   signEncrypt,
   signEncryptAsync,
   type VerifiedMessage,
+  type VerifiedSignedBlob,
+  type VerifySignedBlobOptions,
+  verifySignedBlob,
 } from "./sign-encrypt.ts";
 export {
   assertValidSignature,
