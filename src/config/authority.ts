@@ -39,7 +39,10 @@ export interface AuthorityConfig {
     /** The KEK itself (AUTHORITY_KEK), when given. */
     readonly value?: string;
     readonly file: string;
-    /** A missing file is created — only for the embedded (SQLite) store, never for a shared one. */
+    /**
+     * A missing file is created: only with `--init-kek` (the explicit init of an embedded,
+     * SQLite install), never for a shared store. Otherwise a missing file is an error naming it.
+     */
     readonly createIfMissing: boolean;
   };
   readonly listen: ListenAddress;
@@ -110,6 +113,13 @@ export const authoritySettings = {
     notInFile: true,
     noFlag: true,
     parse: text({ secret: true }),
+  }),
+  initKek: spec({
+    key: "init-kek",
+    env: "AUTHORITY_INIT_KEK",
+    description:
+      "create the KEK file if it does not exist (first start of an embedded SQLite install; default false)",
+    parse: boolean,
   }),
   listen: spec({
     key: "listen",
@@ -252,6 +262,12 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
   const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
   const issuer = get("issuer") ?? "http://127.0.0.1:8083";
   const kekValue = get("kek");
+  const initKek = get("initKek") ?? false;
+  if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
+    throw new ConfigError(
+      "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
+    );
+  }
   const redis = get("redisUrl");
   const config: AuthorityConfig = {
     logLevel: get("logLevel") ?? "info",
@@ -260,7 +276,7 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     kek: {
       ...(kekValue === undefined ? {} : { value: kekValue }),
       file: resolve(cwd, get("kekFile") ?? join(stateDir, "kek")),
-      createIfMissing: store.toLowerCase().startsWith("sqlite:"),
+      createIfMissing: initKek,
     },
     listen: get("listen") ?? { host: "127.0.0.1", port: 8080 },
     publicUrl: get("publicUrl") ?? "http://127.0.0.1:8080",

@@ -15,6 +15,7 @@ export {
 } from "./envelope.ts";
 export { CryptoError, type CryptoErrorCode, cryptoErrorMessages, isCryptoError } from "./errors.ts";
 export {
+  initKek,
   KEK_BYTES,
   Kek,
   type LoadKekOptions,

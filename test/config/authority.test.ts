@@ -58,7 +58,8 @@ describe("authority serve configuration", () => {
     assert.equal(config.stateDir, "/srv/.authority");
     assert.equal(config.storeUrl, "sqlite:/srv/.authority/authority.db");
     assert.equal(config.kek.file, "/srv/.authority/kek");
-    assert.equal(config.kek.createIfMissing, true);
+    // No silent new master key: a missing KEK file is an error unless --init-kek asks for one.
+    assert.equal(config.kek.createIfMissing, false);
     assert.equal(config.logLevel, "info");
     assert.equal(config.auditBuffer, 100_000);
     assert.deepEqual(config.policyCache, { max: 10_000, ttlMs: 300_000 });
@@ -94,9 +95,18 @@ describe("authority serve configuration", () => {
     assert.equal(config.sources["public-url"], "default");
   });
 
-  test("a shared (Redis) store never gets a generated KEK", () => {
+  test("a KEK is generated only on --init-kek, and never for a shared (Redis) store", () => {
     const config = resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" } });
     assert.equal(config.kek.createIfMissing, false);
+    assert.equal(resolveAuthorityConfig({ flags: { "init-kek": "true" } }).kek.createIfMissing, true);
+    assert.throws(
+      () =>
+        resolveAuthorityConfig({
+          flags: { "init-kek": "true" },
+          env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" },
+        }),
+      /--init-kek is only for the embedded SQLite store/,
+    );
   });
 
   test("invalid values name the setting and where it came from, never a secret value", () => {
