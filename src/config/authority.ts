@@ -52,6 +52,14 @@ export interface AuthorityConfig {
   readonly audience: string;
   readonly managedUrl: string;
   readonly cryptoUrl: string;
+  /**
+   * Who protects and opens policies. `crypto`: the upstream crypto service at `cryptoUrl`,
+   * with the credentials of `credentialsFile` (no policy key in this process). `embedded`:
+   * key rings in this process's store under its KEK — the one-process mode, said at start.
+   */
+  readonly policyProtection:
+    | { readonly mode: "embedded" }
+    | { readonly mode: "crypto"; readonly credentialsFile: string; readonly tokenUrl: string };
   readonly redisUrl?: string;
   readonly serviceIdentity: string;
   readonly bodyLimitBytes: number;
@@ -144,6 +152,27 @@ export const authoritySettings = {
     key: "crypto-url",
     env: "AUTHORITY_CRYPTO_URL",
     description: "upstream crypto service (default http://127.0.0.1:8082)",
+    parse: httpUrl,
+  }),
+  policyProtection: spec({
+    key: "policy-protection",
+    env: "AUTHORITY_POLICY_PROTECTION",
+    description:
+      "crypto: policies protected and opened by the crypto service (--crypto-url); embedded: key rings in this process under its KEK (default: crypto when --crypto-credentials-file is set, else embedded)",
+    parse: oneOf(["crypto", "embedded"] as const),
+  }),
+  cryptoCredentialsFile: spec({
+    key: "crypto-credentials-file",
+    env: "AUTHORITY_CRYPTO_CREDENTIALS_FILE",
+    description:
+      "mounted secret (JSON): username, password, api_key, access_key, secret_key of the service identity (required in crypto mode)",
+    parse: text(),
+  }),
+  cryptoTokenUrl: spec({
+    key: "crypto-token-url",
+    env: "AUTHORITY_CRYPTO_TOKEN_URL",
+    description:
+      "token endpoint of the password grant for the crypto service (default <issuer>/oauth2/token)",
     parse: httpUrl,
   }),
   redisUrl: spec({
@@ -269,6 +298,15 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     );
   }
   const redis = get("redisUrl");
+  const cryptoUrl = get("cryptoUrl");
+  const credentialsFile = get("cryptoCredentialsFile");
+  const protectionMode = get("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
+  if (protectionMode === "crypto" && credentialsFile === undefined) {
+    throw new ConfigError(
+      "--policy-protection crypto needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials",
+    );
+  }
+  const tokenUrl = get("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
   const config: AuthorityConfig = {
     logLevel: get("logLevel") ?? "info",
     stateDir,
@@ -284,7 +322,11 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
     audience: get("audience") ?? "authority",
     managedUrl: get("managedUrl") ?? "https://127.0.0.1:8081",
-    cryptoUrl: get("cryptoUrl") ?? "http://127.0.0.1:8082",
+    cryptoUrl: cryptoUrl ?? "http://127.0.0.1:8082",
+    policyProtection:
+      protectionMode === "crypto" && credentialsFile !== undefined
+        ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
+        : { mode: "embedded" },
     ...(redis === undefined ? {} : { redisUrl: redis }),
     serviceIdentity: get("serviceIdentity") ?? "authority",
     bodyLimitBytes: get("bodyLimit") ?? 1024 * 1024,

@@ -109,6 +109,29 @@ describe("authority serve configuration", () => {
     );
   });
 
+  test("policy protection: embedded unless crypto credentials are given; crypto needs them", () => {
+    assert.deepEqual(resolveAuthorityConfig({ env: {} }).policyProtection, { mode: "embedded" });
+    const crypto = resolveAuthorityConfig({
+      env: { AUTHORITY_CRYPTO_CREDENTIALS_FILE: "/var/run/secrets/authority/crypto.json" },
+      cwd: "/srv",
+    });
+    assert.deepEqual(crypto.policyProtection, {
+      mode: "crypto",
+      credentialsFile: "/var/run/secrets/authority/crypto.json",
+      tokenUrl: "http://127.0.0.1:8083/oauth2/token",
+    });
+    assert.throws(
+      () => resolveAuthorityConfig({ flags: { "policy-protection": "crypto" } }),
+      /needs --crypto-credentials-file/,
+    );
+    assert.deepEqual(
+      resolveAuthorityConfig({
+        flags: { "policy-protection": "embedded", "crypto-credentials-file": "/x.json" },
+      }).policyProtection,
+      { mode: "embedded" },
+    );
+  });
+
   test("invalid values name the setting and where it came from, never a secret value", () => {
     const cases: Array<[Parameters<typeof resolveAuthorityConfig>[0], RegExp]> = [
       [{ flags: { listen: "nope" } }, /--listen must be host:port/],
