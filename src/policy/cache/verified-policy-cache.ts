@@ -75,6 +75,12 @@ export interface VerifiedPolicy {
   readonly load: PolicyLoad;
   /** When the authority last confirmed this head (epoch ms). */
   readonly verifiedAt: number;
+  /**
+   * Read from a sealed Redis entry: its head and age are only what Redis says, so it is never
+   * the base of a conditional revalidation (a replayed older genuine policy with the current
+   * head would otherwise be confirmed by a 304); the next revalidation fetches in full.
+   */
+  readonly fromRedis?: true;
   /** What a sealed Redis entry needs to verify the policy again; absent for a deny. */
   readonly signed?: {
     readonly blob: string;
@@ -230,6 +236,7 @@ async function fromSealed(
       verifiedAt: entry.verified_at,
       load: withRevocationMarker({ ok: true, document: opened.document }, { revoked_at: marker }),
       signed: { blob, cryptoVersion, documentHash, revokedMarker: marker },
+      fromRedis: true,
     };
   } catch (error) {
     if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") throw error;
@@ -449,7 +456,10 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     known: VerifiedPolicy | undefined,
   ): Promise<VerifiedPolicy> => {
     const at = now();
-    const conditional = known !== undefined && (head === null || known.head === head) ? known : undefined;
+    const conditional =
+      known !== undefined && known.fromRedis !== true && (head === null || known.head === head)
+        ? known
+        : undefined;
     let result: PolicyFetchResult;
     try {
       result = await source.fetchPolicy(

@@ -26,7 +26,7 @@ import { createAuthorityClient } from "../../../src/servers/sidecar/authority-cl
 import { resolveSidecarConfig } from "../../../src/servers/sidecar/config.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import { chartLikeSettings } from "../inject/fixtures.ts";
-import { ALLOWED, CAPABILITY, deniedBody, PARTNER, startWorld, type World } from "./world.ts";
+import { ALLOWED, CAPABILITY, deniedBody, eventually, PARTNER, startWorld, type World } from "./world.ts";
 
 /**
  * Key custody (issue 17, item 2): everything an injected sidecar is given — its environment,
@@ -257,6 +257,55 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
       );
     } finally {
       await control.close();
+    }
+  });
+
+  test("a replayed older genuine policy (from before a revocation) under the current head is not confirmed by a 304", async () => {
+    const subject = "agent-replay";
+    await createSubject(world.context, PARTNER, {
+      subject_id: subject,
+      subject_type: "agent",
+      display_name: subject,
+    });
+    await world.assign(subject, {});
+    const token = await world.token(subject);
+    const before = await fetchAsSidecar(subject);
+    assert.ok(before.signedPolicy !== null);
+    assert.equal(await world.revoke(subject), 200);
+    const revoked = await fetchAsSidecar(subject);
+    assert.ok(revoked.record.head > before.record.head);
+    const keys = deriveCacheKeys(world.cacheKey);
+    await redis.set(
+      policyEntryKey(subject),
+      sealEntry(keys, policyEntryName(subject), {
+        v: 2,
+        subject_id: subject,
+        head: revoked.record.head,
+        partner_id: PARTNER,
+        verified_at: Date.now(),
+        reason: null,
+        signed_policy: before.signedPolicy,
+        crypto_version: before.record.crypto_version,
+        document_hash: before.record.document_hash,
+        revoked_marker: null,
+      }),
+    );
+    await redis.set(policyHeadKey(subject), String(revoked.record.head));
+    // A fresh sidecar may take the replay for at most half its max age, then asks in full.
+    const sidecar = await world.startSidecar({ policyMaxAgeMs: 600 });
+    try {
+      await sidecar.check({ token });
+      let reason: unknown;
+      const settled = await eventually(async () => {
+        const response = await sidecar.check({ token });
+        if (response.http_response !== "denied_response") return false;
+        reason = deniedBody(response).reason;
+        return true;
+      }, 5000);
+      assert.equal(settled, true, "the replayed policy was still used after 5 s");
+      assert.equal(reason, "policy_revoked");
+    } finally {
+      await sidecar.close();
     }
   });
 
