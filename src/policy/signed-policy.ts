@@ -81,12 +81,13 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
   const pinned = new Map<string, PublicKeyRing>();
   const pins = options.pinned === undefined ? [] : parsePinnedPolicyKeys(options.pinned);
   for (const ring of pins) pinned.set(ring.owner, ring);
-  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; at: number }>({
+  /** Per owner: the last key set fetched, and when a key id it lacked last made us fetch again. */
+  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
     max: options.maxOwners ?? 10_000,
   });
   const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();
 
-  const fetchRing = (owner: string): Promise<PublicKeyRing | undefined> => {
+  const fetchRing = (owner: string, refetch: boolean): Promise<PublicKeyRing | undefined> => {
     const source = options.source;
     if (source === undefined) return Promise.resolve(undefined);
     let pending = inFlight.get(owner);
@@ -110,7 +111,7 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         }
         // A key set for another owner is not this owner's.
         if (ring !== undefined && ring.owner !== owner) ring = undefined;
-        fetched.set(owner, { ring, at: now() });
+        fetched.set(owner, { ring, refetchedAt: refetch ? now() : undefined });
         return ring;
       })().finally(() => inFlight.delete(owner));
       inFlight.set(owner, pending);
@@ -125,8 +126,11 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
     const cached = fetched.get(owner);
     const known = cached?.ring?.signerKeys(owner, keyId);
     if (known !== undefined) return known;
-    if (cached !== undefined && now() - cached.at < cooldownMs) return undefined;
-    return (await fetchRing(owner))?.signerKeys(owner, keyId);
+    // A key id the cached set lacks (a rotation, or a forgery naming any id) refetches at most
+    // once per cooldown, so forged ids cannot make the sidecar hammer the authority.
+    const refetchedAt = cached?.refetchedAt;
+    if (refetchedAt !== undefined && now() - refetchedAt < cooldownMs) return undefined;
+    return (await fetchRing(owner, cached !== undefined))?.signerKeys(owner, keyId);
   };
 
   return {

@@ -223,7 +223,65 @@ describe("authority serve with --policy-protection crypto", () => {
     assert.deepEqual(keys, await crypto.server().publicKeys("subject:agent-1"));
   });
 
+  test("rotation: policies protected before and after a key rotation are all decided correctly, by the authority and the sidecar", async () => {
+    const sidecarCheck = async (subject: string) =>
+      unary(
+        grpc,
+        checkMethod,
+        envoyCheckRequest({
+          method: "GET",
+          path: "/orders",
+          host: "orders.internal",
+          headers: { authorization: `Bearer ${await token(subject)}` },
+          contextExtensions: { capability_id: "orders" },
+          id: `req-${randomBytes(4).toString("hex")}`,
+        }),
+      );
+    // agent-1's policy was protected before the rotation; agent-2's is re-protected after it.
+    const before = (await crypto.server().publicKeys("subject:agent-2")).keys.length;
+    await crypto.server().rotateOwner("subject:agent-1");
+    await crypto.server().rotateOwner("subject:agent-2");
+    await assignCapability(
+      built.context,
+      { subject: "root-admin", requestId: "rotate" },
+      PARTNER,
+      "agent-2",
+      "orders",
+      {
+        allowed_permission_ids: ["orders:get:/orders"],
+        ttl_seconds: 3600,
+      },
+    );
+    // agent-1: decided first on its old signature, then re-protected under the new key, which
+    // the sidecar (holding agent-1's key set from before the rotation) fetches on sight.
+    for (const subject of ["agent-1", "agent-2"]) {
+      assert.equal((await authorize(subject)).body.status, "allowed", subject);
+    }
+    sidecar.policies.evict("agent-1");
+    assert.equal((await sidecarCheck("agent-1")).http_response, "ok_response");
+    await assignCapability(
+      built.context,
+      { subject: "root-admin", requestId: "rotate" },
+      PARTNER,
+      "agent-1",
+      "orders",
+      {
+        allowed_permission_ids: ["orders:get:/orders"],
+        ttl_seconds: 3600,
+      },
+    );
+    assert.equal((await crypto.server().publicKeys("subject:agent-2")).keys.length, before + 1);
+    for (const subject of ["agent-1", "agent-2"]) {
+      const decided = await authorize(subject);
+      assert.equal(decided.body.status, "allowed", subject);
+      sidecar.policies.evict(subject);
+      assert.equal((await sidecarCheck(subject)).http_response, "ok_response", subject);
+    }
+  });
+
   test("the crypto service stopped: a policy to open is a 503 deny; back: recovery without a restart", async () => {
+    // Nothing verified in memory: every policy must be opened again.
+    built.runtime.policies.clear();
     await crypto.stop();
     try {
       const during = await authorize("agent-2");
