@@ -8,6 +8,11 @@ import { putAuthProfile } from "../../../src/authority/auth-profiles.ts";
 import { importOpenApi } from "../../../src/authority/capabilities.ts";
 import { createPartner } from "../../../src/authority/partners.ts";
 import { assignCapability } from "../../../src/authority/policies.ts";
+import {
+  REPROTECT_CHECKPOINT,
+  type ReprotectProgress,
+  reprotectPolicies,
+} from "../../../src/authority/reprotect.ts";
 import { createSubject } from "../../../src/authority/subjects.ts";
 import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
@@ -277,6 +282,47 @@ describe("authority serve with --policy-protection crypto", () => {
       sidecar.policies.evict(subject);
       assert.equal((await sidecarCheck(subject)).http_response, "ok_response", subject);
     }
+  });
+
+  test("re-protection after a rotation: one resumable run re-signs every policy under the current key, reporting progress", async () => {
+    await crypto.server().rotateOwner("subject:agent-1");
+    await crypto.server().rotateOwner("subject:agent-2");
+    const current = async (subject: string) =>
+      (await crypto.server().publicKeys(`subject:${subject}`)).keys.find((key) => key.status === "active")
+        ?.keyId;
+    const signerKeyId = async (subject: string) => {
+      const reply = await fetch(`${authorityUrl}/v1/sidecar/policies/${subject}`, {
+        headers: { authorization: `Bearer ${await token("sidecar-1", ["sidecar"])}` },
+      });
+      const body = (await reply.json()) as { signed_policy: string };
+      const blob = Buffer.from(body.signed_policy, "base64");
+      return JSON.parse(blob.subarray(5, 5 + blob.readUInt32BE(1)).toString("utf8")).signer_key_id as string;
+    };
+    const seen: ReprotectProgress[] = [];
+    // Interrupted after one policy: the checkpoint keeps the place.
+    const first = await reprotectPolicies(built.context, { maxPolicies: 1, onProgress: (p) => seen.push(p) });
+    assert.equal(first.finished, false);
+    assert.equal(first.reprotected, 1);
+    assert.equal(first.lastSubject, "agent-1");
+    assert.equal(await signerKeyId("agent-1"), await current("agent-1"));
+    assert.notEqual(await signerKeyId("agent-2"), await current("agent-2"));
+    // Resumed: it goes on after agent-1 and finishes.
+    const second = await reprotectPolicies(built.context, { onProgress: (p) => seen.push(p) });
+    assert.deepEqual(
+      { finished: second.finished, reprotected: second.reprotected, total: second.total },
+      { finished: true, reprotected: 2, total: 2 },
+    );
+    assert.deepEqual(
+      seen.map((p) => p.reprotected),
+      [1, 2, 2],
+    );
+    assert.equal(await signerKeyId("agent-2"), await current("agent-2"));
+    assert.equal(
+      await built.context.store.get(REPROTECT_CHECKPOINT.collection, REPROTECT_CHECKPOINT.id),
+      undefined,
+    );
+    for (const subject of ["agent-1", "agent-2"])
+      assert.equal((await authorize(subject)).body.status, "allowed");
   });
 
   test("the crypto service stopped: a policy to open is a 503 deny; back: recovery without a restart", async () => {
