@@ -128,6 +128,8 @@ describe("authority serve with --policy-protection crypto", () => {
         "crypto-credentials-file": credentialsFile,
         "service-identity": SERVICE,
         "record-cache-ms": "0",
+        // The catalog's (never called) upstream, opened as a platform admin would.
+        "egress-allow": "127.0.0.1:9",
       },
       env: {},
     });
