@@ -187,3 +187,21 @@ export async function notifyPolicyChange(deps: AdminDeps, record: PolicyRecord):
     );
   }
 }
+
+/**
+ * Re-signs and re-encrypts the subject's current document under the protector's current keys
+ * (after a key rotation), head + 1. The signed content is unchanged, except that a deny-only
+ * revocation marker becomes a signed revocation.
+ */
+export async function writeReprotectedPolicy(deps: AdminDeps, previous: PolicyRecord): Promise<PolicyRecord> {
+  const opened = await openPolicy(previous.artifact, deps.protector, {
+    cryptoVersion: previous.crypto_version,
+    subjectId: previous.subject_id,
+    partnerId: previous.partner_id,
+  });
+  const marker = typeof previous.revoked_at === "string" && opened.revoked_at === null;
+  const document: PolicyDocument = marker
+    ? { ...opened, policy_version: deps.now().toISOString(), revoked_at: previous.revoked_at }
+    : opened;
+  return store(deps, document, previous.capabilities, previous.partner_id, previous.subject_id);
+}

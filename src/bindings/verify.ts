@@ -155,7 +155,7 @@ export function createOperationIndex(
 export async function verifyEnvelope(
   runtime: BindingRuntime,
   operations: OperationIndex,
-  workload: AuthenticatedWorkload,
+  workload: Pick<AuthenticatedWorkload, "binding">,
   request: VerifyRequest,
   now: Date,
 ): Promise<VerifySuccess> {

@@ -10,6 +10,7 @@ type CommandModule = { register(program: Command): void };
  */
 const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   serve: () => import("./commands/serve.ts"),
+  reprotect: () => import("./commands/reprotect.ts"),
   managed: () => import("./commands/managed.ts"),
   crypto: () => import("./commands/crypto.ts"),
   idp: () => import("./commands/idp.ts"),

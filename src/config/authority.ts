@@ -39,7 +39,10 @@ export interface AuthorityConfig {
     /** The KEK itself (AUTHORITY_KEK), when given. */
     readonly value?: string;
     readonly file: string;
-    /** A missing file is created — only for the embedded (SQLite) store, never for a shared one. */
+    /**
+     * A missing file is created: only with `--init-kek` (the explicit init of an embedded,
+     * SQLite install), never for a shared store. Otherwise a missing file is an error naming it.
+     */
     readonly createIfMissing: boolean;
   };
   readonly listen: ListenAddress;
@@ -49,6 +52,14 @@ export interface AuthorityConfig {
   readonly audience: string;
   readonly managedUrl: string;
   readonly cryptoUrl: string;
+  /**
+   * Who protects and opens policies. `crypto`: the upstream crypto service at `cryptoUrl`,
+   * with the credentials of `credentialsFile` (no policy key in this process). `embedded`:
+   * key rings in this process's store under its KEK — the one-process mode, said at start.
+   */
+  readonly policyProtection:
+    | { readonly mode: "embedded" }
+    | { readonly mode: "crypto"; readonly credentialsFile: string; readonly tokenUrl: string };
   readonly redisUrl?: string;
   readonly serviceIdentity: string;
   readonly bodyLimitBytes: number;
@@ -111,6 +122,13 @@ export const authoritySettings = {
     noFlag: true,
     parse: text({ secret: true }),
   }),
+  initKek: spec({
+    key: "init-kek",
+    env: "AUTHORITY_INIT_KEK",
+    description:
+      "create the KEK file if it does not exist (first start of an embedded SQLite install; default false)",
+    parse: boolean,
+  }),
   listen: spec({
     key: "listen",
     env: "AUTHORITY_LISTEN",
@@ -134,6 +152,27 @@ export const authoritySettings = {
     key: "crypto-url",
     env: "AUTHORITY_CRYPTO_URL",
     description: "upstream crypto service (default http://127.0.0.1:8082)",
+    parse: httpUrl,
+  }),
+  policyProtection: spec({
+    key: "policy-protection",
+    env: "AUTHORITY_POLICY_PROTECTION",
+    description:
+      "crypto: policies protected and opened by the crypto service (--crypto-url); embedded: key rings in this process under its KEK (default: crypto when --crypto-credentials-file is set, else embedded)",
+    parse: oneOf(["crypto", "embedded"] as const),
+  }),
+  cryptoCredentialsFile: spec({
+    key: "crypto-credentials-file",
+    env: "AUTHORITY_CRYPTO_CREDENTIALS_FILE",
+    description:
+      "mounted secret (JSON): username, password, api_key, access_key, secret_key of the service identity (required in crypto mode)",
+    parse: text(),
+  }),
+  cryptoTokenUrl: spec({
+    key: "crypto-token-url",
+    env: "AUTHORITY_CRYPTO_TOKEN_URL",
+    description:
+      "token endpoint of the password grant for the crypto service (default <issuer>/oauth2/token)",
     parse: httpUrl,
   }),
   redisUrl: spec({
@@ -252,7 +291,22 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
   const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
   const issuer = get("issuer") ?? "http://127.0.0.1:8083";
   const kekValue = get("kek");
+  const initKek = get("initKek") ?? false;
+  if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
+    throw new ConfigError(
+      "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
+    );
+  }
   const redis = get("redisUrl");
+  const cryptoUrl = get("cryptoUrl");
+  const credentialsFile = get("cryptoCredentialsFile");
+  const protectionMode = get("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
+  if (protectionMode === "crypto" && credentialsFile === undefined) {
+    throw new ConfigError(
+      "--policy-protection crypto needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials",
+    );
+  }
+  const tokenUrl = get("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
   const config: AuthorityConfig = {
     logLevel: get("logLevel") ?? "info",
     stateDir,
@@ -260,7 +314,7 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     kek: {
       ...(kekValue === undefined ? {} : { value: kekValue }),
       file: resolve(cwd, get("kekFile") ?? join(stateDir, "kek")),
-      createIfMissing: store.toLowerCase().startsWith("sqlite:"),
+      createIfMissing: initKek,
     },
     listen: get("listen") ?? { host: "127.0.0.1", port: 8080 },
     publicUrl: get("publicUrl") ?? "http://127.0.0.1:8080",
@@ -268,7 +322,11 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
     audience: get("audience") ?? "authority",
     managedUrl: get("managedUrl") ?? "https://127.0.0.1:8081",
-    cryptoUrl: get("cryptoUrl") ?? "http://127.0.0.1:8082",
+    cryptoUrl: cryptoUrl ?? "http://127.0.0.1:8082",
+    policyProtection:
+      protectionMode === "crypto" && credentialsFile !== undefined
+        ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
+        : { mode: "embedded" },
     ...(redis === undefined ? {} : { redisUrl: redis }),
     serviceIdentity: get("serviceIdentity") ?? "authority",
     bodyLimitBytes: get("bodyLimit") ?? 1024 * 1024,

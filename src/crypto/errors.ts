@@ -15,6 +15,7 @@ export const cryptoErrorMessages = {
   crypto_wrong_purpose: "The signed document was made for another purpose.",
   crypto_wrong_recipient: "The ciphertext was made for another recipient.",
   crypto_kek_missing: "No key-encryption key is configured.",
+  crypto_kek_exists: "A key-encryption key file already exists; it is never replaced.",
   crypto_kek_invalid: "The key-encryption key is not 32 bytes of base64.",
   crypto_wrong_kek: "The key ring was wrapped under a different key-encryption key.",
   crypto_unwrap_failed: "A wrapped key failed its integrity check.",

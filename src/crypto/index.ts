@@ -15,6 +15,7 @@ export {
 } from "./envelope.ts";
 export { CryptoError, type CryptoErrorCode, cryptoErrorMessages, isCryptoError } from "./errors.ts";
 export {
+  initKek,
   KEK_BYTES,
   Kek,
   type LoadKekOptions,
@@ -37,6 +38,7 @@ export {
   type KeyStatus,
   type KeyVersion,
   newKeyId,
+  PUBLIC_KEYS_FORMAT,
   type PublicKeyJson,
   PublicKeyRing,
   type PublicKeyRingJson,
@@ -60,9 +62,12 @@ export {
 } from "./keys.ts";
 export {
   type DecryptVerifyOptions,
+  decodeSignedBlob,
   decryptVerify,
   decryptVerifyAsync,
+  encodeSignedBlob,
   formatSignedAt,
+  parseSignedDocument,
   SIGN_ENCRYPT_CONTEXT,
   SIGNED_BLOB_VERSION,
   SIGNED_DOCUMENT_TYPE,
@@ -71,6 +76,9 @@ export {
   signEncrypt,
   signEncryptAsync,
   type VerifiedMessage,
+  type VerifiedSignedBlob,
+  type VerifySignedBlobOptions,
+  verifySignedBlob,
 } from "./sign-encrypt.ts";
 export {
   assertValidSignature,

@@ -103,7 +103,12 @@ export interface LoadKekOptions {
   readonly kek?: string;
   /** A file holding the base64 KEK (e.g. AUTHORITY_KEK_FILE). */
   readonly kekFile?: string;
-  /** Create the file (mode 0600, parent directory 0700) with a random KEK when it is absent. */
+  /**
+   * Create the file (mode 0600, parent directory 0700) with a random KEK when it is absent.
+   * Only an explicit init asks for this (`--init-kek`, `authority dev`): a new master key
+   * makes everything wrapped under the old one unreadable, so a missing file is otherwise
+   * an error that names the path.
+   */
   readonly createIfMissing?: boolean;
 }
 
@@ -120,8 +125,23 @@ export async function loadKek(options: LoadKekOptions): Promise<Kek> {
   } catch (error) {
     if (!hasCode(error, "ENOENT")) throw error instanceof CryptoError ? error : kekFileError(error);
     if (options.createIfMissing !== true)
-      throw new CryptoError("crypto_kek_missing", { detail: "file not found" });
+      throw new CryptoError("crypto_kek_missing", {
+        detail: `no file at ${file}; create one once with --init-kek, or fix the path`,
+      });
   }
+  return createKekFile(file);
+}
+
+/**
+ * Creates a new KEK file (the explicit init); an existing file is never replaced
+ * (`crypto_kek_exists`). Returns the new KEK.
+ */
+export async function initKek(file: string): Promise<Kek> {
+  if (typeof file !== "string" || file === "") throw new CryptoError("crypto_kek_missing");
+  return createKekFile(file, { failIfExists: true });
+}
+
+async function createKekFile(file: string, options: { failIfExists?: boolean } = {}): Promise<Kek> {
   const { kek, base64 } = Kek.generate();
   await mkdir(dirname(file), { recursive: true, mode: 0o700 });
   // Written whole under a private name, then linked into place: link() fails if the file
@@ -133,7 +153,10 @@ export async function loadKek(options: LoadKekOptions): Promise<Kek> {
     await link(draft, file);
     return kek;
   } catch (error) {
-    if (hasCode(error, "EEXIST")) return Kek.fromBase64(await readFile(file, "utf8"));
+    if (hasCode(error, "EEXIST")) {
+      if (options.failIfExists === true) throw new CryptoError("crypto_kek_exists", { detail: file });
+      return Kek.fromBase64(await readFile(file, "utf8"));
+    }
     throw kekFileError(error);
   } finally {
     await rm(draft, { force: true });

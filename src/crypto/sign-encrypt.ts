@@ -190,6 +190,13 @@ export interface VerifiedMessage {
   readonly signedAt: string;
   readonly recipientKeyId: string;
   readonly purpose: string;
+  /**
+   * The signed document and its ML-DSA signature (views into the decrypted blob): with the
+   * plaintext they re-form the signed blob (`encodeSignedBlob`), which anyone holding the
+   * signer's public key can verify without the recipient's key (`verifySignedBlob`).
+   */
+  readonly signedDocument: Uint8Array;
+  readonly signature: Uint8Array;
 }
 
 /** The envelope parsed and its recipient key found: the first checks of `decryptVerify`. */
@@ -327,6 +334,8 @@ function completeVerified(
     signedAt: document.signed_at,
     recipientKeyId: document.recipient_key_id,
     purpose: document.purpose,
+    signedDocument: opened.documentBytes,
+    signature: opened.signature,
   };
 }
 
@@ -363,4 +372,56 @@ export async function decryptVerifyAsync(
     throw error;
   }
   return completeVerified(opened, valid, () => digest, options);
+}
+
+export interface VerifySignedBlobOptions {
+  /** ML-DSA public key of a signer's key version, or undefined when not trusted. */
+  readonly signerKeys: SignerKeyLookup;
+  readonly expectedPurpose: string;
+}
+
+/** A signed blob whose signature verified: the signed facts and the payload (a view into the blob). */
+export interface VerifiedSignedBlob {
+  readonly payload: Uint8Array;
+  readonly signer: string;
+  readonly signerKeyId: string;
+  readonly signedAt: string;
+  readonly purpose: string;
+}
+
+/**
+ * Verifies a signed blob as it is inside a sign-encrypt envelope (0x02 || length || document
+ * || signature || payload), with the signer's public key only: no recipient key is needed,
+ * so a holder of public keys can check what a key holder decrypted for it. Checks, in order:
+ * blob and document form, signer known, signature (same context string as sign-encrypt),
+ * payload length and digest, purpose, time. The recipient named in the document is not
+ * checked: the blob is no longer sealed to anyone.
+ */
+export async function verifySignedBlob(
+  blob: Uint8Array,
+  options: VerifySignedBlobOptions,
+): Promise<VerifiedSignedBlob> {
+  const { document: documentBytes, signature, payload } = decodeSignedBlob(blob);
+  const document = parseSignedDocument(documentBytes);
+  const publicKey = options.signerKeys(document.signer, document.signer_key_id);
+  if (publicKey === undefined) throw new CryptoError("crypto_unknown_signer");
+  const valid = await verifyAsync({
+    publicKey,
+    message: documentBytes,
+    signature,
+    context: SIGN_ENCRYPT_CONTEXT,
+  });
+  if (!valid) throw new CryptoError("crypto_bad_signature");
+  assertPayloadMatches(document, payload.length, payloadDigest(payload));
+  if (document.purpose !== options.expectedPurpose) throw new CryptoError("crypto_wrong_purpose");
+  if (!TIMESTAMP.test(document.signed_at) || Number.isNaN(Date.parse(document.signed_at))) {
+    throw new CryptoError("crypto_malformed", { detail: "signed_at" });
+  }
+  return {
+    payload,
+    signer: document.signer,
+    signerKeyId: document.signer_key_id,
+    signedAt: document.signed_at,
+    purpose: document.purpose,
+  };
 }

@@ -121,6 +121,8 @@ function onMessage(message: ToWorker): void {
         });
         // A copy in a buffer of its own goes to the owner; the decrypted blob stays here, wiped.
         const plaintext = new Uint8Array(verified.plaintext);
+        const signedDocument = new Uint8Array(verified.signedDocument);
+        const signature = new Uint8Array(verified.signature);
         job.decrypted.blob.fill(0);
         post(
           {
@@ -132,8 +134,10 @@ function onMessage(message: ToWorker): void {
             signedAt: verified.signedAt,
             recipientKeyId: verified.recipientKeyId,
             purpose: verified.purpose,
+            signedDocument,
+            signature,
           },
-          [plaintext.buffer],
+          [plaintext.buffer, signedDocument.buffer, signature.buffer],
         );
       } catch (error) {
         fail(message.id, error);

@@ -163,6 +163,8 @@ export function createCryptoWorkerPool(options: CryptoWorkerPoolOptions = {}): C
           signedAt: message.signedAt,
           recipientKeyId: message.recipientKeyId,
           purpose: message.purpose,
+          signedDocument: message.signedDocument,
+          signature: message.signature,
         };
         (job.resolve as (value: VerifiedMessage) => void)(verified);
         return;

@@ -252,6 +252,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
         token: () => authorityToken.token(),
         authoritySubject: DEV_IDP.authorityClientId,
       }),
+      token: () => authorityToken.token(),
     });
     const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
     const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
@@ -361,7 +362,8 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       warnings.push(`headless binding not seeded: ${error instanceof Error ? error.message : String(error)}`);
     }
 
-    // Sidecar: ext_authz gRPC, forward proxy, metrics — sharing the policy protector.
+    // Sidecar: ext_authz gRPC, forward proxy, metrics — no policy key: it verifies signed
+    // policies with the signer's public key, fetched from the authority.
     let sidecar: Sidecar | undefined;
     let sidecarUrls: DevUrls["sidecar"];
     if (options.sidecar !== false) {
@@ -380,7 +382,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
             jwksUrl,
             tokenUrl,
             clientSecret: secrets.sidecarClientSecret,
-            protector,
+            serviceIdentity: DEV_SERVICE_IDENTITY,
             sampleApiUrl: sampleApi.url,
             // The same rollout as the authority service: constraints hold on every path.
             constraintsRollout: config.parameterScoping,

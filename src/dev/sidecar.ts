@@ -1,13 +1,13 @@
 /**
  * The sidecar of the development environment: Envoy ext_authz (gRPC), the forward proxy and
- * the metrics/health port, in-process, with the same policy protector as the authority
- * service and a capability map that sends the sample API's host to the `customers` capability.
+ * the metrics/health port, in-process. Like a deployed sidecar it holds no policy key: it
+ * verifies the signed policies the authority hands it with the signer's public keys (fetched
+ * from the authority). A capability map that sends the sample API's host to the `customers` capability.
  */
 import { egressAllowSetting } from "../config/settings.ts";
 import { createEgressPolicy, endpointOfUrl } from "../execute/egress.ts";
 import { createJwtVerifier } from "../identity/jwt-verifier.ts";
 import type { Logger } from "../observability/logger.ts";
-import type { PolicyProtector } from "../policy/protector.ts";
 import { createAuthorityClient } from "../servers/sidecar/authority-client.ts";
 import { createCapabilityMap } from "../servers/sidecar/capability-map.ts";
 import { clientCredentialsTokenSource } from "../servers/sidecar/service-token.ts";
@@ -25,7 +25,8 @@ export interface DevSidecarOptions {
   readonly tokenUrl: string;
   /** The sidecar's own client secret at the identity provider (role `sidecar`). */
   readonly clientSecret: string;
-  readonly protector: PolicyProtector;
+  /** Names the v2 policy signer (`service:<identity>`). */
+  readonly serviceIdentity: string;
   readonly sampleApiUrl: string;
   /** The parameter-scoping rollout of the authority service beside it. */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
@@ -64,7 +65,7 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
       jwks: { url: options.jwksUrl },
       requireTokenUse: "access",
     }),
-    protector: options.protector,
+    policyKeys: { serviceIdentity: options.serviceIdentity },
     capabilityMap: createCapabilityMap({ [new URL(options.sampleApiUrl).host]: DEV_CAPABILITY.capabilityId }),
     ...(options.redis === undefined ? {} : { redis: options.redis }),
     listen: {

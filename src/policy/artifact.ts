@@ -8,7 +8,12 @@ import {
   sha256Hex,
   validatePolicyDocument,
 } from "../core/index.ts";
-import { type PolicyProtectionContext, PolicyProtectionError, type PolicyProtector } from "./protector.ts";
+import {
+  type PolicyOpener,
+  type PolicyProtectionContext,
+  PolicyProtectionError,
+  type PolicyProtector,
+} from "./protector.ts";
 
 export interface ProtectedPolicy {
   readonly artifact: string;
@@ -53,7 +58,7 @@ export interface OpenedPolicyDocument {
  */
 export async function openPolicyDocument(
   artifact: string,
-  protector: PolicyProtector,
+  protector: PolicyOpener,
   context: PolicyProtectionContext,
 ): Promise<OpenedPolicyDocument> {
   const opened = await protector.open(artifact, context);
@@ -77,7 +82,7 @@ export async function openPolicyDocument(
 /** openPolicyDocument, returning only the validated document. */
 export async function openPolicy(
   artifact: string,
-  protector: PolicyProtector,
+  protector: PolicyOpener,
   context: PolicyProtectionContext,
 ): Promise<PolicyDocument> {
   return (await openPolicyDocument(artifact, protector, context)).document;

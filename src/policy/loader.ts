@@ -144,7 +144,10 @@ function factsOf(record: StoredPolicyRecord): PolicyRecordFacts {
  * a verified document that is not revoked is treated as revoked from that moment — so
  * honouring an unsigned field is safe; un-revoking still needs a newly signed document.
  */
-export function withRevocationMarker(policy: PolicyLoad, record: PolicyRecordFacts | undefined): PolicyLoad {
+export function withRevocationMarker(
+  policy: PolicyLoad,
+  record: Pick<PolicyRecordFacts, "revoked_at"> | undefined,
+): PolicyLoad {
   const marker = record?.revoked_at;
   if (!policy.ok || typeof marker !== "string" || policy.document.revoked_at !== null) return policy;
   return { ok: true, document: { ...policy.document, revoked_at: marker } };

@@ -1,4 +1,10 @@
-import { decryptVerify, isCryptoError, type KeyRing, signEncrypt } from "../crypto/index.ts";
+import {
+  decryptVerify,
+  encodeSignedBlob,
+  isCryptoError,
+  type KeyRing,
+  signEncrypt,
+} from "../crypto/index.ts";
 import {
   type OpenedPolicy,
   POLICY_PURPOSE,
@@ -57,6 +63,9 @@ export function createLocalPolicyProtector(options: LocalProtectorOptions): Poli
           document: Buffer.from(opened.plaintext).toString("utf8"),
           signer: opened.signer,
           signedAt: opened.signedAt,
+          signedBlob: encodeSignedBlob(opened.signedDocument, opened.signature, opened.plaintext).toString(
+            "base64",
+          ),
         };
       } catch (error) {
         if (isCryptoError(error)) {
@@ -65,6 +74,15 @@ export function createLocalPolicyProtector(options: LocalProtectorOptions): Poli
           });
         }
         throw error;
+      }
+    },
+    async signerKeys(owner) {
+      try {
+        return (await options.keyRings.keyRing(owner)).exportPublic();
+      } catch (error) {
+        throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are unavailable", {
+          cause: error,
+        });
       }
     },
   };

@@ -1,4 +1,5 @@
 import type { CryptoVersion } from "../authority/model.ts";
+import type { PublicKeyRingJson } from "../crypto/index.ts";
 
 /**
  * Protects a policy document (sign, then encrypt) and opens it again (decrypt, then verify).
@@ -17,11 +18,23 @@ export interface OpenedPolicy {
   /** The owner whose key signed it, from the signed content. */
   readonly signer: string;
   readonly signedAt: string;
+  /**
+   * base64 of the signed blob (signed document, ML-DSA signature, policy text) when the
+   * opener can give it: what the authority hands sidecars, which verify it with the
+   * signer's public key only (signed-policy.ts).
+   */
+  readonly signedBlob?: string;
 }
 
-export interface PolicyProtector {
-  protect(canonicalDocument: string, context: PolicyProtectionContext): Promise<string>;
+/** Opens a policy for a decision: the authority decrypt-verifies, a sidecar verifies a signed blob. */
+export interface PolicyOpener {
   open(artifact: string, context: PolicyProtectionContext): Promise<OpenedPolicy>;
+}
+
+export interface PolicyProtector extends PolicyOpener {
+  protect(canonicalDocument: string, context: PolicyProtectionContext): Promise<string>;
+  /** The public keys of a policy signer (an owner as `policyKeyOwner` names it), for sidecars. */
+  signerKeys?(owner: string): Promise<PublicKeyRingJson>;
 }
 
 /** The purpose every policy signature names, so no other signed message can pass as a policy. */

@@ -1,3 +1,4 @@
+import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
   type CryptoClient,
   CryptoClientError,
@@ -21,6 +22,8 @@ export interface UpstreamProtectorOptions {
   readonly client: CryptoClient;
   /** v2: the service identity's credentials; v1: the subject's own credential set. */
   readonly credentialsFor: (context: PolicyProtectionContext) => Promise<OwnerCredentials>;
+  /** A bearer token for the crypto service's public-key route (sidecars verify with those keys). */
+  readonly token?: () => Promise<string>;
 }
 
 /** Artifact problems deny as unverifiable; everything else is the crypto service being unusable. */
@@ -50,6 +53,7 @@ function translate(error: unknown): PolicyProtectionError {
  * validly signed message of another owner never passes as this subject's policy.
  */
 export function createUpstreamPolicyProtector(options: UpstreamProtectorOptions): PolicyProtector {
+  const token = options.token;
   const credentials = async (context: PolicyProtectionContext) => {
     try {
       return await options.credentialsFor(context);
@@ -84,7 +88,19 @@ export function createUpstreamPolicyProtector(options: UpstreamProtectorOptions)
         document: verified.decryptedData,
         signer: verified.signedBy,
         signedAt: verified.signedTimestamp,
+        ...(verified.signedBlob === undefined ? {} : { signedBlob: verified.signedBlob }),
       };
     },
+    ...(token === undefined
+      ? {}
+      : {
+          async signerKeys(owner: string): Promise<PublicKeyRingJson> {
+            try {
+              return await options.client.publicKeys(await token(), owner);
+            } catch (error) {
+              throw translate(error);
+            }
+          },
+        }),
   };
 }

@@ -58,7 +58,8 @@ describe("authority serve configuration", () => {
     assert.equal(config.stateDir, "/srv/.authority");
     assert.equal(config.storeUrl, "sqlite:/srv/.authority/authority.db");
     assert.equal(config.kek.file, "/srv/.authority/kek");
-    assert.equal(config.kek.createIfMissing, true);
+    // No silent new master key: a missing KEK file is an error unless --init-kek asks for one.
+    assert.equal(config.kek.createIfMissing, false);
     assert.equal(config.logLevel, "info");
     assert.equal(config.auditBuffer, 100_000);
     assert.deepEqual(config.policyCache, { max: 10_000, ttlMs: 300_000 });
@@ -94,9 +95,41 @@ describe("authority serve configuration", () => {
     assert.equal(config.sources["public-url"], "default");
   });
 
-  test("a shared (Redis) store never gets a generated KEK", () => {
+  test("a KEK is generated only on --init-kek, and never for a shared (Redis) store", () => {
     const config = resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" } });
     assert.equal(config.kek.createIfMissing, false);
+    assert.equal(resolveAuthorityConfig({ flags: { "init-kek": "true" } }).kek.createIfMissing, true);
+    assert.throws(
+      () =>
+        resolveAuthorityConfig({
+          flags: { "init-kek": "true" },
+          env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" },
+        }),
+      /--init-kek is only for the embedded SQLite store/,
+    );
+  });
+
+  test("policy protection: embedded unless crypto credentials are given; crypto needs them", () => {
+    assert.deepEqual(resolveAuthorityConfig({ env: {} }).policyProtection, { mode: "embedded" });
+    const crypto = resolveAuthorityConfig({
+      env: { AUTHORITY_CRYPTO_CREDENTIALS_FILE: "/var/run/secrets/authority/crypto.json" },
+      cwd: "/srv",
+    });
+    assert.deepEqual(crypto.policyProtection, {
+      mode: "crypto",
+      credentialsFile: "/var/run/secrets/authority/crypto.json",
+      tokenUrl: "http://127.0.0.1:8083/oauth2/token",
+    });
+    assert.throws(
+      () => resolveAuthorityConfig({ flags: { "policy-protection": "crypto" } }),
+      /needs --crypto-credentials-file/,
+    );
+    assert.deepEqual(
+      resolveAuthorityConfig({
+        flags: { "policy-protection": "embedded", "crypto-credentials-file": "/x.json" },
+      }).policyProtection,
+      { mode: "embedded" },
+    );
   });
 
   test("invalid values name the setting and where it came from, never a secret value", () => {

@@ -6,7 +6,14 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { decrypt, encrypt } from "../../src/crypto/encrypt.ts";
 import { CryptoError } from "../../src/crypto/errors.ts";
-import { Kek, loadKek, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../src/crypto/kek.ts";
+import {
+  initKek,
+  Kek,
+  loadKek,
+  unwrapKeyRing,
+  type WrappedKeyRing,
+  wrapKeyRing,
+} from "../../src/crypto/kek.ts";
 import { KeyRing } from "../../src/crypto/key-ring.ts";
 import { decryptVerify, signEncrypt } from "../../src/crypto/sign-encrypt.ts";
 
@@ -42,6 +49,26 @@ describe("loadKek", () => {
   it("needs a file or a value, and creates the file only when asked", async () => {
     await assert.rejects(loadKek({}), code("crypto_kek_missing"));
     await assert.rejects(loadKek({ kekFile: join(dir, "absent") }), code("crypto_kek_missing"));
+  });
+
+  it("a mistyped path is an error naming it, and nothing is created there", async () => {
+    const typo = join(dir, "stat", "kek");
+    await assert.rejects(loadKek({ kekFile: typo }), (error: Error) => {
+      assert.equal((error as { code?: string }).code, "crypto_kek_missing");
+      assert.ok(error.message.includes(typo), error.message);
+      return true;
+    });
+    await assert.rejects(stat(join(dir, "stat")), { code: "ENOENT" });
+  });
+
+  it("initKek is the explicit init: it creates a new file once and never replaces one", async () => {
+    const file = join(dir, "init", "kek");
+    const created = await initKek(file);
+    assert.equal((await stat(file)).mode & 0o777, 0o600);
+    assert.equal((await loadKek({ kekFile: file })).id, created.id);
+    const before = await readFile(file, "utf8");
+    await assert.rejects(initKek(file), code("crypto_kek_exists"));
+    assert.equal(await readFile(file, "utf8"), before);
   });
 
   it("creates a 0600 file with a random KEK, then reads the same KEK back", async () => {

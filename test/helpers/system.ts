@@ -334,6 +334,7 @@ async function startAuthority(
             ),
             authoritySubject: AUTHORITY_SUBJECT,
           }),
+          token: cachedToken(() => idp.server().issueToken({ subject: AUTHORITY_SUBJECT, lifetimeSec: 900 })),
         })
       : createLocalPolicyProtector({ keyRings, serviceIdentity: SERVICE_IDENTITY });
   const verifier = createCachingVerifier(
@@ -651,7 +652,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
           jwks: idp.jwksUri,
           requireTokenUse: "access",
         }),
-        protector: authority.protector,
+        policyKeys: { serviceIdentity: SERVICE_IDENTITY },
         capabilityMap: createCapabilityMap({ [SIDECAR_HOST]: CAPABILITY }),
         ...(sidecarRedisUrl === undefined ? {} : { redis: { url: sidecarRedisUrl, cacheKey } }),
         listen: {

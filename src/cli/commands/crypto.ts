@@ -18,6 +18,7 @@ export interface CryptoCommandFlags {
   readonly stateDir: string;
   readonly store?: string;
   readonly kekFile?: string;
+  readonly initKek?: boolean;
   readonly issuer: string;
   readonly jwksUrl?: string;
   readonly audience: string;
@@ -30,6 +31,8 @@ export interface CryptoCommandConfig {
   readonly port: number;
   readonly storeUrl: string;
   readonly kekFile: string;
+  /** Create the KEK file when it is absent (explicit init; embedded SQLite store only). */
+  readonly initKek: boolean;
   readonly issuer: string;
   readonly jwksUrl: string;
   readonly audience: string;
@@ -40,11 +43,19 @@ export interface CryptoCommandConfig {
 export function resolveCryptoCommandConfig(flags: CryptoCommandFlags): CryptoCommandConfig {
   const { host, port } = parseListenAddress(flags.listen);
   const issuer = flags.issuer.replace(/\/+$/, "");
+  const storeUrl = flags.store ?? `sqlite:${join(flags.stateDir, "authority.db")}`;
+  const initKek = flags.initKek === true;
+  if (initKek && !storeUrl.toLowerCase().startsWith("sqlite:")) {
+    throw new CryptoServerConfigError(
+      "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK",
+    );
+  }
   return {
     host,
     port,
-    storeUrl: flags.store ?? `sqlite:${join(flags.stateDir, "authority.db")}`,
+    storeUrl,
     kekFile: flags.kekFile ?? join(flags.stateDir, "kek"),
+    initKek,
     issuer,
     jwksUrl: flags.jwksUrl ?? `${issuer}/.well-known/jwks.json`,
     audience: flags.audience,
@@ -59,7 +70,7 @@ async function run(flags: CryptoCommandFlags): Promise<void> {
   const kek = await loadKek({
     ...(process.env.AUTHORITY_KEK === undefined ? {} : { kek: process.env.AUTHORITY_KEK }),
     kekFile: config.kekFile,
-    createIfMissing: true,
+    createIfMissing: config.initKek,
   });
   const store = await openStore(config.storeUrl);
   const verifier = createJwtVerifier({
@@ -119,6 +130,12 @@ export function register(program: Command): void {
         "--kek-file <path>",
         "key-encryption key file (default: <state-dir>/kek; AUTHORITY_KEK wins)",
       ).env("AUTHORITY_KEK_FILE"),
+    )
+    .addOption(
+      new Option(
+        "--init-kek",
+        "create the KEK file if it does not exist (first start of an embedded install); otherwise a missing file is an error",
+      ).env("AUTHORITY_INIT_KEK"),
     )
     .addOption(
       new Option("--issuer <url>", "issuer of accepted bearer tokens")

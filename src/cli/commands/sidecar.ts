@@ -1,13 +1,12 @@
 import { readFile } from "node:fs/promises";
 import { type Command, Option } from "commander";
 import { ConfigError } from "../../config/errors.ts";
-import { isCryptoError, loadKek } from "../../crypto/index.ts";
+import { isCryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { PolicyCacheError, parseCacheKey } from "../../policy/cache/index.ts";
-import { createLocalPolicyProtector } from "../../policy/local-protector.ts";
-import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
+import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { createAuthorityClient } from "../../servers/sidecar/authority-client.ts";
 import { parseCapabilityMap } from "../../servers/sidecar/capability-map.ts";
 import { resolveSidecarConfig, type SidecarConfig, sidecarSettings } from "../../servers/sidecar/config.ts";
@@ -18,7 +17,6 @@ import {
   type ServiceTokenSource,
 } from "../../servers/sidecar/service-token.ts";
 import { createSidecar } from "../../servers/sidecar/sidecar.ts";
-import { isStoreError, openStore } from "../../store/index.ts";
 
 /**
  * `authority sidecar`: Envoy ext_authz (gRPC), the forward proxy and the metrics/health port
@@ -37,21 +35,33 @@ function tokenSource(config: SidecarConfig): ServiceTokenSource {
       });
 }
 
+/** The pinned policy keys; a file that is missing or malformed stops the start, naming the path. */
+async function readPinnedKeys(path: string): Promise<PublicKeyRingJson[]> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await readFile(path, "utf8"));
+  } catch (error) {
+    const reason =
+      (error as { code?: unknown }).code === "ENOENT" ? "does not exist" : "is not readable JSON";
+    throw new ConfigError(`the policy keys file ${path} ${reason}`);
+  }
+  try {
+    parsePinnedPolicyKeys(json);
+  } catch (error) {
+    throw new ConfigError(
+      `the policy keys file ${path} is not a public key ring or a list of them (${error instanceof Error ? error.message : "invalid"})`,
+    );
+  }
+  return (Array.isArray(json) ? json : [json]) as PublicKeyRingJson[];
+}
+
 async function run(flags: Record<string, string | undefined>): Promise<void> {
   const config = resolveSidecarConfig({ flags, env: process.env });
   const log = createLogger("sidecar", config.logLevel);
-  // Policy keys: the authority's key rings, read from its store under its KEK (the upstream
-  // crypto service's protector replaces this by configuration; docs/sidecar.md "Trust model").
-  const kek = await loadKek({
-    ...(config.keyRings.kek === undefined ? {} : { kek: config.keyRings.kek }),
-    ...(config.keyRings.kekFile === undefined ? {} : { kekFile: config.keyRings.kekFile }),
-    createIfMissing: false,
-  });
-  const store = await openStore(config.keyRings.storeUrl);
-  const protector = createLocalPolicyProtector({
-    keyRings: createStoredKeyRings({ store, kek }),
-    serviceIdentity: config.serviceIdentity,
-  });
+  // No key that opens or signs a policy: signed policies are verified with public keys
+  // (pinned here, or fetched from the authority; docs/sidecar.md "Policy keys").
+  const pinned =
+    config.policyKeysFile === undefined ? undefined : await readPinnedKeys(config.policyKeysFile);
   const redis =
     config.redis === undefined
       ? undefined
@@ -64,7 +74,10 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
       jwks: { url: config.jwksUrl },
       requireTokenUse: "access",
     }),
-    protector,
+    policyKeys: {
+      serviceIdentity: config.serviceIdentity,
+      ...(pinned === undefined ? {} : { pinned }),
+    },
     capabilityMap: parseCapabilityMap(config.capabilityMap),
     ...(redis === undefined ? {} : { redis }),
     listen: config.listen,
@@ -88,7 +101,6 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
         config.jwksUrl,
         config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
         config.redis?.url,
-        config.keyRings.storeUrl,
       ]
         .map(endpointOfUrl)
         .filter((endpoint) => endpoint !== undefined),
@@ -98,7 +110,6 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
     await sidecar.start();
   } catch (error) {
     await sidecar.close({ graceMs: 0 });
-    await store.close();
     throw error;
   }
   let stopping = false;
@@ -110,18 +121,15 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
       log.error("shutdown did not finish in time");
       process.exit(1);
     }, config.shutdownGraceMs + 5000).unref();
-    sidecar
-      .close({ graceMs: config.shutdownGraceMs })
-      .then(() => store.close())
-      .then(
-        () => {
-          process.exitCode = 0;
-        },
-        (error: unknown) => {
-          log.error({ err: error }, "sidecar failed to close");
-          process.exitCode = 1;
-        },
-      );
+    sidecar.close({ graceMs: config.shutdownGraceMs }).then(
+      () => {
+        process.exitCode = 0;
+      },
+      (error: unknown) => {
+        log.error({ err: error }, "sidecar failed to close");
+        process.exitCode = 1;
+      },
+    );
   };
   process.once("SIGINT", () => stop("SIGINT"));
   process.once("SIGTERM", () => stop("SIGTERM"));
@@ -157,7 +165,7 @@ export function register(program: Command): void {
       ) {
         cmd.error(`authority sidecar: ${error.message}`);
       }
-      if (isCryptoError(error) || isStoreError(error)) cmd.error(`authority sidecar: ${error.message}`);
+      if (isCryptoError(error)) cmd.error(`authority sidecar: ${error.message}`);
       throw error;
     }
   });

@@ -1,11 +1,11 @@
 import { LRUCache } from "lru-cache";
+import type { CryptoVersion } from "../../authority/model.ts";
 import type { PolicyLoad } from "../../core/decision.ts";
-import { validatePolicyDocument } from "../../core/policy-document.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
-import { PolicyProtectionError, type PolicyProtector } from "../protector.ts";
-import type { PolicyRecord } from "../record.ts";
+import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
+import type { PolicyRecordFacts } from "../record.ts";
 import type { CacheKeys } from "./cache-key.ts";
 import { PolicyCacheError } from "./errors.ts";
 import { policyEntryName } from "./redis-keys.ts";
@@ -14,7 +14,8 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
 
 /**
  * The sidecar's verified-policy cache: local LRU → Redis (sealed entries) → the authority
- * service's artifact → decrypt-verify. Freshness is decided by the subject's policy head:
+ * service's signed policy → signature verified with the signer's public key (`opener`,
+ * signed-policy.ts). Freshness is decided by the subject's policy head:
  *
  * - With Redis, every lookup checks the subject's current head, `authority:policy-head:<subject>`.
  *   It comes from the **head view** when that is in sync: a head read once from Redis while
@@ -35,7 +36,9 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
  * Redis entries are sealed (AES-256-GCM + HMAC-SHA256 under the sidecar's cache key) and
  * bound to their subject; a bad MAC, a wrong subject, an unexpected head or a malformed
  * document means the entry is ignored and the policy reloaded from the authority and
- * verified again — never trusted.
+ * verified again — never trusted. A sealed entry carries the signed policy, not a bare
+ * document, and its signature is verified again when it is read: the cache key (which every
+ * sidecar of a deployment holds) can hide or replay a genuine policy, never forge one.
  */
 
 export type CacheLayer = "local" | "redis" | "authority";
@@ -43,7 +46,10 @@ export type CacheLayer = "local" | "redis" | "authority";
 export type PolicyFetchResult =
   | {
       readonly status: "found";
-      readonly record: PolicyRecord;
+      /** The record's facts (the encrypted artifact never reaches a sidecar). */
+      readonly record: PolicyRecordFacts;
+      /** base64 signed blob; null when the authority could not open the artifact. */
+      readonly signedPolicy: string | null;
       /** The subject's partner as the authority knows it (from the subject record, not the policy record). */
       readonly partnerId: string;
       /** Which principals stand for the subject (src/core/subject-identity.ts), from the subject record. */
@@ -74,6 +80,19 @@ export interface VerifiedPolicy {
   readonly load: PolicyLoad;
   /** When the authority last confirmed this head (epoch ms). */
   readonly verifiedAt: number;
+  /**
+   * Read from a sealed Redis entry: its head and age are only what Redis says, so it is never
+   * the base of a conditional revalidation (a replayed older genuine policy with the current
+   * head would otherwise be confirmed by a 304); the next revalidation fetches in full.
+   */
+  readonly fromRedis?: true;
+  /** What a sealed Redis entry needs to verify the policy again; absent for a deny. */
+  readonly signed?: {
+    readonly blob: string;
+    readonly cryptoVersion: CryptoVersion;
+    readonly documentHash: string;
+    readonly revokedMarker: string | null;
+  };
 }
 
 export interface PolicyLookup {
@@ -94,7 +113,8 @@ export interface PolicyCacheEvents {
 
 export interface VerifiedPolicyCacheOptions {
   readonly source: PolicyRecordFetcher;
-  readonly protector: PolicyProtector;
+  /** Verifies signed policies with public keys (createSignedPolicyVerifier). */
+  readonly opener: PolicyOpener;
   readonly redis?: { readonly store: PolicyHeadStore; readonly keys: CacheKeys };
   /** Local LRU size (default 10000 subjects). */
   readonly localMaxEntries?: number;
@@ -138,14 +158,17 @@ export interface VerifiedPolicyCache {
 type DenyLoad = "missing_policy" | "policy_verification_failed";
 
 interface SealedPolicy {
-  readonly v: 1;
+  readonly v: 2;
   readonly subject_id: string;
   readonly head: number;
   readonly partner_id: string | null;
   readonly identity?: SubjectIdentity | null;
   readonly verified_at: number;
   readonly reason: DenyLoad | null;
-  readonly document: unknown;
+  readonly signed_policy: string | null;
+  readonly crypto_version: CryptoVersion | null;
+  readonly document_hash: string | null;
+  readonly revoked_marker: string | null;
 }
 
 /** What a cached policy weighs, roughly: its objects take about twice the bytes of their JSON text. */
@@ -160,24 +183,37 @@ function positiveInt(value: number | undefined, fallback: number, name: string):
   return out;
 }
 
-function sealable(policy: VerifiedPolicy): SealedPolicy {
+function sealable(policy: VerifiedPolicy): SealedPolicy | undefined {
+  const signed = policy.load.ok ? policy.signed : undefined;
+  // An allow without its signed policy cannot be checked again by the next reader: not cached.
+  if (policy.load.ok && signed === undefined) return undefined;
   return {
-    v: 1,
+    v: 2,
     subject_id: policy.subjectId,
     head: policy.head,
     partner_id: policy.partnerId ?? null,
     identity: policy.identity ?? null,
     verified_at: policy.verifiedAt,
     reason: policy.load.ok ? null : policy.load.reason,
-    document: policy.load.ok ? policy.load.document : null,
+    signed_policy: signed?.blob ?? null,
+    crypto_version: signed?.cryptoVersion ?? null,
+    document_hash: signed?.documentHash ?? null,
+    revoked_marker: signed?.revokedMarker ?? null,
   };
 }
 
-/** A sealed entry's content, checked field by field; undefined when anything is off. */
-function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefined {
+/**
+ * A sealed entry's content, checked field by field and its signed policy verified again;
+ * undefined when anything is off. A crypto fault (keys unreachable) is thrown.
+ */
+async function fromSealed(
+  value: unknown,
+  subjectId: string,
+  opener: PolicyOpener,
+): Promise<VerifiedPolicy | undefined> {
   if (typeof value !== "object" || value === null) return undefined;
   const entry = value as Partial<SealedPolicy>;
-  if (entry.v !== 1 || entry.subject_id !== subjectId) return undefined;
+  if (entry.v !== 2 || entry.subject_id !== subjectId) return undefined;
   if (typeof entry.head !== "number" || !Number.isSafeInteger(entry.head) || entry.head < 0) return undefined;
   if (typeof entry.verified_at !== "number" || !Number.isFinite(entry.verified_at)) return undefined;
   if (entry.partner_id !== null && typeof entry.partner_id !== "string") return undefined;
@@ -195,18 +231,27 @@ function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefin
       load: { ok: false, reason: entry.reason },
     };
   }
-  if (entry.reason !== null) return undefined;
+  if (entry.reason !== null || partnerId === undefined) return undefined;
+  const { signed_policy: blob, crypto_version: cryptoVersion, document_hash: documentHash } = entry;
+  const marker = entry.revoked_marker;
+  if (typeof blob !== "string" || typeof documentHash !== "string") return undefined;
+  if (cryptoVersion !== "subject_credentials_v1" && cryptoVersion !== "platform_service_v2") return undefined;
+  if (marker !== null && typeof marker !== "string") return undefined;
   try {
-    const document = validatePolicyDocument(entry.document);
+    const opened = await openPolicyDocument(blob, opener, { cryptoVersion, subjectId, partnerId });
+    if (opened.documentHash !== documentHash) return undefined;
     return {
       subjectId,
       head: entry.head,
       partnerId,
       identity,
       verifiedAt: entry.verified_at,
-      load: { ok: true, document },
+      load: withRevocationMarker({ ok: true, document: opened.document }, { revoked_at: marker }),
+      signed: { blob, cryptoVersion, documentHash, revokedMarker: marker },
+      fromRedis: true,
     };
-  } catch {
+  } catch (error) {
+    if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") throw error;
     return undefined;
   }
 }
@@ -214,11 +259,10 @@ function fromSealed(value: unknown, subjectId: string): VerifiedPolicy | undefin
 export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): VerifiedPolicyCache {
   if (typeof options !== "object" || options === null)
     throw new PolicyCacheError("invalid_options", "options are required");
-  const { source, protector, redis, events = {} } = options;
+  const { source, opener, redis, events = {} } = options;
   if (typeof source?.fetchPolicy !== "function")
     throw new PolicyCacheError("invalid_options", "source.fetchPolicy is required");
-  if (typeof protector?.open !== "function")
-    throw new PolicyCacheError("invalid_options", "protector is required");
+  if (typeof opener?.open !== "function") throw new PolicyCacheError("invalid_options", "opener is required");
   const now = options.now ?? Date.now;
   const ttlWithoutRedisMs = positiveInt(options.ttlWithoutRedisMs, 1000, "ttlWithoutRedisMs");
   const stalenessMs = positiveInt(options.stalenessMs, 1000, "stalenessMs");
@@ -325,7 +369,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   };
 
   const openRecord = async (
-    record: PolicyRecord,
+    record: PolicyRecordFacts,
+    signedPolicy: string | null,
     partnerId: string,
     identity: SubjectIdentity,
     subjectId: string,
@@ -338,8 +383,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     };
     // A record filed under another subject or partner is not this subject's policy.
     if (record.subject_id !== subjectId || record.partner_id !== partnerId) return refused();
+    if (signedPolicy === null) return refused();
     try {
-      const opened = await openPolicyDocument(record.artifact, protector, {
+      const opened = await openPolicyDocument(signedPolicy, opener, {
         cryptoVersion: record.crypto_version,
         subjectId: record.subject_id,
         partnerId,
@@ -347,7 +393,16 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       // The record's facts (head, revocation, expiry) must describe exactly the signed text.
       if (opened.documentHash !== record.document_hash) return refused();
       // A revocation written while the crypto service was down is a deny-only marker.
-      return { ...base, load: withRevocationMarker({ ok: true, document: opened.document }, record) };
+      return {
+        ...base,
+        load: withRevocationMarker({ ok: true, document: opened.document }, record),
+        signed: {
+          blob: signedPolicy,
+          cryptoVersion: record.crypto_version,
+          documentHash: record.document_hash,
+          revokedMarker: typeof record.revoked_at === "string" ? record.revoked_at : null,
+        },
+      };
     } catch (error) {
       if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") {
         throw new PolicyCacheError("source_unavailable", "policy protection is unavailable", {
@@ -363,9 +418,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (redis === undefined) return;
     raiseView(policy.subjectId, policy.head);
     // Best effort: a failed write only costs another sidecar a fetch from the authority.
-    const sealed = sealEntry(redis.keys, policyEntryName(policy.subjectId), sealable(policy));
+    const content = sealable(policy);
+    const sealed =
+      content === undefined ? undefined : sealEntry(redis.keys, policyEntryName(policy.subjectId), content);
     await Promise.allSettled([
-      redis.store.putEntry(policy.subjectId, sealed, redisEntryTtlMs),
+      ...(sealed === undefined ? [] : [redis.store.putEntry(policy.subjectId, sealed, redisEntryTtlMs)]),
       redis.store.raiseHead(policy.subjectId, policy.head),
     ]);
   };
@@ -383,7 +440,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       return undefined;
     }
     const opened = openEntry(redis.keys, policyEntryName(subjectId), text);
-    const policy = opened.ok ? fromSealed(opened.value, subjectId) : undefined;
+    let policy: VerifiedPolicy | undefined;
+    try {
+      policy = opened.ok ? await fromSealed(opened.value, subjectId, opener) : undefined;
+    } catch {
+      // Keys cannot be fetched now: the authority path decides (and fails closed) instead.
+      events.lookup?.("redis", false);
+      return undefined;
+    }
     if (policy === undefined) {
       // Tampered, truncated or foreign: never used; the authority's artifact decides.
       events.verificationFailure?.("redis");
@@ -405,7 +469,10 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     known: VerifiedPolicy | undefined,
   ): Promise<VerifiedPolicy> => {
     const at = now();
-    const conditional = known !== undefined && (head === null || known.head === head) ? known : undefined;
+    const conditional =
+      known !== undefined && known.fromRedis !== true && (head === null || known.head === head)
+        ? known
+        : undefined;
     let result: PolicyFetchResult;
     try {
       result = await source.fetchPolicy(
@@ -435,7 +502,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       };
     } else {
       events.lookup?.("authority", true);
-      policy = await openRecord(result.record, result.partnerId, result.identity, subjectId, at);
+      policy = await openRecord(
+        result.record,
+        result.signedPolicy,
+        result.partnerId,
+        result.identity,
+        subjectId,
+        at,
+      );
     }
     if (head !== null && policy.head < head) {
       // Redis knows a newer policy than the authority returned: do not decide on the older one.

@@ -1,8 +1,9 @@
 /**
  * Wires the authority service from its configuration: store, bearer verifier, policy
- * protector (local key rings kept in the store under the KEK — the upstream-crypto
- * protector replaces it by configuration later), policy loader, capability resolver and
- * audit recorder; then the HTTP app with health endpoints, listen and an orderly close.
+ * protector (the upstream crypto service in `crypto` mode — no policy key in this process —
+ * or, in the one-process `embedded` mode, key rings kept in the store under the KEK), policy
+ * loader, capability resolver and audit recorder; then the HTTP app with health endpoints,
+ * listen and an orderly close.
  */
 
 import { createHash } from "node:crypto";
@@ -20,11 +21,20 @@ import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
 import { createPolicyLoader, storePolicyRecordSource } from "../../policy/loader.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
-import type { PolicyProtector } from "../../policy/protector.ts";
+import {
+  type PolicyProtectionContext,
+  PolicyProtectionError,
+  type PolicyProtector,
+} from "../../policy/protector.ts";
 import { attachDecisionRuntime, type DecisionRuntime, storeSubjectSource } from "../../policy/runtime.ts";
+import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
+import { createUpstreamPolicyProtector, type OwnerCredentials } from "../../policy/upstream-protector.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
+import { createCryptoClient } from "../crypto/client.ts";
+import { passwordGrant } from "../managed/idp.ts";
+import { createTokenCache } from "../managed/token-cache.ts";
 import { createAuthorityApp } from "./app.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
 
@@ -58,6 +68,55 @@ export function createCachingVerifier(
       return verified;
     },
   };
+}
+
+/**
+ * The policy protector of the configuration. `crypto`: the upstream crypto service with the
+ * service identity's credentials from the mounted file (and the IdP token of its service
+ * account, cached); v1 policies use the subject's own credential set when the file has one,
+ * else they fail closed (503). `embedded`: this process's key rings — and it says so.
+ */
+async function configuredProtector(
+  config: AuthorityConfig,
+  keyRings: KeyRingSource,
+  logger: Logger,
+): Promise<PolicyProtector> {
+  const protection = config.policyProtection;
+  if (protection.mode === "embedded") {
+    logger.warn(
+      { policyProtection: "embedded" },
+      "policy protection: EMBEDDED key rings under this process's KEK (the one-process mode; in a deployment use --policy-protection crypto)",
+    );
+    return createLocalPolicyProtector({ keyRings, serviceIdentity: config.serviceIdentity });
+  }
+  const credentials = await loadServiceCryptoCredentials(protection.credentialsFile);
+  const tokens = createTokenCache(passwordGrant({ tokenUrl: protection.tokenUrl, timeoutMs: 5000 }));
+  const token = () => tokens.get(credentials.username, credentials.password);
+  const serviceOwner = `service:${config.serviceIdentity}`;
+  const credentialsFor = async (context: PolicyProtectionContext): Promise<OwnerCredentials> => {
+    const partner =
+      context.cryptoVersion === "platform_service_v2"
+        ? credentials.service
+        : credentials.subjects.get(context.subjectId);
+    if (partner === undefined) {
+      throw new PolicyProtectionError(
+        "policy_protection_unavailable",
+        "no crypto credentials for this subject's policy keys",
+      );
+    }
+    const owner =
+      context.cryptoVersion === "platform_service_v2" ? serviceOwner : `subject:${context.subjectId}`;
+    return { owner, token: await token(), ...partner };
+  };
+  logger.info(
+    { policyProtection: "crypto", cryptoUrl: config.cryptoUrl, signer: serviceOwner },
+    "policy protection: the crypto service (no policy key in this process)",
+  );
+  return createUpstreamPolicyProtector({
+    client: createCryptoClient({ baseUrl: config.cryptoUrl, timeoutMs: 5000 }),
+    credentialsFor,
+    token,
+  });
 }
 
 /** Pieces a caller (tests, `authority dev`) may supply instead of building them from config. */
@@ -128,9 +187,7 @@ export async function buildAuthorityService(
           createIfMissing: config.kek.createIfMissing,
         }),
       });
-    const protector =
-      overrides.protector ??
-      createLocalPolicyProtector({ keyRings, serviceIdentity: config.serviceIdentity });
+    const protector = overrides.protector ?? (await configuredProtector(config, keyRings, logger));
     const verifier =
       overrides.verifier ??
       createCachingVerifier(

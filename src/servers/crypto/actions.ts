@@ -10,6 +10,7 @@ import {
   type DecryptVerifyOptions,
   decrypt,
   decryptVerifyAsync,
+  encodeSignedBlob,
   encrypt,
   type KeyRing,
   type Recipient,
@@ -149,13 +150,26 @@ export async function decryptVerifyAction(
       ...(input.expectedPurpose === undefined ? {} : { expectedPurpose: input.expectedPurpose }),
     }),
   );
+  // The signed blob (document, signature, plaintext) lets the caller hand the content on to a
+  // party that checks the signature with public keys only (spec note 3: the original signature).
+  const signedBlob = encodeSignedBlob(verified.signedDocument, verified.signature, verified.plaintext);
+  let decrypted: string;
+  try {
+    decrypted = toText(verified.plaintext);
+  } catch (error) {
+    signedBlob.fill(0);
+    throw error;
+  }
+  const signedBlobText = signedBlob.toString("base64");
+  signedBlob.fill(0);
   return {
-    decrypted_data: toText(verified.plaintext),
+    decrypted_data: decrypted,
     is_valid_signature: true,
     signed_by: verified.signer,
     signed_timestamp: verified.signedAt,
     signer_key_id: verified.signerKeyId,
     recipient_key_id: verified.recipientKeyId,
     purpose: verified.purpose,
+    signed_blob: signedBlobText,
   };
 }

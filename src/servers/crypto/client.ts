@@ -6,6 +6,7 @@
  * code: nothing the upstream said, and no credential, ever ends up in one.
  */
 
+import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { AuthorityError, type ErrorCode } from "../../errors.ts";
 import { isCryptoServiceReason } from "./errors.ts";
 import {
@@ -21,6 +22,7 @@ import {
   type DecryptPayload,
   type DecryptVerifyPayload,
   type EncryptPayload,
+  PUBLIC_KEYS_PATH,
   type SignEncryptPayload,
 } from "./wire.ts";
 
@@ -68,6 +70,8 @@ export interface DecryptVerifyResult {
   readonly signerKeyId: string;
   readonly recipientKeyId: string;
   readonly purpose: string;
+  /** base64 signed blob (document, signature, plaintext), when the upstream sent it. */
+  readonly signedBlob: string | undefined;
 }
 
 export interface CallOptions {
@@ -92,6 +96,8 @@ export interface CryptoClient {
     encryptedData: string,
     options?: CallOptions & { readonly purpose?: string },
   ): Promise<DecryptVerifyResult>;
+  /** An owner's public keys (verification of signed blobs); any valid bearer token may ask. */
+  publicKeys(token: string, owner: string, options?: CallOptions): Promise<PublicKeyRingJson>;
 }
 
 export const cryptoClientErrorMessages = {
@@ -215,23 +221,28 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
   const url = new URL(ACTIONS_PATH.slice(1), base.href.endsWith("/") ? base : `${base.href}/`);
 
   async function call(
-    credentials: CryptoCredentials,
-    body: ActionBody,
+    credentials: CryptoCredentials | { readonly token: string },
+    body: ActionBody | undefined,
     callOptions: CallOptions,
+    target: URL = url,
   ): Promise<Record<string, unknown>> {
     let answer: TransportAnswer;
     try {
-      answer = await send(url, {
+      answer = await send(target, {
         headers: {
-          "content-type": "application/json",
+          ...(body === undefined ? {} : { "content-type": "application/json" }),
           accept: "application/json",
           authorization: `Bearer ${credentials.token}`,
-          api_key: credentials.apiKey,
-          access_key: credentials.accessKey,
-          secret_key: credentials.secretKey,
+          ...("apiKey" in credentials
+            ? {
+                api_key: credentials.apiKey,
+                access_key: credentials.accessKey,
+                secret_key: credentials.secretKey,
+              }
+            : {}),
           ...(callOptions.requestId === undefined ? {} : { "x-request-id": callOptions.requestId }),
         },
-        body: JSON.stringify(body),
+        ...(body === undefined ? { method: "GET" as const, body: "" } : { body: JSON.stringify(body) }),
         timeoutMs,
       });
     } catch (cause) {
@@ -315,7 +326,18 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
         signerKeyId: requireString(payload, "signer_key_id", 200),
         recipientKeyId: requireString(payload, "recipient_key_id", 200),
         purpose: requireString(payload, "purpose", 200),
+        signedBlob: typeof payload.signed_blob === "string" ? payload.signed_blob : undefined,
       };
+    },
+    async publicKeys(token, owner, callOptions = {}) {
+      const keysUrl = new URL(
+        `${PUBLIC_KEYS_PATH.slice(1)}/${encodeURIComponent(owner)}/public-keys`,
+        base.href.endsWith("/") ? base : `${base.href}/`,
+      );
+      const payload = await call({ token }, undefined, callOptions, keysUrl);
+      if (payload.owner !== owner || !Array.isArray(payload.keys))
+        throw new CryptoClientError("upstream_error", { status: 200 });
+      return payload as unknown as PublicKeyRingJson;
     },
   };
 }

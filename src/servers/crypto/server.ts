@@ -27,7 +27,13 @@ import {
   type ProvisionOwnerInput,
 } from "./owner-registry.ts";
 import { cachingVerifier } from "./verified-tokens.ts";
-import { ACTIONS_PATH, ADMIN_OWNERS_PATH, PARTNER_HEADERS, parseActionRequest } from "./wire.ts";
+import {
+  ACTIONS_PATH,
+  ADMIN_OWNERS_PATH,
+  PARTNER_HEADERS,
+  PUBLIC_KEYS_PATH,
+  parseActionRequest,
+} from "./wire.ts";
 
 export interface ListenAddress {
   readonly host?: string;
@@ -286,6 +292,17 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       await admin(request);
       const { id } = request.params as { id: string };
       return reply.send(await publicKeys(id));
+    }),
+  );
+
+  // Public keys are public: any caller with a valid token may read them (the authority hands
+  // them to sidecars, which verify signed policies without any private key).
+  app.get<{ Params: { id: string } }>(
+    `${PUBLIC_KEYS_PATH}/:id/public-keys`,
+    handle(async (request, reply) => {
+      await bearer(request);
+      const { id } = request.params as { id: string };
+      return reply.header("cache-control", "no-store").send(await publicKeys(id));
     }),
   );
 

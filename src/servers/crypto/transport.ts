@@ -15,6 +15,8 @@ export interface TransportAnswer {
 }
 
 export interface TransportRequest {
+  /** Default POST; a GET sends no body. */
+  readonly method?: "GET" | "POST";
   readonly headers: Readonly<Record<string, string>>;
   readonly body: string;
   readonly timeoutMs: number;
@@ -47,9 +49,9 @@ export function fetchTransport(doFetch: typeof globalThis.fetch): Transport {
     const signal = AbortSignal.timeout(request.timeoutMs);
     try {
       const response = await doFetch(url, {
-        method: "POST",
+        method: request.method ?? "POST",
         headers: request.headers,
-        body: request.body,
+        ...(request.method === "GET" ? {} : { body: request.body }),
         redirect: "error",
         signal,
       });
@@ -82,9 +84,12 @@ export function nodeHttpTransport(options: { readonly maxSockets?: number } = {}
       }
       const send = url.protocol === "https:" ? httpsRequest : httpRequest;
       const req = send(url, {
-        method: "POST",
+        method: request.method ?? "POST",
         agent: url.protocol === "https:" ? agents["https:"] : agents["http:"],
-        headers: { ...request.headers, "content-length": String(Buffer.byteLength(request.body)) },
+        headers:
+          request.method === "GET"
+            ? request.headers
+            : { ...request.headers, "content-length": String(Buffer.byteLength(request.body)) },
       });
       const timer = setTimeout(() => req.destroy(new TransportError("timeout")), remaining);
       const fail = (error: unknown) => {
@@ -120,7 +125,7 @@ export function nodeHttpTransport(options: { readonly maxSockets?: number } = {}
           });
         });
       });
-      req.end(request.body);
+      req.end(request.method === "GET" ? undefined : request.body);
     });
 
   return async (url, request) => {

@@ -7,6 +7,8 @@ import { CryptoServiceError } from "./errors.ts";
 
 export const ACTIONS_PATH = "/v1/actions";
 export const ADMIN_OWNERS_PATH = "/v1/admin/owners";
+/** `GET <path>/<owner>/public-keys`: an owner's public keys, for any authenticated caller. */
+export const PUBLIC_KEYS_PATH = "/v1/owners";
 
 /** Headers carrying the caller's partner credentials (besides `Authorization: Bearer`). */
 export const PARTNER_HEADERS = ["api_key", "access_key", "secret_key"] as const;
@@ -62,6 +64,8 @@ export interface DecryptVerifyPayload {
   readonly signer_key_id: string;
   readonly recipient_key_id: string;
   readonly purpose: string;
+  /** base64 of the signed blob: document || ML-DSA signature || plaintext (crypto/sign-encrypt.ts). */
+  readonly signed_blob: string;
 }
 
 const KINDS: Readonly<Record<string, ActionRequest["kind"]>> = {

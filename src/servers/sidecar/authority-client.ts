@@ -1,7 +1,9 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
+import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
 import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
-import type { PolicyRecord } from "../../policy/record.ts";
+import type { PolicyRecordFacts } from "../../policy/record.ts";
+import type { PolicyKeySource } from "../../policy/signed-policy.ts";
 import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
 import type { ServiceTokenSource } from "./service-token.ts";
 
@@ -19,7 +21,7 @@ export interface InjectableCredentials {
   readonly ttlMs: number;
 }
 
-export interface AuthorityClient extends PolicyRecordFetcher {
+export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
   /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
@@ -51,7 +53,7 @@ function stringMap(value: unknown): Record<string, string> | undefined {
 }
 
 /** The fields the sidecar relies on, checked: the network is not trusted for shape. */
-function policyRecordOf(value: unknown): PolicyRecord | undefined {
+function policyRecordOf(value: unknown): PolicyRecordFacts | undefined {
   if (!isRecord(value)) return undefined;
   const ok =
     typeof value.subject_id === "string" &&
@@ -61,9 +63,8 @@ function policyRecordOf(value: unknown): PolicyRecord | undefined {
     typeof value.head === "number" &&
     Number.isSafeInteger(value.head) &&
     value.head >= 0 &&
-    typeof value.artifact === "string" &&
-    value.artifact.length > 0;
-  return ok ? (value as unknown as PolicyRecord) : undefined;
+    (value.revoked_at === null || value.revoked_at === undefined || typeof value.revoked_at === "string");
+  return ok ? (value as unknown as PolicyRecordFacts) : undefined;
 }
 
 const RECORDS_OPEN = Buffer.from('{"records":');
@@ -166,12 +167,32 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       const body = await json(response);
       const subject = isRecord(body) ? body.subject : undefined;
       const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
-      if (!isRecord(subject) || typeof subject.partner_id !== "string" || record === undefined) {
+      const signedPolicy = isRecord(body) ? body.signed_policy : undefined;
+      if (
+        !isRecord(subject) ||
+        typeof subject.partner_id !== "string" ||
+        record === undefined ||
+        !(signedPolicy === null || (typeof signedPolicy === "string" && signedPolicy.length > 0))
+      ) {
         throw new AuthorityFetchError("the policy answer is malformed", 200);
       }
       // An authority that does not say which principals the subject admits: the strictest kind.
       const identity = isSubjectIdentity(subject.identity) ? subject.identity : "partner_token";
-      return { status: "found", record, partnerId: subject.partner_id, identity };
+      return { status: "found", record, signedPolicy, partnerId: subject.partner_id, identity };
+    },
+
+    async fetchPolicyKeys(owner): Promise<PublicKeyRingJson | undefined> {
+      const response = await call(`/v1/sidecar/policy-keys/${segment(owner)}`);
+      if (response.status === 404) {
+        await response.body?.cancel();
+        return undefined;
+      }
+      if (response.status !== 200) return unexpected(response);
+      const body = await json(response);
+      if (!isRecord(body) || body.format !== PUBLIC_KEYS_FORMAT || body.owner !== owner) {
+        throw new AuthorityFetchError("the policy keys answer is malformed", 200);
+      }
+      return body as unknown as PublicKeyRingJson;
     },
 
     async fetchCapability(partnerId, capabilityId) {

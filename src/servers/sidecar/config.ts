@@ -17,7 +17,6 @@ import {
   resolveSetting,
   type SettingInputs,
   type SettingSpec,
-  storeUrl,
   text,
 } from "../../config/settings.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
@@ -105,31 +104,18 @@ export const sidecarSettings = {
     noFlag: true,
     parse: text({ secret: true }),
   }),
-  store: spec({
-    key: "store",
-    env: "AUTHORITY_STORE_URL",
-    description: "store holding the policy key rings (the authority's; redis://… in a cluster)",
-    secret: true,
-    parse: storeUrl,
-  }),
-  kekFile: spec({
-    key: "kek-file",
-    env: "AUTHORITY_KEK_FILE",
-    description: "key-encryption key file wrapping the policy key rings",
-    parse: text(),
-  }),
-  kek: spec({
-    key: "kek",
-    env: "AUTHORITY_KEK",
-    description: "the key-encryption key itself (base64; environment only)",
-    secret: true,
-    noFlag: true,
-    parse: text({ secret: true }),
-  }),
   serviceIdentity: spec({
     key: "service-identity",
     env: "AUTHORITY_SERVICE_IDENTITY",
-    description: "service identity protecting platform_service_v2 policies (default authority)",
+    description:
+      "service identity whose key signs platform_service_v2 policies (signer service:<identity>; default authority)",
+    parse: text(),
+  }),
+  policyKeysFile: spec({
+    key: "policy-keys-file",
+    env: "AUTHORITY_SIDECAR_POLICY_KEYS_FILE",
+    description:
+      "pinned public keys of policy signers (JSON: the crypto service's public key ring, or an array of them); pinned signers use only these",
     parse: text(),
   }),
   decisionTimeout: spec({
@@ -231,8 +217,8 @@ export interface SidecarConfig {
   readonly jwksUrl: string;
   readonly audience: string;
   readonly credentials: SidecarCredentialsConfig;
-  readonly keyRings: { readonly storeUrl: string; readonly kekFile?: string; readonly kek?: string };
   readonly serviceIdentity: string;
+  readonly policyKeysFile?: string;
   readonly decisionTimeoutMs: number;
   readonly proxyDecisionTimeoutMs: number;
   readonly upstreamTimeoutMs: number;
@@ -278,15 +264,7 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
       "the sidecar needs its own credentials: --token-file, or --client-id with AUTHORITY_CLIENT_SECRET",
     );
   }
-  const store = get("store");
-  if (store === undefined) {
-    throw new ConfigError("--store (AUTHORITY_STORE_URL) is required: it holds the policy key rings");
-  }
-  const kekFile = get("kekFile");
-  const kek = get("kek");
-  if (kekFile === undefined && kek === undefined) {
-    throw new ConfigError("--kek-file or AUTHORITY_KEK is required to open the policy key rings");
-  }
+  const policyKeysFile = get("policyKeysFile");
   const capabilityMap = get("capabilityMap");
   return {
     logLevel: get("logLevel") ?? "info",
@@ -302,12 +280,8 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
     audience: get("audience") ?? "authority",
     credentials,
-    keyRings: {
-      storeUrl: store,
-      ...(kekFile === undefined ? {} : { kekFile }),
-      ...(kek === undefined ? {} : { kek }),
-    },
     serviceIdentity: get("serviceIdentity") ?? "authority",
+    ...(policyKeysFile === undefined ? {} : { policyKeysFile }),
     decisionTimeoutMs: get("decisionTimeout") ?? 200,
     proxyDecisionTimeoutMs: get("proxyDecisionTimeout") ?? 1000,
     upstreamTimeoutMs: get("upstreamTimeout") ?? 10_000,

@@ -1,5 +1,6 @@
 import type { Registry } from "prom-client";
 import type { Capability } from "../../core/capability.ts";
+import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy } from "../../execute/egress.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
@@ -11,7 +12,7 @@ import {
   type RedisPolicyStore,
   type VerifiedPolicyCache,
 } from "../../policy/cache/index.ts";
-import type { PolicyProtector } from "../../policy/protector.ts";
+import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
@@ -40,8 +41,16 @@ export interface SidecarOptions {
   readonly authority: AuthorityClient;
   /** Verifies the callers' bearer tokens (createJwtVerifier, as elsewhere). */
   readonly verifier: TokenVerifier;
-  /** Decrypt-verifies policy artifacts: the same protector configuration as the authority service. */
-  readonly protector: PolicyProtector;
+  /**
+   * How signed policies are verified: the service identity names the v2 signer
+   * (`service:<identity>`); pinned key rings are trusted by configuration, every other
+   * signer's public keys come from the authority (docs/sidecar.md, "Policy keys"). The
+   * sidecar holds no key that can open or sign a policy.
+   */
+  readonly policyKeys: {
+    readonly serviceIdentity: string;
+    readonly pinned?: readonly PublicKeyRingJson[];
+  };
   readonly capabilityMap?: CapabilityMap;
   /** Without it: local cache + authority fetch with `policyTtlMs` (docs/sidecar.md). */
   readonly redis?: {
@@ -128,7 +137,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         });
   const policies = createVerifiedPolicyCache({
     source: options.authority,
-    protector: options.protector,
+    opener: createSignedPolicyVerifier({
+      serviceIdentity: options.policyKeys.serviceIdentity,
+      source: options.authority,
+      ...(options.policyKeys.pinned === undefined ? {} : { pinned: options.policyKeys.pinned }),
+    }),
     ...(redis === undefined || options.redis === undefined
       ? {}
       : { redis: { store: redis, keys: deriveCacheKeys(options.redis.cacheKey) } }),

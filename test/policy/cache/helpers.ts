@@ -1,8 +1,13 @@
 import type { PolicyDocumentV1 } from "../../../src/core/policy-document.ts";
 import { protectPolicy } from "../../../src/policy/artifact.ts";
 import type { PolicyFetchResult, PolicyRecordFetcher } from "../../../src/policy/cache/index.ts";
-import type { PolicyProtector } from "../../../src/policy/protector.ts";
+import {
+  type PolicyOpener,
+  PolicyProtectionError,
+  type PolicyProtector,
+} from "../../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../../src/policy/record.ts";
+import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
 import { entry, policyV1 } from "../../core/fixtures.ts";
 
 export const PARTNER = "partner-1";
@@ -38,8 +43,25 @@ export async function protectedRecord(
 }
 
 /**
- * The authority's side of the sidecar route, in process: records by subject, conditional
- * answers by head, and a count of what was asked (so tests can see which layer answered).
+ * The sidecar's opener: signed policies verified with the public keys `authority` (the
+ * authority's protector) hands out — as the sidecar route does.
+ */
+export function sidecarOpener(authority: PolicyProtector, serviceIdentity = "t"): PolicyOpener {
+  return createSignedPolicyVerifier({
+    serviceIdentity,
+    source: {
+      fetchPolicyKeys: (owner) => {
+        if (authority.signerKeys === undefined) throw new Error("no signer keys");
+        return authority.signerKeys(owner);
+      },
+    },
+  });
+}
+
+/**
+ * The authority's side of the sidecar route, in process: records by subject (opened with
+ * `authority` into the signed policy a sidecar gets), conditional answers by head, and a
+ * count of what was asked (so tests can see which layer answered).
  */
 export interface RecordSource extends PolicyRecordFetcher {
   readonly records: Map<string, PolicyRecord>;
@@ -47,7 +69,7 @@ export interface RecordSource extends PolicyRecordFetcher {
   down: boolean;
 }
 
-export function recordSource(): RecordSource {
+export function recordSource(authority: PolicyProtector): RecordSource {
   const records = new Map<string, PolicyRecord>();
   const calls: Array<{ subjectId: string; knownHead: number | undefined }> = [];
   const source: RecordSource = {
@@ -60,7 +82,26 @@ export function recordSource(): RecordSource {
       const record = records.get(subjectId);
       if (record === undefined) return { status: "not_found" };
       if (knownHead !== undefined && knownHead === record.head) return { status: "not_modified" };
-      return { status: "found", record, partnerId: record.partner_id, identity: "platform_vouched" };
+      const { artifact, ...facts } = record;
+      let signedPolicy: string | null;
+      try {
+        const opened = await authority.open(artifact, {
+          cryptoVersion: record.crypto_version,
+          subjectId: record.subject_id,
+          partnerId: record.partner_id,
+        });
+        signedPolicy = opened.signedBlob ?? null;
+      } catch (error) {
+        if (!(error instanceof PolicyProtectionError) || error.code !== "policy_unverifiable") throw error;
+        signedPolicy = null;
+      }
+      return {
+        status: "found",
+        record: facts,
+        signedPolicy,
+        partnerId: record.partner_id,
+        identity: "platform_vouched",
+      };
     },
   };
   return source;

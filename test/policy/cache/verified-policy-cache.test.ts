@@ -16,9 +16,10 @@ import {
 } from "../../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
-import type { PolicyProtector } from "../../../src/policy/protector.ts";
+import type { PolicyOpener } from "../../../src/policy/protector.ts";
+import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
-import { protectedRecord, recordSource } from "./helpers.ts";
+import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
 
 function clock(start = Date.now()) {
   const state = { at: start };
@@ -36,10 +37,15 @@ describe("verified-policy cache without Redis", () => {
   const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
 
   test("authority, then local within the TTL, then a conditional revalidation", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("s1", await protectedRecord(protector, "s1", 1));
     const time = clock();
-    const cache = createVerifiedPolicyCache({ source, protector, ttlWithoutRedisMs: 1000, now: time.now });
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      ttlWithoutRedisMs: 1000,
+      now: time.now,
+    });
     const first = await cache.get("s1");
     assert.equal(first.layer, "authority");
     assert.equal(first.policy.load.ok, true);
@@ -54,10 +60,15 @@ describe("verified-policy cache without Redis", () => {
   });
 
   test("past the TTL with the authority unreachable, the cached policy is not used (upstream_unavailable)", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("s2", await protectedRecord(protector, "s2", 1));
     const time = clock();
-    const cache = createVerifiedPolicyCache({ source, protector, ttlWithoutRedisMs: 1000, now: time.now });
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      ttlWithoutRedisMs: 1000,
+      now: time.now,
+    });
     await cache.get("s2");
     source.down = true;
     time.advance(1001);
@@ -68,11 +79,11 @@ describe("verified-policy cache without Redis", () => {
   });
 
   test("no record → missing_policy; a record that does not verify → policy_verification_failed", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     const failures: string[] = [];
     const cache = createVerifiedPolicyCache({
       source,
-      protector,
+      opener: sidecarOpener(protector),
       events: { verificationFailure: (l) => failures.push(l) },
     });
     assert.deepEqual((await cache.get("nobody")).policy.load, { ok: false, reason: "missing_policy" });
@@ -101,29 +112,26 @@ describe("verified-policy cache without Redis", () => {
   });
 
   test("a revocation marker on the record (crypto service down at revoke time) revokes the verified document", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     const record = await protectedRecord(protector, "s-marker", 1);
     source.records.set("s-marker", { ...record, revoked_at: "2026-01-02T03:04:05.000Z" });
-    const cache = createVerifiedPolicyCache({ source, protector });
+    const cache = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
     const load = (await cache.get("s-marker")).policy.load;
     assert.ok(load.ok);
     assert.equal(load.document.revoked_at, "2026-01-02T03:04:05.000Z");
   });
 
   test("keys that cannot be reached are a fault (503), not a verdict", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("s6", await protectedRecord(protector, "s6", 1));
-    const broken: PolicyProtector = {
-      protect: protector.protect,
-      open: () => Promise.reject(new (class extends Error {})("down")),
-    };
-    const unavailable = createLocalPolicyProtector({
-      keyRings: { keyRing: () => Promise.reject(new Error("key store down")) },
+    const broken: PolicyOpener = { open: () => Promise.reject(new (class extends Error {})("down")) };
+    const unavailable = createSignedPolicyVerifier({
       serviceIdentity: "t",
+      source: { fetchPolicyKeys: () => Promise.reject(new Error("authority down")) },
     });
-    const cache = createVerifiedPolicyCache({ source, protector: unavailable });
+    const cache = createVerifiedPolicyCache({ source, opener: unavailable });
     await assert.rejects(cache.get("s6"), { code: "source_unavailable" });
-    const refusing = createVerifiedPolicyCache({ source, protector: broken });
+    const refusing = createVerifiedPolicyCache({ source, opener: broken });
     assert.deepEqual((await refusing.get("s6")).policy.load, {
       ok: false,
       reason: "policy_verification_failed",
@@ -160,7 +168,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     const layers: Array<[CacheLayer, boolean]> = [];
     const cache = createVerifiedPolicyCache({
       source,
-      protector,
+      opener: sidecarOpener(protector),
       redis: { store, keys },
       events: { lookup: (layer, hit) => layers.push([layer, hit]) },
       ...extra,
@@ -169,7 +177,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   };
 
   test("no head yet: the authority answers, the head and a sealed entry are written; a second sidecar reads Redis", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r1", await protectedRecord(protector, "r1", 4));
     const a = await sidecarCache(source);
     const first = await a.cache.get("r1");
@@ -188,7 +196,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("the head view: repeat lookups read no head from Redis; a change that arrived is seen at once", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("v1", await protectedRecord(protector, "v1", 1));
     const reads: string[] = [];
     const a = await sidecarCache(source, { events: { headRead: (result) => reads.push(result) } });
@@ -213,7 +221,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("the head view is used only while the store's last sync is recent enough (viewMaxLagMs)", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("v2", await protectedRecord(protector, "v2", 1));
     const store = createRedisPolicyStore({ url: server.url, syncIntervalMs: 3_600_000 });
     stores.push(store);
@@ -221,7 +229,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     const reads: string[] = [];
     const cache = createVerifiedPolicyCache({
       source,
-      protector,
+      opener: sidecarOpener(protector),
       redis: { store, keys },
       viewMaxLagMs: 1000,
       stalenessMs: 5000,
@@ -242,7 +250,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("a published change is seen on the next lookup of every sidecar (head read per lookup)", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r2", await protectedRecord(protector, "r2", 1));
     const a = await sidecarCache(source);
     const b = await sidecarCache(source);
@@ -262,7 +270,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("the change channel evicts stale local entries", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r3", await protectedRecord(protector, "r3", 1));
     const a = await sidecarCache(source);
     await a.cache.get("r3");
@@ -273,7 +281,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("heads never go backwards, and a head below what a sidecar verified is not believed", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r4", await protectedRecord(protector, "r4", 3));
     const a = await sidecarCache(source);
     await a.cache.get("r4");
@@ -288,7 +296,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("Redis announcing a newer head than the authority returns is refused (source_inconsistent)", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r5", await protectedRecord(protector, "r5", 1));
     const a = await sidecarCache(source);
     await redis.set(policyHeadKey("r5"), "9");
@@ -299,7 +307,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   test("entries older than maxAgeMs are revalidated with the authority whatever Redis says", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     source.records.set("r6", await protectedRecord(protector, "r6", 1));
     const time = clock();
     const a = await sidecarCache(source, { maxAgeMs: 10_000, now: time.now });
@@ -328,13 +336,18 @@ describe("verified-policy cache weight bound", () => {
   const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
 
   test("the local layer keeps policies within localMaxBytes: the least recent goes first", async () => {
-    const source = recordSource();
+    const source = recordSource(protector);
     for (const subject of ["w1", "w2", "w3"])
       source.records.set(subject, await protectedRecord(protector, subject, 1));
-    const one = (await createVerifiedPolicyCache({ source, protector }).get("w1")).policy;
+    const one = (await createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) }).get("w1"))
+      .policy;
     assert.ok(one.load.ok);
     const weight = 2 * JSON.stringify(one.load.document).length;
-    const cache = createVerifiedPolicyCache({ source, protector, localMaxBytes: 2 * weight + 10 });
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      localMaxBytes: 2 * weight + 10,
+    });
     await cache.get("w1");
     await cache.get("w2");
     assert.equal(cache.size, 2);

@@ -74,7 +74,7 @@ describe("authority crypto and authority managed commands", () => {
   it("run end to end as separate processes and stop cleanly on SIGTERM", async () => {
     const stateDir = join(dir.path, "state");
     const crypto = await startCli(
-      ["crypto", "--listen", "127.0.0.1:0", "--state-dir", stateDir],
+      ["crypto", "--listen", "127.0.0.1:0", "--state-dir", stateDir, "--init-kek"],
       { AUTHORITY_ISSUER: idp.issuer },
       "crypto service listening",
     );

@@ -38,7 +38,7 @@ describe("authority service: sidecar routes", () => {
     };
   };
 
-  test("the policy record with its artifact and the subject's partner; ETag is the head; If-None-Match → 304", async () => {
+  test("the policy record without its artifact, the signed policy and the subject's partner; ETag is the head; If-None-Match → 304", async () => {
     const reply = await get(`/v1/sidecar/policies/${AGENT}`, world.tokens.sidecar);
     assert.equal(reply.status, 200);
     assert.equal(reply.headers.get("cache-control"), "no-store");
@@ -48,8 +48,10 @@ describe("authority service: sidecar routes", () => {
       identity: "platform_vouched",
     });
     assert.equal(reply.body.policy.subject_id, AGENT);
-    assert.equal(typeof reply.body.policy.artifact, "string");
-    assert.ok(reply.body.policy.artifact.length > 100);
+    // The encrypted artifact never reaches a sidecar; the signed blob does.
+    assert.equal(reply.body.policy.artifact, undefined);
+    assert.equal(typeof reply.body.signed_policy, "string");
+    assert.ok(reply.body.signed_policy.length > 4000);
     const etag = reply.headers.get("etag");
     assert.equal(etag, `"${reply.body.policy.head}"`);
     const again = await get(`/v1/sidecar/policies/${AGENT}`, world.tokens.sidecar, {

@@ -1,15 +1,29 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ConfigError } from "../../../src/config/errors.ts";
-import { resolveSidecarConfig } from "../../../src/servers/sidecar/config.ts";
+import { resolveSidecarConfig, sidecarSettings } from "../../../src/servers/sidecar/config.ts";
 
 const minimal = {
   AUTHORITY_SIDECAR_TOKEN_FILE: "/var/run/secrets/authority/token",
-  AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/0",
-  AUTHORITY_KEK_FILE: "/var/run/secrets/authority/kek",
 };
 
 describe("authority sidecar configuration", () => {
+  test("the sidecar needs no store and no KEK, and has no setting that could give it one", () => {
+    const config = resolveSidecarConfig({ env: minimal });
+    const names = Object.values(sidecarSettings).map((setting) => setting.key);
+    for (const forbidden of ["store", "kek", "kek-file"]) assert.ok(!names.includes(forbidden), forbidden);
+    const envs = Object.values(sidecarSettings).map((setting) => setting.env);
+    for (const forbidden of ["AUTHORITY_STORE_URL", "AUTHORITY_KEK", "AUTHORITY_KEK_FILE"])
+      assert.ok(!envs.includes(forbidden), forbidden);
+    assert.equal(JSON.stringify(config).includes("kek"), false);
+    assert.equal(config.serviceIdentity, "authority");
+    assert.equal(config.policyKeysFile, undefined);
+    const pinned = resolveSidecarConfig({
+      env: { ...minimal, AUTHORITY_SIDECAR_POLICY_KEYS_FILE: "/etc/authority/policy-keys.json" },
+    });
+    assert.equal(pinned.policyKeysFile, "/etc/authority/policy-keys.json");
+  });
+
   test("defaults match docs/configuration.md", () => {
     const config = resolveSidecarConfig({ env: minimal });
     assert.equal(config.authorityUrl, "http://127.0.0.1:8080");

@@ -371,7 +371,8 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
           audience: "authority",
           jwks: `${issuer}/.well-known/jwks.json`,
         }),
-        protector: createLocalPolicyProtector({ keyRings, serviceIdentity: "test-environment" }),
+        // No key ring: signed policies verified with the public keys the authority hands out.
+        policyKeys: { serviceIdentity: "test-environment" },
         capabilityMap: createCapabilityMap({ [UPSTREAM_HOST]: CAPABILITY }),
         ...(redis === undefined ? {} : { redis: { url: redis.url, cacheKey } }),
         listen: {

@@ -1,4 +1,6 @@
+import { createHash } from "node:crypto";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
+import { LRUCache } from "lru-cache";
 import type { DecisionInput } from "../../../audit/records.ts";
 import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
 import {
@@ -9,6 +11,7 @@ import { loadCatalog } from "../../../authority/capabilities.ts";
 import { collections, type SubjectRecord, storeKeys } from "../../../authority/model.ts";
 import { loadPolicyRecord } from "../../../authority/policy-writer.ts";
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
+import type { PublicKeyRingJson } from "../../../crypto/index.ts";
 import { AuthorityError, errorCodes } from "../../../errors.ts";
 import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
 import {
@@ -16,6 +19,7 @@ import {
   createClientCredentialsTokens,
 } from "../../../execute/client-credentials.ts";
 import { createEgressPolicy } from "../../../execute/egress.ts";
+import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../sidecar/decision-log.ts";
@@ -26,10 +30,17 @@ import type { Principal } from "../principal.ts";
 /**
  * What sidecars fetch from the authority service (docs/sidecar.md, "Trust model"):
  *
- * - `GET /v1/sidecar/policies/{subject}` — the subject's stored PolicyRecord **including the
- *   encrypted artifact**, plus the subject's partner. The sidecar decrypt-verifies the
- *   artifact itself; this route hands out nothing it could not also read from the store.
+ * - `GET /v1/sidecar/policies/{subject}` — the subject's stored PolicyRecord **without its
+ *   encrypted artifact**, the subject's partner, and `signed_policy`: the signed blob the
+ *   authority found inside the artifact (signed document + ML-DSA signature + policy text,
+ *   signed by the crypto service when the policy was protected). The sidecar verifies that
+ *   signature with the signer's public key; it holds no key that opens an artifact, and this
+ *   route never hands one out. `signed_policy` is null when the artifact does not open (the
+ *   sidecar then denies `policy_verification_failed`, as the authority does).
  *   `ETag: "<head>"`; `If-None-Match` with the current head answers 304.
+ * - `GET /v1/sidecar/policy-keys/{owner}` — the public keys of a policy signer
+ *   (`service:<identity>`, or `subject:<id>` of a subject the sidecar may see), as the
+ *   crypto service exports them.
  * - `GET /v1/sidecar/capabilities/{partner}/{capability}` — the current catalog the decision
  *   engine matches requests against.
  * - `GET /v1/sidecar/auth-profiles/{partner}/{profile}` — the upstream credentials of an auth
@@ -90,6 +101,9 @@ function etagMatches(header: string | undefined, etag: string): boolean {
   });
 }
 
+/** A policy record as a sidecar sees it: everything but the encrypted artifact. */
+export type SidecarPolicyRecord = Omit<PolicyRecord, "artifact">;
+
 export interface SidecarPolicyResponse {
   readonly subject: {
     readonly subject_id: string;
@@ -97,8 +111,53 @@ export interface SidecarPolicyResponse {
     /** Which principals stand for the subject: the sidecar admits only those (src/core/subject-identity.ts). */
     readonly identity: SubjectIdentity;
   };
-  readonly policy: PolicyRecord;
+  readonly policy: SidecarPolicyRecord;
+  /** base64 signed blob, or null when the stored artifact does not open. */
+  readonly signed_policy: string | null;
 }
+
+/** Signed blobs by subject and artifact: one crypto call per policy version, not per sidecar fetch. */
+const signedBlobs = new WeakMap<AuthorityContext, LRUCache<string, { readonly blob: string | null }>>();
+
+function signedBlobCache(context: AuthorityContext): LRUCache<string, { readonly blob: string | null }> {
+  let cache = signedBlobs.get(context);
+  if (cache === undefined) {
+    cache = new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 });
+    signedBlobs.set(context, cache);
+  }
+  return cache;
+}
+
+/** The signed blob inside the record's artifact, opened through the authority's protector. */
+async function signedPolicyOf(context: AuthorityContext, record: PolicyRecord): Promise<string | null> {
+  const cache = signedBlobCache(context);
+  // Keyed by the artifact's own bytes: a changed artifact is opened (and judged) again.
+  const key = `${record.subject_id}\u0000${record.crypto_version}\u0000${createHash("sha256").update(record.artifact).digest("base64url")}`;
+  const cached = cache.get(key);
+  if (cached !== undefined) return cached.blob;
+  let blob: string | null;
+  try {
+    const opened = await context.protector.open(record.artifact, {
+      cryptoVersion: record.crypto_version,
+      subjectId: record.subject_id,
+      partnerId: record.partner_id,
+    });
+    if (opened.signedBlob === undefined) {
+      throw new AuthorityError(
+        "upstream_unavailable",
+        "The policy protector cannot hand out signed policies.",
+      );
+    }
+    blob = opened.signedBlob;
+  } catch (error) {
+    if (error instanceof PolicyProtectionError && error.code === "policy_unverifiable") blob = null;
+    else throw storeUnavailable(error);
+  }
+  cache.set(key, { blob });
+  return blob;
+}
+
+const OWNER_PREFIXES = ["service:", "subject:"] as const;
 
 export interface SidecarAuthMaterial {
   readonly partner_id: string;
@@ -110,6 +169,9 @@ export interface SidecarAuthMaterial {
 }
 
 const subjectParams = paramsSchema({ subject: idSchemas.subject });
+const ownerParams = paramsSchema({
+  owner: { type: "string", minLength: 9, maxLength: 300, pattern: "^(?:service|subject):[\\x21-\\x7E]+$" },
+});
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
 
@@ -251,15 +313,46 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
         const etag = policyEtag(record.head);
         noStore(reply).header("etag", etag);
         if (etagMatches(request.headers["if-none-match"], etag)) return reply.code(304).send();
+        const { artifact: _artifact, ...visible } = record;
         const body: SidecarPolicyResponse = {
           subject: {
             subject_id: subject.subject_id,
             partner_id: subject.partner_id,
             identity: identityOf(subject),
           },
-          policy: record,
+          policy: visible,
+          signed_policy: await signedPolicyOf(context, record),
         };
         return reply.send(body);
+      },
+    );
+
+    app.get<{ Params: { owner: string } }>(
+      "/v1/sidecar/policy-keys/:owner",
+      { schema: { params: ownerParams } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const { owner } = request.params;
+        const prefix = OWNER_PREFIXES.find((candidate) => owner.startsWith(candidate));
+        const name = prefix === undefined ? "" : owner.slice(prefix.length);
+        if (prefix === "service:" && name !== context.config.serviceIdentity) {
+          throw new AuthorityError("not_found", "No such policy signer.");
+        }
+        if (prefix === "subject:") {
+          // Only a subject that exists (no key ring is made for a name a caller invents), of a
+          // partner this sidecar may see.
+          const subject = await read(() =>
+            context.store.get<SubjectRecord>(collections.subjects, storeKeys.subject(name)),
+          );
+          if (subject === undefined) throw new AuthorityError("not_found", "No such policy signer.");
+          assertPartner(principal, subject.partner_id);
+        }
+        const signerKeys = context.protector.signerKeys;
+        if (signerKeys === undefined) {
+          throw new AuthorityError("upstream_unavailable", "Policy signer keys are not available.");
+        }
+        const keys: PublicKeyRingJson = await read(() => signerKeys.call(context.protector, owner));
+        return noStore(reply).send(keys);
       },
     );
 

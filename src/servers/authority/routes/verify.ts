@@ -1,6 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { type AuthenticatedWorkload, authenticateWorkload } from "../../../bindings/authenticate.ts";
-import { BROKER_EXECUTE_SCOPE } from "../../../bindings/model.ts";
+import { authenticateBrokerCaller, type BrokerCaller } from "../../../bindings/broker-caller.ts";
 import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import {
   createOperationIndex,
@@ -15,7 +14,9 @@ import type { AuthorityContext } from "../context.ts";
 /**
  * POST /v1/authority/verify — verifies an authority envelope for the arguments an
  * upstream received and returns a decision only (docs/bindings.md, "Authority verify").
- * Bearer: a workload token with scope `authority/authority.broker.execute`. Failures are
+ * Bearer: a token with scope `authority/authority.broker.execute` — the authority's own
+ * workload token, or the configured identity provider's access token naming the binding
+ * (src/bindings/broker-caller.ts). Failures are
  * `{ error, message, requestId }` with one stable code per cause.
  */
 
@@ -46,7 +47,7 @@ const successSchema = {
 
 export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
-    const workloads = new WeakMap<FastifyRequest, AuthenticatedWorkload>();
+    const workloads = new WeakMap<FastifyRequest, BrokerCaller>();
     let operations: OperationIndex | undefined;
 
     app.post<{ Body: VerifyRequest }>(
@@ -54,13 +55,11 @@ export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
       {
         schema: { body: verifyBody, response: { 200: successSchema } },
         preValidation: async (request) => {
-          const workload = await authenticateWorkload(
+          const workload = await authenticateBrokerCaller(
             bindingRuntimeFor(context),
             context,
+            { issuer: context.config.issuer, verify: (token) => context.verifier.verify(token) },
             request.headers.authorization,
-            {
-              scope: BROKER_EXECUTE_SCOPE,
-            },
           );
           workloads.set(request, workload);
         },

@@ -70,6 +70,8 @@ export interface BindingsHarness {
   readonly context: AuthorityContext;
   readonly keyRings: ReturnType<typeof createProcessKeyRings>;
   readonly partnerIdp: IdpServer;
+  /** The authority's configured identity provider (admin tokens, IdP tokens for verify). */
+  readonly adminIdp: IdpServer;
   readonly upstream: SampleUpstream;
   readonly admin: string;
   /** A token of the admin issuer with these roles (and partner claim). */
@@ -287,6 +289,7 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
     context: main.context,
     keyRings,
     partnerIdp,
+    adminIdp,
     upstream,
     admin,
     async adminToken(roles, partnerId) {

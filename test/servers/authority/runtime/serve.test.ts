@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import { once } from "node:events";
+import { access } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -44,15 +45,19 @@ describe("authority serve", () => {
 
   before(async () => {
     dir = await makeTempDir("serve-");
-    child = spawn(process.execPath, [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0"], {
-      cwd: dir.path,
-      env: {
-        PATH: process.env.PATH ?? "",
-        AUTHORITY_STATE_DIR: join(dir.path, "state"),
-        AUTHORITY_ISSUER: "http://127.0.0.1:9",
-        AUTHORITY_LOG_LEVEL: "info",
+    child = spawn(
+      process.execPath,
+      [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--init-kek", "true"],
+      {
+        cwd: dir.path,
+        env: {
+          PATH: process.env.PATH ?? "",
+          AUTHORITY_STATE_DIR: join(dir.path, "state"),
+          AUTHORITY_ISSUER: "http://127.0.0.1:9",
+          AUTHORITY_LOG_LEVEL: "info",
+        },
       },
-    });
+    );
     child.stderr.on("data", (chunk: Buffer) => {
       stderr += chunk.toString("utf8");
     });
@@ -97,5 +102,31 @@ describe("authority serve", () => {
     } finally {
       await store.close();
     }
+  });
+
+  test("without --init-kek a missing KEK file stops the start, naming the path; no new key is made", async () => {
+    const typo = join(dir.path, "state", "kek-typo");
+    const failing = spawn(
+      process.execPath,
+      [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--kek-file", typo],
+      {
+        cwd: dir.path,
+        env: {
+          PATH: process.env.PATH ?? "",
+          AUTHORITY_STATE_DIR: join(dir.path, "state-2"),
+          AUTHORITY_ISSUER: "http://127.0.0.1:9",
+        },
+      },
+    );
+    let errors = "";
+    failing.stderr.on("data", (chunk: Buffer) => {
+      errors += chunk.toString("utf8");
+    });
+    failing.stdout.resume();
+    const [exitCode] = (await once(failing, "exit")) as [number | null];
+    assert.notEqual(exitCode, 0);
+    assert.ok(errors.includes(typo), errors);
+    assert.match(errors, /--init-kek/);
+    await assert.rejects(access(typo), { code: "ENOENT" });
   });
 });

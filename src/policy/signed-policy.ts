@@ -1,0 +1,170 @@
+/**
+ * Opening a policy with public keys only: what a sidecar does. The authority service (which
+ * can decrypt, through the crypto service) hands the sidecar the **signed blob** that was
+ * inside the artifact — the signed document, the ML-DSA-65 signature made by the crypto
+ * service when the policy was protected, and the policy text. The sidecar checks the
+ * signature with the signer's public key, that the signer is the owner this policy must be
+ * signed by (`service:<identity>` for v2, `subject:<id>` for v1) and that the purpose is a
+ * policy's. It never holds a key that could open an artifact or sign a policy.
+ *
+ * Signer public keys come from a pinned key set (configuration) or, for owners not pinned,
+ * from the authority service over the sidecar's authenticated channel; a key id not yet
+ * known is fetched again (at most once per owner per cooldown), so a rotated key is picked
+ * up without a restart. For a pinned owner only the pinned keys count: a rotation needs the
+ * new public key added to the pinned set (docs/sidecar.md, "Policy keys").
+ */
+import { LRUCache } from "lru-cache";
+import {
+  CryptoError,
+  decodeSignedBlob,
+  isCryptoError,
+  PublicKeyRing,
+  type PublicKeyRingJson,
+  parseSignedDocument,
+  verifySignedBlob,
+} from "../crypto/index.ts";
+import {
+  type OpenedPolicy,
+  POLICY_PURPOSE,
+  type PolicyOpener,
+  type PolicyProtectionContext,
+  PolicyProtectionError,
+  policyKeyOwner,
+} from "./protector.ts";
+
+/** Where the public keys of owners that are not pinned come from (the authority's sidecar route). */
+export interface PolicyKeySource {
+  /** The owner's public key ring; undefined when the owner is unknown. */
+  fetchPolicyKeys(owner: string): Promise<PublicKeyRingJson | undefined>;
+}
+
+export interface SignedPolicyVerifierOptions {
+  /** Names the v2 signer, `service:<identity>`. */
+  readonly serviceIdentity: string;
+  /** Keys trusted by configuration; for these owners nothing fetched is used. */
+  readonly pinned?: readonly PublicKeyRingJson[];
+  /** Keys of other owners; without it only pinned owners can be verified. */
+  readonly source?: PolicyKeySource;
+  /** Least time between two fetches of one owner's keys (default 10000 ms). */
+  readonly refetchCooldownMs?: number;
+  /** Owners whose keys are kept (default 10000). */
+  readonly maxOwners?: number;
+  readonly now?: () => number;
+}
+
+function unverifiable(message: string, cause?: unknown): PolicyProtectionError {
+  return new PolicyProtectionError(
+    "policy_unverifiable",
+    message,
+    cause === undefined ? undefined : { cause },
+  );
+}
+
+/** Parses a pinned key set: one public key ring (as the crypto service prints it) or an array of them. */
+export function parsePinnedPolicyKeys(json: unknown): PublicKeyRing[] {
+  const list = Array.isArray(json) ? json : [json];
+  if (list.length === 0) throw new TypeError("the pinned policy key set is empty");
+  const owners = new Set<string>();
+  return list.map((entry) => {
+    const ring = PublicKeyRing.import(entry);
+    if (owners.has(ring.owner)) throw new TypeError(`owner ${ring.owner} is pinned twice`);
+    owners.add(ring.owner);
+    return ring;
+  });
+}
+
+export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions): PolicyOpener {
+  if (typeof options?.serviceIdentity !== "string" || options.serviceIdentity.length === 0)
+    throw new TypeError("serviceIdentity is required");
+  const now = options.now ?? Date.now;
+  const cooldownMs = options.refetchCooldownMs ?? 10_000;
+  const pinned = new Map<string, PublicKeyRing>();
+  const pins = options.pinned === undefined ? [] : parsePinnedPolicyKeys(options.pinned);
+  for (const ring of pins) pinned.set(ring.owner, ring);
+  /** Per owner: the last key set fetched, and when a key id it lacked last made us fetch again. */
+  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
+    max: options.maxOwners ?? 10_000,
+  });
+  const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();
+
+  const fetchRing = (owner: string, refetch: boolean): Promise<PublicKeyRing | undefined> => {
+    const source = options.source;
+    if (source === undefined) return Promise.resolve(undefined);
+    let pending = inFlight.get(owner);
+    if (pending === undefined) {
+      pending = (async () => {
+        let json: PublicKeyRingJson | undefined;
+        try {
+          json = await source.fetchPolicyKeys(owner);
+        } catch (error) {
+          throw new PolicyProtectionError("policy_protection_unavailable", "policy keys cannot be fetched", {
+            cause: error,
+          });
+        }
+        let ring: PublicKeyRing | undefined;
+        try {
+          ring = json === undefined ? undefined : PublicKeyRing.import(json);
+        } catch (error) {
+          throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are malformed", {
+            cause: error,
+          });
+        }
+        // A key set for another owner is not this owner's.
+        if (ring !== undefined && ring.owner !== owner) ring = undefined;
+        fetched.set(owner, { ring, refetchedAt: refetch ? now() : undefined });
+        return ring;
+      })().finally(() => inFlight.delete(owner));
+      inFlight.set(owner, pending);
+    }
+    return pending;
+  };
+
+  /** The verification key of (owner, keyId): pinned, cached, or fetched once past the cooldown. */
+  const keyFor = async (owner: string, keyId: string) => {
+    const pin = pinned.get(owner);
+    if (pin !== undefined) return pin.signerKeys(owner, keyId);
+    const cached = fetched.get(owner);
+    const known = cached?.ring?.signerKeys(owner, keyId);
+    if (known !== undefined) return known;
+    // A key id the cached set lacks (a rotation, or a forgery naming any id) refetches at most
+    // once per cooldown, so forged ids cannot make the sidecar hammer the authority.
+    const refetchedAt = cached?.refetchedAt;
+    if (refetchedAt !== undefined && now() - refetchedAt < cooldownMs) return undefined;
+    return (await fetchRing(owner, cached !== undefined))?.signerKeys(owner, keyId);
+  };
+
+  return {
+    async open(signedPolicy: string, context: PolicyProtectionContext): Promise<OpenedPolicy> {
+      const expected = policyKeyOwner(context, options.serviceIdentity);
+      const blob = Buffer.from(signedPolicy, "base64");
+      let signer: string;
+      let keyId: string;
+      try {
+        // Unverified: only selects the key that must verify it, and refuses another signer early.
+        const document = parseSignedDocument(decodeSignedBlob(blob).document);
+        signer = document.signer;
+        keyId = document.signer_key_id;
+      } catch (error) {
+        throw unverifiable("signed policy is malformed", error);
+      }
+      if (signer !== expected) throw unverifiable("policy was signed by another owner");
+      const key = await keyFor(signer, keyId);
+      try {
+        const verified = await verifySignedBlob(blob, {
+          signerKeys: (name, id) => (name === signer && id === keyId ? key : undefined),
+          expectedPurpose: POLICY_PURPOSE,
+        });
+        if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
+        return {
+          document: Buffer.from(verified.payload).toString("utf8"),
+          signer: verified.signer,
+          signedAt: verified.signedAt,
+          signedBlob: signedPolicy,
+        };
+      } catch (error) {
+        if (isCryptoError(error)) throw unverifiable(`signed policy rejected: ${error.code}`, error);
+        throw error;
+      }
+    },
+  };
+}
