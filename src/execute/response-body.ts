@@ -96,17 +96,18 @@ function sniffEncoding(bytes: Uint8Array, charset: string | undefined): Sniffed 
 const WHITESPACE: ReadonlySet<number> = new Set([0x20, 0x09, 0x0a, 0x0d, 0x00, 0xfe, 0xff, 0xef, 0xbb, 0xbf]);
 
 /**
- * Whether the first significant byte is `{` or `[`. NULs and BOM bytes are skipped with
- * whitespace, so UTF-16 in either order (with or without BOM) is seen too.
+ * Whether the first significant byte is `{` or `[` ("unknown" while only whitespace has been
+ * seen). NULs and BOM bytes are skipped with whitespace, so UTF-16 in either order (with or
+ * without BOM) is seen too.
  */
-function looksLikeJson(bytes: Uint8Array): boolean {
+export function looksLikeJson(bytes: Uint8Array): "yes" | "no" | "unknown" {
   const limit = Math.min(bytes.length, 4096);
   for (let i = 0; i < limit; i++) {
     const byte = bytes[i] ?? 0;
     if (WHITESPACE.has(byte)) continue;
-    return byte === 0x7b || byte === 0x5b;
+    return byte === 0x7b || byte === 0x5b ? "yes" : "no";
   }
-  return false;
+  return "unknown";
 }
 
 function decodeStrict(bytes: Uint8Array, sniffed: Sniffed): string {
@@ -133,7 +134,9 @@ function parseJson(text: string): unknown {
 
 /** Whether redaction applies to a body of this type and content (see the module comment). */
 export function redactionApplies(bytes: Uint8Array, mediaType: string, hasRules: boolean): boolean {
-  return hasRules || isJsonMediaType(mediaType) || isNdjsonMediaType(mediaType) || looksLikeJson(bytes);
+  return (
+    hasRules || isJsonMediaType(mediaType) || isNdjsonMediaType(mediaType) || looksLikeJson(bytes) === "yes"
+  );
 }
 
 /**
