@@ -57,7 +57,7 @@ function reasonLabel(reason: string | null): string {
   return reasons.has(reason) ? reason : "other";
 }
 
-const sources: ReadonlySet<string> = new Set(["operation", "default", "header"]);
+const sources: ReadonlySet<string> = new Set(["operation", "default", "header", "secret"]);
 const modes: ReadonlySet<string> = new Set(["remove", "mask"]);
 
 const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
