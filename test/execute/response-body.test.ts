@@ -31,7 +31,11 @@ describe("readForRedaction", () => {
     const cases: Array<[string, Buffer, string | undefined]> = [
       ["UTF-8", Buffer.from(TEXT), "application/json"],
       ["UTF-8 BOM", Buffer.concat([BOM8, Buffer.from(TEXT)]), "application/json"],
-      ["UTF-16LE BOM", Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(TEXT, "utf16le")]), "application/json"],
+      [
+        "UTF-16LE BOM",
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(TEXT, "utf16le")]),
+        "application/json",
+      ],
       ["UTF-16BE BOM", Buffer.concat([Buffer.from([0xfe, 0xff]), utf16be(TEXT)]), "text/plain"],
       ["charset=utf-16le", Buffer.from(TEXT, "utf16le"), "application/json; charset=UTF-16LE"],
       ['charset="utf-16be"', utf16be(TEXT), 'application/json; charset="utf-16be"'],
@@ -68,14 +72,20 @@ describe("readForRedaction", () => {
     assert.equal(refused(Buffer.from(`cb(${TEXT});`), "application/javascript", true), "not_json");
     assert.equal(refused(Buffer.from(`<p>${TEXT}</p>`), "text/html", true), "not_json");
     assert.equal(
-      refused(Buffer.concat([Buffer.from(TEXT.slice(0, -1)), Buffer.from([0xff]), Buffer.from("}")]), "text/plain"),
+      refused(
+        Buffer.concat([Buffer.from(TEXT.slice(0, -1)), Buffer.from([0xff]), Buffer.from("}")]),
+        "text/plain",
+      ),
       "charset",
     );
     assert.equal(refused(Buffer.from(TEXT), "application/json; charset=x-unknown-42"), "charset");
   });
 
   it("without rules, bodies that are not JSON by type or content pass as they are", () => {
-    assert.equal(readForRedaction(Buffer.from(`cb(${TEXT});`), "application/javascript", false).kind, "other");
+    assert.equal(
+      readForRedaction(Buffer.from(`cb(${TEXT});`), "application/javascript", false).kind,
+      "other",
+    );
     assert.equal(readForRedaction(Buffer.from("<html>hi</html>"), "text/html", false).kind, "other");
     assert.equal(readForRedaction(Buffer.from([0x89, 0x50, 0x4e, 0x47]), "image/png", false).kind, "other");
     assert.equal(readForRedaction(new Uint8Array(0), "application/json", true).kind, "empty");
@@ -91,7 +101,13 @@ describe("readForRedaction", () => {
   });
 
   it("decodeTextLeniently honours a BOM and the charset", () => {
-    assert.equal(decodeTextLeniently(Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from("hé", "utf16le")]), "text/plain"), "hé");
+    assert.equal(
+      decodeTextLeniently(
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from("hé", "utf16le")]),
+        "text/plain",
+      ),
+      "hé",
+    );
     assert.equal(decodeTextLeniently(Buffer.from("hé", "latin1"), "text/plain; charset=iso-8859-1"), "hé");
     assert.equal(decodeTextLeniently(Buffer.from("hé"), "text/plain; charset=nonsense"), "hé");
   });
@@ -100,7 +116,10 @@ describe("readForRedaction", () => {
     const encodings: Record<string, (text: string) => [Buffer, string]> = {
       utf8: (t) => [Buffer.from(t), "application/json"],
       utf8Bom: (t) => [Buffer.concat([BOM8, Buffer.from(t)]), "application/json"],
-      utf16leBom: (t) => [Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(t, "utf16le")]), "text/plain"],
+      utf16leBom: (t) => [
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(t, "utf16le")]),
+        "text/plain",
+      ],
       utf16beBom: (t) => [Buffer.concat([Buffer.from([0xfe, 0xff]), utf16be(t)]), "application/problem+json"],
       utf16leCharset: (t) => [Buffer.from(t, "utf16le"), "application/json; charset=utf-16le"],
     };
@@ -120,14 +139,18 @@ describe("readForRedaction", () => {
 
   it("property: with rules, random bytes are JSON or refused, never passed through", () => {
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 1, maxLength: 64 }), fc.constantFrom("text/html", "application/octet-stream", undefined), (bytes, type) => {
-        try {
-          const read = readForRedaction(bytes, type, true);
-          return read.kind === "json";
-        } catch (error) {
-          return error instanceof RedactionDecodeError;
-        }
-      }),
+      fc.property(
+        fc.uint8Array({ minLength: 1, maxLength: 64 }),
+        fc.constantFrom("text/html", "application/octet-stream", undefined),
+        (bytes, type) => {
+          try {
+            const read = readForRedaction(bytes, type, true);
+            return read.kind === "json";
+          } catch (error) {
+            return error instanceof RedactionDecodeError;
+          }
+        },
+      ),
       { numRuns: 300 },
     );
   });

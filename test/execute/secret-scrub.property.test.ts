@@ -15,11 +15,17 @@ const RUNS = 300;
 
 /** Header-safe secrets (visible ASCII, inner spaces), as the injector allows them. */
 const headerSecret = fc
-  .string({ unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)), minLength: 8, maxLength: 48 })
+  .string({
+    unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)),
+    minLength: 8,
+    maxLength: 48,
+  })
   .filter((s) => !s.includes("*"));
 
 /** Any secret, e.g. a client secret or refresh token (any Unicode, no fill character). */
-const anySecret = fc.string({ unit: "grapheme", minLength: 8, maxLength: 32 }).filter((s) => !s.includes("*"));
+const anySecret = fc
+  .string({ unit: "grapheme", minLength: 8, maxLength: 32 })
+  .filter((s) => !s.includes("*"));
 
 type Spelling = (secret: string) => string;
 
@@ -68,17 +74,22 @@ describe("secret scrubber properties", () => {
 
   it("base64 at any offset inside a blob cannot be decoded back to the secret", () => {
     fc.assert(
-      fc.property(headerSecret, fc.uint8Array({ maxLength: 40 }), fc.uint8Array({ maxLength: 40 }), (secret, pre, post) => {
-        const scrubber = createSecretScrubber([secret]);
-        const blob = Buffer.concat([pre, Buffer.from(secret), post]).toString("base64");
-        const out = scrubber.scrubText(blob).value;
-        // Whatever the overwritten characters stood for, the secret's bytes are not all there.
-        for (const filler of ["A", "/", "g"]) {
-          const decoded = Buffer.from(out.replaceAll("*", filler), "base64").toString("latin1");
-          if (decoded.includes(secret)) return false;
-        }
-        return true;
-      }),
+      fc.property(
+        headerSecret,
+        fc.uint8Array({ maxLength: 40 }),
+        fc.uint8Array({ maxLength: 40 }),
+        (secret, pre, post) => {
+          const scrubber = createSecretScrubber([secret]);
+          const blob = Buffer.concat([pre, Buffer.from(secret), post]).toString("base64");
+          const out = scrubber.scrubText(blob).value;
+          // Whatever the overwritten characters stood for, the secret's bytes are not all there.
+          for (const filler of ["A", "/", "g"]) {
+            const decoded = Buffer.from(out.replaceAll("*", filler), "base64").toString("latin1");
+            if (decoded.includes(secret)) return false;
+          }
+          return true;
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -86,14 +97,22 @@ describe("secret scrubber properties", () => {
   it("in bytes: UTF-8, UTF-16LE and UTF-16BE echoes of any secret are gone, length kept", () => {
     const encodings = fc.constantFrom("utf8", "utf16le", "utf16be");
     fc.assert(
-      fc.property(anySecret, encodings, fc.uint8Array({ maxLength: 64 }), fc.uint8Array({ maxLength: 64 }), (secret, encoding, pre, post) => {
-        const scrubber = createSecretScrubber([secret]);
-        const encode = (s: string) =>
-          encoding === "utf16be" ? Buffer.from(s, "utf16le").swap16() : Buffer.from(s, encoding as BufferEncoding);
-        const body = Buffer.concat([pre, encode(secret), post]);
-        const out = scrubber.scrubBytes(body).value;
-        return out.length === body.length && out.indexOf(encode(secret)) === -1;
-      }),
+      fc.property(
+        anySecret,
+        encodings,
+        fc.uint8Array({ maxLength: 64 }),
+        fc.uint8Array({ maxLength: 64 }),
+        (secret, encoding, pre, post) => {
+          const scrubber = createSecretScrubber([secret]);
+          const encode = (s: string) =>
+            encoding === "utf16be"
+              ? Buffer.from(s, "utf16le").swap16()
+              : Buffer.from(s, encoding as BufferEncoding);
+          const body = Buffer.concat([pre, encode(secret), post]);
+          const out = scrubber.scrubBytes(body).value;
+          return out.length === body.length && out.indexOf(encode(secret)) === -1;
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -113,26 +132,37 @@ describe("secret scrubber properties", () => {
   it("JSON: a secret as a value, inside a longer string or as a key, at any depth, escaped or not, is gone", () => {
     const where = fc.constantFrom("value", "inside", "key");
     fc.assert(
-      fc.property(headerSecret, fc.jsonValue({ maxDepth: 4 }), where, fc.boolean(), (secret, doc, place, escape) => {
-        const scrubber = createSecretScrubber(injectedSecrets({ headers: { "x-api-key": secret }, query: {} }));
-        const planted =
-          place === "value"
-            ? { doc, echo: secret }
-            : place === "inside"
-              ? { doc, note: `received ${secret} from you` }
-              : { doc, [secret]: true };
-        let text = JSON.stringify([planted]);
-        if (escape) {
-          // Every character of the secret as a \u escape: invisible to a byte scan.
-          const escaped = Array.from(secret, (c) => `\\u${(c.codePointAt(0) ?? 0).toString(16).padStart(4, "0")}`).join("");
-          text = text.replaceAll(JSON.stringify(secret).slice(1, -1), escaped);
-        }
-        // As the executor does: bytes first, then every parsed string.
-        const bytes = scrubber.scrubBytes(Buffer.from(text)).value;
-        const parsed = JSON.parse(bytes.toString("utf8"));
-        const out = JSON.stringify(scrubber.scrubJson(parsed).value);
-        return !out.includes(secret);
-      }),
+      fc.property(
+        headerSecret,
+        fc.jsonValue({ maxDepth: 4 }),
+        where,
+        fc.boolean(),
+        (secret, doc, place, escape) => {
+          const scrubber = createSecretScrubber(
+            injectedSecrets({ headers: { "x-api-key": secret }, query: {} }),
+          );
+          const planted =
+            place === "value"
+              ? { doc, echo: secret }
+              : place === "inside"
+                ? { doc, note: `received ${secret} from you` }
+                : { doc, [secret]: true };
+          let text = JSON.stringify([planted]);
+          if (escape) {
+            // Every character of the secret as a \u escape: invisible to a byte scan.
+            const escaped = Array.from(
+              secret,
+              (c) => `\\u${(c.codePointAt(0) ?? 0).toString(16).padStart(4, "0")}`,
+            ).join("");
+            text = text.replaceAll(JSON.stringify(secret).slice(1, -1), escaped);
+          }
+          // As the executor does: bytes first, then every parsed string.
+          const bytes = scrubber.scrubBytes(Buffer.from(text)).value;
+          const parsed = JSON.parse(bytes.toString("utf8"));
+          const out = JSON.stringify(scrubber.scrubJson(parsed).value);
+          return !out.includes(secret);
+        },
+      ),
       { numRuns: RUNS },
     );
   });

@@ -41,7 +41,8 @@ describe("secretForms and injectedSecrets", () => {
     for (const value of ["", "tiny", "1234567"]) {
       assert.throws(
         () => secretForms(value),
-        (error: unknown) => error instanceof SecretTooShortError && !error.message.includes(value || "\u0000"),
+        (error: unknown) =>
+          error instanceof SecretTooShortError && !error.message.includes(value || "\u0000"),
       );
     }
     // The credential after a scheme, and a Basic password, must be long enough on their own.
@@ -60,7 +61,9 @@ describe("secretForms and injectedSecrets", () => {
     assert.ok(forms.includes(`svc-user:${password}`));
     assert.ok(forms.includes(password));
     assert.deepEqual(secretForms(`Bearer ${SECRET}`), [`Bearer ${SECRET}`, SECRET]);
-    const all = injectedSecrets({ headers: { authorization: basic }, query: { key: SECRET } }, [canary("rt-")]);
+    const all = injectedSecrets({ headers: { authorization: basic }, query: { key: SECRET } }, [
+      canary("rt-"),
+    ]);
     assert.ok(all.includes(password) && all.includes(SECRET));
   });
 });
@@ -78,7 +81,11 @@ describe("createSecretScrubber", () => {
       new URLSearchParams({ k: special }).toString().slice(2),
       JSON.stringify(special).slice(1, -1),
       JSON.stringify(special).slice(1, -1).replaceAll("/", "\\/"),
-      special.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;").replaceAll('"', "&quot;"),
+      special
+        .replaceAll("&", "&amp;")
+        .replaceAll("<", "&lt;")
+        .replaceAll(">", "&gt;")
+        .replaceAll('"', "&quot;"),
       Buffer.from(special).toString("base64"),
       Buffer.from(special).toString("base64url"),
     ];
@@ -119,7 +126,11 @@ describe("createSecretScrubber", () => {
       ]) {
         assert.equal(decoded.includes(SECRET), false);
       }
-      assert.equal(bytes.toString("latin1").replaceAll("\u0000", "").includes(SECRET), true, "input untouched");
+      assert.equal(
+        bytes.toString("latin1").replaceAll("\u0000", "").includes(SECRET),
+        true,
+        "input untouched",
+      );
     }
     const clean = Buffer.from("nothing to see here, nothing at all");
     assert.equal(scrubber.scrubBytes(clean).value, clean, "no copy when nothing is found");
