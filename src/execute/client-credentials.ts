@@ -23,7 +23,9 @@ export interface ClientCredentialsTokens {
    * getToken, with the client secret it was obtained with (kept beside the cached token,
    * so responses can be scrubbed of it without loading it again).
    */
-  getGrant(profile: ClientCredentialsProfile): Promise<{ readonly token: string; readonly clientSecret: string }>;
+  getGrant(
+    profile: ClientCredentialsProfile,
+  ): Promise<{ readonly token: string; readonly clientSecret: string }>;
   /** Drops the cached token if it is still `token` (so a renewal by another caller is kept). */
   invalidate(profile: ClientCredentialsProfile, token: string): void;
   /** How many token requests were sent: for diagnostics and metrics. */

@@ -18,20 +18,20 @@ import {
   type TokenSetStore,
 } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
-import { decodeTextLeniently, RedactionDecodeError, readForRedaction } from "./response-body.ts";
-import {
-  createSecretScrubber,
-  injectedSecrets,
-  ScrubError,
-  SecretTooShortError,
-  type SecretScrubber,
-} from "./secret-scrub.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
+import { decodeTextLeniently, RedactionDecodeError, readForRedaction } from "./response-body.ts";
+import {
+  createSecretScrubber,
+  injectedSecrets,
+  ScrubError,
+  type SecretScrubber,
+  SecretTooShortError,
+} from "./secret-scrub.ts";
 import { type AllowedRoute, assertUnambiguousPath, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -267,8 +267,7 @@ function responseBody(
   scrubber: SecretScrubber,
 ): { body: unknown; events: RedactionEvent[] } {
   const scrubbed = scrubber.scrubBytes(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-  const events: RedactionEvent[] =
-    scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
+  const events: RedactionEvent[] = scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
   const input = readForRedaction(scrubbed.value, contentType, rules.length > 0);
   const redact = (value: unknown): { body: unknown; events: RedactionEvent[] } => {
     const clean = scrubber.scrubJson(value);
@@ -479,7 +478,9 @@ export function createExecutor(options: ExecutorOptions): Executor {
       } catch (error) {
         // Too short to scrub without garbling every answer: refused before anything is sent.
         if (error instanceof SecretTooShortError)
-          throw new ExecutionError("auth_profile_unavailable", { details: { issue: "credential_too_short" } });
+          throw new ExecutionError("auth_profile_unavailable", {
+            details: { issue: "credential_too_short" },
+          });
         throw error;
       }
     };

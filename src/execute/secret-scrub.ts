@@ -128,7 +128,6 @@ const HTML_ENTITIES: Readonly<Record<string, string>> = {
   "<": "&lt;",
   ">": "&gt;",
   '"': "&quot;",
-  "'": "&#39;",
 };
 
 /** The part of the base64 text of `bytes` that depends on them alone, when preceded by `offset` other bytes. */
@@ -152,7 +151,11 @@ function spellings(form: string): string[] {
   const json = JSON.stringify(form).slice(1, -1);
   out.add(json);
   out.add(json.replaceAll("/", "\\/"));
-  out.add(form.replace(/[&<>"']/g, (c) => HTML_ENTITIES[c] ?? c));
+  // HTML escapers differ on the apostrophe: not at all, &#39; or &#x27;.
+  const html = form.replace(/[&<>"]/g, (c) => HTML_ENTITIES[c] ?? c);
+  out.add(html);
+  out.add(html.replaceAll("'", "&#39;"));
+  out.add(html.replaceAll("'", "&#x27;"));
   const bytes = Buffer.from(form, "utf8");
   for (let offset = 0; offset < 3; offset++) {
     const core = base64Core(bytes, offset);
@@ -266,14 +269,18 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
   const bytePatterns = [
     ...new Map(textPatterns.map((p) => Buffer.from(p, "utf8")).map((b) => [b.toString("hex"), b])).values(),
   ];
-  const widePatterns = textPatterns.flatMap(wideForms);
+  const wide = textPatterns.flatMap(wideForms);
+  // ASCII in a wide encoding always has NUL bytes; other characters may have none.
+  const widePatterns = wide.filter((p) => p.includes(0));
+  const wideAlways = wide.filter((p) => !p.includes(0));
   const fillSensitive = textPatterns.some((p) => p.includes(FILL_CHAR));
   const minLength = Math.min(...textPatterns.map((p) => p.length));
-  const maxBytes = Math.max(0, ...bytePatterns.map((p) => p.length), ...widePatterns.map((p) => p.length));
+  const maxBytes = Math.max(0, ...bytePatterns.map((p) => p.length), ...wide.map((p) => p.length));
   const empty = textPatterns.length === 0;
 
   const byteRanges = (bytes: Buffer): Range[] => {
     const ranges = rangesInBytes(bytes, bytePatterns);
+    if (wideAlways.length > 0) ranges.push(...rangesInBytes(bytes, wideAlways));
     // Wide encodings need NUL bytes: a body without any cannot hold one.
     if (bytes.includes(0)) ranges.push(...rangesInBytes(bytes, widePatterns));
     return ranges;

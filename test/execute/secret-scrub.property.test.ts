@@ -4,7 +4,6 @@
  * supports, in random chunks → never present afterwards; content without a secret is
  * returned exactly, and with one only the overwritten characters change.
  */
-import assert from "node:assert/strict";
 import { Readable } from "node:stream";
 import { buffer } from "node:stream/consumers";
 import { describe, it } from "node:test";
@@ -137,7 +136,7 @@ describe("secret scrubber properties", () => {
         fc.jsonValue({ maxDepth: 4 }),
         where,
         fc.boolean(),
-        (secret, doc, place, escape) => {
+        (secret, doc, place, useEscapes) => {
           const scrubber = createSecretScrubber(
             injectedSecrets({ headers: { "x-api-key": secret }, query: {} }),
           );
@@ -148,7 +147,7 @@ describe("secret scrubber properties", () => {
                 ? { doc, note: `received ${secret} from you` }
                 : { doc, [secret]: true };
           let text = JSON.stringify([planted]);
-          if (escape) {
+          if (useEscapes) {
             // Every character of the secret as a \u escape: invisible to a byte scan.
             const escaped = Array.from(
               secret,

@@ -109,13 +109,15 @@ function escapeAll(text: string): string {
   return Array.from(text, (c) => `\\u${(c.codePointAt(0) ?? 0).toString(16).padStart(4, "0")}`).join("");
 }
 
-function send(res: ServerResponse, headers: Record<string, string>, body: Buffer | string): void {
+/** Returns undefined so that `return send(…)` ends a case. */
+function send(res: ServerResponse, headers: Record<string, string>, body: Buffer | string): undefined {
   const bytes = typeof body === "string" ? Buffer.from(body, "utf8") : body;
   res.writeHead(200, { ...headers, "content-length": String(bytes.length) });
   res.end(bytes);
+  return undefined;
 }
 
-function echo(kind: string, values: Record<string, string>, res: ServerResponse): void {
+function echo(kind: string, values: Record<string, string>, res: ServerResponse): undefined {
   const text = dump(values);
   switch (kind) {
     case "header": {
@@ -174,7 +176,7 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
   }
 }
 
-function sensitive(kind: string, password: string, res: ServerResponse): void {
+function sensitive(kind: string, password: string, res: ServerResponse): undefined {
   const doc = { id: "order-1", card_number: CARD_NUMBER, password };
   const json = JSON.stringify(doc);
   switch (kind) {
