@@ -293,6 +293,33 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
     });
   }
 
+  test("auth profiles whose secret is too short to scrub are refused when configured", async () => {
+    const put = async (body: unknown) =>
+      system.call("PUT", `${system.url}/partners/${PARTNER}/caab/auth-profiles/too-short`, {
+        token: await system.adminToken(),
+        json: body,
+      });
+    const shortOnes: unknown[] = [
+      { type: "static", kind: "api_key", in: "header", name: "x-api-key", secret: "k-12345" },
+      { type: "static", kind: "bearer", secret: "tok-123" },
+      {
+        type: "static",
+        kind: "api_key",
+        in: "header",
+        name: "authorization",
+        secret: `Basic ${Buffer.from("a-long-service-user:pw-1").toString("base64")}`,
+      },
+    ];
+    for (const body of shortOnes) {
+      const reply = await put(body);
+      assert.equal(reply.status, 400, reply.text);
+      assert.equal(reply.json.error, "invalid_request");
+      assert.equal(reply.json.details.field, "secret");
+      counts.attacksTried++;
+    }
+    assert.equal((await put({ type: "static", kind: "bearer", secret: canary("long-enough-") })).status, 201);
+  });
+
   test("the upstream did receive the credentials it echoed (the attack was real)", () => {
     // Invoke and broker inject the binding's auth profile (an x-api-key canary); MCP and the
     // proxy the capability's (Basic, or the query key).
