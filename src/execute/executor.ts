@@ -1,3 +1,5 @@
+import { createHash } from "node:crypto";
+import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { ConstraintRollout } from "../core/parameter-constraints.ts";
@@ -269,8 +271,9 @@ function responseBody(
   const scrubbed = scrubber.scrubBytes(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
   const events: RedactionEvent[] = scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
   const input = readForRedaction(scrubbed.value, contentType, rules.length > 0);
+  const escaped = input.kind !== "empty" && input.kind !== "other" && scrubber.jsonNeedsRescan(input.text);
   const redact = (value: unknown): { body: unknown; events: RedactionEvent[] } => {
-    const clean = scrubber.scrubJson(value);
+    const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
     if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
     return redactResponseBody(clean.value, rules);
   };
@@ -373,6 +376,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     timeoutMs: tokenTimeoutMs,
   });
   const injector: AuthInjector = createAuthInjector({ secretResolver, clientCredentials, oauthUser });
+  const scrubbers = new LRUCache<string, SecretScrubber>({ max: 256 });
 
   /** The rollout gate's inputs; the partner allowlist is asked only when the snapshot has constraints. */
   async function rolloutFor(snapshot: ExecutableOperation, partnerId: string): Promise<ConstraintRollout> {
@@ -474,7 +478,14 @@ export function createExecutor(options: ExecutorOptions): Executor {
           ...injectedSecrets(session.credentials, session.secrets),
           ...(renewed === undefined ? [] : injectedSecrets(renewed)),
         ];
-        return createSecretScrubber(secrets);
+        // Building the patterns costs more than using them: kept per distinct secret set
+        // (keyed by a hash, so the cache holds no secret as a key).
+        const key = createHash("sha256").update(JSON.stringify(secrets)).digest("base64");
+        const known = scrubbers.get(key);
+        if (known !== undefined) return known;
+        const built = createSecretScrubber(secrets);
+        scrubbers.set(key, built);
+        return built;
       } catch (error) {
         // Too short to scrub without garbling every answer: refused before anything is sent.
         if (error instanceof SecretTooShortError)

@@ -14,9 +14,12 @@
 
 export type RedactionInput =
   | { readonly kind: "empty" }
-  /** `plainUtf8`: the bytes were UTF-8 without a BOM (re-serializing changes no encoding). */
-  | { readonly kind: "json"; readonly value: unknown; readonly plainUtf8: boolean }
-  | { readonly kind: "ndjson"; readonly values: unknown[] }
+  /**
+   * `text`: the decoded JSON text; `plainUtf8`: the bytes were UTF-8 without a BOM
+   * (re-serializing changes no encoding).
+   */
+  | { readonly kind: "json"; readonly value: unknown; readonly text: string; readonly plainUtf8: boolean }
+  | { readonly kind: "ndjson"; readonly values: unknown[]; readonly text: string }
   | { readonly kind: "other" };
 
 export type RedactionDecodeIssue = "charset" | "not_json";
@@ -160,10 +163,10 @@ export function readForRedaction(
       if (trimmed.trim() === "") continue;
       values.push(parseJson(trimmed));
     }
-    return { kind: "ndjson", values };
+    return { kind: "ndjson", values, text };
   }
   const plainUtf8 = sniffed.bomLength === 0 && sniffed.encoding.replace("utf8", "utf-8") === "utf-8";
-  return { kind: "json", value: parseJson(text), plainUtf8 };
+  return { kind: "json", value: parseJson(text), text, plainUtf8 };
 }
 
 /**

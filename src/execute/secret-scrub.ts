@@ -223,6 +223,15 @@ function fillText(text: string, ranges: readonly Range[]): string {
   return out + text.slice(at);
 }
 
+/**
+ * Whether a JSON text uses an optional escape (`\uXXXX` or `\/`). Without one, every parsed
+ * string and key is its raw text (the mandatory escapes are a spelling the scan knows), so
+ * scrubbing the text covers the parsed document and `scrubJson` can be skipped.
+ */
+export function hasOptionalJsonEscapes(text: string): boolean {
+  return text.includes("\\u") || text.includes("\\/");
+}
+
 export interface ScrubResult<T> {
   readonly value: T;
   /** How many occurrences were overwritten (0: the input is returned unchanged). */
@@ -237,6 +246,12 @@ export interface SecretScrubber {
   scrubText(text: string): ScrubResult<string>;
   /** Strings, object keys and numbers at any depth of a parsed JSON value (mutated in place). */
   scrubJson(value: unknown): ScrubResult<unknown>;
+  /**
+   * Whether the parsed form of this decoded (already scrubbed) JSON text may still hold a secret:
+   * only when it uses an optional escape, and the text with those escapes decoded shows one.
+   * When false, `scrubJson` has nothing to find.
+   */
+  jsonNeedsRescan(text: string): boolean;
   /** Whether a header name or value holds a secret. */
   headerHoldsSecret(name: string, value: string | readonly string[]): boolean;
   /** A stream that scrubs a body of any length as it passes, holding back only a pattern's length. */
@@ -361,6 +376,15 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
     return { value: root, found };
   };
 
+  const jsonNeedsRescan = (text: string): boolean => {
+    if (empty || !hasOptionalJsonEscapes(text)) return false;
+    // A decoded view is enough: misreading an escaped backslash before `u` only adds matches.
+    const view = text.replace(/\\u([0-9a-fA-F]{4})|\\\//g, (_match, hex: string | undefined) =>
+      hex === undefined ? "/" : String.fromCharCode(Number.parseInt(hex, 16)),
+    );
+    return rangesInText(view, textPatterns).length > 0;
+  };
+
   const headerHoldsSecret = (name: string, value: string | readonly string[]): boolean => {
     if (empty) return false;
     if (scrubText(name).found > 0) return true;
@@ -390,5 +414,5 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
     });
   };
 
-  return { empty, scrubBytes, scrubText, scrubJson, headerHoldsSecret, createStream };
+  return { empty, scrubBytes, scrubText, scrubJson, jsonNeedsRescan, headerHoldsSecret, createStream };
 }

@@ -23,6 +23,7 @@ export const ECHO_KINDS = [
   "text",
   "json",
   "json-escaped",
+  "utf16-escaped",
   "base64",
   "urlencoded",
   "utf16",
@@ -143,6 +144,16 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
     case "json-escaped": {
       const fields = Object.entries(values).map(([name, value]) => `"${name}":"${escapeAll(value)}"`);
       return send(res, { "content-type": "application/json" }, `{"received":{${fields.join(",")}}}`);
+    }
+    case "utf16-escaped": {
+      // \u escapes in UTF-16: neither a byte scan nor a UTF-8 look at the text sees them.
+      const fields = Object.entries(values).map(([name, value]) => `"${name}":"${escapeAll(value)}"`);
+      const json = `{"received":{${fields.join(",")}}}`;
+      return send(
+        res,
+        { "content-type": "application/json" },
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(json, "utf16le")]),
+      );
     }
     case "base64":
       return send(

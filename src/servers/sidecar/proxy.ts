@@ -593,9 +593,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       throw error;
     }
     if (input.kind === "empty" || input.kind === "other") return { out: scrubbed, events, json: false };
-    // Without a backslash every JSON string is its raw bytes, which were scrubbed already;
-    // with one, an escape (\u0041…) could spell a secret: the parsed strings are scrubbed too.
-    const escaped = scrubbed.includes(0x5c);
+    // An optional escape (\u0041…, \/) could spell a secret the byte scan cannot see.
+    const escaped = scrubber.jsonNeedsRescan(input.text);
     const redact = (value: unknown) => {
       const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
       if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
