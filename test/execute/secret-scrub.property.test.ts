@@ -139,7 +139,7 @@ describe("secret scrubber properties", () => {
         where,
         escaping,
         fc.integer({ min: 0, max: 7 }),
-        (secret, doc, place, escape, seed) => {
+        (secret, doc, place, mode, seed) => {
           const scrubber = createSecretScrubber(
             injectedSecrets({ headers: { "x-api-key": secret }, query: {} }),
           );
@@ -150,12 +150,12 @@ describe("secret scrubber properties", () => {
                 ? { doc, note: `received ${secret} from you` }
                 : { doc, [secret]: true };
           let text = JSON.stringify([planted]);
-          if (escape !== "none") {
+          if (mode !== "none") {
             const u = (c: string) => `\\u${(c.codePointAt(0) ?? 0).toString(16).padStart(4, "0")}`;
             const spelled = Array.from(secret, (c, i) => {
-              if (escape === "all" || (escape === "some" && (i + seed) % 3 === 0)) return u(c);
+              if (mode === "all" || (mode === "some" && (i + seed) % 3 === 0)) return u(c);
               if (c === '"' || c === "\\") return `\\${c}`;
-              return escape === "slash" && c === "/" ? "\\/" : c;
+              return mode === "slash" && c === "/" ? "\\/" : c;
             }).join("");
             text = text.replaceAll(JSON.stringify(secret).slice(1, -1), () => spelled);
           }
