@@ -12,6 +12,7 @@ import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor, type ExecuteRequest } from "../../src/execute/executor.ts";
 import { canary } from "../helpers/canary.ts";
+import { egressAllowing } from "../helpers/egress.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -65,6 +66,7 @@ function executor(secrets: Record<string, string> = { "ref:key": API_KEY, "ref:c
     secretResolver: secretTable(secrets).resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: true, isPartnerAllowlisted: () => true },
+    egress: egressAllowing([upstream.origin, oauth.origin]),
   });
 }
 

@@ -73,8 +73,9 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
   };
 
   before(async () => {
-    system = await startSystem({ sidecar: {} });
     echo = await startEchoUpstream();
+    // Exactly the hostile upstream is added to the egress allowance, as a platform admin would.
+    system = await startSystem({ sidecar: {}, egressAllowAlso: [echo.url] });
     echo.password = sensitivePassword;
     const admin = async (method: string, path: string, body: unknown, status: number) => {
       const reply = await system.call(method, `${system.url}${path}`, {
