@@ -37,6 +37,12 @@ const sections: Section[] = [
     },
   },
   {
+    name: "scrub",
+    title: "Secret scrubbing and fail-closed decoding per proxied response (CPU µs)",
+    targets: "a 2 KiB JSON response: a few µs added",
+    run: async () => (await import("./response-scrub.ts")).benchResponseScrub(),
+  },
+  {
     name: "policy",
     title: "Policy compile+protect and load+verify (cold, no cache)",
     targets: "load+verify of a 100-operation policy ≤ 2 ms median; compile+protect ≤ 5 ms median",

@@ -114,6 +114,16 @@ export const errorCodes = {
   ),
   invalid_signature: deny(400, GrpcCode.INVALID_ARGUMENT, "The signed data could not be verified."),
   upstream_error: deny(502, GrpcCode.UNAVAILABLE, "The upstream answered with an unusable response."),
+  redaction_failed: deny(
+    502,
+    GrpcCode.UNAVAILABLE,
+    "The upstream response must be redacted but is not valid JSON; it was not returned.",
+  ),
+  scrub_failed: deny(
+    502,
+    GrpcCode.UNAVAILABLE,
+    "The upstream response could not be checked for injected credentials; it was not returned.",
+  ),
   upstream_timeout: deny(504, GrpcCode.DEADLINE_EXCEEDED, "The upstream did not answer in time."),
   upstream_unavailable: deny(503, GrpcCode.UNAVAILABLE, "A required service is unavailable."),
   internal: deny(500, GrpcCode.INTERNAL, "Internal error."),

@@ -5,6 +5,7 @@ import {
   parseAuthProfile,
   type SecretResolver,
 } from "../execute/auth-profiles.ts";
+import { MIN_SECRET_LENGTH, SecretTooShortError, secretForms } from "../execute/secret-scrub.ts";
 import type { AdminDeps } from "./deps.ts";
 import { isValidId } from "./ids.ts";
 import {
@@ -201,6 +202,19 @@ export async function putAuthProfile(
   };
   // Validate before sealing, so a bad profile never touches the key ring.
   validate(recordOf(partnerId, profileId, input, "", times));
+  if (secret !== undefined) {
+    try {
+      // A secret too short to scrub from responses would be refused at every call: refused now.
+      secretForms(secret);
+    } catch (error) {
+      if (!(error instanceof SecretTooShortError)) throw error;
+      throw new AuthorityError(
+        "invalid_request",
+        `${secretField} must have at least ${MIN_SECRET_LENGTH} characters (after an auth scheme, and for Basic its password too): shorter ones cannot be scrubbed from upstream answers.`,
+        { details: { field: secretField } },
+      );
+    }
+  }
   const sealed =
     secret === undefined
       ? (existing?.sealed_secret ?? "")

@@ -12,7 +12,8 @@ export interface RedactionRule {
   readonly keep_last?: number;
 }
 
-export type RedactionSource = "operation" | "default" | "header";
+/** `secret`: an injected credential the upstream echoed was overwritten (headers: removed). */
+export type RedactionSource = "operation" | "default" | "header" | "secret";
 
 /** What was redacted and where — never the value. */
 export interface RedactionEvent {

@@ -221,6 +221,11 @@ export interface InjectedCredentials {
 /** Credentials for one execution, and a single chance to renew them after a 401. */
 export interface AuthSession {
   readonly credentials: InjectedCredentials;
+  /**
+   * The profile's secrets beyond what `credentials` injects (client secret, refresh token,
+   * the raw token inside `Bearer …`): scrubbed from responses with the injected values.
+   */
+  readonly secrets: readonly string[];
   /** New credentials after the upstream answered 401, or undefined when renewal cannot help. */
   renew(): Promise<InjectedCredentials | undefined>;
 }
@@ -265,6 +270,13 @@ function bearer(token: string): InjectedCredentials {
 
 const noRenewal = async (): Promise<undefined> => undefined;
 
+/** The Basic header value a client_secret_basic token request carries (RFC 6749 §2.3.1). */
+function basicForms(clientId: string, clientSecret: string): string[] {
+  const form = (value: string) => new URLSearchParams([["", value]]).toString().slice(1);
+  const pair = `${form(clientId)}:${form(clientSecret)}`;
+  return [`Basic ${Buffer.from(pair).toString("base64")}`];
+}
+
 export interface AuthInjectorOptions {
   readonly secretResolver: SecretResolver;
   readonly clientCredentials: ClientCredentialsTokens;
@@ -289,18 +301,21 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
       switch (profile.type) {
         case "static": {
           const secret = headerSafe(await resolveSecret(secretResolver, profile.secretRef));
-          if (profile.kind === "bearer") return { credentials: bearer(secret), renew: noRenewal };
+          if (profile.kind === "bearer")
+            return { credentials: bearer(secret), secrets: [secret], renew: noRenewal };
           const credentials: InjectedCredentials =
             profile.in === "header"
               ? { headers: { [profile.name.toLowerCase()]: secret }, query: {} }
               : { headers: {}, query: { [profile.name]: secret } };
-          return { credentials, renew: noRenewal };
+          return { credentials, secrets: [secret], renew: noRenewal };
         }
         case "oauth_client_credentials": {
-          const token = await clientCredentials.getToken(profile);
+          // The client secret never goes to the API, but an upstream that knows it could echo it.
+          const { token, clientSecret } = await clientCredentials.getGrant(profile);
           let renewed = false;
           return {
             credentials: bearer(token),
+            secrets: [token, clientSecret, ...basicForms(profile.clientId, clientSecret)],
             async renew() {
               if (renewed) return undefined;
               renewed = true;
@@ -313,10 +328,23 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
         case "oauth_user": {
           const key = context.userTokenKey;
           if (key === undefined || key.length === 0) throw unavailable("user_grant_missing");
-          const token = await oauthUser.getAccessToken({ profile, tokenSetKey: key });
+          const [tokens, clientSecret] = await Promise.all([
+            oauthUser.currentTokens({ profile, tokenSetKey: key }),
+            profile.clientSecretRef === undefined
+              ? undefined
+              : resolveSecret(secretResolver, profile.clientSecretRef),
+          ]);
+          const token = tokens.accessToken;
           let renewed = false;
           return {
             credentials: bearer(token),
+            secrets: [
+              token,
+              ...(tokens.refreshToken === undefined ? [] : [tokens.refreshToken]),
+              ...(clientSecret === undefined
+                ? []
+                : [clientSecret, ...basicForms(profile.clientId, clientSecret)]),
+            ],
             async renew() {
               if (renewed) return undefined;
               renewed = true;

@@ -19,6 +19,13 @@ export interface ClientCredentialsOptions {
 /** Access tokens for client-credentials profiles: cached, and fetched once for concurrent callers. */
 export interface ClientCredentialsTokens {
   getToken(profile: ClientCredentialsProfile): Promise<string>;
+  /**
+   * getToken, with the client secret it was obtained with (kept beside the cached token,
+   * so responses can be scrubbed of it without loading it again).
+   */
+  getGrant(
+    profile: ClientCredentialsProfile,
+  ): Promise<{ readonly token: string; readonly clientSecret: string }>;
   /** Drops the cached token if it is still `token` (so a renewal by another caller is kept). */
   invalidate(profile: ClientCredentialsProfile, token: string): void;
   /** How many token requests were sent: for diagnostics and metrics. */
@@ -27,6 +34,7 @@ export interface ClientCredentialsTokens {
 
 interface CachedToken {
   readonly token: string;
+  readonly clientSecret: string;
   readonly renewAt: number;
 }
 
@@ -78,30 +86,36 @@ export function createClientCredentialsTokens(options: ClientCredentialsOptions)
     const lifetimeMs = response.expiresIn === undefined ? defaultLifetimeMs : response.expiresIn * 1000;
     return {
       token: response.accessToken,
+      clientSecret,
       renewAt: started + lifetimeMs - Math.min(refreshSkewMs, lifetimeMs / 2),
     };
+  }
+
+  async function getGrant(profile: ClientCredentialsProfile) {
+    const key = cacheKey(profile);
+    const cached = cache.get(key);
+    if (cached !== undefined && now() < cached.renewAt)
+      return { token: cached.token, clientSecret: cached.clientSecret };
+    let pending = inFlight.get(key);
+    if (pending === undefined) {
+      pending = fetchToken(profile)
+        .then((entry) => {
+          cache.set(key, entry);
+          return entry;
+        })
+        .finally(() => inFlight.delete(key));
+      inFlight.set(key, pending);
+    }
+    const entry = await pending;
+    return { token: entry.token, clientSecret: entry.clientSecret };
   }
 
   return {
     get requestCount() {
       return requestCount;
     },
-    async getToken(profile) {
-      const key = cacheKey(profile);
-      const cached = cache.get(key);
-      if (cached !== undefined && now() < cached.renewAt) return cached.token;
-      let pending = inFlight.get(key);
-      if (pending === undefined) {
-        pending = fetchToken(profile)
-          .then((entry) => {
-            cache.set(key, entry);
-            return entry;
-          })
-          .finally(() => inFlight.delete(key));
-        inFlight.set(key, pending);
-      }
-      return (await pending).token;
-    },
+    getToken: async (profile) => (await getGrant(profile)).token,
+    getGrant,
     invalidate(profile, token) {
       const key = cacheKey(profile);
       if (cache.get(key)?.token === token) cache.delete(key);

@@ -40,6 +40,14 @@ export const executionErrorTable = {
   },
   upstream_timeout: { code: "upstream_timeout", message: "The upstream did not answer in time." },
   upstream_unreachable: { code: "upstream_unavailable", message: "The upstream could not be reached." },
+  redaction_failed: {
+    code: "redaction_failed",
+    message: "The upstream response must be redacted but is not valid JSON; it was not returned.",
+  },
+  scrub_failed: {
+    code: "scrub_failed",
+    message: "The upstream response could not be checked for injected credentials; it was not returned.",
+  },
   upstream_response_too_large: {
     code: "upstream_unavailable",
     message: "The upstream response exceeded the size limit.",
@@ -50,7 +58,8 @@ export type ExecutionErrorReason = keyof typeof executionErrorTable;
 
 /** What went wrong on the way to or from the upstream; never the upstream's own error text. */
 export interface UpstreamError {
-  readonly kind: "http_error" | "timeout" | "unreachable" | "too_large";
+  /** `unusable`: the answer arrived but was refused (it could not be scrubbed or redacted). */
+  readonly kind: "http_error" | "timeout" | "unreachable" | "too_large" | "unusable";
   readonly status?: number;
 }
 

@@ -1,3 +1,5 @@
+import { createHash } from "node:crypto";
+import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { ConstraintRollout } from "../core/parameter-constraints.ts";
@@ -24,6 +26,14 @@ import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
+import { decodeTextLeniently, RedactionDecodeError, readForRedaction } from "./response-body.ts";
+import {
+  createSecretScrubber,
+  injectedSecrets,
+  ScrubError,
+  type SecretScrubber,
+  SecretTooShortError,
+} from "./secret-scrub.ts";
 import { type AllowedRoute, assertUnambiguousPath, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -219,28 +229,77 @@ function trustedHeaders(headers: Readonly<Record<string, string>> | undefined): 
   return out;
 }
 
-function isJsonContentType(contentType: string | null): boolean {
-  if (contentType === null) return false;
-  const type = (contentType.split(";")[0] ?? "").trim().toLowerCase();
-  return type === "application/json" || type.endsWith("+json");
+/** Codings the fetch client decodes (undici); the body of any other is still encoded and cannot be scrubbed. */
+const DECODED_CODINGS: ReadonlySet<string> = new Set(["identity", "gzip", "x-gzip", "deflate", "br"]);
+
+function decodedByClient(contentEncoding: string | null): boolean {
+  if (contentEncoding === null) return true;
+  return contentEncoding
+    .split(",")
+    .map((coding) => coding.trim().toLowerCase())
+    .every((coding) => coding === "" || DECODED_CODINGS.has(coding));
+}
+
+/** Headers that carry an injected secret in their name or value are dropped, like sensitive ones. */
+function scrubHeaders(
+  headers: Record<string, string | string[]>,
+  scrubber: SecretScrubber,
+): { headers: Record<string, string | string[]>; events: RedactionEvent[] } {
+  const events: RedactionEvent[] = [];
+  if (scrubber.empty) return { headers, events };
+  const out: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (scrubber.headerHoldsSecret(name, value)) {
+      events.push({ path: name, mode: "remove", source: "secret" });
+      continue;
+    }
+    Object.defineProperty(out, name, { value, enumerable: true, writable: true, configurable: true });
+  }
+  return { headers: out, events };
 }
 
 /**
- * JSON when the upstream says so, and also when an object or array arrives under another
- * content type: redaction must not be skipped because of a mislabelled answer.
+ * The returned body: injected secrets overwritten (bytes first, then every parsed string,
+ * so JSON escapes cannot hide one), then redaction where it applies, failing closed.
  */
-function decodeBody(bytes: Uint8Array, contentType: string | null): { body: unknown; json: boolean } {
-  if (bytes.byteLength === 0) return { body: null, json: false };
-  const text = new TextDecoder("utf-8").decode(bytes);
-  const looksStructured = /^\s*[[{]/.test(text);
-  if (isJsonContentType(contentType) || looksStructured) {
-    try {
-      return { body: JSON.parse(text), json: true };
-    } catch {
-      // A body that is not JSON stays text: nothing is lost, nothing invented.
+function responseBody(
+  bytes: Uint8Array,
+  contentType: string | null,
+  rules: readonly RedactionRule[],
+  scrubber: SecretScrubber,
+): { body: unknown; events: RedactionEvent[] } {
+  const scrubbed = scrubber.scrubBytes(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+  const events: RedactionEvent[] = scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
+  const input = readForRedaction(scrubbed.value, contentType, rules.length > 0);
+  const escaped = input.kind !== "empty" && input.kind !== "other" && scrubber.jsonNeedsRescan(input.text);
+  const redact = (value: unknown): { body: unknown; events: RedactionEvent[] } => {
+    const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
+    if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
+    return redactResponseBody(clean.value, rules);
+  };
+  switch (input.kind) {
+    case "empty":
+      return { body: null, events };
+    case "json": {
+      const redacted = redact(input.value);
+      return { body: redacted.body, events: [...events, ...redacted.events] };
+    }
+    case "ndjson": {
+      // One record per line, each redacted with the rules; returned as NDJSON text.
+      const lines: string[] = [];
+      for (const value of input.values) {
+        const redacted = redact(value);
+        events.push(...redacted.events);
+        lines.push(JSON.stringify(redacted.body));
+      }
+      return { body: lines.length === 0 ? "" : `${lines.join("\n")}\n`, events };
+    }
+    case "other": {
+      const text = scrubber.scrubText(decodeTextLeniently(scrubbed.value, contentType));
+      if (text.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
+      return { body: text.value, events };
     }
   }
-  return { body: text, json: false };
 }
 
 function responseHeaderRecord(headers: Headers): Record<string, HeaderValue> {
@@ -317,6 +376,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     timeoutMs: tokenTimeoutMs,
   });
   const injector: AuthInjector = createAuthInjector({ secretResolver, clientCredentials, oauthUser });
+  const scrubbers = new LRUCache<string, SecretScrubber>({ max: 256 });
 
   /** The rollout gate's inputs; the partner allowlist is asked only when the snapshot has constraints. */
   async function rolloutFor(snapshot: ExecutableOperation, partnerId: string): Promise<ConstraintRollout> {
@@ -378,6 +438,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
       ...fromCaller,
       ...trustedHeaders(request.extraHeaders),
       accept: "application/json",
+      // An encoded answer must be decoded before it can be scrubbed: ask for none.
+      "accept-encoding": "identity",
     };
     let requestHash: string;
     try {
@@ -410,6 +472,30 @@ export function createExecutor(options: ExecutorOptions): Executor {
     const session = await injector.open(request.authProfile, {
       ...(request.userTokenKey === undefined ? {} : { userTokenKey: request.userTokenKey }),
     });
+    const scrubberFor = (renewed: InjectedCredentials | undefined): SecretScrubber => {
+      try {
+        const secrets = [
+          ...injectedSecrets(session.credentials, session.secrets),
+          ...(renewed === undefined ? [] : injectedSecrets(renewed)),
+        ];
+        // Building the patterns costs more than using them: kept per distinct secret set
+        // (keyed by a hash, so the cache holds no secret as a key).
+        const key = createHash("sha256").update(JSON.stringify(secrets)).digest("base64");
+        const known = scrubbers.get(key);
+        if (known !== undefined) return known;
+        const built = createSecretScrubber(secrets);
+        scrubbers.set(key, built);
+        return built;
+      } catch (error) {
+        // Too short to scrub without garbling every answer: refused before anything is sent.
+        if (error instanceof SecretTooShortError)
+          throw new ExecutionError("auth_profile_unavailable", {
+            details: { issue: "credential_too_short" },
+          });
+        throw error;
+      }
+    };
+    let scrubber = scrubberFor(undefined);
 
     // 5: one deadline for the whole upstream exchange, including a 401 retry.
     const deadline = AbortSignal.timeout(timeoutMs);
@@ -435,7 +521,10 @@ export function createExecutor(options: ExecutorOptions): Executor {
       answer = await call(url, init, session.credentials, signal);
       if (answer.response.status === 401) {
         const renewed = await session.renew();
-        if (renewed !== undefined) answer = await call(url, init, renewed, signal);
+        if (renewed !== undefined) {
+          scrubber = scrubberFor(renewed);
+          answer = await call(url, init, renewed, signal);
+        }
       }
     } catch (error) {
       if (error instanceof ExecutionError) throw error;
@@ -456,25 +545,35 @@ export function createExecutor(options: ExecutorOptions): Executor {
     }
     const upstreamMs = performance.now() - upstreamStarted;
 
-    // 6: headers, then operation rules, policy rules and default sensitive-field redaction.
+    // 6: injected secrets scrubbed from headers and body, then operation rules, policy
+    // rules and default sensitive-field redaction; what cannot be scrubbed or redacted is refused.
     const { response, bytes } = answer;
+    const refused = (reason: "redaction_failed" | "scrub_failed", issue: string) =>
+      new ExecutionError(reason, {
+        details: { issue },
+        upstreamError: { kind: "unusable", status: response.status },
+        requestHash,
+        timings: { totalMs: performance.now() - started, upstreamMs },
+      });
+    if (!decodedByClient(response.headers.get("content-encoding")))
+      throw refused("scrub_failed", "content_encoding_unsupported");
     const sanitized = sanitizeResponseHeaders(responseHeaderRecord(response.headers));
-    const decoded = decodeBody(bytes, response.headers.get("content-type"));
-    let redacted: { body: unknown; events: RedactionEvent[] } = { body: decoded.body, events: [] };
-    if (decoded.json) {
-      try {
-        redacted = redactResponseBody(decoded.body, rules);
-      } catch {
-        // Rules were checked before the call; whatever else fails, no unredacted body leaves.
-        throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "redaction_failed" } });
-      }
+    const safeHeaders = scrubHeaders(sanitized.headers, scrubber);
+    let redacted: { body: unknown; events: RedactionEvent[] };
+    try {
+      redacted = responseBody(bytes, response.headers.get("content-type"), rules, scrubber);
+    } catch (error) {
+      if (error instanceof RedactionDecodeError) throw refused("redaction_failed", error.issue);
+      if (error instanceof ScrubError) throw refused("scrub_failed", "scrub_incomplete");
+      // Rules were checked before the call; whatever else fails, no unredacted body leaves.
+      throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "redaction_failed" } });
     }
 
     // 7: hashes of what was asked and of what is returned.
     const status = response.status;
     let responseHash: string;
     try {
-      responseHash = hashCanonical({ status, headers: sanitized.headers, body: redacted.body });
+      responseHash = hashCanonical({ status, headers: safeHeaders.headers, body: redacted.body });
     } catch {
       // Only nesting beyond the canonical form's depth bound gets here: refuse, never pass through.
       throw new ExecutionError("upstream_response_too_large", {
@@ -486,9 +585,9 @@ export function createExecutor(options: ExecutorOptions): Executor {
     }
     const result: ExecutionResult = {
       status,
-      headers: sanitized.headers,
+      headers: safeHeaders.headers,
       body: redacted.body,
-      redactionEvents: [...sanitized.events, ...redacted.events],
+      redactionEvents: [...sanitized.events, ...safeHeaders.events, ...redacted.events],
       timings: { totalMs: performance.now() - started, upstreamMs },
       requestHash,
       responseHash,

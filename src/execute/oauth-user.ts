@@ -61,6 +61,8 @@ export interface OAuthUserClient {
   refresh(input: GrantRef): Promise<TokenSetInfo>;
   /** A valid access token, refreshed first when it is (nearly) expired. */
   getAccessToken(input: GrantRef): Promise<string>;
+  /** getAccessToken, with the grant's refresh token (so responses can be scrubbed of both). */
+  currentTokens(input: GrantRef): Promise<{ readonly accessToken: string; readonly refreshToken?: string }>;
   /**
    * After the upstream refused `staleToken`: refresh unless someone already replaced it.
    * Undefined when no refresh is possible.
@@ -246,6 +248,14 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
       const tokenSet = await load(tokenSetKey);
       if (isFresh(tokenSet)) return tokenSet.accessToken;
       return (await refreshShared(profile, tokenSetKey, tokenSet)).accessToken;
+    },
+
+    async currentTokens({ profile, tokenSetKey }) {
+      const stored = await load(tokenSetKey);
+      const tokenSet = isFresh(stored) ? stored : await refreshShared(profile, tokenSetKey, stored);
+      return tokenSet.refreshToken === undefined
+        ? { accessToken: tokenSet.accessToken }
+        : { accessToken: tokenSet.accessToken, refreshToken: tokenSet.refreshToken };
     },
 
     async refreshIfCurrent({ profile, tokenSetKey, staleToken }) {

@@ -109,6 +109,8 @@ export interface WorkloadClient {
 }
 
 export interface SystemOptions {
+  /** Further test upstreams (origins) the egress policy lets through, beside the items upstream. */
+  readonly egressAllowAlso?: readonly string[];
   /** Default: SQLite in the system's temp dir. */
   readonly storeUrl?: string;
   /** Policy protection: in-process key rings (default) or the upstream crypto service. */
@@ -599,7 +601,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       crypto,
       owners: crypto === undefined ? undefined : canaryOwners(crypto),
       sidecarRedisUrl,
-      egressAllow: egressAllowValue(upstream.url),
+      egressAllow: egressAllowValue(upstream.url, ...(options.egressAllowAlso ?? [])),
       cleanups,
     });
     const { url } = authority;
@@ -667,7 +669,10 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
         logger: logs.logger("sidecar"),
         registry: createMetricsRegistry({ collectDefaults: false }),
         egress: createEgressPolicy({
-          allow: egressAllowSetting.parse(egressAllowValue(upstream.url), "egress-allow"),
+          allow: egressAllowSetting.parse(
+            egressAllowValue(upstream.url, ...(options.egressAllowAlso ?? [])),
+            "egress-allow",
+          ),
           platformEndpoints: [url, idp.issuer, sidecarRedisUrl]
             .map(endpointOfUrl)
             .filter((e) => e !== undefined),

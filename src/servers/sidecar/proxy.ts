@@ -14,12 +14,27 @@ import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import {
   applyRedactions,
+  type RedactionEvent,
   type RedactionRule,
   redactResponseBody,
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
 import type { ErrorCode } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
+import {
+  isJsonMediaType,
+  isNdjsonMediaType,
+  looksLikeJson,
+  parseContentType,
+  RedactionDecodeError,
+  readForRedaction,
+} from "../../execute/response-body.ts";
+import {
+  createSecretScrubber,
+  injectedSecrets,
+  ScrubError,
+  type SecretScrubber,
+} from "../../execute/secret-scrub.ts";
 import { renderUpstreamRequest } from "../../execute/url.ts";
 import { settleDecision } from "./decision-log.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
@@ -41,13 +56,17 @@ import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.
  * the declared headers plus the forwarded set (request-input.ts), the body re-serialized.
  * The caller's credentials, cookies, `x-authority-*` and routing-override headers never go.
  *
- * Responses: sensitive and hop-by-hop headers are dropped; a body that may need redaction —
- * the operation or policy has rules, or it is (or may be) JSON — is buffered up to
- * `maxResponseBytes` (decoded), redacted with the same rules as the executor, and sent
- * with a fresh Content-Length. Over the bound the answer is **502 upstream_error**: nothing
- * of the body is sent, never an unredacted one. Other bodies (binary, HTML, …, with no
- * rules) stream through untouched. CONNECT and upgrades are refused: a tunnel could not be
- * inspected.
+ * Responses: sensitive and hop-by-hop headers are dropped, and so is any header that holds
+ * an injected credential (src/execute/secret-scrub.ts). A body that may need redaction —
+ * the operation or policy has rules, it is declared (ND)JSON or text, or its first bytes
+ * look like JSON — or that is compressed is buffered up to `maxResponseBytes` (decoded),
+ * scrubbed of injected credentials, redacted with the same rules as the executor (a body
+ * that must be redacted but is not JSON is **502 redaction_failed**), and sent with a fresh
+ * Content-Length. Over the bound the answer is **502 upstream_error**: nothing of the body
+ * is sent, never an unredacted one. Other bodies (binary, HTML, …, with no rules) stream
+ * through a scrubbing stream that overwrites credentials in place (lengths unchanged). A
+ * content coding the proxy cannot decode is **502 scrub_failed**. CONNECT and upgrades are
+ * refused: a tunnel could not be inspected.
  */
 
 export interface ForwardProxyOptions {
@@ -91,6 +110,7 @@ const NO_RULES: readonly RedactionRule[] = Object.freeze([]);
 interface Exchange {
   readonly decision: SidecarAllow;
   readonly rules: readonly RedactionRule[];
+  readonly scrubber: SecretScrubber;
   readonly method: string;
   sentAt: number;
   proxyReq: ClientRequest | undefined;
@@ -114,16 +134,24 @@ function mediaType(contentType: string | undefined): string {
   return (contentType?.split(";")[0] ?? "").trim().toLowerCase();
 }
 
-function isJsonType(type: string): boolean {
-  return type === "application/json" || type.endsWith("+json");
+/**
+ * Bodies that rules apply to, that are declared (ND)JSON or text (and so may need default
+ * redaction), or that are compressed (decoded before scrubbing) are buffered. Others are
+ * buffered too when their first bytes look like JSON (`sniff`, decided on the first chunk).
+ */
+function needsBuffering(
+  contentType: string | undefined,
+  contentEncoding: string,
+  rules: readonly RedactionRule[],
+): boolean | "sniff" {
+  if (rules.length > 0 || (contentEncoding !== "" && contentEncoding !== "identity")) return true;
+  const type = mediaType(contentType);
+  if (type === "" || type.startsWith("text/") || isJsonMediaType(type) || isNdjsonMediaType(type))
+    return true;
+  return "sniff";
 }
 
-/** Bodies that might be JSON (and so need default redaction) or that rules apply to are buffered. */
-function needsBuffering(contentType: string | undefined, rules: readonly RedactionRule[]): boolean {
-  if (rules.length > 0) return true;
-  const type = mediaType(contentType);
-  return type === "" || isJsonType(type) || type === "text/plain";
-}
+const DECODABLE_CODINGS: ReadonlySet<string> = new Set(["", "identity", "gzip", "x-gzip", "deflate", "br"]);
 
 function decodeBody(bytes: Buffer, encoding: string, max: number): Buffer | undefined {
   const options = { maxOutputLength: max };
@@ -362,11 +390,32 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     return rules;
   };
 
+  /**
+   * One scrubber per credentials object: the engine hands out the same object while the
+   * credentials are cached, so the patterns are built once per credential, not per request.
+   */
+  const scrubbers = new WeakMap<object, SecretScrubber>();
+  const scrubberFor = (decision: SidecarAllow): SecretScrubber => {
+    const known = scrubbers.get(decision.credentials);
+    if (known !== undefined) return known;
+    // A credential too short to scrub throws (SecretTooShortError): refused before sending.
+    const scrubber = createSecretScrubber(injectedSecrets(decision.credentials));
+    scrubbers.set(decision.credentials, scrubber);
+    return scrubber;
+  };
+
   const forward = (req: IncomingMessage, res: ServerResponse, decision: SidecarAllow): void => {
     let rules: readonly RedactionRule[];
+    let scrubber: SecretScrubber;
     let target: URL;
     try {
       rules = rulesFor(decision);
+      try {
+        scrubber = scrubberFor(decision);
+      } catch {
+        sendDeny(res, denyOf("upstream_unavailable", decision.requestId));
+        return;
+      }
       // Rendered, then matched again: it must still be the allowed permission (ambiguous_path).
       target = renderUpstreamRequest(
         {
@@ -386,6 +435,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     const exchange: Exchange = {
       decision,
       rules,
+      scrubber,
       method: req.method ?? "GET",
       sentAt: performance.now(),
       proxyReq: undefined,
@@ -416,6 +466,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       headers["content-type"] = "application/json";
       headers["content-length"] = body.length;
     }
+    // An encoded answer must be decoded before it can be scrubbed: ask for none.
+    headers["accept-encoding"] = "identity";
     let proxyReq: ClientRequest;
     try {
       proxyReq = (https ? httpsRequest : httpRequest)({
@@ -464,12 +516,37 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     fail(res, exchange, "upstream_unavailable", 503);
   };
 
+  /** Sensitive, hop-by-hop and secret-bearing headers removed; the events of both. */
+  const safeHeaders = (exchange: Exchange, proxyRes: IncomingMessage) => {
+    const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+    if (exchange.scrubber.empty) return sanitized;
+    const events = [...sanitized.events];
+    const headers: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(sanitized.headers)) {
+      if (exchange.scrubber.headerHoldsSecret(name, value)) {
+        events.push({ path: name, mode: "remove", source: "secret" });
+        continue;
+      }
+      Object.defineProperty(headers, name, { value, enumerable: true, writable: true, configurable: true });
+    }
+    return { headers, events };
+  };
+
+  const refuse = (
+    res: ServerResponse,
+    exchange: Exchange,
+    reason: "redaction_failed" | "scrub_failed",
+  ): void => {
+    metrics?.proxyResponse("refused");
+    fail(res, exchange, reason, 502);
+  };
+
   const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
     exchange.settled = true;
     if (exchange.timer !== undefined) clearTimeout(exchange.timer);
-    const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+    const sanitized = safeHeaders(exchange, proxyRes);
     metrics?.redactions(sanitized.events);
-    // The bytes pass unchanged, so their length and coding stay true.
+    // Scrubbing overwrites in place: the length and the (identity) coding stay true.
     const length = proxyRes.headers["content-length"];
     const headers = {
       ...sanitized.headers,
@@ -478,8 +555,74 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     };
     res.writeHead(proxyRes.statusCode ?? 502, headers);
     metrics?.proxyResponse("streamed");
-    proxyRes.pipe(res);
     proxyRes.on("error", () => res.destroy());
+    if (exchange.scrubber.empty) {
+      proxyRes.pipe(res);
+      return;
+    }
+    const scrubbing = exchange.scrubber.createStream();
+    scrubbing.on("error", () => {
+      proxyRes.destroy();
+      res.destroy();
+    });
+    proxyRes.pipe(scrubbing).pipe(res);
+  };
+
+  /** The scrubbed, redacted body to send, or the reason it is refused. */
+  const finalBody = (
+    exchange: Exchange,
+    body: Buffer,
+    contentType: string | undefined,
+  ):
+    | {
+        readonly out: Buffer;
+        readonly events: RedactionEvent[];
+        readonly json: boolean;
+        readonly contentType?: string;
+      }
+    | "redaction_failed"
+    | "scrub_failed" => {
+    const { scrubber, rules } = exchange;
+    let scrubbed: Buffer;
+    try {
+      scrubbed = scrubber.scrubBytes(body).value;
+    } catch (error) {
+      if (error instanceof ScrubError) return "scrub_failed";
+      throw error;
+    }
+    const events: RedactionEvent[] = scrubbed === body ? [] : [{ path: "", mode: "mask", source: "secret" }];
+    let input: ReturnType<typeof readForRedaction>;
+    try {
+      input = readForRedaction(scrubbed, contentType, rules.length > 0);
+    } catch (error) {
+      if (error instanceof RedactionDecodeError) return "redaction_failed";
+      throw error;
+    }
+    if (input.kind === "empty" || input.kind === "other") return { out: scrubbed, events, json: false };
+    // An optional escape (\u0041…, \/) could spell a secret the byte scan cannot see.
+    const escaped = scrubber.jsonNeedsRescan(input.text);
+    const redact = (value: unknown) => {
+      const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
+      if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
+      const redacted = redactResponseBody(clean.value, rules);
+      events.push(...redacted.events);
+      return JSON.stringify(redacted.body);
+    };
+    const { mediaType: type } = parseContentType(contentType);
+    if (input.kind === "ndjson") {
+      const lines = input.values.map(redact);
+      return {
+        out: Buffer.from(lines.length === 0 ? "" : `${lines.join("\n")}\n`, "utf8"),
+        events,
+        json: true,
+        contentType: `${type}; charset=utf-8`,
+      };
+    }
+    const out = Buffer.from(redact(input.value), "utf8");
+    // Re-serialized as UTF-8 without a BOM: a declared other charset would now be false.
+    return input.plainUtf8
+      ? { out, events, json: true }
+      : { out, events, json: true, contentType: `${type === "" ? "application/json" : type}; charset=utf-8` };
   };
 
   const respondBuffered = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
@@ -508,62 +651,102 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       metrics?.proxyResponse("failed");
       fail(res, exchange, "upstream_error", 502);
     });
-    proxyRes.on("end", () => {
-      if (exchange.settled) return;
-      let body: Buffer | undefined;
-      try {
-        body = decodeBody(
-          Buffer.concat(chunks),
-          mediaType(single(proxyRes.headers["content-encoding"])),
-          maxResponseBytes,
-        );
-      } catch (error) {
-        if ((error as { code?: unknown }).code === "ERR_BUFFER_TOO_LARGE") {
-          tooLarge();
-          return;
-        }
-        body = undefined;
+    proxyRes.on("end", () => complete(exchange, proxyRes, res, chunks));
+  };
+
+  /** A whole (still encoded) body: decoded, scrubbed, redacted where it applies, sent or refused. */
+  const complete = (
+    exchange: Exchange,
+    proxyRes: IncomingMessage,
+    res: ServerResponse,
+    chunks: readonly Buffer[],
+  ): void => {
+    if (exchange.settled) return;
+    const tooLarge = (): void => {
+      metrics?.proxyResponse("too_large");
+      fail(res, exchange, "upstream_error", 502);
+    };
+    let body: Buffer | undefined;
+    try {
+      body = decodeBody(
+        Buffer.concat(chunks),
+        mediaType(single(proxyRes.headers["content-encoding"])),
+        maxResponseBytes,
+      );
+    } catch (error) {
+      if ((error as { code?: unknown }).code === "ERR_BUFFER_TOO_LARGE") {
+        tooLarge();
+        return;
       }
-      if (body === undefined) {
-        metrics?.proxyResponse("failed");
+      body = undefined;
+    }
+    if (body === undefined) {
+      metrics?.proxyResponse("failed");
+      fail(res, exchange, "upstream_error", 502);
+      return;
+    }
+    const sanitized = safeHeaders(exchange, proxyRes);
+    delete sanitized.headers["content-encoding"];
+    let result: ReturnType<typeof finalBody>;
+    try {
+      result = finalBody(exchange, body, single(proxyRes.headers["content-type"]));
+    } catch {
+      metrics?.proxyResponse("failed");
+      fail(res, exchange, "upstream_error", 502);
+      return;
+    }
+    if (typeof result === "string") {
+      refuse(res, exchange, result);
+      return;
+    }
+    exchange.settled = true;
+    if (exchange.timer !== undefined) clearTimeout(exchange.timer);
+    const events = [...sanitized.events, ...result.events];
+    metrics?.redactions(events);
+    metrics?.proxyResponse(result.json ? "redacted" : "passed");
+    res.writeHead(proxyRes.statusCode ?? 502, {
+      ...sanitized.headers,
+      ...(result.contentType === undefined ? {} : { "content-type": result.contentType }),
+      "content-length": result.out.length,
+      [REQUEST_ID_HEADER]: exchange.decision.requestId,
+    });
+    res.end(result.out);
+  };
+
+  /** Waits for the first bytes and buffers when they look like JSON (default redaction), else streams. */
+  const respondSniffed = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
+    let seen: Buffer = Buffer.alloc(0);
+    const decideOn = (ended: boolean): void => {
+      proxyRes.off("data", onData);
+      proxyRes.off("end", onEnd);
+      if (ended) {
+        complete(exchange, proxyRes, res, [seen]);
+        return;
+      }
+      proxyRes.pause();
+      proxyRes.unshift(seen);
+      if (looksLikeJson(seen) === "no") respondStreaming(exchange, proxyRes, res);
+      else respondBuffered(exchange, proxyRes, res);
+      proxyRes.resume();
+    };
+    const onData = (chunk: Buffer): void => {
+      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
+      if (seen.length > maxResponseBytes) {
+        proxyRes.off("data", onData);
+        proxyRes.off("end", onEnd);
+        proxyRes.destroy();
+        metrics?.proxyResponse("too_large");
         fail(res, exchange, "upstream_error", 502);
         return;
       }
-      const contentType = single(proxyRes.headers["content-type"]);
-      const text = body.toString("utf8");
-      let parsed: { value: unknown } | undefined;
-      if (isJsonType(mediaType(contentType)) || /^\s*[[{]/.test(text)) {
-        try {
-          parsed = { value: JSON.parse(text) };
-        } catch {
-          parsed = undefined;
-        }
-      }
-      const sanitized = sanitizeResponseHeaders(proxyRes.headers);
-      delete sanitized.headers["content-encoding"];
-      let out = body;
-      let events = sanitized.events;
-      if (parsed !== undefined) {
-        try {
-          const redacted = redactResponseBody(parsed.value, exchange.rules);
-          out = Buffer.from(JSON.stringify(redacted.body), "utf8");
-          events = [...events, ...redacted.events];
-        } catch {
-          metrics?.proxyResponse("failed");
-          fail(res, exchange, "upstream_error", 502);
-          return;
-        }
-      }
-      exchange.settled = true;
-      if (exchange.timer !== undefined) clearTimeout(exchange.timer);
-      metrics?.redactions(events);
-      metrics?.proxyResponse(parsed === undefined ? "passed" : "redacted");
-      res.writeHead(proxyRes.statusCode ?? 502, {
-        ...sanitized.headers,
-        "content-length": out.length,
-        [REQUEST_ID_HEADER]: exchange.decision.requestId,
-      });
-      res.end(out);
+      if (looksLikeJson(seen) !== "unknown" || seen.length >= 4096) decideOn(false);
+    };
+    const onEnd = (): void => decideOn(true);
+    proxyRes.on("data", onData);
+    proxyRes.on("end", onEnd);
+    proxyRes.once("error", () => {
+      metrics?.proxyResponse("failed");
+      fail(res, exchange, "upstream_error", 502);
     });
   };
 
@@ -577,7 +760,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     if (exchange.method === "HEAD" || NO_BODY_STATUSES.has(status)) {
       exchange.settled = true;
       if (exchange.timer !== undefined) clearTimeout(exchange.timer);
-      const sanitized = sanitizeResponseHeaders(proxyRes.headers);
+      const sanitized = safeHeaders(exchange, proxyRes);
       metrics?.redactions(sanitized.events);
       metrics?.proxyResponse("passed");
       res.writeHead(status, { ...sanitized.headers, [REQUEST_ID_HEADER]: exchange.decision.requestId });
@@ -585,11 +768,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       proxyRes.resume();
       return;
     }
-    if (needsBuffering(single(proxyRes.headers["content-type"]), exchange.rules)) {
-      respondBuffered(exchange, proxyRes, res);
-    } else {
-      respondStreaming(exchange, proxyRes, res);
+    const encoding = mediaType(single(proxyRes.headers["content-encoding"]));
+    if (!DECODABLE_CODINGS.has(encoding)) {
+      // A coding it cannot decode could hide a credential from the scrubber: refused.
+      proxyRes.destroy();
+      refuse(res, exchange, "scrub_failed");
+      return;
     }
+    const buffering = needsBuffering(single(proxyRes.headers["content-type"]), encoding, exchange.rules);
+    if (buffering === true) respondBuffered(exchange, proxyRes, res);
+    else respondSniffed(exchange, proxyRes, res);
   };
 
   const server = createServer((req, res) => {

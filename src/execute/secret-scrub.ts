@@ -1,0 +1,418 @@
+import { Transform, type TransformCallback } from "node:stream";
+
+/**
+ * Removes the credentials the pipeline injected from what an upstream sends back, so that
+ * an upstream that echoes its request (a debug endpoint, an error page quoting headers, a
+ * JSON field named `received`) cannot hand the agent a credential it could use to call the
+ * upstream directly, outside all policy. One module for every path that returns upstream
+ * responses: the executor (invoke, broker, MCP) and the sidecar's forward proxy.
+ *
+ * What is looked for (docs/decisions/0402-injected-secret-scrubbing.md):
+ * - every injected header and query value, and every other secret of the auth profile
+ *   (client secret, access and refresh token), plus derived forms: the credential after an
+ *   auth scheme (`Bearer x` → `x`), and for `Basic` the decoded `user:pass` and the password;
+ * - each in the spellings an echo commonly uses: as is, percent-encoded (upper- and
+ *   lower-case hex, `encodeURIComponent`, RFC 3986 strict, form encoding), JSON-string
+ *   escaped, HTML-escaped, and base64 / base64url at any alignment inside a longer blob
+ *   (the part of the encoding that depends on the secret alone);
+ * - in bytes as UTF-8, and, when the body holds NUL bytes, as UTF-16 and UTF-32 (both orders).
+ *
+ * Every occurrence is overwritten in place with `*` (NUL bytes of wide encodings stay), so
+ * lengths are preserved: a streamed body keeps its Content-Length, binary formats their
+ * offsets, and nothing else of the body changes. Headers that carry a secret in their name
+ * or value are dropped. Transformations beyond these (case changes, hashing, reversal, an
+ * upstream that deliberately disguises a value) are outside what a scrubber can know.
+ */
+
+/** Shorter secrets are refused before anything is sent: scrubbing them would garble bodies. */
+export const MIN_SECRET_LENGTH = 8;
+
+const FILL_CHAR = "*";
+const FILL_BYTE = 0x2a;
+/** Overwriting cannot create a new occurrence unless a pattern contains the fill character: then a bounded re-check. */
+const MAX_ROUNDS = 3;
+
+/** A secret below MIN_SECRET_LENGTH: the message says which kind, never the value. */
+export class SecretTooShortError extends Error {
+  constructor(what: string) {
+    super(`${what} is shorter than ${MIN_SECRET_LENGTH} characters`);
+    this.name = "SecretTooShortError";
+  }
+}
+
+/** The body could not be scrubbed (a pattern kept reappearing); the response must be refused. */
+export class ScrubError extends Error {
+  constructor(message = "the response could not be scrubbed") {
+    super(message);
+    this.name = "ScrubError";
+  }
+}
+
+/** Credentials as the pipeline injects them (header and query values). */
+export interface InjectedValues {
+  readonly headers: Readonly<Record<string, string>>;
+  readonly query: Readonly<Record<string, string>>;
+}
+
+const AUTH_SCHEME = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+) +(\S(?:.*\S)?)$/s;
+const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;
+const CREDENTIAL_SCHEMES: ReadonlySet<string> = new Set(["basic", "bearer", "token", "dpop", "mac"]);
+
+function requireLength(value: string, what: string): void {
+  if (value.length < MIN_SECRET_LENGTH) throw new SecretTooShortError(what);
+}
+
+/** `user:pass` from a Basic credential, or undefined when it is not one. */
+function basicPair(credential: string): string | undefined {
+  if (!BASE64.test(credential)) return undefined;
+  const decoded = Buffer.from(credential, "base64");
+  if (decoded.toString("base64").replace(/=+$/, "") !== credential.replace(/=+$/, "")) return undefined;
+  const text = decoded.toString("utf8");
+  return text.includes(":") ? text : undefined;
+}
+
+function percentDecoded(value: string): string | undefined {
+  if (!value.includes("%") && !value.includes("+")) return undefined;
+  try {
+    return decodeURIComponent(value.replaceAll("+", " "));
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The plain forms of one secret value: itself, and what an auth-scheme header value holds
+ * (the credential; for Basic also `user:pass` and the password, form-decoded too).
+ * Throws SecretTooShortError when the value, a credential after a scheme, or a Basic
+ * password is shorter than MIN_SECRET_LENGTH.
+ */
+export function secretForms(value: string, what = "an injected secret"): string[] {
+  requireLength(value, what);
+  const forms = new Set<string>([value]);
+  const match = AUTH_SCHEME.exec(value);
+  if (match !== null) {
+    const scheme = (match[1] ?? "").toLowerCase();
+    const credential = match[2] ?? "";
+    if (CREDENTIAL_SCHEMES.has(scheme)) requireLength(credential, `the credential of ${what}`);
+    if (credential.length >= MIN_SECRET_LENGTH) forms.add(credential);
+    const pair = scheme === "basic" ? basicPair(credential) : undefined;
+    if (pair !== undefined) {
+      forms.add(pair);
+      const password = pair.slice(pair.indexOf(":") + 1);
+      requireLength(password, `the password of ${what}`);
+      forms.add(password);
+      const decoded = percentDecoded(password);
+      if (decoded !== undefined && decoded.length >= MIN_SECRET_LENGTH) forms.add(decoded);
+    }
+  }
+  return [...forms];
+}
+
+/** Every value to scrub for one execution: the injected header and query values and the profile's other secrets. */
+export function injectedSecrets(
+  credentials: InjectedValues | undefined,
+  profileSecrets: readonly string[] = [],
+): string[] {
+  const out = new Set<string>();
+  for (const value of Object.values(credentials?.headers ?? {}))
+    for (const form of secretForms(value, "an injected header value")) out.add(form);
+  for (const value of Object.values(credentials?.query ?? {}))
+    for (const form of secretForms(value, "an injected query value")) out.add(form);
+  for (const value of profileSecrets)
+    for (const form of secretForms(value, "an auth profile secret")) out.add(form);
+  return [...out];
+}
+
+const HTML_ENTITIES: Readonly<Record<string, string>> = {
+  "&": "&amp;",
+  "<": "&lt;",
+  ">": "&gt;",
+  '"': "&quot;",
+};
+
+/** The part of the base64 text of `bytes` that depends on them alone, when preceded by `offset` other bytes. */
+function base64Core(bytes: Buffer, offset: number): string {
+  const encoded = Buffer.concat([Buffer.alloc(offset), bytes]).toString("base64");
+  return encoded.slice(Math.ceil((8 * offset) / 6), Math.floor((8 * (offset + bytes.length)) / 6));
+}
+
+/** The spellings of one form that an echo commonly uses. */
+function spellings(form: string): string[] {
+  const out = new Set<string>([form]);
+  try {
+    const percent = encodeURIComponent(form);
+    out.add(percent);
+    out.add(percent.replace(/%[0-9A-F]{2}/g, (hex) => hex.toLowerCase()));
+    out.add(percent.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`));
+    out.add(new URLSearchParams([["", form]]).toString().slice(1));
+  } catch {
+    // A lone surrogate has no percent-encoding: the other spellings still apply.
+  }
+  const json = JSON.stringify(form).slice(1, -1);
+  out.add(json);
+  out.add(json.replaceAll("/", "\\/"));
+  // HTML escapers differ on the apostrophe: not at all, &#39; or &#x27;.
+  const html = form.replace(/[&<>"]/g, (c) => HTML_ENTITIES[c] ?? c);
+  out.add(html);
+  out.add(html.replaceAll("'", "&#39;"));
+  out.add(html.replaceAll("'", "&#x27;"));
+  const bytes = Buffer.from(form, "utf8");
+  for (let offset = 0; offset < 3; offset++) {
+    const core = base64Core(bytes, offset);
+    if (core.length < MIN_SECRET_LENGTH) continue;
+    out.add(core);
+    out.add(core.replaceAll("+", "-").replaceAll("/", "_"));
+  }
+  return [...out].filter((s) => s.length >= MIN_SECRET_LENGTH);
+}
+
+function utf32(text: string, littleEndian: boolean): Buffer {
+  const points = Array.from(text, (c) => c.codePointAt(0) ?? 0);
+  const out = Buffer.alloc(points.length * 4);
+  points.forEach((point, i) => {
+    if (littleEndian) out.writeUInt32LE(point, i * 4);
+    else out.writeUInt32BE(point, i * 4);
+  });
+  return out;
+}
+
+function wideForms(text: string): Buffer[] {
+  const le = Buffer.from(text, "utf16le");
+  const be = Buffer.from(le).swap16();
+  return [le, be, utf32(text, true), utf32(text, false)];
+}
+
+type Range = readonly [start: number, end: number];
+
+function rangesInBytes(haystack: Buffer, patterns: readonly Buffer[]): Range[] {
+  const ranges: Range[] = [];
+  for (const pattern of patterns) {
+    for (let at = haystack.indexOf(pattern); at !== -1; at = haystack.indexOf(pattern, at + 1)) {
+      ranges.push([at, at + pattern.length]);
+    }
+  }
+  return ranges;
+}
+
+function rangesInText(haystack: string, patterns: readonly string[]): Range[] {
+  const ranges: Range[] = [];
+  for (const pattern of patterns) {
+    for (let at = haystack.indexOf(pattern); at !== -1; at = haystack.indexOf(pattern, at + 1)) {
+      ranges.push([at, at + pattern.length]);
+    }
+  }
+  return ranges;
+}
+
+function fillBytes(bytes: Buffer, ranges: readonly Range[]): void {
+  for (const [start, end] of ranges) {
+    for (let i = start; i < end; i++) if (bytes[i] !== 0) bytes[i] = FILL_BYTE;
+  }
+}
+
+function fillText(text: string, ranges: readonly Range[]): string {
+  const sorted = [...ranges].sort((a, b) => a[0] - b[0]);
+  let out = "";
+  let at = 0;
+  for (const [start, end] of sorted) {
+    if (end <= at) continue;
+    const from = Math.max(start, at);
+    out += text.slice(at, from) + FILL_CHAR.repeat(end - from);
+    at = end;
+  }
+  return out + text.slice(at);
+}
+
+/**
+ * Whether a JSON text uses an optional escape (`\uXXXX` or `\/`). Without one, every parsed
+ * string and key is its raw text (the mandatory escapes are a spelling the scan knows), so
+ * scrubbing the text covers the parsed document and `scrubJson` can be skipped.
+ */
+export function hasOptionalJsonEscapes(text: string): boolean {
+  return text.includes("\\u") || text.includes("\\/");
+}
+
+export interface ScrubResult<T> {
+  readonly value: T;
+  /** How many occurrences were overwritten (0: the input is returned unchanged). */
+  readonly found: number;
+}
+
+export interface SecretScrubber {
+  /** No secret to look for (a profile that injects nothing): every method returns its input. */
+  readonly empty: boolean;
+  /** Overwrites occurrences in a copy of `bytes` (the input itself when none is found). */
+  scrubBytes(bytes: Buffer): ScrubResult<Buffer>;
+  scrubText(text: string): ScrubResult<string>;
+  /** Strings, object keys and numbers at any depth of a parsed JSON value (mutated in place). */
+  scrubJson(value: unknown): ScrubResult<unknown>;
+  /**
+   * Whether the parsed form of this decoded (already scrubbed) JSON text may still hold a secret:
+   * only when it uses an optional escape, and the text with those escapes decoded shows one.
+   * When false, `scrubJson` has nothing to find.
+   */
+  jsonNeedsRescan(text: string): boolean;
+  /** Whether a header name or value holds a secret. */
+  headerHoldsSecret(name: string, value: string | readonly string[]): boolean;
+  /** A stream that scrubs a body of any length as it passes, holding back only a pattern's length. */
+  createStream(): Transform;
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+}
+
+/**
+ * A scrubber for one execution's secrets (from `injectedSecrets`). The patterns are built
+ * once; callers that see the same credentials repeatedly (the sidecar) keep the scrubber.
+ */
+export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber {
+  const text = new Set<string>();
+  for (const secret of secrets) {
+    for (const spelling of spellings(secret)) {
+      text.add(spelling);
+      // Node reads header values as latin1: a non-ASCII secret shows up as its UTF-8 bytes.
+      const latin1 = Buffer.from(spelling, "utf8").toString("latin1");
+      if (latin1 !== spelling) text.add(latin1);
+    }
+  }
+  const textPatterns = [...text];
+  const bytePatterns = [
+    ...new Map(textPatterns.map((p) => Buffer.from(p, "utf8")).map((b) => [b.toString("hex"), b])).values(),
+  ];
+  const wide = textPatterns.flatMap(wideForms);
+  // ASCII in a wide encoding always has NUL bytes; other characters may have none.
+  const widePatterns = wide.filter((p) => p.includes(0));
+  const wideAlways = wide.filter((p) => !p.includes(0));
+  const fillSensitive = textPatterns.some((p) => p.includes(FILL_CHAR));
+  const minLength = Math.min(...textPatterns.map((p) => p.length));
+  const maxBytes = Math.max(0, ...bytePatterns.map((p) => p.length), ...wide.map((p) => p.length));
+  const empty = textPatterns.length === 0;
+
+  const byteRanges = (bytes: Buffer): Range[] => {
+    const ranges = rangesInBytes(bytes, bytePatterns);
+    if (wideAlways.length > 0) ranges.push(...rangesInBytes(bytes, wideAlways));
+    // Wide encodings need NUL bytes: a body without any cannot hold one.
+    if (bytes.includes(0)) ranges.push(...rangesInBytes(bytes, widePatterns));
+    return ranges;
+  };
+
+  const scrubBytes = (bytes: Buffer): ScrubResult<Buffer> => {
+    if (empty || bytes.length < minLength) return { value: bytes, found: 0 };
+    let ranges = byteRanges(bytes);
+    if (ranges.length === 0) return { value: bytes, found: 0 };
+    const out = Buffer.from(bytes);
+    let found = 0;
+    for (let round = 0; ranges.length > 0; round++) {
+      if (round === MAX_ROUNDS) throw new ScrubError();
+      fillBytes(out, ranges);
+      found += ranges.length;
+      ranges = fillSensitive ? byteRanges(out) : [];
+    }
+    return { value: out, found };
+  };
+
+  const scrubText = (input: string): ScrubResult<string> => {
+    if (empty || input.length < minLength) return { value: input, found: 0 };
+    let out = input;
+    let found = 0;
+    let ranges = rangesInText(out, textPatterns);
+    for (let round = 0; ranges.length > 0; round++) {
+      if (round === MAX_ROUNDS) throw new ScrubError();
+      out = fillText(out, ranges);
+      found += ranges.length;
+      ranges = fillSensitive ? rangesInText(out, textPatterns) : [];
+    }
+    return { value: out, found };
+  };
+
+  const scrubJson = (root: unknown): ScrubResult<unknown> => {
+    if (empty) return { value: root, found: 0 };
+    let found = 0;
+    const scrubLeaf = (value: unknown): unknown => {
+      if (typeof value === "string") {
+        const result = scrubText(value);
+        found += result.found;
+        return result.value;
+      }
+      if (typeof value === "number" || typeof value === "bigint") {
+        const result = scrubText(String(value));
+        found += result.found;
+        return result.found === 0 ? value : result.value;
+      }
+      return value;
+    };
+    const top = scrubLeaf(root);
+    if (typeof root !== "object" || root === null) return { value: top, found };
+    // An explicit stack: a deeply nested body cannot overflow the call stack.
+    const stack: unknown[] = [root];
+    for (let node = stack.pop(); node !== undefined; node = stack.pop()) {
+      if (Array.isArray(node)) {
+        for (let i = 0; i < node.length; i++) {
+          const child: unknown = node[i];
+          if (typeof child === "object" && child !== null) stack.push(child);
+          else node[i] = scrubLeaf(child);
+        }
+      } else if (isRecord(node)) {
+        const entries = Object.entries(node);
+        const names = entries.map(([key]) => scrubText(key));
+        const renamed = names.some((name) => name.found > 0);
+        // Keys are redefined in their order; a renamed one needs all of them redefined.
+        if (renamed) for (const [key] of entries) delete node[key];
+        entries.forEach(([key, child], i) => {
+          const name = names[i] ?? { value: key, found: 0 };
+          found += name.found;
+          const isNode = typeof child === "object" && child !== null;
+          const value = isNode ? child : scrubLeaf(child);
+          if (renamed || value !== child) setOwn(node, name.value, value);
+          if (isNode) stack.push(child);
+        });
+      }
+    }
+    return { value: root, found };
+  };
+
+  const jsonNeedsRescan = (text: string): boolean => {
+    if (empty || !hasOptionalJsonEscapes(text)) return false;
+    // A decoded view is enough: misreading an escaped backslash before `u` only adds matches.
+    const view = text.replace(/\\u([0-9a-fA-F]{4})|\\\//g, (_match, hex: string | undefined) =>
+      hex === undefined ? "/" : String.fromCharCode(Number.parseInt(hex, 16)),
+    );
+    return rangesInText(view, textPatterns).length > 0;
+  };
+
+  const headerHoldsSecret = (name: string, value: string | readonly string[]): boolean => {
+    if (empty) return false;
+    if (scrubText(name).found > 0) return true;
+    const values: readonly string[] = typeof value === "string" ? [value] : value;
+    return values.some((v) => scrubText(v).found > 0);
+  };
+
+  const createStream = (): Transform => {
+    const hold = Math.max(0, maxBytes - 1);
+    let carry: Buffer = Buffer.alloc(0);
+    return new Transform({
+      transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback) {
+        try {
+          const joined = carry.length === 0 ? chunk : Buffer.concat([carry, chunk]);
+          const { value } = scrubBytes(joined);
+          // A match that starts before the cut is complete in `joined` and already overwritten.
+          const cut = Math.max(0, value.length - hold);
+          carry = Buffer.from(value.subarray(cut));
+          callback(null, cut === 0 ? undefined : value.subarray(0, cut));
+        } catch (error) {
+          callback(error as Error);
+        }
+      },
+      flush(callback: TransformCallback) {
+        callback(null, carry.length === 0 ? undefined : carry);
+      },
+    });
+  };
+
+  return { empty, scrubBytes, scrubText, scrubJson, jsonNeedsRescan, headerHoldsSecret, createStream };
+}
