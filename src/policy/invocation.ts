@@ -16,7 +16,7 @@ import {
   type PolicyLoad,
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
-import { type DenyReason, denyReasons, type ErrorCode } from "../errors.ts";
+import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
 import type { PolicyRecordFacts } from "./record.ts";
 import type { DecisionRuntime } from "./runtime.ts";
 
@@ -48,6 +48,11 @@ export interface InvocationRequest {
   /** The caller could not be authenticated because the issuer's keys are unreachable. */
   readonly authenticationUnavailable?: boolean;
   /**
+   * A bearer token was sent and rejected (bad signature, expired, wrong audience…): the deny
+   * for the missing subject says so (`invalid_token`) instead of `missing_subject`.
+   */
+  readonly tokenRejected?: boolean;
+  /**
    * Paths that go on to run the operation (invoke, broker, MCP) record an allow only once
    * the pipeline's outcome is known, through `settle` on the result: a refusal after the
    * decision (input, constraints, rollout gate, rendering, egress, redaction…) is then the
@@ -64,9 +69,12 @@ export interface InvocationRequest {
  */
 export type SettleInvocation = (refusal?: ErrorCode | null) => Promise<void>;
 
+/** A deny names a spec reason, or `invalid_token` when a bearer token was sent and rejected. */
+export type InvocationDenyReason = DenyReason | "invalid_token";
+
 export type InvocationOutcome =
   | { readonly status: "allowed"; readonly permissionId: string }
-  | { readonly status: "denied"; readonly reason: DenyReason };
+  | { readonly status: "denied"; readonly reason: InvocationDenyReason };
 
 export interface InvocationResult {
   readonly outcome: InvocationOutcome;
@@ -177,6 +185,11 @@ function recordedPath(path: string): string {
   return normalizeRequestPath(path)?.path ?? path;
 }
 
+/** No subject because the token that was sent was rejected: say so. */
+function denyReasonOf(reason: DenyReason, request: InvocationRequest): InvocationDenyReason {
+  return reason === "missing_subject" && request.tokenRejected === true ? "invalid_token" : reason;
+}
+
 export async function authorizeInvocation(
   runtime: DecisionRuntime,
   request: InvocationRequest,
@@ -189,12 +202,13 @@ export async function authorizeInvocation(
     try {
       const evaluation = await evaluate(runtime, request);
       const { decision } = evaluation;
+      const outcome: InvocationOutcome =
+        decision.status === "allowed"
+          ? { status: "allowed", permissionId: decision.permissionId }
+          : { status: "denied", reason: denyReasonOf(decision.reason, request) };
       result = {
-        outcome:
-          decision.status === "allowed"
-            ? { status: "allowed", permissionId: decision.permissionId }
-            : { status: "denied", reason: decision.reason },
-        httpStatus: decision.status === "allowed" ? 200 : denyReasons[decision.reason].status,
+        outcome,
+        httpStatus: outcome.status === "allowed" ? 200 : errorCodes[outcome.reason].status,
         unavailable: false,
         decision,
         partnerId: evaluation.partnerId,

@@ -911,7 +911,7 @@ describe("bad input", () => {
       json: { capability_id: CAPABILITY, method: "GET", path: "/items/1" },
     });
     expectDocumented(authorize, [401], "authorize, 10 KB token", "big");
-    assert.equal(authorize.json.reason, "missing_subject");
+    assert.equal(authorize.json.reason, "invalid_token");
     const adminReply = await send("GET", `${system.url}/partners`, { token: big });
     expectDocumented(adminReply, [401], "admin, 10 KB token", "big");
     const mcp = await send("POST", `${system.url}/mcp`, {

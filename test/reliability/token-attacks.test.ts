@@ -1,7 +1,7 @@
 /**
  * Token attacks through the public endpoints. Every forged, replayed or misused token is
  * refused with the endpoint's documented answer — authorize-invocation: 401 deny
- * `missing_subject`; admin routes, /mcp and /v1/authority/verify: 401 `invalid_token`;
+ * `invalid_token`; admin routes, /mcp and /v1/authority/verify: 401 `invalid_token`;
  * the sidecar's ext_authz: 401; binding invoke: 401 `invalid_token` for the workload
  * token, 401 `invalid_user_assertion` for the user assertion — and a correctly signed
  * control token with the same claims is accepted, so each refusal is for the attack.
@@ -119,9 +119,10 @@ describe("token attacks", () => {
       assert.equal(authorize.status, 401, `${name}: ${authorize.text}`);
       assert.deepEqual(authorize.json, {
         status: "denied",
-        reason: "missing_subject",
+        reason: "invalid_token",
         requestId: authorize.json.requestId,
       });
+      assert.match(String(authorize.headers["www-authenticate"]), /error="invalid_token"/);
       const admin = await system.call("GET", `${system.url}/partners`, { token });
       assert.equal(admin.status, 401, `${name}: ${admin.text}`);
       assert.equal(admin.json.error, "invalid_token");

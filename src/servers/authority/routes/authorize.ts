@@ -51,9 +51,13 @@ const outcomeSchema = {
 type Authentication =
   | { readonly kind: "ok"; readonly principal: Principal }
   | { readonly kind: "none" }
+  | { readonly kind: "rejected" }
   | { readonly kind: "unavailable" };
 
-/** Step 1: a missing or rejected bearer token is no subject; unreachable issuer keys are an outage. */
+/**
+ * Step 1: a missing or rejected bearer token is no subject (a rejected one is answered
+ * `invalid_token`); unreachable issuer keys are an outage.
+ */
 async function authenticate(request: FastifyRequest, context: AuthorityContext): Promise<Authentication> {
   try {
     const principal = await optionalPrincipal(request, context);
@@ -61,7 +65,7 @@ async function authenticate(request: FastifyRequest, context: AuthorityContext):
   } catch (error) {
     if (error instanceof AuthorityError && error.code === "upstream_unavailable")
       return { kind: "unavailable" };
-    return { kind: "none" };
+    return { kind: "rejected" };
   }
 }
 
@@ -100,8 +104,12 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
           // The spec's form names the template; it reaches no upstream, so its braces are placeholders.
           pathIsTemplate: typeof request.body.path === "string" && request.body.path.includes("{"),
           authenticationUnavailable: auth.kind === "unavailable",
+          tokenRejected: auth.kind === "rejected",
         });
         if (result.httpStatus === 503) reply.header("retry-after", "1");
+        if (result.outcome.status === "denied" && result.outcome.reason === "invalid_token") {
+          reply.header("www-authenticate", 'Bearer realm="authority", error="invalid_token"');
+        }
         return reply.code(result.httpStatus).send(body(result, request.id));
       },
     );

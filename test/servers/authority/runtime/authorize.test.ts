@@ -50,7 +50,7 @@ describe("POST /v1/authorize-invocation over HTTP", () => {
 
   const denies: Array<[string, number, () => Promise<{ status: number; body: Record<string, unknown> }>]> = [
     ["missing_subject", 401, () => h.authorize(ask())],
-    ["missing_subject", 401, () => h.authorize(ask(), "not-a-jwt")],
+    ["invalid_token", 401, () => h.authorize(ask(), "not-a-jwt")],
     [
       "missing_capability",
       400,

@@ -37,9 +37,8 @@ export async function startHarness(
     },
     env: {},
   });
-  const service = await buildAuthorityService(
-    options.storeUrl === undefined ? config : { ...config, kek: { ...config.kek, createIfMissing: true } },
-  );
+  // A fresh state directory: the test does the explicit KEK init an operator does once.
+  const service = await buildAuthorityService({ ...config, kek: { ...config.kek, createIfMissing: true } });
   const url = await service.listen();
 
   const send = async (method: string, path: string, token: string | undefined, body?: unknown) => {
