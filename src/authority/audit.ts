@@ -1,6 +1,6 @@
 import type { Store } from "../store/store.ts";
 import type { Actor } from "./deps.ts";
-import { logs, type PolicyChangeAuditRecord } from "./model.ts";
+import { type BindingChangeAuditRecord, logs, type PolicyChangeAuditRecord } from "./model.ts";
 
 export interface PolicyChange {
   readonly action: PolicyChangeAuditRecord["action"];
@@ -27,4 +27,13 @@ export async function recordPolicyChange(
     requestId: actor.requestId,
   };
   await store.append(logs.audit, record);
+}
+
+/** Appends one binding-change record (experience writes) to the shared `audit` log. */
+export async function recordBindingChange(
+  store: Store,
+  record: Omit<BindingChangeAuditRecord, "kind">,
+): Promise<void> {
+  const row: BindingChangeAuditRecord = { kind: "binding_change", ...record };
+  await store.append(logs.audit, row);
 }

@@ -196,6 +196,20 @@ export const authProfileSecretOwner = (partnerId: string): string => `auth-profi
  * What the admin API appends to the `audit` log for every policy change. The runtime
  * path appends its decision records to the same log, so GET /admin/audit shows both.
  */
+/** A change of a binding's end-user experience (src/bindings/experience.ts), in the `audit` log. */
+export interface BindingChangeAuditRecord {
+  readonly kind: "binding_change";
+  readonly action: "experience_put" | "experience_update";
+  readonly actor: string;
+  readonly partner_id: string;
+  readonly binding_id: string;
+  /** The experience's revision after the change, and whether it is enabled. */
+  readonly revision: number;
+  readonly enabled: boolean;
+  readonly time: string;
+  readonly requestId: string;
+}
+
 export interface PolicyChangeAuditRecord {
   readonly kind: "policy_change";
   /** `identity`: which principals stand for the subject changed (PATCH …/users/{subject}). */

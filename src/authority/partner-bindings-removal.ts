@@ -43,6 +43,7 @@ export async function removePartnerBindings(
     for (const collection of [bindingCollections.mappings, bindingCollections.idempotency]) {
       for (const item of await scanAll(store, collection, prefix)) await store.delete(collection, item.id);
     }
+    await store.delete(bindingCollections.experiences, index.binding_id);
     await store.delete(bindingCollections.bindings, index.binding_id);
     await store.delete(bindingCollections.partnerBindings, indexId);
   }

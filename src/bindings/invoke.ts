@@ -38,9 +38,10 @@ import { newEvidenceId, sha256Ref } from "./derive.ts";
 import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";
 import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
 import { evidenceLogInput, writeEvidence } from "./evidence.ts";
+import { experienceDenial, experiencePermits, findExperience } from "./experience.ts";
 import type { WorkResult } from "./idempotency.ts";
 import { findMapping } from "./mappings.ts";
-import type { InvocationEvidence, StoredResponse } from "./model.ts";
+import type { ExperienceRecord, InvocationEvidence, StoredResponse } from "./model.ts";
 import type { BindingRuntime } from "./runtime.ts";
 
 export interface InvokeArguments {
@@ -151,10 +152,14 @@ async function checkBeforeDecryption(
   call: InvokeCall,
   capabilityId: string,
   target: Target,
+  experience: ExperienceRecord | undefined,
 ): Promise<DenyReason | undefined> {
   const { binding } = call.workload;
   const { subjectId } = call.user.derived;
   if (!binding.active) return "missing_subject";
+  // The binding's experience narrows what end users may reach (a disabled one: nothing).
+  const hidden = experienceDenial(experience, capabilityId);
+  if (hidden !== undefined) return hidden;
   const mapping = await findMapping(deps, binding.binding_id, subjectId);
   if (mapping === undefined || mapping.partner_id !== binding.partner_id) return "missing_subject";
   const subject = await runtime.decisions.subjects.get(subjectId);
@@ -354,6 +359,8 @@ async function decideCall(
     path: call.body.path ?? call.body.permission_id ?? call.body.operation_id ?? "",
   };
 
+  // Read once per call: the same copy serves the check before decryption and the decision.
+  const experience = capabilityId === undefined ? undefined : await findExperience(deps, binding);
   // Step 1 of the spec's decision: no capability context is the Deny `missing_capability`.
   const resolved: TargetOutcome =
     capabilityId === undefined
@@ -363,7 +370,7 @@ async function decideCall(
   const facts = target === undefined ? base : { ...base, method: target.method, path: target.path };
   const preDeny =
     resolved.ok && capabilityId !== undefined
-      ? await checkBeforeDecryption(runtime, deps, call, capabilityId, resolved.target)
+      ? await checkBeforeDecryption(runtime, deps, call, capabilityId, resolved.target, experience)
       : resolved.ok
         ? undefined
         : resolved.reason;
@@ -419,6 +426,7 @@ async function decideCall(
     expectedContext: derived.context,
     authenticatedAs: { via: "binding", partnerId: binding.partner_id },
     settleAllowLater: settleLater,
+    ...(experience === undefined ? {} : { permits: experiencePermits(experience) }),
   });
   const decidedAt = performance.now();
   const policy = authorized.policy;

@@ -22,6 +22,8 @@ export const bindingCollections = {
   idempotency: "binding_idempotency",
   /** `<binding_id>/<evidence_id>` → InvocationEvidence */
   invocations: "binding_invocations",
+  /** binding_id → ExperienceRecord (the end-user-facing configuration; experience.ts) */
+  experiences: "binding_experiences",
   /** Workload-token signing key (one document, id `signing`). */
   tokenKeys: "workload_token_keys",
 } as const;
@@ -34,6 +36,7 @@ export const bindingKeys = {
   mapping: (bindingId: string, subjectId: string): string => `${bindingId}/${subjectId}`,
   idempotency: (bindingId: string, keyHash: string): string => `${bindingId}/${keyHash}`,
   invocation: (bindingId: string, evidenceId: string): string => `${bindingId}/${evidenceId}`,
+  experience: (bindingId: string): string => bindingId,
 } as const;
 
 /** Scope a workload token needs for `POST /v1/bindings/{id}/invoke`. */
@@ -108,6 +111,38 @@ export interface ExternalMappingRecord {
   /** The binding's mapping_version when the mapping was created or last assigned. */
   readonly mapping_version: string;
   readonly display_name: string;
+  readonly created_at: string;
+  readonly updated_at: string;
+}
+
+/** One tool (a permission id) the binding's end users see, with the partner's wording. */
+export interface ExperienceTool {
+  readonly permission_id: string;
+  /** Shown instead of the tool's generated name where a listing shows tools. */
+  readonly display_name: string | null;
+  readonly description: string | null;
+}
+
+/** One capability the binding's end users see; `tools` null: every tool the policy allows. */
+export interface ExperienceCapability {
+  readonly capability_id: string;
+  readonly tools: readonly ExperienceTool[] | null;
+}
+
+/**
+ * What a binding's end users see (docs/bindings.md "Experience"). It only narrows what each
+ * user's policy allows: a capability or tool outside an enabled experience is denied, a
+ * disabled experience denies everything of the binding, no experience changes nothing.
+ */
+export interface ExperienceRecord {
+  readonly binding_id: string;
+  readonly partner_id: string;
+  readonly enabled: boolean;
+  readonly display_name: string | null;
+  readonly capabilities: readonly ExperienceCapability[];
+  readonly consent: { readonly text: string; readonly version: string } | null;
+  /** 1 on creation, +1 on every change. */
+  readonly revision: number;
   readonly created_at: string;
   readonly updated_at: string;
 }

@@ -59,6 +59,12 @@ export interface InvocationRequest {
    * one record of the request, as a deny with that refusal's code. Denies are recorded at once.
    */
   readonly settleAllowLater?: boolean;
+  /**
+   * A narrowing the transport adds (a binding's experience, src/bindings/experience.ts):
+   * an allow of a permission it rejects becomes the deny `operation_not_allowed`. It can
+   * only take away from what the policy allows, never add.
+   */
+  readonly permits?: (permissionId: string) => boolean;
 }
 
 /**
@@ -145,8 +151,12 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
   const loaded = await runtime.policies.load(subjectId, { partnerId });
+  const decided = decide({ ...base, capability, policy: loaded.policy });
   return {
-    decision: decide({ ...base, capability, policy: loaded.policy }),
+    decision:
+      decided.status === "allowed" && request.permits !== undefined && !request.permits(decided.permissionId)
+        ? { status: "denied", reason: "operation_not_allowed" }
+        : decided,
     partnerId,
     capability,
     ...(loaded.record === undefined ? {} : { policy: loaded.record }),

@@ -162,7 +162,10 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
       path: "/admin/audit",
       log: logs.audit,
       filters: {
-        kind: { schema: { type: "string", enum: ["decision", "policy_change"] }, field: "kind" },
+        kind: {
+          schema: { type: "string", enum: ["decision", "policy_change", "binding_change"] },
+          field: "kind",
+        },
         subject: { schema: text(), field: "subject_id" },
         capability: { schema: text(256), field: "capability_id" },
         decision: { schema: { type: "string", enum: ["allowed", "denied"] }, field: "decision" },

@@ -25,6 +25,13 @@ import {
 } from "../../../bindings/bindings.ts";
 import { getEvidence, listEvidence } from "../../../bindings/evidence.ts";
 import {
+  type ExperienceInput,
+  type ExperienceUpdate,
+  getExperience,
+  putExperience,
+  updateExperience,
+} from "../../../bindings/experience.ts";
+import {
   type CreateMappingInput,
   createMapping,
   getMapping,
@@ -44,7 +51,7 @@ import { assertCanManagePartner, assertCanReadPartner, type Principal } from "..
 /**
  * The headless partner API's lifecycle routes (docs/bindings.md): bindings of a partner,
  * their workload clients, mapped external subjects, API assignments, the binding's auth
- * profile, invocations and evidence. Callers: `admin`, or `partner_admin` of the
+ * profile, the end-user experience, invocations and evidence. Callers: `admin`, or `partner_admin` of the
  * binding's partner; reads also `auditor`.
  */
 
@@ -157,6 +164,80 @@ const authProfileBody = {
   additionalProperties: false,
   required: ["auth_profile_ref"],
   properties: { auth_profile_ref: { anyOf: [idSchemas.local, { type: "null" }] } },
+} as const;
+
+const text = (max: number) => ({ type: "string", minLength: 1, maxLength: max }) as const;
+const nullableText = (max: number) => ({ anyOf: [text(max), { type: "null" }] }) as const;
+const experienceTool = {
+  type: "object",
+  additionalProperties: false,
+  required: ["permission_id"],
+  properties: {
+    permission_id: text(2048),
+    display_name: nullableText(128),
+    description: nullableText(1024),
+  },
+} as const;
+const experienceCapability = {
+  type: "object",
+  additionalProperties: false,
+  required: ["capability_id"],
+  properties: {
+    capability_id: idSchemas.capability,
+    tools: { anyOf: [{ type: "array", maxItems: 1000, items: experienceTool }, { type: "null" }] },
+  },
+} as const;
+const experienceFields = {
+  enabled: { type: "boolean" },
+  display_name: nullableText(256),
+  capabilities: { type: "array", maxItems: 100, items: experienceCapability },
+  consent: {
+    anyOf: [
+      {
+        type: "object",
+        additionalProperties: false,
+        required: ["text", "version"],
+        properties: { text: text(16_384), version: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,64}$" } },
+      },
+      { type: "null" },
+    ],
+  },
+} as const;
+const putExperienceBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["capabilities"],
+  properties: experienceFields,
+} as const;
+const patchExperienceBody = {
+  type: "object",
+  additionalProperties: false,
+  minProperties: 1,
+  properties: experienceFields,
+} as const;
+/** The stored experience as answered (response schema: nothing else leaves). */
+const experienceResponse = {
+  type: "object",
+  additionalProperties: false,
+  required: [
+    "binding_id",
+    "partner_id",
+    "enabled",
+    "display_name",
+    "capabilities",
+    "consent",
+    "revision",
+    "created_at",
+    "updated_at",
+  ],
+  properties: {
+    binding_id: { type: "string" },
+    partner_id: { type: "string" },
+    ...experienceFields,
+    revision: { type: "integer" },
+    created_at: { type: "string" },
+    updated_at: { type: "string" },
+  },
 } as const;
 
 type BindingParams = { bindingId: string };
@@ -306,6 +387,39 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
       { schema: { params: bindingParams, body: authProfileBody } },
       async (request) =>
         setBindingAuthProfile(context, await bindingFor(request, true), request.body.auth_profile_ref),
+    );
+
+    app.put<{ Params: BindingParams; Body: ExperienceInput }>(
+      "/v1/bindings/:bindingId/experience",
+      {
+        schema: {
+          params: bindingParams,
+          body: putExperienceBody,
+          response: { 200: experienceResponse, 201: experienceResponse },
+        },
+      },
+      async (request, reply) => {
+        const binding = await bindingFor(request, true);
+        const actor = actorOf(principalOf(request), request);
+        const written = await putExperience(context, actor, binding, request.body);
+        reply.code(written.created ? 201 : 200);
+        return written.experience;
+      },
+    );
+
+    app.get<{ Params: BindingParams }>(
+      "/v1/bindings/:bindingId/experience",
+      { schema: { params: bindingParams, response: { 200: experienceResponse } } },
+      async (request) => getExperience(context, await bindingFor(request, false)),
+    );
+
+    app.patch<{ Params: BindingParams; Body: ExperienceUpdate }>(
+      "/v1/bindings/:bindingId/experience",
+      { schema: { params: bindingParams, body: patchExperienceBody, response: { 200: experienceResponse } } },
+      async (request) => {
+        const binding = await bindingFor(request, true);
+        return updateExperience(context, actorOf(principalOf(request), request), binding, request.body);
+      },
     );
 
     app.get<{ Params: BindingParams; Querystring: PageQuery }>(
