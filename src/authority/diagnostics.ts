@@ -9,6 +9,13 @@ import {
   logs,
   storeKeys,
 } from "./model.ts";
+import {
+  type McpFacts,
+  type OAuthFacts,
+  type PlatformEndpoints,
+  type ResourceFacts,
+  resourceFacts,
+} from "./platform-diagnostics.ts";
 import { scan } from "./store-scan.ts";
 
 /** Facts about the configuration that are safe to show (no secrets, no credentials in URLs). */
@@ -28,7 +35,9 @@ export interface DiagnosticsWarning {
     | "policy_expired"
     | "capability_without_policy"
     | "auth_profile_missing"
-    | "scan_truncated";
+    | "scan_truncated"
+    | "resource_unreachable"
+    | "jwks_unavailable";
   readonly message: string;
   readonly partner_id?: string;
   readonly subject_id?: string;
@@ -47,7 +56,17 @@ export interface Diagnostics {
     readonly policy_change_notifications: "configured" | "not_configured";
   };
   readonly configuration: ConfigurationFacts;
+  readonly mcp: McpFacts;
+  readonly oauth: OAuthFacts;
+  readonly resources: ResourceFacts;
   readonly warnings: readonly DiagnosticsWarning[];
+}
+
+/** What the route adds about the platform (platform-diagnostics.ts). */
+export interface PlatformInput {
+  readonly mcp: McpFacts;
+  readonly oauth: OAuthFacts;
+  readonly endpoints: PlatformEndpoints | undefined;
 }
 
 /** Warn about policies expiring within this window. */
@@ -159,10 +178,12 @@ async function capabilityWarnings(
 export async function collectDiagnostics(
   deps: AdminDeps,
   configuration: ConfigurationFacts,
+  platform: PlatformInput,
 ): Promise<Diagnostics> {
   const now = deps.now();
   const health = await safeHealth(deps);
-  const warnings: DiagnosticsWarning[] = [];
+  const resources = await resourceFacts(deps.store, health, platform.endpoints);
+  const warnings: DiagnosticsWarning[] = platformWarnings(resources, platform.oauth);
   const counts: Record<string, number> = {};
   if (!health.ok) {
     warnings.push({ code: "store_unhealthy", message: `the store reports a problem: ${health.detail}` });
@@ -183,6 +204,27 @@ export async function collectDiagnostics(
       policy_change_notifications: deps.onPolicyChange === undefined ? "not_configured" : "configured",
     },
     configuration,
+    mcp: platform.mcp,
+    oauth: platform.oauth,
+    resources,
     warnings,
   };
+}
+
+/** A service the process uses that does not answer, or an issuer whose keys could not be fetched. */
+function platformWarnings(resources: ResourceFacts, oauth: OAuthFacts): DiagnosticsWarning[] {
+  const warnings: DiagnosticsWarning[] = [];
+  const used: Array<[string, ResourceFacts["redis"]]> = [["redis", resources.redis]];
+  if (resources.crypto_service.in_use) used.push(["crypto_service", resources.crypto_service]);
+  for (const [name, facts] of used) {
+    if (facts.configured && !facts.reachable) {
+      warnings.push({ code: "resource_unreachable", message: `${name} did not answer (${facts.detail})` });
+    }
+  }
+  for (const issuer of oauth.issuers) {
+    if (issuer.jwks?.state === "failed") {
+      warnings.push({ code: "jwks_unavailable", message: "the last JWKS fetch of the issuer failed" });
+    }
+  }
+  return warnings;
 }

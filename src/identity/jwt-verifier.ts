@@ -85,9 +85,22 @@ export interface VerifiedToken {
   readonly claims: Readonly<JWTPayload>;
 }
 
+/** What the verifier knows of its key set, for diagnostics (no key material). */
+export interface JwksStatus {
+  readonly source: "remote" | "inline";
+  /** `ok`: the last key lookup had a key set; `failed`: it could not be fetched; `not_fetched`: none yet. */
+  readonly state: "ok" | "failed" | "not_fetched";
+  /** Keys in the key set held now; null when none is held. */
+  readonly key_count: number | null;
+  /** When the last lookup that needed the key set ended; null before the first. */
+  readonly checked_at: string | null;
+}
+
 export interface JwtVerifier {
   readonly issuer: string;
   verify(token: string): Promise<VerifiedToken>;
+  /** The key set's state (createJwtVerifier's verifiers have it; wrappers may not). */
+  jwksStatus?(): JwksStatus;
 }
 
 const DEFAULT_TENANT_CLAIM = "tenant";
@@ -213,10 +226,18 @@ function positiveInt(value: unknown, name: string, fallback: number): number {
  * non-200, bad JSON, bad key set) become `jwks_unavailable` here, where their origin is
  * still certain, so an outage is never mistaken for a bad token.
  */
-function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): JWTVerifyGetKey {
+function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
+  getKey: JWTVerifyGetKey;
+  status: () => JwksStatus;
+} {
   if (isJwks(jwks)) {
     try {
-      return createLocalJWKSet(jwks);
+      const getKey = createLocalJWKSet(jwks);
+      const keyCount = jwks.keys.length;
+      return {
+        getKey,
+        status: () => ({ source: "inline", state: "ok", key_count: keyCount, checked_at: null }),
+      };
     } catch {
       fail("jwks is not a valid JSON Web Key Set");
     }
@@ -231,17 +252,36 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): JWTVerifyGetKey {
     cooldownDuration: nonNegative(remote.cooldownMs, "jwks.cooldownMs", 10_000),
     cacheMaxAge: nonNegative(remote.cacheMaxAgeMs, "jwks.cacheMaxAgeMs", 300_000),
   });
-  return async (header: JWSHeaderParameters, token: FlattenedJWSInput) => {
+  let state: JwksStatus["state"] = "not_fetched";
+  let checkedAt: string | null = null;
+  const settle = (outcome: "ok" | "failed") => {
+    state = outcome;
+    checkedAt = new Date().toISOString();
+  };
+  const resolver = async (header: JWSHeaderParameters, token: FlattenedJWSInput) => {
     try {
-      return await getKey(header, token);
+      const key = await getKey(header, token);
+      settle("ok");
+      return key;
     } catch (error) {
       if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys) {
+        settle("ok");
         throw error;
       }
+      settle("failed");
       throw new TokenVerificationError("jwks_unavailable", "the JSON Web Key Set could not be fetched", {
         cause: error,
       });
     }
+  };
+  return {
+    getKey: resolver,
+    status: () => ({
+      source: "remote",
+      state,
+      key_count: getKey.jwks()?.keys.length ?? null,
+      checked_at: checkedAt,
+    }),
   };
 }
 
@@ -367,7 +407,7 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
 
 export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
   const opts = resolveOptions(options);
-  const getKey = createKeyResolver(options.jwks);
+  const { getKey, status: jwksStatus } = createKeyResolver(options.jwks);
 
   async function verify(token: string): Promise<VerifiedToken> {
     if (typeof token !== "string" || token.length === 0) {
@@ -395,5 +435,5 @@ export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
     return checkClaims(payload, opts, Math.floor(now.getTime() / 1000));
   }
 
-  return { issuer: opts.issuer, verify };
+  return { issuer: opts.issuer, verify, jwksStatus };
 }

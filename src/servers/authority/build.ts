@@ -55,7 +55,9 @@ export function createCachingVerifier(
   if (options.max === 0) return verifier;
   const now = options.now ?? Date.now;
   const cache = new LRUCache<string, { token: VerifiedBearer; expiresAtMs: number }>({ max: options.max });
+  const inner = verifier.jwksStatus?.bind(verifier);
   return {
+    ...(inner === undefined ? {} : { jwksStatus: inner }),
     async verify(token) {
       const key = createHash("sha256").update(token).digest("base64url");
       const hit = cache.get(key);
@@ -220,6 +222,13 @@ export async function buildAuthorityService(
       verifier,
       protector,
       secretKeyRings: keyRings,
+      platform: {
+        jwksUrl: config.jwksUrl,
+        cryptoUrl: config.cryptoUrl,
+        cryptoInUse: config.policyProtection.mode === "crypto",
+        managedUrl: config.managedUrl,
+        ...(config.redisUrl === undefined ? {} : { redisUrl: config.redisUrl }),
+      },
       ...(publisher === undefined
         ? {}
         : {

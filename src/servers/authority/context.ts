@@ -1,4 +1,6 @@
+import type { PlatformEndpoints } from "../../authority/platform-diagnostics.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
+import type { JwksStatus } from "../../identity/jwt-verifier.ts";
 import type { McpConfig } from "../../mcp/config.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -14,6 +16,8 @@ export interface BearerVerifier {
     readonly clientId?: string | undefined;
     readonly claims: Readonly<Record<string, unknown>>;
   }>;
+  /** The state of the verifier's key set (diagnostics), where the verifier exposes it. */
+  jwksStatus?(): JwksStatus;
 }
 
 export interface AuthorityServiceConfig {
@@ -56,4 +60,6 @@ export interface AuthorityContext {
    * Absent: the strict default — no loopback, private, link-local or metadata destination.
    */
   readonly egress?: EgressPolicy;
+  /** Platform services this process knows of (GET /admin/diagnostics probes them). */
+  readonly platform?: PlatformEndpoints;
 }

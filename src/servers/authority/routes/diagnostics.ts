@@ -1,26 +1,38 @@
 import type { FastifyPluginAsync } from "fastify";
 import { collectDiagnostics } from "../../../authority/diagnostics.ts";
+import { displayUrl, mcpFacts, oauthFacts } from "../../../authority/platform-diagnostics.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import { assertRole } from "../principal.ts";
 
-/** GET /admin/diagnostics (admin or auditor): store, counts, configuration facts, warnings. */
+/**
+ * GET /admin/diagnostics (admin or auditor): store, counts, configuration facts, MCP and
+ * OAuth configuration, platform resources (probed), warnings.
+ */
 export function diagnosticsRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     app.get("/admin/diagnostics", async (request) => {
       assertRole(await requirePrincipal(request, context), "admin", "auditor");
       const config = context.config;
-      return collectDiagnostics(context, {
-        issuer: config.issuer,
-        audience: config.audience,
-        public_url: config.publicUrl,
-        service_identity: config.serviceIdentity,
-        body_limit_bytes: config.bodyLimitBytes,
-        parameter_scoping: {
-          enabled: config.parameterScoping.enabled,
-          partner_allowlist: config.parameterScoping.partnerAllowlist,
+      return collectDiagnostics(
+        context,
+        {
+          issuer: displayUrl(config.issuer) ?? "(invalid)",
+          audience: config.audience,
+          public_url: displayUrl(config.publicUrl) ?? "(invalid)",
+          service_identity: config.serviceIdentity,
+          body_limit_bytes: config.bodyLimitBytes,
+          parameter_scoping: {
+            enabled: config.parameterScoping.enabled,
+            partner_allowlist: config.parameterScoping.partnerAllowlist,
+          },
         },
-      });
+        {
+          mcp: mcpFacts(config),
+          oauth: oauthFacts(config, context.platform, context.verifier.jwksStatus?.bind(context.verifier)),
+          endpoints: context.platform,
+        },
+      );
     });
   };
 }

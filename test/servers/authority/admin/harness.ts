@@ -6,8 +6,10 @@
 
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
+import type { PlatformEndpoints } from "../../../../src/authority/platform-diagnostics.ts";
 import type { EgressPolicy } from "../../../../src/execute/egress.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
+import type { McpConfig } from "../../../../src/mcp/config.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
@@ -51,6 +53,9 @@ export interface HarnessOptions {
   /** Default: `egress-allow=127.0.0.1:18080`, the sample API of examples/openapi/customers.yaml. */
   readonly egress?: EgressPolicy;
   readonly secretKeyRings?: boolean;
+  /** Platform services the diagnostics probe. */
+  readonly platform?: PlatformEndpoints;
+  readonly mcp?: McpConfig;
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -78,7 +83,9 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       bodyLimitBytes: 8 * 1024 * 1024,
       serviceIdentity: "test-environment",
       parameterScoping: { enabled: true, partnerAllowlist: ["acme"] },
+      ...(options.mcp === undefined ? {} : { mcp: options.mcp }),
     },
+    ...(options.platform === undefined ? {} : { platform: options.platform }),
     store,
     verifier,
     protector,
