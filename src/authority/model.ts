@@ -199,7 +199,7 @@ export const authProfileSecretOwner = (partnerId: string): string => `auth-profi
 /** A change of a binding's end-user experience (src/bindings/experience.ts), in the `audit` log. */
 export interface BindingChangeAuditRecord {
   readonly kind: "binding_change";
-  readonly action: "experience_put" | "experience_update";
+  readonly action: "experience_put" | "experience_update" | "experience_delete";
   readonly actor: string;
   readonly partner_id: string;
   readonly binding_id: string;

@@ -8,6 +8,7 @@
  */
 import { recordBindingChange } from "../authority/audit.ts";
 import type { Actor, AdminDeps } from "../authority/deps.ts";
+import type { BindingChangeAuditRecord } from "../authority/model.ts";
 import { parsePermissionId } from "../core/index.ts";
 import { AuthorityError, type DenyReason } from "../errors.ts";
 import {
@@ -86,7 +87,7 @@ function checkCapabilities(input: readonly ExperienceCapabilityInput[]): Experie
 async function audit(
   deps: AdminDeps,
   actor: Actor,
-  action: "experience_put" | "experience_update",
+  action: BindingChangeAuditRecord["action"],
   experience: ExperienceRecord,
 ): Promise<void> {
   await recordBindingChange(deps.store, {
@@ -176,6 +177,18 @@ export async function updateExperience(
   );
   await audit(deps, actor, "experience_update", experience);
   return experience;
+}
+
+/** Removes the binding's experience (DELETE): the policy alone decides again. */
+export async function deleteExperience(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+): Promise<ExperienceRecord> {
+  const previous = await getExperience(deps, binding);
+  await deps.store.delete(bindingCollections.experiences, bindingKeys.experience(binding.binding_id));
+  await audit(deps, actor, "experience_delete", { ...previous, updated_at: deps.now().toISOString() });
+  return previous;
 }
 
 /**

@@ -25,6 +25,7 @@ import {
 } from "../../../bindings/bindings.ts";
 import { getEvidence, listEvidence } from "../../../bindings/evidence.ts";
 import {
+  deleteExperience,
   type ExperienceInput,
   type ExperienceUpdate,
   getExperience,
@@ -419,6 +420,15 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
       async (request) => {
         const binding = await bindingFor(request, true);
         return updateExperience(context, actorOf(principalOf(request), request), binding, request.body);
+      },
+    );
+
+    app.delete<{ Params: BindingParams }>(
+      "/v1/bindings/:bindingId/experience",
+      { schema: { params: bindingParams, response: { 200: experienceResponse } } },
+      async (request) => {
+        const binding = await bindingFor(request, true);
+        return deleteExperience(context, actorOf(principalOf(request), request), binding);
       },
     );
 

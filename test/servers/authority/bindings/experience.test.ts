@@ -112,6 +112,17 @@ describe("binding experience", () => {
     const disabled = await patch({ enabled: false }, partnerAdmin, secondBinding);
     assert.deepEqual([disabled.status, disabled.body.enabled, disabled.body.revision], [200, false, 4]);
 
+    const removed = await h.call("DELETE", path(secondBinding), { token: partnerAdmin });
+    assert.deepEqual([removed.status, removed.body.revision], [200, 4]);
+    assert.equal((await h.call("GET", path(secondBinding), { token: auditor })).status, 404);
+    assert.equal((await h.call("DELETE", path(secondBinding), { token: partnerAdmin })).status, 404);
+    const again = await put(
+      { capabilities: [{ capability_id: "customers" }], enabled: false },
+      partnerAdmin,
+      secondBinding,
+    );
+    assert.deepEqual([again.status, again.body.revision], [201, 1]);
+
     const audit = await h.call("GET", `/admin/audit?kind=binding_change&partner=${PARTNER}`, {
       token: auditor,
     });
@@ -128,6 +139,8 @@ describe("binding experience", () => {
         ["experience_put", 2, true],
         ["experience_update", 3, true],
         ["experience_update", 4, false],
+        ["experience_delete", 4, false],
+        ["experience_put", 1, false],
       ],
     );
     for (const row of rows) {
@@ -144,6 +157,8 @@ describe("binding experience", () => {
     assert.equal((await h.call("GET", path(secondBinding), { token: otherAdmin })).status, 403);
     assert.equal((await put(body, auditor, secondBinding)).status, 403);
     assert.equal((await patch({ enabled: true }, auditor, secondBinding)).status, 403);
+    assert.equal((await h.call("DELETE", path(secondBinding), { token: otherAdmin })).status, 403);
+    assert.equal((await h.call("DELETE", path(secondBinding), { token: auditor })).status, 403);
     assert.equal((await h.call("GET", path(secondBinding), {})).status, 401);
     assert.equal((await put(body, h.admin, "no-such-binding")).status, 404);
   });
@@ -268,5 +283,8 @@ describe("binding experience", () => {
     const billing = await h.invoke({ capability_id: "billing", method: "GET", path: "/invoices" });
     assert.deepEqual([billing.status, billing.body.reason], [403, "unknown_capability"]);
     assert.equal(h.upstream.received.length, received);
+    // Without an experience the policy alone decides again.
+    assert.equal((await h.call("DELETE", path(BINDING), { token: h.admin })).status, 200);
+    assert.equal((await invokeGet("/customers/cus_00000001")).status, 200);
   });
 });
