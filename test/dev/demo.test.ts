@@ -50,6 +50,15 @@ test("authority demo walks through every path and exits 0 when every outcome is 
   ]) {
     assert.ok(stdout.includes(`denied ${reason}`), `the demo shows a ${reason} deny`);
   }
+  // The binding step walks the experience lifecycle: create, narrow, disable, remove.
+  for (const step of [
+    "PUT …/experience (only Saved cards)",
+    "alice  GET /customers/cus_00000002 (policy allows, experience hides)",
+    "PATCH …/experience enabled=false",
+    "DELETE …/experience",
+  ]) {
+    assert.ok(stdout.includes(`✓ ${step}`), `the demo shows "${step}" as expected`);
+  }
   assert.doesNotMatch(stdout, /skipped: /);
   // Expected client errors (the wrong-password step among them) are not server errors: at log
   // level "error" nothing is logged, and no stack trace is printed.

@@ -3,7 +3,8 @@
  * scoped), the portal user's access token as the user assertion, `POST
  * /v1/bindings/{id}/invoke` against the sample API — which itself asks
  * `/v1/authority/verify` about the envelope it received — with the response redacted; then
- * a denied operation and a rejected assertion, neither of which reaches the upstream.
+ * a denied operation and a rejected assertion, neither of which reaches the upstream; and
+ * the binding's end-user experience (create, narrow, disable, remove).
  */
 import { randomUUID } from "node:crypto";
 import { requestToken } from "../../identity/token-client.ts";
@@ -147,6 +148,7 @@ export async function bindingSection(ctx: DemoContext): Promise<void> {
     expected: "denied missing_capability (400)",
     actual: `${field(noCapability.body, "status")} ${field(noCapability.body, "reason")} (${noCapability.status})`,
   });
+  await experienceSteps(ctx, base, (body) => invoke(body, user.accessToken));
   const agentToken = await ctx.subjectToken("agent");
   const rejected = await invoke(
     { capability_id: DEV_CAPABILITY.capabilityId, method: "GET", path: "/customers" },
@@ -156,5 +158,88 @@ export async function bindingSection(ctx: DemoContext): Promise<void> {
     label: "an agent's token as the user assertion",
     expected: "invalid_user_assertion (401)",
     actual: `${field(rejected.body, "error")} (${rejected.status})`,
+  });
+}
+
+/**
+ * The binding experience lifecycle: the partner shows its users only the saved-cards tool;
+ * a tool the policy allows but the experience hides is denied, a disabled experience denies
+ * everything, and removing it gives the policy alone the say again.
+ */
+async function experienceSteps(
+  ctx: DemoContext,
+  base: string,
+  invoke: (body: unknown) => Promise<{ status: number; body: unknown }>,
+): Promise<void> {
+  const { report } = ctx;
+  const admin = { authorization: `Bearer ${await ctx.adminToken()}` };
+  const capability = DEV_CAPABILITY.capabilityId;
+  const cards = { capability_id: capability, method: "GET", path: "/customers/cus_00000002/payment-methods" };
+  const outcome = (answer: { status: number; body: unknown }) =>
+    `${field(answer.body, "status")}${field(answer.body, "reason") === "-" ? "" : ` ${field(answer.body, "reason")}`} (${answer.status})`;
+  report.note(
+    "Experience: what the partner's users see of the binding. It can only narrow the policy: a hidden\n" +
+      "tool or a disabled experience is denied operation_not_allowed; removing it restores the policy alone.",
+  );
+  const put = await ctx.json("PUT", `${base}/experience`, {
+    headers: admin,
+    body: {
+      display_name: "Acme portal assistant",
+      capabilities: [
+        {
+          capability_id: capability,
+          tools: [
+            {
+              permission_id: `${capability}:get:/customers/{customerId}/payment-methods`,
+              display_name: "Saved cards",
+              description: "The payment methods on file for a customer",
+            },
+          ],
+        },
+      ],
+      consent: { text: "The assistant may read your saved payment methods.", version: "1" },
+    },
+  });
+  report.check({
+    label: "PUT …/experience (only Saved cards)",
+    expected: "201 or 200, enabled",
+    actual: `${put.status}, ${field(put.body, "enabled") === "true" ? "enabled" : "not enabled"}`,
+    ok: (put.status === 201 || put.status === 200) && field(put.body, "enabled") === "true",
+    detail: `revision ${field(put.body, "revision")}`,
+  });
+  report.check({
+    label: "alice  Saved cards",
+    expected: "allowed (200)",
+    actual: outcome(await invoke(cards)),
+  });
+  report.check({
+    label: "alice  GET /customers/cus_00000002 (policy allows, experience hides)",
+    expected: "denied operation_not_allowed (403)",
+    actual: outcome(
+      await invoke({ capability_id: capability, method: "GET", path: "/customers/cus_00000002" }),
+    ),
+  });
+  const disabled = await ctx.json("PATCH", `${base}/experience`, {
+    headers: admin,
+    body: { enabled: false },
+  });
+  report.check({
+    label: "PATCH …/experience enabled=false",
+    expected: "200",
+    actual: String(disabled.status),
+  });
+  report.check({
+    label: "alice  Saved cards, experience disabled",
+    expected: "denied operation_not_allowed (403)",
+    actual: outcome(await invoke(cards)),
+  });
+  const removed = await ctx.json("DELETE", `${base}/experience`, { headers: admin });
+  report.check({ label: "DELETE …/experience", expected: "200", actual: String(removed.status) });
+  report.check({
+    label: "alice  GET /customers/cus_00000002, no experience",
+    expected: "allowed (200)",
+    actual: outcome(
+      await invoke({ capability_id: capability, method: "GET", path: "/customers/cus_00000002" }),
+    ),
   });
 }
