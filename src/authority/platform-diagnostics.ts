@@ -9,6 +9,7 @@
  */
 import { connect as connectTcp, type Socket } from "node:net";
 import { connect as connectTls } from "node:tls";
+import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 import type { JwksStatus } from "../identity/jwt-verifier.ts";
 import { type McpConfig, resolveMcpConfig } from "../mcp/config.ts";
 import { supportedProtocolVersions } from "../mcp/protocol-server.ts";
@@ -27,7 +28,7 @@ export interface PlatformEndpoints {
 export interface McpFacts {
   readonly endpoint: string;
   readonly protocol_versions: readonly string[];
-  readonly latest_protocol_version: string | null;
+  readonly latest_protocol_version: string;
   readonly allowed_origins: readonly string[];
   readonly upstream_timeout_ms: number;
   readonly max_response_bytes: number;
@@ -90,7 +91,7 @@ export function mcpFacts(config: { readonly publicUrl: string; readonly mcp?: Mc
   return {
     endpoint: `${(displayUrl(config.publicUrl) ?? config.publicUrl).replace(/\/$/, "")}/mcp`,
     protocol_versions: [...supportedProtocolVersions],
-    latest_protocol_version: supportedProtocolVersions[0] ?? null,
+    latest_protocol_version: LATEST_PROTOCOL_VERSION,
     allowed_origins: resolved.allowedOrigins,
     upstream_timeout_ms: resolved.upstreamTimeoutMs,
     max_response_bytes: resolved.maxResponseBytes,

@@ -232,6 +232,27 @@ describe("binding experience", () => {
     assert.ok(audit.body.items.every((row: { transport: string }) => row.transport === "invoke"));
   });
 
+  it("narrows broker execute the same way", async () => {
+    const token = await h.workloadToken(h.agent, "authority/authority.broker.execute");
+    const execute = async (operation: string, args: unknown = {}) =>
+      h.call("POST", "/v1/broker/execute", {
+        token,
+        body: {
+          binding_id: BINDING,
+          capability_id: "customers",
+          operation_id: operation,
+          arguments: args,
+        },
+        headers: { "x-authority-user-assertion": await h.userAssertion() },
+      });
+    const received = h.upstream.received.length;
+    const hidden = await execute("getCustomer", { path: { customerId: "cus_00000001" } });
+    assert.deepEqual([hidden.status, hidden.body.reason], [403, "operation_not_allowed"]);
+    assert.equal(h.upstream.received.length, received);
+    const listed = await execute("listCustomers");
+    assert.equal(listed.status, 200, JSON.stringify(listed.body));
+  });
+
   it("denies a capability the experience does not list", async () => {
     assert.equal((await put({ capabilities: [] })).status, 200);
     const reply = await invokeGet("/customers");

@@ -14,6 +14,11 @@ describe("deleting a partner reaches its bindings", () => {
 
   it("after a cascade delete, nothing of the partner authenticates: issued tokens, clients, replays", async () => {
     const issued = await h.workloadToken(h.agent);
+    const experience = await h.call("PUT", `/v1/bindings/${BINDING}/experience`, {
+      token: h.admin,
+      body: { capabilities: [{ capability_id: "customers" }] },
+    });
+    assert.equal(experience.status, 201);
     const first = await h.invoke(READ, { token: issued, key: "replayable-key-1" });
     assert.equal(first.status, 200, JSON.stringify(first.body));
     const evidenceBefore = await h.store.list(bindingCollections.invocations, { prefix: `${BINDING}/` });
@@ -48,6 +53,7 @@ describe("deleting a partner reaches its bindings", () => {
       bindingCollections.bindingWorkloadClients,
       bindingCollections.mappings,
       bindingCollections.idempotency,
+      bindingCollections.experiences,
     ]) {
       const left = await h.store.list(collection, {});
       assert.equal(left.items.length, 0, collection);
