@@ -1,5 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { installHttpMetrics } from "../http/metrics.ts";
+import { installOpenApi } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import type { AuthorityContext } from "./context.ts";
 import { routeGroups } from "./routes/index.ts";
@@ -16,6 +17,14 @@ export async function createAuthorityApp(context: AuthorityContext): Promise<Fas
     if (reply.statusCode === 401 && !reply.hasHeader("www-authenticate")) {
       reply.header("www-authenticate", `Bearer realm="authority"`);
     }
+  });
+  await installOpenApi(app, {
+    title: "Authority service API",
+    version: "0.1.0",
+    description:
+      "Admin, runtime (authorize, invoke, verify, broker, MCP) and sidecar API of the authority service. docs/admin-api.md.",
+    securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
+    security: [{ bearer: [] }],
   });
   installHttpMetrics(app, { namespace: "authority" });
   for (const group of routeGroups) await app.register(group(context));

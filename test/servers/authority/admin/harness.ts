@@ -20,6 +20,7 @@ import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/ser
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
+import { checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export interface Reply {
@@ -36,6 +37,7 @@ export interface CallOptions {
 
 export interface Harness {
   readonly url: string;
+  readonly app: FastifyInstance;
   readonly store: Store;
   readonly protector: PolicyProtector;
   readonly context: AuthorityContext;
@@ -98,6 +100,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     },
   };
   const app: FastifyInstance = await createAuthorityApp(context);
+  const conformance = checkResponsesAgainstDocument(app);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const address = app.server.address();
   if (address === null || typeof address === "string") throw new Error("no address");
@@ -105,6 +108,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   let counter = 0;
   return {
     url,
+    app,
     store,
     protector,
     context,
@@ -142,6 +146,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       await idp.close();
       await store.close();
       await dir.cleanup();
+      conformance.assertConforming();
     },
   };
 }

@@ -1,0 +1,136 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { validate } from "@readme/openapi-parser";
+import {
+  documentedOperations,
+  openApiPath,
+  operationsWithoutSuccessSchema,
+  registeredRoutes,
+} from "../../../helpers/openapi-conformance.ts";
+import { type Harness, startHarness } from "../admin/harness.ts";
+
+/**
+ * Operations whose success body is not described yet. The list may only shrink: the test
+ * fails when a route here gains a schema (remove it) or a route outside it lacks one.
+ */
+const SUCCESS_SCHEMA_PENDING: readonly string[] = [
+  "DELETE /mcp",
+  "DELETE /partners/{id}",
+  "DELETE /partners/{id}/caab/auth-profiles/{profile}",
+  "DELETE /partners/{id}/caab/subjects/{subject}/policies/{capability}",
+  "DELETE /partners/{id}/permission-boundaries/{boundary}",
+  "DELETE /partners/{id}/users/{subject}",
+  "DELETE /v1/bindings/{bindingId}/subjects/{subject}/apis/{capability}",
+  "DELETE /v1/bindings/{bindingId}/workload-clients/{clientId}",
+  "GET /.well-known/jwks.json",
+  "GET /.well-known/oauth-protected-resource",
+  "GET /.well-known/oauth-protected-resource/mcp",
+  "GET /admin/audit",
+  "GET /admin/diagnostics",
+  "GET /admin/mcp-audit",
+  "GET /admin/usage",
+  "GET /mcp",
+  "GET /metrics",
+  "GET /partners",
+  "GET /partners/{id}",
+  "GET /partners/{id}/bindings",
+  "GET /partners/{id}/caab/auth-profiles",
+  "GET /partners/{id}/caab/auth-profiles/{profile}",
+  "GET /partners/{id}/caab/policies",
+  "GET /partners/{id}/caab/subjects/{subject}/policies/{capability}",
+  "GET /partners/{id}/caab/subjects/{subject}/policy",
+  "GET /partners/{id}/capabilities",
+  "GET /partners/{id}/capabilities/{capability}",
+  "GET /partners/{id}/permission-boundaries",
+  "GET /partners/{id}/permission-boundaries/{boundary}",
+  "GET /partners/{id}/users",
+  "GET /partners/{id}/users/{subject}",
+  "GET /v1/bindings/{bindingId}",
+  "GET /v1/bindings/{bindingId}/auth-profiles",
+  "GET /v1/bindings/{bindingId}/evidence/{evidenceId}",
+  "GET /v1/bindings/{bindingId}/invocations",
+  "GET /v1/bindings/{bindingId}/subjects",
+  "GET /v1/bindings/{bindingId}/subjects/{subject}",
+  "GET /v1/bindings/{bindingId}/subjects/{subject}/apis",
+  "GET /v1/bindings/{bindingId}/workload-clients",
+  "GET /v1/sidecar/auth-profiles/{partner}/{profile}",
+  "GET /v1/sidecar/capabilities/{partner}/{capability}",
+  "GET /v1/sidecar/policies/{subject}",
+  "GET /v1/sidecar/policy-keys/{owner}",
+  "OPTIONS /mcp",
+  "PATCH /partners/{id}/users/{subject}",
+  "PATCH /v1/bindings/{bindingId}",
+  "POST /admin/apis/preview-openapi",
+  "POST /mcp",
+  "POST /partners",
+  "POST /partners/{id}/api-specs/import-openapi",
+  "POST /partners/{id}/bindings",
+  "POST /partners/{id}/caab/subjects/{subject}/policy/revoke",
+  "POST /partners/{id}/permission-boundaries",
+  "POST /partners/{id}/users",
+  "POST /v1/bindings/{bindingId}/apis",
+  "POST /v1/bindings/{bindingId}/invoke",
+  "POST /v1/bindings/{bindingId}/subjects",
+  "POST /v1/bindings/{bindingId}/workload-clients",
+  "POST /v1/broker/execute",
+  "POST /v1/sidecar/decisions",
+  "PUT /partners/{id}/caab/auth-profiles/{profile}",
+  "PUT /partners/{id}/caab/subjects/{subject}/policies/{capability}",
+  "PUT /partners/{id}/permission-boundaries/{boundary}",
+  "PUT /v1/bindings/{bindingId}/auth-profiles",
+];
+
+let h: Harness;
+let document: Record<string, unknown>;
+before(async () => {
+  h = await startHarness();
+  const response = await fetch(`${h.url}/openapi.json`);
+  assert.equal(response.status, 200);
+  document = (await response.json()) as Record<string, unknown>;
+});
+after(() => h.close());
+
+test("GET /openapi.json needs no token and is a valid OpenAPI 3.1 document", async () => {
+  assert.equal(document.openapi, "3.1.0");
+  const result = await validate(structuredClone(document) as never);
+  assert.equal(result.valid, true, JSON.stringify(result.valid ? [] : result.errors).slice(0, 2000));
+});
+
+test("every route fastify registered is in the document, and nothing else is", () => {
+  const registered = registeredRoutes(h.app).map((route) => {
+    const [method = "", url = ""] = route.split(" ");
+    return `${method} ${openApiPath(url)}`;
+  });
+  assert.ok(registered.length > 50, `only ${registered.length} routes found`);
+  assert.deepEqual(documentedOperations(document), registered);
+});
+
+test("every operation describes its success body, except the pending list", () => {
+  assert.deepEqual(operationsWithoutSuccessSchema(document), [...SUCCESS_SCHEMA_PENDING].sort());
+});
+
+test("every operation answers the shared error body for 4XX and 5XX", () => {
+  const components = (document.components as { schemas: Record<string, unknown> }).schemas;
+  assert.ok(components.ErrorBody !== undefined);
+  const paths = document.paths as Record<string, Record<string, { responses: Record<string, unknown> }>>;
+  for (const [path, item] of Object.entries(paths)) {
+    for (const [method, operation] of Object.entries(item)) {
+      const statuses = Object.keys(operation.responses);
+      assert.ok(
+        statuses.some((s) => s.startsWith("4")),
+        `${method} ${path}: no 4xx`,
+      );
+      assert.ok(
+        statuses.some((s) => s.startsWith("5")),
+        `${method} ${path}: no 5xx`,
+      );
+    }
+  }
+});
+
+test("the document holds no secret or configuration of the running service", () => {
+  const text = JSON.stringify(document);
+  for (const value of [h.context.config.issuer, h.context.config.serviceIdentity, "127.0.0.1"]) {
+    assert.ok(!text.includes(value), `document mentions ${value}`);
+  }
+});
