@@ -1,6 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { installHttpMetrics } from "../http/metrics.ts";
-import { installOpenApi } from "../http/openapi.ts";
+import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import type { AuthorityContext } from "./context.ts";
 import { routeGroups } from "./routes/index.ts";
@@ -18,6 +18,8 @@ export async function createAuthorityApp(context: AuthorityContext): Promise<Fas
       reply.header("www-authenticate", `Bearer realm="authority"`);
     }
   });
+  // Response schemas describe bodies (and the tests check them); they never drop a field.
+  serializeWithoutFiltering(app);
   await installOpenApi(app, {
     title: "Authority service API",
     version: "0.1.0",

@@ -166,6 +166,28 @@ export interface AuthorityService {
   close(): Promise<{ auditFlushed: boolean; auditLost: number }>;
 }
 
+const livenessSchema = {
+  type: "object",
+  required: ["status"],
+  properties: { status: { type: "string", const: "ok" } },
+} as const;
+
+const readinessSchema = {
+  type: "object",
+  required: ["status", "store", "audit"],
+  properties: {
+    status: { type: "string", enum: ["ready", "unavailable"] },
+    store: { type: "string", enum: ["ok", "unavailable"] },
+    audit: {
+      type: "object",
+      required: ["state", "pending"],
+      properties: { state: { type: "string" }, pending: { type: "integer" } },
+    },
+  },
+} as const;
+
+const readinessResponses = { 200: readinessSchema, 503: readinessSchema } as const;
+
 export async function buildAuthorityService(
   config: AuthorityConfig,
   overrides: AuthorityServiceOverrides = {},
@@ -265,16 +287,22 @@ export async function buildAuthorityService(
 
     const app = await createAuthorityApp(context);
     let draining = false;
-    app.get("/healthz", async () => ({ status: "ok" }));
-    app.get("/readyz", async (_request, reply) => {
-      const health = await store.health();
-      const ready = !draining && health.ok && recorder.accepting();
-      return reply.code(ready ? 200 : 503).send({
-        status: ready ? "ready" : "unavailable",
-        store: health.ok ? "ok" : "unavailable",
-        audit: { state: recorder.stats().state, pending: recorder.pending() },
-      });
-    });
+    app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
+      status: "ok",
+    }));
+    app.get(
+      "/readyz",
+      { schema: { security: [], response: readinessResponses } },
+      async (_request, reply) => {
+        const health = await store.health();
+        const ready = !draining && health.ok && recorder.accepting();
+        return reply.code(ready ? 200 : 503).send({
+          status: ready ? "ready" : "unavailable",
+          store: health.ok ? "ok" : "unavailable",
+          audit: { state: recorder.stats().state, pending: recorder.pending() },
+        });
+      },
+    );
 
     let closed: Promise<{ auditFlushed: boolean; auditLost: number }> | undefined;
     return {

@@ -28,6 +28,36 @@ export const errorBodySchema = {
 
 export const errorRef = { $ref: `${ERROR_BODY_ID}#` } as const;
 
+/** The spec's Allow outcome of a decision. */
+export const allowOutcomeSchema = {
+  $id: "AllowOutcome",
+  type: "object",
+  required: ["status", "permissionId", "requestId"],
+  properties: {
+    status: { type: "string", const: "allowed" },
+    permissionId: { type: "string" },
+    requestId: { type: "string" },
+  },
+} as const;
+
+/** The spec's Deny outcome: the reason is one of the deny reasons of src/errors.ts. */
+export const denyOutcomeSchema = {
+  $id: "DenyOutcome",
+  type: "object",
+  additionalProperties: false,
+  required: ["status", "reason", "requestId"],
+  properties: {
+    status: { type: "string", const: "denied" },
+    reason: { type: "string" },
+    requestId: { type: "string" },
+  },
+} as const;
+
+export const allowRef = { $ref: "AllowOutcome#" } as const;
+export const denyRef = { $ref: "DenyOutcome#" } as const;
+/** A refusal of a governed call: the Deny outcome, or the error body for a failure. */
+export const denyOrErrorRef = { anyOf: [denyRef, errorRef] } as const;
+
 export interface OpenApiOptions {
   readonly title: string;
   readonly version: string;
@@ -38,7 +68,7 @@ export interface OpenApiOptions {
 }
 
 /**
- * Response serialization without filtering: a route group that calls this answers exactly
+ * Response serialization without filtering: a server that calls this answers exactly
  * what its handler returns (as fastify does without a response schema), so a response schema
  * documents the body and the conformance tests check it, but it can never drop a field.
  */
@@ -48,15 +78,16 @@ export function serializeWithoutFiltering(app: FastifyInstance): void {
 
 function withErrorResponses(schema: FastifySchema | undefined): FastifySchema {
   const response = { ...((schema?.response as Record<string, unknown> | undefined) ?? {}) };
-  const statuses = Object.keys(response);
-  if (!statuses.some((s) => s.startsWith("4"))) response["4XX"] = errorRef;
-  if (!statuses.some((s) => s.startsWith("5"))) response["5XX"] = errorRef;
+  response["4XX"] ??= errorRef;
+  response["5XX"] ??= errorRef;
   return { ...(schema ?? {}), response };
 }
 
 /** Registers the document generator; call before any route is added. */
 export async function installOpenApi(app: FastifyInstance, options: OpenApiOptions): Promise<void> {
   app.addSchema(errorBodySchema);
+  app.addSchema(allowOutcomeSchema);
+  app.addSchema(denyOutcomeSchema);
   await app.register(swagger, {
     openapi: {
       openapi: "3.1.0",

@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../../errors.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../policy/invocation.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
+import { allowRef, denyOrErrorRef, denyRef, errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import type { Principal } from "../principal.ts";
@@ -34,17 +35,6 @@ const bodySchema = {
     capability_id: { type: "string", maxLength: 256 },
     method: { type: "string", minLength: 1, maxLength: 16 },
     path: { type: "string", minLength: 1, maxLength: 8192 },
-  },
-} as const;
-
-const outcomeSchema = {
-  type: "object",
-  required: ["status", "requestId"],
-  properties: {
-    status: { type: "string", enum: ["allowed", "denied"] },
-    permissionId: { type: "string" },
-    reason: { type: "string" },
-    requestId: { type: "string" },
   },
 } as const;
 
@@ -82,8 +72,14 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
       {
         schema: {
           body: bodySchema,
-          // 400 is left out: a schema failure's error body must not pass through this serializer.
-          response: { 200: outcomeSchema, 401: outcomeSchema, 403: outcomeSchema },
+          response: {
+            200: allowRef,
+            401: denyRef,
+            403: denyRef,
+            "4XX": denyOrErrorRef,
+            503: denyOrErrorRef,
+            "5XX": errorRef,
+          },
         },
       },
       async (request, reply) => {

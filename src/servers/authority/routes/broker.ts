@@ -13,7 +13,7 @@ import { BROKER_EXECUTE_SCOPE } from "../../../bindings/model.ts";
 import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import { AuthorityError } from "../../../errors.ts";
 import type { AuthorityContext } from "../context.ts";
-import { operationProperties } from "./invoke.ts";
+import { invokeResponses, operationProperties } from "./invoke.ts";
 
 /**
  * POST /v1/broker/execute — the older broker path, on the same engine as binding invoke
@@ -56,7 +56,7 @@ export function brokerRoutes(context: AuthorityContext): FastifyPluginAsync {
     app.post<{ Body: BrokerBody }>(
       "/v1/broker/execute",
       {
-        schema: { body: brokerBody },
+        schema: { body: brokerBody, response: invokeResponses },
         preValidation: async (request) => {
           const runtime = bindingRuntimeFor(context);
           const routeBindingId = bodyBindingId(request.body);

@@ -12,6 +12,7 @@ import { type InvokeBody, runInvoke } from "../../../bindings/invoke.ts";
 import { INVOKE_SCOPE } from "../../../bindings/model.ts";
 import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import { AuthorityError } from "../../../errors.ts";
+import { denyOrErrorRef } from "../../http/openapi.ts";
 import type { AuthorityContext } from "../context.ts";
 
 /**
@@ -43,6 +44,38 @@ const invokeBody = {
   properties: operationProperties,
 } as const;
 
+/** The Allow outcome with the upstream's (redacted) result and the evidence record's id. */
+export const invokeAllowedSchema = {
+  type: "object",
+  required: ["status", "permissionId", "requestId", "result", "evidenceId"],
+  properties: {
+    status: { type: "string", const: "allowed" },
+    permissionId: { type: "string" },
+    requestId: { type: "string" },
+    result: {
+      type: "object",
+      required: ["status", "headers", "body", "redaction_events"],
+      properties: {
+        status: { type: "integer" },
+        headers: {
+          type: "object",
+          additionalProperties: { anyOf: [{ type: "string" }, { type: "array", items: { type: "string" } }] },
+        },
+        body: {},
+        redaction_events: { type: "array", items: { type: "object" } },
+      },
+    },
+    evidenceId: { type: "string" },
+  },
+} as const;
+
+/** A governed call answers the allow body, or the Deny outcome / error body with its status. */
+export const invokeResponses = {
+  200: invokeAllowedSchema,
+  "4XX": denyOrErrorRef,
+  "5XX": denyOrErrorRef,
+} as const;
+
 interface Authenticated {
   readonly workload: AuthenticatedWorkload;
   readonly user: AuthenticatedUser;
@@ -55,7 +88,11 @@ export function invokeRoutes(context: AuthorityContext): FastifyPluginAsync {
     app.post<{ Params: { bindingId: string }; Body: InvokeBody }>(
       "/v1/bindings/:bindingId/invoke",
       {
-        schema: { params: paramsSchema({ bindingId: idSchemas.local }), body: invokeBody },
+        schema: {
+          params: paramsSchema({ bindingId: idSchemas.local }),
+          body: invokeBody,
+          response: invokeResponses,
+        },
         // Steps 1–4 before the body is looked at: a stranger learns nothing from a 400.
         preValidation: async (request: FastifyRequest<{ Params: { bindingId: string } }>) => {
           const runtime = bindingRuntimeFor(context);

@@ -23,6 +23,7 @@ import { createCachedSecretResolver } from "../../../mcp/secret-cache.ts";
 import { createMcpService, type McpService } from "../../../mcp/service.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { sendError } from "../../http/error-handling.ts";
+import { errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import type { Principal } from "../principal.ts";
@@ -45,6 +46,39 @@ export interface McpRouteOptions {
 const ALLOWED_METHODS = "POST, OPTIONS";
 const CORS_REQUEST_HEADERS = "authorization, content-type, accept, mcp-protocol-version, last-event-id";
 const CORS_EXPOSED_HEADERS = "www-authenticate, x-request-id";
+
+/** A JSON-RPC 2.0 message (the MCP SDK's answers and this transport's own refusals). */
+const jsonRpcMessage = {
+  type: "object",
+  required: ["jsonrpc"],
+  properties: {
+    jsonrpc: { type: "string", const: "2.0" },
+    id: { type: ["string", "number", "null"] },
+    result: {},
+    error: {
+      type: "object",
+      required: ["code", "message"],
+      properties: { code: { type: "integer" }, message: { type: "string" }, data: {} },
+    },
+  },
+  additionalProperties: true,
+} as const;
+
+const metadataSchema = {
+  type: "object",
+  required: ["resource", "authorization_servers"],
+  properties: {
+    resource: { type: "string" },
+    authorization_servers: { type: "array", items: { type: "string" } },
+    bearer_methods_supported: { type: "array", items: { type: "string" } },
+    scopes_supported: { type: "array", items: { type: "string" } },
+    resource_name: { type: "string" },
+  },
+  additionalProperties: true,
+} as const;
+
+const noBody = { type: "null", description: "No body." } as const;
+const security = { security: [] } as const;
 
 function jsonRpcError(reply: FastifyReply, status: number, message: string): FastifyReply {
   return reply
@@ -136,7 +170,7 @@ export function createMcpRoutes(
 
   return async (app) => {
     for (const path of [`${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`, PROTECTED_RESOURCE_METADATA_PATH]) {
-      app.get(path, async (_request, reply) =>
+      app.get(path, { schema: { ...security, response: { 200: metadataSchema } } }, async (_request, reply) =>
         reply
           .header("cache-control", "public, max-age=300")
           .header("access-control-allow-origin", "*")
@@ -144,20 +178,25 @@ export function createMcpRoutes(
       );
     }
 
-    app.options(MCP_PATH, async (request, reply) => {
-      if (!checkOrigin(request, reply)) return reply;
-      return reply
-        .code(204)
-        .header("access-control-allow-methods", ALLOWED_METHODS)
-        .header("access-control-allow-headers", CORS_REQUEST_HEADERS)
-        .header("access-control-max-age", "600")
-        .send();
-    });
+    app.options(
+      MCP_PATH,
+      { schema: { ...security, response: { 204: noBody, 403: jsonRpcMessage } } },
+      async (request, reply) => {
+        if (!checkOrigin(request, reply)) return reply;
+        return reply
+          .code(204)
+          .header("access-control-allow-methods", ALLOWED_METHODS)
+          .header("access-control-allow-headers", CORS_REQUEST_HEADERS)
+          .header("access-control-max-age", "600")
+          .send();
+      },
+    );
 
     for (const method of ["GET", "DELETE"] as const) {
       app.route({
         method,
         url: MCP_PATH,
+        schema: { ...security, response: { 405: jsonRpcMessage } },
         handler: async (_request, reply) =>
           jsonRpcError(
             reply.header("allow", ALLOWED_METHODS),
@@ -167,48 +206,67 @@ export function createMcpRoutes(
       });
     }
 
-    app.post(MCP_PATH, { onRequest: authenticate }, async (request, reply) => {
-      const principal = principals.get(request);
-      if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-      // From here the SDK writes the response itself.
-      reply.hijack();
-      const raw = reply.raw;
-      for (const [name, value] of Object.entries(reply.getHeaders())) {
-        if (value !== undefined) raw.setHeader(name, value);
-      }
-      const transport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: undefined,
-        enableJsonResponse: true,
-      });
-      const server = createProtocolServer(service, { principal, requestId: request.id });
-      raw.on("close", () => {
-        // A client that went away mid-call: abort the handlers (the upstream call stops too)
-        // and drop the connection — the answer will never be written, so it must not stay
-        // open as an unfinished request.
-        if (raw.writableFinished) return;
-        void transport.close();
-        void server.close();
-        raw.destroy();
-      });
-      raw.on("finish", () => {
-        request.log.info(
-          { method: "POST", route: MCP_PATH, status: raw.statusCode, ms: reply.elapsedTime },
-          "request",
-        );
-      });
-      try {
-        await server.connect(transport);
-        await transport.handleRequest(request.raw, raw, request.body);
-      } catch (error) {
-        request.log.error({ err: error }, "mcp request failed");
-        if (!raw.headersSent) {
-          raw.writeHead(500, { "content-type": "application/json" });
-          raw.end(
-            JSON.stringify({ jsonrpc: "2.0", error: { code: -32603, message: "Internal error." }, id: null }),
-          );
+    app.post(
+      MCP_PATH,
+      {
+        onRequest: authenticate,
+        schema: {
+          body: { description: "A JSON-RPC 2.0 request, notification or batch (MCP Streamable HTTP)." },
+          response: {
+            200: jsonRpcMessage,
+            202: noBody,
+            "4XX": { anyOf: [errorRef, jsonRpcMessage] },
+            "5XX": { anyOf: [errorRef, jsonRpcMessage] },
+          },
+        },
+      },
+      async (request, reply) => {
+        const principal = principals.get(request);
+        if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+        // From here the SDK writes the response itself.
+        reply.hijack();
+        const raw = reply.raw;
+        for (const [name, value] of Object.entries(reply.getHeaders())) {
+          if (value !== undefined) raw.setHeader(name, value);
         }
-      }
-    });
+        const transport = new StreamableHTTPServerTransport({
+          sessionIdGenerator: undefined,
+          enableJsonResponse: true,
+        });
+        const server = createProtocolServer(service, { principal, requestId: request.id });
+        raw.on("close", () => {
+          // A client that went away mid-call: abort the handlers (the upstream call stops too)
+          // and drop the connection — the answer will never be written, so it must not stay
+          // open as an unfinished request.
+          if (raw.writableFinished) return;
+          void transport.close();
+          void server.close();
+          raw.destroy();
+        });
+        raw.on("finish", () => {
+          request.log.info(
+            { method: "POST", route: MCP_PATH, status: raw.statusCode, ms: reply.elapsedTime },
+            "request",
+          );
+        });
+        try {
+          await server.connect(transport);
+          await transport.handleRequest(request.raw, raw, request.body);
+        } catch (error) {
+          request.log.error({ err: error }, "mcp request failed");
+          if (!raw.headersSent) {
+            raw.writeHead(500, { "content-type": "application/json" });
+            raw.end(
+              JSON.stringify({
+                jsonrpc: "2.0",
+                error: { code: -32603, message: "Internal error." },
+                id: null,
+              }),
+            );
+          }
+        }
+      },
+    );
   };
 }
 

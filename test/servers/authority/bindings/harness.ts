@@ -25,6 +25,7 @@ import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/ser
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
+import { type Conformance, checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export interface Reply {
@@ -161,8 +162,10 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
       ...overrides,
     }) as AuthorityContext;
 
+  const conformances: Conformance[] = [];
   async function startApp(context: AuthorityContext): Promise<App> {
     const app = await createAuthorityApp(context);
+    conformances.push(checkResponsesAgainstDocument(app));
     await app.listen({ host: "127.0.0.1", port: 0 });
     apps.push(app);
     const address = app.server.address();
@@ -337,6 +340,7 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
       await partnerIdp.close();
       await store.close();
       await dir.cleanup();
+      for (const conformance of conformances) conformance.assertConforming();
     },
   };
 }

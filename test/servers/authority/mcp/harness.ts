@@ -29,6 +29,7 @@ import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/ser
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
+import { checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export const PUBLIC_URL = "http://127.0.0.1:8080";
@@ -236,6 +237,7 @@ export async function startHarness(
     egress: egressAllowing([upstream.url]),
   };
   const app: FastifyInstance = await createAuthorityApp(context);
+  const conformance = checkResponsesAgainstDocument(app);
   await app.listen({ host: "127.0.0.1", port: 0 });
   const { port } = app.server.address() as AddressInfo;
   const url = `http://127.0.0.1:${port}`;
@@ -304,6 +306,7 @@ export async function startHarness(
       await idp.close();
       await store.close();
       await dir.cleanup();
+      conformance.assertConforming();
     },
   };
 }

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { resolveAuthorityConfig } from "../../../../src/config/authority.ts";
 import { type AuthorityService, buildAuthorityService } from "../../../../src/servers/authority/build.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/index.ts";
+import { checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 
 export interface Harness {
@@ -39,6 +40,7 @@ export async function startHarness(
   });
   // A fresh state directory: the test does the explicit KEK init an operator does once.
   const service = await buildAuthorityService({ ...config, kek: { ...config.kek, createIfMissing: true } });
+  const conformance = checkResponsesAgainstDocument(service.app);
   const url = await service.listen();
 
   const send = async (method: string, path: string, token: string | undefined, body?: unknown) => {
@@ -72,6 +74,7 @@ export async function startHarness(
       await service.close();
       await idp.close();
       await dir.cleanup();
+      conformance.assertConforming();
     },
   };
 }
