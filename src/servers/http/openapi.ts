@@ -83,6 +83,17 @@ function withErrorResponses(schema: FastifySchema | undefined): FastifySchema {
   return { ...(schema ?? {}), response };
 }
 
+/**
+ * Request parts a route checks in its handler rather than with a fastify schema (so it can
+ * name every missing item at once) are described under the route's
+ * `config.documentedRequest`: they reach the document, never request validation.
+ */
+declare module "fastify" {
+  interface FastifyContextConfig {
+    documentedRequest?: FastifySchema;
+  }
+}
+
 /** Registers the document generator; call before any route is added. */
 export async function installOpenApi(app: FastifyInstance, options: OpenApiOptions): Promise<void> {
   app.addSchema(errorBodySchema);
@@ -99,7 +110,10 @@ export async function installOpenApi(app: FastifyInstance, options: OpenApiOptio
       buildLocalReference: (json, _baseUri, _fragment, i) =>
         typeof json.$id === "string" ? json.$id : `def-${i}`,
     },
-    transform: ({ schema, url }) => ({ schema: withErrorResponses(schema) as never, url }),
+    transform: ({ schema, route, url }) => {
+      const documented = route.config?.documentedRequest;
+      return { schema: withErrorResponses({ ...documented, ...schema }) as never, url };
+    },
   });
   app.get(
     "/openapi.json",

@@ -14,13 +14,15 @@ import {
   type CryptoCredentials,
   createCryptoClient,
 } from "../crypto/client.ts";
+import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import { ManagedError, type ManagedReason } from "./errors.ts";
 import { passwordGrant } from "./idp.ts";
+import { describeOperation, livenessSchema } from "./openapi.ts";
 import { type Operation, operations } from "./operations.ts";
 import { ManagedConfigError, type ManagedServerOptions, resolveManagedOptions } from "./options.ts";
 import { createRateLimiter } from "./rate-limiter.ts";
-import { type ManagedCredentials, parseManagedRequest } from "./request.ts";
+import { CREDENTIAL_HEADERS, type ManagedCredentials, parseManagedRequest } from "./request.ts";
 import { createTokenCache } from "./token-cache.ts";
 
 export interface ManagedServer {
@@ -78,6 +80,17 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     https: config.https,
     ...(config.logger === undefined ? {} : { logger: config.logger }),
   });
+  serializeWithoutFiltering(app);
+  await installOpenApi(app, {
+    title: "Managed crypto API",
+    version: "0.1.0",
+    description:
+      "Encrypt, decrypt, sign-encrypt and decrypt-verify for partners; every call carries five credential headers. docs/managed-crypto.md.",
+    securitySchemes: Object.fromEntries(
+      CREDENTIAL_HEADERS.map((name) => [name, { type: "apiKey", in: "header", name }]),
+    ),
+    security: [Object.fromEntries(CREDENTIAL_HEADERS.map((name) => [name, []]))],
+  });
 
   /** One upstream call; a token the upstream refuses is dropped and replaced once. */
   async function callUpstream(
@@ -104,26 +117,32 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
   }
 
   for (const operation of operations) {
-    app.post(operation.path, async (request: FastifyRequest, reply: FastifyReply) => {
-      try {
-        const { credentials, value } = parseManagedRequest(request.headers, request.body, operation.field);
-        const decision = limiter.take(credentials.username);
-        if (!decision.allowed)
-          throw new ManagedError("rate_limited", { retryAfterSec: decision.retryAfterSec });
-        const body = await callUpstream(operation, credentials, value, request.id);
-        return reply.header("cache-control", "no-store").send({ statusCode: 200, body });
-      } catch (raw) {
-        const error = toManaged(raw);
-        if (error instanceof ManagedError) {
-          if (error.retryAfterSec !== undefined) reply.header("retry-after", String(error.retryAfterSec));
-          throw error.toAuthorityError();
+    app.post(
+      operation.path,
+      describeOperation(operation),
+      async (request: FastifyRequest, reply: FastifyReply) => {
+        try {
+          const { credentials, value } = parseManagedRequest(request.headers, request.body, operation.field);
+          const decision = limiter.take(credentials.username);
+          if (!decision.allowed)
+            throw new ManagedError("rate_limited", { retryAfterSec: decision.retryAfterSec });
+          const body = await callUpstream(operation, credentials, value, request.id);
+          return reply.header("cache-control", "no-store").send({ statusCode: 200, body });
+        } catch (raw) {
+          const error = toManaged(raw);
+          if (error instanceof ManagedError) {
+            if (error.retryAfterSec !== undefined) reply.header("retry-after", String(error.retryAfterSec));
+            throw error.toAuthorityError();
+          }
+          throw error instanceof AuthorityError ? error : raw;
         }
-        throw error instanceof AuthorityError ? error : raw;
-      }
-    });
+      },
+    );
   }
 
-  app.get("/healthz", async () => ({ status: "ok" }));
+  app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
+    status: "ok",
+  }));
 
   let listening = false;
   return {

@@ -20,6 +20,7 @@ import { createDevCertificate, type DevCertificate } from "../../../src/servers/
 import type { ManagedServerOptions } from "../../../src/servers/managed/options.ts";
 import { createManagedServer, type ManagedServer } from "../../../src/servers/managed/server.ts";
 import { openStore, type Store } from "../../../src/store/index.ts";
+import { type Conformance, checkResponsesAgainstDocument } from "../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 
 export const silentLogger = () => pino({ level: "silent" });
@@ -108,6 +109,7 @@ export async function startEnvironment(): Promise<Environment> {
   const cryptoPort = Number(new URL(cryptoUrl).port);
   const partner = await crypto.server.provisionOwner({ id: "partner-acme", kind: "partner" });
 
+  const conformances: Conformance[] = [];
   const startManaged = async (overrides: Partial<ManagedServerOptions> = {}) => {
     const server = await createManagedServer({
       idpTokenUrl: `${idpUrl}/oauth2/token`,
@@ -119,6 +121,7 @@ export async function startEnvironment(): Promise<Environment> {
       ...overrides,
     });
     managedServers.push(server);
+    conformances.push(checkResponsesAgainstDocument(server.app));
     return { server, url: await server.listen({ host: "127.0.0.1", port: 0 }) };
   };
 
@@ -163,6 +166,7 @@ export async function startEnvironment(): Promise<Environment> {
       await idp.server.close();
       await store.close();
       await dir.cleanup();
+      for (const conformance of conformances) conformance.assertConforming();
     },
   };
 }
