@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from "fastify";
+import { authProfileViewSchema, listOf, noContent } from "../../../authority/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
@@ -36,7 +37,13 @@ export function authProfileRoutes(context: AuthorityContext): FastifyPluginAsync
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/caab/auth-profiles",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(authProfileViewSchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listAuthProfiles(context, request.params.id, pageRequestOf(request.query));
@@ -45,7 +52,7 @@ export function authProfileRoutes(context: AuthorityContext): FastifyPluginAsync
 
     app.get<{ Params: ProfileParams }>(
       "/partners/:id/caab/auth-profiles/:profile",
-      { schema: { params: profileParams } },
+      { schema: { response: { 200: authProfileViewSchema }, params: profileParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getAuthProfile(context, request.params.id, request.params.profile);
@@ -54,7 +61,13 @@ export function authProfileRoutes(context: AuthorityContext): FastifyPluginAsync
 
     app.put<{ Params: ProfileParams; Body: unknown }>(
       "/partners/:id/caab/auth-profiles/:profile",
-      { schema: { params: profileParams, body: profileBody } },
+      {
+        schema: {
+          response: { 200: authProfileViewSchema, 201: authProfileViewSchema },
+          params: profileParams,
+          body: profileBody,
+        },
+      },
       async (request, reply) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         const input = parseAuthProfileInput(request.body);
@@ -66,7 +79,7 @@ export function authProfileRoutes(context: AuthorityContext): FastifyPluginAsync
 
     app.delete<{ Params: ProfileParams }>(
       "/partners/:id/caab/auth-profiles/:profile",
-      { schema: { params: profileParams } },
+      { schema: { response: { 204: noContent }, params: profileParams } },
       async (request, reply) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         await deleteAuthProfile(context, request.params.id, request.params.profile);

@@ -1,5 +1,11 @@
 import type { FastifyPluginAsync } from "fastify";
 import {
+  boundarySchema,
+  boundaryUpdateSchema,
+  listOf,
+  noContent,
+} from "../../../authority/admin-response-schemas.ts";
+import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
@@ -57,7 +63,13 @@ export function boundaryRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/permission-boundaries",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(boundarySchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listBoundaries(context, request.params.id, pageRequestOf(request.query));
@@ -66,7 +78,7 @@ export function boundaryRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{ Params: { id: string }; Body: CreateBoundaryInput }>(
       "/partners/:id/permission-boundaries",
-      { schema: { params: partnerParams, body: createBody } },
+      { schema: { response: { 201: boundarySchema }, params: partnerParams, body: createBody } },
       async (request, reply) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         reply.code(201);
@@ -76,7 +88,7 @@ export function boundaryRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BoundaryParams }>(
       "/partners/:id/permission-boundaries/:boundary",
-      { schema: { params: boundaryParams } },
+      { schema: { response: { 200: boundarySchema }, params: boundaryParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         await getPartner(context, request.params.id);
@@ -86,7 +98,7 @@ export function boundaryRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.put<{ Params: BoundaryParams; Body: BoundaryInput }>(
       "/partners/:id/permission-boundaries/:boundary",
-      { schema: { params: boundaryParams, body: boundaryBody } },
+      { schema: { response: { 200: boundaryUpdateSchema }, params: boundaryParams, body: boundaryBody } },
       async (request) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         return updateBoundary(context, request.params.id, request.params.boundary, request.body);
@@ -95,7 +107,7 @@ export function boundaryRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.delete<{ Params: BoundaryParams }>(
       "/partners/:id/permission-boundaries/:boundary",
-      { schema: { params: boundaryParams } },
+      { schema: { response: { 204: noContent }, params: boundaryParams } },
       async (request, reply) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         await deleteBoundary(context, request.params.id, request.params.boundary);

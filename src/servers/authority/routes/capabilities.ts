@@ -1,5 +1,12 @@
 import type { FastifyPluginAsync } from "fastify";
 import {
+  capabilityDetailSchema,
+  capabilityViewSchema,
+  importResultSchema,
+  listOf,
+  previewSchema,
+} from "../../../authority/admin-response-schemas.ts";
+import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
@@ -71,7 +78,7 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
 
     app.post<{ Body: PreviewInput }>(
       "/admin/apis/preview-openapi",
-      { schema: { body: previewBody } },
+      { schema: { response: { 200: previewSchema }, body: previewBody } },
       async (request) => {
         assertRole(principalOf(request), "admin", "partner_admin");
         return previewOpenApi(request.body, context.egress);
@@ -80,7 +87,13 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
 
     app.post<{ Params: { id: string }; Body: ImportInput }>(
       "/partners/:id/api-specs/import-openapi",
-      { schema: { params: partnerParams, body: importBody } },
+      {
+        schema: {
+          response: { 200: importResultSchema, 201: importResultSchema },
+          params: partnerParams,
+          body: importBody,
+        },
+      },
       async (request, reply) => {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);
@@ -97,7 +110,13 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/capabilities",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(capabilityViewSchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listCapabilities(context, request.params.id, pageRequestOf(request.query));
@@ -106,7 +125,13 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
 
     app.get<{ Params: { id: string; capability: string }; Querystring: { version?: string } }>(
       "/partners/:id/capabilities/:capability",
-      { schema: { params: capabilityParams, querystring: versionQuery } },
+      {
+        schema: {
+          response: { 200: capabilityDetailSchema },
+          params: capabilityParams,
+          querystring: versionQuery,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getCapability(context, request.params.id, request.params.capability, request.query.version);

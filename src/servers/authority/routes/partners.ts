@@ -1,5 +1,12 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
+  listOf,
+  noContent,
+  partnerDeletionSchema,
+  partnerSchema,
+  subjectSchema,
+} from "../../../authority/admin-response-schemas.ts";
+import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
@@ -103,7 +110,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Querystring: PageQuery }>(
       "/partners",
-      { schema: { querystring: pageQuerySchema } },
+      { schema: { response: { 200: listOf(partnerSchema) }, querystring: pageQuerySchema } },
       async (request) => {
         const principal = principalOf(request);
         assertRole(principal, "admin", "auditor", "partner_admin");
@@ -124,7 +131,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{ Body: { partner_id?: string; name: string } }>(
       "/partners",
-      { schema: { body: createPartnerBody } },
+      { schema: { response: { 201: partnerSchema }, body: createPartnerBody } },
       async (request, reply) => {
         assertRole(principalOf(request), "admin");
         reply.code(201);
@@ -134,7 +141,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: PartnerParams }>(
       "/partners/:id",
-      { schema: { params: partnerParams } },
+      { schema: { response: { 200: partnerSchema }, params: partnerParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getPartner(context, request.params.id);
@@ -143,7 +150,9 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.delete<{ Params: PartnerParams; Querystring: { cascade?: "true" | "false" } }>(
       "/partners/:id",
-      { schema: { params: partnerParams, querystring: deleteQuery } },
+      {
+        schema: { response: { 200: partnerDeletionSchema }, params: partnerParams, querystring: deleteQuery },
+      },
       async (request) => {
         const principal = principalOf(request);
         assertRole(principal, "admin");
@@ -158,7 +167,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
       Body: Omit<CreateSubjectInput, "identity"> & { identity?: BearerIdentity };
     }>(
       "/partners/:id/users",
-      { schema: { params: partnerParams, body: createUserBody } },
+      { schema: { response: { 201: subjectSchema }, params: partnerParams, body: createUserBody } },
       async (request, reply) => {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);
@@ -180,7 +189,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.patch<{ Params: SubjectParams; Body: { identity: BearerIdentity } }>(
       "/partners/:id/users/:subject",
-      { schema: { params: subjectParams, body: identityBody } },
+      { schema: { response: { 200: subjectSchema }, params: subjectParams, body: identityBody } },
       async (request) => {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);
@@ -197,7 +206,13 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: PartnerParams; Querystring: PageQuery }>(
       "/partners/:id/users",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(subjectSchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listSubjects(context, request.params.id, pageRequestOf(request.query));
@@ -206,7 +221,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: SubjectParams }>(
       "/partners/:id/users/:subject",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: subjectSchema }, params: subjectParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getSubject(context, request.params.id, request.params.subject);
@@ -215,7 +230,7 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.delete<{ Params: SubjectParams }>(
       "/partners/:id/users/:subject",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 204: noContent }, params: subjectParams } },
       async (request, reply) => {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);

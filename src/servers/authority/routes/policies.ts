@@ -1,5 +1,13 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
+  assignmentSchema,
+  assignResultSchema,
+  listOf,
+  policyOnlySchema,
+  publicPolicySchema,
+  revokeResultSchema,
+} from "../../../authority/admin-response-schemas.ts";
+import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
@@ -72,7 +80,13 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/caab/policies",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(publicPolicySchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listPolicies(context, request.params.id, pageRequestOf(request.query));
@@ -81,7 +95,7 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: SubjectParams }>(
       "/partners/:id/caab/subjects/:subject/policy",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: publicPolicySchema }, params: subjectParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getPolicy(context, request.params.id, request.params.subject);
@@ -90,7 +104,7 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{ Params: SubjectParams }>(
       "/partners/:id/caab/subjects/:subject/policy/revoke",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: revokeResultSchema }, params: subjectParams } },
       async (request) => {
         const principal = principalOf(request);
         assertCanManagePartner(principal, request.params.id);
@@ -100,7 +114,7 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: AssignmentParams }>(
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { params: assignmentParams } },
+      { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         const { id, subject, capability } = request.params;
@@ -110,7 +124,7 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.put<{ Params: AssignmentParams; Body: AssignInput }>(
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { params: assignmentParams, body: assignBody } },
+      { schema: { response: { 200: assignResultSchema }, params: assignmentParams, body: assignBody } },
       async (request) => {
         const principal = principalOf(request);
         const { id, subject, capability } = request.params;
@@ -121,7 +135,7 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.delete<{ Params: AssignmentParams }>(
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { params: assignmentParams } },
+      { schema: { response: { 200: policyOnlySchema }, params: assignmentParams } },
       async (request) => {
         const principal = principalOf(request);
         const { id, subject, capability } = request.params;

@@ -1,0 +1,112 @@
+/**
+ * JSON Schemas of the admin API's response bodies (docs/admin-api.md), for the OpenAPI
+ * document and its conformance tests. Records are open (`additionalProperties` allowed) where
+ * the domain may add fields; the required fields are the ones the docs promise.
+ */
+
+const text = { type: "string" } as const;
+const nullableText = { type: ["string", "null"] } as const;
+const count = { type: "integer", minimum: 0 } as const;
+
+/** An object with these required fields; any other field allowed. */
+export const record = (required: readonly string[], properties: Record<string, unknown> = {}) =>
+  ({ type: "object", required: [...required], properties, additionalProperties: true }) as const;
+
+/** `{ items: T[], next? }`, every list of the admin API. */
+export const listOf = (item: unknown) =>
+  ({
+    type: "object",
+    required: ["items"],
+    additionalProperties: false,
+    properties: { items: { type: "array", items: item }, next: text },
+  }) as const;
+
+export const noContent = { type: "null", description: "No body." } as const;
+
+export const partnerSchema = record(["partner_id", "name", "status", "created_at"], {
+  partner_id: text,
+  name: text,
+  status: text,
+  created_at: text,
+});
+
+export const partnerDeletionSchema = record(["partner_id", "deleted"], {
+  partner_id: text,
+  deleted: { type: "object", additionalProperties: count },
+  revoked_policies: count,
+  deleted_workload_clients: count,
+});
+
+export const subjectSchema = record(
+  ["subject_id", "partner_id", "subject_type", "display_name", "identity", "created_at"],
+  {
+    subject_id: text,
+    partner_id: text,
+    subject_type: text,
+    display_name: text,
+    boundary_id: nullableText,
+    crypto_version: text,
+    identity: text,
+    created_at: text,
+  },
+);
+
+export const capabilityViewSchema = record(["capability_id", "partner_id", "catalog_version"], {
+  capability_id: text,
+  partner_id: text,
+  catalog_version: text,
+  catalog_hash: text,
+  operation_count: count,
+});
+
+export const capabilityDetailSchema = record(["capability_id", "catalog_version", "versions", "operations"], {
+  capability_id: text,
+  catalog_version: text,
+  versions: { type: "array", items: text },
+  operations: { type: "array", items: record(["permission_id"], { permission_id: text }) },
+});
+
+export const importResultSchema = record(["is_new_version"], { is_new_version: { type: "boolean" } });
+export const previewSchema = record([]);
+
+export const publicPolicySchema = record(["subject_id", "partner_id"], {
+  subject_id: text,
+  partner_id: text,
+});
+export const assignmentSchema = record(["subject_id", "capability_id"], {
+  subject_id: text,
+  capability_id: text,
+});
+
+export const assignResultSchema = record(["policy", "assignment", "warnings"], {
+  policy: publicPolicySchema,
+  assignment: assignmentSchema,
+  warnings: { type: "array", items: text },
+});
+
+export const policyOnlySchema = record(["policy"], { policy: publicPolicySchema });
+export const revokeResultSchema = record(["policy", "changed"], {
+  policy: publicPolicySchema,
+  changed: { type: "boolean" },
+});
+
+export const boundarySchema = record(
+  ["partner_id", "boundary_id", "name", "allowed_capabilities", "allowed_permission_patterns"],
+  {
+    partner_id: text,
+    boundary_id: text,
+    name: text,
+    allowed_capabilities: { type: "array", items: text },
+    allowed_permission_patterns: { type: "array", items: text },
+    max_policy_ttl_seconds: { type: ["integer", "null"] },
+    updated_at: text,
+  },
+);
+
+export const boundaryUpdateSchema = record(["boundary", "assignments_outside"], {
+  boundary: boundarySchema,
+  assignments_outside: { type: "array", items: record(["subject_id", "capability_id"]) },
+});
+
+/** An auth profile as the API shows it: never its secret material. */
+export const authProfileViewSchema = record([]);
