@@ -40,9 +40,17 @@ export function installHttpMetrics(app: FastifyInstance, options: HttpMetricsOpt
     requests.inc({ route, method: request.method, status: String(reply.statusCode) });
     durations.observe({ route, method: request.method }, reply.elapsedTime / 1000);
   });
-  app.get("/metrics", { logLevel: "warn" }, async (_request, reply) => {
-    const body = await registry.metrics();
-    return reply.header("content-type", registry.contentType).header("cache-control", "no-store").send(body);
-  });
+  const exposition = { content: { "text/plain": { schema: { type: "string" } } } };
+  app.get(
+    "/metrics",
+    { logLevel: "warn", schema: { response: { 200: exposition } } },
+    async (_request, reply) => {
+      const body = await registry.metrics();
+      return reply
+        .header("content-type", registry.contentType)
+        .header("cache-control", "no-store")
+        .send(body);
+    },
+  );
   return registry;
 }

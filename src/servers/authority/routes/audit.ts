@@ -9,6 +9,7 @@ import {
   type UsageGranularity,
   usagePeriodPrefix,
 } from "../../../audit/usage.ts";
+import { listOf, record } from "../../../authority/admin-response-schemas.ts";
 import { logs } from "../../../authority/model.ts";
 import { AuthorityError } from "../../../errors.ts";
 import type { Store } from "../../../store/store.ts";
@@ -132,7 +133,12 @@ function logView(app: FastifyInstance, context: AuthorityContext, view: LogView)
   };
   app.get<{ Querystring: PagingQuery & Readonly<Record<string, string | undefined>> }>(
     view.path,
-    { schema: { querystring: { type: "object", additionalProperties: false, properties } } },
+    {
+      schema: {
+        querystring: { type: "object", additionalProperties: false, properties },
+        response: { 200: listOf(record([])) },
+      },
+    },
     async (request) => {
       const principal = await requirePrincipal(request, context);
       const query = request.query;
@@ -189,6 +195,11 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
       "/admin/usage",
       {
         schema: {
+          response: {
+            200: record(["period", "group_by", "since", "until", "totals", "items"], {
+              items: { type: "array", items: record([]) },
+            }),
+          },
           querystring: {
             type: "object",
             additionalProperties: false,

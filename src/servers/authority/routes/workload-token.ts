@@ -133,12 +133,21 @@ export function workloadTokenRoutes(context: AuthorityContext): FastifyPluginAsy
       },
     );
 
-    app.get("/.well-known/jwks.json", async (_request, reply) => {
-      const jwks = await bindingRuntimeFor(context).tokens.jwks();
-      return reply
-        .header("cache-control", "public, max-age=300")
-        .type("application/jwk-set+json")
-        .send(JSON.stringify(jwks));
-    });
+    const jwksSchema = {
+      type: "object",
+      required: ["keys"],
+      properties: { keys: { type: "array", items: { type: "object", additionalProperties: true } } },
+    };
+    app.get(
+      "/.well-known/jwks.json",
+      { schema: { security: [], response: { 200: jwksSchema } } },
+      async (_request, reply) => {
+        const jwks = await bindingRuntimeFor(context).tokens.jwks();
+        return reply
+          .header("cache-control", "public, max-age=300")
+          .type("application/jwk-set+json")
+          .send(JSON.stringify(jwks));
+      },
+    );
   };
 }
