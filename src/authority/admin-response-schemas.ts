@@ -110,3 +110,24 @@ export const boundaryUpdateSchema = record(["boundary", "assignments_outside"], 
 
 /** An auth profile as the API shows it: never its secret material. */
 export const authProfileViewSchema = record([]);
+
+export const bindingSchema = record(["binding_id", "partner_id"], { binding_id: text, partner_id: text });
+export const workloadClientSchema = record(["client_id", "binding_id", "status"], {
+  client_id: text,
+  binding_id: text,
+  scopes: { type: "array", items: text },
+  status: text,
+  revoked_at: nullableText,
+});
+/** A new workload client: its secret is in this one answer only. */
+export const createdWorkloadClientSchema = record(["client", "client_secret"], {
+  client: workloadClientSchema,
+  client_secret: text,
+});
+export const subjectMappingSchema = record([]);
+export const bindingApiSchema = record([]);
+export const bindingAuthProfileSchema = record(["auth_profile_ref"], {
+  auth_profile_ref: nullableText,
+  profile: { anyOf: [authProfileViewSchema, { type: "null" }] },
+});
+export const evidenceSchema = record([]);

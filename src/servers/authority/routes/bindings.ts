@@ -1,5 +1,16 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
+  bindingApiSchema,
+  bindingAuthProfileSchema,
+  bindingSchema,
+  createdWorkloadClientSchema,
+  evidenceSchema,
+  listOf,
+  policyOnlySchema,
+  subjectMappingSchema,
+  workloadClientSchema,
+} from "../../../authority/admin-response-schemas.ts";
+import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
@@ -261,7 +272,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{ Params: { id: string }; Body: CreateBindingInput }>(
       "/partners/:id/bindings",
-      { schema: { params: partnerParams, body: createBindingBody } },
+      { schema: { response: { 201: bindingSchema }, params: partnerParams, body: createBindingBody } },
       async (request, reply) => {
         assertCanManagePartner(principalOf(request), request.params.id);
         reply.code(201);
@@ -271,7 +282,13 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/bindings",
-      { schema: { params: partnerParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(bindingSchema) },
+          params: partnerParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return listBindings(context, request.params.id, pageRequestOf(request.query));
@@ -280,19 +297,25 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams }>(
       "/v1/bindings/:bindingId",
-      { schema: { params: bindingParams } },
+      { schema: { response: { 200: bindingSchema }, params: bindingParams } },
       async (request) => bindingFor(request, false),
     );
 
     app.patch<{ Params: BindingParams; Body: UpdateBindingInput }>(
       "/v1/bindings/:bindingId",
-      { schema: { params: bindingParams, body: updateBindingBody } },
+      { schema: { response: { 200: bindingSchema }, params: bindingParams, body: updateBindingBody } },
       async (request) => updateBinding(context, await bindingFor(request, true), request.body),
     );
 
     app.post<{ Params: BindingParams; Body: CreateWorkloadClientInput }>(
       "/v1/bindings/:bindingId/workload-clients",
-      { schema: { params: bindingParams, body: createClientBody } },
+      {
+        schema: {
+          response: { 201: createdWorkloadClientSchema },
+          params: bindingParams,
+          body: createClientBody,
+        },
+      },
       async (request, reply) => {
         const created = await createWorkloadClient(context, await bindingFor(request, true), request.body);
         reply.code(201).header("cache-control", "no-store");
@@ -302,21 +325,27 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams; Querystring: PageQuery }>(
       "/v1/bindings/:bindingId/workload-clients",
-      { schema: { params: bindingParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(workloadClientSchema) },
+          params: bindingParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) =>
         listWorkloadClients(context, await bindingFor(request, false), pageRequestOf(request.query)),
     );
 
     app.delete<{ Params: BindingParams & { clientId: string } }>(
       "/v1/bindings/:bindingId/workload-clients/:clientId",
-      { schema: { params: clientParams } },
+      { schema: { response: { 200: workloadClientSchema }, params: clientParams } },
       async (request) =>
         revokeWorkloadClient(context, await bindingFor(request, true), request.params.clientId),
     );
 
     app.post<{ Params: BindingParams; Body: CreateMappingInput }>(
       "/v1/bindings/:bindingId/subjects",
-      { schema: { params: bindingParams, body: createMappingBody } },
+      { schema: { response: { 201: subjectMappingSchema }, params: bindingParams, body: createMappingBody } },
       async (request, reply) => {
         const created = await createMapping(context, await bindingFor(request, true), request.body);
         reply.code(201);
@@ -326,20 +355,26 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams; Querystring: PageQuery }>(
       "/v1/bindings/:bindingId/subjects",
-      { schema: { params: bindingParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(subjectMappingSchema) },
+          params: bindingParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) =>
         listMappings(context, await bindingFor(request, false), pageRequestOf(request.query)),
     );
 
     app.get<{ Params: BindingParams & { subject: string } }>(
       "/v1/bindings/:bindingId/subjects/:subject",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: subjectMappingSchema }, params: subjectParams } },
       async (request) => getMapping(context, await bindingFor(request, false), request.params.subject),
     );
 
     app.post<{ Params: BindingParams; Body: BindingAssignInput }>(
       "/v1/bindings/:bindingId/apis",
-      { schema: { params: bindingParams, body: assignBody } },
+      { schema: { response: { 200: bindingApiSchema }, params: bindingParams, body: assignBody } },
       async (request) => {
         const binding = await bindingFor(request, true);
         return assignBindingApi(context, actorOf(principalOf(request), request), binding, request.body);
@@ -348,7 +383,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams & { subject: string } }>(
       "/v1/bindings/:bindingId/subjects/:subject/apis",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: bindingApiSchema }, params: subjectParams } },
       async (request) => ({
         items: await listBindingApis(context, await bindingFor(request, false), request.params.subject),
       }),
@@ -356,7 +391,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.delete<{ Params: BindingParams & { subject: string; capability: string } }>(
       "/v1/bindings/:bindingId/subjects/:subject/apis/:capability",
-      { schema: { params: subjectApiParams } },
+      { schema: { response: { 200: policyOnlySchema }, params: subjectApiParams } },
       async (request) => {
         const binding = await bindingFor(request, true);
         const policy = await unassignBindingApi(
@@ -372,7 +407,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams }>(
       "/v1/bindings/:bindingId/auth-profiles",
-      { schema: { params: bindingParams } },
+      { schema: { response: { 200: bindingAuthProfileSchema }, params: bindingParams } },
       async (request) => {
         const binding = await bindingFor(request, false);
         const ref = binding.auth_profile_ref;
@@ -385,7 +420,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.put<{ Params: BindingParams; Body: { auth_profile_ref: string | null } }>(
       "/v1/bindings/:bindingId/auth-profiles",
-      { schema: { params: bindingParams, body: authProfileBody } },
+      { schema: { response: { 200: bindingSchema }, params: bindingParams, body: authProfileBody } },
       async (request) =>
         setBindingAuthProfile(context, await bindingFor(request, true), request.body.auth_profile_ref),
     );
@@ -434,7 +469,13 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams; Querystring: PageQuery }>(
       "/v1/bindings/:bindingId/invocations",
-      { schema: { params: bindingParams, querystring: pageQuerySchema } },
+      {
+        schema: {
+          response: { 200: listOf(evidenceSchema) },
+          params: bindingParams,
+          querystring: pageQuerySchema,
+        },
+      },
       async (request) => {
         const binding = await bindingFor(request, false);
         return listEvidence(context.store, binding.binding_id, pageRequestOf(request.query));
@@ -443,7 +484,7 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: BindingParams & { evidenceId: string } }>(
       "/v1/bindings/:bindingId/evidence/:evidenceId",
-      { schema: { params: evidenceParams } },
+      { schema: { response: { 200: evidenceSchema }, params: evidenceParams } },
       async (request) => {
         const binding = await bindingFor(request, false);
         return getEvidence(context.store, binding.binding_id, request.params.evidenceId);
