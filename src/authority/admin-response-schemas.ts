@@ -131,3 +131,13 @@ export const bindingAuthProfileSchema = record(["auth_profile_ref"], {
   profile: { anyOf: [authProfileViewSchema, { type: "null" }] },
 });
 export const evidenceSchema = record([]);
+
+/** The sidecar's reads (docs/sidecar.md): open records, the sidecar checks their content. */
+export const sidecarPolicySchema = record(["subject", "policy", "signed_policy"], {
+  subject: record(["subject_id", "partner_id"]),
+  policy: record([]),
+});
+export const sidecarPolicyKeysSchema = record([]);
+export const sidecarCapabilitySchema = record(["capability"], { capability: record([]) });
+export const sidecarDecisionsAcceptedSchema = record(["accepted"], { accepted: count });
+export const sidecarAuthMaterialSchema = record([]);

@@ -40,6 +40,7 @@ import {
 import { openStore } from "../../../src/store/index.ts";
 import type { Store } from "../../../src/store/store.ts";
 import { egressAllowing } from "../../helpers/egress.ts";
+import { checkResponsesAgainstDocument } from "../../helpers/openapi-conformance.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
@@ -305,6 +306,8 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
           }),
     };
     const app: FastifyInstance = await createAuthorityApp(context);
+    const conformance = checkResponsesAgainstDocument(app);
+    cleanups.push(async () => conformance.assertConforming());
     await app.listen({ host: "127.0.0.1", port: 0 });
     cleanups.unshift(() => app.close());
     const authorityUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

@@ -2,6 +2,14 @@ import { createHash } from "node:crypto";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { LRUCache } from "lru-cache";
 import type { DecisionInput } from "../../../audit/records.ts";
+import {
+  noContent,
+  sidecarAuthMaterialSchema,
+  sidecarCapabilitySchema,
+  sidecarDecisionsAcceptedSchema,
+  sidecarPolicyKeysSchema,
+  sidecarPolicySchema,
+} from "../../../authority/admin-response-schemas.ts";
 import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
 import {
   createAuthProfileSecretResolver,
@@ -299,7 +307,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { subject: string } }>(
       "/v1/sidecar/policies/:subject",
-      { schema: { params: subjectParams } },
+      { schema: { response: { 200: sidecarPolicySchema, 304: noContent }, params: subjectParams } },
       async (request, reply) => {
         const principal = principalOf(request);
         const subjectId = request.params.subject;
@@ -329,7 +337,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { owner: string } }>(
       "/v1/sidecar/policy-keys/:owner",
-      { schema: { params: ownerParams } },
+      { schema: { response: { 200: sidecarPolicyKeysSchema }, params: ownerParams } },
       async (request, reply) => {
         const principal = principalOf(request);
         const { owner } = request.params;
@@ -358,7 +366,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { partner: string; capability: string } }>(
       "/v1/sidecar/capabilities/:partner/:capability",
-      { schema: { params: capabilityParams } },
+      { schema: { response: { 200: sidecarCapabilitySchema }, params: capabilityParams } },
       async (request, reply) => {
         const { partner, capability } = request.params;
         assertPartner(principalOf(request), partner);
@@ -370,7 +378,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.post<{ Body: { records: ShippedDecision[] } }>(
       "/v1/sidecar/decisions",
-      { schema: { body: decisionBatchSchema } },
+      { schema: { response: { 200: sidecarDecisionsAcceptedSchema }, body: decisionBatchSchema } },
       async (request, reply) => {
         const principal = principalOf(request);
         const { records } = request.body;
@@ -395,7 +403,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
 
     app.get<{ Params: { partner: string; profile: string } }>(
       "/v1/sidecar/auth-profiles/:partner/:profile",
-      { schema: { params: profileParams } },
+      { schema: { response: { 200: sidecarAuthMaterialSchema }, params: profileParams } },
       async (request, reply) => {
         const { partner, profile } = request.params;
         assertPartner(principalOf(request), partner);
