@@ -141,3 +141,19 @@ export const sidecarPolicyKeysSchema = record([]);
 export const sidecarCapabilitySchema = record(["capability"], { capability: record([]) });
 export const sidecarDecisionsAcceptedSchema = record(["accepted"], { accepted: count });
 export const sidecarAuthMaterialSchema = record([]);
+
+/** GET /admin/diagnostics: facts and warnings (docs/admin-api.md, "Diagnostics"). */
+export const diagnosticsSchema = record(
+  ["generated_at", "persistence", "counts", "backends", "configuration", "warnings"],
+  {
+    generated_at: text,
+    persistence: record(["backend"]),
+    counts: record([]),
+    backends: record([]),
+    configuration: record([]),
+    mcp: record([]),
+    oauth: record([]),
+    resources: {},
+    warnings: { type: "array", items: record([]) },
+  },
+);

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync } from "fastify";
+import { diagnosticsSchema } from "../../../authority/admin-response-schemas.ts";
 import { collectDiagnostics } from "../../../authority/diagnostics.ts";
 import { displayUrl, mcpFacts, oauthFacts } from "../../../authority/platform-diagnostics.ts";
 import { requirePrincipal } from "../authenticate.ts";
@@ -11,7 +12,7 @@ import { assertRole } from "../principal.ts";
  */
 export function diagnosticsRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
-    app.get("/admin/diagnostics", async (request) => {
+    app.get("/admin/diagnostics", { schema: { response: { 200: diagnosticsSchema } } }, async (request) => {
       assertRole(await requirePrincipal(request, context), "admin", "auditor");
       const config = context.config;
       return collectDiagnostics(
