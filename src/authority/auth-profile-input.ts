@@ -60,7 +60,8 @@ export function parseAuthProfileInput(body: unknown): AuthProfileInput {
       : {};
   const type = record.type;
   const key = type === "static" ? `static/${String(record.kind)}` : String(type);
-  const check = shapes[key];
+  // Own keys only: a type such as "__proto__" or "constructor" names no shape.
+  const check = Object.hasOwn(shapes, key) ? shapes[key] : undefined;
   if (check === undefined) {
     const problem =
       type === "static"
