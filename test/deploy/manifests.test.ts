@@ -131,7 +131,7 @@ describe("deploy/kubernetes manifests", () => {
       const sidecar = containers.find((c) => c.name === "authority-sidecar");
       assert.deepEqual(
         sidecar,
-        sidecarContainer(settings, { istio: false, capabilityMap: settings.capabilityMap }),
+        sidecarContainer(settings, { capabilityMap: settings.capabilityMap }),
       );
       for (const volume of sidecarVolumes(settings)) {
         assert.deepEqual(
@@ -381,7 +381,7 @@ describe("deploy/prometheus/scrape.yaml", () => {
       ["authority-sidecars", "authority-service"],
     );
     const settings = parseSidecarSettings({}, { version: "0.1.0" });
-    const metricsPort = list(sidecarContainer(settings, { istio: false }).ports).find(
+    const metricsPort = list(sidecarContainer(settings, {}).ports).find(
       (p) => p.containerPort === settings.ports.metrics,
     );
     const relabels = list(jobs[0]?.relabel_configs);

@@ -1,4 +1,9 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
+import {
+  DEFAULT_SIDECAR_PROXY_PORT,
+  isIstioReservedPort,
+  istioPortMessage,
+} from "../../config/istio-ports.ts";
 
 /**
  * What the injector puts into every pod: read once at start from the settings file the
@@ -21,7 +26,10 @@ export interface SidecarResources {
   readonly limits?: ResourceList;
 }
 
-/** `auto`: Istio handling only when the pod shows Istio signs; `always`/`never` force it. */
+/**
+ * `auto`: Istio handling when the pod or its namespace shows Istio signs (the namespace's
+ * labels reach the injector through the webhook it is called on); `always`/`never` force it.
+ */
 export type IstioMode = "auto" | "always" | "never";
 
 export interface SidecarSettings {
@@ -44,10 +52,15 @@ export interface SidecarSettings {
   readonly resources: SidecarResources;
   readonly istio: {
     readonly mode: IstioMode;
-    /** Istio's own Envoy owns 15001 (outbound capture), so our proxy moves here. */
-    readonly proxyPort: number;
+    /** Keep kubelet probes and scrapes on the sidecar's ports out of Istio's inbound capture. */
     readonly excludeInboundPorts: boolean;
   };
+  /**
+   * Inject as a native sidecar (an init container with `restartPolicy: Always`, Kubernetes
+   * 1.29+): it starts, and passes its startup probe, before the app's containers, and it does
+   * not keep a Job's pod alive. Off: a regular container beside the app's.
+   */
+  readonly nativeSidecar: boolean;
   readonly prometheusAnnotations: boolean;
 }
 
@@ -124,10 +137,10 @@ export const sidecarSettingsSchema = {
       additionalProperties: false,
       properties: {
         mode: { enum: ["auto", "always", "never"] },
-        proxyPort: port,
         excludeInboundPorts: { type: "boolean" },
       },
     },
+    nativeSidecar: { type: "boolean" },
     prometheusAnnotations: { type: "boolean" },
   },
 } as const;
@@ -190,6 +203,23 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
   if (redis !== undefined && cacheKeySecret === undefined) {
     throw new InjectorSettingsError("invalid sidecar settings: cacheKeySecret is required when redis is set");
   }
+  const portSettings = {
+    grpc: num(ports.grpc, 9191),
+    proxy: num(ports.proxy, DEFAULT_SIDECAR_PROXY_PORT),
+    metrics: num(ports.metrics, 9464),
+  };
+  for (const [name, value] of Object.entries(portSettings)) {
+    if (isIstioReservedPort(value)) {
+      throw new InjectorSettingsError(
+        `invalid sidecar settings: ${istioPortMessage(`ports.${name}`, value)}`,
+      );
+    }
+  }
+  if (new Set(Object.values(portSettings)).size !== 3) {
+    throw new InjectorSettingsError(
+      "invalid sidecar settings: ports.grpc, ports.proxy and ports.metrics must differ",
+    );
+  }
   const resources = obj(o.resources);
   const requests = resourceListOf(resources.requests);
   const limits = resourceListOf(resources.limits);
@@ -203,7 +233,7 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
     authorityUrl: str(o.authorityUrl) ?? "http://127.0.0.1:8080",
     logLevel: str(o.logLevel) ?? "info",
     listenHost: o.listenHost === "0.0.0.0" ? "0.0.0.0" : "127.0.0.1",
-    ports: { grpc: num(ports.grpc, 9191), proxy: num(ports.proxy, 15001), metrics: num(ports.metrics, 9464) },
+    ports: portSettings,
     redis,
     cacheKeySecret,
     issuer: str(o.issuer),
@@ -219,9 +249,10 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
           },
     istio: {
       mode: istio.mode === "always" || istio.mode === "never" ? istio.mode : "auto",
-      proxyPort: num(istio.proxyPort, 15101),
       excludeInboundPorts: istio.excludeInboundPorts !== false,
     },
+    // The settings file cannot know the cluster's version; the chart renders it from there.
+    nativeSidecar: o.nativeSidecar === true,
     prometheusAnnotations: o.prometheusAnnotations !== false,
   };
 }
