@@ -268,6 +268,8 @@ async function authMaterial(
   const resolver = createAuthProfileSecretResolver(context);
   const base = { partner_id: partnerId, profile_id: profileId, type: profile.type };
   switch (profile.type) {
+    case "none":
+      return { ...base, headers: {}, query: {}, expires_in: STATIC_CREDENTIALS_TTL_SECONDS };
     case "static": {
       const secret = headerSafe(await resolveSecret(resolver, profile.secretRef));
       const headers: Record<string, string> = {};
