@@ -129,10 +129,7 @@ describe("deploy/kubernetes manifests", () => {
 
     it("has the sidecar container the injector would add, byte for byte", () => {
       const sidecar = containers.find((c) => c.name === "authority-sidecar");
-      assert.deepEqual(
-        sidecar,
-        sidecarContainer(settings, { capabilityMap: settings.capabilityMap }),
-      );
+      assert.deepEqual(sidecar, sidecarContainer(settings, { capabilityMap: settings.capabilityMap }));
       for (const volume of sidecarVolumes(settings)) {
         assert.deepEqual(
           list(podSpec.volumes).find((v) => v.name === volume.name),
