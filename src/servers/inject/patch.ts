@@ -181,6 +181,22 @@ function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, str
   if (capabilityMap !== undefined) {
     env.push({ name: "AUTHORITY_SIDECAR_CAPABILITY_MAP", value: JSON.stringify(capabilityMap) });
   }
+  // The workload credential: from the namespace's Secret, never a value in the pod spec.
+  const credentials = settings.credentialsSecret;
+  if (credentials !== undefined) {
+    env.push(
+      {
+        name: "AUTHORITY_CLIENT_ID",
+        valueFrom: { secretKeyRef: { name: credentials.name, key: credentials.clientIdKey } },
+      },
+      {
+        name: "AUTHORITY_CLIENT_SECRET",
+        valueFrom: { secretKeyRef: { name: credentials.name, key: credentials.clientSecretKey } },
+      },
+    );
+  }
+  if (settings.idpTokenUrl !== undefined)
+    env.push({ name: "AUTHORITY_IDP_TOKEN_URL", value: settings.idpTokenUrl });
   if (settings.issuer !== undefined) env.push({ name: "AUTHORITY_ISSUER", value: settings.issuer });
   if (settings.jwksUrl !== undefined) env.push({ name: "AUTHORITY_JWKS_URL", value: settings.jwksUrl });
   if (settings.audience !== undefined) env.push({ name: "AUTHORITY_AUDIENCE", value: settings.audience });

@@ -16,6 +16,18 @@ export interface SecretKeyRef {
   readonly key: string;
 }
 
+/**
+ * The sidecar's own workload credential: a client of the identity provider (role `sidecar` or
+ * scope `authority/sidecar`), kept in a Secret of the pod's namespace and passed as
+ * AUTHORITY_CLIENT_ID / AUTHORITY_CLIENT_SECRET (secretKeyRef): the sidecar fetches its token
+ * with the client-credentials grant and renews it before it expires.
+ */
+export interface CredentialsSecret {
+  readonly name: string;
+  readonly clientIdKey: string;
+  readonly clientSecretKey: string;
+}
+
 export interface ResourceList {
   readonly cpu?: string;
   readonly memory?: string;
@@ -45,6 +57,9 @@ export interface SidecarSettings {
     | { readonly url?: undefined; readonly urlSecret: SecretKeyRef }
     | undefined;
   readonly cacheKeySecret: SecretKeyRef | undefined;
+  readonly credentialsSecret: CredentialsSecret | undefined;
+  /** AUTHORITY_IDP_TOKEN_URL; unset: the sidecar uses `<issuer>/oauth2/token`. */
+  readonly idpTokenUrl: string | undefined;
   readonly issuer: string | undefined;
   readonly jwksUrl: string | undefined;
   readonly audience: string | undefined;
@@ -123,6 +138,17 @@ export const sidecarSettingsSchema = {
       oneOf: [{ required: ["url"] }, { required: ["urlSecret"] }],
     },
     cacheKeySecret: secretRef,
+    credentialsSecret: {
+      type: "object",
+      additionalProperties: false,
+      required: ["name", "clientIdKey", "clientSecretKey"],
+      properties: {
+        name: secretRef.properties.name,
+        clientIdKey: secretRef.properties.key,
+        clientSecretKey: secretRef.properties.key,
+      },
+    },
+    idpTokenUrl: { type: "string", pattern: "^https?://" },
     issuer: { type: "string", minLength: 1 },
     jwksUrl: { type: "string", pattern: "^https?://" },
     audience: { type: "string", minLength: 1 },
@@ -199,6 +225,15 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
         ? { urlSecret: redisSecret }
         : undefined;
   const cacheKeySecret = ref(o.cacheKeySecret);
+  const credentialsRaw = o.credentialsSecret === undefined ? undefined : obj(o.credentialsSecret);
+  const credentialsSecret =
+    credentialsRaw === undefined
+      ? undefined
+      : {
+          name: str(credentialsRaw.name) ?? "",
+          clientIdKey: str(credentialsRaw.clientIdKey) ?? "",
+          clientSecretKey: str(credentialsRaw.clientSecretKey) ?? "",
+        };
   // A Redis cache without its MAC key would let whoever can write Redis forge verified policies.
   if (redis !== undefined && cacheKeySecret === undefined) {
     throw new InjectorSettingsError("invalid sidecar settings: cacheKeySecret is required when redis is set");
@@ -236,6 +271,8 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
     ports: portSettings,
     redis,
     cacheKeySecret,
+    credentialsSecret,
+    idpTokenUrl: str(o.idpTokenUrl),
     issuer: str(o.issuer),
     jwksUrl: str(o.jwksUrl),
     audience: str(o.audience),
