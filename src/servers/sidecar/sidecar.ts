@@ -26,6 +26,7 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
+import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
 /**
@@ -261,6 +262,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
   }
+  warmSteps.push({
+    name: "decision_path",
+    failure: "the decision path's self-check failed",
+    run: warmDecisionPath,
+  });
   const warmUp = createWarmUp({ steps: warmSteps, logger });
   let grpcUp = false;
   let proxyUp = false;

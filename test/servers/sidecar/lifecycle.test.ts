@@ -34,6 +34,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       audit: true,
       jwks: true,
       credentials: true,
+      decision_path: true,
     });
     const health = await unary(handle.client, healthCheckMethod, {
       service: "envoy.service.auth.v3.Authorization",
@@ -69,6 +70,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     const {
       jwks: _jwks,
       credentials: _credentials,
+      decision_path: _decisionPath,
       ...listeners
     } = ready.body.checks as Record<string, boolean>;
     assert.deepEqual(listeners, { grpc: true, proxy: true, redis: false, audit: true });

@@ -38,7 +38,14 @@ describe("sidecar readiness against a real authority and identity provider", () 
     assert.equal(await handle.sidecar.whenReady(10_000), true);
     const ready = await readyz(handle.ports.metrics);
     assert.equal(ready.status, 200);
-    assert.deepEqual(ready.checks, { grpc: true, proxy: true, audit: true, jwks: true, credentials: true });
+    assert.deepEqual(ready.checks, {
+      grpc: true,
+      proxy: true,
+      audit: true,
+      jwks: true,
+      credentials: true,
+      decision_path: true,
+    });
     const first = await handle.check({});
     assert.equal(first.status.code, 0, JSON.stringify(first.denied_response ?? {}));
     assert.deepEqual(logs.errors(), []);
