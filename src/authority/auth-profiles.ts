@@ -2,6 +2,8 @@ import { AuthorityError } from "../errors.ts";
 import {
   type AuthProfile,
   AuthProfileError,
+  NO_AUTH_PROFILE_ID,
+  noAuthProfile,
   parseAuthProfile,
   type SecretResolver,
 } from "../execute/auth-profiles.ts";
@@ -173,6 +175,12 @@ export async function putAuthProfile(
   if (!isValidId("local", profileId)) {
     throw new AuthorityError("invalid_request", "The profile id must be 1-128 characters of [A-Za-z0-9._-].");
   }
+  if (profileId === NO_AUTH_PROFILE_ID) {
+    throw new AuthorityError(
+      "invalid_request",
+      `The profile id "${NO_AUTH_PROFILE_ID}" is reserved: it means no upstream credential.`,
+    );
+  }
   const key = storeKeys.authProfile(partnerId, profileId);
   const existing = await deps.store.get<AuthProfileRecord>(collections.authProfiles, key);
   const secret = secretOf(input);
@@ -328,6 +336,8 @@ export async function loadExecutionAuthProfile(
   partnerId: string,
   profileId: string,
 ): Promise<AuthProfile> {
+  // Authorization only: nothing is stored, nothing is injected.
+  if (profileId === NO_AUTH_PROFILE_ID) return noAuthProfile;
   return toExecutionAuthProfile(await loadRecord(deps, partnerId, profileId));
 }
 

@@ -6,6 +6,7 @@ import type { Capability } from "../core/capability.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
+import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import { createEgressPolicy, type EgressPolicy, ruleText } from "../execute/egress.ts";
 import type { Store } from "../store/store.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
@@ -212,6 +213,7 @@ async function missingProfileWarnings(
 ): Promise<string[]> {
   const warnings: string[] = [];
   for (const ref of new Set(refs)) {
+    if (ref === NO_AUTH_PROFILE_ID) continue;
     const profile = await store.get<AuthProfileRecord>(
       collections.authProfiles,
       storeKeys.authProfile(partnerId, ref),

@@ -6,6 +6,7 @@ import {
   type RedactionRule,
 } from "../core/index.ts";
 import { AuthorityError } from "../errors.ts";
+import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { PolicyProtectionError } from "../policy/protector.ts";
 import { type PolicyRecord, type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
@@ -153,25 +154,29 @@ export async function checkSubjectBoundary(
   }
 }
 
-async function profileWarnings(
+/**
+ * The assignment's auth profile is what every allowed call injects: a missing one would turn
+ * every allow into 503 `upstream_unavailable`, so the assignment is refused instead. `none`
+ * (authorization only) needs no stored profile.
+ */
+async function checkAuthProfile(
   deps: AdminDeps,
   partnerId: string,
   assignment: AssignmentRecord,
-): Promise<string[]> {
-  const refs = new Set([
-    assignment.auth_profile_ref,
-    ...assignment.operations.map((op) => op.auth_profile_ref),
-  ]);
-  const warnings: string[] = [];
-  for (const ref of refs) {
-    const found = await deps.store.get<AuthProfileRecord>(
-      collections.authProfiles,
-      storeKeys.authProfile(partnerId, ref),
+): Promise<void> {
+  const ref = assignment.auth_profile_ref;
+  if (ref === NO_AUTH_PROFILE_ID) return;
+  const found = await deps.store.get<AuthProfileRecord>(
+    collections.authProfiles,
+    storeKeys.authProfile(partnerId, ref),
+  );
+  if (found === undefined) {
+    throw new AuthorityError(
+      "invalid_request",
+      `The auth profile ${JSON.stringify(ref)} is not defined for this partner: create it first, or assign with auth_profile_ref "${NO_AUTH_PROFILE_ID}" for authorization only.`,
+      { details: { auth_profile_ref: ref } },
     );
-    if (found === undefined)
-      warnings.push(`auth profile ${JSON.stringify(ref)} is not defined for this partner yet`);
   }
-  return warnings;
 }
 
 /**
@@ -231,7 +236,8 @@ export async function assignCapability(
     assigned_by: actor.subject,
     assigned_at: now.toISOString(),
   };
-  const warnings = await profileWarnings(deps, partnerId, assignment);
+  await checkAuthProfile(deps, partnerId, assignment);
+  const warnings: string[] = [];
 
   const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
     const others = (await listAssignments(deps, partnerId, subjectId)).filter(

@@ -25,7 +25,7 @@ export const DEFAULT_DEV_PORTS: DevPorts = {
   idp: 8083,
   sampleApi: 18080,
   sidecarGrpc: 9191,
-  sidecarProxy: 15001,
+  sidecarProxy: 15101,
   sidecarMetrics: 9464,
 };
 

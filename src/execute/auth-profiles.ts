@@ -52,8 +52,19 @@ export interface OAuthUserProfile {
   readonly clientAuth?: ClientAuthMethod;
 }
 
+/**
+ * Authorization only: the decision is made and enforced, and the upstream call carries no
+ * credential from Authority. Reserved id: no stored profile may be called `none`.
+ */
+export const NO_AUTH_PROFILE_ID = "none";
+export interface NoAuthProfile {
+  readonly type: "none";
+  readonly id: typeof NO_AUTH_PROFILE_ID;
+}
+export const noAuthProfile: NoAuthProfile = { type: "none", id: NO_AUTH_PROFILE_ID };
+
 export type StaticProfile = ApiKeyProfile | BearerProfile;
-export type AuthProfile = StaticProfile | ClientCredentialsProfile | OAuthUserProfile;
+export type AuthProfile = StaticProfile | ClientCredentialsProfile | OAuthUserProfile | NoAuthProfile;
 
 /** A stored user token set. Times are epoch milliseconds. */
 export interface TokenSet {
@@ -166,6 +177,10 @@ export function parseAuthProfile(value: unknown): AuthProfile {
   if (!isRecord(value)) throw new AuthProfileError("(root)", "must be an object");
   const id = text(value, "id", 256);
   switch (value.type) {
+    case "none":
+      if (id !== NO_AUTH_PROFILE_ID)
+        throw new AuthProfileError("id", `must be ${NO_AUTH_PROFILE_ID} for type none`);
+      return noAuthProfile;
     case "static": {
       const secretRef = text(value, "secretRef");
       if (value.kind === "bearer") return { type: "static", id, kind: "bearer", secretRef };
@@ -299,6 +314,8 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
         throw unavailable("auth_profile_invalid");
       }
       switch (profile.type) {
+        case "none":
+          return { credentials: { headers: {}, query: {} }, secrets: [], renew: noRenewal };
         case "static": {
           const secret = headerSafe(await resolveSecret(secretResolver, profile.secretRef));
           if (profile.kind === "bearer")

@@ -101,6 +101,11 @@ export interface JwtVerifier {
   verify(token: string): Promise<VerifiedToken>;
   /** The key set's state (createJwtVerifier's verifiers have it; wrappers may not). */
   jwksStatus?(): JwksStatus;
+  /**
+   * Fetches the JWKS now (a remote one), so the first token does not wait for it; rejects with
+   * `jwks_unavailable` when it cannot be fetched. A local JWKS resolves at once.
+   */
+  warm?(): Promise<void>;
 }
 
 const DEFAULT_TENANT_CLAIM = "tenant";
@@ -229,6 +234,7 @@ function positiveInt(value: unknown, name: string, fallback: number): number {
 function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
   getKey: JWTVerifyGetKey;
   status: () => JwksStatus;
+  warm: () => Promise<void>;
 } {
   if (isJwks(jwks)) {
     try {
@@ -237,6 +243,7 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
       return {
         getKey,
         status: () => ({ source: "inline", state: "ok", key_count: keyCount, checked_at: null }),
+        warm: async () => undefined,
       };
     } catch {
       fail("jwks is not a valid JSON Web Key Set");
@@ -276,6 +283,18 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
   };
   return {
     getKey: resolver,
+    warm: async () => {
+      if (getKey.fresh) return;
+      try {
+        await getKey.reload();
+        settle("ok");
+      } catch (error) {
+        settle("failed");
+        throw new TokenVerificationError("jwks_unavailable", "the JSON Web Key Set could not be fetched", {
+          cause: error,
+        });
+      }
+    },
     status: () => ({
       source: "remote",
       state,
@@ -407,7 +426,7 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
 
 export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
   const opts = resolveOptions(options);
-  const { getKey, status: jwksStatus } = createKeyResolver(options.jwks);
+  const { getKey, status: jwksStatus, warm } = createKeyResolver(options.jwks);
 
   async function verify(token: string): Promise<VerifiedToken> {
     if (typeof token !== "string" || token.length === 0) {
@@ -435,5 +454,5 @@ export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
     return checkClaims(payload, opts, Math.floor(now.getTime() / 1000));
   }
 
-  return { issuer: opts.issuer, verify, jwksStatus };
+  return { issuer: opts.issuer, verify, jwksStatus, warm };
 }

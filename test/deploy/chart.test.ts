@@ -147,13 +147,15 @@ describe("chart templates", () => {
       "kind: MutatingWebhookConfiguration",
       'admissionReviewVersions: ["v1"]',
       "sideEffects: None",
-      "failurePolicy: {{ .Values.injector.failurePolicy }}",
-      "reinvocationPolicy: {{ .Values.injector.reinvocationPolicy }}",
+      "failurePolicy: {{ $.Values.injector.failurePolicy }}",
+      "reinvocationPolicy: {{ $.Values.injector.reinvocationPolicy }}",
       "authority-injection: enabled",
       'authority.io/inject: "true"',
       "cert-manager.io/inject-ca-from:",
       "caBundle:",
-      "path: /mutate",
+      "path: {{ .path }}",
+      '"path" "/mutate"',
+      '"path" "/mutate/istio-namespace"',
     ]) {
       assert.ok(webhook.includes(needle), needle);
     }

@@ -129,10 +129,7 @@ describe("deploy/kubernetes manifests", () => {
 
     it("has the sidecar container the injector would add, byte for byte", () => {
       const sidecar = containers.find((c) => c.name === "authority-sidecar");
-      assert.deepEqual(
-        sidecar,
-        sidecarContainer(settings, { istio: false, capabilityMap: settings.capabilityMap }),
-      );
+      assert.deepEqual(sidecar, sidecarContainer(settings, { capabilityMap: settings.capabilityMap }));
       for (const volume of sidecarVolumes(settings)) {
         assert.deepEqual(
           list(podSpec.volumes).find((v) => v.name === volume.name),
@@ -381,7 +378,7 @@ describe("deploy/prometheus/scrape.yaml", () => {
       ["authority-sidecars", "authority-service"],
     );
     const settings = parseSidecarSettings({}, { version: "0.1.0" });
-    const metricsPort = list(sidecarContainer(settings, { istio: false }).ports).find(
+    const metricsPort = list(sidecarContainer(settings, {}).ports).find(
       (p) => p.containerPort === settings.ports.metrics,
     );
     const relabels = list(jobs[0]?.relabel_configs);

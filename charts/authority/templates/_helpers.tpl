@@ -171,6 +171,11 @@ combinations that need names computed here).
 {{- if and .Values.redis.existingSecret (not .Values.sidecar.redisUrlSecret.name) }}
 {{- fail "redis.existingSecret is in the release namespace, which sidecars cannot read: set sidecar.redisUrlSecret.name to a Secret present in every injected namespace" }}
 {{- end }}
+{{- range $name, $port := .Values.sidecar.ports }}
+{{- if has (int $port) (list 15000 15001 15004 15006 15008 15009 15020 15021 15053 15090) }}
+{{- fail (printf "sidecar.ports.%s is %d, a port Istio's sidecar owns (15000, 15001, 15004, 15006, 15008, 15009, 15020, 15021, 15053, 15090): choose another port" $name (int $port)) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.injector.enabled (not .Values.injector.certManager.enabled) (not .Values.injector.tls.caBundle) }}
 {{- fail "injector.tls.caBundle is required when injector.certManager.enabled is false" }}
 {{- end }}

@@ -1,5 +1,5 @@
 import { AuthorityError } from "../../errors.ts";
-import { PodAnnotationError, planInjection, type SkipReason } from "./patch.ts";
+import { type NamespaceContext, PodAnnotationError, planInjection, type SkipReason } from "./patch.ts";
 import type { SidecarSettings } from "./settings.ts";
 
 /**
@@ -44,7 +44,11 @@ const reviewOf = (response: AdmissionResponse): AdmissionReviewResponse => ({
   response,
 });
 
-export function reviewAdmission(body: unknown, settings: SidecarSettings): AdmissionOutcome {
+export function reviewAdmission(
+  body: unknown,
+  settings: SidecarSettings,
+  namespaceContext: NamespaceContext = { istioInjection: false },
+): AdmissionOutcome {
   if (!isObj(body)) throw bad("body must be a JSON AdmissionReview object");
   if (body.apiVersion !== "admission.k8s.io/v1") throw bad("apiVersion must be admission.k8s.io/v1");
   if (body.kind !== "AdmissionReview") throw bad("kind must be AdmissionReview");
@@ -80,7 +84,7 @@ export function reviewAdmission(body: unknown, settings: SidecarSettings): Admis
         : undefined);
 
   try {
-    const plan = planInjection(pod, settings);
+    const plan = planInjection(pod, settings, namespaceContext);
     if (plan.skipped !== undefined) {
       return {
         review: reviewOf({ uid, allowed: true }),

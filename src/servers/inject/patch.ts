@@ -80,13 +80,37 @@ function skipReason(pod: PodLike): SkipReason | undefined {
   const annotations = objAt(pod.metadata, "annotations");
   if (stringAt(annotations, statusAnnotation) === "injected") return "already_injected";
   const spec = objAt(pod, "spec");
-  if (containerNames(arrayAt(spec, "containers")).includes(sidecarContainerName)) return "already_injected";
+  const names = [
+    ...containerNames(arrayAt(spec, "containers")),
+    ...containerNames(arrayAt(spec, "initContainers")),
+  ];
+  if (names.includes(sidecarContainerName)) return "already_injected";
   if (stringAt(annotations, injectKey)?.toLowerCase() === "false") return "opted_out";
   return undefined;
 }
 
-/** Whether Istio's proxy is (or is about to be) in this pod, as far as the pod itself shows. */
-export function podUsesIstio(pod: PodLike, mode: SidecarSettings["istio"]["mode"]): boolean {
+/**
+ * What the injector knows about the pod's namespace. The AdmissionReview carries no namespace
+ * labels: the chart registers one webhook per Istio namespace-label case, each calling its own
+ * path (docs/decisions/0901-istio-detection-by-webhook-selector.md).
+ */
+export interface NamespaceContext {
+  /** The namespace is labelled for Istio injection (`istio-injection=enabled` or `istio.io/rev`). */
+  readonly istioInjection: boolean;
+}
+
+const noNamespaceSignal: NamespaceContext = { istioInjection: false };
+
+/**
+ * Whether Istio's proxy is (or is about to be) in this pod: the pod's own signs first (a pod
+ * can opt out of a labelled namespace with `sidecar.istio.io/inject: "false"`), then the
+ * namespace's labels, so the answer does not depend on which webhook runs first.
+ */
+export function podUsesIstio(
+  pod: PodLike,
+  mode: SidecarSettings["istio"]["mode"],
+  namespace: NamespaceContext = noNamespaceSignal,
+): boolean {
   if (mode !== "auto") return mode === "always";
   const metadata = objAt(pod, "metadata");
   const annotations = objAt(metadata, "annotations");
@@ -101,7 +125,7 @@ export function podUsesIstio(pod: PodLike, mode: SidecarSettings["istio"]["mode"
   const istioInject =
     stringAt(labels, "sidecar.istio.io/inject") ?? stringAt(annotations, "sidecar.istio.io/inject");
   if (istioInject !== undefined) return istioInject.toLowerCase() === "true";
-  return stringAt(labels, "istio.io/rev") !== undefined;
+  return stringAt(labels, "istio.io/rev") !== undefined || namespace.istioInjection;
 }
 
 function podCapabilityMap(pod: PodLike): Record<string, string> | undefined {
@@ -129,18 +153,14 @@ interface EnvVar {
 
 export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=8 --max-old-space-size=128";
 
-function sidecarEnv(
-  settings: SidecarSettings,
-  proxyPort: number,
-  capabilityMap: Record<string, string> | undefined,
-): EnvVar[] {
+function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, string> | undefined): EnvVar[] {
   const env: EnvVar[] = [
     { name: "AUTHORITY_LOG_LEVEL", value: settings.logLevel },
     // The root filesystem is read-only; embedded state (if any) goes to the writable emptyDir.
     { name: "AUTHORITY_STATE_DIR", value: "/tmp/authority" },
     { name: "AUTHORITY_URL", value: settings.authorityUrl },
     { name: "AUTHORITY_SIDECAR_GRPC_LISTEN", value: `${settings.listenHost}:${settings.ports.grpc}` },
-    { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${proxyPort}` },
+    { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${settings.ports.proxy}` },
     // Kubelet probes and Prometheus reach the pod IP, so metrics always listen on every address.
     { name: "AUTHORITY_SIDECAR_METRICS_LISTEN", value: `0.0.0.0:${settings.ports.metrics}` },
     // A bounded young generation and old space keep the sidecar's RSS under load near 135 MB
@@ -161,6 +181,22 @@ function sidecarEnv(
   if (capabilityMap !== undefined) {
     env.push({ name: "AUTHORITY_SIDECAR_CAPABILITY_MAP", value: JSON.stringify(capabilityMap) });
   }
+  // The workload credential: from the namespace's Secret, never a value in the pod spec.
+  const credentials = settings.credentialsSecret;
+  if (credentials !== undefined) {
+    env.push(
+      {
+        name: "AUTHORITY_CLIENT_ID",
+        valueFrom: { secretKeyRef: { name: credentials.name, key: credentials.clientIdKey } },
+      },
+      {
+        name: "AUTHORITY_CLIENT_SECRET",
+        valueFrom: { secretKeyRef: { name: credentials.name, key: credentials.clientSecretKey } },
+      },
+    );
+  }
+  if (settings.idpTokenUrl !== undefined)
+    env.push({ name: "AUTHORITY_IDP_TOKEN_URL", value: settings.idpTokenUrl });
   if (settings.issuer !== undefined) env.push({ name: "AUTHORITY_ISSUER", value: settings.issuer });
   if (settings.jwksUrl !== undefined) env.push({ name: "AUTHORITY_JWKS_URL", value: settings.jwksUrl });
   if (settings.audience !== undefined) env.push({ name: "AUTHORITY_AUDIENCE", value: settings.audience });
@@ -170,9 +206,12 @@ function sidecarEnv(
 /** The container the injector adds; also used verbatim by the hand-written manifests' tests. */
 export function sidecarContainer(
   settings: SidecarSettings,
-  options: { readonly istio: boolean; readonly capabilityMap?: Record<string, string> | undefined },
+  options: {
+    readonly capabilityMap?: Record<string, string> | undefined;
+    /** Istio is (or will be) in the pod: see the native-sidecar comment below. */
+    readonly istio?: boolean | undefined;
+  },
 ): Record<string, unknown> {
-  const proxyPort = options.istio ? settings.istio.proxyPort : settings.ports.proxy;
   const volumeMounts: Record<string, unknown>[] = [{ name: tmpVolumeName, mountPath: "/tmp" }];
   if (settings.cacheKeySecret !== undefined) {
     volumeMounts.push({ name: cacheKeyVolumeName, mountPath: cacheKeyMountPath, readOnly: true });
@@ -190,10 +229,18 @@ export function sidecarContainer(
     args: ["sidecar"],
     ports: [
       { name: "authz-grpc", containerPort: settings.ports.grpc, protocol: "TCP" },
-      { name: "authz-proxy", containerPort: proxyPort, protocol: "TCP" },
+      { name: "authz-proxy", containerPort: settings.ports.proxy, protocol: "TCP" },
       { name: "authz-metrics", containerPort: settings.ports.metrics, protocol: "TCP" },
     ],
-    env: sidecarEnv(settings, proxyPort, options.capabilityMap),
+    env: sidecarEnv(settings, options.capabilityMap),
+    ...(settings.nativeSidecar ? { restartPolicy: "Always" } : {}),
+    // A native sidecar with a startup probe holds the app's containers until it is ready to
+    // decide (up to 5 minutes). Not beside Istio: when istio-proxy is a regular container,
+    // iptables already sends the sidecar's calls to the authority to an istio-proxy that has
+    // not started yet, and the pod would wait forever (decision 0901).
+    ...(settings.nativeSidecar && options.istio !== true
+      ? { startupProbe: { ...probe("/readyz", 1, 300), timeoutSeconds: 1 } }
+      : {}),
     readinessProbe: { ...probe("/readyz", 5, 3), initialDelaySeconds: 1 },
     livenessProbe: { ...probe("/healthz", 10, 6), initialDelaySeconds: 5 },
     resources: settings.resources,
@@ -275,8 +322,12 @@ function portWarnings(pod: PodLike, ports: readonly number[]): string[] {
 }
 
 /** Decides and builds the patch; throws PodAnnotationError for a malformed Authority annotation. */
-export function planInjection(pod: PodLike, settings: SidecarSettings): InjectionPlan {
-  const istio = podUsesIstio(pod, settings.istio.mode);
+export function planInjection(
+  pod: PodLike,
+  settings: SidecarSettings,
+  namespace: NamespaceContext = noNamespaceSignal,
+): InjectionPlan {
+  const istio = podUsesIstio(pod, settings.istio.mode, namespace);
   const skipped = skipReason(pod);
   if (skipped !== undefined) return { patch: [], skipped, warnings: [], istio };
 
@@ -285,8 +336,7 @@ export function planInjection(pod: PodLike, settings: SidecarSettings): Injectio
     annotationMap === undefined && settings.capabilityMap === undefined
       ? undefined
       : { ...settings.capabilityMap, ...annotationMap };
-  const container = sidecarContainer(settings, { istio, capabilityMap });
-  const proxyPort = istio ? settings.istio.proxyPort : settings.ports.proxy;
+  const container = sidecarContainer(settings, { capabilityMap, istio });
 
   const spec = objAt(pod, "spec");
   const patch: JsonPatchOperation[] = [];
@@ -294,10 +344,15 @@ export function planInjection(pod: PodLike, settings: SidecarSettings): Injectio
     patch.push({
       op: "add",
       path: "/spec",
-      value: { containers: [container], volumes: sidecarVolumes(settings) },
+      value: settings.nativeSidecar
+        ? { initContainers: [container], containers: [], volumes: sidecarVolumes(settings) }
+        : { containers: [container], volumes: sidecarVolumes(settings) },
     });
   } else {
-    patch.push(...appendOps("/spec/containers", arrayAt(spec, "containers"), [container]));
+    // Native: appended, so it starts after Istio's init containers (whichever webhook ran
+    // first, Istio puts its own at the front) and can reach the authority through the mesh.
+    const list = settings.nativeSidecar ? "initContainers" : "containers";
+    patch.push(...appendOps(`/spec/${list}`, arrayAt(spec, list), [container]));
     patch.push(...appendOps("/spec/volumes", arrayAt(spec, "volumes"), sidecarVolumes(settings)));
   }
 
@@ -312,11 +367,15 @@ export function planInjection(pod: PodLike, settings: SidecarSettings): Injectio
       patch.push({ op: "add", path: `/metadata/annotations/${escapeJsonPointer(key)}`, value });
     }
   }
-  const warnings = portWarnings(pod, [settings.ports.grpc, proxyPort, settings.ports.metrics]);
+  const warnings = portWarnings(pod, [settings.ports.grpc, settings.ports.proxy, settings.ports.metrics]);
   return { patch, skipped: undefined, warnings, istio };
 }
 
 /** The RFC 6902 operations that add the sidecar, or `[]` when the pod is skipped. */
-export function buildSidecarPatch(pod: PodLike, settings: SidecarSettings): JsonPatchOperation[] {
-  return planInjection(pod, settings).patch;
+export function buildSidecarPatch(
+  pod: PodLike,
+  settings: SidecarSettings,
+  namespace: NamespaceContext = noNamespaceSignal,
+): JsonPatchOperation[] {
+  return planInjection(pod, settings, namespace).patch;
 }

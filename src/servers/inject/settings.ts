@@ -1,4 +1,9 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
+import {
+  DEFAULT_SIDECAR_PROXY_PORT,
+  isIstioReservedPort,
+  istioPortMessage,
+} from "../../config/istio-ports.ts";
 
 /**
  * What the injector puts into every pod: read once at start from the settings file the
@@ -11,6 +16,18 @@ export interface SecretKeyRef {
   readonly key: string;
 }
 
+/**
+ * The sidecar's own workload credential: a client of the identity provider (role `sidecar` or
+ * scope `authority/sidecar`), kept in a Secret of the pod's namespace and passed as
+ * AUTHORITY_CLIENT_ID / AUTHORITY_CLIENT_SECRET (secretKeyRef): the sidecar fetches its token
+ * with the client-credentials grant and renews it before it expires.
+ */
+export interface CredentialsSecret {
+  readonly name: string;
+  readonly clientIdKey: string;
+  readonly clientSecretKey: string;
+}
+
 export interface ResourceList {
   readonly cpu?: string;
   readonly memory?: string;
@@ -21,7 +38,10 @@ export interface SidecarResources {
   readonly limits?: ResourceList;
 }
 
-/** `auto`: Istio handling only when the pod shows Istio signs; `always`/`never` force it. */
+/**
+ * `auto`: Istio handling when the pod or its namespace shows Istio signs (the namespace's
+ * labels reach the injector through the webhook it is called on); `always`/`never` force it.
+ */
 export type IstioMode = "auto" | "always" | "never";
 
 export interface SidecarSettings {
@@ -37,6 +57,9 @@ export interface SidecarSettings {
     | { readonly url?: undefined; readonly urlSecret: SecretKeyRef }
     | undefined;
   readonly cacheKeySecret: SecretKeyRef | undefined;
+  readonly credentialsSecret: CredentialsSecret | undefined;
+  /** AUTHORITY_IDP_TOKEN_URL; unset: the sidecar uses `<issuer>/oauth2/token`. */
+  readonly idpTokenUrl: string | undefined;
   readonly issuer: string | undefined;
   readonly jwksUrl: string | undefined;
   readonly audience: string | undefined;
@@ -44,10 +67,15 @@ export interface SidecarSettings {
   readonly resources: SidecarResources;
   readonly istio: {
     readonly mode: IstioMode;
-    /** Istio's own Envoy owns 15001 (outbound capture), so our proxy moves here. */
-    readonly proxyPort: number;
+    /** Keep kubelet probes and scrapes on the sidecar's ports out of Istio's inbound capture. */
     readonly excludeInboundPorts: boolean;
   };
+  /**
+   * Inject as a native sidecar (an init container with `restartPolicy: Always`, Kubernetes
+   * 1.29+): it starts, and passes its startup probe, before the app's containers, and it does
+   * not keep a Job's pod alive. Off: a regular container beside the app's.
+   */
+  readonly nativeSidecar: boolean;
   readonly prometheusAnnotations: boolean;
 }
 
@@ -110,6 +138,17 @@ export const sidecarSettingsSchema = {
       oneOf: [{ required: ["url"] }, { required: ["urlSecret"] }],
     },
     cacheKeySecret: secretRef,
+    credentialsSecret: {
+      type: "object",
+      additionalProperties: false,
+      required: ["name", "clientIdKey", "clientSecretKey"],
+      properties: {
+        name: secretRef.properties.name,
+        clientIdKey: secretRef.properties.key,
+        clientSecretKey: secretRef.properties.key,
+      },
+    },
+    idpTokenUrl: { type: "string", pattern: "^https?://" },
     issuer: { type: "string", minLength: 1 },
     jwksUrl: { type: "string", pattern: "^https?://" },
     audience: { type: "string", minLength: 1 },
@@ -124,10 +163,10 @@ export const sidecarSettingsSchema = {
       additionalProperties: false,
       properties: {
         mode: { enum: ["auto", "always", "never"] },
-        proxyPort: port,
         excludeInboundPorts: { type: "boolean" },
       },
     },
+    nativeSidecar: { type: "boolean" },
     prometheusAnnotations: { type: "boolean" },
   },
 } as const;
@@ -186,9 +225,35 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
         ? { urlSecret: redisSecret }
         : undefined;
   const cacheKeySecret = ref(o.cacheKeySecret);
+  const credentialsRaw = o.credentialsSecret === undefined ? undefined : obj(o.credentialsSecret);
+  const credentialsSecret =
+    credentialsRaw === undefined
+      ? undefined
+      : {
+          name: str(credentialsRaw.name) ?? "",
+          clientIdKey: str(credentialsRaw.clientIdKey) ?? "",
+          clientSecretKey: str(credentialsRaw.clientSecretKey) ?? "",
+        };
   // A Redis cache without its MAC key would let whoever can write Redis forge verified policies.
   if (redis !== undefined && cacheKeySecret === undefined) {
     throw new InjectorSettingsError("invalid sidecar settings: cacheKeySecret is required when redis is set");
+  }
+  const portSettings = {
+    grpc: num(ports.grpc, 9191),
+    proxy: num(ports.proxy, DEFAULT_SIDECAR_PROXY_PORT),
+    metrics: num(ports.metrics, 9464),
+  };
+  for (const [name, value] of Object.entries(portSettings)) {
+    if (isIstioReservedPort(value)) {
+      throw new InjectorSettingsError(
+        `invalid sidecar settings: ${istioPortMessage(`ports.${name}`, value)}`,
+      );
+    }
+  }
+  if (new Set(Object.values(portSettings)).size !== 3) {
+    throw new InjectorSettingsError(
+      "invalid sidecar settings: ports.grpc, ports.proxy and ports.metrics must differ",
+    );
   }
   const resources = obj(o.resources);
   const requests = resourceListOf(resources.requests);
@@ -203,9 +268,11 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
     authorityUrl: str(o.authorityUrl) ?? "http://127.0.0.1:8080",
     logLevel: str(o.logLevel) ?? "info",
     listenHost: o.listenHost === "0.0.0.0" ? "0.0.0.0" : "127.0.0.1",
-    ports: { grpc: num(ports.grpc, 9191), proxy: num(ports.proxy, 15001), metrics: num(ports.metrics, 9464) },
+    ports: portSettings,
     redis,
     cacheKeySecret,
+    credentialsSecret,
+    idpTokenUrl: str(o.idpTokenUrl),
     issuer: str(o.issuer),
     jwksUrl: str(o.jwksUrl),
     audience: str(o.audience),
@@ -219,9 +286,10 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
           },
     istio: {
       mode: istio.mode === "always" || istio.mode === "never" ? istio.mode : "auto",
-      proxyPort: num(istio.proxyPort, 15101),
       excludeInboundPorts: istio.excludeInboundPorts !== false,
     },
+    // The settings file cannot know the cluster's version; the chart renders it from there.
+    nativeSidecar: o.nativeSidecar === true,
     prometheusAnnotations: o.prometheusAnnotations !== false,
   };
 }

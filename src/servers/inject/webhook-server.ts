@@ -1,6 +1,6 @@
 import type { Server as HttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
-import Fastify, { type FastifyError, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from "fastify";
 import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { reviewAdmission } from "./admission.ts";
@@ -40,6 +40,9 @@ export class WebhookOptionsError extends Error {
     this.name = "WebhookOptionsError";
   }
 }
+
+/** Called by the chart's webhooks for namespaces labelled for Istio injection. */
+export const istioNamespaceMutatePath = "/mutate/istio-namespace";
 
 const defaultBodyLimit = 3 * 1024 * 1024;
 
@@ -83,14 +86,24 @@ export function createWebhookServer(options: WebhookServerOptions): WebhookServe
 
   app.get("/healthz", async () => ({ status: "ok" }));
 
-  app.post("/mutate", async (request) => {
-    const outcome = reviewAdmission(request.body, settings);
+  // One path per namespace case: the chart's webhooks select namespaces by their Istio labels
+  // (the AdmissionReview does not carry them) and call the path that says which case matched.
+  const mutate = (istioInjection: boolean) => async (request: FastifyRequest) => {
+    const outcome = reviewAdmission(request.body, settings, { istioInjection });
     request.log.info(
-      { namespace: outcome.namespace, pod: outcome.name, result: outcome.result, reason: outcome.reason },
+      {
+        namespace: outcome.namespace,
+        pod: outcome.name,
+        result: outcome.result,
+        reason: outcome.reason,
+        istioNamespace: istioInjection,
+      },
       "admission review",
     );
     return outcome.review;
-  });
+  };
+  app.post("/mutate", mutate(false));
+  app.post(istioNamespaceMutatePath, mutate(true));
 
   return {
     app,

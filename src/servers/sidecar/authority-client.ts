@@ -26,6 +26,11 @@ export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource {
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
   /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
   sendDecisions(records: Buffer): Promise<void>;
+  /**
+   * Proves the sidecar's own credentials (`GET /v1/sidecar/self`): resolves when the authority
+   * accepts them; an AuthorityFetchError carries the authority's status and error code.
+   */
+  proveCredentials(): Promise<void>;
 }
 
 export interface AuthorityClientOptions {
@@ -143,7 +148,29 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
   const segment = encodeURIComponent;
 
+  /** The authority's own error code (`invalid_token`, `insufficient_role`…): safe to log, never a secret. */
+  const refusal = async (response: Response): Promise<never> => {
+    let code: string | undefined;
+    try {
+      const body = (await response.json()) as unknown;
+      if (isRecord(body) && typeof body.error === "string" && /^[a-z_]{1,64}$/.test(body.error))
+        code = body.error;
+    } catch {
+      // no JSON: the status says enough
+    }
+    throw new AuthorityFetchError(
+      `the authority service refused the sidecar's credentials (${response.status}${code === undefined ? "" : ` ${code}`})`,
+      response.status,
+    );
+  };
+
   return {
+    async proveCredentials() {
+      const response = await call("/v1/sidecar/self");
+      if (response.status === 401 || response.status === 403) return refusal(response);
+      if (response.status !== 200) return unexpected(response);
+      await response.body?.cancel();
+    },
     async sendDecisions(records) {
       const body = Buffer.concat([RECORDS_OPEN, records, RECORDS_CLOSE]);
       const response = await call("/v1/sidecar/decisions", {}, body);

@@ -4,6 +4,11 @@
  */
 import { ConfigError } from "../../config/errors.ts";
 import {
+  DEFAULT_SIDECAR_PROXY_PORT,
+  isIstioReservedPort,
+  istioPortMessage,
+} from "../../config/istio-ports.ts";
+import {
   bearerTokenSettings,
   boolean,
   egressAllowSetting,
@@ -47,7 +52,7 @@ export const sidecarSettings = {
   proxyListen: spec({
     key: "proxy-listen",
     env: "AUTHORITY_SIDECAR_PROXY_LISTEN",
-    description: "forward proxy address (default 127.0.0.1:15001)",
+    description: "forward proxy address (default 127.0.0.1:15101)",
     parse: listenAddress,
   }),
   metricsListen: spec({
@@ -266,14 +271,20 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
   }
   const policyKeysFile = get("policyKeysFile");
   const capabilityMap = get("capabilityMap");
+  const listen = {
+    grpc: get("grpcListen") ?? { host: "127.0.0.1", port: 9191 },
+    proxy: get("proxyListen") ?? { host: "127.0.0.1", port: DEFAULT_SIDECAR_PROXY_PORT },
+    metrics: get("metricsListen") ?? { host: "127.0.0.1", port: 9464 },
+  };
+  for (const name of ["grpc", "proxy", "metrics"] as const) {
+    if (isIstioReservedPort(listen[name].port)) {
+      throw new ConfigError(istioPortMessage(`--${name}-listen`, listen[name].port));
+    }
+  }
   return {
     logLevel: get("logLevel") ?? "info",
     authorityUrl: get("authorityUrl") ?? "http://127.0.0.1:8080",
-    listen: {
-      grpc: get("grpcListen") ?? { host: "127.0.0.1", port: 9191 },
-      proxy: get("proxyListen") ?? { host: "127.0.0.1", port: 15001 },
-      metrics: get("metricsListen") ?? { host: "127.0.0.1", port: 9464 },
-    },
+    listen,
     ...(redis === undefined || cacheKeyFile === undefined ? {} : { redis: { url: redis, cacheKeyFile } }),
     ...(capabilityMap === undefined ? {} : { capabilityMap }),
     issuer,

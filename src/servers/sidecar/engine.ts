@@ -4,6 +4,7 @@ import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type SubjectAuthentication, subjectAdmits } from "../../core/subject-identity.ts";
 import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
+import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import type {
@@ -60,6 +61,8 @@ export interface InjectedCredentials {
   readonly headers: Readonly<Record<string, string>>;
   readonly query: Readonly<Record<string, string>>;
 }
+
+const NO_CREDENTIALS: InjectedCredentials = Object.freeze({ headers: {}, query: {} });
 
 export interface SidecarAllow {
   readonly allow: true;
@@ -308,6 +311,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         policyHead: policy.head,
         policyLayer: layer,
       });
+      // Authorization only: nothing to fetch, nothing to inject.
+      if (decision.authProfileRef === NO_AUTH_PROFILE_ID) return allow(NO_CREDENTIALS);
       const injected = credentials.peek?.(partnerId, decision.authProfileRef);
       return injected !== undefined
         ? allow(injected)

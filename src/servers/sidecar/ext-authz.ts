@@ -22,6 +22,13 @@ import { declaredHeaders, type HeaderBag, headersToRemove, type RequestBody } fr
  * JSON body.
  */
 
+/**
+ * Per-route `context_extensions` key: `keep` forwards the caller's own `Authorization` to the
+ * upstream (an authorization-only route whose upstream checks the same token); anything else,
+ * or nothing, removes it. Envoy's route configuration sets it; the caller cannot.
+ */
+export const CALLER_AUTHORIZATION_EXTENSION = "caller_authorization";
+
 export const REQUEST_ID_HEADER = "x-authority-request-id";
 export const PERMISSION_ID_HEADER = "x-authority-permission-id";
 
@@ -75,7 +82,11 @@ export function checkBody(input: CheckInput): RequestBody | undefined {
   return input.body === undefined ? undefined : { state: "complete", bytes: input.body };
 }
 
-export function toCheckDecision(decision: SidecarDecision, requestHeaders: HeaderBag = {}): CheckDecision {
+export function toCheckDecision(
+  decision: SidecarDecision,
+  requestHeaders: HeaderBag = {},
+  route: { readonly keepCallerAuthorization?: boolean } = {},
+): CheckDecision {
   if (!decision.allow) {
     const deny: DenyDecision = {
       allow: false,
@@ -89,10 +100,15 @@ export function toCheckDecision(decision: SidecarDecision, requestHeaders: Heade
   const headersToSet = allowHeaders(decision);
   const setByAllow: Record<string, string> = {};
   for (const name in headersToSet) setByAllow[name.toLowerCase()] = "";
-  const remove = headersToRemove(requestHeaders, declaredHeaders(decision.operation), setByAllow);
-  // The caller's token goes even when the request did not show it to us.
-  if (!Object.hasOwn(setByAllow, "authorization") && !remove.includes("authorization"))
+  let remove = headersToRemove(requestHeaders, declaredHeaders(decision.operation), setByAllow);
+  if (route.keepCallerAuthorization === true && !Object.hasOwn(setByAllow, "authorization")) {
+    // The route forwards the caller's own token (authorization only); injected credentials
+    // would still replace it (set wins).
+    remove = remove.filter((name) => name !== "authorization");
+  } else if (!Object.hasOwn(setByAllow, "authorization") && !remove.includes("authorization")) {
+    // The caller's token goes even when the request did not show it to us.
     remove.push("authorization");
+  }
   // The x-authority-* namespace in any spelling, whatever the forwarded set says.
   for (const name of callerReservedHeaders(requestHeaders, headersToSet))
     if (!remove.includes(name)) remove.push(name);
@@ -123,9 +139,12 @@ export function createExtAuthzCheck(engine: SidecarEngine): CheckFunction {
       requestId: input.requestId ?? randomUUID(),
       ...(signal === undefined ? {} : { signal }),
     });
+    const route = {
+      keepCallerAuthorization: input.contextExtensions[CALLER_AUTHORIZATION_EXTENSION] === "keep",
+    };
     // Synchronous when everything was cached: the transport answers without a microtask.
     return decision instanceof Promise
-      ? decision.then((settled) => toCheckDecision(settled, input.headers))
-      : toCheckDecision(decision, input.headers);
+      ? decision.then((settled) => toCheckDecision(settled, input.headers, route))
+      : toCheckDecision(decision, input.headers, route);
   };
 }

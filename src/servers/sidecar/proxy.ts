@@ -44,7 +44,7 @@ import type { SidecarMetrics } from "./metrics.ts";
 import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
 
 /**
- * The forward proxy for invoke traffic (`127.0.0.1:15001`). An app sends its upstream calls
+ * The forward proxy for invoke traffic (`127.0.0.1:15101`). An app sends its upstream calls
  * through it — absolute-form (`GET http://orders.internal/v1/orders/42`, `HTTP_PROXY`) or
  * origin-form with the upstream's `Host` — carrying its own bearer token in
  * `Proxy-Authorization` (or `Authorization`). Each request is decided by the same engine as

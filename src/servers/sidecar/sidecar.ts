@@ -26,6 +26,8 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
+import { warmDecisionPath } from "./warm-decision.ts";
+import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
 /**
  * One sidecar process: the ext_authz gRPC server, the forward proxy and the metrics/health
@@ -107,6 +109,8 @@ export interface Sidecar {
   readonly policies: VerifiedPolicyCache;
   readonly metrics: SidecarMetrics;
   readonly redis: RedisPolicyStore | undefined;
+  /** Resolves true once `/readyz` would answer 200, false after `timeoutMs`. */
+  whenReady(timeoutMs: number): Promise<boolean>;
   /** Sends the queued decision records now; false when some are still queued after `timeoutMs`. */
   flushAudit(timeoutMs: number): Promise<boolean>;
 }
@@ -245,6 +249,25 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());
+  // Ready means a first allowed decision can be made: the callers' JWKS is fetched and the
+  // sidecar's own credentials (token, connection) are proven against the authority.
+  const warmSteps: WarmUpStep[] = [
+    {
+      name: "credentials",
+      failure: "the authority service did not accept the sidecar's own credentials",
+      run: () => options.authority.proveCredentials(),
+    },
+  ];
+  const warmVerifier = options.verifier.warm?.bind(options.verifier);
+  if (warmVerifier !== undefined) {
+    warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
+  }
+  warmSteps.push({
+    name: "decision_path",
+    failure: "the decision path's self-check failed",
+    run: warmDecisionPath,
+  });
+  const warmUp = createWarmUp({ steps: warmSteps, logger });
   let grpcUp = false;
   let proxyUp = false;
   let closing = false;
@@ -255,6 +278,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       proxy: proxyUp,
       ...(redis === undefined ? {} : { redis: redis.reachedOnce }),
       audit: auditLog.accepting(),
+      ...warmUp.checks(),
     };
     return { ready: !closing && Object.values(checks).every(Boolean), checks };
   };
@@ -273,6 +297,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return readiness().ready;
     },
     flushAudit: (timeoutMs) => auditLog.flush(timeoutMs),
+    async whenReady(timeoutMs) {
+      const deadline = Date.now() + timeoutMs;
+      if (!(await warmUp.whenDone(timeoutMs))) return false;
+      while (!readiness().ready) {
+        if (closing || Date.now() >= deadline) return false;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return true;
+    },
 
     async start() {
       const { grpc, proxy: proxyAddress, metrics: metricsAddress } = options.listen;
@@ -287,6 +320,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         { host: proxyAddress.host, port: proxyPort },
         { host: metricsAddress.host, port: metricsPort },
       );
+      warmUp.start();
       logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
       return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
     },
@@ -294,6 +328,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     close({ graceMs = 10_000 } = {}) {
       closed ??= (async () => {
         closing = true;
+        warmUp.stop();
         await Promise.all([checkServer.close({ graceMs }), proxy.close({ graceMs })]);
         grpcUp = false;
         proxyUp = false;

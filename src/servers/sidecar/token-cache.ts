@@ -15,6 +15,8 @@ import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 
 export interface TokenVerifier {
   verify(token: string): Promise<VerifiedToken>;
+  /** Fetches what verification needs (the JWKS) ahead of the first token; see JwtVerifier. */
+  warm?(): Promise<void>;
 }
 
 export interface CachedPrincipal {

@@ -77,7 +77,7 @@ describe("buildSidecarPatch on a plain pod", () => {
     assert.deepEqual(sidecar.args, ["sidecar"]);
     assert.deepEqual(sidecar.ports, [
       { name: "authz-grpc", containerPort: 9191, protocol: "TCP" },
-      { name: "authz-proxy", containerPort: 15001, protocol: "TCP" },
+      { name: "authz-proxy", containerPort: 15101, protocol: "TCP" },
       { name: "authz-metrics", containerPort: 9464, protocol: "TCP" },
     ]);
     assert.deepEqual((sidecar.readinessProbe as Obj).httpGet, {
@@ -112,7 +112,7 @@ describe("buildSidecarPatch on a plain pod", () => {
       "http://authority.authority-system.svc.cluster.local:8080",
     );
     assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_GRPC_LISTEN")?.value, "127.0.0.1:9191");
-    assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_PROXY_LISTEN")?.value, "127.0.0.1:15001");
+    assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_PROXY_LISTEN")?.value, "127.0.0.1:15101");
     assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_METRICS_LISTEN")?.value, "0.0.0.0:9464");
     assert.equal(
       envValue(sidecar, "NODE_OPTIONS")?.value,
@@ -262,7 +262,7 @@ describe("buildSidecarPatch beside Istio", () => {
     assert.ok(plan.patch.every((op) => !op.path.startsWith("/spec/initContainers")));
   });
 
-  it("moves the forward proxy off Istio's 15001 and excludes 9191/9464 from inbound capture", () => {
+  it("keeps the forward proxy off Istio's 15001 and excludes 9191/9464 from inbound capture", () => {
     const sidecar = containerNamed(patched, sidecarContainerName);
     assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_PROXY_LISTEN")?.value, "127.0.0.1:15101");
     assert.equal(annotationsOf(patched)["traffic.sidecar.istio.io/excludeInboundPorts"], "15020,9191,9464");
@@ -284,6 +284,55 @@ describe("buildSidecarPatch beside Istio", () => {
     const always = parseSidecarSettings({ istio: { mode: "always" } }, { version: "0.1.0" });
     assert.equal(planInjection(loadPod("bare-pod"), always).istio, true);
     assert.equal(planInjection(loadPod("bare-pod"), chartLikeSettings).istio, false);
+  });
+
+  it("takes the namespace's Istio label into account, but a pod's own opt-out wins", () => {
+    const labelled = { istioInjection: true };
+    assert.equal(planInjection(loadPod("bare-pod"), chartLikeSettings, labelled).istio, true);
+    const optedOut = loadPod("bare-pod");
+    (optedOut.metadata as Obj).labels = { "sidecar.istio.io/inject": "false" };
+    assert.equal(planInjection(optedOut, chartLikeSettings, labelled).istio, false);
+    const never = parseSidecarSettings({ istio: { mode: "never" } }, { version: "0.1.0" });
+    assert.equal(planInjection(loadPod("bare-pod"), never, labelled).istio, false);
+    const patched = applyJsonPatch(
+      loadPod("plain-pod"),
+      buildSidecarPatch(loadPod("plain-pod"), chartLikeSettings, labelled),
+    );
+    assert.equal(annotationsOf(patched)["traffic.sidecar.istio.io/excludeInboundPorts"], "9191,9464");
+  });
+});
+
+describe("parseSidecarSettings and Istio's ports", () => {
+  it("refuses every port Istio's sidecar owns, naming the setting", () => {
+    for (const port of [15000, 15001, 15004, 15006, 15008, 15009, 15020, 15021, 15053, 15090]) {
+      for (const name of ["grpc", "proxy", "metrics"]) {
+        assert.throws(
+          () => parseSidecarSettings({ ports: { [name]: port } }, { version: "0.1.0" }),
+          (error: unknown) =>
+            error instanceof Error &&
+            error.message.includes(`ports.${name} uses port ${port}`) &&
+            error.message.includes("Istio"),
+        );
+      }
+    }
+    assert.throws(
+      () => parseSidecarSettings({ ports: { proxy: 9191 } }, { version: "0.1.0" }),
+      /must differ/,
+    );
+  });
+
+  it("injects a native sidecar only when asked, appended after existing init containers", () => {
+    const native = parseSidecarSettings({ nativeSidecar: true }, { version: "0.1.0" });
+    const pod = loadPod("istio-injected-pod");
+    const patched = injectAndCheck(pod, native);
+    const inits = initContainersOf(patched);
+    assert.deepEqual(inits.slice(0, -1), initContainersOf(pod));
+    assert.equal(inits.at(-1)?.name, sidecarContainerName);
+    assert.equal(inits.at(-1)?.restartPolicy, "Always");
+    assert.equal(containerNamed(patched, sidecarContainerName), undefined);
+    const bare = injectAndCheck(loadPod("bare-pod"), native);
+    assert.equal(initContainersOf(bare)[0]?.name, sidecarContainerName);
+    assert.ok(initContainersOf(bare)[0]?.startupProbe !== undefined);
   });
 });
 
@@ -321,7 +370,7 @@ describe("parseSidecarSettings", () => {
   it("fills the documented defaults", () => {
     const s = parseSidecarSettings({}, { version: "1.2.3" });
     assert.equal(s.image, "ghcr.io/authority/authority:1.2.3");
-    assert.deepEqual(s.ports, { grpc: 9191, proxy: 15001, metrics: 9464 });
+    assert.deepEqual(s.ports, { grpc: 9191, proxy: 15101, metrics: 9464 });
     assert.equal(s.authorityUrl, "http://127.0.0.1:8080");
     assert.equal(s.redis, undefined);
     assert.equal(parseSidecarSettings({ image: "a:1" }, { image: "b:2", version: "x" }).image, "b:2");

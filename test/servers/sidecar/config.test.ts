@@ -29,7 +29,7 @@ describe("authority sidecar configuration", () => {
     assert.equal(config.authorityUrl, "http://127.0.0.1:8080");
     assert.deepEqual(config.listen, {
       grpc: { host: "127.0.0.1", port: 9191 },
-      proxy: { host: "127.0.0.1", port: 15001 },
+      proxy: { host: "127.0.0.1", port: 15101 },
       metrics: { host: "127.0.0.1", port: 9464 },
     });
     assert.equal(config.issuer, "http://127.0.0.1:8083");
@@ -97,5 +97,28 @@ describe("authority sidecar configuration", () => {
       () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_REDIS_URL: "http://user:hunter2@r" } }),
       (error: Error) => !error.message.includes("hunter2"),
     );
+  });
+
+  test("no listener may take a port Istio's sidecar owns, in any mode", () => {
+    for (const port of [15000, 15001, 15004, 15006, 15008, 15009, 15020, 15021, 15053, 15090]) {
+      for (const [flag, env] of [
+        ["--grpc-listen", "AUTHORITY_SIDECAR_GRPC_LISTEN"],
+        ["--proxy-listen", "AUTHORITY_SIDECAR_PROXY_LISTEN"],
+        ["--metrics-listen", "AUTHORITY_SIDECAR_METRICS_LISTEN"],
+      ] as const) {
+        assert.throws(
+          () => resolveSidecarConfig({ env: { ...minimal, [env]: `127.0.0.1:${port}` } }),
+          (error: unknown) =>
+            error instanceof ConfigError &&
+            error.message.includes(flag) &&
+            error.message.includes(`port ${port}`) &&
+            error.message.includes("Istio"),
+        );
+      }
+    }
+    // The default is outside Istio's 150xx range, and a neighbouring port is accepted.
+    assert.equal(resolveSidecarConfig({ env: minimal }).listen.proxy.port, 15101);
+    const env = { ...minimal, AUTHORITY_SIDECAR_PROXY_LISTEN: "127.0.0.1:15002" };
+    assert.equal(resolveSidecarConfig({ env }).listen.proxy.port, 15002);
   });
 });

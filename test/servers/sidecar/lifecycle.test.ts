@@ -25,9 +25,17 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       status: 200,
       body: { status: "ok" },
     });
+    assert.equal(await handle.sidecar.whenReady(10_000), true);
     const ready = await getJson(handle.ports.metrics, "/readyz");
     assert.equal(ready.status, 200);
-    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true, audit: true });
+    assert.deepEqual(ready.body.checks, {
+      grpc: true,
+      proxy: true,
+      audit: true,
+      jwks: true,
+      credentials: true,
+      decision_path: true,
+    });
     const health = await unary(handle.client, healthCheckMethod, {
       service: "envoy.service.auth.v3.Authorization",
     });
@@ -59,7 +67,13 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     });
     const ready = await getJson(handle.ports.metrics, "/readyz");
     assert.equal(ready.status, 503);
-    assert.deepEqual(ready.body.checks, { grpc: true, proxy: true, redis: false, audit: true });
+    const {
+      jwks: _jwks,
+      credentials: _credentials,
+      decision_path: _decisionPath,
+      ...listeners
+    } = ready.body.checks as Record<string, boolean>;
+    assert.deepEqual(listeners, { grpc: true, proxy: true, redis: false, audit: true });
     const response = await handle.check({});
     assert.equal(JSON.parse(response.denied_response.body).reason, "upstream_unavailable");
     await handle.close();

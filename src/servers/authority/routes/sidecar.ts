@@ -53,6 +53,8 @@ import type { Principal } from "../principal.ts";
  *   engine matches requests against.
  * - `GET /v1/sidecar/auth-profiles/{partner}/{profile}` — the upstream credentials of an auth
  *   profile, ready to inject (headers / query parameters), with how long they may be cached.
+ * - `GET /v1/sidecar/self` — who the caller is to the authority: a sidecar proves its own
+ *   credentials with it before it reports ready.
  *
  * Only principals with role `sidecar` or scope `authority/sidecar` may call them; a
  * principal whose token carries `partner_id` is limited to that partner's subjects,
@@ -274,6 +276,8 @@ async function authMaterial(
   const resolver = createAuthProfileSecretResolver(context);
   const base = { partner_id: partnerId, profile_id: profileId, type: profile.type };
   switch (profile.type) {
+    case "none":
+      return { ...base, headers: {}, query: {}, expires_in: STATIC_CREDENTIALS_TTL_SECONDS };
     case "static": {
       const secret = headerSafe(await resolveSecret(resolver, profile.secretRef));
       const headers: Record<string, string> = {};
@@ -400,6 +404,11 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
         return noStore(reply).send({ accepted: records.length });
       },
     );
+
+    app.get("/v1/sidecar/self", async (request, reply) => {
+      const principal = principalOf(request);
+      return noStore(reply).send({ subject: principal.subject, partner_id: principal.partnerId ?? null });
+    });
 
     app.get<{ Params: { partner: string; profile: string } }>(
       "/v1/sidecar/auth-profiles/:partner/:profile",

@@ -146,6 +146,16 @@ describe("admin API: auth profiles", () => {
     assert.equal(await raw("bad-profile"), undefined);
   });
 
+  it("refuses to store a profile called none: that id means no upstream credential", async () => {
+    const r = await h.call("PUT", `${base}/none`, {
+      token: t.acmeAdmin,
+      body: { type: "static", kind: "bearer", secret: "would-be-injected-1" },
+    });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.body.message, /reserved/);
+    assert.equal(await raw("none"), undefined);
+  });
+
   it("lists profiles without secrets", async () => {
     const r = await h.call("GET", base, { token: t.acmeAdmin });
     assert.equal(r.status, 200);

@@ -144,7 +144,12 @@ describe("admin API: capabilities", () => {
       });
       const assigned = await h.call("PUT", "/partners/acme/caab/subjects/reimport-agent/policies/orders", {
         token: t.acmeAdmin,
-        body: { allowed_permission_ids: ["orders:get:/orders/{orderId}"], ttl_seconds: 3600 },
+        // Authorization only: this test is about snapshots, not credentials.
+        body: {
+          allowed_permission_ids: ["orders:get:/orders/{orderId}"],
+          ttl_seconds: 3600,
+          auth_profile_ref: "none",
+        },
       });
       assert.equal(assigned.status, 200, assigned.text);
       const before = await readPolicyRecord(h.store, "reimport-agent");
@@ -202,7 +207,11 @@ describe("admin API: capabilities", () => {
       // A new assignment uses the current catalog.
       const next = await h.call("PUT", "/partners/acme/caab/subjects/reimport-agent/policies/orders", {
         token: t.acmeAdmin,
-        body: { allowed_permission_ids: ["orders:post:/orders/{orderId}/refunds"], ttl_seconds: 3600 },
+        body: {
+          allowed_permission_ids: ["orders:post:/orders/{orderId}/refunds"],
+          ttl_seconds: 3600,
+          auth_profile_ref: "none",
+        },
       });
       assert.equal(next.status, 200, next.text);
       assert.equal(next.body.assignment.catalog_version, "2");

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { collections, storeKeys } from "../../../../src/authority/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const SECRET = "diagnostics-must-not-show-this";
@@ -26,6 +27,12 @@ describe("admin API: diagnostics", () => {
       token: t.admin,
       body: { subject_id: "soon", subject_type: "agent", display_name: "Soon" },
     });
+    // Assigned while the profile exists, then removed behind the API's back (a restored or
+    // edited store): assignment refuses a missing profile, diagnostics find one that went missing.
+    await h.call("PUT", "/partners/acme/caab/auth-profiles/missing-profile", {
+      token: t.admin,
+      body: { type: "static", kind: "bearer", secret: "deleted-later-1" },
+    });
     const r = await h.call("PUT", "/partners/acme/caab/subjects/soon/policies/orders", {
       token: t.admin,
       body: {
@@ -35,6 +42,10 @@ describe("admin API: diagnostics", () => {
       },
     });
     assert.equal(r.status, 200, r.text);
+    assert.equal(
+      await h.store.delete(collections.authProfiles, storeKeys.authProfile("acme", "missing-profile")),
+      true,
+    );
   });
   after(() => h.close());
 

@@ -237,7 +237,7 @@ describe("admin API: partners and users", () => {
           capability_id: "orders",
           name: "Orders",
           document: smallApi(),
-          auth_profile_ref: "orders-key",
+          auth_profile_ref: "none",
         },
       });
       await h.call("POST", "/partners/acme/users", {

@@ -66,6 +66,11 @@ describe("admin API: policies", () => {
         secret: "orders-top-secret-1",
       },
     });
+    const billingKey = await h.call("PUT", "/partners/acme/caab/auth-profiles/billing-key", {
+      token: t.acmeAdmin,
+      body: { type: "static", kind: "bearer", secret: "billing-top-secret-1" },
+    });
+    assert.ok(billingKey.status === 200 || billingKey.status === 201, billingKey.text);
     await h.call("POST", "/partners/acme/permission-boundaries", {
       token: t.acmeAdmin,
       body: {
@@ -150,19 +155,31 @@ describe("admin API: policies", () => {
       });
       assert.equal(first.status, 200, first.text);
       const expiresAt = new Date(Date.now() + 1800_000).toISOString().replace("Z", "+00:00");
-      const second = await put("agent-2", "billing", {
+      // A profile that does not exist is refused at assignment time, naming it.
+      const missing = await put("agent-2", "billing", {
         allowed_permission_ids: ["billing:post:/orders"],
         expires_at: expiresAt,
         auth_profile_ref: "custom-profile",
       });
+      assert.equal(missing.status, 400, missing.text);
+      assert.equal(missing.body.error, "invalid_request");
+      assert.match(missing.body.message, /"custom-profile" is not defined/);
+      assert.deepEqual(missing.body.details, { auth_profile_ref: "custom-profile" });
+      assert.equal((await stored("agent-2"))?.head, 1, "nothing was written");
+      // `none`: authorization only, no stored profile needed.
+      const second = await put("agent-2", "billing", {
+        allowed_permission_ids: ["billing:post:/orders"],
+        expires_at: expiresAt,
+        auth_profile_ref: "none",
+      });
       assert.equal(second.status, 200, second.text);
       assert.equal(second.body.policy.head, 2);
-      assert.ok(second.body.warnings.some((w: string) => w.includes("custom-profile")));
+      assert.deepEqual(second.body.warnings, []);
       const document = await open("agent-2");
       assert.deepEqual(
         document.apis.map((a) => [a.capability_id, a.auth_profile_ref]),
         [
-          ["billing", "custom-profile"],
+          ["billing", "none"],
           ["orders", "orders-key"],
         ],
       );

@@ -1,0 +1,215 @@
+import assert from "node:assert/strict";
+import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
+import { Client, credentials } from "@grpc/grpc-js";
+import { parse, parseAllDocuments, stringify } from "yaml";
+import { reviewAdmission } from "../../src/servers/inject/admission.ts";
+import { parseSidecarSettings } from "../../src/servers/inject/settings.ts";
+import { projectTool } from "../helpers/peer-process.ts";
+import { stablePort } from "../helpers/stable-port.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+import { containersOf, initContainersOf, loadReview } from "../servers/inject/fixtures.ts";
+import { applyJsonPatch } from "../servers/inject/json-patch.ts";
+import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
+import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
+import { isObj, type Obj, repoPath } from "./helpers.ts";
+
+/**
+ * Injection that starts (issue 16, item 3): the chart rendered by the real Helm, the injector
+ * run on a pod with the rendered settings, and `authority sidecar` started as the container
+ * would be — the image's entry point (`node bin/authority.ts`) with the container's `args`,
+ * and exactly the container's environment (nothing inherited from the test), Secret
+ * references resolved from the Secrets the docs tell an operator to create. It must become
+ * ready against a real authority and identity provider and allow a Check.
+ */
+
+const run = promisify(execFile);
+const chart = repoPath("charts/authority");
+const CLIENT_ID = "sidecar-shop";
+const CLIENT_SECRET = `s-${randomBytes(18).toString("base64url")}`;
+
+type Secrets = Record<string, Record<string, string>>;
+
+/** A container's environment as the kubelet would build it; a missing Secret key fails. */
+function resolveEnv(container: Obj, secrets: Secrets): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const entry of (container.env ?? []) as Obj[]) {
+    const name = String(entry.name);
+    if (typeof entry.value === "string") {
+      env[name] = entry.value;
+      continue;
+    }
+    const ref =
+      isObj(entry.valueFrom) && isObj(entry.valueFrom.secretKeyRef)
+        ? entry.valueFrom.secretKeyRef
+        : undefined;
+    assert.ok(ref !== undefined, `env ${name} has neither a value nor a secretKeyRef`);
+    const value = secrets[String(ref.name)]?.[String(ref.key)];
+    assert.ok(value !== undefined, `env ${name}: Secret ${String(ref.name)} has no key ${String(ref.key)}`);
+    env[name] = value;
+  }
+  return env;
+}
+
+async function waitReady(port: number, child: ChildProcess, output: () => string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    assert.equal(child.exitCode, null, `the sidecar exited (${String(child.exitCode)}):\n${output()}`);
+    try {
+      const response = await fetch(`http://127.0.0.1:${port}/readyz`);
+      await response.arrayBuffer();
+      if (response.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  assert.fail(`the sidecar did not become ready:\n${output()}`);
+}
+
+describe("an injected sidecar starts with exactly what the chart and the injector give it", () => {
+  let world: World;
+  let dir: TempDir;
+  let child: ChildProcess | undefined;
+  let output = "";
+
+  before(async () => {
+    world = await startWorld();
+    dir = await makeTempDir("injection-starts-");
+    await world.idp.directory.addClient({
+      clientId: CLIENT_ID,
+      clientSecret: CLIENT_SECRET,
+      roles: ["sidecar"],
+    });
+  });
+  after(async () => {
+    if (child !== undefined && child.exitCode === null) {
+      const exited = new Promise((resolve) => child?.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    }
+    await dir?.cleanup();
+    await world?.close();
+  });
+
+  it("renders, injects, starts, becomes ready and allows a Check", async () => {
+    // Free ports instead of 9191/15101/9464: the machine is shared. Set through the chart's values.
+    const ports = { grpc: await stablePort(), proxy: await stablePort(), metrics: await stablePort() };
+    const valuesFile = join(dir.path, "values.yaml");
+    await writeFile(
+      valuesFile,
+      stringify({
+        authority: { issuer: world.context.config.issuer },
+        sidecar: {
+          authorityUrl: world.authorityUrl,
+          ports,
+          capabilityMap: { [UPSTREAM_HOST]: "orders" },
+        },
+      }),
+    );
+    const { stdout } = await run(
+      projectTool("helm"),
+      [
+        "template",
+        "authority",
+        chart,
+        "-n",
+        "authority-system",
+        "--kube-version",
+        "1.31.0",
+        "-f",
+        valuesFile,
+      ],
+      { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 },
+    );
+    const configMap = parseAllDocuments(stdout)
+      .map((d) => d.toJS() as unknown)
+      .filter(isObj)
+      .find((d) => d.kind === "ConfigMap" && isObj(d.data) && typeof d.data["settings.yaml"] === "string");
+    assert.ok(configMap !== undefined && isObj(configMap.data));
+    // As `authority inject` reads its settings file.
+    const settings = parseSidecarSettings(parse(String(configMap.data["settings.yaml"])), {
+      version: "0.0.0",
+    });
+
+    const review = loadReview("plain-pod");
+    const outcome = reviewAdmission(review, settings);
+    assert.equal(outcome.result, "injected");
+    const patch = JSON.parse(Buffer.from(outcome.review.response.patch ?? "", "base64").toString("utf8"));
+    const pod = applyJsonPatch(review.request.object, patch);
+    const container = [...initContainersOf(pod), ...containersOf(pod)].find(
+      (c) => c.name === "authority-sidecar",
+    );
+    assert.ok(container !== undefined);
+
+    // Every mounted volume must be one the kubelet fills without the operator: a mount of a
+    // Secret would need a file this test (and a cluster) must provide.
+    const volumes = ((isObj(pod.spec) ? pod.spec.volumes : []) ?? []) as Obj[];
+    for (const mount of (container.volumeMounts ?? []) as Obj[]) {
+      const volume = volumes.find((v) => v.name === mount.name);
+      assert.ok(volume !== undefined && isObj(volume.emptyDir), `mount ${String(mount.name)} is an emptyDir`);
+    }
+
+    // The Secrets docs/deployment.md tells the operator to create in the pod's namespace.
+    const secrets: Secrets = {
+      "authority-sidecar-credentials": { "client-id": CLIENT_ID, "client-secret": CLIENT_SECRET },
+    };
+    const env = resolveEnv(container, secrets);
+    const args = (container.args ?? []) as string[];
+    assert.deepEqual(args, ["sidecar"]);
+    // The image: WORKDIR is the app, ENTRYPOINT ["node", "bin/authority.ts"].
+    child = spawn(process.execPath, ["bin/authority.ts", ...args], { cwd: repoPath("."), env });
+    child.stdout?.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr?.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    await waitReady(ports.metrics, child, () => output);
+
+    const client = new Client(`127.0.0.1:${ports.grpc}`, credentials.createInsecure());
+    const check = () =>
+      unary(
+        client,
+        checkMethod,
+        envoyCheckRequest({
+          method: "GET",
+          path: "/orders/42",
+          host: UPSTREAM_HOST,
+          headers: { authorization: `Bearer ${world.tokens.agent}` },
+          // No capability_id: the capability map the chart and the pod annotation gave decides.
+          contextExtensions: {},
+          id: `req-${randomBytes(6).toString("hex")}`,
+        }),
+      );
+    try {
+      // A fresh process decides its first Check cold (policy keys, policy, catalog and
+      // credentials fetched within Envoy's 200 ms): on a loaded machine that first one may time
+      // out (503, fail closed). What this test proves is that the started sidecar allows.
+      const seen: string[] = [];
+      let response = await check();
+      for (let attempt = 0; response.status.code !== 0 && attempt < 10; attempt++) {
+        seen.push(String(response.denied_response?.body));
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        response = await check();
+      }
+      assert.equal(response.status.code, 0, `${seen.join("\n")}\n${output}`);
+      if (seen.length > 0)
+        process.stderr.write(`injection-starts: denied before the allow: ${seen.join("; ")}\n`);
+      const set = Object.fromEntries(
+        (response.ok_response.headers as { header: { key: string; value: string } }[]).map((h) => [
+          h.header.key,
+          h.header.value,
+        ]),
+      );
+      assert.equal(set["x-api-key"], UPSTREAM_SECRET);
+    } finally {
+      client.close();
+    }
+    assert.ok(!output.includes(CLIENT_SECRET), "the client secret is never logged");
+  });
+});
