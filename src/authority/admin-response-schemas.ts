@@ -141,6 +141,11 @@ export const sidecarPolicyKeysSchema = record([]);
 export const sidecarCapabilitySchema = record(["capability"], { capability: record([]) });
 export const sidecarDecisionsAcceptedSchema = record(["accepted"], { accepted: count });
 export const sidecarAuthMaterialSchema = record([]);
+/** GET /v1/sidecar/self: the sidecar's own credentials, as the authority accepted them. */
+export const sidecarSelfSchema = record(["subject", "partner_id"], {
+  subject: text,
+  partner_id: nullableText,
+});
 
 /** GET /admin/diagnostics: facts and warnings (docs/admin-api.md, "Diagnostics"). */
 export const diagnosticsSchema = record(

@@ -9,6 +9,7 @@ import {
   sidecarDecisionsAcceptedSchema,
   sidecarPolicyKeysSchema,
   sidecarPolicySchema,
+  sidecarSelfSchema,
 } from "../../../authority/admin-response-schemas.ts";
 import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
 import {
@@ -405,10 +406,14 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
       },
     );
 
-    app.get("/v1/sidecar/self", async (request, reply) => {
-      const principal = principalOf(request);
-      return noStore(reply).send({ subject: principal.subject, partner_id: principal.partnerId ?? null });
-    });
+    app.get(
+      "/v1/sidecar/self",
+      { schema: { response: { 200: sidecarSelfSchema } } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        return noStore(reply).send({ subject: principal.subject, partner_id: principal.partnerId ?? null });
+      },
+    );
 
     app.get<{ Params: { partner: string; profile: string } }>(
       "/v1/sidecar/auth-profiles/:partner/:profile",
