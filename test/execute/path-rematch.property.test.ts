@@ -266,10 +266,15 @@ describe("path rule: a rendered request maps to exactly the allowed permission",
         const path = Object.fromEntries(names.map((name, i) => [name, values[i] ?? "x"]));
         const parsed = parsePathTemplate(world.allowed.path);
         let v = 0;
+        // The same values in both forms: a mixed segment ("{p1}.json") keeps its literal parts.
         const requestPath = `/${parsed.segments
-          .map((segment) =>
-            segment.kind === "literal" ? segment.value : encodePathSegment(values[v++] ?? "x"),
-          )
+          .map((segment) => {
+            if (segment.kind === "literal") return segment.value;
+            if (segment.kind === "param") return encodePathSegment(values[v++] ?? "x");
+            return segment.parts
+              .map((part) => ("literal" in part ? part.literal : encodePathSegment(values[v++] ?? "x")))
+              .join("");
+          })
           .join("/")}`;
         const concrete = decideFor(world, requestPath, false);
         const concreteReason = concrete.status === "allowed" ? "allowed" : concrete.reason;
@@ -284,6 +289,9 @@ describe("path rule: a rendered request maps to exactly the allowed permission",
           assert.ok(error instanceof ExecutionError);
           rendered = error.reason;
         }
+        // A value the URL renderer refuses outright (invalid_input: "." alone, controls) is refused
+        // either way, fail closed; the property is about where ambiguous_path is drawn.
+        if (rendered === "invalid_input") return;
         assert.equal(rendered, concreteReason, `${requestPath} ${JSON.stringify(path)}`);
       }),
       { numRuns: 600 },
