@@ -35,8 +35,8 @@ const B_KID = "platform-idp-es256";
 
 type SigningKey = Awaited<ReturnType<typeof generateKeyPair>>["privateKey"];
 
-/** authorize-invocation answers a refused token as no authenticated subject (401). */
-const REFUSED_TOKEN = "missing_subject";
+/** authorize-invocation answers a token that was sent and refused (401). */
+const REFUSED_TOKEN = "invalid_token";
 
 interface IssuerB {
   readonly issuer: string;
