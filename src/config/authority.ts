@@ -2,7 +2,9 @@
  * The configuration of `authority serve` (names in docs/configuration.md), resolved from
  * flags > environment > config file > defaults and validated once at start.
  */
+
 import { join, resolve } from "node:path";
+import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
 import { ConfigError } from "./errors.ts";
 import { readConfigFile } from "./file.ts";
 import {
@@ -24,6 +26,7 @@ import {
   text,
   unknownFileKeys,
 } from "./settings.ts";
+import { resolveTrustedIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
 
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof logLevels)[number];
@@ -47,9 +50,12 @@ export interface AuthorityConfig {
   };
   readonly listen: ListenAddress;
   readonly publicUrl: string;
+  /** The primary issuer (first of `trustedIssuers`): the platform's own. */
   readonly issuer: string;
   readonly jwksUrl: string;
   readonly audience: string;
+  /** Every issuer whose bearer tokens are accepted, the primary first. */
+  readonly trustedIssuers: readonly TrustedIssuer[];
   readonly managedUrl: string;
   readonly cryptoUrl: string;
   /**
@@ -142,6 +148,7 @@ export const authoritySettings = {
     parse: httpUrl,
   }),
   ...bearerTokenSettings,
+  trustedIssuers: trustedIssuersSetting,
   managedUrl: spec({
     key: "managed-url",
     env: "AUTHORITY_MANAGED_URL",
@@ -289,7 +296,9 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
   const cwd = inputs.cwd ?? process.cwd();
   const stateDir = resolve(cwd, get("stateDir") ?? "./.authority");
   const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
-  const issuer = get("issuer") ?? "http://127.0.0.1:8083";
+  const trustedIssuers = issuersOf(get("issuer"), get("jwksUrl"), get("audience"), get("trustedIssuers"));
+  const primary = trustedIssuers[0] as TrustedIssuer;
+  const issuer = primary.issuer;
   const kekValue = get("kek");
   const initKek = get("initKek") ?? false;
   if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
@@ -319,8 +328,9 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     listen: get("listen") ?? { host: "127.0.0.1", port: 8080 },
     publicUrl: get("publicUrl") ?? "http://127.0.0.1:8080",
     issuer,
-    jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
-    audience: get("audience") ?? "authority",
+    jwksUrl: primary.jwksUrl,
+    audience: primary.audience[0] ?? "authority",
+    trustedIssuers,
     managedUrl: get("managedUrl") ?? "https://127.0.0.1:8081",
     cryptoUrl: cryptoUrl ?? "http://127.0.0.1:8082",
     policyProtection:
@@ -361,4 +371,26 @@ export async function loadAuthorityConfig(inputs: AuthorityConfigInputs): Promis
 /** A flag name's commander attribute name (`public-url` → `publicUrl`). */
 export function flagAttribute(key: string): string {
   return key.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+/** The single-issuer settings name the primary issuer unless only `trusted-issuers` is given. */
+function issuersOf(
+  issuer: string | undefined,
+  jwksUrl: string | undefined,
+  audience: string | undefined,
+  list: Parameters<typeof resolveTrustedIssuers>[0]["list"],
+): TrustedIssuer[] {
+  const single =
+    issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
+  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
+  return resolveTrustedIssuers({
+    primary: single
+      ? {
+          issuer: primaryIssuer,
+          jwksUrl: jwksUrl ?? `${primaryIssuer}/.well-known/jwks.json`,
+          audience: audience ?? "authority",
+        }
+      : undefined,
+    list,
+  });
 }

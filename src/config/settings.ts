@@ -26,6 +26,8 @@ export interface SettingSpec<T> {
   readonly noFlag?: boolean;
   /** Parses a present value; `where` is for messages. */
   parse(raw: RawValue, where: string): T;
+  /** Parses a list or mapping given in a config file (settings that accept one). */
+  parseStructured?(value: unknown, where: string): T;
 }
 
 export interface SettingInputs {
@@ -57,6 +59,9 @@ export function resolveSetting<T>(spec: SettingSpec<T>, inputs: SettingInputs): 
     const raw = inputs.file[spec.key];
     const where = `${spec.key} in ${inputs.fileName ?? "the config file"}`;
     if (raw === null || raw === undefined) return { value: undefined, source: "file" };
+    if (!isRaw(raw) && spec.parseStructured !== undefined) {
+      return { value: spec.parseStructured(raw, where), source: "file" };
+    }
     if (!isRaw(raw)) throw new ConfigError(`${where} must be a string, number or boolean`);
     return { value: spec.parse(raw, where), source: "file" };
   }

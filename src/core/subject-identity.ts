@@ -40,8 +40,12 @@ export function identityOf(subject: IdentifiedSubject): SubjectIdentity {
 
 /** How the caller of a runtime path was authenticated. */
 export type SubjectAuthentication =
-  /** A bearer token: its `sub` named the subject; `partnerId` is its `partner_id` claim, if any. */
-  | { readonly via: "bearer"; readonly partnerId: string | undefined }
+  /**
+   * A bearer token: its `sub` named the subject; `partnerId` is its (mapped) partner claim, if
+   * any; `vouchable` says whether its issuer is one whose bare `sub` a platform admin vouches
+   * for (the primary issuer by default; docs/decisions/1201-trusted-issuers.md).
+   */
+  | { readonly via: "bearer"; readonly partnerId: string | undefined; readonly vouchable: boolean }
   /** Binding invoke: the subject was derived from the binding of this partner. */
   | { readonly via: "binding"; readonly partnerId: string };
 
@@ -55,7 +59,7 @@ export function subjectAdmits(
     case "partner_token":
       return auth.partnerId === subject.partner_id;
     case "platform_vouched":
-      return auth.partnerId === undefined || auth.partnerId === subject.partner_id;
+      return auth.partnerId === subject.partner_id || (auth.partnerId === undefined && auth.vouchable);
     default:
       return false;
   }

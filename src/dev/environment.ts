@@ -192,6 +192,8 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       ...(ports.idp === 0 ? {} : { issuer: `http://${DEV_HOST}:${ports.idp}` }),
       keysDir: join(stateDir, "idp-keys"),
       audience: "authority",
+      // An admin can add an agent's client (docs/onboarding.md): development only.
+      clientRegistration: true,
       logger: log.child({ component: "idp" }),
     });
     await listenOn("identity provider", ports.idp, () => idp.listen({ host: DEV_HOST, port: ports.idp }));

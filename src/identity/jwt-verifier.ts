@@ -83,6 +83,12 @@ export interface VerifiedToken {
   readonly expiresAt: Date;
   readonly jwtId?: string;
   readonly claims: Readonly<JWTPayload>;
+  /**
+   * Whether the token may stand for `platform_vouched` subjects (src/core/subject-identity.ts).
+   * Set by the trusted-issuers verifier from its issuer's setting; absent from a lone
+   * verifier, whose one issuer is the platform's own (read as true).
+   */
+  readonly vouchable?: boolean;
 }
 
 /** What the verifier knows of its key set, for diagnostics (no key material). */

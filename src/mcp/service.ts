@@ -107,7 +107,7 @@ function checkOptions(options: McpServiceOptions): void {
 
 /** The MCP caller as a bearer principal: its `partner_id` claim decides which subject it may be. */
 function bearerOf(caller: McpCaller): SubjectAuthentication {
-  return { via: "bearer", partnerId: caller.principal.partnerId };
+  return { via: "bearer", partnerId: caller.principal.partnerId, vouchable: caller.principal.vouchable };
 }
 
 function plainRecord(value: unknown): Record<string, unknown> | undefined {

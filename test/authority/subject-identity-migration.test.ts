@@ -59,7 +59,8 @@ describe("subject identity migration", () => {
       partner_id: "acme",
       identity,
     });
-    const bearer = (partnerId: string | undefined) => ({ via: "bearer", partnerId }) as const;
+    const bearer = (partnerId: string | undefined, vouchable = true) =>
+      ({ via: "bearer", partnerId, vouchable }) as const;
     const binding = (partnerId: string) => ({ via: "binding", partnerId }) as const;
     assert.equal(subjectAdmits(subject("partner_token"), bearer("acme")), true);
     assert.equal(subjectAdmits(subject("partner_token"), bearer("globex")), false);
@@ -67,6 +68,11 @@ describe("subject identity migration", () => {
     assert.equal(subjectAdmits(subject("platform_vouched"), bearer(undefined)), true);
     assert.equal(subjectAdmits(subject("platform_vouched"), bearer("acme")), true);
     assert.equal(subjectAdmits(subject("platform_vouched"), bearer("globex")), false);
+    // A bare token of an issuer whose subs the platform admin does not vouch for (a second
+    // trusted issuer, by default) never stands for a vouched subject; with the claim it does.
+    assert.equal(subjectAdmits(subject("platform_vouched"), bearer(undefined, false)), false);
+    assert.equal(subjectAdmits(subject("platform_vouched"), bearer("acme", false)), true);
+    assert.equal(subjectAdmits(subject("partner_token"), bearer("acme", false)), true);
     assert.equal(subjectAdmits(subject("binding"), bearer("acme")), false);
     assert.equal(subjectAdmits(subject("binding"), bearer(undefined)), false);
     assert.equal(subjectAdmits(subject("binding"), binding("acme")), true);

@@ -8,6 +8,7 @@ const principal = (roles: string[], partnerId?: string): Principal => ({
   roles,
   scopes: [],
   partnerId,
+  vouchable: true,
   clientId: undefined,
 });
 

@@ -3,7 +3,7 @@ import { type Command, Option } from "commander";
 import { ConfigError } from "../../config/errors.ts";
 import { isCryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
-import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
+import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { PolicyCacheError, parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
@@ -68,12 +68,7 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
       : { url: config.redis.url, cacheKey: parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")) };
   const sidecar = createSidecar({
     authority: createAuthorityClient({ baseUrl: config.authorityUrl, token: tokenSource(config) }),
-    verifier: createJwtVerifier({
-      issuer: config.issuer,
-      audience: config.audience,
-      jwks: { url: config.jwksUrl },
-      requireTokenUse: "access",
-    }),
+    verifier: createTrustedIssuersVerifier(config.trustedIssuers),
     policyKeys: {
       serviceIdentity: config.serviceIdentity,
       ...(pinned === undefined ? {} : { pinned }),
@@ -97,8 +92,7 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
       allow: config.egressAllow,
       platformEndpoints: [
         config.authorityUrl,
-        config.issuer,
-        config.jwksUrl,
+        ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
         config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
         config.redis?.url,
       ]

@@ -34,6 +34,7 @@ export async function optionalPrincipal(
       scopes: verified.scopes,
       partnerId: claimString(verified.claims, "partner_id"),
       clientId: verified.clientId,
+      vouchable: verified.vouchable !== false,
     };
   } catch (error) {
     throw tokenErrorToAuthorityError(error, "invalid_token");

@@ -15,7 +15,7 @@ import { migrateSubjectIdentities } from "../../authority/subject-identity-migra
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
-import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
+import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
@@ -145,8 +145,10 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
     platformEndpoints: [
       config.listen.port === 0 ? undefined : config.listen,
       endpointOfUrl(config.publicUrl),
-      endpointOfUrl(config.issuer),
-      endpointOfUrl(config.jwksUrl),
+      ...config.trustedIssuers.flatMap((trusted) => [
+        endpointOfUrl(trusted.issuer),
+        endpointOfUrl(trusted.jwksUrl),
+      ]),
       endpointOfUrl(config.managedUrl),
       endpointOfUrl(config.cryptoUrl),
       endpointOfUrl(config.redisUrl),
@@ -215,13 +217,9 @@ export async function buildAuthorityService(
     const verifier =
       overrides.verifier ??
       createCachingVerifier(
-        createJwtVerifier({
-          issuer: config.issuer,
-          audience: config.audience,
-          jwks: { url: config.jwksUrl },
-          // Only access tokens act as bearer credentials (RFC 9068 / token_use).
-          requireTokenUse: "access",
-        }),
+        // Each trusted issuer with its own keys, audiences and claim mapping; only access
+        // tokens act as bearer credentials (RFC 9068 / token_use) unless an issuer says how.
+        createTrustedIssuersVerifier(config.trustedIssuers),
         { max: config.tokenCache.max },
       );
     // With Redis configured, every policy write sets the subject's head and is published,

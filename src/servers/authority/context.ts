@@ -15,6 +15,8 @@ export interface BearerVerifier {
     readonly scopes: readonly string[];
     readonly clientId?: string | undefined;
     readonly claims: Readonly<Record<string, unknown>>;
+    /** Absent: the token's issuer is the primary one (may stand for platform_vouched subjects). */
+    readonly vouchable?: boolean | undefined;
   }>;
   /** The state of the verifier's key set (diagnostics), where the verifier exposes it. */
   jwksStatus?(): JwksStatus;

@@ -19,6 +19,8 @@ export interface Principal {
   readonly scopes: readonly string[];
   readonly partnerId: string | undefined;
   readonly clientId: string | undefined;
+  /** May stand for platform_vouched subjects (its issuer's setting; src/core/subject-identity.ts). */
+  readonly vouchable: boolean;
 }
 
 export function hasRole(principal: Principal, role: Role): boolean {

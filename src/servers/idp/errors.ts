@@ -6,7 +6,10 @@ export type OAuthErrorCode =
   | "invalid_scope"
   | "invalid_target"
   | "unsupported_grant_type"
-  | "rate_limited";
+  | "rate_limited"
+  // RFC 6750, for the development-only client registration route.
+  | "invalid_token"
+  | "insufficient_scope";
 
 /**
  * A token-endpoint failure. `description` is public and must never say why a credential

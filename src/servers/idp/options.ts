@@ -26,6 +26,8 @@ export interface IdpServerOptions {
   readonly jwksMaxAgeSec?: number;
   readonly logger?: Logger;
   readonly scryptCost?: ScryptCost;
+  /** Development only: `POST /admin/clients` lets an admin add clients (src/servers/idp/client-registration.ts). */
+  readonly clientRegistration?: boolean;
   /** Clock for tests. */
   readonly now?: () => Date;
 }

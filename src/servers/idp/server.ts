@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyRequest,
 } from "fastify";
 import { loadAccounts, loadAccountsFile } from "./accounts-file.ts";
+import { registerClientRegistration } from "./client-registration.ts";
 import { createDirectory, type Directory } from "./directory.ts";
 import { IdpConfigError, OAuthError } from "./errors.ts";
 import { createFailureLimiter } from "./failure-limiter.ts";
@@ -166,6 +167,10 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
     );
     return reply.header("cache-control", "no-store").header("pragma", "no-cache").send(response);
   });
+
+  if (options.clientRegistration === true) {
+    registerClientRegistration(app, { directory, keys, issuer: currentIssuer, audience: config.audience });
+  }
 
   app.get(JWKS_PATH, async (_request, reply) =>
     reply

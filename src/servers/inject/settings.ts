@@ -63,6 +63,8 @@ export interface SidecarSettings {
   readonly issuer: string | undefined;
   readonly jwksUrl: string | undefined;
   readonly audience: string | undefined;
+  /** AUTHORITY_TRUSTED_ISSUERS of the sidecar (entries as docs/configuration.md; the sidecar validates them). */
+  readonly trustedIssuers: readonly Readonly<Record<string, unknown>>[] | undefined;
   readonly capabilityMap: Readonly<Record<string, string>> | undefined;
   readonly resources: SidecarResources;
   readonly istio: {
@@ -152,6 +154,15 @@ export const sidecarSettingsSchema = {
     issuer: { type: "string", minLength: 1 },
     jwksUrl: { type: "string", pattern: "^https?://" },
     audience: { type: "string", minLength: 1 },
+    trustedIssuers: {
+      type: "array",
+      maxItems: 32,
+      items: {
+        type: "object",
+        required: ["issuer"],
+        properties: { issuer: { type: "string", pattern: "^https?://" } },
+      },
+    },
     capabilityMap: { type: "object", additionalProperties: { type: "string", minLength: 1 } },
     resources: {
       type: "object",
@@ -276,6 +287,9 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
     issuer: str(o.issuer),
     jwksUrl: str(o.jwksUrl),
     audience: str(o.audience),
+    trustedIssuers: Array.isArray(o.trustedIssuers)
+      ? (o.trustedIssuers as Readonly<Record<string, unknown>>[])
+      : undefined,
     capabilityMap,
     resources:
       o.resources === undefined

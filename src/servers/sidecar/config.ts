@@ -2,6 +2,7 @@
  * The configuration of `authority sidecar` (names in docs/configuration.md), resolved from
  * flags > environment > defaults with the shared settings parsers, validated once at start.
  */
+
 import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
@@ -24,7 +25,9 @@ import {
   type SettingSpec,
   text,
 } from "../../config/settings.ts";
+import { resolveTrustedIssuers, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
+import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
 
 export const sidecarLogLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
@@ -82,6 +85,7 @@ export const sidecarSettings = {
     parse: text(),
   }),
   ...bearerTokenSettings,
+  trustedIssuers: trustedIssuersSetting,
   tokenFile: spec({
     key: "token-file",
     env: "AUTHORITY_SIDECAR_TOKEN_FILE",
@@ -218,9 +222,12 @@ export interface SidecarConfig {
   };
   readonly redis?: { readonly url: string; readonly cacheKeyFile: string };
   readonly capabilityMap?: string;
+  /** The primary issuer (first of `trustedIssuers`): the platform's own. */
   readonly issuer: string;
   readonly jwksUrl: string;
   readonly audience: string;
+  /** Every issuer whose bearer tokens are accepted, the primary first. */
+  readonly trustedIssuers: readonly TrustedIssuer[];
   readonly credentials: SidecarCredentialsConfig;
   readonly serviceIdentity: string;
   readonly policyKeysFile?: string;
@@ -245,7 +252,9 @@ type ValueOf<N extends keyof Settings> = Settings[N] extends SettingSpec<infer T
 export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
   const get = <N extends keyof Settings>(name: N): ValueOf<N> | undefined =>
     resolveSetting(sidecarSettings[name] as SettingSpec<ValueOf<N>>, inputs).value;
-  const issuer = get("issuer") ?? "http://127.0.0.1:8083";
+  const trustedIssuers = issuersOf(get("issuer"), get("jwksUrl"), get("audience"), get("trustedIssuers"));
+  const primary = trustedIssuers[0] as TrustedIssuer;
+  const issuer = primary.issuer;
   const redis = get("redisUrl");
   const cacheKeyFile = get("cacheKeyFile");
   if (redis !== undefined && cacheKeyFile === undefined) {
@@ -288,8 +297,9 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     ...(redis === undefined || cacheKeyFile === undefined ? {} : { redis: { url: redis, cacheKeyFile } }),
     ...(capabilityMap === undefined ? {} : { capabilityMap }),
     issuer,
-    jwksUrl: get("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
-    audience: get("audience") ?? "authority",
+    jwksUrl: primary.jwksUrl,
+    audience: primary.audience[0] ?? "authority",
+    trustedIssuers,
     credentials,
     serviceIdentity: get("serviceIdentity") ?? "authority",
     ...(policyKeysFile === undefined ? {} : { policyKeysFile }),
@@ -309,4 +319,26 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     auditMaxPending: get("auditMaxPending") ?? 10_000,
     egressAllow: get("egressAllow") ?? [],
   };
+}
+
+/** The single-issuer settings name the primary issuer unless only `trusted-issuers` is given. */
+function issuersOf(
+  issuer: string | undefined,
+  jwksUrl: string | undefined,
+  audience: string | undefined,
+  list: Parameters<typeof resolveTrustedIssuers>[0]["list"],
+): TrustedIssuer[] {
+  const single =
+    issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
+  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
+  return resolveTrustedIssuers({
+    primary: single
+      ? {
+          issuer: primaryIssuer,
+          jwksUrl: jwksUrl ?? `${primaryIssuer}/.well-known/jwks.json`,
+          audience: audience ?? "authority",
+        }
+      : undefined,
+    list,
+  });
 }

@@ -228,7 +228,11 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
     if (capabilityId === undefined || capabilityId === "")
       return denyAbout("missing_capability", requestId, { subjectId });
-    const bearer = { via: "bearer", partnerId: checked.principal.partnerId } as const;
+    const bearer = {
+      via: "bearer",
+      partnerId: checked.principal.partnerId,
+      vouchable: checked.principal.vouchable,
+    } as const;
     const cached = policies.peek?.(subjectId);
     return cached !== undefined
       ? withPolicy(request, subjectId, capabilityId, admitted(cached, bearer))

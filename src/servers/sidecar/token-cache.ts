@@ -22,6 +22,8 @@ export interface TokenVerifier {
 export interface CachedPrincipal {
   readonly subject: string;
   readonly partnerId: string | undefined;
+  /** May stand for platform_vouched subjects (its issuer's setting). */
+  readonly vouchable: boolean;
   /** Epoch ms after which the cache entry is not used. */
   readonly validUntil: number;
 }
@@ -67,6 +69,7 @@ export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): Ve
       const principal: CachedPrincipal = {
         subject: verified.subject,
         partnerId: typeof partner === "string" && partner.length > 0 ? partner : undefined,
+        vouchable: verified.vouchable !== false,
         validUntil: Math.min(verified.expiresAt.getTime(), now() + maxAgeMs),
       };
       accepted.set(digest, principal);

@@ -5,6 +5,7 @@ import {
   escapeJsonPointer,
   PodAnnotationError,
   planInjection,
+  sidecarContainer,
   sidecarContainerName,
 } from "../../../src/servers/inject/patch.ts";
 import { parseSidecarSettings } from "../../../src/servers/inject/settings.ts";
@@ -130,6 +131,15 @@ describe("buildSidecarPatch on a plain pod", () => {
     assert.equal(envValue(sidecar, "AUTHORITY_ISSUER")?.value, "https://idp.example.com");
     assert.equal(envValue(sidecar, "AUTHORITY_AUDIENCE")?.value, "authority");
     assert.equal(envValue(sidecar, "AUTHORITY_JWKS_URL"), undefined);
+    assert.equal(envValue(sidecar, "AUTHORITY_TRUSTED_ISSUERS"), undefined);
+  });
+
+  it("passes the trusted issuers to the sidecar as AUTHORITY_TRUSTED_ISSUERS", () => {
+    const trustedIssuers = [{ issuer: "https://login.platform.example", claims: { "partner-id": "org" } }];
+    const settings = parseSidecarSettings({ trustedIssuers }, { version: "0.1.0" });
+    const env = sidecarContainer(settings, { istio: false }).env as Array<{ name: string; value?: string }>;
+    const passed = env.find((entry) => entry.name === "AUTHORITY_TRUSTED_ISSUERS")?.value;
+    assert.deepEqual(JSON.parse(passed ?? "null"), trustedIssuers);
   });
 
   it("merges the pod's capability-map annotation over the settings' map", () => {

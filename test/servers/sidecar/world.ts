@@ -18,7 +18,7 @@ import { createPartner } from "../../../src/authority/partners.ts";
 import { type AssignInput, assignCapability } from "../../../src/authority/policies.ts";
 import { createSubject } from "../../../src/authority/subjects.ts";
 import { endpointOfUrl } from "../../../src/execute/egress.ts";
-import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
+import { createJwtVerifier, type JwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
 import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../../src/policy/cache/index.ts";
@@ -256,6 +256,8 @@ export interface WorldOptions {
   readonly parameterScoping?: boolean;
   /** More test upstreams the platform's egress-allow opens, beside the world's own. */
   readonly allowUpstreams?: readonly string[];
+  /** The verifier of the authority and every sidecar, given the dev IdP's issuer (default: that issuer alone). */
+  readonly verifier?: (issuer: string) => JwtVerifier;
 }
 
 export async function startWorld(options: WorldOptions = {}): Promise<World> {
@@ -274,6 +276,9 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
     const publisher = redis === undefined ? undefined : createPolicyChangePublisher({ url: redis.url });
     if (publisher !== undefined) cleanups.unshift(() => publisher.close());
 
+    const verifierOf = (): JwtVerifier =>
+      options.verifier?.(issuer) ??
+      createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` });
     // One KeyRingSource object for the authority and every sidecar.
     const keyRings = createProcessKeyRings();
     const protector = createLocalPolicyProtector({ keyRings, serviceIdentity: "test-environment" });
@@ -290,7 +295,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
             : { enabled: false, partnerAllowlist: [] },
       },
       store,
-      verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+      verifier: verifierOf(),
       protector,
       logger: silent,
       now: () => new Date(),
@@ -369,11 +374,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
     const startSidecar = async (overrides: Partial<SidecarOptions> = {}): Promise<SidecarHandle> => {
       const sidecar = createSidecar({
         authority: createAuthorityClient({ baseUrl: authorityUrl, token: staticTokenSource(tokens.sidecar) }),
-        verifier: createJwtVerifier({
-          issuer,
-          audience: "authority",
-          jwks: `${issuer}/.well-known/jwks.json`,
-        }),
+        verifier: verifierOf(),
         // No key ring: signed policies verified with the public keys the authority hands out.
         policyKeys: { serviceIdentity: "test-environment" },
         capabilityMap: createCapabilityMap({ [UPSTREAM_HOST]: CAPABILITY }),

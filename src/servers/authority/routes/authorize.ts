@@ -92,7 +92,11 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
           now: context.now(),
           actor: principal?.subject ?? null,
           subjectId: principal?.subject,
-          authenticatedAs: { via: "bearer", partnerId: principal?.partnerId },
+          authenticatedAs: {
+            via: "bearer",
+            partnerId: principal?.partnerId,
+            vouchable: principal?.vouchable ?? false,
+          },
           claimedSubjectId: request.body.subject?.subject_id,
           capabilityId: request.body.capability_id,
           method: request.body.method,
