@@ -177,7 +177,9 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
       return send(
         res,
         { "content-type": "application/octet-stream" },
-        Buffer.concat([randomBytes(300), Buffer.from(text), randomBytes(300)]),
+        // A PNG signature first: random bytes starting with "{" or "[" would sniff as JSON (and be
+        // refused as unredactable), which is right for such a body but not what this case tests.
+        Buffer.concat([PNG_SIGNATURE, randomBytes(300), Buffer.from(text), randomBytes(300)]),
       );
     case "gzip":
       return send(res, { "content-type": "text/plain", "content-encoding": "gzip" }, gzipSync(text));
@@ -186,6 +188,8 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
       return void res.end();
   }
 }
+
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
 function sensitive(kind: string, password: string, res: ServerResponse): undefined {
   const doc = { id: "order-1", card_number: CARD_NUMBER, password };
