@@ -26,7 +26,7 @@ import {
   text,
   unknownFileKeys,
 } from "./settings.ts";
-import { resolveTrustedIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
+import { configuredIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
 
 export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof logLevels)[number];
@@ -296,7 +296,12 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
   const cwd = inputs.cwd ?? process.cwd();
   const stateDir = resolve(cwd, get("stateDir") ?? "./.authority");
   const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
-  const trustedIssuers = issuersOf(get("issuer"), get("jwksUrl"), get("audience"), get("trustedIssuers"));
+  const trustedIssuers = configuredIssuers(
+    get("issuer"),
+    get("jwksUrl"),
+    get("audience"),
+    get("trustedIssuers"),
+  );
   const primary = trustedIssuers[0] as TrustedIssuer;
   const issuer = primary.issuer;
   const kekValue = get("kek");
@@ -371,26 +376,4 @@ export async function loadAuthorityConfig(inputs: AuthorityConfigInputs): Promis
 /** A flag name's commander attribute name (`public-url` → `publicUrl`). */
 export function flagAttribute(key: string): string {
   return key.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
-}
-
-/** The single-issuer settings name the primary issuer unless only `trusted-issuers` is given. */
-function issuersOf(
-  issuer: string | undefined,
-  jwksUrl: string | undefined,
-  audience: string | undefined,
-  list: Parameters<typeof resolveTrustedIssuers>[0]["list"],
-): TrustedIssuer[] {
-  const single =
-    issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
-  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
-  return resolveTrustedIssuers({
-    primary: single
-      ? {
-          issuer: primaryIssuer,
-          jwksUrl: jwksUrl ?? `${primaryIssuer}/.well-known/jwks.json`,
-          audience: audience ?? "authority",
-        }
-      : undefined,
-    list,
-  });
 }

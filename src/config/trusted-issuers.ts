@@ -163,3 +163,29 @@ export function resolveTrustedIssuers(input: {
   if (all.length === 0) throw new ConfigError("no trusted issuer is configured");
   return all.map((e, index) => ({ ...e, vouchedSubjects: e.vouchedSubjects ?? index === 0 }));
 }
+
+/**
+ * The trusted issuers of a process (authority and sidecar alike): the single-issuer settings
+ * (issuer, jwks-url, audience, with the development defaults) name the primary one, beside the
+ * `trusted-issuers` list.
+ */
+export function configuredIssuers(
+  issuer: string | undefined,
+  jwksUrl: string | undefined,
+  audience: string | undefined,
+  list: Parameters<typeof resolveTrustedIssuers>[0]["list"],
+): TrustedIssuer[] {
+  const single =
+    issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
+  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
+  return resolveTrustedIssuers({
+    primary: single
+      ? {
+          issuer: primaryIssuer,
+          jwksUrl: jwksUrl ?? `${primaryIssuer}/.well-known/jwks.json`,
+          audience: audience ?? "authority",
+        }
+      : undefined,
+    list,
+  });
+}

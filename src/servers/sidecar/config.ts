@@ -25,7 +25,7 @@ import {
   type SettingSpec,
   text,
 } from "../../config/settings.ts";
-import { resolveTrustedIssuers, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
+import { configuredIssuers, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
 
@@ -252,7 +252,12 @@ type ValueOf<N extends keyof Settings> = Settings[N] extends SettingSpec<infer T
 export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
   const get = <N extends keyof Settings>(name: N): ValueOf<N> | undefined =>
     resolveSetting(sidecarSettings[name] as SettingSpec<ValueOf<N>>, inputs).value;
-  const trustedIssuers = issuersOf(get("issuer"), get("jwksUrl"), get("audience"), get("trustedIssuers"));
+  const trustedIssuers = configuredIssuers(
+    get("issuer"),
+    get("jwksUrl"),
+    get("audience"),
+    get("trustedIssuers"),
+  );
   const primary = trustedIssuers[0] as TrustedIssuer;
   const issuer = primary.issuer;
   const redis = get("redisUrl");
@@ -319,26 +324,4 @@ export function resolveSidecarConfig(inputs: SettingInputs): SidecarConfig {
     auditMaxPending: get("auditMaxPending") ?? 10_000,
     egressAllow: get("egressAllow") ?? [],
   };
-}
-
-/** The single-issuer settings name the primary issuer unless only `trusted-issuers` is given. */
-function issuersOf(
-  issuer: string | undefined,
-  jwksUrl: string | undefined,
-  audience: string | undefined,
-  list: Parameters<typeof resolveTrustedIssuers>[0]["list"],
-): TrustedIssuer[] {
-  const single =
-    issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
-  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
-  return resolveTrustedIssuers({
-    primary: single
-      ? {
-          issuer: primaryIssuer,
-          jwksUrl: jwksUrl ?? `${primaryIssuer}/.well-known/jwks.json`,
-          audience: audience ?? "authority",
-        }
-      : undefined,
-    list,
-  });
 }
