@@ -10,9 +10,9 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { putAuthProfile } from "../src/authority/auth-profiles.ts";
-import { importOpenApi } from "../src/authority/capabilities.ts";
-import { createPartner } from "../src/authority/partners.ts";
+import { putAuthProfile } from "../src/admin/auth-profiles.ts";
+import { importOpenApi } from "../src/admin/capabilities.ts";
+import { createPartner } from "../src/admin/partners.ts";
 import { assignBindingApi } from "../src/bindings/assignments.ts";
 import { createBinding } from "../src/bindings/bindings.ts";
 import { createMapping } from "../src/bindings/mappings.ts";

@@ -11,7 +11,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { AssignmentRecord } from "../src/authority/model.ts";
+import { createCryptoClient } from "../src/clients/crypto-service/client.ts";
 import { buildPermissionId } from "../src/core/index.ts";
 import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
 import { Kek } from "../src/crypto/index.ts";
@@ -23,10 +23,10 @@ import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import { createSignedPolicyVerifier } from "../src/policy/signed-policy.ts";
 import { createUpstreamPolicyProtector } from "../src/policy/upstream-protector.ts";
-import { createCryptoClient } from "../src/servers/crypto/client.ts";
 import { createCryptoServer } from "../src/servers/crypto/server.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
+import type { AssignmentRecord } from "../src/store/model.ts";
 
 export interface PolicyBenchRow {
   name: string;

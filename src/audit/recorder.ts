@@ -4,7 +4,7 @@
  * in `mcp_audit`; binding invokes → one `evidence` record. All writes go through the
  * buffered writer (writer.ts): an outage delays them, never loses them within the bound.
  */
-import { logs } from "../authority/model.ts";
+import { logs } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { type EvidenceInput, evidenceRecord, type McpCallInput, mcpAuditRecord } from "./mcp-records.ts";
 import { type DecisionAuditRecord, type DecisionInput, decisionRecord } from "./records.ts";

@@ -8,8 +8,8 @@
  * id tells such a twin apart from a second decision.
  */
 import { randomUUID } from "node:crypto";
-import type { PolicyChangeAuditRecord } from "../authority/model.ts";
 import type { ErrorCode } from "../errors.ts";
+import type { PolicyChangeAuditRecord } from "../store/model.ts";
 
 export type { PolicyChangeAuditRecord };
 

@@ -4,14 +4,13 @@
  * the binding's context (partner, binding, issuer hash, external-subject hash, mapping
  * version), then protected and stored through the admin policy write path.
  */
-import { recordPolicyChange } from "../authority/audit.ts";
-import { loadCatalog } from "../authority/capabilities.ts";
-import type { Actor, AdminDeps } from "../authority/deps.ts";
-import { withKeyLock } from "../authority/key-lock.ts";
-import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../authority/model.ts";
-import { checkSubjectBoundary, dropAssignmentLocked } from "../authority/policies.ts";
-import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../authority/policy-writer.ts";
-import { getSubject } from "../authority/subjects.ts";
+import { recordPolicyChange } from "../admin/audit.ts";
+import { loadCatalog } from "../admin/capabilities.ts";
+import type { Actor, AdminDeps } from "../admin/deps.ts";
+import { withKeyLock } from "../admin/key-lock.ts";
+import { checkSubjectBoundary, dropAssignmentLocked } from "../admin/policies.ts";
+import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../admin/policy-writer.ts";
+import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
 import {
   buildPermissionId,
@@ -22,6 +21,7 @@ import {
 import { AuthorityError } from "../errors.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
+import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import { getMapping, touchMapping } from "./mappings.ts";
 import type { BindingRecord, ExternalMappingRecord } from "./model.ts";
 

@@ -2,7 +2,7 @@
  * Authentication of the headless runtime paths: the binding-scoped workload token
  * (steps 1–2 of binding invoke) and the partner's user assertion (steps 3–4).
  */
-import type { AdminDeps } from "../authority/deps.ts";
+import type { AdminDeps } from "../admin/deps.ts";
 import { AuthorityError } from "../errors.ts";
 import { extractBearer } from "../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";

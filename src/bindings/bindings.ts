@@ -2,13 +2,13 @@
  * Binding lifecycle: create, read, list and update partner connections. Routes check
  * who may call; these functions check what is being asked and keep the store consistent.
  */
-import type { AdminDeps } from "../authority/deps.ts";
-import { isValidId } from "../authority/ids.ts";
-import { type AuthProfileRecord, collections, storeKeys } from "../authority/model.ts";
-import { getPartner } from "../authority/partners.ts";
-import { type PageOf, type PageRequest, pageUnder } from "../authority/store-scan.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { isValidId } from "../admin/ids.ts";
+import { getPartner } from "../admin/partners.ts";
+import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { AuthorityError } from "../errors.ts";
 import { defaultAlgorithms, supportedAlgorithms } from "../identity/jwt-verifier.ts";
+import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
 import { randomId } from "./derive.ts";
 import {
   type BindingIndexRecord,

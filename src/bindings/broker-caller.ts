@@ -15,7 +15,7 @@
  * verifyEnvelope exactly as before (docs/decisions/0801-verify-accepts-idp-tokens.md).
  */
 import { decodeJwt } from "jose";
-import type { AdminDeps } from "../authority/deps.ts";
+import type { AdminDeps } from "../admin/deps.ts";
 import { AuthorityError } from "../errors.ts";
 import { extractBearer, hasScope } from "../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";

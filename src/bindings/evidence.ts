@@ -5,9 +5,10 @@
  * recorder. Records hold hashes, ids, statuses, timings and redaction locations; never
  * a body, a header value, a token or a credential.
  */
+
+import type { PageOf, PageRequest } from "../admin/store-scan.ts";
+import { pageUnder } from "../admin/store-scan.ts";
 import type { EvidenceInput } from "../audit/mcp-records.ts";
-import type { PageOf, PageRequest } from "../authority/store-scan.ts";
-import { pageUnder } from "../authority/store-scan.ts";
 import { AuthorityError, type ErrorCode, errorCodes } from "../errors.ts";
 import type { Store } from "../store/store.ts";
 import { bindingCollections, bindingKeys, type InvocationEvidence } from "./model.ts";

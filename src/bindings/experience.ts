@@ -6,11 +6,11 @@
  * (docs/decisions/1001-binding-experience.md): `experienceDenial` and `experiencePermits`
  * are the checks binding invoke and broker execute run.
  */
-import { recordBindingChange } from "../authority/audit.ts";
-import type { Actor, AdminDeps } from "../authority/deps.ts";
-import type { BindingChangeAuditRecord } from "../authority/model.ts";
+import { recordBindingChange } from "../admin/audit.ts";
+import type { Actor, AdminDeps } from "../admin/deps.ts";
 import { parsePermissionId } from "../core/index.ts";
 import { AuthorityError, type DenyReason } from "../errors.ts";
+import type { BindingChangeAuditRecord } from "../store/model.ts";
 import {
   type BindingRecord,
   bindingCollections,

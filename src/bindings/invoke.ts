@@ -11,11 +11,11 @@
  * injected, an authority envelope attached and the response redacted, and writes
  * evidence. docs/bindings.md describes bodies, statuses and idempotency.
  */
+
+import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
-import { loadExecutionAuthProfile } from "../authority/auth-profiles.ts";
-import type { AdminDeps } from "../authority/deps.ts";
-import { type BoundaryRecord, collections, storeKeys } from "../authority/model.ts";
-import { permissionPatternMatches } from "../authority/permission-pattern.ts";
 import {
   type AllowedDecision,
   buildPermissionId,
@@ -33,6 +33,7 @@ import type { ExecutionResult } from "../execute/executor.ts";
 import { validateInput } from "../execute/input.ts";
 import { allowedRoute, assertUnambiguousPath, renderUpstreamRequest } from "../execute/url.ts";
 import { authorizeInvocation, type SettleInvocation } from "../policy/invocation.ts";
+import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
 import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";

@@ -3,11 +3,11 @@
  * id is derived server-side (derive.ts) and the subject is created as an `external`
  * subject whose policy is v2 (platform_service_v2), bound to the binding's context.
  */
-import type { AdminDeps } from "../authority/deps.ts";
-import { collections, type SubjectRecord, storeKeys } from "../authority/model.ts";
-import { type PageOf, type PageRequest, pageUnder } from "../authority/store-scan.ts";
-import { createSubject } from "../authority/subjects.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
+import { createSubject } from "../admin/subjects.ts";
 import { AuthorityError } from "../errors.ts";
+import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import { deriveExternalSubject } from "./derive.ts";
 import { type BindingRecord, bindingCollections, bindingKeys, type ExternalMappingRecord } from "./model.ts";
 

@@ -4,9 +4,8 @@
  * executor, and the shared decision runtime (policy loader, capability resolver, audit
  * recorder). Options come from `context.bindings` when the service builder sets them.
  */
-import { createAuthProfileSecretResolver } from "../authority/auth-profiles.ts";
-import { isValidId } from "../authority/ids.ts";
-import { collections, storeKeys } from "../authority/model.ts";
+import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
+import { isValidId } from "../admin/ids.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
@@ -14,6 +13,7 @@ import type { Logger } from "../observability/logger.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
 import { type DecisionRuntime, decisionRuntimeFor } from "../policy/runtime.ts";
+import { collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { type AssertionVerifiers, createAssertionVerifiers } from "./assertions.ts";
 import { createKeyRingEnvelopeCrypto, type EnvelopeCrypto } from "./envelope-crypto.ts";

@@ -5,11 +5,11 @@
  * credentials or raw crypto errors: a stable code per cause (docs/bindings.md).
  */
 import { LRUCache } from "lru-cache";
-import type { AdminDeps } from "../authority/deps.ts";
-import type { CapabilityRecord } from "../authority/model.ts";
-import { collections } from "../authority/model.ts";
-import { scan } from "../authority/store-scan.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { scan } from "../admin/store-scan.ts";
 import { buildPermissionId, type Sha256Ref } from "../core/index.ts";
+import type { CapabilityRecord } from "../store/model.ts";
+import { collections } from "../store/model.ts";
 import type { AuthenticatedWorkload } from "./authenticate.ts";
 import {
   argumentsDigest,

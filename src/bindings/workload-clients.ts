@@ -4,8 +4,8 @@
  * be active at once, so a secret rotates by creating the next client, deploying it, and
  * revoking the old one — without downtime.
  */
-import type { AdminDeps } from "../authority/deps.ts";
-import { type PageOf, type PageRequest, pageUnder } from "../authority/store-scan.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { AuthorityError } from "../errors.ts";
 import { hashSecret, verifyAgainstDummy, verifySecret } from "../identity/secret-hash.ts";
 import { newClientSecret, randomId } from "./derive.ts";

@@ -9,10 +9,14 @@
  * subjects: one with an active policy that allows some operations (not all), one whose
  * policy is revoked, one whose policy has expired, and one without any policy.
  */
-import { putAuthProfile } from "../authority/auth-profiles.ts";
-import { createBoundary } from "../authority/boundaries.ts";
-import { importOpenApi } from "../authority/capabilities.ts";
-import type { Actor, AdminDeps } from "../authority/deps.ts";
+import { putAuthProfile } from "../admin/auth-profiles.ts";
+import { createBoundary } from "../admin/boundaries.ts";
+import { importOpenApi } from "../admin/capabilities.ts";
+import type { Actor, AdminDeps } from "../admin/deps.ts";
+import { createPartner } from "../admin/partners.ts";
+import { type AssignInput, assignCapability, revokePolicy } from "../admin/policies.ts";
+import { createSubject, setSubjectIdentity } from "../admin/subjects.ts";
+import { readPolicyRecord } from "../policy/record-store.ts";
 import {
   type AssignmentRecord,
   type AuthProfileRecord,
@@ -21,11 +25,7 @@ import {
   type PartnerRecord,
   type SubjectRecord,
   storeKeys,
-} from "../authority/model.ts";
-import { createPartner } from "../authority/partners.ts";
-import { type AssignInput, assignCapability, revokePolicy } from "../authority/policies.ts";
-import { createSubject, setSubjectIdentity } from "../authority/subjects.ts";
-import { readPolicyRecord } from "../policy/record-store.ts";
+} from "../store/model.ts";
 import {
   DEV_ADMIN_AUTH_PROFILE_ID,
   DEV_ALLOWED_PERMISSIONS,

@@ -1,19 +1,19 @@
 /**
- * Management tools: the admin API's domain services (src/authority) offered as MCP tools,
+ * Management tools: the admin API's domain services (src/admin) offered as MCP tools,
  * chosen by the caller's role. Read-only tools go to `admin`, `partner_admin` and
  * `auditor`; changing tools to `admin` and `partner_admin` only. Partner scope is checked
  * by the same assertions the HTTP routes use, so a partner admin reaches only its own
  * partner, whichever transport it uses.
  */
 import type { Tool } from "@modelcontextprotocol/sdk/types.js";
-import { listAuthProfiles } from "../authority/auth-profiles.ts";
-import { getCapability, listCapabilities } from "../authority/capabilities.ts";
-import type { AdminDeps } from "../authority/deps.ts";
-import { idPatterns } from "../authority/ids.ts";
-import { getPartner, listPartners } from "../authority/partners.ts";
-import { getPolicy, listPolicies, revokePolicy } from "../authority/policies.ts";
-import type { PageRequest } from "../authority/store-scan.ts";
-import { listSubjects } from "../authority/subjects.ts";
+import { listAuthProfiles } from "../admin/auth-profiles.ts";
+import { getCapability, listCapabilities } from "../admin/capabilities.ts";
+import type { AdminDeps } from "../admin/deps.ts";
+import { idPatterns } from "../admin/ids.ts";
+import { getPartner, listPartners } from "../admin/partners.ts";
+import { getPolicy, listPolicies, revokePolicy } from "../admin/policies.ts";
+import type { PageRequest } from "../admin/store-scan.ts";
+import { listSubjects } from "../admin/subjects.ts";
 import { compileSchema } from "../core/schema-validator.ts";
 import { AuthorityError } from "../errors.ts";
 import {
@@ -22,7 +22,7 @@ import {
   hasRole,
   type Principal,
   type Role,
-} from "../servers/authority/principal.ts";
+} from "../identity/principal.ts";
 
 export interface ManagementCall {
   readonly principal: Principal;

@@ -11,10 +11,10 @@ import {
   AUTH_PROFILE_SECRET_SCHEME,
   createAuthProfileSecretResolver,
   resolveAuthProfileSecret,
-} from "../authority/auth-profiles.ts";
-import type { AdminDeps } from "../authority/deps.ts";
-import { type AuthProfileRecord, collections, storeKeys } from "../authority/model.ts";
+} from "../admin/auth-profiles.ts";
+import type { AdminDeps } from "../admin/deps.ts";
 import type { SecretResolver } from "../execute/auth-profiles.ts";
+import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
 
 export interface SecretCacheOptions {
   /** Profiles kept (default 1000). */

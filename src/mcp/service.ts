@@ -11,8 +11,8 @@
  * unknown one.
  */
 import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { AdminDeps } from "../admin/deps.ts";
 import type { McpCallInput } from "../audit/mcp-records.ts";
-import type { AdminDeps } from "../authority/deps.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
@@ -20,11 +20,11 @@ import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { Executor } from "../execute/executor.ts";
 import { allowedRoute, buildUpstreamUrl } from "../execute/url.ts";
+import type { Principal } from "../identity/principal.ts";
 import type { Logger } from "../observability/logger.ts";
 import { authorizeInvocation } from "../policy/invocation.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
 import type { DecisionRuntime } from "../policy/runtime.ts";
-import type { Principal } from "../servers/authority/principal.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
 import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
 import type { ManagementToolSet } from "./management-tools.ts";

@@ -1,4 +1,3 @@
-import type { CryptoVersion } from "../authority/model.ts";
 import {
   CRYPTO_VERSION_V2,
   canonicalJson,
@@ -8,6 +7,7 @@ import {
   sha256Hex,
   validatePolicyDocument,
 } from "../core/index.ts";
+import type { CryptoVersion } from "../store/model.ts";
 import {
   type PolicyOpener,
   type PolicyProtectionContext,

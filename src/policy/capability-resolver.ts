@@ -5,13 +5,8 @@
  * validated and turned into a core `Capability` once per version and cached.
  */
 import { LRUCache } from "lru-cache";
-import {
-  type CapabilityRecord,
-  type CatalogVersionRecord,
-  collections,
-  storeKeys,
-} from "../authority/model.ts";
 import { type Capability, isValidCapabilityId, validateCapability } from "../core/index.ts";
+import { type CapabilityRecord, type CatalogVersionRecord, collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { PolicyLoadError } from "./loader.ts";
 

@@ -1,4 +1,3 @@
-import type { AssignmentRecord, CryptoVersion } from "../authority/model.ts";
 import {
   CRYPTO_VERSION_V2,
   computePolicyHash,
@@ -9,6 +8,7 @@ import {
   type PolicySubject,
   type Sha256Ref,
 } from "../core/index.ts";
+import type { AssignmentRecord, CryptoVersion } from "../store/model.ts";
 
 /** The v2 context bound into a headless subject's policy, derived server-side. */
 export interface HeadlessContext {

@@ -1,5 +1,5 @@
-import type { CryptoVersion } from "../authority/model.ts";
 import type { PublicKeyRingJson } from "../crypto/index.ts";
+import type { CryptoVersion } from "../store/model.ts";
 
 /**
  * Protects a policy document (sign, then encrypt) and opens it again (decrypt, then verify).

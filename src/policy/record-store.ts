@@ -8,7 +8,7 @@
  * Records written by earlier versions carry the artifact inline; they are read as they are.
  */
 import { createHash } from "node:crypto";
-import { collections, storeKeys } from "../authority/model.ts";
+import { collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { PolicyRecord, StoredPolicyRecord } from "./record.ts";
 

@@ -1,5 +1,5 @@
-import type { CryptoVersion } from "../authority/model.ts";
 import type { PolicyDocument, Sha256Ref } from "../core/index.ts";
+import type { CryptoVersion } from "../store/model.ts";
 
 /** What the store keeps per subject: the encrypted artifact plus facts safe to show. */
 export interface PolicyRecord {

@@ -6,7 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../audit/recorder.ts";
-import { collections, type SubjectRecord, storeKeys } from "../authority/model.ts";
+import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { type CapabilityResolver, createCapabilityResolver } from "./capability-resolver.ts";
 import {

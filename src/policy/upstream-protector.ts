@@ -1,10 +1,10 @@
-import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
   type CryptoClient,
   CryptoClientError,
   type CryptoClientErrorCode,
   type CryptoCredentials,
-} from "../servers/crypto/client.ts";
+} from "../clients/crypto-service/client.ts";
+import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
   type OpenedPolicy,
   POLICY_PURPOSE,

@@ -2,12 +2,12 @@ import assert from "node:assert/strict";
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { collections, storeKeys } from "../../src/authority/model.ts";
 import { type DevEnvironment, startDevEnvironment } from "../../src/dev/environment.ts";
 import { DEV_IDP, DEV_SUBJECTS, type DevSubjectRole } from "../../src/dev/names.ts";
 import type { DevPorts } from "../../src/dev/ports.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
+import { collections, storeKeys } from "../../src/store/model.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir } from "../helpers/temp-dir.ts";
 

@@ -9,7 +9,7 @@
 import { performance } from "node:perf_hooks";
 import type { DecisionAuditRecord } from "../../src/audit/records.ts";
 import { parseUsageKey, USAGE_COUNTERS } from "../../src/audit/usage.ts";
-import { logs } from "../../src/authority/model.ts";
+import { logs } from "../../src/store/model.ts";
 import type { HttpReply } from "./http-client.ts";
 import { CAPABILITY, SECOND_AGENT, type System } from "./system.ts";
 

@@ -4,7 +4,7 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 import { exportJWK, generateKeyPair, type JWK, type JWTPayload, SignJWT } from "jose";
 import Provider from "oidc-provider";
-import { createSubject } from "../../src/authority/subjects.ts";
+import { createSubject } from "../../src/admin/subjects.ts";
 import { parseTrustedIssuers, resolveTrustedIssuers } from "../../src/config/trusted-issuers.ts";
 import { TokenVerificationError } from "../../src/identity/errors.ts";
 import { requestToken } from "../../src/identity/token-client.ts";

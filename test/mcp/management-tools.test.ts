@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { Principal } from "../../src/identity/principal.ts";
 import { createManagementToolSet } from "../../src/mcp/management-tools.ts";
-import type { Principal } from "../../src/servers/authority/principal.ts";
 
 const principal = (roles: string[], partnerId?: string): Principal => ({
   subject: "someone",

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { collections, storeKeys } from "../../src/authority/model.ts";
 import { createCapabilityResolver } from "../../src/policy/capability-resolver.ts";
 import { PolicyLoadError } from "../../src/policy/loader.ts";
 import { openStore } from "../../src/store/index.ts";
+import { collections, storeKeys } from "../../src/store/model.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { CAPABILITY, PARTNER, seedCapability, snapshot } from "../servers/authority/runtime/seed.ts";

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { collections, storeKeys } from "../../src/authority/model.ts";
 import { toAuthorityError } from "../../src/errors.ts";
 import {
   createPolicyLoader,
@@ -15,6 +14,7 @@ import type { PolicyProtector } from "../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
 import { writePolicyRecord } from "../../src/policy/record-store.ts";
 import { openStore } from "../../src/store/index.ts";
+import { collections, storeKeys } from "../../src/store/model.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { seedPolicy, seedSubject } from "../servers/authority/runtime/seed.ts";

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { collections, storeKeys } from "../../src/authority/model.ts";
 import { createPolicyLoader, storePolicyRecordSource } from "../../src/policy/loader.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -14,6 +13,7 @@ import {
   readStoredPolicyRecord,
 } from "../../src/policy/record-store.ts";
 import { openStore } from "../../src/store/index.ts";
+import { collections, storeKeys } from "../../src/store/model.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { seedPolicy, seedSubject } from "../servers/authority/runtime/seed.ts";

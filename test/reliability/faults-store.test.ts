@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { DecisionAuditRecord } from "../../src/audit/records.ts";
 import { USAGE_COUNTERS } from "../../src/audit/usage.ts";
-import { logs } from "../../src/authority/model.ts";
+import { logs } from "../../src/store/model.ts";
 import type { HttpReply } from "../helpers/http-client.ts";
 import { type RedisServerHandle, startRedisServer } from "../helpers/redis-server.ts";
 import { assertNoLeaks, assertWithin, newCounts, report } from "../helpers/suite-report.ts";

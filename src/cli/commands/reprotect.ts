@@ -1,5 +1,5 @@
 import { type Command, Option } from "commander";
-import { reprotectPolicies } from "../../authority/reprotect.ts";
+import { reprotectPolicies } from "../../admin/reprotect.ts";
 import { authoritySettings, flagAttribute, loadAuthorityConfig } from "../../config/authority.ts";
 import { ConfigError } from "../../config/errors.ts";
 import { isCryptoError } from "../../crypto/index.ts";
@@ -9,7 +9,7 @@ import { isStoreError } from "../../store/index.ts";
 
 /**
  * `authority reprotect`: after a key rotation in the crypto service, re-protects every stored
- * policy under the current keys (src/authority/reprotect.ts). Same settings as `authority
+ * policy under the current keys (src/admin/reprotect.ts). Same settings as `authority
  * serve` (it opens and protects policies the same way); prints one JSON progress line per
  * policy; resumable — run it again after an interruption, or with --restart to start over.
  */

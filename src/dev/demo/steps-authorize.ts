@@ -3,8 +3,9 @@
  * `POST /v1/authorize-invocation` allowed, and denied once for each deny reason a caller
  * can reach from outside.
  */
-import { collections } from "../../authority/model.ts";
+
 import { readStoredPolicyRecord } from "../../policy/record-store.ts";
+import { collections } from "../../store/model.ts";
 import {
   DEV_BOUNDARY_ID,
   DEV_CAPABILITY,

@@ -1,7 +1,7 @@
 import { LRUCache } from "lru-cache";
-import type { CryptoVersion } from "../../authority/model.ts";
 import type { PolicyLoad } from "../../core/decision.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
+import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";

@@ -2,8 +2,8 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../errors.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
+import type { Principal } from "../../identity/principal.ts";
 import type { AuthorityContext } from "./context.ts";
-import type { Principal } from "./principal.ts";
 
 function claimString(claims: Readonly<Record<string, unknown>>, name: string): string | undefined {
   const value = claims[name];

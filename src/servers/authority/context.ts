@@ -1,4 +1,4 @@
-import type { PlatformEndpoints } from "../../authority/platform-diagnostics.ts";
+import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
 import type { JwksStatus } from "../../identity/jwt-verifier.ts";
 import type { McpConfig } from "../../mcp/config.ts";

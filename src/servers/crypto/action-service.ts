@@ -5,6 +5,14 @@
  * before the ciphertext is refused, so rotations made by another replica are seen at once.
  */
 
+import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
+import type {
+  ActionRequest,
+  DecryptPayload,
+  DecryptVerifyPayload,
+  EncryptPayload,
+  SignEncryptPayload,
+} from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type SignerKeyLookup } from "../../crypto/index.ts";
 import {
   decryptAction,
@@ -14,15 +22,7 @@ import {
   signEncryptAction,
   threadPoolEngine,
 } from "./actions.ts";
-import { CryptoServiceError } from "./errors.ts";
 import type { Owner, OwnerRegistry } from "./owner-registry.ts";
-import type {
-  ActionRequest,
-  DecryptPayload,
-  DecryptVerifyPayload,
-  EncryptPayload,
-  SignEncryptPayload,
-} from "./wire.ts";
 
 export type ActionPayload = EncryptPayload | DecryptPayload | SignEncryptPayload | DecryptVerifyPayload;
 

@@ -5,6 +5,13 @@
  * service's public reasons here, so no CryptoError message or detail reaches a caller.
  */
 
+import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
+import type {
+  DecryptPayload,
+  DecryptVerifyPayload,
+  EncryptPayload,
+  SignEncryptPayload,
+} from "../../clients/crypto-service/wire.ts";
 import {
   CryptoError,
   type DecryptVerifyOptions,
@@ -19,8 +26,6 @@ import {
   signEncryptAsync,
   type VerifiedMessage,
 } from "../../crypto/index.ts";
-import { CryptoServiceError } from "./errors.ts";
-import type { DecryptPayload, DecryptVerifyPayload, EncryptPayload, SignEncryptPayload } from "./wire.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true });
 

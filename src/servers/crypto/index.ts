@@ -13,9 +13,19 @@ export {
   type DecryptVerifyResult,
   type EncryptResult,
   type SignEncryptResult,
-} from "./client.ts";
+} from "../../clients/crypto-service/client.ts";
+export {
+  CryptoServiceError,
+  type CryptoServiceReason,
+  cryptoServiceReasons,
+} from "../../clients/crypto-service/reasons.ts";
+export {
+  ACTIONS_PATH,
+  ADMIN_OWNERS_PATH,
+  DEFAULT_PURPOSE,
+  PARTNER_HEADERS,
+} from "../../clients/crypto-service/wire.ts";
 export type { PartnerCredentials } from "./credentials.ts";
-export { CryptoServiceError, type CryptoServiceReason, cryptoServiceReasons } from "./errors.ts";
 export { CryptoServerConfigError, type CryptoServerOptions } from "./options.ts";
 export { OWNER_KINDS, type OwnerKind, type ProvisionOwnerInput } from "./owner-registry.ts";
 export {
@@ -25,4 +35,3 @@ export {
   type ProvisionedOwner,
   type RotatedOwner,
 } from "./server.ts";
-export { ACTIONS_PATH, ADMIN_OWNERS_PATH, DEFAULT_PURPOSE, PARTNER_HEADERS } from "./wire.ts";

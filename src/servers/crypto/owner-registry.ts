@@ -12,6 +12,7 @@
 
 import { createSecretKey, type KeyObject, randomBytes } from "node:crypto";
 import { LRUCache } from "lru-cache";
+import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import { type Kek, KeyRing, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../crypto/index.ts";
 import type { Store } from "../../store/store.ts";
 import {
@@ -24,7 +25,6 @@ import {
   type PartnerCredentials,
   PEPPER_BYTES,
 } from "./credentials.ts";
-import { CryptoServiceError } from "./errors.ts";
 
 export const OWNER_KINDS = ["partner", "subject", "service"] as const;
 export type OwnerKind = (typeof OWNER_KINDS)[number];

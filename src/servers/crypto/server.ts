@@ -6,6 +6,14 @@
 
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
+import {
+  ACTIONS_PATH,
+  ADMIN_OWNERS_PATH,
+  PARTNER_HEADERS,
+  PUBLIC_KEYS_PATH,
+  parseActionRequest,
+} from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
 import { AuthorityError } from "../../errors.ts";
@@ -16,7 +24,6 @@ import { isStoreError, storeErrorToAuthority } from "../../store/errors.ts";
 import { createHttpServer } from "../http/server.ts";
 import { createActionService } from "./action-service.ts";
 import type { PartnerCredentials } from "./credentials.ts";
-import { CryptoServiceError } from "./errors.ts";
 import { CryptoServerConfigError, type CryptoServerOptions, resolveCryptoServerOptions } from "./options.ts";
 import {
   assertOwnerId,
@@ -27,13 +34,6 @@ import {
   type ProvisionOwnerInput,
 } from "./owner-registry.ts";
 import { cachingVerifier } from "./verified-tokens.ts";
-import {
-  ACTIONS_PATH,
-  ADMIN_OWNERS_PATH,
-  PARTNER_HEADERS,
-  PUBLIC_KEYS_PATH,
-  parseActionRequest,
-} from "./wire.ts";
 
 export interface ListenAddress {
   readonly host?: string;

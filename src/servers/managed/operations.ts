@@ -3,7 +3,11 @@
  * and the exact response body it returns (spec part B). Building the bodies is pure.
  */
 
-import type { CryptoClient, CryptoCredentials, DecryptVerifyResult } from "../crypto/client.ts";
+import type {
+  CryptoClient,
+  CryptoCredentials,
+  DecryptVerifyResult,
+} from "../../clients/crypto-service/client.ts";
 import type { BodyField } from "./request.ts";
 
 export type OperationName = "encrypt" | "decrypt" | "sign-encrypt" | "decrypt-verify";

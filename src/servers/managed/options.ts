@@ -1,7 +1,7 @@
 /** Options of the managed crypto API, validated once at construction. */
 
+import type { CryptoClient } from "../../clients/crypto-service/client.ts";
 import type { Logger } from "../../observability/logger.ts";
-import type { CryptoClient } from "../crypto/client.ts";
 import type { RateLimit } from "./rate-limiter.ts";
 import type { TokenCacheOptions } from "./token-cache.ts";
 

@@ -7,13 +7,13 @@
 
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { AuthorityError } from "../../errors.ts";
 import {
   type CryptoClient,
   CryptoClientError,
   type CryptoCredentials,
   createCryptoClient,
-} from "../crypto/client.ts";
+} from "../../clients/crypto-service/client.ts";
+import { AuthorityError } from "../../errors.ts";
 import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import { ManagedError, type ManagedReason } from "./errors.ts";

@@ -4,16 +4,16 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Client, credentials as grpcCredentials } from "@grpc/grpc-js";
-import { putAuthProfile } from "../../../src/authority/auth-profiles.ts";
-import { importOpenApi } from "../../../src/authority/capabilities.ts";
-import { createPartner } from "../../../src/authority/partners.ts";
-import { assignCapability } from "../../../src/authority/policies.ts";
+import { putAuthProfile } from "../../../src/admin/auth-profiles.ts";
+import { importOpenApi } from "../../../src/admin/capabilities.ts";
+import { createPartner } from "../../../src/admin/partners.ts";
+import { assignCapability } from "../../../src/admin/policies.ts";
 import {
   REPROTECT_CHECKPOINT,
   type ReprotectProgress,
   reprotectPolicies,
-} from "../../../src/authority/reprotect.ts";
-import { createSubject } from "../../../src/authority/subjects.ts";
+} from "../../../src/admin/reprotect.ts";
+import { createSubject } from "../../../src/admin/subjects.ts";
 import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { envelopeKeyId, Kek } from "../../../src/crypto/index.ts";
 import {
   CryptoClientError,
   type CryptoCredentials,
   createCryptoClient,
   cryptoClientErrorToAuthorityError,
-} from "../../../src/servers/crypto/client.ts";
+} from "../../../src/clients/crypto-service/client.ts";
+import { envelopeKeyId, Kek } from "../../../src/crypto/index.ts";
 import { createCryptoServer } from "../../../src/servers/crypto/server.ts";
 import { openStore } from "../../../src/store/index.ts";
 import { type Environment, silentLogger, startEnvironment } from "../managed/harness.ts";

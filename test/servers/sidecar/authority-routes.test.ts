@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { putAuthProfile } from "../../../src/authority/auth-profiles.ts";
+import { putAuthProfile } from "../../../src/admin/auth-profiles.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import {
   clientCredentialsTokenSource,

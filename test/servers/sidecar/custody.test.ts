@@ -5,8 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Redis } from "ioredis";
-import type { CryptoVersion } from "../../../src/authority/model.ts";
-import { createSubject } from "../../../src/authority/subjects.ts";
+import { createSubject } from "../../../src/admin/subjects.ts";
 import { validatePolicyDocument } from "../../../src/core/policy-document.ts";
 import { SIGNATURE_BYTES } from "../../../src/crypto/index.ts";
 import { protectPolicy } from "../../../src/policy/artifact.ts";
@@ -25,6 +24,7 @@ import { sidecarContainer } from "../../../src/servers/inject/patch.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import { resolveSidecarConfig } from "../../../src/servers/sidecar/config.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
+import type { CryptoVersion } from "../../../src/store/model.ts";
 import { chartLikeSettings } from "../inject/fixtures.ts";
 import { ALLOWED, CAPABILITY, deniedBody, eventually, PARTNER, startWorld, type World } from "./world.ts";
 

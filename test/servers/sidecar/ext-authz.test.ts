@@ -57,8 +57,8 @@ describe("sidecar ext_authz (grpc-js client from proto/, real authority, no Redi
   });
 
   test("a profile that sends its key in the query sets query_parameters_to_set", async () => {
-    const { putAuthProfile } = await import("../../../src/authority/auth-profiles.ts");
-    const { createSubject } = await import("../../../src/authority/subjects.ts");
+    const { putAuthProfile } = await import("../../../src/admin/auth-profiles.ts");
+    const { createSubject } = await import("../../../src/admin/subjects.ts");
     await putAuthProfile(world.context, "acme", "orders-query-key", {
       type: "static",
       kind: "api_key",
@@ -150,7 +150,7 @@ describe("sidecar ext_authz (grpc-js client from proto/, real authority, no Redi
 
   test("expired policy: 403 policy_expired once expires_at has passed", async () => {
     const subject = "agent-expiring";
-    const { createSubject } = await import("../../../src/authority/subjects.ts");
+    const { createSubject } = await import("../../../src/admin/subjects.ts");
     await createSubject(world.context, "acme", {
       subject_id: subject,
       subject_type: "agent",
@@ -167,7 +167,7 @@ describe("sidecar ext_authz (grpc-js client from proto/, real authority, no Redi
 
   test("revoked policy: without Redis the deny arrives once the policy TTL (1 s) has passed", async () => {
     const subject = "agent-revoked-no-redis";
-    const { createSubject } = await import("../../../src/authority/subjects.ts");
+    const { createSubject } = await import("../../../src/admin/subjects.ts");
     await createSubject(world.context, "acme", {
       subject_id: subject,
       subject_type: "agent",

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Redis } from "ioredis";
-import { createSubject } from "../../../src/authority/subjects.ts";
+import { createSubject } from "../../../src/admin/subjects.ts";
 import { policyEntryKey, policyHeadKey } from "../../../src/policy/cache/index.ts";
 import {
   AGENT,

@@ -12,8 +12,8 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { importOpenApi } from "../../../src/authority/capabilities.ts";
-import { assignCapability } from "../../../src/authority/policies.ts";
+import { importOpenApi } from "../../../src/admin/capabilities.ts";
+import { assignCapability } from "../../../src/admin/policies.ts";
 import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/input.ts";
 import {
   createExtAuthzClient,

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createSubject } from "../../../src/authority/subjects.ts";
+import { createSubject } from "../../../src/admin/subjects.ts";
 import { AGENT, deniedBody, type SidecarHandle, startWorld, type World } from "./world.ts";
 
 /**

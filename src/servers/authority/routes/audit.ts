@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import { listOf, record } from "../../../admin/admin-response-schemas.ts";
 import {
   BILLING_SYNC_COLLECTION,
   encodeUsageComponent,
@@ -9,13 +10,12 @@ import {
   type UsageGranularity,
   usagePeriodPrefix,
 } from "../../../audit/usage.ts";
-import { listOf, record } from "../../../authority/admin-response-schemas.ts";
-import { logs } from "../../../authority/model.ts";
 import { AuthorityError } from "../../../errors.ts";
+import { assertCanReadPartner, assertRole, hasRole, type Principal } from "../../../identity/principal.ts";
+import { logs } from "../../../store/model.ts";
 import type { Store } from "../../../store/store.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanReadPartner, assertRole, hasRole, type Principal } from "../principal.ts";
 
 /**
  * Operations views: GET /admin/audit (policy changes and runtime decisions),

@@ -1,22 +1,22 @@
 import type { FastifyPluginAsync } from "fastify";
-import { authProfileViewSchema, listOf, noContent } from "../../../authority/admin-response-schemas.ts";
+import { authProfileViewSchema, listOf, noContent } from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
-import { parseAuthProfileInput } from "../../../authority/auth-profile-input.ts";
+} from "../../../admin/admin-schemas.ts";
+import { parseAuthProfileInput } from "../../../admin/auth-profile-input.ts";
 import {
   deleteAuthProfile,
   getAuthProfile,
   listAuthProfiles,
   putAuthProfile,
-} from "../../../authority/auth-profiles.ts";
+} from "../../../admin/auth-profiles.ts";
+import { assertCanManagePartner, assertCanReadPartner } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanManagePartner, assertCanReadPartner } from "../principal.ts";
 
 // The shape each type needs is checked by parseAuthProfileInput, which reports per field.
 const profileBody = {

@@ -1,11 +1,11 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../../errors.ts";
+import type { Principal } from "../../../identity/principal.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../policy/invocation.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { allowRef, denyOrErrorRef, denyRef, errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import type { Principal } from "../principal.ts";
 
 /**
  * POST /v1/authorize-invocation — allow or deny one operation for the authenticated

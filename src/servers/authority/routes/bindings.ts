@@ -9,16 +9,16 @@ import {
   policyOnlySchema,
   subjectMappingSchema,
   workloadClientSchema,
-} from "../../../authority/admin-response-schemas.ts";
+} from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
-import { getAuthProfile } from "../../../authority/auth-profiles.ts";
-import type { Actor } from "../../../authority/deps.ts";
+} from "../../../admin/admin-schemas.ts";
+import { getAuthProfile } from "../../../admin/auth-profiles.ts";
+import type { Actor } from "../../../admin/deps.ts";
 import {
   assignBindingApi,
   type BindingAssignInput,
@@ -56,9 +56,9 @@ import {
   listWorkloadClients,
   revokeWorkloadClient,
 } from "../../../bindings/workload-clients.ts";
+import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
 
 /**
  * The headless partner API's lifecycle routes (docs/bindings.md): bindings of a partner,

@@ -4,14 +4,14 @@ import {
   boundaryUpdateSchema,
   listOf,
   noContent,
-} from "../../../authority/admin-response-schemas.ts";
+} from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
+} from "../../../admin/admin-schemas.ts";
 import {
   type BoundaryInput,
   type CreateBoundaryInput,
@@ -20,11 +20,11 @@ import {
   getBoundary,
   listBoundaries,
   updateBoundary,
-} from "../../../authority/boundaries.ts";
-import { getPartner } from "../../../authority/partners.ts";
+} from "../../../admin/boundaries.ts";
+import { getPartner } from "../../../admin/partners.ts";
+import { assertCanManagePartner, assertCanReadPartner } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanManagePartner, assertCanReadPartner } from "../principal.ts";
 
 const boundaryFields = {
   name: { type: "string", minLength: 1, maxLength: 256 },

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { idSchemas } from "../../../authority/admin-schemas.ts";
+import { idSchemas } from "../../../admin/admin-schemas.ts";
 import {
   type AuthenticatedUser,
   type AuthenticatedWorkload,

@@ -5,14 +5,14 @@ import {
   importResultSchema,
   listOf,
   previewSchema,
-} from "../../../authority/admin-response-schemas.ts";
+} from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
+} from "../../../admin/admin-schemas.ts";
 import {
   getCapability,
   type ImportInput,
@@ -20,10 +20,10 @@ import {
   listCapabilities,
   type PreviewInput,
   previewOpenApi,
-} from "../../../authority/capabilities.ts";
+} from "../../../admin/capabilities.ts";
+import { assertCanManagePartner, assertCanReadPartner, assertRole } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanManagePartner, assertCanReadPartner, assertRole } from "../principal.ts";
 
 // The document is an object (JSON) or text (JSON or YAML); the catalog module checks the rest.
 const documentSchema = { anyOf: [{ type: "object" }, { type: "string", minLength: 1 }] } as const;

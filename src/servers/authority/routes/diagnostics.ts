@@ -1,10 +1,10 @@
 import type { FastifyPluginAsync } from "fastify";
-import { diagnosticsSchema } from "../../../authority/admin-response-schemas.ts";
-import { collectDiagnostics } from "../../../authority/diagnostics.ts";
-import { displayUrl, mcpFacts, oauthFacts } from "../../../authority/platform-diagnostics.ts";
+import { diagnosticsSchema } from "../../../admin/admin-response-schemas.ts";
+import { collectDiagnostics } from "../../../admin/diagnostics.ts";
+import { displayUrl, mcpFacts, oauthFacts } from "../../../admin/platform-diagnostics.ts";
+import { assertRole } from "../../../identity/principal.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertRole } from "../principal.ts";
 
 /**
  * GET /admin/diagnostics (admin or auditor): store, counts, configuration facts, MCP and

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
+import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import {
   type AuthenticatedUser,
   type AuthenticatedWorkload,

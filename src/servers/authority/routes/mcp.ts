@@ -1,9 +1,10 @@
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { loadExecutionAuthProfile } from "../../../authority/auth-profiles.ts";
+import { loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
 import { createExecutor, type Executor } from "../../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../../execute/token-set-store.ts";
+import type { Principal } from "../../../identity/principal.ts";
 import {
   type McpConfig,
   mcpConfigOf,
@@ -26,7 +27,6 @@ import { sendError } from "../../http/error-handling.ts";
 import { errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import type { Principal } from "../principal.ts";
 
 /**
  * Hosted MCP at /mcp (docs/mcp.md): Streamable HTTP in stateless mode — a fresh SDK

@@ -5,36 +5,36 @@ import {
   partnerDeletionSchema,
   partnerSchema,
   subjectSchema,
-} from "../../../authority/admin-response-schemas.ts";
+} from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
-import type { Actor } from "../../../authority/deps.ts";
-import { subjectTypes } from "../../../authority/model.ts";
-import { deletePartner } from "../../../authority/partner-deletion.ts";
-import { createPartner, getPartner, listPartners } from "../../../authority/partners.ts";
-import { deleteSubject } from "../../../authority/subject-removal.ts";
+} from "../../../admin/admin-schemas.ts";
+import type { Actor } from "../../../admin/deps.ts";
+import { deletePartner } from "../../../admin/partner-deletion.ts";
+import { createPartner, getPartner, listPartners } from "../../../admin/partners.ts";
+import { deleteSubject } from "../../../admin/subject-removal.ts";
 import {
   type CreateSubjectInput,
   createSubject,
   getSubject,
   listSubjects,
   setSubjectIdentity,
-} from "../../../authority/subjects.ts";
+} from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
-import { authenticateAll } from "../authenticate.ts";
-import type { AuthorityContext } from "../context.ts";
 import {
   assertCanManagePartner,
   assertCanReadPartner,
   assertRole,
   hasRole,
   type Principal,
-} from "../principal.ts";
+} from "../../../identity/principal.ts";
+import { subjectTypes } from "../../../store/model.ts";
+import { authenticateAll } from "../authenticate.ts";
+import type { AuthorityContext } from "../context.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,

@@ -6,15 +6,15 @@ import {
   policyOnlySchema,
   publicPolicySchema,
   revokeResultSchema,
-} from "../../../authority/admin-response-schemas.ts";
+} from "../../../admin/admin-response-schemas.ts";
 import {
   idSchemas,
   type PageQuery,
   pageQuerySchema,
   pageRequestOf,
   paramsSchema,
-} from "../../../authority/admin-schemas.ts";
-import type { Actor } from "../../../authority/deps.ts";
+} from "../../../admin/admin-schemas.ts";
+import type { Actor } from "../../../admin/deps.ts";
 import {
   type AssignInput,
   assignCapability,
@@ -24,12 +24,12 @@ import {
   MAX_POLICY_TTL_SECONDS,
   revokePolicy,
   unassignCapability,
-} from "../../../authority/policies.ts";
+} from "../../../admin/policies.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
+import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../principal.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,

@@ -1,7 +1,6 @@
 import { createHash } from "node:crypto";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
 import { LRUCache } from "lru-cache";
-import type { DecisionInput } from "../../../audit/records.ts";
 import {
   noContent,
   sidecarAuthMaterialSchema,
@@ -10,15 +9,12 @@ import {
   sidecarPolicyKeysSchema,
   sidecarPolicySchema,
   sidecarSelfSchema,
-} from "../../../authority/admin-response-schemas.ts";
-import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
-import {
-  createAuthProfileSecretResolver,
-  loadExecutionAuthProfile,
-} from "../../../authority/auth-profiles.ts";
-import { loadCatalog } from "../../../authority/capabilities.ts";
-import { collections, type SubjectRecord, storeKeys } from "../../../authority/model.ts";
-import { loadPolicyRecord } from "../../../authority/policy-writer.ts";
+} from "../../../admin/admin-response-schemas.ts";
+import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
+import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
+import { loadCatalog } from "../../../admin/capabilities.ts";
+import { loadPolicyRecord } from "../../../admin/policy-writer.ts";
+import type { DecisionInput } from "../../../audit/records.ts";
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import type { PublicKeyRingJson } from "../../../crypto/index.ts";
 import { AuthorityError, errorCodes } from "../../../errors.ts";
@@ -28,13 +24,14 @@ import {
   createClientCredentialsTokens,
 } from "../../../execute/client-credentials.ts";
 import { createEgressPolicy } from "../../../execute/egress.ts";
+import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
+import { collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../sidecar/decision-log.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import type { Principal } from "../principal.ts";
 
 /**
  * What sidecars fetch from the authority service (docs/sidecar.md, "Trust model"):

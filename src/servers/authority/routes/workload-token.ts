@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from "fastify";
-import { idSchemas, paramsSchema } from "../../../authority/admin-schemas.ts";
+import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { getBinding } from "../../../bindings/bindings.ts";
 import { type WorkloadScope, workloadScopes } from "../../../bindings/model.ts";
 import { bindingRuntimeFor } from "../../../bindings/runtime.ts";

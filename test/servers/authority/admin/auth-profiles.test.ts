@@ -4,9 +4,9 @@ import {
   createAuthProfileSecretResolver,
   loadExecutionAuthProfile,
   resolveAuthProfileSecret,
-} from "../../../../src/authority/auth-profiles.ts";
-import { type AuthProfileRecord, collections, storeKeys } from "../../../../src/authority/model.ts";
+} from "../../../../src/admin/auth-profiles.ts";
 import { parseAuthProfile } from "../../../../src/execute/auth-profiles.ts";
+import { type AuthProfileRecord, collections, storeKeys } from "../../../../src/store/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const API_KEY_SECRET = "sk_live_0123456789abcdef";

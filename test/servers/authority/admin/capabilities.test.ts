@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
-import { collections } from "../../../../src/authority/model.ts";
 import { openPolicy } from "../../../../src/policy/artifact.ts";
 import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
+import { collections } from "../../../../src/store/model.ts";
 import { buildLargeOpenApi, expectedLargeOperations } from "../../../fixtures/openapi/large-api.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 

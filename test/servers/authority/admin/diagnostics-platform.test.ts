@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { probeHttp, probeRedis } from "../../../../src/authority/platform-diagnostics.ts";
+import { probeHttp, probeRedis } from "../../../../src/admin/platform-diagnostics.ts";
 import { Kek } from "../../../../src/crypto/index.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import { supportedProtocolVersions } from "../../../../src/mcp/protocol-server.ts";

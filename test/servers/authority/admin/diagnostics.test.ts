@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { collections, storeKeys } from "../../../../src/authority/model.ts";
+import { collections, storeKeys } from "../../../../src/store/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const SECRET = "diagnostics-must-not-show-this";

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { collections } from "../../../../src/authority/model.ts";
 import { egressAllowSetting } from "../../../../src/config/settings.ts";
 import { createEgressPolicy, type Resolver } from "../../../../src/execute/egress.ts";
+import { collections } from "../../../../src/store/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 /** A resolver seam: these names, and nothing else, resolve (no DNS in the test). */

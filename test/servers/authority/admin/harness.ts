@@ -6,7 +6,7 @@
 
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
-import type { PlatformEndpoints } from "../../../../src/authority/platform-diagnostics.ts";
+import type { PlatformEndpoints } from "../../../../src/admin/platform-diagnostics.ts";
 import type { EgressPolicy } from "../../../../src/execute/egress.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import type { McpConfig } from "../../../../src/mcp/config.ts";

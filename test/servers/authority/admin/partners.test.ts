@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { collections, logs, storeKeys } from "../../../../src/authority/model.ts";
 import { openPolicy } from "../../../../src/policy/artifact.ts";
 import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
+import { collections, logs, storeKeys } from "../../../../src/store/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 describe("admin API: partners and users", () => {

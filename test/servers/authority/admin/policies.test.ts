@@ -1,17 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import {
-  collections,
-  logs,
-  type PolicyChangeAuditRecord,
-  storeKeys,
-} from "../../../../src/authority/model.ts";
 import { hashCanonical } from "../../../../src/core/canonical-json.ts";
 import type { PolicyDocument } from "../../../../src/core/policy-document.ts";
 import { openPolicy, protectPolicy } from "../../../../src/policy/artifact.ts";
 import { compilePolicyDocument } from "../../../../src/policy/compile.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
 import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
+import { collections, logs, type PolicyChangeAuditRecord, storeKeys } from "../../../../src/store/model.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const GET_ORDERS = "orders:get:/orders";

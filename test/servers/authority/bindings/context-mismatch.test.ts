@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { collections, storeKeys } from "../../../../src/authority/model.ts";
-import { listAssignments, loadPolicyRecord } from "../../../../src/authority/policy-writer.ts";
+import { listAssignments, loadPolicyRecord } from "../../../../src/admin/policy-writer.ts";
 import { externalSubjectHash, issuerHash } from "../../../../src/bindings/derive.ts";
 import { protectPolicy } from "../../../../src/policy/artifact.ts";
 import { compilePolicyDocument, type HeadlessContext } from "../../../../src/policy/compile.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { collections, storeKeys } from "../../../../src/store/model.ts";
 import { ALLOWED, BINDING, type BindingsHarness, PARTNER, startBindingsHarness } from "./harness.ts";
 
 /**

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { assignCapability } from "../../../../src/admin/policies.ts";
+import { createSubject } from "../../../../src/admin/subjects.ts";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
 import { USAGE_COUNTERS } from "../../../../src/audit/usage.ts";
-import { logs } from "../../../../src/authority/model.ts";
-import { assignCapability } from "../../../../src/authority/policies.ts";
-import { createSubject } from "../../../../src/authority/subjects.ts";
 import { decisionRuntimeFor } from "../../../../src/policy/runtime.ts";
+import { logs } from "../../../../src/store/model.ts";
 import { type Harness, PARTNER, permission, startHarness } from "./harness.ts";
 
 /**

@@ -2,12 +2,12 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { revokePolicy } from "../../../../src/admin/policies.ts";
 import type { McpAuditRecord } from "../../../../src/audit/mcp-records.ts";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
-import { logs } from "../../../../src/authority/model.ts";
-import { revokePolicy } from "../../../../src/authority/policies.ts";
 import { executionErrorTable } from "../../../../src/execute/errors.ts";
 import { decisionRuntimeFor } from "../../../../src/policy/runtime.ts";
+import { logs } from "../../../../src/store/model.ts";
 import { type Harness, PARTNER, permission, startHarness, UPSTREAM_SECRET } from "./harness.ts";
 
 let h: Harness;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { revokePolicy } from "../../../../src/authority/policies.ts";
+import { revokePolicy } from "../../../../src/admin/policies.ts";
 import { MAX_TOOL_NAME_LENGTH } from "../../../../src/core/tool-name.ts";
 import { CAPABILITY, type Harness, PARTNER, permission, startHarness } from "./harness.ts";
 

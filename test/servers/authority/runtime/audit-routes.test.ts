@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { BILLING_SYNC_COLLECTION, periodOf } from "../../../../src/audit/usage.ts";
-import { logs } from "../../../../src/authority/model.ts";
+import { logs } from "../../../../src/store/model.ts";
 import { type Harness, startHarness } from "./harness.ts";
 import {
   CAPABILITY,

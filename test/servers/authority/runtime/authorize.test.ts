@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
-import { collections, logs, storeKeys } from "../../../../src/authority/model.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { collections, logs, storeKeys } from "../../../../src/store/model.ts";
 import { type Harness, startHarness } from "./harness.ts";
 import { CAPABILITY, seedAll, seedPolicy, seedSubject } from "./seed.ts";
 

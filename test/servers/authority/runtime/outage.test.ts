@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
 import { USAGE_COUNTERS } from "../../../../src/audit/usage.ts";
-import { logs } from "../../../../src/authority/model.ts";
+import { logs } from "../../../../src/store/model.ts";
 import { type RedisServerHandle, startRedisServer } from "../../../helpers/redis-server.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 import { type Harness, startHarness } from "./harness.ts";

@@ -1,8 +1,17 @@
 /**
  * Writes runtime records straight into a Store, in exactly the shapes of
- * src/authority/model.ts and src/policy/record.ts, the way the admin API stores them:
+ * src/store/model.ts and src/policy/record.ts, the way the admin API stores them:
  * partner, subject, capability + catalog version, and a compiled, protected policy.
  */
+
+import type { HttpMethod } from "../../../../src/core/http-method.ts";
+import { buildPermissionId, computePolicyHash, hashCanonical } from "../../../../src/core/index.ts";
+import type { OperationSnapshot } from "../../../../src/core/operation-snapshot.ts";
+import { protectPolicy } from "../../../../src/policy/artifact.ts";
+import { compilePolicyDocument, type HeadlessContext } from "../../../../src/policy/compile.ts";
+import type { PolicyProtector } from "../../../../src/policy/protector.ts";
+import type { PolicyRecord } from "../../../../src/policy/record.ts";
+import { readStoredPolicyRecord, writePolicyRecord } from "../../../../src/policy/record-store.ts";
 import {
   type AssignmentRecord,
   type CapabilityRecord,
@@ -13,15 +22,7 @@ import {
   type PartnerSubjectIndexRecord,
   type SubjectRecord,
   storeKeys,
-} from "../../../../src/authority/model.ts";
-import type { HttpMethod } from "../../../../src/core/http-method.ts";
-import { buildPermissionId, computePolicyHash, hashCanonical } from "../../../../src/core/index.ts";
-import type { OperationSnapshot } from "../../../../src/core/operation-snapshot.ts";
-import { protectPolicy } from "../../../../src/policy/artifact.ts";
-import { compilePolicyDocument, type HeadlessContext } from "../../../../src/policy/compile.ts";
-import type { PolicyProtector } from "../../../../src/policy/protector.ts";
-import type { PolicyRecord } from "../../../../src/policy/record.ts";
-import { readStoredPolicyRecord, writePolicyRecord } from "../../../../src/policy/record-store.ts";
+} from "../../../../src/store/model.ts";
 import type { Store } from "../../../../src/store/store.ts";
 
 export const PARTNER = "partner-1";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { type ClientHttp2Session, connect as http2Connect } from "node:http2";
 import { after, before, describe, it } from "node:test";
-import { createSubject } from "../../../../src/authority/subjects.ts";
+import { createSubject } from "../../../../src/admin/subjects.ts";
 import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../../../helpers/envoy.ts";
 import { type FaultProxy, startFaultProxy } from "../../../helpers/fault-proxy.ts";
 import { type HttpReply, httpRequest } from "../../../helpers/http-client.ts";
@@ -166,7 +166,7 @@ describe("an allowed request through Envoy", () => {
   });
 
   it("injects a query-parameter credential into the upstream URL", async () => {
-    const { putAuthProfile } = await import("../../../../src/authority/auth-profiles.ts");
+    const { putAuthProfile } = await import("../../../../src/admin/auth-profiles.ts");
     await putAuthProfile(world.context, PARTNER, "orders-query-key", {
       type: "static",
       kind: "api_key",

@@ -1,8 +1,5 @@
 import { DERIVED_SUBJECT_PREFIX, identityOf, type SubjectIdentity } from "../core/subject-identity.ts";
 import { AuthorityError } from "../errors.ts";
-import { recordPolicyChange } from "./audit.ts";
-import type { Actor, AdminDeps } from "./deps.ts";
-import { generateId, isValidId } from "./ids.ts";
 import {
   type BoundaryRecord,
   type CryptoVersion,
@@ -11,7 +8,10 @@ import {
   type SubjectRecord,
   type SubjectType,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import { recordPolicyChange } from "./audit.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
+import { generateId, isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { type PageOf, type PageRequest, pageUnder } from "./store-scan.ts";
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import type { AssignmentRecord } from "../../src/authority/model.ts";
-import { policyExpiry } from "../../src/authority/policy-writer.ts";
+import { policyExpiry } from "../../src/admin/policy-writer.ts";
+import type { AssignmentRecord } from "../../src/store/model.ts";
 
 const assignment = (capability_id: string, expires_at: string): AssignmentRecord => ({
   partner_id: "p",

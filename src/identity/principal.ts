@@ -1,4 +1,4 @@
-import { AuthorityError } from "../../errors.ts";
+import { AuthorityError } from "../errors.ts";
 
 /**
  * Who is calling, as established from a verified bearer token.

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { checkBoundary } from "../../src/authority/boundary-check.ts";
-import type { BoundaryRecord } from "../../src/authority/model.ts";
+import { checkBoundary } from "../../src/admin/boundary-check.ts";
+import type { BoundaryRecord } from "../../src/store/model.ts";
 
 const boundary: BoundaryRecord = {
   partner_id: "acme",

@@ -9,8 +9,8 @@
  * the platform: a platform admin vouches with PATCH /partners/{id}/users/{subject}.
  */
 import { identityOf, isSubjectIdentity } from "../core/subject-identity.ts";
+import { collections, type SubjectRecord } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
-import { collections, type SubjectRecord } from "./model.ts";
 import { scan } from "./store-scan.ts";
 
 export interface SubjectIdentityMigration {

@@ -1,14 +1,14 @@
 import { AuthorityError } from "../errors.ts";
-import { checkBoundary } from "./boundary-check.ts";
-import type { AdminDeps } from "./deps.ts";
-import { isValidId } from "./ids.ts";
 import {
   type AssignmentRecord,
   type BoundaryRecord,
   collections,
   type SubjectRecord,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import { checkBoundary } from "./boundary-check.ts";
+import type { AdminDeps } from "./deps.ts";
+import { isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { isValidPermissionPattern } from "./permission-pattern.ts";
 import { type PageOf, type PageRequest, pageUnder, scan } from "./store-scan.ts";

@@ -3,7 +3,7 @@
  * shared by the server and its client. Parsing is pure: JSON in, a typed request out.
  */
 
-import { CryptoServiceError } from "./errors.ts";
+import { CryptoServiceError } from "./reasons.ts";
 
 export const ACTIONS_PATH = "/v1/actions";
 export const ADMIN_OWNERS_PATH = "/v1/admin/owners";

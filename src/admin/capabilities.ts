@@ -8,15 +8,15 @@ import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import { createEgressPolicy, type EgressPolicy, ruleText } from "../execute/egress.ts";
-import type { Store } from "../store/store.ts";
-import type { Actor, AdminDeps } from "./deps.ts";
 import {
   type AuthProfileRecord,
   type CapabilityRecord,
   type CatalogVersionRecord,
   collections,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import type { Store } from "../store/store.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
 import { getPartner } from "./partners.ts";
 import { type PageOf, type PageRequest, pageUnder, scanAll } from "./store-scan.ts";
 

@@ -11,11 +11,6 @@ import type { HeadlessContext } from "../policy/compile.ts";
 import { PolicyProtectionError } from "../policy/protector.ts";
 import { type PolicyRecord, type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import { deletePolicyRecord } from "../policy/record-store.ts";
-import { recordPolicyChange } from "./audit.ts";
-import { checkBoundary } from "./boundary-check.ts";
-import { loadCatalog } from "./capabilities.ts";
-import type { Actor, AdminDeps } from "./deps.ts";
-import { withKeyLock } from "./key-lock.ts";
 import {
   type AssignmentRecord,
   type AuthProfileRecord,
@@ -24,7 +19,12 @@ import {
   type PartnerSubjectIndexRecord,
   type SubjectRecord,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import { recordPolicyChange } from "./audit.ts";
+import { checkBoundary } from "./boundary-check.ts";
+import { loadCatalog } from "./capabilities.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
+import { withKeyLock } from "./key-lock.ts";
 import { getPartner } from "./partners.ts";
 import { type PolicyView, policyView } from "./policy-view.ts";
 import {

@@ -4,8 +4,8 @@ import { openPolicy, protectPolicy } from "../policy/artifact.ts";
 import { apiEntryOf, compilePolicyDocument, type HeadlessContext } from "../policy/compile.ts";
 import type { PolicyCapabilitySummary, PolicyRecord } from "../policy/record.ts";
 import { readPolicyRecord, readStoredPolicyRecord, writePolicyRecord } from "../policy/record-store.ts";
+import { type AssignmentRecord, collections, type SubjectRecord } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
-import { type AssignmentRecord, collections, type SubjectRecord } from "./model.ts";
 import { scanAll } from "./store-scan.ts";
 
 /** Every assignment of one subject, ordered by capability id. */

@@ -1,6 +1,6 @@
+import { type BindingChangeAuditRecord, logs, type PolicyChangeAuditRecord } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { Actor } from "./deps.ts";
-import { type BindingChangeAuditRecord, logs, type PolicyChangeAuditRecord } from "./model.ts";
 
 export interface PolicyChange {
   readonly action: PolicyChangeAuditRecord["action"];

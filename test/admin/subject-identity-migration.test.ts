@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { collections, type SubjectRecord, storeKeys } from "../../src/authority/model.ts";
-import { migrateSubjectIdentities } from "../../src/authority/subject-identity-migration.ts";
+import { migrateSubjectIdentities } from "../../src/admin/subject-identity-migration.ts";
 import { identityOf, subjectAdmits } from "../../src/core/subject-identity.ts";
 import { openStore } from "../../src/store/index.ts";
+import { collections, type SubjectRecord, storeKeys } from "../../src/store/model.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { withKeyLock } from "../../src/authority/key-lock.ts";
+import { withKeyLock } from "../../src/admin/key-lock.ts";
 
 describe("withKeyLock", () => {
   it("runs work on one key one at a time, in order", async () => {

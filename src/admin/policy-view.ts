@@ -1,7 +1,7 @@
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { PolicyCapabilitySummary, PublicPolicyRecord } from "../policy/record.ts";
+import { type AssignmentRecord, collections, storeKeys } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
-import { type AssignmentRecord, collections, storeKeys } from "./model.ts";
 
 /** Snapshots shown inline per capability; the assignment (linked) holds all of them. */
 export const POLICY_VIEW_SNAPSHOT_LIMIT = 25;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { parseAuthProfileInput } from "../../src/authority/auth-profile-input.ts";
+import { parseAuthProfileInput } from "../../src/admin/auth-profile-input.ts";
 import { AuthorityError } from "../../src/errors.ts";
 
 test("an auth profile type naming an Object.prototype member is invalid_request, never a crash", () => {

@@ -1,4 +1,4 @@
-import type { BoundaryRecord } from "./model.ts";
+import type { BoundaryRecord } from "../store/model.ts";
 import { permissionPatternMatches } from "./permission-pattern.ts";
 
 export interface BoundaryRequest {

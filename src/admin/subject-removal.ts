@@ -1,5 +1,5 @@
+import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
-import { collections, type SubjectRecord, storeKeys } from "./model.ts";
 import { getPartner } from "./partners.ts";
 import { retireSubjectPolicy } from "./policies.ts";
 import { getSubject } from "./subjects.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { displayUrl, mcpFacts } from "../../src/authority/platform-diagnostics.ts";
+import { displayUrl, mcpFacts } from "../../src/admin/platform-diagnostics.ts";
 
 const secretArb = fc.stringMatching(/^[A-Za-z0-9]{12,24}$/).map((s) => `S3cr${s}`);
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { createServer, type Server, type Socket } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { CryptoClientError, createCryptoClient } from "../../../src/servers/crypto/client.ts";
+import { CryptoClientError, createCryptoClient } from "../../../src/clients/crypto-service/client.ts";
 
 const credentials = { token: "t", apiKey: "a", accessKey: "b", secretKey: "c" };
 

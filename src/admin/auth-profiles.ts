@@ -8,8 +8,6 @@ import {
   type SecretResolver,
 } from "../execute/auth-profiles.ts";
 import { MIN_SECRET_LENGTH, SecretTooShortError, secretForms } from "../execute/secret-scrub.ts";
-import type { AdminDeps } from "./deps.ts";
-import { isValidId } from "./ids.ts";
 import {
   type AssignmentRecord,
   type AuthProfileRecord,
@@ -18,7 +16,9 @@ import {
   type CatalogVersionRecord,
   collections,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import type { AdminDeps } from "./deps.ts";
+import { isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { openSecret, sealSecret } from "./secret-seal.ts";
 import { type PageOf, type PageRequest, pageUnder, scan } from "./store-scan.ts";

@@ -8,7 +8,7 @@
 
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { AuthorityError, type ErrorCode } from "../../errors.ts";
-import { isCryptoServiceReason } from "./errors.ts";
+import { isCryptoServiceReason } from "./reasons.ts";
 import {
   fetchTransport,
   nodeHttpTransport,

@@ -1,6 +1,4 @@
 import type { PolicyRecord } from "../policy/record.ts";
-import type { StoreHealth } from "../store/store.ts";
-import type { AdminDeps } from "./deps.ts";
 import {
   type AssignmentRecord,
   type AuthProfileRecord,
@@ -8,7 +6,9 @@ import {
   collections,
   logs,
   storeKeys,
-} from "./model.ts";
+} from "../store/model.ts";
+import type { StoreHealth } from "../store/store.ts";
+import type { AdminDeps } from "./deps.ts";
 import {
   type McpFacts,
   type OAuthFacts,

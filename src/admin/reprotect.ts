@@ -10,9 +10,9 @@
 import { PolicyProtectionError } from "../policy/protector.ts";
 import type { StoredPolicyRecord } from "../policy/record.ts";
 import { readPolicyRecord } from "../policy/record-store.ts";
+import { collections } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
 import { withKeyLock } from "./key-lock.ts";
-import { collections } from "./model.ts";
 import { notifyPolicyChange, policyLockKey, writeReprotectedPolicy } from "./policy-writer.ts";
 
 export const REPROTECT_CHECKPOINT = { collection: "maintenance", id: "reprotect-policies" } as const;

@@ -1,10 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import {
-  isValidPermissionPattern,
-  permissionPatternMatches,
-} from "../../src/authority/permission-pattern.ts";
+import { isValidPermissionPattern, permissionPatternMatches } from "../../src/admin/permission-pattern.ts";
 
 describe("permissionPatternMatches", () => {
   it("matches literally without stars", () => {

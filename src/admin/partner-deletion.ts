@@ -1,7 +1,12 @@
 import { bindingCollections } from "../bindings/model.ts";
 import { AuthorityError } from "../errors.ts";
+import {
+  collections,
+  type PartnerSubjectIndexRecord,
+  type SubjectRecord,
+  storeKeys,
+} from "../store/model.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
-import { collections, type PartnerSubjectIndexRecord, type SubjectRecord, storeKeys } from "./model.ts";
 import { removePartnerBindings } from "./partner-bindings-removal.ts";
 import { getPartner } from "./partners.ts";
 import { loadPolicyRecord } from "./policy-writer.ts";
