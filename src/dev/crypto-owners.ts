@@ -11,10 +11,10 @@
  * provisioned on first use) for subject_credentials_v1.
  */
 
+import { generateCredentials } from "../clients/crypto-service/credentials.ts";
 import type { PolicyProtectionContext } from "../policy/protector.ts";
 import { policyKeyOwner } from "../policy/protector.ts";
 import type { OwnerCredentials } from "../policy/upstream-protector.ts";
-import { generateCredentials } from "../servers/crypto/credentials.ts";
 import type { CryptoServer, PartnerCredentials } from "../servers/crypto/index.ts";
 import type { OwnerKind } from "../servers/crypto/owner-registry.ts";
 import type { DevVault } from "./vault.ts";

@@ -11,14 +11,8 @@ import {
   redactResponseBody,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
-import {
-  type AuthInjector,
-  type AuthProfile,
-  createAuthInjector,
-  type InjectedCredentials,
-  type SecretResolver,
-  type TokenSetStore,
-} from "./auth-profiles.ts";
+import { type AuthInjector, createAuthInjector, type InjectedCredentials } from "./auth-injector.ts";
+import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";

@@ -1,11 +1,10 @@
+export type { AuthSession, InjectedCredentials } from "./auth-injector.ts";
 export type {
   ApiKeyProfile,
   AuthProfile,
-  AuthSession,
   BearerProfile,
   ClientAuthMethod,
   ClientCredentialsProfile,
-  InjectedCredentials,
   OAuthUserProfile,
   SecretResolver,
   TokenSet,

@@ -8,8 +8,8 @@
  * and the field, never a value.
  */
 import { readFile } from "node:fs/promises";
+import type { PartnerCredentials } from "../clients/crypto-service/credentials.ts";
 import { ConfigError } from "../config/errors.ts";
-import type { PartnerCredentials } from "../servers/crypto/credentials.ts";
 
 export interface ServiceCryptoCredentials {
   readonly username: string;

@@ -13,6 +13,8 @@ import { LRUCache } from "lru-cache";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import { createCryptoClient } from "../../clients/crypto-service/client.ts";
+import { passwordGrant } from "../../clients/idp/password-grant.ts";
+import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
@@ -33,8 +35,6 @@ import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
 import { createUpstreamPolicyProtector, type OwnerCredentials } from "../../policy/upstream-protector.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
-import { passwordGrant } from "../managed/idp.ts";
-import { createTokenCache } from "../managed/token-cache.ts";
 import { createAuthorityApp } from "./app.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
 

@@ -14,6 +14,7 @@ export {
   type EncryptResult,
   type SignEncryptResult,
 } from "../../clients/crypto-service/client.ts";
+export type { PartnerCredentials } from "../../clients/crypto-service/credentials.ts";
 export {
   CryptoServiceError,
   type CryptoServiceReason,
@@ -25,7 +26,6 @@ export {
   DEFAULT_PURPOSE,
   PARTNER_HEADERS,
 } from "../../clients/crypto-service/wire.ts";
-export type { PartnerCredentials } from "./credentials.ts";
 export { CryptoServerConfigError, type CryptoServerOptions } from "./options.ts";
 export { OWNER_KINDS, type OwnerKind, type ProvisionOwnerInput } from "./owner-registry.ts";
 export {

@@ -12,9 +12,6 @@
 
 import { createSecretKey, type KeyObject, randomBytes } from "node:crypto";
 import { LRUCache } from "lru-cache";
-import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
-import { type Kek, KeyRing, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../crypto/index.ts";
-import type { Store } from "../../store/store.ts";
 import {
   type CredentialDigests,
   digestCredentials,
@@ -24,7 +21,10 @@ import {
   MAX_PRESENTED_LENGTH,
   type PartnerCredentials,
   PEPPER_BYTES,
-} from "./credentials.ts";
+} from "../../clients/crypto-service/credentials.ts";
+import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
+import { type Kek, KeyRing, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../crypto/index.ts";
+import type { Store } from "../../store/store.ts";
 
 export const OWNER_KINDS = ["partner", "subject", "service"] as const;
 export type OwnerKind = (typeof OWNER_KINDS)[number];

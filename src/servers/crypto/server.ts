@@ -6,6 +6,7 @@
 
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { PartnerCredentials } from "../../clients/crypto-service/credentials.ts";
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import {
   ACTIONS_PATH,
@@ -23,7 +24,6 @@ import type { JwtVerifier, VerifiedToken } from "../../identity/jwt-verifier.ts"
 import { isStoreError, storeErrorToAuthority } from "../../store/errors.ts";
 import { createHttpServer } from "../http/server.ts";
 import { createActionService } from "./action-service.ts";
-import type { PartnerCredentials } from "./credentials.ts";
 import { CryptoServerConfigError, type CryptoServerOptions, resolveCryptoServerOptions } from "./options.ts";
 import {
   assertOwnerId,

@@ -1,21 +1,13 @@
 /**
- * The password grant against the identity provider's token endpoint (OAuth 2.0, form
- * encoded), with its failures turned into the managed API's reasons: refused credentials
- * are the spec's 500, a locked-out username is 429, anything unreachable or broken is 503.
+ * The managed API's password grant: the identity provider's failures turned into the
+ * managed API's reasons: refused credentials are the spec's 500, a locked-out username is
+ * 429, anything unreachable or broken is 503.
  */
 
-import { requestToken, TokenRequestError } from "../../identity/token-client.ts";
+import { type IdpGrantOptions, passwordGrant } from "../../clients/idp/password-grant.ts";
+import type { PasswordGrant } from "../../clients/idp/token-cache.ts";
+import { TokenRequestError } from "../../identity/token-client.ts";
 import { ManagedError } from "./errors.ts";
-import type { GrantedToken, PasswordGrant } from "./token-cache.ts";
-
-export interface IdpGrantOptions {
-  readonly tokenUrl: string;
-  readonly timeoutMs: number;
-  readonly clientId?: string;
-  readonly clientSecret?: string;
-  readonly scope?: string;
-  readonly audience?: string;
-}
 
 /** Retry-After for an identity provider lockout, which does not tell us its own. */
 export const IDP_LOCKOUT_RETRY_SEC = 60;
@@ -31,24 +23,11 @@ export function idpFailure(error: unknown): ManagedError {
   return new ManagedError("invalid_idp_credentials", { cause: error });
 }
 
-export function passwordGrant(options: IdpGrantOptions): PasswordGrant {
-  return async (username, password): Promise<GrantedToken> => {
+export function managedPasswordGrant(options: IdpGrantOptions): PasswordGrant {
+  const grant = passwordGrant(options);
+  return async (username, password) => {
     try {
-      const response = await requestToken({
-        tokenUrl: options.tokenUrl,
-        timeoutMs: options.timeoutMs,
-        grant: {
-          type: "password",
-          username,
-          password,
-          ...(options.clientId === undefined || options.clientSecret === undefined
-            ? {}
-            : { clientId: options.clientId, clientSecret: options.clientSecret }),
-        },
-        ...(options.scope === undefined ? {} : { scope: options.scope }),
-        ...(options.audience === undefined ? {} : { audience: options.audience }),
-      });
-      return { accessToken: response.accessToken, expiresInSec: response.expiresIn };
+      return await grant(username, password);
     } catch (error) {
       throw idpFailure(error);
     }

@@ -1,9 +1,9 @@
 /** Options of the managed crypto API, validated once at construction. */
 
 import type { CryptoClient } from "../../clients/crypto-service/client.ts";
+import type { TokenCacheOptions } from "../../clients/idp/token-cache.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { RateLimit } from "./rate-limiter.ts";
-import type { TokenCacheOptions } from "./token-cache.ts";
 
 export interface ManagedServerOptions {
   /** The identity provider's OAuth 2.0 token endpoint (password grant). */

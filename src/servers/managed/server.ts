@@ -13,17 +13,17 @@ import {
   type CryptoCredentials,
   createCryptoClient,
 } from "../../clients/crypto-service/client.ts";
+import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import { AuthorityError } from "../../errors.ts";
 import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import { ManagedError, type ManagedReason } from "./errors.ts";
-import { passwordGrant } from "./idp.ts";
+import { managedPasswordGrant } from "./idp.ts";
 import { describeOperation, livenessSchema } from "./openapi.ts";
 import { type Operation, operations } from "./operations.ts";
 import { ManagedConfigError, type ManagedServerOptions, resolveManagedOptions } from "./options.ts";
 import { createRateLimiter } from "./rate-limiter.ts";
 import { CREDENTIAL_HEADERS, type ManagedCredentials, parseManagedRequest } from "./request.ts";
-import { createTokenCache } from "./token-cache.ts";
 
 export interface ManagedServer {
   readonly app: FastifyInstance;
@@ -62,7 +62,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     config.cryptoClient ??
     createCryptoClient({ baseUrl: config.cryptoUrl ?? "", timeoutMs: config.upstreamTimeoutMs });
   const tokens = createTokenCache(
-    passwordGrant({
+    managedPasswordGrant({
       tokenUrl: config.idpTokenUrl,
       timeoutMs: config.idp.timeoutMs,
       ...(config.idp.clientId === undefined ? {} : { clientId: config.idp.clientId }),

@@ -1,10 +1,5 @@
-import {
-  auditPath,
-  boundedText,
-  type DecisionInput,
-  MAX_FIELD_CHARS,
-  newRecordId,
-} from "../../audit/records.ts";
+import { auditPath, boundedText, MAX_FIELD_CHARS, newRecordId } from "../../audit/records.ts";
+import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { ErrorCode } from "../../errors.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
@@ -26,13 +21,6 @@ import { createRecordQueue } from "./record-queue.ts";
  * Records still queued when the process dies are lost (SIGTERM flushes them first); a batch
  * whose reply was lost is sent again, so the log can hold twins with the same `id`.
  */
-
-/** A decision record as the sidecar sends it: the recorder's input plus the record id. */
-export interface ShippedDecision extends DecisionInput {
-  readonly id: string;
-  readonly transport: "grpc" | "proxy";
-  readonly time: string;
-}
 
 export interface DecisionShipperOptions {
   /**
@@ -67,7 +55,6 @@ export interface DecisionShipper {
   close(timeoutMs: number): Promise<{ flushed: boolean; lost: number }>;
 }
 
-export const MAX_DECISIONS_PER_BATCH = 500;
 /** Well under the authority's request body limit (1 MiB by default). */
 const MAX_BATCH_BYTES = 512 * 1024;
 const REFUSED_STATUSES: ReadonlySet<number> = new Set([400, 413, 422]);

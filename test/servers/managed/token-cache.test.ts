@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { createTokenCache, type PasswordGrant } from "../../../src/clients/idp/token-cache.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/index.ts";
 import { ManagedError } from "../../../src/servers/managed/errors.ts";
-import { passwordGrant } from "../../../src/servers/managed/idp.ts";
-import { createTokenCache, type PasswordGrant } from "../../../src/servers/managed/token-cache.ts";
+import { managedPasswordGrant } from "../../../src/servers/managed/idp.ts";
 import { silentLogger } from "./harness.ts";
 
 describe("token cache over the real identity provider", () => {
@@ -21,7 +21,7 @@ describe("token cache over the real identity provider", () => {
     });
     const url = await idp.listen({ host: "127.0.0.1", port: 0 });
     await idp.directory.addServiceAccount({ username: "svc-cache", password, scopes: ["crypto"] });
-    const real = passwordGrant({ tokenUrl: `${url}/oauth2/token`, timeoutMs: 2000 });
+    const real = managedPasswordGrant({ tokenUrl: `${url}/oauth2/token`, timeoutMs: 2000 });
     grant = (username, pw) => {
       grants++;
       return real(username, pw);

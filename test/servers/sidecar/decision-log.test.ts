@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import {
   auditedEngine,
   createDecisionShipper,
-  type ShippedDecision,
   shippedDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import {
   auditedEngine,
   createDecisionShipper,
-  type ShippedDecision,
   settleDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";

@@ -15,9 +15,10 @@ import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../..
 import { loadCatalog } from "../../../admin/capabilities.ts";
 import { loadPolicyRecord } from "../../../admin/policy-writer.ts";
 import type { DecisionInput } from "../../../audit/records.ts";
+import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shipped-decisions.ts";
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import type { PublicKeyRingJson } from "../../../crypto/index.ts";
-import { AuthorityError, errorCodes } from "../../../errors.ts";
+import { AuthorityError } from "../../../errors.ts";
 import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
 import {
   type ClientCredentialsTokens,
@@ -29,7 +30,6 @@ import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
-import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../sidecar/decision-log.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 
@@ -182,58 +182,6 @@ const ownerParams = paramsSchema({
 });
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
-
-const nullableText = (maxLength: number) => ({
-  anyOf: [{ type: "string", minLength: 1, maxLength }, { type: "null" }],
-});
-
-/** A batch from DecisionShipper (src/servers/sidecar/decision-log.ts). */
-const decisionBatchSchema = {
-  type: "object",
-  additionalProperties: false,
-  required: ["records"],
-  properties: {
-    records: {
-      type: "array",
-      minItems: 1,
-      maxItems: MAX_DECISIONS_PER_BATCH,
-      items: {
-        type: "object",
-        additionalProperties: false,
-        required: [
-          "id",
-          "actor",
-          "subject_id",
-          "partner_id",
-          "capability_id",
-          "method",
-          "path",
-          "permission_id",
-          "decision",
-          "reason",
-          "transport",
-          "requestId",
-          "time",
-        ],
-        properties: {
-          id: { type: "string", pattern: "^dec_[A-Za-z0-9-]{1,64}$" },
-          actor: nullableText(1024),
-          subject_id: nullableText(1024),
-          partner_id: nullableText(1024),
-          capability_id: nullableText(1024),
-          method: nullableText(16),
-          path: nullableText(1024),
-          permission_id: nullableText(2048),
-          decision: { enum: ["allowed", "denied"] },
-          reason: { anyOf: [{ enum: Object.keys(errorCodes) }, { type: "null" }] },
-          transport: { enum: ["grpc", "proxy"] },
-          requestId: { type: "string", minLength: 1, maxLength: 128 },
-          time: { type: "string", format: "date-time" },
-        },
-      },
-    },
-  },
-} as const;
 
 function recordInput(record: ShippedDecision): DecisionInput {
   const { id: _id, ...input } = record;

@@ -9,7 +9,7 @@
  */
 
 import { createHmac, type KeyObject, randomBytes, timingSafeEqual } from "node:crypto";
-import type { PartnerHeader } from "../../clients/crypto-service/wire.ts";
+import type { PartnerHeader } from "./wire.ts";
 
 export interface PartnerCredentials {
   readonly apiKey: string;
