@@ -136,7 +136,8 @@ export function queryArguments(path: string): Record<string, string | string[]> 
 /** The declared headers' values, as the schema sees them (lower-case names). */
 export function headerArguments(headers: HeaderBag, declared: ReadonlySet<string>): Record<string, string> {
   const out: Record<string, string> = Object.create(null);
-  if (declared.size === 0) return out;
+  // No shortcut for an operation that declares no header: its routing overrides must still
+  // reach the enforcement step and be refused, as on invoke, broker and MCP.
   for (const raw in headers) {
     if (!Object.hasOwn(headers, raw)) continue;
     const name = raw.toLowerCase();

@@ -63,6 +63,30 @@ test("the proxy forwards no credential, x-authority-* or routing override, even 
   assert.equal(isForwarded("x-custom", declared), false);
 });
 
+test("a routing override is an argument (refused by the enforcement step) even when the operation declares no header", () => {
+  const operation = snapshot("GET", "/export");
+  for (const name of ROUTING_OVERRIDE_HEADERS) {
+    const args = operationArguments(
+      operation,
+      {},
+      "/export",
+      { [name]: "DELETE", "x-custom": "1" },
+      undefined,
+    );
+    assert.deepEqual(Object.keys(args.headers), [name], name);
+    assert.throws(
+      () => enforceOperationInput(operation, args, { enabled: true, partnerAllowlisted: true }),
+      (error: unknown) => error instanceof AuthorityError && error.code === "invalid_input",
+      name,
+    );
+  }
+  // An operation without declared headers still gets no ordinary header as an argument.
+  assert.deepEqual(
+    Object.keys(operationArguments(operation, {}, "/export", { "x-custom": "1" }, undefined).headers),
+    [],
+  );
+});
+
 test("query parameters: every value kept in order, repeated names as arrays, __proto__ a plain key", () => {
   fc.assert(
     fc.property(fc.array(fc.tuple(fc.string(), fc.string()), { maxLength: 8 }), (pairs) => {
