@@ -15,74 +15,14 @@ import type { Capability } from "../../src/core/capability.ts";
 import { decide } from "../../src/core/decision.ts";
 import type { HttpMethod } from "../../src/core/http-method.ts";
 import type { OperationSnapshot } from "../../src/core/operation-snapshot.ts";
-import {
-  createPathMatcher,
-  encodePathSegment,
-  matchesMixedSegment,
-  parsePathTemplate,
-} from "../../src/core/path-template.ts";
+import { createPathMatcher, encodePathSegment, parsePathTemplate } from "../../src/core/path-template.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { renderUpstreamRequest } from "../../src/execute/url.ts";
 import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "../core/fixtures.ts";
+import { decodeOnce, fullWidth, lenientRoute } from "../helpers/lenient-router.ts";
 
 const LITERALS = ["things", "me", "admin", "items", "export"] as const;
 const METHODS: readonly HttpMethod[] = ["GET", "DELETE"];
-
-/* ---------- a lenient upstream router (what frameworks do with the path we send) ---------- */
-
-function decodeOnce(value: string): string {
-  try {
-    return decodeURIComponent(value);
-  } catch {
-    return value;
-  }
-}
-
-/** Every spelling a lenient router may compare with a literal segment, folded. */
-function lenientKeys(value: string): Set<string> {
-  const keys = new Set<string>();
-  for (const base of [value, decodeOnce(value)]) {
-    for (const form of [base, base.normalize("NFKC")]) {
-      const head = form.split(";")[0] ?? "";
-      const trimmed = head.replace(/[\s.]+$/u, "").replace(/^\s+/u, "");
-      const dot = trimmed.lastIndexOf(".");
-      for (const spelling of [form, head, trimmed, dot > 0 ? trimmed.slice(0, dot) : trimmed]) {
-        keys.add(spelling.toLowerCase());
-        keys.add(spelling.toUpperCase().toLowerCase());
-      }
-    }
-  }
-  return keys;
-}
-
-/** The template a lenient router picks for decoded segments: literal matches first, left to right. */
-function lenientRoute(templates: readonly string[], segments: readonly string[]): string | undefined {
-  const keys = segments.map(lenientKeys);
-  let best: { template: string; rank: number[] } | undefined;
-  for (const template of templates) {
-    const parsed = parsePathTemplate(template);
-    if (parsed.segments.length !== segments.length) continue;
-    const rank: number[] = [];
-    let ok = true;
-    parsed.segments.forEach((segment, i) => {
-      const value = segments[i] ?? "";
-      if (segment.kind === "literal") {
-        if (value === segment.value || keys[i]?.has(segment.value.toLowerCase())) rank.push(2);
-        else ok = false;
-      } else if (segment.kind === "mixed") {
-        const spellings = [value, ...(keys[i] ?? [])];
-        if (spellings.some((spelling) => matchesMixedSegment(segment, spelling))) rank.push(1);
-        else ok = false;
-      } else rank.push(0);
-    });
-    if (!ok) continue;
-    const better =
-      best === undefined ||
-      rank.some((r, i) => r > (best?.rank[i] ?? 0) && rank.slice(0, i).every((x, j) => x === best?.rank[j]));
-    if (better) best = { template, rank };
-  }
-  return best?.template;
-}
 
 /* ---------- generators ---------- */
 
@@ -120,11 +60,6 @@ const worldArb: fc.Arbitrary<World | undefined> = fc
     return { capability: capability(operations), operations, allowed };
   });
 
-const FULL_WIDTH = (s: string) =>
-  [...s]
-    .map((c) => (c >= "!" && c <= "~" ? String.fromCodePoint((c.codePointAt(0) ?? 0) + 0xfee0) : c))
-    .join("");
-
 /** Ordinary values, sibling literals and the spellings upstreams reduce to them. */
 const valueArb = fc.oneof(
   fc.constantFrom("cus_00000001", "john.doe", "José", "日本", "42", "a b", "100%"),
@@ -142,7 +77,7 @@ const valueArb = fc.oneof(
         (s: string) => `${s}%2e`,
         (s: string) => `${s}%20`,
         (s: string) => encodeURIComponent(s).replace(/^./, (c) => `%${c.charCodeAt(0).toString(16)}`),
-        FULL_WIDTH,
+        fullWidth,
       ),
     )
     .map(([literal, spell]) => spell(literal)),
