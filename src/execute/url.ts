@@ -39,6 +39,9 @@ function badInput(location: "path" | "query", pointer: string, keyword: string):
   });
 }
 
+const ambiguous = (issue: string): ExecutionError =>
+  new ExecutionError("ambiguous_path", { details: { issue } });
+
 const pointerToken = (name: string): string => `/${name.replaceAll("~", "~0").replaceAll("/", "~1")}`;
 
 /**
@@ -99,11 +102,13 @@ function isUnsafeSegmentValue(value: string): boolean {
   return head === "." || head === "..";
 }
 
+const WHOLE_SEGMENT_MARKER = /^authorityparam\d+z$/;
+
 function renderPath(parsed: ParsedTemplate, values: Readonly<Record<string, unknown>>): string {
   for (const name of Object.keys(values)) {
     if (!parsed.params.includes(name)) throw badInput("path", "", "notAccepted");
   }
-  return parsed.pathname.replace(MARKER, (_match, index: string) => {
+  const renderValue = (index: string, whole: boolean): string => {
     const name = parsed.params[Number(index)];
     if (name === undefined) throw badTemplate("upstream_url_template_invalid");
     const raw = Object.hasOwn(values, name) ? scalar(values[name]) : undefined;
@@ -112,10 +117,24 @@ function renderPath(parsed: ParsedTemplate, values: Readonly<Record<string, unkn
         ? badInput("path", pointerToken(name), "type")
         : badInput("path", "", "required");
     }
-    if (isUnsafeSegmentValue(raw)) throw badInput("path", pointerToken(name), "unsafePathSegment");
+    if (raw.length === 0) throw badInput("path", pointerToken(name), "unsafePathSegment");
+    // A dot segment navigates to another path: ambiguous_path, the reason decide() gives the
+    // same segment in a concrete path (core/path-values.ts), so both forms are refused alike.
+    if (whole && isUnsafeSegmentValue(raw)) throw ambiguous("dot_segment_value");
     // encodeURIComponent escapes "/", "?", "#", "%" and ";": the value stays one segment.
     return encodeURIComponent(raw);
-  });
+  };
+  return parsed.pathname
+    .split("/")
+    .map((segment) => {
+      if (WHOLE_SEGMENT_MARKER.test(segment))
+        return segment.replace(MARKER, (_m, i: string) => renderValue(i, true));
+      const rendered = segment.replace(MARKER, (_m, i: string) => renderValue(i, false));
+      // In a mixed segment ("{name}.json") only the whole rendered segment can be a dot segment.
+      if (rendered !== segment && isUnsafeSegmentValue(rendered)) throw ambiguous("dot_segment_value");
+      return rendered;
+    })
+    .join("/");
 }
 
 function appendQuery(url: URL, query: Readonly<Record<string, unknown>>): void {
@@ -146,9 +165,6 @@ export function buildUpstreamUrl(snapshot: UrlTemplateSource, args: UrlArgs): UR
   }
   return url;
 }
-
-const ambiguous = (issue: string): ExecutionError =>
-  new ExecutionError("ambiguous_path", { details: { issue } });
 
 /** What the rendered request must map back to: the decision's catalog, permission and snapshot. */
 export interface AllowedRoute {

@@ -206,7 +206,7 @@ describe("executor: the path cannot be changed by arguments", () => {
   for (const value of ["..", "."]) {
     it(`refuses ${JSON.stringify(value)} before loading a secret`, async () => {
       const error = await rejection(executor().execute(request({ args: { path: { id: value } } })));
-      assert.equal(error.reason, "invalid_input");
+      assert.equal(error.reason, "ambiguous_path");
       assert.equal(upstream.requests.length, 0);
       assert.deepEqual(secrets.calls, []);
     });

@@ -86,11 +86,19 @@ describe("buildUpstreamUrl", () => {
     });
   }
 
-  for (const value of [".", "..", ".;x", "..;jsessionid=1", ""]) {
-    it(`refuses the path value ${JSON.stringify(value)}`, () => {
+  // A dot segment is ambiguous_path, as decide() says of the same value in a concrete path;
+  // an empty value is invalid input (it would collapse the segment).
+  for (const [value, expected] of [
+    [".", "ambiguous_path"],
+    ["..", "ambiguous_path"],
+    [".;x", "ambiguous_path"],
+    ["..;jsessionid=1", "ambiguous_path"],
+    ["", "invalid_input"],
+  ] as const) {
+    it(`refuses the path value ${JSON.stringify(value)}: ${expected}`, () => {
       assert.equal(
         reason(() => buildUpstreamUrl(users, { path: { id: value, postId: "p" } })),
-        "invalid_input",
+        expected,
       );
     });
   }
