@@ -101,6 +101,9 @@ export interface ForwardProxy {
 /** The capability the app asks for (like Envoy's context_extensions); removed before forwarding. */
 export const CAPABILITY_HEADER = "x-authority-capability";
 
+/** `scheme://authority` of an absolute-form request target (RFC 9112 §3.2.2). */
+const ABSOLUTE_FORM_AUTHORITY = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#\\]*/;
+
 /** Thrown while reading a request body over the bound. */
 class RequestTooLarge extends Error {}
 
@@ -322,13 +325,17 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     let path = req.url ?? "";
     if (!path.startsWith("/")) {
       // Absolute-form (RFC 9112 §3.2.2): the app addressed the upstream through us.
+      // The path is taken as sent, not as WHATWG URL parsing resolves it (`%2E`, `..`, `\`):
+      // the decision sees the same path as on ext_authz and in origin-form, and refuses alike.
+      const authority = ABSOLUTE_FORM_AUTHORITY.exec(path);
       try {
-        const target = new URL(path);
-        host = target.host;
-        path = `${target.pathname}${target.search}`;
+        if (authority === null) throw new Error("not absolute-form");
+        host = new URL(authority[0]).host;
       } catch {
         return denyOf("invalid_request", requestId);
       }
+      const rest = path.slice(authority[0].length);
+      path = rest.startsWith("/") ? rest : `/${rest}`;
     }
     const authorization = single(req.headers["proxy-authorization"]) ?? single(req.headers.authorization);
     const answered = new AbortController();

@@ -3,6 +3,7 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import {
   AGENT,
   CAPABILITY,
+  deniedBody,
   type SidecarHandle,
   startWorld,
   UPSTREAM_HOST,
@@ -112,6 +113,27 @@ describe("sidecar forward proxy, end to end with a real upstream", () => {
     const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/slow` });
     assert.equal(reply.status, 504);
     assert.equal(reply.json().reason, "upstream_timeout");
+  });
+
+  test("absolute-form: the path is decided as sent, not as URL parsing resolves it (same answer as ext_authz)", async () => {
+    // WHATWG URL parsing turns "/orders/42/%2E" into "/orders/42/" (allowed getOrder) and
+    // "/orders/x/%2e%2e" into "/orders/" (allowed listOrders): the proxy must see what ext_authz sees.
+    for (const path of [
+      "/orders/42/%2E",
+      "/orders/x/%2e%2e",
+      "/orders/x/..",
+      "/orders/x/./42",
+      "/orders\\42",
+    ]) {
+      const check = await sidecar.check({ path });
+      assert.ok(check.denied_response !== undefined && check.denied_response !== null, `ext_authz ${path}`);
+      const expected = deniedBody(check).reason;
+      for (const target of [`http://${UPSTREAM_HOST}${path}`, path]) {
+        const reply = await sidecar.proxy({ target, host: UPSTREAM_HOST });
+        assert.equal(reply.json().reason, expected, `proxy ${target}`);
+      }
+    }
+    assert.equal(world.upstream.seen.length, 0);
   });
 
   test("CONNECT tunnels are refused", async () => {
