@@ -117,9 +117,10 @@ function renderPath(parsed: ParsedTemplate, values: Readonly<Record<string, unkn
         ? badInput("path", pointerToken(name), "type")
         : badInput("path", "", "required");
     }
-    if (raw.length === 0) throw badInput("path", pointerToken(name), "unsafePathSegment");
-    // A dot segment navigates to another path: ambiguous_path, the reason decide() gives the
-    // same segment in a concrete path (core/path-values.ts), so both forms are refused alike.
+    // An empty value collapses its segment and a dot segment navigates to another path:
+    // ambiguous_path, as core/path-values.ts says of such a value, so a value gets the same
+    // reason in both forms and on every path (assertUnambiguousPath runs first everywhere).
+    if (raw.length === 0) throw ambiguous("empty_value");
     if (whole && isUnsafeSegmentValue(raw)) throw ambiguous("dot_segment_value");
     // encodeURIComponent escapes "/", "?", "#", "%" and ";": the value stays one segment.
     return encodeURIComponent(raw);

@@ -86,14 +86,13 @@ describe("buildUpstreamUrl", () => {
     });
   }
 
-  // A dot segment is ambiguous_path, as decide() says of the same value in a concrete path;
-  // an empty value is invalid input (it would collapse the segment).
+  // A dot segment or an empty value is ambiguous_path, as decide() says of the same value.
   for (const [value, expected] of [
     [".", "ambiguous_path"],
     ["..", "ambiguous_path"],
     [".;x", "ambiguous_path"],
     ["..;jsessionid=1", "ambiguous_path"],
-    ["", "invalid_input"],
+    ["", "ambiguous_path"],
   ] as const) {
     it(`refuses the path value ${JSON.stringify(value)}: ${expected}`, () => {
       assert.equal(
