@@ -60,6 +60,7 @@ interface Hit {
   /** The request target exactly as received. */
   readonly target: string;
   readonly headers: IncomingHttpHeaders;
+  readonly body: string;
 }
 
 const CARD = "4111111111111111";
@@ -74,9 +75,15 @@ const UPSTREAM_BODY = {
 async function startRecordingUpstream(): Promise<{ url: string; hits: Hit[]; close(): Promise<void> }> {
   const hits: Hit[] = [];
   const server: Server = createServer((req, res) => {
-    req.resume();
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
     req.on("end", () => {
-      hits.push({ method: req.method ?? "", target: req.url ?? "", headers: { ...req.headers } });
+      hits.push({
+        method: req.method ?? "",
+        target: req.url ?? "",
+        headers: { ...req.headers },
+        body: Buffer.concat(chunks).toString("utf8"),
+      });
       const text = JSON.stringify(UPSTREAM_BODY);
       res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
       res.end(text);
@@ -98,7 +105,7 @@ async function startRecordingUpstream(): Promise<{ url: string; hits: Hit[]; clo
 /* ---------------- catalogs and policies ---------------- */
 
 const LITERALS = ["things", "me", "admin", "export"] as const;
-const METHODS = ["GET", "DELETE"] as const;
+const METHODS = ["GET", "DELETE", "POST"] as const;
 type Method = (typeof METHODS)[number];
 const PATH_PATTERNS = [undefined, "^[a-z0-9_.-]+$", "^[A-Za-z0-9]{1,12}$"] as const;
 const REDACTION_RULES = [
@@ -115,6 +122,8 @@ interface OpFeatures {
   readonly limitMax: number | null;
   readonly q: boolean;
   readonly tenant: boolean;
+  /** POST only: a signed maximum of the JSON body's `/amount`. */
+  readonly amountMax: number | null;
   /** A signed `excluded_values: ["blocked"]` on the first path parameter. */
   readonly excludeBlocked: boolean;
   readonly allowed: boolean;
@@ -147,6 +156,7 @@ const featuresArb: fc.Arbitrary<OpFeatures> = fc.record({
   limitMax: fc.option(fc.integer({ min: 1, max: 50 }), { nil: null }),
   q: fc.boolean(),
   tenant: fc.boolean(),
+  amountMax: fc.option(fc.integer({ min: 1, max: 100 }), { nil: null }),
   excludeBlocked: fc.boolean(),
   allowed: fc.nat({ max: 2 }).map((n) => n > 0),
   redactions: fc.subarray([...REDACTION_RULES]),
@@ -188,6 +198,15 @@ function permissionOf(capability: string, op: { method: string; template: string
   return `${capability}:${op.method.toLowerCase()}:${op.template}`;
 }
 
+/** The JSON body every POST operation takes: nothing undeclared. */
+const BODY_SCHEMA = {
+  type: "object",
+  additionalProperties: false,
+  required: ["amount"],
+  properties: { amount: { type: "number" }, memo: { type: "string", maxLength: 16 } },
+};
+const BODY_MEMBERS = new Set(Object.keys(BODY_SCHEMA.properties));
+
 function openApiOf(run: number, catalog: Catalog): Record<string, unknown> {
   const paths: Record<string, Record<string, unknown>> = {};
   catalog.ops.forEach((op, index) => {
@@ -208,6 +227,8 @@ function openApiOf(run: number, catalog: Catalog): Record<string, unknown> {
     const constraints: unknown[] = [];
     if (op.limit && op.limitMax !== null)
       constraints.push({ in: "query", name: "limit", maximum: op.limitMax });
+    if (op.method === "POST" && op.amountMax !== null)
+      constraints.push({ in: "body", name: "/amount", maximum: op.amountMax });
     const first = op.params[0];
     if (op.excludeBlocked && first !== undefined)
       constraints.push({ in: "path", name: first, excluded_values: ["blocked"] });
@@ -215,6 +236,9 @@ function openApiOf(run: number, catalog: Catalog): Record<string, unknown> {
     byTemplate[op.method.toLowerCase()] = {
       operationId: operationId(run, index),
       parameters,
+      ...(op.method === "POST"
+        ? { requestBody: { content: { "application/json": { schema: BODY_SCHEMA } } } }
+        : {}),
       ...(constraints.length === 0 ? {} : { "x-authority-constraints": constraints }),
       responses: {
         "200": { description: "ok", content: { "application/json": { schema: { type: "object" } } } },
@@ -257,6 +281,7 @@ const valueArb = fc.oneof(
   { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 6 }) },
 );
 
+const BODY_KINDS = ["none", "ok", "over", "string", "extra", "_method"] as const;
 const QUERY_KINDS = ["limit", "limit-bad", "q", "q-long", "undeclared", "_method", "limit-twice"] as const;
 const HEADER_KINDS = ["tenant", "tenant-bad", "override", "noise", "cookie"] as const;
 const OVERRIDES = [...ROUTING_OVERRIDE_HEADERS];
@@ -271,6 +296,8 @@ interface RequestSeed {
   readonly limit: number;
   readonly headers: ReadonlyArray<(typeof HEADER_KINDS)[number]>;
   readonly override: number;
+  readonly body: (typeof BODY_KINDS)[number];
+  readonly amount: number;
   readonly brokerConcrete: boolean;
 }
 
@@ -288,6 +315,8 @@ const requestArb: fc.Arbitrary<RequestSeed> = fc.record({
   limit: fc.integer({ min: 0, max: 60 }),
   headers: fc.oneof(fc.constant([]), fc.subarray([...HEADER_KINDS], { maxLength: 2 })),
   override: fc.nat({ max: OVERRIDES.length - 1 }),
+  body: fc.oneof(fc.constant("none" as const), fc.constant("ok" as const), fc.constantFrom(...BODY_KINDS)),
+  amount: fc.integer({ min: 0, max: 120 }),
   brokerConcrete: fc.boolean(),
 });
 
@@ -306,6 +335,8 @@ interface Request {
   readonly declarableHeaders: Readonly<Record<string, string>>;
   /** Headers the HTTP transports carry (all of the above, plus ambient, undeclared ones). */
   readonly httpHeaders: Readonly<Record<string, string>>;
+  /** The JSON body, when the request has one. */
+  readonly body: unknown;
   readonly brokerConcrete: boolean;
 }
 
@@ -322,9 +353,28 @@ function spell(value: string, spelling: RequestSeed["spelling"]): string {
   return encodePathSegment(value);
 }
 
+function bodyOf(seed: RequestSeed): unknown {
+  switch (seed.body) {
+    case "none":
+      return undefined;
+    case "ok":
+      return { amount: seed.amount, memo: "m" };
+    case "over":
+      return { amount: 1000 };
+    case "string":
+      return { amount: "ten" };
+    case "extra":
+      return { amount: 1, admin: true };
+    case "_method":
+      return { amount: 1, _method: "DELETE" };
+  }
+}
+
 function buildRequest(catalog: Catalog, seed: RequestSeed): Request {
   const base = catalog.ops[seed.op % catalog.ops.length] as Op;
-  const method: Method = seed.otherMethod ? (base.method === "GET" ? "DELETE" : "GET") : base.method;
+  const method: Method = seed.otherMethod
+    ? (METHODS[(METHODS.indexOf(base.method) + 1) % METHODS.length] ?? "GET")
+    : base.method;
   const target = catalog.ops.find((op) => op.method === method && op.template === base.template);
   const parsed = parsePathTemplate(base.template);
   const pathValues: Record<string, string> = {};
@@ -382,6 +432,8 @@ function buildRequest(catalog: Catalog, seed: RequestSeed): Request {
     query,
     overrideHeaders,
     declarableHeaders,
+    // Mostly a body where the operation takes one; now and then one where it does not.
+    body: method === "POST" || seed.amount % 5 === 0 ? bodyOf(seed) : undefined,
     httpHeaders,
     brokerConcrete: seed.brokerConcrete,
   };
@@ -451,6 +503,7 @@ function op(method: Method, template: string, features: Partial<OpFeatures> = {}
     limitMax: null,
     q: false,
     tenant: false,
+    amountMax: null,
     excludeBlocked: false,
     allowed: true,
     redactions: [],
@@ -471,6 +524,8 @@ function seed(features: Partial<RequestSeed>): RequestSeed {
     limit: 0,
     headers: [],
     override: 0,
+    body: "none",
+    amount: 0,
     brokerConcrete: false,
     ...features,
   };
@@ -592,19 +647,33 @@ describe("cross-path property: every path gives the same answer, and upstream re
 
   async function viaCheck(capability: string, request: Request): Promise<Answer> {
     const path = `${request.concretePath}${queryString(request.query)}`;
+    const body = request.body === undefined ? undefined : JSON.stringify(request.body);
+    // The body as Envoy sends it with with_request_body (whole: partial-body is false); a
+    // bodiless POST says so with Content-Length: 0, as an HTTP/1.1 client sends it.
+    const framing: Record<string, string> =
+      body === undefined
+        ? request.method === "POST"
+          ? { "content-length": "0" }
+          : {}
+        : { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) };
     const from = upstream.hits.length;
     const answer = await system.check({
       method: request.method,
       path,
       capability,
       token: agent,
-      headers: { ...request.httpHeaders },
+      headers: {
+        ...request.httpHeaders,
+        ...framing,
+        ...(body === undefined ? {} : { "x-envoy-auth-partial-body": "false" }),
+      },
+      ...(body === undefined ? {} : { body }),
     });
     if (answer.grpcError !== undefined)
       return { allowed: false, reason: `grpc ${answer.grpcError.code}`, hits: [] };
     if (!answer.allowed) {
-      const body = JSON.parse(answer.response.denied_response.body);
-      return { allowed: false, reason: body.reason, hits: upstream.hits.slice(from) };
+      const denied = JSON.parse(answer.response.denied_response.body);
+      return { allowed: false, reason: denied.reason, hits: upstream.hits.slice(from) };
     }
     // What Envoy forwards: the caller's request with the CheckResponse's header mutations.
     const ok = answer.response.ok_response;
@@ -613,16 +682,22 @@ describe("cross-path property: every path gives the same answer, and upstream re
     const headers: Record<string, string> = {
       host: `${capability}.internal`,
       authorization: `Bearer ${agent}`,
+      ...request.httpHeaders,
+      ...framing,
     };
-    for (const [name, value] of Object.entries(request.httpHeaders)) headers[name] = value;
     for (const name of Object.keys(headers)) if (removed.has(name) && name !== "host") delete headers[name];
     for (const option of ok.headers ?? [])
       headers[String(option.header.key).toLowerCase()] = option.header.value;
-    await forward(request.method, path, headers);
+    await forward(request.method, path, headers, body);
     return { allowed: true, hits: upstream.hits.slice(from) };
   }
 
-  function forward(method: string, path: string, headers: Record<string, string>): Promise<void> {
+  function forward(
+    method: string,
+    path: string,
+    headers: Record<string, string>,
+    body?: string,
+  ): Promise<void> {
     const { port } = new URL(upstream.url);
     return new Promise((resolve, reject) => {
       const req = rawRequest(
@@ -633,7 +708,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
         },
       );
       req.on("error", reject);
-      req.end();
+      req.end(body);
     });
   }
 
@@ -646,7 +721,18 @@ describe("cross-path property: every path gives the same answer, and upstream re
         {
           method: request.method,
           target: `http://${capability}.internal${request.concretePath}${queryString(request.query)}`,
-          headers: { ...request.httpHeaders, "x-authority-capability": capability },
+          headers: {
+            ...request.httpHeaders,
+            "x-authority-capability": capability,
+            // Explicit framing: Node's client frames a DELETE body with neither header otherwise.
+            ...(request.body === undefined
+              ? {}
+              : {
+                  "content-type": "application/json",
+                  "content-length": String(Buffer.byteLength(JSON.stringify(request.body))),
+                }),
+          },
+          ...(request.body === undefined ? {} : { body: JSON.stringify(request.body) }),
         },
         agent,
       );
@@ -661,7 +747,11 @@ describe("cross-path property: every path gives the same answer, and upstream re
       if ((json?.status === "denied" || json?.status === "error") && typeof json.reason === "string") {
         return { allowed: false, reason: json.reason };
       }
-      assert.equal(reply.status, 200, `proxy answered ${reply.status} ${text.slice(0, 200)}`);
+      assert.equal(
+        reply.status,
+        200,
+        `proxy answered ${reply.status} ${text.slice(0, 200)} to ${request.method} ${request.concretePath} ${JSON.stringify(request.body)} ${JSON.stringify(request.httpHeaders)}`,
+      );
       return { allowed: true, body: json };
     });
   }
@@ -673,6 +763,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
     if (request.query.length > 0) out.query = queryArgs(request.query);
     const headers = { ...request.overrideHeaders, ...(op?.tenant === true ? request.declarableHeaders : {}) };
     if (Object.keys(headers).length > 0) out.headers = headers;
+    if (request.body !== undefined) out.body = request.body;
     return out;
   }
 
@@ -753,6 +844,11 @@ describe("cross-path property: every path gives the same answer, and upstream re
       system.secrets.upstreamApiKey,
       `${what}: credential injected`,
     );
+    if (hit.body !== "") {
+      assert.equal(op.method, "POST", `${what}: a body for an operation that takes none`);
+      for (const name of Object.keys(JSON.parse(hit.body) as object))
+        assert.ok(BODY_MEMBERS.has(name), `${what}: undeclared body member ${name}`);
+    }
   }
 
   async function oneRun(catalog: Catalog, seeds: readonly RequestSeed[]): Promise<void> {
@@ -876,6 +972,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
         .join("\n");
     const context = () =>
       `request ${request.method} ${request.concretePath}${queryString(request.query)} ` +
+      `body ${JSON.stringify(request.body)} ` +
       `template ${request.template} values ${JSON.stringify(request.pathValues)} ` +
       `httpHeaders ${JSON.stringify(request.httpHeaders)}\n` +
       `catalog ${JSON.stringify(catalog.ops.map((op) => `${op.method} ${op.template}${op.allowed ? " (allowed)" : ""}`))}\n${describeAll()}`;
