@@ -213,7 +213,24 @@ function validateParams(
     return copy;
   }
   if (!validate(copy)) throw invalid(issueFrom(section, validate.errors?.[0]));
+  refuseIllFormed(section, copy);
   return copy;
+}
+
+/**
+ * A parameter must be sendable: a string with a lone surrogate has no UTF-8 form, so no URL
+ * or header can carry it. Refused here, with the schema, so that it is invalid_input before
+ * the constraints on every path (rendering would refuse it later, after them on some paths).
+ */
+function refuseIllFormed(section: ParamSection, params: Readonly<Record<string, unknown>>): void {
+  for (const name in params) {
+    if (!Object.hasOwn(params, name)) continue;
+    const value = params[name];
+    const values = Array.isArray(value) ? value : [value];
+    if (values.some((item) => typeof item === "string" && !item.isWellFormed())) {
+      throw invalid({ location: section, pointer: "", keyword: "wellFormed" });
+    }
+  }
 }
 
 /**

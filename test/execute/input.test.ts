@@ -147,6 +147,29 @@ test("enforceOperationInput: constraints with the rollout gate, after the schema
   assert.equal(code({ body: {} }), "invalid_input");
 });
 
+test("a parameter with a lone surrogate is invalid_input with the schema, before any constraint", () => {
+  const operation = {
+    method: "GET",
+    input_schema: {
+      path: { type: "object", properties: { id: { type: "string" } } },
+      query: { type: "object", properties: { limit: { type: "integer" }, q: { type: "string" } } },
+      headers: { type: "object", properties: { "x-tenant": { type: "string" } } },
+    },
+    parameter_constraints: [{ in: "query", name: "limit", maximum: 5 }],
+  };
+  const on = { enabled: true, partnerAllowlisted: true };
+  for (const args of [
+    { path: { id: "a\ud800" }, query: { limit: "9" } },
+    { query: { limit: "9", q: ["ok", "\udc00b"] } },
+    { headers: { "x-tenant": "\ud800" }, query: { limit: "9" } },
+  ]) {
+    const error = failure(() => enforceOperationInput(operation, args, on));
+    assert.equal(error.reason, "invalid_input", JSON.stringify(args));
+    assert.equal(failure(() => validateInput(operation.input_schema, args)).reason, "invalid_input");
+  }
+  assert.doesNotThrow(() => validateInput(operation.input_schema, { path: { id: "日本😀" } }));
+});
+
 test("validateInput copies parameters: the caller's objects are not coerced, __proto__ stays a plain key", () => {
   const schema = { query: { type: "object", properties: { n: { type: "integer" }, l: { type: "array" } } } };
   const query = JSON.parse('{"n":"5","l":"x","__proto__":"p"}') as Record<string, unknown>;
