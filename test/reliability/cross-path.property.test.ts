@@ -279,6 +279,8 @@ const valueArb = fc.oneof(
     arbitrary: fc.constantFrom("a/b", "a?b", "a#b", "a;b", ".", "..", "%2e%2e", "x\\y", "a%2Fb", "{p0}", ""),
   },
   { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 6 }) },
+  // Any code units, lone surrogates included (sendable in JSON arguments, not in a URL).
+  { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 4, unit: "binary" }) },
 );
 
 const BODY_KINDS = ["none", "ok", "over", "string", "extra", "_method"] as const;
