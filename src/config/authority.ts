@@ -77,6 +77,11 @@ export interface AuthorityConfig {
   readonly shutdownTimeoutMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly mcp: McpConfig;
+  /**
+   * The binding runtime's upstream deadline (default 10 s) and workload-token lifetime
+   * (default 300 s); the service builder passes them on.
+   */
+  readonly bindings?: { readonly upstreamTimeoutMs?: number; readonly workloadTokenLifetimeSec?: number };
   /** The platform admin's egress allow list (upstream destinations beyond public addresses). */
   readonly egress: { readonly allow: readonly EgressAllowEntry[] };
   /** Where each setting came from (for the start-up log; values are not repeated). */
