@@ -69,13 +69,11 @@ describe("composition roots: each process built from its validated configuration
         "init-kek": "true",
         issuer,
         "service-identity": "composition",
+        "workload-token-lifetime": "120",
       },
       env: {},
     });
-    authority = await buildAuthorityService(
-      { ...config, bindings: { workloadTokenLifetimeSec: 120 } },
-      { logger: silent },
-    );
+    authority = await buildAuthorityService(config, { logger: silent });
     authorityUrl = await authority.listen();
   });
 
@@ -103,7 +101,7 @@ describe("composition roots: each process built from its validated configuration
       services.clientCredentials,
       "the binding executor uses the process's one client-credentials token cache",
     );
-    // A binding setting of the configuration reaches the runtime the routes use.
+    // A binding setting of the configuration (--workload-token-lifetime) reaches the runtime the routes use.
     const issued = await services.bindings.tokens.issue(workloadClient, ["authority/bindings.invoke"]);
     assert.equal(issued.expires_in, 120);
     const claims = decodeJwt(issued.access_token);
