@@ -17,6 +17,7 @@ import { assignBindingApi } from "../src/bindings/assignments.ts";
 import { createBinding } from "../src/bindings/bindings.ts";
 import { createMapping } from "../src/bindings/mappings.ts";
 import { createWorkloadClient } from "../src/bindings/workload-clients.ts";
+import { egressAllowSetting } from "../src/config/settings.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
@@ -25,6 +26,7 @@ import { buildAuthorityService } from "../src/servers/authority/build.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
 import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
+import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 
 export interface LatencySummary {
@@ -172,6 +174,8 @@ export async function benchInvoke(
       bodyLimitBytes: 1024 * 1024,
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
+      // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+      egress: { allow: egressAllowSetting.parse(egressAllowValue(origin), "egress-allow") },
     }),
     {
       store,

@@ -26,6 +26,7 @@ import { importOpenApi } from "../src/admin/capabilities.ts";
 import { createPartner } from "../src/admin/partners.ts";
 import { assignCapability } from "../src/admin/policies.ts";
 import { createSubject } from "../src/admin/subjects.ts";
+import { egressAllowSetting } from "../src/config/settings.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
@@ -35,6 +36,7 @@ import type { AuthorityServices } from "../src/servers/authority/services.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
 import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
+import { egressAllowValue } from "../test/helpers/egress.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -228,6 +230,8 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
       bodyLimitBytes: 4 * 1024 * 1024,
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
+      // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+      egress: { allow: egressAllowSetting.parse(egressAllowValue(upstreamUrl), "egress-allow") },
     }),
     {
       store,

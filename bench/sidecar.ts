@@ -899,6 +899,8 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     { startRedisServer },
     { makeTempDir },
     { ordersApi, startUpstream },
+    { egressAllowSetting },
+    { egressAllowValue },
   ] = await Promise.all([
     import("node:crypto"),
     import("node:fs/promises"),
@@ -922,6 +924,8 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     import("../test/helpers/redis-server.ts"),
     import("../test/helpers/temp-dir.ts"),
     import("../test/servers/sidecar/world.ts"),
+    import("../src/config/settings.ts"),
+    import("../test/helpers/egress.ts"),
   ]);
   const dir = await makeTempDir("bench-sidecar-");
   const cleanups: Array<() => Promise<void>> = [() => dir.cleanup()];
@@ -953,6 +957,8 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
         bodyLimitBytes: 1024 * 1024,
         serviceIdentity: "bench",
         parameterScoping: { enabled: false, partnerAllowlist: [] },
+        // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+        egress: { allow: egressAllowSetting.parse(egressAllowValue(upstream.url), "egress-allow") },
       }),
       {
         store,
