@@ -35,8 +35,8 @@ export interface SidecarOverrides {
   readonly egress?: EgressPolicy;
   /** Pinned policy signer keys (default: read from `policyKeysFile`). */
   readonly pinnedPolicyKeys?: readonly PublicKeyRingJson[];
-  /** The MAC key of Redis cache entries (default: read from `redis.cacheKeyFile`). */
-  readonly redisCacheKey?: Uint8Array;
+  /** Redis and the MAC key of its cache entries, instead of the configured URL and key file. */
+  readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
 }
 
 function tokenSource(config: SidecarConfig): ServiceTokenSource {
@@ -95,13 +95,13 @@ export async function buildSidecar(
     overrides.pinnedPolicyKeys ??
     (config.policyKeysFile === undefined ? undefined : await readPinnedKeys(config.policyKeysFile));
   const redis =
-    config.redis === undefined
+    overrides.redis ??
+    (config.redis === undefined
       ? undefined
       : {
           url: config.redis.url,
-          cacheKey:
-            overrides.redisCacheKey ?? parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")),
-        };
+          cacheKey: parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")),
+        });
   return createSidecar({
     authority:
       overrides.authority ??
