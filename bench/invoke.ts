@@ -16,16 +16,17 @@ import { createPartner } from "../src/admin/partners.ts";
 import { assignBindingApi } from "../src/bindings/assignments.ts";
 import { createBinding } from "../src/bindings/bindings.ts";
 import { createMapping } from "../src/bindings/mappings.ts";
-import { bindingRuntimeFor } from "../src/bindings/runtime.ts";
 import { createWorkloadClient } from "../src/bindings/workload-clients.ts";
+import { egressAllowSetting } from "../src/config/settings.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
-import { createAuthorityApp } from "../src/servers/authority/app.ts";
-import type { AuthorityContext } from "../src/servers/authority/context.ts";
+import { buildAuthorityService } from "../src/servers/authority/build.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
+import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
+import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 
 export interface LatencySummary {
@@ -164,29 +165,33 @@ export async function benchInvoke(
   await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
   const origin = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
   const keyRings = createProcessKeyRings();
-  const context: AuthorityContext = {
-    config: {
+  // The authority's own composition root, with the bench's store, verifier and keys.
+  const service = await buildAuthorityService(
+    testAuthorityConfig({
       publicUrl: "http://authority.bench",
       issuer: adminIssuer,
       audience: "authority",
       bodyLimitBytes: 1024 * 1024,
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
-    },
-    store,
-    verifier: createJwtVerifier({
-      issuer: adminIssuer,
-      audience: "authority",
-      jwks: `${adminIssuer}/.well-known/jwks.json`,
+      // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+      egress: { allow: egressAllowSetting.parse(egressAllowValue(origin), "egress-allow") },
     }),
-    protector: createLocalPolicyProtector({ keyRings, serviceIdentity: "bench" }),
-    logger: createLogger("bench-invoke", "silent"),
-    now: () => new Date(),
-    secretKeyRings: keyRings,
-  };
-  const app = await createAuthorityApp(context);
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  const authority = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    {
+      store,
+      verifier: createJwtVerifier({
+        issuer: adminIssuer,
+        audience: "authority",
+        jwks: `${adminIssuer}/.well-known/jwks.json`,
+      }),
+      protector: createLocalPolicyProtector({ keyRings, serviceIdentity: "bench" }),
+      keyRings,
+      logger: createLogger("bench-invoke", "silent"),
+      platform: null,
+    },
+  );
+  const { context } = service;
+  const authority = await service.listen();
   try {
     const actor = { subject: "bench-admin", requestId: "bench" };
     await createPartner(context, { partner_id: "bench", name: "Bench" });
@@ -219,14 +224,13 @@ export async function benchInvoke(
       allowed_permission_ids: ["items:get:/items/{id}"],
       ttl_seconds: 3600,
     });
-    const record = await store.get<Parameters<ReturnType<typeof bindingRuntimeFor>["tokens"]["issue"]>[0]>(
+    const record = await store.get<Parameters<typeof context.bindings.tokens.issue>[0]>(
       "workload_clients",
       client.client_id,
     );
     if (record === undefined || client_secret.length === 0) throw new Error("workload client missing");
-    const workloadToken = (
-      await bindingRuntimeFor(context).tokens.issue(record, ["authority/bindings.invoke"])
-    ).access_token;
+    const workloadToken = (await context.bindings.tokens.issue(record, ["authority/bindings.invoke"]))
+      .access_token;
     const assertion = (
       await partnerIdp.issueToken({ subject: "bench-user", audience: "items-api", tenant: "bench-tenant" })
     ).accessToken;
@@ -292,7 +296,7 @@ export async function benchInvoke(
       },
     };
   } finally {
-    await app.close();
+    await service.close();
     upstream.closeAllConnections();
     await new Promise<void>((resolve) => upstream.close(() => resolve()));
     await adminIdp.close();

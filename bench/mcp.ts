@@ -26,16 +26,17 @@ import { importOpenApi } from "../src/admin/capabilities.ts";
 import { createPartner } from "../src/admin/partners.ts";
 import { assignCapability } from "../src/admin/policies.ts";
 import { createSubject } from "../src/admin/subjects.ts";
+import { egressAllowSetting } from "../src/config/settings.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
-import { decisionRuntimeFor } from "../src/policy/runtime.ts";
-import { createAuthorityApp } from "../src/servers/authority/app.ts";
-import { createCachingVerifier } from "../src/servers/authority/build.ts";
-import type { AuthorityContext } from "../src/servers/authority/context.ts";
+import { buildAuthorityService, createCachingVerifier } from "../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../src/servers/authority/services.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
+import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
+import { egressAllowValue } from "../test/helpers/egress.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -195,7 +196,7 @@ function catalog(upstreamUrl: string, resources: number): Record<string, unknown
 export interface McpBenchService {
   readonly url: string;
   readonly upstreamUrl: string;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   /** Token of the subject whose policy allows every operation of the catalog. */
   readonly accessToken: string;
   /** Token of a subject whose policy allows the five operations of one resource. */
@@ -220,29 +221,34 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
   });
   await new Promise<void>((resolve) => upstream.listen(0, "127.0.0.1", resolve));
   const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
-  const context: AuthorityContext = {
-    config: {
+  // The authority's own composition root, with the bench's store, verifier and keys.
+  const service = await buildAuthorityService(
+    testAuthorityConfig({
       publicUrl: "http://127.0.0.1:8080",
       issuer,
       audience: "authority",
       bodyLimitBytes: 4 * 1024 * 1024,
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
+      // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+      egress: { allow: egressAllowSetting.parse(egressAllowValue(upstreamUrl), "egress-allow") },
+    }),
+    {
+      store,
+      verifier: createCachingVerifier(
+        createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+        { max: 1000 },
+      ),
+      protector: createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "bench" }),
+      keyRings: createProcessKeyRings(),
+      logger: createLogger("bench-mcp", "silent"),
+      platform: null,
     },
-    store,
-    verifier: createCachingVerifier(
-      createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
-      { max: 1000 },
-    ),
-    protector: createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "bench" }),
-    logger: createLogger("bench-mcp", "silent"),
-    now: () => new Date(),
-    secretKeyRings: createProcessKeyRings(),
-  };
-  const app = await createAuthorityApp(context);
+  );
+  const { app, context } = service;
   const close = async () => {
     // End keep-alive sockets of the benchmark's own clients instead of waiting them out.
-    const closing = app.close();
+    const closing = service.close();
     app.server.closeAllConnections();
     await closing;
     upstream.closeAllConnections();
@@ -252,8 +258,7 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    await app.listen({ host: "127.0.0.1", port: 0 });
-    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const url = await service.listen();
     const actor = { subject: "bench-admin", requestId: "req_bench_seed" };
     await createPartner(context, { partner_id: PARTNER, name: "Bench" });
     await putAuthProfile(context, PARTNER, "catalog-key", {
@@ -387,7 +392,7 @@ export async function benchMcp(
       await time(Math.ceil(iterations / rounds), viaSmall, callSamples);
       await time(Math.ceil(iterations / rounds / 5), viaBig, bigCallSamples);
     }
-    await decisionRuntimeFor(context).recorder.flush(10_000);
+    await context.decisions.recorder.flush(10_000);
 
     const list = summarize(`tools/list (${tools.length} API tools, JSON-RPC over HTTP)`, listSamples);
     const sdkList = summarize(`tools/list (${tools.length} API tools, SDK client)`, sdkSamples);

@@ -37,7 +37,6 @@ import { type ClientHttp2Session, connect as http2Connect, constants as http2Con
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
-import type { AuthorityContext } from "../src/servers/authority/context.ts";
 import type { createIdpServer as CreateIdpServer } from "../src/servers/idp/server.ts";
 import { connectGrpcH2Client, type GrpcH2Client } from "./lib/grpc-h2-client.ts";
 
@@ -893,12 +892,15 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     { createLocalPolicyProtector },
     { createProcessKeyRings },
     { createStoredKeyRings },
-    { createAuthorityApp },
+    { buildAuthorityService },
+    { testAuthorityConfig },
     { createIdpServer },
     { openStore },
     { startRedisServer },
     { makeTempDir },
     { ordersApi, startUpstream },
+    { egressAllowSetting },
+    { egressAllowValue },
   ] = await Promise.all([
     import("node:crypto"),
     import("node:fs/promises"),
@@ -915,12 +917,15 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     import("../src/policy/local-protector.ts"),
     import("../src/policy/process-key-rings.ts"),
     import("../src/policy/stored-key-rings.ts"),
-    import("../src/servers/authority/app.ts"),
+    import("../src/servers/authority/build.ts"),
+    import("../test/helpers/authority-config.ts"),
     import("../src/servers/idp/server.ts"),
     import("../src/store/index.ts"),
     import("../test/helpers/redis-server.ts"),
     import("../test/helpers/temp-dir.ts"),
     import("../test/servers/sidecar/world.ts"),
+    import("../src/config/settings.ts"),
+    import("../test/helpers/egress.ts"),
   ]);
   const dir = await makeTempDir("bench-sidecar-");
   const cleanups: Array<() => Promise<void>> = [() => dir.cleanup()];
@@ -943,33 +948,40 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     cleanups.unshift(() => publisher.close());
 
     const logger = createLogger("bench", "silent");
-    const context: AuthorityContext = {
-      config: {
+    // The authority's own composition root, with the bench's store, verifier and keys.
+    const service = await buildAuthorityService(
+      testAuthorityConfig({
         publicUrl: "http://127.0.0.1:8080",
         issuer,
         audience: "authority",
         bodyLimitBytes: 1024 * 1024,
         serviceIdentity: "bench",
         parameterScoping: { enabled: false, partnerAllowlist: [] },
-      },
-      store,
-      verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
-      protector: createLocalPolicyProtector({
-        keyRings: createStoredKeyRings({ store, kek }),
-        serviceIdentity: "bench",
+        // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
+        egress: { allow: egressAllowSetting.parse(egressAllowValue(upstream.url), "egress-allow") },
       }),
-      logger,
-      now: () => new Date(),
-      secretKeyRings: createProcessKeyRings(),
-      onPolicyChange: async (subjectId, head) => {
-        await publisher.publish(subjectId, head);
+      {
+        store,
+        verifier: createJwtVerifier({
+          issuer,
+          audience: "authority",
+          jwks: `${issuer}/.well-known/jwks.json`,
+        }),
+        protector: createLocalPolicyProtector({
+          keyRings: createStoredKeyRings({ store, kek }),
+          serviceIdentity: "bench",
+        }),
+        keyRings: createProcessKeyRings(),
+        logger,
+        platform: null,
+        onPolicyChange: async (subjectId, head) => {
+          await publisher.publish(subjectId, head);
+        },
       },
-    };
-    const app = await createAuthorityApp(context);
-    await app.listen({ host: "127.0.0.1", port: 0 });
-    cleanups.unshift(() => app.close());
-    const address = app.server.address();
-    const authorityUrl = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+    );
+    const { context } = service;
+    const authorityUrl = await service.listen();
+    cleanups.unshift(async () => void (await service.close()));
 
     const actor = { subject: "bench", requestId: "bench" };
     await createPartner(context, { partner_id: "acme", name: "Acme" });

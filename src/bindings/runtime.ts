@@ -1,18 +1,19 @@
 /**
- * The pieces the binding routes share, built once per authority-service context: the
- * workload-token service, user-assertion verifiers, idempotency, envelope crypto, the
- * executor, and the shared decision runtime (policy loader, capability resolver, audit
- * recorder). Options come from `context.bindings` when the service builder sets them.
+ * The pieces the binding routes share, built once per authority process by its composition
+ * root (src/servers/authority/services.ts): the workload-token service, user-assertion
+ * verifiers, idempotency, envelope crypto, the executor, and the process's decision runtime
+ * (policy loader, capability resolver, audit recorder).
  */
 import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isValidId } from "../admin/ids.ts";
+import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
-import { type DecisionRuntime, decisionRuntimeFor } from "../policy/runtime.ts";
+import type { DecisionRuntime } from "../policy/runtime.ts";
 import { collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { type AssertionVerifiers, createAssertionVerifiers } from "./assertions.ts";
@@ -33,7 +34,7 @@ export interface BindingRuntimeOptions {
   /** Default 300 s. */
   readonly workloadTokenLifetimeSec?: number;
   readonly idempotency?: Omit<IdempotencyOptions, "store" | "now">;
-  /** A ready executor (benchmarks); default one built from the context. */
+  /** A ready executor (tests, benchmarks); default one built from the owner. */
   readonly executor?: Executor;
   /** Upstream deadline of the default executor (default 10 s). */
   readonly upstreamTimeoutMs?: number;
@@ -52,8 +53,6 @@ export interface BindingRuntimeOwner {
   readonly now: () => Date;
   readonly secretKeyRings?: KeyRingSource;
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
-  /** Set by the service builder (optional; defaults apply without it). */
-  readonly bindings?: BindingRuntimeOptions;
   /** Where upstream calls may go; absent: the strict default policy. */
   readonly egress?: EgressPolicy;
 }
@@ -70,10 +69,18 @@ export interface BindingRuntime {
   readonly issuer: string;
 }
 
-const runtimes = new WeakMap<object, BindingRuntime>();
+/** What the process shares with the binding runtime instead of it building its own. */
+export interface BindingRuntimeShared {
+  readonly decisions: DecisionRuntime;
+  /** The process's one client-credentials token cache (used by the default executor). */
+  readonly clientCredentials: ClientCredentialsTokens;
+}
 
-export function createBindingRuntime(owner: BindingRuntimeOwner): BindingRuntime {
-  const options = owner.bindings ?? {};
+export function createBindingRuntime(
+  owner: BindingRuntimeOwner,
+  shared: BindingRuntimeShared,
+  options: BindingRuntimeOptions = {},
+): BindingRuntime {
   const { store, config } = owner;
   const issuer = config.publicUrl.replace(/\/+$/, "");
   const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
@@ -84,6 +91,7 @@ export function createBindingRuntime(owner: BindingRuntimeOwner): BindingRuntime
     createExecutor({
       secretResolver: createAuthProfileSecretResolver(owner),
       tokenSetStore: createStoreTokenSetStore(store),
+      clientCredentials: shared.clientCredentials,
       constraintsRollout: {
         enabled: config.parameterScoping.enabled,
         isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
@@ -117,17 +125,7 @@ export function createBindingRuntime(owner: BindingRuntimeOwner): BindingRuntime
               (await store.get(collections.partners, storeKeys.partner(partnerId))) !== undefined,
           }),
     executor,
-    decisions: decisionRuntimeFor(owner),
+    decisions: shared.decisions,
     issuer,
   };
-}
-
-/** The one binding runtime of this context (created on first use). */
-export function bindingRuntimeFor(owner: BindingRuntimeOwner): BindingRuntime {
-  let runtime = runtimes.get(owner);
-  if (runtime === undefined) {
-    runtime = createBindingRuntime(owner);
-    runtimes.set(owner, runtime);
-  }
-  return runtime;
 }

@@ -77,6 +77,11 @@ export interface AuthorityConfig {
   readonly shutdownTimeoutMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly mcp: McpConfig;
+  /**
+   * The binding runtime's upstream deadline (default 10 s) and workload-token lifetime
+   * (default 300 s); the service builder passes them on.
+   */
+  readonly bindings: { readonly upstreamTimeoutMs?: number; readonly workloadTokenLifetimeSec?: number };
   /** The platform admin's egress allow list (upstream destinations beyond public addresses). */
   readonly egress: { readonly allow: readonly EgressAllowEntry[] };
   /** Where each setting came from (for the start-up log; values are not repeated). */
@@ -262,6 +267,18 @@ export const authoritySettings = {
     description: "deadline of one upstream call in MCP tools/call (default 10000)",
     parse: integer(1, 600_000),
   }),
+  bindingUpstreamTimeout: spec({
+    key: "binding-upstream-timeout-ms",
+    env: "AUTHORITY_BINDING_UPSTREAM_TIMEOUT_MS",
+    description: "deadline of one upstream call of binding invoke and broker execute (default 10000)",
+    parse: integer(1, 600_000),
+  }),
+  workloadTokenLifetime: spec({
+    key: "workload-token-lifetime",
+    env: "AUTHORITY_WORKLOAD_TOKEN_LIFETIME",
+    description: "seconds a workload access token is valid (default 300)",
+    parse: integer(30, 86_400),
+  }),
   egressAllow: spec(egressAllowSetting),
 } as const;
 
@@ -357,6 +374,14 @@ export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: 
     mcp: {
       ...(get("mcpAllowedOrigins") === undefined ? {} : { allowedOrigins: get("mcpAllowedOrigins") }),
       ...(get("mcpUpstreamTimeout") === undefined ? {} : { upstreamTimeoutMs: get("mcpUpstreamTimeout") }),
+    },
+    bindings: {
+      ...(get("bindingUpstreamTimeout") === undefined
+        ? {}
+        : { upstreamTimeoutMs: get("bindingUpstreamTimeout") }),
+      ...(get("workloadTokenLifetime") === undefined
+        ? {}
+        : { workloadTokenLifetimeSec: get("workloadTokenLifetime") }),
     },
     egress: { allow: get("egressAllow") ?? [] },
     sources,

@@ -14,23 +14,15 @@ import { mkdir, readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { resolveAuthorityConfig } from "../config/authority.ts";
 import { type Kek, loadKek } from "../crypto/index.ts";
-import { createJwtVerifier } from "../identity/jwt-verifier.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createStoredKeyRings } from "../policy/stored-key-rings.ts";
 import { createUpstreamPolicyProtector } from "../policy/upstream-protector.ts";
 import { type AuthorityService, buildAuthorityService } from "../servers/authority/build.ts";
-import {
-  type CryptoServer,
-  createCryptoClient,
-  createCryptoServer,
-  type PartnerCredentials,
-} from "../servers/crypto/index.ts";
+import { buildCryptoService } from "../servers/crypto/build.ts";
+import { type CryptoServer, createCryptoClient, type PartnerCredentials } from "../servers/crypto/index.ts";
 import { createIdpServer, type IdpServer } from "../servers/idp/index.ts";
-import {
-  createManagedServer,
-  loadOrCreateDevCertificate,
-  type ManagedServer,
-} from "../servers/managed/index.ts";
+import { buildManagedService } from "../servers/managed/build.ts";
+import { loadOrCreateDevCertificate, type ManagedServer } from "../servers/managed/index.ts";
 import { clientCredentialsTokenSource, type ServiceTokenSource } from "../servers/sidecar/service-token.ts";
 import type { Sidecar } from "../servers/sidecar/sidecar.ts";
 import { openStore } from "../store/index.ts";
@@ -204,21 +196,25 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const tokenUrl = idp.tokenEndpoint;
 
     // Upstream crypto service and the partner's owner (its keys are the managed API's).
-    const crypto = await createCryptoServer({
-      store,
-      kek,
-      verifier: createJwtVerifier({
+    const cryptoService = await buildCryptoService(
+      {
+        host: DEV_HOST,
+        port: ports.crypto,
+        storeUrl: `sqlite:${join(stateDir, "authority.db")}`,
+        kekFile: join(stateDir, "kek"),
+        initKek: false,
         issuer,
+        jwksUrl,
         audience: "authority",
-        jwks: { url: jwksUrl },
-        requireTokenUse: "access",
-      }),
-      logger: log.child({ component: "crypto" }),
-    });
-    const cryptoUrl = await listenOn("crypto service", ports.crypto, () =>
-      crypto.listen({ host: DEV_HOST, port: ports.crypto }),
+        adminRole: "admin",
+        logLevel: "info",
+      },
+      // The one store and KEK of the environment (the authority's too).
+      { store, kek, logger: log.child({ component: "crypto" }) },
     );
-    stack.add("crypto", () => crypto.close());
+    const crypto = cryptoService.server;
+    const cryptoUrl = await listenOn("crypto service", ports.crypto, () => cryptoService.listen());
+    stack.add("crypto", () => cryptoService.close());
     const owners = createCryptoOwners({ crypto, vault });
     const partnerKeys = await owners.ensure({
       id: `partner-${DEV_PARTNER.partnerId}`,
@@ -228,16 +224,21 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
 
     // Managed crypto API over HTTPS with the development certificate.
     const certificate = await loadOrCreateDevCertificate(stateDir);
-    const managed = await createManagedServer({
-      idpTokenUrl: tokenUrl,
-      cryptoUrl,
-      https: { key: certificate.key, cert: certificate.cert },
-      rateLimit: { perUserPerMinute: 600, burst: 60 },
-      logger: log.child({ component: "managed" }),
-    });
-    const managedUrl = await listenOn("managed crypto API", ports.managed, () =>
-      managed.listen({ host: DEV_HOST, port: ports.managed }),
+    const managed = await buildManagedService(
+      {
+        host: DEV_HOST,
+        port: ports.managed,
+        tls: undefined,
+        stateDir,
+        logLevel: "info",
+        server: { idpTokenUrl: tokenUrl, cryptoUrl, rateLimit: { perUserPerMinute: 600, burst: 60 } },
+      },
+      {
+        https: { key: certificate.key, cert: certificate.cert },
+        logger: log.child({ component: "managed" }),
+      },
     );
+    const managedUrl = await listenOn("managed crypto API", ports.managed, () => managed.listen());
     stack.add("managed", () => managed.close());
 
     // Authority service, protecting policies through the crypto service.
@@ -445,7 +446,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       vault,
       idp,
       crypto,
-      managed,
+      managed: managed.server,
       authority,
       sampleApi,
       sidecar,

@@ -4,14 +4,11 @@
  * verifies the signed policies the authority hands it with the signer's public keys (fetched
  * from the authority). A capability map that sends the sample API's host to the `customers` capability.
  */
-import { egressAllowSetting } from "../config/settings.ts";
-import { createEgressPolicy, endpointOfUrl } from "../execute/egress.ts";
-import { createJwtVerifier } from "../identity/jwt-verifier.ts";
 import type { Logger } from "../observability/logger.ts";
-import { createAuthorityClient } from "../servers/sidecar/authority-client.ts";
-import { createCapabilityMap } from "../servers/sidecar/capability-map.ts";
+import { buildSidecar } from "../servers/sidecar/build.ts";
+import { resolveSidecarConfig } from "../servers/sidecar/config.ts";
 import { clientCredentialsTokenSource } from "../servers/sidecar/service-token.ts";
-import { createSidecar, type Sidecar, type SidecarPorts } from "../servers/sidecar/sidecar.ts";
+import type { Sidecar, SidecarPorts } from "../servers/sidecar/sidecar.ts";
 import { DEV_CAPABILITY, DEV_IDP } from "./names.ts";
 import { DEV_HOST } from "./ports.ts";
 
@@ -52,35 +49,42 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
   // Fetched now, not inside the first decision: the IdP's secret check (scrypt) alone can
   // take a good part of an ext_authz deadline on a busy machine.
   await token.token();
-  const sidecar = createSidecar({
-    authority: createAuthorityClient({ baseUrl: options.authorityUrl, token }),
-    // A cold decision loads the policy (decrypt-verify at the crypto service), the catalog and
-    // the credentials; production's 200 ms / 1 s are tuned for warm caches, not for a laptop
-    // running every service in one process.
-    decisionTimeoutMs: DEV_DECISION_TIMEOUT_MS,
-    proxyDecisionTimeoutMs: DEV_DECISION_TIMEOUT_MS,
-    verifier: createJwtVerifier({
+  // Configured as `authority sidecar` is, through its own composition root; the dev
+  // environment supplies the token it already fetched and the Redis key from its vault.
+  const config = resolveSidecarConfig({
+    flags: {
+      "authority-url": options.authorityUrl,
+      "grpc-listen": `${DEV_HOST}:${options.ports.grpc}`,
+      "proxy-listen": `${DEV_HOST}:${options.ports.proxy}`,
+      "metrics-listen": `${DEV_HOST}:${options.ports.metrics}`,
       issuer: options.issuer,
+      "jwks-url": options.jwksUrl,
       audience: "authority",
-      jwks: { url: options.jwksUrl },
-      requireTokenUse: "access",
-    }),
-    policyKeys: { serviceIdentity: options.serviceIdentity },
-    capabilityMap: createCapabilityMap({ [new URL(options.sampleApiUrl).host]: DEV_CAPABILITY.capabilityId }),
-    ...(options.redis === undefined ? {} : { redis: options.redis }),
-    listen: {
-      grpc: { host: DEV_HOST, port: options.ports.grpc },
-      proxy: { host: DEV_HOST, port: options.ports.proxy },
-      metrics: { host: DEV_HOST, port: options.ports.metrics },
+      "idp-token-url": options.tokenUrl,
+      "client-id": DEV_IDP.sidecarClientId,
+      "service-identity": options.serviceIdentity,
+      // A cold decision loads the policy (decrypt-verify at the crypto service), the catalog
+      // and the credentials; production's 200 ms / 1 s are tuned for warm caches, not for a
+      // laptop running every service in one process.
+      "decision-timeout-ms": String(DEV_DECISION_TIMEOUT_MS),
+      "proxy-decision-timeout-ms": String(DEV_DECISION_TIMEOUT_MS),
+      "capability-map": JSON.stringify({ [new URL(options.sampleApiUrl).host]: DEV_CAPABILITY.capabilityId }),
+      ...(options.constraintsRollout === undefined
+        ? {}
+        : {
+            "parameter-scoping": String(options.constraintsRollout.enabled),
+            ...(options.constraintsRollout.partnerAllowlist.length === 0
+              ? {}
+              : { "parameter-scoping-partners": options.constraintsRollout.partnerAllowlist.join(",") }),
+          }),
+      "egress-allow": options.egressAllow,
     },
-    ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
+    env: { AUTHORITY_CLIENT_SECRET: options.clientSecret },
+  });
+  const sidecar = await buildSidecar(config, {
+    token,
     logger: options.log,
-    egress: createEgressPolicy({
-      allow: egressAllowSetting.parse(options.egressAllow, "egress-allow"),
-      platformEndpoints: [options.authorityUrl, options.issuer, options.jwksUrl, options.tokenUrl]
-        .map(endpointOfUrl)
-        .filter((endpoint) => endpoint !== undefined),
-    }),
+    ...(options.redis === undefined ? {} : { redis: options.redis }),
   });
   try {
     return { sidecar, ports: await sidecar.start() };

@@ -57,6 +57,11 @@ export interface ExecutorOptions {
    * `dispatcher`). Default: the strict policy, nothing internal allowed.
    */
   readonly egress?: EgressPolicy;
+  /**
+   * The process's client-credentials token cache, shared with its other users (one token per
+   * grant per process). Default: one of the executor's own, on its fetch and egress policy.
+   */
+  readonly clientCredentials?: ClientCredentialsTokens;
 }
 
 /** What the executor needs from a verified operation snapshot. */
@@ -358,11 +363,13 @@ export function createExecutor(options: ExecutorOptions): Executor {
   const fetchImpl: FetchLike = (input, init) =>
     baseFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
   const { secretResolver, tokenSetStore, constraintsRollout } = options;
-  const clientCredentials = createClientCredentialsTokens({
-    fetch: fetchImpl,
-    secretResolver,
-    timeoutMs: tokenTimeoutMs,
-  });
+  const clientCredentials =
+    options.clientCredentials ??
+    createClientCredentialsTokens({
+      fetch: fetchImpl,
+      secretResolver,
+      timeoutMs: tokenTimeoutMs,
+    });
   const oauthUser = createOAuthUserClient({
     fetch: fetchImpl,
     secretResolver,

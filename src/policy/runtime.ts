@@ -1,19 +1,24 @@
 /**
  * The runtime pieces every decision path shares — subject lookup, capability resolver,
- * policy loader, audit recorder — attached to the service context they serve.
- * `buildAuthorityService` attaches configured ones; a context built without it (tests of
- * other route groups) gets defaults on first use, so every route sees one set per context.
+ * policy loader, audit recorder. The authority's composition root
+ * (src/servers/authority/services.ts) builds one set per process and hands it to every
+ * route group that decides; nothing here keeps one of its own.
  */
 import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../audit/recorder.ts";
 import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
-import { type CapabilityResolver, createCapabilityResolver } from "./capability-resolver.ts";
+import {
+  type CapabilityResolver,
+  type CapabilityResolverOptions,
+  createCapabilityResolver,
+} from "./capability-resolver.ts";
 import {
   createPolicyLoader,
   isStorableId,
   PolicyLoadError,
   type PolicyLoader,
+  type PolicyLoaderOptions,
   storePolicyRecordSource,
 } from "./loader.ts";
 import type { PolicyProtector } from "./protector.ts";
@@ -65,35 +70,33 @@ export interface DecisionRuntime {
   readonly recorder: AuditRecorder;
 }
 
-interface RuntimeOwner {
-  readonly store: Store;
-  readonly protector: PolicyProtector;
+export interface DecisionRuntimeSettings {
+  /** How long subject and capability records are reused (ms; default 0: read every call). */
+  readonly recordCacheMs?: number;
+  readonly policyCache?: PolicyLoaderOptions["cache"];
+  /** A ready recorder (the caller then owns its options); default one on the store. */
+  readonly recorder?: AuditRecorder;
+  /** Told when a stored catalog version does not parse (the capability is denied). */
+  readonly onInvalidCatalog?: CapabilityResolverOptions["onInvalidCatalog"];
 }
 
-const runtimes = new WeakMap<object, DecisionRuntime>();
-
-export function createDecisionRuntime(owner: RuntimeOwner): DecisionRuntime {
+/** The one decision runtime of a process, from its store and protector. */
+export function createDecisionRuntime(
+  owner: { readonly store: Store; readonly protector: PolicyProtector },
+  settings: DecisionRuntimeSettings = {},
+): DecisionRuntime {
+  const recordTtlMs = settings.recordCacheMs ?? 0;
   return {
-    subjects: storeSubjectSource(owner.store),
-    capabilities: createCapabilityResolver(owner.store),
+    subjects: storeSubjectSource(owner.store, { ttlMs: recordTtlMs }),
+    capabilities: createCapabilityResolver(owner.store, {
+      recordTtlMs,
+      ...(settings.onInvalidCatalog === undefined ? {} : { onInvalidCatalog: settings.onInvalidCatalog }),
+    }),
     policies: createPolicyLoader({
       source: storePolicyRecordSource(owner.store),
       protector: owner.protector,
+      ...(settings.policyCache === undefined ? {} : { cache: settings.policyCache }),
     }),
-    recorder: createAuditRecorder({ store: owner.store }),
+    recorder: settings.recorder ?? createAuditRecorder({ store: owner.store }),
   };
-}
-
-/** Makes `runtime` the one the routes of this context use. */
-export function attachDecisionRuntime(owner: object, runtime: DecisionRuntime): void {
-  runtimes.set(owner, runtime);
-}
-
-export function decisionRuntimeFor(owner: RuntimeOwner): DecisionRuntime {
-  let runtime = runtimes.get(owner);
-  if (runtime === undefined) {
-    runtime = createDecisionRuntime(owner);
-    runtimes.set(owner, runtime);
-  }
-  return runtime;
 }

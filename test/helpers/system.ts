@@ -18,34 +18,27 @@
  * watched. The IdPs and the crypto service restart on their ports; the authority reaches
  * the crypto service through a fault proxy (`crypto.proxy.mode = "hang"`).
  *
- * The authority context is assembled from the modules `buildAuthorityService` wires
- * (caching JWT verifier, audit recorder, policy loader, capability resolver, subject
- * source, key rings as `secretKeyRings`) plus what that builder does not take yet: binding
- * runtime options (upstream deadline), MCP settings, a policy-change publisher.
+ * The authority is built by its own composition root (`buildAuthorityService`) from a test
+ * configuration, with overrides for what the system supplies: store, caching JWT verifier,
+ * policy protector, key rings, egress policy, clock and a policy-change publisher.
  */
 
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
-import { type AuditRecorder, createAuditRecorder } from "../../src/audit/recorder.ts";
-import type { BindingRuntimeOptions } from "../../src/bindings/runtime.ts";
+import type { AuditRecorder } from "../../src/audit/recorder.ts";
 import { egressAllowSetting } from "../../src/config/settings.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
-import type { McpConfig } from "../../src/mcp/config.ts";
 import { createMetricsRegistry } from "../../src/observability/metrics.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../src/policy/cache/index.ts";
-import { createCapabilityResolver } from "../../src/policy/capability-resolver.ts";
-import { createPolicyLoader, storePolicyRecordSource } from "../../src/policy/loader.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../../src/policy/protector.ts";
-import { attachDecisionRuntime, storeSubjectSource } from "../../src/policy/runtime.ts";
 import { createUpstreamPolicyProtector } from "../../src/policy/upstream-protector.ts";
-import { createAuthorityApp } from "../../src/servers/authority/app.ts";
-import { createCachingVerifier } from "../../src/servers/authority/build.ts";
-import type { AuthorityContext, AuthorityServiceConfig } from "../../src/servers/authority/context.ts";
+import { buildAuthorityService, createCachingVerifier } from "../../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../../src/servers/authority/services.ts";
 import { createCryptoClient } from "../../src/servers/crypto/index.ts";
 import { createDevCertificate, type DevCertificate } from "../../src/servers/managed/dev-certificate.ts";
 import { createManagedServer } from "../../src/servers/managed/server.ts";
@@ -55,6 +48,7 @@ import { staticTokenSource } from "../../src/servers/sidecar/service-token.ts";
 import { createSidecar, type Sidecar, type SidecarOptions } from "../../src/servers/sidecar/sidecar.ts";
 import { openStore } from "../../src/store/index.ts";
 import type { Store } from "../../src/store/store.ts";
+import { testAuthorityConfig } from "./authority-config.ts";
 import { canary, LeakWatch } from "./canary.ts";
 import {
   canaryOwners,
@@ -147,7 +141,7 @@ export interface System {
   readonly logs: LogCapture;
   readonly leaks: LeakWatch;
   readonly store: Store;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly recorder: AuditRecorder;
   readonly protector: PolicyProtector;
   readonly app: FastifyInstance;
@@ -294,7 +288,7 @@ function watchedCaller(leaks: LeakWatch): Call {
 
 interface AuthorityParts {
   readonly store: Store;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly recorder: AuditRecorder;
   readonly protector: PolicyProtector;
   readonly app: FastifyInstance;
@@ -356,15 +350,6 @@ async function startAuthority(
 
   const clock = { offsetMs: 0 };
   const upstreamTimeoutMs = options.upstreamTimeoutMs ?? 2000;
-  const config: AuthorityServiceConfig & { readonly mcp: McpConfig } = {
-    publicUrl: PUBLIC_URL,
-    issuer: idp.issuer,
-    audience: "authority",
-    bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
-    serviceIdentity: SERVICE_IDENTITY,
-    parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
-    mcp: { upstreamTimeoutMs },
-  };
   // Configured as `authority serve` builds it: the allow list, and the platform's own services.
   const egress = createEgressPolicy({
     allow: egressAllowSetting.parse(deps.egressAllow, "egress-allow"),
@@ -373,16 +358,29 @@ async function startAuthority(
       .filter((endpoint) => endpoint !== undefined),
   });
   cleanups.push(() => egress.close());
-  const context: AuthorityContext & { readonly bindings: BindingRuntimeOptions } = {
-    config,
-    egress,
+  const defaults = testAuthorityConfig();
+  const config = testAuthorityConfig({
+    publicUrl: PUBLIC_URL,
+    issuer: idp.issuer,
+    audience: "authority",
+    bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
+    serviceIdentity: SERVICE_IDENTITY,
+    parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
+    mcp: { upstreamTimeoutMs },
+    bindings: { upstreamTimeoutMs },
+    auditBuffer: options.auditBuffer ?? 100_000,
+    policyCache: { ...defaults.policyCache, ...options.policyCache },
+  });
+  // The process's own composition root, with what the system supplies instead of config.
+  const service = await buildAuthorityService(config, {
     store,
     verifier,
     protector,
+    keyRings,
+    egress,
+    platform: null,
     logger: deps.logs.logger("authority"),
     now: () => new Date(Date.now() + clock.offsetMs),
-    secretKeyRings: keyRings,
-    bindings: { upstreamTimeoutMs },
     ...(publisher === undefined
       ? {}
       : {
@@ -390,34 +388,16 @@ async function startAuthority(
             await publisher.publish(subjectId, head);
           },
         }),
-  };
-  const recorder = createAuditRecorder({ store, maxPending: options.auditBuffer ?? 100_000 });
-  attachDecisionRuntime(context, {
-    subjects: storeSubjectSource(store),
-    capabilities: createCapabilityResolver(store),
-    policies: createPolicyLoader({
-      source: storePolicyRecordSource(store),
-      protector,
-      ...(options.policyCache === undefined ? {} : { cache: options.policyCache }),
-    }),
-    recorder,
   });
-  const app = await createAuthorityApp(context);
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  cleanups.push(async () => {
-    await app.close();
-    await recorder.close(5000);
-  });
-  const address = app.server.address();
-  if (address === null || typeof address === "string") throw new Error("authority: no address");
-  egress.addPlatformEndpoints({ host: address.address, port: address.port });
+  const url = await service.listen();
+  cleanups.push(() => service.close());
   return {
     store,
-    context,
-    recorder,
+    context: service.context,
+    recorder: service.recorder,
     protector,
-    app,
-    url: `http://127.0.0.1:${address.port}`,
+    app: service.app,
+    url,
     clock,
     publisher,
   };

@@ -1,10 +1,9 @@
 import { join } from "node:path";
 import { type Command, Option } from "commander";
-import { CryptoError, loadKek } from "../../crypto/index.ts";
-import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
+import { CryptoError } from "../../crypto/index.ts";
 import { createLogger } from "../../observability/logger.ts";
-import { CryptoServerConfigError, createCryptoServer } from "../../servers/crypto/index.ts";
-import { openStore } from "../../store/index.ts";
+import { buildCryptoService } from "../../servers/crypto/build.ts";
+import { CryptoServerConfigError } from "../../servers/crypto/index.ts";
 import { parseListenAddress } from "./idp.ts";
 
 /**
@@ -67,39 +66,30 @@ export function resolveCryptoCommandConfig(flags: CryptoCommandFlags): CryptoCom
 async function run(flags: CryptoCommandFlags): Promise<void> {
   const config = resolveCryptoCommandConfig(flags);
   const log = createLogger("crypto", config.logLevel);
-  const kek = await loadKek({
-    ...(process.env.AUTHORITY_KEK === undefined ? {} : { kek: process.env.AUTHORITY_KEK }),
-    kekFile: config.kekFile,
-    createIfMissing: config.initKek,
-  });
-  const store = await openStore(config.storeUrl);
-  const verifier = createJwtVerifier({
-    issuer: config.issuer,
-    audience: config.audience,
-    jwks: config.jwksUrl,
-    requireTokenUse: "access",
-  });
-  const server = await createCryptoServer({ store, kek, verifier, logger: log, adminRole: config.adminRole });
-  const url = await server.listen({ host: config.host, port: config.port });
-  log.info({ url, store: store.backend, kek: kek.id, issuer: config.issuer }, "crypto service listening");
+  const service = await buildCryptoService(
+    { ...config, kekValue: process.env.AUTHORITY_KEK },
+    { logger: log },
+  );
+  const url = await service.listen();
+  log.info(
+    { url, store: service.store.backend, kek: service.kek.id, issuer: config.issuer },
+    "crypto service listening",
+  );
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, "crypto service shutting down");
     setTimeout(() => process.exit(1), 10_000).unref();
-    server
-      .close()
-      .then(() => store.close())
-      .then(
-        () => {
-          process.exitCode = 0;
-        },
-        (error: unknown) => {
-          log.error({ err: error }, "crypto service failed to close");
-          process.exitCode = 1;
-        },
-      );
+    service.close().then(
+      () => {
+        process.exitCode = 0;
+      },
+      (error: unknown) => {
+        log.error({ err: error }, "crypto service failed to close");
+        process.exitCode = 1;
+      },
+    );
   };
   process.once("SIGINT", () => stop("SIGINT"));
   process.once("SIGTERM", () => stop("SIGTERM"));

@@ -1,9 +1,7 @@
-import { readFile } from "node:fs/promises";
 import { type Command, Option } from "commander";
 import { createLogger } from "../../observability/logger.ts";
-import { loadOrCreateDevCertificate } from "../../servers/managed/dev-certificate.ts";
+import { buildManagedService } from "../../servers/managed/build.ts";
 import { ManagedConfigError, type ManagedServerOptions } from "../../servers/managed/options.ts";
-import { createManagedServer } from "../../servers/managed/server.ts";
 import { parseListenAddress } from "./idp.ts";
 
 /**
@@ -91,20 +89,8 @@ export function resolveManagedCommandConfig(
 async function run(flags: ManagedCommandFlags): Promise<void> {
   const config = resolveManagedCommandConfig(flags);
   const log = createLogger("managed", config.logLevel);
-  let https: { key: string | Buffer; cert: string | Buffer };
-  if (config.tls === undefined) {
-    const dev = await loadOrCreateDevCertificate(config.stateDir);
-    log.warn(
-      { certFile: dev.certFile, fingerprint: dev.fingerprint, created: dev.created },
-      "no --tls-cert/--tls-key: serving a self-signed development certificate",
-    );
-    https = { key: dev.key, cert: dev.cert };
-  } else {
-    const [cert, key] = await Promise.all([readFile(config.tls.certFile), readFile(config.tls.keyFile)]);
-    https = { key, cert };
-  }
-  const server = await createManagedServer({ ...config.server, https, logger: log });
-  const url = await server.listen({ host: config.host, port: config.port });
+  const server = await buildManagedService(config, { logger: log });
+  const url = await server.listen();
   log.info(
     { url, crypto: config.server.cryptoUrl, idp: config.server.idpTokenUrl },
     "managed crypto API listening",

@@ -2,11 +2,14 @@ import type { FastifyInstance } from "fastify";
 import { installHttpMetrics } from "../http/metrics.ts";
 import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
-import type { AuthorityContext } from "./context.ts";
 import { routeGroups } from "./routes/index.ts";
+import type { AuthorityServices } from "./services.ts";
 
-/** The authority service's HTTP app: every route group on the shared fastify base. */
-export async function createAuthorityApp(context: AuthorityContext): Promise<FastifyInstance> {
+/**
+ * The authority service's HTTP app: every route group on the shared fastify base, each given
+ * the services the composition root built (services.ts); the app builds none of its own.
+ */
+export async function createAuthorityApp(context: AuthorityServices): Promise<FastifyInstance> {
   const app = createHttpServer({
     name: "authority",
     logger: context.logger,

@@ -1,35 +1,38 @@
 /**
- * Wires the authority service from its configuration: store, bearer verifier, policy
- * protector (the upstream crypto service in `crypto` mode — no policy key in this process —
- * or, in the one-process `embedded` mode, key rings kept in the store under the KEK), policy
- * loader, capability resolver and audit recorder; then the HTTP app with health endpoints,
- * listen and an orderly close.
+ * The composition root of `authority serve`: from its validated configuration it builds the
+ * process's infrastructure — store, bearer verifier, policy protector (the upstream crypto
+ * service in `crypto` mode — no policy key in this process — or, in the one-process
+ * `embedded` mode, key rings kept in the store under the KEK), key rings, egress policy,
+ * policy-change publisher, audit recorder — then every service on top of them
+ * (services.ts), the HTTP app with health endpoints, listen and an orderly close. Tests,
+ * benchmarks and `authority dev` call it too, with overrides for what they supply.
  */
 
 import { createHash } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { LRUCache } from "lru-cache";
+import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
+import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import { createCryptoClient } from "../../clients/crypto-service/client.ts";
 import { passwordGrant } from "../../clients/idp/password-grant.ts";
 import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
+import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
-import { createCapabilityResolver } from "../../policy/capability-resolver.ts";
-import { createPolicyLoader, storePolicyRecordSource } from "../../policy/loader.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
 import {
   type PolicyProtectionContext,
   PolicyProtectionError,
   type PolicyProtector,
 } from "../../policy/protector.ts";
-import { attachDecisionRuntime, type DecisionRuntime, storeSubjectSource } from "../../policy/runtime.ts";
+import type { DecisionRuntime } from "../../policy/runtime.ts";
 import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
 import { createUpstreamPolicyProtector, type OwnerCredentials } from "../../policy/upstream-protector.ts";
@@ -37,6 +40,7 @@ import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
 import { createAuthorityApp } from "./app.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
+import { type AuthorityServices, composeAuthorityServices } from "./services.ts";
 
 type VerifiedBearer = Awaited<ReturnType<BearerVerifier["verify"]>>;
 
@@ -129,10 +133,23 @@ export interface AuthorityServiceOverrides {
   readonly protector?: PolicyProtector;
   /** Key rings for secrets, envelopes and workload tokens (default: in the store under the KEK). */
   readonly keyRings?: KeyRingSource;
+  /**
+   * null: no key rings for auth-profile secrets and envelopes (those routes answer 503;
+   * workload tokens need `bindings.tokenKeyRings` then). Tests of that refusal only.
+   */
+  readonly secretKeyRings?: null;
   readonly logger?: Logger;
   readonly now?: () => Date;
   /** Used instead of the policy built from `config.egress` and the configured service URLs. */
   readonly egress?: EgressPolicy;
+  /** Told after every stored policy change, instead of the Redis publisher of `config.redisUrl`. */
+  readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /** Platform services the diagnostics probe, instead of the configured URLs (null: none). */
+  readonly platform?: PlatformEndpoints | null;
+  /** Binding-runtime pieces (a ready executor, key rings, idempotency) over the configured ones. */
+  readonly bindings?: BindingRuntimeOptions;
+  /** A ready MCP executor (tests, benchmarks). */
+  readonly mcpExecutor?: Executor;
 }
 
 /**
@@ -159,7 +176,8 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
 
 export interface AuthorityService {
   readonly app: FastifyInstance;
-  readonly context: AuthorityContext;
+  /** Every service of the process (the route groups' argument). */
+  readonly context: AuthorityServices;
   readonly runtime: DecisionRuntime;
   readonly recorder: AuditRecorder;
   /** Starts serving on the configured address; resolves to the base URL bound. */
@@ -225,7 +243,14 @@ export async function buildAuthorityService(
     // With Redis configured, every policy write sets the subject's head and is published,
     // so sidecars drop cached policies within their freshness bound.
     const publisher =
-      config.redisUrl === undefined ? undefined : createPolicyChangePublisher({ url: config.redisUrl });
+      overrides.onPolicyChange !== undefined || config.redisUrl === undefined
+        ? undefined
+        : createPolicyChangePublisher({ url: config.redisUrl });
+    const onPolicyChange =
+      overrides.onPolicyChange ??
+      (publisher === undefined
+        ? undefined
+        : async (subjectId: string, head: number) => void (await publisher.publish(subjectId, head)));
     const egress = overrides.egress ?? authorityEgressPolicy(config);
     const context: AuthorityContext = {
       egress,
@@ -241,20 +266,19 @@ export async function buildAuthorityService(
       store,
       verifier,
       protector,
-      secretKeyRings: keyRings,
-      platform: {
-        jwksUrl: config.jwksUrl,
-        cryptoUrl: config.cryptoUrl,
-        cryptoInUse: config.policyProtection.mode === "crypto",
-        managedUrl: config.managedUrl,
-        ...(config.redisUrl === undefined ? {} : { redisUrl: config.redisUrl }),
-      },
-      ...(publisher === undefined
+      ...(overrides.secretKeyRings === null ? {} : { secretKeyRings: keyRings }),
+      ...(overrides.platform === null
         ? {}
         : {
-            onPolicyChange: async (subjectId: string, head: number) =>
-              void (await publisher.publish(subjectId, head)),
+            platform: overrides.platform ?? {
+              jwksUrl: config.jwksUrl,
+              cryptoUrl: config.cryptoUrl,
+              cryptoInUse: config.policyProtection.mode === "crypto",
+              managedUrl: config.managedUrl,
+              ...(config.redisUrl === undefined ? {} : { redisUrl: config.redisUrl }),
+            },
           }),
+      ...(onPolicyChange === undefined ? {} : { onPolicyChange }),
       logger,
       now: overrides.now ?? (() => new Date()),
     };
@@ -267,23 +291,20 @@ export async function buildAuthorityService(
         } else logger.info({ pending: event.pending }, "audit writes recovered");
       },
     });
-    const runtime: DecisionRuntime = {
-      subjects: storeSubjectSource(store, { ttlMs: config.recordCacheMs }),
-      capabilities: createCapabilityResolver(store, {
-        recordTtlMs: config.recordCacheMs,
+    const services = composeAuthorityServices(context, {
+      decisions: {
+        recordCacheMs: config.recordCacheMs,
+        policyCache: config.policyCache,
+        recorder,
         onInvalidCatalog: (info) =>
           logger.error(info, "stored catalog version is invalid; capability denied"),
-      }),
-      policies: createPolicyLoader({
-        source: storePolicyRecordSource(store),
-        protector,
-        cache: config.policyCache,
-      }),
-      recorder,
-    };
-    attachDecisionRuntime(context, runtime);
+      },
+      bindings: { ...config.bindings, ...overrides.bindings },
+      ...(overrides.mcpExecutor === undefined ? {} : { mcpExecutor: overrides.mcpExecutor }),
+    });
+    const runtime = services.decisions;
 
-    const app = await createAuthorityApp(context);
+    const app = await createAuthorityApp(services);
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
       status: "ok",
@@ -305,7 +326,7 @@ export async function buildAuthorityService(
     let closed: Promise<{ auditFlushed: boolean; auditLost: number }> | undefined;
     return {
       app,
-      context,
+      context: services,
       runtime,
       recorder,
       async listen() {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { putAuthProfile } from "../../../src/admin/auth-profiles.ts";
+import { loadExecutionAuthProfile, putAuthProfile } from "../../../src/admin/auth-profiles.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import {
   clientCredentialsTokenSource,
@@ -103,6 +103,15 @@ describe("authority service: sidecar routes", () => {
     assert.equal(reply.status, 200);
     assert.match(reply.body.headers.authorization, /^Bearer [A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
     assert.equal(reply.body.expires_in, 30);
+    // One token cache per process: the binding executor gets the token this route fetched,
+    // without asking the token endpoint again.
+    const requests = world.context.clientCredentials.requestCount;
+    const profile = await loadExecutionAuthProfile(world.context, PARTNER, "orders-oauth");
+    assert.equal(profile.type, "oauth_client_credentials");
+    if (profile.type !== "oauth_client_credentials") return;
+    const token = await world.context.bindings.executor.clientCredentials.getToken(profile);
+    assert.equal(`Bearer ${token}`, reply.body.headers.authorization);
+    assert.equal(world.context.clientCredentials.requestCount, requests);
   });
 
   test("only sidecar principals: 401 without a token, 403 for admins and agents, scope authority/sidecar works", async () => {

@@ -11,7 +11,6 @@ import { createServer, request as httpRequest, type IncomingHttpHeaders, type Se
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Client, credentials } from "@grpc/grpc-js";
-import type { FastifyInstance } from "fastify";
 import { putAuthProfile } from "../../../src/admin/auth-profiles.ts";
 import { importOpenApi } from "../../../src/admin/capabilities.ts";
 import { createPartner } from "../../../src/admin/partners.ts";
@@ -25,8 +24,8 @@ import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../.
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../../../src/policy/protector.ts";
-import { createAuthorityApp } from "../../../src/servers/authority/app.ts";
-import type { AuthorityContext } from "../../../src/servers/authority/context.ts";
+import { buildAuthorityService } from "../../../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import { createCapabilityMap } from "../../../src/servers/sidecar/capability-map.ts";
@@ -39,6 +38,7 @@ import {
 } from "../../../src/servers/sidecar/sidecar.ts";
 import { openStore } from "../../../src/store/index.ts";
 import type { Store } from "../../../src/store/store.ts";
+import { testAuthorityConfig } from "../../helpers/authority-config.ts";
 import { egressAllowing } from "../../helpers/egress.ts";
 import { checkResponsesAgainstDocument } from "../../helpers/openapi-conformance.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
@@ -228,7 +228,7 @@ export interface ProxyReply {
 export interface World {
   readonly idp: IdpServer;
   readonly store: Store;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly authorityUrl: string;
   readonly upstream: Upstream;
   readonly redis: RedisServerHandle | undefined;
@@ -282,8 +282,8 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
     // One KeyRingSource object for the authority and every sidecar.
     const keyRings = createProcessKeyRings();
     const protector = createLocalPolicyProtector({ keyRings, serviceIdentity: "test-environment" });
-    const context: AuthorityContext = {
-      config: {
+    const service = await buildAuthorityService(
+      testAuthorityConfig({
         publicUrl: "http://127.0.0.1:8080",
         issuer,
         audience: "authority",
@@ -293,29 +293,31 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
           options.parameterScoping === true
             ? { enabled: true, partnerAllowlist: [PARTNER] }
             : { enabled: false, partnerAllowlist: [] },
+      }),
+      {
+        store,
+        verifier: verifierOf(),
+        protector,
+        keyRings: createProcessKeyRings(),
+        logger: silent,
+        now: () => new Date(),
+        // The IdP also plays a partner's OAuth token endpoint (client-credentials profiles).
+        egress: egressAllowing([upstream.url, issuer, ...(options.allowUpstreams ?? [])]),
+        platform: null,
+        ...(publisher === undefined
+          ? {}
+          : {
+              onPolicyChange: async (subjectId: string, head: number) => {
+                await publisher.publish(subjectId, head);
+              },
+            }),
       },
-      store,
-      verifier: verifierOf(),
-      protector,
-      logger: silent,
-      now: () => new Date(),
-      secretKeyRings: createProcessKeyRings(),
-      // The IdP also plays a partner's OAuth token endpoint (client-credentials profiles).
-      egress: egressAllowing([upstream.url, issuer, ...(options.allowUpstreams ?? [])]),
-      ...(publisher === undefined
-        ? {}
-        : {
-            onPolicyChange: async (subjectId: string, head: number) => {
-              await publisher.publish(subjectId, head);
-            },
-          }),
-    };
-    const app: FastifyInstance = await createAuthorityApp(context);
-    const conformance = checkResponsesAgainstDocument(app);
+    );
+    const { context } = service;
+    const conformance = checkResponsesAgainstDocument(service.app);
     cleanups.push(async () => conformance.assertConforming());
-    await app.listen({ host: "127.0.0.1", port: 0 });
-    cleanups.unshift(() => app.close());
-    const authorityUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    const authorityUrl = await service.listen();
+    cleanups.unshift(async () => void (await service.close()));
 
     const actor = { subject: "root-admin", requestId: "seed" };
     await createPartner(context, { partner_id: PARTNER, name: "Acme" });

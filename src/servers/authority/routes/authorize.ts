@@ -2,10 +2,10 @@ import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../policy/invocation.ts";
-import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { allowRef, denyOrErrorRef, denyRef, errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * POST /v1/authorize-invocation — allow or deny one operation for the authenticated
@@ -65,7 +65,7 @@ function body(result: InvocationResult, requestId: string): Record<string, strin
     : { status: "denied", reason: result.outcome.reason, requestId };
 }
 
-export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function authorizeRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     app.post<{ Body: AuthorizeBody }>(
       "/v1/authorize-invocation",
@@ -83,7 +83,7 @@ export function authorizeRoutes(context: AuthorityContext): FastifyPluginAsync {
         },
       },
       async (request, reply) => {
-        const runtime = decisionRuntimeFor(context);
+        const runtime = context.decisions;
         const auth = await authenticate(request, context);
         const principal = auth.kind === "ok" ? auth.principal : undefined;
         const result = await authorizeInvocation(runtime, {

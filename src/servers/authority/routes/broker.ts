@@ -10,9 +10,8 @@ import {
 import { IDEMPOTENCY_HEADER, readIdempotencyKey } from "../../../bindings/idempotency.ts";
 import { type InvokeBody, runInvoke } from "../../../bindings/invoke.ts";
 import { BROKER_EXECUTE_SCOPE } from "../../../bindings/model.ts";
-import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import { AuthorityError } from "../../../errors.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 import { invokeResponses, operationProperties } from "./invoke.ts";
 
 /**
@@ -49,7 +48,7 @@ function bodyBindingId(body: unknown): string | undefined {
   return typeof value === "string" ? value : undefined;
 }
 
-export function brokerRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function brokerRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const authenticated = new WeakMap<FastifyRequest, Authenticated>();
 
@@ -58,7 +57,7 @@ export function brokerRoutes(context: AuthorityContext): FastifyPluginAsync {
       {
         schema: { body: brokerBody, response: invokeResponses },
         preValidation: async (request) => {
-          const runtime = bindingRuntimeFor(context);
+          const runtime = context.bindings;
           const routeBindingId = bodyBindingId(request.body);
           const workload = await authenticateWorkload(runtime, context, request.headers.authorization, {
             scope: BROKER_EXECUTE_SCOPE,
@@ -79,7 +78,7 @@ export function brokerRoutes(context: AuthorityContext): FastifyPluginAsync {
         const header = request.headers[IDEMPOTENCY_HEADER];
         const idempotencyKey = header === undefined ? undefined : readIdempotencyKey(header);
         const { binding_id: _bindingId, ...body } = request.body;
-        const result = await runInvoke(bindingRuntimeFor(context), context, {
+        const result = await runInvoke(context.bindings, context, {
           transport: "broker",
           requestId: request.id,
           workload: auth.workload,

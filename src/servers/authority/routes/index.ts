@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync } from "fastify";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 import { auditRoutes } from "./audit.ts";
 import { authProfileRoutes } from "./auth-profiles.ts";
 import { authorizeRoutes } from "./authorize.ts";
@@ -16,8 +16,8 @@ import { sidecarRoutes } from "./sidecar.ts";
 import { verifyRoutes } from "./verify.ts";
 import { workloadTokenRoutes } from "./workload-token.ts";
 
-/** Every route group of the authority service, one file each. */
-export const routeGroups: ReadonlyArray<(context: AuthorityContext) => FastifyPluginAsync> = [
+/** Every route group of the authority service, one file each; each takes what it uses from the services. */
+export const routeGroups: ReadonlyArray<(services: AuthorityServices) => FastifyPluginAsync> = [
   authorizeRoutes,
   auditRoutes,
   partnerRoutes,

@@ -10,10 +10,9 @@ import {
 import { IDEMPOTENCY_HEADER, readIdempotencyKey } from "../../../bindings/idempotency.ts";
 import { type InvokeBody, runInvoke } from "../../../bindings/invoke.ts";
 import { INVOKE_SCOPE } from "../../../bindings/model.ts";
-import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { denyOrErrorRef } from "../../http/openapi.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * POST /v1/bindings/{bindingId}/invoke — one governed operation for the binding's
@@ -81,7 +80,7 @@ interface Authenticated {
   readonly user: AuthenticatedUser;
 }
 
-export function invokeRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function invokeRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const authenticated = new WeakMap<FastifyRequest, Authenticated>();
 
@@ -95,7 +94,7 @@ export function invokeRoutes(context: AuthorityContext): FastifyPluginAsync {
         },
         // Steps 1–4 before the body is looked at: a stranger learns nothing from a 400.
         preValidation: async (request: FastifyRequest<{ Params: { bindingId: string } }>) => {
-          const runtime = bindingRuntimeFor(context);
+          const runtime = context.bindings;
           const workload = await authenticateWorkload(runtime, context, request.headers.authorization, {
             scope: INVOKE_SCOPE,
             routeBindingId: request.params.bindingId,
@@ -113,7 +112,7 @@ export function invokeRoutes(context: AuthorityContext): FastifyPluginAsync {
         if (auth === undefined)
           throw new AuthorityError("invalid_token", "A workload bearer token is required.");
         const idempotencyKey = readIdempotencyKey(request.headers[IDEMPOTENCY_HEADER]);
-        const result = await runInvoke(bindingRuntimeFor(context), context, {
+        const result = await runInvoke(context.bindings, context, {
           transport: "invoke",
           requestId: request.id,
           workload: auth.workload,

@@ -1,17 +1,7 @@
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
-import { createExecutor, type Executor } from "../../../execute/executor.ts";
-import { createStoreTokenSetStore } from "../../../execute/token-set-store.ts";
 import type { Principal } from "../../../identity/principal.ts";
-import {
-  type McpConfig,
-  mcpConfigOf,
-  type ResolvedMcpConfig,
-  resolveMcpConfig,
-} from "../../../mcp/config.ts";
-import { createManagementToolSet } from "../../../mcp/management-tools.ts";
 import { createOriginPolicy } from "../../../mcp/origin.ts";
 import { createProtocolServer } from "../../../mcp/protocol-server.ts";
 import {
@@ -20,13 +10,10 @@ import {
   PROTECTED_RESOURCE_METADATA_PATH,
   protectedResourceMetadata,
 } from "../../../mcp/resource-metadata.ts";
-import { createCachedSecretResolver } from "../../../mcp/secret-cache.ts";
-import { createMcpService, type McpService } from "../../../mcp/service.ts";
-import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { sendError } from "../../http/error-handling.ts";
 import { errorRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * Hosted MCP at /mcp (docs/mcp.md): Streamable HTTP in stateless mode — a fresh SDK
@@ -35,13 +22,6 @@ import type { AuthorityContext } from "../context.ts";
  * Origin is checked against the allowlist (403), then the bearer token (401 with a
  * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too).
  */
-
-export interface McpRouteOptions {
-  /** Overrides `context.config.mcp`. */
-  readonly config?: McpConfig;
-  /** A ready executor (benchmarks, tests); default: one built from the context. */
-  readonly executor?: Executor;
-}
 
 const ALLOWED_METHODS = "POST, OPTIONS";
 const CORS_REQUEST_HEADERS = "authorization, content-type, accept, mcp-protocol-version, last-event-id";
@@ -87,45 +67,10 @@ function jsonRpcError(reply: FastifyReply, status: number, message: string): Fas
     .send({ jsonrpc: "2.0", error: { code: -32000, message }, id: null });
 }
 
-function buildExecutor(context: AuthorityContext, config: ResolvedMcpConfig): Executor {
-  const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
-  return createExecutor({
-    secretResolver: createCachedSecretResolver(context),
-    tokenSetStore: createStoreTokenSetStore(context.store),
-    constraintsRollout: {
-      enabled: context.config.parameterScoping.enabled,
-      isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
-    },
-    timeoutMs: config.upstreamTimeoutMs,
-    maxResponseBytes: config.maxResponseBytes,
-    ...(context.egress === undefined ? {} : { egress: context.egress }),
-  });
-}
-
-export function buildMcpService(
-  context: AuthorityContext,
-  config: ResolvedMcpConfig,
-  executor: Executor = buildExecutor(context, config),
-): McpService {
-  return createMcpService({
-    runtime: decisionRuntimeFor(context),
-    executor,
-    authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
-    management: createManagementToolSet(),
-    adminDeps: context,
-    now: context.now,
-    logger: context.logger,
-    toolCacheSize: config.toolCacheSize,
-  });
-}
-
-export function createMcpRoutes(
-  context: AuthorityContext,
-  options: McpRouteOptions = {},
-): FastifyPluginAsync {
-  const config = resolveMcpConfig(options.config ?? mcpConfigOf(context.config), context.config.publicUrl);
+/** The route group: settings and service from the composition root (services.ts). */
+export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
+  const { config, service } = context.mcp;
   const origins = createOriginPolicy(config.allowedOrigins);
-  const service = buildMcpService(context, config, options.executor);
   const metadata = protectedResourceMetadata({
     publicUrl: context.config.publicUrl,
     issuer: context.config.issuer,
@@ -268,9 +213,4 @@ export function createMcpRoutes(
       },
     );
   };
-}
-
-/** The route group as `routeGroups` lists it: settings from `context.config.mcp`. */
-export function mcpRoutes(context: AuthorityContext): FastifyPluginAsync {
-  return createMcpRoutes(context);
 }

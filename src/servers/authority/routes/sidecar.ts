@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import type { FastifyPluginAsync, FastifyReply } from "fastify";
-import { LRUCache } from "lru-cache";
 import {
   noContent,
   sidecarAuthMaterialSchema,
@@ -19,19 +18,13 @@ import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shippe
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import type { PublicKeyRingJson } from "../../../crypto/index.ts";
 import { AuthorityError } from "../../../errors.ts";
-import { headerSafe, resolveSecret, type SecretResolver } from "../../../execute/auth-profiles.ts";
-import {
-  type ClientCredentialsTokens,
-  createClientCredentialsTokens,
-} from "../../../execute/client-credentials.ts";
-import { createEgressPolicy } from "../../../execute/egress.ts";
+import { headerSafe, resolveSecret } from "../../../execute/auth-profiles.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
-import { decisionRuntimeFor } from "../../../policy/runtime.ts";
 import { collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * What sidecars fetch from the authority service (docs/sidecar.md, "Trust model"):
@@ -124,21 +117,9 @@ export interface SidecarPolicyResponse {
   readonly signed_policy: string | null;
 }
 
-/** Signed blobs by subject and artifact: one crypto call per policy version, not per sidecar fetch. */
-const signedBlobs = new WeakMap<AuthorityContext, LRUCache<string, { readonly blob: string | null }>>();
-
-function signedBlobCache(context: AuthorityContext): LRUCache<string, { readonly blob: string | null }> {
-  let cache = signedBlobs.get(context);
-  if (cache === undefined) {
-    cache = new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 });
-    signedBlobs.set(context, cache);
-  }
-  return cache;
-}
-
 /** The signed blob inside the record's artifact, opened through the authority's protector. */
-async function signedPolicyOf(context: AuthorityContext, record: PolicyRecord): Promise<string | null> {
-  const cache = signedBlobCache(context);
+async function signedPolicyOf(context: AuthorityServices, record: PolicyRecord): Promise<string | null> {
+  const cache = context.signedPolicies;
   // Keyed by the artifact's own bytes: a changed artifact is opened (and judged) again.
   const key = `${record.subject_id}\u0000${record.crypto_version}\u0000${createHash("sha256").update(record.artifact).digest("base64url")}`;
   const cached = cache.get(key);
@@ -192,26 +173,8 @@ function noStore(reply: FastifyReply): FastifyReply {
   return reply.header("cache-control", "no-store");
 }
 
-/** Token caches are per context: one per authority instance, shared by all sidecar requests. */
-const tokenCaches = new WeakMap<AuthorityContext, ClientCredentialsTokens>();
-
-function clientCredentialsFor(context: AuthorityContext, resolver: SecretResolver): ClientCredentialsTokens {
-  let tokens = tokenCaches.get(context);
-  if (tokens === undefined) {
-    // The token endpoint is a partner's upstream too: its connections pass the egress policy.
-    const egress = context.egress ?? createEgressPolicy();
-    tokens = createClientCredentialsTokens({
-      fetch: (input, init) =>
-        globalThis.fetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit),
-      secretResolver: resolver,
-    });
-    tokenCaches.set(context, tokens);
-  }
-  return tokens;
-}
-
 async function authMaterial(
-  context: AuthorityContext,
+  context: AuthorityServices,
   partnerId: string,
   profileId: string,
 ): Promise<SidecarAuthMaterial> {
@@ -235,7 +198,7 @@ async function authMaterial(
       return { ...base, ...credentials, expires_in: STATIC_CREDENTIALS_TTL_SECONDS };
     }
     case "oauth_client_credentials": {
-      const token = headerSafe(await clientCredentialsFor(context, resolver).getToken(profile));
+      const token = headerSafe(await context.clientCredentials.getToken(profile));
       return {
         ...base,
         headers: { authorization: `Bearer ${token}` },
@@ -251,7 +214,7 @@ async function authMaterial(
   }
 }
 
-export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context, assertSidecar);
 
@@ -337,7 +300,7 @@ export function sidecarRoutes(context: AuthorityContext): FastifyPluginAsync {
           if (record.partner_id !== null || record.decision === "allowed")
             assertPartner(principal, record.partner_id ?? "");
         }
-        const recorder = decisionRuntimeFor(context).recorder;
+        const recorder = context.decisions.recorder;
         // Sidecars get at most half of the audit buffer, and a batch goes in whole or not at all:
         // the authority's own decisions keep room while sidecars send a backlog.
         if (recorder.room() - records.length < recorder.capacity / 2) {

@@ -1,15 +1,8 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { authenticateBrokerCaller, type BrokerCaller } from "../../../bindings/broker-caller.ts";
-import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
-import {
-  createOperationIndex,
-  type OperationIndex,
-  VerifyError,
-  type VerifyRequest,
-  verifyEnvelope,
-} from "../../../bindings/verify.ts";
+import { VerifyError, type VerifyRequest, verifyEnvelope } from "../../../bindings/verify.ts";
 import { AuthorityError } from "../../../errors.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * POST /v1/authority/verify — verifies an authority envelope for the arguments an
@@ -45,10 +38,9 @@ const successSchema = {
   },
 } as const;
 
-export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function verifyRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const workloads = new WeakMap<FastifyRequest, BrokerCaller>();
-    let operations: OperationIndex | undefined;
 
     app.post<{ Body: VerifyRequest }>(
       "/v1/authority/verify",
@@ -56,7 +48,7 @@ export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
         schema: { body: verifyBody, response: { 200: successSchema } },
         preValidation: async (request) => {
           const workload = await authenticateBrokerCaller(
-            bindingRuntimeFor(context),
+            context.bindings,
             context,
             { issuer: context.config.issuer, verify: (token) => context.verifier.verify(token) },
             request.headers.authorization,
@@ -68,10 +60,14 @@ export function verifyRoutes(context: AuthorityContext): FastifyPluginAsync {
         const workload = workloads.get(request);
         if (workload === undefined)
           throw new AuthorityError("invalid_token", "A workload bearer token is required.");
-        const runtime = bindingRuntimeFor(context);
-        operations ??= createOperationIndex(runtime, context);
         try {
-          return await verifyEnvelope(runtime, operations, workload, request.body, context.now());
+          return await verifyEnvelope(
+            context.bindings,
+            context.verifyOperations,
+            workload,
+            request.body,
+            context.now(),
+          );
         } catch (error) {
           if (!(error instanceof VerifyError)) throw error;
           if (error.status === 503) {

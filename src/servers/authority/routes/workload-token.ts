@@ -2,10 +2,9 @@ import type { FastifyPluginAsync } from "fastify";
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { getBinding } from "../../../bindings/bindings.ts";
 import { type WorkloadScope, workloadScopes } from "../../../bindings/model.ts";
-import { bindingRuntimeFor } from "../../../bindings/runtime.ts";
 import { authenticateWorkloadClient } from "../../../bindings/workload-clients.ts";
 import { AuthorityError } from "../../../errors.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * The workload credential flow (docs/bindings.md, "Token flow"):
@@ -81,7 +80,7 @@ function requestedScopes(scope: string | undefined, granted: readonly WorkloadSc
   return wanted as WorkloadScope[];
 }
 
-export function workloadTokenRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function workloadTokenRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     app.addContentTypeParser(
       "application/x-www-form-urlencoded",
@@ -111,7 +110,7 @@ export function workloadTokenRoutes(context: AuthorityContext): FastifyPluginAsy
         },
       },
       async (request, reply) => {
-        const runtime = bindingRuntimeFor(context);
+        const runtime = context.bindings;
         const body = request.body;
         if (body.grant_type !== "client_credentials") {
           throw new AuthorityError("invalid_request", "grant_type must be client_credentials.");
@@ -142,7 +141,7 @@ export function workloadTokenRoutes(context: AuthorityContext): FastifyPluginAsy
       "/.well-known/jwks.json",
       { schema: { security: [], response: { 200: jwksSchema } } },
       async (_request, reply) => {
-        const jwks = await bindingRuntimeFor(context).tokens.jwks();
+        const jwks = await context.bindings.tokens.jwks();
         return reply
           .header("cache-control", "public, max-age=300")
           .type("application/jwk-set+json")

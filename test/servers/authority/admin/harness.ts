@@ -14,11 +14,12 @@ import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../../../../src/policy/protector.ts";
-import { createAuthorityApp } from "../../../../src/servers/authority/app.ts";
-import type { AuthorityContext } from "../../../../src/servers/authority/context.ts";
+import { buildAuthorityService } from "../../../../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { testAuthorityConfig } from "../../../helpers/authority-config.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
 import { checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
@@ -40,7 +41,7 @@ export interface Harness {
   readonly app: FastifyInstance;
   readonly store: Store;
   readonly protector: PolicyProtector;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly secretKeyRings: ReturnType<typeof createProcessKeyRings>;
   /** Every (subject, head) the policy-change hook was told about. */
   readonly notifications: Array<{ subjectId: string; head: number }>;
@@ -77,8 +78,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const secretKeyRings = createProcessKeyRings();
   const notifications: Array<{ subjectId: string; head: number }> = [];
   const clock = { offsetMs: 0 };
-  const context: AuthorityContext = {
-    config: {
+  const service = await buildAuthorityService(
+    testAuthorityConfig({
       publicUrl: "http://127.0.0.1:8080",
       issuer,
       audience: "authority",
@@ -86,25 +87,25 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       serviceIdentity: "test-environment",
       parameterScoping: { enabled: true, partnerAllowlist: ["acme"] },
       ...(options.mcp === undefined ? {} : { mcp: options.mcp }),
+    }),
+    {
+      store,
+      verifier,
+      protector,
+      keyRings: secretKeyRings,
+      ...(options.secretKeyRings === false ? { secretKeyRings: null } : {}),
+      platform: options.platform ?? null,
+      logger: createLogger("authority-test", "silent"),
+      now: () => new Date(Date.now() + clock.offsetMs),
+      egress: options.egress ?? egressAllowing(["http://127.0.0.1:18080"]),
+      onPolicyChange: (subjectId, head) => {
+        notifications.push({ subjectId, head });
+      },
     },
-    ...(options.platform === undefined ? {} : { platform: options.platform }),
-    store,
-    verifier,
-    protector,
-    logger: createLogger("authority-test", "silent"),
-    now: () => new Date(Date.now() + clock.offsetMs),
-    ...(options.secretKeyRings === false ? {} : { secretKeyRings }),
-    egress: options.egress ?? egressAllowing(["http://127.0.0.1:18080"]),
-    onPolicyChange: (subjectId, head) => {
-      notifications.push({ subjectId, head });
-    },
-  };
-  const app: FastifyInstance = await createAuthorityApp(context);
+  );
+  const { app, context } = service;
   const conformance = checkResponsesAgainstDocument(app);
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  const address = app.server.address();
-  if (address === null || typeof address === "string") throw new Error("no address");
-  const url = `http://127.0.0.1:${address.port}`;
+  const url = await service.listen();
   let counter = 0;
   return {
     url,
@@ -142,7 +143,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       return { status: response.status, text, body };
     },
     async close() {
-      await app.close();
+      await service.close();
       await idp.close();
       await store.close();
       await dir.cleanup();

@@ -14,16 +14,18 @@ import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { type SampleUpstream, startSampleUpstream } from "../../../../examples/upstream/server.ts";
 import type { BindingRuntimeOptions } from "../../../../src/bindings/runtime.ts";
+import type { AuthorityConfig } from "../../../../src/config/authority.ts";
 import { findFreePort } from "../../../../src/dev/ports.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
-import { createAuthorityApp } from "../../../../src/servers/authority/app.ts";
-import type { AuthorityContext } from "../../../../src/servers/authority/context.ts";
+import { type AuthorityService, buildAuthorityService } from "../../../../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { testAuthorityConfig } from "../../../helpers/authority-config.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
 import { type Conformance, checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
@@ -62,13 +64,13 @@ export const ALLOWED = [
 export interface App {
   readonly url: string;
   readonly app: FastifyInstance;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
 }
 
 export interface BindingsHarness {
   readonly url: string;
   readonly store: Store;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly keyRings: ReturnType<typeof createProcessKeyRings>;
   readonly partnerIdp: IdpServer;
   /** The authority's configured identity provider (admin tokens, IdP tokens for verify). */
@@ -91,8 +93,16 @@ export interface BindingsHarness {
     options?: { token?: string; assertion?: string; key?: string | null; base?: string },
   ): Promise<Reply>;
   /** A second authority app on the same store and keys (another replica). */
-  startReplica(overrides?: Partial<AuthorityContext> & { bindings?: BindingRuntimeOptions }): Promise<App>;
+  startReplica(replica?: ReplicaOptions): Promise<App>;
   close(): Promise<void>;
+}
+
+/** How a replica differs from the main app. */
+export interface ReplicaOptions {
+  readonly config?: Partial<AuthorityConfig>;
+  /** null: no key rings for secrets and envelopes (503 paths). */
+  readonly secretKeyRings?: null;
+  readonly bindings?: BindingRuntimeOptions;
 }
 
 export interface HarnessOptions {
@@ -133,47 +143,48 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   const partnerIdp = await createIdpServer({ audience: USER_AUDIENCE, tenantClaim: "tenant" });
   await partnerIdp.listen();
   const keyRings = createProcessKeyRings();
-  const apps: FastifyInstance[] = [];
+  const services: AuthorityService[] = [];
   // The upstream's port is chosen first: `egress-allow` opens exactly that address:port.
   const upstreamPort = await findFreePort();
   const egress = egressAllowing([`http://127.0.0.1:${upstreamPort}`]);
 
-  const contextFor = (overrides: Partial<AuthorityContext> & { bindings?: BindingRuntimeOptions } = {}) =>
-    ({
-      config: {
+  const conformances: Conformance[] = [];
+  /** One authority replica, built by the service's composition root on the shared store and keys. */
+  async function startApp(replica: ReplicaOptions = {}): Promise<App> {
+    const service = await buildAuthorityService(
+      testAuthorityConfig({
         publicUrl: "http://authority.test",
         issuer: adminIssuer,
         audience: "authority",
         bodyLimitBytes: 1024 * 1024,
         serviceIdentity: SERVICE_IDENTITY,
         parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
-      },
-      store,
-      verifier: createJwtVerifier({
-        issuer: adminIssuer,
-        audience: "authority",
-        jwks: `${adminIssuer}/.well-known/jwks.json`,
+        ...replica.config,
       }),
-      protector: createLocalPolicyProtector({ keyRings, serviceIdentity: SERVICE_IDENTITY }),
-      logger: createLogger("bindings-test", "silent"),
-      now: () => new Date(),
-      secretKeyRings: keyRings,
-      egress,
-      ...overrides,
-    }) as AuthorityContext;
-
-  const conformances: Conformance[] = [];
-  async function startApp(context: AuthorityContext): Promise<App> {
-    const app = await createAuthorityApp(context);
-    conformances.push(checkResponsesAgainstDocument(app));
-    await app.listen({ host: "127.0.0.1", port: 0 });
-    apps.push(app);
-    const address = app.server.address();
-    if (address === null || typeof address === "string") throw new Error("no address");
-    return { url: `http://127.0.0.1:${address.port}`, app, context };
+      {
+        store,
+        verifier: createJwtVerifier({
+          issuer: adminIssuer,
+          audience: "authority",
+          jwks: `${adminIssuer}/.well-known/jwks.json`,
+        }),
+        protector: createLocalPolicyProtector({ keyRings, serviceIdentity: SERVICE_IDENTITY }),
+        keyRings,
+        ...(replica.secretKeyRings === null ? { secretKeyRings: null } : {}),
+        ...(replica.bindings === undefined ? {} : { bindings: replica.bindings }),
+        logger: createLogger("bindings-test", "silent"),
+        now: () => new Date(),
+        egress,
+        platform: null,
+      },
+    );
+    conformances.push(checkResponsesAgainstDocument(service.app));
+    const url = await service.listen();
+    services.push(service);
+    return { url, app: service.app, context: service.context };
   }
 
-  const main = await startApp(contextFor());
+  const main = await startApp();
   const url = main.url;
   const call = (method: string, path: string, callOptions: CallOptions = {}, base = url) =>
     send(base, method, path, callOptions);
@@ -332,10 +343,10 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
         },
       });
     },
-    startReplica: (overrides = {}) => startApp(contextFor(overrides)),
+    startReplica: (replica = {}) => startApp(replica),
     async close() {
       await upstream.close();
-      for (const app of apps) await app.close();
+      for (const service of services) await service.close();
       await adminIdp.close();
       await partnerIdp.close();
       await store.close();

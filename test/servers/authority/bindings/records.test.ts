@@ -2,7 +2,6 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
 import { USAGE_COUNTERS } from "../../../../src/audit/usage.ts";
-import { decisionRuntimeFor } from "../../../../src/policy/runtime.ts";
 import { BINDING, type BindingsHarness, type Reply, startBindingsHarness } from "./harness.ts";
 
 /**
@@ -19,7 +18,7 @@ describe("binding invoke records and replays", () => {
   });
 
   async function flushed(): Promise<void> {
-    assert.equal(await decisionRuntimeFor(h.context).recorder.flush(5000), true);
+    assert.equal(await h.context.decisions.recorder.flush(5000), true);
   }
 
   async function decisionsOf(requestId: string): Promise<DecisionAuditRecord[]> {
@@ -118,7 +117,7 @@ describe("binding invoke records and replays", () => {
     const subjectId = await h.mapUser("records-rollout");
     // A replica whose environment does not enable parameter scoping: constrained operations fail closed.
     const replica = await h.startReplica({
-      config: { ...h.context.config, parameterScoping: { enabled: false, partnerAllowlist: [] } },
+      config: { parameterScoping: { enabled: false, partnerAllowlist: [] } },
     });
     const upstreamBefore = h.upstream.received.length;
     const reply = await h.invoke(
@@ -132,7 +131,7 @@ describe("binding invoke records and replays", () => {
       requestId: reply.body.requestId,
     });
     assert.equal(h.upstream.received.length, upstreamBefore);
-    assert.equal(await decisionRuntimeFor(replica.context).recorder.flush(5000), true);
+    assert.equal(await replica.context.decisions.recorder.flush(5000), true);
     await assertRecordedDenied(reply, "operation_not_allowed", subjectId);
     // The same call where the rollout allows constraints: the decision itself allowed it.
     const allowed = await h.invoke(

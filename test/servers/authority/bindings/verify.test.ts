@@ -322,7 +322,7 @@ describe("authority verify", () => {
     it("crypto configuration unavailable", async () => {
       // Another replica with no envelope key rings configured (workload-token keys only).
       const replica = await h.startReplica({
-        secretKeyRings: undefined,
+        secretKeyRings: null,
         bindings: { tokenKeyRings: h.keyRings },
       });
       const reply = await verify(await request(), { base: replica.url });

@@ -10,7 +10,6 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import type { FastifyInstance } from "fastify";
 import { putAuthProfile } from "../../../../src/admin/auth-profiles.ts";
 import { importOpenApi } from "../../../../src/admin/capabilities.ts";
 import type { Actor } from "../../../../src/admin/deps.ts";
@@ -23,11 +22,12 @@ import type { McpConfig } from "../../../../src/mcp/config.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
-import { createAuthorityApp } from "../../../../src/servers/authority/app.ts";
-import type { AuthorityContext, AuthorityServiceConfig } from "../../../../src/servers/authority/context.ts";
+import { buildAuthorityService } from "../../../../src/servers/authority/build.ts";
+import type { AuthorityServices } from "../../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
+import { testAuthorityConfig } from "../../../helpers/authority-config.ts";
 import { egressAllowing } from "../../../helpers/egress.ts";
 import { checkResponsesAgainstDocument } from "../../../helpers/openapi-conformance.ts";
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
@@ -188,7 +188,7 @@ export const permission = (method: string, path: string): string => `${CAPABILIT
 export interface Harness {
   readonly url: string;
   readonly store: Store;
-  readonly context: AuthorityContext;
+  readonly context: AuthorityServices;
   readonly upstream: Upstream;
   readonly actor: Actor;
   /** Service clock offset (tokens keep real time). */
@@ -214,33 +214,33 @@ export async function startHarness(
   const upstream = await startUpstream();
   const clock = { offsetMs: 0 };
   const mcp: McpConfig = options.mcp ?? { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 300 };
-  const config: AuthorityServiceConfig & { readonly mcp: McpConfig } = {
-    publicUrl: PUBLIC_URL,
-    issuer,
-    audience: "authority",
-    bodyLimitBytes: 4 * 1024 * 1024,
-    serviceIdentity: "test-environment",
-    parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
-    mcp,
-  };
-  const context: AuthorityContext = {
-    config,
-    store,
-    verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
-    protector: createLocalPolicyProtector({
-      keyRings: createProcessKeyRings(),
+  const service = await buildAuthorityService(
+    testAuthorityConfig({
+      publicUrl: PUBLIC_URL,
+      issuer,
+      audience: "authority",
+      bodyLimitBytes: 4 * 1024 * 1024,
       serviceIdentity: "test-environment",
+      parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
+      mcp,
     }),
-    logger: createLogger("authority-mcp-test", "silent"),
-    now: () => new Date(Date.now() + clock.offsetMs),
-    secretKeyRings: createProcessKeyRings(),
-    egress: egressAllowing([upstream.url]),
-  };
-  const app: FastifyInstance = await createAuthorityApp(context);
+    {
+      store,
+      verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+      protector: createLocalPolicyProtector({
+        keyRings: createProcessKeyRings(),
+        serviceIdentity: "test-environment",
+      }),
+      keyRings: createProcessKeyRings(),
+      logger: createLogger("authority-mcp-test", "silent"),
+      now: () => new Date(Date.now() + clock.offsetMs),
+      egress: egressAllowing([upstream.url]),
+      platform: null,
+    },
+  );
+  const { app, context } = service;
   const conformance = checkResponsesAgainstDocument(app);
-  await app.listen({ host: "127.0.0.1", port: 0 });
-  const { port } = app.server.address() as AddressInfo;
-  const url = `http://127.0.0.1:${port}`;
+  const url = await service.listen();
 
   const actor: Actor = { subject: "seed-admin", requestId: "req_seed_0001" };
   await createPartner(context, { partner_id: PARTNER, name: "Acme" });
@@ -299,7 +299,7 @@ export async function startHarness(
       for (const client of clients) await client.close();
       // A client socket that connected but never sent a request is not "idle" to Node's
       // server.close(); tests end every connection instead of waiting for keep-alive.
-      const closing = app.close();
+      const closing = service.close();
       app.server.closeAllConnections();
       await closing;
       await upstream.close();

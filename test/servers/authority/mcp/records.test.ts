@@ -5,7 +5,6 @@ import { assignCapability } from "../../../../src/admin/policies.ts";
 import { createSubject } from "../../../../src/admin/subjects.ts";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
 import { USAGE_COUNTERS } from "../../../../src/audit/usage.ts";
-import { decisionRuntimeFor } from "../../../../src/policy/runtime.ts";
 import { logs } from "../../../../src/store/model.ts";
 import { type Harness, PARTNER, permission, startHarness } from "./harness.ts";
 
@@ -21,14 +20,14 @@ before(async () => {
 after(() => h.close());
 
 async function decisionsOf(subjectId: string): Promise<DecisionAuditRecord[]> {
-  await decisionRuntimeFor(h.context).recorder.flush(5000);
+  await h.context.decisions.recorder.flush(5000);
   return (await h.store.readLog<DecisionAuditRecord>(logs.audit, { limit: 1000 }))
     .map((entry) => entry.value)
     .filter((record) => record.kind === "decision" && record.subject_id === subjectId);
 }
 
 async function usage(subjectId: string, state: "allowed" | "denied"): Promise<number> {
-  await decisionRuntimeFor(h.context).recorder.flush(5000);
+  await h.context.decisions.recorder.flush(5000);
   const counters = await h.store.readCounters(USAGE_COUNTERS, "d|");
   return Object.entries(counters)
     .filter(([key]) => key.split("|")[3] === subjectId && key.endsWith(`|${state}`))

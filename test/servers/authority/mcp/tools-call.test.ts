@@ -6,7 +6,6 @@ import { revokePolicy } from "../../../../src/admin/policies.ts";
 import type { McpAuditRecord } from "../../../../src/audit/mcp-records.ts";
 import type { DecisionAuditRecord } from "../../../../src/audit/records.ts";
 import { executionErrorTable } from "../../../../src/execute/errors.ts";
-import { decisionRuntimeFor } from "../../../../src/policy/runtime.ts";
 import { logs } from "../../../../src/store/model.ts";
 import { type Harness, PARTNER, permission, startHarness, UPSTREAM_SECRET } from "./harness.ts";
 
@@ -64,12 +63,12 @@ function errorBody(result: CallToolResult): {
 }
 
 async function mcpRows(): Promise<McpAuditRecord[]> {
-  await decisionRuntimeFor(h.context).recorder.flush(5000);
+  await h.context.decisions.recorder.flush(5000);
   return (await h.store.readLog<McpAuditRecord>(logs.mcpAudit, { limit: 1000 })).map((entry) => entry.value);
 }
 
 async function decisions(): Promise<DecisionAuditRecord[]> {
-  await decisionRuntimeFor(h.context).recorder.flush(5000);
+  await h.context.decisions.recorder.flush(5000);
   return (await h.store.readLog<DecisionAuditRecord>(logs.audit, { limit: 1000 }))
     .map((entry) => entry.value)
     .filter((record) => record.kind === "decision");

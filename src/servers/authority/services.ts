@@ -1,0 +1,121 @@
+/**
+ * Every service the authority's route groups use, built once per process from its context
+ * (store, verifier, protector, key rings, egress — see build.ts) and handed to the route
+ * groups as one typed object. Nothing is built on first use and no module keeps a service
+ * of its own: a second authority in the same process (tests, `authority dev` replicas) gets
+ * its own set, and one process has exactly one of each — one decision runtime, one
+ * client-credentials token cache shared by the binding executor, the MCP executor and the
+ * sidecar credentials route.
+ */
+import { LRUCache } from "lru-cache";
+import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../admin/auth-profiles.ts";
+import {
+  type BindingRuntime,
+  type BindingRuntimeOptions,
+  createBindingRuntime,
+} from "../../bindings/runtime.ts";
+import { createOperationIndex, type OperationIndex } from "../../bindings/verify.ts";
+import {
+  type ClientCredentialsTokens,
+  createClientCredentialsTokens,
+} from "../../execute/client-credentials.ts";
+import { createEgressPolicy } from "../../execute/egress.ts";
+import { createExecutor, type Executor } from "../../execute/executor.ts";
+import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
+import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
+import { createManagementToolSet } from "../../mcp/management-tools.ts";
+import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
+import { createMcpService, type McpService } from "../../mcp/service.ts";
+import {
+  createDecisionRuntime,
+  type DecisionRuntime,
+  type DecisionRuntimeSettings,
+} from "../../policy/runtime.ts";
+import type { AuthorityContext } from "./context.ts";
+
+/**
+ * Signed policy blobs by subject, crypto version and artifact hash, as the sidecar policy
+ * route hands them out: one crypto call per policy version, not per sidecar fetch.
+ */
+export type SignedPolicyCache = LRUCache<string, { readonly blob: string | null }>;
+
+/** The context plus the services built from it: what every route group receives. */
+export interface AuthorityServices extends AuthorityContext {
+  /** Subject source, capability resolver, policy loader and audit recorder of the process. */
+  readonly decisions: DecisionRuntime;
+  /** Workload tokens, assertions, idempotency, envelopes and the binding executor. */
+  readonly bindings: BindingRuntime;
+  /** Hosted MCP: its resolved settings and the service behind /mcp. */
+  readonly mcp: { readonly config: ResolvedMcpConfig; readonly service: McpService };
+  /** The process's one client-credentials token cache (per grant: one token). */
+  readonly clientCredentials: ClientCredentialsTokens;
+  /** Signed policy blobs handed to sidecars, one crypto call per policy version. */
+  readonly signedPolicies: SignedPolicyCache;
+  /** The partners' operation index the verify route checks envelopes against. */
+  readonly verifyOperations: OperationIndex;
+}
+
+/** How the services are tuned (from the validated configuration) and what a caller supplies ready-made. */
+export interface AuthorityServiceOptions {
+  /** Record caching, policy cache and audit recorder of the decision runtime. */
+  readonly decisions?: DecisionRuntimeSettings;
+  /** Upstream deadline, workload-token lifetime, idempotency, key rings of the binding runtime. */
+  readonly bindings?: BindingRuntimeOptions;
+  /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
+  readonly mcpExecutor?: Executor;
+}
+
+function constraintsRollout(context: AuthorityContext) {
+  const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
+  return {
+    enabled: context.config.parameterScoping.enabled,
+    isPartnerAllowlisted: (partnerId: string) => allowlist.has(partnerId),
+  };
+}
+
+export function composeAuthorityServices(
+  context: AuthorityContext,
+  options: AuthorityServiceOptions = {},
+): AuthorityServices {
+  const egress = context.egress ?? createEgressPolicy();
+  const decisions = createDecisionRuntime(context, options.decisions);
+  // Token endpoints are a partner's upstreams too: their connections pass the egress policy.
+  const clientCredentials = createClientCredentialsTokens({
+    fetch: (input, init) =>
+      globalThis.fetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit),
+    secretResolver: createAuthProfileSecretResolver(context),
+  });
+  const withEgress: AuthorityContext = { ...context, egress };
+  const bindings = createBindingRuntime(withEgress, { decisions, clientCredentials }, options.bindings);
+  const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
+  const mcpExecutor =
+    options.mcpExecutor ??
+    createExecutor({
+      secretResolver: createCachedSecretResolver(context),
+      tokenSetStore: createStoreTokenSetStore(context.store),
+      constraintsRollout: constraintsRollout(context),
+      timeoutMs: mcpConfig.upstreamTimeoutMs,
+      maxResponseBytes: mcpConfig.maxResponseBytes,
+      egress,
+      clientCredentials,
+    });
+  const mcpService = createMcpService({
+    runtime: decisions,
+    executor: mcpExecutor,
+    authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
+    management: createManagementToolSet(),
+    adminDeps: context,
+    now: context.now,
+    logger: context.logger,
+    toolCacheSize: mcpConfig.toolCacheSize,
+  });
+  return {
+    ...withEgress,
+    decisions,
+    bindings,
+    mcp: { config: mcpConfig, service: mcpService },
+    clientCredentials,
+    verifyOperations: createOperationIndex(bindings, context),
+    signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),
+  };
+}

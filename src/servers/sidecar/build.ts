@@ -1,0 +1,131 @@
+/**
+ * The composition root of `authority sidecar`: from its validated configuration it builds
+ * the sidecar's collaborators — the authority client with the sidecar's own credentials, the
+ * callers' token verifier, the pinned policy keys, the Redis cache key, the egress policy of
+ * the forward proxy — and the sidecar around them (sidecar.ts). The CLI, `authority dev` and
+ * tests call it; tests override what they supply themselves.
+ */
+import { readFile } from "node:fs/promises";
+import type { Registry } from "prom-client";
+import { ConfigError } from "../../config/errors.ts";
+import type { PublicKeyRingJson } from "../../crypto/index.ts";
+import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
+import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
+import { createLogger, type Logger } from "../../observability/logger.ts";
+import { parseCacheKey } from "../../policy/cache/index.ts";
+import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
+import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
+import { parseCapabilityMap } from "./capability-map.ts";
+import type { SidecarConfig } from "./config.ts";
+import { clientCredentialsTokenSource, fileTokenSource, type ServiceTokenSource } from "./service-token.ts";
+import { createSidecar, type Sidecar } from "./sidecar.ts";
+import type { TokenVerifier } from "./token-cache.ts";
+
+/** What a caller (tests, `authority dev`) supplies instead of building it from the configuration. */
+export interface SidecarOverrides {
+  readonly logger?: Logger;
+  readonly registry?: Registry;
+  /** The sidecar's own credentials toward the authority (default: token file or client credentials). */
+  readonly token?: ServiceTokenSource;
+  /** A ready authority client (then `token` is not used). */
+  readonly authority?: AuthorityClient;
+  /** Verifies the callers' bearer tokens (default: the configured trusted issuers). */
+  readonly verifier?: TokenVerifier;
+  /** Where the forward proxy may connect (default: the allow list, the platform's services refused). */
+  readonly egress?: EgressPolicy;
+  /** Pinned policy signer keys (default: read from `policyKeysFile`). */
+  readonly pinnedPolicyKeys?: readonly PublicKeyRingJson[];
+  /** Redis and the MAC key of its cache entries, instead of the configured URL and key file. */
+  readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
+}
+
+function tokenSource(config: SidecarConfig): ServiceTokenSource {
+  const credentials = config.credentials;
+  return credentials.kind === "token_file"
+    ? fileTokenSource(credentials.path)
+    : clientCredentialsTokenSource({
+        tokenUrl: credentials.tokenUrl,
+        clientId: credentials.clientId,
+        clientSecret: credentials.clientSecret,
+      });
+}
+
+/** The pinned policy keys; a file that is missing or malformed stops the start, naming the path. */
+export async function readPinnedKeys(path: string): Promise<PublicKeyRingJson[]> {
+  let json: unknown;
+  try {
+    json = JSON.parse(await readFile(path, "utf8"));
+  } catch (error) {
+    const reason =
+      (error as { code?: unknown }).code === "ENOENT" ? "does not exist" : "is not readable JSON";
+    throw new ConfigError(`the policy keys file ${path} ${reason}`);
+  }
+  try {
+    parsePinnedPolicyKeys(json);
+  } catch (error) {
+    throw new ConfigError(
+      `the policy keys file ${path} is not a public key ring or a list of them (${error instanceof Error ? error.message : "invalid"})`,
+    );
+  }
+  return (Array.isArray(json) ? json : [json]) as PublicKeyRingJson[];
+}
+
+/** The platform's services this sidecar knows of are never an upstream; its own ports are added on start. */
+export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
+  return createEgressPolicy({
+    allow: config.egressAllow,
+    platformEndpoints: [
+      config.authorityUrl,
+      ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
+      config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
+      config.redis?.url,
+    ]
+      .map(endpointOfUrl)
+      .filter((endpoint) => endpoint !== undefined),
+  });
+}
+
+export async function buildSidecar(
+  config: SidecarConfig,
+  overrides: SidecarOverrides = {},
+): Promise<Sidecar> {
+  // No key that opens or signs a policy: signed policies are verified with public keys
+  // (pinned here, or fetched from the authority; docs/sidecar.md "Policy keys").
+  const pinned =
+    overrides.pinnedPolicyKeys ??
+    (config.policyKeysFile === undefined ? undefined : await readPinnedKeys(config.policyKeysFile));
+  const redis =
+    overrides.redis ??
+    (config.redis === undefined
+      ? undefined
+      : {
+          url: config.redis.url,
+          cacheKey: parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")),
+        });
+  return createSidecar({
+    authority:
+      overrides.authority ??
+      createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
+    verifier: overrides.verifier ?? createTrustedIssuersVerifier(config.trustedIssuers),
+    policyKeys: {
+      serviceIdentity: config.serviceIdentity,
+      ...(pinned === undefined ? {} : { pinned }),
+    },
+    capabilityMap: parseCapabilityMap(config.capabilityMap),
+    ...(redis === undefined ? {} : { redis }),
+    listen: config.listen,
+    decisionTimeoutMs: config.decisionTimeoutMs,
+    proxyDecisionTimeoutMs: config.proxyDecisionTimeoutMs,
+    upstreamTimeoutMs: config.upstreamTimeoutMs,
+    maxResponseBytes: config.maxResponseBytes,
+    maxRequestBytes: config.maxRequestBytes,
+    constraintsRollout: config.parameterScoping,
+    auditMaxPending: config.auditMaxPending,
+    stalenessMs: config.stalenessMs,
+    policyTtlMs: config.policyTtlMs,
+    policyMaxAgeMs: config.policyMaxAgeMs,
+    logger: overrides.logger ?? createLogger("sidecar", config.logLevel),
+    ...(overrides.registry === undefined ? {} : { registry: overrides.registry }),
+    egress: overrides.egress ?? sidecarEgressPolicy(config),
+  });
+}
