@@ -45,6 +45,7 @@ describe("sidecar readiness against a real authority and identity provider", () 
       jwks: true,
       credentials: true,
       decision_path: true,
+      grpc_serving: true,
     });
     const first = await handle.check({});
     assert.equal(first.status.code, 0, JSON.stringify(first.denied_response ?? {}));
