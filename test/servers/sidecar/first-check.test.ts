@@ -22,8 +22,8 @@ import { CAPABILITY, startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } fr
  * - the CPU time the sidecar process spent on it (from /proc, so a busy machine does not change
  *   it much) is within Envoy's 200 ms ext_authz deadline. The process-wide cold work of a first
  *   decision (schema compilation, the protobuf codecs, the gRPC server path) is done before
- *   ready (warm-decision.ts, grpc-self-probe.ts); without that it cost 200-330 ms of CPU here (counted until Envoy gave up),
- *   and Envoy got 503 upstream_unavailable.
+ *   ready (warm-decision.ts, grpc-self-probe.ts); without that it cost 200-330 ms of CPU here
+ *   (counted until Envoy gave up), and Envoy got 503 upstream_unavailable.
  * The decision deadline is raised to 2 s for this test so the CPU of the whole decision is
  * counted (at 200 ms, a slow first decision is cut off, and its CPU with it); wall time on a
  * machine shared by several test runs measures the machine, and is only reported.
