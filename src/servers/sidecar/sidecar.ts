@@ -265,15 +265,19 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
   }
+  // The decision path's warm-up keeps the CPU busy for a while: it runs once the network steps
+  // are through (their deadlines would pass during it), and the gRPC probe after it.
   warmSteps.push({
     name: "decision_path",
     failure: "the decision path's self-check failed",
+    after: warmSteps.map((step) => step.name),
     run: warmDecisionPath,
   });
   let grpcTarget: string | undefined;
   warmSteps.push({
     name: "grpc_serving",
     failure: "the ext_authz gRPC port did not answer a health check",
+    after: ["decision_path"],
     run: async () => {
       if (grpcTarget === undefined) throw new Error("the gRPC port is not bound");
       await probeOwnGrpcPort(grpcTarget);
