@@ -243,10 +243,19 @@ describe("helm template with every ci/ values file", () => {
     const container = tampered.spec.template.spec.containers[0];
     assert.ok(container);
     container.imagePullPolcy = "Always";
-    assert.match(
-      await typeCheck([{ label: "tampered", object: tampered as unknown as Obj }]),
-      /imagePullPolcy/,
+    // and in a custom resource's metadata (ObjectMeta), which its CRD does not describe
+    const custom = all.find(({ object }) =>
+      customKinds.has(`${String(object.apiVersion)}/${String(object.kind)}`),
     );
+    assert.ok(custom);
+    const tamperedCustom = structuredClone(custom.object) as { metadata: Obj };
+    tamperedCustom.metadata.label = { app: "x" };
+    const output = await typeCheck([
+      { label: "tampered", object: tampered as unknown as Obj },
+      { label: "tampered custom", object: tamperedCustom as unknown as Obj },
+    ]);
+    assert.match(output, /imagePullPolcy/);
+    assert.match(output, /'"label"' does not exist in type 'IObjectMeta'/);
   });
 });
 
