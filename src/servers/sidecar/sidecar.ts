@@ -22,6 +22,7 @@ import { createExtAuthzCheck } from "./ext-authz.ts";
 import { createFetchCache } from "./fetch-cache.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
 import type { DecisionEvent } from "./grpc/types.ts";
+import { probeOwnGrpcPort } from "./grpc-self-probe.ts";
 import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
@@ -249,8 +250,10 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());
-  // Ready means a first allowed decision can be made: the callers' JWKS is fetched and the
-  // sidecar's own credentials (token, connection) are proven against the authority.
+  // Ready means a first allowed decision can be made within Envoy's deadline: the callers' JWKS
+  // is fetched, the sidecar's own credentials (token, connection) are proven against the
+  // authority, the gRPC port answers an RPC, and the process-wide cold paths of a decision
+  // have run once (warm-decision.ts).
   const warmSteps: WarmUpStep[] = [
     {
       name: "credentials",
@@ -262,10 +265,23 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
   }
+  // The decision path's warm-up keeps the CPU busy for a while: it runs once the network steps
+  // are through (their deadlines would pass during it), and the gRPC probe after it.
   warmSteps.push({
     name: "decision_path",
     failure: "the decision path's self-check failed",
+    after: warmSteps.map((step) => step.name),
     run: warmDecisionPath,
+  });
+  let grpcTarget: string | undefined;
+  warmSteps.push({
+    name: "grpc_serving",
+    failure: "the ext_authz gRPC port did not answer a health check",
+    after: ["decision_path"],
+    run: async () => {
+      if (grpcTarget === undefined) throw new Error("the gRPC port is not bound");
+      await probeOwnGrpcPort(grpcTarget);
+    },
   });
   const warmUp = createWarmUp({ steps: warmSteps, logger });
   let grpcUp = false;
@@ -313,6 +329,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       const grpcHost = grpc.host.includes(":") ? `[${grpc.host}]` : grpc.host;
       const { port: grpcPort } = await checkServer.listen(`${grpcHost}:${grpc.port}`);
       grpcUp = true;
+      // the probe dials the bound address; a wildcard one is reached through loopback
+      const probeHost = grpc.host === "0.0.0.0" ? "127.0.0.1" : grpc.host === "::" ? "[::1]" : grpcHost;
+      grpcTarget = `${probeHost}:${grpcPort}`;
       const { port: proxyPort } = await proxy.listen(proxyAddress);
       proxyUp = true;
       egress.addPlatformEndpoints(

@@ -1,15 +1,71 @@
+import { exportJWK, generateKeyPair, SignJWT } from "jose";
+import { CapabilityError, validateCapability } from "../../core/capability.ts";
+import {
+  POLICY_SCHEMA_V1,
+  POLICY_SCHEMA_V2,
+  PolicyDocumentError,
+  validatePolicyDocument,
+} from "../../core/index.ts";
 import { generateSigKeyPair, sign, verify } from "../../crypto/index.ts";
 import { validateInput } from "../../execute/input.ts";
+import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
+import { parseCheckRequest } from "./grpc/check-input.ts";
+import { allowResponse, denyResponse } from "./grpc/check-response.ts";
+import { loadProtos } from "./grpc/proto.ts";
 
 /**
- * Runs process-wide cold paths of a first decision once before `/readyz` says ready: the
- * ML-DSA verification a signed policy goes through, and the JSON Schema compiler the input
- * check uses (its first compilation costs far more than later ones). It shortens a fresh
- * process's first decision but does not make it warm: the per-caller fetches (policy, its
- * signer's keys, catalog, credentials) and the first run of the code around them stay on the
- * first request (docs/sidecar.md, "Health and shutdown").
+ * Runs the process-wide cold paths of a first decision once, before `/readyz` says ready, so
+ * the first Check after ready is not the one that pays for them (docs/sidecar.md, "Readiness").
+ * Each of these is compiled or set up on first use and cost a fresh process hundreds of
+ * milliseconds of CPU on the first decision — past Envoy's 200 ms deadline on a busy node,
+ * hence a 503 right after ready:
+ * - the JSON Schemas of the policy document (v1 and v2) and of the capability catalog, which
+ *   every fetched policy and catalog is validated against (ajv compiles each schema, and its
+ *   meta-schema, on first use: the largest single cost);
+ * - the ext_authz protobuf codecs (protobufjs generates a decoder and encoder per message type
+ *   on first use), and the Check request parser and response builders around them;
+ * - the ML-DSA verification a signed policy goes through, and the JSON Schema compiler the
+ *   operation input check uses;
+ * - a bearer token's verification (the JWT verifier, the JWK import and an ES256 signature
+ *   check), with a key made here: the callers' own keys are fetched by the `jwks` step.
+ * What stays on the first request of each caller is what depends on the caller: its policy,
+ * its signer's keys, the partner's catalog and credentials (fetched from the authority; a few
+ * milliseconds each), and the input schema of the operation called.
  */
 export async function warmDecisionPath(): Promise<void> {
+  // Between parts the event loop runs: each part holds the CPU for up to a few hundred
+  // milliseconds, and what else the process does meanwhile (health probes, its timers) waits.
+  const parts = [
+    warmTokenVerification,
+    warmSignatures,
+    warmDocumentSchemas,
+    warmInputSchemas,
+    warmCheckCodec,
+  ];
+  for (const part of parts) {
+    await part();
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+async function warmTokenVerification(): Promise<void> {
+  const issuer = "https://warm-up.invalid";
+  const { privateKey, publicKey } = await generateKeyPair("ES256", { extractable: true });
+  const jwk = { ...(await exportJWK(publicKey)), kid: "warm-up", alg: "ES256", use: "sig" };
+  const verifier = createJwtVerifier({ issuer, audience: "warm-up", jwks: { keys: [jwk] } });
+  const token = await new SignJWT({ scope: "warm-up" })
+    .setProtectedHeader({ alg: "ES256", kid: "warm-up", typ: "at+jwt" })
+    .setIssuer(issuer)
+    .setAudience("warm-up")
+    .setSubject("warm-up")
+    .setIssuedAt()
+    .setExpirationTime("1m")
+    .sign(privateKey);
+  const principal = await verifier.verify(token);
+  if (principal.subject !== "warm-up") throw new Error("the warm-up token did not verify");
+}
+
+function warmSignatures(): void {
   const keys = generateSigKeyPair();
   const message = new TextEncoder().encode("authority sidecar warm-up");
   const context = "authority/warm-up";
@@ -17,6 +73,27 @@ export async function warmDecisionPath(): Promise<void> {
   if (!verify({ publicKey: keys.publicKey, message, signature, context })) {
     throw new Error("ML-DSA self-check failed");
   }
+}
+
+/** Compiles the schemas by validating documents they refuse: the compilation is what is wanted. */
+function warmDocumentSchemas(): void {
+  for (const schema_version of [POLICY_SCHEMA_V1, POLICY_SCHEMA_V2]) {
+    try {
+      validatePolicyDocument({ schema_version });
+      throw new Error(`an empty ${schema_version} policy document was accepted`);
+    } catch (error) {
+      if (!(error instanceof PolicyDocumentError)) throw error;
+    }
+  }
+  try {
+    validateCapability({});
+    throw new Error("an empty capability catalog was accepted");
+  } catch (error) {
+    if (!(error instanceof CapabilityError)) throw error;
+  }
+}
+
+function warmInputSchemas(): void {
   // A schema like an imported operation's: path, query and a JSON body, each compiled once.
   const text = { type: "string", maxLength: 64 };
   validateInput(
@@ -26,5 +103,51 @@ export async function warmDecisionPath(): Promise<void> {
       body: { type: "object", properties: { note: text, tags: { type: "array", items: text } } },
     },
     { path: { id: "42" }, query: { limit: "10" }, body: { note: "warm", tags: ["a"] } },
+  );
+}
+
+/** A Check request as Envoy sends one, through the codec both ways; an allow and a deny encoded. */
+function warmCheckCodec(): void {
+  const check = loadProtos().authorization.Check;
+  if (check === undefined) throw new Error("Authorization.Check missing");
+  const request = {
+    attributes: {
+      request: {
+        time: { seconds: "1", nanos: 0 },
+        http: {
+          id: "warm-up",
+          method: "POST",
+          path: "/warm-up?limit=1",
+          host: "warm-up.invalid",
+          scheme: "http",
+          protocol: "HTTP/1.1",
+          headers: { authorization: "Bearer warm-up", "content-type": "application/json" },
+          body: "{}",
+        },
+      },
+      context_extensions: { capability_id: "warm-up" },
+    },
+  };
+  const parsed = parseCheckRequest(check.requestDeserialize(check.requestSerialize(request)));
+  if (!parsed.complete || parsed.input.path !== "/warm-up?limit=1") {
+    throw new Error("the warm-up Check request did not survive its codec");
+  }
+  check.responseSerialize(
+    allowResponse({
+      allow: true,
+      headersToSet: { "x-api-key": "warm-up" },
+      headersToRemove: ["authorization"],
+      dynamicMetadata: { subject_id: "warm-up", policy_head: 1, cached: true },
+      queryParametersToSet: { key: "warm-up" },
+    }),
+  );
+  check.responseSerialize(
+    denyResponse({
+      allow: false,
+      httpStatus: 401,
+      reason: "missing_subject",
+      requestId: "warm-up",
+      headers: { "www-authenticate": 'Bearer realm="authority"' },
+    }),
   );
 }

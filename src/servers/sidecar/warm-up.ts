@@ -12,6 +12,11 @@ export interface WarmUpStep {
   readonly name: string;
   /** What the log says when the step fails (`"the JWKS could not be fetched"`). */
   readonly failure: string;
+  /**
+   * Steps that must have succeeded before this one starts. A step that keeps the CPU busy (a
+   * compilation) runs after the network steps, whose deadlines it would otherwise eat into.
+   */
+  readonly after?: readonly string[];
   run(): Promise<void>;
 }
 
@@ -67,10 +72,21 @@ export function createWarmUp(options: WarmUpOptions): WarmUp {
   let stopped = false;
   let started = false;
 
+  const launched = new Set<string>();
   const settleWaiters = () => {
     if (done.size < options.steps.length) return;
     for (const wake of waiters) wake();
     waiters.clear();
+  };
+  // Starts every step not yet started whose prerequisites have all succeeded.
+  const launchReady = (): void => {
+    if (stopped) return;
+    for (const step of options.steps) {
+      if (launched.has(step.name)) continue;
+      if (!(step.after ?? []).every((name) => done.has(name))) continue;
+      launched.add(step.name);
+      runStep(step, retryMs, undefined);
+    }
   };
 
   const runStep = (step: WarmUpStep, delayMs: number, lastCause: string | undefined): void => {
@@ -81,6 +97,7 @@ export function createWarmUp(options: WarmUpOptions): WarmUp {
         if (lastCause !== undefined)
           options.logger.info({ check: step.name }, `${step.name} check passes again`);
         settleWaiters();
+        launchReady();
       },
       (error: unknown) => {
         if (stopped) return;
@@ -107,7 +124,14 @@ export function createWarmUp(options: WarmUpOptions): WarmUp {
     start() {
       if (started) return;
       started = true;
-      for (const step of options.steps) runStep(step, retryMs, undefined);
+      const names = new Set(options.steps.map((step) => step.name));
+      for (const step of options.steps) {
+        for (const name of step.after ?? []) {
+          if (!names.has(name))
+            throw new Error(`warm-up step ${step.name} waits for an unknown step ${name}`);
+        }
+      }
+      launchReady();
     },
     checks() {
       return Object.fromEntries(options.steps.map((step) => [step.name, done.has(step.name)]));

@@ -19,6 +19,8 @@ describe("sidecar ext_authz (grpc-js client from proto/, real authority, no Redi
   before(async () => {
     world = await startWorld();
     sidecar = await world.startSidecar();
+    // As in a pod, traffic comes once the sidecar is ready (its warm-up is done).
+    assert.equal(await sidecar.sidecar.whenReady(30_000), true);
   });
   after(() => world.close());
 

@@ -35,6 +35,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       jwks: true,
       credentials: true,
       decision_path: true,
+      grpc_serving: true,
     });
     const health = await unary(handle.client, healthCheckMethod, {
       service: "envoy.service.auth.v3.Authorization",
@@ -71,6 +72,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       jwks: _jwks,
       credentials: _credentials,
       decision_path: _decisionPath,
+      grpc_serving: _grpcServing,
       ...listeners
     } = ready.body.checks as Record<string, boolean>;
     assert.deepEqual(listeners, { grpc: true, proxy: true, redis: false, audit: true });

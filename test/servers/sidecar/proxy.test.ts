@@ -18,6 +18,8 @@ describe("sidecar forward proxy, end to end with a real upstream", () => {
   before(async () => {
     world = await startWorld();
     sidecar = await world.startSidecar();
+    // As in a pod, traffic comes once the sidecar is ready (its warm-up is done).
+    assert.equal(await sidecar.sidecar.whenReady(30_000), true);
   });
   beforeEach(() => {
     world.upstream.seen.length = 0;

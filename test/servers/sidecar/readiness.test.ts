@@ -9,8 +9,9 @@ import { startWorld, type World } from "./world.ts";
 /**
  * `/readyz` tells the truth (issue 16, item 6): ready only once the callers' JWKS is fetched and
  * the sidecar's own credentials are accepted by the real authority; wrong credentials keep it
- * unready and are logged once with their cause; the first Check after ready is decided within
- * Envoy's 200 ms deadline.
+ * unready and are logged once with their cause; the first Check after ready is allowed. What
+ * that first Check costs a fresh process (within Envoy's 200 ms deadline) is first-check.test.ts:
+ * in this process the authority shares the CPU and has compiled the same schemas already.
  */
 
 interface Readyz {
@@ -32,9 +33,9 @@ describe("sidecar readiness against a real authority and identity provider", () 
   });
   after(() => world.close());
 
-  test("ready after the JWKS and its own credentials are proven; the first Check is allowed within 200 ms", async () => {
+  test("ready after the JWKS, its own credentials and the warm-up are proven; the first Check is allowed", async () => {
     const logs = createLogCapture();
-    const handle = await world.startSidecar({ decisionTimeoutMs: 200, logger: logs.logger("sidecar") });
+    const handle = await world.startSidecar({ logger: logs.logger("sidecar") });
     assert.equal(await handle.sidecar.whenReady(10_000), true);
     const ready = await readyz(handle.ports.metrics);
     assert.equal(ready.status, 200);
@@ -45,6 +46,7 @@ describe("sidecar readiness against a real authority and identity provider", () 
       jwks: true,
       credentials: true,
       decision_path: true,
+      grpc_serving: true,
     });
     const first = await handle.check({});
     assert.equal(first.status.code, 0, JSON.stringify(first.denied_response ?? {}));
