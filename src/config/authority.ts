@@ -1,38 +1,45 @@
 /**
- * The configuration of `authority serve` (names in docs/configuration.md), resolved from
- * flags > environment > config file > defaults and validated once at start.
+ * The configuration of `authority serve` and `authority reprotect`: its settings (one
+ * definition each; docs/configuration.md is generated from them) and the typed
+ * configuration the service's builder takes, validated once at start.
  */
 
 import { join, resolve } from "node:path";
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
+import type { McpConfig } from "../mcp/config.ts";
 import { ConfigError } from "./errors.ts";
-import { readConfigFile } from "./file.ts";
+import {
+  defineProcess,
+  type LoadInputs,
+  loadProcessConfig,
+  type ProcessInputs,
+  resolveProcessConfig,
+} from "./schema.ts";
 import {
   bearerTokenSettings,
   boolean,
+  duration,
   egressAllowSetting,
   httpUrl,
   integer,
   type ListenAddress,
+  type LogLevel,
   list,
   listenAddress,
+  logLevelSetting,
   oneOf,
+  path,
+  positiveInteger,
   redisUrl,
-  resolveSetting,
-  type SettingInputs,
   type SettingSource,
-  type SettingSpec,
+  setting,
   storeUrl,
   text,
-  unknownFileKeys,
 } from "./settings.ts";
 import { configuredIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
 
-export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
-export type LogLevel = (typeof logLevels)[number];
-
-import type { EgressAllowEntry } from "../core/egress-address.ts";
-import type { McpConfig } from "../mcp/config.ts";
+export { type LogLevel, logLevels } from "./validators.ts";
 
 export interface AuthorityConfig {
   readonly logLevel: LogLevel;
@@ -78,8 +85,8 @@ export interface AuthorityConfig {
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly mcp: McpConfig;
   /**
-   * The binding runtime's upstream deadline (default 10 s) and workload-token lifetime
-   * (default 300 s); the service builder passes them on.
+   * The binding runtime's upstream deadline and workload-token lifetime; the service builder
+   * passes them on.
    */
   readonly bindings: { readonly upstreamTimeoutMs?: number; readonly workloadTokenLifetimeSec?: number };
   /** The platform admin's egress allow list (upstream destinations beyond public addresses). */
@@ -88,317 +95,361 @@ export interface AuthorityConfig {
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
 
-const spec = <T>(s: SettingSpec<T>): SettingSpec<T> => s;
-
 /** Every setting of `authority serve`, in the order the help lists them. */
 export const authoritySettings = {
-  config: spec({
-    key: "config",
-    env: "AUTHORITY_CONFIG_FILE",
-    description: "JSON or YAML file of settings (keys are the flag names)",
-    notInFile: true,
-    parse: text(),
-  }),
-  logLevel: spec({
-    key: "log-level",
-    env: "AUTHORITY_LOG_LEVEL",
-    description: "log level (default info)",
-    parse: oneOf(logLevels),
-  }),
-  stateDir: spec({
+  logLevel: logLevelSetting(),
+  stateDir: setting({
     key: "state-dir",
     env: "AUTHORITY_STATE_DIR",
-    description: "embedded state directory (default ./.authority)",
-    parse: text(),
+    description: "embedded state directory (SQLite file, wrapped keys)",
+    default: "./.authority",
+    parse: path,
   }),
-  store: spec({
+  store: setting({
     key: "store",
     env: "AUTHORITY_STORE_URL",
-    description: "sqlite:<file> or redis://host:port/db (default sqlite:<state-dir>/authority.db)",
+    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
+    defaultText: "sqlite:<state-dir>/authority.db",
     secret: true,
     parse: storeUrl,
   }),
-  kekFile: spec({
+  kekFile: setting({
     key: "kek-file",
     env: "AUTHORITY_KEK_FILE",
-    description: "key-encryption key file (default <state-dir>/kek)",
-    parse: text(),
+    description:
+      "key-encryption key file (32 bytes, base64) wrapping keys at rest; a missing file is an error unless --init-kek",
+    defaultText: "<state-dir>/kek",
+    parse: path,
   }),
-  kek: spec({
+  kek: setting({
     key: "kek",
     env: "AUTHORITY_KEK",
-    description: "the key-encryption key itself (base64; environment only)",
+    description: "the key-encryption key itself (base64), instead of a file; environment only",
     secret: true,
     notInFile: true,
     noFlag: true,
     parse: text({ secret: true }),
   }),
-  initKek: spec({
+  initKek: setting({
     key: "init-kek",
     env: "AUTHORITY_INIT_KEK",
     description:
-      "create the KEK file if it does not exist (first start of an embedded SQLite install; default false)",
+      "create the KEK file if it does not exist (first start of an embedded SQLite install; refused with a shared store)",
+    default: false,
     parse: boolean,
   }),
-  listen: spec({
+  listen: setting({
     key: "listen",
     env: "AUTHORITY_LISTEN",
-    description: "address to listen on (default 127.0.0.1:8080)",
+    description: "address to listen on",
+    default: "127.0.0.1:8080",
     parse: listenAddress,
   }),
-  publicUrl: spec({
+  publicUrl: setting({
     key: "public-url",
     env: "AUTHORITY_PUBLIC_URL",
-    description: "public base URL (default http://127.0.0.1:8080)",
+    description: "public base URL",
+    default: "http://127.0.0.1:8080",
     parse: httpUrl,
   }),
   ...bearerTokenSettings,
   trustedIssuers: trustedIssuersSetting,
-  managedUrl: spec({
+  managedUrl: setting({
     key: "managed-url",
     env: "AUTHORITY_MANAGED_URL",
-    description: "managed crypto API (default https://127.0.0.1:8081)",
+    description: "managed crypto API",
+    default: "https://127.0.0.1:8081",
     parse: httpUrl,
   }),
-  cryptoUrl: spec({
+  cryptoUrl: setting({
     key: "crypto-url",
     env: "AUTHORITY_CRYPTO_URL",
-    description: "upstream crypto service (default http://127.0.0.1:8082)",
+    description: "upstream crypto service",
+    default: "http://127.0.0.1:8082",
     parse: httpUrl,
   }),
-  policyProtection: spec({
+  policyProtection: setting({
     key: "policy-protection",
     env: "AUTHORITY_POLICY_PROTECTION",
     description:
-      "crypto: policies protected and opened by the crypto service (--crypto-url); embedded: key rings in this process under its KEK (default: crypto when --crypto-credentials-file is set, else embedded)",
+      "who protects and opens policies. `crypto`: the crypto service at --crypto-url (no policy key in this process); `embedded`: key rings in this process's store under its KEK (the one-process mode; a warning says so at start)",
+    defaultText: "crypto when --crypto-credentials-file is set, else embedded",
     parse: oneOf(["crypto", "embedded"] as const),
   }),
-  cryptoCredentialsFile: spec({
+  cryptoCredentialsFile: setting({
     key: "crypto-credentials-file",
     env: "AUTHORITY_CRYPTO_CREDENTIALS_FILE",
     description:
-      "mounted secret (JSON): username, password, api_key, access_key, secret_key of the service identity (required in crypto mode)",
-    parse: text(),
+      'mounted secret (JSON): `username`, `password` of the service account at the IdP, and `api_key`, `access_key`, `secret_key` of the service identity `service:<identity>`; optional `subjects: { "<subject id>": { api_key, access_key, secret_key } }` for `subject_credentials_v1` policies (without an entry such a policy fails closed, 503). Required in crypto mode',
+    parse: path,
   }),
-  cryptoTokenUrl: spec({
+  cryptoTokenUrl: setting({
     key: "crypto-token-url",
     env: "AUTHORITY_CRYPTO_TOKEN_URL",
     description:
-      "token endpoint of the password grant for the crypto service (default <issuer>/oauth2/token)",
+      "token endpoint of the password grant of that service account (the token is cached until shortly before it expires)",
+    defaultText: "<issuer>/oauth2/token",
     parse: httpUrl,
   }),
-  redisUrl: spec({
+  redisUrl: setting({
     key: "redis-url",
     env: "AUTHORITY_REDIS_URL",
     description: "Redis for policy-change pub/sub and sidecar caches (optional)",
     secret: true,
     parse: redisUrl,
   }),
-  serviceIdentity: spec({
+  serviceIdentity: setting({
     key: "service-identity",
     env: "AUTHORITY_SERVICE_IDENTITY",
-    description: "service identity protecting platform_service_v2 policies (default authority)",
+    description: "service identity protecting `platform_service_v2` policies (their key owner)",
+    default: "authority",
     parse: text(),
   }),
-  bodyLimit: spec({
+  bodyLimit: setting({
     key: "body-limit",
     env: "AUTHORITY_BODY_LIMIT",
-    description: "largest request body in bytes (default 1048576)",
+    description: "largest request body in bytes",
+    default: 1024 * 1024,
     parse: integer(1024, 64 * 1024 * 1024),
   }),
-  policyCacheSize: spec({
+  policyCacheSize: setting({
     key: "policy-cache-size",
     env: "AUTHORITY_POLICY_CACHE_SIZE",
-    description: "verified policies kept in memory (default 10000)",
-    parse: integer(1, 10_000_000),
+    description: "verified policies kept in memory",
+    default: 10_000,
+    parse: positiveInteger(10_000_000),
   }),
-  policyCacheTtl: spec({
+  policyCacheTtl: setting({
     key: "policy-cache-ttl",
     env: "AUTHORITY_POLICY_CACHE_TTL",
-    description: "seconds a verified policy stays cached (default 300; freshness comes from the record)",
-    parse: integer(1, 86_400),
+    description:
+      "seconds a verified policy stays cached (memory hygiene: freshness comes from the record, read on every call)",
+    default: 300,
+    parse: duration("s", 1, 86_400),
   }),
-  recordCache: spec({
+  recordCache: setting({
     key: "record-cache-ms",
     env: "AUTHORITY_RECORD_CACHE_MS",
     description:
-      "milliseconds subject and capability records are reused on the decision path, 0 to read every time (default 1000; policy records are always read)",
-    parse: integer(0, 60_000),
+      "milliseconds subject and capability records are reused on the decision path, 0 to read every time (policy records are always read)",
+    default: 1000,
+    parse: duration("ms", 0, 60_000),
   }),
-  tokenCacheSize: spec({
+  tokenCacheSize: setting({
     key: "token-cache-size",
     env: "AUTHORITY_TOKEN_CACHE_SIZE",
-    description: "verified bearer tokens kept in memory, 0 to verify every time (default 10000)",
+    description:
+      "verified bearer tokens kept in memory (each at most 60 s, never past `exp`), 0 to verify every time",
+    default: 10_000,
     parse: integer(0, 10_000_000),
   }),
-  auditBuffer: spec({
+  auditBuffer: setting({
     key: "audit-buffer",
     env: "AUTHORITY_AUDIT_BUFFER",
-    description: "audit records held while the store is unavailable (default 100000)",
-    parse: integer(1, 10_000_000),
+    description: "audit records held while the store is unavailable (beyond: 503)",
+    default: 100_000,
+    parse: positiveInteger(10_000_000),
   }),
-  shutdownTimeout: spec({
+  shutdownTimeout: setting({
     key: "shutdown-timeout",
     env: "AUTHORITY_SHUTDOWN_TIMEOUT",
-    description: "seconds to drain requests and flush audit on shutdown (default 10)",
-    parse: integer(1, 3600),
+    description: "seconds to drain requests and flush audit on shutdown",
+    default: 10,
+    parse: duration("s", 1, 3600),
   }),
-  parameterScoping: spec({
+  parameterScoping: setting({
     key: "parameter-scoping",
     env: "AUTHORITY_PARAMETER_SCOPING",
-    description: "enforce signed parameter constraints (default false)",
+    description: "enforce signed parameter constraints",
+    default: false,
     parse: boolean,
   }),
-  parameterScopingPartners: spec({
+  parameterScopingPartners: setting({
     key: "parameter-scoping-partners",
     env: "AUTHORITY_PARAMETER_SCOPING_PARTNERS",
-    description: "comma-separated partners allowed to use parameter constraints",
+    description: "partner ids allowed to use parameter constraints",
     parse: list,
   }),
-  mcpAllowedOrigins: spec({
+  mcpAllowedOrigins: setting({
     key: "mcp-allowed-origins",
     env: "AUTHORITY_MCP_ALLOWED_ORIGINS",
-    description: "comma-separated browser origins allowed to call /mcp (default: the public URL's origin)",
+    description: "browser origins allowed to call /mcp",
+    defaultText: "the public URL's origin",
     parse: list,
   }),
-  mcpUpstreamTimeout: spec({
+  mcpUpstreamTimeout: setting({
     key: "mcp-upstream-timeout-ms",
     env: "AUTHORITY_MCP_UPSTREAM_TIMEOUT_MS",
-    description: "deadline of one upstream call in MCP tools/call (default 10000)",
-    parse: integer(1, 600_000),
+    description: "deadline of one upstream call in MCP tools/call",
+    default: 10_000,
+    parse: duration("ms", 1, 600_000),
   }),
-  bindingUpstreamTimeout: spec({
+  bindingUpstreamTimeout: setting({
     key: "binding-upstream-timeout-ms",
     env: "AUTHORITY_BINDING_UPSTREAM_TIMEOUT_MS",
-    description: "deadline of one upstream call of binding invoke and broker execute (default 10000)",
-    parse: integer(1, 600_000),
+    description: "deadline of one upstream call of binding invoke and broker execute",
+    default: 10_000,
+    parse: duration("ms", 1, 600_000),
   }),
-  workloadTokenLifetime: spec({
+  workloadTokenLifetime: setting({
     key: "workload-token-lifetime",
     env: "AUTHORITY_WORKLOAD_TOKEN_LIFETIME",
-    description: "seconds a workload access token is valid (default 300)",
-    parse: integer(30, 86_400),
+    description: "seconds a workload access token is valid",
+    default: 300,
+    parse: duration("s", 30, 86_400),
   }),
-  egressAllow: spec(egressAllowSetting),
+  egressAllow: egressAllowSetting,
 } as const;
 
-type Settings = typeof authoritySettings;
-type SettingName = keyof Settings;
-type ValueOf<N extends SettingName> = Settings[N] extends SettingSpec<infer T> ? T : never;
+const AUTHORITY_NOTES = `A missing KEK file is an error that names the path: a new KEK is created (mode 0600) only by
+an explicit init — \`--init-kek\` (SQLite store only; \`authority crypto --init-kek\` likewise) or
+the \`authority dev\` / \`demo\` quick start. With Redis the KEK must be given (\`AUTHORITY_KEK\` or an
+existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
+See docs/authorize.md for what each cache may delay and the fail-closed behaviour.
 
-export interface AuthorityConfigInputs {
-  readonly flags?: Readonly<Record<string, string | undefined>>;
-  readonly env?: Readonly<Record<string, string | undefined>>;
-  /** Working directory relative paths resolve against (default process.cwd()). */
-  readonly cwd?: string;
-}
+### Trusted issuers
 
-/** Resolves from already-parsed inputs (no file I/O): what tests call. */
-export function resolveAuthorityConfig(inputs: SettingInputs & { readonly cwd?: string }): AuthorityConfig {
-  if (inputs.file !== undefined) {
-    const unknown = unknownFileKeys(inputs.file, Object.values(authoritySettings) as SettingSpec<unknown>[]);
-    if (unknown.length > 0) {
+\`issuer\`, \`jwks-url\` and \`audience\` name the **primary** issuer: the platform's own (the
+development IdP in \`make dev\`). \`trusted-issuers\` lists further issuers (a platform's own
+OpenID provider beside it); with only the list, its first entry is the primary. The token's
+\`iss\` selects the issuer before anything is verified: a token is checked only with the keys,
+audiences and rules of the issuer it names, an \`iss\` not listed is refused (\`invalid_token\`),
+and each issuer's JWKS is fetched and cached on its own (docs/identity.md).
+
+\`\`\`yaml
+issuer: http://127.0.0.1:8083            # primary (development IdP)
+trusted-issuers:
+  - issuer: https://login.platform.example          # exact \`iss\`
+    jwks-url: https://login.platform.example/keys   # default <issuer>/.well-known/jwks.json
+    audience: [api://authority]                     # string or list; default authority
+    token-use: access                               # required token_use claim; false: none
+    token-types: [at+jwt]                           # accepted \`typ\` headers; default any
+    vouched-subjects: false                         # default: true for the primary only
+    claims:                                         # which claim gives what (defaults shown)
+      subject: sub
+      roles: roles
+      partner-id: partner_id
+      scopes: scope                                 # \`scope\` also falls back to \`scp\`
+\`\`\`
+
+In the environment: \`AUTHORITY_TRUSTED_ISSUERS='[{"issuer":"https://login.platform.example","audience":"api://authority"}]'\`.
+Unknown keys, a claim name that is not one, and an issuer listed twice are refused at start.
+The sidecar reads the same setting. Every listed issuer is trusted for the claims it maps:
+its roles are roles here (an \`admin\` from any listed issuer is a platform admin), its
+partner claim names the partner its agents belong to; see docs/identity.md "Several issuers".
+
+### Egress allow list
+
+\`AUTHORITY_EGRESS_ALLOW\` (\`--egress-allow\`, key \`egress-allow\` in a config file) is the platform
+admin's list of upstream destinations beyond public addresses, for \`authority serve\` (OpenAPI
+import, invoke, broker, MCP, OAuth token endpoints of auth profiles) and \`authority sidecar\`
+(the forward proxy). Comma-separated; each entry is one of:
+
+| entry | example | opens |
+|---|---|---|
+| CIDR block | \`10.0.0.0/8\`, \`fd00::/8\` | every address and port in it |
+| one address | \`10.1.2.3\`, \`fd00::5\` | that address, every port (a \`/32\` or \`/128\`) |
+| address and port | \`127.0.0.1:18080\`, \`[::1]:18080\` | exactly that address and port |
+
+Entries are written canonically (dotted decimal IPv4, no host bits below the prefix, ports
+1–65535); host names are refused, because the policy is checked on the address a connection
+really reaches. An entry opens only the loopback, link-local, private (\`10/8\`, \`172.16/12\`,
+\`192.168/16\`), shared (\`100.64/10\`), unique-local (\`fc00::/7\`) and reserved classes. Cloud
+metadata addresses and names, the unspecified address, multicast and broadcast, and the
+platform's own services (the service URLs and listen addresses the process is configured with)
+stay refused whatever the list says. There is no per-partner setting and no admin API for it.
+\`authority dev\` and \`authority demo\` set it to exactly the sample API (\`127.0.0.1:18080\` with
+the default ports). The rules: docs/security.md, *Egress*.`;
+
+/** The schema of `authority serve` (and `authority reprotect`, which opens policies the same way). */
+export const authoritySchema = defineProcess({
+  command: "serve",
+  title: "Authority service (`authority serve`, `authority reprotect`)",
+  settings: authoritySettings,
+  notes: AUTHORITY_NOTES,
+  build(read): AuthorityConfig {
+    const cwd = read.cwd;
+    const stateDir = resolve(cwd, read.value("stateDir"));
+    const store = read.optional("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
+    const trustedIssuers = configuredIssuers(
+      read.optional("issuer"),
+      read.optional("jwksUrl"),
+      read.optional("audience"),
+      read.optional("trustedIssuers"),
+    );
+    const primary = trustedIssuers[0] as TrustedIssuer;
+    const issuer = primary.issuer;
+    const kekValue = read.optional("kek");
+    const initKek = read.value("initKek");
+    if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
       throw new ConfigError(
-        `${inputs.fileName ?? "the config file"} has unknown settings: ${unknown.join(", ")}`,
+        "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
       );
     }
-  }
-  const sources: Record<string, SettingSource> = {};
-  const get = <N extends SettingName>(name: N): ValueOf<N> | undefined => {
-    const setting = authoritySettings[name] as SettingSpec<ValueOf<N>>;
-    const resolved = resolveSetting(setting, inputs);
-    sources[setting.key] = resolved.source;
-    return resolved.value;
-  };
-  const cwd = inputs.cwd ?? process.cwd();
-  const stateDir = resolve(cwd, get("stateDir") ?? "./.authority");
-  const store = get("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
-  const trustedIssuers = configuredIssuers(
-    get("issuer"),
-    get("jwksUrl"),
-    get("audience"),
-    get("trustedIssuers"),
-  );
-  const primary = trustedIssuers[0] as TrustedIssuer;
-  const issuer = primary.issuer;
-  const kekValue = get("kek");
-  const initKek = get("initKek") ?? false;
-  if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
-    throw new ConfigError(
-      "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
-    );
-  }
-  const redis = get("redisUrl");
-  const cryptoUrl = get("cryptoUrl");
-  const credentialsFile = get("cryptoCredentialsFile");
-  const protectionMode = get("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
-  if (protectionMode === "crypto" && credentialsFile === undefined) {
-    throw new ConfigError(
-      "--policy-protection crypto needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials",
-    );
-  }
-  const tokenUrl = get("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
-  const config: AuthorityConfig = {
-    logLevel: get("logLevel") ?? "info",
-    stateDir,
-    storeUrl: store,
-    kek: {
-      ...(kekValue === undefined ? {} : { value: kekValue }),
-      file: resolve(cwd, get("kekFile") ?? join(stateDir, "kek")),
-      createIfMissing: initKek,
-    },
-    listen: get("listen") ?? { host: "127.0.0.1", port: 8080 },
-    publicUrl: get("publicUrl") ?? "http://127.0.0.1:8080",
-    issuer,
-    jwksUrl: primary.jwksUrl,
-    audience: primary.audience[0] ?? "authority",
-    trustedIssuers,
-    managedUrl: get("managedUrl") ?? "https://127.0.0.1:8081",
-    cryptoUrl: cryptoUrl ?? "http://127.0.0.1:8082",
-    policyProtection:
-      protectionMode === "crypto" && credentialsFile !== undefined
-        ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
-        : { mode: "embedded" },
-    ...(redis === undefined ? {} : { redisUrl: redis }),
-    serviceIdentity: get("serviceIdentity") ?? "authority",
-    bodyLimitBytes: get("bodyLimit") ?? 1024 * 1024,
-    policyCache: { max: get("policyCacheSize") ?? 10_000, ttlMs: (get("policyCacheTtl") ?? 300) * 1000 },
-    tokenCache: { max: get("tokenCacheSize") ?? 10_000 },
-    recordCacheMs: get("recordCache") ?? 1000,
-    auditBuffer: get("auditBuffer") ?? 100_000,
-    shutdownTimeoutMs: (get("shutdownTimeout") ?? 10) * 1000,
-    parameterScoping: {
-      enabled: get("parameterScoping") ?? false,
-      partnerAllowlist: get("parameterScopingPartners") ?? [],
-    },
-    mcp: {
-      ...(get("mcpAllowedOrigins") === undefined ? {} : { allowedOrigins: get("mcpAllowedOrigins") }),
-      ...(get("mcpUpstreamTimeout") === undefined ? {} : { upstreamTimeoutMs: get("mcpUpstreamTimeout") }),
-    },
-    bindings: {
-      ...(get("bindingUpstreamTimeout") === undefined
-        ? {}
-        : { upstreamTimeoutMs: get("bindingUpstreamTimeout") }),
-      ...(get("workloadTokenLifetime") === undefined
-        ? {}
-        : { workloadTokenLifetimeSec: get("workloadTokenLifetime") }),
-    },
-    egress: { allow: get("egressAllow") ?? [] },
-    sources,
-  };
-  return config;
+    const redis = read.optional("redisUrl");
+    const credentialsFile = read.optional("cryptoCredentialsFile");
+    const protectionMode =
+      read.optional("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
+    if (protectionMode === "crypto" && credentialsFile === undefined) {
+      throw new ConfigError(
+        "--policy-protection crypto needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials",
+      );
+    }
+    const tokenUrl = read.optional("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
+    const allowedOrigins = read.optional("mcpAllowedOrigins");
+    return {
+      logLevel: read.value("logLevel"),
+      stateDir,
+      storeUrl: store,
+      kek: {
+        ...(kekValue === undefined ? {} : { value: kekValue }),
+        file: resolve(cwd, read.optional("kekFile") ?? join(stateDir, "kek")),
+        createIfMissing: initKek,
+      },
+      listen: read.value("listen"),
+      publicUrl: read.value("publicUrl"),
+      issuer,
+      jwksUrl: primary.jwksUrl,
+      audience: primary.audience[0] ?? "authority",
+      trustedIssuers,
+      managedUrl: read.value("managedUrl"),
+      cryptoUrl: read.value("cryptoUrl"),
+      policyProtection:
+        protectionMode === "crypto" && credentialsFile !== undefined
+          ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
+          : { mode: "embedded" },
+      ...(redis === undefined ? {} : { redisUrl: redis }),
+      serviceIdentity: read.value("serviceIdentity"),
+      bodyLimitBytes: read.value("bodyLimit"),
+      policyCache: { max: read.value("policyCacheSize"), ttlMs: read.value("policyCacheTtl") * 1000 },
+      tokenCache: { max: read.value("tokenCacheSize") },
+      recordCacheMs: read.value("recordCache"),
+      auditBuffer: read.value("auditBuffer"),
+      shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
+      parameterScoping: {
+        enabled: read.value("parameterScoping"),
+        partnerAllowlist: read.optional("parameterScopingPartners") ?? [],
+      },
+      mcp: {
+        ...(allowedOrigins === undefined ? {} : { allowedOrigins }),
+        upstreamTimeoutMs: read.value("mcpUpstreamTimeout"),
+      },
+      bindings: {
+        upstreamTimeoutMs: read.value("bindingUpstreamTimeout"),
+        workloadTokenLifetimeSec: read.value("workloadTokenLifetime"),
+      },
+      egress: { allow: read.optional("egressAllow") ?? [] },
+      sources: read.sources(),
+    };
+  },
+});
+
+/** Resolves from already-parsed inputs (no file I/O): what tests call. */
+export function resolveAuthorityConfig(inputs: ProcessInputs): AuthorityConfig {
+  return resolveProcessConfig(authoritySchema, inputs);
 }
 
 /** Reads the config file named by `--config` / AUTHORITY_CONFIG_FILE (if any), then resolves. */
-export async function loadAuthorityConfig(inputs: AuthorityConfigInputs): Promise<AuthorityConfig> {
-  const fileName = resolveSetting(authoritySettings.config, inputs).value;
-  const cwd = inputs.cwd ?? process.cwd();
-  if (fileName === undefined) return resolveAuthorityConfig({ ...inputs, cwd });
-  const path = resolve(cwd, fileName);
-  return resolveAuthorityConfig({ ...inputs, cwd, file: await readConfigFile(path), fileName: path });
-}
-
-/** A flag name's commander attribute name (`public-url` → `publicUrl`). */
-export function flagAttribute(key: string): string {
-  return key.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+export function loadAuthorityConfig(inputs: LoadInputs): Promise<AuthorityConfig> {
+  return loadProcessConfig(authoritySchema, inputs);
 }

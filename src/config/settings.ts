@@ -1,15 +1,26 @@
 /**
- * Settings resolved from flags, the environment and an optional JSON or YAML file, in that
- * order of precedence (flags win), then defaults. Each setting names its flag (also its
- * key in the file) and its environment variable (docs/configuration.md); it is parsed and
- * validated once, at start. Messages name the setting and where it came from, never the
- * value of a secret one.
+ * The one configuration mechanism of every `authority` process. A setting is defined once —
+ * its key (the flag without dashes, also its key in a config file), environment variable,
+ * validator, default, description and whether it is a secret — and a process's schema lists
+ * its settings and turns them into the typed configuration its builder takes. Values come
+ * from flags, the environment and an optional JSON or YAML file (`--config`), in that order
+ * of precedence, then defaults; they are validated once, at start. Messages name the setting
+ * and where it came from, never the value of a secret one. docs/configuration.md is
+ * generated from these definitions (scripts/gen-configuration-doc.ts).
  */
-import { type EgressAllowEntry, parseEgressAllowEntry } from "../core/egress-address.ts";
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { ConfigError } from "./errors.ts";
-import { type ListenAddress, parseListenAddress } from "./listen-address.ts";
+import {
+  egressAllowList,
+  httpUrl,
+  type LogLevel,
+  logLevel,
+  type RawValue,
+  text,
+  type Validator,
+} from "./validators.ts";
 
-export type RawValue = string | number | boolean;
+export * from "./validators.ts";
 
 export type SettingSource = "flag" | "env" | "file" | "default";
 
@@ -24,11 +35,27 @@ export interface SettingSpec<T> {
   readonly notInFile?: boolean;
   /** Not offered as a flag (a secret on a command line shows in process listings). */
   readonly noFlag?: boolean;
+  /**
+   * The flag of a boolean setting whose default is true is `--no-<key>` (`--no-sidecar`); other
+   * boolean flags take an optional value (`--init-kek` alone means true).
+   */
+  readonly negatedFlag?: boolean;
+  /** The value when the setting is given nowhere, as a user would write it (validated like one). */
+  readonly default?: RawValue;
+  /** How the reference page states a default derived from other settings (`<state-dir>/kek`). */
+  readonly defaultText?: string;
+  /** The type as the reference page shows it, when the parser is not a named validator. */
+  readonly type?: string;
   /** Parses a present value; `where` is for messages. */
   parse(raw: RawValue, where: string): T;
   /** Parses a list or mapping given in a config file (settings that accept one). */
   parseStructured?(value: unknown, where: string): T;
 }
+
+export type Settings = Readonly<Record<string, SettingSpec<unknown>>>;
+
+/** Defines a setting, keeping its value type. */
+export const setting = <T>(s: SettingSpec<T>): SettingSpec<T> => s;
 
 export interface SettingInputs {
   /** Values given as flags, by setting key; undefined entries are absent. */
@@ -49,23 +76,63 @@ function isRaw(value: unknown): value is RawValue {
   return typeof value === "string" || typeof value === "number" || typeof value === "boolean";
 }
 
-/** The value of one setting (undefined when nowhere given: the caller applies its default). */
+/** The type of a setting as the reference page and the help show it. */
+export function settingType(spec: SettingSpec<unknown>): string {
+  return spec.type ?? (spec.parse as Partial<Validator<unknown>>).type ?? "text";
+}
+
+/**
+ * Runs a parser. For a secret setting, a message that would repeat any part of the value is
+ * replaced by one that names only the setting: validators are written not to echo, and this
+ * holds even when one does.
+ */
+function parseWith<T>(spec: SettingSpec<T>, where: string, parse: () => T, raw: unknown): T {
+  try {
+    return parse();
+  } catch (error) {
+    if (spec.secret !== true || !(error instanceof ConfigError)) throw error;
+    const value = typeof raw === "string" ? raw.trim() : JSON.stringify(raw);
+    if (value === undefined || value.length === 0 || !leaks(error.message, value)) throw error;
+    throw new ConfigError(`${where} is not valid (${settingType(spec)}; the value is secret and not shown)`);
+  }
+}
+
+/** Whether a message holds the value or a run of 4 or more of its characters. */
+function leaks(message: string, value: string): boolean {
+  if (value.length < 4) return message.includes(value);
+  for (let i = 0; i + 4 <= value.length; i += 1) {
+    if (message.includes(value.slice(i, i + 4))) return true;
+  }
+  return false;
+}
+
+/** The value of one setting; its default (or undefined when it has none) when given nowhere. */
 export function resolveSetting<T>(spec: SettingSpec<T>, inputs: SettingInputs): ResolvedSetting<T> {
-  const flag = inputs.flags?.[spec.key];
-  if (flag !== undefined) return { value: spec.parse(flag, `--${spec.key}`), source: "flag" };
+  const flag = spec.noFlag === true ? undefined : inputs.flags?.[spec.key];
+  if (flag !== undefined) {
+    const where = `--${spec.key}`;
+    return { value: parseWith(spec, where, () => spec.parse(flag, where), flag), source: "flag" };
+  }
   const env = spec.env === undefined ? undefined : inputs.env?.[spec.env];
-  if (env !== undefined && env !== "") return { value: spec.parse(env, spec.env ?? ""), source: "env" };
+  if (env !== undefined && env !== "") {
+    const where = spec.env ?? "";
+    return { value: parseWith(spec, where, () => spec.parse(env, where), env), source: "env" };
+  }
   if (spec.notInFile !== true && inputs.file !== undefined && Object.hasOwn(inputs.file, spec.key)) {
     const raw = inputs.file[spec.key];
     const where = `${spec.key} in ${inputs.fileName ?? "the config file"}`;
-    if (raw === null || raw === undefined) return { value: undefined, source: "file" };
-    if (!isRaw(raw) && spec.parseStructured !== undefined) {
-      return { value: spec.parseStructured(raw, where), source: "file" };
+    if (raw !== null && raw !== undefined) {
+      if (!isRaw(raw) && spec.parseStructured !== undefined) {
+        const parseStructured = spec.parseStructured.bind(spec);
+        return { value: parseWith(spec, where, () => parseStructured(raw, where), raw), source: "file" };
+      }
+      if (!isRaw(raw)) throw new ConfigError(`${where} must be a string, number or boolean`);
+      return { value: parseWith(spec, where, () => spec.parse(raw, where), raw), source: "file" };
     }
-    if (!isRaw(raw)) throw new ConfigError(`${where} must be a string, number or boolean`);
-    return { value: spec.parse(raw, where), source: "file" };
   }
-  return { value: undefined, source: "default" };
+  const fallback = spec.default;
+  if (fallback === undefined) return { value: undefined, source: "default" };
+  return { value: spec.parse(fallback, `the default of ${spec.key}`), source: "default" };
 }
 
 /** Keys of a config file that no setting knows: a typo must not be silently ignored. */
@@ -78,143 +145,59 @@ export function unknownFileKeys(
 }
 
 // ---------------------------------------------------------------------------------------
-// Parsers
+// Settings several processes share: defined here once, listed by each process's schema.
 
-function asText(raw: RawValue, where: string): string {
-  if (typeof raw !== "string") throw new ConfigError(`${where} must be a string`);
-  return raw.trim();
-}
+/** `--config`: every process reads its settings file from here. */
+export const configFileSetting = setting({
+  key: "config",
+  env: "AUTHORITY_CONFIG_FILE",
+  description:
+    "JSON or YAML file of settings: keys are the flag names without `--`; unknown keys are refused",
+  notInFile: true,
+  type: "path",
+  parse: text(),
+});
 
-export const text =
-  (options: { secret?: boolean } = {}) =>
-  (raw: RawValue, where: string): string => {
-    const value = asText(raw, where);
-    if (value.length === 0) throw new ConfigError(`${where} must not be empty`);
-    if (options.secret !== true && value.length > 4096) throw new ConfigError(`${where} is too long`);
-    return value;
-  };
-
-export function integer(min: number, max: number) {
-  return (raw: RawValue, where: string): number => {
-    const value =
-      typeof raw === "number"
-        ? raw
-        : typeof raw === "string" && /^\d+$/.test(raw.trim())
-          ? Number(raw)
-          : Number.NaN;
-    if (!Number.isSafeInteger(value) || value < min || value > max) {
-      throw new ConfigError(`${where} must be an integer from ${min} to ${max}`);
-    }
-    return value;
-  };
-}
-
-export function boolean(raw: RawValue, where: string): boolean {
-  if (typeof raw === "boolean") return raw;
-  const value = String(raw).trim().toLowerCase();
-  if (["1", "true", "yes", "on"].includes(value)) return true;
-  if (["0", "false", "no", "off"].includes(value)) return false;
-  throw new ConfigError(`${where} must be true or false`);
-}
-
-export function list(raw: RawValue, where: string): string[] {
-  const value = asText(raw, where);
-  return value
-    .split(",")
-    .map((item) => item.trim())
-    .filter((item) => item.length > 0);
-}
-
-export function httpUrl(raw: RawValue, where: string): string {
-  const value = asText(raw, where);
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    throw new ConfigError(`${where} must be an absolute http(s) URL`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new ConfigError(`${where} must be an absolute http(s) URL`);
-  }
-  return value.replace(/\/+$/, "");
-}
-
-export function oneOf<T extends string>(values: readonly T[]) {
-  return (raw: RawValue, where: string): T => {
-    const value = asText(raw, where);
-    if (!(values as readonly string[]).includes(value)) {
-      throw new ConfigError(`${where} must be one of ${values.join(", ")}`);
-    }
-    return value as T;
-  };
-}
-
-export type { ListenAddress };
-
-/** `host:port` or `[v6]:port`. */
-export function listenAddress(raw: RawValue, where: string): ListenAddress {
-  return parseListenAddress(asText(raw, where), where);
-}
-
-/** A store URL: `sqlite:<file>` or `redis(s)://…`; the value may hold a password, so it is never echoed. */
-export function storeUrl(raw: RawValue, where: string): string {
-  const value = asText(raw, where);
-  if (!/^(sqlite:.+|rediss?:\/\/.+)$/i.test(value)) {
-    throw new ConfigError(`${where} must be sqlite:<file> or redis://host:port[/db]`);
-  }
-  return value;
-}
-
-export function redisUrl(raw: RawValue, where: string): string {
-  const value = asText(raw, where);
-  if (!/^rediss?:\/\/.+/i.test(value)) throw new ConfigError(`${where} must be redis://host:port[/db]`);
-  return value;
-}
-
-/**
- * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address)
- * and `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`). Host names are not accepted:
- * the policy is checked on the address a connection really reaches.
- */
-export function egressAllowList(raw: RawValue, where: string): EgressAllowEntry[] {
-  return list(raw, where).map((item) => {
-    const entry = parseEgressAllowEntry(item);
-    if (entry === undefined) {
-      throw new ConfigError(
-        `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block or an address:port (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080)`,
-      );
-    }
-    return entry;
+export const logLevelSetting = (fallback: LogLevel = "info"): SettingSpec<LogLevel> =>
+  setting({
+    key: "log-level",
+    env: "AUTHORITY_LOG_LEVEL",
+    description: "log level (pino)",
+    default: fallback,
+    parse: logLevel,
   });
-}
 
 /** The egress allow list setting, shared by every process that calls upstreams (serve, sidecar). */
 export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   key: "egress-allow",
   env: "AUTHORITY_EGRESS_ALLOW",
   description:
-    "comma-separated CIDRs and address:port entries upstream calls may reach beyond public addresses (default: none)",
+    "comma-separated CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
+  defaultText: "none",
   parse: egressAllowList,
 };
 
 /** The bearer-token settings every server that verifies tokens shares (serve, sidecar). */
 export const bearerTokenSettings = {
-  issuer: {
+  issuer: setting({
     key: "issuer",
     env: "AUTHORITY_ISSUER",
-    description: "issuer of accepted bearer tokens (default http://127.0.0.1:8083)",
+    description: "issuer of accepted bearer tokens (the primary trusted issuer)",
+    defaultText: "http://127.0.0.1:8083",
     parse: httpUrl,
-  } satisfies SettingSpec<string>,
-  jwksUrl: {
+  }),
+  jwksUrl: setting({
     key: "jwks-url",
     env: "AUTHORITY_JWKS_URL",
-    description: "JWKS of the issuer (default <issuer>/.well-known/jwks.json)",
+    description: "JWKS of the issuer",
+    defaultText: "<issuer>/.well-known/jwks.json",
     parse: httpUrl,
-  } satisfies SettingSpec<string>,
-  audience: {
+  }),
+  audience: setting({
     key: "audience",
     env: "AUTHORITY_AUDIENCE",
-    description: "required token audience (default authority)",
+    description: "required token audience",
+    defaultText: "authority",
     parse: text(),
-  } satisfies SettingSpec<string>,
+  }),
 };

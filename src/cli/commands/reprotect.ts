@@ -1,11 +1,11 @@
 import { type Command, Option } from "commander";
 import { reprotectPolicies } from "../../admin/reprotect.ts";
-import { authoritySettings, flagAttribute, loadAuthorityConfig } from "../../config/authority.ts";
-import { ConfigError } from "../../config/errors.ts";
+import { type AuthorityConfig, authoritySchema } from "../../config/authority.ts";
 import { isCryptoError } from "../../crypto/index.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { buildAuthorityService } from "../../servers/authority/build.ts";
 import { isStoreError } from "../../store/index.ts";
+import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority reprotect`: after a key rotation in the crypto service, re-protects every stored
@@ -13,8 +13,7 @@ import { isStoreError } from "../../store/index.ts";
  * serve` (it opens and protects policies the same way); prints one JSON progress line per
  * policy; resumable — run it again after an interruption, or with --restart to start over.
  */
-async function run(flags: Record<string, string | undefined>, restart: boolean): Promise<void> {
-  const config = await loadAuthorityConfig({ flags, env: process.env });
+async function run(config: AuthorityConfig, restart: boolean): Promise<void> {
   const log = createLogger("reprotect", config.logLevel);
   const service = await buildAuthorityService(config, { logger: log });
   try {
@@ -33,23 +32,12 @@ export function register(program: Command): void {
     .command("reprotect")
     .description("Re-protect every stored policy under the current keys (after a rotation); resumable")
     .addOption(new Option("--restart", "ignore the checkpoint of an interrupted run and start over"));
-  for (const setting of Object.values(authoritySettings)) {
-    if ("noFlag" in setting && setting.noFlag === true) continue;
-    const env = setting.env === undefined ? "" : ` [env ${setting.env}]`;
-    command.addOption(new Option(`--${setting.key} <value>`, `${setting.description}${env}`));
-  }
-  command.action(async (options: Record<string, unknown>, cmd: Command) => {
-    const flags: Record<string, string | undefined> = {};
-    for (const setting of Object.values(authoritySettings)) {
-      const value = options[flagAttribute(setting.key)];
-      if (typeof value === "string") flags[setting.key] = value;
-    }
+  addSettingOptions(command, authoritySchema).action(async (options: { restart?: boolean }, cmd: Command) => {
+    const config = await loadCommandConfig(authoritySchema, cmd);
     try {
-      await run(flags, options.restart === true);
+      await run(config, options.restart === true);
     } catch (error) {
-      if (error instanceof ConfigError || isCryptoError(error) || isStoreError(error)) {
-        cmd.error(`authority reprotect: ${error.message}`);
-      }
+      if (isCryptoError(error) || isStoreError(error)) cmd.error(`authority reprotect: ${error.message}`);
       throw error;
     }
   });

@@ -1,10 +1,10 @@
-import { type Command, Option } from "commander";
-import { authoritySettings, flagAttribute, loadAuthorityConfig } from "../../config/authority.ts";
-import { ConfigError } from "../../config/errors.ts";
+import type { Command } from "commander";
+import { type AuthorityConfig, authoritySchema } from "../../config/authority.ts";
 import { isCryptoError } from "../../crypto/index.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { buildAuthorityService } from "../../servers/authority/build.ts";
 import { isStoreError } from "../../store/index.ts";
+import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority serve`: the authority service. Settings: flags > environment > config file
@@ -13,8 +13,7 @@ import { isStoreError } from "../../store/index.ts";
  * store — bounded by --shutdown-timeout.
  */
 
-async function run(flags: Record<string, string | undefined>): Promise<void> {
-  const config = await loadAuthorityConfig({ flags, env: process.env });
+async function run(config: AuthorityConfig): Promise<void> {
   const log = createLogger("authority", config.logLevel);
   const service = await buildAuthorityService(config, { logger: log });
   const url = await service.listen();
@@ -54,24 +53,12 @@ export function register(program: Command): void {
   const command = program
     .command("serve")
     .description("Run the authority service (admin API, authorize-invocation, audit and usage)");
-  for (const setting of Object.values(authoritySettings)) {
-    if ("noFlag" in setting && setting.noFlag === true) continue;
-    const env = setting.env === undefined ? "" : ` [env ${setting.env}]`;
-    command.addOption(new Option(`--${setting.key} <value>`, `${setting.description}${env}`));
-  }
-  command.action(async (options: Record<string, unknown>, cmd: Command) => {
-    const flags: Record<string, string | undefined> = {};
-    for (const setting of Object.values(authoritySettings)) {
-      const value = options[flagAttribute(setting.key)];
-      if (typeof value === "string") flags[setting.key] = value;
-    }
+  addSettingOptions(command, authoritySchema).action(async (_options: unknown, cmd: Command) => {
+    const config = await loadCommandConfig(authoritySchema, cmd);
     try {
-      await run(flags);
+      await run(config);
     } catch (error) {
-      if (error instanceof ConfigError) cmd.error(`authority serve: ${error.message}`);
-      if (isCryptoError(error) || isStoreError(error)) {
-        cmd.error(`authority serve: ${error.message}`);
-      }
+      if (isCryptoError(error) || isStoreError(error)) cmd.error(`authority serve: ${error.message}`);
       throw error;
     }
   });

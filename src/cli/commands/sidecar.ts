@@ -1,20 +1,21 @@
-import { type Command, Option } from "commander";
+import type { Command } from "commander";
 import { ConfigError } from "../../config/errors.ts";
 import { isCryptoError } from "../../crypto/index.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { PolicyCacheError } from "../../policy/cache/index.ts";
 import { buildSidecar } from "../../servers/sidecar/build.ts";
-import { resolveSidecarConfig, sidecarSettings } from "../../servers/sidecar/config.ts";
+import { type SidecarConfig, sidecarSchema } from "../../servers/sidecar/config.ts";
 import { SidecarConfigError } from "../../servers/sidecar/errors.ts";
+import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority sidecar`: Envoy ext_authz (gRPC), the forward proxy and the metrics/health port
- * (docs/sidecar.md). Settings: flags > environment > defaults (docs/configuration.md).
+ * (docs/sidecar.md). Settings: flags > environment > config file (`--config`) > defaults
+ * (docs/configuration.md).
  * SIGTERM / SIGINT: not ready at once, in-flight requests drain, then exit.
  */
 
-async function run(flags: Record<string, string | undefined>): Promise<void> {
-  const config = resolveSidecarConfig({ flags, env: process.env });
+async function run(config: SidecarConfig): Promise<void> {
   const log = createLogger("sidecar", config.logLevel);
   const sidecar = await buildSidecar(config, { logger: log });
   try {
@@ -46,28 +47,14 @@ async function run(flags: Record<string, string | undefined>): Promise<void> {
   process.once("SIGTERM", () => stop("SIGTERM"));
 }
 
-/** commander's attribute name for a flag key (`grpc-listen` → `grpcListen`). */
-function attribute(key: string): string {
-  return key.replace(/-([a-z])/g, (_match, letter: string) => letter.toUpperCase());
-}
-
 export function register(program: Command): void {
   const command = program
     .command("sidecar")
     .description("Run the per-pod sidecar: Envoy ext_authz (gRPC), forward proxy, metrics and health");
-  for (const setting of Object.values(sidecarSettings)) {
-    if ("noFlag" in setting && setting.noFlag === true) continue;
-    const env = setting.env === undefined ? "" : ` [env ${setting.env}]`;
-    command.addOption(new Option(`--${setting.key} <value>`, `${setting.description}${env}`));
-  }
-  command.action(async (options: Record<string, unknown>, cmd: Command) => {
-    const flags: Record<string, string | undefined> = {};
-    for (const setting of Object.values(sidecarSettings)) {
-      const value = options[attribute(setting.key)];
-      if (typeof value === "string") flags[setting.key] = value;
-    }
+  addSettingOptions(command, sidecarSchema).action(async (_options: unknown, cmd: Command) => {
+    const config = await loadCommandConfig(sidecarSchema, cmd);
     try {
-      await run(flags);
+      await run(config);
     } catch (error) {
       if (
         error instanceof ConfigError ||
