@@ -38,6 +38,9 @@ export function addSettingOptions(command: Command, schema: ProcessSchema<Settin
       spec.env === undefined ? "" : ` [env ${spec.env}]`,
     ].join("");
     command.addOption(new Option(flag, help));
+    for (const alias of spec.flagAliases ?? []) {
+      command.addOption(new Option(`--${alias} <value>`, `the same as --${spec.key}`));
+    }
   }
   return command;
 }
@@ -50,7 +53,9 @@ export function givenFlags(
   const flags: Record<string, string> = {};
   for (const spec of allSettings(schema)) {
     if (spec.noFlag === true) continue;
-    const value = options[flagAttribute(spec.key)];
+    const value = [spec.key, ...(spec.flagAliases ?? [])]
+      .map((key) => options[flagAttribute(key)])
+      .find((given) => given !== undefined);
     if (typeof value === "string") flags[spec.key] = value;
     else if (value === true && spec.negatedFlag !== true) flags[spec.key] = "true";
     else if (value === false && spec.negatedFlag === true) flags[spec.key] = "false";

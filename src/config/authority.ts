@@ -366,6 +366,7 @@ export const authoritySchema = defineProcess({
   command: "serve",
   title: "Authority service (`authority serve`, `authority reprotect`)",
   settings: authoritySettings,
+  configEnv: "AUTHORITY_CONFIG_FILE",
   notes: AUTHORITY_NOTES,
   build(read): AuthorityConfig {
     const cwd = read.cwd;

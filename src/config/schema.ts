@@ -38,6 +38,8 @@ export interface ProcessSchema<S extends Settings, C> {
   /** The heading of its section in docs/configuration.md. */
   readonly title: string;
   readonly settings: S;
+  /** The environment variable that may name the config file (only `authority serve` has one). */
+  readonly configEnv?: string;
   /** Markdown the reference page prints after the table (why-free: what the settings do). */
   readonly notes?: string;
   build(read: SettingReader<S>): C;
@@ -48,7 +50,7 @@ export const defineProcess = <S extends Settings, C>(schema: ProcessSchema<S, C>
 
 /** Every setting a process accepts: the schema's and `--config`. */
 export function allSettings(schema: ProcessSchema<Settings, unknown>): SettingSpec<unknown>[] {
-  return [configFileSetting, ...Object.values(schema.settings)];
+  return [configFileSetting(schema.configEnv), ...Object.values(schema.settings)];
 }
 
 export interface ProcessInputs extends SettingInputs {
@@ -107,7 +109,7 @@ export async function loadProcessConfig<S extends Settings, C>(
 ): Promise<C> {
   const env = inputs.env ?? process.env;
   const cwd = inputs.cwd ?? process.cwd();
-  const fileName = resolveSetting(configFileSetting, { ...inputs, env }).value;
+  const fileName = resolveSetting(configFileSetting(schema.configEnv), { ...inputs, env }).value;
   if (fileName === undefined) return resolveProcessConfig(schema, { ...inputs, env, cwd });
   const path = resolve(cwd, fileName);
   return resolveProcessConfig(schema, {

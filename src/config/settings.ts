@@ -40,6 +40,8 @@ export interface SettingSpec<T> {
    * boolean flags take an optional value (`--init-kek` alone means true).
    */
   readonly negatedFlag?: boolean;
+  /** Older flag names that keep working (`--upstream-timeout` for `--upstream-timeout-ms`). */
+  readonly flagAliases?: readonly string[];
   /** The value when the setting is given nowhere, as a user would write it (validated like one). */
   readonly default?: RawValue;
   /** How the reference page states a default derived from other settings (`<state-dir>/kek`). */
@@ -147,21 +149,27 @@ export function unknownFileKeys(
 // ---------------------------------------------------------------------------------------
 // Settings several processes share: defined here once, listed by each process's schema.
 
-/** `--config`: every process reads its settings file from here. */
-export const configFileSetting = setting({
-  key: "config",
-  env: "AUTHORITY_CONFIG_FILE",
-  description:
-    "JSON or YAML file of settings: keys are the flag names without `--`; unknown keys are refused",
-  notInFile: true,
-  type: "path",
-  parse: text(),
-});
+/**
+ * `--config`: every process reads its settings file from here. Only `authority serve` also
+ * takes it from the environment (AUTHORITY_CONFIG_FILE): a variable exported for one process
+ * must not hand its file, refused for unknown keys, to another started from the same shell.
+ */
+export const configFileSetting = (env?: string): SettingSpec<string> =>
+  setting({
+    key: "config",
+    ...(env === undefined ? {} : { env }),
+    description:
+      "JSON or YAML file of settings: keys are the flag names without `--`; unknown keys are refused; precedence flags > environment > file > defaults",
+    notInFile: true,
+    type: "path",
+    parse: text(),
+  });
 
-export const logLevelSetting = (fallback: LogLevel = "info"): SettingSpec<LogLevel> =>
+/** `--log-level`; `withEnv: false` for a command whose log level AUTHORITY_LOG_LEVEL must not change. */
+export const logLevelSetting = (fallback: LogLevel = "info", withEnv = true): SettingSpec<LogLevel> =>
   setting({
     key: "log-level",
-    env: "AUTHORITY_LOG_LEVEL",
+    ...(withEnv ? { env: "AUTHORITY_LOG_LEVEL" } : {}),
     description: "log level (pino)",
     default: fallback,
     parse: logLevel,

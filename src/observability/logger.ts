@@ -1,4 +1,5 @@
 import { type Logger, type LoggerOptions, pino } from "pino";
+import { environmentLogLevel } from "../config/log-level.ts";
 
 /**
  * Structured JSON logs. Paths that could carry a credential are censored at the logger,
@@ -25,7 +26,7 @@ export const redactedLogPaths = [
   'req.headers["x-authority-user-assertion"]',
 ];
 
-export function loggerOptions(level = process.env.AUTHORITY_LOG_LEVEL ?? "info"): LoggerOptions {
+export function loggerOptions(level: string = environmentLogLevel()): LoggerOptions {
   return { level, redact: { paths: redactedLogPaths, censor: "[redacted]" }, base: undefined };
 }
 

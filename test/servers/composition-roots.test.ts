@@ -14,10 +14,10 @@ import { after, before, describe, it } from "node:test";
 import { decodeJwt } from "jose";
 import pkg from "../../package.json" with { type: "json" };
 import type { WorkloadClientRecord } from "../../src/bindings/model.ts";
-import { resolveCryptoCommandConfig } from "../../src/cli/commands/crypto.ts";
-import { resolveIdpCommandConfig } from "../../src/cli/commands/idp.ts";
-import { resolveManagedCommandConfig } from "../../src/cli/commands/managed.ts";
 import { resolveAuthorityConfig } from "../../src/config/authority.ts";
+import { resolveCryptoConfig } from "../../src/config/crypto.ts";
+import { resolveIdpConfig } from "../../src/config/idp.ts";
+import { resolveManagedConfig } from "../../src/config/managed.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -181,14 +181,15 @@ describe("composition roots: each process built from its validated configuration
   });
 
   it("crypto: from its configuration alone (store, KEK, verifier), and close() closes what it opened", async () => {
-    const config = resolveCryptoCommandConfig({
-      listen: "127.0.0.1:0",
-      stateDir: join(dir.path, "crypto"),
-      initKek: true,
-      issuer,
-      audience: "authority",
-      adminRole: "admin",
-      logLevel: "silent",
+    const config = resolveCryptoConfig({
+      flags: {
+        listen: "127.0.0.1:0",
+        "state-dir": join(dir.path, "crypto"),
+        "init-kek": "true",
+        issuer,
+        "log-level": "silent",
+      },
+      env: {},
     });
     const crypto = await buildCryptoService(config, { logger: silent });
     const url = await crypto.listen();
@@ -199,19 +200,17 @@ describe("composition roots: each process built from its validated configuration
 
   it("managed: from its configuration with the TLS material overridden", async () => {
     const certificate = await createDevCertificate();
-    const config = resolveManagedCommandConfig(
-      {
+    const config = resolveManagedConfig({
+      flags: {
         listen: "127.0.0.1:0",
-        stateDir: join(dir.path, "managed"),
-        idpTokenUrl: `${issuer}/oauth2/token`,
-        cryptoUrl: "http://127.0.0.1:9",
-        rateLimit: "600",
-        rateBurst: "60",
-        upstreamTimeout: "1000",
-        logLevel: "silent",
+        "state-dir": join(dir.path, "managed"),
+        "idp-token-url": `${issuer}/oauth2/token`,
+        "crypto-url": "http://127.0.0.1:9",
+        "upstream-timeout-ms": "1000",
+        "log-level": "silent",
       },
-      {},
-    );
+      env: {},
+    });
     const managed = await buildManagedService(config, {
       https: { key: certificate.key, cert: certificate.cert },
       logger: silent,
@@ -226,11 +225,7 @@ describe("composition roots: each process built from its validated configuration
   });
 
   it("idp and inject: their server constructors are their roots (validated options in, nothing shared)", async () => {
-    const idpConfig = resolveIdpCommandConfig({
-      listen: "127.0.0.1:0",
-      audience: "authority",
-      logLevel: "silent",
-    });
+    const idpConfig = resolveIdpConfig({ flags: { listen: "127.0.0.1:0", "log-level": "silent" }, env: {} });
     const second = await createIdpServer({ ...idpConfig.server, logger: silent });
     const tls = await selfSignedCert();
     const injector = createWebhookServer({

@@ -1,8 +1,9 @@
-import { type Command, Option } from "commander";
+import type { Command } from "commander";
 import { pino } from "pino";
-import { logLevels } from "../../config/authority.ts";
+import { demoSchema } from "../../config/dev.ts";
 import { runDemo } from "../../dev/demo/run.ts";
 import { loggerOptions } from "../../observability/logger.ts";
+import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority demo`: starts the development environment on free ports in a temporary
@@ -10,35 +11,19 @@ import { loggerOptions } from "../../observability/logger.ts";
  * down, and exits 0 only when every outcome was the expected one.
  */
 
-interface DemoFlags {
-  readonly redisUrl?: string;
-  readonly logLevel: string;
-  readonly color?: boolean;
-}
-
 export function register(program: Command): void {
-  program
+  const command = program
     .command("demo")
-    .description("Walk through allowed and denied calls on every path against a temporary environment")
-    .addOption(
-      new Option("--redis-url <url>", "Redis for the sidecar's verified-policy cache (optional)").env(
-        "AUTHORITY_REDIS_URL",
-      ),
-    )
-    .addOption(
-      new Option("--log-level <level>", "component log level (stderr)")
-        .choices([...logLevels])
-        .default("error"),
-    )
-    .option("--no-color", "plain output")
-    .action(async (flags: DemoFlags) => {
-      const log = pino({ ...loggerOptions(flags.logLevel), name: "demo" }, pino.destination(2));
-      const result = await runDemo({
-        write: (line) => process.stdout.write(`${line}\n`),
-        color: flags.color !== false && process.stdout.isTTY === true,
-        log,
-        ...(flags.redisUrl === undefined ? {} : { redisUrl: flags.redisUrl }),
-      });
-      process.exitCode = result.failed === 0 ? 0 : 1;
+    .description("Walk through allowed and denied calls on every path against a temporary environment");
+  addSettingOptions(command, demoSchema).action(async (_options: unknown, cmd: Command) => {
+    const config = await loadCommandConfig(demoSchema, cmd);
+    const log = pino({ ...loggerOptions(config.logLevel), name: "demo" }, pino.destination(2));
+    const result = await runDemo({
+      write: (line) => process.stdout.write(`${line}\n`),
+      color: config.color && process.stdout.isTTY === true,
+      log,
+      ...(config.redisUrl === undefined ? {} : { redisUrl: config.redisUrl }),
     });
+    process.exitCode = result.failed === 0 ? 0 : 1;
+  });
 }

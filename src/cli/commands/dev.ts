@@ -1,9 +1,10 @@
-import { type Command, Option } from "commander";
+import type { Command } from "commander";
 import { pino } from "pino";
-import { logLevels } from "../../config/authority.ts";
+import { type DevCommandConfig, devSchema } from "../../config/dev.ts";
 import { startDevEnvironment } from "../../dev/environment.ts";
 import { devInstructions } from "../../dev/instructions.ts";
 import { loggerOptions } from "../../observability/logger.ts";
+import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority dev`: every service on localhost in one process with seeded demo data
@@ -11,14 +12,7 @@ import { loggerOptions } from "../../observability/logger.ts";
  * logs (default level warn) to stderr.
  */
 
-interface DevFlags {
-  readonly stateDir: string;
-  readonly redisUrl?: string;
-  readonly logLevel: string;
-  readonly sidecar: boolean;
-}
-
-async function run(flags: DevFlags): Promise<void> {
+async function run(flags: DevCommandConfig): Promise<void> {
   const log = pino({ ...loggerOptions(flags.logLevel), name: "dev" }, pino.destination(2));
   const env = await startDevEnvironment({
     stateDir: flags.stateDir,
@@ -61,27 +55,10 @@ async function run(flags: DevFlags): Promise<void> {
 }
 
 export function register(program: Command): void {
-  program
+  const command = program
     .command("dev")
-    .description("Run every service on localhost with seeded demo data until Ctrl-C (the quick start)")
-    .addOption(
-      new Option("--state-dir <dir>", "embedded state: store, keys, dev-credentials.json")
-        .env("AUTHORITY_STATE_DIR")
-        .default("./.authority"),
-    )
-    .addOption(
-      new Option("--redis-url <url>", "Redis for the sidecar's verified-policy cache (optional)").env(
-        "AUTHORITY_REDIS_URL",
-      ),
-    )
-    .addOption(
-      new Option("--log-level <level>", "component log level (stderr)")
-        .choices([...logLevels])
-        .env("AUTHORITY_LOG_LEVEL")
-        .default("warn"),
-    )
-    .option("--no-sidecar", "do not start the sidecar")
-    .action(async (flags: DevFlags) => {
-      await run(flags);
-    });
+    .description("Run every service on localhost with seeded demo data until Ctrl-C (the quick start)");
+  addSettingOptions(command, devSchema).action(async (_options: unknown, cmd: Command) => {
+    await run(await loadCommandConfig(devSchema, cmd));
+  });
 }

@@ -7,10 +7,10 @@ import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
-import { parseListenAddress, resolveIdpCommandConfig } from "../../../src/cli/commands/idp.ts";
-import { resolveTokenCommand, TokenCommandError } from "../../../src/cli/commands/token.ts";
+import { ConfigError } from "../../../src/config/errors.ts";
+import { resolveIdpConfig } from "../../../src/config/idp.ts";
+import { resolveTokenConfig } from "../../../src/config/token.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
-import { IdpConfigError } from "../../../src/servers/idp/errors.ts";
 
 const root = resolve(import.meta.dirname, "../../..");
 
@@ -159,46 +159,58 @@ describe("authority idp and authority token", () => {
 
 describe("command option parsing", () => {
   it("parses listen addresses", () => {
-    assert.deepEqual(parseListenAddress("127.0.0.1:8083"), { host: "127.0.0.1", port: 8083 });
-    assert.deepEqual(parseListenAddress("[::1]:0"), { host: "::1", port: 0 });
-    assert.deepEqual(parseListenAddress("idp.local:443"), { host: "idp.local", port: 443 });
+    const listen = (value: string) => resolveIdpConfig({ flags: { listen: value } });
+    assert.deepEqual(listen("127.0.0.1:8083").host, "127.0.0.1");
+    assert.deepEqual(listen("[::1]:0").port, 0);
+    assert.deepEqual(listen("idp.local:443").host, "idp.local");
     for (const bad of ["8083", "host:", ":80", "h:99999", "::1:80"])
-      assert.throws(() => parseListenAddress(bad), IdpConfigError);
+      assert.throws(
+        () => listen(bad),
+        (error: unknown) => error instanceof ConfigError && error.message.startsWith("--listen"),
+      );
   });
 
-  it("builds IdP options from flags", () => {
-    const config = resolveIdpCommandConfig({
-      listen: "0.0.0.0:8083",
-      issuer: "https://idp.example",
-      tokenLifetime: "600",
-      rotationGrace: "7200",
-      logLevel: "warn",
+  it("builds IdP options from flags, with the defined defaults", () => {
+    const config = resolveIdpConfig({
+      flags: {
+        listen: "0.0.0.0:8083",
+        issuer: "https://idp.example",
+        "token-lifetime": "600",
+        "log-level": "warn",
+      },
+      env: { AUTHORITY_IDP_ROTATION_GRACE: "7200" },
     });
     assert.equal(config.host, "0.0.0.0");
+    assert.equal(config.logLevel, "warn");
     assert.deepEqual(config.server, {
       issuer: "https://idp.example",
+      audience: "authority",
+      tenantClaim: "tenant",
       tokenLifetimeSec: 600,
       rotationGraceSec: 7200,
     });
-    assert.throws(
-      () => resolveIdpCommandConfig({ listen: "127.0.0.1:1", tokenLifetime: "15m", logLevel: "info" }),
-      IdpConfigError,
-    );
+    assert.equal(resolveIdpConfig({ flags: { "token-lifetime": "15m" } }).server.tokenLifetimeSec, 900);
+    for (const bad of ["15x", "0", "-1", "1.5", "10ms"]) {
+      assert.throws(
+        () => resolveIdpConfig({ flags: { "token-lifetime": bad } }),
+        /--token-lifetime must be a duration/,
+      );
+    }
   });
 
   it("chooses the grant from the credentials given", () => {
-    const cc = resolveTokenCommand({
-      tokenUrl: "http://x/t",
-      clientId: "c",
-      clientSecret: "s",
-      scope: "a b",
-    });
+    const cc = resolveTokenConfig({
+      flags: { "token-url": "http://x/t", "client-id": "c", scope: "a b" },
+      env: { AUTHORITY_CLIENT_SECRET: "s" },
+    }).request;
     assert.deepEqual(cc.grant, { type: "client_credentials", clientId: "c", clientSecret: "s" });
     assert.equal(cc.scope, "a b");
-    const pw = resolveTokenCommand({ tokenUrl: "http://x/t", username: "u", password: "p" });
+    const pw = resolveTokenConfig({
+      flags: { "token-url": "http://x/t", username: "u", password: "p" },
+    }).request;
     assert.equal(pw.grant.type, "password");
-    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t" }), TokenCommandError);
-    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t", clientId: "c" }), TokenCommandError);
-    assert.throws(() => resolveTokenCommand({ tokenUrl: "http://x/t", username: "u" }), TokenCommandError);
+    assert.throws(() => resolveTokenConfig({ flags: {} }), ConfigError);
+    assert.throws(() => resolveTokenConfig({ flags: { "client-id": "c" } }), /go together/);
+    assert.throws(() => resolveTokenConfig({ flags: { username: "u" } }), /go together/);
   });
 });

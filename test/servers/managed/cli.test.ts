@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import { resolveManagedCommandConfig } from "../../../src/cli/commands/managed.ts";
+import { resolveManagedConfig } from "../../../src/config/managed.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/index.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { silentLogger } from "./harness.ts";
@@ -128,27 +128,38 @@ describe("authority crypto and authority managed commands", () => {
   });
 
   it("resolves flags and refuses half-given TLS or client settings", () => {
-    const flags = {
-      listen: "127.0.0.1:8081",
-      stateDir: "./.authority",
-      idpTokenUrl: "http://127.0.0.1:8083/oauth2/token",
-      cryptoUrl: "http://127.0.0.1:8082",
-      rateLimit: "600",
-      rateBurst: "60",
-      upstreamTimeout: "5000",
-      logLevel: "info",
-    };
-    const config = resolveManagedCommandConfig(flags, {});
+    const config = resolveManagedConfig({ flags: { listen: "127.0.0.1:8081" }, env: {} });
     assert.equal(config.port, 8081);
     assert.deepEqual(config.server.rateLimit, { perUserPerMinute: 600, burst: 60 });
+    assert.equal(config.server.upstreamTimeoutMs, 5000);
     assert.equal(config.tls, undefined);
-    assert.throws(() => resolveManagedCommandConfig({ ...flags, tlsCert: "c.pem" }, {}), /go together/);
-    assert.throws(() => resolveManagedCommandConfig({ ...flags, idpClientId: "c" }, {}), /CLIENT_SECRET/);
-    assert.throws(() => resolveManagedCommandConfig({ ...flags, rateLimit: "0" }, {}), /positive/);
-    const withClient = resolveManagedCommandConfig(
-      { ...flags, idpClientId: "c" },
-      { AUTHORITY_MANAGED_IDP_CLIENT_SECRET: "s" },
+    assert.throws(() => resolveManagedConfig({ flags: { "tls-cert": BIN } }), /go together/);
+    assert.throws(() => resolveManagedConfig({ flags: { "idp-client-id": "c" } }), /CLIENT_SECRET/);
+    assert.throws(
+      () => resolveManagedConfig({ flags: { "rate-limit": "0" } }),
+      /--rate-limit must be an integer from 1/,
     );
+    const withClient = resolveManagedConfig({
+      flags: { "idp-client-id": "c" },
+      env: { AUTHORITY_MANAGED_IDP_CLIENT_SECRET: "s" },
+    });
     assert.deepEqual(withClient.server.idp, { clientId: "c", clientSecret: "s" });
+  });
+
+  it("keeps the old --upstream-timeout flag and takes the documented --upstream-timeout-ms", async () => {
+    const { Command } = await import("commander");
+    const { register } = await import("../../../src/cli/commands/managed.ts");
+    const { givenFlags } = await import("../../../src/cli/settings-options.ts");
+    const { managedSchema } = await import("../../../src/config/managed.ts");
+    for (const flag of ["--upstream-timeout", "--upstream-timeout-ms"]) {
+      const program = new Command("authority");
+      register(program);
+      const command = program.commands.find((c) => c.name() === "managed");
+      assert.ok(command);
+      command.action(() => undefined);
+      await program.parseAsync(["managed", flag, "750"], { from: "user" });
+      const flags = givenFlags(command.opts(), managedSchema);
+      assert.equal(resolveManagedConfig({ flags, env: {} }).server.upstreamTimeoutMs, 750);
+    }
   });
 });
