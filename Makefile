@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_mod
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup test-peers typecheck lint format unit clean
+.PHONY: test demo dev bench setup test-peers typecheck lint format unit clean docs
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -22,6 +22,11 @@ $(STAMP): package-lock.json package.json .tools/node/bin/node
 # Helm, the cert-manager/prometheus-operator/Istio CRD schemas): installed when missing, and a peer that cannot be installed fails the run by name.
 test-peers:
 	@bash scripts/ensure-test-peers.sh
+
+# docs/configuration.md is generated from the settings definitions (test/docs/configuration.test.ts
+# fails when the committed page differs).
+docs: setup
+	@node scripts/gen-configuration-doc.ts
 
 typecheck: setup
 	@tsc --noEmit -p .

@@ -298,6 +298,13 @@ export const authoritySettings = {
     default: 300,
     parse: duration("s", 30, 86_400),
   }),
+  mcpScopes: setting({
+    key: "mcp-scopes",
+    env: "AUTHORITY_MCP_SCOPES",
+    description: "scopes advertised in the MCP protected-resource metadata",
+    default: "authority/mcp",
+    parse: list,
+  }),
   egressAllow: egressAllowSetting,
 } as const;
 
@@ -434,6 +441,7 @@ export const authoritySchema = defineProcess({
       mcp: {
         ...(allowedOrigins === undefined ? {} : { allowedOrigins }),
         upstreamTimeoutMs: read.value("mcpUpstreamTimeout"),
+        scopesSupported: read.value("mcpScopes"),
       },
       bindings: {
         upstreamTimeoutMs: read.value("bindingUpstreamTimeout"),

@@ -158,8 +158,7 @@ export const configFileSetting = (env?: string): SettingSpec<string> =>
   setting({
     key: "config",
     ...(env === undefined ? {} : { env }),
-    description:
-      "JSON or YAML file of settings: keys are the flag names without `--`; unknown keys are refused; precedence flags > environment > file > defaults",
+    description: "JSON or YAML file of settings (keys: the flag names without `--`)",
     notInFile: true,
     type: "path",
     parse: text(),
@@ -180,8 +179,7 @@ export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   key: "egress-allow",
   env: "AUTHORITY_EGRESS_ALLOW",
   description:
-    "comma-separated CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
-  defaultText: "none",
+    "CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
   parse: egressAllowList,
 };
 

@@ -125,6 +125,7 @@ export function parseTrustedIssuers(value: unknown, where: string): TrustedIssue
 export const trustedIssuersSetting: SettingSpec<TrustedIssuerEntry[]> = {
   key: "trusted-issuers",
   env: "AUTHORITY_TRUSTED_ISSUERS",
+  type: "list of issuers (JSON)",
   description:
     "issuers whose tokens are accepted, each with jwks-url, audience, token-use, claims (a list in the config file; JSON in a flag or the environment)",
   parse: (raw: RawValue, where: string) => parseTrustedIssuers(raw, where),
