@@ -26,7 +26,7 @@ export interface SettingReader<S extends Settings> {
   value<N extends keyof S & string>(name: N): ValueOf<S, N>;
   /** The setting's value or default, undefined when it has neither. */
   optional<N extends keyof S & string>(name: N): ValueOf<S, N> | undefined;
-  /** Where each setting read so far came from, by key (for the start-up log: never values). */
+  /** Where each setting came from, by key (for the start-up log: never values). */
   sources(): Readonly<Record<string, SettingSource>>;
   /** The directory relative paths resolve against. */
   readonly cwd: string;
@@ -71,13 +71,15 @@ export function resolveProcessConfig<S extends Settings, C>(
       );
     }
   }
+  // Every value is validated before the schema combines them: a malformed setting is reported
+  // as such, not as a consequence (a missing credential) of another one.
+  const resolved = new Map<string, ResolvedSetting<unknown>>();
+  for (const [name, spec] of Object.entries(schema.settings))
+    resolved.set(name, resolveSetting(spec, inputs));
   const sources: Record<string, SettingSource> = {};
-  const read = <N extends keyof S & string>(name: N): ResolvedSetting<ValueOf<S, N>> => {
-    const spec = schema.settings[name] as SettingSpec<ValueOf<S, N>>;
-    const resolved = resolveSetting(spec, inputs);
-    sources[spec.key] = resolved.source;
-    return resolved;
-  };
+  for (const [name, setting] of resolved)
+    sources[(schema.settings[name] as SettingSpec<unknown>).key] = setting.source;
+  const read = <N extends keyof S & string>(name: N) => resolved.get(name) as ResolvedSetting<ValueOf<S, N>>;
   return schema.build({
     value(name) {
       const { value } = read(name);

@@ -99,11 +99,12 @@ function parseWith<T>(spec: SettingSpec<T>, where: string, parse: () => T, raw: 
   }
 }
 
-/** Whether a message holds the value or a run of 4 or more of its characters. */
+/** Whether a message holds the value or a run of 8 or more of its characters. */
 function leaks(message: string, value: string): boolean {
-  if (value.length < 4) return message.includes(value);
-  for (let i = 0; i + 4 <= value.length; i += 1) {
-    if (message.includes(value.slice(i, i + 4))) return true;
+  const run = 8;
+  if (value.length < run) return message.includes(value);
+  for (let i = 0; i + run <= value.length; i += 1) {
+    if (message.includes(value.slice(i, i + run))) return true;
   }
   return false;
 }
