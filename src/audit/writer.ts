@@ -21,6 +21,8 @@
  * after the store applied it) is retried, so a record can exceptionally land twice —
  * never zero times; records carry unique ids for that reason.
  */
+
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { Store } from "../store/store.ts";
 
 export interface CounterIncrement {
@@ -113,12 +115,6 @@ interface QueuedLog {
   settle: (() => void) | undefined;
 }
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const result = value ?? fallback;
-  if (!Number.isSafeInteger(result) || result < 1) throw new TypeError(`${name} must be a positive integer`);
-  return result;
-}
-
 /** Counter keys written at once (one increment each, in parallel). */
 const COUNTER_BATCH = 128;
 
@@ -127,11 +123,11 @@ const counterId = (counters: string, key: string): string => `${counters}\u0000$
 export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   if (options?.store === undefined) throw new TypeError("store is required");
   const store = options.store;
-  const maxPending = positiveInt(options.maxPending, 100_000, "maxPending");
-  const batchSize = positiveInt(options.batchSize, 256, "batchSize");
-  const initialDelay = positiveInt(options.retry?.initialDelayMs, 50, "retry.initialDelayMs");
-  const maxDelay = positiveInt(options.retry?.maxDelayMs, 5000, "retry.maxDelayMs");
-  const counterFlushMs = positiveInt(options.counterFlushMs, 250, "counterFlushMs");
+  const maxPending = positiveIntegerOption(options.maxPending, 100_000, "maxPending");
+  const batchSize = positiveIntegerOption(options.batchSize, 256, "batchSize");
+  const initialDelay = positiveIntegerOption(options.retry?.initialDelayMs, 50, "retry.initialDelayMs");
+  const maxDelay = positiveIntegerOption(options.retry?.maxDelayMs, 5000, "retry.maxDelayMs");
+  const counterFlushMs = positiveIntegerOption(options.counterFlushMs, 250, "counterFlushMs");
   if (maxDelay < initialDelay) throw new TypeError("retry.maxDelayMs must be at least retry.initialDelayMs");
 
   let queue: QueuedLog[] = [];

@@ -15,6 +15,7 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Sha256Ref } from "../core/canonical-json.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { AuthorityError } from "../errors.ts";
 import type { Store } from "../store/store.ts";
 import { sha256Ref } from "./derive.ts";
@@ -79,12 +80,6 @@ export function readIdempotencyKey(header: string | string[] | undefined): strin
   return header;
 }
 
-function positive(value: number | undefined, fallback: number, name: string): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1) throw new TypeError(`${name} must be a positive integer`);
-  return out;
-}
-
 const conflict = () => new AuthorityError("idempotency_conflict");
 const inProgress = () =>
   new AuthorityError("conflict", "A request with this Idempotency-Key is still in progress; retry later.");
@@ -92,10 +87,10 @@ const inProgress = () =>
 export function createIdempotency(options: IdempotencyOptions): Idempotency {
   if (options?.store === undefined) throw new TypeError("store is required");
   const store = options.store;
-  const ttlMs = positive(options.ttlMs, 24 * 3600 * 1000, "ttlMs");
-  const leaseMs = positive(options.leaseMs, 120_000, "leaseMs");
-  const waitMs = positive(options.waitMs, 15_000, "waitMs");
-  const pollMs = positive(options.pollMs, 25, "pollMs");
+  const ttlMs = positiveIntegerOption(options.ttlMs, 24 * 3600 * 1000, "ttlMs");
+  const leaseMs = positiveIntegerOption(options.leaseMs, 120_000, "leaseMs");
+  const waitMs = positiveIntegerOption(options.waitMs, 15_000, "waitMs");
+  const pollMs = positiveIntegerOption(options.pollMs, 25, "pollMs");
   const now = options.now ?? (() => new Date());
   /** Claims this process holds: duplicates here join the promise instead of polling. */
   const local = new Map<string, { requestHash: Sha256Ref; done: Promise<IdempotentOutcome> }>();

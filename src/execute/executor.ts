@@ -3,6 +3,7 @@ import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import type { ConstraintRollout } from "../core/parameter-constraints.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import {
   applyRedactions,
   type HeaderValue,
@@ -149,12 +150,6 @@ const FORBIDDEN_REQUEST_HEADERS: ReadonlySet<string> = new Set([
   "expect",
   "accept-encoding",
 ]);
-
-function positiveInteger(name: string, value: number | undefined, fallback: number): number {
-  const out = value ?? fallback;
-  if (!Number.isInteger(out) || out <= 0) throw new TypeError(`${name} must be a positive integer`);
-  return out;
-}
 
 function checkOptions(options: ExecutorOptions): void {
   if (typeof options !== "object" || options === null) throw new TypeError("executor options are required");
@@ -349,13 +344,13 @@ interface UpstreamAnswer {
 
 export function createExecutor(options: ExecutorOptions): Executor {
   checkOptions(options);
-  const timeoutMs = positiveInteger("timeoutMs", options.timeoutMs, DEFAULT_TIMEOUT_MS);
-  const maxResponseBytes = positiveInteger(
-    "maxResponseBytes",
+  const timeoutMs = positiveIntegerOption(options.timeoutMs, DEFAULT_TIMEOUT_MS, "timeoutMs");
+  const maxResponseBytes = positiveIntegerOption(
     options.maxResponseBytes,
     DEFAULT_MAX_RESPONSE_BYTES,
+    "maxResponseBytes",
   );
-  const tokenTimeoutMs = positiveInteger("tokenTimeoutMs", options.tokenTimeoutMs, 5000);
+  const tokenTimeoutMs = positiveIntegerOption(options.tokenTimeoutMs, 5000, "tokenTimeoutMs");
   const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
   const egress = options.egress ?? createEgressPolicy();
   // Every connection fetch opens (upstream and token endpoints alike) passes the egress check

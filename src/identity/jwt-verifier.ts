@@ -10,6 +10,7 @@ import {
   type JWTVerifyGetKey,
   jwtVerify,
 } from "jose";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { readAudience, readClientId, readRoles, readScopes } from "./claims.ts";
 import { IdentityConfigError, TokenVerificationError } from "./errors.ts";
 
@@ -227,9 +228,7 @@ function parseJwksUrl(url: string | URL): URL {
 }
 
 function positiveInt(value: unknown, name: string, fallback: number): number {
-  const n = nonNegative(value, name, fallback);
-  if (!Number.isInteger(n) || n === 0) fail(`${name} must be a positive integer`);
-  return n;
+  return positiveIntegerOption(nonNegative(value, name, fallback), fallback, name, fail);
 }
 
 /**

@@ -2,6 +2,8 @@
  * Settings of the hosted MCP endpoint, validated once at start. Everything has a default
  * derived from the service's own configuration, so the endpoint works without any.
  */
+
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { createOriginPolicy } from "./origin.ts";
 
 export interface McpConfig {
@@ -35,12 +37,6 @@ export const DEFAULT_TOOL_CACHE_SIZE = 1000;
 
 const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]+$/;
 
-function positiveInteger(name: string, value: number | undefined, fallback: number): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out <= 0) throw new TypeError(`mcp.${name} must be a positive integer`);
-  return out;
-}
-
 export function resolveMcpConfig(config: McpConfig | undefined, publicUrl: string): ResolvedMcpConfig {
   const given = config ?? {};
   let publicOrigin: string;
@@ -60,14 +56,18 @@ export function resolveMcpConfig(config: McpConfig | undefined, publicUrl: strin
   }
   return {
     allowedOrigins: normalized,
-    upstreamTimeoutMs: positiveInteger(
-      "upstreamTimeoutMs",
+    upstreamTimeoutMs: positiveIntegerOption(
       given.upstreamTimeoutMs,
       DEFAULT_UPSTREAM_TIMEOUT_MS,
+      "mcp.upstreamTimeoutMs",
     ),
-    maxResponseBytes: positiveInteger("maxResponseBytes", given.maxResponseBytes, DEFAULT_MAX_RESPONSE_BYTES),
+    maxResponseBytes: positiveIntegerOption(
+      given.maxResponseBytes,
+      DEFAULT_MAX_RESPONSE_BYTES,
+      "mcp.maxResponseBytes",
+    ),
     scopesSupported: [...scopes],
-    toolCacheSize: positiveInteger("toolCacheSize", given.toolCacheSize, DEFAULT_TOOL_CACHE_SIZE),
+    toolCacheSize: positiveIntegerOption(given.toolCacheSize, DEFAULT_TOOL_CACHE_SIZE, "mcp.toolCacheSize"),
   };
 }
 

@@ -10,6 +10,7 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../core/decision.ts";
 import { policySubjectId } from "../core/policy-document.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { Store } from "../store/store.ts";
 import { openPolicyDocument } from "./artifact.ts";
 import { PolicyProtectionError, type PolicyProtector } from "./protector.ts";
@@ -108,12 +109,6 @@ interface CacheEntry {
 const VERIFICATION_FAILED: PolicyLoad = { ok: false, reason: "policy_verification_failed" };
 const MISSING: PolicyLoad = { ok: false, reason: "missing_policy" };
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const result = value ?? fallback;
-  if (!Number.isSafeInteger(result) || result < 1) throw new TypeError(`${name} must be a positive integer`);
-  return result;
-}
-
 /** The fields the loader relies on, checked because a store can hold anything. */
 function isUsableRecord(record: unknown): record is StoredPolicyRecord {
   if (typeof record !== "object" || record === null) return false;
@@ -163,8 +158,8 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
   if (typeof options.protector?.open !== "function") throw new TypeError("protector is required");
   const { protector } = options;
   const cache = new LRUCache<string, CacheEntry>({
-    max: positiveInt(options.cache?.max, 10_000, "cache.max"),
-    ttl: positiveInt(options.cache?.ttlMs, 300_000, "cache.ttlMs"),
+    max: positiveIntegerOption(options.cache?.max, 10_000, "cache.max"),
+    ttl: positiveIntegerOption(options.cache?.ttlMs, 300_000, "cache.ttlMs"),
   });
   const inflight = new Map<string, Promise<PolicyLoad | undefined>>();
   let hits = 0;
@@ -203,7 +198,7 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
   // The newest signed policy_version seen per subject. A store writer who puts back an older,
   // validly signed record (e.g. from before a revocation) is refused instead of trusted.
   const newestVersion = new LRUCache<string, string>({
-    max: positiveInt(options.cache?.max, 10_000, "cache.max"),
+    max: positiveIntegerOption(options.cache?.max, 10_000, "cache.max"),
   });
   function atOrAboveFloor(subjectId: string, outcome: PolicyLoad): PolicyLoad {
     // Another subject's document is left to the decision's subject check (subject_mismatch).

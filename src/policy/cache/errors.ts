@@ -1,3 +1,5 @@
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
+
 /**
  * Failures of the verified-policy cache. `authorityCode` names the public table code
  * (src/errors.ts) so `toAuthorityError` maps them: every one of them is a deny.
@@ -25,4 +27,11 @@ export class PolicyCacheError extends Error {
     this.authorityCode =
       code === "invalid_options" || code === "invalid_cache_key" ? "internal" : "upstream_unavailable";
   }
+}
+
+/** A positive whole-number option of the cache, refused as `invalid_options`. */
+export function positiveCacheOption(value: number | undefined, fallback: number, name: string): number {
+  return positiveIntegerOption(value, fallback, name, (message) => {
+    throw new PolicyCacheError("invalid_options", message);
+  });
 }

@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from "ioredis";
-import { PolicyCacheError } from "./errors.ts";
+import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
 import {
   POLICY_CHANGES_CHANNEL,
   type PolicyChangeMessage,
@@ -72,13 +72,6 @@ export interface RedisPolicyStore extends PolicyHeadStore {
   close(): Promise<void>;
 }
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1)
-    throw new PolicyCacheError("invalid_options", `${name} must be a positive integer`);
-  return out;
-}
-
 function checkUrl(url: unknown): string {
   if (typeof url !== "string") throw new PolicyCacheError("invalid_options", "redis url is required");
   let parsed: URL;
@@ -98,10 +91,10 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   if (typeof options !== "object" || options === null)
     throw new PolicyCacheError("invalid_options", "options are required");
   const url = checkUrl(options.url);
-  const commandTimeoutMs = positiveInt(options.commandTimeoutMs, 100, "commandTimeoutMs");
-  const connectTimeoutMs = positiveInt(options.connectTimeoutMs, 1000, "connectTimeoutMs");
-  const maxDelay = positiveInt(options.maxReconnectDelayMs, 500, "maxReconnectDelayMs");
-  const syncIntervalMs = positiveInt(options.syncIntervalMs, 100, "syncIntervalMs");
+  const commandTimeoutMs = positiveCacheOption(options.commandTimeoutMs, 100, "commandTimeoutMs");
+  const connectTimeoutMs = positiveCacheOption(options.connectTimeoutMs, 1000, "connectTimeoutMs");
+  const maxDelay = positiveCacheOption(options.maxReconnectDelayMs, 500, "maxReconnectDelayMs");
+  const syncIntervalMs = positiveCacheOption(options.syncIntervalMs, 100, "syncIntervalMs");
   const now = options.now ?? (() => performance.now());
   const base: RedisOptions = {
     connectTimeout: connectTimeoutMs,

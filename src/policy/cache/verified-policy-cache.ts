@@ -7,7 +7,7 @@ import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
 import type { CacheKeys } from "./cache-key.ts";
-import { PolicyCacheError } from "./errors.ts";
+import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
 import { policyEntryName } from "./redis-keys.ts";
 import type { PolicyHeadStore } from "./redis-policy-store.ts";
 import { openEntry, sealEntry } from "./sealed-entry.ts";
@@ -176,13 +176,6 @@ function estimatedBytes(policy: VerifiedPolicy): number {
   return policy.load.ok ? Math.max(1, 2 * JSON.stringify(policy.load.document).length) : 256;
 }
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1)
-    throw new PolicyCacheError("invalid_options", `${name} must be a positive integer`);
-  return out;
-}
-
 function sealable(policy: VerifiedPolicy): SealedPolicy | undefined {
   const signed = policy.load.ok ? policy.signed : undefined;
   // An allow without its signed policy cannot be checked again by the next reader: not cached.
@@ -264,14 +257,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     throw new PolicyCacheError("invalid_options", "source.fetchPolicy is required");
   if (typeof opener?.open !== "function") throw new PolicyCacheError("invalid_options", "opener is required");
   const now = options.now ?? Date.now;
-  const ttlWithoutRedisMs = positiveInt(options.ttlWithoutRedisMs, 1000, "ttlWithoutRedisMs");
-  const stalenessMs = positiveInt(options.stalenessMs, 1000, "stalenessMs");
-  const maxAgeMs = positiveInt(options.maxAgeMs, 60_000, "maxAgeMs");
-  const redisEntryTtlMs = positiveInt(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
-  const max = positiveInt(options.localMaxEntries, 10_000, "localMaxEntries");
-  const viewMaxLagMs = Math.min(positiveInt(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
+  const ttlWithoutRedisMs = positiveCacheOption(options.ttlWithoutRedisMs, 1000, "ttlWithoutRedisMs");
+  const stalenessMs = positiveCacheOption(options.stalenessMs, 1000, "stalenessMs");
+  const maxAgeMs = positiveCacheOption(options.maxAgeMs, 60_000, "maxAgeMs");
+  const redisEntryTtlMs = positiveCacheOption(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
+  const max = positiveCacheOption(options.localMaxEntries, 10_000, "localMaxEntries");
+  const viewMaxLagMs = Math.min(positiveCacheOption(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
 
-  const localMaxBytes = positiveInt(options.localMaxBytes, 32 * 1024 * 1024, "localMaxBytes");
+  const localMaxBytes = positiveCacheOption(options.localMaxBytes, 32 * 1024 * 1024, "localMaxBytes");
   const local = new LRUCache<string, VerifiedPolicy>({
     max,
     maxSize: localMaxBytes,

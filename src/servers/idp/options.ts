@@ -1,3 +1,4 @@
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import type { ScryptCost } from "../../identity/secret-hash.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { AccountsFile } from "./accounts-file.ts";
@@ -52,12 +53,8 @@ function fail(message: string): never {
   throw new IdpConfigError(`identity provider: ${message}`);
 }
 
-function positiveInteger(value: unknown, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isInteger(value) || value <= 0)
-    fail(`${name} must be a positive integer`);
-  return value;
-}
+const positiveInteger = (value: unknown, name: string, fallback: number): number =>
+  positiveIntegerOption(value, fallback, name, fail);
 
 function nonEmpty(value: unknown, name: string, fallback: string): string {
   if (value === undefined) return fallback;

@@ -2,6 +2,7 @@
 
 import type { CryptoClient } from "../../clients/crypto-service/client.ts";
 import type { TokenCacheOptions } from "../../clients/idp/token-cache.ts";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { RateLimit } from "./rate-limiter.ts";
 
@@ -60,11 +61,7 @@ export function httpUrl(value: unknown, name: string): string {
 }
 
 export function positiveInteger(value: unknown, name: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== "number" || !Number.isSafeInteger(value) || value <= 0) {
-    fail(`${name} must be a positive integer`);
-  }
-  return value;
+  return positiveIntegerOption(value, fallback, name, fail);
 }
 
 function positiveNumber(value: unknown, name: string): number {

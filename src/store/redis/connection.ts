@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { Redis, type RedisOptions } from "ioredis";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { StoreClosedError, StoreError, StoreInvalidArgumentError, StoreUnavailableError } from "../errors.ts";
 
 export interface RedisConnectionOptions {
@@ -28,11 +29,9 @@ interface CheckedOptions {
 }
 
 function positiveInt(value: number | undefined, fallback: number, name: string): number {
-  const result = value ?? fallback;
-  if (!Number.isSafeInteger(result) || result < 1) {
-    throw new StoreInvalidArgumentError(`${name} must be a positive integer.`);
-  }
-  return result;
+  return positiveIntegerOption(value, fallback, name, (message) => {
+    throw new StoreInvalidArgumentError(`${message}.`);
+  });
 }
 
 function checkOptions(options: RedisConnectionOptions): CheckedOptions {

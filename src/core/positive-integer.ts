@@ -1,0 +1,19 @@
+/**
+ * The one check of a positive whole-number option given to a constructor in code (cache sizes,
+ * timeouts, batch sizes): the value, or its fallback when absent, must be a safe integer ≥ 1.
+ * Each module reports through its own typed error, so `fail` is the caller's. User-facing
+ * settings are parsed by src/config/validators.ts, which names the flag or variable instead.
+ */
+export function positiveIntegerOption(
+  value: unknown,
+  fallback: number,
+  name: string,
+  fail: (message: string) => never = (message) => {
+    throw new TypeError(message);
+  },
+): number {
+  const out = value ?? fallback;
+  if (typeof out !== "number" || !Number.isSafeInteger(out) || out < 1)
+    fail(`${name} must be a positive integer`);
+  return out;
+}
