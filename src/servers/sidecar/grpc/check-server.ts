@@ -7,6 +7,7 @@ import {
   type sendUnaryData,
 } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
+import { parseListenAddress } from "../../../config/listen-address.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
@@ -431,10 +432,11 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       if (state !== "idle") {
         return Promise.reject(new CheckServerError("already_listening", "server is already listening"));
       }
-      const colon = address.lastIndexOf(":");
-      const port = Number(address.slice(colon + 1));
-      const host = address.slice(0, Math.max(0, colon)).replace(/^\[(.*)\]$/, "$1");
-      if (colon < 1 || !Number.isInteger(port) || port < 0 || port > 65_535 || host === "") {
+      let host: string;
+      let port: number;
+      try {
+        ({ host, port } = parseListenAddress(address));
+      } catch {
         return Promise.reject(new CheckServerError("invalid_options", "listen address must be host:port"));
       }
       state = "binding";
