@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import { Command, CommanderError } from "commander";
 
 const run = promisify(execFile);
 const BIN = fileURLToPath(new URL("../../bin/authority.ts", import.meta.url));
@@ -20,6 +21,28 @@ async function authority(args: string[], env: Record<string, string> = {}) {
   } catch (error) {
     const failed = error as { code: number; stdout: string; stderr: string };
     return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
+  }
+}
+
+/**
+ * Runs `authority <command> <args>` in this process (as main.ts registers it), with commander's
+ * exit turned into an exception: what the command would print on stderr, and its exit code.
+ */
+async function inProcess(command: string, args: string[]): Promise<{ code: number; stderr: string }> {
+  let stderr = "";
+  const program = new Command("authority").exitOverride().configureOutput({
+    writeErr: (text) => {
+      stderr += text;
+    },
+  });
+  const module = (await import(`../../src/cli/commands/${command}.ts`)) as { register(p: Command): void };
+  module.register(program);
+  try {
+    await program.parseAsync([command, ...args], { from: "user" });
+    return { code: 0, stderr };
+  } catch (error) {
+    if (!(error instanceof CommanderError)) throw error;
+    return { code: error.exitCode, stderr };
   }
 }
 
@@ -48,7 +71,7 @@ describe("every subcommand reads --config", () => {
     it(`authority ${command} validates its file once, in one line naming the key and the file`, async () => {
       const file = join(dir, `${command}.yaml`);
       await writeFile(file, `${key}: ${JSON.stringify(value)}\n`);
-      const outcome = await authority([command, "--config", file]);
+      const outcome = await inProcess(command, ["--config", file]);
       assert.equal(outcome.code, 1, outcome.stderr);
       const line = outcome.stderr.trim();
       assert.equal(line.split("\n").length, 1, line);
