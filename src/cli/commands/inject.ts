@@ -10,9 +10,9 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority inject`: the mutating admission webhook. Thin: resolve its settings
- * (src/config/inject.ts), load the
- * settings file and the certificate, start the server, reload the certificate when the
- * files change (cert-manager renews it in place), stop on SIGTERM.
+ * (src/config/inject.ts), load the sidecar settings file and the certificate, start the
+ * server, reload the certificate when the files change (cert-manager renews it in place),
+ * stop on SIGTERM.
  */
 
 async function readTls(certFile: string, keyFile: string): Promise<TlsMaterial> {
