@@ -1,7 +1,8 @@
 import { readFile, stat } from "node:fs/promises";
 import type { Command } from "commander";
-import { parse as parseYaml } from "yaml";
 import pkg from "../../../package.json" with { type: "json" };
+import { ConfigError } from "../../config/errors.ts";
+import { readConfigFile } from "../../config/file.ts";
 import { type InjectCommandConfig, injectSchema } from "../../config/inject.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { InjectorSettingsError, parseSidecarSettings } from "../../servers/inject/settings.ts";
@@ -28,8 +29,8 @@ async function mtimes(files: readonly string[]): Promise<string> {
 async function run(config: InjectCommandConfig): Promise<void> {
   const { host, port } = config;
   const reloadSeconds = config.tlsReloadSeconds;
-  const raw =
-    config.settingsFile === undefined ? {} : (parseYaml(await readFile(config.settingsFile, "utf8")) ?? {});
+  // Read like a config file: size-bounded, and a syntax error names the line, not the content.
+  const raw = config.settingsFile === undefined ? {} : await readConfigFile(config.settingsFile);
   const settings = parseSidecarSettings(raw, { image: config.sidecarImage, version: pkg.version });
   const log = createLogger("authority-inject", config.logLevel);
   const certFiles = [config.tls.certFile, config.tls.keyFile];
@@ -82,7 +83,8 @@ export function register(program: Command): void {
     try {
       await run(config);
     } catch (error) {
-      if (error instanceof InjectorSettingsError) cmd.error(`authority inject: ${error.message}`);
+      if (error instanceof InjectorSettingsError || error instanceof ConfigError)
+        cmd.error(`authority inject: ${error.message}`);
       throw error;
     }
   });
