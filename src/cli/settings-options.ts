@@ -18,12 +18,22 @@ function defaultOf(spec: SettingSpec<unknown>): string | undefined {
   return spec.defaultText ?? (spec.default === undefined ? undefined : String(spec.default));
 }
 
+/** What `--help` shows as the flag's argument, from the setting's type. */
+function placeholder(type: string): string {
+  if (type.startsWith("path")) return "path";
+  if (type.startsWith("duration")) return "duration";
+  if (type.startsWith("integer")) return "n";
+  if (type === "URL") return "url";
+  if (type === "host:port") return "host:port";
+  return "value";
+}
+
 /** The flag, as the help and the reference page show it. */
 export function flagOf(spec: SettingSpec<unknown>): string | undefined {
   if (spec.noFlag === true) return undefined;
   if (spec.negatedFlag === true) return `--no-${spec.key}`;
   if (spec.parse === boolean) return `--${spec.key} [bool]`;
-  return `--${spec.key} <${settingType(spec) === "path" ? "path" : "value"}>`;
+  return `--${spec.key} <${placeholder(settingType(spec))}>`;
 }
 
 /** Adds `--config` and a flag for every setting of the schema. */
@@ -32,8 +42,10 @@ export function addSettingOptions(command: Command, schema: ProcessSchema<Settin
     const flag = flagOf(spec);
     if (flag === undefined) continue;
     const fallback = defaultOf(spec);
+    const type = settingType(spec);
     const help = [
       spec.description,
+      type.includes(" | ") ? ` (one of ${type.replaceAll(" | ", ", ")})` : "",
       fallback === undefined ? "" : ` (default ${fallback})`,
       spec.env === undefined ? "" : ` [env ${spec.env}]`,
     ].join("");

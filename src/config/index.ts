@@ -2,4 +2,5 @@
 export * from "./authority.ts";
 export * from "./errors.ts";
 export * from "./file.ts";
+export * from "./schema.ts";
 export * from "./settings.ts";

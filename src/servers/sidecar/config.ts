@@ -23,7 +23,6 @@ import {
   list,
   listenAddress,
   logLevelSetting,
-  logLevels,
   path,
   redisUrl,
   setting as spec,
@@ -32,8 +31,6 @@ import {
 import { configuredIssuers, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
-
-export const sidecarLogLevels = logLevels;
 
 export const sidecarSettings = {
   logLevel: logLevelSetting(),
