@@ -29,6 +29,11 @@ export interface BindingRuntimeOptions {
    * cannot be issued or verified (invoke and verify answer 503).
    */
   readonly envelopeKeyRings?: KeyRingSource;
+  /**
+   * Envelope crypto to use as is (the crypto service with the service identity: no envelope
+   * key ring in this process); takes precedence over key rings.
+   */
+  readonly envelopes?: EnvelopeCrypto;
   /** Seals the workload-token signing key at rest. Default: the context's `secretKeyRings`. */
   readonly tokenKeyRings?: KeyRingSource;
   /** Default 300 s. */
@@ -115,7 +120,8 @@ export function createBindingRuntime(
     assertions: createAssertionVerifiers({ now: owner.now }),
     idempotency: createIdempotency({ store, now: owner.now, ...options.idempotency }),
     envelopes:
-      envelopeKeyRings === undefined
+      options.envelopes ??
+      (envelopeKeyRings === undefined
         ? undefined
         : createKeyRingEnvelopeCrypto({
             keyRings: envelopeKeyRings,
@@ -123,7 +129,7 @@ export function createBindingRuntime(
             partnerExists: async (partnerId) =>
               isValidId("partner", partnerId) &&
               (await store.get(collections.partners, storeKeys.partner(partnerId))) !== undefined,
-          }),
+          })),
     executor,
     decisions: shared.decisions,
     issuer,

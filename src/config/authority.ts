@@ -72,7 +72,16 @@ export interface AuthorityConfig {
    */
   readonly policyProtection:
     | { readonly mode: "embedded" }
-    | { readonly mode: "crypto"; readonly credentialsFile: string; readonly tokenUrl: string };
+    | { readonly mode: "crypto"; readonly credentialsFile: string; readonly tokenUrl: string }
+    | {
+        /** Through the managed crypto API at `managedUrl` (its five credential headers). */
+        readonly mode: "managed";
+        readonly credentialsFile: string;
+        /** For the crypto service's public-key route (sidecars' verification keys). */
+        readonly tokenUrl: string;
+        /** PEM CA of the managed API's certificate (default: the system store). */
+        readonly managedCaFile?: string;
+      };
   readonly redisUrl?: string;
   readonly serviceIdentity: string;
   readonly bodyLimitBytes: number;
@@ -172,9 +181,16 @@ export const authoritySettings = {
     key: "policy-protection",
     env: "AUTHORITY_POLICY_PROTECTION",
     description:
-      "who protects and opens policies. `crypto`: the crypto service at --crypto-url (no policy key in this process); `embedded`: key rings in this process's store under its KEK (the one-process mode; a warning says so at start)",
+      "who protects and opens policies, authority envelopes and secrets at rest. `crypto`: the crypto service at --crypto-url; `managed`: the same keys through the managed crypto API at --managed-url (five credential headers); in both no KEK and no key in this process. `embedded`: key rings in this process's store under its KEK (the one-process mode; a warning says so at start)",
     defaultText: "crypto when --crypto-credentials-file is set, else embedded",
-    parse: oneOf(["crypto", "embedded"] as const),
+    parse: oneOf(["crypto", "managed", "embedded"] as const),
+  }),
+  managedCaFile: setting({
+    key: "managed-ca-file",
+    env: "AUTHORITY_MANAGED_CA_FILE",
+    description: "PEM CA the managed crypto API's certificate chains to (managed mode)",
+    defaultText: "the system CAs",
+    parse: path,
   }),
   cryptoCredentialsFile: setting({
     key: "crypto-credentials-file",
@@ -398,11 +414,12 @@ export const authoritySchema = defineProcess({
     const credentialsFile = read.optional("cryptoCredentialsFile");
     const protectionMode =
       read.optional("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
-    if (protectionMode === "crypto" && credentialsFile === undefined) {
+    if (protectionMode !== "embedded" && credentialsFile === undefined) {
       throw new ConfigError(
-        "--policy-protection crypto needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials",
+        `--policy-protection ${protectionMode} needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials`,
       );
     }
+    const managedCaFile = read.optional("managedCaFile");
     const tokenUrl = read.optional("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
     const allowedOrigins = read.optional("mcpAllowedOrigins");
     return {
@@ -423,9 +440,16 @@ export const authoritySchema = defineProcess({
       managedUrl: read.value("managedUrl"),
       cryptoUrl: read.value("cryptoUrl"),
       policyProtection:
-        protectionMode === "crypto" && credentialsFile !== undefined
-          ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
-          : { mode: "embedded" },
+        protectionMode === "embedded" || credentialsFile === undefined
+          ? { mode: "embedded" }
+          : protectionMode === "crypto"
+            ? { mode: "crypto", credentialsFile: resolve(cwd, credentialsFile), tokenUrl }
+            : {
+                mode: "managed",
+                credentialsFile: resolve(cwd, credentialsFile),
+                tokenUrl,
+                ...(managedCaFile === undefined ? {} : { managedCaFile: resolve(cwd, managedCaFile) }),
+              },
       ...(redis === undefined ? {} : { redisUrl: redis }),
       serviceIdentity: read.value("serviceIdentity"),
       bodyLimitBytes: read.value("bodyLimit"),

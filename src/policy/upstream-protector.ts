@@ -4,6 +4,7 @@ import {
   type CryptoClientErrorCode,
   type CryptoCredentials,
 } from "../clients/crypto-service/client.ts";
+import type { OwnerCrypto } from "../clients/crypto-service/owner-crypto.ts";
 import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
   type OpenedPolicy,
@@ -18,12 +19,42 @@ export interface OwnerCredentials extends CryptoCredentials {
   readonly owner: string;
 }
 
-export interface UpstreamProtectorOptions {
+/** Calls the crypto service directly with credentials (and a token) per policy owner. */
+export interface DirectProtectorOptions {
   readonly client: CryptoClient;
   /** v2: the service identity's credentials; v1: the subject's own credential set. */
   readonly credentialsFor: (context: PolicyProtectionContext) => Promise<OwnerCredentials>;
   /** A bearer token for the crypto service's public-key route (sidecars verify with those keys). */
   readonly token?: () => Promise<string>;
+}
+
+/** Goes through an owner's operations, however they reach the crypto service (owner-crypto.ts). */
+export interface OwnerProtectorOptions {
+  /** v2: the service identity; v1: the subject's own credential set. */
+  readonly ownerFor: (context: PolicyProtectionContext) => Promise<OwnerCrypto>;
+  /** Public keys of a policy signer, for sidecars. */
+  readonly publicKeys?: (owner: string) => Promise<PublicKeyRingJson>;
+}
+
+export type UpstreamProtectorOptions = DirectProtectorOptions | OwnerProtectorOptions;
+
+function ownerOperations(options: DirectProtectorOptions): OwnerProtectorOptions {
+  const { client, token } = options;
+  return {
+    async ownerFor(context) {
+      const credentials = await options.credentialsFor(context);
+      return {
+        owner: credentials.owner,
+        signEncrypt: async (data, { purpose }) =>
+          (await client.signEncrypt(credentials, data, { purpose })).encryptedData,
+        decryptVerify: (encryptedData, { purpose }) =>
+          client.decryptVerify(credentials, encryptedData, { purpose }),
+      };
+    },
+    ...(token === undefined
+      ? {}
+      : { publicKeys: async (owner: string) => client.publicKeys(await token(), owner) }),
+  };
 }
 
 /** Artifact problems deny as unverifiable; everything else is the crypto service being unusable. */
@@ -53,31 +84,29 @@ function translate(error: unknown): PolicyProtectionError {
  * validly signed message of another owner never passes as this subject's policy.
  */
 export function createUpstreamPolicyProtector(options: UpstreamProtectorOptions): PolicyProtector {
-  const token = options.token;
-  const credentials = async (context: PolicyProtectionContext) => {
+  const operations = "ownerFor" in options ? options : ownerOperations(options);
+  const publicKeys = operations.publicKeys;
+  const ownerFor = async (context: PolicyProtectionContext) => {
     try {
-      return await options.credentialsFor(context);
+      return await operations.ownerFor(context);
     } catch (error) {
       throw translate(error);
     }
   };
   return {
     async protect(canonicalDocument, context) {
-      const owner = await credentials(context);
+      const owner = await ownerFor(context);
       try {
-        const result = await options.client.signEncrypt(owner, canonicalDocument, {
-          purpose: POLICY_PURPOSE,
-        });
-        return result.encryptedData;
+        return await owner.signEncrypt(canonicalDocument, { purpose: POLICY_PURPOSE });
       } catch (error) {
         throw translate(error);
       }
     },
     async open(artifact, context): Promise<OpenedPolicy> {
-      const owner = await credentials(context);
-      let verified: Awaited<ReturnType<CryptoClient["decryptVerify"]>>;
+      const owner = await ownerFor(context);
+      let verified: Awaited<ReturnType<OwnerCrypto["decryptVerify"]>>;
       try {
-        verified = await options.client.decryptVerify(owner, artifact, { purpose: POLICY_PURPOSE });
+        verified = await owner.decryptVerify(artifact, { purpose: POLICY_PURPOSE });
       } catch (error) {
         throw translate(error);
       }
@@ -91,12 +120,12 @@ export function createUpstreamPolicyProtector(options: UpstreamProtectorOptions)
         ...(verified.signedBlob === undefined ? {} : { signedBlob: verified.signedBlob }),
       };
     },
-    ...(token === undefined
+    ...(publicKeys === undefined
       ? {}
       : {
           async signerKeys(owner: string): Promise<PublicKeyRingJson> {
             try {
-              return await options.client.publicKeys(await token(), owner);
+              return await publicKeys(owner);
             } catch (error) {
               throw translate(error);
             }

@@ -67,13 +67,23 @@ function hasCode(error: unknown, codes: readonly string[]): boolean {
   return typeof error === "object" && error !== null && "code" in error && codes.includes(String(error.code));
 }
 
-export function nodeHttpTransport(options: { readonly maxSockets?: number } = {}): Transport {
+export interface NodeHttpTransportOptions {
+  readonly maxSockets?: number;
+  /** PEM certificate(s) trusted for https, instead of the system store (a private CA). */
+  readonly ca?: string | Buffer;
+}
+
+export function nodeHttpTransport(options: NodeHttpTransportOptions = {}): Transport {
   const agentOptions = {
     keepAlive: true,
     maxSockets: options.maxSockets ?? 256,
     scheduling: "lifo" as const,
   };
-  const agents = { "http:": new HttpAgent(agentOptions), "https:": new HttpsAgent(agentOptions) };
+  // Kept-alive connections: a TLS handshake per call would cost more than the crypto itself.
+  const agents = {
+    "http:": new HttpAgent(agentOptions),
+    "https:": new HttpsAgent({ ...agentOptions, ...(options.ca === undefined ? {} : { ca: options.ca }) }),
+  };
 
   const once = (url: URL, request: TransportRequest, deadline: number) =>
     new Promise<TransportAnswer>((resolve, reject) => {

@@ -16,9 +16,6 @@ import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
-import { createCryptoClient } from "../../clients/crypto-service/client.ts";
-import { passwordGrant } from "../../clients/idp/password-grant.ts";
-import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
@@ -26,20 +23,15 @@ import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
-import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
-import {
-  type PolicyProtectionContext,
-  PolicyProtectionError,
-  type PolicyProtector,
-} from "../../policy/protector.ts";
+import type { KeyRingSource } from "../../policy/local-protector.ts";
+import type { PolicyProtector } from "../../policy/protector.ts";
 import type { DecisionRuntime } from "../../policy/runtime.ts";
-import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
-import { createUpstreamPolicyProtector, type OwnerCredentials } from "../../policy/upstream-protector.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
 import { createAuthorityApp } from "./app.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
+import { configuredKeyCustody } from "./key-custody.ts";
 import { type AuthorityServices, composeAuthorityServices } from "./services.ts";
 
 type VerifiedBearer = Awaited<ReturnType<BearerVerifier["verify"]>>;
@@ -74,55 +66,6 @@ export function createCachingVerifier(
       return verified;
     },
   };
-}
-
-/**
- * The policy protector of the configuration. `crypto`: the upstream crypto service with the
- * service identity's credentials from the mounted file (and the IdP token of its service
- * account, cached); v1 policies use the subject's own credential set when the file has one,
- * else they fail closed (503). `embedded`: this process's key rings — and it says so.
- */
-async function configuredProtector(
-  config: AuthorityConfig,
-  keyRings: KeyRingSource,
-  logger: Logger,
-): Promise<PolicyProtector> {
-  const protection = config.policyProtection;
-  if (protection.mode === "embedded") {
-    logger.warn(
-      { policyProtection: "embedded" },
-      "policy protection: EMBEDDED key rings under this process's KEK (the one-process mode; in a deployment use --policy-protection crypto)",
-    );
-    return createLocalPolicyProtector({ keyRings, serviceIdentity: config.serviceIdentity });
-  }
-  const credentials = await loadServiceCryptoCredentials(protection.credentialsFile);
-  const tokens = createTokenCache(passwordGrant({ tokenUrl: protection.tokenUrl, timeoutMs: 5000 }));
-  const token = () => tokens.get(credentials.username, credentials.password);
-  const serviceOwner = `service:${config.serviceIdentity}`;
-  const credentialsFor = async (context: PolicyProtectionContext): Promise<OwnerCredentials> => {
-    const partner =
-      context.cryptoVersion === "platform_service_v2"
-        ? credentials.service
-        : credentials.subjects.get(context.subjectId);
-    if (partner === undefined) {
-      throw new PolicyProtectionError(
-        "policy_protection_unavailable",
-        "no crypto credentials for this subject's policy keys",
-      );
-    }
-    const owner =
-      context.cryptoVersion === "platform_service_v2" ? serviceOwner : `subject:${context.subjectId}`;
-    return { owner, token: await token(), ...partner };
-  };
-  logger.info(
-    { policyProtection: "crypto", cryptoUrl: config.cryptoUrl, signer: serviceOwner },
-    "policy protection: the crypto service (no policy key in this process)",
-  );
-  return createUpstreamPolicyProtector({
-    client: createCryptoClient({ baseUrl: config.cryptoUrl, timeoutMs: 5000 }),
-    credentialsFor,
-    token,
-  });
 }
 
 /** Pieces a caller (tests, `authority dev`) may supply instead of building them from config. */
@@ -231,7 +174,13 @@ export async function buildAuthorityService(
           createIfMissing: config.kek.createIfMissing,
         }),
       });
-    const protector = overrides.protector ?? (await configuredProtector(config, keyRings, logger));
+    // Policies and envelopes: the crypto service (directly or through the managed API) or,
+    // embedded, the key rings above.
+    const custody =
+      overrides.protector === undefined
+        ? await configuredKeyCustody(config, async () => keyRings, logger)
+        : { protector: overrides.protector, envelopes: undefined };
+    const protector = custody.protector;
     const verifier =
       overrides.verifier ??
       createCachingVerifier(
@@ -273,7 +222,7 @@ export async function buildAuthorityService(
             platform: overrides.platform ?? {
               jwksUrl: config.jwksUrl,
               cryptoUrl: config.cryptoUrl,
-              cryptoInUse: config.policyProtection.mode === "crypto",
+              cryptoInUse: config.policyProtection.mode !== "embedded",
               managedUrl: config.managedUrl,
               ...(config.redisUrl === undefined ? {} : { redisUrl: config.redisUrl }),
             },
@@ -299,7 +248,11 @@ export async function buildAuthorityService(
         onInvalidCatalog: (info) =>
           logger.error(info, "stored catalog version is invalid; capability denied"),
       },
-      bindings: { ...config.bindings, ...overrides.bindings },
+      bindings: {
+        ...config.bindings,
+        ...(custody.envelopes === undefined ? {} : { envelopes: custody.envelopes }),
+        ...overrides.bindings,
+      },
       ...(overrides.mcpExecutor === undefined ? {} : { mcpExecutor: overrides.mcpExecutor }),
     });
     const runtime = services.decisions;

@@ -33,6 +33,7 @@ const resultBodies: Readonly<Record<OperationName, Record<string, unknown>>> = {
           signer_key_id: { type: "string" },
           recipient_key_id: { type: "string" },
           purpose: { type: "string" },
+          signed_blob: { type: "string" },
         },
       },
     },
@@ -52,7 +53,10 @@ export function describeOperation(operation: Operation): RouteShorthandOptions {
         body: {
           type: "object",
           required: [operation.field],
-          properties: { [operation.field]: { type: "string", minLength: 1 } },
+          properties: {
+            [operation.field]: { type: "string", minLength: 1 },
+            ...(operation.takesPurpose ? { purpose: { type: "string", minLength: 1, maxLength: 128 } } : {}),
+          },
         },
       },
     },

@@ -16,17 +16,22 @@ export interface Operation {
   readonly name: OperationName;
   readonly path: string;
   readonly field: BodyField;
+  /** Whether the optional body field `purpose` applies (the two signature operations). */
+  readonly takesPurpose: boolean;
   run(
     client: CryptoClient,
     credentials: CryptoCredentials,
     value: string,
     requestId: string,
+    purpose: string | undefined,
   ): Promise<Readonly<Record<string, unknown>>>;
 }
 
 /**
  * decrypt-verify: the four fields of the spec's table, plus `metadata` (spec note 3) with
- * the key ids and the signed purpose. Every value comes from the verified signed document.
+ * the key ids, the signed purpose and the original signature — `signed_blob`, the signed
+ * document, ML-DSA signature and plaintext, which anyone can check with the signer's public
+ * key (the authority hands it to sidecars). Every value comes from the verified document.
  */
 export function decryptVerifyBody(result: DecryptVerifyResult): Record<string, unknown> {
   return {
@@ -38,6 +43,7 @@ export function decryptVerifyBody(result: DecryptVerifyResult): Record<string, u
       signer_key_id: result.signerKeyId,
       recipient_key_id: result.recipientKeyId,
       purpose: result.purpose,
+      ...(result.signedBlob === undefined ? {} : { signed_blob: result.signedBlob }),
     },
   };
 }
@@ -47,6 +53,7 @@ export const operations: readonly Operation[] = [
     name: "encrypt",
     path: "/v1/encrypt",
     field: "data",
+    takesPurpose: false,
     async run(client, credentials, value, requestId) {
       return { encrypted_data: (await client.encrypt(credentials, value, { requestId })).encryptedData };
     },
@@ -55,6 +62,7 @@ export const operations: readonly Operation[] = [
     name: "decrypt",
     path: "/v1/decrypt",
     field: "encrypted_data",
+    takesPurpose: false,
     // Spec note 4: the upstream payload is passed back unchanged.
     async run(client, credentials, value, requestId) {
       return (await client.decrypt(credentials, value, { requestId })).payload;
@@ -64,16 +72,20 @@ export const operations: readonly Operation[] = [
     name: "sign-encrypt",
     path: "/v1/sign-encrypt",
     field: "data",
-    async run(client, credentials, value, requestId) {
-      return { encrypted_data: (await client.signEncrypt(credentials, value, { requestId })).encryptedData };
+    takesPurpose: true,
+    async run(client, credentials, value, requestId, purpose) {
+      const options = purpose === undefined ? { requestId } : { requestId, purpose };
+      return { encrypted_data: (await client.signEncrypt(credentials, value, options)).encryptedData };
     },
   },
   {
     name: "decrypt-verify",
     path: "/v1/decrypt-verify",
     field: "encrypted_data",
-    async run(client, credentials, value, requestId) {
-      return decryptVerifyBody(await client.decryptVerify(credentials, value, { requestId }));
+    takesPurpose: true,
+    async run(client, credentials, value, requestId, purpose) {
+      const options = purpose === undefined ? { requestId } : { requestId, purpose };
+      return decryptVerifyBody(await client.decryptVerify(credentials, value, options));
     },
   },
 ];

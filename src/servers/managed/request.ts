@@ -30,7 +30,14 @@ export type BodyField = "data" | "encrypted_data";
 export interface ManagedRequest {
   readonly credentials: ManagedCredentials;
   readonly value: string;
+  /**
+   * Optional `purpose` (sign-encrypt: signed into the document; decrypt-verify: must equal the
+   * signed one). The upstream checks its form; here only that it is one bounded string.
+   */
+  readonly purpose: string | undefined;
 }
+
+const MAX_PURPOSE_LENGTH = 128;
 
 type Headers = Readonly<Record<string, string | readonly string[] | undefined>>;
 
@@ -63,6 +70,13 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
     return typeof value !== "string" || value.length > MAX_LENGTH[name];
   });
   if (typeof bodyValue !== "string") invalid.push(field);
+  const purpose = record.purpose;
+  if (
+    purpose !== undefined &&
+    (typeof purpose !== "string" || purpose.length === 0 || purpose.length > MAX_PURPOSE_LENGTH)
+  ) {
+    invalid.push("purpose");
+  }
   if (invalid.length > 0) {
     throw new ManagedError("invalid_field", {
       message: `Invalid ${invalid.join(", ")}: each must be one string of bounded length.`,
@@ -82,5 +96,6 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
       secretKey: read("secret_key"),
     },
     value: typeof bodyValue === "string" ? bodyValue : "",
+    purpose: typeof purpose === "string" ? purpose : undefined,
   };
 }

@@ -98,6 +98,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     credentials: ManagedCredentials,
     value: string,
     requestId: string,
+    purpose: string | undefined,
   ) {
     const { username, password } = credentials;
     const upstream = (token: string): CryptoCredentials => ({
@@ -108,11 +109,11 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     });
     const token = await tokens.get(username, password);
     try {
-      return await operation.run(client, upstream(token), value, requestId);
+      return await operation.run(client, upstream(token), value, requestId, purpose);
     } catch (error) {
       if (!(error instanceof CryptoClientError && error.code === "invalid_token")) throw error;
       tokens.invalidate(username, password, token);
-      return operation.run(client, upstream(await tokens.get(username, password)), value, requestId);
+      return operation.run(client, upstream(await tokens.get(username, password)), value, requestId, purpose);
     }
   }
 
@@ -122,11 +123,21 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
       describeOperation(operation),
       async (request: FastifyRequest, reply: FastifyReply) => {
         try {
-          const { credentials, value } = parseManagedRequest(request.headers, request.body, operation.field);
+          const { credentials, value, purpose } = parseManagedRequest(
+            request.headers,
+            request.body,
+            operation.field,
+          );
+          if (purpose !== undefined && !operation.takesPurpose) {
+            throw new ManagedError("invalid_field", {
+              message: "The body field purpose is not used by this operation.",
+              fields: ["purpose"],
+            });
+          }
           const decision = limiter.take(credentials.username);
           if (!decision.allowed)
             throw new ManagedError("rate_limited", { retryAfterSec: decision.retryAfterSec });
-          const body = await callUpstream(operation, credentials, value, request.id);
+          const body = await callUpstream(operation, credentials, value, request.id, purpose);
           return reply.header("cache-control", "no-store").send({ statusCode: 200, body });
         } catch (raw) {
           const error = toManaged(raw);

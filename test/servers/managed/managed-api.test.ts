@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { request as httpRequest } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { connect } from "node:tls";
-import { envelopeKeyId } from "../../../src/crypto/index.ts";
+import { envelopeKeyId, PublicKeyRing, verifySignedBlob } from "../../../src/crypto/index.ts";
 import { capturedLogs, type Environment, startEnvironment } from "./harness.ts";
 import { type Answer, post, recordedBodies } from "./https-client.ts";
 
@@ -72,11 +72,39 @@ describe("managed crypto API", () => {
     assert.match(String(verified.signed_timestamp), ISO_WITH_OFFSET);
     const signedAt = Date.parse(String(verified.signed_timestamp));
     assert.ok(signedAt >= started - 1000 && signedAt <= Date.now() + 1000);
-    assert.deepEqual(verified.metadata, {
+    const { signed_blob: signedBlob, ...metadata } = verified.metadata as Record<string, unknown>;
+    assert.deepEqual(metadata, {
       signer_key_id: env.partner.keyId,
       recipient_key_id: env.partner.keyId,
       purpose: "managed-crypto/v1",
     });
+    // The original signature (spec note 3): anyone with the signer's public key can check it.
+    const ring = PublicKeyRing.import(env.partner.publicKeys);
+    const checked = await verifySignedBlob(Buffer.from(String(signedBlob), "base64"), {
+      signerKeys: (signer, keyId) => ring.signerKeys(signer, keyId),
+      expectedPurpose: "managed-crypto/v1",
+    });
+    assert.equal(Buffer.from(checked.payload).toString("utf8"), "signed payload");
+    assert.equal(checked.signer, "partner-acme");
+  });
+
+  it("signs under a named purpose, and decrypt-verify with a purpose refuses any other", async () => {
+    const purpose = "authority-policy";
+    const sealed = okBody(await call("sign-encrypt", { data: "policy text", purpose }));
+    const verified = okBody(await call("decrypt-verify", { encrypted_data: sealed.encrypted_data, purpose }));
+    assert.equal((verified.metadata as { purpose: string }).purpose, purpose);
+    const other = await call("decrypt-verify", {
+      encrypted_data: sealed.encrypted_data,
+      purpose: "managed-crypto/v1",
+    });
+    assert.equal(other.status, 400);
+    assert.equal(errorOf(other).details?.reason, "invalid_signature");
+    const onEncrypt = await call("encrypt", { data: "x", purpose });
+    assert.equal(onEncrypt.status, 400);
+    assert.deepEqual(errorOf(onEncrypt).details, { reason: "invalid_field", fields: ["purpose"] });
+    const notText = await call("sign-encrypt", { data: "x", purpose: 7 });
+    assert.equal(notText.status, 400);
+    assert.deepEqual(errorOf(notText).details?.fields, ["purpose"]);
   });
 
   it("carries one request id through the managed API and the crypto service", async () => {

@@ -33,6 +33,7 @@ describe("managed request parsing", () => {
         secretKey: "sk_value",
       },
       value: "x",
+      purpose: undefined,
     });
   });
 

@@ -1,0 +1,130 @@
+/**
+ * Who holds the keys that protect policies and sign envelopes, from the configuration:
+ *
+ * - `crypto`: the crypto service, called directly with the service identity's partner
+ *   credentials and the IdP token of its service account (password grant, cached until
+ *   shortly before expiry; a token the crypto service refuses is replaced once).
+ * - `managed`: the same keys through the managed crypto API, with the five credential
+ *   headers (the managed API does the password grant and caches the token).
+ * - `embedded`: key rings in this process's store under its KEK — the one-process mode,
+ *   said at start.
+ *
+ * In `crypto` and `managed` modes policies (v2: the service identity; v1: the subject's own
+ * credential set from the same mounted file, or fail closed) and authority envelopes (the
+ * service identity) are signed, encrypted, decrypted and verified by the crypto service:
+ * this process holds no policy or envelope key.
+ */
+import { readFile } from "node:fs/promises";
+import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
+import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
+import { createCryptoClient } from "../../clients/crypto-service/client.ts";
+import { createManagedCryptoClient } from "../../clients/crypto-service/managed-client.ts";
+import {
+  createDirectOwnerCrypto,
+  createPublicKeySource,
+  type OwnerCrypto,
+  type ServiceTokenSource,
+} from "../../clients/crypto-service/owner-crypto.ts";
+import { passwordGrant } from "../../clients/idp/password-grant.ts";
+import { createTokenCache } from "../../clients/idp/token-cache.ts";
+import type { AuthorityConfig } from "../../config/authority.ts";
+import { ConfigError } from "../../config/errors.ts";
+import type { Logger } from "../../observability/logger.ts";
+import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
+import {
+  type PolicyProtectionContext,
+  PolicyProtectionError,
+  type PolicyProtector,
+} from "../../policy/protector.ts";
+import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
+import { createUpstreamPolicyProtector } from "../../policy/upstream-protector.ts";
+
+export interface KeyCustody {
+  readonly protector: PolicyProtector;
+  /** Undefined in the embedded mode: envelopes use the process's key rings. */
+  readonly envelopes: EnvelopeCrypto | undefined;
+}
+
+const CALL_TIMEOUT_MS = 5000;
+
+async function readCa(path: string): Promise<Buffer> {
+  try {
+    return await readFile(path);
+  } catch {
+    throw new ConfigError(`the managed API CA file ${path} cannot be read`);
+  }
+}
+
+export async function configuredKeyCustody(
+  config: AuthorityConfig,
+  keyRings: () => Promise<KeyRingSource>,
+  logger: Logger,
+): Promise<KeyCustody> {
+  const protection = config.policyProtection;
+  if (protection.mode === "embedded") {
+    logger.warn(
+      { policyProtection: "embedded" },
+      "policy protection: EMBEDDED key rings under this process's KEK (the one-process mode; in a deployment use --policy-protection crypto or managed)",
+    );
+    return {
+      protector: createLocalPolicyProtector({
+        keyRings: await keyRings(),
+        serviceIdentity: config.serviceIdentity,
+      }),
+      envelopes: undefined,
+    };
+  }
+  const credentials = await loadServiceCryptoCredentials(protection.credentialsFile);
+  const cache = createTokenCache(
+    passwordGrant({ tokenUrl: protection.tokenUrl, timeoutMs: CALL_TIMEOUT_MS }),
+  );
+  const tokens: ServiceTokenSource = {
+    get: () => cache.get(credentials.username, credentials.password),
+    invalidate: (token) => cache.invalidate(credentials.username, credentials.password, token),
+  };
+  const cryptoClient = createCryptoClient({ baseUrl: config.cryptoUrl, timeoutMs: CALL_TIMEOUT_MS });
+  const serviceOwner = `service:${config.serviceIdentity}`;
+  let ownerOf: (owner: string, keys: typeof credentials.service) => OwnerCrypto;
+  if (protection.mode === "managed") {
+    const managed = createManagedCryptoClient({
+      baseUrl: config.managedUrl,
+      timeoutMs: CALL_TIMEOUT_MS,
+      ...(protection.managedCaFile === undefined ? {} : { ca: await readCa(protection.managedCaFile) }),
+    });
+    ownerOf = (owner, keys) =>
+      managed.owner(owner, { username: credentials.username, password: credentials.password, ...keys });
+  } else {
+    ownerOf = (owner, keys) => createDirectOwnerCrypto({ client: cryptoClient, owner, keys, tokens });
+  }
+  const service = ownerOf(serviceOwner, credentials.service);
+  const subjects = new Map<string, OwnerCrypto>();
+  for (const [subjectId, keys] of credentials.subjects) {
+    subjects.set(subjectId, ownerOf(`subject:${subjectId}`, keys));
+  }
+  const ownerFor = async (context: PolicyProtectionContext): Promise<OwnerCrypto> => {
+    if (context.cryptoVersion === "platform_service_v2") return service;
+    const subject = subjects.get(context.subjectId);
+    if (subject === undefined) {
+      throw new PolicyProtectionError(
+        "policy_protection_unavailable",
+        "no crypto credentials for this subject's policy keys",
+      );
+    }
+    return subject;
+  };
+  logger.info(
+    {
+      policyProtection: protection.mode,
+      via: protection.mode === "managed" ? config.managedUrl : config.cryptoUrl,
+      signer: serviceOwner,
+    },
+    "policy and envelope protection: the crypto service (no policy or envelope key in this process)",
+  );
+  return {
+    protector: createUpstreamPolicyProtector({
+      ownerFor,
+      publicKeys: createPublicKeySource(cryptoClient, tokens),
+    }),
+    envelopes: createServiceEnvelopeCrypto({ service }),
+  };
+}
