@@ -3,6 +3,7 @@ import type { Logger } from "../observability/logger.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
 import type { Store } from "../store/store.ts";
+import type { SecretKeys } from "./secret-box.ts";
 
 /**
  * What the admin domain services need. The authority service's context satisfies it
@@ -14,7 +15,7 @@ export interface AdminDeps {
   readonly protector: PolicyProtector;
   readonly logger?: Logger;
   /** Seals auth-profile secrets; absent: profiles with secrets cannot be stored or resolved. */
-  readonly secretKeyRings?: KeyRingSource;
+  readonly secretKeyRings?: SecretKeys;
   /** Told after every stored policy change. */
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
   /** Checks imported upstream URLs; absent: the strict default policy. */

@@ -1,5 +1,6 @@
 import { CryptoError, deserializeEnvelope, isCryptoError, open, seal } from "../crypto/index.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
+import { isSecretBox, type SecretKeys } from "./secret-box.ts";
 
 /**
  * Seals one auth-profile secret to the partner's key ring (ML-KEM-768 + AES-256-GCM).
@@ -34,11 +35,13 @@ async function ringOf(rings: KeyRingSource | undefined, owner: string) {
 }
 
 export async function sealSecret(
-  rings: KeyRingSource | undefined,
+  keys: SecretKeys | undefined,
   owner: string,
   ids: { partnerId: string; profileId: string },
   secret: string,
 ): Promise<string> {
+  if (keys !== undefined && isSecretBox(keys)) return keys.seal(aadOf(ids.partnerId, ids.profileId), secret);
+  const rings: KeyRingSource | undefined = keys;
   const ring = await ringOf(rings, owner);
   const recipient = ring.recipient();
   return seal({
@@ -50,11 +53,13 @@ export async function sealSecret(
 }
 
 export async function openSecret(
-  rings: KeyRingSource | undefined,
+  keys: SecretKeys | undefined,
   owner: string,
   ids: { partnerId: string; profileId: string },
   sealed: string,
 ): Promise<string> {
+  if (keys !== undefined && isSecretBox(keys)) return keys.open(aadOf(ids.partnerId, ids.profileId), sealed);
+  const rings: KeyRingSource | undefined = keys;
   const ring = await ringOf(rings, owner);
   try {
     const envelope = deserializeEnvelope(sealed);

@@ -6,6 +6,7 @@
  */
 import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isValidId } from "../admin/ids.ts";
+import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
@@ -35,7 +36,7 @@ export interface BindingRuntimeOptions {
    */
   readonly envelopes?: EnvelopeCrypto;
   /** Seals the workload-token signing key at rest. Default: the context's `secretKeyRings`. */
-  readonly tokenKeyRings?: KeyRingSource;
+  readonly tokenKeyRings?: SecretKeys;
   /** Default 300 s. */
   readonly workloadTokenLifetimeSec?: number;
   readonly idempotency?: Omit<IdempotencyOptions, "store" | "now">;
@@ -56,7 +57,7 @@ export interface BindingRuntimeOwner {
   readonly protector: PolicyProtector;
   readonly logger: Logger;
   readonly now: () => Date;
-  readonly secretKeyRings?: KeyRingSource;
+  readonly secretKeyRings?: SecretKeys;
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
   /** Where upstream calls may go; absent: the strict default policy. */
   readonly egress?: EgressPolicy;
@@ -89,7 +90,12 @@ export function createBindingRuntime(
   const { store, config } = owner;
   const issuer = config.publicUrl.replace(/\/+$/, "");
   const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
-  const envelopeKeyRings = options.envelopeKeyRings ?? owner.secretKeyRings;
+  // Envelope key rings: only real key rings (a secret box cannot sign).
+  const secretRings =
+    owner.secretKeyRings === undefined || isSecretBox(owner.secretKeyRings)
+      ? undefined
+      : owner.secretKeyRings;
+  const envelopeKeyRings = options.envelopeKeyRings ?? secretRings;
   const allowlist = new Set(config.parameterScoping.partnerAllowlist);
   const executor =
     options.executor ??

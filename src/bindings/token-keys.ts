@@ -6,14 +6,16 @@
  */
 import { createPrivateKey, generateKeyPairSync, type JsonWebKey, type KeyObject } from "node:crypto";
 import { calculateJwkThumbprint, type JSONWebKeySet, type JWK } from "jose";
+import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import { decrypt, encrypt } from "../crypto/index.ts";
-import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { Store } from "../store/store.ts";
 import { bindingCollections } from "./model.ts";
 
 export const TOKEN_SIGNING_ALG = "ES256";
 export const TOKEN_KEY_RING_OWNER = "workload-token-signing";
 const KEY_ID = "signing";
+/** What a secret box seals the private key under: it opens as nothing else. */
+const TOKEN_KEY_AAD = "authority/workload-token-signing-key/v1";
 
 export interface TokenSigningKey {
   readonly kid: string;
@@ -63,7 +65,7 @@ async function generate(): Promise<{ key: TokenSigningKey; privateJwk: JsonWebKe
 export interface TokenKeysOptions {
   readonly store: Store;
   /** Seals the private key at rest; absent: a per-process key. */
-  readonly keyRings?: KeyRingSource;
+  readonly keyRings?: SecretKeys;
   readonly now?: () => Date;
 }
 
@@ -75,10 +77,12 @@ export function createTokenKeys(options: TokenKeysOptions): TokenKeys {
 
   async function fromStored(stored: StoredTokenKey): Promise<TokenSigningKey> {
     if (keyRings === undefined) throw new TokenKeyError("no key rings to open the stored token key");
-    const ring = await keyRings.keyRing(TOKEN_KEY_RING_OWNER);
-    const jwk = JSON.parse(
-      Buffer.from(decrypt(ring, stored.sealed_private_jwk)).toString("utf8"),
-    ) as JsonWebKey;
+    const text = isSecretBox(keyRings)
+      ? await keyRings.open(TOKEN_KEY_AAD, stored.sealed_private_jwk)
+      : Buffer.from(
+          decrypt(await keyRings.keyRing(TOKEN_KEY_RING_OWNER), stored.sealed_private_jwk),
+        ).toString("utf8");
+    const jwk = JSON.parse(text) as JsonWebKey;
     const privateKey = createPrivateKey({ key: jwk, format: "jwk" });
     return { kid: stored.kid, privateKey, publicJwk: stored.public_jwk };
   }
@@ -88,11 +92,13 @@ export function createTokenKeys(options: TokenKeysOptions): TokenKeys {
     const existing = await store.get<StoredTokenKey>(bindingCollections.tokenKeys, KEY_ID);
     if (existing !== undefined) return fromStored(existing);
     const { key, privateJwk } = await generate();
-    const ring = await keyRings.keyRing(TOKEN_KEY_RING_OWNER);
+    const sealed = isSecretBox(keyRings)
+      ? await keyRings.seal(TOKEN_KEY_AAD, JSON.stringify(privateJwk))
+      : encrypt(await keyRings.keyRing(TOKEN_KEY_RING_OWNER), JSON.stringify(privateJwk));
     const record: StoredTokenKey = {
       kid: key.kid,
       public_jwk: key.publicJwk,
-      sealed_private_jwk: encrypt(ring, JSON.stringify(privateJwk)),
+      sealed_private_jwk: sealed,
       created_at: now().toISOString(),
     };
     if (await store.create(bindingCollections.tokenKeys, KEY_ID, record)) return key;

@@ -13,6 +13,7 @@ import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import { LRUCache } from "lru-cache";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
+import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
@@ -164,9 +165,11 @@ export async function buildAuthorityService(
     if (migration.migrated > 0) logger.info(migration, "subject records migrated to an identity kind");
     // Key rings kept in the store, wrapped under the KEK: they seal auth-profile secrets,
     // sign binding envelopes and workload tokens, and (unless overridden) protect policies.
-    const keyRings =
-      overrides.keyRings ??
-      createStoredKeyRings({
+    // Key rings kept in the store, wrapped under the KEK — only in the embedded mode (or when
+    // a caller supplies them): in crypto and managed modes the crypto service holds every key.
+    let storedRings: KeyRingSource | undefined = overrides.keyRings;
+    const keyRings = async (): Promise<KeyRingSource> => {
+      storedRings ??= createStoredKeyRings({
         store,
         kek: await loadKek({
           ...(config.kek.value === undefined ? {} : { kek: config.kek.value }),
@@ -174,12 +177,15 @@ export async function buildAuthorityService(
           createIfMissing: config.kek.createIfMissing,
         }),
       });
-    // Policies and envelopes: the crypto service (directly or through the managed API) or,
-    // embedded, the key rings above.
+      return storedRings;
+    };
     const custody =
       overrides.protector === undefined
-        ? await configuredKeyCustody(config, async () => keyRings, logger)
-        : { protector: overrides.protector, envelopes: undefined };
+        ? await configuredKeyCustody(config, keyRings, logger)
+        : { protector: overrides.protector, envelopes: undefined, secrets: undefined };
+    // Auth-profile secrets and the workload-token key: the crypto service's secret box, or
+    // the key rings (loading the KEK now if nothing above did).
+    const secretKeys: SecretKeys = overrides.keyRings ?? custody.secrets ?? (await keyRings());
     const protector = custody.protector;
     const verifier =
       overrides.verifier ??
@@ -215,7 +221,7 @@ export async function buildAuthorityService(
       store,
       verifier,
       protector,
-      ...(overrides.secretKeyRings === null ? {} : { secretKeyRings: keyRings }),
+      ...(overrides.secretKeyRings === null ? {} : { secretKeyRings: secretKeys }),
       ...(overrides.platform === null
         ? {}
         : {

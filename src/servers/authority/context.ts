@@ -1,9 +1,9 @@
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
+import type { SecretKeys } from "../../admin/secret-box.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
 import type { JwksStatus } from "../../identity/jwt-verifier.ts";
 import type { McpConfig } from "../../mcp/config.ts";
 import type { Logger } from "../../observability/logger.ts";
-import type { KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { Store } from "../../store/store.ts";
 
@@ -51,7 +51,7 @@ export interface AuthorityContext {
    * `auth-profile-secrets:<partner_id>`). Without it, auth profiles cannot be stored or
    * resolved (503); everything else works.
    */
-  readonly secretKeyRings?: KeyRingSource;
+  readonly secretKeyRings?: SecretKeys;
   /**
    * Called after every stored policy change with the subject and its new head, so caches
    * (sidecars over Redis pub/sub) can drop stale copies. A failure is logged, never undone.

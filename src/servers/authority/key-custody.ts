@@ -10,14 +10,17 @@
  *   said at start.
  *
  * In `crypto` and `managed` modes policies (v2: the service identity; v1: the subject's own
- * credential set from the same mounted file, or fail closed) and authority envelopes (the
- * service identity) are signed, encrypted, decrypted and verified by the crypto service:
- * this process holds no policy or envelope key.
+ * credential set from the same mounted file, or fail closed), authority envelopes and the
+ * secrets at rest (auth-profile secrets, the workload-token signing key; all three with the
+ * service identity) are signed, encrypted, decrypted and verified by the crypto service: this
+ * process loads no KEK and holds no key ring.
  */
 import { readFile } from "node:fs/promises";
+import type { SecretBox } from "../../admin/secret-box.ts";
+import { SecretSealError } from "../../admin/secret-seal.ts";
 import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
 import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
-import { createCryptoClient } from "../../clients/crypto-service/client.ts";
+import { CryptoClientError, createCryptoClient } from "../../clients/crypto-service/client.ts";
 import { createManagedCryptoClient } from "../../clients/crypto-service/managed-client.ts";
 import {
   createDirectOwnerCrypto,
@@ -43,6 +46,62 @@ export interface KeyCustody {
   readonly protector: PolicyProtector;
   /** Undefined in the embedded mode: envelopes use the process's key rings. */
   readonly envelopes: EnvelopeCrypto | undefined;
+  /** Seals secrets at rest; undefined in the embedded mode (the process's key rings do). */
+  readonly secrets: SecretBox | undefined;
+}
+
+/** What secrets at rest are signed for: no policy or envelope passes as one, nor the reverse. */
+const SECRET_PURPOSE = "authority-secret/v1";
+
+/** Artifact problems: the sealed value is bad; anything else is the crypto service being unusable. */
+const sealedValueFaults: ReadonlySet<string> = new Set([
+  "invalid_ciphertext",
+  "invalid_signature",
+  "wrong_purpose",
+  "unknown_recipient",
+  "invalid_request",
+]);
+
+/**
+ * Secrets at rest sealed by the crypto service with the service identity (signed and
+ * encrypted to itself); the aad travels inside the signed plaintext and must match on open.
+ */
+export function createServiceSecretBox(service: OwnerCrypto): SecretBox {
+  const unavailable = (cause: unknown) =>
+    new SecretSealError("secret_storage_unavailable", "the crypto service cannot seal or open secrets", {
+      cause,
+    });
+  const unreadable = (why: string, cause?: unknown) =>
+    new SecretSealError("secret_unreadable", `sealed secret rejected: ${why}`, { cause });
+  return {
+    async seal(aad, secret) {
+      try {
+        return await service.signEncrypt(JSON.stringify({ aad, secret }), { purpose: SECRET_PURPOSE });
+      } catch (error) {
+        throw unavailable(error);
+      }
+    },
+    async open(aad, sealed) {
+      let opened: Awaited<ReturnType<OwnerCrypto["decryptVerify"]>>;
+      try {
+        opened = await service.decryptVerify(sealed, { purpose: SECRET_PURPOSE });
+      } catch (error) {
+        if (error instanceof CryptoClientError && sealedValueFaults.has(error.code))
+          throw unreadable(error.code, error);
+        throw unavailable(error);
+      }
+      if (opened.signedBy !== service.owner) throw unreadable("signer");
+      let value: unknown;
+      try {
+        value = JSON.parse(opened.decryptedData);
+      } catch {
+        throw unreadable("form");
+      }
+      const fields = value as { aad?: unknown; secret?: unknown } | null;
+      if (fields?.aad !== aad || typeof fields.secret !== "string") throw unreadable("aad");
+      return fields.secret;
+    },
+  };
 }
 
 const CALL_TIMEOUT_MS = 5000;
@@ -72,6 +131,7 @@ export async function configuredKeyCustody(
         serviceIdentity: config.serviceIdentity,
       }),
       envelopes: undefined,
+      secrets: undefined,
     };
   }
   const credentials = await loadServiceCryptoCredentials(protection.credentialsFile);
@@ -126,5 +186,6 @@ export async function configuredKeyCustody(
       publicKeys: createPublicKeySource(cryptoClient, tokens),
     }),
     envelopes: createServiceEnvelopeCrypto({ service }),
+    secrets: createServiceSecretBox(service),
   };
 }
