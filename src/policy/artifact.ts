@@ -61,7 +61,8 @@ export async function openPolicyDocument(
   protector: PolicyOpener,
   context: PolicyProtectionContext,
 ): Promise<OpenedPolicyDocument> {
-  const opened = await protector.open(artifact, context);
+  // The decision needs the text only; the signed blob is what the sidecar route asks for.
+  const opened = await protector.open(artifact, context, { signedBlob: false });
   let document: PolicyDocument;
   try {
     document = validatePolicyDocument(JSON.parse(opened.document));

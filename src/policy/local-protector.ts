@@ -51,7 +51,7 @@ export function createLocalPolicyProtector(options: LocalProtectorOptions): Poli
         plaintext: canonicalDocument,
       });
     },
-    async open(artifact, context): Promise<OpenedPolicy> {
+    async open(artifact, context, openOptions): Promise<OpenedPolicy> {
       const { owner, ring } = await ringFor(context);
       try {
         const opened = decryptVerify(artifact, {
@@ -63,9 +63,15 @@ export function createLocalPolicyProtector(options: LocalProtectorOptions): Poli
           document: Buffer.from(opened.plaintext).toString("utf8"),
           signer: opened.signer,
           signedAt: opened.signedAt,
-          signedBlob: encodeSignedBlob(opened.signedDocument, opened.signature, opened.plaintext).toString(
-            "base64",
-          ),
+          ...(openOptions?.signedBlob === false
+            ? {}
+            : {
+                signedBlob: encodeSignedBlob(
+                  opened.signedDocument,
+                  opened.signature,
+                  opened.plaintext,
+                ).toString("base64"),
+              }),
         };
       } catch (error) {
         if (isCryptoError(error)) {

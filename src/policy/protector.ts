@@ -26,9 +26,17 @@ export interface OpenedPolicy {
   readonly signedBlob?: string;
 }
 
+export interface OpenOptions {
+  /**
+   * Whether the caller needs `signedBlob` (default true). A decision does not: without it the
+   * crypto service sends back half the bytes (the blob repeats the whole policy text).
+   */
+  readonly signedBlob?: boolean;
+}
+
 /** Opens a policy for a decision: the authority decrypt-verifies, a sidecar verifies a signed blob. */
 export interface PolicyOpener {
-  open(artifact: string, context: PolicyProtectionContext): Promise<OpenedPolicy>;
+  open(artifact: string, context: PolicyProtectionContext, options?: OpenOptions): Promise<OpenedPolicy>;
 }
 
 export interface PolicyProtector extends PolicyOpener {

@@ -47,8 +47,7 @@ function ownerOperations(options: DirectProtectorOptions): OwnerProtectorOptions
         owner: credentials.owner,
         signEncrypt: async (data, { purpose }) =>
           (await client.signEncrypt(credentials, data, { purpose })).encryptedData,
-        decryptVerify: (encryptedData, { purpose }) =>
-          client.decryptVerify(credentials, encryptedData, { purpose }),
+        decryptVerify: (encryptedData, options) => client.decryptVerify(credentials, encryptedData, options),
       };
     },
     ...(token === undefined
@@ -102,11 +101,14 @@ export function createUpstreamPolicyProtector(options: UpstreamProtectorOptions)
         throw translate(error);
       }
     },
-    async open(artifact, context): Promise<OpenedPolicy> {
+    async open(artifact, context, openOptions): Promise<OpenedPolicy> {
       const owner = await ownerFor(context);
       let verified: Awaited<ReturnType<OwnerCrypto["decryptVerify"]>>;
       try {
-        verified = await owner.decryptVerify(artifact, { purpose: POLICY_PURPOSE });
+        verified = await owner.decryptVerify(artifact, {
+          purpose: POLICY_PURPOSE,
+          signedBlob: openOptions?.signedBlob !== false,
+        });
       } catch (error) {
         throw translate(error);
       }

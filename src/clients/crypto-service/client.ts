@@ -94,7 +94,7 @@ export interface CryptoClient {
   decryptVerify(
     credentials: CryptoCredentials,
     encryptedData: string,
-    options?: CallOptions & { readonly purpose?: string },
+    options?: CallOptions & { readonly purpose?: string; readonly signedBlob?: boolean },
   ): Promise<DecryptVerifyResult>;
   /** An owner's public keys (verification of signed blobs); any valid bearer token may ask. */
   publicKeys(token: string, owner: string, options?: CallOptions): Promise<PublicKeyRingJson>;
@@ -312,6 +312,7 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
           actions: ["d", "v"],
           encrypted_data: encryptedData,
           ...(callOptions.purpose === undefined ? {} : { purpose: callOptions.purpose }),
+          ...(callOptions.signedBlob === false ? { signed_blob: false } : {}),
         },
         callOptions,
       );

@@ -18,6 +18,12 @@ export interface OwnerSignEncryptOptions {
   readonly purpose: string;
 }
 
+export interface DecryptVerifyOptions {
+  readonly purpose: string;
+  /** Ask for the signed blob (default true); a path that may ignore this sends it anyway. */
+  readonly signedBlob?: boolean;
+}
+
 export interface OwnerCrypto {
   /** The owner id the crypto service signs as (`service:<identity>`, `subject:<id>`). */
   readonly owner: string;
@@ -27,7 +33,7 @@ export interface OwnerCrypto {
    * Decrypts with this owner's keys and verifies the signature (any signer the crypto service
    * knows); `purpose`, when given, must be the signed purpose.
    */
-  decryptVerify(encryptedData: string, options: { readonly purpose: string }): Promise<DecryptVerifyResult>;
+  decryptVerify(encryptedData: string, options: DecryptVerifyOptions): Promise<DecryptVerifyResult>;
 }
 
 /** A bearer token for the crypto service, and a way to drop one it refused. */
@@ -75,10 +81,8 @@ export function createDirectOwnerCrypto(options: {
         const result = await client.signEncrypt(credentials(token), data, { purpose });
         return result.encryptedData;
       }),
-    decryptVerify: (encryptedData, { purpose }) =>
-      withServiceToken(tokens, (token) =>
-        client.decryptVerify(credentials(token), encryptedData, { purpose }),
-      ),
+    decryptVerify: (encryptedData, options) =>
+      withServiceToken(tokens, (token) => client.decryptVerify(credentials(token), encryptedData, options)),
   };
 }
 

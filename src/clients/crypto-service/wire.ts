@@ -28,7 +28,13 @@ export type ActionRequest =
       readonly purpose: string;
       readonly recipient: string | undefined;
     }
-  | { readonly kind: "decrypt-verify"; readonly encryptedData: string; readonly purpose: string | undefined };
+  | {
+      readonly kind: "decrypt-verify";
+      readonly encryptedData: string;
+      readonly purpose: string | undefined;
+      /** Whether the answer carries `signed_blob` (default true; `"signed_blob": false` leaves it out). */
+      readonly signedBlob: boolean;
+    };
 
 /** The upstream request body, as sent. */
 export interface ActionBody {
@@ -37,6 +43,8 @@ export interface ActionBody {
   readonly encrypted_data?: string;
   readonly purpose?: string;
   readonly recipient?: string;
+  /** decrypt-verify only: false leaves `signed_blob` out of the answer. */
+  readonly signed_blob?: boolean;
 }
 
 /** Success payloads, as sent. */
@@ -64,8 +72,11 @@ export interface DecryptVerifyPayload {
   readonly signer_key_id: string;
   readonly recipient_key_id: string;
   readonly purpose: string;
-  /** base64 of the signed blob: document || ML-DSA signature || plaintext (crypto/sign-encrypt.ts). */
-  readonly signed_blob: string;
+  /**
+   * base64 of the signed blob: document || ML-DSA signature || plaintext (crypto/sign-encrypt.ts);
+   * absent when the request said `"signed_blob": false`.
+   */
+  readonly signed_blob?: string;
 }
 
 const KINDS: Readonly<Record<string, ActionRequest["kind"]>> = {
@@ -80,10 +91,10 @@ const FIELDS: Readonly<Record<ActionRequest["kind"], readonly string[]>> = {
   encrypt: ["data"],
   decrypt: ["encrypted_data"],
   "sign-encrypt": ["data", "purpose", "recipient"],
-  "decrypt-verify": ["encrypted_data", "purpose"],
+  "decrypt-verify": ["encrypted_data", "purpose", "signed_blob"],
 };
 
-const OPTIONAL_FIELDS = ["data", "encrypted_data", "purpose", "recipient"] as const;
+const OPTIONAL_FIELDS = ["data", "encrypted_data", "purpose", "recipient", "signed_blob"] as const;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -153,10 +164,14 @@ export function parseActionRequest(body: unknown): ActionRequest {
         recipient: optionalString(body, "recipient"),
       };
     case "decrypt-verify":
+      if (body.signed_blob !== undefined && typeof body.signed_blob !== "boolean") {
+        throw invalid("The body field signed_blob must be a boolean when present.", ["signed_blob"]);
+      }
       return {
         kind,
         encryptedData: requiredString(body, "encrypted_data"),
         purpose: optionalString(body, "purpose"),
+        signedBlob: body.signed_blob !== false,
       };
   }
 }

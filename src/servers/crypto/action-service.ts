@@ -62,7 +62,12 @@ export function createActionService(options: ActionServiceOptions): ActionServic
     }
   }
 
-  async function decryptVerify(owner: Owner, encryptedData: string, purpose: string | undefined) {
+  async function decryptVerify(
+    owner: Owner,
+    encryptedData: string,
+    purpose: string | undefined,
+    signedBlob: boolean,
+  ) {
     const misses: Array<{ signer: string; keyId: string }> = [];
     const signerKeys: SignerKeyLookup = (signer, keyId) => {
       const ring = signer === owner.id ? owner.ring : registry.cached(signer)?.ring;
@@ -72,7 +77,7 @@ export function createActionService(options: ActionServiceOptions): ActionServic
     };
     const attempt = (caller: Owner, lookup: SignerKeyLookup) =>
       decryptVerifyAction(
-        { ring: caller.ring, encryptedData, signerKeys: lookup, expectedPurpose: purpose },
+        { ring: caller.ring, encryptedData, signerKeys: lookup, expectedPurpose: purpose, signedBlob },
         verifyEngine,
       );
     try {
@@ -116,7 +121,7 @@ export function createActionService(options: ActionServiceOptions): ActionServic
           );
         }
         case "decrypt-verify":
-          return decryptVerify(owner, request.encryptedData, request.purpose);
+          return decryptVerify(owner, request.encryptedData, request.purpose, request.signedBlob);
       }
     },
   };

@@ -138,6 +138,8 @@ export interface DecryptVerifyInput {
   readonly encryptedData: string;
   readonly signerKeys: SignerKeyLookup;
   readonly expectedPurpose: string | undefined;
+  /** Whether to return the signed blob (default true). */
+  readonly signedBlob?: boolean;
 }
 
 /**
@@ -157,16 +159,19 @@ export async function decryptVerifyAction(
   );
   // The signed blob (document, signature, plaintext) lets the caller hand the content on to a
   // party that checks the signature with public keys only (spec note 3: the original signature).
-  const signedBlob = encodeSignedBlob(verified.signedDocument, verified.signature, verified.plaintext);
+  const signedBlob =
+    input.signedBlob === false
+      ? undefined
+      : encodeSignedBlob(verified.signedDocument, verified.signature, verified.plaintext);
   let decrypted: string;
   try {
     decrypted = toText(verified.plaintext);
   } catch (error) {
-    signedBlob.fill(0);
+    signedBlob?.fill(0);
     throw error;
   }
-  const signedBlobText = signedBlob.toString("base64");
-  signedBlob.fill(0);
+  const signedBlobText = signedBlob?.toString("base64");
+  signedBlob?.fill(0);
   return {
     decrypted_data: decrypted,
     is_valid_signature: true,
@@ -175,6 +180,6 @@ export async function decryptVerifyAction(
     signer_key_id: verified.signerKeyId,
     recipient_key_id: verified.recipientKeyId,
     purpose: verified.purpose,
-    signed_blob: signedBlobText,
+    ...(signedBlobText === undefined ? {} : { signed_blob: signedBlobText }),
   };
 }

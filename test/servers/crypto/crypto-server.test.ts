@@ -165,6 +165,14 @@ describe("upstream crypto service", () => {
     assert.ok(signedAt >= before - 1000 && signedAt <= Date.now() + 1000);
     assert.equal(verified.purpose, "authority-policy/v1");
     assert.equal(verified.recipientKeyId, env.partner.keyId);
+    assert.equal(typeof verified.signedBlob, "string");
+    // Asked without the signed blob (a decision needs only the text): same verification, no blob.
+    const lean = await client().decryptVerify(credentials, sealed.encryptedData, {
+      purpose: "authority-policy/v1",
+      signedBlob: false,
+    });
+    assert.equal(lean.decryptedData, "policy body");
+    assert.equal(lean.signedBlob, undefined);
 
     await rejects(
       client().decryptVerify(credentials, sealed.encryptedData, { purpose: "other" }),
@@ -273,6 +281,8 @@ describe("upstream crypto service", () => {
     };
     const cases: Array<[unknown, string]> = [
       [{ actions: ["x"] }, "actions"],
+      [{ actions: ["d", "v"], encrypted_data: "x", signed_blob: "no" }, "signed_blob"],
+      [{ actions: ["e"], data: "x", signed_blob: false }, "signed_blob"],
       [{ actions: ["e"] }, "data"],
       [{ actions: ["e"], data: "" }, "data"],
       [{ actions: ["d"], data: "x" }, "data"],
