@@ -83,7 +83,7 @@ export function createManagedCryptoClient(options: ManagedCryptoClientOptions): 
   async function call(
     url: URL,
     credentials: ManagedOwnerCredentials,
-    body: Record<string, string>,
+    body: Record<string, string | boolean>,
   ): Promise<Record<string, unknown>> {
     let answer: TransportAnswer;
     try {
@@ -135,10 +135,11 @@ export function createManagedCryptoClient(options: ManagedCryptoClientOptions): 
         async signEncrypt(data, { purpose }) {
           return text(await call(urls.signEncrypt, credentials, { data, purpose }), "encrypted_data");
         },
-        async decryptVerify(encryptedData, { purpose }): Promise<DecryptVerifyResult> {
+        async decryptVerify(encryptedData, { purpose, signedBlob }): Promise<DecryptVerifyResult> {
           const body = await call(urls.decryptVerify, credentials, {
             encrypted_data: encryptedData,
             purpose,
+            ...(signedBlob === false ? { signed_blob: false } : {}),
           });
           // Anything but an explicit true is a failed verification, whatever else came back.
           if (body.is_valid_signature !== true)

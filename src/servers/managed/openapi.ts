@@ -56,6 +56,7 @@ export function describeOperation(operation: Operation): RouteShorthandOptions {
           properties: {
             [operation.field]: { type: "string", minLength: 1 },
             ...(operation.takesPurpose ? { purpose: { type: "string", minLength: 1, maxLength: 128 } } : {}),
+            ...(operation.name === "decrypt-verify" ? { signed_blob: { type: "boolean" } } : {}),
           },
         },
       },

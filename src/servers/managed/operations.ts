@@ -24,6 +24,7 @@ export interface Operation {
     value: string,
     requestId: string,
     purpose: string | undefined,
+    signedBlob?: boolean,
   ): Promise<Readonly<Record<string, unknown>>>;
 }
 
@@ -83,8 +84,12 @@ export const operations: readonly Operation[] = [
     path: "/v1/decrypt-verify",
     field: "encrypted_data",
     takesPurpose: true,
-    async run(client, credentials, value, requestId, purpose) {
-      const options = purpose === undefined ? { requestId } : { requestId, purpose };
+    async run(client, credentials, value, requestId, purpose, signedBlob) {
+      const options = {
+        requestId,
+        ...(purpose === undefined ? {} : { purpose }),
+        ...(signedBlob === false ? { signedBlob: false } : {}),
+      };
       return decryptVerifyBody(await client.decryptVerify(credentials, value, options));
     },
   },

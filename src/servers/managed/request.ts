@@ -35,6 +35,8 @@ export interface ManagedRequest {
    * signed one). The upstream checks its form; here only that it is one bounded string.
    */
   readonly purpose: string | undefined;
+  /** Optional `signed_blob` (decrypt-verify: false leaves the original signature out). */
+  readonly signedBlob: boolean | undefined;
 }
 
 const MAX_PURPOSE_LENGTH = 128;
@@ -77,6 +79,8 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
   ) {
     invalid.push("purpose");
   }
+  const signedBlob = record.signed_blob;
+  if (signedBlob !== undefined && typeof signedBlob !== "boolean") invalid.push("signed_blob");
   if (invalid.length > 0) {
     throw new ManagedError("invalid_field", {
       message: `Invalid ${invalid.join(", ")}: each must be one string of bounded length.`,
@@ -97,5 +101,6 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
     },
     value: typeof bodyValue === "string" ? bodyValue : "",
     purpose: typeof purpose === "string" ? purpose : undefined,
+    signedBlob: typeof signedBlob === "boolean" ? signedBlob : undefined,
   };
 }

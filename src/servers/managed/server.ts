@@ -99,6 +99,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     value: string,
     requestId: string,
     purpose: string | undefined,
+    signedBlob: boolean | undefined,
   ) {
     const { username, password } = credentials;
     const upstream = (token: string): CryptoCredentials => ({
@@ -109,11 +110,18 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
     });
     const token = await tokens.get(username, password);
     try {
-      return await operation.run(client, upstream(token), value, requestId, purpose);
+      return await operation.run(client, upstream(token), value, requestId, purpose, signedBlob);
     } catch (error) {
       if (!(error instanceof CryptoClientError && error.code === "invalid_token")) throw error;
       tokens.invalidate(username, password, token);
-      return operation.run(client, upstream(await tokens.get(username, password)), value, requestId, purpose);
+      return operation.run(
+        client,
+        upstream(await tokens.get(username, password)),
+        value,
+        requestId,
+        purpose,
+        signedBlob,
+      );
     }
   }
 
@@ -123,11 +131,17 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
       describeOperation(operation),
       async (request: FastifyRequest, reply: FastifyReply) => {
         try {
-          const { credentials, value, purpose } = parseManagedRequest(
+          const { credentials, value, purpose, signedBlob } = parseManagedRequest(
             request.headers,
             request.body,
             operation.field,
           );
+          if (signedBlob !== undefined && operation.name !== "decrypt-verify") {
+            throw new ManagedError("invalid_field", {
+              message: "The body field signed_blob is not used by this operation.",
+              fields: ["signed_blob"],
+            });
+          }
           if (purpose !== undefined && !operation.takesPurpose) {
             throw new ManagedError("invalid_field", {
               message: "The body field purpose is not used by this operation.",
@@ -137,7 +151,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
           const decision = limiter.take(credentials.username);
           if (!decision.allowed)
             throw new ManagedError("rate_limited", { retryAfterSec: decision.retryAfterSec });
-          const body = await callUpstream(operation, credentials, value, request.id, purpose);
+          const body = await callUpstream(operation, credentials, value, request.id, purpose, signedBlob);
           return reply.header("cache-control", "no-store").send({ statusCode: 200, body });
         } catch (raw) {
           const error = toManaged(raw);

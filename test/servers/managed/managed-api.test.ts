@@ -102,6 +102,24 @@ describe("managed crypto API", () => {
     const onEncrypt = await call("encrypt", { data: "x", purpose });
     assert.equal(onEncrypt.status, 400);
     assert.deepEqual(errorOf(onEncrypt).details, { reason: "invalid_field", fields: ["purpose"] });
+    // Without the original signature when the caller does not need it (half the bytes).
+    const lean = okBody(
+      await call("decrypt-verify", { encrypted_data: sealed.encrypted_data, purpose, signed_blob: false }),
+    );
+    assert.equal(lean.decrypted_data, "policy text");
+    assert.deepEqual(Object.keys(lean.metadata as object).sort(), [
+      "purpose",
+      "recipient_key_id",
+      "signer_key_id",
+    ]);
+    for (const [operation, body] of [
+      ["encrypt", { data: "x", signed_blob: false }],
+      ["decrypt-verify", { encrypted_data: sealed.encrypted_data, signed_blob: "no" }],
+    ] as const) {
+      const refused = await call(operation, body);
+      assert.equal(refused.status, 400);
+      assert.deepEqual(errorOf(refused).details?.fields, ["signed_blob"]);
+    }
     const notText = await call("sign-encrypt", { data: "x", purpose: 7 });
     assert.equal(notText.status, 400);
     assert.deepEqual(errorOf(notText).details?.fields, ["purpose"]);

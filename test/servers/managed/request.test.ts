@@ -34,6 +34,7 @@ describe("managed request parsing", () => {
       },
       value: "x",
       purpose: undefined,
+      signedBlob: undefined,
     });
   });
 
