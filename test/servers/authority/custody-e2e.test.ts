@@ -405,6 +405,25 @@ describe("authority with its keys in the crypto service, through the managed API
     assert.equal(garbage.json.error, "invalid_signature");
   });
 
+  test("the sidecar's own credential opens nothing at the crypto service: a stored artifact stays sealed", async () => {
+    const record = await readPolicyRecord(built.context.store, AGENT);
+    assert.ok(record);
+    const sidecarToken = await token("sidecar-1", ["sidecar"]);
+    const action = (headers: Record<string, string>) =>
+      httpRequest(`${crypto.url}/v1/actions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${sidecarToken}`, ...headers },
+        json: { actions: ["d", "v"], encrypted_data: record.artifact },
+        timeoutMs: 10_000,
+      });
+    const bare = await action({});
+    assert.equal(bare.status, 400, bare.text);
+    assert.equal(bare.text.includes("decrypted_data"), false);
+    const guessed = await action({ api_key: "apk_guess", access_key: "ak_guess", secret_key: "sk_guess" });
+    assert.equal(guessed.status, 403, guessed.text);
+    assert.equal(guessed.text.includes("decrypted_data"), false);
+  });
+
   test("the crypto service stopped: policy loads and verify fail closed with 503, and recover when it returns", async () => {
     const { envelope } = await invoke("7");
     assert.ok(envelope);
