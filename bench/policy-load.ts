@@ -30,6 +30,8 @@ import {
   type ServiceTokenSource,
 } from "../src/clients/crypto-service/owner-crypto.ts";
 import { nodeHttpTransport } from "../src/clients/crypto-service/transport.ts";
+import { passwordGrant } from "../src/clients/idp/password-grant.ts";
+import { createTokenCache } from "../src/clients/idp/token-cache.ts";
 import { buildPermissionId, computePolicyHash } from "../src/core/index.ts";
 import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
 import { Kek } from "../src/crypto/index.ts";
@@ -46,9 +48,7 @@ import { createUpstreamPolicyProtector } from "../src/policy/upstream-protector.
 import { type CryptoServer, createCryptoServer } from "../src/servers/crypto/server.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { createDevCertificate } from "../src/servers/managed/dev-certificate.ts";
-import { passwordGrant } from "../src/servers/managed/idp.ts";
 import { createManagedServer } from "../src/servers/managed/server.ts";
-import { createTokenCache } from "../src/servers/managed/token-cache.ts";
 import { openStore } from "../src/store/index.ts";
 import type { AssignmentRecord } from "../src/store/model.ts";
 import type { Store } from "../src/store/store.ts";
