@@ -69,7 +69,7 @@ const messages: Record<VerifyFailureCode, string> = {
   binding_mismatch: "The binding does not match the workload client's binding.",
   binding_inactive: "The binding is not active.",
   invalid_signature: "The envelope could not be opened and signature-verified.",
-  signer_mismatch: "The envelope was not signed by the binding's partner.",
+  signer_mismatch: "The envelope was not signed by the expected signer.",
   invalid_envelope: "The envelope content is not valid for this profile.",
   profile_mismatch: "The envelope was issued for another profile.",
   issuer_mismatch: "The envelope issuer does not match.",
@@ -149,7 +149,7 @@ export function createOperationIndex(
 /**
  * Checks, in order: profile known (400), arguments canonicalizable (400), binding equals
  * the workload client's and is active (403), operation supported (400), envelope opens
- * and verifies (403; 503 when keys are unavailable), signer is the binding's partner
+ * and verifies (403; 503 when keys or the crypto service are unavailable), signer is the expected one
  * (403), then the profile checks on the signed claims (403 each).
  */
 export async function verifyEnvelope(
