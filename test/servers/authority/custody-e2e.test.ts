@@ -7,7 +7,7 @@ import { REPROTECT_CHECKPOINT, reprotectPolicies } from "../../../src/admin/repr
 import { argumentsDigest, buildEnvelopeClaims, PARTNER_PROFILE_V2 } from "../../../src/bindings/envelope.ts";
 import { createCryptoClient } from "../../../src/clients/crypto-service/client.ts";
 import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
-import { decodeSignedBlob } from "../../../src/crypto/index.ts";
+import { decodeSignedBlob, envelopeKeyId } from "../../../src/crypto/index.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
 import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
@@ -494,6 +494,14 @@ describe("authority with its keys in the crypto service, through the managed API
     );
     assert.equal(await signerKeyId(AGENT), rotated.get(`subject:${AGENT}`));
     assert.equal(await signerKeyId(mappedSubject), rotated.get(`service:${SERVICE}`));
+    // …and encrypted to the new encryption key.
+    for (const [subjectId, owner] of [
+      [AGENT, `subject:${AGENT}`],
+      [mappedSubject, `service:${SERVICE}`],
+    ] as const) {
+      const record = await readPolicyRecord(built.context.store, subjectId);
+      assert.equal(envelopeKeyId(record?.artifact ?? ""), rotated.get(owner));
+    }
     built.runtime.policies.clear();
     sidecar.policies.evict(AGENT);
     assert.equal((await authorize()).json.status, "allowed");
