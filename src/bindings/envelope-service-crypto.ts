@@ -14,19 +14,10 @@
  * our own credentials is EnvelopeCryptoUnavailableError (verify answers 503) — nothing is
  * remembered, so the next call after it returns succeeds without a restart.
  */
-import { CryptoClientError, type CryptoClientErrorCode } from "../clients/crypto-service/client.ts";
+import { isDataFault } from "../clients/crypto-service/client.ts";
 import type { OwnerCrypto } from "../clients/crypto-service/owner-crypto.ts";
 import type { EnvelopeCrypto } from "./envelope-crypto.ts";
 import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
-
-/** What an envelope itself can be wrong about; every other failure is the service's. */
-const envelopeFaults: ReadonlySet<CryptoClientErrorCode> = new Set([
-  "invalid_ciphertext",
-  "invalid_signature",
-  "wrong_purpose",
-  "unknown_recipient",
-  "invalid_request",
-]);
 
 const MAX_ENVELOPE_CHARS = 64 * 1024;
 
@@ -52,7 +43,7 @@ export function createServiceEnvelopeCrypto(options: { readonly service: OwnerCr
       try {
         opened = await service.decryptVerify(envelope, { purpose: profile.purpose });
       } catch (error) {
-        if (error instanceof CryptoClientError && envelopeFaults.has(error.code)) {
+        if (isDataFault(error)) {
           return { ok: false, failure: "invalid_signature" };
         }
         throw new EnvelopeCryptoUnavailableError("envelope verification is unavailable", { cause: error });

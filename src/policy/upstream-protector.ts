@@ -1,9 +1,4 @@
-import {
-  type CryptoClient,
-  CryptoClientError,
-  type CryptoClientErrorCode,
-  type CryptoCredentials,
-} from "../clients/crypto-service/client.ts";
+import { type CryptoClient, type CryptoCredentials, isDataFault } from "../clients/crypto-service/client.ts";
 import type { OwnerCrypto } from "../clients/crypto-service/owner-crypto.ts";
 import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
@@ -57,17 +52,9 @@ function ownerOperations(options: DirectProtectorOptions): OwnerProtectorOptions
 }
 
 /** Artifact problems deny as unverifiable; everything else is the crypto service being unusable. */
-const artifactFaults: ReadonlySet<CryptoClientErrorCode> = new Set([
-  "invalid_ciphertext",
-  "invalid_signature",
-  "wrong_purpose",
-  "unknown_recipient",
-  "invalid_request",
-]);
-
 function translate(error: unknown): PolicyProtectionError {
   if (error instanceof PolicyProtectionError) return error;
-  if (error instanceof CryptoClientError && artifactFaults.has(error.code)) {
+  if (isDataFault(error)) {
     return new PolicyProtectionError("policy_unverifiable", `policy artifact rejected: ${error.code}`, {
       cause: error,
     });

@@ -115,6 +115,15 @@ export const cryptoClientErrorMessages = {
 
 export type CryptoClientErrorCode = keyof typeof cryptoClientErrorMessages;
 
+/** Codes that say the presented data is bad (altered, foreign, wrong purpose); the rest are faults. */
+const dataFaultCodes: ReadonlySet<CryptoClientErrorCode> = new Set([
+  "invalid_ciphertext",
+  "invalid_signature",
+  "wrong_purpose",
+  "unknown_recipient",
+  "invalid_request",
+]);
+
 export class CryptoClientError extends Error {
   readonly code: CryptoClientErrorCode;
   /** The upstream HTTP status, when it answered. */
@@ -163,6 +172,14 @@ export function cryptoClientErrorToAuthorityError(error: CryptoClientError): Aut
     details: { reason: error.code },
     cause: error,
   });
+}
+
+/**
+ * Whether a failure is the data's fault (a policy, envelope or sealed secret that does not
+ * open: deny or refuse it) rather than the crypto service being unusable (fail closed, 503).
+ */
+export function isDataFault(error: unknown): error is CryptoClientError {
+  return error instanceof CryptoClientError && dataFaultCodes.has(error.code);
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {

@@ -20,7 +20,7 @@ import type { SecretBox } from "../../admin/secret-box.ts";
 import { SecretSealError } from "../../admin/secret-seal.ts";
 import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
 import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
-import { CryptoClientError, createCryptoClient } from "../../clients/crypto-service/client.ts";
+import { createCryptoClient, isDataFault } from "../../clients/crypto-service/client.ts";
 import { createManagedCryptoClient } from "../../clients/crypto-service/managed-client.ts";
 import {
   createDirectOwnerCrypto,
@@ -53,15 +53,6 @@ export interface KeyCustody {
 /** What secrets at rest are signed for: no policy or envelope passes as one, nor the reverse. */
 const SECRET_PURPOSE = "authority-secret/v1";
 
-/** Artifact problems: the sealed value is bad; anything else is the crypto service being unusable. */
-const sealedValueFaults: ReadonlySet<string> = new Set([
-  "invalid_ciphertext",
-  "invalid_signature",
-  "wrong_purpose",
-  "unknown_recipient",
-  "invalid_request",
-]);
-
 /**
  * Secrets at rest sealed by the crypto service with the service identity (signed and
  * encrypted to itself); the aad travels inside the signed plaintext and must match on open.
@@ -86,8 +77,7 @@ export function createServiceSecretBox(service: OwnerCrypto): SecretBox {
       try {
         opened = await service.decryptVerify(sealed, { purpose: SECRET_PURPOSE });
       } catch (error) {
-        if (error instanceof CryptoClientError && sealedValueFaults.has(error.code))
-          throw unreadable(error.code, error);
+        if (isDataFault(error)) throw unreadable(error.code, error);
         throw unavailable(error);
       }
       if (opened.signedBy !== service.owner) throw unreadable("signer");
