@@ -182,6 +182,20 @@ export function isDataFault(error: unknown): error is CryptoClientError {
   return error instanceof CryptoClientError && dataFaultCodes.has(error.code);
 }
 
+/** One request over `send`; a transport failure becomes `upstream_timeout` or `upstream_unavailable`. */
+export async function sendRequest(
+  send: Transport,
+  url: URL,
+  request: Parameters<Transport>[1],
+): Promise<TransportAnswer> {
+  try {
+    return await send(url, request);
+  } catch (cause) {
+    const timedOut = cause instanceof TransportError && cause.kind === "timeout";
+    throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
+  }
+}
+
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -243,29 +257,23 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     callOptions: CallOptions,
     target: URL = url,
   ): Promise<Record<string, unknown>> {
-    let answer: TransportAnswer;
-    try {
-      answer = await send(target, {
-        headers: {
-          ...(body === undefined ? {} : { "content-type": "application/json" }),
-          accept: "application/json",
-          authorization: `Bearer ${credentials.token}`,
-          ...("apiKey" in credentials
-            ? {
-                api_key: credentials.apiKey,
-                access_key: credentials.accessKey,
-                secret_key: credentials.secretKey,
-              }
-            : {}),
-          ...(callOptions.requestId === undefined ? {} : { "x-request-id": callOptions.requestId }),
-        },
-        ...(body === undefined ? { method: "GET" as const, body: "" } : { body: JSON.stringify(body) }),
-        timeoutMs,
-      });
-    } catch (cause) {
-      const timedOut = cause instanceof TransportError && cause.kind === "timeout";
-      throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
-    }
+    const answer = await sendRequest(send, target, {
+      headers: {
+        ...(body === undefined ? {} : { "content-type": "application/json" }),
+        accept: "application/json",
+        authorization: `Bearer ${credentials.token}`,
+        ...("apiKey" in credentials
+          ? {
+              api_key: credentials.apiKey,
+              access_key: credentials.accessKey,
+              secret_key: credentials.secretKey,
+            }
+          : {}),
+        ...(callOptions.requestId === undefined ? {} : { "x-request-id": callOptions.requestId }),
+      },
+      ...(body === undefined ? { method: "GET" as const, body: "" } : { body: JSON.stringify(body) }),
+      timeoutMs,
+    });
     const { status, requestId } = answer;
     const ok = status >= 200 && status < 300;
     let json: unknown;

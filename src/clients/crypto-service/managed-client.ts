@@ -8,9 +8,14 @@
  * envelope crypto treat both paths alike. Messages are fixed per code (no upstream text, no
  * credential).
  */
-import { CryptoClientError, type CryptoClientErrorCode, type DecryptVerifyResult } from "./client.ts";
+import {
+  CryptoClientError,
+  type CryptoClientErrorCode,
+  type DecryptVerifyResult,
+  sendRequest,
+} from "./client.ts";
 import type { OwnerCrypto, PartnerKeys } from "./owner-crypto.ts";
-import { nodeHttpTransport, type TransportAnswer, TransportError } from "./transport.ts";
+import { nodeHttpTransport } from "./transport.ts";
 
 export interface ManagedOwnerCredentials extends PartnerKeys {
   /** The identity-provider service account the managed API authenticates. */
@@ -85,25 +90,19 @@ export function createManagedCryptoClient(options: ManagedCryptoClientOptions): 
     credentials: ManagedOwnerCredentials,
     body: Record<string, string | boolean>,
   ): Promise<Record<string, unknown>> {
-    let answer: TransportAnswer;
-    try {
-      answer = await send(url, {
-        headers: {
-          "content-type": "application/json",
-          accept: "application/json",
-          username: credentials.username,
-          password: credentials.password,
-          api_key: credentials.apiKey,
-          access_key: credentials.accessKey,
-          secret_key: credentials.secretKey,
-        },
-        body: JSON.stringify(body),
-        timeoutMs,
-      });
-    } catch (cause) {
-      const timedOut = cause instanceof TransportError && cause.kind === "timeout";
-      throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
-    }
+    const answer = await sendRequest(send, url, {
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json",
+        username: credentials.username,
+        password: credentials.password,
+        api_key: credentials.apiKey,
+        access_key: credentials.accessKey,
+        secret_key: credentials.secretKey,
+      },
+      body: JSON.stringify(body),
+      timeoutMs,
+    });
     const { status } = answer;
     let json: unknown;
     try {
