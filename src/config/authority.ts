@@ -196,7 +196,7 @@ export const authoritySettings = {
     key: "crypto-credentials-file",
     env: "AUTHORITY_CRYPTO_CREDENTIALS_FILE",
     description:
-      'mounted secret (JSON): `username`, `password` of the service account at the IdP, and `api_key`, `access_key`, `secret_key` of the service identity `service:<identity>`; optional `subjects: { "<subject id>": { api_key, access_key, secret_key } }` for `subject_credentials_v1` policies (without an entry such a policy fails closed, 503). Required in crypto mode',
+      'mounted secret (JSON): `username`, `password` of the service account at the IdP, and `api_key`, `access_key`, `secret_key` of the service identity `service:<identity>`; optional `subjects: { "<subject id>": { api_key, access_key, secret_key } }` for `subject_credentials_v1` policies (without an entry such a policy fails closed, 503). Required in crypto and managed modes',
     parse: path,
   }),
   cryptoTokenUrl: setting({
