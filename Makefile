@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_mod
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup test-peers typecheck lint format unit clean docs
+.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -34,6 +34,11 @@ typecheck: setup
 lint: setup
 	@biome check .
 
+# The layers of src/ and no import cycles (.dependency-cruiser.cjs;
+# docs/decisions/1701-layers-and-import-rules.md).
+imports: setup
+	@depcruise src
+
 format: setup
 	@biome check --write .
 
@@ -49,7 +54,7 @@ unit: setup test-peers
 
 test: setup
 	@echo "node $$(node --version)"
-	@$(MAKE) --no-print-directory typecheck lint
+	@$(MAKE) --no-print-directory typecheck lint imports
 	@$(MAKE) --no-print-directory unit
 
 demo: setup
