@@ -39,6 +39,11 @@ lint: setup
 imports: setup
 	@depcruise src
 
+# Copy-paste detector over src/; fails above the threshold in .jscpd.json
+# (docs/decisions/1702-copy-paste-threshold.md).
+copies: setup
+	@jscpd
+
 format: setup
 	@biome check --write .
 
@@ -54,7 +59,7 @@ unit: setup test-peers
 
 test: setup
 	@echo "node $$(node --version)"
-	@$(MAKE) --no-print-directory typecheck lint imports
+	@$(MAKE) --no-print-directory typecheck lint imports copies
 	@$(MAKE) --no-print-directory unit
 
 demo: setup
