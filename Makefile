@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_mod
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup test-peers typecheck lint format unit clean docs
+.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -34,6 +34,16 @@ typecheck: setup
 lint: setup
 	@biome check .
 
+# The layers of src/ and no import cycles (.dependency-cruiser.cjs;
+# docs/decisions/1701-layers-and-import-rules.md).
+imports: setup
+	@depcruise src
+
+# Copy-paste detector over src/; fails above the threshold in .jscpd.json
+# (docs/decisions/1702-copy-paste-threshold.md).
+copies: setup
+	@jscpd
+
 format: setup
 	@biome check --write .
 
@@ -49,7 +59,7 @@ unit: setup test-peers
 
 test: setup
 	@echo "node $$(node --version)"
-	@$(MAKE) --no-print-directory typecheck lint
+	@$(MAKE) --no-print-directory typecheck lint imports copies
 	@$(MAKE) --no-print-directory unit
 
 demo: setup

@@ -2,7 +2,7 @@ import { buildCatalogVersion, type CatalogDiff } from "../catalog/catalog-versio
 import type { DocumentFormat } from "../catalog/document-source.ts";
 import { ImportOptionsError, OpenApiImportError } from "../catalog/errors.ts";
 import { type ImportResult, importOperations, parseOpenApiDocument } from "../catalog/openapi-import.ts";
-import type { Capability } from "../core/capability.ts";
+import { type Capability, catalogPermissionIds } from "../core/capability.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
@@ -313,6 +313,21 @@ export interface LoadedCatalog {
   readonly version: CatalogVersionRecord;
   /** The core form the decision engine takes (`decide({ capability })`). */
   readonly catalog: Capability;
+}
+
+/** Refuses (400, naming them) permission ids an assignment asks for that the catalog does not have. */
+export function assertPermissionsInCatalog(loaded: LoadedCatalog, permissionIds: readonly string[]): void {
+  const known = new Set<string>(catalogPermissionIds(loaded.catalog));
+  const unknown = permissionIds.filter((id) => !known.has(id));
+  if (unknown.length > 0) {
+    throw new AuthorityError(
+      "invalid_request",
+      "Some permission ids are not in the capability's current catalog.",
+      {
+        details: { unknown_permission_ids: unknown, catalog_version: loaded.version.catalog_version },
+      },
+    );
+  }
 }
 
 /**

@@ -1,10 +1,5 @@
 import { redactionRuleProblem } from "../catalog/extensions.ts";
-import {
-  buildPermissionId,
-  catalogPermissionIds,
-  type PermissionId,
-  type RedactionRule,
-} from "../core/index.ts";
+import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
 import { AuthorityError } from "../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
@@ -20,12 +15,16 @@ import {
   type SubjectRecord,
   storeKeys,
 } from "../store/model.ts";
+import { assignmentExpiry } from "./assignment-expiry.ts";
 import { recordPolicyChange } from "./audit.ts";
 import { checkBoundary } from "./boundary-check.ts";
-import { loadCatalog } from "./capabilities.ts";
+import { assertPermissionsInCatalog, loadCatalog } from "./capabilities.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
 import { withKeyLock } from "./key-lock.ts";
 import { getPartner } from "./partners.ts";
+
+export { MAX_POLICY_TTL_SECONDS } from "./assignment-expiry.ts";
+
 import { type PolicyView, policyView } from "./policy-view.ts";
 import {
   listAssignments,
@@ -40,7 +39,6 @@ import { type PageOf, type PageRequest, pageUnder } from "./store-scan.ts";
 import { getSubject } from "./subjects.ts";
 
 /** Longest lifetime an assignment may ask for, boundary or not. */
-export const MAX_POLICY_TTL_SECONDS = 366 * 24 * 3600;
 
 export interface AssignInput {
   readonly allowed_permission_ids: readonly string[];
@@ -73,31 +71,6 @@ async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: str
     );
   }
   return subject;
-}
-
-function resolveExpiry(input: AssignInput, now: Date): Date {
-  const hasAt = input.expires_at !== undefined;
-  const hasTtl = input.ttl_seconds !== undefined;
-  if (hasAt === hasTtl) {
-    throw new AuthorityError("invalid_request", "Give exactly one of expires_at and ttl_seconds.");
-  }
-  const at =
-    input.ttl_seconds !== undefined
-      ? new Date(now.getTime() + input.ttl_seconds * 1000)
-      : new Date(Date.parse(input.expires_at ?? ""));
-  if (Number.isNaN(at.getTime())) {
-    throw new AuthorityError("invalid_request", "expires_at must be an ISO 8601 timestamp.");
-  }
-  if (at.getTime() <= now.getTime()) {
-    throw new AuthorityError("invalid_request", "The policy must expire in the future.");
-  }
-  if (at.getTime() - now.getTime() > MAX_POLICY_TTL_SECONDS * 1000) {
-    throw new AuthorityError(
-      "invalid_request",
-      `A policy may last at most ${MAX_POLICY_TTL_SECONDS} seconds.`,
-    );
-  }
-  return at;
 }
 
 function checkRedactions(
@@ -196,19 +169,9 @@ export async function assignCapability(
   const loaded = await loadCatalog(deps.store, partnerId, capabilityId);
   if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
   const now = deps.now();
-  const expiresAt = resolveExpiry(input, now);
+  const expiresAt = assignmentExpiry(input, now);
 
-  const known = new Set<string>(catalogPermissionIds(loaded.catalog));
-  const unknown = input.allowed_permission_ids.filter((id) => !known.has(id));
-  if (unknown.length > 0) {
-    throw new AuthorityError(
-      "invalid_request",
-      "Some permission ids are not in the capability's current catalog.",
-      {
-        details: { unknown_permission_ids: unknown, catalog_version: loaded.version.catalog_version },
-      },
-    );
-  }
+  assertPermissionsInCatalog(loaded, input.allowed_permission_ids);
   const allowed = new Set(input.allowed_permission_ids);
   const redactions = input.response_redactions ?? {};
   checkRedactions(redactions, allowed);

@@ -4,29 +4,23 @@
  * the binding's context (partner, binding, issuer hash, external-subject hash, mapping
  * version), then protected and stored through the admin policy write path.
  */
+
+import { assignmentExpiry } from "../admin/assignment-expiry.ts";
 import { recordPolicyChange } from "../admin/audit.ts";
-import { loadCatalog } from "../admin/capabilities.ts";
+import { assertPermissionsInCatalog, loadCatalog } from "../admin/capabilities.ts";
 import type { Actor, AdminDeps } from "../admin/deps.ts";
 import { withKeyLock } from "../admin/key-lock.ts";
 import { checkSubjectBoundary, dropAssignmentLocked } from "../admin/policies.ts";
 import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../admin/policy-writer.ts";
 import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
-import {
-  buildPermissionId,
-  catalogPermissionIds,
-  type PermissionId,
-  type RedactionRule,
-} from "../core/index.ts";
+import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
 import { AuthorityError } from "../errors.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import { getMapping, touchMapping } from "./mappings.ts";
 import type { BindingRecord, ExternalMappingRecord } from "./model.ts";
-
-/** Longest lifetime an assignment may ask for (same as the admin API's). */
-export const MAX_ASSIGNMENT_TTL_SECONDS = 366 * 24 * 3600;
 
 export interface BindingAssignInput {
   readonly subject_id: string;
@@ -48,22 +42,6 @@ const lockKey = (partnerId: string, subjectId: string): string => `policy:${part
 
 function invalid(message: string, details?: Record<string, unknown>): AuthorityError {
   return new AuthorityError("invalid_request", message, details === undefined ? undefined : { details });
-}
-
-function expiryOf(input: BindingAssignInput, now: Date): Date {
-  if ((input.expires_at === undefined) === (input.ttl_seconds === undefined)) {
-    throw invalid("Give exactly one of expires_at and ttl_seconds.");
-  }
-  const at =
-    input.ttl_seconds !== undefined
-      ? new Date(now.getTime() + input.ttl_seconds * 1000)
-      : new Date(Date.parse(input.expires_at ?? ""));
-  if (Number.isNaN(at.getTime())) throw invalid("expires_at must be an ISO 8601 timestamp.");
-  if (at.getTime() <= now.getTime()) throw invalid("The policy must expire in the future.");
-  if (at.getTime() - now.getTime() > MAX_ASSIGNMENT_TTL_SECONDS * 1000) {
-    throw invalid(`A policy may last at most ${MAX_ASSIGNMENT_TTL_SECONDS} seconds.`);
-  }
-  return at;
 }
 
 function checkRedactions(
@@ -120,15 +98,8 @@ export async function assignBindingApi(
   const loaded = await loadCatalog(deps.store, partnerId, input.capability_id);
   if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
   const now = deps.now();
-  const expiresAt = expiryOf(input, now);
-  const known = new Set<string>(catalogPermissionIds(loaded.catalog));
-  const unknown = input.allowed_permission_ids.filter((id) => !known.has(id));
-  if (unknown.length > 0) {
-    throw invalid("Some permission ids are not in the capability's current catalog.", {
-      unknown_permission_ids: unknown,
-      catalog_version: loaded.version.catalog_version,
-    });
-  }
+  const expiresAt = assignmentExpiry(input, now);
+  assertPermissionsInCatalog(loaded, input.allowed_permission_ids);
   const allowed = new Set(input.allowed_permission_ids);
   if (allowed.size === 0) throw invalid("allowed_permission_ids must not be empty.");
   const redactions = input.response_redactions ?? {};

@@ -8,6 +8,7 @@ import { LRUCache } from "lru-cache";
 import type { AdminDeps } from "../admin/deps.ts";
 import { scan } from "../admin/store-scan.ts";
 import { buildPermissionId, type Sha256Ref } from "../core/index.ts";
+import { type ErrorCode, errorCodes } from "../errors.ts";
 import type { CapabilityRecord } from "../store/model.ts";
 import { collections } from "../store/model.ts";
 import type { AuthenticatedWorkload } from "./authenticate.ts";
@@ -15,7 +16,6 @@ import {
   argumentsDigest,
   authorityProfiles,
   checkEnvelopeClaims,
-  type EnvelopeClaimFailure,
   ProfileArgumentsError,
   parseEnvelopeClaims,
 } from "./envelope.ts";
@@ -38,61 +38,43 @@ export interface VerifySuccess {
   readonly verified: true;
 }
 
-/** Every cause verify reports, with its HTTP status (spec: "Authority verify statuses"). */
-export const verifyFailureStatus = {
-  unknown_profile: 400,
-  unsupported_operation: 400,
-  invalid_arguments: 400,
-  binding_mismatch: 403,
-  binding_inactive: 403,
-  invalid_signature: 403,
-  signer_mismatch: 403,
-  invalid_envelope: 403,
-  profile_mismatch: 403,
-  issuer_mismatch: 403,
-  audience_mismatch: 403,
-  operation_mismatch: 403,
-  permission_mismatch: 403,
-  decision_denied: 403,
-  lifetime_exceeded: 403,
-  envelope_expired: 403,
-  digest_mismatch: 403,
-  crypto_unavailable: 503,
-} as const satisfies Record<string, 400 | 403 | 503> & Record<EnvelopeClaimFailure, 400 | 403 | 503>;
+/**
+ * Every cause verify reports (spec: "Authority verify statuses"). Each is a code of the one
+ * error table (src/errors.ts), which gives its status and message.
+ */
+export const verifyFailureCodes = [
+  "unknown_profile",
+  "unsupported_operation",
+  "invalid_arguments",
+  "binding_mismatch",
+  "binding_inactive",
+  "invalid_signature",
+  "signer_mismatch",
+  "invalid_envelope",
+  "profile_mismatch",
+  "issuer_mismatch",
+  "audience_mismatch",
+  "operation_mismatch",
+  "permission_mismatch",
+  "decision_denied",
+  "lifetime_exceeded",
+  "envelope_expired",
+  "digest_mismatch",
+  "crypto_unavailable",
+] as const satisfies readonly ErrorCode[];
 
-export type VerifyFailureCode = keyof typeof verifyFailureStatus;
+export type VerifyFailureCode = (typeof verifyFailureCodes)[number];
 
-const messages: Record<VerifyFailureCode, string> = {
-  unknown_profile: "The authority profile is not supported.",
-  unsupported_operation: "The operation is not supported by this profile for this binding.",
-  invalid_arguments: "The arguments are not valid for this profile.",
-  binding_mismatch: "The binding does not match the workload client's binding.",
-  binding_inactive: "The binding is not active.",
-  invalid_signature: "The envelope could not be opened and signature-verified.",
-  signer_mismatch: "The envelope was not signed by the expected signer.",
-  invalid_envelope: "The envelope content is not valid for this profile.",
-  profile_mismatch: "The envelope was issued for another profile.",
-  issuer_mismatch: "The envelope issuer does not match.",
-  audience_mismatch: "The envelope audience does not match.",
-  operation_mismatch: "The envelope was issued for another operation.",
-  permission_mismatch: "The envelope permission does not match the operation.",
-  decision_denied: "The envelope does not carry an allow decision.",
-  lifetime_exceeded: "The envelope lifetime exceeds the profile maximum.",
-  envelope_expired: "The envelope is outside its validity window.",
-  digest_mismatch: "The arguments do not match the envelope's digest.",
-  crypto_unavailable: "Envelope verification is unavailable.",
-};
-
-/** A refused verify: `code` and `status` go to the caller, nothing else. */
+/** A refused verify: `code` and its table status go to the caller, nothing else. */
 export class VerifyError extends Error {
   readonly code: VerifyFailureCode;
   readonly status: number;
 
   constructor(code: VerifyFailureCode, options?: { cause?: unknown }) {
-    super(messages[code], options);
+    super(errorCodes[code].message, options);
     this.name = "VerifyError";
     this.code = code;
-    this.status = verifyFailureStatus[code];
+    this.status = errorCodes[code].status;
   }
 
   toJSON(): { error: VerifyFailureCode; message: string } {

@@ -1,7 +1,12 @@
 import { HTTP_METHODS, type HttpMethod } from "../core/http-method.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { validateOperationSnapshot } from "../core/operation-snapshot.ts";
-import { type ParsedPathTemplate, PathTemplateError, parsePathTemplate } from "../core/path-template.ts";
+import {
+  type ParsedPathTemplate,
+  PathTemplateError,
+  parsePathTemplate,
+  pathShapeKey,
+} from "../core/path-template.ts";
 import { buildPermissionId, isValidCapabilityId, type PermissionId } from "../core/permission-id.ts";
 import type { RedactionRule } from "../core/redaction.ts";
 import { ImportOptionsError, ProblemList, sanitizeMessage, WarningList } from "./errors.ts";
@@ -114,19 +119,6 @@ interface Draft {
   readonly bodyRequired: boolean;
 }
 
-/** Same shape as core's path matcher: `/users/{id}` and `/users/{name}/` collide. */
-function shapeKey(parsed: ParsedPathTemplate): string {
-  return JSON.stringify(
-    parsed.segments.map((s) =>
-      s.kind === "literal"
-        ? ["L", s.value]
-        : s.kind === "param"
-          ? ["P"]
-          : ["M", s.parts.map((p) => ("literal" in p ? p.literal : null))],
-    ),
-  );
-}
-
 function optionalText(
   value: unknown,
   max: number,
@@ -189,7 +181,7 @@ class OperationImporter {
         }
         this.#checkExplicitId(operation, pointer, `${method} ${path}`);
         if (template === undefined) continue;
-        const shape = `${method} ${shapeKey(template)}`;
+        const shape = `${method} ${pathShapeKey(template)}`;
         const first = shapes.get(shape);
         if (first !== undefined) {
           this.#problems.add(

@@ -122,11 +122,7 @@ function serialize(
       }
       return `${out}]`;
     }
-    if (!isPlainObject(value)) throw new CanonicalJsonError(pointerOf(location), "not a plain object");
-    if (Object.getOwnPropertySymbols(value).length > 0) {
-      throw new CanonicalJsonError(pointerOf(location), "symbol-keyed property");
-    }
-    const record = value as Record<string, unknown>;
+    const record = plainRecord(value, location);
     const keys = sortKeys(Object.keys(record));
     let out = "";
     for (const key of keys) {
@@ -223,17 +219,22 @@ function prepareArray(
   return copy ?? value;
 }
 
+/** The object as a record, refused unless it is a plain object without symbol keys. */
+function plainRecord(value: object, location: Location | undefined): Record<string, unknown> {
+  if (!isPlainObject(value)) throw new CanonicalJsonError(pointerOf(location), "not a plain object");
+  if (Object.getOwnPropertySymbols(value).length > 0) {
+    throw new CanonicalJsonError(pointerOf(location), "symbol-keyed property");
+  }
+  return value as Record<string, unknown>;
+}
+
 function prepareObject(
   value: object,
   location: Location | undefined,
   ancestors: Set<object>,
   depth: number,
 ): unknown {
-  if (!isPlainObject(value)) throw new CanonicalJsonError(pointerOf(location), "not a plain object");
-  if (Object.getOwnPropertySymbols(value).length > 0) {
-    throw new CanonicalJsonError(pointerOf(location), "symbol-keyed property");
-  }
-  const record = value as Record<string, unknown>;
+  const record = plainRecord(value, location);
   const { keys, sorted } = orderedKeys(Object.keys(record));
   const prepared: unknown[] = [];
   let changed = !sorted;

@@ -307,7 +307,11 @@ interface CompiledRoute {
 
 const SEGMENT_RANK = { literal: 2, mixed: 1, param: 0 } as const;
 
-function shapeKey(parsed: ParsedPathTemplate): string {
+/**
+ * The template's shape: literal segments kept, parameter names dropped, so `/users/{id}` and
+ * `/users/{name}` are one shape (the matcher could not tell them apart; an import refuses both).
+ */
+export function pathShapeKey(parsed: ParsedPathTemplate): string {
   return JSON.stringify(
     parsed.segments.map((s) =>
       s.kind === "literal"
@@ -356,7 +360,7 @@ export function createPathMatcher(routes: ReadonlyArray<string | PathRoute>): Pa
       }
     }
     const parsed = parsePathTemplate(route.template);
-    const key = shapeKey(parsed);
+    const key = pathShapeKey(parsed);
     const sameShape = shapes.get(key) ?? [];
     let duplicate = false;
     for (const other of sameShape) {

@@ -3,6 +3,7 @@
  * the identity provider (over its real token endpoint, as a client would get them) and a
  * JSON-over-HTTP helper.
  */
+import type { ClientRequest } from "node:http";
 import { requestToken } from "../../identity/token-client.ts";
 import type { DevEnvironment } from "../environment.ts";
 import { DEV_IDP, DEV_SUBJECTS, type DevSubjectRole } from "../names.ts";
@@ -61,6 +62,35 @@ async function json(
     // not JSON: keep the text
   }
   return { status: response.status, headers: response.headers, body };
+}
+
+/** JSON text as a value, other text as it is. */
+function parsedBody(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * Sends a node:http(s) request (with `payload` as its body) and reads the whole answer: the
+ * status and the body, parsed when it is JSON. The request's own `timeout` option ends it.
+ */
+export function answerOf(req: ClientRequest, payload?: string): Promise<{ status: number; body: unknown }> {
+  return new Promise((resolve, reject) => {
+    req.on("response", (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (chunk: Buffer) => chunks.push(chunk));
+      res.on("end", () =>
+        resolve({ status: res.statusCode ?? 0, body: parsedBody(Buffer.concat(chunks).toString("utf8")) }),
+      );
+      res.on("error", reject);
+    });
+    req.on("timeout", () => req.destroy(new Error("timed out")));
+    req.on("error", reject);
+    req.end(payload);
+  });
 }
 
 export function createDemoContext(env: DevEnvironment, report: DemoReporter): DemoContext {

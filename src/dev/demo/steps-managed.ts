@@ -7,7 +7,7 @@
 import { readFile } from "node:fs/promises";
 import { request } from "node:https";
 import { DEV_IDP } from "../names.ts";
-import { type DemoContext, field, isRecord } from "./context.ts";
+import { answerOf, type DemoContext, field, isRecord } from "./context.ts";
 
 interface HttpsAnswer {
   readonly status: number;
@@ -20,40 +20,18 @@ function postHttps(
   headers: Record<string, string>,
   body: unknown,
 ): Promise<HttpsAnswer> {
-  return new Promise((resolve, reject) => {
-    const payload = JSON.stringify(body);
-    const req = request(
-      url,
-      {
-        method: "POST",
-        ca,
-        headers: {
-          ...headers,
-          "content-type": "application/json",
-          "content-length": Buffer.byteLength(payload),
-        },
-        timeout: 15_000,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (chunk: Buffer) => chunks.push(chunk));
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString("utf8");
-          let parsed: unknown = text;
-          try {
-            parsed = JSON.parse(text);
-          } catch {
-            // keep the text
-          }
-          resolve({ status: res.statusCode ?? 0, body: parsed });
-        });
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("timed out")));
-    req.on("error", reject);
-    req.end(payload);
+  const payload = JSON.stringify(body);
+  const req = request(url, {
+    method: "POST",
+    ca,
+    headers: {
+      ...headers,
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(payload),
+    },
+    timeout: 15_000,
   });
+  return answerOf(req, payload);
 }
 
 const inner = (answer: HttpsAnswer): Record<string, unknown> =>

@@ -9,7 +9,7 @@ import { request } from "node:http";
 import * as grpc from "@grpc/grpc-js";
 import { loadSync } from "@grpc/proto-loader";
 import { protoDir } from "../../servers/sidecar/grpc/proto.ts";
-import { type DemoContext, isRecord } from "./context.ts";
+import { answerOf, type DemoContext, isRecord } from "./context.ts";
 
 interface CheckResponse {
   readonly status?: { readonly code?: number; readonly message?: string } | null;
@@ -81,40 +81,19 @@ function viaProxy(
 ): Promise<{ status: number; body: unknown }> {
   const proxy = new URL(proxyUrl);
   const upstream = new URL(target);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: proxy.hostname,
-        port: proxy.port,
-        method: "GET",
-        path: target,
-        headers: {
-          host: upstream.host,
-          "proxy-authorization": `Bearer ${token}`,
-          accept: "application/json",
-        },
-        timeout: 10_000,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (chunk: Buffer) => chunks.push(chunk));
-        res.on("end", () => {
-          const text = Buffer.concat(chunks).toString("utf8");
-          let body: unknown = text;
-          try {
-            body = JSON.parse(text);
-          } catch {
-            // keep the text
-          }
-          resolve({ status: res.statusCode ?? 0, body });
-        });
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("timed out")));
-    req.on("error", reject);
-    req.end();
+  const req = request({
+    host: proxy.hostname,
+    port: proxy.port,
+    method: "GET",
+    path: target,
+    headers: {
+      host: upstream.host,
+      "proxy-authorization": `Bearer ${token}`,
+      accept: "application/json",
+    },
+    timeout: 10_000,
   });
+  return answerOf(req);
 }
 
 export async function sidecarSection(ctx: DemoContext): Promise<void> {

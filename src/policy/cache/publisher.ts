@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import { closeRedisClient } from "../../store/redis/close-client.ts";
 import { PolicyCacheError } from "./errors.ts";
 import { isPolicyHead, POLICY_CHANGES_CHANNEL, policyHeadKey, RAISE_HEAD_SCRIPT } from "./redis-keys.ts";
 
@@ -131,13 +132,7 @@ export function createPolicyChangePublisher(options: PolicyChangePublisherOption
       if (closed) return;
       closed = true;
       if (retryTimer !== undefined) clearTimeout(retryTimer);
-      if (client.status === "ready") {
-        await Promise.race([
-          client.quit().catch(() => undefined),
-          new Promise((r) => setTimeout(r, 500).unref()),
-        ]);
-      }
-      client.disconnect();
+      await closeRedisClient(client, 500);
     },
   };
 }

@@ -1,4 +1,5 @@
 import { Redis, type RedisOptions } from "ioredis";
+import { closeRedisClient } from "../../store/redis/close-client.ts";
 import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
 import {
   POLICY_CHANGES_CHANNEL,
@@ -286,15 +287,7 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
       closed = true;
       clearInterval(syncTimer);
       listeners.clear();
-      for (const client of [commands, subscriber]) {
-        if (client.status === "ready") {
-          await Promise.race([
-            client.quit().catch(() => undefined),
-            new Promise((r) => setTimeout(r, 500).unref()),
-          ]);
-        }
-        client.disconnect();
-      }
+      for (const client of [commands, subscriber]) await closeRedisClient(client, 500);
     },
   };
 }

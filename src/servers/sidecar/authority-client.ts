@@ -164,6 +164,16 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     );
   };
 
+  /** 200: true; 404: false, its body discarded; anything else is an unexpected answer. */
+  const found = async (response: Response): Promise<boolean> => {
+    if (response.status === 404) {
+      await response.body?.cancel();
+      return false;
+    }
+    if (response.status !== 200) await unexpected(response);
+    return true;
+  };
+
   return {
     async proveCredentials() {
       const response = await call("/v1/sidecar/self");
@@ -210,11 +220,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
     async fetchPolicyKeys(owner): Promise<PublicKeyRingJson | undefined> {
       const response = await call(`/v1/sidecar/policy-keys/${segment(owner)}`);
-      if (response.status === 404) {
-        await response.body?.cancel();
-        return undefined;
-      }
-      if (response.status !== 200) return unexpected(response);
+      if (!(await found(response))) return undefined;
       const body = await json(response);
       if (!isRecord(body) || body.format !== PUBLIC_KEYS_FORMAT || body.owner !== owner) {
         throw new AuthorityFetchError("the policy keys answer is malformed", 200);
@@ -224,11 +230,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
     async fetchCapability(partnerId, capabilityId) {
       const response = await call(`/v1/sidecar/capabilities/${segment(partnerId)}/${segment(capabilityId)}`);
-      if (response.status === 404) {
-        await response.body?.cancel();
-        return undefined;
-      }
-      if (response.status !== 200) return unexpected(response);
+      if (!(await found(response))) return undefined;
       const body = await json(response);
       try {
         const capability = validateCapability(isRecord(body) ? body.capability : undefined);

@@ -19,7 +19,7 @@ import {
   redactResponseBody,
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
-import type { ErrorCode } from "../../errors.ts";
+import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import {
   isJsonMediaType,
@@ -267,12 +267,17 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   };
 
   /** A failure after the allow (upstream down, too large, …): never a partial or unredacted body. */
-  const fail = (res: ServerResponse, exchange: Exchange, reason: ErrorCode, status: number): void => {
+  const fail = (res: ServerResponse, exchange: Exchange, reason: ErrorCode): void => {
     if (exchange.settled) return;
     exchange.settled = true;
     if (exchange.timer !== undefined) clearTimeout(exchange.timer);
     const requestId = exchange.decision.requestId;
-    send(res, status, { status: "error", reason, requestId }, { [REQUEST_ID_HEADER]: requestId });
+    send(
+      res,
+      errorCodes[reason].status,
+      { status: "error", reason, requestId },
+      { [REQUEST_ID_HEADER]: requestId },
+    );
   };
 
   type Decision = SidecarAllow | SidecarDeny;
@@ -454,7 +459,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       exchange.timedOut = true;
       exchange.proxyReq?.destroy(new Error("upstream deadline"));
       metrics?.upstream("timeout", (performance.now() - exchange.sentAt) / 1000);
-      fail(res, exchange, "upstream_timeout", 504);
+      fail(res, exchange, "upstream_timeout");
     }, upstreamTimeoutMs);
     // The caller went away: stop the upstream call too.
     res.on("close", () => {
@@ -520,7 +525,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       { requestId: exchange.decision.requestId, code: typeof code === "string" ? code : error.name },
       "upstream call failed",
     );
-    fail(res, exchange, "upstream_unavailable", 503);
+    fail(res, exchange, "upstream_unavailable");
   };
 
   /** Sensitive, hop-by-hop and secret-bearing headers removed; the events of both. */
@@ -545,7 +550,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     reason: "redaction_failed" | "scrub_failed",
   ): void => {
     metrics?.proxyResponse("refused");
-    fail(res, exchange, reason, 502);
+    fail(res, exchange, reason);
   };
 
   const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
@@ -637,7 +642,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     const tooLarge = (): void => {
       proxyRes.destroy();
       metrics?.proxyResponse("too_large");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
     };
     if (Number.isFinite(declared) && declared > maxResponseBytes) {
       tooLarge();
@@ -656,7 +661,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     });
     proxyRes.on("error", () => {
       metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
     });
     proxyRes.on("end", () => complete(exchange, proxyRes, res, chunks));
   };
@@ -671,7 +676,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     if (exchange.settled) return;
     const tooLarge = (): void => {
       metrics?.proxyResponse("too_large");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
     };
     let body: Buffer | undefined;
     try {
@@ -689,7 +694,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     }
     if (body === undefined) {
       metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
       return;
     }
     const sanitized = safeHeaders(exchange, proxyRes);
@@ -699,7 +704,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       result = finalBody(exchange, body, single(proxyRes.headers["content-type"]));
     } catch {
       metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
       return;
     }
     if (typeof result === "string") {
@@ -743,7 +748,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         proxyRes.off("end", onEnd);
         proxyRes.destroy();
         metrics?.proxyResponse("too_large");
-        fail(res, exchange, "upstream_error", 502);
+        fail(res, exchange, "upstream_error");
         return;
       }
       if (looksLikeJson(seen) !== "unknown" || seen.length >= 4096) decideOn(false);
@@ -753,7 +758,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     proxyRes.on("end", onEnd);
     proxyRes.once("error", () => {
       metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error", 502);
+      fail(res, exchange, "upstream_error");
     });
   };
 

@@ -9,6 +9,7 @@ import { createHash } from "node:crypto";
 import { Redis, type RedisOptions } from "ioredis";
 import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { StoreClosedError, StoreError, StoreInvalidArgumentError, StoreUnavailableError } from "../errors.ts";
+import { closeRedisClient } from "./close-client.ts";
 
 export interface RedisConnectionOptions {
   /** TCP connect (and handshake) limit per attempt, ms. Default 2000. */
@@ -217,13 +218,6 @@ export class RedisConnection {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (this.client.status === "ready") {
-      const quit = this.client.quit().catch(() => undefined);
-      const limit = new Promise<void>((resolve) =>
-        setTimeout(resolve, this.#options.commandTimeoutMs).unref(),
-      );
-      await Promise.race([quit, limit]);
-    }
-    this.client.disconnect();
+    await closeRedisClient(this.client, this.#options.commandTimeoutMs);
   }
 }

@@ -1,4 +1,4 @@
-import { errorCodes, GrpcCode } from "../../../errors.ts";
+import { errorCodes, GrpcCode, grpcCodeForStatus, isErrorCode } from "../../../errors.ts";
 import type { CheckResponse, HeaderValueOption, ProtoStruct } from "./proto.ts";
 import type { AllowDecision, CheckDecision, DenyDecision, DenyHttpStatus } from "./types.ts";
 
@@ -12,33 +12,15 @@ const denyStatuses: ReadonlySet<number> = new Set<DenyHttpStatus>([
   424, 426, 428, 429, 431, 500, 501, 502, 503, 504, 505, 506, 507, 508, 510, 511,
 ]);
 
-/** HTTP status → google.rpc.Code for statuses that no error code of src/errors.ts pins. */
-const rpcCodeByStatus: ReadonlyMap<number, number> = new Map([
-  [400, GrpcCode.INVALID_ARGUMENT],
-  [401, GrpcCode.UNAUTHENTICATED],
-  [403, GrpcCode.PERMISSION_DENIED],
-  [404, GrpcCode.NOT_FOUND],
-  [409, GrpcCode.FAILED_PRECONDITION],
-  [412, GrpcCode.FAILED_PRECONDITION],
-  [413, GrpcCode.RESOURCE_EXHAUSTED],
-  [429, GrpcCode.RESOURCE_EXHAUSTED],
-  [500, GrpcCode.INTERNAL],
-  [502, GrpcCode.UNAVAILABLE],
-  [503, GrpcCode.UNAVAILABLE],
-  [504, GrpcCode.DEADLINE_EXCEEDED],
-]);
-
 /**
- * The google.rpc code sent beside a deny. When the reason is an error code of the one error
- * table with this very HTTP status, its gRPC code wins; otherwise the status decides. Envoy
- * treats every non-zero code as a deny, so the code is informational — but never 0.
+ * The google.rpc code sent beside a deny, from the one error table (src/errors.ts): the
+ * reason's own gRPC code when the table gives the reason this very HTTP status, else the code
+ * the table pairs with the status. Envoy treats every non-zero code as a deny, so the code is
+ * informational — but never 0.
  */
 export function rpcCodeFor(httpStatus: number, reason: string): number {
-  const spec = Object.hasOwn(errorCodes, reason) ? errorCodes[reason as keyof typeof errorCodes] : undefined;
-  if (spec !== undefined && spec.status === httpStatus) return spec.grpc;
-  return (
-    rpcCodeByStatus.get(httpStatus) ?? (httpStatus >= 500 ? GrpcCode.UNAVAILABLE : GrpcCode.PERMISSION_DENIED)
-  );
+  if (isErrorCode(reason) && errorCodes[reason].status === httpStatus) return errorCodes[reason].grpc;
+  return grpcCodeForStatus(httpStatus);
 }
 
 // RFC 9110 token; Envoy rejects header mutations outside it.

@@ -1,10 +1,10 @@
-import {
-  status as GrpcStatus,
-  type ServerUnaryCall,
-  type ServerWritableStream,
-  type sendUnaryData,
-  type UntypedServiceImplementation,
+import type {
+  ServerUnaryCall,
+  ServerWritableStream,
+  sendUnaryData,
+  UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { GrpcCode } from "../../../errors.ts";
 import type { HealthCheckRequest, HealthCheckResponse, ServingStatus } from "./proto.ts";
 
 /**
@@ -44,7 +44,7 @@ export function createHealthService(
     callback: sendUnaryData<HealthCheckResponse>,
   ): void => {
     const status = statuses.get(serviceName(call.request));
-    if (status === undefined) callback({ code: GrpcStatus.NOT_FOUND, details: "unknown service" });
+    if (status === undefined) callback({ code: GrpcCode.NOT_FOUND, details: "unknown service" });
     else callback(null, { status });
   };
 

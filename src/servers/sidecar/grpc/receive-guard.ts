@@ -2,8 +2,8 @@ import {
   ServerInterceptingCall,
   type ServerInterceptingCallInterface,
   type ServerInterceptor,
-  status,
 } from "@grpc/grpc-js";
+import { GrpcCode } from "../../../errors.ts";
 
 /**
  * Bounds calls whose request has not fully arrived (headers seen, end of stream not yet):
@@ -47,7 +47,7 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
       if (arrived > cutoff) break;
       receiving.delete(call);
       onRejected("receive_timeout");
-      call.sendStatus({ code: status.DEADLINE_EXCEEDED, details: "request not received in time" });
+      call.sendStatus({ code: GrpcCode.DEADLINE_EXCEEDED, details: "request not received in time" });
       cutConnection(call);
     }
   };
@@ -59,7 +59,7 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
           const oldest = receiving.keys().next().value as ServerInterceptingCallInterface;
           receiving.delete(oldest);
           onRejected("overloaded");
-          oldest.sendStatus({ code: status.RESOURCE_EXHAUSTED, details: "too many calls in progress" });
+          oldest.sendStatus({ code: GrpcCode.RESOURCE_EXHAUSTED, details: "too many calls in progress" });
         }
         receiving.set(call, performance.now());
         next({
