@@ -419,6 +419,11 @@ export const authoritySchema = defineProcess({
         `--policy-protection ${protectionMode} needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials`,
       );
     }
+    if (protectionMode !== "embedded" && (initKek || kekValue !== undefined)) {
+      throw new ConfigError(
+        `--policy-protection ${protectionMode} holds no key-encryption key: drop --init-kek and AUTHORITY_KEK (the crypto service keeps every key)`,
+      );
+    }
     const managedCaFile = read.optional("managedCaFile");
     const tokenUrl = read.optional("cryptoTokenUrl") ?? `${issuer}/oauth2/token`;
     const allowedOrigins = read.optional("mcpAllowedOrigins");

@@ -121,7 +121,6 @@ describe("authority serve with --policy-protection crypto", () => {
     const config = resolveAuthorityConfig({
       flags: {
         "state-dir": join(dir.path, "state"),
-        "init-kek": "true",
         listen: "127.0.0.1:0",
         issuer: idp.issuer,
         "crypto-url": crypto.proxy.url,
