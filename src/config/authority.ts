@@ -23,6 +23,7 @@ import {
   egressAllowSetting,
   httpUrl,
   integer,
+  kekSettings,
   type ListenAddress,
   type LogLevel,
   list,
@@ -32,6 +33,7 @@ import {
   path,
   positiveInteger,
   redisUrl,
+  refuseKekInitOnSharedStore,
   type SettingSource,
   setting,
   storeUrl,
@@ -122,31 +124,7 @@ export const authoritySettings = {
     secret: true,
     parse: storeUrl,
   }),
-  kekFile: setting({
-    key: "kek-file",
-    env: "AUTHORITY_KEK_FILE",
-    description:
-      "key-encryption key file (32 bytes, base64) wrapping keys at rest; a missing file is an error unless --init-kek",
-    defaultText: "<state-dir>/kek",
-    parse: path,
-  }),
-  kek: setting({
-    key: "kek",
-    env: "AUTHORITY_KEK",
-    description: "the key-encryption key itself (base64), instead of a file; environment only",
-    secret: true,
-    notInFile: true,
-    noFlag: true,
-    parse: text({ secret: true }),
-  }),
-  initKek: setting({
-    key: "init-kek",
-    env: "AUTHORITY_INIT_KEK",
-    description:
-      "create the KEK file if it does not exist (first start of an embedded SQLite install; refused with a shared store)",
-    default: false,
-    parse: boolean,
-  }),
+  ...kekSettings,
   listen: setting({
     key: "listen",
     env: "AUTHORITY_LISTEN",
@@ -405,11 +383,7 @@ export const authoritySchema = defineProcess({
     const issuer = primary.issuer;
     const kekValue = read.optional("kek");
     const initKek = read.value("initKek");
-    if (initKek && !store.toLowerCase().startsWith("sqlite:")) {
-      throw new ConfigError(
-        "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
-      );
-    }
+    refuseKekInitOnSharedStore(initKek, store);
     const redis = read.optional("redisUrl");
     const credentialsFile = read.optional("cryptoCredentialsFile");
     const protectionMode =

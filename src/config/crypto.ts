@@ -4,15 +4,15 @@
  * starts from.
  */
 import { join, resolve } from "node:path";
-import { ConfigError } from "./errors.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
-  boolean,
   httpUrl,
+  kekSettings,
   type LogLevel,
   listenAddress,
   logLevelSetting,
   path,
+  refuseKekInitOnSharedStore,
   setting,
   storeUrl,
   text,
@@ -57,30 +57,7 @@ export const cryptoSettings = {
     secret: true,
     parse: storeUrl,
   }),
-  kekFile: setting({
-    key: "kek-file",
-    env: "AUTHORITY_KEK_FILE",
-    description: "key-encryption key file (AUTHORITY_KEK wins)",
-    defaultText: "<state-dir>/kek",
-    parse: path,
-  }),
-  kek: setting({
-    key: "kek",
-    env: "AUTHORITY_KEK",
-    description: "the key-encryption key itself (base64), instead of a file; environment only",
-    secret: true,
-    notInFile: true,
-    noFlag: true,
-    parse: text({ secret: true }),
-  }),
-  initKek: setting({
-    key: "init-kek",
-    env: "AUTHORITY_INIT_KEK",
-    description:
-      "create the KEK file if it does not exist (first start of an embedded install); otherwise a missing file is an error",
-    default: false,
-    parse: boolean,
-  }),
+  ...kekSettings,
   issuer: setting({
     key: "issuer",
     env: "AUTHORITY_ISSUER",
@@ -122,11 +99,7 @@ export const cryptoSchema = defineProcess({
     const stateDir = read.value("stateDir");
     const storeUrl = read.optional("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
     const initKek = read.value("initKek");
-    if (initKek && !storeUrl.toLowerCase().startsWith("sqlite:")) {
-      throw new ConfigError(
-        "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK",
-      );
-    }
+    refuseKekInitOnSharedStore(initKek, storeUrl);
     const kek = read.optional("kek");
     return {
       host,

@@ -11,10 +11,12 @@
 import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { ConfigError } from "./errors.ts";
 import {
+  boolean,
   egressAllowList,
   httpUrl,
   type LogLevel,
   logLevel,
+  path,
   type RawValue,
   text,
   type Validator,
@@ -208,3 +210,44 @@ export const bearerTokenSettings = {
     parse: text(),
   }),
 };
+
+/**
+ * The key-encryption key of a process that keeps key rings at rest (serve's embedded mode, the
+ * crypto service). Created only by an explicit init; a missing file is an error naming its path.
+ */
+export const kekSettings = {
+  kekFile: setting({
+    key: "kek-file",
+    env: "AUTHORITY_KEK_FILE",
+    description:
+      "key-encryption key file (32 bytes, base64) wrapping keys at rest; a missing file is an error unless --init-kek (AUTHORITY_KEK wins)",
+    defaultText: "<state-dir>/kek",
+    parse: path,
+  }),
+  kek: setting({
+    key: "kek",
+    env: "AUTHORITY_KEK",
+    description: "the key-encryption key itself (base64), instead of a file; environment only",
+    secret: true,
+    notInFile: true,
+    noFlag: true,
+    parse: text({ secret: true }),
+  }),
+  initKek: setting({
+    key: "init-kek",
+    env: "AUTHORITY_INIT_KEK",
+    description:
+      "create the KEK file if it does not exist (first start of an embedded SQLite install; refused with a shared store)",
+    default: false,
+    parse: boolean,
+  }),
+};
+
+/** Replicas sharing a store must share one KEK: a new one is made only for an embedded SQLite store. */
+export function refuseKekInitOnSharedStore(initKek: boolean, storeUrl: string): void {
+  if (initKek && !storeUrl.toLowerCase().startsWith("sqlite:")) {
+    throw new ConfigError(
+      "--init-kek is only for the embedded SQLite store: replicas sharing a store must share one KEK (AUTHORITY_KEK_FILE from a secret)",
+    );
+  }
+}
