@@ -1,4 +1,4 @@
-import { readFile } from "node:fs/promises";
+import { open } from "node:fs/promises";
 import { extname } from "node:path";
 import { parse as parseYaml, YAMLParseError } from "yaml";
 import { ConfigError } from "./errors.ts";
@@ -41,10 +41,30 @@ export function parseConfigText(textValue: string, fileName: string): Record<str
   return parsed as Record<string, unknown>;
 }
 
+/**
+ * At most `limit` bytes of the file: the cap holds while reading, so a path naming a stream
+ * that never ends (a FIFO, a device) stops at the cap instead of buffering it to its end.
+ */
+async function readAtMost(path: string, limit: number): Promise<Buffer> {
+  const handle = await open(path, "r");
+  try {
+    const buffer = Buffer.alloc(limit);
+    let filled = 0;
+    while (filled < limit) {
+      const { bytesRead } = await handle.read(buffer, filled, limit - filled, null);
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+    }
+    return buffer.subarray(0, filled);
+  } finally {
+    await handle.close();
+  }
+}
+
 export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
   let content: Buffer;
   try {
-    content = await readFile(path);
+    content = await readAtMost(path, MAX_FILE_BYTES + 1);
   } catch (error) {
     throw new ConfigError(`config file ${path} cannot be read`, { cause: error });
   }
