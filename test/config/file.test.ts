@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { ConfigError } from "../../src/config/errors.ts";
-import { readConfigFile } from "../../src/config/file.ts";
+import { parseConfigText, readConfigFile } from "../../src/config/file.ts";
 
 const MIB = 1024 * 1024;
 
@@ -62,5 +62,62 @@ describe("readConfigFile: the 1 MiB cap", () => {
     } finally {
       writer.destroy();
     }
+  });
+});
+
+/** Runs `act` and returns what it made Node warn or write to stderr meanwhile (emitted on later ticks too). */
+async function outputOf(act: () => unknown): Promise<string> {
+  const seen: string[] = [];
+  const onWarning = (warning: Error) => seen.push(`${warning.name}: ${warning.message}`);
+  const write = process.stderr.write;
+  process.on("warning", onWarning);
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    seen.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    try {
+      act();
+    } catch (error) {
+      seen.push(`thrown: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  } finally {
+    process.stderr.write = write;
+    process.off("warning", onWarning);
+  }
+  return seen.join("\n");
+}
+
+describe("parseConfigText: a secret in the file is never echoed", () => {
+  const secret = "hunter2-Very-Secret-Password";
+  // Attack: a tag the reader does not know (`!secret`, `!vault`, as other tools' files use):
+  // the YAML library warned on stderr with the source line, printing the store password.
+  for (const tag of ["!secret", "!vault", "!!js/function", "!<tag:example.com,2000:x>"]) {
+    it(`a value tagged ${tag} is refused with its position only`, async () => {
+      const text = `listen: 127.0.0.1:8080\nstore: ${tag} redis://:${secret}@redis:6379/0\n`;
+      const output = await outputOf(() => parseConfigText(text, "authority.yaml"));
+      assert.ok(!output.includes(secret), `echoed the secret: ${output}`);
+      assert.throws(
+        () => parseConfigText(text, "authority.yaml"),
+        (error: unknown) =>
+          error instanceof ConfigError && /^authority\.yaml:2:8 is not valid YAML$/.test(error.message),
+      );
+    });
+  }
+
+  it("a key that is a collection is not echoed on stderr", async () => {
+    const text = `? [${secret}, x]\n: 1\n`;
+    const output = await outputOf(() => parseConfigText(text, "authority.yaml"));
+    assert.ok(!output.includes(secret), `echoed the key: ${output}`);
+  });
+
+  it("plain YAML and JSON still parse", () => {
+    assert.deepEqual(parseConfigText("listen: 127.0.0.1:1\nlog-level: debug\n", "a.yaml"), {
+      listen: "127.0.0.1:1",
+      "log-level": "debug",
+    });
+    assert.deepEqual(parseConfigText('{"listen": "127.0.0.1:1"}', "a.json"), { listen: "127.0.0.1:1" });
+    assert.throws(() => parseConfigText("a: &x 1\nb: *x\n", "a.yaml"), ConfigError);
   });
 });
