@@ -1,13 +1,25 @@
-import { readFile } from "node:fs/promises";
+import { open } from "node:fs/promises";
 import { extname } from "node:path";
-import { parse as parseYaml, YAMLParseError } from "yaml";
+import { parseDocument, YAMLError } from "yaml";
 import { ConfigError } from "./errors.ts";
 
 const MAX_FILE_BYTES = 1024 * 1024;
 
-/** `:line:column` of a YAML parse error (never the file's content). */
+/**
+ * YAML to JavaScript without the library's own reporting: it writes warnings (an unknown tag
+ * such as `!secret`, a collection as a key) to stderr with the offending source line, which may
+ * hold a secret. A warning is refused like an error, and only its position is ever shown.
+ */
+function parseYaml(textValue: string): unknown {
+  const document = parseDocument(textValue, { logLevel: "error" });
+  const problem = document.errors[0] ?? document.warnings[0];
+  if (problem !== undefined) throw problem;
+  return document.toJS({ maxAliasCount: 0 });
+}
+
+/** `:line:column` of a YAML error or warning (never the file's content). */
 function yamlPosition(error: unknown): string {
-  if (!(error instanceof YAMLParseError) || error.linePos === undefined) return "";
+  if (!(error instanceof YAMLError) || error.linePos === undefined) return "";
   const [start] = error.linePos;
   return `:${start.line}:${start.col}`;
 }
@@ -16,7 +28,7 @@ function yamlPosition(error: unknown): string {
 function positionOf(error: unknown, text: string, json: boolean): string {
   if (!json) return yamlPosition(error);
   try {
-    parseYaml(text, { maxAliasCount: 0 });
+    parseYaml(text);
     return "";
   } catch (yamlError) {
     return yamlPosition(yamlError);
@@ -28,7 +40,7 @@ export function parseConfigText(textValue: string, fileName: string): Record<str
   let parsed: unknown;
   const json = extname(fileName).toLowerCase() === ".json";
   try {
-    parsed = json ? JSON.parse(textValue) : parseYaml(textValue, { maxAliasCount: 0 });
+    parsed = json ? JSON.parse(textValue) : parseYaml(textValue);
   } catch (error) {
     throw new ConfigError(
       `${fileName}${positionOf(error, textValue, json)} is not valid ${json ? "JSON" : "YAML"}`,
@@ -41,10 +53,30 @@ export function parseConfigText(textValue: string, fileName: string): Record<str
   return parsed as Record<string, unknown>;
 }
 
+/**
+ * At most `limit` bytes of the file: the cap holds while reading, so a path naming a stream
+ * that never ends (a FIFO, a device) stops at the cap instead of buffering it to its end.
+ */
+async function readAtMost(path: string, limit: number): Promise<Buffer> {
+  const handle = await open(path, "r");
+  try {
+    const buffer = Buffer.alloc(limit);
+    let filled = 0;
+    while (filled < limit) {
+      const { bytesRead } = await handle.read(buffer, filled, limit - filled, null);
+      if (bytesRead === 0) break;
+      filled += bytesRead;
+    }
+    return buffer.subarray(0, filled);
+  } finally {
+    await handle.close();
+  }
+}
+
 export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
   let content: Buffer;
   try {
-    content = await readFile(path);
+    content = await readAtMost(path, MAX_FILE_BYTES + 1);
   } catch (error) {
     throw new ConfigError(`config file ${path} cannot be read`, { cause: error });
   }
