@@ -9,7 +9,6 @@ import {
   type HeaderValue,
   type RedactionEvent,
   type RedactionRule,
-  redactResponseBody,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
 import { type AuthInjector, createAuthInjector, type InjectedCredentials } from "./auth-injector.ts";
@@ -22,7 +21,8 @@ import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
 import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
-import { decodeTextLeniently, RedactionDecodeError, readForRedaction } from "./response-body.ts";
+import { decodeTextLeniently, RedactionDecodeError } from "./response-body.ts";
+import { scrubAndRedact } from "./scrub-redact.ts";
 import {
   createSecretScrubber,
   injectedSecrets,
@@ -276,8 +276,8 @@ function scrubHeaders(
 }
 
 /**
- * The returned body: injected secrets overwritten (bytes first, then every parsed string,
- * so JSON escapes cannot hide one), then redaction where it applies, failing closed.
+ * The returned body: the shared scrub → redact stage (scrub-redact.ts), then as the executor
+ * returns it — parsed JSON, NDJSON text, or other text (decoded leniently, scrubbed again as text).
  */
 function responseBody(
   bytes: Uint8Array,
@@ -285,34 +285,20 @@ function responseBody(
   rules: readonly RedactionRule[],
   scrubber: SecretScrubber,
 ): { body: unknown; events: RedactionEvent[] } {
-  const scrubbed = scrubber.scrubBytes(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-  const events: RedactionEvent[] = scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
-  const input = readForRedaction(scrubbed.value, contentType, rules.length > 0);
-  const escaped = input.kind !== "empty" && input.kind !== "other" && scrubber.jsonNeedsRescan(input.text);
-  const redact = (value: unknown): { body: unknown; events: RedactionEvent[] } => {
-    const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
-    if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
-    return redactResponseBody(clean.value, rules);
-  };
-  switch (input.kind) {
+  const read = scrubAndRedact(bytes, contentType, rules, scrubber);
+  const { events } = read;
+  switch (read.kind) {
     case "empty":
       return { body: null, events };
-    case "json": {
-      const redacted = redact(input.value);
-      return { body: redacted.body, events: [...events, ...redacted.events] };
-    }
+    case "json":
+      return { body: read.value, events };
     case "ndjson": {
       // One record per line, each redacted with the rules; returned as NDJSON text.
-      const lines: string[] = [];
-      for (const value of input.values) {
-        const redacted = redact(value);
-        events.push(...redacted.events);
-        lines.push(JSON.stringify(redacted.body));
-      }
+      const lines = read.values.map((value) => JSON.stringify(value));
       return { body: lines.length === 0 ? "" : `${lines.join("\n")}\n`, events };
     }
     case "other": {
-      const text = scrubber.scrubText(decodeTextLeniently(scrubbed.value, contentType));
+      const text = scrubber.scrubText(decodeTextLeniently(read.bytes, contentType));
       if (text.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
       return { body: text.value, events };
     }

@@ -4,11 +4,10 @@
  *
  * List: management tools by role, plus one API tool per allowed operation of the caller's
  * verified, active policy (cached per subject and document hash).
- * Call: the policy is loaded and verified again, the decision engine decides with the
- * snapshot's method and path template, the decision is recorded before anything acts on
- * it, then the executor validates input, enforces constraints, injects the auth profile,
- * calls the upstream with a deadline and redacts. A denied tool answers exactly like an
- * unknown one.
+ * Call: the policy is loaded and verified again to map the name, then the one enforcement
+ * pipeline (src/pipeline/enforce.ts) runs with the snapshot's method and path template:
+ * decision, input, constraints, render and re-match, auth profile, send, scrub, redact, and
+ * the one record of what happened. A denied tool answers exactly like an unknown one.
  */
 import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { AdminDeps } from "../admin/deps.ts";
