@@ -21,9 +21,6 @@ import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
 import {
   type AllowedDecision,
-  buildPermissionId,
-  type Capability,
-  catalogMatcher,
   hashCanonical,
   normalizeRequestPath,
   parsePermissionId,
@@ -33,7 +30,7 @@ import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, denyReasons, type ErrorCode, isDenyReason } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
-import type { InvocationRequest, InvocationResult } from "../pipeline/authorize.ts";
+import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import { outageFailure } from "../pipeline/failure.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
@@ -136,19 +133,6 @@ async function resolveTarget(
   return { ok: true, target: { method: body.method, path: body.path, isTemplate: body.path.includes("{") } };
 }
 
-function permissionOf(capability: Capability | undefined, method: string, path: string): string | undefined {
-  if (capability === undefined) return undefined;
-  try {
-    const match = catalogMatcher(capability).match(method, path);
-    const operation = match === undefined ? undefined : capability.operations[match.index];
-    return operation === undefined
-      ? undefined
-      : buildPermissionId(capability.capability_id, operation.method, operation.path);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Step 5: everything that can be refused without opening the policy. */
 async function checkBeforeDecryption(
   runtime: BindingRuntime,
@@ -189,9 +173,9 @@ async function checkBeforeDecryption(
     return "operation_not_allowed";
   }
   const capability = await runtime.decisions.capabilities.resolve(binding.partner_id, capabilityId);
-  const permissionId = permissionOf(capability, target.method, target.path);
+  const permissionId = attemptedPermission(capability, target.method, target.path);
   if (
-    permissionId !== undefined &&
+    permissionId !== null &&
     !boundary.allowed_permission_patterns.some((pattern) => permissionPatternMatches(pattern, permissionId))
   ) {
     return "operation_not_allowed";

@@ -173,8 +173,8 @@ function failedResult(error: unknown, partnerId: string | null): InvocationResul
   };
 }
 
-/** The catalog permission a request maps to (recorded with denials too), if any. */
-function attemptedPermission(
+/** The catalog permission a request maps to (recorded with denials too, checked against boundaries), if any. */
+export function attemptedPermission(
   capability: Capability | undefined,
   method: string,
   path: string,

@@ -87,7 +87,13 @@ function operations(origin: string, constraints: unknown[] = []): OperationSnaps
 }
 
 function world(
-  options: { constraints?: unknown[]; rollout?: boolean; allowed?: string[]; origin?: string } = {},
+  options: {
+    constraints?: unknown[];
+    rollout?: boolean;
+    allowed?: string[];
+    origin?: string;
+    egressAllows?: string[];
+  } = {},
 ) {
   const origin = options.origin ?? upstream.origin;
   const ops = operations(origin, options.constraints);
@@ -142,7 +148,7 @@ function world(
     secretResolver: secretTable({ "ref:api-key": API_KEY }).resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: options.rollout ?? true, isPartnerAllowlisted: () => true },
-    egress: egressAllowing([origin]),
+    egress: egressAllowing(options.egressAllows ?? [origin]),
     timeoutMs: 2000,
   });
   return { decisions, executor };
@@ -383,6 +389,21 @@ describe("the enforcement pipeline", () => {
     outcome = await unreachable.run(req, call({ path: { id: "42" } }, []));
     await assertRefused(outcome, req.requestId, "upstream_unavailable");
     assert.equal(outcome.kind === "refused" && outcome.contacted, true);
+  });
+
+  test("a destination the egress policy refuses is egress_denied (403) before any secret or connection", async () => {
+    for (const origin of ["http://169.254.169.254", "http://127.0.0.1:9"]) {
+      const { decisions, executor } = world({ origin, egressAllows: [upstream.origin] });
+      const secrets: string[] = [];
+      const req = request();
+      const outcome = await createEnforcementPipeline({ decisions, upstream: executor }).run(
+        req,
+        call({ path: { id: "42" } }, secrets),
+      );
+      await assertRefused(outcome, req.requestId, "egress_denied");
+      assert.equal(outcome.kind === "refused" && outcome.contacted, false, origin);
+    }
+    assert.equal(upstream.requests.length, 0);
   });
 
   test("an audit that cannot take the record refuses before anything runs (503 upstream_unavailable)", async () => {
