@@ -143,8 +143,7 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   }
   // A subject of another partner (or one named after this principal by someone else) is
   // not this principal's: answered exactly like an unknown subject, so nothing leaks.
-  const standing = { partnerId: subject.partner_id, identity: identityOf(subject) };
-  if (!subjectStandsFor(standing, request.authenticatedAs)) {
+  if (!subjectStandsFor(subject.partner_id, identityOf(subject), request.authenticatedAs)) {
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
   const partnerId = subject.partner_id;

@@ -7,20 +7,21 @@
 import { type Decision, type DecisionInput, decide } from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
 
-/** The subject as the record (or the sidecar's verified-policy entry) says: whose it is and who it admits. */
-export interface SubjectStanding {
-  readonly partnerId: string;
-  readonly identity: SubjectIdentity;
-}
-
 /**
- * True when the authenticated principal may act as this subject. A subject that does not
- * stand for the principal is treated as no subject at all (`missing_policy`), so nothing leaks.
+ * True when the authenticated principal may act as the subject whose record names this
+ * partner and identity (undefined: no record, nobody is admitted). A subject that does not
+ * stand for the principal is treated as no subject at all (`missing_policy`), so nothing
+ * leaks. Takes the two facts rather than an object: the sidecar calls it on every Check.
  */
-export function subjectStandsFor(subject: SubjectStanding | undefined, auth: SubjectAuthentication): boolean {
+export function subjectStandsFor(
+  partnerId: string | undefined,
+  identity: SubjectIdentity | undefined,
+  auth: SubjectAuthentication,
+): boolean {
   return (
-    subject !== undefined &&
-    subjectAdmits({ partner_id: subject.partnerId, identity: subject.identity }, auth)
+    partnerId !== undefined &&
+    identity !== undefined &&
+    subjectAdmits({ partner_id: partnerId, identity }, auth)
   );
 }
 

@@ -42,18 +42,66 @@ test("a narrowing can only take away: a rejected permission is operation_not_all
 
 test("a subject stands only for the principals its identity admits", () => {
   const partnerToken = { partnerId: "p1", identity: "partner_token" } as const;
-  assert.equal(subjectStandsFor(partnerToken, { via: "bearer", partnerId: "p1", vouchable: false }), true);
-  assert.equal(subjectStandsFor(partnerToken, { via: "bearer", partnerId: "p2", vouchable: true }), false);
   assert.equal(
-    subjectStandsFor(partnerToken, { via: "bearer", partnerId: undefined, vouchable: true }),
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: "p1",
+      vouchable: false,
+    }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: "p2",
+      vouchable: true,
+    }),
     false,
   );
-  assert.equal(subjectStandsFor(partnerToken, { via: "binding", partnerId: "p1" }), false);
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: true,
+    }),
+    false,
+  );
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, { via: "binding", partnerId: "p1" }),
+    false,
+  );
   const vouched = { partnerId: "p1", identity: "platform_vouched" } as const;
-  assert.equal(subjectStandsFor(vouched, { via: "bearer", partnerId: undefined, vouchable: true }), true);
-  assert.equal(subjectStandsFor(vouched, { via: "bearer", partnerId: undefined, vouchable: false }), false);
+  assert.equal(
+    subjectStandsFor(vouched.partnerId, vouched.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: true,
+    }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(vouched.partnerId, vouched.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: false,
+    }),
+    false,
+  );
   const binding = { partnerId: "p1", identity: "binding" } as const;
-  assert.equal(subjectStandsFor(binding, { via: "binding", partnerId: "p1" }), true);
-  assert.equal(subjectStandsFor(binding, { via: "bearer", partnerId: "p1", vouchable: true }), false);
-  assert.equal(subjectStandsFor(undefined, { via: "bearer", partnerId: "p1", vouchable: true }), false);
+  assert.equal(
+    subjectStandsFor(binding.partnerId, binding.identity, { via: "binding", partnerId: "p1" }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(binding.partnerId, binding.identity, {
+      via: "bearer",
+      partnerId: "p1",
+      vouchable: true,
+    }),
+    false,
+  );
+  assert.equal(
+    subjectStandsFor(undefined, undefined, { via: "bearer", partnerId: "p1", vouchable: true }),
+    false,
+  );
 });

@@ -252,11 +252,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
    */
   const admitted = (lookup: PolicyLookup, bearer: SubjectAuthentication): PolicyLookup => {
     const { policy } = lookup;
-    const standing =
-      policy.partnerId === undefined || policy.identity === undefined
-        ? undefined
-        : { partnerId: policy.partnerId, identity: policy.identity };
-    if (subjectStandsFor(standing, bearer)) return lookup;
+    if (subjectStandsFor(policy.partnerId, policy.identity, bearer)) return lookup;
     return lookup.policy.partnerId === undefined ? lookup : { ...lookup, policy: notAdmitted(policy) };
   };
 
