@@ -7,9 +7,12 @@
  *      (subject, partner, binding, issuer hash, external-subject hash, mapping version);
  *   7. on every call — nothing about a decision is cached but the verified document.
  *
- * An allow then executes the policy's reviewed operation snapshot with the auth profile
- * injected, an authority envelope attached and the response redacted, and writes
- * evidence. docs/bindings.md describes bodies, statuses and idempotency.
+ * Steps 6–7 and everything after the decision are the one enforcement pipeline
+ * (src/pipeline/enforce.ts): decide and record, prepare the upstream request (input schema,
+ * constraints, render, re-match), then — with the authority envelope over the validated
+ * arguments and the auth profile — send, scrub, redact and settle the record. This module adds
+ * the binding's own stages before it and the evidence after it. docs/bindings.md describes
+ * bodies, statuses and idempotency.
  */
 
 import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
@@ -18,21 +21,18 @@ import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
 import {
   type AllowedDecision,
-  buildPermissionId,
-  type Capability,
-  catalogMatcher,
   hashCanonical,
   normalizeRequestPath,
   parsePermissionId,
   type Sha256Ref,
 } from "../core/index.ts";
 import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
-import { AuthorityError, type DenyReason, denyReasons, isDenyReason, toAuthorityError } from "../errors.ts";
+import { AuthorityError, type DenyReason, denyReasons, type ErrorCode, isDenyReason } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
-import { validateInput } from "../execute/input.ts";
-import { allowedRoute, assertUnambiguousPath, renderUpstreamRequest } from "../execute/url.ts";
-import { authorizeInvocation, type SettleInvocation } from "../policy/invocation.ts";
+import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
+import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
+import { outageFailure } from "../pipeline/failure.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
@@ -133,19 +133,6 @@ async function resolveTarget(
   return { ok: true, target: { method: body.method, path: body.path, isTemplate: body.path.includes("{") } };
 }
 
-function permissionOf(capability: Capability | undefined, method: string, path: string): string | undefined {
-  if (capability === undefined) return undefined;
-  try {
-    const match = catalogMatcher(capability).match(method, path);
-    const operation = match === undefined ? undefined : capability.operations[match.index];
-    return operation === undefined
-      ? undefined
-      : buildPermissionId(capability.capability_id, operation.method, operation.path);
-  } catch {
-    return undefined;
-  }
-}
-
 /** Step 5: everything that can be refused without opening the policy. */
 async function checkBeforeDecryption(
   runtime: BindingRuntime,
@@ -186,9 +173,9 @@ async function checkBeforeDecryption(
     return "operation_not_allowed";
   }
   const capability = await runtime.decisions.capabilities.resolve(binding.partner_id, capabilityId);
-  const permissionId = permissionOf(capability, target.method, target.path);
+  const permissionId = attemptedPermission(capability, target.method, target.path);
   if (
-    permissionId !== undefined &&
+    permissionId !== null &&
     !boundary.allowed_permission_patterns.some((pattern) => permissionPatternMatches(pattern, permissionId))
   ) {
     return "operation_not_allowed";
@@ -298,31 +285,12 @@ async function record(
   await writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored"));
 }
 
-const denyBody = (reason: DenyReason, requestId: string) => ({ status: "denied", reason, requestId });
-const unavailable = (requestId: string): StoredResponse => ({
-  status_code: 503,
-  body: { status: "denied", reason: "policy_verification_failed", requestId },
-});
-
-/** The decision for one call: a recorded refusal (answer ready), or an allow to run. */
-type Decided =
-  | { readonly kind: "refused"; readonly result: WorkResult }
-  | {
-      readonly kind: "allowed";
-      readonly target: Target;
-      readonly capabilityId: string;
-      /** The resolved capability the decision used (the rendered request is re-matched against it). */
-      readonly capability: AuthorizedCapability;
-      readonly facts: EvidenceFacts;
-      readonly decision: AllowedDecision;
-      readonly policyFacts: EvidencePolicyFacts | undefined;
-      /** Records the pipeline's outcome (deferred allows); absent when the allow is already recorded. */
-      readonly settle: SettleInvocation | undefined;
-      readonly evidenceId: string;
-      readonly now: Date;
-    };
-
-type AuthorizedCapability = Awaited<ReturnType<typeof authorizeInvocation>>["capability"];
+const denyBody = (reason: ErrorCode, requestId: string) => ({ status: "denied", reason, requestId });
+/** The answer when the record cannot be kept: the outage of the pipeline's one mapping (failure.ts). */
+const unavailable = (requestId: string): StoredResponse => {
+  const failure = outageFailure();
+  return { status_code: failure.status, body: { status: "denied", reason: failure.code, requestId } };
+};
 
 interface EvidencePolicyFacts {
   readonly policy_hash: string;
@@ -330,19 +298,28 @@ interface EvidencePolicyFacts {
   readonly policy_version: string;
 }
 
+/** Steps 1–5 passed: what the pipeline decides and runs, and the facts its evidence needs. */
+interface Prepared {
+  readonly target: Target;
+  readonly facts: Omit<EvidenceFacts, "decidedAt">;
+  readonly request: Omit<InvocationRequest, "settleAllowLater">;
+  readonly evidenceId: string;
+  readonly now: Date;
+}
+
 /**
- * Steps 5–7 for one call: resolve the target, the checks before decryption, then the one
- * decision path. A refusal is recorded (audit, usage, evidence) and answered with the
- * spec's Deny shape. With `settleLater` an allow is not recorded yet: the caller settles
- * it with the pipeline's outcome.
+ * The binding's own stages before the shared pipeline: the target, then step 5 (everything
+ * refused without opening the policy). A refusal is recorded (audit, usage, evidence) and
+ * answered with the spec's Deny shape.
  */
-async function decideCall(
+async function prepareCall(
   runtime: BindingRuntime,
   deps: InvokeDeps,
   call: InvokeCall,
   requestHash: Sha256Ref,
-  settleLater: boolean,
-): Promise<Decided> {
+): Promise<
+  { readonly kind: "refused"; readonly result: WorkResult } | ({ readonly kind: "ready" } & Prepared)
+> {
   const started = performance.now();
   const now = deps.now();
   const { binding, client } = call.workload;
@@ -413,69 +390,73 @@ async function decideCall(
       },
     };
   }
-
-  const authorized = await authorizeInvocation(runtime.decisions, {
-    transport: call.transport,
-    requestId: call.requestId,
+  return {
+    kind: "ready",
+    target,
+    facts,
+    evidenceId,
     now,
-    actor: client.client_id,
-    subjectId: derived.subjectId,
-    capabilityId,
-    method: target.method,
-    path: target.path,
-    pathIsTemplate: target.isTemplate,
-    expectedContext: derived.context,
-    authenticatedAs: { via: "binding", partnerId: binding.partner_id },
-    settleAllowLater: settleLater,
-    ...(experience === undefined ? {} : { permits: experiencePermits(experience) }),
-  });
-  const decidedAt = performance.now();
-  const policy = authorized.policy;
-  const policyFacts =
-    policy === undefined
-      ? undefined
-      : {
-          policy_hash: policy.policy_hash,
-          document_hash: policy.document_hash,
-          policy_version: policy.policy_version,
-        };
-  if (authorized.unavailable) {
-    return { kind: "refused", result: { response: unavailable(call.requestId), keep: false } };
-  }
-  const decision = authorized.decision;
-  if (decision === undefined || decision.status === "denied") {
-    const reason: DenyReason = decision?.status === "denied" ? decision.reason : "policy_verification_failed";
+    request: {
+      transport: call.transport,
+      requestId: call.requestId,
+      now,
+      actor: client.client_id,
+      subjectId: derived.subjectId,
+      capabilityId,
+      method: target.method,
+      path: target.path,
+      pathIsTemplate: target.isTemplate,
+      expectedContext: derived.context,
+      authenticatedAs: { via: "binding", partnerId: binding.partner_id },
+      ...(experience === undefined ? {} : { permits: experiencePermits(experience) }),
+    },
+  };
+}
+
+function policyFactsOf(authorization: InvocationResult): EvidencePolicyFacts | undefined {
+  const policy = authorization.policy;
+  return policy === undefined
+    ? undefined
+    : {
+        policy_hash: policy.policy_hash,
+        document_hash: policy.document_hash,
+        policy_version: policy.policy_version,
+      };
+}
+
+/** The decision refused (or failed): already recorded by the pipeline; evidence and the Deny shape. */
+async function deniedByDecision(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  prepared: Prepared,
+  authorization: InvocationResult,
+  decidedAt: number,
+): Promise<WorkResult> {
+  const reason = authorization.outcome.status === "denied" ? authorization.outcome.reason : "internal";
+  if (!authorization.unavailable) {
+    const policyFacts = policyFactsOf(authorization);
     await record(
       runtime,
       deps,
       evidenceOf(
         call,
-        { ...facts, decidedAt },
+        { ...prepared.facts, decidedAt },
         { decision: "denied", reason, ...(policyFacts ? { policy: policyFacts } : {}) },
-        evidenceId,
-        now,
+        prepared.evidenceId,
+        prepared.now,
       ),
     );
-    return {
-      kind: "refused",
-      result: {
-        response: { status_code: authorized.httpStatus, body: denyBody(reason, call.requestId) },
-        keep: false,
-      },
-    };
   }
   return {
-    kind: "allowed",
-    target,
-    capabilityId,
-    capability: authorized.capability,
-    facts: { ...facts, decidedAt },
-    decision,
-    policyFacts,
-    settle: authorized.settle,
-    evidenceId,
-    now,
+    response: { status_code: authorization.httpStatus, body: denyBody(reason, call.requestId) },
+    keep: false,
   };
+}
+
+/** The pipeline of this runtime's dependencies (src/pipeline/enforce.ts). */
+function pipelineOf(runtime: BindingRuntime): EnforcementPipeline {
+  return createEnforcementPipeline({ decisions: runtime.decisions, upstream: runtime.executor });
 }
 
 async function execute(
@@ -484,83 +465,61 @@ async function execute(
   call: InvokeCall,
   requestHash: Sha256Ref,
 ): Promise<WorkResult> {
-  const decided = await decideCall(runtime, deps, call, requestHash, true);
-  if (decided.kind === "refused") return decided.result;
-  const { target, decision, policyFacts, evidenceId, now, facts } = decided;
+  const ready = await prepareCall(runtime, deps, call, requestHash);
+  if (ready.kind === "refused") return ready.result;
+  const { target, evidenceId, now } = ready;
   const { binding } = call.workload;
-  // The one record of an allowed call says what the pipeline did with it.
-  const settle = decided.settle ?? (() => Promise.resolve());
-
-  const allowedFacts = {
-    decision: "allowed" as const,
-    permissionId: decision.permissionId,
-    ...(policyFacts ? { policy: policyFacts } : {}),
-  };
+  let decidedAt = performance.now();
   let envelopeId: string | undefined;
-  let result: ExecutionResult;
-  try {
-    const args = executionArgs(call.body, target, decision);
-    // The rendered request must map back to this permission before anything is sealed or loaded.
-    const route = allowedRoute(decided.capability, decision.permissionId, decision.operation);
-    assertUnambiguousPath(route, args);
-    const validated = validateInput(decision.operation.input_schema, args);
-    renderUpstreamRequest(route, validated);
-    const envelopes = runtime.envelopes;
-    if (envelopes === undefined) throw new EnvelopeCryptoUnavailableError("envelope keys are not configured");
-    const claims = buildEnvelopeClaims({
-      profile: PARTNER_PROFILE_V2,
-      issuer: runtime.issuer,
-      partnerId: binding.partner_id,
-      bindingId: binding.binding_id,
-      operationId: decision.operation.operation_id,
-      permissionId: decision.permissionId,
-      argsDigest: argumentsDigest({
-        path: validated.path,
-        query: validated.query,
-        body: validated.hasBody ? validated.body : null,
-      }),
-      now,
-    });
-    envelopeId = claims.jti;
-    // The signature (thread pool) and the profile read overlap.
-    const sealing = envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
-    sealing.catch(() => undefined);
-    const authProfile = await loadExecutionAuthProfile(
-      deps,
-      binding.partner_id,
-      decision.authProfileRef,
-    ).catch((error: unknown) => {
-      throw new ExecutionError("auth_profile_unavailable", {
-        details: {
-          issue:
-            error instanceof AuthorityError && error.code === "not_found"
-              ? "auth_profile_missing"
-              : "auth_profile_unreadable",
-        },
+  const outcome = await pipelineOf(runtime).run(ready.request, {
+    args: (decision) => {
+      decidedAt = performance.now();
+      return executionArgs(call.body, target, decision);
+    },
+    // The authority envelope signs the validated arguments: sealed only once they passed.
+    headers: async (decision, validated) => {
+      const envelopes = runtime.envelopes;
+      if (envelopes === undefined)
+        throw new EnvelopeCryptoUnavailableError("envelope keys are not configured");
+      const claims = buildEnvelopeClaims({
+        profile: PARTNER_PROFILE_V2,
+        issuer: runtime.issuer,
+        partnerId: binding.partner_id,
+        bindingId: binding.binding_id,
+        operationId: decision.operation.operation_id,
+        permissionId: decision.permissionId,
+        argsDigest: argumentsDigest({
+          path: validated.path,
+          query: validated.query,
+          body: validated.hasBody ? validated.body : null,
+        }),
+        now,
       });
-    });
-    const envelope = await sealing;
-    result = await runtime.executor.execute({
-      snapshot: decision.operation,
-      args,
-      authProfile,
-      partnerId: binding.partner_id,
-      redactions: decision.redactions,
-      extraHeaders: { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId },
-      route,
-    });
-  } catch (raw) {
-    // Every refusal after the decision — ambiguous_path included — takes the one path below:
-    // recorded as a deny with its code, answered in the Deny shape when the code is a deny reason.
-    const error =
-      raw instanceof EnvelopeCryptoUnavailableError
-        ? new AuthorityError("upstream_unavailable", undefined, { cause: raw })
-        : toAuthorityError(raw);
+      envelopeId = claims.jti;
+      const envelope = await envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
+      return { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId };
+    },
+    authProfile: (partnerId, profileRef) =>
+      loadExecutionAuthProfile(deps, partnerId, profileRef).catch((error: unknown) => {
+        throw new ExecutionError("auth_profile_unavailable", {
+          details: {
+            issue:
+              error instanceof AuthorityError && error.code === "not_found"
+                ? "auth_profile_missing"
+                : "auth_profile_unreadable",
+          },
+        });
+      }),
+  });
+  if (outcome.kind === "denied") {
+    return deniedByDecision(runtime, deps, call, ready, outcome.authorization, performance.now());
+  }
+  const { decision } = outcome;
+  const policyFacts = policyFactsOf(outcome.authorization);
+  const facts = { ...ready.facts, decidedAt };
+  if (outcome.kind === "refused") {
+    const { error, cause, contacted, recorded } = outcome;
     // The pipeline refused after the decision: the call is recorded as denied, with the code.
-    const recorded = await settle(error.code).then(
-      () => true,
-      () => false,
-    );
     await record(
       runtime,
       deps,
@@ -572,7 +531,7 @@ async function execute(
           reason: error.code,
           permissionId: decision.permissionId,
           ...(policyFacts ? { policy: policyFacts } : {}),
-          error,
+          error: cause instanceof ExecutionError ? cause : error,
           ...(envelopeId ? { envelopeId } : {}),
         },
         evidenceId,
@@ -580,7 +539,6 @@ async function execute(
       ),
     );
     // Once the upstream may have acted, the outcome is kept: a retry must not run it twice.
-    const contacted = raw instanceof ExecutionError && raw.upstreamError !== undefined;
     if (!recorded) return { response: unavailable(call.requestId), keep: contacted };
     if (!contacted) {
       // A refusal with one of the deny reasons (ambiguous_path, the rollout gate's
@@ -599,15 +557,23 @@ async function execute(
       keep: true,
     };
   }
-  // The upstream's answer is released only once the allow is recorded.
-  const recorded = await settle().then(
-    () => true,
-    () => false,
-  );
+  const { result, recorded } = outcome;
   await record(
     runtime,
     deps,
-    evidenceOf(call, facts, { ...allowedFacts, result, envelopeId }, evidenceId, now),
+    evidenceOf(
+      call,
+      facts,
+      {
+        decision: "allowed",
+        permissionId: decision.permissionId,
+        ...(policyFacts ? { policy: policyFacts } : {}),
+        result,
+        ...(envelopeId ? { envelopeId } : {}),
+      },
+      evidenceId,
+      now,
+    ),
   );
   if (!recorded) return { response: unavailable(call.requestId), keep: true };
   return {
@@ -641,8 +607,11 @@ async function recheckReplay(
   call: InvokeCall,
   requestHash: Sha256Ref,
 ): Promise<StoredResponse | undefined> {
-  const decided = await decideCall(runtime, deps, call, requestHash, false);
-  return decided.kind === "refused" ? decided.result.response : undefined;
+  const ready = await prepareCall(runtime, deps, call, requestHash);
+  if (ready.kind === "refused") return ready.result.response;
+  const authorization = await pipelineOf(runtime).authorize(ready.request);
+  if (authorization.outcome.status === "allowed") return undefined;
+  return (await deniedByDecision(runtime, deps, call, ready, authorization, performance.now())).response;
 }
 
 /** Runs one invoke (or broker execute), through the Idempotency-Key when one is given. */

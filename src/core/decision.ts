@@ -110,6 +110,27 @@ function matchCatalog(capability: Capability, method: string, path: string): Pat
 }
 
 /**
+ * Whether a loaded policy stands for this subject right now: verified, this very subject's
+ * (and, for a v2 policy, the derived context's), neither revoked nor expired. The policy-wide
+ * part of `decide()`, in its order; a listing (MCP `tools/list`) uses it so that it never shows
+ * a tool a call would refuse for a policy-wide reason. Undefined: the policy stands.
+ */
+export function policyStanding(
+  policy: PolicyLoad,
+  subjectId: string,
+  now: Date,
+  expectedContext?: ExternalSubjectContext,
+): DenyReason | undefined {
+  if (!policy.ok) return policy.reason;
+  const doc = policy.document;
+  if (!subjectMatches(doc, subjectId, expectedContext)) return "subject_mismatch";
+  const state = policyState(doc, now);
+  if (state === "revoked") return "policy_revoked";
+  if (state === "expired") return "policy_expired";
+  return undefined;
+}
+
+/**
  * The one decision engine every runtime path uses (authorize-invocation, binding invoke,
  * broker execute, MCP, sidecar). Pure and total: it never throws and never allows by
  * default. Steps follow the spec's order for authorize-invocation.
@@ -121,12 +142,9 @@ export function decide(input: DecisionInput): Decision {
   if (capability === undefined || capability.capability_id !== input.capabilityId) {
     return denied("unknown_capability");
   }
-  if (!input.policy.ok) return denied(input.policy.reason);
+  const standing = policyStanding(input.policy, input.subjectId, input.now, input.expectedContext);
+  if (standing !== undefined || !input.policy.ok) return denied(standing ?? "missing_policy");
   const doc = input.policy.document;
-  if (!subjectMatches(doc, input.subjectId, input.expectedContext)) return denied("subject_mismatch");
-  const state = policyState(doc, input.now);
-  if (state === "revoked") return denied("policy_revoked");
-  if (state === "expired") return denied("policy_expired");
 
   const match = matchCatalog(capability, input.method, input.path);
   const permissionId = match === undefined ? undefined : operationPermissionId(capability, match.index);

@@ -9,7 +9,6 @@ import {
   type HeaderValue,
   type RedactionEvent,
   type RedactionRule,
-  redactResponseBody,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
 import { type AuthInjector, createAuthInjector, type InjectedCredentials } from "./auth-injector.ts";
@@ -18,10 +17,12 @@ import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
-import { enforceOperationInput } from "./input.ts";
+import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
 import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
-import { decodeTextLeniently, RedactionDecodeError, readForRedaction } from "./response-body.ts";
+import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
+import { decodeTextLeniently, RedactionDecodeError } from "./response-body.ts";
+import { scrubAndRedact } from "./scrub-redact.ts";
 import {
   createSecretScrubber,
   injectedSecrets,
@@ -29,7 +30,7 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "./secret-scrub.ts";
-import { type AllowedRoute, assertUnambiguousPath, buildUpstreamUrl, renderUpstreamRequest } from "./url.ts";
+import { type AllowedRoute, buildUpstreamUrl } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
@@ -94,6 +95,20 @@ export interface ExecuteRequest {
   readonly route?: AllowedRoute;
 }
 
+/**
+ * An upstream call whose request is already prepared (src/execute/prepare.ts): what the
+ * enforcement pipeline hands the executor after its own input, constraint and re-match stages.
+ */
+export interface SendRequest {
+  readonly snapshot: ExecutableOperation;
+  readonly prepared: PreparedUpstreamRequest;
+  readonly authProfile: AuthProfile;
+  readonly redactions?: readonly RedactionRule[];
+  readonly extraHeaders?: Readonly<Record<string, string>>;
+  readonly userTokenKey?: string;
+  readonly signal?: AbortSignal;
+}
+
 export interface ExecutionResult {
   readonly status: number;
   /** Lower-case names; sensitive and hop-by-hop headers removed. */
@@ -111,7 +126,15 @@ export interface ExecutionResult {
 }
 
 export interface Executor {
+  /** Prepares (prepare.ts) and sends: for callers outside the enforcement pipeline (tests, tools). */
   execute(request: ExecuteRequest): Promise<ExecutionResult>;
+  /** The pipeline's last stages: egress → inject credentials → call with a deadline → scrub → redact. */
+  send(request: SendRequest): Promise<ExecutionResult>;
+  /** The rollout gate's inputs for this snapshot and policy-owner partner (parameter constraints). */
+  rolloutFor(
+    snapshot: Pick<OperationSnapshot, "parameter_constraints">,
+    partnerId: string,
+  ): Promise<ConstraintRollout>;
   /** PKCE start, code exchange and refresh for oauth_user profiles (same token store). */
   readonly oauthUser: OAuthUserClient;
   readonly clientCredentials: ClientCredentialsTokens;
@@ -253,8 +276,8 @@ function scrubHeaders(
 }
 
 /**
- * The returned body: injected secrets overwritten (bytes first, then every parsed string,
- * so JSON escapes cannot hide one), then redaction where it applies, failing closed.
+ * The returned body: the shared scrub → redact stage (scrub-redact.ts), then as the executor
+ * returns it — parsed JSON, NDJSON text, or other text (decoded leniently, scrubbed again as text).
  */
 function responseBody(
   bytes: Uint8Array,
@@ -262,34 +285,20 @@ function responseBody(
   rules: readonly RedactionRule[],
   scrubber: SecretScrubber,
 ): { body: unknown; events: RedactionEvent[] } {
-  const scrubbed = scrubber.scrubBytes(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-  const events: RedactionEvent[] = scrubbed.found > 0 ? [{ path: "", mode: "mask", source: "secret" }] : [];
-  const input = readForRedaction(scrubbed.value, contentType, rules.length > 0);
-  const escaped = input.kind !== "empty" && input.kind !== "other" && scrubber.jsonNeedsRescan(input.text);
-  const redact = (value: unknown): { body: unknown; events: RedactionEvent[] } => {
-    const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
-    if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
-    return redactResponseBody(clean.value, rules);
-  };
-  switch (input.kind) {
+  const read = scrubAndRedact(bytes, contentType, rules, scrubber);
+  const { events } = read;
+  switch (read.kind) {
     case "empty":
       return { body: null, events };
-    case "json": {
-      const redacted = redact(input.value);
-      return { body: redacted.body, events: [...events, ...redacted.events] };
-    }
+    case "json":
+      return { body: read.value, events };
     case "ndjson": {
       // One record per line, each redacted with the rules; returned as NDJSON text.
-      const lines: string[] = [];
-      for (const value of input.values) {
-        const redacted = redact(value);
-        events.push(...redacted.events);
-        lines.push(JSON.stringify(redacted.body));
-      }
+      const lines = read.values.map((value) => JSON.stringify(value));
       return { body: lines.length === 0 ? "" : `${lines.join("\n")}\n`, events };
     }
     case "other": {
-      const text = scrubber.scrubText(decodeTextLeniently(scrubbed.value, contentType));
+      const text = scrubber.scrubText(decodeTextLeniently(read.bytes, contentType));
       if (text.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
       return { body: text.value, events };
     }
@@ -375,7 +384,10 @@ export function createExecutor(options: ExecutorOptions): Executor {
   const scrubbers = new LRUCache<string, SecretScrubber>({ max: 256 });
 
   /** The rollout gate's inputs; the partner allowlist is asked only when the snapshot has constraints. */
-  async function rolloutFor(snapshot: ExecutableOperation, partnerId: string): Promise<ConstraintRollout> {
+  async function rolloutFor(
+    snapshot: Pick<OperationSnapshot, "parameter_constraints">,
+    partnerId: string,
+  ): Promise<ConstraintRollout> {
     const constraints = snapshot.parameter_constraints;
     if (Array.isArray(constraints) && constraints.length === 0)
       return { enabled: constraintsRollout.enabled, partnerAllowlisted: false };
@@ -406,29 +418,40 @@ export function createExecutor(options: ExecutorOptions): Executor {
     return { response, bytes };
   }
 
-  async function execute(request: ExecuteRequest): Promise<ExecutionResult> {
-    const started = performance.now();
-    const { snapshot } = request;
+  function executableMethod(snapshot: ExecutableOperation): string {
     const method = typeof snapshot.method === "string" ? snapshot.method.toUpperCase() : "";
     if (!EXECUTABLE_METHODS.has(method)) {
       throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "method_not_executable" } });
     }
+    return method;
+  }
 
-    // 1–2: nothing is loaded and nothing is sent until the arguments pass both checks.
-    if (request.route !== undefined) assertUnambiguousPath(request.route, request.args);
-    // The same enforcement step as the sidecar's ext_authz and forward proxy (input.ts).
-    const args = enforceOperationInput(snapshot, request.args, await rolloutFor(snapshot, request.partnerId));
-
-    // 3: the URL comes from the reviewed template only, and must map back to the decision.
-    if (request.route !== undefined && request.route.operation !== snapshot) {
+  async function execute(request: ExecuteRequest): Promise<ExecutionResult> {
+    const started = performance.now();
+    const { snapshot, route } = request;
+    executableMethod(snapshot);
+    if (route !== undefined && route.operation !== snapshot) {
       throw new ExecutionError("invalid_operation_snapshot", {
         details: { issue: "route_snapshot_mismatch" },
       });
     }
-    const url =
-      request.route === undefined
-        ? buildUpstreamUrl(snapshot, args)
-        : renderUpstreamRequest(request.route, args);
+    const rollout = await rolloutFor(snapshot, request.partnerId);
+    // 1–3 (prepare.ts): nothing is loaded and nothing is sent until the arguments pass the
+    // path-value rule, the schema and the constraints, and the rendered request maps back to
+    // the decision. Without a route (unit tests of a lone snapshot) there is nothing to re-match.
+    let prepared: PreparedUpstreamRequest;
+    if (route !== undefined) prepared = prepareUpstreamRequest(route, request.args, rollout);
+    else {
+      const args: ValidatedArgs = enforceOperationInput(snapshot, request.args, rollout);
+      prepared = { args, url: buildUpstreamUrl(snapshot, args) };
+    }
+    return sendPrepared({ ...request, prepared }, started);
+  }
+
+  async function sendPrepared(request: SendRequest, started: number): Promise<ExecutionResult> {
+    const { snapshot } = request;
+    const method = executableMethod(snapshot);
+    const { args, url } = request.prepared;
     const fromCaller = callerHeaders(args.headers);
     const headers: Record<string, string> = {
       ...fromCaller,
@@ -591,5 +614,11 @@ export function createExecutor(options: ExecutorOptions): Executor {
     return status >= 400 ? { ...result, upstreamError: { kind: "http_error", status } } : result;
   }
 
-  return { execute, oauthUser, clientCredentials };
+  return {
+    execute,
+    send: (request) => sendPrepared(request, performance.now()),
+    rolloutFor,
+    oauthUser,
+    clientCredentials,
+  };
 }

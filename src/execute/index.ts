@@ -27,6 +27,7 @@ export {
   type ExecutionResult,
   type Executor,
   type ExecutorOptions,
+  type SendRequest,
 } from "./executor.ts";
 export { type ExecutionArgs, validateInput } from "./input.ts";
 export {
@@ -36,6 +37,8 @@ export {
   type OAuthUserClient,
   type TokenSetInfo,
 } from "./oauth-user.ts";
+export { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
+export { type ScrubbedBody, scrubAndRedact } from "./scrub-redact.ts";
 export {
   createStoreTokenSetStore,
   DEFAULT_TOKEN_SET_COLLECTION,

@@ -4,7 +4,6 @@ export * from "./call-result.ts";
 export * from "./config.ts";
 export * from "./management-tools.ts";
 export * from "./origin.ts";
-export * from "./policy-gate.ts";
 export * from "./protocol-server.ts";
 export * from "./resource-metadata.ts";
 export * from "./secret-cache.ts";

@@ -4,31 +4,32 @@
  *
  * List: management tools by role, plus one API tool per allowed operation of the caller's
  * verified, active policy (cached per subject and document hash).
- * Call: the policy is loaded and verified again, the decision engine decides with the
- * snapshot's method and path template, the decision is recorded before anything acts on
- * it, then the executor validates input, enforces constraints, injects the auth profile,
- * calls the upstream with a deadline and redacts. A denied tool answers exactly like an
- * unknown one.
+ * Call: the policy is loaded and verified again to map the name, then the one enforcement
+ * pipeline (src/pipeline/enforce.ts) runs with the snapshot's method and path template:
+ * decision, input, constraints, render and re-match, auth profile, send, scrub, redact, and
+ * the one record of what happened. A denied tool answers exactly like an unknown one.
  */
 import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { AdminDeps } from "../admin/deps.ts";
 import type { McpCallInput } from "../audit/mcp-records.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
+import { policyStanding } from "../core/decision.ts";
+import type { PolicyDocument } from "../core/policy-document.ts";
 import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
 import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { Executor } from "../execute/executor.ts";
-import { allowedRoute, buildUpstreamUrl } from "../execute/url.ts";
+import { buildUpstreamUrl } from "../execute/url.ts";
 import type { Principal } from "../identity/principal.ts";
 import type { Logger } from "../observability/logger.ts";
-import { authorizeInvocation } from "../policy/invocation.ts";
+import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
+import { outageFailure, pipelineFailure } from "../pipeline/failure.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
 import type { DecisionRuntime } from "../policy/runtime.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
 import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
 import type { ManagementToolSet } from "./management-tools.ts";
-import { listablePolicy } from "./policy-gate.ts";
 import { createToolIndexCache, type ToolIndexCache } from "./tool-cache.ts";
 
 export interface McpCaller {
@@ -40,7 +41,8 @@ export interface McpCaller {
 export interface McpServiceOptions {
   /** The decision path every runtime transport shares: subjects, capabilities, policy loader, recorder. */
   readonly runtime: DecisionRuntime;
-  readonly executor: Pick<Executor, "execute">;
+  /** The upstream client of the pipeline: its rollout gate and its send stage. */
+  readonly executor: Pick<Executor, "send" | "rolloutFor">;
   /** The executor's form of a partner's auth profile (secrets stay references); throws when absent. */
   readonly authProfile: (partnerId: string, profileId: string) => Promise<AuthProfile>;
   readonly management: ManagementToolSet;
@@ -81,9 +83,17 @@ export function unknownToolError(name: string): McpProtocolError {
   return new McpProtocolError(ErrorCode.InvalidParams, `Unknown tool: ${shown}`);
 }
 
-/** Store, keys or audit unavailable: the public 503 error, whatever the cause was. */
-function unavailable(failure: AuthorityError): AuthorityError {
-  return failure.status >= 500 ? new AuthorityError("upstream_unavailable") : failure;
+/** A policy that stands for the caller (src/core/decision.ts policyStanding): its document, else why not. */
+function listable(
+  loaded: LoadedPolicy,
+  subjectId: string,
+  at: Date,
+):
+  | { readonly ok: true; readonly document: PolicyDocument }
+  | { readonly ok: false; readonly reason: DenyReason } {
+  const reason = policyStanding(loaded.policy, subjectId, at);
+  if (reason !== undefined || !loaded.policy.ok) return { ok: false, reason: reason ?? "missing_policy" };
+  return { ok: true, document: loaded.policy.document };
 }
 
 function checkOptions(options: McpServiceOptions): void {
@@ -99,7 +109,8 @@ function checkOptions(options: McpServiceOptions): void {
   ) {
     throw new TypeError("runtime must provide subjects, policies, capabilities and recorder");
   }
-  if (typeof options.executor?.execute !== "function") throw new TypeError("executor.execute is required");
+  if (typeof options.executor?.send !== "function" || typeof options.executor.rolloutFor !== "function")
+    throw new TypeError("executor.send and executor.rolloutFor are required");
   if (typeof options.authProfile !== "function") throw new TypeError("authProfile must be a function");
   if (typeof options.management?.find !== "function") throw new TypeError("management tools are required");
   if (typeof options.now !== "function") throw new TypeError("now must be a function");
@@ -171,6 +182,9 @@ function requestScoped(runtime: DecisionRuntime): DecisionRuntime {
 export function createMcpService(options: McpServiceOptions): McpService {
   checkOptions(options);
   const { runtime, executor, management, adminDeps, now, logger } = options;
+  /** The pipeline over this call's scoped runtime (the policy read once serves lookup and decision). */
+  const pipeline = (scope: DecisionRuntime): EnforcementPipeline =>
+    createEnforcementPipeline({ decisions: scope, upstream: executor });
   const toolCache = createToolIndexCache({
     max: options.toolCacheSize ?? 1000,
     onCollision: (info) =>
@@ -262,10 +276,10 @@ export function createMcpService(options: McpServiceOptions): McpService {
     try {
       loaded = (await loadPolicy(runtime, caller)).loaded;
     } catch (error) {
-      throw new McpProtocolError(ErrorCode.InternalError, unavailable(toAuthorityError(error)).message);
+      throw new McpProtocolError(ErrorCode.InternalError, pipelineFailure(error).message);
     }
     if (loaded === undefined) return tools;
-    const gate = listablePolicy(loaded.policy, subjectId, now());
+    const gate = listable(loaded, subjectId, now());
     const hash = documentHash(loaded);
     if (!gate.ok || hash === undefined) return tools;
     return [...tools, ...toolCache.indexFor(subjectId, hash, gate.document).tools];
@@ -344,14 +358,14 @@ export function createMcpService(options: McpServiceOptions): McpService {
       if (found.loaded === undefined) mappingDenial = "missing_policy";
       else {
         // Policy-wide reasons come first, in decide()'s order, before "no such operation".
-        const gate = listablePolicy(found.loaded.policy, subjectId, now());
+        const gate = listable(found.loaded, subjectId, now());
         if (!gate.ok) mappingDenial = gate.reason;
         target = targetFor(found.loaded, subjectId, name);
       }
     } catch (error) {
-      const failure = toAuthorityError(error);
+      const failure = pipelineFailure(error);
       refuse(partnerId, undefined, failure.code);
-      return errorToolResult(unavailable(failure), caller.requestId);
+      return errorToolResult(failure, caller.requestId);
     }
     if (target === undefined) {
       await recordUnmapped(caller, partnerId, mappingDenial);
@@ -359,60 +373,58 @@ export function createMcpService(options: McpServiceOptions): McpService {
       throw unknownToolError(name);
     }
 
-    // 2–3. The one decision path (subject, capability, verified policy, decide(), record)
-    // with the snapshot's method and path template; not acted on unless recorded.
-    const authorized = await authorizeInvocation(scope, {
-      transport: "mcp",
-      requestId: caller.requestId,
-      now: now(),
-      actor: subjectId,
-      subjectId,
-      capabilityId: target.capabilityId,
-      method: target.method,
-      path: target.pathTemplate,
-      pathIsTemplate: true,
-      authenticatedAs: bearerOf(caller),
-      // Recorded once the call's outcome is known: a refusal below is the record's deny.
-      settleAllowLater: true,
-    });
-    if (authorized.unavailable) {
-      refuse(authorized.partnerId, target, "upstream_unavailable");
-      return errorToolResult(new AuthorityError("upstream_unavailable"), caller.requestId);
-    }
-    const decision = authorized.decision;
-    if (decision === undefined || decision.status === "denied" || authorized.partnerId === null) {
-      const reason = authorized.outcome.status === "denied" ? authorized.outcome.reason : "missing_policy";
-      refuse(authorized.partnerId, target, reason);
+    // 2–5. The one enforcement pipeline (src/pipeline/enforce.ts) with the snapshot's method
+    // and path template: decide and record, input, constraints, render and re-match, auth
+    // profile, send, scrub, redact; its record says what really happened.
+    const outcome = await pipeline(scope).run(
+      {
+        transport: "mcp",
+        requestId: caller.requestId,
+        now: now(),
+        actor: subjectId,
+        subjectId,
+        capabilityId: target.capabilityId,
+        method: target.method,
+        path: target.pathTemplate,
+        pathIsTemplate: true,
+        authenticatedAs: bearerOf(caller),
+      },
+      {
+        args: () => args,
+        authProfile: (owner, profileRef) =>
+          options.authProfile(owner, profileRef).catch((error: unknown) => {
+            logger?.warn({ err: error, requestId: caller.requestId }, "mcp auth profile could not be loaded");
+            throw new ExecutionError("auth_profile_unavailable");
+          }),
+        headers: () => ({ "x-request-id": caller.requestId }),
+        ...(signal === undefined ? {} : { signal }),
+      },
+    );
+    const { authorization } = outcome;
+    if (outcome.kind === "denied") {
+      if (authorization.unavailable) {
+        const failure = new AuthorityError(
+          authorization.outcome.status === "denied" ? authorization.outcome.reason : "internal",
+        );
+        refuse(authorization.partnerId, target, failure.code);
+        return errorToolResult(failure, caller.requestId);
+      }
+      const reason =
+        authorization.outcome.status === "denied" ? authorization.outcome.reason : "missing_policy";
+      refuse(authorization.partnerId, target, reason);
       throw unknownToolError(name);
     }
-    partnerId = authorized.partnerId;
-    const settle = authorized.settle ?? (() => Promise.resolve());
-
-    // 4. Execute: input, constraints, request, credentials, upstream, redaction.
+    const { decision } = outcome;
     const snapshot = decision.operation;
-    const executed = { ...row, partner_id: partnerId, capability_id: target.capabilityId };
-    try {
-      const profile = await options
-        .authProfile(partnerId, decision.authProfileRef)
-        .catch((error: unknown) => {
-          logger?.warn({ err: error, requestId: caller.requestId }, "mcp auth profile could not be loaded");
-          throw new ExecutionError("auth_profile_unavailable");
-        });
-      const result = await executor.execute({
-        snapshot,
-        args,
-        authProfile: profile,
-        partnerId,
-        redactions: decision.redactions,
-        extraHeaders: { "x-request-id": caller.requestId },
-        ...(signal === undefined ? {} : { signal }),
-        route: allowedRoute(authorized.capability, decision.permissionId, snapshot),
-      });
-      // The upstream's answer goes out only once the allow is recorded.
-      const recorded = await settle().then(
-        () => true,
-        () => false,
-      );
+    const executed = {
+      ...row,
+      partner_id: authorization.partnerId,
+      capability_id: target.capabilityId,
+      permission_id: decision.permissionId,
+      method: snapshot.method,
+    };
+    if (outcome.kind === "completed") {
+      const { result } = outcome;
       const content: ApiToolContent = {
         status: result.status,
         headers: result.headers,
@@ -421,42 +433,38 @@ export function createMcpService(options: McpServiceOptions): McpService {
       };
       audit({
         ...executed,
-        permission_id: decision.permissionId,
-        method: snapshot.method,
         url: auditUrl(snapshot, args),
         status: result.status,
         duration_ms: performance.now() - started,
         error_code: result.upstreamError === undefined ? null : "upstream_http_error",
         response: content,
       });
-      if (!recorded) return errorToolResult(new AuthorityError("upstream_unavailable"), caller.requestId);
+      if (!outcome.recorded) return errorToolResult(outageFailure(), caller.requestId);
       return apiToolResult(content, result.upstreamError !== undefined);
-    } catch (error) {
-      const failure = toAuthorityError(error);
-      const reason = error instanceof ExecutionError ? error.reason : failure.code;
-      // The pipeline refused after the decision: the call's one record is a deny with the code.
-      await settle(failure.code).catch((recordError: unknown) => {
-        logger?.error({ err: recordError, requestId: caller.requestId }, "mcp refusal could not be recorded");
-      });
-      if (failure.status >= 500 && !(error instanceof ExecutionError)) {
-        logger?.error({ err: error, requestId: caller.requestId }, "mcp tool call failed");
-      }
-      audit({
-        ...executed,
-        permission_id: decision.permissionId,
-        method: snapshot.method,
-        url:
-          error instanceof ExecutionError && error.requestHash !== undefined
-            ? auditUrl(snapshot, args)
-            : null,
-        status: null,
-        duration_ms: performance.now() - started,
-        error_code: signal?.aborted === true ? "cancelled" : reason,
-      });
-      // The client went away: there is no one to answer.
-      if (signal?.aborted === true) throw error;
-      return errorToolResult(failure, caller.requestId);
     }
+    const { error: failure, cause } = outcome;
+    if (!outcome.recorded) {
+      logger?.error({ requestId: caller.requestId }, "mcp refusal could not be recorded");
+    }
+    if (failure.status >= 500 && !(cause instanceof ExecutionError)) {
+      logger?.error({ err: cause, requestId: caller.requestId }, "mcp tool call failed");
+    }
+    audit({
+      ...executed,
+      url:
+        cause instanceof ExecutionError && cause.requestHash !== undefined ? auditUrl(snapshot, args) : null,
+      status: null,
+      duration_ms: performance.now() - started,
+      error_code:
+        signal?.aborted === true
+          ? "cancelled"
+          : cause instanceof ExecutionError
+            ? cause.reason
+            : failure.code,
+    });
+    // The client went away: there is no one to answer.
+    if (signal?.aborted === true) throw cause;
+    return errorToolResult(failure, caller.requestId);
   }
 
   return {

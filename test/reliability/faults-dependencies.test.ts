@@ -95,12 +95,12 @@ describe("faults: crypto service and identity providers", () => {
     assert.equal(unopened.status, 503, unopened.text);
     assert.deepEqual(unopened.json, {
       status: "denied",
-      reason: "policy_verification_failed",
+      reason: "upstream_unavailable",
       requestId: unopened.json.requestId,
     });
     assert.equal(invoke.status, 503, invoke.text);
     assert.equal(invoke.json.status, "denied");
-    assert.equal(invoke.json.reason, "policy_verification_failed");
+    assert.equal(invoke.json.reason, "upstream_unavailable");
     assert.equal(system.upstream.count("/items/7"), 0, "nothing reached the upstream");
     // Writes need the crypto service to sign: refused, the stored policy unchanged.
     assert.equal(assign.status, 503);
@@ -154,7 +154,7 @@ describe("faults: crypto service and identity providers", () => {
       assertWithin(unopened.elapsedMs, HUNG_ANSWER_MS, "authorize with the crypto service frozen");
       assertWithin(assign.elapsedMs, HUNG_ANSWER_MS, "assign with the crypto service frozen");
       assert.equal(unopened.status, 503, unopened.text);
-      assert.equal(unopened.json.reason, "policy_verification_failed");
+      assert.equal(unopened.json.reason, "upstream_unavailable");
       assert.equal(assign.status, 503);
     } finally {
       crypto.proxy.mode = "pass";
@@ -194,14 +194,14 @@ describe("faults: crypto service and identity providers", () => {
     await sleep(Math.max(0, fetchEnd + JWKS_COOLDOWN_MS + 100 - performance.now()));
     const unknownKid = await system.authorize(allowedOp, await forge.withUnknownKey("agent-1"));
     assert.equal(unknownKid.status, 503, unknownKid.text);
-    assert.equal(unknownKid.json.reason, "policy_verification_failed");
+    assert.equal(unknownKid.json.reason, "upstream_unavailable");
     // 4. Past the key set's max age every new token is a 503 deny; admin routes 503 too.
     await sleep(Math.max(0, fetchEnd + JWKS_MAX_AGE_MS + 100 - performance.now()));
     const stale = await forge.signed("agent-1");
     const staleReply = await system.authorize(allowedOp, stale);
     assertWithin(staleReply.elapsedMs, DOWN_ANSWER_MS, "authorize with the JWKS unreachable");
     assert.equal(staleReply.status, 503, staleReply.text);
-    assert.equal(staleReply.json.reason, "policy_verification_failed");
+    assert.equal(staleReply.json.reason, "upstream_unavailable");
     const adminStale = await system.call("GET", `${system.url}/partners`, {
       token: await forge.signed("root-admin", { roles: ["admin"] }),
     });

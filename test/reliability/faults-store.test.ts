@@ -143,7 +143,7 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
       assert.equal(reply.status, 503, reply.text);
       assert.deepEqual(reply.json, {
         status: "denied",
-        reason: "policy_verification_failed",
+        reason: "upstream_unavailable",
         requestId: reply.json.requestId,
       });
       assert.equal(reply.headers["retry-after"], "1");
@@ -334,7 +334,7 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
       for (let i = 0; i < 6; i++) replies.push(await small.authorize(allowedOp, token));
       for (const reply of replies) {
         assert.equal(reply.status, 503);
-        assert.equal(reply.json.reason, "policy_verification_failed");
+        assert.equal(reply.json.reason, "upstream_unavailable");
       }
       assert.equal(small.recorder.pending(), 3, "the buffer holds its bound");
       assert.equal(small.recorder.dropped(), 3, "refused beyond it, and counted");

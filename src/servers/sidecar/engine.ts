@@ -1,12 +1,13 @@
 import type { Capability } from "../../core/capability.ts";
-import { decide } from "../../core/decision.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
-import { type SubjectAuthentication, subjectAdmits } from "../../core/subject-identity.ts";
-import { type ErrorCode, errorCodes, toAuthorityError } from "../../errors.ts";
+import type { SubjectAuthentication } from "../../core/subject-identity.ts";
+import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
+import { decideStage, subjectStandsFor } from "../../pipeline/decision.ts";
+import { pipelineFailure } from "../../pipeline/failure.ts";
 import type {
   CacheLayer,
   PolicyLookup,
@@ -19,14 +20,18 @@ import { type HeaderBag, operationArguments, type RequestBody } from "./request-
 import type { TokenCheck, VerifiedTokenCache } from "./token-cache.ts";
 
 /**
- * The sidecar's decision path, shared by ext_authz and the forward proxy:
- * bearer token (cached verification) → capability (explicit, else the capability map) →
- * verified policy (local → Redis → authority, with the head freshness check) →
- * partner-scoped catalog → `decide()` from src/core (the authority service's engine) →
- * the request's path parameters, query, declared headers and body against the snapshot's
- * input schema and signed parameter constraints (`enforceOperationInput`, the executor's own
- * step) → the auth profile's upstream credentials. It is total: every failure is a deny with the
- * error table's status and reason; nothing but `decide()`'s allow is an allow.
+ * The enforcement pipeline's stages on the sidecar, shared by ext_authz and the forward proxy
+ * (docs/decisions/1301-one-enforcement-pipeline.md): authenticate (cached bearer verification)
+ * → derive the subject (the token's `sub`, admitted by the subject's identity) → capability
+ * (explicit, else the capability map) → the verified policy (local → Redis → authority, signed
+ * policies verified with public keys) → the pipeline's decision stage (src/pipeline/decision.ts,
+ * around `decide()`) → the request's path parameters, query, declared headers and body against
+ * the snapshot's input schema and signed parameter constraints with the rollout gate
+ * (`enforceOperationInput`, the same stage as the executor's) → the auth profile's credentials.
+ * The proxy then renders and re-matches the upstream request (src/execute/url.ts), sends,
+ * scrubs and redacts. Total: every failure is a deny with the error table's status and reason
+ * through the pipeline's one failure mapping; nothing but the decision stage's allow is an allow.
+ * Each stage continues synchronously when its input is cached: the common Check allocates no promise.
  */
 
 export type Transport = "grpc" | "proxy";
@@ -175,12 +180,12 @@ function denyAbout(reason: ErrorCode, requestId: string, context: DenyContext): 
   return { ...denyOf(reason, requestId), context };
 }
 
-/** Any failure's deny: an AuthorityError keeps its code (e.g. 503 upstream_unavailable), anything else is 403 internal. */
+/**
+ * Any failure's deny, through the pipeline's one mapping (src/pipeline/failure.ts): a refusal
+ * keeps its code, an outage is 503 upstream_unavailable, any other fault 500 internal.
+ */
 export function denyForError(error: unknown, requestId: string): SidecarDeny {
-  const authorityError = toAuthorityError(error);
-  if (authorityError.code === "internal")
-    return { allow: false, httpStatus: 403, reason: "internal", requestId };
-  return denyOf(authorityError.code, requestId);
+  return denyOf(pipelineFailure(error).code, requestId);
 }
 
 export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngine {
@@ -247,13 +252,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
    */
   const admitted = (lookup: PolicyLookup, bearer: SubjectAuthentication): PolicyLookup => {
     const { policy } = lookup;
-    if (
-      policy.partnerId !== undefined &&
-      policy.identity !== undefined &&
-      subjectAdmits({ partner_id: policy.partnerId, identity: policy.identity }, bearer)
-    ) {
-      return lookup;
-    }
+    if (subjectStandsFor(policy.partnerId, policy.identity, bearer)) return lookup;
     return lookup.policy.partnerId === undefined ? lookup : { ...lookup, policy: notAdmitted(policy) };
   };
 
@@ -272,7 +271,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const partnerId = policy.partnerId;
     const cached = catalogs.peek?.(partnerId, capabilityId);
     const decideWith = (capability: Capability | undefined): Step => {
-      const decision = decide({
+      const decision = decideStage({
         subjectId,
         capabilityId,
         capability,

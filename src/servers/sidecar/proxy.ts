@@ -16,7 +16,6 @@ import {
   applyRedactions,
   type RedactionEvent,
   type RedactionRule,
-  redactResponseBody,
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
@@ -27,8 +26,8 @@ import {
   looksLikeJson,
   parseContentType,
   RedactionDecodeError,
-  readForRedaction,
 } from "../../execute/response-body.ts";
+import { type ScrubbedBody, scrubAndRedact } from "../../execute/scrub-redact.ts";
 import {
   createSecretScrubber,
   injectedSecrets,
@@ -594,35 +593,20 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
     | "redaction_failed"
     | "scrub_failed" => {
-    const { scrubber, rules } = exchange;
-    let scrubbed: Buffer;
+    let read: ScrubbedBody;
     try {
-      scrubbed = scrubber.scrubBytes(body).value;
+      read = scrubAndRedact(body, contentType, exchange.rules, exchange.scrubber);
     } catch (error) {
       if (error instanceof ScrubError) return "scrub_failed";
-      throw error;
-    }
-    const events: RedactionEvent[] = scrubbed === body ? [] : [{ path: "", mode: "mask", source: "secret" }];
-    let input: ReturnType<typeof readForRedaction>;
-    try {
-      input = readForRedaction(scrubbed, contentType, rules.length > 0);
-    } catch (error) {
       if (error instanceof RedactionDecodeError) return "redaction_failed";
       throw error;
     }
-    if (input.kind === "empty" || input.kind === "other") return { out: scrubbed, events, json: false };
-    // An optional escape (\u0041…, \/) could spell a secret the byte scan cannot see.
-    const escaped = scrubber.jsonNeedsRescan(input.text);
-    const redact = (value: unknown) => {
-      const clean = escaped ? scrubber.scrubJson(value) : { value, found: 0 };
-      if (clean.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
-      const redacted = redactResponseBody(clean.value, rules);
-      events.push(...redacted.events);
-      return JSON.stringify(redacted.body);
-    };
+    const { events } = read;
+    if (read.kind === "empty") return { out: body.subarray(0, 0), events, json: false };
+    if (read.kind === "other") return { out: read.bytes, events, json: false };
     const { mediaType: type } = parseContentType(contentType);
-    if (input.kind === "ndjson") {
-      const lines = input.values.map(redact);
+    if (read.kind === "ndjson") {
+      const lines = read.values.map((value) => JSON.stringify(value));
       return {
         out: Buffer.from(lines.length === 0 ? "" : `${lines.join("\n")}\n`, "utf8"),
         events,
@@ -630,9 +614,9 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         contentType: `${type}; charset=utf-8`,
       };
     }
-    const out = Buffer.from(redact(input.value), "utf8");
+    const out = Buffer.from(JSON.stringify(read.value), "utf8");
     // Re-serialized as UTF-8 without a BOM: a declared other charset would now be false.
-    return input.plainUtf8
+    return read.plainUtf8
       ? { out, events, json: true }
       : { out, events, json: true, contentType: `${type === "" ? "application/json" : type}; charset=utf-8` };
   };

@@ -334,7 +334,7 @@ describe("authority serve with --policy-protection crypto", () => {
       const during = await authorize("agent-2");
       assert.equal(during.status, 503);
       assert.equal(during.body.status, "denied");
-      assert.equal(during.body.reason, "policy_verification_failed");
+      assert.equal(during.body.reason, "upstream_unavailable");
     } finally {
       await crypto.start();
     }

@@ -1,8 +1,8 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { AuthorityError } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
-import { authorizeInvocation, type InvocationResult } from "../../../policy/invocation.ts";
-import { allowRef, denyOrErrorRef, denyRef, errorRef } from "../../http/openapi.ts";
+import { authorizeInvocation, type InvocationResult } from "../../../pipeline/authorize.ts";
+import { allowRef, denyOrErrorRef, denyRef } from "../../http/openapi.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import type { AuthorityServices } from "../services.ts";
@@ -10,8 +10,9 @@ import type { AuthorityServices } from "../services.ts";
 /**
  * POST /v1/authorize-invocation — allow or deny one operation for the authenticated
  * subject. The outcome body is the spec's Allow or Deny object; the HTTP status is the
- * deny reason's (src/errors.ts), 200 for an allow, 503 when the store, the policy keys,
- * the issuer's keys or the audit log are unavailable. docs/authorize.md.
+ * deny reason's (src/errors.ts), 200 for an allow, 503 `upstream_unavailable` when the
+ * store, the policy keys, the issuer's keys or the audit log are unavailable (500 `internal`
+ * for a fault). docs/authorize.md.
  */
 
 interface AuthorizeBody {
@@ -77,8 +78,7 @@ export function authorizeRoutes(context: AuthorityServices): FastifyPluginAsync 
             401: denyRef,
             403: denyRef,
             "4XX": denyOrErrorRef,
-            503: denyOrErrorRef,
-            "5XX": errorRef,
+            "5XX": denyOrErrorRef,
           },
         },
       },

@@ -22,13 +22,13 @@ describe("issuer keys unreachable", () => {
     assert.equal(res.status, 503);
     assert.deepEqual(res.body, {
       status: "denied",
-      reason: "policy_verification_failed",
+      reason: "upstream_unavailable",
       requestId: res.body.requestId,
     });
     assert.equal(await h.service.recorder.flush(5000), true);
     const [entry] = await h.service.context.store.readLog<DecisionAuditRecord>(logs.audit);
     assert.equal(entry?.value.requestId, res.body.requestId);
     assert.equal(entry?.value.actor, null);
-    assert.equal(entry?.value.reason, "policy_verification_failed");
+    assert.equal(entry?.value.reason, "upstream_unavailable");
   });
 });

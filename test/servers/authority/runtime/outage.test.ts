@@ -45,7 +45,7 @@ describe("store outage (Redis stopped and restarted)", () => {
       assert.equal(res.status, 503);
       assert.deepEqual(Object.keys(res.body).sort(), ["reason", "requestId", "status"]);
       assert.equal(res.body.status, "denied");
-      assert.equal(res.body.reason, "policy_verification_failed");
+      assert.equal(res.body.reason, "upstream_unavailable");
     }
     // No subject needs no store: still the ordinary 401 deny.
     assert.equal(during[13]?.status, 401);

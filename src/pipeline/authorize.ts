@@ -1,8 +1,9 @@
 /**
- * Authorize one invocation: the spec's steps 2–7 around the pure `decide()` (step 1,
- * authentication, belongs to the transport). Every outcome — allow, deny, or a deny
- * because a dependency is down — is recorded exactly once before it is returned, and an
- * outcome that cannot be recorded is never an allow. docs/authorize.md has the table.
+ * The pipeline's decision and record stages on the authority (authorize-invocation, invoke,
+ * broker, MCP): the spec's steps 2–7 around the pure `decide()` (step 1, authentication,
+ * belongs to the transport). Every outcome — allow, deny, or a deny because a dependency is
+ * down — is recorded exactly once, and an outcome that cannot be recorded is never an allow.
+ * docs/authorize.md has the table; docs/decisions/1301-one-enforcement-pipeline.md the stages.
  */
 import type { Transport } from "../audit/records.ts";
 import {
@@ -15,10 +16,12 @@ import {
   normalizeRequestPath,
   type PolicyLoad,
 } from "../core/index.ts";
-import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
+import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
-import type { PolicyRecordFacts } from "./record.ts";
-import type { DecisionRuntime } from "./runtime.ts";
+import type { PolicyRecordFacts } from "../policy/record.ts";
+import type { DecisionRuntime } from "../policy/runtime.ts";
+import { decideStage, subjectStandsFor } from "./decision.ts";
+import { outageFailure, pipelineFailure } from "./failure.ts";
 
 export interface InvocationRequest {
   readonly transport: Transport;
@@ -75,8 +78,11 @@ export interface InvocationRequest {
  */
 export type SettleInvocation = (refusal?: ErrorCode | null) => Promise<void>;
 
-/** A deny names a spec reason, or `invalid_token` when a bearer token was sent and rejected. */
-export type InvocationDenyReason = DenyReason | "invalid_token";
+/**
+ * A deny names a spec reason, `invalid_token` when a bearer token was sent and rejected, or
+ * the pipeline's failure code (`upstream_unavailable` for an outage, `internal` for a fault).
+ */
+export type InvocationDenyReason = ErrorCode;
 
 export type InvocationOutcome =
   | { readonly status: "allowed"; readonly permissionId: string }
@@ -84,9 +90,9 @@ export type InvocationOutcome =
 
 export interface InvocationResult {
   readonly outcome: InvocationOutcome;
-  /** HTTP status of the outcome: 200, the deny reason's status, or 503 when a dependency is down. */
+  /** HTTP status of the outcome: 200, or the deny reason's status in the error table. */
   readonly httpStatus: number;
-  /** True when the deny comes from an unavailable dependency (store, keys, audit), not from policy. */
+  /** True when the deny comes from a failure (a dependency down, a fault: 5xx), not from policy. */
   readonly unavailable: boolean;
   /** The full decision for executors (snapshot, redactions, auth profile); absent on a 503. */
   readonly decision?: Decision;
@@ -96,9 +102,6 @@ export interface InvocationResult {
   /** Present on an allow when the request asked `settleAllowLater`: nothing is recorded until it is called. */
   readonly settle?: SettleInvocation;
 }
-
-/** The reason a 503 deny carries: the policy could not be verified because something it needs is down. */
-export const UNAVAILABLE_REASON: DenyReason = "policy_verification_failed";
 
 interface Evaluation {
   readonly decision: Decision;
@@ -140,8 +143,7 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   }
   // A subject of another partner (or one named after this principal by someone else) is
   // not this principal's: answered exactly like an unknown subject, so nothing leaks.
-  const identity = identityOf(subject);
-  if (!subjectAdmits({ partner_id: subject.partner_id, identity }, request.authenticatedAs)) {
+  if (!subjectStandsFor(subject.partner_id, identityOf(subject), request.authenticatedAs)) {
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
   const partnerId = subject.partner_id;
@@ -151,29 +153,27 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
   const loaded = await runtime.policies.load(subjectId, { partnerId });
-  const decided = decide({ ...base, capability, policy: loaded.policy });
   return {
-    decision:
-      decided.status === "allowed" && request.permits !== undefined && !request.permits(decided.permissionId)
-        ? { status: "denied", reason: "operation_not_allowed" }
-        : decided,
+    decision: decideStage({ ...base, capability, policy: loaded.policy, permits: request.permits }),
     partnerId,
     capability,
     ...(loaded.record === undefined ? {} : { policy: loaded.record }),
   };
 }
 
-function unavailableResult(partnerId: string | null): InvocationResult {
+/** A deny because the pipeline failed (an outage, a fault): the one mapping, src/pipeline/failure.ts. */
+function failedResult(error: unknown, partnerId: string | null): InvocationResult {
+  const failure = error === undefined ? outageFailure() : pipelineFailure(error);
   return {
-    outcome: { status: "denied", reason: UNAVAILABLE_REASON },
-    httpStatus: 503,
+    outcome: { status: "denied", reason: failure.code },
+    httpStatus: failure.status,
     unavailable: true,
     partnerId,
   };
 }
 
-/** The catalog permission a request maps to (recorded with denials too), if any. */
-function attemptedPermission(
+/** The catalog permission a request maps to (recorded with denials too, checked against boundaries), if any. */
+export function attemptedPermission(
   capability: Capability | undefined,
   method: string,
   path: string,
@@ -207,7 +207,7 @@ export async function authorizeInvocation(
   let result: InvocationResult;
   if (request.authenticationUnavailable === true || !runtime.recorder.accepting()) {
     // Keys of the issuer unreachable, or the audit buffer full: nothing is evaluated.
-    result = unavailableResult(null);
+    result = failedResult(undefined, null);
   } else {
     try {
       const evaluation = await evaluate(runtime, request);
@@ -225,9 +225,9 @@ export async function authorizeInvocation(
         ...(evaluation.capability === undefined ? {} : { capability: evaluation.capability }),
         ...(evaluation.policy === undefined ? {} : { policy: evaluation.policy }),
       };
-    } catch {
-      // Store or keys unavailable (PolicyLoadError), or any fault: fail closed.
-      result = unavailableResult(null);
+    } catch (error) {
+      // Store or keys unavailable (PolicyLoadError: upstream_unavailable), or a fault (internal).
+      result = failedResult(error, null);
     }
   }
   // Step 7: record every decision. One that cannot be recorded is answered as unavailable.
@@ -260,7 +260,8 @@ export async function authorizeInvocation(
   try {
     await runtime.recorder.record(recordOf(null));
   } catch {
-    return unavailableResult(result.partnerId);
+    // The audit could not keep the record: an outage of the audit, whatever the cause.
+    return failedResult(undefined, result.partnerId);
   }
   return result;
 }

@@ -1,0 +1,43 @@
+/**
+ * The decision stage every path shares, around the pure `decide()` of src/core: the subject
+ * must stand for the authenticated principal, then `decide()`, then the transport's narrowing
+ * (a binding's experience) — which can only take away. Synchronous and allocation-light: the
+ * sidecar runs it per Check.
+ */
+import { type Decision, type DecisionInput, decide } from "../core/decision.ts";
+import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
+
+/**
+ * True when the authenticated principal may act as the subject whose record names this
+ * partner and identity (undefined: no record, nobody is admitted). A subject that does not
+ * stand for the principal is treated as no subject at all (`missing_policy`), so nothing
+ * leaks. Takes the two facts rather than an object: the sidecar calls it on every Check.
+ */
+export function subjectStandsFor(
+  partnerId: string | undefined,
+  identity: SubjectIdentity | undefined,
+  auth: SubjectAuthentication,
+): boolean {
+  return (
+    partnerId !== undefined &&
+    identity !== undefined &&
+    subjectAdmits({ partner_id: partnerId, identity }, auth)
+  );
+}
+
+export interface DecisionStageInput extends DecisionInput {
+  /**
+   * A narrowing the transport adds (src/bindings/experience.ts): an allow of a permission it
+   * rejects becomes `operation_not_allowed`. Never adds.
+   */
+  readonly permits?: ((permissionId: string) => boolean) | undefined;
+}
+
+const NARROWED: Decision = Object.freeze({ status: "denied", reason: "operation_not_allowed" });
+
+export function decideStage(input: DecisionStageInput): Decision {
+  const decided = decide(input);
+  if (decided.status === "allowed" && input.permits !== undefined && !input.permits(decided.permissionId))
+    return NARROWED;
+  return decided;
+}

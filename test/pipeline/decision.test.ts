@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { decide } from "../../src/core/decision.ts";
+import { decideStage, subjectStandsFor } from "../../src/pipeline/decision.ts";
+import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1 } from "../core/fixtures.ts";
+
+const input = {
+  subjectId: "agent-7",
+  capabilityId: CAPABILITY_ID,
+  capability: capability(),
+  policy: { ok: true as const, document: policyV1([entry([["GET", "/users/{id}"]])]) },
+  method: "GET",
+  path: "/users/42",
+  now: NOW,
+};
+
+test("the decision stage is decide() when the transport adds no narrowing", () => {
+  assert.deepEqual(decideStage(input), decide(input));
+});
+
+test("a narrowing can only take away: a rejected permission is operation_not_allowed, a deny stays that deny", () => {
+  const seen: string[] = [];
+  const narrowed = decideStage({
+    ...input,
+    permits: (permissionId) => {
+      seen.push(permissionId);
+      return false;
+    },
+  });
+  assert.deepEqual(narrowed, { status: "denied", reason: "operation_not_allowed" });
+  assert.deepEqual(seen, [pid("GET", "/users/{id}")]);
+  // A narrowing that admits everything cannot turn a deny into an allow.
+  const revoked = {
+    ...input,
+    policy: { ok: true as const, document: { ...input.policy.document, revoked_at: "2026-01-01T00:00:00Z" } },
+  };
+  assert.deepEqual(decideStage({ ...revoked, permits: () => true }), {
+    status: "denied",
+    reason: "policy_revoked",
+  });
+});
+
+test("a subject stands only for the principals its identity admits", () => {
+  const partnerToken = { partnerId: "p1", identity: "partner_token" } as const;
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: "p1",
+      vouchable: false,
+    }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: "p2",
+      vouchable: true,
+    }),
+    false,
+  );
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: true,
+    }),
+    false,
+  );
+  assert.equal(
+    subjectStandsFor(partnerToken.partnerId, partnerToken.identity, { via: "binding", partnerId: "p1" }),
+    false,
+  );
+  const vouched = { partnerId: "p1", identity: "platform_vouched" } as const;
+  assert.equal(
+    subjectStandsFor(vouched.partnerId, vouched.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: true,
+    }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(vouched.partnerId, vouched.identity, {
+      via: "bearer",
+      partnerId: undefined,
+      vouchable: false,
+    }),
+    false,
+  );
+  const binding = { partnerId: "p1", identity: "binding" } as const;
+  assert.equal(
+    subjectStandsFor(binding.partnerId, binding.identity, { via: "binding", partnerId: "p1" }),
+    true,
+  );
+  assert.equal(
+    subjectStandsFor(binding.partnerId, binding.identity, {
+      via: "bearer",
+      partnerId: "p1",
+      vouchable: true,
+    }),
+    false,
+  );
+  assert.equal(
+    subjectStandsFor(undefined, undefined, { via: "bearer", partnerId: "p1", vouchable: true }),
+    false,
+  );
+});
