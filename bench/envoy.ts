@@ -40,6 +40,7 @@ import {
   startSidecarProcess,
   statCpuMs,
 } from "./lib/processes.ts";
+import type { Table } from "./report.ts";
 
 export interface EnvoyBenchOptions {
   /** Requests per second, open loop (default 1000). */
@@ -52,6 +53,13 @@ export interface EnvoyBenchOptions {
   readonly rounds?: number;
   /** The ext_authz filter's timeout (default: deploy/envoy/envoy.yaml's, 0.25 s). */
   readonly extAuthzTimeout?: string;
+  /** The sidecar's own decision deadline (default: its default, 200 ms, under Envoy's 250 ms). */
+  readonly sidecarDecisionTimeoutMs?: number;
+  /**
+   * Start the servers as the sidecar's container does, with a warm compile cache and
+   * MALLOC_ARENA_MAX=2 (default true; filling the cache takes seconds, so smoke runs skip it).
+   */
+  readonly warmCompileCache?: boolean;
 }
 
 /** An ext_authz gRPC server started for the bench. */
@@ -96,6 +104,8 @@ export interface ColumnFigures {
   readonly maxMs: number;
   /** Non-2xx answers and transport errors, summed over rounds: 0 is expected. */
   readonly failed: number;
+  /** Answers by HTTP status over all rounds ("0": none), to name what failed. */
+  readonly statuses: Readonly<Record<string, number>>;
   readonly envoyCpuUsPerRequest: number;
   /** NaN for Envoy alone. */
   readonly authzCpuUsPerRequest: number;
@@ -109,6 +119,7 @@ export interface EnvoyBenchResult {
   readonly envoyVersion: string;
   readonly rate: number;
   readonly durationMs: number;
+  readonly warmupMs: number;
   readonly rounds: number;
   readonly extAuthzTimeout: string;
   readonly alone: ColumnFigures;
@@ -283,6 +294,13 @@ function median(values: readonly number[]): number {
     : ((sorted[middle - 1] ?? 0) + (sorted[middle] ?? 0)) / 2;
 }
 
+function sumStatuses(all: ReadonlyArray<Readonly<Record<string, number>>>): Record<string, number> {
+  const sum: Record<string, number> = {};
+  for (const statuses of all)
+    for (const [status, count] of Object.entries(statuses)) sum[status] = (sum[status] ?? 0) + count;
+  return sum;
+}
+
 const round = (value: number, digits: number) => Number(value.toFixed(digits));
 
 function figures(name: string, request: string, runs: readonly RunFigures[]): ColumnFigures {
@@ -297,6 +315,7 @@ function figures(name: string, request: string, runs: readonly RunFigures[]): Co
     p99Ms: of((run) => run.result.p99Ms),
     maxMs: of((run) => run.result.maxMs),
     failed: runs.reduce((sum, run) => sum + run.result.errors + run.result.non2xx, 0),
+    statuses: sumStatuses(runs.map((run) => run.result.statuses)),
     envoyCpuUsPerRequest: of((run) => run.envoyCpuUs, 1),
     authzCpuUsPerRequest: of((run) => run.authzCpuUs, 1),
     envoyRssMb: round(Math.max(...runs.map((run) => mb(run.envoyRss))), 1),
@@ -323,10 +342,16 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
       parameterScoping: true,
     });
     cleanups.unshift(() => world.close());
-    await prepareServerEnv(world.dir);
+    if (options.warmCompileCache !== false) await prepareServerEnv(world.dir);
     const servers: Array<AuthzColumn & { server: AuthzServer }> = [];
     for (const column of AUTHZ_SERVERS) {
-      const server = await column.start({ sidecarEnv: world.sidecarEnv });
+      const sidecarEnv = {
+        ...world.sidecarEnv,
+        ...(options.sidecarDecisionTimeoutMs === undefined
+          ? {}
+          : { AUTHORITY_SIDECAR_DECISION_TIMEOUT_MS: String(options.sidecarDecisionTimeoutMs) }),
+      };
+      const server = await column.start({ sidecarEnv });
       cleanups.unshift(() => server.stop());
       servers.push({ ...column, server });
     }
@@ -400,8 +425,9 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
       envoyVersion: await envoyVersion(envoy),
       rate,
       durationMs,
+      warmupMs,
       rounds,
-      extAuthzTimeout: options.extAuthzTimeout ?? "0.25s (as shipped)",
+      extAuthzTimeout: `${options.extAuthzTimeout ?? "0.25s (as shipped)"}${options.sidecarDecisionTimeoutMs === undefined ? "" : `, sidecar decision deadline ${options.sidecarDecisionTimeoutMs} ms`}`,
       alone: figures("Envoy alone", mix.checked.label, aloneRuns),
       columns,
       extraChecks: { checked, plain, cpuUsPerCheck: round(median(perRound), 1), targetUs: 25 },
@@ -411,71 +437,85 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
   }
 }
 
-/** The report's rows: each column, then what each ext_authz server adds to Envoy alone, with ratios. */
-export function envoyRows(result: EnvoyBenchResult): object[] {
-  const row = (figures: ColumnFigures) => ({
+/** "0", or how many failed and with which statuses ("0" = no answer). */
+function failures(figures: ColumnFigures): string {
+  if (figures.failed === 0) return "0";
+  const by = Object.entries(figures.statuses)
+    .filter(([status]) => !status.startsWith("2"))
+    .map(([status, count]) => `${status === "0" ? "no answer" : status}: ${count}`);
+  return `${figures.failed} (${by.join(", ")})`;
+}
+
+/** The report's tables: each setup, what each ext_authz server adds to Envoy alone, the extra checks. */
+export function envoyTables(result: EnvoyBenchResult): Table[] {
+  const setup = (figures: ColumnFigures) => ({
     setup: figures.name,
     p50Ms: figures.p50Ms,
     p99Ms: figures.p99Ms,
-    reqPerSec: figures.reqPerSec,
-    failed: figures.failed,
+    maxMs: figures.maxMs,
+    achievedReqPerSec: figures.reqPerSec,
+    failed: failures(figures),
     envoyCpuUsPerRequest: figures.envoyCpuUsPerRequest,
-    authzCpuUsPerRequest: figures.authzCpuUsPerRequest,
+    authzServerCpuUsPerRequest: figures.authzCpuUsPerRequest,
     envoyRssMb: figures.envoyRssMb,
-    authzRssMb: figures.authzRssMb,
+    authzServerRssMb: figures.authzRssMb,
+    generatorLateP99Ms: figures.generatorLateP99Ms,
   });
   const ratio = (a: number, b: number) => (b > 0 ? round(a / b, 2) : Number.NaN);
-  const rows: object[] = [row(result.alone)];
-  for (const column of result.columns) {
-    rows.push(row(column));
-    rows.push({
-      setup: `added by ${column.name.replace(/^Envoy \+ /, "")}`,
-      p50Ms: round(column.p50Ms - result.alone.p50Ms, 3),
-      p99Ms: round(column.p99Ms - result.alone.p99Ms, 3),
-      envoyCpuUsPerRequest: round(column.envoyCpuUsPerRequest - result.alone.envoyCpuUsPerRequest, 1),
-      authzCpuUsPerRequest: column.authzCpuUsPerRequest,
-    });
-    rows.push({
-      setup: `ratio ${column.name} / Envoy alone`,
-      p50Ms: ratio(column.p50Ms, result.alone.p50Ms),
-      p99Ms: ratio(column.p99Ms, result.alone.p99Ms),
-      envoyCpuUsPerRequest: ratio(
-        column.envoyCpuUsPerRequest + column.authzCpuUsPerRequest,
-        result.alone.envoyCpuUsPerRequest,
-      ),
-    });
-  }
-  return rows;
-}
-
-/** The extra checks' rows: the sidecar's CPU per Check with and without them, and the difference. */
-export function extraCheckRows(result: EnvoyBenchResult): object[] {
+  const { alone } = result;
+  const added = result.columns.map((column) => ({
+    extAuthzServer: column.name.replace(/^Envoy \+ /, ""),
+    addedP50Ms: round(column.p50Ms - alone.p50Ms, 3),
+    addedP99Ms: round(column.p99Ms - alone.p99Ms, 3),
+    p50Ratio: ratio(column.p50Ms, alone.p50Ms),
+    p99Ratio: ratio(column.p99Ms, alone.p99Ms),
+    addedEnvoyCpuUsPerRequest: round(column.envoyCpuUsPerRequest - alone.envoyCpuUsPerRequest, 1),
+    serverCpuUsPerRequest: column.authzCpuUsPerRequest,
+    totalCpuPerRequestRatio: ratio(
+      column.envoyCpuUsPerRequest + column.authzCpuUsPerRequest,
+      alone.envoyCpuUsPerRequest,
+    ),
+  }));
   const { checked, plain, cpuUsPerCheck, targetUs } = result.extraChecks;
-  return [
+  const checks = [
     {
       request: checked.request,
       sidecarCpuUsPerCheck: checked.authzCpuUsPerRequest,
       p50Ms: checked.p50Ms,
       p99Ms: checked.p99Ms,
+      failed: failures(checked),
     },
     {
       request: plain.request,
       sidecarCpuUsPerCheck: plain.authzCpuUsPerRequest,
       p50Ms: plain.p50Ms,
       p99Ms: plain.p99Ms,
+      failed: failures(plain),
     },
     {
-      request: "extra checks (median of per-round differences)",
+      request: "the extra checks (difference; median of per-round differences)",
       sidecarCpuUsPerCheck: cpuUsPerCheck,
       target: `≤ ${targetUs} µs`,
       met: cpuUsPerCheck <= targetUs,
     },
   ];
+  const how = `${result.rate} req/s open loop, HTTP/1.1 keep-alive, ${result.durationMs / 1000} s measured after ${result.warmupMs / 1000} s warm-up, median of ${result.rounds} alternating rounds; Envoy ${result.envoyVersion} (--concurrency 1), ext_authz timeout ${result.extAuthzTimeout}; request: ${checked.request}`;
+  return [
+    {
+      title: `Per setup, through the same Envoy (${how}).`,
+      rows: [setup(alone), ...result.columns.map(setup)],
+    },
+    { title: "Added to Envoy alone, and ratios, same run:", rows: added },
+    {
+      title: `The sidecar's extra checks (input schema, signed constraint, path template beside a literal sibling, header removal): the same sidecar at ${result.rate} req/s with and without them.`,
+      rows: checks,
+    },
+  ];
 }
 
 if (import.meta.main) {
-  const result = await benchEnvoy();
-  console.table(envoyRows(result));
-  console.table(extraCheckRows(result));
+  const { renderTable } = await import("./report.ts");
+  for (const table of envoyTables(await benchEnvoy()))
+    console.log(`${table.title}\n${renderTable(table.rows)}\n`);
   process.exit(0);
 }
