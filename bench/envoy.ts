@@ -134,6 +134,11 @@ export interface EnvoyBenchResult {
 }
 
 const SUBJECT = "bench-agent";
+/**
+ * Keep-alive connections of the generator: a request waits (and that wait counts) when all
+ * are busy, so enough for a few ms of latency at the rate, as a busy client pool would hold.
+ */
+const CONNECTIONS = 32;
 
 /** The capability behind the checked listener: one operation with everything to check, one with nothing. */
 export function benchApi(): Record<string, unknown> {
@@ -381,6 +386,7 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
         method: "GET",
         headers: request.headers,
         rate,
+        connections: CONNECTIONS,
       };
       // Warm-up (JIT, the sidecar's caches, Envoy's connections), not recorded.
       await loader.run({ ...load, durationMs: warmupMs });
@@ -437,12 +443,22 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
   }
 }
 
-/** "0", or how many failed and with which statuses ("0" = no answer). */
+/** Whether a setup served the rate: ≥ 95 % of it achieved and ≤ 1 % failed. */
+function keptUp(figures: ColumnFigures, rate: number): boolean {
+  return figures.reqPerSec >= 0.95 * rate && figures.failed <= 0.01 * (figures.requests + figures.failed);
+}
+
+/** "0", or how many failed: by HTTP status, and those never answered (or never sent in time). */
 function failures(figures: ColumnFigures): string {
   if (figures.failed === 0) return "0";
   const by = Object.entries(figures.statuses)
-    .filter(([status]) => !status.startsWith("2"))
-    .map(([status, count]) => `${status === "0" ? "no answer" : status}: ${count}`);
+    .filter(([status]) => !status.startsWith("2") && status !== "0")
+    .map(([status, count]) => `${status}: ${count}`);
+  const statused = Object.entries(figures.statuses)
+    .filter(([status]) => !status.startsWith("2") && status !== "0")
+    .reduce((sum, [, count]) => sum + count, 0);
+  const unanswered = figures.failed - statused;
+  if (unanswered > 0) by.push(`unanswered: ${unanswered}`);
   return `${figures.failed} (${by.join(", ")})`;
 }
 
@@ -496,10 +512,13 @@ export function envoyTables(result: EnvoyBenchResult): Table[] {
       request: "the extra checks (difference; median of per-round differences)",
       sidecarCpuUsPerCheck: cpuUsPerCheck,
       target: `≤ ${targetUs} µs`,
-      met: cpuUsPerCheck <= targetUs,
+      met:
+        keptUp(checked, result.rate) && keptUp(plain, result.rate)
+          ? cpuUsPerCheck <= targetUs
+          : "not measured: the sidecar did not keep up with the rate (CPU per request under overload is not comparable)",
     },
   ];
-  const how = `${result.rate} req/s open loop, HTTP/1.1 keep-alive, ${result.durationMs / 1000} s measured after ${result.warmupMs / 1000} s warm-up, median of ${result.rounds} alternating rounds; Envoy ${result.envoyVersion} (--concurrency 1), ext_authz timeout ${result.extAuthzTimeout}; request: ${checked.request}`;
+  const how = `${result.rate} req/s open loop, HTTP/1.1 on ${CONNECTIONS} keep-alive connections, ${result.durationMs / 1000} s measured after ${result.warmupMs / 1000} s warm-up, median of ${result.rounds} alternating rounds; Envoy ${result.envoyVersion} (--concurrency 1), ext_authz timeout ${result.extAuthzTimeout}; request: ${checked.request}`;
   return [
     {
       title: `Per setup, through the same Envoy (${how}).`,
