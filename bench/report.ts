@@ -59,9 +59,8 @@ export function machineFacts(envoyBinary: string): MachineFacts {
 const WORDS: Readonly<Record<string, string>> = {
   cpu: "CPU",
   rss: "RSS",
-  req: "req",
-  p50: "p50",
-  p99: "p99",
+  envoy: "Envoy",
+  authz: "ext_authz",
 };
 
 function words(camel: string): string {
@@ -87,12 +86,13 @@ export function columnTitle(key: string): string {
     [/^(.+)Us$/, "µs"],
     [/^(.+)Mb$/i, "MB"],
     [/^(.+)Bytes$/, "bytes"],
+    [/^(.*?)[Rr]eqPerSec$/, "req/s"],
     [/^(.+)PerSec$/, "/s"],
     [/^(.+)Ratio$/, "×"],
   ];
   for (const [pattern, unit] of suffixes) {
     const match = pattern.exec(key);
-    if (match !== null) return `${words(match[1] ?? "")} (${unit})`;
+    if (match !== null) return match[1] === "" ? unit : `${words(match[1] ?? "")} (${unit})`;
   }
   return words(key);
 }
