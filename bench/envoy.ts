@@ -480,7 +480,7 @@ export function envoyTables(result: EnvoyBenchResult): Table[] {
   const ratio = (a: number, b: number) => (b > 0 ? round(a / b, 2) : Number.NaN);
   const { alone } = result;
   const added = result.columns.map((column) => ({
-    extAuthzServer: column.name.replace(/^Envoy \+ /, ""),
+    authzServer: column.name.replace(/^Envoy \+ /, ""),
     addedP50Ms: round(column.p50Ms - alone.p50Ms, 3),
     addedP99Ms: round(column.p99Ms - alone.p99Ms, 3),
     p50Ratio: ratio(column.p50Ms, alone.p50Ms),
