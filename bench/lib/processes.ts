@@ -78,6 +78,8 @@ export function track(child: ChildProcess): ChildProcess {
     process.once("exit", () => {
       for (const running of liveChildren) running.kill("SIGKILL");
     });
+    // Stopped by a signal (Ctrl-C, a timeout): exit through the hook above, children included.
+    for (const signal of ["SIGINT", "SIGTERM"] as const) process.once(signal, () => process.exit(130));
   }
   liveChildren.add(child);
   child.once("exit", () => liveChildren.delete(child));
