@@ -68,8 +68,10 @@ demo: setup
 dev: setup
 	@node bin/authority.ts dev
 
-bench: setup
-	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts
+# `make bench` writes docs/benchmarks.md; `make bench QUICK=1` is the smoke form (writes nothing);
+# `make bench ONLY=envoy,sidecar` a subset.
+bench: setup test-peers
+	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts $(if $(QUICK),--quick)
 
 clean:
 	rm -rf .tools node_modules .authority

@@ -10,6 +10,7 @@ import type { AddressInfo } from "node:net";
 import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
 import type { AuthProfile, TokenSet } from "../src/execute/auth-profiles.ts";
 import { createExecutor } from "../src/execute/executor.ts";
+import { egressAllowing } from "../test/helpers/egress.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -126,6 +127,8 @@ export async function benchExecute(
         delete: async (key) => void tokenSets.delete(key),
       },
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+      // The upstream is on loopback: opened as a platform admin would, by egress-allow.
+      egress: egressAllowing([origin]),
     });
     const direct = async () => {
       const response = await fetch(`${origin}/v1/items/item-1?limit=10`, {

@@ -47,7 +47,10 @@ function verdict(result: LoadResult): boolean {
     result.recordsLost === 0 &&
     result.duplicatedRecords === 0 &&
     result.auditRecordsForRequests === result.decisions &&
-    result.auditDecisionRecords === result.decisions + result.invokeKeys &&
+    // Invokes decide too: every request once, the executed one and each replayed duplicate
+    // (docs/decisions/0702), while the upstream runs once per key.
+    result.auditDecisionRecords === result.decisions + result.invokes &&
+    result.invokeReplays === result.invokes - result.invokeKeys &&
     result.usageCounted === result.auditDecisionRecords &&
     result.invokesExecutedUpstream === result.invokeKeys &&
     result.inconsistentKeys === 0 &&

@@ -62,7 +62,7 @@ function cpuUs(fn: () => unknown, n: number): number {
  * CPU µs per call of each function (user + system of this process, so a loaded machine's
  * waiting is not counted): batches interleaved so drift hits all alike; medians.
  */
-function compare(fns: ReadonlyArray<() => unknown>, n = 3000, batches = 11): number[] {
+function compare(fns: ReadonlyArray<() => unknown>, n = 3000, batches = 7): number[] {
   for (const fn of fns) cpuUs(fn, n);
   const results: number[][] = fns.map(() => []);
   for (let b = 0; b < batches; b++) {

@@ -30,15 +30,26 @@
  * send (a pause in the generator, a backlog) counts against the result instead of hiding.
  */
 
-import { type ChildProcess, fork, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { fork, spawn } from "node:child_process";
 import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect, constants as http2Constants } from "node:http2";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
-import type { createIdpServer as CreateIdpServer } from "../src/servers/idp/server.ts";
 import { connectGrpcH2Client, type GrpcH2Client } from "./lib/grpc-h2-client.ts";
+import {
+  type ChildServer,
+  cpuMs,
+  prepareServerEnv,
+  redisPid,
+  rssSampler,
+  SERVER_ENV,
+  SERVER_NODE_FLAGS,
+  startSidecarProcess,
+  stopChild,
+  track,
+  waitForLine,
+} from "./lib/processes.ts";
 
 /** BENCH_SIDECAR_RATES=1000 measures a subset. */
 const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "1000,5000")
@@ -57,24 +68,6 @@ const HTTP_CONNECTIONS = 10;
 /** Service time of the second proxy baseline's upstream (see proxyVersusDirect). */
 const SERVICE_MS = 5;
 const MAX_OUTSTANDING = 1000;
-/**
- * The servers run with the settings recommended for the sidecar's container (docs/sidecar.md,
- * "Memory"): NODE_OPTIONS `--max-semi-space-size=8 --max-old-space-size=128` (V8's young
- * generation otherwise grows to 16–32 MB semi-spaces under allocation-heavy load, and the old
- * generation to about twice the live heap), MALLOC_ARENA_MAX=2 (glibc keeps per-thread
- * arenas of freed memory otherwise) and a warm NODE_COMPILE_CACHE (compiled code, and no
- * TypeScript stripping at start: its WebAssembly instance alone is ~17 MB). The no-op server
- * gets the same settings, so the comparison is of the work done, not of heap settings.
- * BENCH_SIDECAR_NODE_FLAGS overrides the flags ("" for none); BENCH_SIDECAR_PLAIN_ENV=1 drops
- * the two environment settings.
- */
-const SERVER_NODE_FLAGS = (
-  process.env.BENCH_SIDECAR_NODE_FLAGS ?? "--max-semi-space-size=8 --max-old-space-size=128"
-)
-  .split(" ")
-  .filter((flag) => flag.length > 0);
-/** Filled in by benchSidecar(): the compile cache lives in its temporary directory. */
-const SERVER_ENV: Record<string, string> = {};
 /** The generator's own heap: small semi-spaces, so its scavenges stay well under 1 ms. */
 const GENERATOR_NODE_FLAGS = ["--max-semi-space-size=1"];
 const SETTLE_MS = 500;
@@ -521,127 +514,6 @@ function startLoader(): Loader {
   };
 }
 
-interface ChildServer {
-  readonly child: ChildProcess;
-  readonly ports: { grpc: number; proxy: number; metrics: number };
-  stop(): Promise<void>;
-}
-
-function waitForLine(
-  child: ChildProcess,
-  match: (line: string) => boolean,
-  timeoutMs = 20_000,
-): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let buffer = "";
-    let errors = "";
-    const timer = setTimeout(
-      () => reject(new Error(`child did not start: ${errors.slice(-2000)}`)),
-      timeoutMs,
-    );
-    child.stderr?.on("data", (chunk: Buffer) => {
-      errors += chunk.toString("utf8");
-    });
-    child.stdout?.on("data", (chunk: Buffer) => {
-      buffer += chunk.toString("utf8");
-      let newline = buffer.indexOf("\n");
-      while (newline !== -1) {
-        const line = buffer.slice(0, newline);
-        buffer = buffer.slice(newline + 1);
-        if (match(line)) {
-          clearTimeout(timer);
-          resolve(line);
-        }
-        newline = buffer.indexOf("\n");
-      }
-    });
-    child.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`child exited with ${code}: ${errors.slice(-2000)}`));
-    });
-  });
-}
-
-/** Children still running when this process exits (even on an uncaught error) are killed. */
-const liveChildren = new Set<ChildProcess>();
-let exitHookInstalled = false;
-
-function track(child: ChildProcess): ChildProcess {
-  if (!exitHookInstalled) {
-    exitHookInstalled = true;
-    process.once("exit", () => {
-      for (const running of liveChildren) running.kill("SIGKILL");
-    });
-  }
-  liveChildren.add(child);
-  child.once("exit", () => liveChildren.delete(child));
-  return child;
-}
-
-function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      resolve();
-      return;
-    }
-    const guard = setTimeout(() => child.kill("SIGKILL"), 15_000);
-    child.once("exit", () => {
-      clearTimeout(guard);
-      resolve();
-    });
-    child.kill("SIGTERM");
-  });
-}
-
-/**
- * `cli`: `node bin/authority.ts sidecar`, exactly as deployed. `command`: the same
- * `authority sidecar` command (src/cli/commands/sidecar.ts: same flags, same run()) registered
- * alone, without the modules of every other subcommand that src/cli/main.ts may import.
- */
-async function startSidecarProcess(
-  env: Record<string, string>,
-  entry: "cli" | "command",
-  /** Another checkout of this repository to run the sidecar from (BENCH_SIDECAR_BEFORE). */
-  tree?: string,
-): Promise<ChildServer> {
-  const root = tree === undefined ? new URL("../", import.meta.url) : pathToFileURL(`${tree}/`);
-  const bin = fileURLToPath(new URL("bin/authority.ts", root));
-  const command = new URL("src/cli/commands/sidecar.ts", root).href;
-  const code = `
-    const { Command } = await import("commander");
-    const { register } = await import(${JSON.stringify(command)});
-    const program = new Command("authority");
-    register(program);
-    await program.parseAsync(["node", "authority", "sidecar"]);
-  `;
-  const args = entry === "cli" ? [bin, "sidecar"] : ["--input-type=module", "-e", code];
-  const child = track(
-    spawn(process.execPath, [...SERVER_NODE_FLAGS, ...args], {
-      env: { ...process.env, ...SERVER_ENV, ...env, AUTHORITY_LOG_LEVEL: "info" },
-      stdio: ["ignore", "pipe", "pipe"],
-    }),
-  );
-  const line = await waitForLine(child, (text) => text.includes('"sidecar listening"'));
-  const parsed = JSON.parse(line) as { grpcPort: number; proxyPort: number; metricsPort: number };
-  child.stdout?.resume();
-  return {
-    child,
-    ports: { grpc: parsed.grpcPort, proxy: parsed.proxyPort, metrics: parsed.metricsPort },
-    stop: () => stopChild(child),
-  };
-}
-
-/** scripts/warm-compile-cache.ts with the servers' Node flags, into SERVER_ENV's cache. */
-async function warmCompileCache(): Promise<void> {
-  const script = fileURLToPath(new URL("../scripts/warm-compile-cache.ts", import.meta.url));
-  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, script], {
-    env: { ...process.env, ...SERVER_ENV },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-  const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
-  if (code !== 0) throw new Error(`warm-compile-cache exited with ${code}`);
-}
-
 /** Reference: http-proxy alone (keep-alive agent, no decision, no redaction) in its own process. */
 async function startBareProxyProcess(upstreamUrl: string): Promise<ChildServer> {
   const code = `
@@ -713,62 +585,6 @@ async function startNoopProcess(): Promise<ChildServer> {
   const line = await waitForLine(child, (text) => text.startsWith("noop-port "));
   const port = Number(line.split(" ")[1]);
   return { child, ports: { grpc: port, proxy: 0, metrics: 0 }, stop: () => stopChild(child) };
-}
-
-/** VmRSS of a process in bytes (Linux), sampled every 100 ms while `sampling` runs. */
-function rssSampler(pid: number | undefined) {
-  let max = 0;
-  const read = (): void => {
-    if (pid === undefined) return;
-    try {
-      const status = readFileSync(`/proc/${pid}/status`, "utf8");
-      const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
-      max = Math.max(max, kb * 1024);
-    } catch {
-      // The process is gone or /proc is unavailable: no sample.
-    }
-  };
-  const timer = setInterval(read, 100);
-  read();
-  return {
-    stop(): number {
-      clearInterval(timer);
-      read();
-      return max;
-    },
-  };
-}
-
-/** CPU time (ms) a process has used, all its threads (Linux schedstat, ns resolution); NaN if unknown. */
-function cpuMs(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  try {
-    let total = 0;
-    for (const task of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        total += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
-      } catch {
-        // The thread ended meanwhile.
-      }
-    }
-    return total / 1e6;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-/** The redis-server serving `port` (the test helper runs it under a watchdog). */
-function redisPid(port: number): number | undefined {
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      if (cmdline.startsWith("redis-server") && cmdline.includes(`:${port}`)) return Number(entry);
-    } catch {
-      // Gone.
-    }
-  }
-  return undefined;
 }
 
 /** CPU used by each process while `run` runs, in µs per call. */
@@ -876,171 +692,29 @@ interface BenchSetup {
 }
 
 export async function benchSidecar(): Promise<SidecarBenchRow[]> {
-  const [
-    { randomBytes },
-    { writeFile },
-    { join },
-    { putAuthProfile },
-    { importOpenApi },
-    { createPartner },
-    { assignCapability },
-    { createSubject },
-    { Kek },
-    { createJwtVerifier },
-    { createLogger },
-    { createPolicyChangePublisher },
-    { createLocalPolicyProtector },
-    { createProcessKeyRings },
-    { createStoredKeyRings },
-    { buildAuthorityService },
-    { testAuthorityConfig },
-    { createIdpServer },
-    { openStore },
-    { startRedisServer },
-    { makeTempDir },
-    { ordersApi, startUpstream },
-    { egressAllowSetting },
-    { egressAllowValue },
-  ] = await Promise.all([
-    import("node:crypto"),
-    import("node:fs/promises"),
-    import("node:path"),
-    import("../src/admin/auth-profiles.ts"),
-    import("../src/admin/capabilities.ts"),
-    import("../src/admin/partners.ts"),
-    import("../src/admin/policies.ts"),
-    import("../src/admin/subjects.ts"),
-    import("../src/crypto/index.ts"),
-    import("../src/identity/jwt-verifier.ts"),
-    import("../src/observability/logger.ts"),
-    import("../src/policy/cache/index.ts"),
-    import("../src/policy/local-protector.ts"),
-    import("../src/policy/process-key-rings.ts"),
-    import("../src/policy/stored-key-rings.ts"),
-    import("../src/servers/authority/build.ts"),
-    import("../test/helpers/authority-config.ts"),
-    import("../src/servers/idp/server.ts"),
-    import("../src/store/index.ts"),
-    import("../test/helpers/redis-server.ts"),
-    import("../test/helpers/temp-dir.ts"),
+  const [{ startBenchWorld }, { ordersApi, startUpstream }] = await Promise.all([
+    import("./lib/bench-world.ts"),
     import("../test/servers/sidecar/world.ts"),
-    import("../src/config/settings.ts"),
-    import("../test/helpers/egress.ts"),
   ]);
-  const dir = await makeTempDir("bench-sidecar-");
-  const cleanups: Array<() => Promise<void>> = [() => dir.cleanup()];
+  const cleanups: Array<() => Promise<void>> = [];
   const rows: SidecarBenchRow[] = [];
   try {
-    const dbFile = join(dir.path, "authority.db");
-    const kekFile = join(dir.path, "kek");
-    const { kek, base64 } = Kek.generate();
-    await writeFile(kekFile, `${base64}\n`, { mode: 0o600 });
-    const store = await openStore(`sqlite:${dbFile}`);
-    cleanups.unshift(() => store.close());
-    const idp = await createIdpServer({ audience: "authority" });
-    const issuer = await idp.listen();
-    cleanups.unshift(() => idp.close());
     const upstream = await startUpstream();
     cleanups.unshift(() => upstream.close());
-    const redis = await startRedisServer();
-    cleanups.unshift(() => redis.stop());
-    const publisher = createPolicyChangePublisher({ url: redis.url });
-    cleanups.unshift(() => publisher.close());
-
-    const logger = createLogger("bench", "silent");
-    // The authority's own composition root, with the bench's store, verifier and keys.
-    const service = await buildAuthorityService(
-      testAuthorityConfig({
-        publicUrl: "http://127.0.0.1:8080",
-        issuer,
-        audience: "authority",
-        bodyLimitBytes: 1024 * 1024,
-        serviceIdentity: "bench",
-        parameterScoping: { enabled: false, partnerAllowlist: [] },
-        // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
-        egress: { allow: egressAllowSetting.parse(egressAllowValue(upstream.url), "egress-allow") },
-      }),
-      {
-        store,
-        verifier: createJwtVerifier({
-          issuer,
-          audience: "authority",
-          jwks: `${issuer}/.well-known/jwks.json`,
-        }),
-        protector: createLocalPolicyProtector({
-          keyRings: createStoredKeyRings({ store, kek }),
-          serviceIdentity: "bench",
-        }),
-        keyRings: createProcessKeyRings(),
-        logger,
-        platform: null,
-        onPolicyChange: async (subjectId, head) => {
-          await publisher.publish(subjectId, head);
-        },
-      },
-    );
-    const { context } = service;
-    const authorityUrl = await service.listen();
-    cleanups.unshift(async () => void (await service.close()));
-
-    const actor = { subject: "bench", requestId: "bench" };
-    await createPartner(context, { partner_id: "acme", name: "Acme" });
-    await putAuthProfile(context, "acme", "orders-key", {
-      type: "static",
-      kind: "api_key",
-      in: "header",
-      name: "x-api-key",
-      secret: "upstream-secret-0123456789",
-    });
-    await importOpenApi(context, actor, "acme", {
-      capability_id: "orders",
-      name: "Orders",
+    const world = await startBenchWorld({
       document: ordersApi(),
-      upstream_base_url: upstream.url,
-      auth_profile_ref: "orders-key",
+      upstreamUrl: upstream.url,
+      subjects: ["bench-agent", "bench-revoked"],
+      allowed: ["orders:get:/orders/{orderId}", "orders:get:/orders"],
     });
-    const allowed = ["orders:get:/orders/{orderId}", "orders:get:/orders"];
-    for (const subjectId of ["bench-agent", "bench-revoked"]) {
-      await createSubject(context, "acme", {
-        subject_id: subjectId,
-        subject_type: "agent",
-        display_name: subjectId,
-      });
-      await assignCapability(context, actor, "acme", subjectId, "orders", {
-        allowed_permission_ids: allowed,
-        ttl_seconds: 3600,
-      });
-    }
-    const agentToken = (await idp.issueToken({ subject: "bench-agent", lifetimeSec: 3600 })).accessToken;
-    const revokedToken = (await idp.issueToken({ subject: "bench-revoked", lifetimeSec: 3600 })).accessToken;
-    const sidecarToken = (
-      await idp.issueToken({ subject: "bench-sidecar", roles: ["sidecar"], lifetimeSec: 3600 })
-    ).accessToken;
-    const tokenFile = join(dir.path, "sidecar-token");
-    const cacheKeyFile = join(dir.path, "cache-key");
-    await writeFile(tokenFile, sidecarToken, { mode: 0o600 });
-    await writeFile(cacheKeyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
-    const sidecarEnv = {
-      AUTHORITY_URL: authorityUrl,
-      AUTHORITY_ISSUER: issuer,
-      AUTHORITY_AUDIENCE: "authority",
-      AUTHORITY_STORE_URL: `sqlite:${dbFile}`,
-      AUTHORITY_KEK_FILE: kekFile,
-      AUTHORITY_SERVICE_IDENTITY: "bench",
-      AUTHORITY_REDIS_URL: redis.url,
-      AUTHORITY_SIDECAR_CACHE_KEY_FILE: cacheKeyFile,
-      AUTHORITY_SIDECAR_TOKEN_FILE: tokenFile,
-      AUTHORITY_SIDECAR_GRPC_LISTEN: "127.0.0.1:0",
-      AUTHORITY_SIDECAR_PROXY_LISTEN: "127.0.0.1:0",
-      AUTHORITY_SIDECAR_METRICS_LISTEN: "127.0.0.1:0",
-      AUTHORITY_SIDECAR_CAPABILITY_MAP: JSON.stringify({ "orders.internal": "orders" }),
-    };
+    cleanups.unshift(() => world.close());
+    const { authorityUrl, sidecarEnv } = world;
+    const agentToken = await world.token("bench-agent");
+    const revokedToken = await world.token("bench-revoked");
     if (process.env.BENCH_SIDECAR_PLAIN_ENV !== "1") {
-      SERVER_ENV.NODE_COMPILE_CACHE = join(dir.path, "compile-cache");
-      SERVER_ENV.MALLOC_ARENA_MAX = "2";
       // Fill the compile cache as the image build does (deploy/Containerfile); the no-op
       // server's own modules are outside src/, so it fills them by starting once.
-      await warmCompileCache();
+      await prepareServerEnv(world.dir);
       await (await startNoopProcess()).stop();
     }
     const sidecar = await startSidecarProcess(sidecarEnv, "command");
@@ -1068,7 +742,7 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
       sidecar,
       noop,
       before,
-      redisPid: redisPid(redis.port),
+      redisPid: redisPid(world.redisPort),
       agentToken,
       upstreamUrl: upstream.url,
     };
@@ -1095,7 +769,7 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     });
     progress(rows);
     if (partEnabled("revocation")) {
-      rows.push(await revocationPropagation(authorityUrl, revokedToken, [sidecar, second], idp));
+      rows.push(await revocationPropagation(authorityUrl, revokedToken, [sidecar, second], world.token));
       progress(rows);
     }
     return rows;
@@ -1429,11 +1103,11 @@ async function revocationPropagation(
   authorityUrl: string,
   token: string,
   sidecars: readonly ChildServer[],
-  idp: Awaited<ReturnType<typeof CreateIdpServer>>,
+  tokenOf: (subject: string, roles?: string[]) => Promise<string>,
 ): Promise<SidecarBenchRow> {
   const { Client, credentials } = await import("@grpc/grpc-js");
   const { loadProtos } = await import("../src/servers/sidecar/grpc/proto.ts");
-  const admin = (await idp.issueToken({ subject: "bench-admin", roles: ["admin"] })).accessToken;
+  const admin = await tokenOf("bench-admin", ["admin"]);
   const request = Buffer.from(await checkRequestBytes(token, "/orders/7"));
   const clients = await Promise.all(
     sidecars.map(

@@ -39,6 +39,8 @@ export interface OpenLoopResult {
   readonly lateP99Ms: number;
   readonly errors: number;
   readonly non2xx: number;
+  /** Recorded answers by HTTP status ("0": no answer), to name what failed. */
+  readonly statuses: Readonly<Record<string, number>>;
 }
 
 interface Pending {
@@ -88,6 +90,7 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
   let completed = 0;
   let errors = 0;
   let non2xx = 0;
+  const statuses: Record<string, number> = {};
   const waiting: Pending[] = [];
   /** Free connections, used in turn (FIFO) so none idles past the server's keep-alive timeout. */
   const idle: Connection[] = [];
@@ -97,6 +100,7 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
   const finish = (pending: Pending, status: number): void => {
     outstanding--;
     if (!pending.record) return;
+    statuses[status] = (statuses[status] ?? 0) + 1;
     if (status === 0) errors++;
     else if (status < 200 || status > 299) non2xx++;
     else {
@@ -188,5 +192,6 @@ export async function openLoopHttp(options: OpenLoopOptions): Promise<OpenLoopRe
     lateP99Ms: ms(lateness.getValueAtPercentile(99)),
     errors: errors + waiting.length,
     non2xx,
+    statuses,
   };
 }

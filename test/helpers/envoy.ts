@@ -139,6 +139,8 @@ export interface EnvoyHandle {
   readonly url: string;
   readonly port: number;
   readonly adminUrl: string;
+  /** Envoy's own pid (benches read its CPU time and RSS from /proc). */
+  readonly pid: Promise<number>;
   /** The access log's JSON lines (when rendered with accessLogPath). */
   accessLog(): Promise<Array<Record<string, unknown>>>;
   output(): string;
@@ -207,6 +209,7 @@ export async function startEnvoy(
       url: `http://127.0.0.1:${port}`,
       port,
       adminUrl: `http://${admin}`,
+      pid: peer.pid,
       async accessLog() {
         const text = await readFile(accessLogPath, "utf8").catch(() => "");
         return text
