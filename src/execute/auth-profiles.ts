@@ -1,4 +1,5 @@
 import { ExecutionError } from "./errors.ts";
+import { ROUTING_OVERRIDE_HEADERS, ROUTING_OVERRIDE_PARAMETERS } from "./routing-overrides.ts";
 
 /** Resolves a secret reference to its value; the only way a secret enters the executor. */
 export type SecretResolver = (ref: string) => Promise<string>;
@@ -110,6 +111,23 @@ const RESERVED_HEADERS: ReadonlySet<string> = new Set([
   "cookie",
 ]);
 
+/**
+ * On ext_authz Envoy sets the injected header on the upstream request: a name Envoy, the
+ * authority or an upstream router reads as an instruction would let a partner admin steer them.
+ */
+function isInjectableHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return (
+    TOKEN.test(name) &&
+    !RESERVED_HEADERS.has(lower) &&
+    !ROUTING_OVERRIDE_HEADERS.has(lower) &&
+    !lower.startsWith("x-envoy-") &&
+    !lower.startsWith("x-authority-") &&
+    !lower.startsWith("x-forwarded-") &&
+    lower !== "forwarded"
+  );
+}
+
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -187,8 +205,14 @@ export function parseAuthProfile(value: unknown): AuthProfile {
       if (where !== "header" && where !== "query")
         throw new AuthProfileError("in", "must be header or query");
       const name = text(value, "name", 256);
-      if (where === "header" && (!TOKEN.test(name) || RESERVED_HEADERS.has(name.toLowerCase()))) {
-        throw new AuthProfileError("name", "must be a header name the transport does not own");
+      if (where === "header" && !isInjectableHeader(name)) {
+        throw new AuthProfileError(
+          "name",
+          "must be a header name that the transport, Envoy, the authority and routing overrides do not own",
+        );
+      }
+      if (where === "query" && ROUTING_OVERRIDE_PARAMETERS.has(name.toLowerCase())) {
+        throw new AuthProfileError("name", "must not be a routing-override parameter");
       }
       return { type: "static", id, kind: "api_key", in: where, name, secretRef };
     }

@@ -4,6 +4,7 @@ import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { type ConstraintRollout, evaluateConstraints } from "../core/parameter-constraints.ts";
 import { ExecutionError } from "./errors.ts";
+import { ROUTING_OVERRIDE_HEADERS, ROUTING_OVERRIDE_PARAMETERS } from "./routing-overrides.ts";
 
 /** What a caller passes to one operation: each part validated against the snapshot. */
 export interface ExecutionArgs {
@@ -251,25 +252,6 @@ export function validateInput(inputSchema: InputSchema, args: unknown): Validate
   if (!validateBody(args.body)) throw invalid(issueFrom("body", validateBody.errors?.[0]));
   return { path, query, headers, body: args.body, hasBody };
 }
-
-/**
- * Headers and parameters that make common upstream frameworks run another operation than
- * the one the request names (method overrides, URL rewrites). Never an input, whatever a
- * snapshot declares: the decision was taken on the method and path, and they must stay
- * the operation the upstream runs.
- */
-export const ROUTING_OVERRIDE_HEADERS: ReadonlySet<string> = new Set([
-  "x-http-method-override",
-  "x-http-method",
-  "x-method-override",
-  "x-original-method",
-  "x-original-url",
-  "x-original-uri",
-  "x-rewrite-url",
-]);
-
-/** Query parameters and top-level JSON body members that frameworks read as a method override. */
-export const ROUTING_OVERRIDE_PARAMETERS: ReadonlySet<string> = new Set(["_method", "_httpmethod"]);
 
 function overrideIn(record: Readonly<Record<string, unknown>>, names: ReadonlySet<string>): boolean {
   for (const name in record) {

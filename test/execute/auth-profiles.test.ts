@@ -5,6 +5,35 @@ import { DEFAULT_TOKEN_SET_COLLECTION } from "../../src/execute/token-set-store.
 import { openTokenStore, type TokenStoreFixture } from "./helpers.ts";
 
 describe("parseAuthProfile", () => {
+  it("refuses an API-key name that Envoy, the authority, a proxy or an upstream router reads as an instruction", () => {
+    const apiKey = (where: string, name: string) => () =>
+      parseAuthProfile({ type: "static", id: "a", kind: "api_key", in: where, name, secretRef: "s" });
+    for (const name of [
+      "Host",
+      "Cookie",
+      "X-Envoy-Original-Path",
+      "x-envoy-upstream-rq-timeout-ms",
+      "X-Authority-Permission-Id",
+      "X-HTTP-Method-Override",
+      "X-Original-URL",
+      "X-Rewrite-URL",
+      "X-Forwarded-Host",
+      "Forwarded",
+    ]) {
+      assert.throws(
+        apiKey("header", name),
+        (error: unknown) => error instanceof AuthProfileError && error.field === "name",
+        name,
+      );
+    }
+    for (const name of ["_method", "_HttpMethod"]) {
+      assert.throws(apiKey("query", name), AuthProfileError, name);
+    }
+    assert.doesNotThrow(apiKey("header", "Authorization"));
+    assert.doesNotThrow(apiKey("header", "X-Api-Key"));
+    assert.doesNotThrow(apiKey("query", "api_key"));
+  });
+
   it("accepts each kind", () => {
     assert.deepEqual(
       parseAuthProfile({

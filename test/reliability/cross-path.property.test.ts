@@ -41,7 +41,7 @@ import { after, before, describe, test } from "node:test";
 import fc from "fast-check";
 import { ENVELOPE_HEADER } from "../../src/bindings/envelope.ts";
 import { createPathMatcher, encodePathSegment, parsePathTemplate } from "../../src/core/path-template.ts";
-import { ROUTING_OVERRIDE_HEADERS } from "../../src/execute/input.ts";
+import { ROUTING_OVERRIDE_HEADERS } from "../../src/execute/routing-overrides.ts";
 import { PERMISSION_ID_HEADER, REQUEST_ID_HEADER } from "../../src/servers/sidecar/ext-authz.ts";
 import { FORWARDED_HEADERS } from "../../src/servers/sidecar/request-input.ts";
 import { decodeOnce, fullWidth, lenientRoute } from "../helpers/lenient-router.ts";

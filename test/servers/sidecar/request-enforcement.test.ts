@@ -14,7 +14,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { importOpenApi } from "../../../src/admin/capabilities.ts";
 import { assignCapability } from "../../../src/admin/policies.ts";
-import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/input.ts";
+import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/routing-overrides.ts";
 import {
   createExtAuthzClient,
   type ExtAuthzAnswer,

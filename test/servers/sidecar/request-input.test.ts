@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { AuthorityError } from "../../../src/errors.ts";
-import { enforceOperationInput, ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/input.ts";
+import { enforceOperationInput } from "../../../src/execute/input.ts";
+import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/routing-overrides.ts";
 import {
   bodyArgument,
   FORWARDED_HEADERS,
