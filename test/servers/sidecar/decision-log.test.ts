@@ -160,6 +160,9 @@ describe("sidecar decisions reach the authority's audit log", () => {
       records: [{ ...anonymous, decision: "denied", reason: "missing_subject", permission_id: null }],
     });
     assert.equal(taken.status, 200);
+    // Filed under the reporting sidecar's partner: it cannot be made to look like another partner's.
+    const filed = (await sidecarAudit(world, "grpc", 1)).find((item) => item.requestId === "req-21");
+    assert.equal(filed?.partner_id, "other-partner");
   });
 });
 

@@ -164,6 +164,15 @@ const ownerParams = paramsSchema({
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 const profileParams = paramsSchema({ partner: idSchemas.partner, profile: idSchemas.local });
 
+/**
+ * A partner-less deny (no subject, or one of another partner) happened at this sidecar: from a
+ * partner-bound sidecar it is that partner's record, so it cannot be filed as anyone else's.
+ */
+function ownedBy(principal: Principal, record: ShippedDecision): ShippedDecision {
+  if (record.partner_id !== null || principal.partnerId === undefined) return record;
+  return { ...record, partner_id: principal.partnerId };
+}
+
 function recordInput(record: ShippedDecision): DecisionInput {
   const { id: _id, ...input } = record;
   return input;
@@ -308,7 +317,9 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         }
         // Stored (or safely queued by the recorder) before the sidecar may drop its copy.
         await read(() =>
-          Promise.all(records.map((record) => recorder.record(recordInput(record), record.id))),
+          Promise.all(
+            records.map((record) => recorder.record(recordInput(ownedBy(principal, record)), record.id)),
+          ),
         );
         return noStore(reply).send({ accepted: records.length });
       },
