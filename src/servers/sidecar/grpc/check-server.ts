@@ -184,12 +184,12 @@ function remainingMs(deadline: Deadline): number {
 /** What the server itself denies with when no valid decision exists. */
 const failClosed = {
   invalid_request: { httpStatus: 400, reason: "invalid_request" },
-  invalid_decision: { httpStatus: 403, reason: "internal" },
-  error: { httpStatus: 403, reason: "internal" },
+  invalid_decision: { httpStatus: 500, reason: "internal" },
+  error: { httpStatus: 500, reason: "internal" },
   timeout: { httpStatus: 503, reason: "upstream_unavailable" },
 } as const satisfies Record<string, { httpStatus: DenyHttpStatus; reason: string }>;
 
-/** A thrown AuthorityError keeps its code and status; anything else, and `internal`, is 403 internal. */
+/** A thrown AuthorityError keeps its code and status; anything else is `internal` as the error table says (500). */
 function denyForError(error: unknown): { httpStatus: DenyHttpStatus; reason: string } {
   if (error instanceof AuthorityError && error.code !== "internal") {
     return { httpStatus: error.status as DenyHttpStatus, reason: error.code };

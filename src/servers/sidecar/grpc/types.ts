@@ -107,7 +107,7 @@ export type CheckFunction = (
  * - `allow` / `deny`: the decision function answered;
  * - `invalid_request`: the request was undecodable or had no HTTP method/path (deny 400);
  * - `invalid_decision`: the function returned something that is not a valid decision (deny 403);
- * - `error`: the function threw or rejected (deny per the error, else 403 `internal`);
+ * - `error`: the function threw or rejected (deny per the error, else 500 `internal`);
  * - `timeout`: no answer within the deadline (deny 503 `upstream_unavailable`);
  * - `cancelled`: the caller went away; nothing was sent.
  */

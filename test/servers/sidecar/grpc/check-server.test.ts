@@ -158,13 +158,13 @@ describe("ext_authz Check: decisions", () => {
     }
   });
 
-  test("a rejecting decision function is a 403 internal deny", async () => {
+  test("a rejecting decision function is a 500 internal deny, as on every other path", async () => {
     behaviour = async () => {
       throw new Error("database exploded with secret=hunter2");
     };
     const response = await unary(harness.client, checkMethod, envoyCheckRequest({ id: "rid-err" }));
-    assert.equal(response.status.code, GrpcStatus.PERMISSION_DENIED);
-    assert.equal(response.denied_response.status.code, "Forbidden");
+    assert.equal(response.status.code, GrpcStatus.INTERNAL);
+    assert.equal(response.denied_response.status.code, "InternalServerError");
     assert.deepEqual(deniedBody(response), { status: "denied", reason: "internal", requestId: "rid-err" });
     assert.doesNotMatch(response.denied_response.body, /hunter2/);
   });
