@@ -31,7 +31,6 @@ import { AuthorityError, type DenyReason, denyReasons, type ErrorCode, isDenyRea
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
-import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import { outageFailure } from "../pipeline/failure.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
@@ -455,9 +454,6 @@ async function deniedByDecision(
 }
 
 /** The pipeline of this runtime's dependencies (src/pipeline/enforce.ts). */
-function pipelineOf(runtime: BindingRuntime): EnforcementPipeline {
-  return createEnforcementPipeline({ decisions: runtime.decisions, upstream: runtime.executor });
-}
 
 async function execute(
   runtime: BindingRuntime,
@@ -471,7 +467,7 @@ async function execute(
   const { binding } = call.workload;
   let decidedAt = performance.now();
   let envelopeId: string | undefined;
-  const outcome = await pipelineOf(runtime).run(ready.request, {
+  const outcome = await runtime.pipeline.run(ready.request, {
     args: (decision) => {
       decidedAt = performance.now();
       return executionArgs(call.body, target, decision);
@@ -609,7 +605,7 @@ async function recheckReplay(
 ): Promise<StoredResponse | undefined> {
   const ready = await prepareCall(runtime, deps, call, requestHash);
   if (ready.kind === "refused") return ready.result.response;
-  const authorization = await pipelineOf(runtime).authorize(ready.request);
+  const authorization = await runtime.pipeline.authorize(ready.request);
   if (authorization.outcome.status === "allowed") return undefined;
   return (await deniedByDecision(runtime, deps, call, ready, authorization, performance.now())).response;
 }

@@ -12,6 +12,7 @@ import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
+import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
 import type { DecisionRuntime } from "../policy/runtime.ts";
@@ -71,6 +72,8 @@ export interface BindingRuntime {
   readonly envelopes: EnvelopeCrypto | undefined;
   readonly executor: Executor;
   readonly decisions: DecisionRuntime;
+  /** The one enforcement pipeline of invoke and broker, over `decisions` and `executor`. */
+  readonly pipeline: EnforcementPipeline;
   /** The authority's public URL: issuer of workload tokens and envelopes. */
   readonly issuer: string;
 }
@@ -138,6 +141,7 @@ export function createBindingRuntime(
           })),
     executor,
     decisions: shared.decisions,
+    pipeline: createEnforcementPipeline({ decisions: shared.decisions, upstream: executor }),
     issuer,
   };
 }
