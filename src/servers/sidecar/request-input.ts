@@ -1,6 +1,7 @@
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import { AuthorityError } from "../../errors.ts";
-import { constrainsBody, ROUTING_OVERRIDE_HEADERS } from "../../execute/input.ts";
+import { constrainsBody } from "../../execute/input.ts";
+import { ROUTING_OVERRIDE_HEADERS } from "../../execute/routing-overrides.ts";
 
 /**
  * What of a caller's HTTP request the sidecar enforces and forwards, the same for ext_authz

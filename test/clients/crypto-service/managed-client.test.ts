@@ -131,7 +131,7 @@ describe("managed crypto client: answers it must not believe", () => {
         "invalid_credentials",
       ],
       [400, { error: "invalid_ciphertext", details: { reason: "invalid_ciphertext" } }, "invalid_ciphertext"],
-      [400, { error: "invalid_signature", details: { reason: "invalid_signature" } }, "invalid_signature"],
+      [403, { error: "invalid_signature", details: { reason: "invalid_signature" } }, "invalid_signature"],
       [502, "<html>bad gateway</html>", "upstream_unavailable"],
       [418, { error: "teapot" }, "upstream_error"],
     ];

@@ -97,7 +97,7 @@ describe("managed crypto API", () => {
       encrypted_data: sealed.encrypted_data,
       purpose: "managed-crypto/v1",
     });
-    assert.equal(other.status, 400);
+    assert.equal(other.status, 403);
     assert.equal(errorOf(other).details?.reason, "invalid_signature");
     const onEncrypt = await call("encrypt", { data: "x", purpose });
     assert.equal(onEncrypt.status, 400);
