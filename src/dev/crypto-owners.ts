@@ -40,6 +40,7 @@ const vaultName = (ownerId: string): string => `crypto-owner:${ownerId}`;
 
 export function createCryptoOwners(options: CryptoOwnersOptions): CryptoOwners {
   const { crypto, vault } = options;
+  // Dev tool: a handful of owners for one run; no bound or TTL needed, so no lru-cache.
   const ready = new Map<string, Promise<PartnerCredentials>>();
 
   async function provision(input: EnsureOwnerInput): Promise<PartnerCredentials> {

@@ -62,8 +62,6 @@ export function createClientCredentialsTokens(options: ClientCredentialsOptions)
   const defaultLifetimeMs = positive("defaultLifetimeMs", options.defaultLifetimeMs, 60_000);
   const maxEntries = positive("maxEntries", options.maxEntries, 1000);
   const now = options.now ?? Date.now;
-  const cache = new LRUCache<string, CachedToken>({ max: maxEntries });
-  const inFlight = new Map<string, Promise<CachedToken>>();
   let requestCount = 0;
 
   async function fetchToken(profile: ClientCredentialsProfile): Promise<CachedToken> {
@@ -91,22 +89,24 @@ export function createClientCredentialsTokens(options: ClientCredentialsOptions)
     };
   }
 
+  // lru-cache's fetch() is the single flight: concurrent misses for one key share one
+  // request, and a failed request is not kept (the next caller asks again).
+  const cache = new LRUCache<string, CachedToken, ClientCredentialsProfile>({
+    max: maxEntries,
+    // An entry evicted or invalidated while its request runs still answers the callers waiting on it.
+    ignoreFetchAbort: true,
+    fetchMethod: (_key, _stale, { context }) => fetchToken(context),
+  });
+
   async function getGrant(profile: ClientCredentialsProfile) {
     const key = cacheKey(profile);
     const cached = cache.get(key);
     if (cached !== undefined && now() < cached.renewAt)
       return { token: cached.token, clientSecret: cached.clientSecret };
-    let pending = inFlight.get(key);
-    if (pending === undefined) {
-      pending = fetchToken(profile)
-        .then((entry) => {
-          cache.set(key, entry);
-          return entry;
-        })
-        .finally(() => inFlight.delete(key));
-      inFlight.set(key, pending);
-    }
-    const entry = await pending;
+    // forceRefresh: the entry is due for renewal by `now` (the cache keeps no TTL of its own).
+    const entry = await cache.fetch(key, { context: profile, forceRefresh: true });
+    // Unreachable (fetchToken returns a token or throws); the type of fetch() allows undefined.
+    if (entry === undefined) throw new TypeError("token request produced no token");
     return { token: entry.token, clientSecret: entry.clientSecret };
   }
 

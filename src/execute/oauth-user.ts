@@ -114,6 +114,8 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
     throw new TypeError("timeoutMs and refreshSkewMs must be positive");
   const now = options.now ?? Date.now;
   const store = options.tokenSetStore;
+  // Hand-written, not lru-cache fetch(): token sets live in the token-set store (persisted, rotated
+  // refresh tokens), this only joins concurrent refreshes of one set (decision 1801).
   const refreshing = new Map<string, Promise<TokenSet>>();
 
   async function clientSecret(profile: OAuthUserProfile): Promise<string | undefined> {

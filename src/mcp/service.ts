@@ -150,6 +150,7 @@ function auditUrl(target: { readonly upstream_url_template: string }, args: unkn
  */
 function requestScoped(runtime: DecisionRuntime): DecisionRuntime {
   const subjects = new Map<string, ReturnType<DecisionRuntime["subjects"]["get"]>>();
+  // A per-request memo dropped with the request, not a cache: no bound or TTL to give lru-cache.
   const policies = new Map<string, Promise<LoadedPolicy>>();
   return {
     ...runtime,

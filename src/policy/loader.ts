@@ -161,6 +161,8 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     max: positiveIntegerOption(options.cache?.max, 10_000, "cache.max"),
     ttl: positiveIntegerOption(options.cache?.ttlMs, 300_000, "cache.ttlMs"),
   });
+  // Hand-written, not lru-cache fetch(): a joiner checks the shared result against its own record
+  // (artifact, crypto version) and opens its own when they differ (decision 1801).
   const inflight = new Map<string, Promise<PolicyLoad | undefined>>();
   let hits = 0;
   let misses = 0;

@@ -85,6 +85,8 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
   const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
     max: options.maxOwners ?? 10_000,
   });
+  // Hand-written single flight, not lru-cache fetch(): the cached ring is kept even past a refetch
+  // cooldown and the flight records whether it was a forced refetch (decision 1801).
   const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();
 
   const fetchRing = (owner: string, refetch: boolean): Promise<PublicKeyRing | undefined> => {

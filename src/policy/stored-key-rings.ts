@@ -37,7 +37,6 @@ export function createStoredKeyRings(options: StoredKeyRingsOptions): KeyRingSou
   const collection = options.collection ?? KEY_RINGS_COLLECTION;
   const max = options.cacheMax ?? 10_000;
   if (!Number.isSafeInteger(max) || max < 1) throw new TypeError("cacheMax must be a positive integer");
-  const rings = new LRUCache<string, Promise<KeyRing>>({ max });
 
   async function loadOrCreate(owner: string): Promise<KeyRing> {
     const existing = await store.get<unknown>(collection, owner);
@@ -50,18 +49,20 @@ export function createStoredKeyRings(options: StoredKeyRingsOptions): KeyRingSou
     return unwrapKeyRing(winner, kek);
   }
 
+  // lru-cache's fetch() is the single flight: concurrent first uses of an owner share one
+  // load-or-create; a failure (store down, wrong KEK) is not remembered, the next call tries again.
+  const rings = new LRUCache<string, KeyRing>({
+    max,
+    ignoreFetchAbort: true,
+    fetchMethod: (owner) => loadOrCreate(owner),
+  });
+
   return {
-    keyRing(owner: string): Promise<KeyRing> {
-      let pending = rings.get(owner);
-      if (pending === undefined) {
-        pending = loadOrCreate(owner);
-        rings.set(owner, pending);
-        // A failure (store down, wrong KEK) is not remembered: the next call tries again.
-        pending.catch(() => {
-          if (rings.get(owner) === pending) rings.delete(owner);
-        });
-      }
-      return pending;
+    async keyRing(owner: string): Promise<KeyRing> {
+      const ring = rings.get(owner) ?? (await rings.fetch(owner));
+      // Unreachable (loadOrCreate returns a ring or throws); the type of fetch() allows undefined.
+      if (ring === undefined) throw new KeyRingStoreError("no key ring loaded");
+      return ring;
     },
   };
 }

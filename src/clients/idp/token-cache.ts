@@ -44,29 +44,32 @@ export function createTokenCache(grant: PasswordGrant, options: TokenCacheOption
   const defaultLifetimeSec = options.defaultLifetimeSec ?? 60;
   // A KeyObject, not a Buffer: Node re-validates Buffer keys on every createHmac.
   const hmacKey = createSecretKey(randomBytes(32));
-  const entries = new LRUCache<string, Entry>({ max: options.maxEntries ?? 10_000 });
-  const pending = new Map<string, Promise<string>>();
-
   const keyOf = (username: string, password: string): string =>
     `${username}\u0000${createHmac("sha256", hmacKey).update(password, "utf8").digest("base64url")}`;
 
+  // lru-cache's fetch() is the single flight: concurrent misses for one key share one grant;
+  // a failed grant is not kept. A token too short-lived to reuse is handed out, never served again.
+  const entries = new LRUCache<string, Entry, { readonly username: string; readonly password: string }>({
+    max: options.maxEntries ?? 10_000,
+    ignoreFetchAbort: true,
+    fetchMethod: async (_key, _stale, { context }) => {
+      const granted = await grant(context.username, context.password);
+      const lifetime = granted.expiresInSec ?? defaultLifetimeSec;
+      const usable = lifetime - Math.min(skewSec, lifetime / 2);
+      return { token: granted.accessToken, refreshAt: usable > 0 ? now() + usable * 1000 : 0 };
+    },
+  });
+
   return {
-    get(username, password) {
+    async get(username, password) {
       const key = keyOf(username, password);
       const entry = entries.get(key);
-      if (entry !== undefined && now() < entry.refreshAt) return Promise.resolve(entry.token);
-      let flight = pending.get(key);
-      if (flight === undefined) {
-        flight = (async () => {
-          const granted = await grant(username, password);
-          const lifetime = granted.expiresInSec ?? defaultLifetimeSec;
-          const usable = lifetime - Math.min(skewSec, lifetime / 2);
-          if (usable > 0) entries.set(key, { token: granted.accessToken, refreshAt: now() + usable * 1000 });
-          return granted.accessToken;
-        })().finally(() => pending.delete(key));
-        pending.set(key, flight);
-      }
-      return flight;
+      if (entry !== undefined && now() < entry.refreshAt) return entry.token;
+      // forceRefresh: the entry is due by `now` (the cache keeps no TTL of its own).
+      const fetched = await entries.fetch(key, { context: { username, password }, forceRefresh: true });
+      // Unreachable (the grant returns a token or throws); the type of fetch() allows undefined.
+      if (fetched === undefined) throw new TypeError("password grant produced no token");
+      return fetched.token;
     },
     invalidate(username, password, token) {
       const key = keyOf(username, password);

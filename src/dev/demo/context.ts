@@ -94,6 +94,7 @@ export function answerOf(req: ClientRequest, payload?: string): Promise<{ status
 }
 
 export function createDemoContext(env: DevEnvironment, report: DemoReporter): DemoContext {
+  // Demo tool: a handful of keys for one run; no bound or TTL needed, so no lru-cache.
   const tokens = new Map<string, Promise<string>>();
   const cached = (key: string, get: () => Promise<string>): Promise<string> => {
     let pending = tokens.get(key);

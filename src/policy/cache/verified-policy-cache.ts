@@ -281,6 +281,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const view = new LRUCache<string, { head: number; readonly generation: number }>({ max });
   const viewReads = new Map<string, { max: number; readonly generation: number }>();
   const headReads = new Map<string, Promise<number | null>>();
+  // Hand-written, not lru-cache fetch(): a joiner accepts the shared reload only at the head it
+  // expects, else starts its own; the layer answered (redis/authority) is per caller (decision 1801).
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
 

@@ -223,6 +223,8 @@ export async function createOwnerRegistry(options: OwnerRegistryOptions): Promis
     ttlAutopurge: false,
   });
   const accessIndex = new LRUCache<string, string>({ max: options.maxCachedOwners ?? 10_000 });
+  // Hand-written, not lru-cache fetch(): an unknown owner (undefined) must not be cached and the
+  // owners cache is also filled by rotations and the access-key index (decision 1801).
   const loading = new Map<string, Promise<Owner | undefined>>();
   const lastRefresh = new Map<string, number>();
   const locks = new Map<string, Promise<unknown>>();

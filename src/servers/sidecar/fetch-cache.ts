@@ -33,25 +33,26 @@ export function createFetchCache<V>(options: FetchCacheOptions<V>): FetchCache<V
   if (!Number.isSafeInteger(max) || max < 1)
     throw new SidecarConfigError("maxEntries must be a positive integer");
   const now = options.now ?? Date.now;
-  const entries = new LRUCache<string, { value: V; until: number }>({ max });
-  const inFlight = new Map<string, Promise<V>>();
+  // lru-cache's fetch() is the single flight: concurrent misses share one load; a failed
+  // load is not kept. A value loaded with ttlMs ≤ 0 is handed out, never served again.
+  const entries = new LRUCache<string, { value: V; until: number }>({
+    max,
+    ignoreFetchAbort: true,
+    fetchMethod: async (key) => {
+      const loaded = await options.load(key);
+      return { value: loaded.value, until: loaded.ttlMs > 0 ? now() + loaded.ttlMs : 0 };
+    },
+  });
 
   return {
     async get(key) {
       const entry = entries.get(key);
       if (entry !== undefined && now() < entry.until) return { value: entry.value, hit: true };
-      let pending = inFlight.get(key);
-      if (pending === undefined) {
-        pending = options
-          .load(key)
-          .then((loaded) => {
-            if (loaded.ttlMs > 0) entries.set(key, { value: loaded.value, until: now() + loaded.ttlMs });
-            return loaded.value;
-          })
-          .finally(() => inFlight.delete(key));
-        inFlight.set(key, pending);
-      }
-      return { value: await pending, hit: false };
+      // forceRefresh: the entry is due by `now` (the cache keeps no TTL of its own).
+      const loaded = await entries.fetch(key, { forceRefresh: true });
+      // Unreachable (load returns a value or throws); the type of fetch() allows undefined.
+      if (loaded === undefined) throw new TypeError("load produced no value");
+      return { value: loaded.value, hit: false };
     },
     peek(key) {
       const entry = entries.get(key);
