@@ -8,10 +8,8 @@
  * benchmarks and `authority dev` call it too, with overrides for what they supply.
  */
 
-import { createHash } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
-import { LRUCache } from "lru-cache";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
@@ -22,6 +20,7 @@ import { loadKek } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
+import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -35,37 +34,34 @@ import type { AuthorityContext, BearerVerifier } from "./context.ts";
 import { configuredKeyCustody } from "./key-custody.ts";
 import { type AuthorityServices, composeAuthorityServices } from "./services.ts";
 
-type VerifiedBearer = Awaited<ReturnType<BearerVerifier["verify"]>>;
-
 /** Longest time a verified token is reused without checking its signature again. */
 const TOKEN_CACHE_MAX_AGE_MS = 60_000;
 
 /**
- * Remembers successful verifications (keyed by the token's SHA-256, never the token) so a
- * client repeating its token is not re-verified on every request. An entry lives at most
- * 60 s and never past the token's own expiry; failures are never cached.
+ * Remembers successful verifications (identity/verified-token-cache.ts: keyed by the token's
+ * SHA-256, never the token) so a client repeating its token is not re-verified on every
+ * request. An entry lives at most 60 s and never past the token's own expiry; failures are
+ * never cached.
  */
 export function createCachingVerifier(
   verifier: BearerVerifier,
   options: { max: number; now?: () => number },
 ): BearerVerifier {
   if (options.max === 0) return verifier;
-  const now = options.now ?? Date.now;
-  const cache = new LRUCache<string, { token: VerifiedBearer; expiresAtMs: number }>({ max: options.max });
+  const cache = createVerifiedTokenCache({
+    verify: (token) => verifier.verify(token),
+    expiresAtMs: (verified) => {
+      const exp = verified.claims.exp;
+      return typeof exp === "number" ? exp * 1000 : undefined;
+    },
+    maxAgeMs: TOKEN_CACHE_MAX_AGE_MS,
+    maxEntries: options.max,
+    ...(options.now === undefined ? {} : { now: options.now }),
+  });
   const inner = verifier.jwksStatus?.bind(verifier);
   return {
     ...(inner === undefined ? {} : { jwksStatus: inner }),
-    async verify(token) {
-      const key = createHash("sha256").update(token).digest("base64url");
-      const hit = cache.get(key);
-      const at = now();
-      if (hit !== undefined && at < hit.expiresAtMs) return hit.token;
-      const verified = await verifier.verify(token);
-      const exp = verified.claims.exp;
-      const expiresAtMs = Math.min(typeof exp === "number" ? exp * 1000 : at, at + TOKEN_CACHE_MAX_AGE_MS);
-      if (expiresAtMs > at) cache.set(key, { token: verified, expiresAtMs });
-      return verified;
-    },
+    verify: (token) => cache.verify(token),
   };
 }
 

@@ -2,13 +2,14 @@ import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
 import { TokenVerificationError } from "../../identity/errors.ts";
 import type { VerifiedToken } from "../../identity/jwt-verifier.ts";
+import { createVerifiedTokenCache as createSharedCache } from "../../identity/verified-token-cache.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 
 /**
- * Verified bearer tokens by SHA-256 of the token, until the token's `exp` (at most
- * `maxAgeMs`, so a key removed from the issuer's JWKS stops being trusted within that
- * time, as with the verifier's own JWKS cache). The hot path then costs one hash instead
- * of a signature check. Only the digest is kept, never the token. Rejections are
+ * Verified bearer tokens as principals, in the verified-token cache every server uses
+ * (identity/verified-token-cache.ts: by SHA-256 of the token, until the token's `exp` and at
+ * most `maxAgeMs`, one verification for concurrent callers). The sidecar adds two things: a
+ * hit is answered synchronously (the decision path stays synchronous), and rejections are
  * remembered briefly (`rejectTtlMs`) so a flood of one bad token costs one check per
  * interval; an unreachable JWKS (`jwks_unavailable`) is never remembered.
  */
@@ -58,22 +59,27 @@ export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): Ve
   const maxAgeMs = positiveIntOption(options.maxAgeMs, 300_000, "maxAgeMs");
   const rejectTtlMs = positiveIntOption(options.rejectTtlMs, 2_000, "rejectTtlMs");
   const now = options.now ?? Date.now;
-  const accepted = new LRUCache<string, CachedPrincipal>({ max });
-  const rejected = new LRUCache<string, number>({ max });
-  const inFlight = new Map<string, Promise<TokenCheck>>();
-
-  const verify = async (digest: string, token: string): Promise<TokenCheck> => {
-    try {
+  const accepted = createSharedCache<CachedPrincipal>({
+    maxEntries: max,
+    maxAgeMs,
+    now,
+    expiresAtMs: (principal) => principal.validUntil,
+    verify: async (token) => {
       const verified = await verifier.verify(token);
       const partner = verified.claims.partner_id;
-      const principal: CachedPrincipal = {
+      return {
         subject: verified.subject,
         partnerId: typeof partner === "string" && partner.length > 0 ? partner : undefined,
         vouchable: verified.vouchable !== false,
         validUntil: Math.min(verified.expiresAt.getTime(), now() + maxAgeMs),
       };
-      accepted.set(digest, principal);
-      return { ok: true, principal, cached: false };
+    },
+  });
+  const rejected = new LRUCache<string, number>({ max });
+
+  const verify = async (digest: string, token: string): Promise<TokenCheck> => {
+    try {
+      return { ok: true, principal: await accepted.verify(token), cached: false };
     } catch (error) {
       const unavailable = error instanceof TokenVerificationError && error.unavailable;
       if (!unavailable) rejected.set(digest, now() + rejectTtlMs);
@@ -86,25 +92,16 @@ export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): Ve
       return accepted.size;
     },
     check(token) {
+      const principal = accepted.peek(token);
+      if (principal !== undefined) return { ok: true, principal, cached: true };
       // One-shot digest: no Hash object per request.
       const digest = hash("sha256", token, "base64");
-      const at = now();
-      const principal = accepted.get(digest);
-      if (principal !== undefined) {
-        if (at < principal.validUntil) return { ok: true, principal, cached: true };
-        accepted.delete(digest);
-      }
       const rejectedUntil = rejected.get(digest);
       if (rejectedUntil !== undefined) {
-        if (at < rejectedUntil) return REJECTED;
+        if (now() < rejectedUntil) return REJECTED;
         rejected.delete(digest);
       }
-      let pending = inFlight.get(digest);
-      if (pending === undefined) {
-        pending = verify(digest, token).finally(() => inFlight.delete(digest));
-        inFlight.set(digest, pending);
-      }
-      return pending;
+      return verify(digest, token);
     },
   };
 }

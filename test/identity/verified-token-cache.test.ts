@@ -1,0 +1,157 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import fc from "fast-check";
+import { decodeJwt, decodeProtectedHeader, generateKeyPair, SignJWT } from "jose";
+import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "../../src/identity/jwt-verifier.ts";
+import { createVerifiedTokenCache } from "../../src/identity/verified-token-cache.ts";
+import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
+
+describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
+  let idp: IdpServer;
+  let issuer: string;
+  let verifications = 0;
+  let verifier: JwtVerifier;
+
+  const cacheOver = (options: { maxAgeMs?: number; maxEntries?: number; now?: () => number } = {}) =>
+    createVerifiedTokenCache<VerifiedToken>({
+      verify: (token) => verifier.verify(token),
+      expiresAtMs: (verified) => verified.expiresAt.getTime(),
+      maxAgeMs: options.maxAgeMs ?? 300_000,
+      ...(options.maxEntries === undefined ? {} : { maxEntries: options.maxEntries }),
+      ...(options.now === undefined ? {} : { now: options.now }),
+    });
+  const issue = async (subject: string, lifetimeSec = 600) =>
+    (await idp.issueToken({ subject, lifetimeSec })).accessToken;
+
+  before(async () => {
+    idp = await createIdpServer({ audience: "authority" });
+    issuer = await idp.listen();
+    const real = createJwtVerifier({
+      issuer,
+      audience: "authority",
+      jwks: `${issuer}/.well-known/jwks.json`,
+      clockToleranceSec: 0,
+    });
+    verifier = {
+      issuer,
+      verify: (token) => {
+        verifications++;
+        return real.verify(token);
+      },
+    };
+  });
+  after(() => idp.close());
+
+  test("a forged token with the genuine token's claims and key id is never served from the cache", async () => {
+    const cache = cacheOver();
+    const genuine = await issue("agent-1");
+    await cache.verify(genuine);
+    // Same header (kid, alg) and claims, signed by a key the issuer never published.
+    const { privateKey } = await generateKeyPair("ES256");
+    const header = decodeProtectedHeader(genuine);
+    const forged = await new SignJWT(decodeJwt(genuine))
+      .setProtectedHeader({ ...header, alg: "ES256" })
+      .sign(privateKey);
+    for (let i = 0; i < 2; i++) {
+      const before = verifications;
+      assert.equal(cache.peek(forged), undefined);
+      await assert.rejects(cache.verify(forged));
+      assert.equal(verifications, before + 1, "every attempt goes to the verifier");
+    }
+    assert.equal(cache.peek(genuine)?.subject, "agent-1");
+  });
+
+  test("any other string than a verified token misses the cache and is refused (property)", async () => {
+    const cache = cacheOver();
+    const genuine = await issue("agent-2");
+    await cache.verify(genuine);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.string(),
+          fc
+            .tuple(fc.nat({ max: genuine.length - 1 }), fc.string({ minLength: 1, maxLength: 1 }))
+            .map(([at, c]) => `${genuine.slice(0, at)}${c}${genuine.slice(at + 1)}`),
+        ),
+        async (token) => {
+          fc.pre(token !== genuine);
+          assert.equal(cache.peek(token), undefined);
+          await assert.rejects(cache.verify(token));
+        },
+      ),
+      { numRuns: 60 },
+    );
+    assert.equal(cache.size, 1, "refusals are not kept");
+  });
+
+  test("an expired token is not served from the cache: the verifier refuses it", async () => {
+    const cache = cacheOver();
+    const token = await issue("agent-3", 1);
+    await cache.verify(token);
+    const expiresAt = (decodeJwt(token).exp ?? 0) * 1000;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, expiresAt - Date.now()) + 50));
+    const before = verifications;
+    assert.equal(cache.peek(token), undefined);
+    await assert.rejects(cache.verify(token));
+    assert.equal(verifications, before + 1);
+    assert.equal(cache.size, 0);
+  });
+
+  test("an entry lives at most maxAgeMs, then the verifier decides again", async () => {
+    let now = Date.now();
+    const cache = cacheOver({ maxAgeMs: 1000, now: () => now });
+    const token = await issue("agent-4");
+    await cache.verify(token);
+    const before = verifications;
+    now += 999;
+    await cache.verify(token);
+    assert.equal(verifications, before);
+    now += 2;
+    assert.equal(cache.peek(token), undefined);
+    await cache.verify(token);
+    assert.equal(verifications, before + 1);
+  });
+
+  test("the cache is bounded: the least recently used token is dropped", async () => {
+    const cache = cacheOver({ maxEntries: 3 });
+    const tokens = await Promise.all(["a", "b", "c", "d", "e"].map((s) => issue(`agent-5${s}`)));
+    for (const token of tokens) await cache.verify(token);
+    assert.equal(cache.size, 3);
+    assert.equal(cache.peek(tokens[0] as string), undefined);
+    assert.equal(cache.peek(tokens[4] as string)?.subject, "agent-5e");
+  });
+
+  test("concurrent first sightings share one verification; a shared refusal is not kept", async () => {
+    const cache = cacheOver();
+    const token = await issue("agent-6");
+    let before = verifications;
+    const results = await Promise.all(Array.from({ length: 20 }, () => cache.verify(token)));
+    assert.ok(results.every((r) => r.subject === "agent-6"));
+    assert.equal(verifications, before + 1);
+
+    const bad = `${token.slice(0, -4)}AAAA`;
+    before = verifications;
+    const refused = await Promise.allSettled(Array.from({ length: 5 }, () => cache.verify(bad)));
+    assert.ok(refused.every((r) => r.status === "rejected"));
+    assert.equal(verifications, before + 1);
+    await assert.rejects(cache.verify(bad));
+    assert.equal(verifications, before + 2);
+  });
+
+  test("a token without an expiry is answered but not remembered", async () => {
+    let calls = 0;
+    const cache = createVerifiedTokenCache({
+      verify: async (token: string) => {
+        calls++;
+        return { token };
+      },
+      expiresAtMs: () => undefined,
+      maxAgeMs: 60_000,
+    });
+    assert.deepEqual(await cache.verify("x"), { token: "x" });
+    assert.equal(cache.peek("x"), undefined);
+    await cache.verify("x");
+    assert.equal(calls, 2);
+    assert.equal(cache.size, 0);
+  });
+});
