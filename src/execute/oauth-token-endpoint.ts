@@ -1,3 +1,4 @@
+import * as oauth from "oauth4webapi";
 import type { ClientAuthMethod } from "./auth-profiles.ts";
 import { headerSafe, unavailable } from "./auth-profiles.ts";
 import { readBoundedBody } from "./bounded-body.ts";
@@ -29,10 +30,18 @@ export interface TokenRequest {
 /** Token endpoint answers are small; anything larger is refused. */
 const MAX_TOKEN_RESPONSE_BYTES = 64 * 1024;
 
-/** RFC 6749 §2.3.1: the client id and secret are form-encoded before Basic encoding. */
-function basicCredentials(clientId: string, secret: string): string {
+/**
+ * client_secret_basic as this client has always sent it (RFC 6749 §2.3.1: form-encoded, then
+ * Basic), not oauth4webapi's ClientSecretBasic: that one also percent-encodes `-`, `_` and `.`,
+ * which token endpoints that do not form-decode the credentials refuse (and the secret scrubber
+ * knows this form of the header).
+ */
+function clientSecretBasic(secret: string): oauth.ClientAuth {
   const encode = (value: string) => encodeURIComponent(value).replaceAll("%20", "+");
-  return Buffer.from(`${encode(clientId)}:${encode(secret)}`).toString("base64");
+  return (_server, client, _body, headers) => {
+    const pair = `${encode(client.client_id)}:${encode(secret)}`;
+    headers.set("authorization", `Basic ${Buffer.from(pair).toString("base64")}`);
+  };
 }
 
 function refused(oauthError: string | undefined): ExecutionError {
@@ -96,35 +105,64 @@ function parseTokenResponse(body: unknown): TokenResponse {
   return out;
 }
 
+/** Statuses whose Response may not carry a body (the Fetch standard's null body statuses). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
 /**
  * POSTs one form-encoded grant to a token endpoint with a deadline and a size bound.
+ * oauth4webapi builds the request (client authentication, form) and checks the success
+ * answer; the caller's fetch (egress policy) sends it, through a fetch that bounds the body.
  * Failures become `auth_profile_unavailable` (see refusalCode for a refusal); the
  * endpoint's own error text is never kept.
  */
 export async function requestToken(request: TokenRequest): Promise<TokenResponse> {
-  const form = new URLSearchParams(request.params);
-  const headers: Record<string, string> = {
-    "content-type": "application/x-www-form-urlencoded",
-    accept: "application/json",
-  };
+  const { grant_type: grantType, ...params } = request.params;
+  if (grantType === undefined) throw new TypeError("params.grant_type is required");
   const secret = request.clientSecret;
-  if (secret !== undefined && (request.clientAuth ?? "client_secret_basic") === "client_secret_basic") {
-    headers.authorization = `Basic ${basicCredentials(request.clientId, secret)}`;
-  } else {
-    form.set("client_id", request.clientId);
-    if (secret !== undefined) form.set("client_secret", secret);
-  }
-  let response: Response;
-  let bytes: Uint8Array;
+  const clientAuth =
+    secret === undefined
+      ? oauth.None()
+      : (request.clientAuth ?? "client_secret_basic") === "client_secret_basic"
+        ? clientSecretBasic(secret)
+        : oauth.ClientSecretPost(secret);
+  let tokenEndpoint: URL;
   try {
-    response = await request.fetch(request.tokenUrl, {
+    tokenEndpoint = new URL(request.tokenUrl);
+  } catch {
+    throw unavailable("token_endpoint_unreachable");
+  }
+  const server: oauth.AuthorizationServer = {
+    issuer: tokenEndpoint.origin,
+    token_endpoint: tokenEndpoint.href,
+  };
+  let bytes: Uint8Array = new Uint8Array();
+  const boundedFetch = async (url: string, init: oauth.CustomFetchOptions<"POST", URLSearchParams>) => {
+    const answer = await request.fetch(url, {
       method: "POST",
-      headers,
-      body: form.toString(),
+      headers: init.headers,
+      body: init.body,
       redirect: "manual",
-      signal: AbortSignal.timeout(request.timeoutMs),
+      signal: init.signal,
     });
-    bytes = await readBoundedBody(response, MAX_TOKEN_RESPONSE_BYTES);
+    bytes = await readBoundedBody(answer, MAX_TOKEN_RESPONSE_BYTES);
+    const body = NULL_BODY_STATUSES.has(answer.status) ? null : bytes.slice();
+    return new Response(body, { status: answer.status, headers: answer.headers });
+  };
+  let response: Response;
+  try {
+    response = await oauth.genericTokenEndpointRequest(
+      server,
+      { client_id: request.clientId },
+      clientAuth,
+      grantType,
+      new URLSearchParams(params),
+      {
+        [oauth.customFetch]: boundedFetch,
+        // Which endpoints may be reached, http or not, is the egress policy's decision.
+        [oauth.allowInsecureRequests]: true,
+        signal: AbortSignal.timeout(request.timeoutMs),
+      },
+    );
   } catch (error) {
     const denial = egressDenialOf(error);
     if (denial !== undefined) {
@@ -134,5 +172,16 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
   }
   const body = parseJson(bytes);
   if (response.status !== 200) throw refused(oauthErrorCode(body));
+  try {
+    await oauth.processGenericTokenEndpointResponse(server, { client_id: request.clientId }, response);
+  } catch {
+    // Answered 200 but not a conforming token response (oauth4webapi says which; we keep the issue only).
+    const tokenType = (body as Record<string, unknown> | undefined)?.token_type;
+    throw unavailable(
+      typeof tokenType === "string" && tokenType.toLowerCase() !== "bearer"
+        ? "token_type_unsupported"
+        : "token_response_invalid",
+    );
+  }
   return parseTokenResponse(body);
 }
