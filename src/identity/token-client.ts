@@ -71,6 +71,8 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+// Hand-written, not oauth4webapi (execute/oauth-token-endpoint.ts uses it): the password grant
+// of a public client sends no client_id, which oauth4webapi refuses (decision 1801).
 export async function requestToken(request: TokenRequest): Promise<TokenResponse> {
   const url = new URL(request.tokenUrl);
   if (url.protocol !== "https:" && url.protocol !== "http:") {
