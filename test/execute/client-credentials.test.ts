@@ -5,7 +5,14 @@ import { createClientCredentialsTokens } from "../../src/execute/client-credenti
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor } from "../../src/execute/executor.ts";
 import { egressAllowing } from "../helpers/egress.ts";
-import { itemSnapshot, openTokenStore, secretTable, type TokenStoreFixture } from "./helpers.ts";
+import {
+  itemSnapshot,
+  openTokenStore,
+  secretTable,
+  sendJson,
+  startServer,
+  type TokenStoreFixture,
+} from "./helpers.ts";
 import { type OAuthServer, startOAuthServer } from "./oauth-server.ts";
 
 const CLIENT_ID = "svc client:1";
@@ -200,5 +207,43 @@ describe("oauth_client_credentials", () => {
     const error = await reasonOf(execute(ex));
     assert.equal(error.reason, "auth_profile_unavailable");
     assert.equal(error.details?.issue, "token_endpoint_unreachable");
+  });
+
+  it("hostile token endpoints: an oversized answer, a redirect, a 200 without token_type are refused", async () => {
+    const hostile = await startServer();
+    let mode: "huge" | "redirect" | "untyped" = "huge";
+    let followed = 0;
+    hostile.setHandler((req, res) => {
+      if (req.target === "/elsewhere") {
+        followed++;
+        return sendJson(res, 200, { access_token: "at-elsewhere", token_type: "Bearer" });
+      }
+      if (mode === "huge")
+        return sendJson(res, 200, { access_token: "a".repeat(70 * 1024), token_type: "Bearer" });
+      if (mode === "redirect") {
+        res.writeHead(307, { location: `${hostile.origin}/elsewhere` });
+        res.end();
+        return;
+      }
+      return sendJson(res, 200, { access_token: "at-untyped", expires_in: 60 });
+    });
+    try {
+      const cc = createClientCredentialsTokens({ fetch: globalThis.fetch, secretResolver: secrets.resolve });
+      const hostileProfile = profile({ tokenUrl: `${hostile.origin}/token` });
+      const huge = await reasonOf(cc.getToken(hostileProfile));
+      assert.equal(
+        huge.details?.issue,
+        "token_endpoint_unreachable",
+        "a 70 KiB answer is over the 64 KiB bound",
+      );
+      mode = "redirect";
+      const redirected = await reasonOf(cc.getToken(hostileProfile));
+      assert.equal(redirected.details?.issue, "token_endpoint_refused");
+      assert.equal(followed, 0, "the redirect is not followed");
+      mode = "untyped";
+      assert.equal((await reasonOf(cc.getToken(hostileProfile))).details?.issue, "token_response_invalid");
+    } finally {
+      await hostile.close();
+    }
   });
 });
