@@ -21,6 +21,7 @@ import {
   boolean,
   duration,
   egressAllowSetting,
+  embeddedStateSettings,
   httpUrl,
   integer,
   kekSettings,
@@ -36,7 +37,6 @@ import {
   refuseKekInitOnSharedStore,
   type SettingSource,
   setting,
-  storeUrl,
   text,
 } from "./settings.ts";
 import { configuredIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
@@ -109,21 +109,7 @@ export interface AuthorityConfig {
 /** Every setting of `authority serve`, in the order the help lists them. */
 export const authoritySettings = {
   logLevel: logLevelSetting(),
-  stateDir: setting({
-    key: "state-dir",
-    env: "AUTHORITY_STATE_DIR",
-    description: "embedded state directory (SQLite file, wrapped keys)",
-    default: "./.authority",
-    parse: path,
-  }),
-  store: setting({
-    key: "store",
-    env: "AUTHORITY_STORE_URL",
-    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
-    defaultText: "sqlite:<state-dir>/authority.db",
-    secret: true,
-    parse: storeUrl,
-  }),
+  ...embeddedStateSettings,
   ...kekSettings,
   listen: setting({
     key: "listen",

@@ -6,15 +6,15 @@
 import { join, resolve } from "node:path";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
-  httpUrl,
+  bearerTokenSettings,
+  DEFAULT_ISSUER,
+  embeddedStateSettings,
   kekSettings,
   type LogLevel,
   listenAddress,
   logLevelSetting,
-  path,
   refuseKekInitOnSharedStore,
   setting,
-  storeUrl,
   text,
 } from "./settings.ts";
 
@@ -42,43 +42,9 @@ export const cryptoSettings = {
     default: "127.0.0.1:8082",
     parse: listenAddress,
   }),
-  stateDir: setting({
-    key: "state-dir",
-    env: "AUTHORITY_STATE_DIR",
-    description: "embedded state directory",
-    default: "./.authority",
-    parse: path,
-  }),
-  store: setting({
-    key: "store",
-    env: "AUTHORITY_STORE_URL",
-    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
-    defaultText: "sqlite:<state-dir>/authority.db",
-    secret: true,
-    parse: storeUrl,
-  }),
+  ...embeddedStateSettings,
   ...kekSettings,
-  issuer: setting({
-    key: "issuer",
-    env: "AUTHORITY_ISSUER",
-    description: "issuer of accepted bearer tokens",
-    default: "http://127.0.0.1:8083",
-    parse: httpUrl,
-  }),
-  jwksUrl: setting({
-    key: "jwks-url",
-    env: "AUTHORITY_JWKS_URL",
-    description: "JWKS of the issuer",
-    defaultText: "<issuer>/.well-known/jwks.json",
-    parse: httpUrl,
-  }),
-  audience: setting({
-    key: "audience",
-    env: "AUTHORITY_AUDIENCE",
-    description: "required token audience",
-    default: "authority",
-    parse: text(),
-  }),
+  ...bearerTokenSettings,
   adminRole: setting({
     key: "admin-role",
     env: "AUTHORITY_CRYPTO_ADMIN_ROLE",
@@ -95,7 +61,7 @@ export const cryptoSchema = defineProcess({
   settings: cryptoSettings,
   build(read): CryptoCommandConfig {
     const { host, port } = read.value("listen");
-    const issuer = read.value("issuer");
+    const issuer = read.optional("issuer") ?? DEFAULT_ISSUER;
     const stateDir = read.value("stateDir");
     const storeUrl = read.optional("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
     const initKek = read.value("initKek");
@@ -110,7 +76,7 @@ export const cryptoSchema = defineProcess({
       initKek,
       issuer,
       jwksUrl: read.optional("jwksUrl") ?? `${issuer}/.well-known/jwks.json`,
-      audience: read.value("audience"),
+      audience: read.optional("audience") ?? "authority",
       adminRole: read.value("adminRole"),
       logLevel: read.value("logLevel"),
     };

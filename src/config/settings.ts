@@ -18,6 +18,7 @@ import {
   logLevel,
   path,
   type RawValue,
+  storeUrl,
   text,
   type Validator,
 } from "./validators.ts";
@@ -186,13 +187,16 @@ export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   parse: egressAllowList,
 };
 
-/** The bearer-token settings every server that verifies tokens shares (serve, sidecar). */
+/** The development IdP's issuer: the default wherever an issuer is not given. */
+export const DEFAULT_ISSUER = "http://127.0.0.1:8083";
+
+/** The bearer-token settings every server that verifies tokens shares (serve, sidecar, crypto). */
 export const bearerTokenSettings = {
   issuer: setting({
     key: "issuer",
     env: "AUTHORITY_ISSUER",
     description: "issuer of accepted bearer tokens (the primary trusted issuer)",
-    defaultText: "http://127.0.0.1:8083",
+    defaultText: DEFAULT_ISSUER,
     parse: httpUrl,
   }),
   jwksUrl: setting({
@@ -208,6 +212,25 @@ export const bearerTokenSettings = {
     description: "required token audience",
     defaultText: "authority",
     parse: text(),
+  }),
+};
+
+/** Where a process that keeps state embedded (serve, crypto) keeps it. */
+export const embeddedStateSettings = {
+  stateDir: setting({
+    key: "state-dir",
+    env: "AUTHORITY_STATE_DIR",
+    description: "embedded state directory (SQLite file, wrapped keys)",
+    default: "./.authority",
+    parse: path,
+  }),
+  store: setting({
+    key: "store",
+    env: "AUTHORITY_STORE_URL",
+    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
+    defaultText: "sqlite:<state-dir>/authority.db",
+    secret: true,
+    parse: storeUrl,
   }),
 };
 

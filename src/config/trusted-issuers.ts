@@ -7,7 +7,7 @@
  */
 import { type ClaimMapping, defaultClaimMapping, type TrustedIssuer } from "../identity/trusted-issuers.ts";
 import { ConfigError } from "./errors.ts";
-import { httpUrl, type RawValue, type SettingSpec } from "./settings.ts";
+import { DEFAULT_ISSUER, httpUrl, type RawValue, type SettingSpec } from "./settings.ts";
 
 const ENTRY_KEYS = [
   "issuer",
@@ -178,7 +178,7 @@ export function configuredIssuers(
 ): TrustedIssuer[] {
   const single =
     issuer !== undefined || jwksUrl !== undefined || audience !== undefined || list === undefined;
-  const primaryIssuer = issuer ?? "http://127.0.0.1:8083";
+  const primaryIssuer = issuer ?? DEFAULT_ISSUER;
   return resolveTrustedIssuers({
     primary: single
       ? {
