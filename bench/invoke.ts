@@ -25,9 +25,9 @@ import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import { buildAuthorityService } from "../src/servers/authority/build.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
-import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
+import { benchAuthorityConfig } from "./lib/authority-config.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -167,7 +167,7 @@ export async function benchInvoke(
   const keyRings = createProcessKeyRings();
   // The authority's own composition root, with the bench's store, verifier and keys.
   const service = await buildAuthorityService(
-    testAuthorityConfig({
+    benchAuthorityConfig({
       publicUrl: "http://authority.bench",
       issuer: adminIssuer,
       audience: "authority",

@@ -35,8 +35,8 @@ import { buildAuthorityService, createCachingVerifier } from "../src/servers/aut
 import type { AuthorityServices } from "../src/servers/authority/services.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
-import { testAuthorityConfig } from "../test/helpers/authority-config.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
+import { benchAuthorityConfig } from "./lib/authority-config.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -223,7 +223,7 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
   const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
   // The authority's own composition root, with the bench's store, verifier and keys.
   const service = await buildAuthorityService(
-    testAuthorityConfig({
+    benchAuthorityConfig({
       publicUrl: "http://127.0.0.1:8080",
       issuer,
       audience: "authority",

@@ -24,10 +24,10 @@ import { createStoredKeyRings } from "../../src/policy/stored-key-rings.ts";
 import { buildAuthorityService } from "../../src/servers/authority/build.ts";
 import { createIdpServer } from "../../src/servers/idp/server.ts";
 import { openStore } from "../../src/store/index.ts";
-import { testAuthorityConfig } from "../../test/helpers/authority-config.ts";
 import { egressAllowValue } from "../../test/helpers/egress.ts";
 import { startRedisServer } from "../../test/helpers/redis-server.ts";
 import { makeTempDir } from "../../test/helpers/temp-dir.ts";
+import { benchAuthorityConfig } from "./authority-config.ts";
 
 export const PARTNER = "acme";
 export const CAPABILITY = "orders";
@@ -80,7 +80,7 @@ export async function startBenchWorld(options: BenchWorldOptions): Promise<Bench
     const scoping = options.parameterScoping === true;
     // The authority's own composition root, with the bench's store, verifier and keys.
     const service = await buildAuthorityService(
-      testAuthorityConfig({
+      benchAuthorityConfig({
         publicUrl: "http://127.0.0.1:8080",
         issuer,
         audience: "authority",
