@@ -71,6 +71,49 @@ async function waitReady(port: number, child: ChildProcess, output: () => string
   assert.fail(`the sidecar did not become ready:\n${output()}`);
 }
 
+/** What the kubelet probes and the chart's PodMonitor scrapes, fetched from the started sidecar. */
+async function assertProbesAndScrapesServed(container: Obj, rendered: unknown[]): Promise<void> {
+  const portByName = new Map(
+    ((container.ports ?? []) as Obj[]).map((port) => [String(port.name), Number(port.containerPort)]),
+  );
+  const portOf = (port: unknown): number => {
+    const number = typeof port === "number" ? port : portByName.get(String(port));
+    assert.ok(
+      number !== undefined && Number.isInteger(number),
+      `port ${String(port)} is a port of the container`,
+    );
+    return number;
+  };
+  const targets: { what: string; port: number; path: string }[] = [];
+  for (const key of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+    const probe = container[key];
+    if (!isObj(probe)) continue;
+    assert.ok(isObj(probe.httpGet), `${key} is an HTTP probe`);
+    targets.push({ what: key, port: portOf(probe.httpGet.port), path: String(probe.httpGet.path) });
+  }
+  assert.ok(targets.length >= 2, "the injected container is probed");
+  const podMonitor = rendered.filter(isObj).find((d) => d.kind === "PodMonitor");
+  assert.ok(podMonitor !== undefined && isObj(podMonitor.spec), "the chart renders a PodMonitor");
+  for (const endpoint of (podMonitor.spec.podMetricsEndpoints ?? []) as Obj[]) {
+    targets.push({
+      what: "PodMonitor",
+      port: portOf(endpoint.port),
+      path: String(endpoint.path ?? "/metrics"),
+    });
+  }
+  assert.ok(
+    targets.some((t) => t.what === "PodMonitor"),
+    "the PodMonitor scrapes an endpoint",
+  );
+  for (const { what, port, path } of targets) {
+    const response = await fetch(`http://127.0.0.1:${port}${path}`);
+    const body = await response.text();
+    assert.equal(response.status, 200, `${what} ${path} on ${port}`);
+    if (what === "PodMonitor")
+      assert.match(body, /^# HELP authority_sidecar_/m, "Prometheus text from the sidecar");
+  }
+}
+
 describe("an injected sidecar starts with exactly what the chart and the injector give it", () => {
   let world: World;
   let dir: TempDir;
@@ -104,6 +147,7 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
       valuesFile,
       stringify({
         authority: { issuer: world.context.config.issuer },
+        metrics: { podMonitor: { enabled: true } },
         sidecar: {
           authorityUrl: world.authorityUrl,
           ports,
@@ -170,6 +214,10 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
       output += chunk.toString();
     });
     await waitReady(ports.metrics, child, () => output);
+    await assertProbesAndScrapesServed(
+      container,
+      parseAllDocuments(stdout).map((d) => d.toJS() as unknown),
+    );
 
     const client = new Client(`127.0.0.1:${ports.grpc}`, credentials.createInsecure());
     const check = () =>
