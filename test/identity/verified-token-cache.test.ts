@@ -6,6 +6,15 @@ import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "../../s
 import { createVerifiedTokenCache } from "../../src/identity/verified-token-cache.ts";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
 
+/** Same header and payload text, and a signature that decodes to the same bytes. */
+function sameSignedBytes(a: string, b: string): boolean {
+  const [ah, ap, as] = a.split(".");
+  const [bh, bp, bs] = b.split(".");
+  if (ah !== bh || ap !== bp || as === undefined || bs === undefined) return false;
+  if (!/^[A-Za-z0-9_-]*$/.test(as)) return false;
+  return Buffer.from(as, "base64url").equals(Buffer.from(bs, "base64url"));
+}
+
 describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
   let idp: IdpServer;
   let issuer: string;
@@ -74,7 +83,9 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
             .map(([at, c]) => `${genuine.slice(0, at)}${c}${genuine.slice(at + 1)}`),
         ),
         async (token) => {
-          fc.pre(token !== genuine);
+          // A changed last character of the signature may leave its unused low bits only: the
+          // same signed bytes, so the same token to every verifier, not a forgery.
+          fc.pre(token !== genuine && !sameSignedBytes(token, genuine));
           assert.equal(cache.peek(token), undefined);
           await assert.rejects(cache.verify(token));
         },
