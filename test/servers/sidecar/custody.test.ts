@@ -210,8 +210,10 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
       });
       await redis.set(policyEntryKey(NARROW), sealed);
       await redis.set(policyHeadKey(NARROW), String(genuine.record.head));
-      // A fresh sidecar: nothing local, the forged entry is the first thing it finds.
+      // A fresh sidecar: nothing local, the forged entry is the first thing it finds. Traffic
+      // comes once it is ready, as in a pod (a cold first decision may otherwise be a 503).
       const sidecar = await world.startSidecar();
+      assert.equal(await sidecar.sidecar.whenReady(30_000), true);
       try {
         const response = await sidecar.check({ token: narrowToken, path: "/orders/42" });
         assert.equal(response.http_response, "denied_response", what);
@@ -248,6 +250,7 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
       }),
     );
     const control = await world.startSidecar();
+    assert.equal(await control.sidecar.whenReady(30_000), true);
     try {
       assert.equal(
         (await control.check({ token: narrowToken, path: "/orders" })).http_response,
