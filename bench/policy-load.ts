@@ -32,8 +32,7 @@ import {
 import { nodeHttpTransport } from "../src/clients/crypto-service/transport.ts";
 import { passwordGrant } from "../src/clients/idp/password-grant.ts";
 import { createTokenCache } from "../src/clients/idp/token-cache.ts";
-import { buildPermissionId, computePolicyHash } from "../src/core/index.ts";
-import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
+import { computePolicyHash } from "../src/core/index.ts";
 import { Kek } from "../src/crypto/index.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
@@ -50,8 +49,8 @@ import { createIdpServer } from "../src/servers/idp/server.ts";
 import { createDevCertificate } from "../src/servers/managed/dev-certificate.ts";
 import { createManagedServer } from "../src/servers/managed/server.ts";
 import { openStore } from "../src/store/index.ts";
-import type { AssignmentRecord } from "../src/store/model.ts";
 import type { Store } from "../src/store/store.ts";
+import { benchAssignment } from "./policy.ts";
 
 export interface PolicyLoadBenchRow {
   readonly name: string;
@@ -70,44 +69,6 @@ export interface PolicyLoadBenchRow {
 const OPERATIONS = 100;
 const SUBJECT = "bench-agent";
 const PARTNER = "bench-partner";
-
-function operation(i: number): OperationSnapshot {
-  const path = `/resources${i}/{id}/items`;
-  return {
-    operation_id: `getResource${i}`,
-    method: "GET",
-    path,
-    summary: `Resource ${i}`,
-    input_schema: {
-      path: { type: "object", properties: { id: { type: "string" } }, required: ["id"] },
-      query: { type: "object", properties: { limit: { type: "integer", minimum: 1, maximum: 100 } } },
-      headers: { type: "object" },
-      body: null,
-    },
-    response_schema: { type: "object", properties: { items: { type: "array", items: { type: "object" } } } },
-    upstream_url_template: `https://api.example.com/v1${path}`,
-    auth_profile_ref: "bench-profile",
-    response_rules: [{ path: "/items/*/secret", mode: "remove" }],
-    parameter_constraints: [],
-  };
-}
-
-function assignment(): AssignmentRecord {
-  const ops = Array.from({ length: OPERATIONS }, (_, i) => operation(i));
-  return {
-    partner_id: PARTNER,
-    subject_id: SUBJECT,
-    capability_id: "bench-api",
-    catalog_version: "1",
-    allowed_permission_ids: ops.map((op) => buildPermissionId("bench-api", op.method, op.path)),
-    auth_profile_ref: "bench-profile",
-    operations: ops,
-    response_redactions: {},
-    expires_at: "2099-01-01T00:00:00.000Z",
-    assigned_by: "bench",
-    assigned_at: "2026-01-01T00:00:00.000Z",
-  };
-}
 
 async function measure(iterations: number, run: () => Promise<unknown>) {
   for (let i = 0; i < Math.min(10, iterations); i++) await run();
@@ -142,7 +103,7 @@ async function storePolicy(store: Store, protector: PolicyProtector): Promise<vo
   const document = compilePolicyDocument({
     subject: { subject_id: SUBJECT, subject_type: "agent", display_name: "Bench" },
     cryptoVersion: "subject_credentials_v1",
-    assignments: [assignment()],
+    assignments: [benchAssignment(OPERATIONS)],
     expiresAt: "2099-01-01T00:00:00.000Z",
     revokedAt: null,
     now: new Date("2026-01-01T00:00:00.000Z"),

@@ -40,7 +40,8 @@ export interface PolicyBenchRow {
   targetMs?: number;
 }
 
-function operation(i: number): OperationSnapshot {
+/** The benches' synthetic operation `i` (also bench/policy-load.ts). */
+export function operation(i: number): OperationSnapshot {
   const path = `/resources${i}/{id}/items`;
   return {
     operation_id: `getResource${i}`,
@@ -61,7 +62,8 @@ function operation(i: number): OperationSnapshot {
   };
 }
 
-function assignment(operations: number): AssignmentRecord {
+/** An assignment of `operations` synthetic operations to bench-agent of bench-partner. */
+export function benchAssignment(operations: number): AssignmentRecord {
   const ops = Array.from({ length: operations }, (_, i) => operation(i));
   return {
     partner_id: "bench-partner",
@@ -116,7 +118,7 @@ export async function benchPolicy(
     const input = {
       subject: { subject_id: "bench-agent", subject_type: "agent", display_name: "Bench" },
       cryptoVersion: "subject_credentials_v1",
-      assignments: [assignment(size)],
+      assignments: [benchAssignment(size)],
       expiresAt: "2099-01-01T00:00:00.000Z",
       revokedAt: null,
       now: new Date("2026-01-01T00:00:00.000Z"),
@@ -190,7 +192,7 @@ async function benchCustody(iterations: number): Promise<PolicyBenchRow[]> {
     const document = compilePolicyDocument({
       subject: { subject_id: "bench-agent", subject_type: "agent", display_name: "Bench" },
       cryptoVersion: "subject_credentials_v1",
-      assignments: [assignment(100)],
+      assignments: [benchAssignment(100)],
       expiresAt: "2099-01-01T00:00:00.000Z",
       revokedAt: null,
       now: new Date("2026-01-01T00:00:00.000Z"),
