@@ -5,14 +5,17 @@
  * — store read, decrypt-verify by the protector, parse, schema and cross-field validation,
  * hash binding to the record — with the loader's cache cleared before every load. The
  * protectors are the ones `authority serve` builds (src/servers/authority/key-custody.ts):
- * `crypto` (direct, node:http keep-alive agent, IdP token from the password grant cached)
- * and `managed` (HTTPS to the managed API, kept-alive TLS, which caches the token itself).
+ * `crypto` (direct: the crypto service unwraps the envelope's content key, and decryption and
+ * the ML-DSA signature are checked here with the signer's public keys; node:http keep-alive,
+ * IdP token cached) and `managed` (the spec's decrypt-verify over HTTPS to the managed API,
+ * which calls the crypto service's decrypt-verify: the ciphertext and the policy text travel
+ * as JSON strings on both hops). The target is the crypto service's; the managed API's row is
+ * reported beside it (decision 2301).
  *
- * Then where the time goes, each step measured alone: an HTTP and an HTTPS round trip on a
- * kept-alive connection against one on a new connection (TCP; TCP + TLS handshake), the
- * password grant the token cache saves, and the crypto service's decrypt-verify with its
- * worker pool against the libuv thread pool. Every row carries the 1-minute load average
- * at its end: the machine is shared.
+ * Then where the time goes, each step measured alone: the unwrap round trip, an HTTP and an
+ * HTTPS round trip on a kept-alive connection against one on a new connection (TCP; TCP +
+ * TLS handshake), and the password grant the token cache saves. Every row carries the
+ * 1-minute load average at its end: the machine is shared.
  *
  *   node bench/policy-load.ts          (or through bench/run.ts: benchPolicyLoad())
  */
@@ -33,7 +36,7 @@ import { nodeHttpTransport } from "../src/clients/crypto-service/transport.ts";
 import { passwordGrant } from "../src/clients/idp/password-grant.ts";
 import { createTokenCache } from "../src/clients/idp/token-cache.ts";
 import { computePolicyHash } from "../src/core/index.ts";
-import { Kek } from "../src/crypto/index.ts";
+import { deserializeEnvelope, Kek } from "../src/crypto/index.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
 import { protectPolicy } from "../src/policy/artifact.ts";
@@ -223,28 +226,15 @@ export async function benchPolicyLoad(options: { iterations?: number } = {}): Pr
     await idp.listen({ host: "127.0.0.1", port: 0 });
     const account = { username: "authority-svc", password: "bench-password-0123456789" };
     await idp.directory.addServiceAccount({ ...account, scopes: [] });
-    const kek = Kek.generate().kek;
-    const verifier = () =>
-      createJwtVerifier({ issuer: idp.issuer, audience: "authority", jwks: idp.jwksUri });
-    // The default (worker pool) and the libuv thread pool, over one store: same owners and keys.
-    const pooled = await createCryptoServer({
+    const cryptoServer = await createCryptoServer({
       store: cryptoStore,
-      kek,
-      verifier: verifier(),
+      kek: Kek.generate().kek,
+      verifier: createJwtVerifier({ issuer: idp.issuer, audience: "authority", jwks: idp.jwksUri }),
       logger: quiet("crypto"),
     });
-    servers.push(pooled);
-    const threadPool = await createCryptoServer({
-      store: cryptoStore,
-      kek,
-      verifier: verifier(),
-      logger: quiet("crypto"),
-      workerThreads: 0,
-    });
-    servers.push(threadPool);
-    const cryptoUrl = await pooled.listen({ host: "127.0.0.1", port: 0 });
-    const threadPoolUrl = await threadPool.listen({ host: "127.0.0.1", port: 0 });
-    const owner = await pooled.provisionOwner({ id: `subject:${SUBJECT}`, kind: "subject" });
+    servers.push(cryptoServer);
+    const cryptoUrl = await cryptoServer.listen({ host: "127.0.0.1", port: 0 });
+    const owner = await cryptoServer.provisionOwner({ id: `subject:${SUBJECT}`, kind: "subject" });
     const keys = { apiKey: owner.apiKey, accessKey: owner.accessKey, secretKey: owner.secretKey };
 
     const grant = passwordGrant({ tokenUrl: `${idp.issuer}/oauth2/token`, timeoutMs: 5000 });
@@ -255,15 +245,8 @@ export async function benchPolicyLoad(options: { iterations?: number } = {}): Pr
     };
     const viaOwner = (ownerCrypto: OwnerCrypto) =>
       createUpstreamPolicyProtector({ ownerFor: async () => ownerCrypto });
-    const direct = (url: string) =>
-      viaOwner(
-        createDirectOwnerCrypto({
-          client: createCryptoClient({ baseUrl: url }),
-          owner: owner.id,
-          keys,
-          tokens,
-        }),
-      );
+    const cryptoClient = createCryptoClient({ baseUrl: cryptoUrl });
+    const direct = viaOwner(createDirectOwnerCrypto({ client: cryptoClient, owner: owner.id, keys, tokens }));
 
     const certificate = await createDevCertificate();
     const managed = await createManagedServer({
@@ -285,9 +268,8 @@ export async function benchPolicyLoad(options: { iterations?: number } = {}): Pr
     const local = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "bench" });
     const loaders = [
       await loaderUnderTest("embedded key rings (local)", dir, local),
-      await loaderUnderTest("crypto service direct (keep-alive, token cached)", dir, direct(cryptoUrl), 5),
-      await loaderUnderTest("managed API (HTTPS keep-alive)", dir, viaManaged, 5),
-      await loaderUnderTest("crypto service direct, libuv thread pool", dir, direct(threadPoolUrl)),
+      await loaderUnderTest("crypto service direct (unwrap; keep-alive, token cached)", dir, direct, 5),
+      await loaderUnderTest("managed API (the spec's decrypt-verify, HTTPS keep-alive)", dir, viaManaged),
     ];
     try {
       rows.push(...(await interleaved(loaders, iterations)));
@@ -301,7 +283,20 @@ export async function benchPolicyLoad(options: { iterations?: number } = {}): Pr
     const health = new URL("/healthz", cryptoUrl);
     const managedHealth = new URL("/healthz", managedUrl);
     const get = { method: "GET" as const, headers: {}, body: "", timeoutMs: 5000 };
+    const header = deserializeEnvelope(
+      await direct.protect("{}", {
+        cryptoVersion: "subject_credentials_v1",
+        subjectId: SUBJECT,
+        partnerId: PARTNER,
+      }),
+    ).header.toString("base64");
     rows.push(
+      row(
+        "step: unwrap round trip (crypto service, header only)",
+        await measure(iterations, async () =>
+          (await cryptoClient.unwrap({ token: await tokens.get(), ...keys }, header)).contentKey.fill(0),
+        ),
+      ),
       row(
         "step: HTTP round trip, kept-alive connection",
         await measure(iterations, () => keptAlive(health, get)),

@@ -52,13 +52,17 @@ export interface EnvelopeHeaderParts {
   readonly nonce: Uint8Array;
 }
 
-export interface ParsedEnvelope extends EnvelopeHeaderParts {
+/** The header alone (magic .. nonce): what a key holder needs to unwrap the content key. */
+export interface ParsedEnvelopeHeader extends EnvelopeHeaderParts {
   readonly version: number;
   readonly suite: Suite;
   /** magic .. key id: the HPKE `info` the key schedule binds. */
   readonly info: Buffer;
   /** magic .. nonce: the AEAD associated data. */
   readonly header: Buffer;
+}
+
+export interface ParsedEnvelope extends ParsedEnvelopeHeader {
   /** AEAD ciphertext followed by the tag. */
   readonly body: Buffer;
 }
@@ -84,9 +88,12 @@ export function encodeHeader(parts: EnvelopeHeaderParts, suite: Suite = SUITE_ML
   ]);
 }
 
-export function parseEnvelope(bytes: Uint8Array): ParsedEnvelope {
-  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const malformed = (detail: string): CryptoError => new CryptoError("crypto_malformed", { detail });
+function malformed(detail: string): CryptoError {
+  return new CryptoError("crypto_malformed", { detail });
+}
+
+/** Parses the header at the start of `buf`; `bodyBytes` is the least that must follow it. */
+function parseHeaderOf(buf: Buffer, bodyBytes: (suite: Suite) => number): ParsedEnvelopeHeader {
   if (buf.length < 8 || !buf.subarray(0, 4).equals(ENVELOPE_MAGIC)) throw malformed("bad magic");
   const version = buf.readUInt8(4);
   if (version !== ENVELOPE_VERSION) throw new CryptoError("crypto_unsupported", { detail: "format version" });
@@ -102,22 +109,29 @@ export function parseEnvelope(bytes: Uint8Array): ParsedEnvelope {
   const kemLength = buf.readUInt16BE(offset);
   offset += 2;
   if (kemLength !== suite.kemCiphertextBytes) throw malformed("bad KEM ciphertext length");
-  const minimum = offset + kemLength + suite.nonceBytes + suite.tagBytes;
-  if (buf.length < minimum) throw malformed("truncated");
+  if (buf.length < offset + kemLength + suite.nonceBytes + bodyBytes(suite)) throw malformed("truncated");
   const kemCiphertext = buf.subarray(offset, offset + kemLength);
   offset += kemLength;
   const nonce = buf.subarray(offset, offset + suite.nonceBytes);
   offset += suite.nonceBytes;
-  return {
-    version,
-    suite,
-    keyId,
-    kemCiphertext,
-    nonce,
-    info,
-    header: buf.subarray(0, offset),
-    body: buf.subarray(offset),
-  };
+  return { version, suite, keyId, kemCiphertext, nonce, info, header: buf.subarray(0, offset) };
+}
+
+function asBufferView(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+export function parseEnvelope(bytes: Uint8Array): ParsedEnvelope {
+  const buf = asBufferView(bytes);
+  const header = parseHeaderOf(buf, (suite) => suite.tagBytes);
+  return { ...header, body: buf.subarray(header.header.length) };
+}
+
+/** Parses exactly a header: nothing may follow the nonce. */
+export function parseEnvelopeHeader(bytes: Uint8Array): ParsedEnvelopeHeader {
+  const parsed = parseHeaderOf(asBufferView(bytes), () => 0);
+  if (parsed.header.length !== bytes.byteLength) throw malformed("bytes after the header");
+  return parsed;
 }
 
 /** Standard base64 of the envelope bytes: the "base64 ciphertext" of the managed API. */
@@ -127,6 +141,11 @@ export function serializeEnvelope(bytes: Uint8Array): string {
 
 export function deserializeEnvelope(text: string): ParsedEnvelope {
   return parseEnvelope(fromBase64(text, "envelope"));
+}
+
+/** A header as standard base64 (what a content-key unwrap is asked with). */
+export function deserializeEnvelopeHeader(text: string): ParsedEnvelopeHeader {
+  return parseEnvelopeHeader(fromBase64(text, "envelope header"));
 }
 
 /** The key id a base64 envelope is addressed to, for routing before any key is touched. */

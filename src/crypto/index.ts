@@ -4,11 +4,14 @@ export { decrypt, ENCRYPT_AAD, encrypt } from "./encrypt.ts";
 export {
   assertKeyId,
   deserializeEnvelope,
+  deserializeEnvelopeHeader,
   ENVELOPE_MAGIC,
   ENVELOPE_VERSION,
   envelopeKeyId,
   type ParsedEnvelope,
+  type ParsedEnvelopeHeader,
   parseEnvelope,
+  parseEnvelopeHeader,
   SUITE_MLKEM768_AES256GCM,
   type Suite,
   serializeEnvelope,
@@ -29,9 +32,11 @@ export {
   generateKeyPair as generateKemKeyPair,
   type OpenOptions,
   open,
+  openWithContentKey,
   type SealOptions,
   seal,
   sealBytes,
+  unwrapContentKey,
 } from "./kem.ts";
 export {
   KeyRing,
@@ -61,10 +66,12 @@ export {
   SIG_ALGORITHM,
 } from "./keys.ts";
 export {
+  type AsyncSignerKeyLookup,
   type DecryptVerifyOptions,
   decodeSignedBlob,
   decryptVerify,
   decryptVerifyAsync,
+  decryptVerifyWithContentKey,
   encodeSignedBlob,
   formatSignedAt,
   parseSignedDocument,

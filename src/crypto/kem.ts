@@ -22,6 +22,7 @@ import {
   encodeHeader,
   envelopeInfo,
   type ParsedEnvelope,
+  type ParsedEnvelopeHeader,
   parseEnvelope,
   SUITE_MLKEM768_AES256GCM,
   serializeEnvelope,
@@ -163,6 +164,62 @@ export function toParsedEnvelope(envelope: string | Uint8Array | ParsedEnvelope)
 }
 
 /**
+ * The envelope's AEAD key: decapsulation and the key schedule, and the check that the
+ * header's nonce is the one the schedule derives. It opens this envelope only (HPKE single
+ * shot: one key, one nonce, one message) and is what a key holder hands out in place of
+ * the plaintext (docs/crypto.md, "Content keys"). The caller wipes it after use.
+ */
+export function unwrapContentKey(privateKey: KeyObject, header: ParsedEnvelopeHeader): Buffer {
+  assertKey(privateKey, KEM_ALGORITHM, "private");
+  let sharedSecret: Buffer;
+  try {
+    // ML-KEM rejects implicitly: a wrong key or altered ciphertext yields an unrelated
+    // secret, which then fails the nonce check here or the AEAD tag when opening.
+    sharedSecret = decapsulate(privateKey, header.kemCiphertext);
+  } catch (cause) {
+    throw new CryptoError("crypto_decrypt_failed", { detail: "decapsulation", cause });
+  }
+  const { key, baseNonce } = deriveKeys(sharedSecret, header.keyId, header.info);
+  sharedSecret.fill(0);
+  if (!timingSafeEqual(baseNonce, asBuffer(header.nonce))) {
+    key.fill(0);
+    throw new CryptoError("crypto_decrypt_failed");
+  }
+  return key;
+}
+
+/**
+ * Decrypts an envelope with its content key (`unwrapContentKey`). Returns the plaintext only
+ * after the tag has been checked: any change to the header, body or tag throws, with no
+ * output. The key is not wiped here.
+ */
+export function openWithContentKey(
+  envelope: ParsedEnvelope,
+  contentKey: Uint8Array,
+  aad?: string | Uint8Array,
+): Uint8Array {
+  if (contentKey.length !== SUITE.keyBytes) {
+    throw new CryptoError("crypto_invalid_argument", { detail: "content key has the wrong length" });
+  }
+  const associated = aadBytes(aad);
+  const tagStart = envelope.body.length - SUITE.tagBytes;
+  const decipher = createDecipheriv("aes-256-gcm", aeadKey(asBuffer(contentKey)), envelope.nonce, {
+    authTagLength: SUITE.tagBytes,
+  });
+  decipher.setAAD(associated.length === 0 ? envelope.header : concatBytes([envelope.header, associated]));
+  decipher.setAuthTag(envelope.body.subarray(tagStart));
+  const head = decipher.update(envelope.body.subarray(0, tagStart));
+  try {
+    const tail = decipher.final();
+    return tail.length === 0 ? head : concatBytes([head, tail]);
+  } catch (cause) {
+    // GCM hands out unauthenticated plaintext from update(): wipe it before failing.
+    head.fill(0);
+    throw new CryptoError("crypto_decrypt_failed", { cause });
+  }
+}
+
+/**
  * Decrypts an envelope. Returns the plaintext only after the tag has been checked: any
  * change to the header, key id, KEM ciphertext, nonce, body or tag throws, with no output.
  */
@@ -172,34 +229,9 @@ export function open(options: OpenOptions): Uint8Array {
   if (options.recipientKeyId !== undefined && envelope.keyId !== options.recipientKeyId) {
     throw new CryptoError("crypto_wrong_recipient");
   }
-  const aad = aadBytes(options.aad);
-  let sharedSecret: Buffer;
+  const key = unwrapContentKey(privateKey, envelope);
   try {
-    // ML-KEM rejects implicitly: a wrong key or altered ciphertext yields an unrelated
-    // secret, which then fails the AEAD tag below.
-    sharedSecret = decapsulate(privateKey, envelope.kemCiphertext);
-  } catch (cause) {
-    throw new CryptoError("crypto_decrypt_failed", { detail: "decapsulation", cause });
-  }
-  const { key, baseNonce } = deriveKeys(sharedSecret, envelope.keyId, envelope.info);
-  sharedSecret.fill(0);
-  try {
-    if (!timingSafeEqual(baseNonce, asBuffer(envelope.nonce))) throw new CryptoError("crypto_decrypt_failed");
-    const tagStart = envelope.body.length - SUITE.tagBytes;
-    const decipher = createDecipheriv("aes-256-gcm", aeadKey(key), baseNonce, {
-      authTagLength: SUITE.tagBytes,
-    });
-    decipher.setAAD(aad.length === 0 ? envelope.header : concatBytes([envelope.header, aad]));
-    decipher.setAuthTag(envelope.body.subarray(tagStart));
-    const head = decipher.update(envelope.body.subarray(0, tagStart));
-    try {
-      const tail = decipher.final();
-      return tail.length === 0 ? head : concatBytes([head, tail]);
-    } catch (cause) {
-      // GCM hands out unauthenticated plaintext from update(): wipe it before failing.
-      head.fill(0);
-      throw new CryptoError("crypto_decrypt_failed", { cause });
-    }
+    return openWithContentKey(envelope, key, options.aad);
   } finally {
     key.fill(0);
   }

@@ -17,7 +17,7 @@ import type { KeyObject } from "node:crypto";
 import { toBytes } from "./bytes.ts";
 import { assertKeyId, type ParsedEnvelope, serializeEnvelope } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
-import { createSealer, open, type Sealer, toParsedEnvelope } from "./kem.ts";
+import { createSealer, open, openWithContentKey, type Sealer, toParsedEnvelope } from "./kem.ts";
 import {
   assertOwner,
   KeyRing,
@@ -232,18 +232,36 @@ export interface DecryptedSigned {
   readonly payload: Uint8Array;
 }
 
-/** Decryption, blob and document form; the blob is wiped if the form is wrong. */
-export function decryptSigned(addressed: AddressedEnvelope): DecryptedSigned {
-  const { parsed, privateKey } = addressed;
-  const blob = open({ recipientPrivateKey: privateKey, envelope: parsed, aad: SIGN_ENCRYPT_AAD });
+/** Blob and document form of a decrypted blob; the blob is wiped if the form is wrong. */
+function decrypted(envelopeKeyId: string, blob: Uint8Array): DecryptedSigned {
   try {
     const { document: documentBytes, signature, payload } = decodeSignedBlob(blob);
     const document = parseSignedDocument(documentBytes);
-    return { envelopeKeyId: parsed.keyId, blob, document, documentBytes, signature, payload };
+    return { envelopeKeyId, blob, document, documentBytes, signature, payload };
   } catch (error) {
     blob.fill(0);
     throw error;
   }
+}
+
+/** Decryption, blob and document form; the blob is wiped if the form is wrong. */
+export function decryptSigned(addressed: AddressedEnvelope): DecryptedSigned {
+  const { parsed, privateKey } = addressed;
+  return decrypted(
+    parsed.keyId,
+    open({ recipientPrivateKey: privateKey, envelope: parsed, aad: SIGN_ENCRYPT_AAD }),
+  );
+}
+
+/**
+ * `decryptSigned` with the envelope's content key, unwrapped by the holder of the recipient's
+ * private key, in place of that key. Nothing is trusted yet: the signature comes next.
+ */
+export function decryptSignedWithContentKey(
+  envelope: ParsedEnvelope,
+  contentKey: Uint8Array,
+): DecryptedSigned {
+  return decrypted(envelope.keyId, openWithContentKey(envelope, contentKey, SIGN_ENCRYPT_AAD));
 }
 
 /** Ready to verify: the signer's key was found for the (still untrusted) signer name. */
@@ -361,7 +379,14 @@ export async function decryptVerifyAsync(
   envelope: string | Uint8Array | ParsedEnvelope,
   options: DecryptVerifyOptions,
 ): Promise<VerifiedMessage> {
-  const opened = openSigned(envelope, options);
+  return verifyOpenedAsync(openSigned(envelope, options), options);
+}
+
+/** `verifyOpened` with the ML-DSA verification on the libuv thread pool. */
+export async function verifyOpenedAsync(
+  opened: OpenedSigned,
+  options: Pick<DecryptVerifyOptions, "expectedPurpose">,
+): Promise<VerifiedMessage> {
   const verification = verifyAsync(opened.verifyOptions);
   const digest = payloadDigest(opened.payload);
   let valid: boolean;
@@ -372,6 +397,31 @@ export async function decryptVerifyAsync(
     throw error;
   }
   return completeVerified(opened, valid, () => digest, options);
+}
+
+/** A signer's verification key that may have to be fetched (public keys only). */
+export type AsyncSignerKeyLookup = (signerId: string, keyId: string) => Promise<KeyObject | undefined>;
+
+/**
+ * `decryptVerifyAsync` for a caller that holds the envelope's content key — unwrapped for it
+ * by the holder of the recipient's private key — and the signers' public keys. The checks
+ * after decryption are the same, in the same order, with the same `CryptoError` codes.
+ */
+export async function decryptVerifyWithContentKey(
+  envelope: ParsedEnvelope,
+  contentKey: Uint8Array,
+  options: { readonly signerKeys: AsyncSignerKeyLookup; readonly expectedPurpose?: string },
+): Promise<VerifiedMessage> {
+  const opened = decryptSignedWithContentKey(envelope, contentKey);
+  let signerKey: KeyObject | undefined;
+  try {
+    // The signer name and key id are used only to find the key that must verify them.
+    signerKey = await options.signerKeys(opened.document.signer, opened.document.signer_key_id);
+  } catch (error) {
+    opened.blob.fill(0);
+    throw error;
+  }
+  return verifyOpenedAsync(withSignerKey(opened, signerKey), options);
 }
 
 export interface VerifySignedBlobOptions {

@@ -8,12 +8,11 @@
  * policy's. It never holds a key that could open an artifact or sign a policy.
  *
  * Signer public keys come from a pinned key set (configuration) or, for owners not pinned,
- * from the authority service over the sidecar's authenticated channel; a key id not yet
- * known is fetched again (at most once per owner per cooldown), so a rotated key is picked
- * up without a restart. For a pinned owner only the pinned keys count: a rotation needs the
- * new public key added to the pinned set (docs/sidecar.md, "Policy keys").
+ * from the authority service over the sidecar's authenticated channel (signer-key-cache.ts:
+ * refetched for an unknown key id at most once per cooldown). For a pinned owner only the
+ * pinned keys count: a rotation needs the new public key added to the pinned set
+ * (docs/sidecar.md, "Policy keys").
  */
-import { LRUCache } from "lru-cache";
 import {
   CryptoError,
   decodeSignedBlob,
@@ -23,6 +22,7 @@ import {
   parseSignedDocument,
   verifySignedBlob,
 } from "../crypto/index.ts";
+import { createSignerKeyCache } from "../crypto/signer-key-cache.ts";
 import {
   type OpenedPolicy,
   POLICY_PURPOSE,
@@ -76,64 +76,31 @@ export function parsePinnedPolicyKeys(json: unknown): PublicKeyRing[] {
 export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions): PolicyOpener {
   if (typeof options?.serviceIdentity !== "string" || options.serviceIdentity.length === 0)
     throw new TypeError("serviceIdentity is required");
-  const now = options.now ?? Date.now;
-  const cooldownMs = options.refetchCooldownMs ?? 10_000;
-  const pinned = new Map<string, PublicKeyRing>();
-  const pins = options.pinned === undefined ? [] : parsePinnedPolicyKeys(options.pinned);
-  for (const ring of pins) pinned.set(ring.owner, ring);
-  /** Per owner: the last key set fetched, and when a key id it lacked last made us fetch again. */
-  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
-    max: options.maxOwners ?? 10_000,
+  const source = options.source;
+  const keys = createSignerKeyCache({
+    pinned: options.pinned === undefined ? [] : parsePinnedPolicyKeys(options.pinned),
+    fetchRing: async (owner) => {
+      if (source === undefined) return undefined;
+      let json: PublicKeyRingJson | undefined;
+      try {
+        json = await source.fetchPolicyKeys(owner);
+      } catch (error) {
+        throw new PolicyProtectionError("policy_protection_unavailable", "policy keys cannot be fetched", {
+          cause: error,
+        });
+      }
+      try {
+        return json === undefined ? undefined : PublicKeyRing.import(json);
+      } catch (error) {
+        throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are malformed", {
+          cause: error,
+        });
+      }
+    },
+    ...(options.refetchCooldownMs === undefined ? {} : { refetchCooldownMs: options.refetchCooldownMs }),
+    ...(options.maxOwners === undefined ? {} : { maxOwners: options.maxOwners }),
+    ...(options.now === undefined ? {} : { now: options.now }),
   });
-  // Hand-written single flight, not lru-cache fetch(): the cached ring is kept even past a refetch
-  // cooldown and the flight records whether it was a forced refetch (decision 1801).
-  const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();
-
-  const fetchRing = (owner: string, refetch: boolean): Promise<PublicKeyRing | undefined> => {
-    const source = options.source;
-    if (source === undefined) return Promise.resolve(undefined);
-    let pending = inFlight.get(owner);
-    if (pending === undefined) {
-      pending = (async () => {
-        let json: PublicKeyRingJson | undefined;
-        try {
-          json = await source.fetchPolicyKeys(owner);
-        } catch (error) {
-          throw new PolicyProtectionError("policy_protection_unavailable", "policy keys cannot be fetched", {
-            cause: error,
-          });
-        }
-        let ring: PublicKeyRing | undefined;
-        try {
-          ring = json === undefined ? undefined : PublicKeyRing.import(json);
-        } catch (error) {
-          throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are malformed", {
-            cause: error,
-          });
-        }
-        // A key set for another owner is not this owner's.
-        if (ring !== undefined && ring.owner !== owner) ring = undefined;
-        fetched.set(owner, { ring, refetchedAt: refetch ? now() : undefined });
-        return ring;
-      })().finally(() => inFlight.delete(owner));
-      inFlight.set(owner, pending);
-    }
-    return pending;
-  };
-
-  /** The verification key of (owner, keyId): pinned, cached, or fetched once past the cooldown. */
-  const keyFor = async (owner: string, keyId: string) => {
-    const pin = pinned.get(owner);
-    if (pin !== undefined) return pin.signerKeys(owner, keyId);
-    const cached = fetched.get(owner);
-    const known = cached?.ring?.signerKeys(owner, keyId);
-    if (known !== undefined) return known;
-    // A key id the cached set lacks (a rotation, or a forgery naming any id) refetches at most
-    // once per cooldown, so forged ids cannot make the sidecar hammer the authority.
-    const refetchedAt = cached?.refetchedAt;
-    if (refetchedAt !== undefined && now() - refetchedAt < cooldownMs) return undefined;
-    return (await fetchRing(owner, cached !== undefined))?.signerKeys(owner, keyId);
-  };
 
   return {
     async open(signedPolicy: string, context: PolicyProtectionContext): Promise<OpenedPolicy> {
@@ -150,7 +117,7 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         throw unverifiable("signed policy is malformed", error);
       }
       if (signer !== expected) throw unverifiable("policy was signed by another owner");
-      const key = await keyFor(signer, keyId);
+      const key = await keys.keyFor(signer, keyId);
       try {
         const verified = await verifySignedBlob(blob, {
           signerKeys: (name, id) => (name === signer && id === keyId ? key : undefined),

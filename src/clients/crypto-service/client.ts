@@ -24,6 +24,7 @@ import {
   type EncryptPayload,
   PUBLIC_KEYS_PATH,
   type SignEncryptPayload,
+  type UnwrapPayload,
 } from "./wire.ts";
 
 export interface CryptoCredentials {
@@ -74,6 +75,12 @@ export interface DecryptVerifyResult {
   readonly signedBlob: string | undefined;
 }
 
+export interface UnwrapResult {
+  /** The 32-byte AEAD key of that envelope; the caller wipes it after use. */
+  readonly contentKey: Buffer;
+  readonly keyId: string;
+}
+
 export interface CallOptions {
   /** Sent as X-Request-Id so the upstream's log lines carry the caller's request id. */
   readonly requestId?: string;
@@ -96,6 +103,15 @@ export interface CryptoClient {
     encryptedData: string,
     options?: CallOptions & { readonly purpose?: string; readonly signedBlob?: boolean },
   ): Promise<DecryptVerifyResult>;
+  /**
+   * The content key of one envelope addressed to the caller, asked with the envelope's header
+   * only (base64): the caller decrypts and verifies locally (owner-crypto.ts).
+   */
+  unwrap(
+    credentials: CryptoCredentials,
+    envelopeHeader: string,
+    options?: CallOptions,
+  ): Promise<UnwrapResult>;
   /** An owner's public keys (verification of signed blobs); any valid bearer token may ask. */
   publicKeys(token: string, owner: string, options?: CallOptions): Promise<PublicKeyRingJson>;
 }
@@ -354,6 +370,19 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
         purpose: requireString(payload, "purpose", 200),
         signedBlob: typeof payload.signed_blob === "string" ? payload.signed_blob : undefined,
       };
+    },
+    async unwrap(credentials, envelopeHeader, callOptions = {}) {
+      const payload = await call(
+        credentials,
+        { actions: ["u"], envelope_header: envelopeHeader },
+        callOptions,
+      );
+      const contentKey = Buffer.from(
+        requireString(payload, "content_key" satisfies keyof UnwrapPayload, 200),
+        "base64",
+      );
+      if (contentKey.length !== 32) throw new CryptoClientError("upstream_error", { status: 200 });
+      return { contentKey, keyId: requireString(payload, "key_id", 200) };
     },
     async publicKeys(token, owner, callOptions = {}) {
       const keysUrl = new URL(

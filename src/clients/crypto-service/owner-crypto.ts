@@ -7,12 +7,14 @@
  * knows which path is configured. Failures are CryptoClientErrors either way.
  */
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
+import type { SignerKeyCache } from "../../crypto/signer-key-cache.ts";
 import {
   type CryptoClient,
   CryptoClientError,
   type CryptoCredentials,
   type DecryptVerifyResult,
 } from "./client.ts";
+import { cryptoServiceSignerKeys, decryptVerifyWithUnwrap } from "./content-key-open.ts";
 
 export interface OwnerSignEncryptOptions {
   readonly purpose: string;
@@ -66,14 +68,23 @@ export async function withServiceToken<T>(
   }
 }
 
+/**
+ * An owner's operations straight at the crypto service. Decrypt-verify asks it only to unwrap
+ * the envelope's content key and verifies here with the signer's public keys
+ * (content-key-open.ts); `signerKeys` is shared by all owners of one process.
+ */
 export function createDirectOwnerCrypto(options: {
   readonly client: CryptoClient;
   readonly owner: string;
   readonly keys: PartnerKeys;
   readonly tokens: ServiceTokenSource;
+  readonly signerKeys?: SignerKeyCache;
 }): OwnerCrypto {
   const { client, keys, tokens } = options;
   const credentials = (token: string): CryptoCredentials => ({ token, ...keys });
+  const signerKeys = options.signerKeys ?? cryptoServiceSignerKeys(createPublicKeySource(client, tokens));
+  const unwrap = (envelopeHeader: string) =>
+    withServiceToken(tokens, (token) => client.unwrap(credentials(token), envelopeHeader));
   return {
     owner: options.owner,
     signEncrypt: (data, { purpose }) =>
@@ -81,8 +92,13 @@ export function createDirectOwnerCrypto(options: {
         const result = await client.signEncrypt(credentials(token), data, { purpose });
         return result.encryptedData;
       }),
-    decryptVerify: (encryptedData, options) =>
-      withServiceToken(tokens, (token) => client.decryptVerify(credentials(token), encryptedData, options)),
+    decryptVerify: (encryptedData, { purpose, signedBlob }) =>
+      decryptVerifyWithUnwrap(encryptedData, {
+        unwrap,
+        signerKeys,
+        purpose,
+        signedBlob: signedBlob !== false,
+      }),
   };
 }
 

@@ -17,7 +17,7 @@ export type PartnerHeader = (typeof PARTNER_HEADERS)[number];
 /** Purpose signed into sign-encrypt documents when the caller names none. */
 export const DEFAULT_PURPOSE = "managed-crypto/v1";
 
-export type ActionCode = "e" | "d" | "s" | "v";
+export type ActionCode = "e" | "d" | "s" | "v" | "u";
 
 export type ActionRequest =
   | { readonly kind: "encrypt"; readonly data: string }
@@ -34,7 +34,8 @@ export type ActionRequest =
       readonly purpose: string | undefined;
       /** Whether the answer carries `signed_blob` (default true; `"signed_blob": false` leaves it out). */
       readonly signedBlob: boolean;
-    };
+    }
+  | { readonly kind: "unwrap"; readonly envelopeHeader: string };
 
 /** The upstream request body, as sent. */
 export interface ActionBody {
@@ -45,6 +46,17 @@ export interface ActionBody {
   readonly recipient?: string;
   /** decrypt-verify only: false leaves `signed_blob` out of the answer. */
   readonly signed_blob?: boolean;
+  /** unwrap only: base64 of an envelope's header (magic .. nonce). */
+  readonly envelope_header?: string;
+}
+
+/**
+ * The content key of one envelope addressed to the caller (docs/managed-crypto.md,
+ * "Unwrap"): base64 of the AEAD key that opens that envelope and no other.
+ */
+export interface UnwrapPayload {
+  readonly content_key: string;
+  readonly key_id: string;
 }
 
 /** Success payloads, as sent. */
@@ -84,6 +96,7 @@ const KINDS: Readonly<Record<string, ActionRequest["kind"]>> = {
   d: "decrypt",
   "s,e": "sign-encrypt",
   "d,v": "decrypt-verify",
+  u: "unwrap",
 };
 
 /** Fields each action reads; any other known field is refused so nothing is silently ignored. */
@@ -92,9 +105,17 @@ const FIELDS: Readonly<Record<ActionRequest["kind"], readonly string[]>> = {
   decrypt: ["encrypted_data"],
   "sign-encrypt": ["data", "purpose", "recipient"],
   "decrypt-verify": ["encrypted_data", "purpose", "signed_blob"],
+  unwrap: ["envelope_header"],
 };
 
-const OPTIONAL_FIELDS = ["data", "encrypted_data", "purpose", "recipient", "signed_blob"] as const;
+const OPTIONAL_FIELDS = [
+  "data",
+  "encrypted_data",
+  "purpose",
+  "recipient",
+  "signed_blob",
+  "envelope_header",
+] as const;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -138,7 +159,7 @@ function actionKind(actions: unknown): ActionRequest["kind"] {
   }
   const kind = KINDS[actions.join(",")];
   if (kind === undefined) {
-    throw invalid('The body field actions must be ["e"], ["d"], ["s","e"] or ["d","v"].', ["actions"]);
+    throw invalid('The body field actions must be ["e"], ["d"], ["s","e"], ["d","v"] or ["u"].', ["actions"]);
   }
   return kind;
 }
@@ -173,5 +194,7 @@ export function parseActionRequest(body: unknown): ActionRequest {
         purpose: optionalString(body, "purpose"),
         signedBlob: body.signed_blob !== false,
       };
+    case "unwrap":
+      return { kind, envelopeHeader: requiredString(body, "envelope_header") };
   }
 }

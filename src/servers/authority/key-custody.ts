@@ -21,6 +21,7 @@ import { SecretSealError } from "../../admin/secret-seal.ts";
 import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
 import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
 import { createCryptoClient, isDataFault } from "../../clients/crypto-service/client.ts";
+import { cryptoServiceSignerKeys } from "../../clients/crypto-service/content-key-open.ts";
 import { createManagedCryptoClient } from "../../clients/crypto-service/managed-client.ts";
 import {
   createDirectOwnerCrypto,
@@ -144,7 +145,10 @@ export async function configuredKeyCustody(
     ownerOf = (owner, keys) =>
       managed.owner(owner, { username: credentials.username, password: credentials.password, ...keys });
   } else {
-    ownerOf = (owner, keys) => createDirectOwnerCrypto({ client: cryptoClient, owner, keys, tokens });
+    // Decrypt-verify checks signatures here with public keys: one key cache for every owner.
+    const signerKeys = cryptoServiceSignerKeys(createPublicKeySource(cryptoClient, tokens));
+    ownerOf = (owner, keys) =>
+      createDirectOwnerCrypto({ client: cryptoClient, owner, keys, tokens, signerKeys });
   }
   const service = ownerOf(serviceOwner, credentials.service);
   const subjects = new Map<string, OwnerCrypto>();

@@ -12,6 +12,7 @@ import type {
   DecryptVerifyPayload,
   EncryptPayload,
   SignEncryptPayload,
+  UnwrapPayload,
 } from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type SignerKeyLookup } from "../../crypto/index.ts";
 import {
@@ -21,10 +22,16 @@ import {
   type SignatureEngine,
   signEncryptAction,
   threadPoolEngine,
+  unwrapAction,
 } from "./actions.ts";
 import type { Owner, OwnerRegistry } from "./owner-registry.ts";
 
-export type ActionPayload = EncryptPayload | DecryptPayload | SignEncryptPayload | DecryptVerifyPayload;
+export type ActionPayload =
+  | EncryptPayload
+  | DecryptPayload
+  | SignEncryptPayload
+  | DecryptVerifyPayload
+  | UnwrapPayload;
 
 export interface ActionService {
   run(owner: Owner, request: ActionRequest): Promise<ActionPayload>;
@@ -122,6 +129,8 @@ export function createActionService(options: ActionServiceOptions): ActionServic
         }
         case "decrypt-verify":
           return decryptVerify(owner, request.encryptedData, request.purpose, request.signedBlob);
+        case "unwrap":
+          return withCallerRefresh(owner, (caller) => unwrapAction(caller.ring, request.envelopeHeader));
       }
     },
   };

@@ -11,12 +11,14 @@ import type {
   DecryptVerifyPayload,
   EncryptPayload,
   SignEncryptPayload,
+  UnwrapPayload,
 } from "../../clients/crypto-service/wire.ts";
 import {
   CryptoError,
   type DecryptVerifyOptions,
   decrypt,
   decryptVerifyAsync,
+  deserializeEnvelopeHeader,
   encodeSignedBlob,
   encrypt,
   type KeyRing,
@@ -24,6 +26,7 @@ import {
   type SignEncryptOptions,
   type SignerKeyLookup,
   signEncryptAsync,
+  unwrapContentKey,
   type VerifiedMessage,
 } from "../../crypto/index.ts";
 
@@ -182,4 +185,24 @@ export async function decryptVerifyAction(
     purpose: verified.purpose,
     ...(signedBlobText === undefined ? {} : { signed_blob: signedBlobText }),
   };
+}
+
+/**
+ * The content key of one envelope addressed to the caller's ring: what `decrypt` would use to
+ * open it, handed out instead of the plaintext (KMS-style), so a caller that verifies the
+ * signature itself need not send the whole ciphertext. It opens that envelope and no other;
+ * a caller may learn nothing here that `decrypt` of the same envelope would not tell it.
+ */
+export function unwrapAction(ring: KeyRing, envelopeHeader: string): UnwrapPayload {
+  return guarded(() => {
+    const header = deserializeEnvelopeHeader(envelopeHeader);
+    const privateKey = ring.recipientKeys(header.keyId);
+    if (privateKey === undefined) throw new CryptoError("crypto_unknown_key");
+    const key = unwrapContentKey(privateKey, header);
+    try {
+      return { content_key: key.toString("base64"), key_id: header.keyId };
+    } finally {
+      key.fill(0);
+    }
+  });
 }
