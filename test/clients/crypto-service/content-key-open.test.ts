@@ -18,20 +18,10 @@ import {
 } from "../../../src/clients/crypto-service/owner-crypto.ts";
 import { deserializeEnvelope, KeyRing, PublicKeyRing, signEncrypt } from "../../../src/crypto/index.ts";
 import type { ProvisionedOwner } from "../../../src/servers/crypto/server.ts";
+import { rejectsWithCryptoCode } from "../../helpers/crypto-client-error.ts";
 import { type Environment, startEnvironment } from "../../servers/managed/harness.ts";
 
 const PURPOSE = "authority.policy";
-
-async function rejectsWith(promise: Promise<unknown>, code: string): Promise<CryptoClientError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof CryptoClientError, `expected CryptoClientError, got ${String(error)}`);
-    assert.equal(error.code, code);
-    return error;
-  }
-  assert.fail(`expected ${code}`);
-}
 
 describe("decrypt-verify with an unwrapped content key", () => {
   let env: Environment;
@@ -87,9 +77,15 @@ describe("decrypt-verify with an unwrapped content key", () => {
     const other = await env.crypto().provisionOwner({ id: "subject:agent-2", kind: "subject" });
     const artifact = await ownerCrypto(agent).signEncrypt("mine", { purpose: PURPOSE });
     const header = deserializeEnvelope(artifact).header.toString("base64");
-    const error = await rejectsWith(client().unwrap(await credentials(other), header), "invalid_ciphertext");
+    const error = await rejectsWithCryptoCode(
+      client().unwrap(await credentials(other), header),
+      "invalid_ciphertext",
+    );
     assert.equal(error.status, 400);
-    await rejectsWith(ownerCrypto(other).decryptVerify(artifact, { purpose: PURPOSE }), "invalid_ciphertext");
+    await rejectsWithCryptoCode(
+      ownerCrypto(other).decryptVerify(artifact, { purpose: PURPOSE }),
+      "invalid_ciphertext",
+    );
   });
 
   it("answers a malformed unwrap request with 400, never a key", async () => {
@@ -102,11 +98,11 @@ describe("decrypt-verify with an unwrapped content key", () => {
       `${header.toString("base64")} `,
       "%%%",
     ]) {
-      await rejectsWith(client().unwrap(own, bad), "invalid_ciphertext");
+      await rejectsWithCryptoCode(client().unwrap(own, bad), "invalid_ciphertext");
     }
     const altered = Buffer.from(header);
     altered[altered.length - 1] = (altered[altered.length - 1] ?? 0) ^ 1; // the nonce
-    await rejectsWith(client().unwrap(own, altered.toString("base64")), "invalid_ciphertext");
+    await rejectsWithCryptoCode(client().unwrap(own, altered.toString("base64")), "invalid_ciphertext");
     const raw = async (body: unknown) => {
       const response = await fetch(`${env.cryptoUrl}/v1/actions`, {
         method: "POST",
@@ -138,12 +134,15 @@ describe("decrypt-verify with an unwrapped content key", () => {
     const artifact = await owner.signEncrypt("policy", { purpose: PURPOSE });
     const bytes = Buffer.from(artifact, "base64");
     bytes[bytes.length - 20] = (bytes[bytes.length - 20] ?? 0) ^ 1;
-    await rejectsWith(
+    await rejectsWithCryptoCode(
       owner.decryptVerify(bytes.toString("base64"), { purpose: PURPOSE }),
       "invalid_ciphertext",
     );
-    await rejectsWith(owner.decryptVerify("not base64!", { purpose: PURPOSE }), "invalid_ciphertext");
-    await rejectsWith(owner.decryptVerify(artifact, { purpose: "other" }), "wrong_purpose");
+    await rejectsWithCryptoCode(
+      owner.decryptVerify("not base64!", { purpose: PURPOSE }),
+      "invalid_ciphertext",
+    );
+    await rejectsWithCryptoCode(owner.decryptVerify(artifact, { purpose: "other" }), "wrong_purpose");
 
     // Anyone can encrypt to the agent's public key. A signer the crypto service does not know,
     // and one that names a real owner (and its key id) but signs with another key, both fail.
@@ -155,7 +154,7 @@ describe("decrypt-verify with an unwrapped content key", () => {
       purpose: PURPOSE,
       plaintext: "allow all",
     });
-    await rejectsWith(owner.decryptVerify(byGhost, { purpose: PURPOSE }), "invalid_signature");
+    await rejectsWithCryptoCode(owner.decryptVerify(byGhost, { purpose: PURPOSE }), "invalid_signature");
     const impostor = KeyRing.generate({ owner: agent.id, keyId: agentKeys.current.keyId });
     const byImpostor = signEncrypt({
       signer: impostor.signer(),
@@ -163,7 +162,7 @@ describe("decrypt-verify with an unwrapped content key", () => {
       purpose: PURPOSE,
       plaintext: "allow all",
     });
-    await rejectsWith(owner.decryptVerify(byImpostor, { purpose: PURPOSE }), "invalid_signature");
+    await rejectsWithCryptoCode(owner.decryptVerify(byImpostor, { purpose: PURPOSE }), "invalid_signature");
     const forgedKeyId = KeyRing.generate({ owner: agent.id, keyId: "k-forged" });
     const byForgedKeyId = signEncrypt({
       signer: forgedKeyId.signer(),
@@ -171,7 +170,10 @@ describe("decrypt-verify with an unwrapped content key", () => {
       purpose: PURPOSE,
       plaintext: "allow all",
     });
-    await rejectsWith(owner.decryptVerify(byForgedKeyId, { purpose: PURPOSE }), "invalid_signature");
+    await rejectsWithCryptoCode(
+      owner.decryptVerify(byForgedKeyId, { purpose: PURPOSE }),
+      "invalid_signature",
+    );
     // The same calls still verify what the agent really signed.
     assert.equal((await owner.decryptVerify(artifact, { purpose: PURPOSE })).decryptedData, "policy");
   });

@@ -10,18 +10,8 @@ import {
 import { envelopeKeyId, Kek } from "../../../src/crypto/index.ts";
 import { createCryptoServer } from "../../../src/servers/crypto/server.ts";
 import { openStore } from "../../../src/store/index.ts";
+import { rejectsWithCryptoCode } from "../../helpers/crypto-client-error.ts";
 import { type Environment, silentLogger, startEnvironment } from "../managed/harness.ts";
-
-async function rejects(promise: Promise<unknown>, code: string): Promise<CryptoClientError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof CryptoClientError, `expected CryptoClientError, got ${String(error)}`);
-    assert.equal(error.code, code);
-    return error;
-  }
-  assert.fail(`expected ${code}`);
-}
 
 describe("upstream crypto service", () => {
   let env: Environment;
@@ -143,7 +133,7 @@ describe("upstream crypto service", () => {
     });
     const again = await viaFetch.encrypt(credentials, "via fetch");
     assert.equal((await viaFetch.decrypt(credentials, again.encryptedData)).decryptedData, "via fetch");
-    await rejects(
+    await rejectsWithCryptoCode(
       viaFetch.decrypt({ ...credentials, secretKey: "sk_wrong_wrong_wrong" }, again.encryptedData),
       "invalid_credentials",
     );
@@ -174,14 +164,17 @@ describe("upstream crypto service", () => {
     assert.equal(lean.decryptedData, "policy body");
     assert.equal(lean.signedBlob, undefined);
 
-    await rejects(
+    await rejectsWithCryptoCode(
       client().decryptVerify(credentials, sealed.encryptedData, { purpose: "other" }),
       "wrong_purpose",
     );
     // A sign-encrypt ciphertext is not a plain ciphertext, and the reverse.
-    await rejects(client().decrypt(credentials, sealed.encryptedData), "invalid_ciphertext");
+    await rejectsWithCryptoCode(client().decrypt(credentials, sealed.encryptedData), "invalid_ciphertext");
     const plain = await client().encrypt(credentials, "x");
-    await rejects(client().decryptVerify(credentials, plain.encryptedData), "invalid_ciphertext");
+    await rejectsWithCryptoCode(
+      client().decryptVerify(credentials, plain.encryptedData),
+      "invalid_ciphertext",
+    );
   });
 
   it("signs for another owner's public key; only that owner opens it and sees the signer", async () => {
@@ -198,8 +191,14 @@ describe("upstream crypto service", () => {
     assert.equal(verified.decryptedData, "for you");
     assert.equal(verified.signedBy, "partner-acme");
     assert.equal(verified.signerKeyId, env.partner.keyId);
-    await rejects(client().decryptVerify(credentials, sealed.encryptedData), "invalid_ciphertext");
-    await rejects(client().signEncrypt(credentials, "x", { recipient: "p-missing" }), "unknown_recipient");
+    await rejectsWithCryptoCode(
+      client().decryptVerify(credentials, sealed.encryptedData),
+      "invalid_ciphertext",
+    );
+    await rejectsWithCryptoCode(
+      client().signEncrypt(credentials, "x", { recipient: "p-missing" }),
+      "unknown_recipient",
+    );
   });
 
   it("rotates an owner's ring: old ciphertexts still open, new ones use the new key id", async () => {
@@ -228,22 +227,25 @@ describe("upstream crypto service", () => {
   });
 
   it("refuses bad tokens, bad partner keys and subjects the owner does not allow", async () => {
-    await rejects(client().encrypt({ ...credentials, token: "not-a-jwt" }, "x"), "invalid_token");
-    await rejects(
+    await rejectsWithCryptoCode(
+      client().encrypt({ ...credentials, token: "not-a-jwt" }, "x"),
+      "invalid_token",
+    );
+    await rejectsWithCryptoCode(
       client().encrypt({ ...credentials, secretKey: `${credentials.secretKey}x` }, "x"),
       "invalid_credentials",
     );
-    await rejects(
+    await rejectsWithCryptoCode(
       client().encrypt({ ...credentials, apiKey: credentials.secretKey }, "x"),
       "invalid_credentials",
     );
-    await rejects(
+    await rejectsWithCryptoCode(
       client().encrypt({ ...credentials, accessKey: "ak_unknown_unknown_unknown" }, "x"),
       "invalid_credentials",
     );
     const bound = await env.crypto().provisionOwner({ id: "p-bound", allowedSubjects: ["svc-bound"] });
     const boundKeys = { apiKey: bound.apiKey, accessKey: bound.accessKey, secretKey: bound.secretKey };
-    await rejects(
+    await rejectsWithCryptoCode(
       client().encrypt({ ...boundKeys, token: await env.userToken("svc-other") }, "x"),
       "invalid_credentials",
     );
