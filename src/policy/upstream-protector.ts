@@ -1,4 +1,8 @@
 import { type CryptoClient, type CryptoCredentials, isDataFault } from "../clients/crypto-service/client.ts";
+import {
+  cryptoServiceSignerKeys,
+  decryptVerifyWithUnwrap,
+} from "../clients/crypto-service/content-key-open.ts";
 import type { OwnerCrypto } from "../clients/crypto-service/owner-crypto.ts";
 import type { PublicKeyRingJson } from "../crypto/index.ts";
 import {
@@ -19,8 +23,8 @@ export interface DirectProtectorOptions {
   readonly client: CryptoClient;
   /** v2: the service identity's credentials; v1: the subject's own credential set. */
   readonly credentialsFor: (context: PolicyProtectionContext) => Promise<OwnerCredentials>;
-  /** A bearer token for the crypto service's public-key route (sidecars verify with those keys). */
-  readonly token?: () => Promise<string>;
+  /** A bearer token for the crypto service's public-key route (signatures are checked here, and by sidecars). */
+  readonly token: () => Promise<string>;
 }
 
 /** Goes through an owner's operations, however they reach the crypto service (owner-crypto.ts). */
@@ -33,8 +37,11 @@ export interface OwnerProtectorOptions {
 
 export type UpstreamProtectorOptions = DirectProtectorOptions | OwnerProtectorOptions;
 
+/** Opening unwraps the content key and verifies here, as createDirectOwnerCrypto does. */
 function ownerOperations(options: DirectProtectorOptions): OwnerProtectorOptions {
   const { client, token } = options;
+  const publicKeys = async (owner: string) => client.publicKeys(await token(), owner);
+  const signerKeys = cryptoServiceSignerKeys(publicKeys);
   return {
     async ownerFor(context) {
       const credentials = await options.credentialsFor(context);
@@ -42,12 +49,16 @@ function ownerOperations(options: DirectProtectorOptions): OwnerProtectorOptions
         owner: credentials.owner,
         signEncrypt: async (data, { purpose }) =>
           (await client.signEncrypt(credentials, data, { purpose })).encryptedData,
-        decryptVerify: (encryptedData, options) => client.decryptVerify(credentials, encryptedData, options),
+        decryptVerify: (encryptedData, { purpose, signedBlob }) =>
+          decryptVerifyWithUnwrap(encryptedData, {
+            unwrap: (header) => client.unwrap(credentials, header),
+            signerKeys,
+            purpose,
+            signedBlob: signedBlob !== false,
+          }),
       };
     },
-    ...(token === undefined
-      ? {}
-      : { publicKeys: async (owner: string) => client.publicKeys(await token(), owner) }),
+    publicKeys,
   };
 }
 
