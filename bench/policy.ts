@@ -4,9 +4,9 @@
  * schema + cross-field validation, version path, hash binding — no cache) for policies of
  * 10, 100 and 1,000 operations. Targets: load + verify of 100 operations ≤ 2 ms median,
  * compile + protect ≤ 5 ms. For 100 operations also the custody paths (docs/crypto.md): a
- * cold load through the upstream crypto service over loopback HTTP (decrypt-verify there,
- * target ≤ 5 ms median), and the sidecar's verification of the signed policy with the
- * signer's public key only.
+ * cold load through the upstream crypto service over loopback HTTP (the content key unwrapped
+ * there, decryption and signature checked here; target ≤ 5 ms median), and the sidecar's
+ * verification of the signed policy with the signer's public key only.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
