@@ -155,10 +155,54 @@ The restricted container securityContext (shared by every workload of the chart)
 {{- end }}
 
 {{/*
+Whether the authority keeps key rings under its own KEK (the embedded mode): "true" or "".
+In crypto and managed modes the crypto service holds every key and the pod gets no KEK.
+*/}}
+{{- define "authority.embeddedKeys" -}}
+{{- if eq .Values.authority.policyProtection.mode "embedded" }}true{{- end }}
+{{- end }}
+
+{{/*
+Mount directories of the key-custody files (the env vars name the files inside them).
+*/}}
+{{- define "authority.credentialsDir" -}}/var/run/authority/crypto-credentials{{- end }}
+{{- define "authority.managedCaDir" -}}/var/run/authority/managed-ca{{- end }}
+
+{{/*
+Checks of the key custody (authority.policyProtection, authority.kek).
+*/}}
+{{- define "authority.validateKeyCustody" -}}
+{{- $p := .Values.authority.policyProtection }}
+{{- $ca := $p.managedCa }}
+{{- if include "authority.embeddedKeys" . }}
+{{- if or $p.credentialsSecret $p.tokenUrl $ca.existingSecret $ca.existingConfigMap }}
+{{- fail "authority.policyProtection.credentialsSecret, tokenUrl and managedCa are for mode crypto or managed, but authority.policyProtection.mode is embedded (key rings under the authority's own KEK): set the mode you mean" }}
+{{- end }}
+{{- if and (eq .Values.authority.store.backend "redis") (not .Values.authority.kek.existingSecret) }}
+{{- fail "authority.policyProtection.mode=embedded on store.backend=redis needs authority.kek.existingSecret: replicas sharing a store share one KEK, which is never generated for a shared store (or use mode crypto or managed: no KEK at all)" }}
+{{- end }}
+{{- else }}
+{{- if not $p.credentialsSecret }}
+{{- fail (printf "authority.policyProtection.mode=%s needs authority.policyProtection.credentialsSecret: an existing Secret with the service identity's credentials JSON (username, password, api_key, access_key, secret_key)" $p.mode) }}
+{{- end }}
+{{- if .Values.authority.kek.existingSecret }}
+{{- fail (printf "authority.policyProtection.mode=%s holds no key-encryption key (the crypto service keeps every key): remove authority.kek.existingSecret" $p.mode) }}
+{{- end }}
+{{- if and $ca.existingSecret $ca.existingConfigMap }}
+{{- fail "authority.policyProtection.managedCa: set existingSecret or existingConfigMap, not both" }}
+{{- end }}
+{{- if and (or $ca.existingSecret $ca.existingConfigMap) (ne $p.mode "managed") }}
+{{- fail "authority.policyProtection.managedCa is the CA of the managed crypto API: only for mode managed" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Checks that fail the render with a clear message (the schema checks shapes; these check
 combinations that need names computed here).
 */}}
 {{- define "authority.validate" -}}
+{{- include "authority.validateKeyCustody" . }}
 {{- if and (gt (int .Values.authority.replicaCount) 1) (eq .Values.authority.store.backend "sqlite") }}
 {{- fail "authority.replicaCount > 1 needs authority.store.backend=redis: SQLite is one file in one pod" }}
 {{- end }}
