@@ -41,7 +41,14 @@ describe("values.schema.json", () => {
   });
 
   it("has the ci/ variants the brief lists", () => {
-    for (const name of ["default", "bundled-redis", "cert-manager", "external-redis"]) {
+    for (const name of [
+      "default",
+      "bundled-redis",
+      "cert-manager",
+      "external-redis",
+      "crypto-custody",
+      "managed-custody",
+    ]) {
       assert.ok(ciFiles.includes(`${name}-values.yaml`), name);
     }
   });
@@ -64,6 +71,16 @@ describe("values.schema.json", () => {
       { containerSecurityContext: { capabilities: { drop: ["ALL"], add: ["NET_ADMIN"] } } },
     ],
     ["several replicas on SQLite", { authority: { replicaCount: 3 } }],
+    [
+      "several embedded replicas on Redis without a shared KEK",
+      { authority: { replicaCount: 2, store: { backend: "redis" } }, redis: { enabled: true } },
+    ],
+    [
+      "several crypto-mode replicas on SQLite",
+      { authority: { replicaCount: 2, policyProtection: { mode: "crypto", credentialsSecret: "c" } } },
+    ],
+    ["a policy protection mode that does not exist", { authority: { policyProtection: { mode: "kms" } } }],
+    ["an unknown policy protection key", { authority: { policyProtection: { kekSecret: "k" } } }],
     ["the redis store without any Redis", { authority: { store: { backend: "redis" } } }],
     ["bundled and external Redis together", { redis: { enabled: true, externalUrl: "redis://r:6379/0" } }],
     ["an external Redis Secret the sidecars cannot read", { redis: { existingSecret: "authority-redis" } }],
@@ -79,6 +96,20 @@ describe("values.schema.json", () => {
       assert.notDeepEqual(errorsOf(withOverride(override)), [], what);
     });
   }
+
+  it("accepts several replicas without a KEK in crypto and managed modes", () => {
+    for (const mode of ["crypto", "managed"]) {
+      const values = withOverride({
+        authority: {
+          replicaCount: 3,
+          store: { backend: "redis" },
+          policyProtection: { mode, credentialsSecret: "c" },
+        },
+        redis: { enabled: true },
+      });
+      assert.deepEqual(errorsOf(values), [], mode);
+    }
+  });
 
   it("rejects values with a required section removed", () => {
     assert.notDeepEqual(errorsOf(withOverride({ injector: null })), []);
