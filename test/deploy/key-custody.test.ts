@@ -455,6 +455,7 @@ describe("authority serve with exactly what the rendered pod gives it", () => {
       }
       assert.equal(ready?.status, 200, `not ready:\n${serve.output()}`);
       assert.match(serve.output(), /the crypto service \(no policy or envelope key in this process\)/);
+      assert.match(serve.output(), new RegExp(`"policyProtection":"${mode}"`));
       assert.doesNotMatch(serve.output(), /EMBEDDED/);
 
       // Set up a partner, a catalog (its auth-profile secret sealed by the crypto service) and a policy.
