@@ -191,6 +191,44 @@ describe("content-key unwrap under attack", () => {
     watch.secret(good.contentKey.toString("hex"));
   });
 
+  it("unwraps only for the owner's credentials, its token and its allowed subjects", async () => {
+    const restricted = await env.crypto().provisionOwner({
+      id: "subject:restricted",
+      kind: "subject",
+      allowedSubjects: ["svc-only"],
+    });
+    for (const value of Object.values(keysOf(restricted))) watch.secret(value);
+    const artifact = await client().encrypt(
+      { token: await env.userToken("svc-only"), ...keysOf(restricted) },
+      canary("restricted-"),
+    );
+    const header = deserializeEnvelope(artifact.encryptedData).header.toString("base64");
+    const body = JSON.stringify({ actions: ["u"], envelope_header: header });
+    const attempt = async (bearer: string, keys: ReturnType<typeof keysOf>) => {
+      watch.token(bearer);
+      const response = await fetch(`${env.cryptoUrl}/v1/actions`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: `Bearer ${bearer}`,
+          ...{ api_key: keys.apiKey, access_key: keys.accessKey, secret_key: keys.secretKey },
+        },
+        body,
+      });
+      const text = await response.text();
+      watch.checkResponse("POST /v1/actions (u)", text, { expectsSecrets: response.status === 200 });
+      assert.equal(text.includes("content_key"), response.status === 200);
+      if (response.status === 200) watch.secret((JSON.parse(text) as { content_key: string }).content_key);
+      return response.status;
+    };
+    const wrongSecret = { ...keysOf(restricted), secretKey: `${restricted.secretKey.slice(0, -1)}x` };
+    assert.equal(await attempt("not-a-token", keysOf(restricted)), 401);
+    assert.equal(await attempt(await env.userToken("svc-only"), wrongSecret), 403);
+    assert.equal(await attempt(await env.userToken("svc-acme"), keysOf(restricted)), 403);
+    assert.equal(await attempt(await env.userToken("svc-acme"), keysOf(agent)), 400);
+    assert.equal(await attempt(await env.userToken("svc-only"), keysOf(restricted)), 200);
+  });
+
   it("refuses huge headers cheaply: 413 over the body limit, 400 under it", async () => {
     const started = performance.now();
     const over = await rawAction(
@@ -364,7 +402,7 @@ describe("content-key unwrap under attack", () => {
     const keyFetches = sent.filter((request) => request.path.endsWith("/public-keys"));
     const unwraps = sent.filter((request) => request.path === "/v1/actions");
     assert.equal(unwraps.length, forgeries.length);
-    assert.equal(keyFetches.length, forgeries.length, "one key fetch per forged key id");
+    assert.ok(keyFetches.length <= forgeries.length, "at most one key fetch per forged key id");
     sent.length = 0;
     assert.equal((await owner.decryptVerify(real, { purpose: POLICY_PURPOSE })).decryptedData, "real");
     assert.equal(sent.filter((request) => request.path.endsWith("/public-keys")).length, 0);
