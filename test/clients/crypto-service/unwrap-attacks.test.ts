@@ -29,6 +29,8 @@ import {
   KeyRing,
   openWithContentKey,
   PublicKeyRing,
+  sealBytes,
+  serializeEnvelope,
   signEncrypt,
 } from "../../../src/crypto/index.ts";
 import { SIGN_ENCRYPT_AAD } from "../../../src/crypto/sign-encrypt.ts";
@@ -377,6 +379,47 @@ describe("content-key unwrap under attack", () => {
       assert.ok(local.startsWith(expected), `${what}: ${local}`);
     }
     envelopeKey.fill(0);
+  });
+
+  it("a blob the service signed for a partner, unwrapped by it and re-sealed to the service, is refused", async () => {
+    // The service identity signs an envelope for the partner (the crypto service's `s`+`e` with
+    // a recipient); the partner unwraps it and seals the signed blob again to the service's key.
+    const claims = JSON.stringify({ binding_id: "b-1", decision: "allow" });
+    const forPartner = (
+      await client().signEncrypt(await credentials(service), claims, {
+        purpose: PROFILE.purpose,
+        recipient: env.partner.id,
+      })
+    ).encryptedData;
+    const { contentKey } = await client().unwrap(
+      await credentials(env.partner),
+      deserializeEnvelope(forPartner).header.toString("base64"),
+    );
+    const blob = openWithContentKey(deserializeEnvelope(forPartner), contentKey, SIGN_ENCRYPT_AAD);
+    contentKey.fill(0);
+    const serviceKeys = PublicKeyRing.import(await env.crypto().publicKeys(service.id));
+    const forwarded = serializeEnvelope(
+      sealBytes({
+        recipientPublicKey: serviceKeys.current.kemPublicKey,
+        recipientKeyId: serviceKeys.current.keyId,
+        plaintext: blob,
+        aad: SIGN_ENCRYPT_AAD,
+      }),
+    );
+    const local = await outcome(
+      createServiceEnvelopeCrypto({ service: direct(service) }).open(forwarded, "partner-acme", PROFILE),
+    );
+    assert.equal(local, `ok:${JSON.stringify({ ok: false, failure: "invalid_signature" })}`);
+    assert.equal(
+      await outcome(
+        createServiceEnvelopeCrypto({ service: viaService(service) }).open(
+          forwarded,
+          "partner-acme",
+          PROFILE,
+        ),
+      ),
+      local,
+    );
   });
 
   it("a forged key id costs the authority one key fetch per request, no more", async () => {
