@@ -20,10 +20,7 @@ import {
   createCryptoClient,
   isDataFault,
 } from "../../../src/clients/crypto-service/client.ts";
-import {
-  createDirectOwnerCrypto,
-  type OwnerCrypto,
-} from "../../../src/clients/crypto-service/owner-crypto.ts";
+import type { OwnerCrypto } from "../../../src/clients/crypto-service/owner-crypto.ts";
 import {
   deserializeEnvelope,
   KeyRing,
@@ -39,6 +36,7 @@ import type { ProvisionedOwner } from "../../../src/servers/crypto/server.ts";
 import { canary, LeakWatch } from "../../helpers/canary.ts";
 import { rejectsWithCryptoCode } from "../../helpers/crypto-client-error.ts";
 import { capturedLogs, type Environment, startEnvironment } from "../../servers/managed/harness.ts";
+import { directPath, outcome, partnerKeysOf, servicePath } from "./owner-paths.ts";
 
 const SECRET_PURPOSE = "authority-secret/v1";
 const POLICY_PURPOSE = "authority-policy";
@@ -66,35 +64,16 @@ describe("content-key unwrap under attack", () => {
     watch.token(value);
     return value;
   };
-  const tokens = () => ({ get: token, invalidate: () => undefined });
-  const keysOf = (owner: ProvisionedOwner) => ({
-    apiKey: owner.apiKey,
-    accessKey: owner.accessKey,
-    secretKey: owner.secretKey,
-  });
+  const keysOf = partnerKeysOf;
   const credentials = async (owner: ProvisionedOwner): Promise<CryptoCredentials> => ({
     token: await token(),
     ...keysOf(owner),
   });
   /** The authority's direct path: unwrap, then decrypt and verify here. */
   const direct = (owner: ProvisionedOwner, baseClient = client()): OwnerCrypto =>
-    createDirectOwnerCrypto({ client: baseClient, owner: owner.id, keys: keysOf(owner), tokens: tokens() });
+    directPath(baseClient, owner, token);
   /** The same operations answered by the crypto service's own decrypt-verify (`d`+`v`). */
-  const viaService = (owner: ProvisionedOwner): OwnerCrypto => ({
-    owner: owner.id,
-    signEncrypt: async (data, { purpose }) =>
-      (await client().signEncrypt(await credentials(owner), data, { purpose })).encryptedData,
-    decryptVerify: async (data, options) => client().decryptVerify(await credentials(owner), data, options),
-  });
-  /** The outcome of a promise as a comparable string: "ok:<value>" or the failure's code. */
-  const outcome = async (promise: Promise<unknown>): Promise<string> =>
-    promise.then(
-      (value) => `ok:${JSON.stringify(value)}`,
-      (error: unknown) => {
-        const code = (error as { code?: unknown }).code;
-        return `${(error as Error).name}:${String(code)}:${isDataFault(error)}`;
-      },
-    );
+  const viaService = (owner: ProvisionedOwner): OwnerCrypto => servicePath(client(), owner, token);
   const rawAction = async (owner: ProvisionedOwner, body: string) => {
     const own = await credentials(owner);
     const response = await fetch(`${env.cryptoUrl}/v1/actions`, {
