@@ -12,10 +12,14 @@ import type { PublicKeyRing } from "./key-ring.ts";
 
 export interface SignerKeyCacheOptions {
   /**
-   * The owner's ring from the key source; undefined when the owner is unknown. What it
-   * throws reaches the caller of `keyFor` unchanged.
+   * The owner's ring from the key source; undefined when the owner is unknown. `previous` is
+   * the ring cached before (a refetch may hand it back when nothing changed). What it throws
+   * reaches the caller of `keyFor` unchanged.
    */
-  readonly fetchRing: (owner: string) => Promise<PublicKeyRing | undefined>;
+  readonly fetchRing: (
+    owner: string,
+    previous: PublicKeyRing | undefined,
+  ) => Promise<PublicKeyRing | undefined>;
   /** Keys trusted by configuration; for these owners nothing is fetched. */
   readonly pinned?: readonly PublicKeyRing[];
   /** Least time between two refetches of one owner's keys (default 10000 ms). */
@@ -46,7 +50,7 @@ export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyC
     let pending = inFlight.get(owner);
     if (pending === undefined) {
       pending = (async () => {
-        let ring = await options.fetchRing(owner);
+        let ring = await options.fetchRing(owner, fetched.get(owner)?.ring);
         // A ring of another owner is not this owner's.
         if (ring !== undefined && ring.owner !== owner) ring = undefined;
         fetched.set(owner, { ring, refetchedAt: refetch ? now() : undefined });

@@ -19,6 +19,7 @@ import {
 } from "../../crypto/index.ts";
 import { createSignerKeyCache, type SignerKeyCache } from "../../crypto/signer-key-cache.ts";
 import { CryptoClientError, type DecryptVerifyResult, type UnwrapResult } from "./client.ts";
+import { OWNER_ID } from "./wire.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true });
 
@@ -47,13 +48,17 @@ function parse(encryptedData: string): ParsedEnvelope {
   }
 }
 
+/** The key documents rings were imported from: a refetch that brings the same one re-imports nothing. */
+const importedFrom = new WeakMap<PublicKeyRing, string>();
+
 /** Signers' public keys from the crypto service's public-key route; an unknown owner has none. */
 export function cryptoServiceSignerKeys(publicKeys: (owner: string) => Promise<unknown>): SignerKeyCache {
   return createSignerKeyCache({
-    // No cooldown: a rotated key must verify at once, and a forged key id or signer name costs
-    // one fetch beside the unwrap that every decrypt-verify costs anyway.
+    // No cooldown: a rotated key must verify at once. A forged key id or signer name costs one
+    // fetch beside the unwrap that every decrypt-verify costs anyway, and no key import when
+    // the owner's keys did not change.
     refetchCooldownMs: 0,
-    fetchRing: async (owner) => {
+    fetchRing: async (owner, previous) => {
       let json: unknown;
       try {
         json = await publicKeys(owner);
@@ -61,11 +66,16 @@ export function cryptoServiceSignerKeys(publicKeys: (owner: string) => Promise<u
         if (error instanceof CryptoClientError && error.status === 404) return undefined;
         throw error;
       }
+      const document = JSON.stringify(json);
+      if (previous !== undefined && importedFrom.get(previous) === document) return previous;
+      let ring: PublicKeyRing;
       try {
-        return PublicKeyRing.import(json);
+        ring = PublicKeyRing.import(json);
       } catch (cause) {
         throw new CryptoClientError("upstream_error", { status: 200, cause });
       }
+      importedFrom.set(ring, document);
+      return ring;
     },
   });
 }
@@ -94,7 +104,10 @@ export async function decryptVerifyWithUnwrap(
 ): Promise<DecryptVerifyResult> {
   const envelope = parse(encryptedData);
   const { contentKey } = await options.unwrap(envelope.header.toString("base64"));
-  const signerKeys: AsyncSignerKeyLookup = (signer, keyId) => options.signerKeys.keyFor(signer, keyId);
+  // Unverified: a name no owner of the crypto service can have is an unknown signer, as the
+  // crypto service's own decrypt-verify answers, and never goes into a URL.
+  const signerKeys: AsyncSignerKeyLookup = async (signer, keyId) =>
+    OWNER_ID.test(signer) ? options.signerKeys.keyFor(signer, keyId) : undefined;
   let verified: VerifiedMessage;
   try {
     verified = await decryptVerifyWithContentKey(envelope, contentKey, {

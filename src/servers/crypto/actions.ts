@@ -188,10 +188,10 @@ export async function decryptVerifyAction(
 }
 
 /**
- * The content key of one envelope addressed to the caller's ring: what `decrypt` would use to
- * open it, handed out instead of the plaintext (KMS-style), so a caller that verifies the
- * signature itself need not send the whole ciphertext. It opens that envelope and no other;
- * a caller may learn nothing here that `decrypt` of the same envelope would not tell it.
+ * The content key of one envelope addressed to the caller's ring, handed out instead of the
+ * plaintext (KMS-style), so a caller that verifies the signature itself need not send the
+ * whole ciphertext. It opens that envelope and no other. Which kind of envelope it is and
+ * whether its signature holds are the caller's checks: the key goes only to the recipient.
  */
 export function unwrapAction(ring: KeyRing, envelopeHeader: string): UnwrapPayload {
   return guarded(() => {

@@ -23,14 +23,13 @@ import {
   PEPPER_BYTES,
 } from "../../clients/crypto-service/credentials.ts";
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
+import { OWNER_ID } from "../../clients/crypto-service/wire.ts";
 import { type Kek, KeyRing, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../crypto/index.ts";
 import type { Store } from "../../store/store.ts";
 
 export const OWNER_KINDS = ["partner", "subject", "service"] as const;
 export type OwnerKind = (typeof OWNER_KINDS)[number];
 
-/** Owner ids appear in URLs and as `signed_by`: short, plain, unambiguous. */
-export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/;
 const SUBJECT = /^[\x21-\x7E]{1,256}$/;
 
 const OWNERS = "crypto_owners";

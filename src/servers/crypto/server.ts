@@ -157,6 +157,8 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
   const app = createHttpServer({
     name: "crypto",
     bodyLimit: config.bodyLimit,
+    // Owner ids (OWNER_ID) are up to 128 characters and travel as a path parameter.
+    maxParamLength: 128,
     ...(config.logger === undefined ? {} : { logger: config.logger }),
   });
 

@@ -18,6 +18,8 @@ export interface HttpServerOptions {
   readonly https?: { readonly key: string | Buffer; readonly cert: string | Buffer };
   /** Per-request socket timeout; a client that stalls longer is cut off. */
   readonly requestTimeoutMs?: number;
+  /** Longest path parameter, decoded (default 100; 414 above). */
+  readonly maxParamLength?: number;
 }
 
 const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
@@ -33,6 +35,7 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     loggerInstance: options.logger ?? createLogger(options.name),
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeout: options.requestTimeoutMs ?? 30_000,
+    routerOptions: { maxParamLength: options.maxParamLength ?? 100 },
     genReqId: (request) => requestIdFrom(request.headers["x-request-id"]),
     // One summary line per request (onResponse below) instead of fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
