@@ -349,6 +349,31 @@ function hasValueChecks(c: ParameterConstraint): boolean {
 }
 
 /**
+ * Prepared constraints per constraints array (shape checked, labels and patterns compiled),
+ * or the first metadata problem. A verified snapshot's array is the same object on every
+ * request the sidecar decides, so this is done once per policy, not per request; an array
+ * decoded per request (the executor) is prepared each time, as before. Both are treated as
+ * immutable once evaluated, as every snapshot is.
+ */
+const preparedByArray = new WeakMap<readonly unknown[], readonly Prepared[] | string>();
+
+function preparedFor(constraints: readonly unknown[]): readonly Prepared[] | string {
+  const known = preparedByArray.get(constraints);
+  if (known !== undefined) return known;
+  let result: Prepared[] | string = [];
+  for (let i = 0; i < constraints.length; i++) {
+    const item = prepare(constraints[i], i);
+    if (typeof item === "string") {
+      result = item;
+      break;
+    }
+    result.push(item);
+  }
+  preparedByArray.set(constraints, result);
+  return result;
+}
+
+/**
  * Evaluates signed constraints from the verified snapshot against the arguments, before
  * any secret is loaded or request sent. No constraints: ok. Otherwise fail closed when
  * the rollout is off, when any constraint's metadata is invalid or unsafe, and on the
@@ -365,12 +390,8 @@ export function evaluateConstraints(
   if (rollout.enabled !== true || rollout.partnerAllowlisted !== true) {
     return fail("constraint_rollout_disabled", "parameter constraints are not enabled for this partner");
   }
-  const prepared: Prepared[] = [];
-  for (let i = 0; i < constraints.length; i++) {
-    const item = prepare(constraints[i], i);
-    if (typeof item === "string") return fail("constraint_metadata_invalid", item);
-    prepared.push(item);
-  }
+  const prepared = preparedFor(constraints);
+  if (typeof prepared === "string") return fail("constraint_metadata_invalid", prepared);
   for (const item of prepared) {
     const raw = lookup(args, item);
     const values = Array.isArray(raw) ? raw : raw === undefined ? [] : [raw];

@@ -189,13 +189,16 @@ function copyParams(value: Record<string, unknown>): Record<string, unknown> {
     if (isScalar(item)) copied = item;
     else if (Array.isArray(item) && item.every(isScalar)) copied = [...item];
     else return structuredClone(value);
-    // Defined, not assigned: a `__proto__` parameter stays a plain key (as structuredClone keeps it).
-    Object.defineProperty(copy, name, {
-      value: copied,
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
+    // Assigned, as a plain own key, except `__proto__`: assigning that one would set the
+    // prototype, so it is defined instead (it stays a plain key, as structuredClone keeps it).
+    if (name === "__proto__")
+      Object.defineProperty(copy, name, {
+        value: copied,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
+    else copy[name] = copied;
   }
   return copy;
 }

@@ -247,3 +247,27 @@ describe("isSafePattern", () => {
     }
   });
 });
+
+describe("evaluateConstraints: one array evaluated again and again (prepared once)", () => {
+  it("gives every request its own verdict, and bad metadata fails every time", () => {
+    const constraints = [
+      { in: "query", name: "limit", maximum: 50 },
+      { in: "header", name: "x-tenant", pattern: "[a-z]+" },
+    ];
+    for (let round = 0; round < 3; round++) {
+      assert.deepEqual(run(constraints, { query: { limit: "5" }, headers: { "x-tenant": "acme" } }), {
+        ok: true,
+      });
+      assertFails(run(constraints, { query: { limit: "51" } }), "constraint_violation", "maximum");
+      assertFails(run(constraints, { headers: { "x-tenant": "ACME" } }), "constraint_violation", "pattern");
+    }
+    const bad = [{ in: "query", name: "n", minimum: 5, maximum: 1 }];
+    for (let round = 0; round < 3; round++)
+      assertFails(run(bad, { query: { n: "3" } }), "constraint_metadata_invalid", "minimum is above maximum");
+    // The rollout gate is not part of what is prepared: still refused when off.
+    assertFails(
+      evaluateConstraints(constraints, {}, { enabled: false, partnerAllowlisted: true }),
+      "constraint_rollout_disabled",
+    );
+  });
+});

@@ -120,13 +120,32 @@ function first(value: string | readonly string[] | undefined): string | undefine
   return typeof value === "string" ? value : value?.[0];
 }
 
+/** What URLSearchParams would decode, or strip (a leading `?`, lone surrogates). */
+const FORM_DECODED = /^\?|[%+]/;
+
+/**
+ * The name/value pairs of a form-encoded query, exactly as `new URLSearchParams(query)` reads
+ * them. A query with nothing to decode is split directly: the same pairs without the
+ * parser's objects (this runs on every Check that has a query).
+ */
+export function formPairs(query: string): Iterable<readonly [string, string]> {
+  if (FORM_DECODED.test(query) || !query.isWellFormed()) return new URLSearchParams(query);
+  const pairs: Array<readonly [string, string]> = [];
+  for (const part of query.split("&")) {
+    if (part === "") continue;
+    const equals = part.indexOf("=");
+    pairs.push(equals < 0 ? [part, ""] : [part.slice(0, equals), part.slice(equals + 1)]);
+  }
+  return pairs;
+}
+
 /** The query string's parameters, repeated names as arrays, decoded as form data (`+` is a space). */
 export function queryArguments(path: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = Object.create(null);
   const at = path.indexOf("?");
   if (at < 0 || at === path.length - 1) return out;
   const hash = path.indexOf("#", at);
-  for (const [name, value] of new URLSearchParams(path.slice(at + 1, hash < 0 ? undefined : hash))) {
+  for (const [name, value] of formPairs(path.slice(at + 1, hash < 0 ? undefined : hash))) {
     const previous = out[name];
     out[name] =
       previous === undefined ? value : Array.isArray(previous) ? [...previous, value] : [previous, value];

@@ -7,6 +7,7 @@ import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/routing-overrides
 import {
   bodyArgument,
   FORWARDED_HEADERS,
+  formPairs,
   hasDuplicateKey,
   headersToRemove,
   isForwarded,
@@ -104,6 +105,48 @@ test("query parameters: every value kept in order, repeated names as arrays, __p
   );
   assert.deepEqual({ ...queryArguments("/p") }, {});
   assert.deepEqual({ ...queryArguments("/p?a=1#frag=2") }, { a: "1" });
+});
+
+test("form pairs: exactly URLSearchParams' pairs for any raw query, the split fast path included", () => {
+  // Separators, escapes, a leading "?", lone surrogates, non-ASCII: what a caller may send raw.
+  const char = fc.constantFrom(
+    "a",
+    "B",
+    "=",
+    "&",
+    "?",
+    "%",
+    "%2",
+    "%41",
+    "+",
+    " ",
+    "é",
+    "\uD800",
+    "\uDC00",
+    "😀",
+    ";",
+    "#",
+  );
+  fc.assert(
+    fc.property(fc.array(char, { maxLength: 24 }), (chars) => {
+      const query = chars.join("");
+      assert.deepEqual(
+        [...formPairs(query)].map(([name, value]) => [name, value]),
+        [...new URLSearchParams(query)],
+      );
+    }),
+    { numRuns: 2000 },
+  );
+  assert.deepEqual(
+    [...formPairs("expand=items&limit=5&&flag&=x&a==b")],
+    [
+      ["expand", "items"],
+      ["limit", "5"],
+      ["flag", ""],
+      ["", "x"],
+      ["a", "=b"],
+    ],
+  );
 });
 
 const post = snapshot("POST", "/payments");
