@@ -13,6 +13,7 @@ import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
 import { type ParsedCheckRequest, parseCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
+import { encodeCheckResponse } from "./check-response-wire.ts";
 import { CheckServerError } from "./errors.ts";
 import { createHealthService, type SettableServingStatus } from "./health.ts";
 import { type GrpcLimits, grpcServerOptions, resolveLimits } from "./limits.ts";
@@ -225,7 +226,9 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
   const checkMethod = protos.authorization.Check as MethodDefinition<object, object> | undefined;
   if (checkMethod === undefined) throw new CheckServerError("invalid_options", "Authorization.Check missing");
   const decode = checkMethod.requestDeserialize;
-  const encode = checkMethod.responseSerialize as (response: CheckResponse) => Buffer;
+  // Responses are encoded by hand (check-response-wire.ts): the same bytes as the loader's
+  // serializer, without its per-Check copies.
+  const encode = encodeCheckResponse;
   const authorization = {
     Check: {
       ...checkMethod,
