@@ -77,14 +77,25 @@ export function encodePathSegment(decoded: string): string {
  */
 const PLAIN_PATH = /^[A-Za-z0-9\-._~!*'()$&+,:;=@/]+$/;
 
+const DOT = ".".charCodeAt(0);
+
 /** normalizeRequestPath for a PLAIN_PATH: the same result without decoding or re-encoding. */
 function normalizePlainPath(path: string): NormalizedPath | undefined {
-  const segments = path.split("/").filter((s) => s.length > 0);
-  if (segments.length > MAX_PATH_SEGMENTS) return undefined;
-  for (const segment of segments) {
-    if (segment.startsWith(".") && isDotSegment(segment)) return undefined;
+  const segments: string[] = [];
+  let empty = false;
+  for (let start = 1; start <= path.length; ) {
+    let end = path.indexOf("/", start);
+    if (end === -1) end = path.length;
+    if (end === start) empty = true;
+    else {
+      const segment = path.slice(start, end);
+      if (segment.charCodeAt(0) === DOT && isDotSegment(segment)) return undefined;
+      if (segments.push(segment) > MAX_PATH_SEGMENTS) return undefined;
+    }
+    start = end + 1;
   }
-  return { path: `/${segments.join("/")}`, segments };
+  // Already normal (the common case) unless an empty segment was dropped ("//", a trailing "/").
+  return { path: empty ? `/${segments.join("/")}` : path, segments };
 }
 
 /**
@@ -93,12 +104,10 @@ function normalizePlainPath(path: string): NormalizedPath | undefined {
  */
 export function normalizeRequestPath(raw: unknown): NormalizedPath | undefined {
   if (typeof raw !== "string") return undefined;
-  let end = raw.length;
-  for (const stop of ["?", "#"]) {
-    const at = raw.indexOf(stop);
-    if (at !== -1 && at < end) end = at;
-  }
-  const path = raw.slice(0, end);
+  const query = raw.indexOf("?");
+  const fragment = raw.indexOf("#");
+  const end = query === -1 ? fragment : fragment === -1 ? query : Math.min(query, fragment);
+  const path = end === -1 ? raw : raw.slice(0, end);
   if (path.length === 0 || path.length > MAX_REQUEST_PATH_LENGTH || !path.startsWith("/")) return undefined;
   // The common case: nothing percent-encoded (per request on every decision path).
   if (PLAIN_PATH.test(path)) return normalizePlainPath(path);
