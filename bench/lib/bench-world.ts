@@ -43,6 +43,12 @@ export interface BenchWorldOptions {
   readonly allowed: readonly string[];
   /** Signed parameter constraints enforced for "acme" (authority and sidecar). */
   readonly parameterScoping?: boolean;
+  /** More capabilities of "acme" (same upstream and auth profile), assigned to the same subjects. */
+  readonly moreCapabilities?: ReadonlyArray<{
+    readonly capabilityId: string;
+    readonly document: Record<string, unknown>;
+    readonly allowed: readonly string[];
+  }>;
 }
 
 export interface BenchWorld {
@@ -122,23 +128,31 @@ export async function startBenchWorld(options: BenchWorldOptions): Promise<Bench
       name: "x-api-key",
       secret: "upstream-secret-0123456789",
     });
-    await importOpenApi(context, actor, PARTNER, {
-      capability_id: CAPABILITY,
-      name: "Orders",
-      document: options.document,
-      upstream_base_url: options.upstreamUrl,
-      auth_profile_ref: "orders-key",
-    });
+    const capabilities = [
+      { capabilityId: CAPABILITY, name: "Orders", document: options.document, allowed: options.allowed },
+      ...(options.moreCapabilities ?? []).map((more) => ({ ...more, name: more.capabilityId })),
+    ];
+    for (const { capabilityId, name, document } of capabilities) {
+      await importOpenApi(context, actor, PARTNER, {
+        capability_id: capabilityId,
+        name,
+        document,
+        upstream_base_url: options.upstreamUrl,
+        auth_profile_ref: "orders-key",
+      });
+    }
     for (const subjectId of options.subjects) {
       await createSubject(context, PARTNER, {
         subject_id: subjectId,
         subject_type: "agent",
         display_name: subjectId,
       });
-      await assignCapability(context, actor, PARTNER, subjectId, CAPABILITY, {
-        allowed_permission_ids: [...options.allowed],
-        ttl_seconds: 3600,
-      });
+      for (const { capabilityId, allowed } of capabilities) {
+        await assignCapability(context, actor, PARTNER, subjectId, capabilityId, {
+          allowed_permission_ids: [...allowed],
+          ttl_seconds: 3600,
+        });
+      }
     }
     const token = async (subject: string, roles?: string[]): Promise<string> =>
       (await idp.issueToken({ subject, lifetimeSec: 3600, ...(roles === undefined ? {} : { roles }) }))
