@@ -306,7 +306,8 @@ function matchesExcluded(excluded: ConstraintScalar, actual: ConstraintScalar): 
 }
 
 function isScalar(value: unknown): value is ConstraintScalar {
-  return value === null || ["string", "number", "boolean"].includes(typeof value);
+  const type = typeof value;
+  return value === null || type === "string" || type === "number" || type === "boolean";
 }
 
 function checkValue(prepared: Prepared, value: unknown): string | undefined {

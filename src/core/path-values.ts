@@ -155,6 +155,16 @@ function spellings(value: string): string[] | undefined {
   return out;
 }
 
+function claimedBySibling(
+  key: string,
+  siblingLiterals: ReadonlySet<string>,
+  siblingMixed: readonly MixedSegment[],
+): boolean {
+  if (siblingLiterals.has(key)) return true;
+  for (const mixed of siblingMixed) if (matchesMixedSegment(mixed, key)) return true;
+  return false;
+}
+
 /**
  * True when a decoded segment value is not one unambiguous segment: it contains `/`, `?`,
  * `#`, `;`, `\` or a control, is a dot segment, or — decoded once more, in its Unicode
@@ -167,12 +177,11 @@ export function isAmbiguousSegmentValue(
   siblingMixed: readonly MixedSegment[] = [],
 ): boolean {
   if (value.length === 0) return true;
-  const claims = (key: string): boolean =>
-    siblingLiterals.has(key) || siblingMixed.some((mixed) => matchesMixedSegment(mixed, key));
   if (PLAIN.test(value)) {
     if (siblingLiterals.size === 0 && siblingMixed.length === 0) return false;
-    return claims(value.toLowerCase());
+    return claimedBySibling(value.toLowerCase(), siblingLiterals, siblingMixed);
   }
+  const claims = (key: string): boolean => claimedBySibling(key, siblingLiterals, siblingMixed);
   const bases = [value];
   if (value.includes("%")) {
     try {
@@ -227,8 +236,7 @@ const FORMATS: Readonly<Record<string, ValueCheck>> = {
   int64: (v) => INTEGER.test(v),
 };
 
-function typeMatches(type: unknown, value: string): boolean {
-  const types = Array.isArray(type) ? type : [type];
+function typeMatches(types: readonly unknown[], value: string): boolean {
   return types.some(
     (t) =>
       t === undefined ||
@@ -246,7 +254,10 @@ function typeMatches(type: unknown, value: string): boolean {
  */
 function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const parts: ValueCheck[] = [];
-  if (schema.type !== undefined) parts.push((v) => typeMatches(schema.type, v));
+  if (schema.type !== undefined) {
+    const types: readonly unknown[] = Array.isArray(schema.type) ? [...schema.type] : [schema.type];
+    parts.push((v) => typeMatches(types, v));
+  }
   if (typeof schema.pattern === "string") {
     const regex = regexFor(schema.pattern);
     parts.push(regex === null ? () => false : (v) => regex.test(v));
@@ -267,7 +278,10 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const format = typeof schema.format === "string" ? FORMATS[schema.format] : undefined;
   if (format !== undefined) parts.push(format);
   if (parts.length === 0) return NO_CHECK;
-  return (v) => parts.every((check) => check(v));
+  return (v) => {
+    for (const check of parts) if (!check(v)) return false;
+    return true;
+  };
 }
 
 function valueCheckFor(snapshot: OperationSnapshot, name: string): ValueCheck {

@@ -227,11 +227,11 @@ function validateParams(
  * the constraints on every path (rendering would refuse it later, after them on some paths).
  */
 function refuseIllFormed(section: ParamSection, params: Readonly<Record<string, unknown>>): void {
+  const illFormed = (item: unknown): boolean => typeof item === "string" && !item.isWellFormed();
   for (const name in params) {
     if (!Object.hasOwn(params, name)) continue;
     const value = params[name];
-    const values = Array.isArray(value) ? value : [value];
-    if (values.some((item) => typeof item === "string" && !item.isWellFormed())) {
+    if (Array.isArray(value) ? value.some(illFormed) : illFormed(value)) {
       throw invalid({ location: section, pointer: "", keyword: "wellFormed" });
     }
   }
