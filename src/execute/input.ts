@@ -221,13 +221,14 @@ function validateParams(
   return copy;
 }
 
+const illFormed = (item: unknown): boolean => typeof item === "string" && !item.isWellFormed();
+
 /**
  * A parameter must be sendable: a string with a lone surrogate has no UTF-8 form, so no URL
  * or header can carry it. Refused here, with the schema, so that it is invalid_input before
  * the constraints on every path (rendering would refuse it later, after them on some paths).
  */
 function refuseIllFormed(section: ParamSection, params: Readonly<Record<string, unknown>>): void {
-  const illFormed = (item: unknown): boolean => typeof item === "string" && !item.isWellFormed();
   for (const name in params) {
     if (!Object.hasOwn(params, name)) continue;
     const value = params[name];
