@@ -54,7 +54,10 @@ describe("make bench: Envoy alone vs Envoy + sidecar (smoke counts)", () => {
     for (const column of result.columns) assertMeasured(column, true);
     assertMeasured(result.extraChecks.checked, true);
     assertMeasured(result.extraChecks.plain, true);
+    // The checked request's bytes to the operation without rules: allowed too, measured alike.
+    assertMeasured(result.extraChecks.bare, true);
     assert.ok(Number.isFinite(result.extraChecks.cpuUsPerCheck), "the extra checks' cost is a number");
+    assert.ok(Number.isFinite(result.extraChecks.rulesCpuUsPerCheck), "the rules' cost is a number");
 
     const tables = envoyTables(result);
     assert.equal(tables.length, 3);
