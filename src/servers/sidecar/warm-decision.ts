@@ -9,8 +9,10 @@ import {
 import { generateSigKeyPair, sign, verify } from "../../crypto/index.ts";
 import { validateInput } from "../../execute/input.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
-import { parseCheckRequest } from "./grpc/check-input.ts";
+import { buildCheckInput } from "./grpc/check-input.ts";
+import { decodeCheckRequest } from "./grpc/check-request-wire.ts";
 import { allowResponse, denyResponse } from "./grpc/check-response.ts";
+import { encodeCheckResponse } from "./grpc/check-response-wire.ts";
 import { loadProtos } from "./grpc/proto.ts";
 
 /**
@@ -22,8 +24,8 @@ import { loadProtos } from "./grpc/proto.ts";
  * - the JSON Schemas of the policy document (v1 and v2) and of the capability catalog, which
  *   every fetched policy and catalog is validated against (ajv compiles each schema, and its
  *   meta-schema, on first use: the largest single cost);
- * - the ext_authz protobuf codecs (protobufjs generates a decoder and encoder per message type
- *   on first use), and the Check request parser and response builders around them;
+ * - the ext_authz codecs: the Check request decoder and response encoder the server uses,
+ *   and the response builders around them;
  * - the ML-DSA verification a signed policy goes through, and the JSON Schema compiler the
  *   operation input check uses;
  * - a bearer token's verification (the JWT verifier, the JWK import and an ES256 signature
@@ -128,11 +130,12 @@ function warmCheckCodec(): void {
       context_extensions: { capability_id: "warm-up" },
     },
   };
-  const parsed = parseCheckRequest(check.requestDeserialize(check.requestSerialize(request)));
+  // Encoded by the loader as Envoy would; decoded and answered as the server does.
+  const parsed = buildCheckInput(decodeCheckRequest(check.requestSerialize(request)));
   if (!parsed.complete || parsed.input.path !== "/warm-up?limit=1") {
     throw new Error("the warm-up Check request did not survive its codec");
   }
-  check.responseSerialize(
+  encodeCheckResponse(
     allowResponse({
       allow: true,
       headersToSet: { "x-api-key": "warm-up" },
@@ -141,7 +144,7 @@ function warmCheckCodec(): void {
       queryParametersToSet: { key: "warm-up" },
     }),
   );
-  check.responseSerialize(
+  encodeCheckResponse(
     denyResponse({
       allow: false,
       httpStatus: 401,
