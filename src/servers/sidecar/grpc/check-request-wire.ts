@@ -22,106 +22,135 @@ const FIXED64 = 1;
 const LENGTH_DELIMITED = 2;
 const FIXED32 = 5;
 
-class Reader {
-  readonly buffer: Buffer;
-  position: number;
+/** Tags of the fields read: (field number << 3) | LENGTH_DELIMITED. */
+const tagOf = (field: number): number => (field << 3) | LENGTH_DELIMITED;
 
-  constructor(buffer: Buffer, position: number) {
-    this.buffer = buffer;
-    this.position = position;
+// The message being read and the read position: decoding is synchronous, one at a time.
+const EMPTY = Buffer.alloc(0);
+let buffer: Buffer = EMPTY;
+let position = 0;
+
+/** A varint that fits 32 bits unsigned (tags, lengths). */
+function uint32(): number {
+  let value = 0;
+  for (let shift = 0; shift < 35; shift += 7) {
+    const byte = buffer[position++];
+    if (byte === undefined) throw new MalformedCheckRequest("truncated varint");
+    value += (byte & 0x7f) * 2 ** shift;
+    if (byte < 0x80) {
+      if (value > 0xffffffff) throw new MalformedCheckRequest("varint too large");
+      return value;
+    }
   }
+  throw new MalformedCheckRequest("varint too long");
+}
 
-  /** A varint that fits 32 bits unsigned (tags, lengths). */
-  uint32(): number {
-    let value = 0;
-    for (let shift = 0; shift < 35; shift += 7) {
-      const byte = this.buffer[this.position++];
-      if (byte === undefined) throw new MalformedCheckRequest("truncated varint");
-      value += (byte & 0x7f) * 2 ** shift;
-      if (byte < 0x80) {
-        if (value > 0xffffffff) throw new MalformedCheckRequest("varint too large");
-        return value;
+/** The end offset of the length-delimited field whose length starts here. */
+function end(limit: number): number {
+  const length = uint32();
+  const at = position + length;
+  if (at > limit) throw new MalformedCheckRequest("truncated field");
+  return at;
+}
+
+function string(limit: number): string {
+  const at = end(limit);
+  const text = buffer.toString("utf8", position, at);
+  position = at;
+  return text;
+}
+
+function bytes(limit: number): Buffer {
+  const at = end(limit);
+  const value = buffer.subarray(position, at);
+  position = at;
+  return value;
+}
+
+/**
+ * Skips a field this decoder does not read. A field it does read (`known`) that comes with
+ * another wire type is malformed, as are field number 0, groups and unknown wire types.
+ */
+function skip(tag: number, limit: number, known: readonly number[]): void {
+  const field = tag >>> 3;
+  if (field === 0 || known.includes(field)) throw new MalformedCheckRequest("unexpected field");
+  switch (tag & 7) {
+    case VARINT:
+      for (let i = 0; i < 10; i++) {
+        const byte = buffer[position++];
+        if (byte === undefined) throw new MalformedCheckRequest("truncated varint");
+        if (byte < 0x80) return;
       }
+      throw new MalformedCheckRequest("varint too long");
+    case FIXED64:
+      position += 8;
+      break;
+    case LENGTH_DELIMITED:
+      position = end(limit);
+      break;
+    case FIXED32:
+      position += 4;
+      break;
+    default:
+      throw new MalformedCheckRequest("unread wire type");
+  }
+  if (position > limit) throw new MalformedCheckRequest("truncated field");
+}
+
+function finish(limit: number): void {
+  if (position !== limit) throw new MalformedCheckRequest("truncated message");
+}
+
+/**
+ * A map<string, string> as decoded entries: a key seen again keeps its place and takes the
+ * later value. Found by a scan while short (Envoy sends tens of headers), through an index
+ * past that, so a message of many entries costs linear time.
+ */
+class StringMap {
+  readonly entries: Array<[string, string]> = [];
+  #index: Map<string, [string, string]> | undefined;
+
+  set(key: string, value: string): void {
+    let entry: [string, string] | undefined;
+    if (this.#index !== undefined) entry = this.#index.get(key);
+    else for (const candidate of this.entries) if (candidate[0] === key) entry = candidate;
+    if (entry !== undefined) {
+      entry[1] = value;
+      return;
     }
-    throw new MalformedCheckRequest("varint too long");
+    entry = [key, value];
+    this.entries.push(entry);
+    this.#index?.set(key, entry);
+    if (this.#index === undefined && this.entries.length > 32)
+      this.#index = new Map(this.entries.map((e) => [e[0], e]));
   }
 
-  /** The end offset of a length-delimited field that starts here. */
-  end(limit: number): number {
-    const length = this.uint32();
-    const end = this.position + length;
-    if (end > limit) throw new MalformedCheckRequest("truncated field");
-    return end;
-  }
-
-  string(limit: number): string {
-    const end = this.end(limit);
-    const text = this.buffer.toString("utf8", this.position, end);
-    this.position = end;
-    return text;
-  }
-
-  bytes(limit: number): Buffer {
-    const end = this.end(limit);
-    const bytes = this.buffer.subarray(this.position, end);
-    this.position = end;
-    return bytes;
-  }
-
-  skip(wireType: number, limit: number): void {
-    switch (wireType) {
-      case VARINT:
-        for (let i = 0; i < 10; i++) {
-          const byte = this.buffer[this.position++];
-          if (byte === undefined) throw new MalformedCheckRequest("truncated varint");
-          if (byte < 0x80) return;
-        }
-        throw new MalformedCheckRequest("varint too long");
-      case FIXED64:
-        this.position += 8;
-        break;
-      case LENGTH_DELIMITED:
-        this.position = this.end(limit);
-        break;
-      case FIXED32:
-        this.position += 4;
-        break;
-      default:
-        throw new MalformedCheckRequest(`wire type ${wireType} is not read`);
-    }
-    if (this.position > limit) throw new MalformedCheckRequest("truncated field");
+  /** In the order of an object's own keys (integer-like keys first), as protobufjs' map object has them. */
+  ordered(): Array<[string, string]> {
+    return this.entries.some(([key]) => INTEGER_KEY.test(key))
+      ? Object.entries(Object.fromEntries(this.entries))
+      : this.entries;
   }
 }
 
-/** Reads the fields of one message up to `limit`; `field` gets each known one and says whether it read it. */
-function fields(reader: Reader, limit: number, field: (number: number, wireType: number) => boolean): void {
-  while (reader.position < limit) {
-    const tag = reader.uint32();
-    const number = tag >>> 3;
-    const wireType = tag & 7;
-    if (number === 0) throw new MalformedCheckRequest("field number 0");
-    if (!field(number, wireType)) reader.skip(wireType, limit);
-  }
-  if (reader.position !== limit) throw new MalformedCheckRequest("truncated message");
-}
+/** An array index as a property key: such keys come first in an object's key order. */
+const INTEGER_KEY = /^(?:0|[1-9][0-9]{0,9})$/;
 
-function expectLengthDelimited(wireType: number): void {
-  if (wireType !== LENGTH_DELIMITED) throw new MalformedCheckRequest("wire type does not fit the field");
-}
+const MAP_ENTRY = [1, 2];
 
-/** A map<string, string> entry, set on `target` (a prototype-less object: every key is an own key). */
-function mapEntry(reader: Reader, limit: number, target: Record<string, string>): void {
-  const end = reader.end(limit);
+/** A map<string, string> entry, set on `target`. */
+function mapEntry(limit: number, target: StringMap): void {
+  const at = end(limit);
   let key = "";
   let value = "";
-  fields(reader, end, (number, wireType) => {
-    if (number !== 1 && number !== 2) return false;
-    expectLengthDelimited(wireType);
-    if (number === 1) key = reader.string(end);
-    else value = reader.string(end);
-    return true;
-  });
-  target[key] = value;
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(1)) key = string(at);
+    else if (tag === tagOf(2)) value = string(at);
+    else skip(tag, at, MAP_ENTRY);
+  }
+  finish(at);
+  target.set(key, value);
 }
 
 interface HeaderValue {
@@ -130,162 +159,176 @@ interface HeaderValue {
   rawValue: Buffer | undefined;
 }
 
+const HEADER_VALUE = [1, 2, 3];
+
+function headerValue(limit: number): HeaderValue {
+  const at = end(limit);
+  const header: HeaderValue = { key: "", value: "", rawValue: undefined };
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(1)) header.key = string(at);
+    else if (tag === tagOf(2)) header.value = string(at);
+    else if (tag === tagOf(3)) header.rawValue = bytes(at);
+    else skip(tag, at, HEADER_VALUE);
+  }
+  finish(at);
+  return header;
+}
+
+const HEADER_MAP = [1];
+
+function headerMap(limit: number): HeaderValue[] {
+  const at = end(limit);
+  const headers: HeaderValue[] = [];
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(1)) headers.push(headerValue(at));
+    else skip(tag, at, HEADER_MAP);
+  }
+  finish(at);
+  return headers;
+}
+
 interface HttpFields {
   id: string;
   method: string;
   path: string;
   host: string;
   scheme: string;
-  headers: Record<string, string>;
+  headers: StringMap;
   headerMap: HeaderValue[];
   body: string;
   rawBody: Buffer | undefined;
 }
 
-function headerValue(reader: Reader, limit: number): HeaderValue {
-  const end = reader.end(limit);
-  const header: HeaderValue = { key: "", value: "", rawValue: undefined };
-  fields(reader, end, (number, wireType) => {
-    if (number < 1 || number > 3) return false;
-    expectLengthDelimited(wireType);
-    if (number === 1) header.key = reader.string(end);
-    else if (number === 2) header.value = reader.string(end);
-    else header.rawValue = reader.bytes(end);
-    return true;
-  });
-  return header;
-}
+const HTTP_REQUEST = [1, 2, 3, 4, 5, 6, 11, 12, 13];
 
-function headerMap(reader: Reader, limit: number): HeaderValue[] {
-  const end = reader.end(limit);
-  const headers: HeaderValue[] = [];
-  fields(reader, end, (number, wireType) => {
-    if (number !== 1) return false;
-    expectLengthDelimited(wireType);
-    headers.push(headerValue(reader, end));
-    return true;
-  });
-  return headers;
-}
-
-const STRING_FIELDS = ["", "id", "method", "", "path", "host", "scheme"] as const;
-
-function httpRequest(reader: Reader, limit: number): HttpFields {
-  const end = reader.end(limit);
+function httpRequest(limit: number): HttpFields {
+  const at = end(limit);
   const http: HttpFields = {
     id: "",
     method: "",
     path: "",
     host: "",
     scheme: "",
-    headers: Object.create(null),
+    headers: new StringMap(),
     headerMap: [],
     body: "",
     rawBody: undefined,
   };
-  fields(reader, end, (number, wireType) => {
-    const name = STRING_FIELDS[number];
-    if (name !== undefined && name !== "") {
-      expectLengthDelimited(wireType);
-      http[name] = reader.string(end);
-      return true;
-    }
-    switch (number) {
-      case 3:
-        expectLengthDelimited(wireType);
-        mapEntry(reader, end, http.headers);
-        return true;
-      case 11:
-        expectLengthDelimited(wireType);
-        http.body = reader.string(end);
-        return true;
-      case 12:
-        expectLengthDelimited(wireType);
-        http.rawBody = reader.bytes(end);
-        return true;
-      case 13:
-        expectLengthDelimited(wireType);
-        http.headerMap = headerMap(reader, end);
-        return true;
+  while (position < at) {
+    const tag = uint32();
+    switch (tag) {
+      case tagOf(1):
+        http.id = string(at);
+        break;
+      case tagOf(2):
+        http.method = string(at);
+        break;
+      case tagOf(3):
+        mapEntry(at, http.headers);
+        break;
+      case tagOf(4):
+        http.path = string(at);
+        break;
+      case tagOf(5):
+        http.host = string(at);
+        break;
+      case tagOf(6):
+        http.scheme = string(at);
+        break;
+      case tagOf(11):
+        http.body = string(at);
+        break;
+      case tagOf(12):
+        http.rawBody = bytes(at);
+        break;
+      case tagOf(13):
+        http.headerMap = headerMap(at);
+        break;
       default:
-        return false;
+        skip(tag, at, HTTP_REQUEST);
     }
-  });
+  }
+  finish(at);
   return http;
 }
+
+const REQUEST = [2];
 
 /** AttributeContext.Request: only `http`. */
-function request(reader: Reader, limit: number): HttpFields | undefined {
-  const end = reader.end(limit);
+function request(limit: number): HttpFields | undefined {
+  const at = end(limit);
   let http: HttpFields | undefined;
-  fields(reader, end, (number, wireType) => {
-    if (number !== 2) return false;
-    expectLengthDelimited(wireType);
-    http = httpRequest(reader, end);
-    return true;
-  });
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(2)) http = httpRequest(at);
+    else skip(tag, at, REQUEST);
+  }
+  finish(at);
   return http;
 }
 
+const PEER = [4];
+
 /** AttributeContext.Peer: only `principal`. */
-function peerPrincipal(reader: Reader, limit: number): string {
-  const end = reader.end(limit);
+function peerPrincipal(limit: number): string {
+  const at = end(limit);
   let principal = "";
-  fields(reader, end, (number, wireType) => {
-    if (number !== 4) return false;
-    expectLengthDelimited(wireType);
-    principal = reader.string(end);
-    return true;
-  });
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(4)) principal = string(at);
+    else skip(tag, at, PEER);
+  }
+  finish(at);
   return principal;
 }
 
 interface AttributeFields {
   principal: string;
   http: HttpFields | undefined;
-  contextExtensions: Record<string, string>;
+  contextExtensions: StringMap;
 }
 
-function attributeContext(reader: Reader, limit: number): AttributeFields {
-  const end = reader.end(limit);
+const ATTRIBUTE_CONTEXT = [1, 4, 10];
+
+function attributeContext(limit: number): AttributeFields {
+  const at = end(limit);
   const attributes: AttributeFields = {
     principal: "",
     http: undefined,
-    contextExtensions: Object.create(null),
+    contextExtensions: new StringMap(),
   };
-  fields(reader, end, (number, wireType) => {
-    switch (number) {
-      case 1:
-        expectLengthDelimited(wireType);
-        attributes.principal = peerPrincipal(reader, end);
-        return true;
-      case 4:
-        expectLengthDelimited(wireType);
-        attributes.http = request(reader, end);
-        return true;
-      case 10:
-        expectLengthDelimited(wireType);
-        mapEntry(reader, end, attributes.contextExtensions);
-        return true;
-      default:
-        return false;
-    }
-  });
+  while (position < at) {
+    const tag = uint32();
+    if (tag === tagOf(1)) attributes.principal = peerPrincipal(at);
+    else if (tag === tagOf(4)) attributes.http = request(at);
+    else if (tag === tagOf(10)) mapEntry(at, attributes.contextExtensions);
+    else skip(tag, at, ATTRIBUTE_CONTEXT);
+  }
+  finish(at);
   return attributes;
 }
 
+const CHECK_REQUEST = [1];
 const lenientUtf8 = new TextDecoder("utf-8", { fatal: false });
 
 /** The RawCheckRequest of a CheckRequest's bytes; throws on malformed bytes. */
-export function decodeCheckRequest(bytes: Buffer): RawCheckRequest {
-  const reader = new Reader(bytes, 0);
+export function decodeCheckRequest(message: Buffer): RawCheckRequest {
+  buffer = message;
+  position = 0;
   let attributes: AttributeFields | undefined;
-  fields(reader, bytes.length, (number, wireType) => {
-    if (number !== 1) return false;
-    expectLengthDelimited(wireType);
-    attributes = attributeContext(reader, bytes.length);
-    return true;
-  });
+  try {
+    while (position < message.length) {
+      const tag = uint32();
+      if (tag === tagOf(1)) attributes = attributeContext(message.length);
+      else skip(tag, message.length, CHECK_REQUEST);
+    }
+    finish(message.length);
+  } finally {
+    // The request's bytes are not kept past its decoding.
+    buffer = EMPTY;
+  }
   const http = attributes?.http;
   return {
     id: http?.id ?? "",
@@ -293,12 +336,12 @@ export function decodeCheckRequest(bytes: Buffer): RawCheckRequest {
     path: http?.path ?? "",
     host: http?.host ?? "",
     scheme: http?.scheme ?? "",
-    headers: Object.entries(http?.headers ?? {}),
+    headers: http?.headers.ordered() ?? [],
     headerMap: (http?.headerMap ?? []).map(({ key, value, rawValue }) => [
       key,
       value || (rawValue === undefined ? "" : lenientUtf8.decode(rawValue)),
     ]),
-    contextExtensions: Object.entries(attributes?.contextExtensions ?? {}),
+    contextExtensions: attributes?.contextExtensions.ordered() ?? [],
     principal: attributes?.principal ?? "",
     body: http?.body ?? "",
     ...(http?.rawBody === undefined ? {} : { rawBody: http.rawBody }),

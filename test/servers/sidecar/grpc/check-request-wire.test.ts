@@ -19,7 +19,17 @@ const text = fc.string({
   unit: fc.constantFrom("a", "Z", "-", ":", " ", "é", "漢", "😀", "\u0000", "/", "?"),
 });
 const name = fc.oneof(
-  fc.constantFrom(":path", "authorization", "x-request-id", "Cookie", "cookie", "", "__proto__", "constructor", "1"),
+  fc.constantFrom(
+    ":path",
+    "authorization",
+    "x-request-id",
+    "Cookie",
+    "cookie",
+    "",
+    "__proto__",
+    "constructor",
+    "1",
+  ),
   text,
 );
 const strings = fc.dictionary(name, text, { maxKeys: 6 });
@@ -96,6 +106,40 @@ test("fields repeated on the wire: the last occurrence wins, as in protobufjs", 
   assert.deepEqual(ours(twice), reference(twice));
   assert.equal(ours(twice).input.path, "/b");
   assert.equal(ours(twice).complete, false);
+});
+
+/** A length-delimited field, hand-encoded. */
+function field(number: number, ...parts: Buffer[]): Buffer {
+  const body = Buffer.concat(parts);
+  const length: number[] = [];
+  for (let rest = body.length; ; rest >>>= 7) {
+    if (rest < 0x80) {
+      length.push(rest);
+      break;
+    }
+    length.push((rest & 0x7f) | 0x80);
+  }
+  return Buffer.concat([Buffer.from([(number << 3) | 2, ...length]), body]);
+}
+const entry = (key: string, value: string) =>
+  field(3, field(1, Buffer.from(key)), field(2, Buffer.from(value)));
+
+test("a map key repeated on the wire keeps its place and takes the last value, with many keys too", () => {
+  for (const count of [3, 40, 300]) {
+    const keys = Array.from({ length: count }, (_, i) => (i % 7 === 3 ? String(i) : `h${i}`));
+    const entries = [
+      ...keys.map((key) => entry(key, "first")),
+      entry("h1", "second"),
+      entry(keys.at(-1) ?? "", "last"),
+      entry("__proto__", "p"),
+    ];
+    const bytes = field(
+      1,
+      field(4, field(2, field(2, Buffer.from("GET")), field(4, Buffer.from("/")), ...entries)),
+    );
+    assert.deepEqual(ours(bytes), reference(bytes));
+    assert.equal(ours(bytes).input.headers.h1, "second");
+  }
 });
 
 test("malformed bytes are refused: truncated, wrong wire type, groups, field 0, oversized varints", () => {
