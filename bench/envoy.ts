@@ -138,11 +138,14 @@ export interface EnvoyBenchResult {
     readonly plain: ColumnFigures;
     /** checked − plain, median of per-round differences: carries the target. */
     readonly cpuUsPerCheck: number;
+    /** The per-round differences the median is taken of, in round order. */
+    readonly cpuUsPerCheckRounds: readonly number[];
     readonly targetUs: number;
     /** The checked request's bytes to BARE_CAPABILITY's operation (no rules). */
     readonly bare: ColumnFigures;
     /** checked − bare, median of per-round differences: the declared rules alone. */
     readonly rulesCpuUsPerCheck: number;
+    readonly rulesCpuUsPerCheckRounds: readonly number[];
   };
 }
 
@@ -483,13 +486,14 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
     const plainRuns: RunFigures[] = [];
     const bareRuns: RunFigures[] = [];
     const sidecar = servers.find((s) => s.id === "sidecar");
+    // Per round: Envoy alone, then per server the checked request; the sidecar's checked run
+    // sits between its plain run and its same-bytes run, so both differences are of adjacent runs.
     for (let i = 0; i < rounds; i++) {
       aloneRuns.push(await measure("alone", mix.checked, undefined));
-      for (const server of servers)
+      for (const server of servers) {
+        if (server === sidecar) plainRuns.push(await measure("sidecar", mix.plain, server.server.pid));
         columnRuns.get(server.id)?.push(await measure(server.id, mix.checked, server.server.pid));
-      if (sidecar !== undefined) {
-        plainRuns.push(await measure("sidecar", mix.plain, sidecar.server.pid));
-        bareRuns.push(await measure("sidecar_bare", mix.checked, sidecar.server.pid));
+        if (server === sidecar) bareRuns.push(await measure("sidecar_bare", mix.checked, server.server.pid));
       }
     }
     const columns = servers.map((s) => figures(s.name, mix.checked.label, columnRuns.get(s.id) ?? []));
@@ -500,7 +504,7 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
     // Per round (same round, adjacent runs), then the median: less exposed to load drifting.
     const checkedRuns = columnRuns.get("sidecar") ?? [];
     const perRound = (others: readonly RunFigures[]) =>
-      median(others.map((run, i) => (checkedRuns[i]?.authzCpuUs ?? Number.NaN) - run.authzCpuUs));
+      others.map((run, i) => round((checkedRuns[i]?.authzCpuUs ?? Number.NaN) - run.authzCpuUs, 1));
     return {
       envoyVersion: await envoyVersion(envoy),
       rate,
@@ -513,10 +517,12 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
       extraChecks: {
         checked,
         plain,
-        cpuUsPerCheck: round(perRound(plainRuns), 1),
+        cpuUsPerCheck: round(median(perRound(plainRuns)), 1),
+        cpuUsPerCheckRounds: perRound(plainRuns),
         targetUs: 25,
         bare,
-        rulesCpuUsPerCheck: round(perRound(bareRuns), 1),
+        rulesCpuUsPerCheck: round(median(perRound(bareRuns)), 1),
+        rulesCpuUsPerCheckRounds: perRound(bareRuns),
       },
     };
   } finally {
@@ -582,6 +588,7 @@ export function envoyTables(result: EnvoyBenchResult): Table[] {
     ),
   }));
   const { checked, plain, cpuUsPerCheck, targetUs, bare, rulesCpuUsPerCheck } = result.extraChecks;
+  const rounds = (values: readonly number[]) => values.join(" / ");
   const measured = (...all: ColumnFigures[]) => all.every((figures) => keptUp(figures, result.rate));
   const notMeasured =
     "not measured: the sidecar did not keep up with the rate (queueing; CPU per request under overload is not comparable)";
@@ -611,6 +618,7 @@ export function envoyTables(result: EnvoyBenchResult): Table[] {
       request:
         "the extra checks: checked − plain (median of per-round differences; carries the target: everything the checks add, the larger request's decoding and recording included)",
       sidecarCpuUsPerCheck: cpuUsPerCheck,
+      perRoundUs: rounds(result.extraChecks.cpuUsPerCheckRounds),
       target: `≤ ${targetUs} µs`,
       met: measured(checked, plain) ? cpuUsPerCheck <= targetUs : notMeasured,
     },
@@ -618,6 +626,7 @@ export function envoyTables(result: EnvoyBenchResult): Table[] {
       request:
         "of which the declared rules: checked − the same request without rules (median of per-round differences; same request bytes)",
       sidecarCpuUsPerCheck: rulesCpuUsPerCheck,
+      perRoundUs: rounds(result.extraChecks.rulesCpuUsPerCheckRounds),
       ...(measured(checked, bare) ? {} : { met: notMeasured }),
     },
   ];
