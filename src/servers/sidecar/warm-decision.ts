@@ -9,10 +9,8 @@ import {
 import { generateSigKeyPair, sign, verify } from "../../crypto/index.ts";
 import { validateInput } from "../../execute/input.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
-import { buildCheckInput } from "./grpc/check-input.ts";
-import { decodeCheckRequest } from "./grpc/check-request-wire.ts";
+import { parseCheckRequest } from "./grpc/check-input.ts";
 import { allowResponse, denyResponse } from "./grpc/check-response.ts";
-import { encodeCheckResponse } from "./grpc/check-response-wire.ts";
 import { loadProtos } from "./grpc/proto.ts";
 
 /**
@@ -24,8 +22,8 @@ import { loadProtos } from "./grpc/proto.ts";
  * - the JSON Schemas of the policy document (v1 and v2) and of the capability catalog, which
  *   every fetched policy and catalog is validated against (ajv compiles each schema, and its
  *   meta-schema, on first use: the largest single cost);
- * - the ext_authz codecs: the Check request decoder and response encoder the server uses,
- *   and the response builders around them;
+ * - the ext_authz protobuf codecs (protobufjs generates a decoder and encoder per message type
+ *   on first use), and the Check request parser and response builders around them;
  * - the ML-DSA verification a signed policy goes through, and the JSON Schema compiler the
  *   operation input check uses;
  * - a bearer token's verification (the JWT verifier, the JWK import and an ES256 signature
@@ -130,12 +128,11 @@ function warmCheckCodec(): void {
       context_extensions: { capability_id: "warm-up" },
     },
   };
-  // Encoded by the loader as Envoy would; decoded and answered as the server does.
-  const parsed = buildCheckInput(decodeCheckRequest(check.requestSerialize(request)));
+  const parsed = parseCheckRequest(check.requestDeserialize(check.requestSerialize(request)));
   if (!parsed.complete || parsed.input.path !== "/warm-up?limit=1") {
     throw new Error("the warm-up Check request did not survive its codec");
   }
-  encodeCheckResponse(
+  check.responseSerialize(
     allowResponse({
       allow: true,
       headersToSet: { "x-api-key": "warm-up" },
@@ -144,7 +141,7 @@ function warmCheckCodec(): void {
       queryParametersToSet: { key: "warm-up" },
     }),
   );
-  encodeCheckResponse(
+  check.responseSerialize(
     denyResponse({
       allow: false,
       httpStatus: 401,

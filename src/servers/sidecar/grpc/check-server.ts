@@ -11,8 +11,7 @@ import { parseListenAddress } from "../../../config/listen-address.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
-import { buildCheckInput, type ParsedCheckRequest } from "./check-input.ts";
-import { decodeCheckRequest } from "./check-request-wire.ts";
+import { type ParsedCheckRequest, parseCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
 import { encodeCheckResponse } from "./check-response-wire.ts";
 import { CheckServerError } from "./errors.ts";
@@ -226,15 +225,16 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
 
   const checkMethod = protos.authorization.Check as MethodDefinition<object, object> | undefined;
   if (checkMethod === undefined) throw new CheckServerError("invalid_options", "Authorization.Check missing");
-  // Requests are decoded and responses encoded by hand (check-request-wire.ts,
-  // check-response-wire.ts): as the loader's codec would, without its per-Check object trees.
+  const decode = checkMethod.requestDeserialize;
+  // Responses are encoded by hand (check-response-wire.ts): the same bytes as the loader's
+  // serializer, without its per-Check copies.
   const encode = encodeCheckResponse;
   const authorization = {
     Check: {
       ...checkMethod,
       requestDeserialize: (bytes: Buffer): object => {
         try {
-          return buildCheckInput(decodeCheckRequest(bytes));
+          return decode(bytes);
         } catch {
           return malformedRequest;
         }
@@ -256,7 +256,8 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
   const handleCheck = (call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>): void => {
     const started = performance.now();
     const request: unknown = call.request;
-    const parsed = request === malformedRequest ? undefined : (request as ParsedCheckRequest);
+    const parsed: ParsedCheckRequest | undefined =
+      request === malformedRequest ? undefined : parseCheckRequest(request);
     const requestId = parsed?.input.requestId ?? randomUUID();
     const controller = new AbortController();
     let settled = false;
