@@ -175,6 +175,8 @@ export const ENVOY_QUICK = {
   durationMs: 500,
   warmupMs: 300,
   rounds: 1,
+  checkPairs: 2,
+  checkPairMs: 500,
   // A loaded CI machine may take longer than the shipped 0.25 s (and the sidecar's own
   // 200 ms deadline) for a Check: a smoke run checks the bench works, not the deadlines.
   extAuthzTimeout: "5s",

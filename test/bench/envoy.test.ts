@@ -57,6 +57,10 @@ describe("make bench: Envoy alone vs Envoy + sidecar (smoke counts)", () => {
     // The checked request's bytes to the operation without rules: allowed too, measured alike.
     assertMeasured(result.extraChecks.bare, true);
     assert.ok(Number.isFinite(result.extraChecks.cpuUsPerCheck), "the extra checks' cost is a number");
+    const { paired } = result.extraChecks;
+    assert.equal(paired.differencesUs.length, ENVOY_QUICK.checkPairs, "one difference per pair");
+    for (const value of [paired.medianUs, paired.meanUs, paired.standardErrorUs, ...paired.differencesUs])
+      assert.ok(Number.isFinite(value), `a paired figure is ${value}`);
     assert.ok(Number.isFinite(result.extraChecks.rulesCpuUsPerCheck), "the rules' cost is a number");
 
     const tables = envoyTables(result);
