@@ -508,21 +508,26 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
     cleanups.unshift(() => loader.close());
     const mix = mixes(await world.token(SUBJECT));
 
-    const measure = async (
-      listener: string,
-      request: Mix,
-      authzPid: number | undefined,
-      warmup = warmupMs,
-    ): Promise<RunFigures> => {
+    /** The generator's load for `request` through Envoy's listener `bench_<listener>`. */
+    const loadOf = (listener: string, request: Mix) => {
       const port = ports.get(`bench_${listener}`);
       if (port === undefined) throw new Error(`Envoy has no listener bench_${listener}`);
-      const load = {
+      return {
         url: `http://127.0.0.1:${port}${request.path}`,
         method: "GET",
         headers: request.headers,
         rate,
         connections: CONNECTIONS,
       };
+    };
+
+    const measure = async (
+      listener: string,
+      request: Mix,
+      authzPid: number | undefined,
+      warmup = warmupMs,
+    ): Promise<RunFigures> => {
+      const load = loadOf(listener, request);
       // Warm-up (JIT, the sidecar's caches, Envoy's connections), not recorded.
       await loader.run({ ...load, durationMs: warmup });
       const envoyBefore = statCpuMs(envoyPid);
@@ -567,16 +572,8 @@ export async function benchEnvoy(options: EnvoyBenchOptions = {}): Promise<Envoy
       pairs: Math.max(2, options.checkPairs ?? 24),
       runMs: options.checkPairMs ?? 2000,
       run: async (request, runMs) => {
-        const port = ports.get("bench_sidecar");
-        if (port === undefined) throw new Error("Envoy has no listener bench_sidecar");
         const pid = sidecar?.server.pid;
-        const load = {
-          url: `http://127.0.0.1:${port}${request.path}`,
-          method: "GET",
-          headers: request.headers,
-          rate,
-          connections: CONNECTIONS,
-        };
+        const load = loadOf("sidecar", request);
         await loader.run({ ...load, durationMs: 300 });
         const before = schedCpuUs(pid);
         const result = await loader.run({ ...load, durationMs: runMs });
