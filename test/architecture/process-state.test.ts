@@ -96,6 +96,12 @@ const ALLOWED: Readonly<Record<string, string>> = {
   "src/identity/secret-hash.ts:dummyHash": "pure memo: one dummy hash of a constant input, for equal timing",
   "src/core/schema-validator.ts:shared": "schema compiler shared by pure validators (compiled code only)",
   "src/core/path-template.ts:validityMemo": "pure memo: validity per template string",
+  "src/core/parameter-constraints.ts:preparedByArray":
+    "pure memo: prepared signed constraints per verified constraints array (weak)",
+  "src/servers/sidecar/grpc/check-response-wire.ts:buffer":
+    "scratch buffer of one synchronous encode: nothing of a response survives the call, only its capacity",
+  "src/servers/sidecar/grpc/check-response-wire.ts:position":
+    "write position in that scratch buffer, reset at the start of every encode",
   "src/core/capability.ts:operationIds": "pure memo: permission ids per capability object (weak)",
   "src/core/capability.ts:matchers": "pure memo: path matcher per capability object (weak)",
   "src/core/path-values.ts:guards": "pure memo: route guards per capability object (weak)",

@@ -48,11 +48,10 @@ function parse(encryptedData: string): ParsedEnvelope {
   }
 }
 
-/** The key documents rings were imported from: a refetch that brings the same one re-imports nothing. */
-const importedFrom = new WeakMap<PublicKeyRing, string>();
-
 /** Signers' public keys from the crypto service's public-key route; an unknown owner has none. */
 export function cryptoServiceSignerKeys(publicKeys: (owner: string) => Promise<unknown>): SignerKeyCache {
+  /** The key documents rings were imported from: a refetch that brings the same one re-imports nothing. */
+  const importedFrom = new WeakMap<PublicKeyRing, string>();
   return createSignerKeyCache({
     // No cooldown: a rotated key must verify at once. A forged key id or signer name costs one
     // fetch beside the unwrap that every decrypt-verify costs anyway, and no key import when
