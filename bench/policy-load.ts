@@ -53,7 +53,7 @@ import { createDevCertificate } from "../src/servers/managed/dev-certificate.ts"
 import { createManagedServer } from "../src/servers/managed/server.ts";
 import { openStore } from "../src/store/index.ts";
 import type { Store } from "../src/store/store.ts";
-import { benchAssignment } from "./policy.ts";
+import { benchAssignment, measure, quantile } from "./policy.ts";
 
 export interface PolicyLoadBenchRow {
   readonly name: string;
@@ -72,21 +72,6 @@ export interface PolicyLoadBenchRow {
 const OPERATIONS = 100;
 const SUBJECT = "bench-agent";
 const PARTNER = "bench-partner";
-
-async function measure(iterations: number, run: () => Promise<unknown>) {
-  for (let i = 0; i < Math.min(10, iterations); i++) await run();
-  const samples: number[] = [];
-  const cpuStart = process.cpuUsage();
-  for (let i = 0; i < iterations; i++) {
-    const start = process.hrtime.bigint();
-    await run();
-    samples.push(Number(process.hrtime.bigint() - start) / 1e6);
-  }
-  const cpu = process.cpuUsage(cpuStart);
-  samples.sort((a, b) => a - b);
-  const at = (q: number) => samples[Math.min(samples.length - 1, Math.floor(q * samples.length))] ?? 0;
-  return { median: at(0.5), p95: at(0.95), cpu: (cpu.user + cpu.system) / 1000 / iterations };
-}
 
 const round = (ms: number) => Number(ms.toFixed(3));
 
@@ -186,11 +171,10 @@ async function interleaved(
     }
     for (const [index, loader] of loaders.entries()) {
       const sorted = (samples[index] ?? []).sort((a, b) => a - b);
-      const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
       rows.push(
         row(
           `${kind} load, ${loader.label}`,
-          { median: at(0.5), p95: at(0.95), cpu: (cpu[index] ?? 0) / rounds },
+          { median: quantile(sorted, 0.5), p95: quantile(sorted, 0.95), cpu: (cpu[index] ?? 0) / rounds },
           kind === "cold" ? loader.targetMs : undefined,
         ),
       );

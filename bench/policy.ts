@@ -80,7 +80,13 @@ export function benchAssignment(operations: number): AssignmentRecord {
   };
 }
 
-async function measure(
+/** The `q` quantile of ascending `sorted` samples (0 when there are none). */
+export function quantile(sorted: readonly number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
+}
+
+/** Median and p95 wall time (ms) of `iterations` sequential runs after a warm-up, and CPU (ms) per run. */
+export async function measure(
   iterations: number,
   run: () => Promise<unknown>,
 ): Promise<{ median: number; p95: number; cpu: number }> {
@@ -94,8 +100,11 @@ async function measure(
   }
   const cpu = process.cpuUsage(cpuStart);
   samples.sort((a, b) => a - b);
-  const at = (q: number) => samples[Math.min(samples.length - 1, Math.floor(q * samples.length))] ?? 0;
-  return { median: at(0.5), p95: at(0.95), cpu: (cpu.user + cpu.system) / 1000 / iterations };
+  return {
+    median: quantile(samples, 0.5),
+    p95: quantile(samples, 0.95),
+    cpu: (cpu.user + cpu.system) / 1000 / iterations,
+  };
 }
 
 const round = (ms: number) => Number(ms.toFixed(4));
