@@ -2,9 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import fc from "fast-check";
 import { decodeJwt, decodeProtectedHeader, generateKeyPair, SignJWT } from "jose";
-import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "../../src/identity/jwt-verifier.ts";
+import type { VerifiedToken } from "../../src/identity/jwt-verifier.ts";
 import { createVerifiedTokenCache } from "../../src/identity/verified-token-cache.ts";
-import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
+import { type CountingVerifier, startCountingVerifier } from "../helpers/counting-verifier.ts";
 
 /** Same header and payload text, and a signature that decodes to the same bytes. */
 function sameSignedBytes(a: string, b: string): boolean {
@@ -16,40 +16,23 @@ function sameSignedBytes(a: string, b: string): boolean {
 }
 
 describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
-  let idp: IdpServer;
-  let issuer: string;
-  let verifications = 0;
-  let verifier: JwtVerifier;
+  let dev: CountingVerifier;
 
   const cacheOver = (options: { maxAgeMs?: number; maxEntries?: number; now?: () => number } = {}) =>
     createVerifiedTokenCache<VerifiedToken>({
-      verify: (token) => verifier.verify(token),
+      verify: (token) => dev.verifier.verify(token),
       expiresAtMs: (verified) => verified.expiresAt.getTime(),
       maxAgeMs: options.maxAgeMs ?? 300_000,
       ...(options.maxEntries === undefined ? {} : { maxEntries: options.maxEntries }),
       ...(options.now === undefined ? {} : { now: options.now }),
     });
   const issue = async (subject: string, lifetimeSec = 600) =>
-    (await idp.issueToken({ subject, lifetimeSec })).accessToken;
+    (await dev.idp.issueToken({ subject, lifetimeSec })).accessToken;
 
   before(async () => {
-    idp = await createIdpServer({ audience: "authority" });
-    issuer = await idp.listen();
-    const real = createJwtVerifier({
-      issuer,
-      audience: "authority",
-      jwks: `${issuer}/.well-known/jwks.json`,
-      clockToleranceSec: 0,
-    });
-    verifier = {
-      issuer,
-      verify: (token) => {
-        verifications++;
-        return real.verify(token);
-      },
-    };
+    dev = await startCountingVerifier();
   });
-  after(() => idp.close());
+  after(() => dev.close());
 
   test("a forged token with the genuine token's claims and key id is never served from the cache", async () => {
     const cache = cacheOver();
@@ -62,10 +45,10 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
       .setProtectedHeader({ ...header, alg: "ES256" })
       .sign(privateKey);
     for (let i = 0; i < 2; i++) {
-      const before = verifications;
+      const before = dev.verifications;
       assert.equal(cache.peek(forged), undefined);
       await assert.rejects(cache.verify(forged));
-      assert.equal(verifications, before + 1, "every attempt goes to the verifier");
+      assert.equal(dev.verifications, before + 1, "every attempt goes to the verifier");
     }
     assert.equal(cache.peek(genuine)?.subject, "agent-1");
   });
@@ -101,10 +84,10 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
     await cache.verify(token);
     const expiresAt = (decodeJwt(token).exp ?? 0) * 1000;
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, expiresAt - Date.now()) + 50));
-    const before = verifications;
+    const before = dev.verifications;
     assert.equal(cache.peek(token), undefined);
     await assert.rejects(cache.verify(token));
-    assert.equal(verifications, before + 1);
+    assert.equal(dev.verifications, before + 1);
     assert.equal(cache.size, 0);
   });
 
@@ -113,14 +96,14 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
     const cache = cacheOver({ maxAgeMs: 1000, now: () => now });
     const token = await issue("agent-4");
     await cache.verify(token);
-    const before = verifications;
+    const before = dev.verifications;
     now += 999;
     await cache.verify(token);
-    assert.equal(verifications, before);
+    assert.equal(dev.verifications, before);
     now += 2;
     assert.equal(cache.peek(token), undefined);
     await cache.verify(token);
-    assert.equal(verifications, before + 1);
+    assert.equal(dev.verifications, before + 1);
   });
 
   test("the cache is bounded: the least recently used token is dropped", async () => {
@@ -135,18 +118,18 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
   test("concurrent first sightings share one verification; a shared refusal is not kept", async () => {
     const cache = cacheOver();
     const token = await issue("agent-6");
-    let before = verifications;
+    let before = dev.verifications;
     const results = await Promise.all(Array.from({ length: 20 }, () => cache.verify(token)));
     assert.ok(results.every((r) => r.subject === "agent-6"));
-    assert.equal(verifications, before + 1);
+    assert.equal(dev.verifications, before + 1);
 
     const bad = `${token.slice(0, -4)}AAAA`;
-    before = verifications;
+    before = dev.verifications;
     const refused = await Promise.allSettled(Array.from({ length: 5 }, () => cache.verify(bad)));
     assert.ok(refused.every((r) => r.status === "rejected"));
-    assert.equal(verifications, before + 1);
+    assert.equal(dev.verifications, before + 1);
     await assert.rejects(cache.verify(bad));
-    assert.equal(verifications, before + 2);
+    assert.equal(dev.verifications, before + 2);
   });
 
   test("a token without an expiry is answered but not remembered", async () => {

@@ -1,41 +1,24 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createJwtVerifier, type JwtVerifier } from "../../../src/identity/jwt-verifier.ts";
-import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
+import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createVerifiedTokenCache } from "../../../src/servers/sidecar/token-cache.ts";
+import { type CountingVerifier, startCountingVerifier } from "../../helpers/counting-verifier.ts";
 
 describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
-  let idp: IdpServer;
-  let issuer: string;
-  let verifications = 0;
-  let verifier: JwtVerifier;
+  let dev: CountingVerifier;
 
   before(async () => {
-    idp = await createIdpServer({ audience: "authority" });
-    issuer = await idp.listen();
-    const real = createJwtVerifier({
-      issuer,
-      audience: "authority",
-      jwks: `${issuer}/.well-known/jwks.json`,
-      clockToleranceSec: 0,
-    });
-    verifier = {
-      issuer,
-      verify: (token) => {
-        verifications++;
-        return real.verify(token);
-      },
-    };
+    dev = await startCountingVerifier();
   });
-  after(() => idp.close());
+  after(() => dev.close());
 
   test("a token verified once is answered from the cache until it expires", async () => {
     let now = Date.now();
-    const cache = createVerifiedTokenCache({ verifier, now: () => now });
+    const cache = createVerifiedTokenCache({ verifier: dev.verifier, now: () => now });
     const token = (
-      await idp.issueToken({ subject: "agent-1", lifetimeSec: 60, claims: { partner_id: "acme" } })
+      await dev.idp.issueToken({ subject: "agent-1", lifetimeSec: 60, claims: { partner_id: "acme" } })
     ).accessToken;
-    const start = verifications;
+    const start = dev.verifications;
     const first = await cache.check(token);
     assert.ok(first.ok);
     assert.equal(first.cached, false);
@@ -43,57 +26,57 @@ describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
     assert.equal(first.principal.partnerId, "acme");
     const second = await cache.check(token);
     assert.ok(second.ok && second.cached);
-    assert.equal(verifications, start + 1);
+    assert.equal(dev.verifications, start + 1);
     // Past the token's exp the cache does not answer; the verifier decides again.
     now += 61_000;
     await cache.check(token);
-    assert.equal(verifications, start + 2);
+    assert.equal(dev.verifications, start + 2);
   });
 
   test("entries live at most maxAgeMs, so a key removed from the JWKS stops being trusted", async () => {
     let now = Date.now();
-    const cache = createVerifiedTokenCache({ verifier, maxAgeMs: 1000, now: () => now });
-    const token = (await idp.issueToken({ subject: "agent-2", lifetimeSec: 600 })).accessToken;
+    const cache = createVerifiedTokenCache({ verifier: dev.verifier, maxAgeMs: 1000, now: () => now });
+    const token = (await dev.idp.issueToken({ subject: "agent-2", lifetimeSec: 600 })).accessToken;
     await cache.check(token);
-    const start = verifications;
+    const start = dev.verifications;
     now += 1001;
     await cache.check(token);
-    assert.equal(verifications, start + 1);
+    assert.equal(dev.verifications, start + 1);
   });
 
   test("concurrent checks of one token share one verification", async () => {
-    const cache = createVerifiedTokenCache({ verifier });
-    const token = (await idp.issueToken({ subject: "agent-3" })).accessToken;
-    const start = verifications;
+    const cache = createVerifiedTokenCache({ verifier: dev.verifier });
+    const token = (await dev.idp.issueToken({ subject: "agent-3" })).accessToken;
+    const start = dev.verifications;
     const results = await Promise.all(Array.from({ length: 20 }, () => cache.check(token)));
     assert.equal(
       results.every((r) => r.ok),
       true,
     );
-    assert.equal(verifications, start + 1);
+    assert.equal(dev.verifications, start + 1);
   });
 
   test("rejections are remembered briefly, then checked again", async () => {
     let now = Date.now();
-    const cache = createVerifiedTokenCache({ verifier, rejectTtlMs: 500, now: () => now });
-    const bad = `${(await idp.issueToken({ subject: "x" })).accessToken.slice(0, -4)}AAAA`;
-    const start = verifications;
+    const cache = createVerifiedTokenCache({ verifier: dev.verifier, rejectTtlMs: 500, now: () => now });
+    const bad = `${(await dev.idp.issueToken({ subject: "x" })).accessToken.slice(0, -4)}AAAA`;
+    const start = dev.verifications;
     assert.deepEqual(await cache.check(bad), { ok: false, unavailable: false });
     assert.deepEqual(await cache.check(bad), { ok: false, unavailable: false });
-    assert.equal(verifications, start + 1);
+    assert.equal(dev.verifications, start + 1);
     now += 501;
     await cache.check(bad);
-    assert.equal(verifications, start + 2);
+    assert.equal(dev.verifications, start + 2);
   });
 
   test("an unreachable JWKS is reported as unavailable and not remembered", async () => {
     const offline = createJwtVerifier({
-      issuer,
+      issuer: dev.issuer,
       audience: "authority",
       jwks: { url: "http://127.0.0.1:9/jwks.json", timeoutMs: 200 },
     });
     const cache = createVerifiedTokenCache({ verifier: offline });
-    const token = (await idp.issueToken({ subject: "agent-4" })).accessToken;
+    const token = (await dev.idp.issueToken({ subject: "agent-4" })).accessToken;
     assert.deepEqual(await cache.check(token), { ok: false, unavailable: true });
     assert.equal(cache.size, 0);
   });
