@@ -6,10 +6,9 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
-import { parse, parseAllDocuments, stringify } from "yaml";
+import { parse, stringify } from "yaml";
 import { reviewAdmission } from "../../src/servers/inject/admission.ts";
 import { parseSidecarSettings } from "../../src/servers/inject/settings.ts";
-import { projectTool } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { containersOf, initContainersOf, loadReview } from "../servers/inject/fixtures.ts";
@@ -17,6 +16,7 @@ import { applyJsonPatch } from "../servers/inject/json-patch.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
 import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
 import { isObj, type Obj, repoPath } from "./helpers.ts";
+import { renderChart } from "./rendered-pod.ts";
 
 /**
  * Injection that starts (issue 16, item 3): the chart rendered by the real Helm, the injector
@@ -27,8 +27,7 @@ import { isObj, type Obj, repoPath } from "./helpers.ts";
  * ready against a real authority and identity provider and allow a Check.
  */
 
-const run = promisify(execFile);
-const chart = repoPath("charts/authority");
+const _run = promisify(execFile);
 const CLIENT_ID = "sidecar-shop";
 const CLIENT_SECRET = `s-${randomBytes(18).toString("base64url")}`;
 
@@ -155,25 +154,10 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
         },
       }),
     );
-    const { stdout } = await run(
-      projectTool("helm"),
-      [
-        "template",
-        "authority",
-        chart,
-        "-n",
-        "authority-system",
-        "--kube-version",
-        "1.31.0",
-        "-f",
-        valuesFile,
-      ],
-      { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 },
+    const objects = await renderChart(["-f", valuesFile]);
+    const configMap = objects.find(
+      (d) => d.kind === "ConfigMap" && isObj(d.data) && typeof d.data["settings.yaml"] === "string",
     );
-    const configMap = parseAllDocuments(stdout)
-      .map((d) => d.toJS() as unknown)
-      .filter(isObj)
-      .find((d) => d.kind === "ConfigMap" && isObj(d.data) && typeof d.data["settings.yaml"] === "string");
     assert.ok(configMap !== undefined && isObj(configMap.data));
     // As `authority inject` reads its settings file.
     const settings = parseSidecarSettings(parse(String(configMap.data["settings.yaml"])), {
@@ -214,10 +198,7 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
       output += chunk.toString();
     });
     await waitReady(ports.metrics, child, () => output);
-    await assertProbesAndScrapesServed(
-      container,
-      parseAllDocuments(stdout).map((d) => d.toJS() as unknown),
-    );
+    await assertProbesAndScrapesServed(container, objects);
 
     const client = new Client(`127.0.0.1:${ports.grpc}`, credentials.createInsecure());
     const check = () =>

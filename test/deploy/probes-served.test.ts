@@ -5,12 +5,11 @@ import { request } from "node:https";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
-import { parseAllDocuments } from "yaml";
-import { projectTool } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { selfSignedCert } from "../servers/inject/tls.ts";
 import { isObj, type Obj, repoPath } from "./helpers.ts";
+import { renderChart } from "./rendered-pod.ts";
 
 /**
  * Every port and path the chart probes or scrapes is served by the process it targets
@@ -23,18 +22,12 @@ import { isObj, type Obj, repoPath } from "./helpers.ts";
  * test/deploy/injection-starts.test.ts's.
  */
 
-const run = promisify(execFile);
+const _run = promisify(execFile);
 
 interface Target {
   readonly what: string;
   readonly port: string;
   readonly path: string;
-}
-
-function rendered(text: string): Obj[] {
-  return parseAllDocuments(text)
-    .map((d) => d.toJS() as unknown)
-    .filter(isObj);
 }
 
 function deployment(objects: Obj[], name: string): Obj {
@@ -146,22 +139,7 @@ describe("every port and path the chart probes or scrapes is served by the proce
 
   before(async () => {
     dir = await makeTempDir("probes-served-");
-    const { stdout } = await run(
-      projectTool("helm"),
-      [
-        "template",
-        "authority",
-        repoPath("charts/authority"),
-        "-n",
-        "authority-system",
-        "--kube-version",
-        "1.31.0",
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
-      ],
-      { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 },
-    );
-    objects = rendered(stdout);
+    objects = await renderChart(["--set", "metrics.serviceMonitor.enabled=true"]);
   });
   after(async () => {
     for (const child of children) child.kill("SIGKILL");
