@@ -99,14 +99,8 @@ export interface ExecuteRequest {
  * An upstream call whose request is already prepared (src/execute/prepare.ts): what the
  * enforcement pipeline hands the executor after its own input, constraint and re-match stages.
  */
-export interface SendRequest {
-  readonly snapshot: ExecutableOperation;
+export interface SendRequest extends Omit<ExecuteRequest, "args" | "partnerId" | "route"> {
   readonly prepared: PreparedUpstreamRequest;
-  readonly authProfile: AuthProfile;
-  readonly redactions?: readonly RedactionRule[];
-  readonly extraHeaders?: Readonly<Record<string, string>>;
-  readonly userTokenKey?: string;
-  readonly signal?: AbortSignal;
 }
 
 export interface ExecutionResult {
