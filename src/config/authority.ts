@@ -39,7 +39,7 @@ import {
   setting,
   text,
 } from "./settings.ts";
-import { configuredIssuers, trustedIssuersSetting } from "./trusted-issuers.ts";
+import { issuerConfig, trustedIssuersSetting } from "./trusted-issuers.ts";
 
 export { type LogLevel, logLevels } from "./validators.ts";
 
@@ -359,14 +359,8 @@ export const authoritySchema = defineProcess({
     const cwd = read.cwd;
     const stateDir = resolve(cwd, read.value("stateDir"));
     const store = read.optional("store") ?? `sqlite:${join(stateDir, "authority.db")}`;
-    const trustedIssuers = configuredIssuers(
-      read.optional("issuer"),
-      read.optional("jwksUrl"),
-      read.optional("audience"),
-      read.optional("trustedIssuers"),
-    );
-    const primary = trustedIssuers[0] as TrustedIssuer;
-    const issuer = primary.issuer;
+    const issuers = issuerConfig(read);
+    const { issuer } = issuers;
     const kekValue = read.optional("kek");
     const initKek = read.value("initKek");
     refuseKekInitOnSharedStore(initKek, store);
@@ -398,10 +392,7 @@ export const authoritySchema = defineProcess({
       },
       listen: read.value("listen"),
       publicUrl: read.value("publicUrl"),
-      issuer,
-      jwksUrl: primary.jwksUrl,
-      audience: primary.audience[0] ?? "authority",
-      trustedIssuers,
+      ...issuers,
       managedUrl: read.value("managedUrl"),
       cryptoUrl: read.value("cryptoUrl"),
       policyProtection:

@@ -7,7 +7,14 @@
  */
 import { type ClaimMapping, defaultClaimMapping, type TrustedIssuer } from "../identity/trusted-issuers.ts";
 import { ConfigError } from "./errors.ts";
-import { DEFAULT_ISSUER, httpUrl, type RawValue, type SettingSpec } from "./settings.ts";
+import type { SettingReader } from "./schema.ts";
+import {
+  type bearerTokenSettings,
+  DEFAULT_ISSUER,
+  httpUrl,
+  type RawValue,
+  type SettingSpec,
+} from "./settings.ts";
 
 const ENTRY_KEYS = [
   "issuer",
@@ -189,4 +196,31 @@ export function configuredIssuers(
       : undefined,
     list,
   });
+}
+
+/** What a process's configuration carries of its issuers: the primary's fields, and all of them. */
+export interface IssuerConfig {
+  readonly issuer: string;
+  readonly jwksUrl: string;
+  readonly audience: string;
+  readonly trustedIssuers: readonly TrustedIssuer[];
+}
+
+/** The issuer settings of a process that verifies tokens (authority and sidecar), read and resolved. */
+export function issuerConfig(
+  read: SettingReader<typeof bearerTokenSettings & { trustedIssuers: typeof trustedIssuersSetting }>,
+): IssuerConfig {
+  const trustedIssuers = configuredIssuers(
+    read.optional("issuer"),
+    read.optional("jwksUrl"),
+    read.optional("audience"),
+    read.optional("trustedIssuers"),
+  );
+  const primary = trustedIssuers[0] as TrustedIssuer;
+  return {
+    issuer: primary.issuer,
+    jwksUrl: primary.jwksUrl,
+    audience: primary.audience[0] ?? "authority",
+    trustedIssuers,
+  };
 }

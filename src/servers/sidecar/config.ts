@@ -28,7 +28,7 @@ import {
   setting as spec,
   text,
 } from "../../config/settings.ts";
-import { configuredIssuers, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
+import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
 
@@ -281,14 +281,8 @@ export const sidecarSchema = defineProcess({
   settings: sidecarSettings,
   notes: SIDECAR_NOTES,
   build(read): SidecarConfig {
-    const trustedIssuers = configuredIssuers(
-      read.optional("issuer"),
-      read.optional("jwksUrl"),
-      read.optional("audience"),
-      read.optional("trustedIssuers"),
-    );
-    const primary = trustedIssuers[0] as TrustedIssuer;
-    const issuer = primary.issuer;
+    const issuers = issuerConfig(read);
+    const { issuer } = issuers;
     const redis = read.optional("redisUrl");
     const cacheKeyFile = read.optional("cacheKeyFile");
     if (redis !== undefined && cacheKeyFile === undefined) {
@@ -332,10 +326,7 @@ export const sidecarSchema = defineProcess({
       listen,
       ...(redis === undefined || cacheKeyFile === undefined ? {} : { redis: { url: redis, cacheKeyFile } }),
       ...(capabilityMap === undefined ? {} : { capabilityMap }),
-      issuer,
-      jwksUrl: primary.jwksUrl,
-      audience: primary.audience[0] ?? "authority",
-      trustedIssuers,
+      ...issuers,
       credentials,
       serviceIdentity: read.value("serviceIdentity"),
       ...(policyKeysFile === undefined ? {} : { policyKeysFile }),
