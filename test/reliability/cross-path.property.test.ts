@@ -294,6 +294,11 @@ interface RequestSeed {
   readonly values: readonly string[];
   /** How the concrete path spells the values: encoded, raw (where a request line allows), every byte %XX. */
   readonly spelling: "encoded" | "raw" | "percent";
+  /**
+   * How the query is spelled: as URLSearchParams writes it (nothing to decode here, so the
+   * sidecar splits it directly) or every byte %XX (the sidecar decodes it with URLSearchParams).
+   */
+  readonly querySpelling: "form" | "percent";
   readonly query: ReadonlyArray<(typeof QUERY_KINDS)[number]>;
   readonly limit: number;
   readonly headers: ReadonlyArray<(typeof HEADER_KINDS)[number]>;
@@ -309,6 +314,7 @@ const requestArb: fc.Arbitrary<RequestSeed> = fc.record({
   otherMethod: fc.nat({ max: 4 }).map((n) => n === 0),
   values: fc.array(valueArb, { minLength: 3, maxLength: 3 }),
   spelling: fc.constantFrom("encoded", "raw", "percent"),
+  querySpelling: fc.constantFrom("form", "percent"),
   query: fc.oneof(
     fc.constant([]),
     fc.constant(["limit" as const]),
@@ -331,6 +337,7 @@ interface Request {
   readonly pathValues: Readonly<Record<string, string>>;
   readonly concretePath: string;
   readonly query: ReadonlyArray<readonly [string, string]>;
+  readonly querySpelling: RequestSeed["querySpelling"];
   /** Headers the argument paths pass (declared ones and routing overrides). */
   readonly overrideHeaders: Readonly<Record<string, string>>;
   /** Headers an operation may declare (x-tenant): arguments only for an operation that does. */
@@ -433,6 +440,7 @@ function buildRequest(catalog: Catalog, seed: RequestSeed): Request {
     pathValues,
     concretePath: `/${concrete.join("/")}`,
     query,
+    querySpelling: seed.querySpelling,
     overrideHeaders,
     declarableHeaders,
     // Mostly a body where the operation takes one; now and then one where it does not.
@@ -442,8 +450,11 @@ function buildRequest(catalog: Catalog, seed: RequestSeed): Request {
   };
 }
 
-function queryString(query: Request["query"]): string {
+function queryString(request: Pick<Request, "query" | "querySpelling">): string {
+  const { query } = request;
   if (query.length === 0) return "";
+  if (request.querySpelling === "percent")
+    return `?${query.map(([name, value]) => `${percentAll(name)}=${percentAll(value)}`).join("&")}`;
   const search = new URLSearchParams();
   for (const [name, value] of query) search.append(name, value);
   return `?${search.toString()}`;
@@ -523,6 +534,7 @@ function seed(features: Partial<RequestSeed>): RequestSeed {
     otherMethod: false,
     values: ["x", "x", "x"],
     spelling: "encoded",
+    querySpelling: "form",
     query: [],
     limit: 0,
     headers: [],
@@ -656,7 +668,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
   }
 
   async function viaCheck(capability: string, request: Request): Promise<Answer> {
-    const path = `${request.concretePath}${queryString(request.query)}`;
+    const path = `${request.concretePath}${queryString(request)}`;
     const body = request.body === undefined ? undefined : JSON.stringify(request.body);
     // The body as Envoy sends it with with_request_body (whole: partial-body is false); a
     // bodiless POST says so with Content-Length: 0, as an HTTP/1.1 client sends it.
@@ -730,7 +742,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
         sidecar.proxyPort,
         {
           method: request.method,
-          target: `http://${capability}.internal${request.concretePath}${queryString(request.query)}`,
+          target: `http://${capability}.internal${request.concretePath}${queryString(request)}`,
           headers: {
             ...request.httpHeaders,
             "x-authority-capability": capability,
@@ -981,7 +993,7 @@ describe("cross-path property: every path gives the same answer, and upstream re
         .map(([name, answer]) => `  ${name}: ${summary(answer)}`)
         .join("\n");
     const context = () =>
-      `request ${request.method} ${request.concretePath}${queryString(request.query)} ` +
+      `request ${request.method} ${request.concretePath}${queryString(request)} ` +
       `body ${JSON.stringify(request.body)} ` +
       `template ${request.template} values ${JSON.stringify(request.pathValues)} ` +
       `httpHeaders ${JSON.stringify(request.httpHeaders)}\n` +
