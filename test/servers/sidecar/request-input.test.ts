@@ -132,7 +132,8 @@ test("form pairs: exactly URLSearchParams' pairs for any raw query, the split fa
       const query = chars.join("");
       assert.deepEqual(
         [...formPairs(query)].map(([name, value]) => [name, value]),
-        [...new URLSearchParams(query)],
+        // The query as a URL parser reads it: the constructor would strip a leading "?".
+        [...new URLSearchParams(`?${query}`)],
       );
     }),
     { numRuns: 2000 },
