@@ -120,16 +120,19 @@ function first(value: string | readonly string[] | undefined): string | undefine
   return typeof value === "string" ? value : value?.[0];
 }
 
-/** What URLSearchParams would decode, or strip (a leading `?`, lone surrogates). */
-const FORM_DECODED = /^\?|[%+]/;
+/** What the form parser would decode (escapes, `+`); lone surrogates are checked apart. */
+const FORM_DECODED = /[%+]/;
 
 /**
- * The name/value pairs of a form-encoded query, exactly as `new URLSearchParams(query)` reads
- * them. A query with nothing to decode is split directly: the same pairs without the
- * parser's objects (this runs on every Check that has a query).
+ * The name/value pairs of a form-encoded query, exactly as an upstream's URL parser reads
+ * them (a leading `?` is part of the first name). A query with nothing to decode is split
+ * directly: the same pairs without the parser's objects (this runs on every Check that has a
+ * query).
  */
 export function formPairs(query: string): Iterable<readonly [string, string]> {
-  if (FORM_DECODED.test(query) || !query.isWellFormed()) return new URLSearchParams(query);
+  // "?"-prefixed: the constructor strips one leading "?", which to the upstream's URL parser is
+  // part of the query (and of its first name).
+  if (FORM_DECODED.test(query) || !query.isWellFormed()) return new URLSearchParams(`?${query}`);
   const pairs: Array<readonly [string, string]> = [];
   for (const part of query.split("&")) {
     if (part === "") continue;
@@ -142,9 +145,10 @@ export function formPairs(query: string): Iterable<readonly [string, string]> {
 /** The query string's parameters, repeated names as arrays, decoded as form data (`+` is a space). */
 export function queryArguments(path: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = Object.create(null);
+  // A "?" after a "#" is the fragment's, not a query (as normalizeRequestPath and URL read it).
+  const hash = path.indexOf("#");
   const at = path.indexOf("?");
-  if (at < 0 || at === path.length - 1) return out;
-  const hash = path.indexOf("#", at);
+  if (at < 0 || (hash >= 0 && hash < at) || at === path.length - 1) return out;
   for (const [name, value] of formPairs(path.slice(at + 1, hash < 0 ? undefined : hash))) {
     const previous = out[name];
     out[name] =
