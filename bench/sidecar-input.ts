@@ -147,7 +147,8 @@ const setByAllow = { "x-api-key": "", "x-authority-request-id": "", "x-authority
 
 function once(c: Case): number {
   const args = operationArguments(c.operation, c.params, c.input.path, c.input.headers, checkBody(c.input));
-  const validated = enforceOperationInput(c.operation, args, rollout);
+  // Fresh arguments, coerced in place, as the sidecar's engine passes them.
+  const validated = enforceOperationInput(c.operation, args, rollout, { fresh: true });
   const removed = headersToRemove(c.input.headers, declaredHeaders(c.operation), setByAllow);
   return removed.length + (validated.hasBody ? 1 : 0);
 }

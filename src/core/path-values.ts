@@ -256,7 +256,8 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const parts: ValueCheck[] = [];
   if (schema.type !== undefined) {
     const types: readonly unknown[] = Array.isArray(schema.type) ? [...schema.type] : [schema.type];
-    parts.push((v) => typeMatches(types, v));
+    // A path value is text: a type that admits strings checks nothing.
+    if (!types.includes("string")) parts.push((v) => typeMatches(types, v));
   }
   if (typeof schema.pattern === "string") {
     const regex = regexFor(schema.pattern);
@@ -278,6 +279,8 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const format = typeof schema.format === "string" ? FORMATS[schema.format] : undefined;
   if (format !== undefined) parts.push(format);
   if (parts.length === 0) return NO_CHECK;
+  const [only] = parts;
+  if (parts.length === 1 && only !== undefined) return only;
   return (v) => {
     for (const check of parts) if (!check(v)) return false;
     return true;

@@ -23,6 +23,14 @@ export interface ValidatedArgs {
   readonly hasBody: boolean;
 }
 
+export interface InputOptions {
+  /**
+   * The parameter sections are objects built for this one call and owned by nobody else (the
+   * sidecar's request parts): coerced in place instead of copied first.
+   */
+  readonly fresh?: boolean;
+}
+
 type SchemaSection = object | boolean | null | undefined;
 
 /** The snapshot's input schema: one JSON Schema (2020-12) per part, absent when not accepted. */
@@ -39,6 +47,8 @@ type Section = ParamSection | "body";
 
 interface CompiledInput {
   readonly validators: Readonly<Record<Section, ValidateFunction | undefined>>;
+  /** Per section: false when its schema admits no routing-override name (nothing to scan for). */
+  readonly mayOverride: { readonly query: boolean; readonly headers: boolean };
 }
 
 /** One error, safe to return: where and which keyword, never the offending value. */
@@ -98,6 +108,25 @@ function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction |
   }
 }
 
+/**
+ * The only property names an instance valid against `schema` can have, or undefined when it
+ * may have others. `additionalProperties: false` without `patternProperties` admits exactly the
+ * names of `properties`, whatever else the schema says (every keyword must pass).
+ */
+function closedNames(schema: SchemaSection): string[] | undefined {
+  if (schema === null || schema === undefined) return []; // Not accepted: no name at all.
+  if (typeof schema !== "object") return undefined;
+  const { additionalProperties, patternProperties, properties } = schema as Record<string, unknown>;
+  if (additionalProperties !== false || patternProperties !== undefined) return undefined;
+  if (properties === undefined) return [];
+  return typeof properties === "object" && properties !== null ? Object.keys(properties) : undefined;
+}
+
+function mayCarry(schema: SchemaSection, names: ReadonlySet<string>): boolean {
+  const admitted = closedNames(schema);
+  return admitted === undefined || admitted.some((name) => names.has(name.toLowerCase()));
+}
+
 function compile(schema: InputSchema): CompiledInput {
   return {
     validators: {
@@ -105,6 +134,10 @@ function compile(schema: InputSchema): CompiledInput {
       query: compileSection(paramsAjv, schema.query),
       headers: compileSection(paramsAjv, schema.headers),
       body: compileSection(bodyAjv, schema.body),
+    },
+    mayOverride: {
+      query: mayCarry(schema.query, ROUTING_OVERRIDE_PARAMETERS),
+      headers: mayCarry(schema.headers, ROUTING_OVERRIDE_HEADERS),
     },
   };
 }
@@ -172,6 +205,23 @@ function checkShape(args: unknown): asserts args is ExecutionArgs {
   }
 }
 
+/**
+ * Sets a parameter as a plain own key of an ordinary object. Assigned, except `__proto__`:
+ * assigning that one would set the prototype, so it is defined instead (it stays a plain key,
+ * as structuredClone keeps it). Ordinary objects, not `Object.create(null)` ones: those are
+ * dictionaries, several times slower for the validators to enumerate on every Check.
+ */
+export function setParam(target: Record<string, unknown>, name: string, value: unknown): void {
+  if (name === "__proto__")
+    Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
+  else target[name] = value;
+}
+
+/** A parameter's own value: never one of Object.prototype's members. */
+export function ownParam(source: Readonly<Record<string, unknown>>, name: string): unknown {
+  return Object.hasOwn(source, name) ? source[name] : undefined;
+}
+
 function isScalar(value: unknown): boolean {
   return value === null || (typeof value !== "object" && typeof value !== "function");
 }
@@ -189,16 +239,7 @@ function copyParams(value: Record<string, unknown>): Record<string, unknown> {
     if (isScalar(item)) copied = item;
     else if (Array.isArray(item) && item.every(isScalar)) copied = [...item];
     else return structuredClone(value);
-    // Assigned, as a plain own key, except `__proto__`: assigning that one would set the
-    // prototype, so it is defined instead (it stays a plain key, as structuredClone keeps it).
-    if (name === "__proto__")
-      Object.defineProperty(copy, name, {
-        value: copied,
-        enumerable: true,
-        writable: true,
-        configurable: true,
-      });
-    else copy[name] = copied;
+    setParam(copy, name, copied);
   }
   return copy;
 }
@@ -207,9 +248,10 @@ function validateParams(
   section: ParamSection,
   validate: ValidateFunction | undefined,
   value: Record<string, unknown> | undefined,
+  fresh: boolean,
 ): Record<string, unknown> {
   // A copy, because coercion rewrites values in place and the caller's object stays theirs.
-  const copy: Record<string, unknown> = value === undefined ? {} : copyParams(value);
+  const copy: Record<string, unknown> = value === undefined ? {} : fresh ? value : copyParams(value);
   if (validate === undefined) {
     if (Object.keys(copy).length > 0) {
       throw invalid({ location: section, pointer: "", keyword: "notAccepted" });
@@ -243,12 +285,24 @@ function refuseIllFormed(section: ParamSection, params: Readonly<Record<string, 
  * 2020-12 + formats). Throws `ExecutionError("invalid_input")` whose message and
  * details carry a JSON pointer and a keyword, never a value.
  */
-export function validateInput(inputSchema: InputSchema, args: unknown): ValidatedArgs {
+export function validateInput(
+  inputSchema: InputSchema,
+  args: unknown,
+  options: InputOptions = {},
+): ValidatedArgs {
   checkShape(args);
-  const { validators } = compiledFor(inputSchema);
-  const path = validateParams("path", validators.path, args.path);
-  const query = validateParams("query", validators.query, args.query);
-  const headers = validateParams("headers", validators.headers, args.headers);
+  return validateCompiled(compiledFor(inputSchema), args, options);
+}
+
+function validateCompiled(
+  { validators }: CompiledInput,
+  args: ExecutionArgs,
+  options: InputOptions,
+): ValidatedArgs {
+  const fresh = options.fresh === true;
+  const path = validateParams("path", validators.path, args.path, fresh);
+  const query = validateParams("query", validators.query, args.query, fresh);
+  const headers = validateParams("headers", validators.headers, args.headers, fresh);
   const hasBody = args.body !== undefined;
   if (!hasBody) return { path, query, headers, body: undefined, hasBody };
   const validateBody = validators.body;
@@ -264,11 +318,13 @@ function overrideIn(record: Readonly<Record<string, unknown>>, names: ReadonlySe
   return false;
 }
 
-function refuseRoutingOverrides(args: ValidatedArgs): void {
+/** Validated sections only: a section whose schema admits no override name is not scanned. */
+function refuseRoutingOverrides(args: ValidatedArgs, compiled: CompiledInput): void {
   const issue = (location: Section): ExecutionError =>
     invalid({ location, pointer: "", keyword: "routingOverride" });
-  if (overrideIn(args.query, ROUTING_OVERRIDE_PARAMETERS)) throw issue("query");
-  if (overrideIn(args.headers, ROUTING_OVERRIDE_HEADERS)) throw issue("headers");
+  if (compiled.mayOverride.query && overrideIn(args.query, ROUTING_OVERRIDE_PARAMETERS)) throw issue("query");
+  if (compiled.mayOverride.headers && overrideIn(args.headers, ROUTING_OVERRIDE_HEADERS))
+    throw issue("headers");
   if (isPlainObject(args.body) && overrideIn(args.body, ROUTING_OVERRIDE_PARAMETERS)) throw issue("body");
 }
 
@@ -294,13 +350,16 @@ export function enforceOperationInput(
   operation: EnforcedOperation,
   args: unknown,
   rollout: ConstraintRollout,
+  options: InputOptions = {},
 ): ValidatedArgs {
-  const validated = validateInput(operation.input_schema, args);
+  checkShape(args);
+  const compiled = compiledFor(operation.input_schema);
+  const validated = validateCompiled(compiled, args, options);
   const method = typeof operation.method === "string" ? operation.method.toUpperCase() : "";
   if (validated.hasBody && BODYLESS_METHODS.has(method)) {
     throw invalid({ location: "body", pointer: "", keyword: "notAccepted" });
   }
-  refuseRoutingOverrides(validated);
+  refuseRoutingOverrides(validated, compiled);
   const verdict = evaluateConstraints(
     operation.parameter_constraints,
     { path: validated.path, query: validated.query, headers: validated.headers, body: validated.body },

@@ -122,6 +122,52 @@ test("enforceOperationInput: routing overrides are refused even when a snapshot 
   assert.equal(enforceOperationInput(operation, { body: { method: "x" } }, rollout).hasBody, true);
 });
 
+test("enforceOperationInput: a closed schema that names an override (any case, or by pattern) is still scanned", () => {
+  const closed = (properties: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    type: "object",
+    properties,
+    additionalProperties: false,
+    ...extra,
+  });
+  const text = { type: "string" };
+  const rollout = { enabled: false, partnerAllowlisted: false };
+  const cases: Array<[Record<string, unknown>, Record<string, unknown>, string]> = [
+    [{ query: closed({ _Method: text }) }, { query: { _Method: "DELETE" } }, "routingOverride"],
+    [
+      { query: closed({}, { patternProperties: { "^_": text } }) },
+      { query: { _method: "DELETE" } },
+      "routingOverride",
+    ],
+    [
+      { query: closed({ _method: text }, { allOf: [{}] }) },
+      { query: { _method: "DELETE" } },
+      "routingOverride",
+    ],
+    [
+      { headers: closed({ "X-HTTP-Method-Override": text }) },
+      { headers: { "X-HTTP-Method-Override": "DELETE" } },
+      "routingOverride",
+    ],
+    // Not named: the schema itself refuses the name first.
+    [{ query: closed({ limit: text }) }, { query: { _method: "DELETE" } }, "additionalProperties"],
+    [
+      { headers: closed({ "x-tenant": text }) },
+      { headers: { "x-original-url": "/admin" } },
+      "additionalProperties",
+    ],
+  ];
+  for (const [input_schema, args, keyword] of cases) {
+    const operation = { method: "GET", input_schema, parameter_constraints: [] };
+    for (const fresh of [false, true]) {
+      const error = failure(() =>
+        enforceOperationInput(operation, structuredClone(args), rollout, { fresh }),
+      );
+      assert.equal(error.code, "invalid_input");
+      assert.match(error.message, new RegExp(keyword), JSON.stringify({ input_schema, args, fresh }));
+    }
+  }
+});
+
 test("enforceOperationInput: constraints with the rollout gate, after the schema", () => {
   const operation = {
     method: "GET",

@@ -67,6 +67,8 @@ export interface InjectedCredentials {
   readonly query: Readonly<Record<string, string>>;
 }
 
+const FRESH_ARGUMENTS = { fresh: true } as const;
+
 const NO_CREDENTIALS: InjectedCredentials = Object.freeze({ headers: {}, query: {} });
 
 export interface SidecarAllow {
@@ -291,10 +293,9 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
           request.headers ?? {},
           request.body,
         );
-        input = enforceOperationInput(decision.operation, args, {
-          enabled: rolloutEnabled,
-          partnerAllowlisted: rolloutPartners.has(partnerId),
-        });
+        const rollout = { enabled: rolloutEnabled, partnerAllowlisted: rolloutPartners.has(partnerId) };
+        // operationArguments built every section for this request alone.
+        input = enforceOperationInput(decision.operation, args, rollout, FRESH_ARGUMENTS);
       } catch (error) {
         return { ...denyForError(error, request.requestId), context };
       }

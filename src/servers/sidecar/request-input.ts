@@ -1,6 +1,6 @@
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import { AuthorityError } from "../../errors.ts";
-import { constrainsBody } from "../../execute/input.ts";
+import { constrainsBody, ownParam, setParam } from "../../execute/input.ts";
 import { ROUTING_OVERRIDE_HEADERS } from "../../execute/routing-overrides.ts";
 
 /**
@@ -123,43 +123,61 @@ function first(value: string | readonly string[] | undefined): string | undefine
 /** What the form parser would decode (escapes, `+`); lone surrogates are checked apart. */
 const FORM_DECODED = /[%+]/;
 
+/** Adds one query pair: a repeated name becomes an array, in order. */
+function addPair(out: Record<string, string | string[]>, name: string, value: string): void {
+  const previous = ownParam(out, name) as string | string[] | undefined;
+  setParam(
+    out,
+    name,
+    previous === undefined ? value : Array.isArray(previous) ? [...previous, value] : [previous, value],
+  );
+}
+
 /**
- * The name/value pairs of a form-encoded query, exactly as an upstream's URL parser reads
- * them (a leading `?` is part of the first name). A query with nothing to decode is split
- * directly: the same pairs without the parser's objects (this runs on every Check that has a
- * query).
+ * Adds the name/value pairs of a form-encoded query (`path` from `start` to `end`) exactly as an
+ * upstream's URL parser reads them: a leading `?` is part of the first name, `+` is a space.
+ * A query with nothing to decode is split in place, without the parser's objects (this runs
+ * on every Check that has a query).
  */
-export function formPairs(query: string): Iterable<readonly [string, string]> {
-  // "?"-prefixed: the constructor strips one leading "?", which to the upstream's URL parser is
-  // part of the query (and of its first name).
-  if (FORM_DECODED.test(query) || !query.isWellFormed()) return new URLSearchParams(`?${query}`);
-  const pairs: Array<readonly [string, string]> = [];
-  for (const part of query.split("&")) {
-    if (part === "") continue;
-    const equals = part.indexOf("=");
-    pairs.push(equals < 0 ? [part, ""] : [part.slice(0, equals), part.slice(equals + 1)]);
+function addFormPairs(
+  out: Record<string, string | string[]>,
+  path: string,
+  start: number,
+  end: number,
+): void {
+  const query = path.slice(start, end);
+  if (FORM_DECODED.test(query) || !query.isWellFormed()) {
+    // "?"-prefixed: the constructor strips one leading "?", which to the upstream's URL parser
+    // is part of the query (and of its first name).
+    for (const [name, value] of new URLSearchParams(`?${query}`)) addPair(out, name, value);
+    return;
   }
-  return pairs;
+  for (let from = 0; from < query.length; ) {
+    const amp = query.indexOf("&", from);
+    const to = amp < 0 ? query.length : amp;
+    if (to > from) {
+      const equals = query.indexOf("=", from);
+      if (equals < 0 || equals > to) addPair(out, query.slice(from, to), "");
+      else addPair(out, query.slice(from, equals), query.slice(equals + 1, to));
+    }
+    from = to + 1;
+  }
 }
 
 /** The query string's parameters, repeated names as arrays, decoded as form data (`+` is a space). */
 export function queryArguments(path: string): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = Object.create(null);
+  const out: Record<string, string | string[]> = {};
   // A "?" after a "#" is the fragment's, not a query (as normalizeRequestPath and URL read it).
   const hash = path.indexOf("#");
   const at = path.indexOf("?");
   if (at < 0 || (hash >= 0 && hash < at) || at === path.length - 1) return out;
-  for (const [name, value] of formPairs(path.slice(at + 1, hash < 0 ? undefined : hash))) {
-    const previous = out[name];
-    out[name] =
-      previous === undefined ? value : Array.isArray(previous) ? [...previous, value] : [previous, value];
-  }
+  addFormPairs(out, path, at + 1, hash < 0 ? path.length : hash);
   return out;
 }
 
 /** The declared headers' values, as the schema sees them (lower-case names). */
 export function headerArguments(headers: HeaderBag, declared: ReadonlySet<string>): Record<string, string> {
-  const out: Record<string, string> = Object.create(null);
+  const out: Record<string, string> = {};
   // No shortcut for an operation that declares no header: its routing overrides must still
   // reach the enforcement step and be refused, as on invoke, broker and MCP.
   for (const raw in headers) {
@@ -168,7 +186,7 @@ export function headerArguments(headers: HeaderBag, declared: ReadonlySet<string
     const value = headers[raw];
     // A routing override is an argument too, so that the enforcement step refuses it.
     if (value === undefined || !(declared.has(name) || ROUTING_OVERRIDE_HEADERS.has(name))) continue;
-    out[name] = typeof value === "string" ? value : value.join(", ");
+    setParam(out, name, typeof value === "string" ? value : value.join(", "));
   }
   return out;
 }

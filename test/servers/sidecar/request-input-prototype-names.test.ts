@@ -16,13 +16,20 @@ import { snapshot } from "../../core/fixtures.ts";
 const rollout = { enabled: true, partnerAllowlisted: true };
 const NAMES = ["__proto__", "constructor", "toString", "hasOwnProperty", "valueOf", "limit"];
 
+/** The verdict as the sidecar reaches it (fresh arguments), checked equal to the copying form's. */
 function verdict(operation: ReturnType<typeof snapshot>, path: string): string {
-  try {
-    enforceOperationInput(operation, operationArguments(operation, {}, path, {}, undefined), rollout);
-    return "allow";
-  } catch (error) {
-    return (error as { code?: string }).code ?? "thrown";
-  }
+  const outcome = (fresh: boolean): string => {
+    try {
+      const args = operationArguments(operation, {}, path, {}, undefined);
+      enforceOperationInput(operation, args, rollout, { fresh });
+      return "allow";
+    } catch (error) {
+      return (error as { code?: string }).code ?? "thrown";
+    }
+  };
+  const sidecar = outcome(true);
+  assert.equal(outcome(false), sidecar, `${path}: fresh and copied arguments disagree`);
+  return sidecar;
 }
 
 function encodeAll(text: string): string {
