@@ -134,18 +134,12 @@ function addPair(out: Record<string, string | string[]>, name: string, value: st
 }
 
 /**
- * Adds the name/value pairs of a form-encoded query (`path` from `start` to `end`) exactly as an
- * upstream's URL parser reads them: a leading `?` is part of the first name, `+` is a space.
- * A query with nothing to decode is split in place, without the parser's objects (this runs
- * on every Check that has a query).
+ * Adds the name/value pairs of a form-encoded query exactly as an upstream's URL parser reads
+ * them: a leading `?` is part of the first name, `+` is a space. A query with nothing to
+ * decode is split in place, without the parser's objects (this runs on every Check that has a
+ * query).
  */
-function addFormPairs(
-  out: Record<string, string | string[]>,
-  path: string,
-  start: number,
-  end: number,
-): void {
-  const query = path.slice(start, end);
+function addFormPairs(out: Record<string, string | string[]>, query: string): void {
   if (FORM_DECODED.test(query) || !query.isWellFormed()) {
     // "?"-prefixed: the constructor strips one leading "?", which to the upstream's URL parser
     // is part of the query (and of its first name).
@@ -171,7 +165,7 @@ export function queryArguments(path: string): Record<string, string | string[]> 
   const hash = path.indexOf("#");
   const at = path.indexOf("?");
   if (at < 0 || (hash >= 0 && hash < at) || at === path.length - 1) return out;
-  addFormPairs(out, path, at + 1, hash < 0 ? path.length : hash);
+  addFormPairs(out, path.slice(at + 1, hash < 0 ? undefined : hash));
   return out;
 }
 
