@@ -1,3 +1,4 @@
+import { ownValue as own, setOwn } from "../core/own-property.ts";
 /** RFC 6901 helpers for the pointers that locate problems in a submitted document. */
 
 export const escapeToken = (token: string): string => token.replaceAll("~", "~0").replaceAll("/", "~1");
@@ -16,15 +17,8 @@ export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-/** Own-property lookup: a document key like "constructor" must not reach Object.prototype. */
-export function own(record: Record<string, unknown>, key: string): unknown {
-  return Object.hasOwn(record, key) ? record[key] : undefined;
-}
-
-/** Defines a property even when the key is "__proto__", which plain assignment would not. */
-export function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
-}
+// Own-property lookup: a document key like "constructor" must not reach Object.prototype.
+export { own, setOwn };
 
 /**
  * Resolves an internal reference ("#/components/schemas/X", URI-fragment encoded) in a

@@ -2,6 +2,7 @@ import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.
 import formatsPlugin from "ajv-formats";
 import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
+import { setOwn } from "../core/own-property.ts";
 import { type ConstraintRollout, evaluateConstraints } from "../core/parameter-constraints.ts";
 import { ExecutionError } from "./errors.ts";
 import { ROUTING_OVERRIDE_HEADERS, ROUTING_OVERRIDE_PARAMETERS } from "./routing-overrides.ts";
@@ -67,9 +68,11 @@ const addFormats = formatsPlugin.default;
 function newAjv(coerce: boolean): Ajv2020 {
   // strict: false because imported OpenAPI schemas carry annotations (example, nullable,
   // x-*) that strict mode rejects; allErrors: false stops at the first error so a hostile
-  // document cannot make validation expensive.
+  // document cannot make validation expensive. ownProperties: a parameter named like one of
+  // Object.prototype's members (`constructor`, `toString`) is present only when sent.
   const ajv = new Ajv2020({
     strict: false,
+    ownProperties: true,
     allErrors: false,
     coerceTypes: coerce ? "array" : false,
     useDefaults: false,
@@ -95,9 +98,25 @@ function forget(ajv: Ajv2020, schema: object | boolean): void {
   if (typeof schema === "object") ajv.removeSchema(schema);
 }
 
+/**
+ * Whether a schema declares a property named `__proto__` at any depth. Ajv leaves such a
+ * property unchecked (it never applies a `__proto__` subschema), so an instance could carry
+ * any value under that name: the operation is refused instead (fail closed).
+ */
+function declaresProtoProperty(schema: unknown, depth = 0): boolean {
+  if (typeof schema !== "object" || schema === null) return false;
+  if (depth > 200) return true;
+  const { properties } = schema as { properties?: unknown };
+  if (typeof properties === "object" && properties !== null && Object.hasOwn(properties, "__proto__"))
+    return true;
+  for (const value of Object.values(schema)) if (declaresProtoProperty(value, depth + 1)) return true;
+  return false;
+}
+
 function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction | undefined {
   if (schema === undefined || schema === null) return undefined;
   try {
+    if (declaresProtoProperty(schema)) throw new Error("a __proto__ property is never checked");
     return ajv.compile(schema);
   } catch {
     throw new ExecutionError("invalid_operation_snapshot", {
@@ -205,23 +224,6 @@ function checkShape(args: unknown): asserts args is ExecutionArgs {
   }
 }
 
-/**
- * Sets a parameter as a plain own key of an ordinary object. Assigned, except `__proto__`:
- * assigning that one would set the prototype, so it is defined instead (it stays a plain key,
- * as structuredClone keeps it). Ordinary objects, not `Object.create(null)` ones: those are
- * dictionaries, several times slower for the validators to enumerate on every Check.
- */
-export function setParam(target: Record<string, unknown>, name: string, value: unknown): void {
-  if (name === "__proto__")
-    Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
-  else target[name] = value;
-}
-
-/** A parameter's own value: never one of Object.prototype's members. */
-export function ownParam(source: Readonly<Record<string, unknown>>, name: string): unknown {
-  return Object.hasOwn(source, name) ? source[name] : undefined;
-}
-
 function isScalar(value: unknown): boolean {
   return value === null || (typeof value !== "object" && typeof value !== "function");
 }
@@ -239,7 +241,7 @@ function copyParams(value: Record<string, unknown>): Record<string, unknown> {
     if (isScalar(item)) copied = item;
     else if (Array.isArray(item) && item.every(isScalar)) copied = [...item];
     else return structuredClone(value);
-    setParam(copy, name, copied);
+    setOwn(copy, name, copied);
   }
   return copy;
 }

@@ -1,4 +1,5 @@
 import { Transform, type TransformCallback } from "node:stream";
+import { setOwn } from "../core/own-property.ts";
 
 /**
  * Removes the credentials the pipeline injected from what an upstream sends back, so that
@@ -260,10 +261,6 @@ export interface SecretScrubber {
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
-  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
 }
 
 /**
