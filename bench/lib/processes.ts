@@ -206,33 +206,16 @@ export function redisPid(port: number): number | undefined {
   return undefined;
 }
 
+/** cpuMs in µs: the per-thread schedstat sum, for differences of a few µs per call. */
+export function schedCpuUs(pid: number | undefined): number {
+  return cpuMs(pid) * 1000;
+}
+
 /**
  * CPU time (ms) a process has used, all its threads: utime + stime from /proc/<pid>/stat
  * (clock ticks, usually 10 ms); NaN if unknown. Coarser than cpuMs but what `top` and
  * cgroups account, and it needs no schedstat.
  */
-/**
- * CPU time of every live thread of `pid`, in µs, from each thread's schedstat (nanoseconds):
- * /proc/<pid>/stat counts 10 ms ticks, too coarse for a run of a few seconds. Threads that
- * already exited are not counted: compare readings of long-lived processes only.
- */
-export function schedCpuUs(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  try {
-    let ns = 0;
-    for (const task of readdirSync(`/proc/${pid}/task`)) {
-      try {
-        ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
-      } catch {
-        // The thread exited between the listing and the read.
-      }
-    }
-    return ns / 1000;
-  } catch {
-    return Number.NaN;
-  }
-}
-
 export function statCpuMs(pid: number | undefined): number {
   if (pid === undefined) return Number.NaN;
   try {

@@ -9,7 +9,7 @@ import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { selfSignedCert } from "../servers/inject/tls.ts";
 import { isObj, type Obj, repoPath } from "./helpers.ts";
-import { renderChart } from "./rendered-pod.ts";
+import { deploymentPod, renderChart } from "./rendered-pod.ts";
 
 /**
  * Every port and path the chart probes or scrapes is served by the process it targets
@@ -28,16 +28,6 @@ interface Target {
   readonly what: string;
   readonly port: string;
   readonly path: string;
-}
-
-function deployment(objects: Obj[], name: string): Obj {
-  const found = objects.find((o) => o.kind === "Deployment" && isObj(o.metadata) && o.metadata.name === name);
-  assert.ok(found !== undefined && isObj(found.spec) && isObj(found.spec.template), `Deployment ${name}`);
-  const pod = found.spec.template.spec;
-  assert.ok(isObj(pod));
-  const container = (pod.containers as Obj[])[0];
-  assert.ok(container !== undefined);
-  return container;
 }
 
 /** The container's environment: its ConfigMap (envFrom) and its literal values. */
@@ -147,7 +137,7 @@ describe("every port and path the chart probes or scrapes is served by the proce
   });
 
   it("authority serve answers its probes and the ServiceMonitor's /metrics", async () => {
-    const container = deployment(objects, "authority");
+    const { container } = deploymentPod(objects, "authority");
     const args = (container.args ?? []) as string[];
     assert.deepEqual(args, ["serve"]);
     const monitor = objects.find((o) => o.kind === "ServiceMonitor");
@@ -195,7 +185,7 @@ describe("every port and path the chart probes or scrapes is served by the proce
   });
 
   it("authority inject answers its probes over the TLS the chart mounts", async () => {
-    const container = deployment(objects, "authority-injector");
+    const { container } = deploymentPod(objects, "authority-injector");
     const args = (container.args ?? []) as string[];
     assert.deepEqual(args, ["inject"]);
     const targets = probes(container);
