@@ -236,11 +236,10 @@ const FORMATS: Readonly<Record<string, ValueCheck>> = {
   int64: (v) => INTEGER.test(v),
 };
 
+/** For types that do not admit every string (those add no check at all). */
 function typeMatches(types: readonly unknown[], value: string): boolean {
   return types.some(
     (t) =>
-      t === undefined ||
-      t === "string" ||
       (t === "integer" && INTEGER.test(value)) ||
       (t === "number" && NUMBER.test(value)) ||
       (t === "boolean" && (value === "true" || value === "false")),
