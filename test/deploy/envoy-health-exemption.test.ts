@@ -100,6 +100,7 @@ interface Trick {
 }
 
 interface Outcome {
+  readonly trick: Trick;
   /** Envoy's status to the client (0: it closed without answering). */
   readonly status: number;
   /** What reached the app for this request (unchecked: the check server denies everything). */
@@ -139,17 +140,17 @@ async function send(rig: Rig, trick: Trick): Promise<Outcome> {
   const app = rig.app.length;
   const checks = rig.checked.length;
   const status = trick.protocol === "http1" ? await sendHttp1(rig.envoy, trick) : await sendH2c(rig.envoy, trick);
-  return { status, reached: rig.app.slice(app), checks: rig.checked.slice(checks) };
+  return { trick, status, reached: rig.app.slice(app), checks: rig.checked.slice(checks) };
 }
 
-const describeTrick = (trick: Trick, outcome: Outcome): string =>
+const describeOutcome = ({ trick, ...outcome }: Outcome): string =>
   `${trick.protocol} ${JSON.stringify(trick.method)} ${JSON.stringify(trick.path)} → ${outcome.status}, ` +
   `app saw ${JSON.stringify(outcome.reached.map((r) => `${r.method} ${r.url}`))}, ` +
   `checks ${JSON.stringify(outcome.checks)}`;
 
 /** The one thing that may reach the app unchecked: GET or HEAD of exactly the health path, without credentials. */
-function assertOnlyTheHealthRequestEscapes(trick: Trick, outcome: Outcome): void {
-  const what = describeTrick(trick, outcome);
+function assertOnlyTheHealthRequestEscapes(outcome: Outcome): void {
+  const what = describeOutcome(outcome);
   assert.ok(outcome.reached.length <= 1, what);
   for (const seen of outcome.reached) {
     assert.ok(seen.method === "GET" || seen.method === "HEAD", what);
@@ -160,10 +161,22 @@ function assertOnlyTheHealthRequestEscapes(trick: Trick, outcome: Outcome): void
   }
 }
 
+/** Nothing reached the app, and the check server saw the request or Envoy answered it itself. */
+function assertCheckedOrRefused(outcome: Outcome): void {
+  const what = describeOutcome(outcome);
+  assert.deepEqual(outcome.reached, [], what);
+  assert.ok(outcome.checks.length === 1 || (outcome.checks.length === 0 && outcome.status !== 200), what);
+}
+
 /** Spelled differently from the health path, and must never reach the app. */
 const NAMED_TRICKS = [
   "/healthz/..;/x",
   "/healthz/..;/admin",
+  "/healthz/..;x/admin",
+  "/healthz/..;jsessionid=1/admin",
+  "/healthz/%2e%2e;/admin",
+  "/healthz;/../admin",
+  "/healthz/.;/../admin",
   "/healthz/../x",
   "/healthz/%2e%2e/x",
   "/healthz%2F..%2Fx",
@@ -175,6 +188,7 @@ const NAMED_TRICKS = [
   "/HEALTHZ",
   "/Healthz",
   "/healthz/",
+  "/healthz/.",
   "/healthz/x",
   "/healthzx",
   "/healthz.json",
@@ -188,10 +202,14 @@ const NAMED_TRICKS = [
   "/./healthz/../x",
   "//healthz/../x",
   "/x/../healthz/../x",
+  // Envoy reads a backslash inside the path as a slash, and refuses a target that starts with
+  // one (over HTTP/2 by closing the connection after a second: hence only here, not generated).
+  "\\healthz",
+  "/healthz\\..\\x",
 ];
 
 /** Spellings Envoy's normalization turns into exactly /healthz before routing: the app sees /healthz. */
-const NORMALIZED_TO_HEALTH = ["//healthz", "/./healthz", "/x/../healthz", "/%68ealthz", "/healthz/."];
+const NORMALIZED_TO_HEALTH = ["//healthz", "/./healthz", "/x/../healthz", "/%68ealthz"];
 
 const shipped = shippedEnvoyBootstraps();
 
@@ -213,43 +231,35 @@ describe("only the exact health request escapes ext_authz in every shipped Envoy
       for (const protocol of ["http1", "h2c"] as const) {
         it(`${protocol}: GET and HEAD ${HEALTH_PATH} reach the app unchecked, without the caller's credentials`, async () => {
           for (const method of ["GET", "HEAD"]) {
-            const trick = { method, path: HEALTH_PATH, protocol };
-            const outcome = await send(rig, trick);
-            assert.equal(outcome.status, 200, describeTrick(trick, outcome));
-            assert.equal(outcome.reached.length, 1, describeTrick(trick, outcome));
-            assert.deepEqual(outcome.checks, [], describeTrick(trick, outcome));
-            assertOnlyTheHealthRequestEscapes(trick, outcome);
+            const outcome = await send(rig, { method, path: HEALTH_PATH, protocol });
+            assert.equal(outcome.status, 200, describeOutcome(outcome));
+            assert.equal(outcome.reached.length, 1, describeOutcome(outcome));
+            assert.deepEqual(outcome.checks, [], describeOutcome(outcome));
+            assertOnlyTheHealthRequestEscapes(outcome);
           }
         });
 
-        it(`${protocol}: any other method on ${HEALTH_PATH} is checked`, async () => {
+        it(`${protocol}: any other method on ${HEALTH_PATH} is checked or refused by Envoy`, async () => {
           for (const method of ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "get"]) {
-            const trick = { method, path: HEALTH_PATH, protocol };
-            const outcome = await send(rig, trick);
-            assert.deepEqual(outcome.reached, [], describeTrick(trick, outcome));
-            assert.equal(outcome.checks.length, 1, describeTrick(trick, outcome));
+            assertCheckedOrRefused(await send(rig, { method, path: HEALTH_PATH, protocol }));
           }
         });
 
         it(`${protocol}: every other spelling of the path is checked or refused by Envoy`, async () => {
-          for (const path of NAMED_TRICKS) {
-            const trick = { method: "GET", path, protocol };
-            const outcome = await send(rig, trick);
-            assert.deepEqual(outcome.reached, [], describeTrick(trick, outcome));
-            assert.ok(outcome.checks.length === 1 || outcome.status >= 300, describeTrick(trick, outcome));
-          }
+          for (const path of NAMED_TRICKS) assertCheckedOrRefused(await send(rig, { method: "GET", path, protocol }));
         });
 
         it(`${protocol}: spellings normalized to ${HEALTH_PATH} reach the app as ${HEALTH_PATH}`, async () => {
           for (const path of NORMALIZED_TO_HEALTH) {
-            const trick = { method: "GET", path, protocol };
-            assertOnlyTheHealthRequestEscapes(trick, await send(rig, trick));
+            const outcome = await send(rig, { method: "GET", path, protocol });
+            assert.equal(outcome.reached.length, 1, describeOutcome(outcome));
+            assertOnlyTheHealthRequestEscapes(outcome);
           }
         });
       }
 
       it("a generated set of path tricks: the app sees nothing unchecked but GET/HEAD /healthz", async () => {
-        const lead = fc.constantFrom("/", "//", "/./", "/%2e/", "/x/../", "/x/%2e%2e/", "/;x/", "/.;/", "\\");
+        const lead = fc.constantFrom("/", "//", "/./", "/%2e/", "/x/../", "/x/%2e%2e/", "/;x/", "/.;/");
         const spelling = fc.constantFrom(
           "healthz",
           "HEALTHZ",
@@ -269,6 +279,9 @@ describe("only the exact health request escapes ext_authz in every shipped Envoy
           "//",
           "/../x",
           "/..;/x",
+          "/..;x/x",
+          "/%2e%2e;/x",
+          "/.;/../x",
           "/%2e%2e/x",
           "%2F..%2Fx",
           "%2f",
@@ -297,10 +310,9 @@ describe("only the exact health request escapes ext_authz in every shipped Envoy
         const protocol = fc.constantFrom<Protocol>("http1", "h2c");
         await fc.assert(
           fc.asyncProperty(lead, spelling, tail, method, protocol, async (l, s, t, m, p) => {
-            const trick = { method: m, path: `${l}${s}${t}`, protocol: p };
-            assertOnlyTheHealthRequestEscapes(trick, await send(rig, trick));
+            assertOnlyTheHealthRequestEscapes(await send(rig, { method: m, path: `${l}${s}${t}`, protocol: p }));
           }),
-          { numRuns: 150 },
+          { numRuns: 500 },
         );
       });
     });
