@@ -4,12 +4,13 @@ import { connect as http2Connect } from "node:http2";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
+import { parse } from "yaml";
 import { createCheckServer } from "../../src/servers/sidecar/grpc/check-server.ts";
 import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../helpers/envoy.ts";
 import { rawRequest } from "../helpers/http-client.ts";
 import { exchange } from "../helpers/http2-exchange.ts";
 import { silentLogger } from "../servers/sidecar/grpc/helpers.ts";
-import { shippedEnvoyBootstraps } from "./helpers.ts";
+import { docsYamlBlocks, listRepoDir, loadYamlDocuments, shippedEnvoyBootstraps } from "./helpers.ts";
 
 /**
  * Nothing but the exact health request escapes the ext_authz check, in every Envoy bootstrap
@@ -139,7 +140,8 @@ async function sendH2c(envoy: EnvoyHandle, trick: Trick): Promise<number> {
 async function send(rig: Rig, trick: Trick): Promise<Outcome> {
   const app = rig.app.length;
   const checks = rig.checked.length;
-  const status = trick.protocol === "http1" ? await sendHttp1(rig.envoy, trick) : await sendH2c(rig.envoy, trick);
+  const status =
+    trick.protocol === "http1" ? await sendHttp1(rig.envoy, trick) : await sendH2c(rig.envoy, trick);
   return { trick, status, reached: rig.app.slice(app), checks: rig.checked.slice(checks) };
 }
 
@@ -211,6 +213,55 @@ const NAMED_TRICKS = [
 /** Spellings Envoy's normalization turns into exactly /healthz before routing: the app sees /healthz. */
 const NORMALIZED_TO_HEALTH = ["//healthz", "/./healthz", "/x/../healthz", "/%68ealthz"];
 
+/** The generated set: lead × spelling of the name × tail. */
+const LEADS = ["/", "//", "/./", "/%2e/", "/x/../", "/x/%2e%2e/", "/;x/", "/.;/"];
+const SPELLINGS = [
+  "healthz",
+  "HEALTHZ",
+  "Healthz",
+  "healthZ",
+  "%68ealthz",
+  "healt%68z",
+  "%48EALTHZ",
+  "%EF%BD%88ealthz",
+  "health%7a",
+];
+const TAILS = [
+  "",
+  "/",
+  "/.",
+  "/..",
+  "//",
+  "/../x",
+  "/..;/x",
+  "/..;x/x",
+  "/%2e%2e;/x",
+  "/.;/../x",
+  "/%2e%2e/x",
+  "%2F..%2Fx",
+  "%2f",
+  "%5C..%5Cx",
+  ";",
+  ";x",
+  ";/x",
+  "?",
+  "?x",
+  "?x=/../y",
+  "#",
+  "#x",
+  "%3Fx",
+  "%23x",
+  "%00",
+  "%20",
+  "%09",
+  ".",
+  "..;",
+  "x",
+  "/x",
+  "~",
+  "%2e",
+];
+
 const shipped = shippedEnvoyBootstraps();
 
 describe("only the exact health request escapes ext_authz in every shipped Envoy bootstrap", () => {
@@ -246,7 +297,8 @@ describe("only the exact health request escapes ext_authz in every shipped Envoy
         });
 
         it(`${protocol}: every other spelling of the path is checked or refused by Envoy`, async () => {
-          for (const path of NAMED_TRICKS) assertCheckedOrRefused(await send(rig, { method: "GET", path, protocol }));
+          for (const path of NAMED_TRICKS)
+            assertCheckedOrRefused(await send(rig, { method: "GET", path, protocol }));
         });
 
         it(`${protocol}: spellings normalized to ${HEALTH_PATH} reach the app as ${HEALTH_PATH}`, async () => {
@@ -259,62 +311,168 @@ describe("only the exact health request escapes ext_authz in every shipped Envoy
       }
 
       it("a generated set of path tricks: the app sees nothing unchecked but GET/HEAD /healthz", async () => {
-        const lead = fc.constantFrom("/", "//", "/./", "/%2e/", "/x/../", "/x/%2e%2e/", "/;x/", "/.;/");
-        const spelling = fc.constantFrom(
-          "healthz",
-          "HEALTHZ",
-          "Healthz",
-          "healthZ",
-          "%68ealthz",
-          "healt%68z",
-          "%48EALTHZ",
-          "%EF%BD%88ealthz",
-          "health%7a",
-        );
-        const tail = fc.constantFrom(
-          "",
-          "/",
-          "/.",
-          "/..",
-          "//",
-          "/../x",
-          "/..;/x",
-          "/..;x/x",
-          "/%2e%2e;/x",
-          "/.;/../x",
-          "/%2e%2e/x",
-          "%2F..%2Fx",
-          "%2f",
-          "%5C..%5Cx",
-          ";",
-          ";x",
-          ";/x",
-          "?",
-          "?x",
-          "?x=/../y",
-          "#",
-          "#x",
-          "%3Fx",
-          "%23x",
-          "%00",
-          "%20",
-          "%09",
-          ".",
-          "..;",
-          "x",
-          "/x",
-          "~",
-          "%2e",
-        );
         const method = fc.constantFrom("GET", "GET", "GET", "HEAD", "POST", "OPTIONS");
+        const pick = (values: readonly string[]) => fc.constantFrom(...values);
         const protocol = fc.constantFrom<Protocol>("http1", "h2c");
         await fc.assert(
-          fc.asyncProperty(lead, spelling, tail, method, protocol, async (l, s, t, m, p) => {
-            assertOnlyTheHealthRequestEscapes(await send(rig, { method: m, path: `${l}${s}${t}`, protocol: p }));
-          }),
+          fc.asyncProperty(
+            pick(LEADS),
+            pick(SPELLINGS),
+            pick(TAILS),
+            method,
+            protocol,
+            async (l, s, t, m, p) => {
+              assertOnlyTheHealthRequestEscapes(
+                await send(rig, { method: m, path: `${l}${s}${t}`, protocol: p }),
+              );
+            },
+          ),
           { numRuns: 500 },
         );
       });
     });
   }
+});
+
+// biome-ignore lint/suspicious/noExplicitAny: an Envoy bootstrap is walked field by field
+type Yaml = any;
+
+const EXT_AUTHZ = "envoy.filters.http.ext_authz";
+const isDisabled = (node: Yaml): boolean => node?.typed_per_filter_config?.[EXT_AUTHZ]?.disabled === true;
+
+/** The paths a bootstrap exempts from ext_authz, after checking that each is one exact path. */
+function envoyExemptPaths(name: string, text: string): string[] {
+  const bootstrap: Yaml = parse(text);
+  const paths: string[] = [];
+  for (const listener of bootstrap.static_resources.listeners)
+    for (const chain of listener.filter_chains)
+      for (const filter of chain.filters) {
+        for (const host of filter.typed_config?.route_config?.virtual_hosts ?? []) {
+          assert.ok(!isDisabled(host), `${name}: virtual host ${host.name} turns ext_authz off`);
+          for (const route of host.routes.filter(isDisabled)) {
+            const what = `${name}: route ${JSON.stringify(route.match)} without ext_authz`;
+            const { path, headers, ...rest } = route.match;
+            assert.deepEqual(rest, {}, `${what} matches more than one exact path`);
+            assert.equal(typeof path, "string", what);
+            const header = (h: string) => (headers ?? []).find((m: Yaml) => m.name === h)?.string_match;
+            assert.deepEqual(header(":path"), { exact: path }, `${what}: \`path\` ignores the query`);
+            assert.ok(header(":method") !== undefined, `${what}: any method`);
+            for (const credential of Object.keys(CREDENTIALS))
+              assert.ok(
+                route.request_headers_to_remove?.includes(credential),
+                `${what} forwards ${credential}`,
+              );
+            paths.push(path);
+          }
+        }
+      }
+  return paths;
+}
+
+/** Istio's match of a rule's string field: `*` presence, `x*` prefix, `*x` suffix, else exact. */
+function istioMatches(pattern: string, value: string): boolean {
+  if (pattern === "*") return value !== "";
+  if (pattern.endsWith("*")) return value.startsWith(pattern.slice(0, -1));
+  if (pattern.startsWith("*")) return value.endsWith(pattern.slice(1));
+  return value === pattern;
+}
+
+const OPERATION_FIELDS = ["paths", "notPaths", "methods", "notMethods"];
+/**
+ * One plain path: exact in Istio's reading (no `*` for prefix, suffix or presence, no `{`/`}`
+ * templates), and nothing that normalization or the app could read as another path (no dot
+ * segments, `//`, `;`, `%`, `\`, `?`, `#`, trailing slash).
+ */
+const PLAIN_PATH = /^(\/[A-Za-z0-9_~-]+(\.[A-Za-z0-9_~-]+)*)+$/;
+
+/** Whether a CUSTOM policy sends a request to its provider: some rule matches it. */
+function istioChecks(policy: Yaml, method: string, path: string): boolean {
+  // Envoy's url_path (what Istio's paths compile to) is the path without query and fragment.
+  const urlPath = path.split(/[?#]/)[0] ?? "";
+  const any = (patterns: string[] | undefined, value: string) =>
+    patterns?.some((p) => istioMatches(p, value));
+  const operationMatches = (op: Yaml): boolean =>
+    (op.paths === undefined || any(op.paths, urlPath) === true) &&
+    (op.notPaths === undefined || any(op.notPaths, urlPath) === false) &&
+    (op.methods === undefined || any(op.methods, method) === true) &&
+    (op.notMethods === undefined || any(op.notMethods, method) === false);
+  return (policy.spec.rules ?? []).some(
+    (rule: Yaml) => rule.to === undefined || rule.to.some((to: Yaml) => operationMatches(to.operation ?? {})),
+  );
+}
+
+/** Every AuthorizationPolicy with action CUSTOM in deploy/istio and in the docs' YAML blocks. */
+function shippedCustomPolicies(): Array<{ name: string; policy: Yaml }> {
+  const files = listRepoDir("deploy/istio")
+    .filter((f) => f.endsWith(".yaml"))
+    .flatMap((f) =>
+      loadYamlDocuments(`deploy/istio/${f}`).map((policy) => ({ name: `deploy/istio/${f}`, policy })),
+    );
+  const docs = docsYamlBlocks()
+    .filter(({ text }) => /^kind: AuthorizationPolicy$/m.test(text))
+    .map(({ file, text }) => ({ name: file, policy: parse(text) as Yaml }));
+  return [...files, ...docs].filter(
+    ({ policy }) => policy.kind === "AuthorizationPolicy" && policy.spec?.action === "CUSTOM",
+  );
+}
+
+describe("statically: what the shipped configs exempt (no Istio runs here)", () => {
+  const exempt = [...new Set(shipped.flatMap(({ name, text }) => envoyExemptPaths(name, text)))];
+  const policies = shippedCustomPolicies();
+  const methods = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE", "get"];
+  const paths = [
+    HEALTH_PATH,
+    ...NAMED_TRICKS,
+    ...NORMALIZED_TO_HEALTH,
+    ...LEADS.flatMap((l) => SPELLINGS.flatMap((s) => TAILS.map((t) => `${l}${s}${t}`))),
+  ];
+
+  it("every Envoy route without ext_authz matches GET/HEAD of one exact path and drops credentials", () => {
+    assert.deepEqual(exempt, [HEALTH_PATH]);
+  });
+
+  it("every Istio CUSTOM policy names only exact, plain paths: the health path Envoy exempts", () => {
+    assert.ok(policies.length >= 1);
+    for (const { name, policy } of policies) {
+      for (const rule of policy.spec.rules ?? []) {
+        // `from` and `when` would leave requests unchecked by who sends them; other operation
+        // fields (hosts, ports) are not modelled by istioChecks.
+        assert.deepEqual(Object.keys(rule), ["to"], `${name}: a rule with more than \`to\``);
+        for (const { operation, ...rest } of rule.to) {
+          assert.deepEqual(rest, {}, name);
+          for (const field of Object.keys(operation))
+            assert.ok(OPERATION_FIELDS.includes(field), `${name}: ${field}`);
+          for (const path of [...(operation.paths ?? []), ...(operation.notPaths ?? [])]) {
+            assert.match(path, PLAIN_PATH, `${name}: ${path} is not one plain path`);
+            assert.ok(exempt.includes(path), `${name}: ${path} is not the health path Envoy exempts`);
+          }
+        }
+      }
+    }
+  });
+
+  it("every Istio CUSTOM policy leaves unchecked only GET/HEAD of the exact health path (query aside)", () => {
+    for (const { name, policy } of policies) {
+      assert.equal(istioChecks(policy, "GET", HEALTH_PATH), false, `${name}: the health path is checked`);
+      for (const method of methods)
+        for (const path of paths) {
+          if (istioChecks(policy, method, path)) continue;
+          assert.ok(method === "GET" || method === "HEAD", `${name}: ${method} ${path} unchecked`);
+          assert.equal(path.split(/[?#]/)[0], HEALTH_PATH, `${name}: ${method} ${path} unchecked`);
+        }
+    }
+  });
+
+  it("the Istio model is not vacuous: a prefix or an unrestricted method is caught", () => {
+    const [first] = policies;
+    assert.ok(first);
+    const prefix = structuredClone(first.policy);
+    prefix.spec.rules = [{ to: [{ operation: { notPaths: ["/healthz*"] } }] }];
+    assert.equal(istioChecks(prefix, "GET", "/healthz/..;/admin"), false);
+    for (const path of ["/healthz*", "/healthz/", "/healthz/{**}", "/a/../healthz", "//healthz"])
+      assert.doesNotMatch(path, PLAIN_PATH);
+    const anyMethod = structuredClone(first.policy);
+    anyMethod.spec.rules = [{ to: [{ operation: { notPaths: [HEALTH_PATH] } }] }];
+    assert.equal(istioChecks(anyMethod, "POST", HEALTH_PATH), false);
+  });
 });

@@ -59,11 +59,21 @@ export function shippedEnvoyBootstraps(): Array<{ name: string; text: string }> 
           text: String(at(doc, ["data", "envoy.yaml"])),
         })),
     );
-  const docs = [...listRepoDir("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`), "README.md"]
-    .flatMap((file) =>
-      [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)].map((m) => ({ file, text: m[1] ?? "" })),
-    )
+  const docs = docsYamlBlocks()
     .filter(({ text }) => /^static_resources:/m.test(text))
     .map(({ file, text }, i) => ({ name: `${file} bootstrap #${i + 1}`, text }));
   return [...files, ...configMaps, ...docs];
+}
+
+/** The YAML code blocks of the docs and the README, in order. */
+export function docsYamlBlocks(): Array<{ file: string; text: string }> {
+  const files = [
+    ...listRepoDir("docs")
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+    "README.md",
+  ];
+  return files.flatMap((file) =>
+    [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)].map((m) => ({ file, text: m[1] ?? "" })),
+  );
 }
