@@ -76,9 +76,10 @@ export const ACCESS_LOG_FORMAT = {
 };
 
 /**
- * deploy/envoy/envoy.yaml as shipped, with only what a test must change: free ports (listener
- * and admin on 0, clusters at the test's servers), the routes' capability, and optionally the
- * body and an access log. Everything else (filters, fail-closed settings, timeouts) stays.
+ * A shipped bootstrap (deploy/envoy/envoy.yaml unless `bootstrap` is given) with only what a
+ * test must change: free ports (listener and admin on 0, clusters at the test's servers), the
+ * routes' capability, and optionally the body and an access log. Everything else (filters,
+ * fail-closed settings, timeouts) stays.
  */
 export async function renderBootstrap(options: RenderOptions): Promise<string> {
   const text =
