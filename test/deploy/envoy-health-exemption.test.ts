@@ -27,6 +27,9 @@ import { docsYamlBlocks, listRepoDir, loadYamlDocuments, shippedEnvoyBootstraps 
  * checked or refused by Envoy itself. Spellings that Envoy's normalization turns into
  * `/healthz` itself (`//healthz`, `/./healthz`, `/%68ealthz`) reach the app as `/healthz`:
  * the path the app sees is the path that was exempted.
+ *
+ * No Istio runs here: the `CUSTOM` AuthorizationPolicies of deploy/istio and the docs are read
+ * statically, with Istio's match rules, over the same tricks (last block).
  */
 
 const HEALTH_PATH = "/healthz";
@@ -117,7 +120,9 @@ async function sendHttp1(envoy: EnvoyHandle, trick: Trick): Promise<number> {
     ...Object.entries(CREDENTIALS).map(([name, value]) => `${name}: ${value}`),
     "connection: close",
   ];
-  const reply = await rawRequest("127.0.0.1", envoy.port, `${head.join("\r\n")}\r\n\r\n`);
+  const reply = await rawRequest("127.0.0.1", envoy.port, `${head.join("\r\n")}\r\n\r\n`, {
+    timeoutMs: 15_000,
+  });
   return reply.status;
 }
 

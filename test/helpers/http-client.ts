@@ -159,14 +159,14 @@ export function rawRequest(
     const timer = setTimeout(finish, timeoutMs);
     socket.on(options.tls === undefined ? "connect" : "secureConnect", () => socket.write(bytes));
     // The answer to HEAD has no body, whatever its Content-Length says.
-    const head = bytes.slice(0, 5).toString() === "HEAD ";
+    const isHead = bytes.slice(0, 5).toString() === "HEAD ";
     socket.on("data", (chunk: Buffer) => {
       chunks.push(chunk);
       // One complete answer is enough: a Content-Length body that has fully arrived.
       const text = Buffer.concat(chunks).toString("latin1");
       const end = text.indexOf("\r\n\r\n");
       const length = /\r\ncontent-length: (\d+)/i.exec(text);
-      const bodyLength = head ? 0 : Number(length?.[1] ?? Number.NaN);
+      const bodyLength = isHead ? 0 : Number(length?.[1] ?? Number.NaN);
       if (end >= 0 && Buffer.byteLength(text, "latin1") - end - 4 >= bodyLength) finish();
     });
     socket.on("error", finish);
