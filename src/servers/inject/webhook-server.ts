@@ -6,7 +6,7 @@ import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { installHttpMetrics } from "../http/metrics.ts";
 import { reviewAdmission } from "./admission.ts";
-import { createInjectorMetrics } from "./metrics.ts";
+import { createInjectorMetrics, type InjectorMetrics } from "./metrics.ts";
 import type { SidecarSettings } from "./settings.ts";
 
 /**
@@ -92,10 +92,12 @@ export function createWebhookServer(options: WebhookServerOptions): WebhookServe
 
   app.get("/healthz", async () => ({ status: "ok" }));
 
-  if (options.metrics !== undefined)
+  let metrics: InjectorMetrics | undefined;
+  if (options.metrics !== undefined) {
     installHttpMetrics(app, { namespace: "authority_injector", registry: options.metrics });
-  const metrics = options.metrics === undefined ? undefined : createInjectorMetrics(options.metrics);
-  metrics?.servingCertificate(options.tls.cert);
+    metrics = createInjectorMetrics(options.metrics);
+    metrics.servingCertificate(options.tls.cert);
+  }
 
   // One path per namespace case: the chart's webhooks select namespaces by their Istio labels
   // (the AdmissionReview does not carry them) and call the path that says which case matched.
