@@ -198,10 +198,25 @@ Checks of the key custody (authority.policyProtection, authority.kek).
 {{- end }}
 
 {{/*
+Values with no working default: without them the chart would install pods that pull an image
+nobody built or sidecars that ask a token of an issuer that is not there (and never become
+ready). The schema lets them be empty so that these messages, not a pattern error, are shown.
+*/}}
+{{- define "authority.validateRequired" -}}
+{{- if not .Values.image.repository }}
+{{- fail (printf "image.repository is required: build and push the image (docs/deployment.md \"The image\"), then set image.repository (and image.tag or image.digest; the tag defaults to the chart's appVersion %s)" .Chart.AppVersion) }}
+{{- end }}
+{{- if not .Values.authority.issuer }}
+{{- fail "authority.issuer is required: the URL of the OIDC issuer of bearer tokens (e.g. https://login.example.com), reachable from every pod; the sidecars get their own token at <issuer>/oauth2/token unless sidecar.idpTokenUrl is set" }}
+{{- end }}
+{{- end }}
+
+{{/*
 Checks that fail the render with a clear message (the schema checks shapes; these check
 combinations that need names computed here).
 */}}
 {{- define "authority.validate" -}}
+{{- include "authority.validateRequired" . }}
 {{- include "authority.validateKeyCustody" . }}
 {{- if and (gt (int .Values.authority.replicaCount) 1) (eq .Values.authority.store.backend "sqlite") }}
 {{- fail "authority.replicaCount > 1 needs authority.store.backend=redis: SQLite is one file in one pod" }}
