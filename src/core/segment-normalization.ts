@@ -1,0 +1,273 @@
+/**
+ * What an upstream server plausibly reduces a path segment to before it compares the segment
+ * with a route's literal: the documented list the path rule (path-values.ts) checks a value
+ * against (docs/core.md, "Ambiguous path values"; docs/decisions/0301).
+ *
+ * Equivalences, applied to values and to sibling literals alike (`canonicalKeys`):
+ * - Unicode compatibility forms (NFKC: "ａｄｍｉｎ", "ℯ", "ª", "ſ", the Kelvin sign);
+ * - default-ignorable code points removed (U+00AD, U+200B–U+200F, U+2060–U+206F, U+FEFF,
+ *   variation selectors, tags…);
+ * - case folding, per code point as Java's equalsIgnoreCase and .NET's OrdinalIgnoreCase
+ *   compare ("İ" = "i", "ı" = "i"), and whole-string ("ß" = "ss", final sigma).
+ *
+ * Reductions, applied to values (`claimedBy`):
+ * - everything from a ":" (an NTFS alternate data stream: "admin::$DATA");
+ * - trailing whitespace, dots and "~" (Windows and IIS trim the first two; "~" marks a backup);
+ * - extension suffixes, any number ("admin.json.bak": Spring suffix patterns, Rails formats,
+ *   content negotiation);
+ * - an 8.3 short name ("ADMINI~1" for "administrators").
+ *
+ * Decoding once more (`decodedAgain`): leniently (overlong UTF-8, CESU-8 surrogates, IIS
+ * `%uXXXX`, stray bytes as Latin-1) and as Latin-1. `;…` (matrix and session parameters) is no
+ * reduction here: a value with `;` is refused outright.
+ */
+import type { TemplateSegment } from "./path-template.ts";
+import { matchesMixedSegment } from "./path-template.ts";
+
+export type MixedSegment = TemplateSegment & { kind: "mixed" };
+
+/** The literals and mixed segments sibling templates have at one position, as values are compared with them. */
+export interface SiblingSegments {
+  /** Canonical keys of the sibling literals, trailing dots, spaces and "~" trimmed too. */
+  readonly literals: ReadonlySet<string>;
+  /** The longest key: no longer reduction of a value can equal one. */
+  readonly longestLiteral: number;
+  /** The keys without spaces and dots: what an 8.3 short name abbreviates. */
+  readonly shortNameBases: readonly string[];
+  /** Mixed segments ("{name}.pdf"), their literal parts folded. */
+  readonly mixed: readonly MixedSegment[];
+}
+
+const NON_ASCII = /[^\u0000-\u007f]/;
+const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
+const MARKS_ONLY = /^\p{M}+$/u;
+const SPACE = /\s/;
+
+/** NFKC without default-ignorable code points. ASCII is its own form. */
+export function compatibilityForm(value: string): string {
+  if (!NON_ASCII.test(value)) return value;
+  const compat = value.normalize("NFKC");
+  const visible = compat.replace(IGNORABLE, "");
+  return visible === compat ? compat : visible.normalize("NFKC");
+}
+
+/**
+ * A case mapping kept to one code point, as per-character (simple) mappings are: "İ" lowers
+ * to "i" + U+0307 in full and to "i" simply; "ß" uppers to "SS" in full and stays "ß" simply.
+ */
+function oneCodePoint(original: string, mapped: string): string {
+  const first = String.fromCodePoint(mapped.codePointAt(0) ?? 0);
+  if (first.length === mapped.length) return mapped;
+  return MARKS_ONLY.test(mapped.slice(first.length)) ? first : original;
+}
+
+const foldedCodePoints = new Map<string, string>();
+const FOLD_CACHE_MAX = 4096;
+
+/** Lower case of the upper case of the lower case, one code point at a time ("ẞ", "ß" → "ß"; "K" → "k"). */
+function foldCodePoint(c: string): string {
+  let folded = foldedCodePoints.get(c);
+  if (folded === undefined) {
+    const lower = oneCodePoint(c, c.toLowerCase());
+    const upper = oneCodePoint(lower, lower.toUpperCase());
+    folded = oneCodePoint(upper, upper.toLowerCase());
+    if (foldedCodePoints.size >= FOLD_CACHE_MAX) foldedCodePoints.clear();
+    foldedCodePoints.set(c, folded);
+  }
+  return folded;
+}
+
+function foldPerCodePoint(form: string): string {
+  let out = "";
+  for (const c of form) out += c < "\u0080" ? c.toLowerCase() : foldCodePoint(c);
+  return out;
+}
+
+/** Sigma lowers by context as a whole string ("ΑΣ" → "ας"), one code point at a time to "σ". */
+const SIGMA = /[\u03a3\u03c2\u03c3]/;
+
+/** The folded keys of a compatibility form: per code point (simple) and whole-string (full). */
+export function caseKeys(form: string): string[] {
+  if (!NON_ASCII.test(form)) return [form.toLowerCase()];
+  const full = form.toLowerCase().toUpperCase().toLowerCase();
+  // Case mappings never shrink a string: the same length means every one was one code point
+  // to one, where the per-code-point fold gives the same result, sigma aside.
+  if (full.length === form.length && !SIGMA.test(form)) return [full.normalize("NFKC")];
+  const simple = foldPerCodePoint(form).normalize("NFKC");
+  const normalized = full.normalize("NFKC");
+  return simple === normalized ? [simple] : [simple, normalized];
+}
+
+/** What a value or literal is compared as: its compatibility form, case-folded (one or two keys). */
+export function canonicalKeys(value: string): string[] {
+  return caseKeys(compatibilityForm(value));
+}
+
+/* ---------- decoding once more ---------- */
+
+const HEX = /^[0-9A-Fa-f]+$/;
+
+function hexAt(value: string, at: number, length: number): number | undefined {
+  const digits = value.slice(at, at + length);
+  return digits.length === length && HEX.test(digits) ? Number.parseInt(digits, 16) : undefined;
+}
+
+/**
+ * UTF-8 without the checks a strict decoder makes: overlong forms ("%C1%A1" is "a"), 5- and
+ * 6-byte forms and encoded surrogates decode; a byte that starts no sequence is Latin-1.
+ */
+function utf8Leniently(bytes: readonly number[]): string {
+  let out = "";
+  for (let i = 0; i < bytes.length; ) {
+    const lead = bytes[i] ?? 0;
+    const length = lead >= 0xfc ? 6 : lead >= 0xf8 ? 5 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    let code = lead & ((1 << (7 - length)) - 1);
+    let complete = length > 1 && i + length <= bytes.length;
+    for (let k = 1; complete && k < length; k++) {
+      const next = bytes[i + k] ?? 0;
+      if ((next & 0xc0) !== 0x80) complete = false;
+      code = code * 64 + (next & 0x3f);
+    }
+    if (!complete) {
+      out += String.fromCharCode(lead);
+      i += 1;
+      continue;
+    }
+    // A surrogate stays a code unit: two of them (CESU-8) make one character again.
+    out += code > 0x10ffff ? "\uFFFD" : code <= 0xffff ? String.fromCharCode(code) : String.fromCodePoint(code);
+    i += length;
+  }
+  return out;
+}
+
+function latin1(bytes: readonly number[]): string {
+  return String.fromCharCode(...bytes);
+}
+
+/** `%XX` runs decoded with `bytesToText`, IIS `%uXXXX` as one code unit, anything else kept. */
+function percentDecoded(value: string, bytesToText: (bytes: readonly number[]) => string): string {
+  let out = "";
+  const bytes: number[] = [];
+  for (let i = 0; i < value.length; ) {
+    if (value[i] === "%") {
+      const byte = hexAt(value, i + 1, 2);
+      if (byte !== undefined) {
+        bytes.push(byte);
+        i += 3;
+        continue;
+      }
+      const unit = value[i + 1] === "u" || value[i + 1] === "U" ? hexAt(value, i + 2, 4) : undefined;
+      if (unit !== undefined) {
+        out += bytesToText(bytes.splice(0)) + String.fromCharCode(unit);
+        i += 6;
+        continue;
+      }
+    }
+    out += bytesToText(bytes.splice(0)) + value[i];
+    i += 1;
+  }
+  return out + bytesToText(bytes);
+}
+
+/**
+ * The value as an upstream that decodes a second time may read it: leniently (which agrees
+ * with a strict decoder wherever that one succeeds) or as Latin-1. Empty without a "%".
+ */
+export function decodedAgain(value: string): string[] {
+  if (!value.includes("%")) return [];
+  const out = new Set([percentDecoded(value, utf8Leniently), percentDecoded(value, latin1)]);
+  out.delete(value);
+  return [...out];
+}
+
+/* ---------- siblings and reductions ---------- */
+
+const TRAILING = /[\s.~]+$/u;
+
+function isSpace(c: string): boolean {
+  return c === " " || ((c < " " || c > "\u007f") && SPACE.test(c));
+}
+
+function isTrailing(c: string): boolean {
+  return c === "." || c === "~" || isSpace(c);
+}
+
+/** Canonical keys of the sibling literals at one position, with what the scan below needs. */
+export function siblingSegments(literals: Iterable<string>, mixed: readonly MixedSegment[] = []): SiblingSegments {
+  const keys = new Set<string>();
+  for (const literal of literals) {
+    for (const key of canonicalKeys(literal)) {
+      keys.add(key);
+      const trimmed = key.replace(TRAILING, "");
+      if (trimmed.length > 0) keys.add(trimmed);
+    }
+  }
+  let longestLiteral = 0;
+  for (const key of keys) longestLiteral = Math.max(longestLiteral, key.length);
+  const shortNameBases = [...keys].map((key) => key.replace(/[\s.]/gu, "")).filter((base) => base.length > 0);
+  return { literals: keys, longestLiteral, shortNameBases, mixed: mixed.map(foldMixed) };
+}
+
+/** A mixed segment with its literal parts folded as values are. */
+function foldMixed(segment: MixedSegment): MixedSegment {
+  const parts = segment.parts.map((p) => ("literal" in p ? { literal: canonicalKeys(p.literal)[0] ?? "" } : p));
+  let literalLength = 0;
+  for (const part of parts) if ("literal" in part) literalLength += part.literal.length;
+  return { kind: "mixed", parts, literalLength };
+}
+
+/**
+ * "ADMINI~1" (up to six characters of the long name) or "AD3F2A~1" (two and a hash), folded;
+ * the stem may be longer than six once in compatibility form ("Ǆ" is "DŽ").
+ */
+const SHORT_NAME = /^([^~]{1,12})~[0-9]{1,6}$/;
+/** Long enough for any short name: no longer candidate needs the 8.3 check. */
+const SHORT_NAME_MAX = 19;
+const HASHED_STEM = /^..[0-9a-f]{4}$/;
+
+function shortNameClaims(candidate: string, bases: readonly string[]): boolean {
+  const stem = SHORT_NAME.exec(candidate)?.[1];
+  if (stem === undefined) return false;
+  const hashedHead = HASHED_STEM.test(stem) ? stem.slice(0, 2) : undefined;
+  return bases.some((base) => base.startsWith(stem) || (hashedHead !== undefined && base.startsWith(hashedHead)));
+}
+
+function literalClaims(candidate: string, siblings: SiblingSegments): boolean {
+  return siblings.literals.has(candidate) || shortNameClaims(candidate, siblings.shortNameBases);
+}
+
+/** Mixed segments are checked against the whole value and the last few extension cuts only. */
+const MIXED_CUTS = 4;
+
+export function mixedClaims(candidate: string, mixed: readonly MixedSegment[]): boolean {
+  for (const segment of mixed) if (matchesMixedSegment(segment, candidate)) return true;
+  return false;
+}
+
+/**
+ * Whether a canonical key, or a reduction of it — cut at any "." or ":", trailing
+ * whitespace, dots and "~" trimmed, leading whitespace trimmed — equals a sibling literal,
+ * abbreviates one as an 8.3 short name, or matches a mixed sibling. Linear in the key: one
+ * scan, and only candidates no longer than the longest literal are compared with literals.
+ */
+export function claimedBy(key: string, siblings: SiblingSegments): boolean {
+  if (siblings.literals.has(key)) return true;
+  const { mixed } = siblings;
+  if (mixed.length > 0 && mixedClaims(key, mixed)) return true;
+  const bound = Math.max(siblings.longestLiteral, SHORT_NAME_MAX);
+  let start = 0;
+  while (start < key.length && isSpace(key[start] ?? "")) start++;
+  const ends: number[] = [];
+  let end = start;
+  for (let i = start; i <= key.length; i++) {
+    const c = i < key.length ? (key[i] ?? "") : ".";
+    if ((c === "." || c === ":") && end > start && ends.at(-1) !== end) {
+      if (end - start <= bound && literalClaims(key.slice(start, end), siblings)) return true;
+      if (mixed.length === 0 && end - start > bound) return false;
+      ends.push(end);
+    }
+    if (!isTrailing(c)) end = i + 1;
+  }
+  for (const cut of ends.slice(-MIXED_CUTS)) if (mixedClaims(key.slice(start, cut), mixed)) return true;
+  return false;
+}
