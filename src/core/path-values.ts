@@ -14,14 +14,14 @@ import { type Capability, catalogMatcher, operationPermissionId } from "./capabi
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import { type ParsedPathTemplate, parsePathTemplate, type TemplateSegment } from "./path-template.ts";
 import {
-  type MixedSegment,
-  type SiblingSegments,
   canonicalKeys,
   caseKeys,
   claimedBy,
   compatibilityForm,
   decodedAgain,
+  type MixedSegment,
   mixedClaims,
+  type SiblingSegments,
   siblingSegments,
 } from "./segment-normalization.ts";
 
@@ -89,7 +89,11 @@ function buildGuards(capability: Capability): readonly (RouteGuard | undefined)[
         if (at.kind === "literal") literals.push(at.value);
         else mixed.push(at);
       });
-      guarded.push({ position, placeholder: placeholderOf(segment), siblings: siblingSegments(literals, mixed) });
+      guarded.push({
+        position,
+        placeholder: placeholderOf(segment),
+        siblings: siblingSegments(literals, mixed),
+      });
     });
     return guarded;
   });

@@ -41,7 +41,6 @@ export interface SiblingSegments {
 const NON_ASCII = /[^\u0000-\u007f]/;
 const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
 const MARKS_ONLY = /^\p{M}+$/u;
-const SPACE = /\s/;
 
 /** NFKC without default-ignorable code points. ASCII is its own form. */
 export function compatibilityForm(value: string): string {
@@ -105,11 +104,22 @@ export function canonicalKeys(value: string): string[] {
 
 /* ---------- decoding once more ---------- */
 
-const HEX = /^[0-9A-Fa-f]+$/;
+function hexDigit(code: number): number {
+  if (code >= 0x30 && code <= 0x39) return code - 0x30;
+  const letter = code | 0x20;
+  return letter >= 0x61 && letter <= 0x66 ? letter - 0x57 : -1;
+}
 
-function hexAt(value: string, at: number, length: number): number | undefined {
-  const digits = value.slice(at, at + length);
-  return digits.length === length && HEX.test(digits) ? Number.parseInt(digits, 16) : undefined;
+/** The number spelled by `length` hex digits at `at`, or -1. */
+function hexAt(value: string, at: number, length: number): number {
+  if (at + length > value.length) return -1;
+  let n = 0;
+  for (let i = at; i < at + length; i++) {
+    const digit = hexDigit(value.charCodeAt(i));
+    if (digit < 0) return -1;
+    n = n * 16 + digit;
+  }
+  return n;
 }
 
 /**
@@ -120,7 +130,8 @@ function utf8Leniently(bytes: readonly number[]): string {
   let out = "";
   for (let i = 0; i < bytes.length; ) {
     const lead = bytes[i] ?? 0;
-    const length = lead >= 0xfc ? 6 : lead >= 0xf8 ? 5 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    const length =
+      lead >= 0xfc ? 6 : lead >= 0xf8 ? 5 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
     let code = lead & ((1 << (7 - length)) - 1);
     let complete = length > 1 && i + length <= bytes.length;
     for (let k = 1; complete && k < length; k++) {
@@ -134,7 +145,8 @@ function utf8Leniently(bytes: readonly number[]): string {
       continue;
     }
     // A surrogate stays a code unit: two of them (CESU-8) make one character again.
-    out += code > 0x10ffff ? "\uFFFD" : code <= 0xffff ? String.fromCharCode(code) : String.fromCodePoint(code);
+    out +=
+      code > 0x10ffff ? "\uFFFD" : code <= 0xffff ? String.fromCharCode(code) : String.fromCodePoint(code);
     i += length;
   }
   return out;
@@ -147,26 +159,34 @@ function latin1(bytes: readonly number[]): string {
 /** `%XX` runs decoded with `bytesToText`, IIS `%uXXXX` as one code unit, anything else kept. */
 function percentDecoded(value: string, bytesToText: (bytes: readonly number[]) => string): string {
   let out = "";
-  const bytes: number[] = [];
+  let bytes: number[] = [];
+  const flush = () => {
+    if (bytes.length === 0) return;
+    out += bytesToText(bytes);
+    bytes = [];
+  };
   for (let i = 0; i < value.length; ) {
-    if (value[i] === "%") {
+    if (value.charCodeAt(i) === 0x25) {
       const byte = hexAt(value, i + 1, 2);
-      if (byte !== undefined) {
+      if (byte >= 0) {
         bytes.push(byte);
         i += 3;
         continue;
       }
-      const unit = value[i + 1] === "u" || value[i + 1] === "U" ? hexAt(value, i + 2, 4) : undefined;
-      if (unit !== undefined) {
-        out += bytesToText(bytes.splice(0)) + String.fromCharCode(unit);
+      const unit = (value.charCodeAt(i + 1) | 0x20) === 0x75 ? hexAt(value, i + 2, 4) : -1;
+      if (unit >= 0) {
+        flush();
+        out += String.fromCharCode(unit);
         i += 6;
         continue;
       }
     }
-    out += bytesToText(bytes.splice(0)) + value[i];
+    flush();
+    out += value[i];
     i += 1;
   }
-  return out + bytesToText(bytes);
+  flush();
+  return out;
 }
 
 /**
@@ -184,16 +204,35 @@ export function decodedAgain(value: string): string[] {
 
 const TRAILING = /[\s.~]+$/u;
 
-function isSpace(c: string): boolean {
-  return c === " " || ((c < " " || c > "\u007f") && SPACE.test(c));
+/** What `\s` matches, by code unit. */
+function isSpace(code: number): boolean {
+  if (code <= 0x7f) return code === 0x20 || (code >= 0x09 && code <= 0x0d);
+  return (
+    code === 0xa0 ||
+    code === 0x1680 ||
+    (code >= 0x2000 && code <= 0x200a) ||
+    code === 0x2028 ||
+    code === 0x2029 ||
+    code === 0x202f ||
+    code === 0x205f ||
+    code === 0x3000 ||
+    code === 0xfeff
+  );
 }
 
-function isTrailing(c: string): boolean {
-  return c === "." || c === "~" || isSpace(c);
+const DOT = 0x2e;
+const COLON = 0x3a;
+const TILDE = 0x7e;
+
+function isTrailing(code: number): boolean {
+  return code === DOT || code === TILDE || isSpace(code);
 }
 
 /** Canonical keys of the sibling literals at one position, with what the scan below needs. */
-export function siblingSegments(literals: Iterable<string>, mixed: readonly MixedSegment[] = []): SiblingSegments {
+export function siblingSegments(
+  literals: Iterable<string>,
+  mixed: readonly MixedSegment[] = [],
+): SiblingSegments {
   const keys = new Set<string>();
   for (const literal of literals) {
     for (const key of canonicalKeys(literal)) {
@@ -210,7 +249,9 @@ export function siblingSegments(literals: Iterable<string>, mixed: readonly Mixe
 
 /** A mixed segment with its literal parts folded as values are. */
 function foldMixed(segment: MixedSegment): MixedSegment {
-  const parts = segment.parts.map((p) => ("literal" in p ? { literal: canonicalKeys(p.literal)[0] ?? "" } : p));
+  const parts = segment.parts.map((p) =>
+    "literal" in p ? { literal: canonicalKeys(p.literal)[0] ?? "" } : p,
+  );
   let literalLength = 0;
   for (const part of parts) if ("literal" in part) literalLength += part.literal.length;
   return { kind: "mixed", parts, literalLength };
@@ -229,7 +270,9 @@ function shortNameClaims(candidate: string, bases: readonly string[]): boolean {
   const stem = SHORT_NAME.exec(candidate)?.[1];
   if (stem === undefined) return false;
   const hashedHead = HASHED_STEM.test(stem) ? stem.slice(0, 2) : undefined;
-  return bases.some((base) => base.startsWith(stem) || (hashedHead !== undefined && base.startsWith(hashedHead)));
+  return bases.some(
+    (base) => base.startsWith(stem) || (hashedHead !== undefined && base.startsWith(hashedHead)),
+  );
 }
 
 function literalClaims(candidate: string, siblings: SiblingSegments): boolean {
@@ -256,18 +299,19 @@ export function claimedBy(key: string, siblings: SiblingSegments): boolean {
   if (mixed.length > 0 && mixedClaims(key, mixed)) return true;
   const bound = Math.max(siblings.longestLiteral, SHORT_NAME_MAX);
   let start = 0;
-  while (start < key.length && isSpace(key[start] ?? "")) start++;
-  const ends: number[] = [];
+  while (start < key.length && isSpace(key.charCodeAt(start))) start++;
+  const recentCuts: number[] = [];
   let end = start;
   for (let i = start; i <= key.length; i++) {
-    const c = i < key.length ? (key[i] ?? "") : ".";
-    if ((c === "." || c === ":") && end > start && ends.at(-1) !== end) {
+    // The end of the key is one more cut.
+    const code = i < key.length ? key.charCodeAt(i) : DOT;
+    if ((code === DOT || code === COLON) && end > start && recentCuts.at(-1) !== end) {
       if (end - start <= bound && literalClaims(key.slice(start, end), siblings)) return true;
       if (mixed.length === 0 && end - start > bound) return false;
-      ends.push(end);
+      if (recentCuts.push(end) > MIXED_CUTS) recentCuts.shift();
     }
-    if (!isTrailing(c)) end = i + 1;
+    if (!isTrailing(code)) end = i + 1;
   }
-  for (const cut of ends.slice(-MIXED_CUTS)) if (mixedClaims(key.slice(start, cut), mixed)) return true;
+  for (const cut of recentCuts) if (mixedClaims(key.slice(start, cut), mixed)) return true;
   return false;
 }

@@ -14,11 +14,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
+import { decide } from "../../src/core/decision.ts";
 import type { HttpMethod } from "../../src/core/http-method.ts";
 import { encodePathSegment } from "../../src/core/path-template.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { renderUpstreamRequest } from "../../src/execute/url.ts";
-import { decide } from "../../src/core/decision.ts";
 import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "./fixtures.ts";
 
 const NUM_RUNS = Number(process.env.PATH_NORMALIZATION_RUNS ?? 300);
@@ -53,7 +53,8 @@ for (let cp = 0x80; cp <= 0x1ffff; cp++) {
 }
 // Java's Character.toLowerCase('İ') is 'i' (the simple mapping; JavaScript's full one adds U+0307).
 caseForms.set("i", [...(caseForms.get("i") ?? []), "\u0130"]);
-for (const c of "abcdefghijklmnopqrstuvwxyz") caseForms.set(c, [...(caseForms.get(c) ?? []), c.toUpperCase()]);
+for (const c of "abcdefghijklmnopqrstuvwxyz")
+  caseForms.set(c, [...(caseForms.get(c) ?? []), c.toUpperCase()]);
 
 /* ---------- normalizations: N, and an arbitrary of values v with N(v) == s ---------- */
 
@@ -138,7 +139,11 @@ const NORMALIZATIONS: readonly Normalization[] = [
     name: "8.3 short name (`ADMINI~1`)",
     spell: (s) =>
       fc
-        .tuple(fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 9 }), fc.constantFrom("", ".JSO", ".X"))
+        .tuple(
+          fc.integer({ min: 1, max: 6 }),
+          fc.integer({ min: 1, max: 9 }),
+          fc.constantFrom("", ".JSO", ".X"),
+        )
         .map(([keep, n, ext]) => `${s.replace(/[ .]/g, "").toUpperCase().slice(0, keep)}~${n}${ext}`),
   },
   {
@@ -166,11 +171,14 @@ interface World {
 }
 
 const worldArb: fc.Arbitrary<World> = fc.record({
-  siblings: fc.uniqueArray(fc.record({ method: fc.constantFrom<HttpMethod>("GET", "DELETE"), literal: siblingArb }), {
-    minLength: 1,
-    maxLength: 3,
-    selector: (s) => s.literal,
-  }),
+  siblings: fc.uniqueArray(
+    fc.record({ method: fc.constantFrom<HttpMethod>("GET", "DELETE"), literal: siblingArb }),
+    {
+      minLength: 1,
+      maxLength: 3,
+      selector: (s) => s.literal,
+    },
+  ),
 });
 
 function build(world: World) {
@@ -228,7 +236,9 @@ function template(world: World, value: string): Answer {
 }
 
 const targeted = (world: World) =>
-  fc.constantFrom(...world.siblings).map((sibling) => ({ world, sibling: sibling.literal, method: sibling.method }));
+  fc
+    .constantFrom(...world.siblings)
+    .map((sibling) => ({ world, sibling: sibling.literal, method: sibling.method }));
 
 describe("path values: what an upstream normalizes onto a literal sibling is never allowed", () => {
   for (const normalization of NORMALIZATIONS) {
@@ -244,9 +254,14 @@ describe("path values: what an upstream normalizes onto a literal sibling is nev
             const { apply } = normalization;
             if (apply !== undefined) assert.equal(apply(value), apply(sibling), "generator");
             // A GET sibling's own exact spelling reaches the sibling's operation (not allowed here).
-            const expected = value === sibling && method === "GET" ? "operation_not_allowed" : "ambiguous_path";
+            const expected =
+              value === sibling && method === "GET" ? "operation_not_allowed" : "ambiguous_path";
             assert.equal(concrete(world, value), expected, `concrete path, value ${JSON.stringify(value)}`);
-            assert.equal(template(world, value), "ambiguous_path", `template, value ${JSON.stringify(value)}`);
+            assert.equal(
+              template(world, value),
+              "ambiguous_path",
+              `template, value ${JSON.stringify(value)}`,
+            );
           },
         ),
         { numRuns: NUM_RUNS },

@@ -3,8 +3,8 @@ import { describe, it } from "node:test";
 import { type DecisionInput, decide } from "../../src/core/decision.ts";
 import type { OperationSnapshot } from "../../src/core/operation-snapshot.ts";
 import { isAmbiguousSegmentValue, renderedRequestMatches } from "../../src/core/path-values.ts";
-import { siblingSegments } from "../../src/core/segment-normalization.ts";
 import type { PolicyDocument } from "../../src/core/policy-document.ts";
+import { siblingSegments } from "../../src/core/segment-normalization.ts";
 import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "./fixtures.ts";
 
 /** GET /things/{id} allowed; GET /things/me, DELETE /things/admin, GET /things/{id}/raw are its siblings. */
@@ -236,8 +236,7 @@ describe("isAmbiguousSegmentValue", () => {
   });
   it("never accepts an empty value", () => assert.ok(isAmbiguousSegmentValue("")));
   it("accepts ordinary values with no sibling at all", () => {
-    for (const value of ["me", "ME", "me.json", "x y", "José"])
-      assert.ok(!isAmbiguousSegmentValue(value));
+    for (const value of ["me", "ME", "me.json", "x y", "José"]) assert.ok(!isAmbiguousSegmentValue(value));
   });
 });
 
