@@ -38,7 +38,7 @@ export interface SiblingSegments {
   readonly mixed: readonly MixedSegment[];
 }
 
-const NON_ASCII = /[^\u0000-\u007f]/;
+const NON_ASCII = /[^\p{ASCII}]/u;
 const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
 const MARKS_ONLY = /^\p{M}+$/u;
 
