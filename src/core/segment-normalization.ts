@@ -40,7 +40,6 @@ export interface SiblingSegments {
 
 const NON_ASCII = /[^\p{ASCII}]/u;
 const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
-const MARKS_ONLY = /^\p{M}+$/u;
 
 /** NFKC without default-ignorable code points. ASCII is its own form. */
 export function compatibilityForm(value: string): string {
@@ -50,51 +49,25 @@ export function compatibilityForm(value: string): string {
   return visible === compat ? compat : visible.normalize("NFKC");
 }
 
+/** Lower case of the upper case of the lower case, as a whole string ("ẞ", "ß" → "ss"; "K" → "k"). */
+function fullFold(form: string): string {
+  return form.toLowerCase().toUpperCase().toLowerCase().normalize("NFKC");
+}
+
 /**
- * A case mapping kept to one code point, as per-character (simple) mappings are: "İ" lowers
- * to "i" + U+0307 in full and to "i" simply; "ß" uppers to "SS" in full and stays "ß" simply.
+ * Where a per-character comparison (Java's equalsIgnoreCase) is looser than whole-string
+ * folding: "İ" is the one code point whose lower case is two ("i" + U+0307; per character
+ * it is "i"), and sigma lowers to "ς" or "σ" by context as a whole string only.
  */
-function oneCodePoint(original: string, mapped: string): string {
-  const first = String.fromCodePoint(mapped.codePointAt(0) ?? 0);
-  if (first.length === mapped.length) return mapped;
-  return MARKS_ONLY.test(mapped.slice(first.length)) ? first : original;
-}
+const PER_CHARACTER = /[\u0130\u03a3\u03c2]/;
 
-const foldedCodePoints = new Map<string, string>();
-const FOLD_CACHE_MAX = 4096;
-
-/** Lower case of the upper case of the lower case, one code point at a time ("ẞ", "ß" → "ß"; "K" → "k"). */
-function foldCodePoint(c: string): string {
-  let folded = foldedCodePoints.get(c);
-  if (folded === undefined) {
-    const lower = oneCodePoint(c, c.toLowerCase());
-    const upper = oneCodePoint(lower, lower.toUpperCase());
-    folded = oneCodePoint(upper, upper.toLowerCase());
-    if (foldedCodePoints.size >= FOLD_CACHE_MAX) foldedCodePoints.clear();
-    foldedCodePoints.set(c, folded);
-  }
-  return folded;
-}
-
-function foldPerCodePoint(form: string): string {
-  let out = "";
-  for (const c of form) out += c < "\u0080" ? c.toLowerCase() : foldCodePoint(c);
-  return out;
-}
-
-/** Sigma lowers by context as a whole string ("ΑΣ" → "ας"), one code point at a time to "σ". */
-const SIGMA = /[\u03a3\u03c2\u03c3]/;
-
-/** The folded keys of a compatibility form: per code point (simple) and whole-string (full). */
+/** The folded keys of a compatibility form: whole-string, and per character when that differs. */
 export function caseKeys(form: string): string[] {
   if (!NON_ASCII.test(form)) return [form.toLowerCase()];
-  const full = form.toLowerCase().toUpperCase().toLowerCase();
-  // Case mappings never shrink a string: the same length means every one was one code point
-  // to one, where the per-code-point fold gives the same result, sigma aside.
-  if (full.length === form.length && !SIGMA.test(form)) return [full.normalize("NFKC")];
-  const simple = foldPerCodePoint(form).normalize("NFKC");
-  const normalized = full.normalize("NFKC");
-  return simple === normalized ? [simple] : [simple, normalized];
+  const full = fullFold(form);
+  if (!PER_CHARACTER.test(form)) return [full];
+  const perCharacter = fullFold(form.replaceAll("\u0130", "i")).replaceAll("\u03c2", "\u03c3");
+  return perCharacter === full ? [full] : [full, perCharacter];
 }
 
 /** What a value or literal is compared as: its compatibility form, case-folded (one or two keys). */
