@@ -116,7 +116,7 @@ const PLAIN = /^[A-Za-z0-9_-]+$/;
 /** Nothing left once trailing whitespace and dots are trimmed: empty, a dot segment, blank. */
 const BLANK = /^[\s.]*$/u;
 
-export const NO_SIBLINGS: SiblingSegments = siblingSegments([]);
+const NO_SIBLINGS: SiblingSegments = siblingSegments([]);
 
 /**
  * True when a decoded segment value is not one unambiguous segment: it contains `/`, `?`,

@@ -1,14 +1,15 @@
 /**
  * What an upstream server plausibly reduces a path segment to before it compares the segment
  * with a route's literal: the documented list the path rule (path-values.ts) checks a value
- * against (docs/core.md, "Ambiguous path values"; docs/decisions/0301).
+ * against (docs/core.md, "Path-parameter values"; docs/decisions/0301).
  *
  * Equivalences, applied to values and to sibling literals alike (`canonicalKeys`):
  * - Unicode compatibility forms (NFKC: "ａｄｍｉｎ", "ℯ", "ª", "ſ", the Kelvin sign);
  * - default-ignorable code points removed (U+00AD, U+200B–U+200F, U+2060–U+206F, U+FEFF,
  *   variation selectors, tags…);
- * - case folding, per code point as Java's equalsIgnoreCase and .NET's OrdinalIgnoreCase
- *   compare ("İ" = "i", "ı" = "i"), and whole-string ("ß" = "ss", final sigma).
+ * - case folding: the whole string's lower case of its upper case ("ı", "ſ", the Kelvin sign,
+ *   "ß" = "ss"), and where a per-character comparison (Java's equalsIgnoreCase) is looser,
+ *   per character too ("İ" = "i", "ς" = "σ").
  *
  * Reductions, applied to values (`claimedBy`):
  * - everything from a ":" (an NTFS alternate data stream: "admin::$DATA");
@@ -126,7 +127,9 @@ function utf8Leniently(bytes: readonly number[]): string {
 }
 
 function latin1(bytes: readonly number[]): string {
-  return String.fromCharCode(...bytes);
+  let out = "";
+  for (const byte of bytes) out += String.fromCharCode(byte);
+  return out;
 }
 
 /** `%XX` runs decoded with `bytesToText`, IIS `%uXXXX` as one code unit, anything else kept. */

@@ -272,11 +272,11 @@ describe("path values: what an upstream normalizes onto a literal sibling is nev
   it("several normalizations composed (characters, then a suffix, then an encoding)", () => {
     const [ignorable, compat, caseFold, trailing, stream, , extension, , decoding] = NORMALIZATIONS;
     assert.ok(ignorable && compat && caseFold && trailing && stream && extension && decoding);
-    const pick = <T>(a: fc.Arbitrary<T>) => a;
     fc.assert(
       fc.property(
         worldArb.chain(targeted).chain(({ world, sibling }) =>
-          pick(fc.constantFrom(caseFold, compat, ignorable))
+          fc
+            .constantFrom(caseFold, compat, ignorable)
             .chain((chars) => chars.spell(sibling))
             .chain((spelled) =>
               fc.constantFrom(trailing, stream, extension).chain((suffix) => suffix.spell(spelled)),
