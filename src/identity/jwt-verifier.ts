@@ -1,6 +1,7 @@
 import {
   createLocalJWKSet,
   createRemoteJWKSet,
+  customFetch,
   decodeProtectedHeader,
   errors,
   type FlattenedJWSInput,
@@ -43,6 +44,12 @@ export const defaultAlgorithms: readonly string[] = ["ES256", "RS256", "EdDSA", 
 
 export interface RemoteJwksOptions {
   readonly url: string | URL;
+  /**
+   * Sends the key-set request. A URL a partner configured (a binding's `jwks_url`) is always
+   * fetched through the egress gate's fetch (src/execute/egress.ts); without one, fetch as is:
+   * only for the operator's own configured issuers.
+   */
+  readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Abort a JWKS fetch after this long (default 5000 ms). */
   readonly timeoutMs?: number;
   /** Minimum time between refetches triggered by an unknown `kid` (default 10000 ms). */
@@ -263,6 +270,7 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
     timeoutDuration: positiveInt(remote.timeoutMs, "jwks.timeoutMs", 5000),
     cooldownDuration: nonNegative(remote.cooldownMs, "jwks.cooldownMs", 10_000),
     cacheMaxAge: nonNegative(remote.cacheMaxAgeMs, "jwks.cacheMaxAgeMs", 300_000),
+    ...(remote.fetch === undefined ? {} : { [customFetch]: remote.fetch }),
   });
   let state: JwksStatus["state"] = "not_fetched";
   let checkedAt: string | null = null;
