@@ -41,9 +41,9 @@ const VERIFIED_CACHE_MAX_AGE_MS = 60_000;
 export const MAX_JWKS_BYTES = 256 * 1024;
 
 /** The gate's fetch, with the key set's body read under MAX_JWKS_BYTES before jose parses it. */
-function boundedKeySetFetch(fetch: FetchLike): (url: string, init: RequestInit) => Promise<Response> {
+function boundedKeySetFetch(gateFetch: FetchLike): (url: string, init: RequestInit) => Promise<Response> {
   return async (url, init) => {
-    const response = await fetch(url, init);
+    const response = await gateFetch(url, init);
     if (response.status !== 200) {
       await response.body?.cancel().catch(() => undefined);
       return new Response(null, { status: response.status });

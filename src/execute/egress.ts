@@ -15,8 +15,18 @@
  * metadata, unspecified, multicast and broadcast classes or the platform's own endpoints.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
-import { Agent as HttpAgent, type AgentOptions as HttpAgentOptions } from "node:http";
-import { Agent as HttpsAgent, type AgentOptions as HttpsAgentOptions } from "node:https";
+import {
+  type ClientRequest,
+  Agent as HttpAgent,
+  type AgentOptions as HttpAgentOptions,
+  request as httpRequest,
+  type RequestOptions,
+} from "node:http";
+import {
+  Agent as HttpsAgent,
+  type AgentOptions as HttpsAgentOptions,
+  request as httpsRequest,
+} from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
@@ -55,6 +65,14 @@ export type Resolver = (hostname: string) => Promise<readonly ResolvedAddress[]>
 export interface PlatformEndpoint {
   readonly host: string;
   readonly port: number;
+}
+
+/** node:http(s) requests through the gate's own agents (EgressPolicy.httpClient). */
+export interface EgressHttpClient {
+  /** `protocol` (http: or https:) picks the client; the connection is always one of the gate's. */
+  request(options: RequestOptions): ClientRequest;
+  /** Closes the kept-alive connections. */
+  destroy(): void;
 }
 
 /** fetch's shape, as the gate and its callers use it. */
@@ -123,6 +141,8 @@ export interface EgressPolicy {
   readonly fetch: FetchLike;
   /** node:http / node:https agents whose connections are checked the same way. */
   httpAgent(options?: HttpAgentOptions): HttpAgent;
+  /** A node:http(s) client on two such agents (the forward proxy streams bodies fetch would buffer). */
+  httpClient(options?: HttpAgentOptions): EgressHttpClient;
   httpsAgent(options?: HttpsAgentOptions): HttpsAgent;
   /** Adds services of the platform known only once they listen (a port chosen at start). */
   addPlatformEndpoints(...endpoints: readonly (PlatformEndpoint | undefined)[]): void;
@@ -382,6 +402,24 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return globalThis.fetch(input, { ...init, dispatcher: gatedDispatcher() } as unknown as RequestInit);
   };
 
+  function httpClient(agentOptions: HttpAgentOptions = {}): EgressHttpClient {
+    const http = guard(new HttpAgent(agentOptions), 80);
+    const https = guard(new HttpsAgent(agentOptions), 443);
+    return {
+      request(requestOptions) {
+        // Whatever the options say, the socket comes from one of the gate's agents.
+        const { createConnection: _c, socketPath: _s, lookup: _l, agent: _a, ...rest } = requestOptions;
+        return rest.protocol === "https:"
+          ? httpsRequest({ ...rest, agent: https })
+          : httpRequest({ ...rest, agent: http });
+      },
+      destroy() {
+        http.destroy();
+        https.destroy();
+      },
+    };
+  }
+
   return {
     allow,
     checkUrl,
@@ -392,6 +430,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     fetch: gatedFetch,
     httpAgent: (agentOptions = {}) => guard(new HttpAgent(agentOptions), 80),
     httpsAgent: (agentOptions = {}) => guard(new HttpsAgent(agentOptions), 443),
+    httpClient,
     addPlatformEndpoints(...added) {
       for (const endpoint of added) if (endpoint !== undefined) endpoints.push(toKnown(endpoint));
     },
