@@ -23,6 +23,7 @@ import {
   getSubject,
   listSubjects,
   setSubjectIdentity,
+  subjectIdIn,
 } from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
 import {
@@ -42,7 +43,7 @@ const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
-const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
 
 const createPartnerBody = {
   type: "object",
@@ -107,6 +108,14 @@ type SubjectParams = { id: string; subject: string };
 export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
+    // A subject named in a path is the partner's own when it has one of that id in its
+    // namespace (`<partner>~<id>`): every handler below sees the stored id.
+    app.addHook("preHandler", async (request) => {
+      const params = request.params as { id?: string; subject?: string };
+      if (params.id !== undefined && params.subject !== undefined) {
+        params.subject = await subjectIdIn(context, params.id, params.subject);
+      }
+    });
 
     app.get<{ Querystring: PageQuery }>(
       "/partners",
