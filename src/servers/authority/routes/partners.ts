@@ -23,7 +23,6 @@ import {
   getSubject,
   listSubjects,
   setSubjectIdentity,
-  subjectIdIn,
 } from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
 import {
@@ -36,6 +35,7 @@ import {
 import { subjectTypes } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
@@ -108,14 +108,7 @@ type SubjectParams = { id: string; subject: string };
 export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
-    // A subject named in a path is the partner's own when it has one of that id in its
-    // namespace (`<partner>~<id>`): every handler below sees the stored id.
-    app.addHook("preHandler", async (request) => {
-      const params = request.params as { id?: string; subject?: string };
-      if (params.id !== undefined && params.subject !== undefined) {
-        params.subject = await subjectIdIn(context, params.id, params.subject);
-      }
-    });
+    resolveSubjectParams(app, context);
 
     app.get<{ Querystring: PageQuery }>(
       "/partners",

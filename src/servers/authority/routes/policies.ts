@@ -25,12 +25,12 @@ import {
   revokePolicy,
   unassignCapability,
 } from "../../../admin/policies.ts";
-import { subjectIdIn } from "../../../admin/subjects.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
@@ -78,14 +78,7 @@ type AssignmentParams = SubjectParams & { capability: string };
 export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
-    // A subject named in a path is the partner's own when it has one of that id in its
-    // namespace (`<partner>~<id>`): every handler below sees the stored id.
-    app.addHook("preHandler", async (request) => {
-      const params = request.params as { id?: string; subject?: string };
-      if (params.id !== undefined && params.subject !== undefined) {
-        params.subject = await subjectIdIn(context, params.id, params.subject);
-      }
-    });
+    resolveSubjectParams(app, context);
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/caab/policies",
