@@ -329,8 +329,8 @@ partner claim names the partner its agents belong to; see docs/identity.md "Seve
 
 \`AUTHORITY_EGRESS_ALLOW\` (\`--egress-allow\`, key \`egress-allow\` in a config file) is the platform
 admin's list of upstream destinations beyond public addresses, for \`authority serve\` (OpenAPI
-import, invoke, broker, MCP, OAuth token endpoints of auth profiles) and \`authority sidecar\`
-(the forward proxy). Comma-separated; each entry is one of:
+import, invoke, broker, MCP, OAuth token endpoints of auth profiles, the JWKS of bindings) and
+\`authority sidecar\` (the forward proxy). Comma-separated; each entry is one of:
 
 | entry | example | opens |
 |---|---|---|

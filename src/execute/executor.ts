@@ -15,10 +15,9 @@ import { type AuthInjector, createAuthInjector, type InjectedCredentials } from 
 import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
-import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";
+import { createEgressPolicy, type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
-import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
 import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
 import { decodeTextLeniently, RedactionDecodeError } from "./response-body.ts";
@@ -47,7 +46,7 @@ export interface ExecutorOptions {
   readonly timeoutMs?: number;
   /** Largest upstream body kept (decoded bytes); over it the call fails; default 1 MiB. */
   readonly maxResponseBytes?: number;
-  /** Default: the global fetch (undici, keep-alive connection pool). */
+  /** Default: the egress gate's fetch (undici, keep-alive connection pool); a given one gets the gate's dispatcher. */
   readonly fetch?: FetchLike;
   readonly secretResolver: SecretResolver;
   readonly tokenSetStore: TokenSetStore;
@@ -354,12 +353,15 @@ export function createExecutor(options: ExecutorOptions): Executor {
     "maxResponseBytes",
   );
   const tokenTimeoutMs = positiveIntegerOption(options.tokenTimeoutMs, 5000, "tokenTimeoutMs");
-  const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
   const egress = options.egress ?? createEgressPolicy();
-  // Every connection fetch opens (upstream and token endpoints alike) passes the egress check
-  // on the address it really connects to.
-  const fetchImpl: FetchLike = (input, init) =>
-    baseFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
+  // Every connection fetch opens (upstream and token endpoints alike) passes the egress gate
+  // on the address it really connects to; a fetch given in the options gets its dispatcher.
+  const givenFetch = options.fetch;
+  const fetchImpl: FetchLike =
+    givenFetch === undefined
+      ? egress.fetch
+      : (input, init) =>
+          givenFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
   const { secretResolver, tokenSetStore, constraintsRollout } = options;
   const clientCredentials =
     options.clientCredentials ??

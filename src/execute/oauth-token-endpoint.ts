@@ -2,10 +2,10 @@ import * as oauth from "oauth4webapi";
 import type { ClientAuthMethod } from "./auth-profiles.ts";
 import { headerSafe, unavailable } from "./auth-profiles.ts";
 import { readBoundedBody } from "./bounded-body.ts";
-import { egressDenialOf } from "./egress.ts";
+import { egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError } from "./errors.ts";
 
-export type FetchLike = (input: string | URL, init?: RequestInit) => Promise<Response>;
+export type { FetchLike };
 
 /** A token endpoint's successful answer, validated. */
 export interface TokenResponse {

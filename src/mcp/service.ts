@@ -26,7 +26,7 @@ import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import { outageFailure, pipelineFailure } from "../pipeline/failure.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
-import type { DecisionRuntime } from "../policy/runtime.ts";
+import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
 import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
 import type { ManagementToolSet } from "./management-tools.ts";
@@ -214,15 +214,16 @@ export function createMcpService(options: McpServiceOptions): McpService {
   async function loadPolicy(
     scope: DecisionRuntime,
     caller: McpCaller,
-  ): Promise<{ loaded?: LoadedPolicy; partnerId: string | null }> {
-    const subjectId = caller.principal.subject;
-    const subject = await scope.subjects.get(subjectId);
+  ): Promise<{ loaded?: LoadedPolicy; subjectId?: string; partnerId: string | null }> {
+    const subject = await principalSubject(scope.subjects, caller.principal.subject, bearerOf(caller));
     const partnerId = typeof subject?.partner_id === "string" ? subject.partner_id : null;
     if (subject === undefined || partnerId === null) return { partnerId: null };
     if (!subjectAdmits({ partner_id: partnerId, identity: identityOf(subject) }, bearerOf(caller))) {
       return { partnerId: null };
     }
-    return { loaded: await scope.policies.load(subjectId, { partnerId }), partnerId };
+    // The stored id (the partner's namespace, or the global one): what its policy is filed under.
+    const subjectId = subject.subject_id;
+    return { loaded: await scope.policies.load(subjectId, { partnerId }), subjectId, partnerId };
   }
 
   /**
@@ -272,14 +273,14 @@ export function createMcpService(options: McpServiceOptions): McpService {
 
   async function listTools(caller: McpCaller): Promise<Tool[]> {
     const tools = management.toolsFor(caller.principal).map((entry) => entry.tool);
-    const subjectId = caller.principal.subject;
     let loaded: LoadedPolicy | undefined;
+    let subjectId: string | undefined;
     try {
-      loaded = (await loadPolicy(runtime, caller)).loaded;
+      ({ loaded, subjectId } = await loadPolicy(runtime, caller));
     } catch (error) {
       throw new McpProtocolError(ErrorCode.InternalError, pipelineFailure(error).message);
     }
-    if (loaded === undefined) return tools;
+    if (loaded === undefined || subjectId === undefined) return tools;
     const gate = listable(loaded, subjectId, now());
     const hash = documentHash(loaded);
     if (!gate.ok || hash === undefined) return tools;
@@ -356,12 +357,12 @@ export function createMcpService(options: McpServiceOptions): McpService {
     try {
       const found = await loadPolicy(scope, caller);
       partnerId = found.partnerId;
-      if (found.loaded === undefined) mappingDenial = "missing_policy";
+      if (found.loaded === undefined || found.subjectId === undefined) mappingDenial = "missing_policy";
       else {
         // Policy-wide reasons come first, in decide()'s order, before "no such operation".
-        const gate = listable(found.loaded, subjectId, now());
+        const gate = listable(found.loaded, found.subjectId, now());
         if (!gate.ok) mappingDenial = gate.reason;
-        target = targetFor(found.loaded, subjectId, name);
+        target = targetFor(found.loaded, found.subjectId, name);
       }
     } catch (error) {
       const failure = pipelineFailure(error);

@@ -306,7 +306,7 @@ async function startAuthority(
     readonly crypto: RestartableCrypto | undefined;
     readonly owners: CryptoOwners | undefined;
     readonly sidecarRedisUrl: string | undefined;
-    /** The `egress-allow` setting: exactly the test upstream. */
+    /** The `egress-allow` setting: exactly the test upstream and the partner's IdP. */
     readonly egressAllow: string;
     readonly cleanups: ReturnType<typeof cleanupStack>;
   },
@@ -581,7 +581,8 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       crypto,
       owners: crypto === undefined ? undefined : canaryOwners(crypto),
       sidecarRedisUrl,
-      egressAllow: egressAllowValue(upstream.url, ...(options.egressAllowAlso ?? [])),
+      // The partner's IdP too: its JWKS is fetched through the same gate as upstream calls.
+      egressAllow: egressAllowValue(upstream.url, partnerIdp.issuer, ...(options.egressAllowAlso ?? [])),
       cleanups,
     });
     const { url } = authority;

@@ -17,8 +17,11 @@ export type PartnerHeader = (typeof PARTNER_HEADERS)[number];
 /** Purpose signed into sign-encrypt documents when the caller names none. */
 export const DEFAULT_PURPOSE = "managed-crypto/v1";
 
-/** Owner ids of the crypto service (URLs, `signed_by`): short, plain, unambiguous. */
-export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/;
+/**
+ * Owner ids of the crypto service (URLs, `signed_by`): short, plain, unambiguous. `~` is for
+ * `subject:<partner>~<id>`, a subject in its partner's namespace.
+ */
+export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,127}$/;
 
 export type ActionCode = "e" | "d" | "s" | "v" | "u";
 

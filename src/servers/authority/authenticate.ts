@@ -5,11 +5,6 @@ import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
 import type { Principal } from "../../identity/principal.ts";
 import type { AuthorityContext } from "./context.ts";
 
-function claimString(claims: Readonly<Record<string, unknown>>, name: string): string | undefined {
-  const value = claims[name];
-  return typeof value === "string" && value.length > 0 ? value : undefined;
-}
-
 /**
  * The caller's principal, or undefined when no Authorization header was sent. A header
  * that is present but malformed or fails verification is an `invalid_token` error
@@ -32,7 +27,8 @@ export async function optionalPrincipal(
       subject: verified.subject,
       roles: verified.roles,
       scopes: verified.scopes,
-      partnerId: claimString(verified.claims, "partner_id"),
+      // Read strictly by the verifier: a malformed partner claim never reaches here.
+      partnerId: verified.partnerId,
       clientId: verified.clientId,
       vouchable: verified.vouchable !== false,
     };

@@ -99,6 +99,8 @@ export interface AuthorityServiceOverrides {
 export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egress.allow,
+    // A binding may name the operator's own issuer's key set: nothing the process does not fetch already.
+    operatorUrls: config.trustedIssuers.map((trusted) => trusted.jwksUrl),
     platformEndpoints: [
       config.listen.port === 0 ? undefined : config.listen,
       endpointOfUrl(config.publicUrl),

@@ -14,6 +14,8 @@ export interface BearerVerifier {
     readonly roles: readonly string[];
     readonly scopes: readonly string[];
     readonly clientId?: string | undefined;
+    /** The partner claim, read strictly (VerifiedToken.partnerId): never read from `claims`. */
+    readonly partnerId?: string | undefined;
     readonly claims: Readonly<Record<string, unknown>>;
     /** Absent: the token's issuer is the primary one (may stand for platform_vouched subjects). */
     readonly vouchable?: boolean | undefined;

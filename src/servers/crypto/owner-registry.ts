@@ -103,7 +103,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 export function assertOwnerId(id: unknown): asserts id is string {
   if (typeof id !== "string" || !OWNER_ID.test(id)) {
     throw new CryptoServiceError("invalid_request", {
-      message: "Owner id must be 1-128 characters of [A-Za-z0-9._:@-], starting alphanumeric.",
+      message: "Owner id must be 1-128 characters of [A-Za-z0-9._:@~-], starting alphanumeric.",
       fields: ["id"],
     });
   }

@@ -2,14 +2,12 @@ import { randomUUID } from "node:crypto";
 import {
   type ClientRequest,
   createServer,
-  request as httpRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
   type OutgoingHttpHeaders,
   type Server,
   type ServerResponse,
 } from "node:http";
-import { request as httpsRequest } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import {
@@ -220,7 +218,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   // Each new upstream connection is checked by the egress policy (a kept-alive one was checked when opened).
   const egress = options.egress ?? createEgressPolicy();
   const agentOptions = { keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" } as const;
-  const agents = { http: egress.httpAgent(agentOptions), https: egress.httpsAgent(agentOptions) };
+  const upstreams = egress.httpClient(agentOptions);
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let closing: Promise<void> | undefined;
@@ -481,14 +479,13 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     headers["accept-encoding"] = "identity";
     let proxyReq: ClientRequest;
     try {
-      proxyReq = (https ? httpsRequest : httpRequest)({
+      proxyReq = upstreams.request({
         protocol: target.protocol,
         hostname,
         port: target.port === "" ? (https ? 443 : 80) : Number(target.port),
         path: `${target.pathname}${target.search}`,
         method: exchange.method,
         headers,
-        agent: https ? agents.https : agents.http,
       });
     } catch (error) {
       // Header values Node refuses (e.g. a credential with a control character) never leave.
@@ -870,8 +867,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         const done = (): void => {
           clearTimeout(force);
           for (const socket of sockets) socket.destroy();
-          agents.http.destroy();
-          agents.https.destroy();
+          upstreams.destroy();
           resolve();
         };
         const force = setTimeout(done, graceMs);

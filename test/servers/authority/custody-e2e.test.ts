@@ -224,7 +224,7 @@ describe("authority with its keys in the crypto service, through the managed API
         "crypto-credentials-file": credentialsFile,
         "service-identity": SERVICE,
         "record-cache-ms": "0",
-        "egress-allow": egressAllowValue(upstream.url),
+        "egress-allow": egressAllowValue(upstream.url, partnerIdp.issuer),
       },
       env: {},
     });

@@ -35,6 +35,7 @@ import {
 import { subjectTypes } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
@@ -42,7 +43,7 @@ const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
-const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
 
 const createPartnerBody = {
   type: "object",
@@ -107,6 +108,7 @@ type SubjectParams = { id: string; subject: string };
 export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
+    resolveSubjectParams(app, context);
 
     app.get<{ Querystring: PageQuery }>(
       "/partners",

@@ -157,7 +157,7 @@ export interface SidecarAuthMaterial {
   readonly expires_in: number;
 }
 
-const subjectParams = paramsSchema({ subject: idSchemas.subject });
+const subjectParams = paramsSchema({ subject: idSchemas.subjectRef });
 const ownerParams = paramsSchema({
   owner: { type: "string", minLength: 9, maxLength: 300, pattern: "^(?:service|subject):[\\x21-\\x7E]+$" },
 });
