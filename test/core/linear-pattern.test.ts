@@ -107,23 +107,21 @@ const atom = fc.constantFrom(
   "\\p{Script=Latin}",
 );
 const quantifier = fc.constantFrom("", "", "*", "+", "?", "{2}", "{0,2}", "{1,}", "*?", "+?");
-const pattern: fc.Arbitrary<string> = fc.letrec<{ term: string; seq: string; alt: string }>(
-  (tie) => ({
-    term: fc.oneof(
-      { weight: 4, arbitrary: fc.tuple(atom, quantifier).map(([a, q]) => a + q) },
-      {
-        weight: 1,
-        arbitrary: fc
-          .tuple(fc.constantFrom("(", "(?:", "(?<g>"), tie("alt"), quantifier)
-          .map(([open, inner, q]) => `${open.replace("<g>", `<g${inner.length}>`)}${inner})${q}`),
-      },
-      { weight: 1, arbitrary: fc.constantFrom("^", "$", "\\b", "\\B") },
-    ),
-    seq: fc.array(tie("term"), { minLength: 1, maxLength: 4 }).map((terms) => terms.join("")),
-    alt: fc.array(tie("seq"), { minLength: 1, maxLength: 3 }).map((seqs) => seqs.join("|")),
-  }),
-  { depthSize: "small" },
-).alt;
+const pattern: fc.Arbitrary<string> = fc.letrec<{ term: string; seq: string; alt: string }>((tie) => ({
+  term: fc.oneof(
+    { depthSize: "small" },
+    { weight: 4, arbitrary: fc.tuple(atom, quantifier).map(([a, q]) => a + q) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .tuple(fc.constantFrom("(", "(?:", "(?<g>"), tie("alt"), quantifier)
+        .map(([open, inner, q]) => `${open.replace("<g>", `<g${inner.length}>`)}${inner})${q}`),
+    },
+    { weight: 1, arbitrary: fc.constantFrom("^", "$", "\\b", "\\B") },
+  ),
+  seq: fc.array(tie("term"), { minLength: 1, maxLength: 4 }).map((terms) => terms.join("")),
+  alt: fc.array(tie("seq"), { minLength: 1, maxLength: 3 }).map((seqs) => seqs.join("|")),
+})).alt;
 const text = fc
   .array(
     fc.constantFrom(
