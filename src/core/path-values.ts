@@ -298,29 +298,20 @@ function valueCheckFor(snapshot: OperationSnapshot, name: string): ValueCheck {
   return check;
 }
 
-const usable = new WeakMap<object, boolean>();
-
 /**
  * False when a path parameter of the snapshot declares a pattern the linear-time engine cannot
  * run (a backreference, lookaround, …): a snapshot stored before patterns were checked at
- * import. The operation is then unusable, not merely this value (docs/decisions/2502).
+ * import. The operation is then unusable, not merely this value (docs/decisions/2502). Each
+ * pattern is compiled once (linear-pattern's cache): this is a lookup per declared pattern.
  */
 export function pathPatternsUsable(snapshot: OperationSnapshot): boolean {
-  const pathSchema: unknown = snapshot.input_schema?.path;
-  if (typeof pathSchema !== "object" || pathSchema === null) return true;
-  let known = usable.get(pathSchema);
-  if (known === undefined) {
-    const properties: unknown = (pathSchema as { properties?: unknown }).properties;
-    known =
-      typeof properties !== "object" ||
-      properties === null ||
-      Object.values(properties).every((schema: unknown) => {
-        const pattern: unknown = (schema as { pattern?: unknown } | null)?.pattern;
-        return typeof pattern !== "string" || linearPatternProblem(pattern) === undefined;
-      });
-    usable.set(pathSchema, known);
-  }
-  return known;
+  const properties: unknown = (snapshot.input_schema?.path as { properties?: unknown } | null | undefined)
+    ?.properties;
+  if (typeof properties !== "object" || properties === null) return true;
+  return Object.values(properties).every((schema: unknown) => {
+    const pattern: unknown = (schema as { pattern?: unknown } | null)?.pattern;
+    return typeof pattern !== "string" || linearPatternProblem(pattern) === undefined;
+  });
 }
 
 /* ---------- the rule ---------- */
