@@ -15,8 +15,9 @@ import { RE2JS } from "re2js";
 /** The most RE2 instructions one pattern may compile to: the worst per-character cost grows with it. */
 export const MAX_PATTERN_PROGRAM_SIZE = 1000;
 /** Memory one pattern's lazy DFA may hold before it starts over (re2js's own default is 8 MiB). */
-export const PATTERN_DFA_MEMORY_BYTES = 64 * 1024;
-const MAX_CACHED_PATTERNS = 1024;
+export const PATTERN_DFA_MEMORY_BYTES = 256 * 1024;
+/** Compiled patterns kept at once: with their DFAs, the only memory patterns hold. */
+const MAX_COMPILED_PATTERNS = 256;
 
 /** The matching half of a RegExp: what ajv (`code.regExp`) and the constraint checks call. */
 export interface LinearPattern {
@@ -275,7 +276,7 @@ function literal(cp: number): string {
 
 /* ---------- compile, with a cache ---------- */
 
-function compileUncached(source: string): LinearPattern {
+function compileUncached(source: string): RE2JS {
   try {
     new RegExp(source, "u");
   } catch {
@@ -298,23 +299,19 @@ function compileUncached(source: string): LinearPattern {
       `it compiles to ${size} instructions, above the limit of ${MAX_PATTERN_PROGRAM_SIZE} (bound lengths with maxLength instead of long repeats)`,
     );
   }
-  // Each pattern keeps a small DFA: a hostile input makes it start over sooner, never grow.
+  // Each pattern keeps a bounded DFA: a hostile input makes it start over, never grow.
   const dfa = compiled.re2().dfa;
   dfa.maxMem = PATTERN_DFA_MEMORY_BYTES;
   dfa.stateBudget = PATTERN_DFA_MEMORY_BYTES;
   dfa.memBudget = PATTERN_DFA_MEMORY_BYTES;
-  const key = `/${source}/`;
-  return { test: (value) => compiled.test(value), toString: () => key };
+  return compiled;
 }
 
-const cache = new Map<string, LinearPattern | UnsupportedPatternError>();
+/** Compiled patterns by source, and the reason of those refused (a bounded cache). */
+const compiled = new Map<string, RE2JS | UnsupportedPatternError>();
 
-/**
- * The pattern compiled for linear-time matching, once per source (a bounded cache).
- * Throws UnsupportedPatternError when it is not valid ECMAScript or cannot run linearly.
- */
-export function compileLinearPattern(source: string): LinearPattern {
-  let entry = cache.get(source);
+function compiledFor(source: string): RE2JS {
+  let entry = compiled.get(source);
   if (entry === undefined) {
     try {
       entry = compileUncached(source);
@@ -322,11 +319,40 @@ export function compileLinearPattern(source: string): LinearPattern {
       if (!(error instanceof UnsupportedPatternError)) throw error;
       entry = error;
     }
-    if (cache.size >= MAX_CACHED_PATTERNS) cache.clear();
-    cache.set(source, entry);
+    if (compiled.size >= MAX_COMPILED_PATTERNS) compiled.clear();
+    compiled.set(source, entry);
   }
   if (entry instanceof UnsupportedPatternError) throw entry;
   return entry;
+}
+
+/**
+ * A checked pattern holds only its source: ajv keeps every pattern it ever compiled, so the
+ * compiled program and its DFA live in the bounded cache instead (compiled again if evicted).
+ */
+class CheckedPattern implements LinearPattern {
+  readonly #source: string;
+
+  constructor(source: string) {
+    this.#source = source;
+  }
+
+  test(value: string): boolean {
+    return compiledFor(this.#source).test(value);
+  }
+
+  toString(): string {
+    return `/${this.#source}/`;
+  }
+}
+
+/**
+ * The pattern, checked and compiled for linear-time matching (once per source while cached).
+ * Throws UnsupportedPatternError when it is not valid ECMAScript or cannot run linearly.
+ */
+export function compileLinearPattern(source: string): LinearPattern {
+  compiledFor(source);
+  return new CheckedPattern(source);
 }
 
 /** Why the pattern cannot be used, or undefined when it can. */
