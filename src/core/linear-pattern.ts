@@ -15,7 +15,7 @@ import { RE2JS } from "re2js";
 /** The most RE2 instructions one pattern may compile to: the worst per-character cost grows with it. */
 export const MAX_PATTERN_PROGRAM_SIZE = 1000;
 /** Memory one pattern's lazy DFA may hold before it starts over (re2js's own default is 8 MiB). */
-export const PATTERN_DFA_MEMORY_BYTES = 256 * 1024;
+const PATTERN_DFA_MEMORY_BYTES = 256 * 1024;
 /** Compiled patterns kept at once: with their DFAs, the only memory patterns hold. */
 const MAX_COMPILED_PATTERNS = 256;
 
