@@ -11,6 +11,7 @@
  * one plain segment at all. Rules and reasons: docs/core.md and docs/decisions/0301.
  */
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
+import { compileLinearPattern, type LinearPattern, linearPatternProblem } from "./linear-pattern.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import { type ParsedPathTemplate, parsePathTemplate, type TemplateSegment } from "./path-template.ts";
 import {
@@ -147,21 +148,16 @@ type ValueCheck = (value: string) => boolean;
 
 const NO_CHECK: ValueCheck = () => true;
 const checks = new WeakMap<object, ValueCheck>();
-const patterns = new Map<string, RegExp | null>();
-const MAX_PATTERNS = 1024;
 
-function regexFor(pattern: string): RegExp | null {
-  let compiled = patterns.get(pattern);
-  if (compiled === undefined) {
-    try {
-      compiled = new RegExp(pattern, "u");
-    } catch {
-      compiled = null;
-    }
-    if (patterns.size >= MAX_PATTERNS) patterns.clear();
-    patterns.set(pattern, compiled);
+/** The declared pattern on the linear-time engine; one it cannot run admits nothing (fail closed). */
+function patternCheck(pattern: string): ValueCheck {
+  let compiled: LinearPattern;
+  try {
+    compiled = compileLinearPattern(pattern);
+  } catch {
+    return () => false;
   }
-  return compiled;
+  return (v) => compiled.test(v);
 }
 
 const INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
@@ -186,7 +182,8 @@ function typeMatches(types: readonly unknown[], value: string): boolean {
 /**
  * The simple constraints a snapshot declares for one path parameter — type, pattern,
  * enum, const, min/maxLength, minimum/maximum, a few formats — compiled once per schema
- * object. A pattern that does not compile admits nothing (fail closed).
+ * object. Patterns run on the linear-time engine; one it cannot compile admits nothing
+ * (fail closed), and decide() denies the operation before (pathPatternsUsable).
  */
 function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const parts: ValueCheck[] = [];
@@ -194,10 +191,6 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
     const types: readonly unknown[] = Array.isArray(schema.type) ? [...schema.type] : [schema.type];
     // A path value is text: a type that admits strings checks nothing.
     if (!types.includes("string")) parts.push((v) => typeMatches(types, v));
-  }
-  if (typeof schema.pattern === "string") {
-    const regex = regexFor(schema.pattern);
-    parts.push(regex === null ? () => false : (v) => regex.test(v));
   }
   if (Array.isArray(schema.enum)) {
     const allowed = new Set(schema.enum.map((e) => String(e)));
@@ -210,6 +203,8 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const { maxLength, minLength, maximum, minimum } = schema;
   if (typeof maxLength === "number") parts.push((v) => [...v].length <= maxLength);
   if (typeof minLength === "number") parts.push((v) => [...v].length >= minLength);
+  // After the lengths: a value too long for its schema never reaches the pattern.
+  if (typeof schema.pattern === "string") parts.push(patternCheck(schema.pattern));
   if (typeof maximum === "number") parts.push((v) => !NUMBER.test(v) || Number(v) <= maximum);
   if (typeof minimum === "number") parts.push((v) => !NUMBER.test(v) || Number(v) >= minimum);
   const format = typeof schema.format === "string" ? FORMATS[schema.format] : undefined;
@@ -238,6 +233,22 @@ function valueCheckFor(snapshot: OperationSnapshot, name: string): ValueCheck {
     checks.set(schema, check);
   }
   return check;
+}
+
+/**
+ * False when a path parameter of the snapshot declares a pattern the linear-time engine cannot
+ * run (a backreference, lookaround, …): a snapshot stored before patterns were checked at
+ * import. The operation is then unusable, not merely this value (docs/decisions/2502). Each
+ * pattern is compiled once (linear-pattern's cache): this is a lookup per declared pattern.
+ */
+export function pathPatternsUsable(snapshot: OperationSnapshot): boolean {
+  const properties: unknown = (snapshot.input_schema?.path as { properties?: unknown } | null | undefined)
+    ?.properties;
+  if (typeof properties !== "object" || properties === null) return true;
+  return Object.values(properties).every((schema: unknown) => {
+    const pattern: unknown = (schema as { pattern?: unknown } | null)?.pattern;
+    return typeof pattern !== "string" || linearPatternProblem(pattern) === undefined;
+  });
 }
 
 /* ---------- the rule ---------- */

@@ -2,6 +2,7 @@ import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.
 import formatsPlugin from "ajv-formats";
 import { LRUCache } from "lru-cache";
 import { hashCanonical } from "../core/canonical-json.ts";
+import { linearRegExp, UnsupportedPatternError } from "../core/linear-pattern.ts";
 import { setOwn } from "../core/own-property.ts";
 import { type ConstraintRollout, evaluateConstraints } from "../core/parameter-constraints.ts";
 import { ExecutionError } from "./errors.ts";
@@ -69,7 +70,8 @@ function newAjv(coerce: boolean): Ajv2020 {
   // strict: false because imported OpenAPI schemas carry annotations (example, nullable,
   // x-*) that strict mode rejects; allErrors: false stops at the first error so a hostile
   // document cannot make validation expensive. ownProperties: a parameter named like one of
-  // Object.prototype's members (`constructor`, `toString`) is present only when sent.
+  // Object.prototype's members (`constructor`, `toString`) is present only when sent. Every
+  // pattern runs on the linear-time engine (docs/decisions/2502).
   const ajv = new Ajv2020({
     strict: false,
     ownProperties: true,
@@ -77,6 +79,7 @@ function newAjv(coerce: boolean): Ajv2020 {
     coerceTypes: coerce ? "array" : false,
     useDefaults: false,
     removeAdditional: false,
+    code: { regExp: linearRegExp },
   });
   addFormats(ajv);
   return ajv;
@@ -118,10 +121,11 @@ function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction |
   try {
     if (declaresProtoProperty(schema)) throw new Error("a __proto__ property is never checked");
     return ajv.compile(schema);
-  } catch {
-    throw new ExecutionError("invalid_operation_snapshot", {
-      details: { issue: "input_schema_invalid" },
-    });
+  } catch (error) {
+    // A pattern stored before patterns were checked at import that linear time cannot run.
+    const issue =
+      error instanceof UnsupportedPatternError ? "input_schema_pattern_unsupported" : "input_schema_invalid";
+    throw new ExecutionError("invalid_operation_snapshot", { details: { issue } });
   } finally {
     forget(ajv, schema);
   }

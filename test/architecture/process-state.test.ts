@@ -106,7 +106,7 @@ const ALLOWED: Readonly<Record<string, string>> = {
   "src/core/capability.ts:matchers": "pure memo: path matcher per capability object (weak)",
   "src/core/path-values.ts:guards": "pure memo: route guards per capability object (weak)",
   "src/core/path-values.ts:checks": "pure memo: value check per schema object (weak)",
-  "src/core/path-values.ts:patterns": "pure memo, bounded: compiled RegExp per pattern string",
+  "src/core/linear-pattern.ts:compiled": "pure memo, bounded: compiled linear-time pattern per source",
   "src/core/redaction.ts:sensitiveKeyAnswers": "pure memo, bounded: whether a key name is sensitive",
 };
 
