@@ -13,6 +13,7 @@ const ROOT = join(import.meta.dirname, "..", "..");
 
 const ALLOWED: Readonly<Record<string, string>> = {
   "src/admin/ids.ts:RegExp": "the admin API's own identifier patterns (constants)",
+  "src/identity/claims.ts:RegExp": "the admin API's partner-id pattern (a constant of src/admin/ids.ts)",
   "src/core/linear-pattern.ts:RegExp": "parses a partner pattern as ECMAScript, never runs it",
   "src/servers/inject/settings.ts:ajv": "the operator's sidecar settings schema (constants)",
   "src/servers/http/server.ts:ajv": "fastify's route schemas, all written in src/ (constants)",
