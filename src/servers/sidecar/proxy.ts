@@ -592,13 +592,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         readonly contentType?: string;
       }
     | "redaction_failed"
-    | "scrub_failed" => {
+    | "scrub_failed"
+    | "too_large" => {
     let read: ScrubbedBody;
     try {
       read = scrubAndRedact(body, contentType, exchange.rules, exchange.scrubber);
     } catch (error) {
       if (error instanceof ScrubError) return "scrub_failed";
-      if (error instanceof RedactionDecodeError) return "redaction_failed";
+      // Past the JSON limits (core/bounded-json.ts): refused like a body past the size bound.
+      if (error instanceof RedactionDecodeError)
+        return error.issue === "too_complex" ? "too_large" : "redaction_failed";
       throw error;
     }
     const { events } = read;
@@ -689,6 +692,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     } catch {
       metrics?.proxyResponse("failed");
       fail(res, exchange, "upstream_error");
+      return;
+    }
+    if (result === "too_large") {
+      tooLarge();
       return;
     }
     if (typeof result === "string") {
