@@ -158,9 +158,6 @@ function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, str
     { name: "AUTHORITY_LOG_LEVEL", value: settings.logLevel },
     // The root filesystem is read-only; embedded state (if any) goes to the writable emptyDir.
     { name: "AUTHORITY_STATE_DIR", value: "/tmp/authority" },
-    // The decision journal: an emptyDir outlives a restart of the container, so the records of
-    // a sidecar that died are shipped by the next one (docs/sidecar.md, "Decision records").
-    { name: "AUTHORITY_SIDECAR_JOURNAL_DIR", value: "/tmp/authority/sidecar-journal" },
     { name: "AUTHORITY_URL", value: settings.authorityUrl },
     { name: "AUTHORITY_SIDECAR_GRPC_LISTEN", value: `${settings.listenHost}:${settings.ports.grpc}` },
     { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${settings.ports.proxy}` },

@@ -4,7 +4,7 @@
  * resolved by the shared mechanism (src/config/schema.ts) and validated once at start.
  */
 
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
@@ -211,12 +211,19 @@ export const sidecarSettings = {
     default: 10_000,
     parse: integer(100, 10_000_000),
   }),
+  stateDir: spec({
+    key: "state-dir",
+    env: "AUTHORITY_STATE_DIR",
+    description: "state directory (the decision journal, unless `--journal-dir`)",
+    default: "./.authority",
+    parse: path,
+  }),
   journalDir: spec({
     key: "journal-dir",
     env: "AUTHORITY_SIDECAR_JOURNAL_DIR",
     description:
-      'directory of the decision journal: every decision record is written there before its decision is answered, and records not yet delivered to the authority are shipped from it on the next start (docs/sidecar.md, "Decision records")',
-    default: "./.authority/sidecar-journal",
+      "directory of the decision journal: every decision record is written there before its decision is answered, and records not yet delivered to the authority are shipped from it on the next start (docs/sidecar.md, *Decision records outlive the process*)",
+    defaultText: "<state-dir>/sidecar-journal",
     parse: path,
   }),
   shutdownGrace: spec({
@@ -355,7 +362,10 @@ export const sidecarSchema = defineProcess({
       policyMaxAgeMs: read.value("policyMaxAge"),
       shutdownGraceMs: read.value("shutdownGrace"),
       auditMaxPending: read.value("auditMaxPending"),
-      journalDir: resolve(read.cwd, read.value("journalDir")),
+      journalDir: resolve(
+        read.cwd,
+        read.optional("journalDir") ?? join(read.value("stateDir"), "sidecar-journal"),
+      ),
       egressAllow: read.optional("egressAllow") ?? [],
     };
   },
