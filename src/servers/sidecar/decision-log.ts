@@ -326,7 +326,7 @@ export function auditedEngine(
   now: () => Date = () => new Date(),
   onJournalError: (error: Error) => void = () => undefined,
 ): SidecarEngine {
-  /** Written ahead, or undefined when the journal could not take it (then only in memory). */
+  /** The record's journal ticket (undefined without a journal), or the error that kept it out. */
   const writeAhead = (shipped: ShippedDecision): JournalTicket | undefined | Error => {
     try {
       return shipper.writeAhead(shipped);
@@ -370,8 +370,12 @@ export function auditedEngine(
     if (!(decision instanceof Promise)) return record(request, decision);
     return decision.then((settled) => {
       // Settled after the transport stopped waiting: what the caller got was a 503.
-      record(request, request.signal?.aborted === true ? answeredInstead(request, settled) : settled);
-      return settled;
+      if (request.signal?.aborted === true) {
+        record(request, answeredInstead(request, settled));
+        return settled;
+      }
+      // The recorded decision: a 503 instead of an allow whose record could not be written.
+      return record(request, settled);
     });
   };
   return {

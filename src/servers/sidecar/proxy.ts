@@ -850,7 +850,9 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     const requestId = requestIdFrom(req.headers["x-request-id"]);
     // An exception nothing caught, anywhere in this exchange: this request fails closed (request-guard.ts).
     guardRequest(
-      () => sendDeny(res, denyOf("internal", requestId)),
+      () => {
+        if (!res.writableEnded) sendDeny(res, denyOf("internal", requestId));
+      },
       () => handle(req, res, requestId),
     );
   });

@@ -169,7 +169,7 @@ describe("the decision journal", () => {
     next.close();
   });
 
-  it("an allow whose record cannot be written is answered 503 instead", () => {
+  it("an allow whose record cannot be written is answered 503 instead", async () => {
     const shipper = createDecisionShipper({ send: async () => undefined });
     const failing = {
       ...shipper,
@@ -189,7 +189,16 @@ describe("the decision journal", () => {
       assert.equal(decision.allow, false);
       assert.equal(!decision.allow && decision.reason, "upstream_unavailable");
     }
-    assert.equal(errors.length, 2);
+    // Decided later (nothing cached): the same.
+    const later = auditedEngine(
+      { decide: async (req) => allowOf(req.requestId), authorize: async () => allowOf("x") },
+      failing,
+      undefined,
+      (error) => errors.push(error),
+    );
+    const decided = await later.decide(request("grpc", "grpc-no-disk-later"));
+    assert.equal(decided.allow, false);
+    assert.equal(errors.length, 3);
   });
 
   it("one live process per directory; a dead owner's directory is taken over", async () => {
