@@ -71,6 +71,12 @@ export const errorCodes = {
   insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
   invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
   payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
+  // docs/security.md, "Bounded work on caller input": nesting, members per object, pointer length.
+  input_too_complex: deny(
+    400,
+    GrpcCode.INVALID_ARGUMENT,
+    "The JSON input nests too deeply, has too many members or too long a path.",
+  ),
   uri_too_long: deny(414, GrpcCode.INVALID_ARGUMENT, "A path segment is too long."),
   unsupported_media_type: deny(
     415,

@@ -390,6 +390,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
             // The same rollout as the authority service: constraints hold on every path.
             constraintsRollout: config.parameterScoping,
             egressAllow,
+            journalDir: join(stateDir, "sidecar-journal"),
             ports: { grpc: ports.sidecarGrpc, proxy: ports.sidecarProxy, metrics: ports.sidecarMetrics },
             ...(options.redisUrl === undefined || cacheKey === undefined
               ? {}

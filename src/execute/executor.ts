@@ -572,12 +572,21 @@ export function createExecutor(options: ExecutorOptions): Executor {
       });
     if (!decodedByClient(response.headers.get("content-encoding")))
       throw refused("scrub_failed", "content_encoding_unsupported");
+    // A body past the JSON limits (core/bounded-json.ts): refused, never passed through.
+    const tooComplex = () =>
+      new ExecutionError("upstream_response_too_large", {
+        message: "The upstream response is nested too deeply or spread too wide.",
+        upstreamError: { kind: "too_large" },
+        requestHash,
+        timings: { totalMs: performance.now() - started, upstreamMs },
+      });
     const sanitized = sanitizeResponseHeaders(responseHeaderRecord(response.headers));
     const safeHeaders = scrubHeaders(sanitized.headers, scrubber);
     let redacted: { body: unknown; events: RedactionEvent[] };
     try {
       redacted = responseBody(bytes, response.headers.get("content-type"), rules, scrubber);
     } catch (error) {
+      if (error instanceof RedactionDecodeError && error.issue === "too_complex") throw tooComplex();
       if (error instanceof RedactionDecodeError) throw refused("redaction_failed", error.issue);
       if (error instanceof ScrubError) throw refused("scrub_failed", "scrub_incomplete");
       // Rules were checked before the call; whatever else fails, no unredacted body leaves.
@@ -590,13 +599,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
     try {
       responseHash = hashCanonical({ status, headers: safeHeaders.headers, body: redacted.body });
     } catch {
-      // Only nesting beyond the canonical form's depth bound gets here: refuse, never pass through.
-      throw new ExecutionError("upstream_response_too_large", {
-        message: "The upstream response is nested too deeply.",
-        upstreamError: { kind: "too_large" },
-        requestHash,
-        timings: { totalMs: performance.now() - started, upstreamMs },
-      });
+      // Nothing past the JSON limits gets here; whatever the canonical form refuses is refused too.
+      throw tooComplex();
     }
     const result: ExecutionResult = {
       status,

@@ -1,4 +1,5 @@
 import * as oauth from "oauth4webapi";
+import { parseBoundedJson } from "../core/bounded-json.ts";
 import type { ClientAuthMethod } from "./auth-profiles.ts";
 import { headerSafe, unavailable } from "./auth-profiles.ts";
 import { readBoundedBody } from "./bounded-body.ts";
@@ -63,7 +64,8 @@ export function refusalCode(error: unknown): string | undefined {
 
 function parseJson(bytes: Uint8Array): unknown {
   try {
-    return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    // The token endpoint is a partner's: its answer is bounded like a caller's.
+    return parseBoundedJson(new TextDecoder("utf-8", { fatal: true }).decode(bytes), "token response");
   } catch {
     return undefined;
   }

@@ -1,3 +1,5 @@
+import { JsonLimitError, parseBoundedJson } from "../core/bounded-json.ts";
+
 /**
  * Reads an upstream body for redaction, failing closed (docs/execution.md, "Response
  * redaction"; docs/decisions/0401-redaction-fails-closed.md). Redaction applies when the
@@ -6,8 +8,9 @@
  * after a byte-order mark and whitespace, in UTF-8 or UTF-16, is `{` or `[`). Then the
  * body is decoded honouring a leading BOM (UTF-8, UTF-16LE/BE), else the charset parameter,
  * else UTF-16 detected by its NUL pattern, else UTF-8 — strictly (invalid bytes fail) — and
- * parsed as one JSON document (NDJSON types: one document per non-empty line). Anything
- * else (trailing bytes, NaN, JSONP, an unknown charset) is RedactionDecodeError: the
+ * parsed as one JSON document (NDJSON types: one document per non-empty line), within the
+ * JSON limits (core/bounded-json.ts). Anything else (trailing bytes, NaN, JSONP, an unknown
+ * charset, nesting past the limits) is RedactionDecodeError: the
  * response is refused, never passed through. Bodies to which redaction does not apply
  * (no rules, not JSON by type or content) are `other` and pass as they are.
  */
@@ -22,14 +25,20 @@ export type RedactionInput =
   | { readonly kind: "ndjson"; readonly values: unknown[]; readonly text: string }
   | { readonly kind: "other" };
 
-export type RedactionDecodeIssue = "charset" | "not_json";
+export type RedactionDecodeIssue = "charset" | "not_json" | "too_complex";
+
+const DECODE_MESSAGES: Readonly<Record<RedactionDecodeIssue, string>> = {
+  charset: "the body cannot be decoded",
+  not_json: "the body is not JSON",
+  too_complex: "the body exceeds the JSON limits",
+};
 
 /** The body must be redacted but cannot be read as JSON; the message names no content. */
 export class RedactionDecodeError extends Error {
   readonly issue: RedactionDecodeIssue;
 
   constructor(issue: RedactionDecodeIssue) {
-    super(issue === "charset" ? "the body cannot be decoded" : "the body is not JSON");
+    super(DECODE_MESSAGES[issue]);
     this.name = "RedactionDecodeError";
     this.issue = issue;
   }
@@ -127,11 +136,12 @@ function decodeStrict(bytes: Uint8Array, sniffed: Sniffed): string {
   }
 }
 
+/** The upstream is partner-controlled: its JSON is bounded like a caller's (core/bounded-json.ts). */
 function parseJson(text: string): unknown {
   try {
-    return JSON.parse(text);
-  } catch {
-    throw new RedactionDecodeError("not_json");
+    return parseBoundedJson(text, "response body");
+  } catch (error) {
+    throw new RedactionDecodeError(error instanceof JsonLimitError ? "too_complex" : "not_json");
   }
 }
 

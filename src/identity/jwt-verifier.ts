@@ -11,6 +11,7 @@ import {
   type JWTVerifyGetKey,
   jwtVerify,
 } from "jose";
+import { checkJsonBounds, type JsonLimits } from "../core/bounded-json.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import {
   readAudience,
@@ -468,6 +469,9 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
   return verified;
 }
 
+/** Claims are flat in practice; these bounds are far above any real token's (docs/security.md). */
+const CLAIM_LIMITS: JsonLimits = Object.freeze({ maxDepth: 16, maxKeys: 256, maxPointerLength: 1024 });
+
 export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
   const opts = resolveOptions(options);
   const { getKey, status: jwksStatus, warm } = createKeyResolver(options.jwks);
@@ -494,6 +498,12 @@ export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
       }));
     } catch (error) {
       throw classify(error);
+    }
+    try {
+      // A partner's issuer chooses the claims: bounded before anything reads or copies them.
+      checkJsonBounds(payload, "claims", CLAIM_LIMITS);
+    } catch {
+      throw new TokenVerificationError("token_malformed", "token claims exceed the JSON limits");
     }
     return checkClaims(payload, opts, Math.floor(now.getTime() / 1000));
   }

@@ -162,6 +162,7 @@ describe("composition roots: each process built from its validated configuration
         "token-file": tokenFile,
         issuer,
         "service-identity": "composition",
+        "journal-dir": join(dir.path, "sidecar-journal"),
       },
       env: {},
     });

@@ -1,5 +1,6 @@
 import type { Capability } from "../../core/capability.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import { isValidCapabilityId } from "../../core/permission-id.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type SubjectAuthentication, subjectCandidates } from "../../core/subject-identity.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
@@ -234,6 +235,9 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
     if (capabilityId === undefined || capabilityId === "")
       return denyAbout("missing_capability", requestId, { subjectId: checked.principal.subject });
+    // A caller's header that no capability id can match resolves to nothing, without asking the authority.
+    if (!isValidCapabilityId(capabilityId))
+      return denyAbout("unknown_capability", requestId, { subjectId: checked.principal.subject });
     const bearer = {
       via: "bearer",
       partnerId: checked.principal.partnerId,

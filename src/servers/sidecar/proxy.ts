@@ -35,9 +35,10 @@ import {
 import { renderUpstreamRequest } from "../../execute/url.ts";
 import { settleDecision } from "./decision-log.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
-import { positiveIntOption, SidecarConfigError } from "./errors.ts";
+import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
+import { guardRequest } from "./request-guard.ts";
 import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
 
 /**
@@ -417,6 +418,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     let rules: readonly RedactionRule[];
     let scrubber: SecretScrubber;
     let target: URL;
+    let body: Buffer | undefined;
     try {
       rules = rulesFor(decision);
       try {
@@ -437,6 +439,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       renderQuery(target, decision.input.query);
       for (const [name, value] of Object.entries(decision.credentials.query))
         target.searchParams.set(name, value);
+      // What was validated, re-serialized: no duplicate key or other spelling reaches the upstream.
+      body = decision.input.hasBody ? Buffer.from(JSON.stringify(decision.input.body), "utf8") : undefined;
     } catch (error) {
       sendDeny(res, denyForError(error, decision.requestId));
       return;
@@ -468,9 +472,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     const headers = forwardedHeaders(req.headers, declaredHeaders(decision.operation));
     for (const [name, value] of Object.entries(allowHeaders(decision))) headers[name] = value;
     headers.host = target.host;
-    const body = decision.input.hasBody
-      ? Buffer.from(JSON.stringify(decision.input.body), "utf8")
-      : undefined;
     if (body !== undefined) {
       headers["content-type"] = "application/json";
       headers["content-length"] = body.length;
@@ -495,7 +496,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     exchange.proxyReq = proxyReq;
     proxyReq.on("response", (proxyRes: IncomingMessage) => onUpstreamResponse(exchange, proxyRes, res));
     proxyReq.on("error", (error: Error) => upstreamFailed(res, exchange, error));
-    // What was validated, re-serialized: no duplicate key or other spelling reaches the upstream.
     proxyReq.end(body);
   };
 
@@ -589,13 +589,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         readonly contentType?: string;
       }
     | "redaction_failed"
-    | "scrub_failed" => {
+    | "scrub_failed"
+    | "too_large" => {
     let read: ScrubbedBody;
     try {
       read = scrubAndRedact(body, contentType, exchange.rules, exchange.scrubber);
     } catch (error) {
       if (error instanceof ScrubError) return "scrub_failed";
-      if (error instanceof RedactionDecodeError) return "redaction_failed";
+      // Past the JSON limits (core/bounded-json.ts): refused like a body past the size bound.
+      if (error instanceof RedactionDecodeError)
+        return error.issue === "too_complex" ? "too_large" : "redaction_failed";
       throw error;
     }
     const { events } = read;
@@ -688,6 +691,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       fail(res, exchange, "upstream_error");
       return;
     }
+    if (result === "too_large") {
+      tooLarge();
+      return;
+    }
     if (typeof result === "string") {
       refuse(res, exchange, result);
       return;
@@ -773,11 +780,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     else respondSniffed(exchange, proxyRes, res);
   };
 
-  const server = createServer((req, res) => {
-    inFlight++;
-    res.once("close", finished);
+  const handle = (req: IncomingMessage, res: ServerResponse, requestId: string): void => {
     const started = performance.now();
-    const requestId = requestIdFrom(req.headers["x-request-id"]);
     const decided = (decision: Decision): void => {
       const seconds = (performance.now() - started) / 1000;
       metrics?.decision(
@@ -793,7 +797,13 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       // The allow's record says what became of it: any refusal the proxy answered after the
       // decision (schema, constraints, egress, upstream, redaction…) is recorded as that deny.
       res.once("close", () => settleDecision(decision, refusals.get(res) ?? null));
-      forward(req, res, decision);
+      try {
+        forward(req, res, decision);
+      } catch (error) {
+        // A fault after the allow fails this request closed (recorded as that deny), never the process.
+        logger?.warn({ requestId, err: errorSummary(error) }, "forwarding failed");
+        sendDeny(res, denyForError(error, decision.requestId));
+      }
     };
     const withBody = (body: RequestBody): void => {
       let decision: Decision | Promise<Decision>;
@@ -828,6 +838,19 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         res.shouldKeepAlive = false;
         sendDeny(res, deny);
       },
+    );
+  };
+
+  const server = createServer((req, res) => {
+    inFlight++;
+    res.once("close", finished);
+    const requestId = requestIdFrom(req.headers["x-request-id"]);
+    // An exception nothing caught, anywhere in this exchange: this request fails closed (request-guard.ts).
+    guardRequest(
+      () => {
+        if (!res.writableEnded) sendDeny(res, denyOf("internal", requestId));
+      },
+      () => handle(req, res, requestId),
     );
   });
   server.on("connection", (socket: Socket) => {
