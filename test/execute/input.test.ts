@@ -115,7 +115,7 @@ describe("validateInput", () => {
     };
     const long = `${"a".repeat(50_000)}!`;
     for (const args of [
-      { path: { id: "a" }, query: { [`${"f".repeat(50_000)}!`]: "x" } },
+      { path: { id: "a" }, query: { [`${"f".repeat(4_000)}!`]: "x" } },
       { path: { id: "a" }, query: { f: long } },
       { path: { id: "a" }, body: { note: `${"ab ".repeat(20_000)}!` } },
     ]) {
