@@ -37,6 +37,7 @@ import {
   refuseKekInitOnSharedStore,
   type SettingSource,
   setting,
+  storePoolSettings,
   text,
 } from "./settings.ts";
 import { issuerConfig, trustedIssuersSetting } from "./trusted-issuers.ts";
@@ -47,6 +48,8 @@ export interface AuthorityConfig {
   readonly logLevel: LogLevel;
   readonly stateDir: string;
   readonly storeUrl: string;
+  /** The connection pool of a PostgreSQL store. */
+  readonly storePool: { readonly size: number; readonly statementTimeoutMs: number };
   readonly kek: {
     /** The KEK itself (AUTHORITY_KEK), when given. */
     readonly value?: string;
@@ -110,6 +113,7 @@ export interface AuthorityConfig {
 export const authoritySettings = {
   logLevel: logLevelSetting(),
   ...embeddedStateSettings,
+  ...storePoolSettings,
   ...kekSettings,
   listen: setting({
     key: "listen",
@@ -412,6 +416,10 @@ export const authoritySchema = defineProcess({
       policyCache: { max: read.value("policyCacheSize"), ttlMs: read.value("policyCacheTtl") * 1000 },
       tokenCache: { max: read.value("tokenCacheSize") },
       recordCacheMs: read.value("recordCache"),
+      storePool: {
+        size: read.value("storePoolSize"),
+        statementTimeoutMs: read.value("storeStatementTimeout"),
+      },
       auditBuffer: read.value("auditBuffer"),
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
       parameterScoping: {

@@ -151,6 +151,11 @@ export class PostgresStore implements Store {
     return this.#connection.endpoint;
   }
 
+  /** What the migration at open (or the last `migrate`) found and applied. */
+  get migration(): MigrationResult | undefined {
+    return this.#migration;
+  }
+
   /** Applies pending migrations (idempotent; replicas serialize on an advisory lock). */
   async migrate(): Promise<MigrationResult> {
     const result = await this.#connection.run(
