@@ -17,6 +17,7 @@ import {
   decodeValue,
   encodeValue,
   type ListRange,
+  returnedInteger,
   StoreError,
   StoreInvalidArgumentError,
 } from "../errors.ts";
@@ -66,13 +67,7 @@ SELECT $1, head.seq - $3 + entry.n, entry.value
 FROM head, unnest($2::text[]) WITH ORDINALITY AS entry(value, n)
 RETURNING seq`;
 
-function toInteger(value: unknown, what: string): number {
-  const number = typeof value === "string" ? Number(value) : value;
-  if (typeof number !== "number" || !Number.isSafeInteger(number)) {
-    throw new StoreError(`PostgreSQL returned a non-integer ${what}.`);
-  }
-  return number;
-}
+const toInteger = (value: unknown, what: string): number => returnedInteger(value, "PostgreSQL", what);
 
 function nonNegativeInt(value: number | undefined, fallback: number, name: string): number {
   const out = value ?? fallback;
