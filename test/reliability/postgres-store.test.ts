@@ -1,8 +1,9 @@
 /**
  * The authority service on a PostgreSQL store, end to end: the same runtime paths the SQLite
  * and Redis systems serve (authorize, invoke with an idempotency key, MCP, admin writes, the
- * audit view), every decision's record in PostgreSQL, and a server that drops every connection
- * mid-run: requests during the drop fail closed, the service recovers by itself. `serve` with
+ * audit view), every decision's record in PostgreSQL; a server that drops every connection
+ * mid-run, and a statement stuck behind a lock: requests fail closed within the statement
+ * timeout, the service recovers by itself. `serve` with
  * an unreachable PostgreSQL never becomes ready and never prints the URL's password.
  */
 import assert from "node:assert/strict";
@@ -10,6 +11,7 @@ import { execFile } from "node:child_process";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
+import pg from "pg";
 import type { DecisionAuditRecord } from "../../src/audit/records.ts";
 import { logs } from "../../src/store/model.ts";
 import { canary } from "../helpers/canary.ts";
@@ -86,6 +88,33 @@ describe("the authority service on a PostgreSQL store", () => {
       return ready.status === 200;
     }, "ready again");
     system.scanLogs();
+  });
+});
+
+describe("a PostgreSQL statement stuck behind a lock", () => {
+  test("fails the decision closed (503 upstream_unavailable) within the statement timeout, then serves again", async () => {
+    const server = await startPostgresServer();
+    const url = new URL(server.url);
+    const system = await startSystem({ storeUrl: url.toString() });
+    const holder = new pg.Client({ connectionString: server.url });
+    try {
+      const agent = await system.agentToken();
+      assert.equal((await system.authorize(allowedOp, agent)).status, 200);
+      await holder.connect();
+      await holder.query("BEGIN");
+      await holder.query("LOCK TABLE authority_documents IN ACCESS EXCLUSIVE MODE");
+      const stuck = await system.authorize(allowedOp, agent, 30_000);
+      assert.equal(stuck.status, 503, stuck.text);
+      assert.deepEqual([stuck.json.status, stuck.json.reason], ["denied", "upstream_unavailable"]);
+      // The default statement timeout (5 s) plus the client's margin; never an unbounded wait.
+      assert.ok(stuck.elapsedMs < 12_000, `answered in ${stuck.elapsedMs} ms`);
+      await holder.query("ROLLBACK");
+      assert.equal((await system.authorize(allowedOp, agent)).status, 200);
+    } finally {
+      await holder.end().catch(() => undefined);
+      await system.close();
+      await server.stop();
+    }
   });
 });
 
