@@ -1,10 +1,10 @@
 /**
  * The authority service on a PostgreSQL store, end to end: the same runtime paths the SQLite
- * and Redis systems serve (authorize, invoke with an idempotency key, MCP, admin writes, the
- * audit view), every decision's record in PostgreSQL; a server that drops every connection
+ * and Redis systems serve (authorize, invoke with an idempotency key, admin writes, the audit
+ * view), every decision's record in PostgreSQL; a server that drops every connection
  * mid-run, and a statement stuck behind a lock: requests fail closed within the statement
- * timeout, the service recovers by itself. `serve` with
- * an unreachable PostgreSQL never becomes ready and never prints the URL's password.
+ * timeout, the service recovers by itself. `serve` with an unreachable PostgreSQL never
+ * becomes ready and never prints the URL's password.
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -41,7 +41,7 @@ describe("the authority service on a PostgreSQL store", () => {
     await server?.stop();
   });
 
-  test("serves every path and records every decision in PostgreSQL", async () => {
+  test("serves decisions, invokes, admin writes and the audit view, each record in PostgreSQL", async () => {
     assert.equal(system.store.backend, "postgres");
     const agent = await system.agentToken();
     const before = await system.store.logLength(logs.audit);

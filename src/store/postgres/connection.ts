@@ -31,7 +31,8 @@ interface CheckedOptions {
 /** How much longer than the statement timeout the client waits before it gives the connection up. */
 const CLIENT_DEADLINE_MARGIN_MS = 1000;
 
-function positiveInt(value: number | undefined, fallback: number, name: string): number {
+/** A positive whole-number option, or its fallback; anything else is a StoreInvalidArgumentError. */
+export function positiveInt(value: number | undefined, fallback: number, name: string): number {
   return positiveIntegerOption(value, fallback, name, (message) => {
     throw new StoreInvalidArgumentError(`${message}.`);
   });
@@ -92,7 +93,9 @@ export interface RunOptions {
   readonly discardConnection?: boolean;
 }
 
-class ClientDeadlineError extends Error {}
+class ClientDeadlineError extends Error {
+  override name = "ClientDeadlineError";
+}
 
 export class PostgresConnection {
   readonly address: PostgresAddress;
@@ -143,10 +146,6 @@ export class PostgresConnection {
     return this.#closed;
   }
 
-  get statementTimeoutMs(): number {
-    return this.#options.statementTimeoutMs;
-  }
-
   /** Safe state for health: the pool's counts and the last error code (e.g. ECONNREFUSED). */
   get state(): string {
     const pool = `${this.#pool.totalCount} open, ${this.#pool.idleCount} idle, ${this.#pool.waitingCount} waiting`;
@@ -188,7 +187,10 @@ export class PostgresConnection {
 
   async #runOnce<R>(operation: (client: PoolClient) => Promise<R>, options: RunOptions): Promise<R> {
     if (this.#closed) throw new StoreClosedError("postgres");
-    const client = await this.#pool.connect();
+    const client = await this.#pool.connect().catch((error: unknown) => {
+      this.#lastErrorCode = errorCode(error);
+      throw error;
+    });
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(

@@ -5,7 +5,6 @@
  * statement (all or none), `create` decides "absent or expired" and writes under the row's
  * lock. Expiry uses the server's clock, so replicas agree on it.
  */
-import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import {
   checkAfterSeq,
   checkId,
@@ -31,7 +30,7 @@ import type {
   StoreHealth,
   WriteOptions,
 } from "../store.ts";
-import { PostgresConnection, type PostgresConnectionOptions } from "./connection.ts";
+import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
 import { type MigrationResult, migrate } from "./migrations.ts";
 
 export interface PostgresStoreOptions extends PostgresConnectionOptions {
@@ -106,15 +105,8 @@ export class PostgresStore implements Store {
   constructor(options: PostgresStoreOptions) {
     if (typeof options?.url !== "string")
       throw new StoreInvalidArgumentError("PostgreSQL store needs a URL.");
-    this.#healthTimeoutMs = positiveIntegerOption(
-      options.healthTimeoutMs,
-      1000,
-      "healthTimeoutMs",
-      (message) => {
-        throw new StoreInvalidArgumentError(`${message}.`);
-      },
-    );
-    this.#migrationTimeoutMs = nonNegativeInt(options.migrationTimeoutMs, 300_000, "migrationTimeoutMs");
+    this.#healthTimeoutMs = positiveInt(options.healthTimeoutMs, 1000, "healthTimeoutMs");
+    this.#migrationTimeoutMs = positiveInt(options.migrationTimeoutMs, 300_000, "migrationTimeoutMs");
     const sweepIntervalMs = nonNegativeInt(options.sweepIntervalMs, 60_000, "sweepIntervalMs");
     this.#connection = new PostgresConnection(options.url, options);
     if (sweepIntervalMs > 0) {
