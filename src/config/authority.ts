@@ -294,8 +294,8 @@ export const authoritySettings = {
 
 const AUTHORITY_NOTES = `A missing KEK file is an error that names the path: a new KEK is created (mode 0600) only by
 an explicit init — \`--init-kek\` (SQLite store only; \`authority crypto --init-kek\` likewise) or
-the \`authority dev\` / \`demo\` quick start. With Redis the KEK must be given (\`AUTHORITY_KEK\` or an
-existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
+the \`authority dev\` / \`demo\` quick start. With a shared store (PostgreSQL, Redis) the KEK must be
+given (\`AUTHORITY_KEK\` or an existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
 See docs/authorize.md for what each cache may delay and the fail-closed behaviour.
 
 ### Trusted issuers
