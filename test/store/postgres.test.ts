@@ -106,7 +106,7 @@ describe("PostgresStore specifics", () => {
 
   it("fails a statement stuck behind a lock with store_unavailable, then serves again", async () => {
     const { url, schema } = await freshSchemaUrl();
-    const store = await PostgresStore.open({ url, statementTimeoutMs: 300, sweepIntervalMs: 0 });
+    const store = await PostgresStore.open({ url, statementTimeoutMs: 500, sweepIntervalMs: 0 });
     const holder = await rawClient();
     try {
       await store.put("c", "k", 1);
@@ -193,8 +193,9 @@ describe("PostgresStore specifics", () => {
     proxied.port = String(proxy.port);
     const store = await PostgresStore.open({
       url: proxied.toString(),
-      statementTimeoutMs: 300,
-      connectTimeoutMs: 300,
+      // Generous enough for a loaded machine while the proxy passes, short while it hangs.
+      statementTimeoutMs: 1000,
+      connectTimeoutMs: 1000,
       sweepIntervalMs: 0,
     });
     try {
