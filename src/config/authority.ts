@@ -37,6 +37,7 @@ import {
   refuseKekInitOnSharedStore,
   type SettingSource,
   setting,
+  storePoolSettings,
   text,
 } from "./settings.ts";
 import { issuerConfig, trustedIssuersSetting } from "./trusted-issuers.ts";
@@ -47,6 +48,8 @@ export interface AuthorityConfig {
   readonly logLevel: LogLevel;
   readonly stateDir: string;
   readonly storeUrl: string;
+  /** The connection pool of a PostgreSQL store. */
+  readonly storePool: { readonly size: number; readonly statementTimeoutMs: number };
   readonly kek: {
     /** The KEK itself (AUTHORITY_KEK), when given. */
     readonly value?: string;
@@ -110,6 +113,7 @@ export interface AuthorityConfig {
 export const authoritySettings = {
   logLevel: logLevelSetting(),
   ...embeddedStateSettings,
+  ...storePoolSettings,
   ...kekSettings,
   listen: setting({
     key: "listen",
@@ -290,8 +294,8 @@ export const authoritySettings = {
 
 const AUTHORITY_NOTES = `A missing KEK file is an error that names the path: a new KEK is created (mode 0600) only by
 an explicit init — \`--init-kek\` (SQLite store only; \`authority crypto --init-kek\` likewise) or
-the \`authority dev\` / \`demo\` quick start. With Redis the KEK must be given (\`AUTHORITY_KEK\` or an
-existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
+the \`authority dev\` / \`demo\` quick start. With a shared store (PostgreSQL, Redis) the KEK must be
+given (\`AUTHORITY_KEK\` or an existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
 See docs/authorize.md for what each cache may delay and the fail-closed behaviour.
 
 ### Trusted issuers
@@ -412,6 +416,10 @@ export const authoritySchema = defineProcess({
       policyCache: { max: read.value("policyCacheSize"), ttlMs: read.value("policyCacheTtl") * 1000 },
       tokenCache: { max: read.value("tokenCacheSize") },
       recordCacheMs: read.value("recordCache"),
+      storePool: {
+        size: read.value("storePoolSize"),
+        statementTimeoutMs: read.value("storeStatementTimeout"),
+      },
       auditBuffer: read.value("auditBuffer"),
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
       parameterScoping: {

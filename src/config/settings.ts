@@ -12,8 +12,10 @@ import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { ConfigError } from "./errors.ts";
 import {
   boolean,
+  duration,
   egressAllowList,
   httpUrl,
+  integer,
   type LogLevel,
   logLevel,
   path,
@@ -227,10 +229,31 @@ export const embeddedStateSettings = {
   store: setting({
     key: "store",
     env: "AUTHORITY_STORE_URL",
-    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
+    description:
+      "the store: `sqlite:<file>`, `redis://host:port/db` or `postgres://user:password@host:port/database` (migrated at start; docs/store.md)",
     defaultText: "sqlite:<state-dir>/authority.db",
+    flagAliases: ["store-url"],
     secret: true,
     parse: storeUrl,
+  }),
+};
+
+/** The connection pool of a PostgreSQL store (ignored by the SQLite and Redis stores). */
+export const storePoolSettings = {
+  storePoolSize: setting({
+    key: "store-pool-size",
+    env: "AUTHORITY_STORE_POOL_SIZE",
+    description: "most connections to a PostgreSQL store this process opens",
+    default: 10,
+    parse: integer(1, 1000),
+  }),
+  storeStatementTimeout: setting({
+    key: "store-statement-timeout-ms",
+    env: "AUTHORITY_STORE_STATEMENT_TIMEOUT_MS",
+    description:
+      "a PostgreSQL statement running longer is cancelled and the call fails closed as the store being unavailable (503)",
+    default: 5000,
+    parse: duration("ms", 10, 600_000),
   }),
 };
 

@@ -152,11 +152,16 @@ export const existingFile: Validator<string> = validator("path of an existing fi
   return value;
 });
 
-/** A store URL: `sqlite:<file>` or `redis(s)://…`; the value may hold a password, so it is never echoed. */
-export const storeUrl: Validator<string> = validator("sqlite:<file> or redis URL", (raw, where) => {
+/**
+ * A store URL: `sqlite:<file>`, `redis(s)://…` or `postgres(ql)://…`; the value may hold a
+ * password, so it is never echoed.
+ */
+export const storeUrl: Validator<string> = validator("sqlite:<file>, redis or postgres URL", (raw, where) => {
   const value = asText(raw, where);
-  if (!/^(sqlite:.+|rediss?:\/\/.+)$/i.test(value)) {
-    throw new ConfigError(`${where} must be sqlite:<file> or redis://host:port[/db]`);
+  if (!/^(sqlite:.+|rediss?:\/\/.+|postgres(ql)?:\/\/.+)$/i.test(value)) {
+    throw new ConfigError(
+      `${where} must be sqlite:<file>, redis://host:port[/db] or postgres://[user[:password]@]host[:port]/database`,
+    );
   }
   return value;
 });

@@ -165,7 +165,7 @@ describe("authority serve configuration", () => {
       );
     }
     assert.throws(
-      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "postgres://user:hunter2@db" } }),
+      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "mysql://user:hunter2@db" } }),
       (error: unknown) => error instanceof ConfigError && !error.message.includes("hunter2"),
     );
   });

@@ -46,6 +46,7 @@ describe("values.schema.json", () => {
       "bundled-redis",
       "cert-manager",
       "external-redis",
+      "postgres",
       "crypto-custody",
       "managed-custody",
     ]) {

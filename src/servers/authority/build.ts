@@ -156,7 +156,11 @@ export async function buildAuthorityService(
 ): Promise<AuthorityService> {
   const logger = overrides.logger ?? createLogger("authority", config.logLevel);
   const ownsStore = overrides.store === undefined;
-  const store = overrides.store ?? (await openStore(config.storeUrl));
+  const store =
+    overrides.store ??
+    (await openStore(config.storeUrl, {
+      postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
+    }));
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
