@@ -2,9 +2,11 @@
  * A hostile upstream for the response-side attack tests: a real HTTP server on an
  * ephemeral port that echoes the credentials it receives back to the caller in every way
  * a careless or hostile API might (response headers, text, JSON under innocuous names,
- * base64, URL-encoded, UTF-16, binary, compressed), and that serves sensitive JSON the
- * way a redaction bypass would need it (BOM, NDJSON, trailing bytes, NaN, UTF-16, JSONP,
- * gzip, an unknown content coding).
+ * base64, URL-encoded, UTF-16, binary, compressed, and in every encoding a client may decode:
+ * MIME base64, HTML references, percent-encoding, JavaScript escapes, hex, quoted-printable,
+ * and these nested), and that serves sensitive JSON the way a redaction bypass would need it
+ * (BOM, NDJSON, trailing bytes, NaN, UTF-16, JSONP, gzip, an unknown content coding, HTML,
+ * JSON inside a JSON string or a base64 one, JSON under a text type).
  *
  *   GET /echo/{kind}   → ECHO_KINDS: what it received, spelled as `kind` says
  *   GET /ruled/{kind}  → BODY_KINDS: `{ card_number, password }` served as `kind` says
@@ -30,6 +32,21 @@ export const ECHO_KINDS = [
   "binary",
   "gzip",
   "location",
+  // Encodings a client may decode (issue 26): every one must be scrubbed or refused.
+  "base64-mime",
+  "base64-json-lines",
+  "base64url-spaced",
+  "html-decimal",
+  "html-hex",
+  "html-named",
+  "percent-all",
+  "js-escaped",
+  "hex",
+  "quoted-printable",
+  "utf16-percent",
+  "gzip-base64-mime",
+  "percent-html",
+  "base64-js-escaped",
 ] as const;
 export type EchoKind = (typeof ECHO_KINDS)[number];
 
@@ -45,6 +62,13 @@ export const BODY_KINDS = [
   "gzip",
   "unknown-encoding",
   "html",
+  // JSON inside what is not plain JSON (issue 26): masked where a client would read it, or refused.
+  "html-escaped",
+  "jsonp-unquoted",
+  "json-in-string",
+  "json-base64-string",
+  "json-text-plain",
+  "html-clean",
 ] as const;
 export type BodyKind = (typeof BODY_KINDS)[number];
 
@@ -108,6 +132,126 @@ function dump(values: Record<string, string>): string {
 /** Every character as a \u escape: a byte scan cannot see it, a JSON parser does. */
 function escapeAll(text: string): string {
   return Array.from(text, (c) => `\\u${(c.codePointAt(0) ?? 0).toString(16).padStart(4, "0")}`).join("");
+}
+
+/** MIME base64 (RFC 2045): lines of `width` characters, each ending in CRLF. */
+function mimeBase64(bytes: Buffer, width = 76): string {
+  const encoded = bytes.toString("base64");
+  const lines: string[] = [];
+  for (let i = 0; i < encoded.length; i += width) lines.push(encoded.slice(i, i + width));
+  return lines.join("\r\n");
+}
+
+/** Inserts `gap` after every `every` characters. */
+function spaced(text: string, every: number, gap: string): string {
+  let out = "";
+  for (let i = 0; i < text.length; i += every) out += text.slice(i, i + every) + gap;
+  return out;
+}
+
+/** Hex digits in alternating case, so a case-sensitive match on either case misses. */
+function mixedHex(byte: number, i: number): string {
+  const hex = byte.toString(16).padStart(2, "0");
+  return i % 2 === 0 ? hex.toUpperCase() : hex;
+}
+
+function percentAll(text: string): string {
+  return Array.from(Buffer.from(text, "utf8"), (byte, i) => `%${mixedHex(byte, i)}`).join("");
+}
+
+function htmlDecimal(text: string): string {
+  return Array.from(text, (c) => `&#${c.codePointAt(0)};`).join("");
+}
+
+function htmlHex(text: string): string {
+  return Array.from(
+    text,
+    (c, i) => `&#${i % 2 === 0 ? "x" : "X"}${mixedHex(c.codePointAt(0) ?? 0, i)};`,
+  ).join("");
+}
+
+/** HTML5 named references where one exists (punctuation), a hex reference otherwise. */
+const NAMED: Readonly<Record<string, string>> = {
+  ":": "&colon;",
+  "=": "&equals;",
+  "/": "&sol;",
+  ".": "&period;",
+  "\n": "&NewLine;",
+  _: "&lowbar;",
+  "+": "&plus;",
+  ",": "&comma;",
+  "?": "&quest;",
+  "%": "&percnt;",
+  "&": "&amp;",
+};
+function htmlNamed(text: string): string {
+  return Array.from(text, (c) => NAMED[c] ?? htmlHex(c)).join("");
+}
+
+/** JavaScript string escapes: `\uXXXX` and `\xHH` in turn, in mixed case. */
+function jsEscaped(text: string): string {
+  return Array.from(text, (c, i) => {
+    const code = c.codePointAt(0) ?? 0;
+    if (i % 2 === 1 && code < 0x100) return `\\x${mixedHex(code, i)}`;
+    return `\\u${code.toString(16).padStart(4, "0").toUpperCase()}`;
+  }).join("");
+}
+
+/** Quoted-printable (RFC 2045): every byte as `=XX`, soft line breaks every 24 bytes. */
+function quotedPrintable(text: string): string {
+  return Array.from(
+    Buffer.from(text, "utf8"),
+    (byte, i) => `=${byte.toString(16).padStart(2, "0").toUpperCase()}${i % 24 === 23 ? "=\r\n" : ""}`,
+  ).join("");
+}
+
+/**
+ * What a client could read out of `text` by decoding it: the text, and every reading one or
+ * two decodings give (JavaScript/JSON escapes, HTML references, percent-encoding,
+ * quoted-printable, hex runs, base64/base64url runs with any whitespace at every alignment).
+ * A naive oracle for the tests, independent of the scrubber's own decoders.
+ */
+export function clientReadings(text: string): string[] {
+  const named: Record<string, string> = { amp: "&", lt: "<", gt: ">", quot: '"', apos: "'" };
+  for (const [char, ref] of Object.entries(NAMED)) named[ref.slice(1, -1)] = char;
+  const decoders: Array<(t: string) => string[]> = [
+    (t) => [
+      t.replace(/\\u\{([0-9a-f]+)\}|\\u([0-9a-f]{4})|\\x([0-9a-f]{2})|\\([^ux])/gi, (m, cp, u, x, c) => {
+        if (c !== undefined) return ({ n: "\n", r: "\r", t: "\t" } as Record<string, string>)[c] ?? c;
+        return String.fromCodePoint(Number.parseInt(cp ?? u ?? x, 16));
+      }),
+    ],
+    (t) => [
+      t.replace(
+        /&#(x[0-9a-f]+|\d+);?|&([a-z]+);/gi,
+        (m, num: string | undefined, name: string | undefined) => {
+          if (name !== undefined) return named[name] ?? m;
+          const n = num?.[0]?.toLowerCase() === "x" ? Number.parseInt(num.slice(1), 16) : Number(num);
+          return String.fromCodePoint(n);
+        },
+      ),
+    ],
+    (t) => [
+      t.replace(/%([0-9a-f]{2})/gi, (_m, hex: string) => String.fromCharCode(Number.parseInt(hex, 16))),
+    ],
+    (t) => [
+      t
+        .replace(/=\r?\n/g, "")
+        .replace(/=([0-9A-F]{2})/gi, (_m, hex: string) => String.fromCharCode(Number.parseInt(hex, 16))),
+    ],
+    (t) =>
+      (t.match(/[0-9a-f]{16,}/gi) ?? []).flatMap((run) =>
+        [0, 1].map((at) => Buffer.from(run.slice(at), "hex").toString("latin1")),
+      ),
+    (t) =>
+      (t.match(/[A-Za-z0-9+/_\-\s]{12,}/g) ?? []).flatMap((run) => {
+        const compact = run.replace(/\s+/g, "").replaceAll("-", "+").replaceAll("_", "/");
+        return [0, 1, 2, 3].map((at) => Buffer.from(compact.slice(at), "base64").toString("latin1"));
+      }),
+  ];
+  const once = (t: string) => decoders.flatMap((decode) => decode(t));
+  const first = once(text);
+  return [text, ...first, ...first.flatMap(once)];
 }
 
 /** Returns undefined so that `return send(…)` ends a case. */
@@ -183,6 +327,59 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
       );
     case "gzip":
       return send(res, { "content-type": "text/plain", "content-encoding": "gzip" }, gzipSync(text));
+    case "base64-mime":
+      return send(res, { "content-type": "text/plain" }, `${mimeBase64(Buffer.from(text))}\r\n`);
+    case "base64-json-lines":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ blob: mimeBase64(Buffer.from(text), 64), id: 7 }),
+      );
+    case "base64url-spaced":
+      // One byte first: the values start at another alignment than the blob.
+      return send(
+        res,
+        { "content-type": "text/plain" },
+        spaced(spaced(Buffer.from(`!${text}`).toString("base64url"), 5, " "), 23, "\n"),
+      );
+    case "html-decimal":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlDecimal(text)}</pre></html>`);
+    case "html-hex":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlHex(text)}</pre></html>`);
+    case "html-named":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlNamed(text)}</pre></html>`);
+    case "percent-all":
+      return send(res, { "content-type": "text/plain" }, `next=${percentAll(text)}`);
+    case "js-escaped":
+      return send(res, { "content-type": "application/javascript" }, `var echo = "${jsEscaped(text)}";`);
+    case "hex":
+      return send(
+        res,
+        { "content-type": "text/plain" },
+        `hex: ${Array.from(Buffer.from(text), (byte, i) => mixedHex(byte, i)).join("")}`,
+      );
+    case "quoted-printable":
+      return send(res, { "content-type": "text/plain" }, quotedPrintable(text));
+    case "utf16-percent":
+      return send(
+        res,
+        { "content-type": "text/plain; charset=utf-16le" },
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(percentAll(text), "utf16le")]),
+      );
+    case "gzip-base64-mime":
+      return send(
+        res,
+        { "content-type": "text/plain", "content-encoding": "gzip" },
+        gzipSync(mimeBase64(Buffer.from(text))),
+      );
+    case "percent-html":
+      return send(res, { "content-type": "text/plain" }, `next=${encodeURIComponent(htmlHex(text))}`);
+    case "base64-js-escaped":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ blob: Buffer.from(jsEscaped(text)).toString("base64"), id: 7 }),
+      );
     default:
       res.writeHead(404, { "content-length": "0" });
       return void res.end();
@@ -229,6 +426,38 @@ function sensitive(kind: string, password: string, res: ServerResponse): undefin
       return send(res, { "content-type": "application/json", "content-encoding": "x-secret-sauce" }, json);
     case "html":
       return send(res, { "content-type": "text/html" }, `<html><pre>${json}</pre></html>`);
+    case "html-escaped":
+      return send(
+        res,
+        { "content-type": "text/html" },
+        `<html><pre>${json.replaceAll("&", "&amp;").replaceAll('"', "&quot;")}</pre></html>`,
+      );
+    case "jsonp-unquoted":
+      return send(
+        res,
+        { "content-type": "application/javascript" },
+        `cb({id:"order-1", card_number:"${CARD_NUMBER}", password:${JSON.stringify(password)}});`,
+      );
+    case "json-in-string":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ id: "order-1", payload: json }),
+      );
+    case "json-base64-string":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ id: "order-1", payload: Buffer.from(json).toString("base64") }),
+      );
+    case "json-text-plain":
+      return send(res, { "content-type": "text/plain" }, json);
+    case "html-clean":
+      return send(
+        res,
+        { "content-type": "text/html" },
+        "<html><body><p>order-1 has shipped</p></body></html>",
+      );
     default:
       res.writeHead(404, { "content-length": "0" });
       return void res.end();
