@@ -216,7 +216,7 @@ export function clientReadings(text: string): string[] {
   for (const [char, ref] of Object.entries(NAMED)) named[ref.slice(1, -1)] = char;
   const decoders: Array<(t: string) => string[]> = [
     (t) => [
-      t.replace(/\\u\{([0-9a-f]+)\}|\\u([0-9a-f]{4})|\\x([0-9a-f]{2})|\\([^ux])/gi, (m, cp, u, x, c) => {
+      t.replace(/\\u\{([0-9a-f]+)\}|\\u([0-9a-f]{4})|\\x([0-9a-f]{2})|\\([^ux])/gi, (_m, cp, u, x, c) => {
         if (c !== undefined) return ({ n: "\n", r: "\r", t: "\t" } as Record<string, string>)[c] ?? c;
         return String.fromCodePoint(Number.parseInt(cp ?? u ?? x, 16));
       }),

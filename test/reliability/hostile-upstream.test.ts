@@ -254,7 +254,6 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
         nan: "redaction_failed",
         utf16: "masked",
         "utf16-charset": "masked",
-        jsonp: "passes_without_rules",
         gzip: "masked",
         "unknown-encoding": "scrub_failed",
         // JSON inside what is not plain JSON: a client would read the card number out of it.
