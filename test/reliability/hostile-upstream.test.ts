@@ -236,7 +236,10 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
         for (const kind of ECHO_KINDS) {
           const outcome = await through(path, capability, "echo", kind);
           const what = `${path} ${capability.id} echo/${kind}`;
-          assert.equal(outcome.ok, true, `${what}: ${outcome.seen.slice(0, 400)}`);
+          // Base64 of JSON: a client decoding it reads members redaction never saw, so one with
+          // a sensitive name (the echoed `authorization` or `x-api-key`) refuses the answer.
+          const refusable = kind === "base64" && outcome.code === "redaction_failed";
+          assert.ok(outcome.ok || refusable, `${what}: ${outcome.seen.slice(0, 400)}`);
           assertNoCredential(outcome, what);
         }
       }
@@ -253,7 +256,8 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
         trailing: "redaction_failed",
         nan: "redaction_failed",
         utf16: "masked",
-        "utf16-charset": "masked",
+        // JSON under a text type: masked by default; an operation's rules need a JSON type.
+        "utf16-charset": "masked_without_rules",
         gzip: "masked",
         "unknown-encoding": "scrub_failed",
         // JSON inside what is not plain JSON: a client would read the card number out of it.
@@ -263,7 +267,6 @@ describe("a hostile upstream on invoke, broker, MCP and the proxy", () => {
         "jsonp-unquoted": "redaction_failed",
         "json-in-string": "redaction_failed",
         "json-base64-string": "redaction_failed",
-        // Plain JSON under a text type: masked by default; an operation's rules need a JSON type.
         "json-text-plain": "masked_without_rules",
         "html-clean": "passes_without_rules",
       };
