@@ -224,9 +224,9 @@ export function decodeEscapes(view: DecodedView): DecodedView | undefined {
   pattern.lastIndex = 0;
   for (let match = pattern.exec(text); match !== null; match = pattern.exec(text)) {
     const at = match.index;
-    const escape = escapeAt(text, at);
-    if (escape === undefined) continue;
-    const [decoded, consumed] = escape;
+    const found = escapeAt(text, at);
+    if (found === undefined) continue;
+    const [decoded, consumed] = found;
     decodedAny = true;
     push(text.slice(literalFrom, at), literalFrom, at - literalFrom, true);
     push(decoded, at, consumed, false);
