@@ -188,7 +188,14 @@ function quotedPrintable(text: string, at: number): Escape {
   return byte === undefined ? undefined : [String.fromCharCode(byte), 3];
 }
 
-const ESCAPE_START = /[%&\\=]/g;
+/** The escape families, by the character that starts them: percent, HTML, JavaScript, quoted-printable. */
+const FAMILIES = ["%", "&", "\\", "="] as const;
+const ALL_FAMILIES = (1 << FAMILIES.length) - 1;
+/** One global pattern per set of families (a bit mask of FAMILIES). */
+const ESCAPE_STARTS: readonly RegExp[] = Array.from({ length: ALL_FAMILIES + 1 }, (_, mask) => {
+  const chars = FAMILIES.filter((_c, i) => (mask & (1 << i)) !== 0).map((c) => (c === "\\" ? "\\\\" : c));
+  return new RegExp(`[${chars.join("") || "^\\s\\S"}]`, "g");
+});
 
 function escapeAt(text: string, at: number): Escape {
   switch (text[at]) {
@@ -203,14 +210,23 @@ function escapeAt(text: string, at: number): Escape {
   }
 }
 
-/** One escape round of `view`, or undefined when it holds no escape. */
-export function decodeEscapes(view: DecodedView): DecodedView | undefined {
+export interface EscapeRound {
+  readonly view: DecodedView;
+  /** The families it decoded (a bit mask of FAMILIES). */
+  readonly families: number;
+}
+
+/**
+ * One escape round of `view`, decoding the `families` given (all by default), or undefined
+ * when it holds none of their escapes.
+ */
+export function decodeEscapes(view: DecodedView, families = ALL_FAMILIES): EscapeRound | undefined {
   const { text } = view;
   const segments: Segments = { out: [], src: [], srcLength: [], literal: [] };
   const parts: string[] = [];
   let length = 0;
   let literalFrom = 0;
-  let decodedAny = false;
+  let decoded = 0;
   const push = (part: string, src: number, srcLength: number, literal: boolean) => {
     if (part.length === 0) return;
     segments.out.push(length);
@@ -220,23 +236,23 @@ export function decodeEscapes(view: DecodedView): DecodedView | undefined {
     parts.push(part);
     length += part.length;
   };
-  const pattern = ESCAPE_START;
+  // The module's own global pattern; decodeEscapes is never re-entered while it runs.
+  const pattern = ESCAPE_STARTS[families] ?? /$^/g;
   pattern.lastIndex = 0;
   for (let match = pattern.exec(text); match !== null; match = pattern.exec(text)) {
     const at = match.index;
     const found = escapeAt(text, at);
     if (found === undefined) continue;
-    const [decoded, consumed] = found;
-    decodedAny = true;
+    decoded |= 1 << FAMILIES.indexOf(match[0] as (typeof FAMILIES)[number]);
     push(text.slice(literalFrom, at), literalFrom, at - literalFrom, true);
-    push(decoded, at, consumed, false);
-    literalFrom = at + consumed;
+    push(found[0], at, found[1], false);
+    literalFrom = at + found[1];
     pattern.lastIndex = literalFrom;
   }
-  if (!decodedAny) return undefined;
+  if (decoded === 0) return undefined;
   push(text.slice(literalFrom), literalFrom, text.length - literalFrom, true);
-  if (segments.out.length === 0) return baseView("");
-  return segmentedView(view, parts.join(""), segments);
+  const out = segments.out.length === 0 ? baseView("") : segmentedView(view, parts.join(""), segments);
+  return { view: out, families: decoded };
 }
 
 /** Character classes of the runs: base64/base64url characters, hex digits, ASCII whitespace. */
@@ -361,25 +377,37 @@ export function binaryDecodings(view: DecodedView, minLength = 0): DecodedView[]
 /**
  * Calls `visit` with every decoded view of `root` (the root first), until it returns true.
  * `minLength`: what the caller looks for is at least this long, so runs that decode to less
- * are skipped. Throws ViewBudgetError when the views would read more than the budget.
+ * are skipped. Throws ViewBudgetError when the views would read more than `budgetChars`.
  */
 export function forEachView(
   root: DecodedView,
   visit: (view: DecodedView) => boolean | undefined,
   minLength = 0,
+  budgetChars = VIEW_BUDGET_FACTOR * root.text.length + VIEW_BUDGET_BASE,
 ): void {
-  let budget = VIEW_BUDGET_FACTOR * root.text.length + VIEW_BUDGET_BASE;
-  const pending: Array<readonly [DecodedView, number]> = [[root, 0]];
+  let budget = budgetChars;
+  /** A view, its binary depth, and the escape rounds that made it. */
+  const pending: Array<readonly [DecodedView, number, number]> = [[root, 0, 0]];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
-    const [start, depth] = next;
+    const [start, depth, startRound] = next;
     let view: DecodedView | undefined = start;
-    for (let round = 0; view !== undefined; round++) {
+    for (let round = startRound; view !== undefined; round++) {
       budget -= view.text.length;
       if (budget < 0) throw new ViewBudgetError();
       if (visit(view) === true) return;
       if (depth < MAX_BINARY_DEPTH)
-        for (const decoded of binaryDecodings(view, minLength)) pending.push([decoded, depth + 1]);
-      view = round < MAX_ESCAPE_ROUNDS ? decodeEscapes(view) : undefined;
+        for (const decoded of binaryDecodings(view, minLength)) pending.push([decoded, depth + 1, 0]);
+      if (round === MAX_ESCAPE_ROUNDS) break;
+      const decoded = decodeEscapes(view);
+      // A client decodes one family at a time: when the text mixes several, each alone too
+      // (an HTML-escaped `%41` is not percent-decoded by the client that reads the HTML).
+      if (decoded !== undefined && round === 0 && (decoded.families & (decoded.families - 1)) !== 0) {
+        for (let family = 1; family <= decoded.families; family <<= 1) {
+          const alone = (decoded.families & family) === 0 ? undefined : decodeEscapes(view, family);
+          if (alone !== undefined) pending.push([alone.view, depth, round + 1]);
+        }
+      }
+      view = decoded?.view;
     }
   }
 }

@@ -129,16 +129,40 @@ export function injectedSecrets(
   return [...out];
 }
 
+const HTML_ENTITIES: Readonly<Record<string, string>> = {
+  "&": "&amp;",
+  "<": "&lt;",
+  ">": "&gt;",
+  '"': "&quot;",
+};
+
 /**
- * The spellings of one form looked for in every decoded view: the form itself; with spaces as
- * `+` (form encoding: the views decode `%XX`, not `+`); and JSON-escaped, because a view reads
- * escapes from left to right and a backslash taken by the character before (`\b\/…`) would
- * hide the rest from it. Percent-, HTML-, base64- and hex-encoded spellings are what the views
- * decode.
+ * The spellings of one form looked for in every decoded view, besides the form itself: the
+ * ones common escapers write (percent in both cases, RFC 3986 strict and form encoding, JSON,
+ * HTML). The views decode these, but from left to right: an escape character just before the
+ * spelling (`%` + `00%21…`, `\` + `b\/…`) takes part of it into another escape, and the
+ * spelling itself still shows. Other encodings (numeric references, every byte
+ * percent-encoded, base64, hex, quoted-printable, nested) are what the views decode.
  */
 function spellings(form: string): string[] {
+  const out = new Set<string>([form]);
+  try {
+    const percent = encodeURIComponent(form);
+    out.add(percent);
+    out.add(percent.replace(/%[0-9A-F]{2}/g, (hex) => hex.toLowerCase()));
+    out.add(percent.replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`));
+    out.add(new URLSearchParams([["", form]]).toString().slice(1));
+  } catch {
+    // A lone surrogate has no percent-encoding: the other spellings still apply.
+  }
   const json = JSON.stringify(form).slice(1, -1);
-  const out = new Set([form, form.replaceAll(" ", "+"), json, json.replaceAll("/", "\\/")]);
+  out.add(json);
+  out.add(json.replaceAll("/", "\\/"));
+  // HTML escapers differ on the apostrophe: not at all, &#39; or &#x27;.
+  const html = form.replace(/[&<>"]/g, (c) => HTML_ENTITIES[c] ?? c);
+  out.add(html);
+  out.add(html.replaceAll("'", "&#39;"));
+  out.add(html.replaceAll("'", "&#x27;"));
   return [...out].filter((s) => s.length >= MIN_SECRET_LENGTH);
 }
 
