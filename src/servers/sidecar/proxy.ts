@@ -65,9 +65,9 @@ export interface ForwardProxyOptions {
   readonly metrics?: SidecarMetrics;
   /** Deadline for the decision (default 1000 ms); past it the answer is 503. */
   readonly decisionTimeoutMs?: number;
-  /** Deadline for the upstream's response headers and, when buffered, its whole body (default 10000 ms). */
+  /** Deadline for the upstream's response headers and its whole body (default 10000 ms). */
   readonly upstreamTimeoutMs?: number;
-  /** Largest response body buffered for redaction, decoded bytes (default 1 MiB). */
+  /** Largest response body, decoded bytes, read whole before anything is sent (default 1 MiB). */
   readonly maxResponseBytes?: number;
   /** Largest request body read for validation (default 1 MiB); over it the answer is 413. */
   readonly maxRequestBytes?: number;
