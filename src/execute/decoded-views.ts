@@ -14,12 +14,14 @@ import { MAX_REFERENCE_NAME, namedReference } from "./html-references.ts";
  *   named references of ASCII and Latin-1 characters, html-references.ts), JavaScript/JSON
  *   escapes (`\uXXXX`, `\u{…}`, `\xHH`, `\n`, `\/`, `\"`, `\\`, …) and quoted-printable (`=XX`,
  *   soft line breaks); the next round decodes the result again (nested encodings), up to
- *   MAX_ESCAPE_ROUNDS, until nothing changes;
+ *   MAX_ESCAPE_ROUNDS, until nothing changes; when a text mixes these families, each is
+ *   also decoded alone (a client reading HTML does not percent-decode what the HTML holds);
  * - the **binary decodings** of every round: each run of base64/base64url characters with
  *   any whitespace or line breaks between them (MIME lines, spaced blobs), decoded starting
  *   at each of its first four characters (a secret at any alignment inside a longer blob),
  *   and each run of hex digits (either case) at both alignments — read as Latin-1, and
- *   decoded again as above, up to MAX_BINARY_DEPTH levels (base64 of an escaped text).
+ *   decoded again as above, up to MAX_BINARY_DEPTH levels (base64 of an escaped text). Runs
+ *   too short to decode to what the caller looks for are skipped.
  * Percent-, `\x`- and quoted-printable escapes and decoded bytes give one Latin-1 character
  * per byte (the UTF-8 bytes of a character, as in a byte view of the body); references and
  * `\u` escapes give the character itself. Callers look for both spellings.
@@ -237,7 +239,7 @@ export function decodeEscapes(view: DecodedView, families = ALL_FAMILIES): Escap
     length += part.length;
   };
   // The module's own global pattern; decodeEscapes is never re-entered while it runs.
-  const pattern = ESCAPE_STARTS[families] ?? /$^/g;
+  const pattern = ESCAPE_STARTS[families] ?? (ESCAPE_STARTS[ALL_FAMILIES] as RegExp);
   pattern.lastIndex = 0;
   for (let match = pattern.exec(text); match !== null; match = pattern.exec(text)) {
     const at = match.index;

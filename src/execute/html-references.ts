@@ -34,7 +34,7 @@ const WITHOUT_SEMICOLON =
   "ordf ordm oslash otilde ouml para plusmn pound quot raquo reg sect shy sup1 sup2 sup3 szlig " +
   "thorn times uacute ucirc ugrave uml uuml yacute yen yuml";
 
-const byName = new Map<string, string>(
+const byName: ReadonlyMap<string, string> = new Map(
   REFERENCES.split(" ").map((pair) => {
     const [name = "", hex = "0"] = pair.split(":");
     return [name, String.fromCharCode(Number.parseInt(hex, 16))];
