@@ -37,6 +37,11 @@ export interface DecodedView {
   readonly text: string;
   /** Source offsets `[start, end)` of this view's characters `[from, to)` (`to > from`). */
   source(from: number, to: number): readonly [number, number];
+  /**
+   * An escape round's: whether characters `[from, to)` hold one it decoded. Text that holds
+   * none reads as in the view it came from, where its runs were already decoded.
+   */
+  readonly decodedWithin?: (from: number, to: number) => boolean;
 }
 
 export const MAX_ESCAPE_ROUNDS = 3;
@@ -96,10 +101,14 @@ function segmentedView(parent: DecodedView, text: string, segments: Segments): D
       ? src + position - (segments.out[i] ?? 0) + 1
       : src + (segments.srcLength[i] ?? 0);
   };
-  return { text, source: (from, to) => parent.source(start(from), end(to - 1)) };
+  const decodedWithin = (from: number, to: number): boolean => {
+    for (let i = segmentAt(segments, from); i < segments.out.length && (segments.out[i] ?? 0) < to; i++)
+      if (!segments.literal[i]) return true;
+    return false;
+  };
+  return { text, source: (from, to) => parent.source(start(from), end(to - 1)), decodedWithin };
 }
 
-const HEX = /^[0-9A-Fa-f]+$/;
 /** Escapes JSON and JavaScript give a meaning (a backslash before any other character is kept). */
 const JS_SIMPLE_ESCAPES: Readonly<Record<string, string>> = {
   n: "\n",
@@ -115,9 +124,22 @@ const JS_SIMPLE_ESCAPES: Readonly<Record<string, string>> = {
   "'": "'",
 };
 
+/** The value of a hex digit's character code, or -1. */
+function hexDigit(code: number): number {
+  if (code >= 0x30 && code <= 0x39) return code - 0x30;
+  const lower = code | 0x20;
+  return lower >= 0x61 && lower <= 0x66 ? lower - 0x57 : -1;
+}
+
 function hexAt(text: string, at: number, length: number): number | undefined {
-  const digits = text.slice(at, at + length);
-  return digits.length === length && HEX.test(digits) ? Number.parseInt(digits, 16) : undefined;
+  if (at + length > text.length) return undefined;
+  let value = 0;
+  for (let i = at; i < at + length; i++) {
+    const digit = hexDigit(text.charCodeAt(i));
+    if (digit < 0) return undefined;
+    value = value * 16 + digit;
+  }
+  return value;
 }
 
 function codePoint(value: number): string | undefined {
@@ -218,16 +240,25 @@ export interface EscapeRound {
   readonly families: number;
 }
 
+/** Between the windows of a sparse escape round: a control character no needle or member holds. */
+const WINDOW_SEPARATOR = "\u0000";
+
 /**
  * One escape round of `view`, decoding the `families` given (all by default), or undefined
- * when it holds none of their escapes.
+ * when it holds none of their escapes. Only the text within `radius` characters of an escape
+ * is kept (windows joined by WINDOW_SEPARATOR): what lies further away shows in `view` as it
+ * is, so a body with a few escapes does not cost a whole copy per round. `radius` must cover
+ * the longest thing the caller looks for, encoded.
  */
-export function decodeEscapes(view: DecodedView, families = ALL_FAMILIES): EscapeRound | undefined {
+export function decodeEscapes(
+  view: DecodedView,
+  families = ALL_FAMILIES,
+  radius = Number.POSITIVE_INFINITY,
+): EscapeRound | undefined {
   const { text } = view;
   const segments: Segments = { out: [], src: [], srcLength: [], literal: [] };
   const parts: string[] = [];
   let length = 0;
-  let literalFrom = 0;
   let decoded = 0;
   const push = (part: string, src: number, srcLength: number, literal: boolean) => {
     if (part.length === 0) return;
@@ -238,6 +269,16 @@ export function decodeEscapes(view: DecodedView, families = ALL_FAMILIES): Escap
     parts.push(part);
     length += part.length;
   };
+  /** Where the literal text still to be kept starts, and where the current window ends. */
+  let literalFrom = 0;
+  let windowEnd = -1;
+  const closeWindow = () => {
+    if (windowEnd < 0) return;
+    const end = Math.min(text.length, windowEnd);
+    push(text.slice(literalFrom, end), literalFrom, end - literalFrom, true);
+    literalFrom = end;
+    windowEnd = -1;
+  };
   // The module's own global pattern; decodeEscapes is never re-entered while it runs.
   const pattern = ESCAPE_STARTS[families] ?? (ESCAPE_STARTS[ALL_FAMILIES] as RegExp);
   pattern.lastIndex = 0;
@@ -246,13 +287,20 @@ export function decodeEscapes(view: DecodedView, families = ALL_FAMILIES): Escap
     const found = escapeAt(text, at);
     if (found === undefined) continue;
     decoded |= 1 << FAMILIES.indexOf(match[0] as (typeof FAMILIES)[number]);
+    if (windowEnd >= 0 && at > windowEnd + radius) closeWindow();
+    if (windowEnd < 0) {
+      const start = Math.max(literalFrom, at - radius);
+      if (length > 0) push(WINDOW_SEPARATOR, start, 0, false);
+      literalFrom = start;
+    }
     push(text.slice(literalFrom, at), literalFrom, at - literalFrom, true);
     push(found[0], at, found[1], false);
     literalFrom = at + found[1];
+    windowEnd = literalFrom + radius;
     pattern.lastIndex = literalFrom;
   }
   if (decoded === 0) return undefined;
-  push(text.slice(literalFrom), literalFrom, text.length - literalFrom, true);
+  closeWindow();
   const out = segments.out.length === 0 ? baseView("") : segmentedView(view, parts.join(""), segments);
   return { view: out, families: decoded };
 }
@@ -270,146 +318,227 @@ const CLASSES = (() => {
   return table;
 })();
 
-interface Run {
-  /** The run without whitespace. */
+/**
+ * The runs of a view, compacted: `text` holds every run without its whitespace, one after the
+ * other; run i is `text[starts[i], ends[i])` and spans `[sources[i], sourceEnds[i])` of the
+ * view's text.
+ */
+interface Runs {
   readonly text: string;
-  /** The offset in the view's text of each character kept. */
-  readonly positions: Int32Array;
+  readonly starts: number[];
+  readonly ends: number[];
+  readonly sources: number[];
 }
+
+const RUN_WHITESPACE = /[\t\n\f\r ]+/g;
 
 /**
  * Runs of characters of `kind` with any whitespace between them, holding at least `min` of
- * them, between `from` and `to`: one pass, and nothing allocated for a shorter run.
+ * them: one pass over the text, and nothing kept of a shorter run.
  */
-function runsOf(text: string, kind: number, min: number, from = 0, to = text.length): Run[] {
-  const runs: Run[] = [];
-  let start = -1;
-  let end = 0;
+function runsOf(text: string, kind: number, min: number, keep?: (from: number, to: number) => boolean): Runs {
+  const pieces: string[] = [];
+  const starts: number[] = [];
+  const ends: number[] = [];
+  const sources: number[] = [];
   let kept = 0;
-  for (let i = from; i <= to; i++) {
-    const code = i < to ? text.charCodeAt(i) : 0;
+  let runStart = -1;
+  let runEnd = 0;
+  let count = 0;
+  for (let i = 0; i <= text.length; i++) {
+    const code = i < text.length ? text.charCodeAt(i) : 0;
     const cls = code < 128 ? (CLASSES[code] ?? 0) : 0;
     if ((cls & kind) !== 0) {
-      if (start < 0) {
-        start = i;
-        kept = 0;
+      if (runStart < 0) {
+        runStart = i;
+        count = 0;
       }
-      kept++;
-      end = i + 1;
-    } else if ((cls & SPACE_CHAR) === 0 && start >= 0) {
-      if (kept >= min) runs.push(compact(text, start, end, kind, kept));
-      start = -1;
+      count++;
+      runEnd = i + 1;
+    } else if ((cls & SPACE_CHAR) === 0 || i === text.length) {
+      if (runStart >= 0 && count >= min && (keep === undefined || keep(runStart, runEnd))) {
+        const piece = text.slice(runStart, runEnd);
+        pieces.push(count === piece.length ? piece : piece.replace(RUN_WHITESPACE, ""));
+        starts.push(kept);
+        kept += count;
+        ends.push(kept);
+        sources.push(runStart);
+      }
+      runStart = -1;
     }
   }
-  return runs;
+  return { text: pieces.join(""), starts, ends, sources };
 }
 
-function compact(text: string, start: number, end: number, kind: number, kept: number): Run {
-  const positions = new Int32Array(kept);
-  const pieces: string[] = [];
-  let k = 0;
-  let from = start;
-  for (let i = start; i <= end; i++) {
-    const code = i < end ? text.charCodeAt(i) : 0;
-    if (code < 128 && ((CLASSES[code] ?? 0) & kind) !== 0) {
-      positions[k++] = i;
-      continue;
-    }
-    if (i > from) pieces.push(text.slice(from, i));
-    from = i + 1;
+/** Where compact character `index` of run `run` sits in the view's text (a scan of that run only). */
+function positionOf(view: string, runs: Runs, run: number, index: number): number {
+  let remaining = index - (runs.starts[run] ?? 0);
+  for (let i = runs.sources[run] ?? 0; i < view.length; i++) {
+    const code = view.charCodeAt(i);
+    if (code === 0x20 || code === 0x09 || code === 0x0a || code === 0x0c || code === 0x0d) continue;
+    if (remaining === 0) return i;
+    remaining--;
   }
-  return { text: pieces.join(""), positions };
+  return view.length - 1;
 }
+
+/** How runs decode: groups of `chars` characters give `bytes` bytes; byte k comes from characters `first(k)` and `first(k) + 1`. */
+interface Encoding {
+  readonly name: BufferEncoding;
+  readonly chars: number;
+  readonly bytes: number;
+  /** Fills a last, partial group; decodes to extra bytes after the run's own. */
+  readonly pad: string;
+  readonly first: (k: number) => number;
+}
+
+// Node decodes base64 and base64url alike; byte j of a group comes from characters j and j + 1.
+const BASE64: Encoding = {
+  name: "base64",
+  chars: 4,
+  bytes: 3,
+  pad: "A",
+  first: (k) => 4 * Math.floor(k / 3) + (k % 3),
+};
+const HEX_DIGITS: Encoding = { name: "hex", chars: 2, bytes: 1, pad: "0", first: (k) => 2 * k };
 
 /**
- * A binary decoding of part of `view`: byte k comes from compact characters
- * `[first(k), last(k)]`, which sit at `positions` in the view's text.
+ * One alignment of every run decoded at once: each run's characters from `phase` on, padded to
+ * whole groups and decoded as one string (no allocation per run).
  */
-function bytesView(
+function alignedView(
   view: DecodedView,
-  bytes: Buffer,
-  positions: Int32Array,
-  first: (k: number) => number,
-  last: (k: number) => number,
-): DecodedView {
-  const at = (index: number) => positions[Math.min(index, positions.length - 1)] ?? 0;
+  runs: Runs,
+  phase: number,
+  encoding: Encoding,
+  min: number,
+): DecodedView | undefined {
+  const { chars: group, bytes: bytesPer, pad } = encoding;
+  const parts: string[] = [];
+  /** Per decoded run: its first byte in the output, and its first compact character. */
+  const byteStarts: number[] = [];
+  const charStarts: number[] = [];
+  const charEnds: number[] = [];
+  let bytes = 0;
+  const runIndex: number[] = [];
+  runs.starts.forEach((start, i) => {
+    const end = runs.ends[i] ?? start;
+    if (end - start - phase < min) return;
+    const chars = runs.text.slice(start + phase, end);
+    const groups = Math.ceil(chars.length / group);
+    parts.push(chars.padEnd(groups * group, pad));
+    byteStarts.push(bytes);
+    charStarts.push(start + phase);
+    charEnds.push(end);
+    runIndex.push(i);
+    bytes += groups * bytesPer;
+  });
+  if (parts.length === 0) return undefined;
+  const decoded = Buffer.from(parts.join(""), encoding.name);
+  const at = (k: number, last: boolean): number => {
+    let low = 0;
+    let high = byteStarts.length - 1;
+    while (low < high) {
+      const mid = (low + high + 1) >> 1;
+      if ((byteStarts[mid] ?? 0) <= k) low = mid;
+      else high = mid - 1;
+    }
+    const index = encoding.first(k - (byteStarts[low] ?? 0)) + (last ? 1 : 0);
+    const char = Math.min((charStarts[low] ?? 0) + index, (charEnds[low] ?? 1) - 1);
+    return positionOf(view.text, runs, runIndex[low] ?? 0, char);
+  };
   return {
-    text: bytes.toString("latin1"),
-    source: (from, to) => view.source(at(first(from)), at(last(to - 1)) + 1),
+    text: decoded.toString("latin1"),
+    source: (from, to) => view.source(at(from, false), at(to - 1, true) + 1),
   };
 }
 
 /**
- * Base64 and hex decodings of every run of `view` long enough to decode to `minLength`
- * characters (at least 8), at every alignment.
+ * Base64 (four alignments) and hex (two) decodings of the runs of `view` long enough to decode
+ * to `minLength` characters (at least 8) — in an escape round, of the runs that hold a decoded
+ * character: at most six views, each holding every run.
  */
 export function binaryDecodings(view: DecodedView, minLength = 0): DecodedView[] {
-  const out: DecodedView[] = [];
   const minBase64 = Math.max(MIN_BASE64_RUN, Math.ceil((4 * minLength) / 3));
   const minHex = Math.max(MIN_HEX_RUN, 2 * minLength);
-  for (const run of runsOf(view.text, BASE64_CHAR, minBase64)) {
-    for (let phase = 0; phase < 4 && run.text.length - phase >= minBase64; phase++) {
-      // Node decodes base64 and base64url alike; 3 bytes come from 4 characters.
-      const bytes = Buffer.from(run.text.slice(phase), "base64");
-      const offset = (k: number) => phase + 4 * Math.floor(k / 3) + (k % 3);
-      out.push(bytesView(view, bytes, run.positions, offset, (k) => offset(k) + 1));
-    }
-    // Hex digits are base64 characters: hex runs lie inside base64 runs.
-    const first = run.positions[0] ?? 0;
-    const last = (run.positions[run.positions.length - 1] ?? 0) + 1;
-    for (const hex of runsOf(view.text, HEX_CHAR, minHex, first, last)) {
-      for (let phase = 0; phase < 2 && hex.text.length - phase >= minHex; phase++) {
-        const pairs = Math.floor((hex.text.length - phase) / 2);
-        const bytes = Buffer.from(hex.text.slice(phase, phase + 2 * pairs), "hex");
-        out.push(
-          bytesView(
-            view,
-            bytes,
-            hex.positions,
-            (k) => phase + 2 * k,
-            (k) => phase + 2 * k + 1,
-          ),
-        );
-      }
-    }
-  }
-  return out;
+  const base64 = runsOf(view.text, BASE64_CHAR, minBase64, view.decodedWithin);
+  const hex = runsOf(view.text, HEX_CHAR, minHex, view.decodedWithin);
+  const out: Array<DecodedView | undefined> = [];
+  for (let phase = 0; phase < 4; phase++) out.push(alignedView(view, base64, phase, BASE64, minBase64));
+  for (let phase = 0; phase < 2; phase++) out.push(alignedView(view, hex, phase, HEX_DIGITS, minHex));
+  return out.filter((decoded) => decoded !== undefined);
 }
 
 /**
  * Calls `visit` with every decoded view of `root` (the root first), until it returns true.
- * `minLength`: what the caller looks for is at least this long, so runs that decode to less
- * are skipped. Throws ViewBudgetError when the views would read more than `budgetChars`.
+ * What the caller looks for is `minLength` to `maxLength` characters long: runs that decode to
+ * less are skipped, and escape rounds keep only the text near their escapes. Throws
+ * ViewBudgetError when the views would read more than `budgetChars`.
  */
 export function forEachView(
   root: DecodedView,
   visit: (view: DecodedView) => boolean | undefined,
   minLength = 0,
+  maxLength = Number.POSITIVE_INFINITY,
   budgetChars = VIEW_BUDGET_FACTOR * root.text.length + VIEW_BUDGET_BASE,
 ): void {
+  // Decoded text within this distance of an escape can take part in a match (base64 of it too).
+  const radius = Math.ceil((4 * maxLength) / 3) + 16;
   let budget = budgetChars;
-  /** A view, its binary depth, and the escape rounds that made it. */
-  const pending: Array<readonly [DecodedView, number, number]> = [[root, 0, 0]];
+  const read = (view: DecodedView): boolean => {
+    budget -= view.text.length;
+    if (budget < 0) throw new ViewBudgetError();
+    return visit(view) === true;
+  };
+  /** A view, its binary depth, the escape rounds that made it, and whether it is a whole binary decoding. */
+  const pending: Array<readonly [DecodedView, number, number, boolean]> = [[root, 0, 0, false]];
   for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
-    const [start, depth, startRound] = next;
+    const [start, depth, startRound, binary] = next;
+    if (binary) {
+      // Decoded bytes are read whole; escapes and runs are ASCII text, so only the text inside
+      // them is decoded further (random bytes of a wrong alignment hold little of it).
+      if (read(start)) return;
+      for (const text of textRuns(start, Math.max(minLength, MIN_TEXT_RUN)))
+        pending.push([text, depth, 0, false]);
+      continue;
+    }
     let view: DecodedView | undefined = start;
     for (let round = startRound; view !== undefined; round++) {
-      budget -= view.text.length;
-      if (budget < 0) throw new ViewBudgetError();
-      if (visit(view) === true) return;
+      if (read(view)) return;
       if (depth < MAX_BINARY_DEPTH)
-        for (const decoded of binaryDecodings(view, minLength)) pending.push([decoded, depth + 1, 0]);
+        for (const decoded of binaryDecodings(view, minLength)) pending.push([decoded, depth + 1, 0, true]);
       if (round === MAX_ESCAPE_ROUNDS) break;
-      const decoded = decodeEscapes(view);
+      const decoded = decodeEscapes(view, ALL_FAMILIES, radius);
       // A client decodes one family at a time: when the text mixes several, each alone too
       // (an HTML-escaped `%41` is not percent-decoded by the client that reads the HTML).
       if (decoded !== undefined && round === 0 && (decoded.families & (decoded.families - 1)) !== 0) {
         for (let family = 1; family <= decoded.families; family <<= 1) {
-          const alone = (decoded.families & family) === 0 ? undefined : decodeEscapes(view, family);
-          if (alone !== undefined) pending.push([alone.view, depth, round + 1]);
+          const alone = (decoded.families & family) === 0 ? undefined : decodeEscapes(view, family, radius);
+          if (alone !== undefined) pending.push([alone.view, depth, round + 1, false]);
         }
       }
       view = decoded?.view;
     }
   }
+}
+
+const MIN_TEXT_RUN = 8;
+
+/**
+ * Text inside decoded bytes (read as Latin-1): printable ASCII, whitespace and valid UTF-8
+ * sequences, at least MIN_TEXT_RUN characters (a native scan; the alternatives start with
+ * disjoint characters, so it stays linear).
+ */
+const TEXT_RUN =
+  /(?:[\t\n\f\r\x20-\x7e]|[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}){8,}/g;
+
+/** The text runs inside decoded bytes that hold at least `min` characters, each a view mapped through `view`. */
+function textRuns(view: DecodedView, min: number): DecodedView[] {
+  const runs: DecodedView[] = [];
+  for (const match of view.text.matchAll(TEXT_RUN)) {
+    if (match[0].length < min) continue;
+    const from = match.index;
+    runs.push({ text: match[0], source: (a, b) => view.source(from + a, from + b) });
+  }
+  return runs;
 }

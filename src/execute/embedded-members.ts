@@ -16,6 +16,9 @@ import { baseView, forEachView, ViewBudgetError } from "./decoded-views.ts";
  */
 
 const MAX_NAME = 128;
+/** The shortest member with a readable value (`{pin:1`), and the longest text one needs to show. */
+const MIN_MEMBER = 6;
+const MAX_MEMBER = MAX_NAME + 8;
 
 function isSpace(code: number): boolean {
   return code === 0x20 || code === 0x09 || code === 0x0a || code === 0x0d || code === 0x0c;
@@ -92,10 +95,15 @@ function viewHoldsMember(text: string, isCovered: (name: string) => boolean): bo
 export function holdsMember(text: string, isCovered: (name: string) => boolean): boolean {
   let found = false;
   try {
-    forEachView(baseView(text), (view) => {
-      found = view.text.includes(":") && viewHoldsMember(view.text, isCovered);
-      return found;
-    });
+    forEachView(
+      baseView(text),
+      (view) => {
+        found = view.text.includes(":") && viewHoldsMember(view.text, isCovered);
+        return found;
+      },
+      MIN_MEMBER,
+      MAX_MEMBER,
+    );
   } catch (error) {
     if (error instanceof ViewBudgetError) return true;
     throw error;

@@ -210,7 +210,12 @@ function rangesInBytes(haystack: Buffer, patterns: readonly Buffer[]): Range[] {
 }
 
 /** Where `needles` occur in any decoded view of `root`, as ranges of its source. */
-function rangesInViews(root: DecodedView, needles: readonly string[], minLength: number): Range[] {
+function rangesInViews(
+  root: DecodedView,
+  needles: readonly string[],
+  minLength: number,
+  maxLength: number,
+): Range[] {
   const ranges: Range[] = [];
   try {
     forEachView(
@@ -224,6 +229,7 @@ function rangesInViews(root: DecodedView, needles: readonly string[], minLength:
         }
       },
       minLength,
+      maxLength,
     );
   } catch (error) {
     if (error instanceof ViewBudgetError) throw new ScrubError("the response has too many nested encodings");
@@ -334,16 +340,18 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
   const widePatterns = wide.filter((p) => p.includes(0));
   const wideAlways = wide.filter((p) => !p.includes(0));
   const minLength = Math.min(...needles.map((needle) => needle.length));
+  const maxLength = Math.max(0, ...needles.map((needle) => needle.length));
   const empty = needles.length === 0;
 
-  const textRanges = (text: string): Range[] => rangesInViews(baseView(text), needles, minLength);
+  const textRanges = (text: string): Range[] => rangesInViews(baseView(text), needles, minLength, maxLength);
 
   const byteRanges = (bytes: Buffer): Range[] => {
     const ranges = textRanges(bytes.toString("latin1"));
     if (wideAlways.length > 0) ranges.push(...rangesInBytes(bytes, wideAlways));
     // Wide encodings need NUL bytes: a body without any cannot hold one.
     if (bytes.includes(0)) {
-      for (const view of utf16Views(bytes)) ranges.push(...rangesInViews(view, needles, minLength));
+      for (const view of utf16Views(bytes))
+        ranges.push(...rangesInViews(view, needles, minLength, maxLength));
       ranges.push(...rangesInBytes(bytes, widePatterns));
     }
     return ranges;

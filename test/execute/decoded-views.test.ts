@@ -103,6 +103,6 @@ describe("decoded views", () => {
 
   it("a text whose views would exceed the budget is refused", () => {
     const text = percentAll("a".repeat(64)).repeat(4);
-    assert.throws(() => forEachView(baseView(text), () => false, 0, 10), ViewBudgetError);
+    assert.throws(() => forEachView(baseView(text), () => false, 0, 64, 10), ViewBudgetError);
   });
 });
