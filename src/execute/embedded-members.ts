@@ -19,6 +19,8 @@ const MAX_NAME = 128;
 /** The shortest member with a readable value (`{pin:1`), and the longest text one needs to show. */
 const MIN_MEMBER = 6;
 const MAX_MEMBER = MAX_NAME + 8;
+/** A `:`, an escape, or a run the views decode (decoded-views.ts: 11 base64 characters at least). */
+const MAY_HOLD_MEMBER = /[:%&\\=]|[A-Za-z0-9+/_-][A-Za-z0-9+/_\t\n\f\r -]{10}/;
 
 function isSpace(code: number): boolean {
   return code === 0x20 || code === 0x09 || code === 0x0a || code === 0x0d || code === 0x0c;
@@ -93,6 +95,8 @@ function viewHoldsMember(text: string, isCovered: (name: string) => boolean): bo
  * whose views exceed their budget counts as holding one: it cannot be shown not to.
  */
 export function holdsMember(text: string, isCovered: (name: string) => boolean): boolean {
+  // No reading of it can hold a member: no `:`, no escape, no run long enough to decode.
+  if (!MAY_HOLD_MEMBER.test(text)) return false;
   let found = false;
   try {
     forEachView(
