@@ -234,7 +234,7 @@ function escapeAt(text: string, at: number): Escape {
   }
 }
 
-export interface EscapeRound {
+interface EscapeRound {
   readonly view: DecodedView;
   /** The families it decoded (a bit mask of FAMILIES). */
   readonly families: number;
@@ -250,7 +250,7 @@ const WINDOW_SEPARATOR = "\u0000";
  * is, so a body with a few escapes does not cost a whole copy per round. `radius` must cover
  * the longest thing the caller looks for, encoded.
  */
-export function decodeEscapes(
+function decodeEscapes(
   view: DecodedView,
   families = ALL_FAMILIES,
   radius = Number.POSITIVE_INFINITY,
@@ -320,8 +320,7 @@ const CLASSES = (() => {
 
 /**
  * The runs of a view, compacted: `text` holds every run without its whitespace, one after the
- * other; run i is `text[starts[i], ends[i])` and spans `[sources[i], sourceEnds[i])` of the
- * view's text.
+ * other; run i is `text[starts[i], ends[i])` and starts at `sources[i]` in the view's text.
  */
 interface Runs {
   readonly text: string;
@@ -458,7 +457,7 @@ function alignedView(
  * to `minLength` characters (at least 8) — in an escape round, of the runs that hold a decoded
  * character: at most six views, each holding every run.
  */
-export function binaryDecodings(view: DecodedView, minLength = 0): DecodedView[] {
+function binaryDecodings(view: DecodedView, minLength = 0): DecodedView[] {
   const minBase64 = Math.max(MIN_BASE64_RUN, Math.ceil((4 * minLength) / 3));
   const minHex = Math.max(MIN_HEX_RUN, 2 * minLength);
   const base64 = runsOf(view.text, BASE64_CHAR, minBase64, view.decodedWithin);
