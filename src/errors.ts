@@ -167,7 +167,7 @@ export const errorCodes = {
   redaction_failed: deny(
     502,
     GrpcCode.UNAVAILABLE,
-    "The upstream response must be redacted but is not valid JSON; it was not returned.",
+    "The upstream response must be redacted but is not plain JSON; it was not returned.",
   ),
   scrub_failed: deny(
     502,

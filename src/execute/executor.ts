@@ -20,7 +20,7 @@ import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
 import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
-import { decodeTextLeniently, RedactionDecodeError } from "./response-body.ts";
+import { RedactionDecodeError } from "./response-body.ts";
 import { scrubAndRedact } from "./scrub-redact.ts";
 import {
   createSecretScrubber,
@@ -291,7 +291,7 @@ function responseBody(
       return { body: lines.length === 0 ? "" : `${lines.join("\n")}\n`, events };
     }
     case "other": {
-      const text = scrubber.scrubText(decodeTextLeniently(read.bytes, contentType));
+      const text = scrubber.scrubText(read.text);
       if (text.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
       return { body: text.value, events };
     }

@@ -10,9 +10,11 @@ import { JsonLimitError, parseBoundedJson } from "../core/bounded-json.ts";
  * else UTF-16 detected by its NUL pattern, else UTF-8 — strictly (invalid bytes fail) — and
  * parsed as one JSON document (NDJSON types: one document per non-empty line), within the
  * JSON limits (core/bounded-json.ts). Anything else (trailing bytes, NaN, JSONP, an unknown
- * charset, nesting past the limits) is RedactionDecodeError: the
- * response is refused, never passed through. Bodies to which redaction does not apply
- * (no rules, not JSON by type or content) are `other` and pass as they are.
+ * charset, nesting past the limits) is RedactionDecodeError: the response is refused, never
+ * passed through; so is a body the operation's or policy's rules apply to that is not
+ * declared (ND)JSON. Bodies to which redaction does not apply (no rules, not JSON by type or
+ * content) are `other`: scrub-redact.ts still refuses one from which a client could read a
+ * sensitive member (embedded-members.ts).
  */
 
 export type RedactionInput =
@@ -25,12 +27,25 @@ export type RedactionInput =
   | { readonly kind: "ndjson"; readonly values: unknown[]; readonly text: string }
   | { readonly kind: "other" };
 
-export type RedactionDecodeIssue = "charset" | "not_json" | "too_complex";
+/**
+ * `charset`: undecodable bytes or an unknown charset; `not_json`: not one JSON document;
+ * `too_complex`: past the JSON limits; `content_type`: rules apply and the declared type is
+ * not (ND)JSON; `embedded_member`: a client could read a member that must be masked out of it
+ * (embedded-members.ts).
+ */
+export type RedactionDecodeIssue =
+  | "charset"
+  | "not_json"
+  | "too_complex"
+  | "content_type"
+  | "embedded_member";
 
-const DECODE_MESSAGES: Readonly<Record<RedactionDecodeIssue, string>> = {
+const ISSUE_MESSAGES: Readonly<Record<RedactionDecodeIssue, string>> = {
   charset: "the body cannot be decoded",
   not_json: "the body is not JSON",
   too_complex: "the body exceeds the JSON limits",
+  content_type: "the body is not declared JSON",
+  embedded_member: "the body holds JSON that cannot be redacted in place",
 };
 
 /** The body must be redacted but cannot be read as JSON; the message names no content. */
@@ -38,7 +53,7 @@ export class RedactionDecodeError extends Error {
   readonly issue: RedactionDecodeIssue;
 
   constructor(issue: RedactionDecodeIssue) {
-    super(DECODE_MESSAGES[issue]);
+    super(ISSUE_MESSAGES[issue]);
     this.name = "RedactionDecodeError";
     this.issue = issue;
   }
@@ -164,6 +179,9 @@ export function readForRedaction(
   if (bytes.byteLength === 0) return { kind: "empty" };
   const { mediaType, charset } = parseContentType(contentType);
   if (!redactionApplies(bytes, mediaType, hasRules)) return { kind: "other" };
+  // Rules say how to read JSON: an answer not declared JSON is not read as JSON (decision 2505).
+  if (hasRules && !isJsonMediaType(mediaType) && !isNdjsonMediaType(mediaType))
+    throw new RedactionDecodeError("content_type");
   const sniffed = sniffEncoding(bytes, charset);
   const text = decodeStrict(bytes, sniffed);
   if (isNdjsonMediaType(mediaType)) {

@@ -150,7 +150,7 @@ export const sidecarSettings = {
     key: "upstream-timeout-ms",
     env: "AUTHORITY_SIDECAR_UPSTREAM_TIMEOUT_MS",
     description:
-      "forward proxy: deadline in ms of the upstream's response headers, and of the whole body when buffered (past it: 504)",
+      "forward proxy: deadline in ms of the upstream's response headers and whole body (past it: 504)",
     default: 10_000,
     parse: duration("ms", 1, 600_000),
   }),
@@ -158,7 +158,7 @@ export const sidecarSettings = {
     key: "max-response-bytes",
     env: "AUTHORITY_SIDECAR_MAX_RESPONSE_BYTES",
     description:
-      "forward proxy: largest response body buffered for redaction (over it: 502, nothing of the body)",
+      "forward proxy: largest response body (decoded), read whole for scrubbing and redaction (over it: 502, nothing of the body)",
     default: 1024 * 1024,
     parse: integer(1024, 256 * 1024 * 1024),
   }),

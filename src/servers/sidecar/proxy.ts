@@ -18,13 +18,7 @@ import {
 } from "../../core/redaction.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
-import {
-  isJsonMediaType,
-  isNdjsonMediaType,
-  looksLikeJson,
-  parseContentType,
-  RedactionDecodeError,
-} from "../../execute/response-body.ts";
+import { parseContentType, RedactionDecodeError } from "../../execute/response-body.ts";
 import { type ScrubbedBody, scrubAndRedact } from "../../execute/scrub-redact.ts";
 import {
   createSecretScrubber,
@@ -55,16 +49,14 @@ import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.
  * The caller's credentials, cookies, `x-authority-*` and routing-override headers never go.
  *
  * Responses: sensitive and hop-by-hop headers are dropped, and so is any header that holds
- * an injected credential (src/execute/secret-scrub.ts). A body that may need redaction —
- * the operation or policy has rules, it is declared (ND)JSON or text, or its first bytes
- * look like JSON — or that is compressed is buffered up to `maxResponseBytes` (decoded),
- * scrubbed of injected credentials, redacted with the same rules as the executor (a body
- * that must be redacted but is not JSON is **502 redaction_failed**), and sent with a fresh
- * Content-Length. Over the bound the answer is **502 upstream_error**: nothing of the body
- * is sent, never an unredacted one. Other bodies (binary, HTML, …, with no rules) stream
- * through a scrubbing stream that overwrites credentials in place (lengths unchanged). A
- * content coding the proxy cannot decode is **502 scrub_failed**. CONNECT and upgrades are
- * refused: a tunnel could not be inspected.
+ * an injected credential (src/execute/secret-scrub.ts). Every body is buffered up to
+ * `maxResponseBytes` (decoded), scrubbed of injected credentials in every decoded view,
+ * redacted with the same rules as the executor (a body that must be redacted but is not
+ * JSON, or from which a client could read a sensitive member, is **502 redaction_failed**),
+ * and sent with a fresh Content-Length. Over the bound the answer is **502 upstream_error**:
+ * nothing of the body is sent, never an unscrubbed or unredacted one. A content coding the
+ * proxy cannot decode is **502 scrub_failed**. CONNECT and upgrades are refused: a tunnel
+ * could not be inspected.
  */
 
 export interface ForwardProxyOptions {
@@ -72,9 +64,9 @@ export interface ForwardProxyOptions {
   readonly metrics?: SidecarMetrics;
   /** Deadline for the decision (default 1000 ms); past it the answer is 503. */
   readonly decisionTimeoutMs?: number;
-  /** Deadline for the upstream's response headers and, when buffered, its whole body (default 10000 ms). */
+  /** Deadline for the upstream's response headers and its whole body (default 10000 ms). */
   readonly upstreamTimeoutMs?: number;
-  /** Largest response body buffered for redaction, decoded bytes (default 1 MiB). */
+  /** Largest response body, decoded bytes, read whole before anything is sent (default 1 MiB). */
   readonly maxResponseBytes?: number;
   /** Largest request body read for validation (default 1 MiB); over it the answer is 413. */
   readonly maxRequestBytes?: number;
@@ -133,23 +125,6 @@ function single(value: string | string[] | undefined): string | undefined {
 
 function mediaType(contentType: string | undefined): string {
   return (contentType?.split(";")[0] ?? "").trim().toLowerCase();
-}
-
-/**
- * Bodies that rules apply to, that are declared (ND)JSON or text (and so may need default
- * redaction), or that are compressed (decoded before scrubbing) are buffered. Others are
- * buffered too when their first bytes look like JSON (`sniff`, decided on the first chunk).
- */
-function needsBuffering(
-  contentType: string | undefined,
-  contentEncoding: string,
-  rules: readonly RedactionRule[],
-): boolean | "sniff" {
-  if (rules.length > 0 || (contentEncoding !== "" && contentEncoding !== "identity")) return true;
-  const type = mediaType(contentType);
-  if (type === "" || type.startsWith("text/") || isJsonMediaType(type) || isNdjsonMediaType(type))
-    return true;
-  return "sniff";
 }
 
 const DECODABLE_CODINGS: ReadonlySet<string> = new Set(["", "identity", "gzip", "x-gzip", "deflate", "br"]);
@@ -549,33 +524,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     fail(res, exchange, reason);
   };
 
-  const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
-    exchange.settled = true;
-    if (exchange.timer !== undefined) clearTimeout(exchange.timer);
-    const sanitized = safeHeaders(exchange, proxyRes);
-    metrics?.redactions(sanitized.events);
-    // Scrubbing overwrites in place: the length and the (identity) coding stay true.
-    const length = proxyRes.headers["content-length"];
-    const headers = {
-      ...sanitized.headers,
-      ...(length === undefined ? {} : { "content-length": length }),
-      [REQUEST_ID_HEADER]: exchange.decision.requestId,
-    };
-    res.writeHead(proxyRes.statusCode ?? 502, headers);
-    metrics?.proxyResponse("streamed");
-    proxyRes.on("error", () => res.destroy());
-    if (exchange.scrubber.empty) {
-      proxyRes.pipe(res);
-      return;
-    }
-    const scrubbing = exchange.scrubber.createStream();
-    scrubbing.on("error", () => {
-      proxyRes.destroy();
-      res.destroy();
-    });
-    proxyRes.pipe(scrubbing).pipe(res);
-  };
-
   /** The scrubbed, redacted body to send, or the reason it is refused. */
   const finalBody = (
     exchange: Exchange,
@@ -713,43 +661,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     res.end(result.out);
   };
 
-  /** Waits for the first bytes and buffers when they look like JSON (default redaction), else streams. */
-  const respondSniffed = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
-    let seen: Buffer = Buffer.alloc(0);
-    const decideOn = (ended: boolean): void => {
-      proxyRes.off("data", onData);
-      proxyRes.off("end", onEnd);
-      if (ended) {
-        complete(exchange, proxyRes, res, [seen]);
-        return;
-      }
-      proxyRes.pause();
-      proxyRes.unshift(seen);
-      if (looksLikeJson(seen) === "no") respondStreaming(exchange, proxyRes, res);
-      else respondBuffered(exchange, proxyRes, res);
-      proxyRes.resume();
-    };
-    const onData = (chunk: Buffer): void => {
-      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
-      if (seen.length > maxResponseBytes) {
-        proxyRes.off("data", onData);
-        proxyRes.off("end", onEnd);
-        proxyRes.destroy();
-        metrics?.proxyResponse("too_large");
-        fail(res, exchange, "upstream_error");
-        return;
-      }
-      if (looksLikeJson(seen) !== "unknown" || seen.length >= 4096) decideOn(false);
-    };
-    const onEnd = (): void => decideOn(true);
-    proxyRes.on("data", onData);
-    proxyRes.on("end", onEnd);
-    proxyRes.once("error", () => {
-      metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error");
-    });
-  };
-
   const onUpstreamResponse = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
     if (exchange.settled) {
       proxyRes.resume();
@@ -775,9 +686,9 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       refuse(res, exchange, "scrub_failed");
       return;
     }
-    const buffering = needsBuffering(single(proxyRes.headers["content-type"]), encoding, exchange.rules);
-    if (buffering === true) respondBuffered(exchange, proxyRes, res);
-    else respondSniffed(exchange, proxyRes, res);
+    // Every body is read whole (bounded) before anything of it is sent: an encoded credential
+    // or a member a client could read can be anywhere in it (decision 2505).
+    respondBuffered(exchange, proxyRes, res);
   };
 
   const handle = (req: IncomingMessage, res: ServerResponse, requestId: string): void => {
