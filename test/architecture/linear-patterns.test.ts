@@ -13,6 +13,8 @@ const ROOT = join(import.meta.dirname, "..", "..");
 
 const ALLOWED: Readonly<Record<string, string>> = {
   "src/admin/ids.ts:RegExp": "the admin API's own identifier patterns (constants)",
+  "src/execute/decoded-views.ts:RegExp":
+    "character classes of the escape families, built once from constants (single-character matches)",
   "src/identity/claims.ts:RegExp": "the admin API's partner-id pattern (a constant of src/admin/ids.ts)",
   "src/core/linear-pattern.ts:RegExp": "parses a partner pattern as ECMAScript, never runs it",
   "src/servers/inject/settings.ts:ajv": "the operator's sidecar settings schema (constants)",
