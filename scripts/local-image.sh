@@ -4,6 +4,7 @@
 #
 #   scripts/local-image.sh base    the local base image (Debian + Node 24 + npm), built once and
 #                                  cached; prints its name. `make test-peers` runs it.
+#   scripts/local-image.sh has-base  exits 0 when the base of the current recipe is there
 #   scripts/local-image.sh build   the base, then the Containerfile's every step on it with
 #                                  buildah; prints the built image's name (localhost/authority:test)
 #
@@ -83,6 +84,8 @@ build_image() {
     args+=(--volume "$NODE_EXTRA_CA_CERTS:/run/authority-build-ca.crt:ro"
       --build-arg NODE_EXTRA_CA_CERTS=/run/authority-build-ca.crt)
   fi
+  # Containers a killed run left behind (the test removes its own), so their images can go.
+  buildah_ rm --all >/dev/null 2>&1 || true
   # chroot isolation: no user or network namespaces needed (the build uses the host's network).
   buildah_ bud --quiet --isolation chroot --pull=never --build-arg "BASE_IMAGE=$base" "${args[@]}" \
     --ignorefile deploy/Containerfile.dockerignore -f deploy/Containerfile -t "$IMAGE" . >&2
@@ -93,6 +96,7 @@ build_image() {
 
 case "${1:-}" in
   base) ensure_base ;;
+  has-base) buildah_ inspect --type image "$(base_name)" >/dev/null 2>&1 ;;
   build) build_image ;;
-  *) echo "usage: scripts/local-image.sh base|build" >&2; exit 2 ;;
+  *) echo "usage: scripts/local-image.sh base|has-base|build" >&2; exit 2 ;;
 esac
