@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 DEBIAN_SUITE=bookworm
-DEBIAN_MIRROR=${AUTHORITY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_MIRROR=${LOCAL_IMAGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 NODE_VERSION=$(sed -n 's/^pinned=//p' scripts/ensure-node.sh)
 NPM_VERSION=11.19.0 # the npm Node $NODE_VERSION bundles (its CHANGELOG: "upgrade npm to 11.19.0")
 IMAGE=localhost/authority:test

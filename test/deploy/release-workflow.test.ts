@@ -107,7 +107,7 @@ describe("the release workflow", () => {
 
   it("builds both architectures from deploy/Containerfile and pushes the image and the chart to the registry variable", () => {
     const job = Object.values(jobs)[0] as Obj;
-    assert.equal((job.env as Obj).REGISTRY, "${{ vars.AUTHORITY_REGISTRY }}");
+    assert.equal((job.env as Obj).REGISTRY, "${{ vars.RELEASE_REGISTRY }}");
     const build = stepRunning(/buildah build /);
     assert.match(build.run ?? "", /--platform linux\/amd64,linux\/arm64 /);
     assert.match(build.run ?? "", /-f deploy\/Containerfile /);
@@ -160,7 +160,7 @@ describe("the release workflow", () => {
     assert.match(other.stdout, /::error::tag v99\.0\.0: package\.json has /);
     const noRegistry = await bash(script, repoPath("."), { ...env, REGISTRY: "", GITHUB_REF_NAME: `v${packageVersion}` });
     assert.equal(noRegistry.code, 1);
-    assert.match(noRegistry.stdout, /::error::set the repository variable AUTHORITY_REGISTRY/);
+    assert.match(noRegistry.stdout, /::error::set the repository variable RELEASE_REGISTRY/);
   });
 
   it("lints and packages the real chart into the archive the push step names, which renders", async () => {
