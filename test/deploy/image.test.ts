@@ -52,6 +52,17 @@ async function imageConfig(image: string): Promise<ImageConfig> {
   return inspected.OCIv1.config as unknown as ImageConfig;
 }
 
+/** The status of the sidecar's /readyz, 0 while nothing listens. */
+async function readyStatus(port: number): Promise<number> {
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/readyz`);
+    await response.arrayBuffer();
+    return response.status;
+  } catch {
+    return 0;
+  }
+}
+
 describe("the image builds from deploy/Containerfile, and its sidecar starts, becomes ready and allows", () => {
   let image = "";
   let world: World;
@@ -62,7 +73,11 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
   before(
     async () => {
       world = await startWorld();
-      await world.idp.directory.addClient({ clientId: CLIENT_ID, clientSecret: CLIENT_SECRET, roles: ["sidecar"] });
+      await world.idp.directory.addClient({
+        clientId: CLIENT_ID,
+        clientSecret: CLIENT_SECRET,
+        roles: ["sidecar"],
+      });
       try {
         const built = await run("bash", [repoPath("scripts/local-image.sh"), "build"], {
           timeout: BUILD_MS,
@@ -94,7 +109,9 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     assert.deepEqual(config.Cmd, ["serve"]);
   });
 
-  it("the image's sidecar, started in the image's root, becomes ready and allows a Check", { timeout: 300_000 }, async () => {
+  it("the image's sidecar, started in the image's root, becomes ready and allows a Check", {
+    timeout: 300_000,
+  }, async () => {
     const config = await imageConfig(image);
     container = await buildah(["from", "--pull=never", image]);
     const root = await buildah(["mount", container]);
@@ -117,7 +134,14 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     // image's working directory and execs the entry point: one process, the image's node.
     child = spawn(
       "chroot",
-      [`--userspec=${config.User}`, root, "/usr/bin/env", `--chdir=${config.WorkingDir}`, ...config.Entrypoint, "sidecar"],
+      [
+        `--userspec=${config.User}`,
+        root,
+        "/usr/bin/env",
+        `--chdir=${config.WorkingDir}`,
+        ...config.Entrypoint,
+        "sidecar",
+      ],
       { env },
     );
     const append = (chunk: Buffer): void => {
@@ -130,10 +154,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     let ready = 0;
     while (ready !== 200 && Date.now() < deadline) {
       assert.equal(child.exitCode, null, `the image's sidecar exited:\n${output}`);
-      ready = await fetch(`http://127.0.0.1:${ports.metrics}/readyz`).then(
-        async (r) => (await r.arrayBuffer(), r.status),
-        () => 0,
-      );
+      ready = await readyStatus(ports.metrics);
       if (ready !== 200) await new Promise((resolve) => setTimeout(resolve, 250));
     }
     assert.equal(ready, 200, `the image's sidecar did not become ready:\n${output}`);

@@ -51,6 +51,8 @@ const stepRunning = (pattern: RegExp): Step => {
   return found[0] as Step;
 };
 const indexOf = (step: Step): number => steps.indexOf(step);
+/** A GitHub Actions expression, as the workflow spells it. */
+const expression = (inner: string): string => `\${{ ${inner} }}`;
 
 async function bash(script: string, cwd: string, env: Record<string, string>) {
   return run("bash", ["-eo", "pipefail", "-c", script], {
@@ -88,7 +90,11 @@ describe("the release workflow", () => {
     assert.ok(uses.length >= 2);
     for (const action of uses) {
       assert.match(action, /^[\w.-]+\/[\w.-]+@[0-9a-f]{40}$/, `${action} is pinned by a full commit SHA`);
-      assert.match(text, new RegExp(`uses: ${action} # v\\d+\\.\\d+\\.\\d+\\n`), `${action} names its version`);
+      assert.match(
+        text,
+        new RegExp(`uses: ${action} # v\\d+\\.\\d+\\.\\d+\\n`),
+        `${action} names its version`,
+      );
     }
     const checkout = steps.find((s) => s.uses?.startsWith("actions/checkout@"));
     assert.equal(checkout?.with?.["persist-credentials"], false);
@@ -99,15 +105,19 @@ describe("the release workflow", () => {
       if (step.run === undefined) continue;
       assert.ok(!step.run.includes("${{"), `${step.name}: values reach scripts through env only`);
       const secretEnv = Object.values(step.env ?? {}).some((v) => v.includes("secrets."));
-      if (secretEnv) assert.match(step.run, /login .*--password-stdin/, `${step.name} reads its secret to log in`);
+      if (secretEnv)
+        assert.match(step.run, /login .*--password-stdin/, `${step.name} reads its secret to log in`);
     }
     const outsideSteps = { ...workflow, jobs: Object.values(jobs).map(({ steps: _, ...job }) => job) };
-    assert.ok(!JSON.stringify(outsideSteps).includes("secrets."), "no secret in a job's or the workflow's env");
+    assert.ok(
+      !JSON.stringify(outsideSteps).includes("secrets."),
+      "no secret in a job's or the workflow's env",
+    );
   });
 
   it("builds both architectures from deploy/Containerfile and pushes the image and the chart to the registry variable", () => {
     const job = Object.values(jobs)[0] as Obj;
-    assert.equal((job.env as Obj).REGISTRY, "${{ vars.RELEASE_REGISTRY }}");
+    assert.equal((job.env as Obj).REGISTRY, expression("vars.RELEASE_REGISTRY"));
     const build = stepRunning(/buildah build /);
     assert.match(build.run ?? "", /--platform linux\/amd64,linux\/arm64 /);
     assert.match(build.run ?? "", /-f deploy\/Containerfile /);
@@ -120,7 +130,9 @@ describe("the release workflow", () => {
     const chartPackage = stepRunning(/helm package /);
     const version = steps.find((s) => s.id === "version");
     assert.ok(version !== undefined);
-    assert.ok(indexOf(version) < indexOf(qemu) && indexOf(qemu) < indexOf(build) && indexOf(build) < indexOf(push));
+    assert.ok(
+      indexOf(version) < indexOf(qemu) && indexOf(qemu) < indexOf(build) && indexOf(build) < indexOf(push),
+    );
     assert.ok(indexOf(chartPackage) < indexOf(chartPush));
   });
 
@@ -130,7 +142,7 @@ describe("the release workflow", () => {
     const job = Object.values(jobs)[0] as Obj;
     assert.equal((job.env as Obj).HELM_VERSION, suiteHelm);
     const setup = steps.find((s) => s.uses?.startsWith("azure/setup-helm@"));
-    assert.equal(setup?.with?.version, "${{ env.HELM_VERSION }}");
+    assert.equal(setup?.with?.version, expression("env.HELM_VERSION"));
   });
 
   it("has scripts bash parses", async () => {
@@ -153,12 +165,19 @@ describe("the release workflow", () => {
 
     const ok = await bash(script, repoPath("."), { ...env, GITHUB_REF_NAME: `v${packageVersion}` });
     assert.equal(ok.code, 0, ok.stdout);
-    assert.equal(await readFile(output, "utf8"), `version=${packageVersion}\nchart-version=${chartVersion}\n`);
+    assert.equal(
+      await readFile(output, "utf8"),
+      `version=${packageVersion}\nchart-version=${chartVersion}\n`,
+    );
 
     const other = await bash(script, repoPath("."), { ...env, GITHUB_REF_NAME: "v99.0.0" });
     assert.equal(other.code, 1);
     assert.match(other.stdout, /::error::tag v99\.0\.0: package\.json has /);
-    const noRegistry = await bash(script, repoPath("."), { ...env, REGISTRY: "", GITHUB_REF_NAME: `v${packageVersion}` });
+    const noRegistry = await bash(script, repoPath("."), {
+      ...env,
+      REGISTRY: "",
+      GITHUB_REF_NAME: `v${packageVersion}`,
+    });
     assert.equal(noRegistry.code, 1);
     assert.match(noRegistry.stdout, /::error::set the repository variable RELEASE_REGISTRY/);
   });
@@ -178,9 +197,21 @@ describe("the release workflow", () => {
     const template = (chart: string) =>
       run(
         projectTool("helm"),
-        ["template", "authority", chart, "--kube-version", "1.31.0", "-f", repoPath("charts/authority/ci/default-values.yaml")],
+        [
+          "template",
+          "authority",
+          chart,
+          "--kube-version",
+          "1.31.0",
+          "-f",
+          repoPath("charts/authority/ci/default-values.yaml"),
+        ],
         { maxBuffer: 32 << 20, timeout: 60_000 },
       ).then(({ stdout }) => stdout);
-    assert.equal(await template(archive), await template(repoPath("charts/authority")), "the archive renders as the chart");
+    assert.equal(
+      await template(archive),
+      await template(repoPath("charts/authority")),
+      "the archive renders as the chart",
+    );
   });
 });
