@@ -57,10 +57,10 @@ has_promtool() { command -v promtool >/dev/null 2>&1; }
 # find_spec locates the package without loading C-core: a tenth of the import's time.
 has_grpcio() { /usr/bin/python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('grpc') is None)" >/dev/null 2>&1; }
 has_envoy() { [[ "$(.tools/bin/envoy --version 2>/dev/null)" == *"/$ENVOY_VERSION/"* ]]; }
-# `go install` leaves helm's own version string without the patch level: a stamp names the build.
 has_debootstrap() { command -v debootstrap >/dev/null 2>&1; }
 has_buildah() { command -v buildah >/dev/null 2>&1; }
 has_image_base() { has_buildah && bash scripts/local-image.sh has-base; }
+# `go install` leaves helm's own version string without the patch level: a stamp names the build.
 has_helm() { [ -x .tools/bin/helm ] && [ -f ".tools/bin/.helm-$HELM_VERSION" ] && .tools/bin/helm version >/dev/null 2>&1; }
 
 # every CRD file of every source present (a source is complete or absent: see fetch_crd_source)
