@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { readFile, readlink, realpath } from "node:fs/promises";
+import { readdir, readFile, readlink, realpath } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
+import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
 import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
@@ -129,6 +130,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
       AUTHORITY_SIDECAR_PROXY_LISTEN: `127.0.0.1:${ports.proxy}`,
       AUTHORITY_SIDECAR_METRICS_LISTEN: `127.0.0.1:${ports.metrics}`,
       AUTHORITY_SIDECAR_CAPABILITY_MAP: JSON.stringify({ [UPSTREAM_HOST]: "orders" }),
+      NODE_OPTIONS: SIDECAR_NODE_OPTIONS,
     });
     // chroot resolves the user in the image and execs env inside it, which changes to the
     // image's working directory and execs the entry point: one process, the image's node.
@@ -165,6 +167,12 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     assert.equal(await readlink(`/proc/${pid}/root`), rootPath);
     assert.equal(await readlink(`/proc/${pid}/cwd`), `${rootPath}/app`);
     assert.match(await readFile(`/proc/${pid}/status`, "utf8"), /^Uid:\s+10001\s/m);
+    // The build filled Node's compile cache as that user (Node keys the cache by user id).
+    const caches = await readdir(`${rootPath}/var/cache/authority-node`);
+    assert.ok(
+      caches.some((name) => name.endsWith("-10001")),
+      `compile caches: ${caches.join(", ")}`,
+    );
 
     const client = new Client(`127.0.0.1:${ports.grpc}`, credentials.createInsecure());
     const check = () =>
