@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
-import { type ChildProcess, execFile, spawn } from "node:child_process";
+import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile, readlink, realpath } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
 import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
+import { type PeerProcess, startPeerProcess } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
 import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
@@ -68,8 +69,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
   let image = "";
   let world: World;
   let container: string | undefined;
-  let child: ChildProcess | undefined;
-  let output = "";
+  let sidecar: PeerProcess | undefined;
 
   before(
     async () => {
@@ -93,11 +93,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     { timeout: BUILD_MS + 60_000 },
   );
   after(async () => {
-    if (child !== undefined && child.exitCode === null) {
-      const exited = new Promise((resolve) => child?.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
+    await sidecar?.stop();
     if (container !== undefined) await buildah(["rm", container]);
     await world?.close();
   });
@@ -133,10 +129,11 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
       NODE_OPTIONS: SIDECAR_NODE_OPTIONS,
     });
     // chroot resolves the user in the image and execs env inside it, which changes to the
-    // image's working directory and execs the entry point: one process, the image's node.
-    child = spawn(
-      "chroot",
-      [
+    // image's working directory and execs the entry point: one process, the image's node (under
+    // the peer watchdog, so it cannot outlive the test).
+    sidecar = startPeerProcess({
+      command: "chroot",
+      args: [
         `--userspec=${config.User}`,
         root,
         "/usr/bin/env",
@@ -144,25 +141,21 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
         ...config.Entrypoint,
         "sidecar",
       ],
-      { env },
-    );
-    const append = (chunk: Buffer): void => {
-      output += chunk.toString();
-    };
-    child.stdout?.on("data", append);
-    child.stderr?.on("data", append);
+      env,
+    });
+    const started = sidecar;
 
     const deadline = Date.now() + 120_000;
     let ready = 0;
     while (ready !== 200 && Date.now() < deadline) {
-      assert.equal(child.exitCode, null, `the image's sidecar exited:\n${output}`);
+      assert.ok(started.running, `the image's sidecar exited:\n${started.output()}`);
       ready = await readyStatus(ports.metrics);
       if (ready !== 200) await new Promise((resolve) => setTimeout(resolve, 250));
     }
-    assert.equal(ready, 200, `the image's sidecar did not become ready:\n${output}`);
+    assert.equal(ready, 200, `the image's sidecar did not become ready:\n${started.output()}`);
 
     // It is the image's node, in the image's root, as the image's user.
-    const pid = child.pid ?? 0;
+    const pid = await started.pid;
     const rootPath = await realpath(root);
     assert.equal(await readlink(`/proc/${pid}/root`), rootPath);
     assert.equal(await readlink(`/proc/${pid}/cwd`), `${rootPath}/app`);
@@ -196,7 +189,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
         await new Promise((resolve) => setTimeout(resolve, 300));
         response = await check();
       }
-      assert.equal(response.status.code, 0, output);
+      assert.equal(response.status.code, 0, started.output());
       const headers = (response.ok_response.headers as { header: { key: string; value: string } }[]).map(
         (h) => [h.header.key, h.header.value],
       );
@@ -204,6 +197,6 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     } finally {
       client.close();
     }
-    assert.ok(!output.includes(CLIENT_SECRET), "the client secret is never logged");
+    assert.ok(!started.output().includes(CLIENT_SECRET), "the client secret is never logged");
   });
 });
