@@ -19,7 +19,8 @@ $(STAMP): package-lock.json package.json .tools/node/bin/node
 	@touch $(STAMP)
 
 # Every peer the suite runs against (redis-server, PostgreSQL, promtool, gRPC C-core, Envoy,
-# Helm, the cert-manager/prometheus-operator/Istio CRD schemas): installed when missing, and a peer that cannot be installed fails the run by name.
+# Helm, the cert-manager/prometheus-operator/Istio CRD schemas, debootstrap + buildah and the local
+# image base): installed when missing, and a peer that cannot be installed fails the run by name.
 test-peers:
 	@bash scripts/ensure-test-peers.sh
 

@@ -297,11 +297,20 @@ describe("deploy/Containerfile", () => {
     .split("\n")
     .filter((l) => /^[A-Z]+\s/.test(l));
 
-  it("builds on Node 24 slim with production dependencies only", () => {
+  it("builds on Node 24 slim by default (BASE_IMAGE) with production dependencies only", () => {
+    assert.ok(instructions.includes("ARG BASE_IMAGE=docker.io/library/node:24-slim"));
     const froms = instructions.filter((l) => l.startsWith("FROM "));
-    assert.ok(froms.length >= 1);
-    for (const from of froms) assert.match(from, /node:24-slim/);
+    assert.equal(froms.length, 2);
+    for (const from of froms) assert.match(from, /^FROM \$\{BASE_IMAGE\}( AS deps)?$/);
     assert.ok(instructions.some((l) => l.startsWith("RUN ") && l.includes("npm ci --omit=dev")));
+  });
+
+  it("declares the proxy CA argument in the dependency stage only, not in the final image", () => {
+    const declared = instructions.flatMap((l, i) => (l === "ARG NODE_EXTRA_CA_CERTS" ? [i] : []));
+    const finalStage = instructions.findLastIndex((l) => l.startsWith("FROM "));
+    assert.equal(declared.length, 1);
+    assert.ok((declared[0] ?? Infinity) < finalStage);
+    assert.ok(!instructions.slice(finalStage).some((l) => l.includes("NODE_EXTRA_CA_CERTS")));
   });
 
   it("runs as user 10001 with the authority entry point", () => {
