@@ -110,6 +110,19 @@ export function ruleText(rule: EgressRule): string {
   return rule === "platform_service" ? "a service of the platform itself" : addressClassText[rule];
 }
 
+/** The setting that opens a refused destination, as an error names it to the user. */
+export const EGRESS_ALLOW_SETTING = "egress-allow";
+
+/**
+ * How a refusal of `rule` can be lifted, for the people who see it (an importer, a partner
+ * admin): the platform admin's setting for the classes it opens, nothing for those it never
+ * opens (metadata, unspecified, multicast, broadcast, the platform's own services).
+ */
+export function egressAllowHint(rule: EgressRule): string | undefined {
+  if (rule === "platform_service" || !isAllowable(rule)) return undefined;
+  return `the platform admin can allow it with the ${EGRESS_ALLOW_SETTING} setting (AUTHORITY_EGRESS_ALLOW, --${EGRESS_ALLOW_SETTING}; docs/configuration.md)`;
+}
+
 /** The refusal somewhere in an error's cause chain (fetch wraps connect errors in a TypeError). */
 export function egressDenialOf(error: unknown): EgressDeniedError | undefined {
   let current: unknown = error;
@@ -202,7 +215,8 @@ function requestedHref(input: string | URL): string | undefined {
 }
 
 export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPolicy {
-  const allow = [...(options.allow ?? [])];
+  // Configuration only: nothing a partner sends reaches this list, and nothing may change it later.
+  const allow: readonly EgressAllowEntry[] = Object.freeze([...(options.allow ?? [])]);
   const operatorUrls: ReadonlySet<string> = new Set(
     (options.operatorUrls ?? []).map(requestedHref).filter((href) => href !== undefined),
   );
