@@ -342,10 +342,13 @@ list of entries); each entry is one of:
 | CIDR block | \`10.0.0.0/8\`, \`fd00::/8\` | every address and port in it |
 | one address | \`10.1.2.3\`, \`fd00::5\` | that address, every port (a \`/32\` or \`/128\`) |
 | address and port | \`127.0.0.1:18080\`, \`[::1]:18080\` | exactly that address and port |
+| host name, optional port | \`orders.shop.svc.cluster.local\`, \`orders.shop.svc.cluster.local:8080\` | a connection to exactly that name (that port): the addresses it resolves to then |
 
 Entries are written canonically (dotted decimal IPv4, no host bits below the prefix, ports
-1–65535); host names are refused, because the policy is checked on the address a connection
-really reaches. An entry opens only the loopback, link-local, private (\`10/8\`, \`172.16/12\`,
+1–65535, no wildcards). Every connection is checked on the address it really reaches: an address
+entry matches that address whatever name led there; a name entry admits the addresses of that
+name only, so list only names whose DNS you control (a cluster's service names).
+An entry opens only the loopback, link-local, private (\`10/8\`, \`172.16/12\`,
 \`192.168/16\`), shared (\`100.64/10\`), unique-local (\`fc00::/7\`) and reserved classes. Cloud
 metadata addresses and names, the unspecified address, multicast and broadcast, and the
 platform's own services (the service URLs and listen addresses the process is configured with)

@@ -10,8 +10,9 @@
  *
  * Refused: loopback, unspecified, link-local, metadata, multicast, broadcast and reserved
  * addresses (the IPv6 forms that embed one included), private and shared ranges, and the
- * platform's own service endpoints. The allow list (CIDRs, address:port) opens the private,
- * loopback, link-local and reserved classes where the platform admin says so; nothing opens the
+ * platform's own service endpoints. The allow list (CIDRs, address:port, host names) opens the
+ * private, loopback, link-local and reserved classes where the platform admin says so (a name
+ * entry: the addresses that name resolves to, on a connection to that name); nothing opens the
  * metadata, unspecified, multicast and broadcast classes or the platform's own endpoints.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
@@ -35,6 +36,7 @@ import {
   type AddressClass,
   addressClassText,
   allowEntryMatches,
+  allowEntryNames,
   classifyAddress,
   classifyHostName,
   type EgressAllowEntry,
@@ -268,11 +270,17 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return false;
   }
 
-  async function addressVerdict(address: IpAddress, port: number, resolved: boolean): Promise<EgressVerdict> {
+  /** `named`: the connection is to a host name an entry lists, so its addresses pass as listed. */
+  async function addressVerdict(
+    address: IpAddress,
+    port: number,
+    resolved: boolean,
+    named = false,
+  ): Promise<EgressVerdict> {
     const kind = classifyAddress(address);
     if (kind !== "public" && !isAllowable(kind)) return { ok: false, rule: kind, resolved };
     if (await isPlatformAddress(address, port)) return { ok: false, rule: "platform_service", resolved };
-    if (kind === "public") return { ok: true };
+    if (kind === "public" || named) return { ok: true };
     if (allow.some((entry) => allowEntryMatches(entry, address, port))) return { ok: true };
     return { ok: false, rule: kind, resolved };
   }
@@ -296,12 +304,13 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
       return [{ address: bare(host), family: literal.version }];
     }
     const answers = await resolve(host);
+    const named = allow.some((entry) => allowEntryNames(entry, host, port));
     const out: ResolvedAddress[] = [];
     for (const answer of answers) {
       const parsed = parseIpAddress(answer.address);
       // An answer that is not an address cannot be connected to safely.
       if (parsed === undefined) throw new EgressDeniedError("reserved");
-      const verdict = await addressVerdict(parsed, port, true);
+      const verdict = await addressVerdict(parsed, port, true, named);
       if (!verdict.ok) throw new EgressDeniedError(verdict.rule);
       out.push({ address: answer.address, family: answer.family });
     }

@@ -16,7 +16,7 @@ import { sidecarSchema } from "../../src/servers/sidecar/config.ts";
  * refused everywhere.
  */
 
-const ENTRIES = ["127.0.0.1:19090", "10.96.0.0/12", "[::1]:9000"];
+const ENTRIES = ["127.0.0.1:19090", "10.96.0.0/12", "[::1]:9000", "orders.shop.svc.cluster.local:8080"];
 
 interface Process {
   readonly name: string;
@@ -59,7 +59,7 @@ describe("egress-allow: one setting, every source, every process that egresses",
     });
 
     test(`${process.name}: a bad entry in a file's list is refused, naming the key and its index`, () => {
-      for (const bad of [["orders.internal:8080"], ["10.0.0.1/8"], [42], "not-an-address"]) {
+      for (const bad of [["*.shop.svc"], ["10.0.0.1/8"], [42], "metadata.google.internal"]) {
         assert.throws(
           () => process.resolve({ file: { "egress-allow": bad }, fileName: "authority.yaml" }),
           (error) =>

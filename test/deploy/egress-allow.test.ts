@@ -17,7 +17,7 @@ import { renderChart, renderError } from "./rendered-pod.ts";
  * addresses is reachable.
  */
 
-const ALLOW = ["10.96.0.0/12", "10.1.2.3:8080", "[fd00::1]:443"];
+const ALLOW = ["10.96.0.0/12", "10.1.2.3:8080", "[fd00::1]:443", "orders.shop.svc.cluster.local:8080"];
 
 function configMapData(objects: readonly Obj[], has: string): Obj | undefined {
   const found = objects.find((o) => o.kind === "ConfigMap" && isObj(o.data) && has in o.data);
@@ -74,8 +74,8 @@ describe("chart: egress.allow", () => {
     assert.equal(injectedSidecarEnv(objects).AUTHORITY_EGRESS_ALLOW, undefined);
   });
 
-  it("refuses a host name at render, and the injector refuses an entry the sidecar would", async () => {
-    const error = await renderError(["--set-json", 'egress.allow=["orders.shop.svc.cluster.local"]']);
+  it("refuses a wildcard at render, and the injector refuses an entry the sidecar would", async () => {
+    const error = await renderError(["--set-json", 'egress.allow=["*.shop.svc.cluster.local"]']);
     assert.ok(error?.includes("egress"), error);
     // Passes the schema's shape, but host bits set below the prefix: the injector's start fails.
     const objects = await renderChart(["--set-json", 'egress.allow=["10.0.0.1/8"]']);

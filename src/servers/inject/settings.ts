@@ -168,7 +168,7 @@ export const sidecarSettingsSchema = {
       },
     },
     capabilityMap: { type: "object", additionalProperties: { type: "string", minLength: 1 } },
-    egressAllow: { type: "array", maxItems: 1024, items: { type: "string", minLength: 1, maxLength: 64 } },
+    egressAllow: { type: "array", maxItems: 1024, items: { type: "string", minLength: 1, maxLength: 260 } },
     resources: {
       type: "object",
       additionalProperties: false,
