@@ -188,12 +188,12 @@ export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   key: "egress-allow",
   env: "AUTHORITY_EGRESS_ALLOW",
   description:
-    "CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
+    "CIDRs, address:port and host[:port] entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
   parse: egressAllowList,
   parseStructured(value, where) {
     if (!Array.isArray(value) || value.length > 1024 || !value.every((item) => typeof item === "string")) {
       throw new ConfigError(
-        `${where} must be a list of CIDRs and address:port entries, or one comma-separated string`,
+        `${where} must be a list of entries (CIDR, address:port, host[:port]) or one comma-separated string`,
       );
     }
     return value.flatMap((item, index) => egressAllowList(item, `${where}[${index}]`));
