@@ -7,7 +7,7 @@ import { isValidId } from "../admin/ids.ts";
 import { getPartner } from "../admin/partners.ts";
 import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { AuthorityError } from "../errors.ts";
-import { createEgressPolicy, ruleText } from "../execute/egress.ts";
+import { createEgressPolicy, EGRESS_ALLOW_SETTING, egressAllowHint, ruleText } from "../execute/egress.ts";
 import { defaultAlgorithms, supportedAlgorithms } from "../identity/jwt-verifier.ts";
 import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
 import { randomId } from "./derive.ts";
@@ -126,10 +126,18 @@ async function checkJwksDestination(deps: Pick<AdminDeps, "egress">, jwksUrl: st
   const verdict = await (deps.egress ?? createEgressPolicy()).checkUrl(jwksUrl, { resolve: true });
   if (verdict.ok) return;
   const what = verdict.resolved ? "its host name resolves to" : "it is";
+  const hint = egressAllowHint(verdict.rule);
   throw new AuthorityError(
     "invalid_request",
-    `jwks_url is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}.`,
-    { details: { field: "jwks_url", reason: "egress_denied", rule: verdict.rule } },
+    `jwks_url is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}${hint === undefined ? "" : `; ${hint}`}.`,
+    {
+      details: {
+        field: "jwks_url",
+        reason: "egress_denied",
+        rule: verdict.rule,
+        ...(hint === undefined ? {} : { setting: EGRESS_ALLOW_SETTING }),
+      },
+    },
   );
 }
 

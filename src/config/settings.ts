@@ -180,13 +180,24 @@ export const logLevelSetting = (fallback: LogLevel = "info", withEnv = true): Se
     parse: logLevel,
   });
 
-/** The egress allow list setting, shared by every process that calls upstreams (serve, sidecar). */
+/**
+ * The egress allow list setting, shared by every process that calls upstreams or starts one
+ * that does (serve, sidecar, dev). In a config file it is a list or one comma-separated string.
+ */
 export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   key: "egress-allow",
   env: "AUTHORITY_EGRESS_ALLOW",
   description:
-    "CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
+    "CIDRs, address:port and host[:port] entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
   parse: egressAllowList,
+  parseStructured(value, where) {
+    if (!Array.isArray(value) || value.length > 1024 || !value.every((item) => typeof item === "string")) {
+      throw new ConfigError(
+        `${where} must be a list of entries (CIDR, address:port, host[:port]) or one comma-separated string`,
+      );
+    }
+    return value.flatMap((item, index) => egressAllowList(item, `${where}[${index}]`));
+  },
 };
 
 /** The development IdP's issuer: the default wherever an issuer is not given. */

@@ -173,18 +173,19 @@ export const redisUrl: Validator<string> = validator("redis URL", (raw, where) =
 });
 
 /**
- * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address)
- * and `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`). Host names are not accepted:
- * the policy is checked on the address a connection really reaches.
+ * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address),
+ * `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`) and host names with an optional port
+ * (`orders.shop.svc.cluster.local:8080`). Every connection is still checked on the address it
+ * really reaches; a name entry admits the addresses that name resolves to.
  */
 export const egressAllowList: Validator<EgressAllowEntry[]> = validator(
-  "comma-separated CIDRs and address:port",
+  "comma-separated CIDRs, address:port and host[:port]",
   (raw, where) =>
     list(raw, where).map((item) => {
       const entry = parseEgressAllowEntry(item);
       if (entry === undefined) {
         throw new ConfigError(
-          `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block or an address:port (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080)`,
+          `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block, an address:port or a host name[:port] (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080, orders.shop.svc.cluster.local:8080)`,
         );
       }
       return entry;

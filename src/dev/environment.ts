@@ -13,6 +13,7 @@
 import { mkdir, readFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { resolveAuthorityConfig } from "../config/authority.ts";
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { type Kek, loadKek } from "../crypto/index.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createStoredKeyRings } from "../policy/stored-key-rings.ts";
@@ -65,6 +66,8 @@ export interface DevEnvironmentOptions {
   readonly log: Logger;
   /** Start the sidecar (default true). */
   readonly sidecar?: boolean;
+  /** The user's `egress-allow` entries (their own APIs), allowed beside the sample API. */
+  readonly egressAllow?: readonly EgressAllowEntry[];
 }
 
 export interface DevEnvironment {
@@ -260,9 +263,12 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
     const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
     // The sample API's port is fixed before the authority starts: the egress allow list opens
-    // exactly that one loopback destination, nothing else on this machine.
+    // exactly that one loopback destination and what the user's own `egress-allow` lists.
     const sampleApiPort = ports.sampleApi === 0 ? await findFreePort() : ports.sampleApi;
-    const egressAllow = `${DEV_HOST}:${sampleApiPort}`;
+    const egressAllow = [
+      `${DEV_HOST}:${sampleApiPort}`,
+      ...(options.egressAllow ?? []).map((e) => e.text),
+    ].join(",");
     const config = resolveAuthorityConfig({
       flags: {
         "state-dir": stateDir,

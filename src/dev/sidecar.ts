@@ -27,7 +27,7 @@ export interface DevSidecarOptions {
   readonly sampleApiUrl: string;
   /** The parameter-scoping rollout of the authority service beside it. */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
-  /** The `egress-allow` setting of the environment (exactly the sample API's address and port). */
+  /** The `egress-allow` setting of the environment (the sample API's address and port, and the user's entries). */
   readonly egressAllow: string;
   /** Where the sidecar writes its decision records ahead (in the environment's state directory). */
   readonly journalDir: string;

@@ -10,8 +10,9 @@
  *
  * Refused: loopback, unspecified, link-local, metadata, multicast, broadcast and reserved
  * addresses (the IPv6 forms that embed one included), private and shared ranges, and the
- * platform's own service endpoints. The allow list (CIDRs, address:port) opens the private,
- * loopback, link-local and reserved classes where the platform admin says so; nothing opens the
+ * platform's own service endpoints. The allow list (CIDRs, address:port, host names) opens the
+ * private, loopback, link-local and reserved classes where the platform admin says so (a name
+ * entry: the addresses that name resolves to, on a connection to that name); nothing opens the
  * metadata, unspecified, multicast and broadcast classes or the platform's own endpoints.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
@@ -35,6 +36,7 @@ import {
   type AddressClass,
   addressClassText,
   allowEntryMatches,
+  allowEntryNames,
   classifyAddress,
   classifyHostName,
   type EgressAllowEntry,
@@ -108,6 +110,19 @@ export class EgressDeniedError extends Error {
 
 export function ruleText(rule: EgressRule): string {
   return rule === "platform_service" ? "a service of the platform itself" : addressClassText[rule];
+}
+
+/** The setting that opens a refused destination, as an error names it to the user. */
+export const EGRESS_ALLOW_SETTING = "egress-allow";
+
+/**
+ * How a refusal of `rule` can be lifted, for the people who see it (an importer, a partner
+ * admin): the platform admin's setting for the classes it opens, nothing for those it never
+ * opens (metadata, unspecified, multicast, broadcast, the platform's own services).
+ */
+export function egressAllowHint(rule: EgressRule): string | undefined {
+  if (rule === "platform_service" || !isAllowable(rule)) return undefined;
+  return `the platform admin can allow it with the ${EGRESS_ALLOW_SETTING} setting (AUTHORITY_EGRESS_ALLOW, --${EGRESS_ALLOW_SETTING}; docs/configuration.md)`;
 }
 
 /** The refusal somewhere in an error's cause chain (fetch wraps connect errors in a TypeError). */
@@ -202,7 +217,8 @@ function requestedHref(input: string | URL): string | undefined {
 }
 
 export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPolicy {
-  const allow = [...(options.allow ?? [])];
+  // Configuration only: nothing a partner sends reaches this list, and nothing may change it later.
+  const allow: readonly EgressAllowEntry[] = Object.freeze([...(options.allow ?? [])]);
   const operatorUrls: ReadonlySet<string> = new Set(
     (options.operatorUrls ?? []).map(requestedHref).filter((href) => href !== undefined),
   );
@@ -254,11 +270,17 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return false;
   }
 
-  async function addressVerdict(address: IpAddress, port: number, resolved: boolean): Promise<EgressVerdict> {
+  /** `named`: the connection is to a host name an entry lists, so its addresses pass as listed. */
+  async function addressVerdict(
+    address: IpAddress,
+    port: number,
+    resolved: boolean,
+    named = false,
+  ): Promise<EgressVerdict> {
     const kind = classifyAddress(address);
     if (kind !== "public" && !isAllowable(kind)) return { ok: false, rule: kind, resolved };
     if (await isPlatformAddress(address, port)) return { ok: false, rule: "platform_service", resolved };
-    if (kind === "public") return { ok: true };
+    if (kind === "public" || named) return { ok: true };
     if (allow.some((entry) => allowEntryMatches(entry, address, port))) return { ok: true };
     return { ok: false, rule: kind, resolved };
   }
@@ -282,12 +304,13 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
       return [{ address: bare(host), family: literal.version }];
     }
     const answers = await resolve(host);
+    const named = allow.some((entry) => allowEntryNames(entry, host, port));
     const out: ResolvedAddress[] = [];
     for (const answer of answers) {
       const parsed = parseIpAddress(answer.address);
       // An answer that is not an address cannot be connected to safely.
       if (parsed === undefined) throw new EgressDeniedError("reserved");
-      const verdict = await addressVerdict(parsed, port, true);
+      const verdict = await addressVerdict(parsed, port, true, named);
       if (!verdict.ok) throw new EgressDeniedError(verdict.rule);
       out.push({ address: answer.address, family: answer.family });
     }
