@@ -54,7 +54,7 @@ format: setup
 # client reconnecting forever once hung CI for 90 minutes); the outer timeout turns any other
 # hang into a red run well inside CI's budget.
 unit: setup test-peers
-	@set -o pipefail; timeout -k 10 840 node --test --test-concurrency=2 --test-timeout=180000 \
+	@set -o pipefail; timeout -k 10 1080 node --test --test-concurrency=2 --test-timeout=180000 \
 		--import ./test/helpers/exit-when-done.ts "test/**/*.test.ts" 2>&1 | tee .authority-test.log
 	@node scripts/scan-canaries.ts .authority-test.log
 
