@@ -1,9 +1,9 @@
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { checkJsonBounds } from "../../../core/bounded-json.ts";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
+import { createMcpExchange, type McpBody } from "../../../mcp/http-exchange.ts";
 import { createOriginPolicy } from "../../../mcp/origin.ts";
-import { createProtocolServer } from "../../../mcp/protocol-server.ts";
 import {
   bearerChallenge,
   MCP_PATH,
@@ -17,14 +17,16 @@ import type { AuthorityServices } from "../services.ts";
 
 /**
  * Hosted MCP at /mcp (docs/mcp.md): Streamable HTTP in stateless mode — a fresh SDK
- * server and transport per POST, so any replica answers any request; GET and DELETE are
- * 405 (no server-initiated stream, no session to end). Before the body is read: the
- * Origin is checked against the allowlist (403), then the bearer token (401 with a
- * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too).
+ * server per POST, so any replica answers any request; GET and DELETE are 405 (no
+ * server-initiated stream, no session to end). Before the body is read: the Origin is
+ * checked against the allowlist (403), then the bearer token (401 with a
+ * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too). The body is
+ * parsed here, so text that is not JSON is JSON-RPC's `-32700`, not the service's body.
  */
 
 const ALLOWED_METHODS = "POST, OPTIONS";
-const CORS_REQUEST_HEADERS = "authorization, content-type, accept, mcp-protocol-version, last-event-id";
+const CORS_REQUEST_HEADERS =
+  "authorization, content-type, accept, mcp-protocol-version, mcp-method, mcp-name, last-event-id";
 const CORS_EXPOSED_HEADERS = "www-authenticate, x-request-id";
 
 /** A JSON-RPC 2.0 message (the MCP SDK's answers and this transport's own refusals). */
@@ -60,11 +62,31 @@ const metadataSchema = {
 const noBody = { type: "null", description: "No body." } as const;
 const security = { security: [] } as const;
 
-function jsonRpcError(reply: FastifyReply, status: number, message: string): FastifyReply {
+function jsonRpcError(reply: FastifyReply, status: number, message: string, code = -32000): FastifyReply {
   return reply
     .code(status)
     .type("application/json")
-    .send({ jsonrpc: "2.0", error: { code: -32000, message }, id: null });
+    .send({ jsonrpc: "2.0", error: { code, message }, id: null });
+}
+
+/**
+ * fastify's JSON parser (prototype poisoning refused) and the service's JSON bounds, but
+ * as an outcome the route answers in JSON-RPC terms rather than the service's error body.
+ */
+function parseMcpBodies(app: Parameters<FastifyPluginAsync>[0]): void {
+  const parseJson = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, text, done) => {
+    parseJson(request, text as string, (error, value) => {
+      if (error !== null && error !== undefined) return done(null, { kind: "malformed" } satisfies McpBody);
+      try {
+        checkJsonBounds(value);
+      } catch {
+        return done(null, { kind: "too_complex" } satisfies McpBody);
+      }
+      done(null, { kind: "json", value } satisfies McpBody);
+    });
+  });
 }
 
 /** The route group: settings and service from the composition root (services.ts). */
@@ -77,6 +99,7 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
     scopes: config.scopesSupported,
   });
   const principals = new WeakMap<FastifyRequest, Principal>();
+  const exchange = createMcpExchange({ service, publicUrl: context.config.publicUrl });
 
   /** CORS for allowed browser origins; false (and a 403 sent) for a foreign one. */
   const checkOrigin = (request: FastifyRequest, reply: FastifyReply): boolean => {
@@ -114,6 +137,7 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
   };
 
   return async (app) => {
+    parseMcpBodies(app);
     for (const path of [`${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`, PROTECTED_RESOURCE_METADATA_PATH]) {
       app.get(path, { schema: { ...security, response: { 200: metadataSchema } } }, async (_request, reply) =>
         reply
@@ -168,47 +192,35 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
       async (request, reply) => {
         const principal = principals.get(request);
         if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-        // From here the SDK writes the response itself.
-        reply.hijack();
-        const raw = reply.raw;
-        for (const [name, value] of Object.entries(reply.getHeaders())) {
-          if (value !== undefined) raw.setHeader(name, value);
+        const body = request.body as McpBody;
+        if (body.kind === "malformed") return jsonRpcError(reply, 400, "Parse error.", -32700);
+        if (body.kind === "too_complex") {
+          return jsonRpcError(reply, 400, "Invalid request: the JSON is nested or spread too far.", -32600);
         }
-        const transport = new StreamableHTTPServerTransport({
-          sessionIdGenerator: undefined,
-          enableJsonResponse: true,
-        });
-        const server = createProtocolServer(service, { principal, requestId: request.id });
-        raw.on("close", () => {
-          // A client that went away mid-call: abort the handlers (the upstream call stops too)
-          // and drop the connection — the answer will never be written, so it must not stay
-          // open as an unfinished request.
-          if (raw.writableFinished) return;
-          void transport.close();
-          void server.close();
-          raw.destroy();
-        });
-        raw.on("finish", () => {
-          request.log.info(
-            { method: "POST", route: MCP_PATH, status: raw.statusCode, ms: reply.elapsedTime },
-            "request",
-          );
+        const refusal = exchange.refuseBatch(body.value, request.headers["mcp-protocol-version"]);
+        if (refusal !== undefined) return jsonRpcError(reply, 400, refusal, -32600);
+        const aborted = new AbortController();
+        reply.raw.on("close", () => {
+          // A client that went away mid-call: abort the handlers (the upstream call stops too).
+          if (!reply.raw.writableFinished) aborted.abort();
         });
         try {
-          await server.connect(transport);
-          await transport.handleRequest(request.raw, raw, request.body);
+          const answer = await exchange.answer({
+            headers: request.headers,
+            body: body.value,
+            caller: { principal, requestId: request.id, signal: aborted.signal },
+          });
+          reply.code(answer.status);
+          for (const [name, value] of answer.headers) reply.header(name, value);
+          if (aborted.signal.aborted) {
+            // The answer will never be read: drop the connection rather than keep it open.
+            reply.raw.destroy();
+            return reply;
+          }
+          return reply.send(answer.body.length === 0 ? undefined : answer.body);
         } catch (error) {
           request.log.error({ err: error }, "mcp request failed");
-          if (!raw.headersSent) {
-            raw.writeHead(500, { "content-type": "application/json" });
-            raw.end(
-              JSON.stringify({
-                jsonrpc: "2.0",
-                error: { code: -32603, message: "Internal error." },
-                id: null,
-              }),
-            );
-          }
+          return jsonRpcError(reply, 500, "Internal error.", -32603);
         }
       },
     );

@@ -110,7 +110,7 @@ test("stateless: GET and DELETE are 405", async () => {
 });
 
 test("every protocol version the SDK supports is accepted, with no session id", async () => {
-  assert.deepEqual(supportedProtocolVersions, SUPPORTED_PROTOCOL_VERSIONS);
+  assert.deepEqual(supportedProtocolVersions, ["2026-07-28", ...SUPPORTED_PROTOCOL_VERSIONS]);
   const token = await h.token("version-tester");
   for (const version of SUPPORTED_PROTOCOL_VERSIONS) {
     const init = await post(initialize(version), { authorization: `Bearer ${token}` });
@@ -134,4 +134,111 @@ test("every protocol version the SDK supports is accepted, with no session id", 
     { authorization: `Bearer ${token}`, "mcp-protocol-version": "1999-01-01" },
   );
   assert.equal(unknown.status, 400);
+});
+
+const MODERN = "2026-07-28";
+const envelope = {
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientCapabilities": {},
+  "io.modelcontextprotocol/clientInfo": { name: "raw", version: "1" },
+};
+
+/** A stateless 2026-07-28 request: no initialize before it, the revision in `_meta` and the headers. */
+function modern(token: string, method: string, params: Record<string, unknown> = {}, name?: string) {
+  return post(
+    { jsonrpc: "2.0", id: 7, method, params: { ...params, _meta: envelope } },
+    {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": MODERN,
+      "mcp-method": method,
+      ...(name === undefined ? {} : { "mcp-name": name }),
+    },
+  );
+}
+
+test("2026-07-28: server/discover and tools/list without a handshake or session; capabilities are truthful", async () => {
+  const token = await h.token("modern-raw");
+  const discover = await modern(token, "server/discover");
+  assert.equal(discover.status, 200);
+  const found = (await discover.json()) as {
+    result: {
+      supportedVersions: string[];
+      capabilities: { tools?: Record<string, unknown> };
+      resultType?: string;
+    };
+  };
+  assert.ok(found.result.supportedVersions.includes(MODERN), JSON.stringify(found));
+  assert.deepEqual(found.result.capabilities.tools, {}, "no listChanged: a stateless server never sends it");
+  const list = await modern(token, "tools/list");
+  assert.equal(list.status, 200);
+  assert.equal(list.headers.get("mcp-session-id"), null);
+  const listed = (await list.json()) as { result: { tools: unknown[]; resultType: string } };
+  assert.deepEqual(listed.result.tools, []);
+  assert.equal(listed.result.resultType, "complete");
+});
+
+test("legacy initialize advertises tools without listChanged", async () => {
+  const token = await h.token("legacy-caps");
+  const init = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+  const body = (await init.json()) as { result: { capabilities: { tools: Record<string, unknown> } } };
+  assert.deepEqual(body.result.capabilities.tools, {});
+});
+
+test("malformed JSON is JSON-RPC -32700, not the service's error body", async () => {
+  const token = await h.token("parse-tester");
+  for (const version of [MODERN, "2025-11-25"]) {
+    const response = await fetch(`${h.url}/mcp`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        authorization: `Bearer ${token}`,
+        "mcp-protocol-version": version,
+      },
+      body: '{"jsonrpc":"2.0",',
+    });
+    assert.equal(response.status, 400);
+    const body = (await response.json()) as { jsonrpc: string; error: { code: number } };
+    assert.equal(body.jsonrpc, "2.0");
+    assert.equal(body.error.code, -32700);
+  }
+});
+
+test("batches: refused (-32600) from 2025-06-18 on, answered where the revision has them, bounded", async () => {
+  const token = await h.token("batch-tester");
+  const ping = (id: number) => ({ jsonrpc: "2.0", id, method: "ping" });
+  for (const version of ["2025-06-18", "2025-11-25", MODERN]) {
+    const response = await post([ping(1), ping(2)], {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": version,
+    });
+    assert.equal(response.status, 400, version);
+    assert.equal(((await response.json()) as { error: { code: number } }).error.code, -32600);
+  }
+  const old = await post([ping(1), ping(2)], {
+    authorization: `Bearer ${token}`,
+    "mcp-protocol-version": "2025-03-26",
+  });
+  assert.equal(old.status, 200);
+  assert.equal(((await old.json()) as unknown[]).length, 2);
+  const huge = await post(
+    Array.from({ length: 33 }, (_, i) => ping(i)),
+    { authorization: `Bearer ${token}`, "mcp-protocol-version": "2025-03-26" },
+  );
+  assert.equal(huge.status, 400);
+});
+
+test("CORS preflight allows the 2026-07-28 Mcp-Method and Mcp-Name headers", async () => {
+  const preflight = await fetch(`${h.url}/mcp`, {
+    method: "OPTIONS",
+    headers: {
+      origin: ALLOWED_ORIGIN,
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "mcp-method, mcp-name",
+    },
+  });
+  assert.equal(preflight.status, 204);
+  const allowed = preflight.headers.get("access-control-allow-headers") ?? "";
+  assert.match(allowed, /mcp-method/);
+  assert.match(allowed, /mcp-name/);
 });
