@@ -7,6 +7,8 @@ import { createOriginPolicy } from "../../../mcp/origin.ts";
 import {
   bearerChallenge,
   MCP_PATH,
+  mcpResourceUrl,
+  missingMcpScope,
   PROTECTED_RESOURCE_METADATA_PATH,
   protectedResourceMetadata,
 } from "../../../mcp/resource-metadata.ts";
@@ -116,21 +118,35 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
     return true;
   };
 
+  const resource = mcpResourceUrl(context.config.publicUrl);
+  // The scope /mcp asks clients for, and requires of tokens issued for its resource URL.
+  const requiredScope = config.scopesSupported[0] ?? "authority/mcp";
+  const verifier = context.mcpVerifier ?? context.verifier;
+
   const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (!checkOrigin(request, reply)) return reply;
     try {
-      const principal = await optionalPrincipal(request, context);
+      const principal = await optionalPrincipal(request, context, verifier);
       if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+      const missing = missingMcpScope(principal, resource, requiredScope);
+      if (missing !== undefined) {
+        throw new AuthorityError("insufficient_scope", `This token lacks the scope ${missing}.`, {
+          details: { scope: missing },
+        });
+      }
       principals.set(request, principal);
     } catch (error) {
       const failure = toAuthorityError(error);
+      const publicUrl = context.config.publicUrl;
       if (failure.status === 401) {
         // RFC 6750 §3.1: no error code when the request carried no credentials at all.
         const presented = request.headers.authorization !== undefined;
         reply.header(
           "www-authenticate",
-          bearerChallenge(context.config.publicUrl, presented ? "invalid_token" : undefined),
+          bearerChallenge(publicUrl, presented ? "invalid_token" : undefined, requiredScope),
         );
+      } else if (failure.code === "insufficient_scope") {
+        reply.header("www-authenticate", bearerChallenge(publicUrl, "insufficient_scope", requiredScope));
       }
       return sendError(reply, request, failure);
     }

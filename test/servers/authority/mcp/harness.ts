@@ -193,7 +193,13 @@ export interface Harness {
   readonly actor: Actor;
   /** Service clock offset (tokens keep real time). */
   readonly clock: { offsetMs: number };
-  token(subject: string, roles?: readonly string[], partnerId?: string): Promise<string>;
+  token(
+    subject: string,
+    roles?: readonly string[],
+    partnerId?: string,
+    /** Another audience than the configured one, and scopes (tokens a client asked for itself). */
+    grant?: { audience?: string; scopes?: readonly string[] },
+  ): Promise<string>;
   /** Creates the subject (agent) and assigns the capability with these permissions. */
   grant(
     subjectId: string,
@@ -227,6 +233,12 @@ export async function startHarness(
     {
       store,
       verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+      // As build.ts makes it from the trusted issuers: also the MCP resource URL (RFC 8707).
+      mcpVerifier: createJwtVerifier({
+        issuer,
+        audience: ["authority", `${PUBLIC_URL}/mcp`],
+        jwks: `${issuer}/.well-known/jwks.json`,
+      }),
       protector: createLocalPolicyProtector({
         keyRings: createProcessKeyRings(),
         serviceIdentity: "test-environment",
@@ -266,10 +278,12 @@ export async function startHarness(
     upstream,
     actor,
     clock,
-    async token(subject, roles = ["agent"], partnerId) {
+    async token(subject, roles = ["agent"], partnerId, grant = {}) {
       const issued = await idp.issueToken({
         subject,
         roles,
+        ...(grant.audience === undefined ? {} : { audience: grant.audience }),
+        ...(grant.scopes === undefined ? {} : { scopes: grant.scopes }),
         ...(partnerId === undefined ? {} : { claims: { partner_id: partnerId } }),
       });
       return issued.accessToken;

@@ -36,7 +36,10 @@ const initialize = (protocolVersion: string, id = 1) => ({
 test("no token: 401 with a challenge naming the protected-resource metadata", async () => {
   const response = await post(initialize("2025-06-18"));
   assert.equal(response.status, 401);
-  assert.equal(response.headers.get("www-authenticate"), `Bearer resource_metadata="${METADATA_URL}"`);
+  assert.equal(
+    response.headers.get("www-authenticate"),
+    `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp"`,
+  );
   const body = (await response.json()) as { error: string; requestId: string };
   assert.equal(body.error, "invalid_token");
   assert.equal(typeof body.requestId, "string");
@@ -47,7 +50,7 @@ test("a bad token: 401 with error=invalid_token", async () => {
   assert.equal(response.status, 401);
   assert.equal(
     response.headers.get("www-authenticate"),
-    `Bearer resource_metadata="${METADATA_URL}", error="invalid_token"`,
+    `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp", error="invalid_token"`,
   );
 });
 
@@ -241,4 +244,47 @@ test("CORS preflight allows the 2026-07-28 Mcp-Method and Mcp-Name headers", asy
   const allowed = preflight.headers.get("access-control-allow-headers") ?? "";
   assert.match(allowed, /mcp-method/);
   assert.match(allowed, /mcp-name/);
+});
+
+const RESOURCE = `${PUBLIC_URL}/mcp`;
+
+test("RFC 8707: a token for the MCP resource URL is accepted at /mcp with its scope, and nowhere else", async () => {
+  const token = await h.token("resource-holder", ["agent"], undefined, {
+    audience: RESOURCE,
+    scopes: ["authority/mcp"],
+  });
+  const init = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+  assert.equal(init.status, 200);
+  const discover = await modern(token, "server/discover");
+  assert.equal(discover.status, 200);
+  // The admin API keeps its own audience: a token minted for the MCP resource opens nothing else.
+  const admin = await fetch(`${h.url}/admin/diagnostics`, { headers: { authorization: `Bearer ${token}` } });
+  assert.equal(admin.status, 401);
+});
+
+test("a token for the MCP resource without the scope: 403 insufficient_scope naming it", async () => {
+  for (const scopes of [[], ["authority/admin"], ["authority/mcpx"]]) {
+    const token = await h.token("scopeless", ["agent"], undefined, { audience: RESOURCE, scopes });
+    const response = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+    assert.equal(response.status, 403, JSON.stringify(scopes));
+    assert.equal(
+      response.headers.get("www-authenticate"),
+      `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp", error="insufficient_scope"`,
+    );
+    const body = (await response.json()) as { error: string; details: { scope: string } };
+    assert.equal(body.error, "insufficient_scope");
+    assert.equal(body.details.scope, "authority/mcp");
+  }
+});
+
+test("a token for another resource is refused (401), whatever its scopes", async () => {
+  for (const audience of [
+    "http://127.0.0.1:8080/mcp/",
+    "http://127.0.0.1:8080",
+    "https://other.example/mcp",
+  ]) {
+    const token = await h.token("elsewhere", ["agent"], undefined, { audience, scopes: ["authority/mcp"] });
+    const response = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+    assert.equal(response.status, 401, audience);
+  }
 });
