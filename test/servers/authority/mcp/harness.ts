@@ -17,6 +17,7 @@ import { createPartner } from "../../../../src/admin/partners.ts";
 import { assignCapability } from "../../../../src/admin/policies.ts";
 import { createSubject } from "../../../../src/admin/subjects.ts";
 import type { RedactionRule } from "../../../../src/core/redaction.ts";
+import { findFreePort } from "../../../../src/dev/ports.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import type { McpConfig } from "../../../../src/mcp/config.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
@@ -24,6 +25,7 @@ import { createLocalPolicyProtector } from "../../../../src/policy/local-protect
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
 import { buildAuthorityService } from "../../../../src/servers/authority/build.ts";
 import type { AuthorityServices } from "../../../../src/servers/authority/services.ts";
+import type { DevUser } from "../../../../src/servers/idp/authorization-code.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
@@ -187,6 +189,8 @@ export const permission = (method: string, path: string): string => `${CAPABILIT
 
 export interface Harness {
   readonly url: string;
+  /** The service's public URL (PUBLIC_URL unless started for the OAuth flow). */
+  readonly publicUrl: string;
   readonly store: Store;
   readonly context: AuthorityServices;
   readonly upstream: Upstream;
@@ -211,18 +215,41 @@ export interface Harness {
 }
 
 export async function startHarness(
-  options: { extraOperations?: number; mcp?: McpConfig } = {},
+  options: {
+    extraOperations?: number;
+    mcp?: McpConfig;
+    /**
+     * The dev IdP's authorization-code flow signing in this user, and the service on the port
+     * its public URL names (an OAuth client checks the advertised resource against the URL it uses).
+     */
+    oauthUser?: DevUser;
+  } = {},
 ): Promise<Harness> {
   const dir: TempDir = await makeTempDir("authority-mcp-");
   const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
-  const idp: IdpServer = await createIdpServer({ audience: "authority" });
+  const port = options.oauthUser === undefined ? undefined : await findFreePort("127.0.0.1");
+  const publicUrl = port === undefined ? PUBLIC_URL : `http://127.0.0.1:${port}`;
+  const idp: IdpServer = await createIdpServer({
+    audience: "authority",
+    ...(options.oauthUser === undefined
+      ? {}
+      : {
+          authorizationCode: {
+            user: options.oauthUser,
+            resources: [`${publicUrl}/mcp`],
+            scopes: ["authority/mcp"],
+            maxClients: 5,
+          },
+        }),
+  });
   const issuer = await idp.listen();
   const upstream = await startUpstream();
   const clock = { offsetMs: 0 };
   const mcp: McpConfig = options.mcp ?? { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 300 };
   const service = await buildAuthorityService(
     testAuthorityConfig({
-      publicUrl: PUBLIC_URL,
+      publicUrl,
+      ...(port === undefined ? {} : { listen: { host: "127.0.0.1", port } }),
       issuer,
       audience: "authority",
       bodyLimitBytes: 4 * 1024 * 1024,
@@ -236,7 +263,7 @@ export async function startHarness(
       // As build.ts makes it from the trusted issuers: also the MCP resource URL (RFC 8707).
       mcpVerifier: createJwtVerifier({
         issuer,
-        audience: ["authority", `${PUBLIC_URL}/mcp`],
+        audience: ["authority", `${publicUrl}/mcp`],
         jwks: `${issuer}/.well-known/jwks.json`,
       }),
       protector: createLocalPolicyProtector({
@@ -273,6 +300,7 @@ export async function startHarness(
   const clients: Client[] = [];
   return {
     url,
+    publicUrl,
     store,
     context,
     upstream,
