@@ -9,68 +9,22 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import { after, before, test } from "node:test";
-import {
-  Client,
-  discoverAuthorizationServerMetadata,
-  type OAuthClientMetadata,
-  type OAuthClientProvider,
-  type StoredOAuthClientInformation,
-  type StoredOAuthTokens,
-  StreamableHTTPClientTransport,
-  UnauthorizedError,
-} from "@modelcontextprotocol/client";
+import { discoverAuthorizationServerMetadata } from "@modelcontextprotocol/client";
 import { OpenIdProviderDiscoveryMetadataSchema } from "@modelcontextprotocol/sdk/shared/auth.js";
+import {
+  connectWithOAuth,
+  followAuthorization as follow,
+  OAUTH_REDIRECT,
+} from "../../../helpers/mcp-oauth.ts";
 import { type Harness, permission, startHarness } from "./harness.ts";
 
-const REDIRECT = "http://127.0.0.1:9/callback";
+const REDIRECT = OAUTH_REDIRECT;
 let h: Harness;
 before(async () => {
   h = await startHarness({ oauthUser: { subject: "oauth-agent", roles: ["agent"] } });
   await h.grant("oauth-agent", [permission("get", "/orders")]);
 });
 after(() => h.close());
-
-/** The client's storage and "browser": everything an application supplies, nothing more. */
-class TestProvider implements OAuthClientProvider {
-  client: StoredOAuthClientInformation | undefined;
-  stored: StoredOAuthTokens | undefined;
-  verifier = "";
-  authorizationUrl: URL | undefined;
-  get redirectUrl(): string {
-    return REDIRECT;
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return { redirect_uris: [REDIRECT], client_name: "interop", token_endpoint_auth_method: "none" };
-  }
-  clientInformation() {
-    return this.client;
-  }
-  saveClientInformation(info: StoredOAuthClientInformation) {
-    this.client = info;
-  }
-  tokens() {
-    return this.stored;
-  }
-  saveTokens(tokens: StoredOAuthTokens) {
-    this.stored = tokens;
-  }
-  redirectToAuthorization(url: URL) {
-    this.authorizationUrl = url;
-  }
-  saveCodeVerifier(verifier: string) {
-    this.verifier = verifier;
-  }
-  codeVerifier() {
-    return this.verifier;
-  }
-}
-
-/** Follows an authorization URL as a browser would, up to the redirect back to the client. */
-async function follow(url: URL | string): Promise<URL> {
-  const response = await fetch(url, { redirect: "manual" });
-  assert.equal(response.status, 302, await response.clone().text());
-  return new URL(response.headers.get("location") ?? "");
-}
 
 async function issuerUrl(): Promise<string> {
   const metadata = (await (await fetch(`${h.url}/.well-known/oauth-protected-resource/mcp`)).json()) as {
@@ -80,32 +34,24 @@ async function issuerUrl(): Promise<string> {
 }
 
 test("an unmodified SDK client completes the OAuth flow against the dev IdP, then lists tools", async () => {
-  const provider = new TestProvider();
-  const url = new URL(`${h.url}/mcp`);
-  const first = new Client({ name: "oauth-interop", version: "1" });
-  await assert.rejects(
-    first.connect(new StreamableHTTPClientTransport(url, { authProvider: provider })),
-    UnauthorizedError,
-  );
-  const authorization = provider.authorizationUrl;
-  assert.ok(authorization !== undefined, "the client was sent to authorize");
-  assert.equal(authorization.searchParams.get("code_challenge_method"), "S256");
-  assert.equal(authorization.searchParams.get("resource"), `${h.publicUrl}/mcp`);
-  assert.equal(authorization.searchParams.get("scope"), "authority/mcp", "the scope from the 401 challenge");
-  const back = await follow(authorization);
-  assert.equal(`${back.origin}${back.pathname}`, REDIRECT);
-  const transport = new StreamableHTTPClientTransport(url, { authProvider: provider });
-  await transport.finishAuth(back.searchParams);
-  const token = provider.stored?.access_token ?? "";
-  const claims = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString()) as {
-    aud: string;
-    scope: string;
-  };
-  assert.equal(claims.aud, `${h.publicUrl}/mcp`);
-  assert.equal(claims.scope, "authority/mcp");
-  const client = new Client({ name: "oauth-interop", version: "1" });
-  await client.connect(transport);
+  const { client, provider, callback } = await connectWithOAuth(`${h.url}/mcp`);
   try {
+    const authorization = provider.authorizationUrl;
+    assert.equal(authorization?.searchParams.get("code_challenge_method"), "S256");
+    assert.equal(authorization?.searchParams.get("resource"), `${h.publicUrl}/mcp`);
+    assert.equal(
+      authorization?.searchParams.get("scope"),
+      "authority/mcp",
+      "the scope from the 401 challenge",
+    );
+    assert.equal(`${callback.origin}${callback.pathname}`, REDIRECT);
+    const token = provider.stored?.access_token ?? "";
+    const claims = JSON.parse(Buffer.from(token.split(".")[1] ?? "", "base64url").toString()) as {
+      aud: string;
+      scope: string;
+    };
+    assert.equal(claims.aud, `${h.publicUrl}/mcp`);
+    assert.equal(claims.scope, "authority/mcp");
     const { tools } = await client.listTools();
     assert.deepEqual(
       tools.map((tool) => tool.name.replace(/_[0-9a-f]{8}$/, "")),
