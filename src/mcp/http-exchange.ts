@@ -17,11 +17,8 @@ import { createProtocolServer } from "./protocol-server.ts";
 import { MCP_PATH } from "./resource-metadata.ts";
 import type { McpCaller, McpService } from "./service.ts";
 
-/** The route's parse of the body: JSON, text that is not JSON, or JSON past the bounds. */
-export type McpBody =
-  | { readonly kind: "json"; readonly value: unknown }
-  | { readonly kind: "malformed" }
-  | { readonly kind: "too_complex" };
+/** The route's parse of the body: JSON (within the service's bounds), or text that is not JSON. */
+export type McpBody = { readonly kind: "json"; readonly value: unknown } | { readonly kind: "malformed" };
 
 /** Revisions that still had JSON-RPC batches (2025-06-18 removed them). */
 const BATCH_REVISIONS = new Set(["2024-11-05", "2025-03-26"]);

@@ -72,8 +72,9 @@ function jsonRpcError(reply: FastifyReply, status: number, message: string, code
 }
 
 /**
- * fastify's JSON parser (prototype poisoning refused) and the service's JSON bounds, but
- * as an outcome the route answers in JSON-RPC terms rather than the service's error body.
+ * fastify's JSON parser (prototype poisoning refused) and the service's JSON bounds, as on
+ * every route — a body past the bounds is the service's 400 `input_too_complex` — except
+ * that text which is not JSON reaches the handler, which answers JSON-RPC's `-32700`.
  */
 function parseMcpBodies(app: Parameters<FastifyPluginAsync>[0]): void {
   const parseJson = app.getDefaultJsonParser("error", "error");
@@ -83,8 +84,8 @@ function parseMcpBodies(app: Parameters<FastifyPluginAsync>[0]): void {
       if (error !== null && error !== undefined) return done(null, { kind: "malformed" } satisfies McpBody);
       try {
         checkJsonBounds(value);
-      } catch {
-        return done(null, { kind: "too_complex" } satisfies McpBody);
+      } catch (bounds) {
+        return done(bounds as Error, undefined);
       }
       done(null, { kind: "json", value } satisfies McpBody);
     });
@@ -210,9 +211,6 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
         if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
         const body = request.body as McpBody;
         if (body.kind === "malformed") return jsonRpcError(reply, 400, "Parse error.", -32700);
-        if (body.kind === "too_complex") {
-          return jsonRpcError(reply, 400, "Invalid request: the JSON is nested or spread too far.", -32600);
-        }
         const refusal = exchange.refuseBatch(body.value, request.headers["mcp-protocol-version"]);
         if (refusal !== undefined) return jsonRpcError(reply, 400, refusal, -32600);
         const aborted = new AbortController();
