@@ -14,7 +14,7 @@ import {
   WebStandardStreamableHTTPServerTransport,
 } from "@modelcontextprotocol/server";
 import { createProtocolServer } from "./protocol-server.ts";
-import { MCP_PATH } from "./resource-metadata.ts";
+import { mcpResourceUrl } from "./resource-metadata.ts";
 import type { McpCaller, McpService } from "./service.ts";
 
 /** The route's parse of the body: JSON (within the service's bounds), or text that is not JSON. */
@@ -75,7 +75,7 @@ export function createMcpExchange(options: {
   readonly publicUrl: string;
 }): McpExchange {
   const { service } = options;
-  const endpoint = new URL(MCP_PATH, options.publicUrl).toString();
+  const endpoint = mcpResourceUrl(options.publicUrl);
   const modern = createMcpHandler((context) => createProtocolServer(service, callerOf(context.authInfo)), {
     legacy: "reject",
   });

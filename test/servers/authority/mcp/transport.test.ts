@@ -288,3 +288,16 @@ test("a token for another resource is refused (401), whatever its scopes", async
     assert.equal(response.status, 401, audience);
   }
 });
+
+test("2026-07-28: the Mcp-Name header must name the tool the body calls", async () => {
+  const token = await h.token("header-tester");
+  const mismatch = await modern(token, "tools/call", { name: "a_tool", arguments: {} }, "another_tool");
+  assert.equal(mismatch.status, 400);
+  const body = (await mismatch.json()) as { error: { code: number } };
+  assert.ok(body.error.code < 0, JSON.stringify(body));
+  // With the header right, the name reaches the tool lookup: the one "not available" answer.
+  const matched = await modern(token, "tools/call", { name: "a_tool", arguments: {} }, "a_tool");
+  const answer = (await matched.json()) as { error: { code: number; message: string } };
+  assert.equal(answer.error.code, -32602);
+  assert.match(answer.error.message, /not available to this caller/);
+});
