@@ -71,6 +71,12 @@ function jsonRpcError(reply: FastifyReply, status: number, message: string, code
     .send({ jsonrpc: "2.0", error: { code, message }, id: null });
 }
 
+/** The client went away: the answer will never be read, so the connection is dropped, not kept open. */
+function dropped(reply: FastifyReply): FastifyReply {
+  reply.raw.destroy();
+  return reply;
+}
+
 /**
  * fastify's JSON parser (prototype poisoning refused) and the service's JSON bounds, as on
  * every route — a body past the bounds is the service's 400 `input_too_complex` — except
@@ -226,13 +232,10 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
           });
           reply.code(answer.status);
           for (const [name, value] of answer.headers) reply.header(name, value);
-          if (aborted.signal.aborted) {
-            // The answer will never be read: drop the connection rather than keep it open.
-            reply.raw.destroy();
-            return reply;
-          }
+          if (aborted.signal.aborted) return dropped(reply);
           return reply.send(answer.body.length === 0 ? undefined : answer.body);
         } catch (error) {
+          if (aborted.signal.aborted) return dropped(reply);
           request.log.error({ err: error }, "mcp request failed");
           return jsonRpcError(reply, 500, "Internal error.", -32603);
         }
