@@ -156,6 +156,16 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
       .send({ error: "server_error", error_description: "internal error" });
   });
 
+  const codeFlow: AuthorizationCodeFlow | undefined =
+    options.authorizationCode === undefined
+      ? undefined
+      : registerAuthorizationCodeFlow(app, {
+          issuer: currentIssuer,
+          tokens: tokenIssuer,
+          options: options.authorizationCode,
+          now: config.now,
+        });
+
   app.post(TOKEN_PATH, async (request, reply) => {
     const params = tokenParams(request);
     const response =
@@ -177,15 +187,6 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
   if (options.clientRegistration === true) {
     registerClientRegistration(app, { directory, keys, issuer: currentIssuer, audience: config.audience });
   }
-  const codeFlow: AuthorizationCodeFlow | undefined =
-    options.authorizationCode === undefined
-      ? undefined
-      : registerAuthorizationCodeFlow(app, {
-          issuer: currentIssuer,
-          tokens: tokenIssuer,
-          options: options.authorizationCode,
-          now: config.now,
-        });
 
   app.get(JWKS_PATH, async (_request, reply) =>
     reply
