@@ -301,3 +301,24 @@ test("2026-07-28: the Mcp-Name header must name the tool the body calls", async 
   assert.equal(answer.error.code, -32602);
   assert.match(answer.error.message, /not available to this caller/);
 });
+
+test("2026-07-28: subscriptions/listen is acknowledged with nothing and ends (no stream is held open)", async () => {
+  const token = await h.token("listener");
+  const response = await post(
+    {
+      jsonrpc: "2.0",
+      id: 9,
+      method: "subscriptions/listen",
+      params: { notifications: { toolsListChanged: true }, _meta: envelope },
+    },
+    {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": MODERN,
+      "mcp-method": "subscriptions/listen",
+    },
+  );
+  // The body ends: the answer is complete, not a stream kept open per caller.
+  const text = await response.text();
+  assert.match(text, /"notifications":\{\}/, "no notification is granted: none can be sent");
+  assert.match(text, /"resultType":"complete"/);
+});
