@@ -69,6 +69,8 @@ export const errorCodes = {
   invalid_user_assertion: deny(401, GrpcCode.UNAUTHENTICATED, "The end-user assertion was rejected."),
   invalid_token: deny(401, GrpcCode.UNAUTHENTICATED, "The bearer token is missing or invalid."),
   insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
+  // docs/mcp.md, "Scopes": a token issued for the MCP resource without the scope /mcp needs.
+  insufficient_scope: deny(403, GrpcCode.PERMISSION_DENIED, "The token lacks a scope this request needs."),
   invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
   payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
   // docs/security.md, "Bounded work on caller input": nesting, members per object, pointer length.

@@ -36,8 +36,8 @@ import {
   writeDevCredentials,
 } from "./credentials-file.ts";
 import { createCryptoOwners, policyCredentials } from "./crypto-owners.ts";
-import { type DevSecrets, loadDevSecrets, registerDevIdentities } from "./identities.ts";
-import { DEV_IDP, DEV_PARTNER, DEV_SERVICE_IDENTITY } from "./names.ts";
+import { AGENT_SCOPES, type DevSecrets, loadDevSecrets, registerDevIdentities } from "./identities.ts";
+import { DEV_IDP, DEV_PARTNER, DEV_SERVICE_IDENTITY, DEV_SUBJECTS } from "./names.ts";
 import {
   DEFAULT_DEV_PORTS,
   DEV_HOST,
@@ -181,6 +181,9 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const vault = createDevVault({ store, kek });
     const secrets = await loadDevSecrets(vault);
 
+    // The authority's address comes first: the IdP issues tokens for its MCP resource.
+    const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
+    const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
     // Identity provider: its signing keys persist, so tokens survive a restart.
     const idp = await createIdpServer({
       // A fixed port gives a fixed issuer (tokens and the binding stay valid across restarts).
@@ -189,6 +192,13 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       audience: "authority",
       // An admin can add an agent's client (docs/onboarding.md): development only.
       clientRegistration: true,
+      // An MCP client gets its own token (docs/mcp.md, "Clients that get their own token"):
+      // it registers, and the authorize endpoint signs in the demo agent without a page.
+      authorizationCode: {
+        user: { subject: DEV_SUBJECTS.agent.subjectId, roles: [] },
+        resources: [`${authorityBase}/mcp`],
+        scopes: [...AGENT_SCOPES],
+      },
       logger: log.child({ component: "idp" }),
     });
     await listenOn("identity provider", ports.idp, () => idp.listen({ host: DEV_HOST, port: ports.idp }));
@@ -260,8 +270,6 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       }),
       token: () => authorityToken.token(),
     });
-    const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
-    const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
     // The sample API's port is fixed before the authority starts: the egress allow list opens
     // exactly that one loopback destination and what the user's own `egress-allow` lists.
     const sampleApiPort = ports.sampleApi === 0 ? await findFreePort() : ports.sampleApi;

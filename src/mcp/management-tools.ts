@@ -5,7 +5,7 @@
  * by the same assertions the HTTP routes use, so a partner admin reaches only its own
  * partner, whichever transport it uses.
  */
-import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Tool } from "@modelcontextprotocol/server";
 import { listAuthProfiles } from "../admin/auth-profiles.ts";
 import { getCapability, listCapabilities } from "../admin/capabilities.ts";
 import type { AdminDeps } from "../admin/deps.ts";

@@ -7,9 +7,17 @@
  * Call: the policy is loaded and verified again to map the name, then the one enforcement
  * pipeline (src/pipeline/enforce.ts) runs with the snapshot's method and path template:
  * decision, input, constraints, render and re-match, auth profile, send, scrub, redact, and
- * the one record of what happened. A denied tool answers exactly like an unknown one.
+ * the one record of what happened. A denied tool answers exactly like an unknown one, in
+ * words true of both ("not available to this caller"): it neither says whether a tool of
+ * that name exists for someone else nor claims that it does not.
  */
-import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import {
+  type CallToolResult,
+  INTERNAL_ERROR,
+  INVALID_PARAMS,
+  ProtocolError,
+  type Tool,
+} from "@modelcontextprotocol/server";
 import type { AdminDeps } from "../admin/deps.ts";
 import type { McpCallInput } from "../audit/mcp-records.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
@@ -36,6 +44,8 @@ export interface McpCaller {
   readonly principal: Principal;
   /** The HTTP request's id: sent upstream as X-Request-Id and written to every record. */
   readonly requestId: string;
+  /** Aborted when the HTTP client goes away: a call in flight stops (the upstream request too). */
+  readonly signal?: AbortSignal;
 }
 
 export interface McpServiceOptions {
@@ -60,27 +70,13 @@ export interface McpService {
   readonly toolCache: ToolIndexCache;
 }
 
-/** Longest tool name echoed back in the unknown-tool error. */
+/** Longest tool name echoed back in the unavailable-tool error. */
 const MAX_ECHOED_NAME = 128;
 
-/**
- * A JSON-RPC error a handler throws: the SDK answers `{ code, message }` with exactly
- * this message (its own McpError would prefix "MCP error <code>:" to the wire message).
- */
-export class McpProtocolError extends Error {
-  readonly code: number;
-
-  constructor(code: number, message: string) {
-    super(message);
-    this.name = "McpProtocolError";
-    this.code = code;
-  }
-}
-
 /** The one answer for a tool that does not exist and for one the caller may not use. */
-export function unknownToolError(name: string): McpProtocolError {
+export function unknownToolError(name: string): ProtocolError {
   const shown = name.length > MAX_ECHOED_NAME ? `${name.slice(0, MAX_ECHOED_NAME)}…` : name;
-  return new McpProtocolError(ErrorCode.InvalidParams, `Unknown tool: ${shown}`);
+  return new ProtocolError(INVALID_PARAMS, `Tool not available to this caller: ${shown}`);
 }
 
 /** A policy that stands for the caller (src/core/decision.ts policyStanding): its document, else why not. */
@@ -278,7 +274,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
     try {
       ({ loaded, subjectId } = await loadPolicy(runtime, caller));
     } catch (error) {
-      throw new McpProtocolError(ErrorCode.InternalError, pipelineFailure(error).message);
+      throw new ProtocolError(INTERNAL_ERROR, pipelineFailure(error).message);
     }
     if (loaded === undefined || subjectId === undefined) return tools;
     const gate = listable(loaded, subjectId, now());

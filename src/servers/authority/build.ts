@@ -21,6 +21,7 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
+import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -70,6 +71,8 @@ export interface AuthorityServiceOverrides {
   /** Used as is and not closed by close(). */
   readonly store?: Store;
   readonly verifier?: BearerVerifier;
+  /** The verifier of /mcp (default: the trusted issuers, each also accepting the MCP resource URL as audience; `verifier` when only that is given). */
+  readonly mcpVerifier?: BearerVerifier;
   readonly protector?: PolicyProtector;
   /** Key rings for secrets, envelopes and workload tokens (default: in the store under the KEK). */
   readonly keyRings?: KeyRingSource;
@@ -197,6 +200,21 @@ export async function buildAuthorityService(
         createTrustedIssuersVerifier(config.trustedIssuers),
         { max: config.tokenCache.max },
       );
+    const mcpResource = mcpResourceUrl(config.publicUrl);
+    const mcpVerifier =
+      overrides.mcpVerifier ??
+      overrides.verifier ??
+      createCachingVerifier(
+        createTrustedIssuersVerifier(
+          config.trustedIssuers.map((trusted) => ({
+            ...trusted,
+            audience: trusted.audience.includes(mcpResource)
+              ? trusted.audience
+              : [...trusted.audience, mcpResource],
+          })),
+        ),
+        { max: config.tokenCache.max },
+      );
     // With Redis configured, every policy write sets the subject's head and is published,
     // so sidecars drop cached policies within their freshness bound.
     const publisher =
@@ -222,6 +240,7 @@ export async function buildAuthorityService(
       },
       store,
       verifier,
+      mcpVerifier,
       protector,
       ...(overrides.secretKeyRings === null ? {} : { secretKeyRings: secretKeys }),
       ...(overrides.platform === null

@@ -45,6 +45,12 @@ export interface AuthorityContext {
   readonly config: AuthorityServiceConfig;
   readonly store: Store;
   readonly verifier: BearerVerifier;
+  /**
+   * The verifier of /mcp: the configured audiences and also the MCP resource URL (RFC 8707,
+   * tokens a client asked for the resource itself); absent: `verifier`. Only /mcp uses it,
+   * so a token minted for the MCP resource opens nothing else.
+   */
+  readonly mcpVerifier?: BearerVerifier;
   readonly protector: PolicyProtector;
   readonly logger: Logger;
   readonly now: () => Date;
