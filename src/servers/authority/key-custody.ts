@@ -36,9 +36,9 @@ import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { ConfigError } from "../../config/errors.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { createDelegatedSubjectKeys } from "../../policy/delegated-subject-keys.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtectionContext, PolicyProtector } from "../../policy/protector.ts";
-import { createDelegatedSubjectKeys } from "../../policy/delegated-subject-keys.ts";
 import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createUpstreamPolicyProtector } from "../../policy/upstream-protector.ts";
 

@@ -271,7 +271,7 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       }
       const existing = await registry.get(id);
       if (existing !== undefined) {
-        if (existing.delegate !== delegate.id) throw new CryptoServiceError("owner_exists");
+        if (existing.delegate !== delegate.id) throw new CryptoServiceError("owner_not_delegated");
         return reply.header("cache-control", "no-store").send(delegatedBody(existing));
       }
       // Random credentials nobody receives: only the delegate reaches this owner (act_as).
@@ -290,7 +290,12 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       const owner = await delegated(await caller(request), (request.params as { id: string }).id);
       const rotated = await rotateOwner(owner.id);
       request.log.info(
-        { owner: owner.id, delegate: owner.delegate, keyId: rotated.keyId, previousKeyId: rotated.previousKeyId },
+        {
+          owner: owner.id,
+          delegate: owner.delegate,
+          keyId: rotated.keyId,
+          previousKeyId: rotated.previousKeyId,
+        },
         "delegated owner rotated",
       );
       return reply.header("cache-control", "no-store").send({

@@ -21,9 +21,9 @@ import { deleteSubject } from "../../../admin/subject-removal.ts";
 import {
   type CreateSubjectInput,
   createSubject,
-  rotateSubjectKeys,
   getSubject,
   listSubjects,
+  rotateSubjectKeys,
   setSubjectIdentity,
 } from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
