@@ -3,9 +3,13 @@ import { randomBytes } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { reprotectPolicies } from "../../../src/admin/reprotect.ts";
 import { CryptoClientError, createCryptoClient } from "../../../src/clients/crypto-service/client.ts";
 import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
+import { loadKek } from "../../../src/crypto/index.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
+import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
+import { createStoredKeyRings } from "../../../src/policy/stored-key-rings.ts";
 import { type AuthorityService, buildAuthorityService } from "../../../src/servers/authority/build.ts";
 import { createDevCertificate } from "../../../src/servers/managed/dev-certificate.ts";
 import { createManagedServer, type ManagedServer } from "../../../src/servers/managed/server.ts";
@@ -49,6 +53,8 @@ for (const mode of ["crypto", "managed"] as const) {
     let url: string;
     let credentialsFile: string;
     let config: ReturnType<typeof resolveAuthorityConfig>;
+    /** The custody settings of this mode (crypto service, credentials file, managed API). */
+    const custodyFlags: Record<string, string> = {};
 
     const token = async (subject: string, roles: string[] = []) =>
       (await idp.server().issueToken({ subject, roles, lifetimeSec: 3600 })).accessToken;
@@ -122,7 +128,7 @@ for (const mode of ["crypto", "managed"] as const) {
         }),
         { mode: 0o600 },
       );
-      const flags: Record<string, string> = {};
+      const flags = custodyFlags;
       if (mode === "managed") {
         const certificate = await createDevCertificate();
         managed = await createManagedServer({
@@ -139,15 +145,17 @@ for (const mode of ["crypto", "managed"] as const) {
         flags["managed-ca-file"] = caFile;
       }
       upstream = await startTestUpstream();
+      Object.assign(flags, {
+        "policy-protection": mode,
+        "crypto-url": crypto.url,
+        "crypto-credentials-file": credentialsFile,
+      });
       config = resolveAuthorityConfig({
         flags: {
           ...flags,
           "state-dir": join(dir.path, "state"),
           listen: "127.0.0.1:0",
           issuer: idp.issuer,
-          "policy-protection": mode,
-          "crypto-url": crypto.url,
-          "crypto-credentials-file": credentialsFile,
           "service-identity": SERVICE,
           "record-cache-ms": "0",
           "egress-allow": egressAllowValue(upstream.url),
@@ -289,6 +297,104 @@ for (const mode of ["crypto", "managed"] as const) {
       }
       await assign("agent-2");
       assert.equal((await authorize("agent-2")).json.status, "allowed");
+    });
+
+    test("an embedded installation moves into custody with reprotect, without losing a policy", async () => {
+      const stateDir = join(dir.path, "embedded-state");
+      const embeddedFlags = {
+        "state-dir": stateDir,
+        listen: "127.0.0.1:0",
+        issuer: idp.issuer,
+        "service-identity": SERVICE,
+        "record-cache-ms": "0",
+        "egress-allow": egressAllowValue(upstream.url),
+      };
+      const kekFile = join(dir.path, "embedded-kek");
+      const embedded = await buildAuthorityService(
+        resolveAuthorityConfig({
+          flags: {
+            ...embeddedFlags,
+            "policy-protection": "embedded",
+            "kek-file": kekFile,
+            "init-kek": "true",
+          },
+          env: {},
+        }),
+        { logger: createLogger("embedded", "silent") },
+      );
+      const embeddedUrl = await embedded.listen();
+      const adminAt = async (base: string, method: string, path: string, body: unknown) =>
+        call(method, path, body, await token("root-admin", ["admin"]), base);
+      assert.equal(
+        (await adminAt(embeddedUrl, "POST", "/partners", { partner_id: "moving", name: "M" })).status,
+        201,
+      );
+      const profile = await adminAt(embeddedUrl, "PUT", "/partners/moving/caab/auth-profiles/k", {
+        type: "static",
+        kind: "api_key",
+        in: "header",
+        name: "x-api-key",
+        secret: "moving-secret-0123456789",
+      });
+      assert.equal(profile.status, 201, profile.text);
+      const imported = await adminAt(embeddedUrl, "POST", "/partners/moving/api-specs/import-openapi", {
+        capability_id: "items",
+        name: "Items",
+        document: itemsOpenApi(),
+        upstream_base_url: upstream.url,
+        auth_profile_ref: "k",
+      });
+      assert.equal(imported.status, 201, imported.text);
+      const created = await adminAt(embeddedUrl, "POST", "/partners/moving/users", {
+        subject_id: "mover",
+        subject_type: "agent",
+        display_name: "mover",
+      });
+      assert.equal(created.status, 201, created.text);
+      const assigned = await adminAt(
+        embeddedUrl,
+        "PUT",
+        "/partners/moving/caab/subjects/mover/policies/items",
+        {
+          allowed_permission_ids: ["items:get:/items/{itemId}"],
+          ttl_seconds: 3600,
+        },
+      );
+      assert.equal(assigned.status, 200, assigned.text);
+      await embedded.close();
+
+      const custody = await buildAuthorityService(
+        resolveAuthorityConfig({
+          flags: { ...embeddedFlags, ...custodyFlags },
+          env: {},
+        }),
+        { logger: createLogger("custody", "silent") },
+      );
+      try {
+        const custodyUrl = await custody.listen();
+        const decide = async () =>
+          call(
+            "POST",
+            "/v1/authorize-invocation",
+            { subject: { subject_id: "mover" }, capability_id: "items", method: "GET", path: "/items/7" },
+            await token("mover"),
+            custodyUrl,
+          );
+        assert.notEqual((await decide()).json.status, "allowed", "embedded artifacts do not open in custody");
+        const from = createLocalPolicyProtector({
+          keyRings: createStoredKeyRings({ store: custody.context.store, kek: await loadKek({ kekFile }) }),
+          serviceIdentity: SERVICE,
+        });
+        const moved = await reprotectPolicies(custody.context, { from });
+        assert.equal(moved.finished, true);
+        assert.equal(moved.reprotected, 1);
+        assert.equal(moved.unverifiable, 0);
+        const allowed = await decide();
+        assert.equal(allowed.json.status, "allowed", allowed.text);
+        assert.ok(await crypto.server().hasOwner("subject:mover"), "the migration provisioned the owner");
+      } finally {
+        await custody.close();
+      }
     });
 
     test("only the delegate acts for, rotates or retires a delegated owner", async () => {
