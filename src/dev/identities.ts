@@ -79,9 +79,10 @@ export async function registerDevIdentities(directory: Directory, secrets: DevSe
     roles: ["partner_admin"],
     claims: { partner_id: DEV_PARTNER.partnerId },
   });
-  await directory.addClient({
-    clientId: DEV_IDP.authorityClientId,
-    clientSecret: secrets.authorityClientSecret,
+  // The authority's service account at the crypto service (password grant; crypto mode).
+  await directory.addServiceAccount({
+    username: DEV_IDP.authorityClientId,
+    password: secrets.authorityClientSecret,
     scopes: [],
   });
   // Scoped as a real sidecar is: one partner, and the capabilities of its pod's capability map
