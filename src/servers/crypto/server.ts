@@ -229,11 +229,15 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
    * The owner a delegate acts for. The crypto service's own rule (decision 2513): only a
    * `service` owner delegates, only for `subject:` owners it provisioned itself.
    */
-  async function delegated(delegate: Owner, id: unknown): Promise<Owner> {
+  function assertMayDelegate(delegate: Owner, id: unknown): asserts id is string {
     assertOwnerId(id);
     if (delegate.kind !== "service" || !id.startsWith(DELEGATED_OWNER_PREFIX)) {
       throw new CryptoServiceError("owner_not_delegated");
     }
+  }
+
+  async function delegated(delegate: Owner, id: unknown): Promise<Owner> {
+    assertMayDelegate(delegate, id);
     const owner = await registry.get(id);
     if (owner === undefined) throw new CryptoServiceError("owner_not_found");
     if (owner.delegate !== delegate.id) throw new CryptoServiceError("owner_not_delegated");
@@ -265,17 +269,21 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
     handle(async (request, reply) => {
       const delegate = await caller(request);
       const id = isRecord(request.body) ? request.body.id : undefined;
-      assertOwnerId(id);
-      if (delegate.kind !== "service" || !id.startsWith(DELEGATED_OWNER_PREFIX)) {
-        throw new CryptoServiceError("owner_not_delegated");
+      assertMayDelegate(delegate, id);
+      const existing = async () => {
+        const found = await delegated(delegate, id);
+        return reply.header("cache-control", "no-store").send(delegatedBody(found));
+      };
+      if ((await registry.get(id)) !== undefined) return existing();
+      let owner: Owner;
+      try {
+        // Random credentials nobody receives: only the delegate reaches this owner (act_as).
+        ({ owner } = await registry.provision({ id, kind: "subject", delegate: delegate.id }));
+      } catch (error) {
+        // A concurrent request made it first: answered as the existing owner it now is.
+        if (error instanceof CryptoServiceError && error.reason === "owner_exists") return existing();
+        throw error;
       }
-      const existing = await registry.get(id);
-      if (existing !== undefined) {
-        if (existing.delegate !== delegate.id) throw new CryptoServiceError("owner_not_delegated");
-        return reply.header("cache-control", "no-store").send(delegatedBody(existing));
-      }
-      // Random credentials nobody receives: only the delegate reaches this owner (act_as).
-      const { owner } = await registry.provision({ id, kind: "subject", delegate: delegate.id });
       request.log.info(
         { owner: id, delegate: delegate.id, keyId: owner.ring.current.keyId },
         "delegated owner provisioned",

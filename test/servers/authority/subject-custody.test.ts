@@ -426,6 +426,12 @@ for (const mode of ["crypto", "managed"] as const) {
         client.signEncrypt({ token: bearer, ...serviceKeys, actAs: "partner-globex" }, "x", {}),
       );
       assert.ok(await crypto.server().hasOwner("subject:agent-3"));
+      // Provisioning is idempotent, also when requests race (a first policy write and a create).
+      const race = `subject:race-${mode}`;
+      await Promise.all(
+        [1, 2, 3, 4].map(() => client.delegatedOwner({ token: bearer, ...serviceKeys }, race, "provision")),
+      );
+      assert.ok(await crypto.server().hasOwner(race));
     });
   });
 }
