@@ -165,6 +165,11 @@ export const errorCodes = {
   envelope_expired: deny(403, GrpcCode.PERMISSION_DENIED, "The envelope is outside its validity window."),
   digest_mismatch: deny(403, GrpcCode.PERMISSION_DENIED, "The arguments do not match the envelope's digest."),
   crypto_unavailable: deny(503, GrpcCode.UNAVAILABLE, "Envelope verification is unavailable."),
+  subject_keys_unavailable: deny(
+    503,
+    GrpcCode.UNAVAILABLE,
+    "The subject's policy keys are missing or unusable at the crypto service.",
+  ),
   upstream_error: deny(502, GrpcCode.UNAVAILABLE, "The upstream answered with an unusable response."),
   redaction_failed: deny(
     502,

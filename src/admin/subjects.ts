@@ -96,6 +96,7 @@ export async function createSubject(
     created_at: deps.now().toISOString(),
   };
   const record = await storeNewSubject(deps, asked);
+  await provisionSubjectKeys(deps, record);
   const index: PartnerSubjectIndexRecord = { partner_id: partnerId, subject_id: record.subject_id };
   await deps.store.put(
     collections.partnerSubjects,
@@ -103,6 +104,47 @@ export async function createSubject(
     index,
   );
   return record;
+}
+
+/**
+ * A `subject_credentials_v1` subject gets its owner at the crypto service now (custody modes),
+ * so its first assignment needs no operator step; when that fails the subject is not kept and
+ * the caller gets the specific refusal (`subject_keys_unavailable`, or 503 when it is down).
+ */
+async function provisionSubjectKeys(deps: Pick<AdminDeps, "store" | "protector">, record: SubjectRecord) {
+  const keys = deps.protector.subjectKeys;
+  if (keys === undefined || record.crypto_version !== "subject_credentials_v1") return;
+  try {
+    await keys.provision(record.subject_id);
+  } catch (error) {
+    await deps.store.delete(collections.subjects, storeKeys.subject(record.subject_id));
+    throw error;
+  }
+}
+
+/**
+ * POST /partners/{id}/users/{subject}/rotate-keys: new current keys for the subject's owner at
+ * the crypto service (provisioned first when missing). Stored policies keep opening under the
+ * retired keys; `authority reprotect` moves them to the new ones.
+ */
+export async function rotateSubjectKeys(
+  deps: Pick<AdminDeps, "store" | "protector" | "now">,
+  partnerId: string,
+  subjectId: string,
+): Promise<{ subject_id: string; rotated_at: string }> {
+  const subject = await getSubject(deps, partnerId, subjectId);
+  const keys = deps.protector.subjectKeys;
+  if (keys === undefined || subject.crypto_version !== "subject_credentials_v1") {
+    throw new AuthorityError(
+      "conflict",
+      keys === undefined
+        ? "Subject keys are held at the crypto service only in the crypto and managed policy protection modes."
+        : "A platform_service_v2 subject's policies use the service identity's keys.",
+    );
+  }
+  await keys.provision(subject.subject_id);
+  await keys.rotate(subject.subject_id);
+  return { subject_id: subject.subject_id, rotated_at: deps.now().toISOString() };
 }
 
 /**

@@ -31,7 +31,9 @@ async function registeredCommands(): Promise<readonly Command[]> {
 }
 
 /** Flags a command has that are actions of one run, not settings (nothing to configure). */
-const ACTION_FLAGS: Readonly<Record<string, readonly string[]>> = { reprotect: ["--restart"] };
+const ACTION_FLAGS: Readonly<Record<string, readonly string[]>> = {
+  reprotect: ["--restart", "--from-embedded-kek-file"],
+};
 
 /**
  * AUTHORITY_* names in the docs and manifests that are shell variables of examples, not

@@ -623,7 +623,9 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
     let extAuthz: ExtAuthzClient | undefined;
     if (options.sidecar !== undefined && options.sidecar !== false) {
       const sidecarToken = (
-        await idp.server().issueToken({ subject: "sidecar-1", roles: ["sidecar"], lifetimeSec: 3600 })
+        await idp
+          .server()
+          .issueToken({ subject: "sidecar-1", roles: ["sidecar", "sidecar_platform"], lifetimeSec: 3600 })
       ).accessToken;
       leaks.token(sidecarToken);
       const cacheKey = new Uint8Array(randomBytes(32));

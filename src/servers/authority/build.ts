@@ -148,6 +148,13 @@ const readinessSchema = {
       required: ["state", "pending"],
       properties: { state: { type: "string" }, pending: { type: "integer" } },
     },
+    subject_keys: {
+      type: "object",
+      description:
+        "Custody modes: subjects whose owner at the crypto service was missing or refused on last use (their decisions fail; the service stays ready).",
+      required: ["unusable"],
+      properties: { unusable: { type: "integer" } },
+    },
   },
 } as const;
 
@@ -285,6 +292,7 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const app = await createAuthorityApp(services);
+    const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
       status: "ok",
@@ -299,6 +307,7 @@ export async function buildAuthorityService(
           status: ready ? "ready" : "unavailable",
           store: health.ok ? "ok" : "unavailable",
           audit: { state: recorder.stats().state, pending: recorder.pending() },
+          ...(subjectKeys === undefined ? {} : { subject_keys: { unusable: subjectKeys.unusable().length } }),
         });
       },
     );

@@ -133,8 +133,12 @@ describe("a malformed partner or role claim makes the token invalid, never unsco
       }),
       { numRuns: 25 },
     );
-    // The well-formed claim is still read as it was.
-    const sidecarToken = await tokenWith("sidecar-x", { partner_id: PARTNER }, ["sidecar"]);
+    // The well-formed claim is still read as it was (with the capability of the pod's map).
+    const sidecarToken = await tokenWith(
+      "sidecar-x",
+      { partner_id: PARTNER, scope: `authority/sidecar.capability:${CAPABILITY}` },
+      ["sidecar"],
+    );
     assert.equal((await get(`/v1/sidecar/auth-profiles/${PARTNER}/${PROFILE}`, sidecarToken)).status, 200);
   });
 

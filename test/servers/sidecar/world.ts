@@ -369,7 +369,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
       ).accessToken;
     const tokens = {
       admin: await token("root-admin", { roles: ["admin"] }),
-      sidecar: await token("sidecar-1", { roles: ["sidecar"] }),
+      sidecar: await token("sidecar-1", { roles: ["sidecar", "sidecar_platform"] }),
       agent: await token(AGENT),
       otherAgent: await token(OTHER_AGENT),
       noPolicyAgent: await token(NO_POLICY_AGENT),

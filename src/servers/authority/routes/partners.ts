@@ -4,6 +4,7 @@ import {
   noContent,
   partnerDeletionSchema,
   partnerSchema,
+  rotatedKeysSchema,
   subjectSchema,
 } from "../../../admin/admin-response-schemas.ts";
 import {
@@ -22,6 +23,7 @@ import {
   createSubject,
   getSubject,
   listSubjects,
+  rotateSubjectKeys,
   setSubjectIdentity,
 } from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
@@ -227,6 +229,18 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getSubject(context, request.params.id, request.params.subject);
+      },
+    );
+
+    app.post<{ Params: SubjectParams }>(
+      "/partners/:id/users/:subject/rotate-keys",
+      { schema: { response: { 200: rotatedKeysSchema }, params: subjectParams } },
+      async (request) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const rotated = await rotateSubjectKeys(context, request.params.id, request.params.subject);
+        request.log.info({ subject: rotated.subject_id }, "subject keys rotated at the crypto service");
+        return rotated;
       },
     );
 
