@@ -159,7 +159,15 @@ export async function startBenchWorld(options: BenchWorldOptions): Promise<Bench
         .accessToken;
     const tokenFile = join(temp.path, "sidecar-token");
     const cacheKeyFile = join(temp.path, "cache-key");
-    await writeFile(tokenFile, await token("bench-sidecar", ["sidecar"]), { mode: 0o600 });
+    // Scoped as an injected sidecar's credential: its partner and its pod's capabilities.
+    const sidecarToken = await idp.issueToken({
+      subject: "bench-sidecar",
+      roles: ["sidecar"],
+      claims: { partner_id: PARTNER },
+      scopes: capabilities.map(({ capabilityId }) => `authority/sidecar.capability:${capabilityId}`),
+      lifetimeSec: 3600,
+    });
+    await writeFile(tokenFile, sidecarToken.accessToken, { mode: 0o600 });
     await writeFile(cacheKeyFile, randomBytes(32).toString("base64"), { mode: 0o600 });
     const sidecarEnv: Record<string, string> = {
       AUTHORITY_URL: authorityUrl,

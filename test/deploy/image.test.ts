@@ -9,7 +9,7 @@ import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 import { type PeerProcess, startPeerProcess } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
-import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
+import { PARTNER, startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
 import { isObj, repoPath } from "./helpers.ts";
 
 /**
@@ -78,6 +78,9 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
         clientId: CLIENT_ID,
         clientSecret: CLIENT_SECRET,
         roles: ["sidecar"],
+        // scoped like an injected sidecar: its partner and its pod's capability
+        claims: { partner_id: PARTNER },
+        scopes: ["authority/sidecar.capability:orders"],
       });
       try {
         const built = await run("bash", [repoPath("scripts/local-image.sh"), "build"], {
