@@ -253,6 +253,12 @@ describe("a revocation that answered 200 is never undone by a fault (four sideca
       await load.stop();
       const counted = allowsAfter(load.outcomes, answeredAt);
       assert.ok(counted.checked > 0, "Checks were sent after the revoke answered");
+      // Not only no allow: once the fault is over, every sidecar denies the revoked subject.
+      const denying = new Set(
+        load.outcomes.filter((o) => o.sentAt >= answeredAt && o.status === 403).map((o) => o.sidecar),
+      );
+      for (const running of sidecars)
+        assert.ok(denying.has(running.name), `${running.name} denied ${subject} (403)`);
       assert.deepEqual(
         { allows: counted.allows, bySidecar: counted.bySidecar },
         { allows: 0, bySidecar: {} },

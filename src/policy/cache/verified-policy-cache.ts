@@ -6,6 +6,7 @@ import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
+import type { FreshnessLease } from "./authority-lease.ts";
 import type { CacheKeys } from "./cache-key.ts";
 import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
 import { policyEntryName } from "./redis-keys.ts";
@@ -32,6 +33,13 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
  * - Whatever Redis says, an entry is revalidated with the authority once it is `maxAgeMs`
  *   old (in the background from half that age), which bounds what a Redis that withholds
  *   or replays changes can do.
+ *
+ * - With a freshness lease (the sidecar always has one; decision 2507), nothing is answered
+ *   while the lease is not current, and the authority's change log outranks Redis: a logged
+ *   change evicts every older local entry at once, an answer of the authority older than a
+ *   logged head is refused, and an allowing Redis entry is used only when its head is the one
+ *   the authority last confirmed for the subject — Redis can make a sidecar reload, never
+ *   keep or bring back what a logged change superseded.
  *
  * Redis entries are sealed (AES-256-GCM + HMAC-SHA256 under the sidecar's cache key) and
  * bound to their subject; a bad MAC, a wrong subject, an unexpected head or a malformed
@@ -116,6 +124,11 @@ export interface VerifiedPolicyCacheOptions {
   /** Verifies signed policies with public keys (createSignedPolicyVerifier). */
   readonly opener: PolicyOpener;
   readonly redis?: { readonly store: PolicyHeadStore; readonly keys: CacheKeys };
+  /**
+   * The authority's change log and the lease it grants (createAuthorityLease). Without it the
+   * cache trusts Redis heads as before: only tests of the Redis layer leave it out.
+   */
+  readonly freshness?: FreshnessLease;
   /** Local LRU size (default 10000 subjects). */
   readonly localMaxEntries?: number;
   /**
@@ -156,6 +169,9 @@ export interface VerifiedPolicyCache {
 }
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
+
+/** How long a head the authority reported is remembered (any fetch ends far sooner). */
+const AUTHORITY_HEAD_TTL_MS = 60_000;
 
 interface SealedPolicy {
   readonly v: 2;
@@ -285,6 +301,48 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   // expects, else starts its own; the layer answered (redis/authority) is per caller (decision 1801).
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
+
+  const freshness = options.freshness;
+  /**
+   * The heads the authority itself reported lately (its change log, its answers): the only
+   * heads that can confirm a Redis entry, and the floor of any answer that arrives later.
+   * Kept for a minute (far longer than a fetch may take); `knowledgeLost` counts what was
+   * dropped before that (the bound, a reset), so a fetch that spanned it is not trusted.
+   */
+  const authorityHeads = new LRUCache<string, number>({
+    max,
+    ttl: AUTHORITY_HEAD_TTL_MS,
+    dispose: (_head, _subject, reason) => {
+      if (reason === "evict") knowledgeLost++;
+    },
+  });
+  let knowledgeLost = 0;
+  const learnHead = (subjectId: string, head: number): void => {
+    const known = authorityHeads.get(subjectId);
+    if (known === undefined || head > known) authorityHeads.set(subjectId, head);
+  };
+  const unfollow = [
+    freshness?.onChanges((changes) => {
+      for (const change of changes) {
+        learnHead(change.subject_id, change.head);
+        const entry = local.get(change.subject_id);
+        if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
+      }
+    }),
+    freshness?.onReset(() => {
+      knowledgeLost++;
+      authorityHeads.clear();
+      local.clear();
+    }),
+  ];
+  const assertFresh = (): void => {
+    if (freshness !== undefined && !freshness.current()) {
+      throw new PolicyCacheError(
+        "freshness_unavailable",
+        "the authority's policy change log has not been confirmed within the staleness bound",
+      );
+    }
+  };
 
   const unsubscribe = redis?.store.onChange((change) => {
     const subjectId = change.subject_id;
@@ -453,6 +511,12 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       events.lookup?.("redis", false);
       return undefined;
     }
+    if (freshness !== undefined && policy.load.ok && authorityHeads.get(subjectId) !== policy.head) {
+      // Redis' head and entry agree, but the authority has not confirmed that head: a rolled-back
+      // pair would agree too. The authority decides.
+      events.lookup?.("redis", false);
+      return undefined;
+    }
     events.lookup?.("redis", true);
     local.set(subjectId, policy);
     return policy;
@@ -468,6 +532,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       known !== undefined && known.fromRedis !== true && (head === null || known.head === head)
         ? known
         : undefined;
+    const lostBefore = knowledgeLost;
     let result: PolicyFetchResult;
     try {
       result = await source.fetchPolicy(
@@ -513,6 +578,15 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
         "the authority returned an older policy than published",
       );
     }
+    if (freshness !== undefined && policy.load.ok) {
+      // An answer read before a change the log has since delivered (it was on its way meanwhile).
+      const logged = authorityHeads.get(subjectId);
+      const unknowable = logged === undefined && knowledgeLost !== lostBefore;
+      if (unknowable || (logged !== undefined && policy.head < logged)) {
+        throw new PolicyCacheError("source_inconsistent", "the authority's answer predates a logged change");
+      }
+    }
+    if (policy.head > 0) learnHead(subjectId, policy.head);
     await store(policy);
     return policy;
   };
@@ -601,6 +675,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   };
 
   const peek = (subjectId: string): PolicyLookup | undefined => {
+    if (freshness !== undefined && !freshness.current()) return undefined;
     const entry = local.get(subjectId);
     if (entry === undefined) return undefined;
     const at = now();
@@ -626,12 +701,20 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     return reload(subjectId, null, entry);
   };
 
+  /** Only while the lease is current, at the start and at the end (a reload may outlast it). */
+  const getFresh = async (subjectId: string): Promise<PolicyLookup> => {
+    assertFresh();
+    const lookup = await (redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId));
+    assertFresh();
+    return lookup;
+  };
+
   return {
     get(subjectId) {
       if (typeof subjectId !== "string" || subjectId.length === 0) {
         return Promise.reject(new PolicyCacheError("invalid_options", "subject id is required"));
       }
-      return redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId);
+      return getFresh(subjectId);
     },
     peek(subjectId) {
       return typeof subjectId === "string" && subjectId.length > 0 ? peek(subjectId) : undefined;
@@ -644,6 +727,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     },
     close() {
       unsubscribe?.();
+      for (const stop of unfollow) stop?.();
+      authorityHeads.clear();
       local.clear();
       confirmed.clear();
       view.clear();

@@ -23,6 +23,7 @@ import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts"
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
+import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { DecisionRuntime } from "../../policy/runtime.ts";
@@ -230,6 +231,8 @@ export async function buildAuthorityService(
             },
           }),
       ...(onPolicyChange === undefined ? {} : { onPolicyChange }),
+      // Sidecars follow the policy change log here; a change that takes access away waits out their leases.
+      sidecarLeases: createSidecarLeases({ store, leaseMs: config.sidecarLeaseMs }),
       logger,
       now: overrides.now ?? (() => new Date()),
     };

@@ -6,6 +6,7 @@ import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
 import {
   type CacheLayer,
+  createAuthorityLease,
   createRedisPolicyStore,
   createVerifiedPolicyCache,
   deriveCacheKeys,
@@ -140,8 +141,29 @@ export function createSidecar(options: SidecarOptions): Sidecar {
             ? {}
             : { commandTimeoutMs: options.redis.commandTimeoutMs }),
         });
+  // The staleness bound: decisions from the cache only while the authority's change log was
+  // confirmed within the lease it grants (decision 2507).
+  let leaseLapsed = false;
+  const lease = createAuthorityLease({
+    source: options.authority,
+    onRenewal: (result, error) => {
+      metrics.freshnessRenewal(result);
+      // Logged when the lease lapses and when it is back, not on every failed renewal.
+      if (result === "ok" && leaseLapsed) {
+        leaseLapsed = false;
+        logger.info("policy change log confirmed again; deciding from the cache");
+      } else if (result === "error" && !leaseLapsed && !lease.current()) {
+        leaseLapsed = true;
+        logger.warn(
+          { err: errorSummary(error) },
+          "policy change log not confirmed within the staleness bound; every decision is 503 until it is",
+        );
+      }
+    },
+  });
   const policies = createVerifiedPolicyCache({
     source: options.authority,
+    freshness: lease,
     opener: createSignedPolicyVerifier({
       serviceIdentity: options.policyKeys.serviceIdentity,
       source: options.authority,
@@ -247,6 +269,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   });
 
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);
+  metrics.trackFreshnessLease(() => lease.current());
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());
@@ -261,6 +284,13 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       run: () => options.authority.proveCredentials(),
     },
   ];
+  warmSteps.push({
+    name: "policy_changes",
+    failure: "the authority's policy change log could not be read",
+    run: async () => {
+      if (!(await lease.whenCurrent(5000))) throw new SidecarConfigError("no freshness lease yet");
+    },
+  });
   const warmVerifier = options.verifier.warm?.bind(options.verifier);
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
@@ -339,6 +369,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         { host: proxyAddress.host, port: proxyPort },
         { host: metricsAddress.host, port: metricsPort },
       );
+      lease.start();
       warmUp.start();
       logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
       return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
@@ -353,6 +384,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         proxyUp = false;
         const { lost } = await auditLog.close(graceMs);
         if (lost > 0) logger.error({ lost }, "decision records could not be delivered before shutdown");
+        lease.close();
         policies.close();
         await redis?.close();
         await health.close();

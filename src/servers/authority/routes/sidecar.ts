@@ -5,6 +5,7 @@ import {
   sidecarAuthMaterialSchema,
   sidecarCapabilitySchema,
   sidecarDecisionsAcceptedSchema,
+  sidecarPolicyChangesSchema,
   sidecarPolicyKeysSchema,
   sidecarPolicySchema,
   sidecarSelfSchema,
@@ -46,6 +47,9 @@ import type { AuthorityServices } from "../services.ts";
  *   profile, ready to inject (headers / query parameters), with how long they may be cached.
  * - `GET /v1/sidecar/self` — who the caller is to the authority: a sidecar proves its own
  *   credentials with it before it reports ready.
+ * - `GET /v1/sidecar/policy-changes?after=<seq>` — the policy change log after `after` (a
+ *   partner-bound caller sees its partner's changes only); an answer that reached the end of
+ *   the log is the sidecar's freshness lease (src/policy/change-log.ts, decision 2507).
  *
  * Only principals with role `sidecar` or scope `authority/sidecar` may call them; a
  * principal whose token carries `partner_id` is limited to that partner's subjects,
@@ -322,6 +326,32 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
           ),
         );
         return noStore(reply).send({ accepted: records.length });
+      },
+    );
+
+    app.get<{ Querystring: { after?: string } }>(
+      "/v1/sidecar/policy-changes",
+      {
+        schema: {
+          response: { 200: sidecarPolicyChangesSchema },
+          querystring: {
+            type: "object",
+            additionalProperties: false,
+            properties: { after: { type: "string", pattern: "^(?:0|[1-9][0-9]{0,14})$" } },
+          },
+        },
+      },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const leases = context.sidecarLeases;
+        if (leases === undefined) {
+          throw new AuthorityError("upstream_unavailable", "Sidecar freshness leases are not configured.");
+        }
+        const { after } = request.query;
+        const page = await read(() =>
+          leases.read(after === undefined ? undefined : Number(after), principal.partnerId),
+        );
+        return noStore(reply).send(page);
       },
     );
 
