@@ -31,13 +31,18 @@ export interface FreshnessLease {
   onChanges(listener: (changes: readonly PolicyChange[]) => void): () => void;
   /** The log could not be followed (too far behind, or a replaced store): forget every policy. */
   onReset(listener: () => void): () => void;
+  /**
+   * Resolves true once a first lease was granted — at once when one was, current or not — or
+   * false after `timeoutMs`: a decision at start waits for it, a later one never waits.
+   */
+  whenFirst(timeoutMs: number): Promise<boolean>;
 }
 
 export interface AuthorityLease extends FreshnessLease {
   /** Starts renewing (at once, then every quarter of the lease). */
   start(): void;
-  /** Resolves true once the lease is current, false after `timeoutMs`. */
-  whenCurrent(timeoutMs: number): Promise<boolean>;
+  /** Reads the log to its end now: resolves once every change logged before the call has reached the listeners. */
+  sync(): Promise<void>;
   close(): void;
 }
 
@@ -123,8 +128,17 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     throw new PolicyCacheError("source_unavailable", "the policy change log did not end");
   };
 
+  /** One renewal at a time: two reading the log at once could move the cursor backwards. */
+  let renewing: Promise<void> | undefined;
+  const renewOnce = (): Promise<void> => {
+    renewing ??= renew().finally(() => {
+      renewing = undefined;
+    });
+    return renewing;
+  };
+
   const attempt = (): void => {
-    renew()
+    renewOnce()
       .then(
         () => options.onRenewal?.("ok"),
         (error: unknown) => options.onRenewal?.("error", error),
@@ -159,8 +173,14 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
       started = true;
       attempt();
     },
-    whenCurrent(timeoutMs) {
-      if (current()) return Promise.resolve(true);
+    async sync() {
+      // A renewal already on its way may have read the log before the caller's moment.
+      await renewing?.catch(() => undefined);
+      await renewOnce();
+    },
+    whenFirst(timeoutMs) {
+      if (validUntil > Number.NEGATIVE_INFINITY) return Promise.resolve(true);
+      if (closed) return Promise.resolve(false);
       return new Promise<boolean>((resolve) => {
         const wake = (isCurrent: boolean): void => {
           clearTimeout(deadline);

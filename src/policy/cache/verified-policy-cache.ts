@@ -172,6 +172,8 @@ type DenyLoad = "missing_policy" | "policy_verification_failed";
 
 /** How long a head the authority reported is remembered (any fetch ends far sooner). */
 const AUTHORITY_HEAD_TTL_MS = 60_000;
+/** How long a decision at start waits for the sidecar's first freshness lease. */
+const FIRST_LEASE_WAIT_MS = 5000;
 
 interface SealedPolicy {
   readonly v: 2;
@@ -342,6 +344,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
         "the authority's policy change log has not been confirmed within the staleness bound",
       );
     }
+  };
+  /** At start a decision waits for the first lease (bounded by its own deadline); later none waits. */
+  const awaitFresh = async (): Promise<void> => {
+    if (freshness !== undefined && !freshness.current()) await freshness.whenFirst(FIRST_LEASE_WAIT_MS);
+    assertFresh();
   };
 
   const unsubscribe = redis?.store.onChange((change) => {
@@ -703,7 +710,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
 
   /** Only while the lease is current, at the start and at the end (a reload may outlast it). */
   const getFresh = async (subjectId: string): Promise<PolicyLookup> => {
-    assertFresh();
+    await awaitFresh();
     const lookup = await (redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId));
     assertFresh();
     return lookup;

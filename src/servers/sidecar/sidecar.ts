@@ -5,6 +5,7 @@ import { createEgressPolicy, type EgressPolicy } from "../../execute/egress.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
 import {
+  type AuthorityLease,
   type CacheLayer,
   createAuthorityLease,
   createRedisPolicyStore,
@@ -111,6 +112,8 @@ export interface Sidecar {
   readonly policies: VerifiedPolicyCache;
   readonly metrics: SidecarMetrics;
   readonly redis: RedisPolicyStore | undefined;
+  /** The freshness lease over the authority's policy change log (decision 2507). */
+  readonly freshness: AuthorityLease;
   /** Resolves true once `/readyz` would answer 200, false after `timeoutMs`. */
   whenReady(timeoutMs: number): Promise<boolean>;
   /** Sends the queued decision records now; false when some are still queued after `timeoutMs`. */
@@ -288,7 +291,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     name: "policy_changes",
     failure: "the authority's policy change log could not be read",
     run: async () => {
-      if (!(await lease.whenCurrent(5000))) throw new SidecarConfigError("no freshness lease yet");
+      if (!(await lease.whenFirst(5000))) throw new SidecarConfigError("no freshness lease yet");
     },
   });
   const warmVerifier = options.verifier.warm?.bind(options.verifier);
@@ -339,6 +342,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     policies,
     metrics,
     redis,
+    freshness: lease,
     get ready() {
       return readiness().ready;
     },
