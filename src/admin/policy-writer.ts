@@ -215,8 +215,9 @@ export type PolicyChangeFacts = Pick<PolicyRecord, "subject_id" | "partner_id" |
  * Not published: Redis heads only grow, and a later record of the subject starts again at 1.
  */
 export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChangeFacts): Promise<void> {
-  await appendPolicyChange(deps.store, { ...removed, head: removed.head + 1 });
-  await deps.sidecarLeases?.outlast();
+  const seq = await appendPolicyChange(deps.store, { ...removed, head: removed.head + 1 });
+  deps.sidecarLeases?.logged(seq);
+  await deps.sidecarLeases?.outlast(seq);
 }
 
 /**
@@ -232,10 +233,11 @@ export async function notifyPolicyChange(
   change: PolicyChangeFacts,
   options: { readonly narrows: boolean },
 ): Promise<void> {
-  await appendPolicyChange(deps.store, change);
+  const seq = await appendPolicyChange(deps.store, change);
+  deps.sidecarLeases?.logged(seq);
   await Promise.all([
     publishPolicyChange(deps, change),
-    options.narrows ? deps.sidecarLeases?.outlast() : undefined,
+    options.narrows ? deps.sidecarLeases?.outlast(seq) : undefined,
   ]);
 }
 

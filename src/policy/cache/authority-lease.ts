@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import type { PolicyChange, PolicyChangesPage } from "../change-log.ts";
 import { LEASE_MS_RANGE } from "../change-log.ts";
 import { PolicyCacheError } from "./errors.ts";
@@ -7,19 +8,22 @@ import { PolicyCacheError } from "./errors.ts";
  * directly — never through Redis — and may decide from its cache only while its last answer
  * that reached the end of the log came for a request sent less than `lease_ms` ago (the
  * authority's setting). Every change logged before that request was sent has then reached
- * the listeners; a change that takes access away is answered by the authority only once
- * every such lease granted before it was logged has run out. So once a revoke answered, no
- * sidecar decides on a policy the revocation superseded, whatever Redis does.
+ * the listeners. A change that takes access away is answered by the authority only once every
+ * sidecar has acknowledged it (its next read says it has applied it) or its lease ran out, so
+ * once a revoke answered, no sidecar decides on a policy the revocation superseded, whatever
+ * Redis does.
  *
- * The lease is renewed every quarter of `lease_ms` in the background: no decision waits for
- * it, and the renewal is one small request per sidecar (not per subject).
+ * The log is read continuously in the background: the authority holds a read with nothing new
+ * (up to a quarter lease, at most 1 s) and answers it as soon as a change is logged, and the
+ * next read, sent at once, is the acknowledgement. No decision waits for it; it is one small
+ * request per sidecar (not per subject) at a time.
  */
 
 /** Where the log is read (the authority client). */
 export interface PolicyChangeSource {
   fetchPolicyChanges(
     after: number | undefined,
-    options: { readonly timeoutMs: number },
+    options: { readonly timeoutMs: number; readonly instance: string; readonly wait: boolean },
   ): Promise<PolicyChangesPage>;
 }
 
@@ -39,7 +43,7 @@ export interface FreshnessLease {
 }
 
 export interface AuthorityLease extends FreshnessLease {
-  /** Starts renewing (at once, then every quarter of the lease). */
+  /** Starts following the log. */
   start(): void;
   /** Reads the log to its end now: resolves once every change logged before the call has reached the listeners. */
   sync(): Promise<void>;
@@ -50,14 +54,16 @@ export interface AuthorityLeaseOptions {
   readonly source: PolicyChangeSource;
   /** Monotonic ms (default performance.now). */
   readonly now?: () => number;
-  /** Told after each renewal attempt (metrics, the failure's log line). */
+  /** Told after each read (metrics, the failure's log line). */
   readonly onRenewal?: (result: "ok" | "error", error?: unknown) => void;
 }
 
 /** Before the first answer says how long a lease is. */
-const FIRST_RENEWAL_TIMEOUT_MS = 2000;
+const FIRST_READ_TIMEOUT_MS = 2000;
 /** Pages one renewal may read (a backlog longer than this is a reset on the authority's side). */
 const MAX_PAGES = 20;
+/** Between two reads that brought nothing (an authority that does not hold them). */
+const MIN_IDLE_GAP_MS = 20;
 
 function checkedPage(page: PolicyChangesPage): PolicyChangesPage {
   const leaseMs = page?.lease_ms;
@@ -84,9 +90,10 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
   }
   const { source } = options;
   const now = options.now ?? (() => performance.now());
+  const instance = randomBytes(16).toString("base64url");
   const changeListeners = new Set<(changes: readonly PolicyChange[]) => void>();
   const resetListeners = new Set<() => void>();
-  const waiters = new Set<(current: boolean) => void>();
+  const waiters = new Set<(granted: boolean) => void>();
   let cursor: number | undefined;
   let leaseMs: number | undefined;
   let validUntil = Number.NEGATIVE_INFINITY;
@@ -104,55 +111,71 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     }
   };
 
-  /** Reads the log to its end; the lease then runs from when the last request was sent. */
-  const renew = async (): Promise<void> => {
+  /**
+   * Reads the log to its end; the lease then runs from when the last request was sent. A
+   * read that brought changes is followed by one more at once: it acknowledges them.
+   * Resolves whether the renewal brought changes.
+   */
+  const renew = async (wait: boolean): Promise<boolean> => {
+    let brought = false;
     for (let pages = 0; pages < MAX_PAGES; pages++) {
       const sentAt = now();
-      const timeoutMs =
-        leaseMs === undefined ? FIRST_RENEWAL_TIMEOUT_MS : Math.max(100, Math.floor(leaseMs / 2));
-      const page = checkedPage(await source.fetchPolicyChanges(cursor, { timeoutMs }));
-      if (closed) return;
+      const lease = leaseMs;
+      const page = checkedPage(
+        await source.fetchPolicyChanges(cursor, {
+          instance,
+          wait: wait && !brought,
+          timeoutMs: lease === undefined ? FIRST_READ_TIMEOUT_MS : Math.max(100, Math.floor(lease / 2)),
+        }),
+      );
+      if (closed) return brought;
       if (page.reset || (cursor !== undefined && page.cursor < cursor)) {
         tell(resetListeners);
       } else if (page.changes.length > 0) {
         tell(changeListeners, page.changes);
       }
+      const moved = cursor !== undefined && page.cursor !== cursor;
       cursor = page.cursor;
       leaseMs = page.lease_ms;
+      brought ||= moved;
       if (page.complete) {
         validUntil = Math.max(validUntil, sentAt + page.lease_ms);
         for (const wake of [...waiters]) wake(true);
-        return;
+        if (!moved) return brought;
       }
     }
     throw new PolicyCacheError("source_unavailable", "the policy change log did not end");
   };
 
-  /** One renewal at a time: two reading the log at once could move the cursor backwards. */
-  let renewing: Promise<void> | undefined;
-  const renewOnce = (): Promise<void> => {
-    renewing ??= renew().finally(() => {
+  /** One read at a time: two at once could move the cursor backwards. */
+  let renewing: Promise<boolean> | undefined;
+  const renewOnce = (wait: boolean): Promise<boolean> => {
+    renewing ??= renew(wait).finally(() => {
       renewing = undefined;
     });
     return renewing;
   };
 
-  const attempt = (): void => {
-    renewOnce()
-      .then(
-        () => options.onRenewal?.("ok"),
-        (error: unknown) => options.onRenewal?.("error", error),
-      )
-      .finally(schedule);
+  const follow = (): void => {
+    if (closed) return;
+    renewOnce(true).then(
+      (brought) => {
+        options.onRenewal?.("ok");
+        later(brought ? 0 : MIN_IDLE_GAP_MS);
+      },
+      (error: unknown) => {
+        options.onRenewal?.("error", error);
+        later(leaseMs === undefined ? 250 : Math.min(250, Math.floor(leaseMs / 4)));
+      },
+    );
   };
 
-  function schedule(): void {
+  function later(ms: number): void {
     if (closed) return;
-    const every = leaseMs === undefined ? 250 : Math.max(50, Math.floor(leaseMs / 4));
     timer = setTimeout(() => {
       timer = undefined;
-      attempt();
-    }, every);
+      follow();
+    }, ms);
     timer.unref();
   }
 
@@ -171,26 +194,23 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     start() {
       if (started || closed) return;
       started = true;
-      attempt();
+      follow();
     },
     async sync() {
-      // A renewal already on its way may have read the log before the caller's moment.
+      // A read already on its way may have read the log before the caller's moment.
       await renewing?.catch(() => undefined);
-      await renewOnce();
+      await renewOnce(false);
     },
     whenFirst(timeoutMs) {
       if (validUntil > Number.NEGATIVE_INFINITY) return Promise.resolve(true);
       if (closed) return Promise.resolve(false);
       return new Promise<boolean>((resolve) => {
-        const wake = (isCurrent: boolean): void => {
+        const wake = (granted: boolean): void => {
           clearTimeout(deadline);
           waiters.delete(wake);
-          resolve(isCurrent);
+          resolve(granted);
         };
-        const deadline = setTimeout(() => {
-          waiters.delete(wake);
-          resolve(false);
-        }, timeoutMs);
+        const deadline = setTimeout(() => wake(false), timeoutMs);
         deadline.unref();
         waiters.add(wake);
       });

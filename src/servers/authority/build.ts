@@ -204,6 +204,7 @@ export async function buildAuthorityService(
         ? undefined
         : async (subjectId: string, head: number) => void (await publisher.publish(subjectId, head)));
     const egress = overrides.egress ?? authorityEgressPolicy(config);
+    const sidecarLeases = createSidecarLeases({ store, leaseMs: config.sidecarLeaseMs });
     const context: AuthorityContext = {
       egress,
       config: {
@@ -232,7 +233,7 @@ export async function buildAuthorityService(
           }),
       ...(onPolicyChange === undefined ? {} : { onPolicyChange }),
       // Sidecars follow the policy change log here; a change that takes access away waits out their leases.
-      sidecarLeases: createSidecarLeases({ store, leaseMs: config.sidecarLeaseMs }),
+      sidecarLeases,
       logger,
       now: overrides.now ?? (() => new Date()),
     };
@@ -297,6 +298,8 @@ export async function buildAuthorityService(
       close() {
         closed ??= (async () => {
           draining = true;
+          // Sidecars' reads held for a change are answered now, not after their hold.
+          sidecarLeases.close();
           // fastify stops accepting, answers new requests on kept-alive sockets with 503,
           // and waits for requests in flight — each of which records its decision.
           await app.close();

@@ -230,8 +230,9 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     },
 
     async fetchPolicyChanges(after, options): Promise<PolicyChangesPage> {
-      const query = after === undefined ? "" : `?after=${after}`;
-      const response = await call(`/v1/sidecar/policy-changes${query}`, {}, undefined, options.timeoutMs);
+      const query = new URLSearchParams({ instance: options.instance, wait: String(options.wait) });
+      if (after !== undefined) query.set("after", String(after));
+      const response = await call(`/v1/sidecar/policy-changes?${query}`, {}, undefined, options.timeoutMs);
       if (response.status !== 200) return unexpected(response);
       const body = await json(response);
       const changes = isRecord(body) && Array.isArray(body.changes) ? body.changes.map(policyChangeOf) : [];

@@ -47,9 +47,11 @@ import type { AuthorityServices } from "../services.ts";
  *   profile, ready to inject (headers / query parameters), with how long they may be cached.
  * - `GET /v1/sidecar/self` — who the caller is to the authority: a sidecar proves its own
  *   credentials with it before it reports ready.
- * - `GET /v1/sidecar/policy-changes?after=<seq>` — the policy change log after `after` (a
- *   partner-bound caller sees its partner's changes only); an answer that reached the end of
- *   the log is the sidecar's freshness lease (src/policy/change-log.ts, decision 2507).
+ * - `GET /v1/sidecar/policy-changes?after=<seq>&instance=<id>&wait=true` — the policy change
+ *   log after `after` (a partner-bound caller sees its partner's changes only), held up to a
+ *   quarter lease (≤ 1 s) for a change when there is none; an answer that reached the end of
+ *   the log is the sidecar's freshness lease, and the read acknowledges every change up to
+ *   `after` (src/policy/change-log.ts, decision 2507).
  *
  * Only principals with role `sidecar` or scope `authority/sidecar` may call them; a
  * principal whose token carries `partner_id` is limited to that partner's subjects,
@@ -329,7 +331,7 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
       },
     );
 
-    app.get<{ Querystring: { after?: string } }>(
+    app.get<{ Querystring: { after?: string; instance?: string; wait?: string } }>(
       "/v1/sidecar/policy-changes",
       {
         schema: {
@@ -337,7 +339,11 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
           querystring: {
             type: "object",
             additionalProperties: false,
-            properties: { after: { type: "string", pattern: "^(?:0|[1-9][0-9]{0,14})$" } },
+            properties: {
+              after: { type: "string", pattern: "^(?:0|[1-9][0-9]{0,14})$" },
+              instance: { type: "string", pattern: "^[A-Za-z0-9_-]{16,64}$" },
+              wait: { type: "string", enum: ["true", "false"] },
+            },
           },
         },
       },
@@ -347,9 +353,15 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         if (leases === undefined) {
           throw new AuthorityError("upstream_unavailable", "Sidecar freshness leases are not configured.");
         }
-        const { after } = request.query;
+        const { after, instance, wait } = request.query;
         const page = await read(() =>
-          leases.read(after === undefined ? undefined : Number(after), principal.partnerId),
+          leases.read({
+            after: after === undefined ? undefined : Number(after),
+            instance,
+            principal: principal.subject,
+            partnerId: principal.partnerId,
+            wait: wait === "true",
+          }),
         );
         return noStore(reply).send(page);
       },
