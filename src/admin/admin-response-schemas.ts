@@ -158,9 +158,9 @@ export const sidecarPolicyChangesSchema = {
       type: "array",
       items: {
         type: "object",
-        required: ["subject_id", "head"],
+        required: ["subject_id", "head", "document_hash", "revoked_at"],
         additionalProperties: false,
-        properties: { subject_id: text, head: count },
+        properties: { subject_id: text, head: count, document_hash: nullableText, revoked_at: nullableText },
       },
     },
     complete: { type: "boolean" },

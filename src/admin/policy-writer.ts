@@ -206,8 +206,11 @@ async function publishPolicyChange(deps: AdminDeps, change: PolicyChangeFacts): 
   }
 }
 
-/** Which subject's policy changed, and its new head. */
-export type PolicyChangeFacts = Pick<PolicyRecord, "subject_id" | "partner_id" | "head">;
+/** Which subject's policy changed: its new head, signed text and revocation. */
+export type PolicyChangeFacts = Pick<
+  PolicyRecord,
+  "subject_id" | "partner_id" | "head" | "document_hash" | "revoked_at"
+>;
 
 /**
  * A policy record removed instead of re-signed (its artifact no longer opens): logged for the
@@ -215,7 +218,13 @@ export type PolicyChangeFacts = Pick<PolicyRecord, "subject_id" | "partner_id" |
  * Not published: Redis heads only grow, and a later record of the subject starts again at 1.
  */
 export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChangeFacts): Promise<void> {
-  const seq = await appendPolicyChange(deps.store, { ...removed, head: removed.head + 1 });
+  const seq = await appendPolicyChange(deps.store, {
+    subject_id: removed.subject_id,
+    partner_id: removed.partner_id,
+    head: removed.head + 1,
+    document_hash: null,
+    revoked_at: null,
+  });
   deps.sidecarLeases?.logged(seq);
   await deps.sidecarLeases?.outlast(seq);
 }

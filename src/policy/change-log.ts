@@ -24,14 +24,22 @@ import type { Store } from "../store/store.ts";
  * whole lease instead.
  */
 
-/** One logged change, as the sidecars read it. */
+/**
+ * One logged change, as the sidecars read it: the record's new head, and what the signed text
+ * and the revocation of that head are — so a sealed Redis entry is taken only when it is that
+ * very policy, not an older genuine one relabelled by a holder of the cache key.
+ */
 export interface PolicyChange {
   readonly subject_id: string;
   readonly head: number;
+  /** The record's `document_hash`; null when the record was removed. */
+  readonly document_hash: string | null;
+  /** The record's `revoked_at`. */
+  readonly revoked_at: string | null;
 }
 
 /** What the log stores per change. */
-interface LoggedChange extends PolicyChange {
+export interface LoggedChange extends PolicyChange {
   readonly partner_id: string;
 }
 
@@ -88,6 +96,8 @@ export async function appendPolicyChange(store: Store, change: LoggedChange): Pr
     subject_id: change.subject_id,
     partner_id: change.partner_id,
     head: change.head,
+    document_hash: change.document_hash,
+    revoked_at: change.revoked_at,
   };
   try {
     return await store.append(logs.policyChanges, entry);
@@ -100,15 +110,20 @@ export async function appendPolicyChange(store: Store, change: LoggedChange): Pr
   }
 }
 
+const textOrNull = (value: unknown): value is string | null => value === null || typeof value === "string";
+
 function isLoggedChange(value: unknown): value is LoggedChange {
   if (typeof value !== "object" || value === null) return false;
   const { subject_id: subjectId, partner_id: partnerId, head } = value as Record<string, unknown>;
+  const { document_hash: documentHash, revoked_at: revokedAt } = value as Record<string, unknown>;
   return (
     typeof subjectId === "string" &&
     typeof partnerId === "string" &&
     typeof head === "number" &&
     Number.isSafeInteger(head) &&
-    head >= 0
+    head >= 0 &&
+    textOrNull(documentHash) &&
+    textOrNull(revokedAt)
   );
 }
 
@@ -268,7 +283,8 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
       for (const { value } of entries) {
         if (!isLoggedChange(value)) continue;
         if (partnerId !== undefined && value.partner_id !== partnerId) continue;
-        changes.push({ subject_id: value.subject_id, head: value.head });
+        const { partner_id: _partner, ...change } = value;
+        changes.push(change);
       }
       const cursor = entries.at(-1)?.seq ?? after;
       return page(cursor, changes, entries.length < POLICY_CHANGES_PAGE, false);

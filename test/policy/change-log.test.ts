@@ -44,7 +44,19 @@ describe("policy change log and sidecar leases", () => {
     };
   };
   const change = (subject: string, head: number, partner = "acme") =>
-    appendPolicyChange(store, { subject_id: subject, partner_id: partner, head });
+    appendPolicyChange(store, {
+      subject_id: subject,
+      partner_id: partner,
+      head,
+      document_hash: `sha256:${head}`,
+      revoked_at: null,
+    });
+  const seen = (subject_id: string, head: number) => ({
+    subject_id,
+    head,
+    document_hash: `sha256:${head}`,
+    revoked_at: null,
+  });
   /** Whether the promise settled by the time every queued event ran (no timing involved). */
   const settled = async (promise: Promise<unknown>): Promise<boolean> => {
     let done = false;
@@ -68,10 +80,7 @@ describe("policy change log and sidecar leases", () => {
     await change("agent-b", 4, "globex");
     const seq = await change("agent-a", 2);
     const next = await read(first.cursor);
-    assert.deepEqual(next.changes, [
-      { subject_id: "agent-a", head: 1 },
-      { subject_id: "agent-a", head: 2 },
-    ]);
+    assert.deepEqual(next.changes, [seen("agent-a", 1), seen("agent-a", 2)]);
     assert.equal(next.cursor, seq);
     assert.equal(next.complete, true);
     // An unbound sidecar sees every partner's changes.
@@ -103,7 +112,7 @@ describe("policy change log and sidecar leases", () => {
     const seq = await change("agent-held", 1);
     leases.logged(seq);
     const answer = await held;
-    assert.deepEqual(answer.changes, [{ subject_id: "agent-held", head: 1 }]);
+    assert.deepEqual(answer.changes, [seen("agent-held", 1)]);
     assert.equal(answer.cursor, seq);
     // Shutdown answers held reads at once.
     const again = read(seq, true);
@@ -144,11 +153,12 @@ describe("policy change log and sidecar leases", () => {
     const leaseMs = 300;
     const leases = createSidecarLeases({ store, leaseMs });
     const read = reader(leases, "instance-gggggggggggggggg");
+    // The holder's lease runs from before its read was sent: at the latest until then + leaseMs.
+    const readAt = performance.now();
     await read(undefined);
     const seq = await change("agent-silent", 1);
-    const calledAt = performance.now();
     await leases.outlast(seq);
-    assert.ok(performance.now() - calledAt >= leaseMs - 1, "not before the lease ran out");
+    assert.ok(performance.now() >= readAt + leaseMs - 1, "not before the holder's lease ran out");
   });
 
   test("outlast: a whole lease when a read came without an instance id, or another authority process grants leases", async () => {

@@ -170,8 +170,35 @@ export interface VerifiedPolicyCache {
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
 
-/** How long a head the authority reported is remembered (any fetch ends far sooner). */
-const AUTHORITY_HEAD_TTL_MS = 60_000;
+/** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
+const AUTHORITY_FACTS_TTL_MS = 60_000;
+
+/** A record as the authority reported it: its head, its signed text, its revocation. */
+interface RecordFacts {
+  readonly head: number;
+  readonly documentHash: string | null;
+  readonly revokedAt: string | null;
+}
+
+function factsOf(policy: VerifiedPolicy): RecordFacts {
+  return {
+    head: policy.head,
+    documentHash: policy.signed?.documentHash ?? null,
+    revokedAt: policy.signed?.revokedMarker ?? null,
+  };
+}
+
+/** Whether a policy is exactly the record the authority reported (never when it reported none). */
+function sameFacts(facts: RecordFacts | undefined, policy: VerifiedPolicy): boolean {
+  const own = factsOf(policy);
+  return (
+    facts !== undefined &&
+    facts.documentHash !== null &&
+    facts.head === own.head &&
+    facts.documentHash === own.documentHash &&
+    facts.revokedAt === own.revokedAt
+  );
+}
 /** How long a decision at start waits for the sidecar's first freshness lease. */
 const FIRST_LEASE_WAIT_MS = 5000;
 
@@ -306,34 +333,39 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
 
   const freshness = options.freshness;
   /**
-   * The heads the authority itself reported lately (its change log, its answers): the only
-   * heads that can confirm a Redis entry, and the floor of any answer that arrives later.
-   * Kept for a minute (far longer than a fetch may take); `knowledgeLost` counts what was
-   * dropped before that (the bound, a reset), so a fetch that spanned it is not trusted.
+   * What the authority itself reported lately per subject (its change log, its answers): the
+   * head, signed text and revocation of the current record. Only these confirm a Redis entry,
+   * and the head is the floor of any answer that arrives later. Kept for a minute (far longer
+   * than a fetch may take); `knowledgeLost` counts what was dropped before that (the bound, a
+   * reset), so a fetch that spanned it is not trusted.
    */
-  const authorityHeads = new LRUCache<string, number>({
+  const authorityFacts = new LRUCache<string, RecordFacts>({
     max,
-    ttl: AUTHORITY_HEAD_TTL_MS,
-    dispose: (_head, _subject, reason) => {
+    ttl: AUTHORITY_FACTS_TTL_MS,
+    dispose: (_facts, _subject, reason) => {
       if (reason === "evict") knowledgeLost++;
     },
   });
   let knowledgeLost = 0;
-  const learnHead = (subjectId: string, head: number): void => {
-    const known = authorityHeads.get(subjectId);
-    if (known === undefined || head > known) authorityHeads.set(subjectId, head);
+  const learn = (subjectId: string, facts: RecordFacts): void => {
+    const known = authorityFacts.get(subjectId);
+    if (known === undefined || facts.head > known.head) authorityFacts.set(subjectId, facts);
   };
   const unfollow = [
     freshness?.onChanges((changes) => {
       for (const change of changes) {
-        learnHead(change.subject_id, change.head);
+        learn(change.subject_id, {
+          head: change.head,
+          documentHash: change.document_hash,
+          revokedAt: change.revoked_at,
+        });
         const entry = local.get(change.subject_id);
         if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
       }
     }),
     freshness?.onReset(() => {
       knowledgeLost++;
-      authorityHeads.clear();
+      authorityFacts.clear();
       local.clear();
     }),
   ];
@@ -518,9 +550,10 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       events.lookup?.("redis", false);
       return undefined;
     }
-    if (freshness !== undefined && policy.load.ok && authorityHeads.get(subjectId) !== policy.head) {
-      // Redis' head and entry agree, but the authority has not confirmed that head: a rolled-back
-      // pair would agree too. The authority decides.
+    if (freshness !== undefined && policy.load.ok && !sameFacts(authorityFacts.get(subjectId), policy)) {
+      // Redis' head and entry agree, but the authority has not confirmed that this is its current
+      // policy: a rolled-back pair (or an older genuine policy relabelled by a holder of the cache
+      // key) would agree too. The authority decides.
       events.lookup?.("redis", false);
       return undefined;
     }
@@ -587,13 +620,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     }
     if (freshness !== undefined && policy.load.ok) {
       // An answer read before a change the log has since delivered (it was on its way meanwhile).
-      const logged = authorityHeads.get(subjectId);
+      const logged = authorityFacts.get(subjectId);
       const unknowable = logged === undefined && knowledgeLost !== lostBefore;
-      if (unknowable || (logged !== undefined && policy.head < logged)) {
+      if (unknowable || (logged !== undefined && policy.head < logged.head)) {
         throw new PolicyCacheError("source_inconsistent", "the authority's answer predates a logged change");
       }
     }
-    if (policy.head > 0) learnHead(subjectId, policy.head);
+    if (policy.head > 0) learn(subjectId, factsOf(policy));
     await store(policy);
     return policy;
   };
@@ -735,7 +768,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     close() {
       unsubscribe?.();
       for (const stop of unfollow) stop?.();
-      authorityHeads.clear();
+      authorityFacts.clear();
       local.clear();
       confirmed.clear();
       view.clear();

@@ -76,10 +76,12 @@ function policyRecordOf(value: unknown): PolicyRecordFacts | undefined {
 /** One entry of the policy change log, checked. */
 function policyChangeOf(value: unknown): PolicyChange | undefined {
   if (!isRecord(value)) return undefined;
-  const { subject_id: subjectId, head } = value;
+  const { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt } = value;
   if (typeof subjectId !== "string" || subjectId.length === 0 || subjectId.length > 512) return undefined;
   if (typeof head !== "number" || !Number.isSafeInteger(head) || head < 0) return undefined;
-  return { subject_id: subjectId, head };
+  if (!(documentHash === null || typeof documentHash === "string")) return undefined;
+  if (!(revokedAt === null || typeof revokedAt === "string")) return undefined;
+  return { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt };
 }
 
 const RECORDS_OPEN = Buffer.from('{"records":');

@@ -64,9 +64,17 @@ describe("the sidecar's freshness lease", () => {
     authority.answers.push(page(5));
     await lease.sync();
     time.at += 2500;
-    authority.answers.push(page(7, [{ subject_id: "agent-1", head: 3 }]), page(7));
+    authority.answers.push(
+      page(7, [{ subject_id: "agent-1", head: 3, document_hash: "sha256:aa", revoked_at: null }]),
+      page(7),
+    );
     await lease.sync();
-    assert.deepEqual(seen, [{ changes: [{ subject_id: "agent-1", head: 3 }], current: false }]);
+    assert.deepEqual(seen, [
+      {
+        changes: [{ subject_id: "agent-1", head: 3, document_hash: "sha256:aa", revoked_at: null }],
+        current: false,
+      },
+    ]);
     assert.deepEqual(
       authority.requests.slice(1).map(({ after, wait }) => ({ after, wait })),
       [

@@ -9,16 +9,20 @@ import {
   createVerifiedPolicyCache,
   deriveCacheKeys,
   type FreshnessLease,
+  openEntry,
   type PolicyChangePublisher,
   policyEntryKey,
+  policyEntryName,
   policyHeadKey,
   type RedisPolicyStore,
+  sealEntry,
   type VerifiedPolicyCacheOptions,
 } from "../../../src/policy/cache/index.ts";
 import type { PolicyChange } from "../../../src/policy/change-log.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import type { PolicyOpener } from "../../../src/policy/protector.ts";
+import type { PolicyRecord } from "../../../src/policy/record.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
@@ -345,8 +349,10 @@ function drivenLease() {
   return {
     lease,
     state,
-    log(subjectId: string, head: number) {
-      for (const listener of changeListeners) listener([{ subject_id: subjectId, head }]);
+    /** The change log delivers `record` (its head, signed text and revocation). */
+    log(record: Pick<PolicyRecord, "subject_id" | "head" | "document_hash" | "revoked_at">) {
+      const { subject_id, head, document_hash, revoked_at } = record;
+      for (const listener of changeListeners) listener([{ subject_id, head, document_hash, revoked_at }]);
     },
     reset() {
       for (const listener of resetListeners) listener();
@@ -406,7 +412,8 @@ describe("verified-policy cache under the authority's change log (freshness leas
     source.records.set("f2", await protectedRecord(protector, "f2", 1));
     const { cache, driven } = await sidecar(source);
     await cache.get("f2");
-    driven.log("f2", 2);
+    const revoked = await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    driven.log(revoked);
     assert.equal(cache.peek("f2"), undefined);
     // The authority's answer was read before the change (it was on its way): never used.
     await assert.rejects(cache.get("f2"), { code: "source_inconsistent" });
@@ -419,32 +426,41 @@ describe("verified-policy cache under the authority's change log (freshness leas
     assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
   });
 
-  test("a sealed Redis entry is used only at the head the authority confirmed: a rolled-back pair is not", async () => {
+  test("a sealed Redis entry is used only as the record the authority confirmed: not a rolled-back or relabelled one", async () => {
     const source = recordSource(protector);
-    source.records.set("f3", await protectedRecord(protector, "f3", 1));
+    const active = await protectedRecord(protector, "f3", 1);
+    source.records.set("f3", active);
     const first = await sidecar(source);
     await first.cache.get("f3");
     const oldHead = await redis.get(policyHeadKey("f3"));
     const oldEntry = await redis.get(policyEntryKey("f3"));
     assert.ok(oldHead !== null && oldEntry !== null);
 
-    // A sidecar the log told of head 1 takes the entry from Redis.
+    // A sidecar the log told of this very record takes the entry from Redis.
     const told = await sidecar(source);
-    told.driven.log("f3", 1);
+    told.driven.log(active);
     assert.equal((await told.cache.get("f3")).layer, "redis");
 
     // Revoked at head 2; Redis rolled back to head 1 and its genuine entry. A fresh sidecar
-    // (no head from the authority yet) asks the authority; one the log told of head 2 too.
-    source.records.set(
-      "f3",
-      await protectedRecord(protector, "f3", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
-    );
+    // (no record confirmed by the authority yet) asks the authority; one the log told of head 2 too.
+    const revoked = await protectedRecord(protector, "f3", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    source.records.set("f3", revoked);
     const fresh = await sidecar(source);
     const logged = await sidecar(source);
-    logged.driven.log("f3", 2);
-    for (const { cache, layers } of [fresh, logged]) {
-      await redis.set(policyHeadKey("f3"), oldHead);
-      await redis.set(policyEntryKey("f3"), oldEntry);
+    logged.driven.log(revoked);
+    // And the old genuine policy sealed under the new head by a holder of the cache key.
+    const opened = openEntry(keys, policyEntryName("f3"), oldEntry);
+    assert.ok(opened.ok);
+    const relabelled = sealEntry(keys, policyEntryName("f3"), { ...(opened.value as object), head: 2 });
+    const relabelledReader = await sidecar(source);
+    relabelledReader.driven.log(revoked);
+    for (const [{ cache, layers }, head, entry] of [
+      [fresh, oldHead, oldEntry],
+      [logged, oldHead, oldEntry],
+      [relabelledReader, "2", relabelled],
+    ] as const) {
+      await redis.set(policyHeadKey("f3"), head);
+      await redis.set(policyEntryKey("f3"), entry);
       const lookup = await cache.get("f3");
       assert.equal(lookup.layer, "authority");
       assert.deepEqual(layers, ["authority"]);

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { createSubject } from "../../../src/admin/subjects.ts";
 import type { PolicyChangesPage } from "../../../src/policy/change-log.ts";
+import { readPolicyRecord } from "../../../src/policy/record-store.ts";
 import { PARTNER, startWorld, type World } from "./world.ts";
 
 /**
@@ -83,7 +84,10 @@ describe("authority service: the policy change log sidecars follow", () => {
     const start = (await read({ instance: INSTANCE })).body.cursor;
     await subject("agent-logged");
     const page = await read({ after: String(start), instance: INSTANCE });
-    assert.deepEqual(page.body.changes, [{ subject_id: "agent-logged", head: 1 }]);
+    const record = await readPolicyRecord(world.store, "agent-logged");
+    assert.deepEqual(page.body.changes, [
+      { subject_id: "agent-logged", head: 1, document_hash: record?.document_hash, revoked_at: null },
+    ]);
     const foreign = await read({ after: String(start), instance: GLOBEX_INSTANCE }, globexToken);
     assert.equal(foreign.status, 200);
     assert.deepEqual(foreign.body.changes, []);
