@@ -345,6 +345,7 @@ describe("deploy/prometheus/alerts.yaml", () => {
     const metrics = createSidecarMetrics();
     // Touch every series so the registry lists it (a counter without a sample is still listed).
     metrics.trackRedisUp(() => true);
+    metrics.trackFreshnessLease(() => true);
     metrics.trackAuditPending(() => 0);
     const exported = new Set((await metrics.registry.getMetricsAsJSON()).map((metric) => metric.name));
     const groups = list(at(loadYaml("deploy/prometheus/alerts.yaml"), ["groups"]));
