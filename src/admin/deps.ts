@@ -21,7 +21,8 @@ export interface AdminDeps {
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
   /**
    * The sidecars' freshness leases: a change that takes access away answers only once every
-   * lease granted before it was logged has run out. Absent: no sidecar follows this store.
+   * sidecar holding one acknowledged it or its lease ran out. Absent: nothing waits (the
+   * change is still logged for sidecars).
    */
   readonly sidecarLeases?: SidecarLeases;
   /** Checks imported upstream URLs; absent: the strict default policy. */

@@ -233,8 +233,8 @@ export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChange
  * Tells the sidecars about a stored change: it is appended to the policy change log (which
  * they follow from this service; when that fails the call fails, and the change is not
  * reported as in force), published on Redis (the fast path, best effort), and — when it can
- * take access away (`narrows`) — the caller is answered only once every sidecar's freshness
- * lease granted before the change was logged has run out: from that answer on no sidecar
+ * take access away (`narrows`) — the caller is answered only once every sidecar holding a
+ * freshness lease has acknowledged it or its lease ran out: from that answer on no sidecar
  * allows what the change removed, whatever Redis does (decision 2507).
  */
 export async function notifyPolicyChange(

@@ -21,7 +21,7 @@ export const collections = {
   policies: "policies",
   /** Policy artifacts by content address (record-store.ts); the record names the one in force. */
   policyArtifacts: "policy_artifacts",
-  /** When a sidecar freshness lease was last granted (src/policy/change-log.ts). */
+  /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
   sidecarLeases: "sidecar_leases",
 } as const;
 
@@ -29,7 +29,7 @@ export const logs = {
   audit: "audit",
   mcpAudit: "mcp_audit",
   evidence: "evidence",
-  /** Every stored policy change, `{subject_id, partner_id, head}`: what sidecars follow. */
+  /** Every stored policy change (subject, partner, head, document hash, revocation): what sidecars follow. */
   policyChanges: "policy_changes",
 } as const;
 export const counters = { usage: "usage" } as const;

@@ -37,9 +37,9 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
  * - With a freshness lease (the sidecar always has one; decision 2507), nothing is answered
  *   while the lease is not current, and the authority's change log outranks Redis: a logged
  *   change evicts every older local entry at once, an answer of the authority older than a
- *   logged head is refused, and an allowing Redis entry is used only when its head is the one
- *   the authority last confirmed for the subject — Redis can make a sidecar reload, never
- *   keep or bring back what a logged change superseded.
+ *   logged head is refused, and an allowing Redis entry is used only when it is exactly the
+ *   record the authority last reported for the subject (head, document hash, revocation) —
+ *   Redis can make a sidecar reload, never keep or bring back what a logged change superseded.
  *
  * Redis entries are sealed (AES-256-GCM + HMAC-SHA256 under the sidecar's cache key) and
  * bound to their subject; a bad MAC, a wrong subject, an unexpected head or a malformed
@@ -199,6 +199,7 @@ function sameFacts(facts: RecordFacts | undefined, policy: VerifiedPolicy): bool
     facts.revokedAt === own.revokedAt
   );
 }
+
 /** How long a decision at start waits for the sidecar's first freshness lease. */
 const FIRST_LEASE_WAIT_MS = 5000;
 

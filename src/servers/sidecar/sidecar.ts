@@ -11,6 +11,7 @@ import {
   createRedisPolicyStore,
   createVerifiedPolicyCache,
   deriveCacheKeys,
+  PolicyCacheError,
   type RedisPolicyStore,
   type VerifiedPolicyCache,
 } from "../../policy/cache/index.ts";
@@ -291,7 +292,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     name: "policy_changes",
     failure: "the authority's policy change log could not be read",
     run: async () => {
-      if (!(await lease.whenFirst(5000))) throw new SidecarConfigError("no freshness lease yet");
+      if (!(await lease.whenFirst(5000))) {
+        throw new PolicyCacheError("freshness_unavailable", "no freshness lease yet");
+      }
     },
   });
   const warmVerifier = options.verifier.warm?.bind(options.verifier);
