@@ -377,7 +377,8 @@ describe("verified-policy cache under the authority's change log (freshness leas
   });
 
   const sidecar = async (source: ReturnType<typeof recordSource>) => {
-    const store = createRedisPolicyStore({ url: server.url });
+    // A loaded machine may take longer than the default 100 ms to answer a head read.
+    const store = createRedisPolicyStore({ url: server.url, commandTimeoutMs: 5000 });
     stores.push(store);
     await store.waitReady(5000);
     const driven = drivenLease();
