@@ -121,11 +121,14 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     for (let pages = 0; pages < MAX_PAGES; pages++) {
       const sentAt = now();
       const lease = leaseMs;
+      // A held read only while half the lease is left: otherwise the answer should come at once.
+      const hold = wait && !brought && lease !== undefined && validUntil - sentAt >= lease / 2;
       const page = checkedPage(
         await source.fetchPolicyChanges(cursor, {
           instance,
-          wait: wait && !brought,
-          timeoutMs: lease === undefined ? FIRST_READ_TIMEOUT_MS : Math.max(100, Math.floor(lease / 2)),
+          wait: hold,
+          // An answer later than a lease could not renew it anyway.
+          timeoutMs: lease ?? FIRST_READ_TIMEOUT_MS,
         }),
       );
       if (closed) return brought;
