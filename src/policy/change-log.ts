@@ -70,7 +70,7 @@ export interface PolicyChangesRequest {
   readonly principal: string;
   /** A partner-bound sidecar sees only its partner's changes. */
   readonly partnerId: string | undefined;
-  /** The sidecar accepts an answer held until a change is logged (at most a quarter lease, ≤ 1 s). */
+  /** The sidecar accepts an answer held until a change is logged (at most 45 % of a lease, ≤ 1 s). */
   readonly wait: boolean;
 }
 
@@ -172,7 +172,8 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
   }
   const monotonic = options.monotonic ?? (() => performance.now());
   const wallClock = options.wallClock ?? Date.now;
-  const holdMs = Math.min(Math.floor(leaseMs / 4), MAX_HOLD_MS);
+  // Two held reads in a row fit in one lease, with room for the answers to travel.
+  const holdMs = Math.min(Math.floor(leaseMs * 0.45), MAX_HOLD_MS);
   /** This process's mark is rewritten at most this often; readers allow for it. */
   const markEveryMs = Math.floor(leaseMs / 4);
   const markTtlMs = leaseMs + markEveryMs + CLOCK_SKEW_ALLOWANCE_MS;

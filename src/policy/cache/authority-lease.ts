@@ -14,7 +14,7 @@ import { PolicyCacheError } from "./errors.ts";
  * Redis does.
  *
  * The log is read continuously in the background: the authority holds a read with nothing new
- * (up to a quarter lease, at most 1 s) and answers it as soon as a change is logged, and the
+ * (up to 45 % of a lease, at most 1 s) and answers it as soon as a change is logged, and the
  * next read, sent at once, is the acknowledgement. No decision waits for it; it is one small
  * request per sidecar (not per subject) at a time.
  */

@@ -49,7 +49,7 @@ import type { AuthorityServices } from "../services.ts";
  *   credentials with it before it reports ready.
  * - `GET /v1/sidecar/policy-changes?after=<seq>&instance=<id>&wait=true` — the policy change
  *   log after `after` (a partner-bound caller sees its partner's changes only), held up to a
- *   quarter lease (≤ 1 s) for a change when there is none; an answer that reached the end of
+ *   45 % of a lease (≤ 1 s) for a change when there is none; an answer that reached the end of
  *   the log is the sidecar's freshness lease, and the read acknowledges every change up to
  *   `after` (src/policy/change-log.ts, decision 2507).
  *
