@@ -36,10 +36,11 @@ export interface FreshnessLease {
   /** The log could not be followed (too far behind, or a replaced store): forget every policy. */
   onReset(listener: () => void): () => void;
   /**
-   * Resolves true once a first lease was granted — at once when one was, current or not — or
-   * false after `timeoutMs`: a decision at start waits for it, a later one never waits.
+   * Resolves true once the lease is current — at once when it is — or false after `timeoutMs`
+   * (or on close). A decision that finds it lapsed waits for the next renewal, within its own
+   * deadline: at start, and when the process was too busy to renew in time.
    */
-  whenFirst(timeoutMs: number): Promise<boolean>;
+  whenCurrent(timeoutMs: number): Promise<boolean>;
 }
 
 export interface AuthorityLease extends FreshnessLease {
@@ -204,8 +205,8 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
       await renewing?.catch(() => undefined);
       await renewOnce(false);
     },
-    whenFirst(timeoutMs) {
-      if (validUntil > Number.NEGATIVE_INFINITY) return Promise.resolve(true);
+    whenCurrent(timeoutMs) {
+      if (current()) return Promise.resolve(true);
       if (closed) return Promise.resolve(false);
       return new Promise<boolean>((resolve) => {
         const wake = (granted: boolean): void => {

@@ -200,8 +200,8 @@ function sameFacts(facts: RecordFacts | undefined, policy: VerifiedPolicy): bool
   );
 }
 
-/** How long a decision at start waits for the sidecar's first freshness lease. */
-const FIRST_LEASE_WAIT_MS = 5000;
+/** The longest a lookup waits for a lapsed freshness lease (its decision's deadline ends it sooner). */
+const LEASE_WAIT_MS = 5000;
 
 interface SealedPolicy {
   readonly v: 2;
@@ -378,9 +378,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       );
     }
   };
-  /** At start a decision waits for the first lease (bounded by its own deadline); later none waits. */
+  /** A lapsed lease is waited for (the next renewal; the decision's deadline bounds the wait). */
   const awaitFresh = async (): Promise<void> => {
-    if (freshness !== undefined && !freshness.current()) await freshness.whenFirst(FIRST_LEASE_WAIT_MS);
+    if (freshness !== undefined && !freshness.current()) await freshness.whenCurrent(LEASE_WAIT_MS);
     assertFresh();
   };
 
@@ -742,7 +742,10 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     return reload(subjectId, null, entry);
   };
 
-  /** Only while the lease is current, at the start and at the end (a reload may outlast it). */
+  /**
+   * Only while the lease is current: waited for at the start, checked again at the end (a reload
+   * may outlast it, and a renewal meanwhile may have superseded what the lookup found).
+   */
   const getFresh = async (subjectId: string): Promise<PolicyLookup> => {
     await awaitFresh();
     const lookup = await (redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId));

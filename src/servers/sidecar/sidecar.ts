@@ -292,7 +292,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     name: "policy_changes",
     failure: "the authority's policy change log could not be read",
     run: async () => {
-      if (!(await lease.whenFirst(5000))) {
+      if (!(await lease.whenCurrent(5000))) {
         throw new PolicyCacheError("freshness_unavailable", "no freshness lease yet");
       }
     },

@@ -37,13 +37,13 @@ describe("the sidecar's freshness lease", () => {
     const time = { at: 10_000 };
     const lease = createAuthorityLease({ source: authority.source, now: () => time.at });
     assert.equal(lease.current(), false, "no lease before the first read");
-    assert.equal(await lease.whenFirst(1), false);
+    assert.equal(await lease.whenCurrent(1), false);
     authority.answers.push(page(5));
     await lease.sync();
     assert.equal(authority.requests[0]?.after, undefined, "a first read starts at the end of the log");
     assert.match(authority.requests[0]?.instance ?? "", /^[A-Za-z0-9_-]{22}$/);
     assert.equal(lease.current(), true);
-    assert.equal(await lease.whenFirst(1), true);
+    assert.equal(await lease.whenCurrent(1), true);
     time.at += 2000;
     assert.equal(lease.current(), true);
     time.at += 1;
@@ -117,7 +117,7 @@ describe("the sidecar's freshness lease", () => {
   test("closed: not current, and nobody waits for a first lease", async () => {
     const authority = scripted();
     const lease = createAuthorityLease({ source: authority.source, now: () => 0 });
-    const waiting = lease.whenFirst(60_000);
+    const waiting = lease.whenCurrent(60_000);
     lease.close();
     assert.equal(await waiting, false);
     assert.equal(lease.current(), false);

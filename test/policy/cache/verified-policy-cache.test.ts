@@ -344,7 +344,7 @@ function drivenLease() {
       resetListeners.add(listener);
       return () => resetListeners.delete(listener);
     },
-    whenFirst: async () => true,
+    whenCurrent: async () => state.current,
   };
   return {
     lease,
