@@ -225,7 +225,7 @@ export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChange
     document_hash: null,
     revoked_at: null,
   });
-  deps.sidecarLeases?.logged(seq);
+  deps.sidecarLeases?.logged();
   await deps.sidecarLeases?.outlast(seq);
 }
 
@@ -243,7 +243,7 @@ export async function notifyPolicyChange(
   options: { readonly narrows: boolean },
 ): Promise<void> {
   const seq = await appendPolicyChange(deps.store, change);
-  deps.sidecarLeases?.logged(seq);
+  deps.sidecarLeases?.logged();
   await Promise.all([
     publishPolicyChange(deps, change),
     options.narrows ? deps.sidecarLeases?.outlast(seq) : undefined,

@@ -141,8 +141,8 @@ export interface SidecarLeases {
   readonly leaseMs: number;
   /** One page of the change log for a sidecar; that read is also its acknowledgement of `after`. */
   read(request: PolicyChangesRequest): Promise<PolicyChangesPage>;
-  /** A change was logged at `seq`: answers the reads held for one. */
-  logged(seq: number): void;
+  /** A change was logged: answers the reads held for one. */
+  logged(): void;
   /**
    * Resolves once no lease that could have missed the change logged at `seq` is in force:
    * every sidecar that read the log here has acknowledged it or its lease ran out — or, when

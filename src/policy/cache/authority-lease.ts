@@ -102,13 +102,23 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
   let started = false;
   let closed = false;
 
+  /**
+   * Every listener hears it; if one fails, the renewal fails (after all were told): a change
+   * that was not applied must not be covered by a lease. The next renewal reads it again.
+   */
   const tell = <T extends unknown[]>(listeners: Set<(...args: T) => void>, ...args: T): void => {
+    let failure: unknown;
     for (const listener of listeners) {
       try {
         listener(...args);
-      } catch {
-        // One listener's failure must not stop the others.
+      } catch (error) {
+        failure ??= error;
       }
+    }
+    if (failure !== undefined) {
+      throw new PolicyCacheError("source_unavailable", "a policy change could not be applied", {
+        cause: failure,
+      });
     }
   };
 
