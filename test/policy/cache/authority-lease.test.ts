@@ -114,6 +114,32 @@ describe("the sidecar's freshness lease", () => {
     }
   });
 
+  test("a change a listener could not apply is not covered by a lease: the next read brings it again", async () => {
+    const authority = scripted();
+    const time = { at: 0 };
+    const lease = createAuthorityLease({ source: authority.source, now: () => time.at });
+    authority.answers.push(page(5));
+    await lease.sync();
+    time.at += 2500;
+    let failing = true;
+    const applied: number[] = [];
+    lease.onChanges((changes) => {
+      if (failing) throw new Error("could not evict");
+      applied.push(...changes.map((change) => change.head));
+    });
+    const change = { subject_id: "agent-1", head: 9, document_hash: "sha256:bb", revoked_at: null };
+    authority.answers.push(page(6, [change]));
+    await assert.rejects(lease.sync(), PolicyCacheError);
+    assert.equal(lease.current(), false);
+    failing = false;
+    authority.answers.push(page(6, [change]), page(6));
+    await lease.sync();
+    assert.equal(authority.requests.at(-2)?.after, 5, "read again from before the change");
+    assert.deepEqual(applied, [9]);
+    assert.equal(lease.current(), true);
+    lease.close();
+  });
+
   test("closed: not current, and nobody waits for a first lease", async () => {
     const authority = scripted();
     const lease = createAuthorityLease({ source: authority.source, now: () => 0 });
