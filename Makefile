@@ -19,7 +19,8 @@ $(STAMP): package-lock.json package.json .tools/node/bin/node
 	@touch $(STAMP)
 
 # Every peer the suite runs against (redis-server, PostgreSQL, promtool, gRPC C-core, Envoy,
-# Helm, the cert-manager/prometheus-operator/Istio CRD schemas): installed when missing, and a peer that cannot be installed fails the run by name.
+# Helm, the cert-manager/prometheus-operator/Istio CRD schemas, debootstrap + buildah and the local
+# image base): installed when missing, and a peer that cannot be installed fails the run by name.
 test-peers:
 	@bash scripts/ensure-test-peers.sh
 
@@ -53,7 +54,7 @@ format: setup
 # client reconnecting forever once hung CI for 90 minutes); the outer timeout turns any other
 # hang into a red run well inside CI's budget.
 unit: setup test-peers
-	@set -o pipefail; timeout -k 10 840 node --test --test-concurrency=2 --test-timeout=180000 \
+	@set -o pipefail; timeout -k 10 1080 node --test --test-concurrency=2 --test-timeout=180000 \
 		--import ./test/helpers/exit-when-done.ts "test/**/*.test.ts" 2>&1 | tee .authority-test.log
 	@node scripts/scan-canaries.ts .authority-test.log
 

@@ -7,20 +7,24 @@
  * test/reliability/load.test.ts.
  *
  *   node bench/load.ts                      # sqlite
- *   BENCH_LOAD_STORES=sqlite,redis node bench/load.ts
+ *   BENCH_LOAD_STORES=sqlite,redis,postgres node bench/load.ts
  *
  * `benchLoad()` returns one row per store; `nothingLost` is the verdict.
  */
 import { type LoadResult, runMixedLoad } from "../test/helpers/load-run.ts";
+import { type PostgresServerHandle, startPostgresServer } from "../test/helpers/postgres-server.ts";
 import { type RedisServerHandle, startRedisServer } from "../test/helpers/redis-server.ts";
 import { startSystem } from "../test/helpers/system.ts";
+
+const LOAD_STORES = ["sqlite", "redis", "postgres"] as const;
+type LoadStore = (typeof LOAD_STORES)[number];
 
 export interface LoadBenchOptions {
   readonly decisions?: number;
   readonly invokeKeys?: number;
   readonly duplicatesPerKey?: number;
   readonly concurrency?: number;
-  readonly stores?: ReadonlyArray<"sqlite" | "redis">;
+  readonly stores?: ReadonlyArray<LoadStore>;
 }
 
 export interface LoadBenchRow {
@@ -69,12 +73,12 @@ export async function benchLoad(options: LoadBenchOptions = {}): Promise<LoadBen
   const rows: LoadBenchRow[] = [];
   for (const store of options.stores ?? ["sqlite"]) {
     let redis: RedisServerHandle | undefined;
+    let postgres: PostgresServerHandle | undefined;
     if (store === "redis") redis = await startRedisServer();
+    if (store === "postgres") postgres = await startPostgresServer();
+    const storeUrl = redis?.url ?? postgres?.url;
     // Warn level: the service writes no per-request line (the leak scan is the tests' job).
-    const system = await startSystem({
-      logLevel: "warn",
-      ...(redis === undefined ? {} : { storeUrl: redis.url }),
-    });
+    const system = await startSystem({ logLevel: "warn", ...(storeUrl === undefined ? {} : { storeUrl }) });
     try {
       const result = await runMixedLoad(system, {
         decisions,
@@ -103,6 +107,7 @@ export async function benchLoad(options: LoadBenchOptions = {}): Promise<LoadBen
     } finally {
       await system.close();
       await redis?.stop();
+      await postgres?.stop();
     }
   }
   return rows;
@@ -111,7 +116,7 @@ export async function benchLoad(options: LoadBenchOptions = {}): Promise<LoadBen
 if (import.meta.main) {
   const stores = (process.env.BENCH_LOAD_STORES ?? "sqlite")
     .split(",")
-    .filter((name): name is "sqlite" | "redis" => name === "sqlite" || name === "redis");
+    .filter((name): name is LoadStore => (LOAD_STORES as readonly string[]).includes(name));
   const rows = await benchLoad({ stores });
   console.table(rows);
   process.exit(rows.every((row) => row.nothingLost) ? 0 : 1);

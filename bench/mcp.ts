@@ -326,8 +326,35 @@ async function rpcClient(url: string, token: string) {
     });
     const text = await response.text();
     if (response.status !== 200) throw new Error(`MCP answered ${response.status}`);
-    return JSON.parse(text) as { result?: { tools?: Array<{ name: string }>; isError?: boolean } };
+    return JSON.parse(text) as {
+      result?: { tools?: Array<{ name: string }>; nextCursor?: string; isError?: boolean };
+    };
   };
+}
+
+type RpcClient = Awaited<ReturnType<typeof rpcClient>>;
+
+/** The whole tool list: every page of tools/list (100 tools a page), as a client reads it. */
+async function listAllTools(rpc: RpcClient): Promise<Array<{ name: string }>> {
+  const tools: Array<{ name: string }> = [];
+  let cursor: string | undefined;
+  do {
+    const page = (await rpc("tools/list", cursor === undefined ? {} : { cursor })).result;
+    tools.push(...(page?.tools ?? []));
+    cursor = page?.nextCursor;
+  } while (cursor !== undefined);
+  return tools;
+}
+
+async function sdkListAllTools(client: Client): Promise<number> {
+  let count = 0;
+  let cursor: string | undefined;
+  do {
+    const page = await client.listTools(cursor === undefined ? {} : { cursor });
+    count += page.tools.length;
+    cursor = page.nextCursor;
+  } while (cursor !== undefined);
+  return count;
 }
 
 export async function benchMcp(
@@ -342,7 +369,7 @@ export async function benchMcp(
   try {
     const big = await rpcClient(url, service.accessToken);
     const small = await rpcClient(url, service.smallPolicyToken);
-    const tools = (await big("tools/list", {})).result?.tools ?? [];
+    const tools = await listAllTools(big);
     if (tools.length !== service.permissionIds.length) {
       throw new Error(`expected ${service.permissionIds.length} tools, got ${tools.length}`);
     }
@@ -353,9 +380,9 @@ export async function benchMcp(
       return name;
     };
 
-    // tools/list, 500 allowed operations.
-    await time(Math.min(warmup, 20), () => big("tools/list", {}));
-    const listSamples = await time(Math.max(20, Math.floor(iterations / 5)), () => big("tools/list", {}));
+    // tools/list, 500 allowed operations: all five pages.
+    await time(Math.min(warmup, 20), () => listAllTools(big));
+    const listSamples = await time(Math.max(20, Math.floor(iterations / 5)), () => listAllTools(big));
     client = new Client({ name: "bench", version: "1" });
     await client.connect(
       new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
@@ -363,8 +390,8 @@ export async function benchMcp(
       }),
     );
     const sdk = client;
-    await time(Math.min(warmup, 10), () => sdk.listTools());
-    const sdkSamples = await time(Math.max(10, Math.floor(iterations / 25)), () => sdk.listTools());
+    await time(Math.min(warmup, 10), () => sdkListAllTools(sdk));
+    const sdkSamples = await time(Math.max(10, Math.floor(iterations / 25)), () => sdkListAllTools(sdk));
 
     // tools/call against the upstream directly, interleaved.
     const direct = async () => {
@@ -394,8 +421,11 @@ export async function benchMcp(
     }
     await context.decisions.recorder.flush(10_000);
 
-    const list = summarize(`tools/list (${tools.length} API tools, JSON-RPC over HTTP)`, listSamples);
-    const sdkList = summarize(`tools/list (${tools.length} API tools, SDK client)`, sdkSamples);
+    const list = summarize(
+      `tools/list (${tools.length} API tools, every page, JSON-RPC over HTTP)`,
+      listSamples,
+    );
+    const sdkList = summarize(`tools/list (${tools.length} API tools, every page, SDK client)`, sdkSamples);
     const d = summarize("GET direct to upstream", directSamples);
     const c = summarize(
       `GET through /mcp tools/call (policy of ${smallTools.length} operations)`,

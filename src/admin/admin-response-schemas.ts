@@ -51,6 +51,11 @@ export const subjectSchema = record(
   },
 );
 
+export const rotatedKeysSchema = record(["subject_id", "rotated_at"], {
+  subject_id: text,
+  rotated_at: text,
+});
+
 export const capabilityViewSchema = record(["capability_id", "partner_id", "catalog_version"], {
   capability_id: text,
   partner_id: text,

@@ -10,6 +10,8 @@ const id = (pattern: string) => ({ type: "string", pattern }) as const;
 export const idSchemas = {
   partner: id(idPatterns.partner),
   subject: id(idPatterns.subject),
+  /** A subject named in a path: its id, or `<partner>~<id>` (a partner's namespace). */
+  subjectRef: id(idPatterns.subjectRef),
   local: id(idPatterns.local),
   capability: id(idPatterns.capability),
 } as const;

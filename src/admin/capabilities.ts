@@ -7,7 +7,13 @@ import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
-import { createEgressPolicy, type EgressPolicy, ruleText } from "../execute/egress.ts";
+import {
+  createEgressPolicy,
+  EGRESS_ALLOW_SETTING,
+  type EgressPolicy,
+  egressAllowHint,
+  ruleText,
+} from "../execute/egress.ts";
 import {
   type AuthProfileRecord,
   type CapabilityRecord,
@@ -80,13 +86,16 @@ async function checkUpstreams(
 ): Promise<string[]> {
   const problems: { pointer: string; message: string }[] = [];
   const warnings: string[] = [];
+  let setting: string | undefined;
   for (const origin of upstreamOrigins(operations)) {
     const verdict = await egress.checkUrl(origin, { resolve: true });
     if (!verdict.ok) {
       const what = verdict.resolved ? "its host name resolves to" : "it is";
+      const hint = egressAllowHint(verdict.rule);
+      if (hint !== undefined) setting = EGRESS_ALLOW_SETTING;
       problems.push({
         pointer: "",
-        message: `upstream ${origin} is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}`,
+        message: `upstream ${origin} is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}${hint === undefined ? "" : `; ${hint}`}`,
       });
     } else if (verdict.unresolved === true) {
       warnings.push(
@@ -99,7 +108,7 @@ async function checkUpstreams(
       "invalid_request",
       "An upstream server is not allowed by the platform's egress policy.",
       {
-        details: { reason: "egress_denied", problems },
+        details: { reason: "egress_denied", problems, ...(setting === undefined ? {} : { setting }) },
       },
     );
   }

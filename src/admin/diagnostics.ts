@@ -37,7 +37,8 @@ export interface DiagnosticsWarning {
     | "auth_profile_missing"
     | "scan_truncated"
     | "resource_unreachable"
-    | "jwks_unavailable";
+    | "jwks_unavailable"
+    | "subject_keys_unavailable";
   readonly message: string;
   readonly partner_id?: string;
   readonly subject_id?: string;
@@ -193,6 +194,13 @@ export async function collectDiagnostics(
     for (const log of Object.values(logs)) counts[`log:${log}`] = await deps.store.logLength(log);
     const assigned = await policyWarnings(deps, now, warnings);
     await capabilityWarnings(deps, assigned, warnings);
+  }
+  for (const { subjectId, reason, at } of deps.protector.subjectKeys?.unusable() ?? []) {
+    warnings.push({
+      code: "subject_keys_unavailable",
+      message: `the subject's owner at the crypto service was unusable (${reason}) at ${at}; rotate-keys provisions it`,
+      subject_id: subjectId,
+    });
   }
   return {
     generated_at: now.toISOString(),

@@ -7,6 +7,8 @@ import { randomBytes } from "node:crypto";
 export const idPatterns = {
   partner: "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
   subject: "^[A-Za-z0-9._:@-]{1,128}$",
+  /** A subject as routes name it: its id, or its id in a partner's namespace (`<partner>~<id>`). */
+  subjectRef: "^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}~)?[A-Za-z0-9._:@-]{1,128}$",
   /** Boundaries and auth profiles. */
   local: "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
   /** Same as core's capability id (the first field of a permission id). */
@@ -16,6 +18,7 @@ export const idPatterns = {
 const compiled = {
   partner: new RegExp(idPatterns.partner),
   subject: new RegExp(idPatterns.subject),
+  subjectRef: new RegExp(idPatterns.subjectRef),
   local: new RegExp(idPatterns.local),
   capability: new RegExp(idPatterns.capability),
 };

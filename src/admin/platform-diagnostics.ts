@@ -9,10 +9,9 @@
  */
 import { connect as connectTcp, type Socket } from "node:net";
 import { connect as connectTls } from "node:tls";
-import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 import type { JwksStatus } from "../identity/jwt-verifier.ts";
 import { type McpConfig, resolveMcpConfig } from "../mcp/config.ts";
-import { supportedProtocolVersions } from "../mcp/protocol-server.ts";
+import { MODERN_PROTOCOL_VERSION, supportedProtocolVersions } from "../mcp/protocol-server.ts";
 import type { StoreHealth } from "../store/store.ts";
 
 /** Services of the platform the process was configured with (URLs as configured). */
@@ -91,7 +90,7 @@ export function mcpFacts(config: { readonly publicUrl: string; readonly mcp?: Mc
   return {
     endpoint: `${(displayUrl(config.publicUrl) ?? config.publicUrl).replace(/\/$/, "")}/mcp`,
     protocol_versions: [...supportedProtocolVersions],
-    latest_protocol_version: LATEST_PROTOCOL_VERSION,
+    latest_protocol_version: MODERN_PROTOCOL_VERSION,
     allowed_origins: resolved.allowedOrigins,
     upstream_timeout_ms: resolved.upstreamTimeoutMs,
     max_response_bytes: resolved.maxResponseBytes,

@@ -3,6 +3,7 @@ import { AuthorityError } from "../errors.ts";
 import { openPolicy, protectPolicy } from "../policy/artifact.ts";
 import { appendPolicyChange } from "../policy/change-log.ts";
 import { apiEntryOf, compilePolicyDocument, type HeadlessContext } from "../policy/compile.ts";
+import type { PolicyOpener } from "../policy/protector.ts";
 import type { PolicyCapabilitySummary, PolicyRecord } from "../policy/record.ts";
 import { readPolicyRecord, readStoredPolicyRecord, writePolicyRecord } from "../policy/record-store.ts";
 import { type AssignmentRecord, collections, type SubjectRecord } from "../store/model.ts";
@@ -255,8 +256,12 @@ export async function notifyPolicyChange(
  * (after a key rotation), head + 1. The signed content is unchanged, except that a deny-only
  * revocation marker becomes a signed revocation.
  */
-export async function writeReprotectedPolicy(deps: AdminDeps, previous: PolicyRecord): Promise<PolicyRecord> {
-  const opened = await openPolicy(previous.artifact, deps.protector, {
+export async function writeReprotectedPolicy(
+  deps: AdminDeps,
+  previous: PolicyRecord,
+  opener: PolicyOpener = deps.protector,
+): Promise<PolicyRecord> {
+  const opened = await openPolicy(previous.artifact, opener, {
     cryptoVersion: previous.crypto_version,
     subjectId: previous.subject_id,
     partnerId: previous.partner_id,

@@ -5,9 +5,10 @@
  * policy the last subject done is written to `maintenance/reprotect-policies`; a run starts
  * after it, and the checkpoint is removed when the whole collection is done. A policy that
  * does not open is counted and skipped (it denies anyway); the crypto service unavailable
- * stops the run (the checkpoint keeps its place).
+ * stops the run (the checkpoint keeps its place). With `from`, the same run moves an embedded
+ * store into custody: opened with the embedded key rings, protected by the crypto service.
  */
-import { PolicyProtectionError } from "../policy/protector.ts";
+import { type PolicyOpener, PolicyProtectionError } from "../policy/protector.ts";
 import type { StoredPolicyRecord } from "../policy/record.ts";
 import { readPolicyRecord } from "../policy/record-store.ts";
 import { collections } from "../store/model.ts";
@@ -42,6 +43,12 @@ export interface ReprotectOptions {
   /** Stop after this many policies in this run (the checkpoint keeps the place). */
   readonly maxPolicies?: number;
   readonly onProgress?: (progress: ReprotectProgress) => void;
+  /**
+   * Opens the stored policies with these keys instead of the current protector's: moving an
+   * embedded installation into custody, the embedded key rings under its KEK open, the crypto
+   * service protects (decision 2513).
+   */
+  readonly from?: PolicyOpener;
 }
 
 export async function reprotectPolicies(
@@ -73,7 +80,7 @@ export async function reprotectPolicies(
       try {
         const written = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
           const current = await readPolicyRecord(deps.store, subjectId);
-          return current === undefined ? undefined : writeReprotectedPolicy(deps, current);
+          return current === undefined ? undefined : writeReprotectedPolicy(deps, current, options.from);
         });
         if (written !== undefined) {
           reprotected++;

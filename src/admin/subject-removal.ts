@@ -4,9 +4,17 @@ import { getPartner } from "./partners.ts";
 import { retireSubjectPolicy } from "./policies.ts";
 import { getSubject } from "./subjects.ts";
 
-/** Revokes the subject's policy first (enforcement stops), then removes its records. */
+/**
+ * Revokes the subject's policy first (enforcement stops), retires its owner at the crypto
+ * service (custody modes), then removes its records.
+ */
 export async function removeSubject(deps: AdminDeps, actor: Actor, subject: SubjectRecord): Promise<void> {
   await retireSubjectPolicy(deps, actor, subject);
+  // After the revocation is signed, before the records go: a failure leaves the subject there
+  // to delete again (an owner already retired counts as done).
+  if (subject.crypto_version === "subject_credentials_v1") {
+    await deps.protector.subjectKeys?.retire(subject.subject_id);
+  }
   await deps.store.delete(
     collections.partnerSubjects,
     storeKeys.partnerSubject(subject.partner_id, subject.subject_id),

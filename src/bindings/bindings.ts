@@ -7,6 +7,7 @@ import { isValidId } from "../admin/ids.ts";
 import { getPartner } from "../admin/partners.ts";
 import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { AuthorityError } from "../errors.ts";
+import { createEgressPolicy, EGRESS_ALLOW_SETTING, egressAllowHint, ruleText } from "../execute/egress.ts";
 import { defaultAlgorithms, supportedAlgorithms } from "../identity/jwt-verifier.ts";
 import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
 import { randomId } from "./derive.ts";
@@ -115,6 +116,31 @@ function checkKeys(input: { jwks_url?: string | undefined; jwks?: InlineJwks | u
   return { jwks_url: null, jwks: checkJwks(input.jwks as InlineJwks) };
 }
 
+/**
+ * A JWKS URL is the partner's choice of where the authority connects: refused when saved if
+ * the egress gate refuses it now (names resolved), and checked again on every connection.
+ * The refusal names the rule, never the addresses a name resolved to.
+ */
+async function checkJwksDestination(deps: Pick<AdminDeps, "egress">, jwksUrl: string | null): Promise<void> {
+  if (jwksUrl === null) return;
+  const verdict = await (deps.egress ?? createEgressPolicy()).checkUrl(jwksUrl, { resolve: true });
+  if (verdict.ok) return;
+  const what = verdict.resolved ? "its host name resolves to" : "it is";
+  const hint = egressAllowHint(verdict.rule);
+  throw new AuthorityError(
+    "invalid_request",
+    `jwks_url is refused by the platform's egress policy: ${what} ${ruleText(verdict.rule)}${hint === undefined ? "" : `; ${hint}`}.`,
+    {
+      details: {
+        field: "jwks_url",
+        reason: "egress_denied",
+        rule: verdict.rule,
+        ...(hint === undefined ? {} : { setting: EGRESS_ALLOW_SETTING }),
+      },
+    },
+  );
+}
+
 function checkText(value: string, field: string, max = 1024): string {
   if (value.length === 0 || value.length > max) throw invalid(`${field} must be 1-${max} characters.`, field);
   return value;
@@ -160,6 +186,7 @@ export async function createBinding(
   }
   checkUrl(input.issuer, "issuer");
   const keys = checkKeys(input);
+  await checkJwksDestination(deps, keys.jwks_url);
   const authProfileRef = input.auth_profile_ref ?? null;
   if (authProfileRef !== null) await assertAuthProfileExists(deps, partnerId, authProfileRef);
   const now = deps.now().toISOString();
@@ -235,6 +262,7 @@ export async function updateBinding(
     input.jwks_url !== undefined || input.jwks !== undefined
       ? checkKeys(input)
       : { jwks_url: binding.jwks_url, jwks: binding.jwks };
+  if (input.jwks_url !== undefined) await checkJwksDestination(deps, keys.jwks_url);
   const record: BindingRecord = {
     ...binding,
     ...keys,

@@ -34,6 +34,9 @@ export interface IdentityProviderVerifier {
   readonly issuer: string;
   verify(token: string): Promise<{
     readonly scopes: readonly string[];
+    readonly tokenUse?: string | undefined;
+    /** The partner claim, read strictly (VerifiedToken.partnerId). */
+    readonly partnerId?: string | undefined;
     readonly claims: Readonly<Record<string, unknown>>;
   }>;
 }
@@ -62,15 +65,15 @@ async function identityProviderCaller(
     throw tokenErrorToAuthorityError(error, "invalid_token");
   }
   // Only access tokens are bearer credentials (as on every other route; RFC 9068 / token_use).
-  if (verified.claims.token_use !== "access") {
+  if (verified.tokenUse !== "access") {
     throw new AuthorityError("invalid_token", "An access token is required.");
   }
   if (!hasScope(verified, BROKER_EXECUTE_SCOPE)) {
     throw new AuthorityError("insufficient_role", `The token lacks the scope ${BROKER_EXECUTE_SCOPE}.`);
   }
-  const { binding_id: bindingId, partner_id: partnerId } = verified.claims;
-  if (typeof bindingId !== "string" || bindingId === "" || typeof partnerId !== "string")
-    throw noConnection();
+  const { partnerId } = verified;
+  const bindingId = verified.claims.binding_id;
+  if (typeof bindingId !== "string" || bindingId === "" || partnerId === undefined) throw noConnection();
   let binding: BindingRecord;
   try {
     binding = await getBinding(deps, bindingId);

@@ -8,7 +8,7 @@ import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isValidId } from "../admin/ids.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
-import type { EgressPolicy } from "../execute/egress.ts";
+import { createEgressPolicy, type EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -60,7 +60,7 @@ export interface BindingRuntimeOwner {
   readonly now: () => Date;
   readonly secretKeyRings?: SecretKeys;
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
-  /** Where upstream calls may go; absent: the strict default policy. */
+  /** Where upstream calls and partner JWKS fetches may go; absent: the strict default policy. */
   readonly egress?: EgressPolicy;
 }
 
@@ -91,6 +91,8 @@ export function createBindingRuntime(
   options: BindingRuntimeOptions = {},
 ): BindingRuntime {
   const { store, config } = owner;
+  // Upstream calls and the partners' JWKS fetches share the one gate.
+  const egress = owner.egress ?? createEgressPolicy();
   const issuer = config.publicUrl.replace(/\/+$/, "");
   const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
   // Envelope key rings: only real key rings (a secret box cannot sign).
@@ -111,7 +113,7 @@ export function createBindingRuntime(
         isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
       },
       ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
-      ...(owner.egress === undefined ? {} : { egress: owner.egress }),
+      egress,
     });
   return {
     tokens: createWorkloadTokenService({
@@ -126,7 +128,7 @@ export function createBindingRuntime(
         ? {}
         : { lifetimeSec: options.workloadTokenLifetimeSec }),
     }),
-    assertions: createAssertionVerifiers({ now: owner.now }),
+    assertions: createAssertionVerifiers({ fetch: egress.fetch, now: owner.now }),
     idempotency: createIdempotency({ store, now: owner.now, ...options.idempotency }),
     envelopes:
       options.envelopes ??

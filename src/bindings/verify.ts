@@ -61,6 +61,7 @@ export const verifyFailureCodes = [
   "envelope_expired",
   "digest_mismatch",
   "crypto_unavailable",
+  "operation_not_allowed",
 ] as const satisfies readonly ErrorCode[];
 
 export type VerifyFailureCode = (typeof verifyFailureCodes)[number];
@@ -85,6 +86,17 @@ export class VerifyError extends Error {
 export interface OperationIndex {
   /** Permission ids the operation id has in the partner's current catalogs (empty: unsupported). */
   permissionsOf(partnerId: string, operationId: string): Promise<ReadonlySet<string>>;
+  /**
+   * Whether the operation carries signed parameter constraints that the environment's
+   * parameter-scoping rollout does not cover for this partner (scoping off, or the partner not
+   * on its allowlist): invoke refuses such a call, so verify refuses its envelope too.
+   */
+  outsideRollout(partnerId: string, operationId: string): Promise<boolean>;
+}
+
+interface IndexedOperation {
+  readonly permissionIds: Set<string>;
+  constrained: boolean;
 }
 
 /**
@@ -94,43 +106,61 @@ export interface OperationIndex {
  */
 export function createOperationIndex(
   runtime: Pick<BindingRuntime, "decisions">,
-  deps: Pick<AdminDeps, "store">,
+  deps: Pick<AdminDeps, "store"> & {
+    readonly config: {
+      readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
+    };
+  },
   options: { readonly ttlMs?: number } = {},
 ): OperationIndex {
-  const cache = new LRUCache<string, { builtAt: number; ops: Map<string, Set<string>> }>({
+  const cache = new LRUCache<string, { builtAt: number; ops: Map<string, IndexedOperation> }>({
     max: 1000,
     ttl: options.ttlMs ?? 30_000,
   });
+  const { enabled, partnerAllowlist } = deps.config.parameterScoping;
+  const allowlist = new Set(partnerAllowlist);
 
-  async function build(partnerId: string): Promise<Map<string, Set<string>>> {
-    const ops = new Map<string, Set<string>>();
+  async function build(partnerId: string): Promise<Map<string, IndexedOperation>> {
+    const ops = new Map<string, IndexedOperation>();
     for await (const item of scan<CapabilityRecord>(deps.store, collections.capabilities, `${partnerId}/`)) {
       const capability = await runtime.decisions.capabilities.resolve(partnerId, item.value.capability_id);
       if (capability === undefined) continue;
       for (const op of capability.operations) {
-        const set = ops.get(op.operation_id) ?? new Set<string>();
-        set.add(buildPermissionId(capability.capability_id, op.method, op.path));
-        ops.set(op.operation_id, set);
+        const entry = ops.get(op.operation_id) ?? { permissionIds: new Set<string>(), constrained: false };
+        entry.permissionIds.add(buildPermissionId(capability.capability_id, op.method, op.path));
+        // Anything but an empty list counts as constrained (malformed metadata fails closed).
+        const constraints: unknown = op.parameter_constraints;
+        if (!(Array.isArray(constraints) && constraints.length === 0)) entry.constrained = true;
+        ops.set(op.operation_id, entry);
       }
     }
     cache.set(partnerId, { builtAt: Date.now(), ops });
     return ops;
   }
 
+  async function operation(partnerId: string, operationId: string): Promise<IndexedOperation | undefined> {
+    const cached = cache.get(partnerId);
+    const found = cached?.ops.get(operationId);
+    if (found !== undefined) return found;
+    if (cached !== undefined && Date.now() - cached.builtAt < 1000) return undefined;
+    return (await build(partnerId)).get(operationId);
+  }
+
   return {
     async permissionsOf(partnerId, operationId) {
-      const cached = cache.get(partnerId);
-      const found = cached?.ops.get(operationId);
-      if (found !== undefined) return found;
-      if (cached !== undefined && Date.now() - cached.builtAt < 1000) return new Set();
-      return (await build(partnerId)).get(operationId) ?? new Set();
+      return (await operation(partnerId, operationId))?.permissionIds ?? new Set();
+    },
+    async outsideRollout(partnerId, operationId) {
+      const found = await operation(partnerId, operationId);
+      return found?.constrained === true && !(enabled && allowlist.has(partnerId));
     },
   };
 }
 
 /**
  * Checks, in order: profile known (400), arguments canonicalizable (400), binding equals
- * the workload client's and is active (403), operation supported (400), envelope opens
+ * the workload client's and is active (403), operation supported (400), a constrained
+ * operation inside the parameter-scoping rollout of the partner (403), envelope opens
  * and verifies (403; 503 when keys or the crypto service are unavailable), signer is the expected one
  * (403), then the profile checks on the signed claims (403 each).
  */
@@ -155,6 +185,10 @@ export async function verifyEnvelope(
   if (!binding.active) throw new VerifyError("binding_inactive");
   const permissionIds = await operations.permissionsOf(binding.partner_id, request.operationId);
   if (permissionIds.size === 0) throw new VerifyError("unsupported_operation");
+  // Spec rule 2: the partner allowlist as invoke applies it (constraint_rollout_disabled there).
+  if (await operations.outsideRollout(binding.partner_id, request.operationId)) {
+    throw new VerifyError("operation_not_allowed");
+  }
 
   const envelopes = runtime.envelopes;
   if (envelopes === undefined) throw new VerifyError("crypto_unavailable");

@@ -115,12 +115,9 @@ export function createWorkloadTokenService(options: WorkloadTokenServiceOptions)
       if (hit !== undefined && at < hit.until) return hit.claims;
       const key = await keys.current();
       const result = await (await verifierFor(key)).verify(token);
-      const { binding_id: bindingId, partner_id: partnerId } = result.claims;
-      if (
-        typeof bindingId !== "string" ||
-        typeof partnerId !== "string" ||
-        result.clientId !== result.subject
-      ) {
+      const { partnerId } = result;
+      const bindingId = result.claims.binding_id;
+      if (typeof bindingId !== "string" || partnerId === undefined || result.clientId !== result.subject) {
         throw new TokenVerificationError("token_malformed", "workload token claims are incomplete");
       }
       const claims: WorkloadTokenClaims = {

@@ -158,7 +158,7 @@ function parameterSchema(builder: SchemaBuilder, parameter: MergedParameter, war
   let schema: JsonSchema;
   const content = own(definition, "content");
   if (own(definition, "schema") !== undefined) {
-    schema = builder.convertRoot(own(definition, "schema"));
+    schema = builder.convertRoot(own(definition, "schema"), appendPointer(parameter.pointer, "schema"));
   } else if (isRecord(content)) {
     const media = pickJsonMedia(content);
     if (media === undefined) {
@@ -167,7 +167,10 @@ function parameterSchema(builder: SchemaBuilder, parameter: MergedParameter, war
       );
       schema = {};
     } else {
-      schema = builder.convertRoot(own(media.value, "schema") ?? {});
+      schema = builder.convertRoot(
+        own(media.value, "schema") ?? {},
+        appendPointer(parameter.pointer, "content", media.key, "schema"),
+      );
     }
   } else {
     schema = {};

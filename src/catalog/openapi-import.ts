@@ -241,6 +241,7 @@ class OperationImporter {
       document: this.#parsed.document,
       budget: new NodeBudget(importLimits.maxSchemaNodesPerOperation, this.#total),
       warn,
+      refuse: (at, message) => this.#problems.add(at, message),
     };
     let schemas: OperationSchemas;
     try {
@@ -316,8 +317,9 @@ class OperationImporter {
   /**
    * Every schema must be valid JSON Schema 2020-12. Checked against the meta-schema rather
    * than compiled: compiling hundreds of schemas costs seconds, and the converter already
-   * removes what only compilation would refuse (unknown keywords and formats, non-ECMAScript
-   * patterns, keywords ajv's strict mode calls ignored). Tests compile every schema.
+   * removes what only compilation would refuse (unknown keywords and formats, keywords ajv's
+   * strict mode calls ignored) and refuses every pattern the linear-time engine cannot run,
+   * at its location. Tests compile every schema.
    */
   #check(schema: JsonSchema, pointer: string): void {
     let valid: boolean;

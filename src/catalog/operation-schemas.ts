@@ -72,12 +72,10 @@ export function buildOperationSchemas(
       ctx.warn("the request body has no JSON media type; the operation was imported without a body");
     } else {
       const builder = new SchemaBuilder(ctx, "request");
-      body = builder.finish(builder.convertRoot(own(media.value, "schema") ?? {}));
+      const bodyPointer = appendPointer(pointer, "requestBody", "content", media.key, "schema");
+      body = builder.finish(builder.convertRoot(own(media.value, "schema") ?? {}, bodyPointer));
       bodyRequired = own(requestBody, "required") === true;
-      sources.push({
-        schema: body,
-        pointer: appendPointer(pointer, "requestBody", "content", media.key, "schema"),
-      });
+      sources.push({ schema: body, pointer: bodyPointer });
     }
   }
 
@@ -85,7 +83,7 @@ export function buildOperationSchemas(
   const picked = pickResponse(own(operation, "responses"), appendPointer(pointer, "responses"));
   if (picked !== undefined) {
     const builder = new SchemaBuilder(ctx, "response");
-    response = builder.finish(builder.convertRoot(picked.schema));
+    response = builder.finish(builder.convertRoot(picked.schema, picked.pointer));
     sources.push({ schema: response, pointer: picked.pointer });
   }
 

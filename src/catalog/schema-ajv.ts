@@ -1,5 +1,6 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
 import ajvFormats from "ajv-formats";
+import { linearRegExp } from "../core/linear-pattern.ts";
 
 /**
  * Formats a snapshot schema may keep: those ajv-formats implements (the OpenAPI numeric
@@ -55,6 +56,8 @@ export function createSnapshotAjv(): Ajv2020 {
     validateFormats: true,
     // Nothing reaches the console from here: failures surface as compile errors.
     logger: false,
+    // Partner patterns never run on the backtracking engine (docs/decisions/2502).
+    code: { regExp: linearRegExp },
   });
   // ajv-formats is CommonJS: its function is the module object's `default`.
   ajvFormats.default(ajv);

@@ -1,4 +1,5 @@
-import { isRecord, own, resolveFragment, setOwn } from "./json-pointer.ts";
+import { linearPatternProblem } from "../core/linear-pattern.ts";
+import { appendPointer, isRecord, own, resolveFragment, setOwn } from "./json-pointer.ts";
 import { SUPPORTED_FORMATS } from "./schema-ajv.ts";
 
 export type OpenApiVersion = "3.0" | "3.1";
@@ -102,12 +103,21 @@ const SILENT_DROP = new Set([
   "$vocabulary",
 ]);
 
-function isValidRegExp(pattern: string): boolean {
+/** Why a pattern is refused (not ECMAScript, or not runnable in linear time), or undefined. */
+function patternProblem(pattern: unknown): string | undefined {
+  if (typeof pattern !== "string") return "a pattern must be a string";
+  const problem = linearPatternProblem(pattern);
+  return problem === undefined
+    ? undefined
+    : `pattern ${JSON.stringify(pattern.slice(0, 200))} is refused: ${problem}`;
+}
+
+/** The document location a local `$ref` names ("#/components/schemas/X" → "/components/schemas/X"). */
+function refPointer(ref: string): string {
   try {
-    new RegExp(pattern, "u");
-    return true;
+    return ref.startsWith("#") ? decodeURIComponent(ref.slice(1)) : "";
   } catch {
-    return false;
+    return "";
   }
 }
 
@@ -118,6 +128,8 @@ export interface ConvertContext {
   readonly budget: NodeBudget;
   /** Receives one message per dropped construct; the caller prefixes the operation. */
   readonly warn: (message: string) => void;
+  /** Receives what makes the document unimportable, at its location in the document. */
+  readonly refuse: (pointer: string, message: string) => void;
 }
 
 /**
@@ -141,9 +153,12 @@ export class SchemaBuilder {
     this.#direction = direction;
   }
 
-  /** Converts a schema found where an object schema is expected (booleans become objects). */
-  convertRoot(schema: unknown): JsonSchema {
-    const out = this.#convert(schema, 0);
+  /**
+   * Converts a schema found where an object schema is expected (booleans become objects);
+   * `pointer` is its location in the document, for the problems found inside it.
+   */
+  convertRoot(schema: unknown, pointer: string): JsonSchema {
+    const out = this.#convert(schema, 0, pointer);
     if (out === true) return {};
     if (out === false) return { not: {} };
     return out;
@@ -158,7 +173,7 @@ export class SchemaBuilder {
     return { ...root, $defs: merged };
   }
 
-  #convert(node: unknown, depth: number): JsonSchema | boolean {
+  #convert(node: unknown, depth: number, pointer: string): JsonSchema | boolean {
     if (depth > MAX_SCHEMA_DEPTH) throw new SchemaDepthError("schema nested too deeply");
     this.#ctx.budget.take();
     if (typeof node === "boolean") return node;
@@ -168,10 +183,10 @@ export class SchemaBuilder {
       const target = this.#defRef(ref, depth);
       // OpenAPI 3.0 ignores the siblings of $ref; 3.1 (JSON Schema 2020-12) applies them.
       if (this.#ctx.version === "3.0") return target;
-      const rest = this.#convertKeywords(node, depth, new Set(["$ref"]));
+      const rest = this.#convertKeywords(node, depth, new Set(["$ref"]), pointer);
       return Object.keys(rest).length === 0 ? target : { ...rest, ...target };
     }
-    return this.#convertKeywords(node, depth, new Set());
+    return this.#convertKeywords(node, depth, new Set(), pointer);
   }
 
   #defRef(ref: string, depth: number): JsonSchema {
@@ -187,49 +202,55 @@ export class SchemaBuilder {
       if (target === undefined) {
         this.#ctx.warn(`unresolved $ref ${JSON.stringify(ref)} replaced by an empty schema`);
       }
-      setOwn(this.#defs, name, this.#convert(target ?? {}, depth + 1));
+      setOwn(this.#defs, name, this.#convert(target ?? {}, depth + 1, refPointer(ref)));
     }
     return { $ref: `#/$defs/${name}` };
   }
 
-  #convertKeywords(node: Record<string, unknown>, depth: number, skip: ReadonlySet<string>): JsonSchema {
+  #convertKeywords(
+    node: Record<string, unknown>,
+    depth: number,
+    skip: ReadonlySet<string>,
+    pointer: string,
+  ): JsonSchema {
     const out: JsonSchema = {};
     const next = depth + 1;
     for (const [key, value] of Object.entries(node)) {
       if (skip.has(key) || key === "nullable" || key.startsWith("x-") || SILENT_DROP.has(key)) continue;
+      const at = appendPointer(pointer, key);
       if (DATA_KEYWORDS.has(key)) {
         setOwn(out, key, this.#copyData(value, 0));
       } else if (SCHEMA_KEYWORDS.has(key)) {
-        setOwn(out, key, this.#convert(value, next));
+        setOwn(out, key, this.#convert(value, next, at));
       } else if (SCHEMA_ARRAY_KEYWORDS.has(key)) {
         if (Array.isArray(value)) {
           setOwn(
             out,
             key,
-            value.map((v) => this.#convert(v, next)),
+            value.map((v, i) => this.#convert(v, next, appendPointer(at, i))),
           );
         }
       } else if (SCHEMA_MAP_KEYWORDS.has(key) || key === "definitions") {
-        this.#convertMap(out, key === "definitions" ? "$defs" : key, value, next);
+        this.#convertMap(out, key === "definitions" ? "$defs" : key, value, next, at);
       } else if (key === "items") {
         if (Array.isArray(value)) {
           // Draft 2019 tuple form: 2020-12 spells it prefixItems (+ items for the rest).
-          out.prefixItems = value.map((v) => this.#convert(v, next));
+          out.prefixItems = value.map((v, i) => this.#convert(v, next, appendPointer(at, i)));
           const additional = own(node, "additionalItems");
-          if (additional !== undefined) out.items = this.#convert(additional, next);
+          if (additional !== undefined)
+            out.items = this.#convert(additional, next, appendPointer(pointer, "additionalItems"));
         } else {
-          out.items = this.#convert(value, next);
+          out.items = this.#convert(value, next, at);
         }
       } else if (key === "additionalItems") {
         // Only meaningful with the tuple form of items, handled above.
       } else if (key === "dependencies") {
-        this.#convertDependencies(out, value, next);
+        this.#convertDependencies(out, value, next, at);
       } else if (key === "pattern") {
-        if (typeof value === "string" && isValidRegExp(value)) out.pattern = value;
-        else
-          this.#ctx.warn(
-            `pattern ${JSON.stringify(String(value))} is not a valid ECMAScript regular expression and was dropped`,
-          );
+        // Refused, never dropped: dropping a pattern would admit what its author excluded.
+        const problem = patternProblem(value);
+        if (problem === undefined) out.pattern = value;
+        else this.#ctx.refuse(at, problem);
       } else if (key === "format") {
         if (typeof value === "string" && SUPPORTED_FORMATS.has(value)) out.format = value;
         else this.#ctx.warn(`format ${JSON.stringify(String(value))} is not supported and was dropped`);
@@ -272,28 +293,28 @@ export class SchemaBuilder {
     else out.required = kept;
   }
 
-  #convertMap(out: JsonSchema, key: string, value: unknown, depth: number): void {
+  #convertMap(out: JsonSchema, key: string, value: unknown, depth: number, pointer: string): void {
     if (!isRecord(value)) return;
     const map: Record<string, unknown> = isRecord(out[key]) ? (out[key] as Record<string, unknown>) : {};
     for (const [name, schema] of Object.entries(value)) {
-      if (key === "patternProperties" && !isValidRegExp(name)) {
-        this.#ctx.warn(
-          `patternProperties key ${JSON.stringify(name)} is not a valid regular expression and was dropped`,
-        );
+      const at = appendPointer(pointer, name);
+      const problem = key === "patternProperties" ? patternProblem(name) : undefined;
+      if (problem !== undefined) {
+        this.#ctx.refuse(at, problem);
         continue;
       }
-      setOwn(map, name, this.#convert(schema, depth));
+      setOwn(map, name, this.#convert(schema, depth, at));
     }
     setOwn(out, key, map);
   }
 
-  #convertDependencies(out: JsonSchema, value: unknown, depth: number): void {
+  #convertDependencies(out: JsonSchema, value: unknown, depth: number, pointer: string): void {
     if (!isRecord(value)) return;
     const required: Record<string, unknown> = {};
     const schemas: Record<string, unknown> = {};
     for (const [name, dependency] of Object.entries(value)) {
       if (Array.isArray(dependency)) setOwn(required, name, this.#copyData(dependency, 0));
-      else setOwn(schemas, name, this.#convert(dependency, depth));
+      else setOwn(schemas, name, this.#convert(dependency, depth, appendPointer(pointer, name)));
     }
     if (Object.keys(required).length > 0) out.dependentRequired = required;
     if (Object.keys(schemas).length > 0) out.dependentSchemas = schemas;

@@ -11,6 +11,7 @@ import { injectSchema } from "../config/inject.ts";
 import { managedSchema } from "../config/managed.ts";
 import { allSettings, type ProcessSchema } from "../config/schema.ts";
 import { type SettingSpec, type Settings, settingType } from "../config/settings.ts";
+import { storeMigrateSchema } from "../config/store-migrate.ts";
 import { tokenSchema } from "../config/token.ts";
 import { sidecarSchema } from "../servers/sidecar/config.ts";
 import { flagOf } from "./settings-options.ts";
@@ -24,6 +25,7 @@ export const processSchemas: readonly ProcessSchema<Settings, unknown>[] = [
   idpSchema,
   injectSchema,
   tokenSchema,
+  storeMigrateSchema,
   devSchema,
   demoSchema,
 ] as unknown as readonly ProcessSchema<Settings, unknown>[];

@@ -19,6 +19,7 @@ const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   dev: () => import("./commands/dev.ts"),
   demo: () => import("./commands/demo.ts"),
   token: () => import("./commands/token.ts"),
+  store: () => import("./commands/store.ts"),
 };
 
 /**

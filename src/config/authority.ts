@@ -37,6 +37,7 @@ import {
   refuseKekInitOnSharedStore,
   type SettingSource,
   setting,
+  storePoolSettings,
   text,
 } from "./settings.ts";
 import { issuerConfig, trustedIssuersSetting } from "./trusted-issuers.ts";
@@ -47,6 +48,8 @@ export interface AuthorityConfig {
   readonly logLevel: LogLevel;
   readonly stateDir: string;
   readonly storeUrl: string;
+  /** The connection pool of a PostgreSQL store. */
+  readonly storePool: { readonly size: number; readonly statementTimeoutMs: number };
   readonly kek: {
     /** The KEK itself (AUTHORITY_KEK), when given. */
     readonly value?: string;
@@ -112,6 +115,7 @@ export interface AuthorityConfig {
 export const authoritySettings = {
   logLevel: logLevelSetting(),
   ...embeddedStateSettings,
+  ...storePoolSettings,
   ...kekSettings,
   listen: setting({
     key: "listen",
@@ -300,8 +304,8 @@ export const authoritySettings = {
 
 const AUTHORITY_NOTES = `A missing KEK file is an error that names the path: a new KEK is created (mode 0600) only by
 an explicit init — \`--init-kek\` (SQLite store only; \`authority crypto --init-kek\` likewise) or
-the \`authority dev\` / \`demo\` quick start. With Redis the KEK must be given (\`AUTHORITY_KEK\` or an
-existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
+the \`authority dev\` / \`demo\` quick start. With a shared store (PostgreSQL, Redis) the KEK must be
+given (\`AUTHORITY_KEK\` or an existing \`AUTHORITY_KEK_FILE\`), so replicas share it.
 See docs/authorize.md for what each cache may delay and the fail-closed behaviour.
 
 ### Trusted issuers
@@ -339,24 +343,34 @@ partner claim names the partner its agents belong to; see docs/identity.md "Seve
 
 \`AUTHORITY_EGRESS_ALLOW\` (\`--egress-allow\`, key \`egress-allow\` in a config file) is the platform
 admin's list of upstream destinations beyond public addresses, for \`authority serve\` (OpenAPI
-import, invoke, broker, MCP, OAuth token endpoints of auth profiles) and \`authority sidecar\`
-(the forward proxy). Comma-separated; each entry is one of:
+import, invoke, broker, MCP, OAuth token endpoints of auth profiles, the JWKS of bindings) and
+\`authority sidecar\` (the forward proxy). Comma-separated (in a config file also a YAML or JSON
+list of entries); each entry is one of:
 
 | entry | example | opens |
 |---|---|---|
 | CIDR block | \`10.0.0.0/8\`, \`fd00::/8\` | every address and port in it |
 | one address | \`10.1.2.3\`, \`fd00::5\` | that address, every port (a \`/32\` or \`/128\`) |
 | address and port | \`127.0.0.1:18080\`, \`[::1]:18080\` | exactly that address and port |
+| host name, optional port | \`orders.shop.svc.cluster.local\`, \`orders.shop.svc.cluster.local:8080\` | a connection to exactly that name (that port): the addresses it resolves to then |
 
 Entries are written canonically (dotted decimal IPv4, no host bits below the prefix, ports
-1–65535); host names are refused, because the policy is checked on the address a connection
-really reaches. An entry opens only the loopback, link-local, private (\`10/8\`, \`172.16/12\`,
+1–65535, no wildcards). Every connection is checked on the address it really reaches: an address
+entry matches that address whatever name led there; a name entry admits the addresses of that
+name only, so list only names whose DNS you control (a cluster's service names).
+An entry opens only the loopback, link-local, private (\`10/8\`, \`172.16/12\`,
 \`192.168/16\`), shared (\`100.64/10\`), unique-local (\`fc00::/7\`) and reserved classes. Cloud
 metadata addresses and names, the unspecified address, multicast and broadcast, and the
 platform's own services (the service URLs and listen addresses the process is configured with)
 stay refused whatever the list says. There is no per-partner setting and no admin API for it.
-\`authority dev\` and \`authority demo\` set it to exactly the sample API (\`127.0.0.1:18080\` with
-the default ports). The rules: docs/security.md, *Egress*.`;
+An import refused by it answers \`400\` with \`details.reason: "egress_denied"\` and, when an entry
+could open the destination, \`details.setting: "egress-allow"\`.
+
+\`authority demo\` sets it to exactly the sample API (\`127.0.0.1:18080\` with the default ports);
+\`authority dev\` allows the sample API and what its own \`egress-allow\` lists, so an API on your
+machine is \`AUTHORITY_EGRESS_ALLOW=127.0.0.1:19090 make dev\` (docs/protect-your-api.md). In the
+Helm chart it is the value \`egress.allow\` (a list), given to the authority service and every
+injected sidecar. The rules: docs/security.md, *Egress*.`;
 
 /** The schema of `authority serve` (and `authority reprotect`, which opens policies the same way). */
 export const authoritySchema = defineProcess({
@@ -423,6 +437,10 @@ export const authoritySchema = defineProcess({
       policyCache: { max: read.value("policyCacheSize"), ttlMs: read.value("policyCacheTtl") * 1000 },
       tokenCache: { max: read.value("tokenCacheSize") },
       recordCacheMs: read.value("recordCache"),
+      storePool: {
+        size: read.value("storePoolSize"),
+        statementTimeoutMs: read.value("storeStatementTimeout"),
+      },
       auditBuffer: read.value("auditBuffer"),
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
       parameterScoping: {

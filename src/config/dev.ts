@@ -2,14 +2,25 @@
  * The configuration of `authority dev` (every service on localhost with seeded demo data)
  * and `authority demo` (a walk through every path on a temporary environment).
  */
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
-import { boolean, type LogLevel, logLevelSetting, path, redisUrl, setting } from "./settings.ts";
+import {
+  boolean,
+  egressAllowSetting,
+  type LogLevel,
+  logLevelSetting,
+  path,
+  redisUrl,
+  setting,
+} from "./settings.ts";
 
 export interface DevCommandConfig {
   readonly stateDir: string;
   readonly redisUrl?: string;
   readonly logLevel: LogLevel;
   readonly sidecar: boolean;
+  /** Destinations beyond the sample API that the authority and the sidecar may call (your own APIs). */
+  readonly egressAllow: readonly EgressAllowEntry[];
 }
 
 export interface DemoCommandConfig {
@@ -43,13 +54,17 @@ export const devSettings = {
     default: true,
     parse: boolean,
   }),
+  // The authority and the sidecar `dev` starts take it as theirs, beside the sample API.
+  egressAllow: egressAllowSetting,
 } as const;
 
 export const devSchema = defineProcess({
   command: "dev",
   title: "Development environment (`authority dev`)",
   settings: devSettings,
-  notes: "Component logs go to stderr, the instructions to stdout.",
+  notes: `Component logs go to stderr, the instructions to stdout. The authority and the sidecar it starts
+may call the sample API and what \`egress-allow\` lists: an API of your own on this machine is
+\`AUTHORITY_EGRESS_ALLOW=127.0.0.1:19090 make dev\` (docs/protect-your-api.md).`,
   build(read): DevCommandConfig {
     const redis = read.optional("redisUrl");
     return {
@@ -57,6 +72,7 @@ export const devSchema = defineProcess({
       ...(redis === undefined ? {} : { redisUrl: redis }),
       logLevel: read.value("logLevel"),
       sidecar: read.value("sidecar"),
+      egressAllow: read.optional("egressAllow") ?? [],
     };
   },
 });

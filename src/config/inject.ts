@@ -77,7 +77,8 @@ ports 15000, 15001, 15004, 15006, 15008, 15009, 15020, 15021, 15053, 15090, and 
 differ), \`redis\` (\`url\` or \`urlSecret\`), \`cacheKeySecret\` (required with \`redis\`),
 \`credentialsSecret\` (\`name\`, \`clientIdKey\`, \`clientSecretKey\`: the sidecar's own client, passed
 as \`AUTHORITY_CLIENT_ID\` / \`AUTHORITY_CLIENT_SECRET\` via \`secretKeyRef\`), \`idpTokenUrl\`,
-\`issuer\`, \`jwksUrl\`, \`audience\`, \`capabilityMap\`, \`resources\`, \`istio\` (\`mode\`
+\`issuer\`, \`jwksUrl\`, \`audience\`, \`capabilityMap\`, \`egressAllow\` (a list of \`egress-allow\` entries, passed as
+\`AUTHORITY_EGRESS_ALLOW\`), \`resources\`, \`istio\` (\`mode\`
 \`auto\`/\`always\`/\`never\`, \`excludeInboundPorts\`), \`nativeSidecar\` (default \`false\`; the chart
 renders \`true\` on Kubernetes 1.29+), \`prometheusAnnotations\`.`;
 

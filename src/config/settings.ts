@@ -12,8 +12,10 @@ import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { ConfigError } from "./errors.ts";
 import {
   boolean,
+  duration,
   egressAllowList,
   httpUrl,
+  integer,
   type LogLevel,
   logLevel,
   path,
@@ -178,13 +180,24 @@ export const logLevelSetting = (fallback: LogLevel = "info", withEnv = true): Se
     parse: logLevel,
   });
 
-/** The egress allow list setting, shared by every process that calls upstreams (serve, sidecar). */
+/**
+ * The egress allow list setting, shared by every process that calls upstreams or starts one
+ * that does (serve, sidecar, dev). In a config file it is a list or one comma-separated string.
+ */
 export const egressAllowSetting: SettingSpec<EgressAllowEntry[]> = {
   key: "egress-allow",
   env: "AUTHORITY_EGRESS_ALLOW",
   description:
-    "CIDRs and address:port entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
+    "CIDRs, address:port and host[:port] entries upstream calls may reach beyond public addresses (see *Egress allow list*)",
   parse: egressAllowList,
+  parseStructured(value, where) {
+    if (!Array.isArray(value) || value.length > 1024 || !value.every((item) => typeof item === "string")) {
+      throw new ConfigError(
+        `${where} must be a list of entries (CIDR, address:port, host[:port]) or one comma-separated string`,
+      );
+    }
+    return value.flatMap((item, index) => egressAllowList(item, `${where}[${index}]`));
+  },
 };
 
 /** The development IdP's issuer: the default wherever an issuer is not given. */
@@ -227,10 +240,31 @@ export const embeddedStateSettings = {
   store: setting({
     key: "store",
     env: "AUTHORITY_STORE_URL",
-    description: "the store: `sqlite:<file>` or `redis://host:port/db`",
+    description:
+      "the store: `sqlite:<file>`, `redis://host:port/db` or `postgres://user:password@host:port/database` (migrated at start; docs/store.md)",
     defaultText: "sqlite:<state-dir>/authority.db",
+    flagAliases: ["store-url"],
     secret: true,
     parse: storeUrl,
+  }),
+};
+
+/** The connection pool of a PostgreSQL store (ignored by the SQLite and Redis stores). */
+export const storePoolSettings = {
+  storePoolSize: setting({
+    key: "store-pool-size",
+    env: "AUTHORITY_STORE_POOL_SIZE",
+    description: "most connections to a PostgreSQL store this process opens",
+    default: 10,
+    parse: integer(1, 1000),
+  }),
+  storeStatementTimeout: setting({
+    key: "store-statement-timeout-ms",
+    env: "AUTHORITY_STORE_STATEMENT_TIMEOUT_MS",
+    description:
+      "a PostgreSQL statement running longer is cancelled and the call fails closed as the store being unavailable (503)",
+    default: 5000,
+    parse: duration("ms", 10, 600_000),
   }),
 };
 

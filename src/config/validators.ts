@@ -152,11 +152,16 @@ export const existingFile: Validator<string> = validator("path of an existing fi
   return value;
 });
 
-/** A store URL: `sqlite:<file>` or `redis(s)://…`; the value may hold a password, so it is never echoed. */
-export const storeUrl: Validator<string> = validator("sqlite:<file> or redis URL", (raw, where) => {
+/**
+ * A store URL: `sqlite:<file>`, `redis(s)://…` or `postgres(ql)://…`; the value may hold a
+ * password, so it is never echoed.
+ */
+export const storeUrl: Validator<string> = validator("sqlite:<file>, redis or postgres URL", (raw, where) => {
   const value = asText(raw, where);
-  if (!/^(sqlite:.+|rediss?:\/\/.+)$/i.test(value)) {
-    throw new ConfigError(`${where} must be sqlite:<file> or redis://host:port[/db]`);
+  if (!/^(sqlite:.+|rediss?:\/\/.+|postgres(ql)?:\/\/.+)$/i.test(value)) {
+    throw new ConfigError(
+      `${where} must be sqlite:<file>, redis://host:port[/db] or postgres://[user[:password]@]host[:port]/database`,
+    );
   }
   return value;
 });
@@ -168,18 +173,19 @@ export const redisUrl: Validator<string> = validator("redis URL", (raw, where) =
 });
 
 /**
- * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address)
- * and `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`). Host names are not accepted:
- * the policy is checked on the address a connection really reaches.
+ * The egress allow list: comma-separated CIDR blocks (`10.0.0.0/8`, `fd00::/8`, a bare address),
+ * `address:port` entries (`127.0.0.1:18080`, `[::1]:18080`) and host names with an optional port
+ * (`orders.shop.svc.cluster.local:8080`). Every connection is still checked on the address it
+ * really reaches; a name entry admits the addresses that name resolves to.
  */
 export const egressAllowList: Validator<EgressAllowEntry[]> = validator(
-  "comma-separated CIDRs and address:port",
+  "comma-separated CIDRs, address:port and host[:port]",
   (raw, where) =>
     list(raw, where).map((item) => {
       const entry = parseEgressAllowEntry(item);
       if (entry === undefined) {
         throw new ConfigError(
-          `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block or an address:port (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080)`,
+          `${where}: ${JSON.stringify(item.slice(0, 80))} is not a CIDR block, an address:port or a host name[:port] (e.g. 10.0.0.0/8, 127.0.0.1:18080, [::1]:18080, orders.shop.svc.cluster.local:8080)`,
         );
       }
       return entry;

@@ -2,7 +2,7 @@ import type { DenyReason } from "../errors.ts";
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import type { PathMatch } from "./path-template.ts";
-import { pathValuesAcceptable } from "./path-values.ts";
+import { pathPatternsUsable, pathValuesAcceptable } from "./path-values.ts";
 import type { PermissionId } from "./permission-id.ts";
 import {
   entrySnapshotFor,
@@ -155,6 +155,8 @@ export function decide(input: DecisionInput): Decision {
   if (!entry.allowed_permission_ids.includes(permissionId)) return denied("operation_not_allowed");
   const operation = entrySnapshotFor(entry, permissionId);
   if (operation === undefined) return denied("operation_not_allowed");
+  // A stored path pattern the linear-time engine cannot run: the snapshot cannot be enforced.
+  if (!pathPatternsUsable(operation)) return denied("policy_verification_failed");
   // A value that another operation's route could claim, or outside the declared schema.
   const acceptable = pathValuesAcceptable({
     capability,

@@ -341,12 +341,31 @@ export function classifyHostName(host: string): "metadata" | undefined {
 
 /**
  * One entry of the platform admin's egress allow list: a CIDR block (`10.0.0.0/8`,
- * `fd00::/8`; a bare address is a /32 or /128) or one address and port (`127.0.0.1:18080`,
- * `[::1]:18080`).
+ * `fd00::/8`; a bare address is a /32 or /128), one address and port (`127.0.0.1:18080`,
+ * `[::1]:18080`), or a host name with an optional port (`orders.shop.svc.cluster.local:8080`):
+ * a connection to exactly that name may reach the addresses it resolves to at that moment.
  */
 export type EgressAllowEntry =
   | { readonly kind: "cidr"; readonly address: IpAddress; readonly prefix: number; readonly text: string }
-  | { readonly kind: "endpoint"; readonly address: IpAddress; readonly port: number; readonly text: string };
+  | { readonly kind: "endpoint"; readonly address: IpAddress; readonly port: number; readonly text: string }
+  | { readonly kind: "name"; readonly name: string; readonly port?: number; readonly text: string };
+
+/** DNS labels; the last starts with a letter, so no spelling of an IPv4 address (`127.1`, `0x7f.1`) is a name. */
+const HOST_NAME_ENTRY =
+  /^((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z](?:[a-z0-9-]{0,61}[a-z0-9])?)\.?(?::([0-9]{1,5}))?$/;
+
+function parseNameEntry(text: string): EgressAllowEntry | undefined {
+  if (text.length > 260) return undefined;
+  const match = HOST_NAME_ENTRY.exec(text.toLowerCase());
+  if (match === null) return undefined;
+  const name = match[1] ?? "";
+  // A metadata name is refused whatever is listed: an entry for one is a mistake, not a wish.
+  if (name.length > 253 || classifyHostName(name) !== undefined) return undefined;
+  if (match[2] === undefined) return { kind: "name", name, text };
+  const port = Number(match[2]);
+  if (port < 1 || port > 65535) return undefined;
+  return { kind: "name", name, port, text };
+}
 
 function canonicalDotted(text: string): boolean {
   // Entries are written canonically: an allow list must not be puzzling to review.
@@ -356,6 +375,10 @@ function canonicalDotted(text: string): boolean {
 /** Parses one entry; undefined when it is none of the accepted forms. */
 export function parseEgressAllowEntry(raw: string): EgressAllowEntry | undefined {
   const text = raw.trim();
+  return parseAddressEntry(text) ?? parseNameEntry(text);
+}
+
+function parseAddressEntry(text: string): EgressAllowEntry | undefined {
   const endpoint = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9.]+)):([0-9]{1,5})$/.exec(text);
   if (endpoint !== null) {
     const host = endpoint[1] ?? endpoint[2] ?? "";
@@ -382,8 +405,18 @@ export function parseEgressAllowEntry(raw: string): EgressAllowEntry | undefined
 
 /** Whether an entry covers a destination (the IPv4 address behind a mapped IPv6 form included). */
 export function allowEntryMatches(entry: EgressAllowEntry, address: IpAddress, port: number): boolean {
+  if (entry.kind === "name") return false;
   const target = effectiveAddress(address);
   if (entry.kind === "endpoint") return entry.port === port && sameAddress(entry.address, target);
   if (entry.address.version !== target.version) return false;
   return startsWith(target.bytes, entry.address.bytes, entry.prefix);
+}
+
+/** Whether a name entry covers a connection to `host` (as requested, before resolution) and `port`. */
+export function allowEntryNames(entry: EgressAllowEntry, host: string, port: number): boolean {
+  return (
+    entry.kind === "name" &&
+    entry.name === normalizeHostName(host) &&
+    (entry.port === undefined || entry.port === port)
+  );
 }

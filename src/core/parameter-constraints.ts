@@ -1,4 +1,5 @@
 import jsonPointer from "json-pointer";
+import { compileLinearPattern, type LinearPattern, linearPatternProblem } from "./linear-pattern.ts";
 import { compileSchema } from "./schema-validator.ts";
 import { parameterConstraintSchema } from "./schemas/parameter-constraint.schema.ts";
 
@@ -13,7 +14,7 @@ export interface ParameterConstraint {
   readonly required?: boolean;
   readonly allowed_values?: readonly ConstraintScalar[];
   readonly excluded_values?: readonly ConstraintScalar[];
-  /** ECMAScript pattern that must match the whole value (implicitly anchored). */
+  /** ECMAScript pattern that must match the whole value (implicitly anchored), run in linear time. */
   readonly pattern?: string;
   readonly max_length?: number;
   readonly minimum?: number;
@@ -44,13 +45,8 @@ export type ConstraintResult =
   | { readonly ok: true }
   | { readonly ok: false; readonly code: ConstraintFailureCode; readonly message: string };
 
-export const MAX_PATTERN_LENGTH = 256;
 /** Longer values are never run through a pattern; they fail the constraint. */
 export const MAX_PATTERN_INPUT_LENGTH = 1024;
-/** Unbounded quantifiers allowed in one pattern (bounds polynomial backtracking). */
-export const MAX_UNBOUNDED_QUANTIFIERS = 2;
-/** `{n,m}` with m above this counts as unbounded. */
-const LARGE_REPEAT = 16;
 
 const OK: ConstraintResult = { ok: true };
 
@@ -60,115 +56,12 @@ const fail = (code: ConstraintFailureCode, message: string): ConstraintResult =>
   message,
 });
 
-interface Frame {
-  quantified: boolean;
-  alternation: boolean;
-}
-
-/**
- * A conservative static check against catastrophic backtracking: no backreferences, no
- * repeated group that itself contains a quantifier (`(a+)+`, `(a*){2,}`), no unboundedly
- * repeated group with alternation (`(a|ab)*`), and at most MAX_UNBOUNDED_QUANTIFIERS
- * unbounded quantifiers. Safe patterns may be refused; unsafe ones are not accepted.
- */
-export function isSafePattern(pattern: string): boolean {
-  if (pattern.length === 0 || pattern.length > MAX_PATTERN_LENGTH) return false;
-  const stack: Frame[] = [{ quantified: false, alternation: false }];
-  let unbounded = 0;
-  // What the next quantifier applies to: a closed group (its frame), an atom, or nothing.
-  let previous: Frame | "atom" | undefined;
-  let i = 0;
-  while (i < pattern.length) {
-    const c = pattern[i];
-    if (c === "\\") {
-      const n = pattern[i + 1];
-      if (n === undefined || /[1-9k]/.test(n)) return false;
-      previous = "atom";
-      i += 2;
-      continue;
-    }
-    if (c === "[") {
-      i++;
-      while (i < pattern.length && pattern[i] !== "]") i += pattern[i] === "\\" ? 2 : 1;
-      if (i >= pattern.length) return false;
-      previous = "atom";
-      i++;
-      continue;
-    }
-    if (c === "(") {
-      stack.push({ quantified: false, alternation: false });
-      previous = undefined;
-      i++;
-      if (pattern[i] === "?") {
-        const prefix = /^\?(?::|=|!|<=|<!|<[A-Za-z_$][A-Za-z0-9_$]*>)/.exec(pattern.slice(i));
-        if (prefix === null) return false;
-        i += prefix[0].length;
-      }
-      continue;
-    }
-    if (c === ")") {
-      const frame = stack.pop();
-      const parent = stack.at(-1);
-      if (frame === undefined || parent === undefined) return false;
-      if (frame.quantified) parent.quantified = true;
-      previous = frame;
-      i++;
-      continue;
-    }
-    if (c === "|") {
-      const frame = stack.at(-1);
-      if (frame !== undefined) frame.alternation = true;
-      previous = undefined;
-      i++;
-      continue;
-    }
-    let max: number | undefined;
-    let length = 0;
-    if (c === "*" || c === "+") {
-      max = Number.POSITIVE_INFINITY;
-      length = 1;
-    } else if (c === "?") {
-      max = 1;
-      length = 1;
-    } else if (c === "{") {
-      const repeat = /^\{(\d+)(,(\d*))?\}/.exec(pattern.slice(i));
-      if (repeat !== null) {
-        max =
-          repeat[2] === undefined
-            ? Number(repeat[1])
-            : repeat[3] === ""
-              ? Number.POSITIVE_INFINITY
-              : Number(repeat[3]);
-        length = repeat[0].length;
-      }
-    }
-    if (max !== undefined) {
-      if (previous === undefined) return false;
-      if (typeof previous === "object") {
-        if (max > 1 && previous.quantified) return false;
-        if (max > LARGE_REPEAT && previous.alternation) return false;
-      }
-      if (max > LARGE_REPEAT && ++unbounded > MAX_UNBOUNDED_QUANTIFIERS) return false;
-      const frame = stack.at(-1);
-      if (frame !== undefined) frame.quantified = true;
-      previous = undefined;
-      i += length;
-      // A lazy "?" belongs to the quantifier just read.
-      if (pattern[i] === "?") i++;
-      continue;
-    }
-    previous = "atom";
-    i++;
-  }
-  return stack.length === 1;
-}
-
 const checkShape = compileSchema<ParameterConstraint>(parameterConstraintSchema);
 
 interface Prepared {
   readonly constraint: ParameterConstraint;
   readonly label: string;
-  readonly regex: RegExp | undefined;
+  readonly regex: LinearPattern | undefined;
   readonly pointer: string[] | undefined;
 }
 
@@ -201,14 +94,12 @@ function prepare(raw: unknown, index: number): Prepared | string {
   if (constraint.allowed_values?.some((a) => excluded.some((x) => Object.is(a, x)))) {
     return `${label}: a value is both allowed and excluded`;
   }
-  let regex: RegExp | undefined;
+  let regex: LinearPattern | undefined;
   if (constraint.pattern !== undefined) {
-    try {
-      regex = new RegExp(`^(?:${constraint.pattern})$`, "u");
-    } catch {
-      return `${label}: pattern is not a valid regular expression`;
-    }
-    if (!isSafePattern(constraint.pattern)) return `${label}: pattern is unsafe to evaluate`;
+    // The pattern alone first: one that is valid only once wrapped ("a)|(b") would escape the anchors.
+    const problem = linearPatternProblem(constraint.pattern);
+    if (problem !== undefined) return `${label}: pattern cannot be used: ${problem}`;
+    regex = compileLinearPattern(`^(?:${constraint.pattern})$`);
   }
   return { constraint, label, regex, pointer };
 }
@@ -377,7 +268,8 @@ function preparedFor(constraints: readonly unknown[]): readonly Prepared[] | str
 /**
  * Evaluates signed constraints from the verified snapshot against the arguments, before
  * any secret is loaded or request sent. No constraints: ok. Otherwise fail closed when
- * the rollout is off, when any constraint's metadata is invalid or unsafe, and on the
+ * the rollout is off, when any constraint's metadata is invalid (a pattern the linear-time
+ * engine cannot run included), and on the
  * first violated constraint. Arrays (repeated query parameters or headers, JSON arrays)
  * are checked element by element. Messages name the parameter, never its value.
  */

@@ -4,48 +4,40 @@
  * The decision maps a request to a template (`GET /things/{id}`); the upstream routes the
  * concrete path with its own rules, and many of those rules are looser than ours: servlet
  * containers drop `;…`, some routers fold case or strip a `.json` suffix, some trim trailing
- * dots or whitespace, decode a second time, or compare Unicode compatibility forms. A value
- * is *ambiguous* when, under any of those, it could equal a literal segment that a sibling
- * template has at the same position (`GET /things/me`), or when it is not one plain
- * segment at all. Rules and reasons: docs/core.md and docs/decisions/0301.
+ * dots or whitespace, drop zero-width characters or an NTFS stream suffix, decode a second
+ * time, or compare Unicode compatibility forms. A value is *ambiguous* when, under any of
+ * those (the documented list: segment-normalization.ts), it could equal a literal segment
+ * that a sibling template has at the same position (`GET /things/me`), or when it is not
+ * one plain segment at all. Rules and reasons: docs/core.md and docs/decisions/0301.
  */
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
+import { compileLinearPattern, type LinearPattern, linearPatternProblem } from "./linear-pattern.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
+import { type ParsedPathTemplate, parsePathTemplate, type TemplateSegment } from "./path-template.ts";
 import {
-  matchesMixedSegment,
-  type ParsedPathTemplate,
-  parsePathTemplate,
-  type TemplateSegment,
-} from "./path-template.ts";
-
-type MixedSegment = TemplateSegment & { kind: "mixed" };
+  canonicalKeys,
+  caseKeys,
+  claimedBy,
+  compatibilityForm,
+  decodedAgain,
+  type MixedSegment,
+  mixedClaims,
+  type SiblingSegments,
+  siblingSegments,
+} from "./segment-normalization.ts";
 
 /** What one parameter position of a route is checked against. */
 interface GuardedPosition {
   readonly position: number;
   /** The segment as written in the template ("{id}", "{name}.{ext}"): the unrendered form. */
   readonly placeholder: string;
-  /** Folded literal segments that sibling templates have at this position. */
-  readonly siblingLiterals: ReadonlySet<string>;
-  /** Mixed segments ("{name}.pdf") siblings have at this position, their literals folded. */
-  readonly siblingMixed: readonly MixedSegment[];
+  /** The literal and mixed segments sibling templates have at this position. */
+  readonly siblings: SiblingSegments;
 }
 
 type RouteGuard = readonly GuardedPosition[];
 
 const guards = new WeakMap<Capability, readonly (RouteGuard | undefined)[]>();
-
-/**
- * Case folding for comparisons: compatibility forms first (full-width "ＭＥ" → "ME",
- * "ſ" → "s", the Kelvin sign → "K"), then lower case. Both the lower case of the value and
- * the lower case of its upper case are compared, as Java's equalsIgnoreCase does ("ı").
- */
-function foldKeys(value: string): readonly string[] {
-  const compat = value.normalize("NFKC");
-  const lower = compat.toLowerCase();
-  const upperLower = compat.toUpperCase().toLowerCase();
-  return lower === upperLower ? [lower] : [lower, upperLower];
-}
 
 function placeholderOf(segment: TemplateSegment): string {
   if (segment.kind === "param") return `{${segment.name}}`;
@@ -53,19 +45,11 @@ function placeholderOf(segment: TemplateSegment): string {
   return segment.parts.map((p) => ("literal" in p ? p.literal : `{${p.param}}`)).join("");
 }
 
-/** A mixed segment with its literal parts folded (lower case of the NFKC form). */
-function foldMixed(segment: MixedSegment): MixedSegment {
-  const parts = segment.parts.map((p) => ("literal" in p ? { literal: foldKeys(p.literal)[0] ?? "" } : p));
-  let literalLength = 0;
-  for (const part of parts) if ("literal" in part) literalLength += part.literal.length;
-  return { kind: "mixed", parts, literalLength };
-}
-
 /** Could a request segment matched by `a` at this position also be one matched by `b`? */
 function compatible(a: TemplateSegment, b: TemplateSegment): boolean {
   if (a.kind !== "literal" || b.kind !== "literal") return true;
-  const fa = foldKeys(a.value);
-  return foldKeys(b.value).some((k) => fa.includes(k));
+  const fa = canonicalKeys(a.value);
+  return canonicalKeys(b.value).some((k) => fa.includes(k));
 }
 
 /**
@@ -87,7 +71,7 @@ function buildGuards(capability: Capability): readonly (RouteGuard | undefined)[
     const guarded: GuardedPosition[] = [];
     route.segments.forEach((segment, position) => {
       if (segment.kind === "literal") return;
-      const literals = new Set<string>();
+      const literals: string[] = [];
       const mixed: MixedSegment[] = [];
       parsed.forEach((other, otherIndex) => {
         if (other === undefined || otherIndex === index) return;
@@ -103,14 +87,13 @@ function buildGuards(capability: Capability): readonly (RouteGuard | undefined)[
           const theirs = other.segments[j];
           if (mine === undefined || theirs === undefined || !compatible(mine, theirs)) return;
         }
-        if (at.kind === "literal") for (const key of foldKeys(at.value)) literals.add(key);
-        else mixed.push(foldMixed(at));
+        if (at.kind === "literal") literals.push(at.value);
+        else mixed.push(at);
       });
       guarded.push({
         position,
         placeholder: placeholderOf(segment),
-        siblingLiterals: literals,
-        siblingMixed: mixed,
+        siblings: siblingSegments(literals, mixed),
       });
     });
     return guarded;
@@ -129,77 +112,32 @@ function routeGuard(capability: Capability, index: number): RouteGuard | undefin
 /** Characters that end or split a segment for some upstream, and controls. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: controls are what this refuses.
 const STRUCTURAL = /[/?#;\\\u0000-\u001f\u007f]/;
-/** Values made only of these need none of the normalisations below (the per-request common case). */
-const PLAIN = /^[A-Za-z0-9_~-]+$/;
-const TRAILING = /[\s.]+$/u;
+/** Values made only of these need no decoding, folding beyond ASCII or reduction (the per-request common case). */
+const PLAIN = /^[A-Za-z0-9_-]+$/;
+/** Nothing left once trailing whitespace and dots are trimmed: empty, a dot segment, blank. */
+const BLANK = /^[\s.]*$/u;
 
-function stripTrailing(value: string): string {
-  return value.replace(TRAILING, "").replace(/^\s+/u, "");
-}
-
-/**
- * The spellings an upstream may reduce `value` to, before case folding: as is, without
- * trailing whitespace and dots, and without a `.ext` suffix. Undefined when a spelling is
- * not one plain segment (a separator, a control, a dot segment, nothing left).
- */
-function spellings(value: string): string[] | undefined {
-  if (STRUCTURAL.test(value)) return undefined;
-  const trimmed = stripTrailing(value);
-  if (trimmed.length === 0 || trimmed === "." || trimmed === "..") return undefined;
-  const out = [value, trimmed];
-  const dot = trimmed.lastIndexOf(".");
-  if (dot > 0) {
-    const stem = stripTrailing(trimmed.slice(0, dot));
-    if (stem.length > 0) out.push(stem);
-  }
-  return out;
-}
-
-function claimedBySibling(
-  key: string,
-  siblingLiterals: ReadonlySet<string>,
-  siblingMixed: readonly MixedSegment[],
-): boolean {
-  if (siblingLiterals.has(key)) return true;
-  for (const mixed of siblingMixed) if (matchesMixedSegment(mixed, key)) return true;
-  return false;
-}
+const NO_SIBLINGS: SiblingSegments = siblingSegments([]);
 
 /**
  * True when a decoded segment value is not one unambiguous segment: it contains `/`, `?`,
- * `#`, `;`, `\` or a control, is a dot segment, or — decoded once more, in its Unicode
- * compatibility form, trimmed of trailing whitespace and dots, without a `.ext` suffix,
- * case-folded — equals one of `siblingLiterals` (already folded).
+ * `#`, `;`, `\` or a control, or is blank or a dot segment — as it is, decoded once more, or
+ * in its compatibility form without default-ignorable code points — or when some
+ * normalization an upstream plausibly applies (segment-normalization.ts) maps it onto a
+ * sibling's literal or mixed segment at this position.
  */
-export function isAmbiguousSegmentValue(
-  value: string,
-  siblingLiterals: ReadonlySet<string>,
-  siblingMixed: readonly MixedSegment[] = [],
-): boolean {
+export function isAmbiguousSegmentValue(value: string, siblings: SiblingSegments = NO_SIBLINGS): boolean {
   if (value.length === 0) return true;
+  const hasSiblings = siblings.literals.size > 0 || siblings.mixed.length > 0;
   if (PLAIN.test(value)) {
-    if (siblingLiterals.size === 0 && siblingMixed.length === 0) return false;
-    return claimedBySibling(value.toLowerCase(), siblingLiterals, siblingMixed);
+    if (!hasSiblings) return false;
+    const key = value.toLowerCase();
+    return siblings.literals.has(key) || mixedClaims(key, siblings.mixed);
   }
-  const claims = (key: string): boolean => claimedBySibling(key, siblingLiterals, siblingMixed);
-  const bases = [value];
-  if (value.includes("%")) {
-    try {
-      const again = decodeURIComponent(value);
-      if (again !== value) bases.push(again);
-    } catch {
-      // Not a valid escape sequence: no upstream decodes it to anything else.
-    }
-  }
-  for (const base of bases) {
-    for (const form of new Set([base, base.normalize("NFKC")])) {
-      const forms = spellings(form);
-      if (forms === undefined) return true;
-      if (siblingLiterals.size === 0 && siblingMixed.length === 0) continue;
-      for (const spelling of forms) {
-        for (const key of foldKeys(spelling)) if (claims(key)) return true;
-      }
-    }
+  for (const base of [value, ...decodedAgain(value)]) {
+    const form = compatibilityForm(base);
+    if (STRUCTURAL.test(form) || BLANK.test(form)) return true;
+    if (hasSiblings) for (const key of caseKeys(form)) if (claimedBy(key, siblings)) return true;
   }
   return false;
 }
@@ -210,21 +148,16 @@ type ValueCheck = (value: string) => boolean;
 
 const NO_CHECK: ValueCheck = () => true;
 const checks = new WeakMap<object, ValueCheck>();
-const patterns = new Map<string, RegExp | null>();
-const MAX_PATTERNS = 1024;
 
-function regexFor(pattern: string): RegExp | null {
-  let compiled = patterns.get(pattern);
-  if (compiled === undefined) {
-    try {
-      compiled = new RegExp(pattern, "u");
-    } catch {
-      compiled = null;
-    }
-    if (patterns.size >= MAX_PATTERNS) patterns.clear();
-    patterns.set(pattern, compiled);
+/** The declared pattern on the linear-time engine; one it cannot run admits nothing (fail closed). */
+function patternCheck(pattern: string): ValueCheck {
+  let compiled: LinearPattern;
+  try {
+    compiled = compileLinearPattern(pattern);
+  } catch {
+    return () => false;
   }
-  return compiled;
+  return (v) => compiled.test(v);
 }
 
 const INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
@@ -249,7 +182,8 @@ function typeMatches(types: readonly unknown[], value: string): boolean {
 /**
  * The simple constraints a snapshot declares for one path parameter — type, pattern,
  * enum, const, min/maxLength, minimum/maximum, a few formats — compiled once per schema
- * object. A pattern that does not compile admits nothing (fail closed).
+ * object. Patterns run on the linear-time engine; one it cannot compile admits nothing
+ * (fail closed), and decide() denies the operation before (pathPatternsUsable).
  */
 function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const parts: ValueCheck[] = [];
@@ -257,10 +191,6 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
     const types: readonly unknown[] = Array.isArray(schema.type) ? [...schema.type] : [schema.type];
     // A path value is text: a type that admits strings checks nothing.
     if (!types.includes("string")) parts.push((v) => typeMatches(types, v));
-  }
-  if (typeof schema.pattern === "string") {
-    const regex = regexFor(schema.pattern);
-    parts.push(regex === null ? () => false : (v) => regex.test(v));
   }
   if (Array.isArray(schema.enum)) {
     const allowed = new Set(schema.enum.map((e) => String(e)));
@@ -273,6 +203,8 @@ function compileValueCheck(schema: Record<string, unknown>): ValueCheck {
   const { maxLength, minLength, maximum, minimum } = schema;
   if (typeof maxLength === "number") parts.push((v) => [...v].length <= maxLength);
   if (typeof minLength === "number") parts.push((v) => [...v].length >= minLength);
+  // After the lengths: a value too long for its schema never reaches the pattern.
+  if (typeof schema.pattern === "string") parts.push(patternCheck(schema.pattern));
   if (typeof maximum === "number") parts.push((v) => !NUMBER.test(v) || Number(v) <= maximum);
   if (typeof minimum === "number") parts.push((v) => !NUMBER.test(v) || Number(v) >= minimum);
   const format = typeof schema.format === "string" ? FORMATS[schema.format] : undefined;
@@ -301,6 +233,22 @@ function valueCheckFor(snapshot: OperationSnapshot, name: string): ValueCheck {
     checks.set(schema, check);
   }
   return check;
+}
+
+/**
+ * False when a path parameter of the snapshot declares a pattern the linear-time engine cannot
+ * run (a backreference, lookaround, …): a snapshot stored before patterns were checked at
+ * import. The operation is then unusable, not merely this value (docs/decisions/2502). Each
+ * pattern is compiled once (linear-pattern's cache): this is a lookup per declared pattern.
+ */
+export function pathPatternsUsable(snapshot: OperationSnapshot): boolean {
+  const properties: unknown = (snapshot.input_schema?.path as { properties?: unknown } | null | undefined)
+    ?.properties;
+  if (typeof properties !== "object" || properties === null) return true;
+  return Object.values(properties).every((schema: unknown) => {
+    const pattern: unknown = (schema as { pattern?: unknown } | null)?.pattern;
+    return typeof pattern !== "string" || linearPatternProblem(pattern) === undefined;
+  });
 }
 
 /* ---------- the rule ---------- */
@@ -335,7 +283,7 @@ export function pathValuesAcceptable(input: PathValuesInput): boolean {
     const value = input.segments[position.position];
     if (value === undefined) return false;
     if (template && value === position.placeholder) continue;
-    if (isAmbiguousSegmentValue(value, position.siblingLiterals, position.siblingMixed)) return false;
+    if (isAmbiguousSegmentValue(value, position.siblings)) return false;
   }
   for (const name in input.params) {
     const value = input.params[name];

@@ -1,5 +1,6 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import ajvFormats from "ajv-formats";
+import { linearRegExp } from "./linear-pattern.ts";
 
 export const JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
 
@@ -10,7 +11,12 @@ let shared: Ajv2020 | undefined;
 
 function ajv(): Ajv2020 {
   if (shared === undefined) {
-    shared = new Ajv2020({ allErrors: true, strict: true, allowUnionTypes: true });
+    shared = new Ajv2020({
+      allErrors: true,
+      strict: true,
+      allowUnionTypes: true,
+      code: { regExp: linearRegExp },
+    });
     // ajv-formats is CommonJS: its function is the module object's `default`.
     ajvFormats.default(shared);
   }

@@ -1,9 +1,9 @@
 /**
- * Which authenticated principals a subject stands for (pure). Subject ids are global, so an
- * id alone proves nothing about who may act as the subject: a partner admin can name a
- * subject after anyone's token `sub`. A subject therefore also says how its principals are
- * vouched for, and a principal outside the subject's partner never resolves to it.
- * docs/decisions/0701-subject-ownership.md.
+ * Which authenticated principals a subject stands for (pure). A subject also says how its
+ * principals are vouched for, and a principal outside the subject's partner never resolves to
+ * it (docs/decisions/0701-subject-ownership.md). The subjects a partner's own tokens stand for
+ * live in that partner's namespace (`<partner>~<sub>`), so no partner can take an id another
+ * partner's principals use (docs/decisions/2503-egress-gate-strict-claims-partner-subjects.md).
  */
 
 /**
@@ -20,6 +20,25 @@ export type SubjectIdentity = (typeof subjectIdentities)[number];
 
 /** Prefix of the ids derived for external subjects (src/bindings/derive.ts): never chosen by anyone. */
 export const DERIVED_SUBJECT_PREFIX = "ext_";
+
+/** Between a partner id and a subject id in a partner's namespace: in neither id's alphabet. */
+export const PARTNER_NAMESPACE_SEPARATOR = "~";
+
+/** The id of the subject `localId` in partner `partnerId`'s namespace: `<partner>~<localId>`. */
+export function partnerSubjectId(partnerId: string, localId: string): string {
+  return `${partnerId}${PARTNER_NAMESPACE_SEPARATOR}${localId}`;
+}
+
+/**
+ * The subject ids a bearer token with this `sub` may stand for, in lookup order: with a partner
+ * claim, the partner's own namespace first, then the global one (subjects a platform admin
+ * vouched for, and those created before partner namespaces); without one, only the global one.
+ * Which of them admits the token is still `subjectAdmits`'s to say.
+ */
+export function subjectCandidates(sub: string, partnerId: string | undefined): readonly string[] {
+  if (partnerId === undefined) return [sub];
+  return [partnerSubjectId(partnerId, sub), sub];
+}
 
 export interface IdentifiedSubject {
   readonly partner_id: string;

@@ -5,21 +5,20 @@
  * one key-encryption key under the state directory; then the demo data, seeded
  * idempotently, and `<state-dir>/dev-credentials.json`.
  *
- * Policies are protected through the upstream crypto service (createUpstreamPolicyProtector):
- * per-subject credential sets (`subject:<id>`) for subject_credentials_v1 policies and the
- * service identity (`service:authority`) for platform_service_v2 — the same protector serves
- * the authority service and the sidecar.
+ * The authority runs in the `crypto` policy protection mode, as a deployment does: policies,
+ * envelopes and auth-profile secrets are protected by the crypto service with the service
+ * identity (`service:authority`, credentials from `<state-dir>/crypto-credentials.json`), and
+ * each subject's own owner (`subject:<id>`), which the authority provisions and acts for.
  */
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { resolveAuthorityConfig } from "../config/authority.ts";
+import type { EgressAllowEntry } from "../core/egress-address.ts";
 import { type Kek, loadKek } from "../crypto/index.ts";
 import type { Logger } from "../observability/logger.ts";
-import { createStoredKeyRings } from "../policy/stored-key-rings.ts";
-import { createUpstreamPolicyProtector } from "../policy/upstream-protector.ts";
 import { type AuthorityService, buildAuthorityService } from "../servers/authority/build.ts";
 import { buildCryptoService } from "../servers/crypto/build.ts";
-import { type CryptoServer, createCryptoClient, type PartnerCredentials } from "../servers/crypto/index.ts";
+import type { CryptoServer, PartnerCredentials } from "../servers/crypto/index.ts";
 import { createIdpServer, type IdpServer } from "../servers/idp/index.ts";
 import { buildManagedService } from "../servers/managed/build.ts";
 import { loadOrCreateDevCertificate, type ManagedServer } from "../servers/managed/index.ts";
@@ -34,9 +33,9 @@ import {
   type SeededBinding,
   writeDevCredentials,
 } from "./credentials-file.ts";
-import { createCryptoOwners, policyCredentials } from "./crypto-owners.ts";
-import { type DevSecrets, loadDevSecrets, registerDevIdentities } from "./identities.ts";
-import { DEV_IDP, DEV_PARTNER, DEV_SERVICE_IDENTITY } from "./names.ts";
+import { createCryptoOwners } from "./crypto-owners.ts";
+import { AGENT_SCOPES, type DevSecrets, loadDevSecrets, registerDevIdentities } from "./identities.ts";
+import { DEV_IDP, DEV_PARTNER, DEV_SERVICE_IDENTITY, DEV_SUBJECTS } from "./names.ts";
 import {
   DEFAULT_DEV_PORTS,
   DEV_HOST,
@@ -65,6 +64,8 @@ export interface DevEnvironmentOptions {
   readonly log: Logger;
   /** Start the sidecar (default true). */
   readonly sidecar?: boolean;
+  /** The user's `egress-allow` entries (their own APIs), allowed beside the sample API. */
+  readonly egressAllow?: readonly EgressAllowEntry[];
 }
 
 export interface DevEnvironment {
@@ -178,6 +179,9 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const vault = createDevVault({ store, kek });
     const secrets = await loadDevSecrets(vault);
 
+    // The authority's address comes first: the IdP issues tokens for its MCP resource.
+    const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
+    const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
     // Identity provider: its signing keys persist, so tokens survive a restart.
     const idp = await createIdpServer({
       // A fixed port gives a fixed issuer (tokens and the binding stay valid across restarts).
@@ -186,6 +190,13 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       audience: "authority",
       // An admin can add an agent's client (docs/onboarding.md): development only.
       clientRegistration: true,
+      // An MCP client gets its own token (docs/mcp.md, "Clients that get their own token"):
+      // it registers, and the authorize endpoint signs in the demo agent without a page.
+      authorizationCode: {
+        user: { subject: DEV_SUBJECTS.agent.subjectId, roles: [] },
+        resources: [`${authorityBase}/mcp`],
+        scopes: [...AGENT_SCOPES],
+      },
       logger: log.child({ component: "idp" }),
     });
     await listenOn("identity provider", ports.idp, () => idp.listen({ host: DEV_HOST, port: ports.idp }));
@@ -241,28 +252,33 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const managedUrl = await listenOn("managed crypto API", ports.managed, () => managed.listen());
     stack.add("managed", () => managed.close());
 
-    // Authority service, protecting policies through the crypto service.
-    const authorityToken = clientCredentialsTokenSource({
-      tokenUrl,
-      clientId: DEV_IDP.authorityClientId,
-      clientSecret: secrets.authorityClientSecret,
+    // Authority service in the crypto mode, as a deployment runs it: the service identity's
+    // credentials from a mounted file (here: written from the vault), no KEK and no key ring;
+    // subjects' owners are provisioned by the authority itself (decision 2513).
+    const serviceKeys = await owners.ensure({
+      id: `service:${DEV_SERVICE_IDENTITY}`,
+      kind: "service",
+      allowedSubjects: [DEV_IDP.authorityClientId],
     });
-    const protector = createUpstreamPolicyProtector({
-      client: createCryptoClient({ baseUrl: cryptoUrl, timeoutMs: 5000 }),
-      credentialsFor: policyCredentials({
-        owners,
-        serviceIdentity: DEV_SERVICE_IDENTITY,
-        token: () => authorityToken.token(),
-        authoritySubject: DEV_IDP.authorityClientId,
+    const cryptoCredentialsFile = join(stateDir, "crypto-credentials.json");
+    await writeFile(
+      cryptoCredentialsFile,
+      JSON.stringify({
+        username: DEV_IDP.authorityClientId,
+        password: secrets.authorityClientSecret,
+        api_key: serviceKeys.apiKey,
+        access_key: serviceKeys.accessKey,
+        secret_key: serviceKeys.secretKey,
       }),
-      token: () => authorityToken.token(),
-    });
-    const authorityPort = ports.authority === 0 ? await findFreePort() : ports.authority;
-    const authorityBase = `http://${DEV_HOST}:${authorityPort}`;
+      { mode: 0o600 },
+    );
     // The sample API's port is fixed before the authority starts: the egress allow list opens
-    // exactly that one loopback destination, nothing else on this machine.
+    // exactly that one loopback destination and what the user's own `egress-allow` lists.
     const sampleApiPort = ports.sampleApi === 0 ? await findFreePort() : ports.sampleApi;
-    const egressAllow = `${DEV_HOST}:${sampleApiPort}`;
+    const egressAllow = [
+      `${DEV_HOST}:${sampleApiPort}`,
+      ...(options.egressAllow ?? []).map((e) => e.text),
+    ].join(",");
     const config = resolveAuthorityConfig({
       flags: {
         "state-dir": stateDir,
@@ -273,6 +289,9 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
         audience: "authority",
         "managed-url": managedUrl,
         "crypto-url": cryptoUrl,
+        "policy-protection": "crypto",
+        "crypto-credentials-file": cryptoCredentialsFile,
+        "crypto-token-url": tokenUrl,
         "service-identity": DEV_SERVICE_IDENTITY,
         // The sample API's operations carry signed parameter constraints (e.g. limit ≤ 50):
         // the demo partner is in the rollout, so they are enforced instead of failing closed.
@@ -283,15 +302,11 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       },
       env: {},
     });
-    const secretKeyRings = createStoredKeyRings({ store, kek });
-    // The same KEK-wrapped key rings seal auth-profile secrets for the seeding and open them
-    // for the runtime (executor, sidecar credentials, binding envelopes, workload tokens).
     const authority = await buildAuthorityService(config, {
       store,
-      protector,
-      keyRings: secretKeyRings,
       logger: log.child({ component: "authority" }),
     });
+    const { protector, secretKeyRings } = authority.context;
     const authorityUrl = await listenOn("authority service", authorityPort, () => authority.listen());
     stack.add("authority", () => authority.close());
 
@@ -390,6 +405,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
             // The same rollout as the authority service: constraints hold on every path.
             constraintsRollout: config.parameterScoping,
             egressAllow,
+            journalDir: join(stateDir, "sidecar-journal"),
             ports: { grpc: ports.sidecarGrpc, proxy: ports.sidecarProxy, metrics: ports.sidecarMetrics },
             ...(options.redisUrl === undefined || cacheKey === undefined
               ? {}

@@ -3,8 +3,17 @@
  * vault, so a restart keeps them) and their registration in the dev identity provider,
  * whose directory lives in memory and is filled again on every start.
  */
+
+import { SIDECAR_CAPABILITY_SCOPE_PREFIX } from "../servers/authority/routes/sidecar.ts";
 import type { Directory } from "../servers/idp/index.ts";
-import { DEV_BINDING, DEV_IDP, DEV_PARTNER, DEV_SUBJECTS, type DevSubjectRole } from "./names.ts";
+import {
+  DEV_BINDING,
+  DEV_CAPABILITY,
+  DEV_IDP,
+  DEV_PARTNER,
+  DEV_SUBJECTS,
+  type DevSubjectRole,
+} from "./names.ts";
 import { type DevVault, randomSecret } from "./vault.ts";
 
 export interface DevSecrets {
@@ -70,16 +79,20 @@ export async function registerDevIdentities(directory: Directory, secrets: DevSe
     roles: ["partner_admin"],
     claims: { partner_id: DEV_PARTNER.partnerId },
   });
-  await directory.addClient({
-    clientId: DEV_IDP.authorityClientId,
-    clientSecret: secrets.authorityClientSecret,
+  // The authority's service account at the crypto service (password grant; crypto mode).
+  await directory.addServiceAccount({
+    username: DEV_IDP.authorityClientId,
+    password: secrets.authorityClientSecret,
     scopes: [],
   });
+  // Scoped as a real sidecar is: one partner, and the capabilities of its pod's capability map
+  // (it reads only the upstream credentials those use).
   await directory.addClient({
     clientId: DEV_IDP.sidecarClientId,
     clientSecret: secrets.sidecarClientSecret,
-    scopes: [],
+    scopes: [`${SIDECAR_CAPABILITY_SCOPE_PREFIX}${DEV_CAPABILITY.capabilityId}`],
     roles: ["sidecar"],
+    claims: { partner_id: DEV_PARTNER.partnerId },
   });
   for (const role of Object.keys(DEV_SUBJECTS) as DevSubjectRole[]) {
     const subjectId = DEV_SUBJECTS[role].subjectId;

@@ -74,6 +74,7 @@ export function devInstructions(input: InstructionsInput): string[] {
     `    -H "api_key: $(jq -r .partner.api_key $CREDS)" -H "access_key: $(jq -r .partner.access_key $CREDS)" \\`,
     `    -H "secret_key: $(jq -r .partner.secret_key $CREDS)" -d '{"data":"hello"}'`,
     "",
+    "Your own API on this machine: restart as AUTHORITY_EGRESS_ALLOW=127.0.0.1:<its port> make dev (docs/protect-your-api.md).",
     "More in docs/quickstart.md.",
   );
   return lines;

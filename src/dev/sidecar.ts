@@ -27,8 +27,10 @@ export interface DevSidecarOptions {
   readonly sampleApiUrl: string;
   /** The parameter-scoping rollout of the authority service beside it. */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
-  /** The `egress-allow` setting of the environment (exactly the sample API's address and port). */
+  /** The `egress-allow` setting of the environment (the sample API's address and port, and the user's entries). */
   readonly egressAllow: string;
+  /** Where the sidecar writes its decision records ahead (in the environment's state directory). */
+  readonly journalDir: string;
   readonly ports: { readonly grpc: number; readonly proxy: number; readonly metrics: number };
   /** Redis and the 32-byte MAC key of its cache entries (optional). */
   readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
@@ -78,6 +80,7 @@ export async function startDevSidecar(options: DevSidecarOptions): Promise<DevSi
               : { "parameter-scoping-partners": options.constraintsRollout.partnerAllowlist.join(",") }),
           }),
       "egress-allow": options.egressAllow,
+      "journal-dir": options.journalDir,
     },
     env: { AUTHORITY_CLIENT_SECRET: options.clientSecret },
   });

@@ -1,19 +1,33 @@
 /**
- * The egress policy for upstream destinations (docs/security.md, "Egress"). One object per
- * process, built from the platform admin's settings: it is asked at import (is this server URL
- * acceptable?) and it guards every upstream connection (the executor's fetch, the sidecar's
- * forward proxy, OAuth token requests), on the address actually connected to — so a name that
- * resolves to a public address at import and to 127.0.0.1 later is refused when it matters.
+ * The egress gate (docs/security.md, "Egress"; decisions 0601 and 2503). One object per
+ * process, built from the platform admin's settings: it is asked at import and when a binding
+ * is saved (is this URL acceptable?) and it guards every outbound connection to a destination a
+ * partner can influence — upstream calls (the executor's fetch, the sidecar's forward proxy),
+ * OAuth token requests, binding JWKS — on the address actually connected to, every redirect hop
+ * included, so a name that resolves to a public address at import and to 127.0.0.1 later is
+ * refused when it matters. test/architecture/outbound-clients.test.ts fails when an outbound
+ * client is created anywhere else without a reason on its allow list.
  *
  * Refused: loopback, unspecified, link-local, metadata, multicast, broadcast and reserved
  * addresses (the IPv6 forms that embed one included), private and shared ranges, and the
- * platform's own service endpoints. The allow list (CIDRs, address:port) opens the private,
- * loopback, link-local and reserved classes where the platform admin says so; nothing opens the
+ * platform's own service endpoints. The allow list (CIDRs, address:port, host names) opens the
+ * private, loopback, link-local and reserved classes where the platform admin says so (a name
+ * entry: the addresses that name resolves to, on a connection to that name); nothing opens the
  * metadata, unspecified, multicast and broadcast classes or the platform's own endpoints.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
-import { Agent as HttpAgent, type AgentOptions as HttpAgentOptions } from "node:http";
-import { Agent as HttpsAgent, type AgentOptions as HttpsAgentOptions } from "node:https";
+import {
+  type ClientRequest,
+  Agent as HttpAgent,
+  type AgentOptions as HttpAgentOptions,
+  request as httpRequest,
+  type RequestOptions,
+} from "node:http";
+import {
+  Agent as HttpsAgent,
+  type AgentOptions as HttpsAgentOptions,
+  request as httpsRequest,
+} from "node:https";
 import { isIP, type LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
@@ -22,6 +36,7 @@ import {
   type AddressClass,
   addressClassText,
   allowEntryMatches,
+  allowEntryNames,
   classifyAddress,
   classifyHostName,
   type EgressAllowEntry,
@@ -54,9 +69,26 @@ export interface PlatformEndpoint {
   readonly port: number;
 }
 
+/** node:http(s) requests through the gate's own agents (EgressPolicy.httpClient). */
+export interface EgressHttpClient {
+  /** `protocol` (http: or https:) picks the client; the connection is always one of the gate's. */
+  request(options: RequestOptions): ClientRequest;
+  /** Closes the kept-alive connections. */
+  destroy(): void;
+}
+
+/** fetch's shape, as the gate and its callers use it. */
+export type FetchLike = (input: string | URL, init?: RequestInit) => Promise<Response>;
+
 export interface EgressPolicyOptions {
   /** The platform admin's allow list (src/config: `egress-allow`). */
   readonly allow?: readonly EgressAllowEntry[];
+  /**
+   * Exact URLs from the operator's own configuration (its trusted issuers' JWKS): `fetch`
+   * sends a request for exactly one of them as the operator configured it, without redirects.
+   * A partner who names one makes the process fetch nothing it does not fetch already.
+   */
+  readonly operatorUrls?: readonly string[];
   /** The platform's own services (authority, managed API, crypto service, IdP, Redis, sidecar ports…). */
   readonly platformEndpoints?: readonly PlatformEndpoint[];
   /** Default: the system resolver (dns.lookup, every address). */
@@ -80,6 +112,19 @@ export function ruleText(rule: EgressRule): string {
   return rule === "platform_service" ? "a service of the platform itself" : addressClassText[rule];
 }
 
+/** The setting that opens a refused destination, as an error names it to the user. */
+export const EGRESS_ALLOW_SETTING = "egress-allow";
+
+/**
+ * How a refusal of `rule` can be lifted, for the people who see it (an importer, a partner
+ * admin): the platform admin's setting for the classes it opens, nothing for those it never
+ * opens (metadata, unspecified, multicast, broadcast, the platform's own services).
+ */
+export function egressAllowHint(rule: EgressRule): string | undefined {
+  if (rule === "platform_service" || !isAllowable(rule)) return undefined;
+  return `the platform admin can allow it with the ${EGRESS_ALLOW_SETTING} setting (AUTHORITY_EGRESS_ALLOW, --${EGRESS_ALLOW_SETTING}; docs/configuration.md)`;
+}
+
 /** The refusal somewhere in an error's cause chain (fetch wraps connect errors in a TypeError). */
 export function egressDenialOf(error: unknown): EgressDeniedError | undefined {
   let current: unknown = error;
@@ -93,7 +138,8 @@ export function egressDenialOf(error: unknown): EgressDeniedError | undefined {
 export interface EgressPolicy {
   readonly allow: readonly EgressAllowEntry[];
   /**
-   * Checks a URL's destination. With `resolve` (import), a host name is resolved and every
+   * Checks a URL's destination (one of the operator's own URLs passes as it is). With
+   * `resolve` (import, a binding's JWKS URL), a host name is resolved and every
    * address checked; a name that does not resolve now passes (`unresolved`): it is checked
    * again when a connection is made. Without it, only what needs no DNS (literal addresses,
    * metadata names, the platform's own names) is checked: the connection's lookup does the rest.
@@ -103,8 +149,15 @@ export interface EgressPolicy {
   lookupFor(port: number): LookupFunction;
   /** For fetch (`dispatcher`): every connection it opens is checked. */
   readonly dispatcher: UndiciAgent;
+  /**
+   * The gate's fetch: every connection it opens (each redirect hop's too) is checked on the
+   * address connected to; a refused one rejects with an EgressDeniedError in its cause chain.
+   */
+  readonly fetch: FetchLike;
   /** node:http / node:https agents whose connections are checked the same way. */
   httpAgent(options?: HttpAgentOptions): HttpAgent;
+  /** A node:http(s) client on two such agents (the forward proxy streams bodies fetch would buffer). */
+  httpClient(options?: HttpAgentOptions): EgressHttpClient;
   httpsAgent(options?: HttpsAgentOptions): HttpsAgent;
   /** Adds services of the platform known only once they listen (a port chosen at start). */
   addPlatformEndpoints(...endpoints: readonly (PlatformEndpoint | undefined)[]): void;
@@ -154,8 +207,21 @@ function localInterfaceAddresses(): IpAddress[] {
 
 const PLATFORM_NAME_TTL_MS = 30_000;
 
+/** A URL as fetch would request it (normalized), or undefined when it is none. */
+function requestedHref(input: string | URL): string | undefined {
+  try {
+    return new URL(input).href;
+  } catch {
+    return undefined;
+  }
+}
+
 export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPolicy {
-  const allow = [...(options.allow ?? [])];
+  // Configuration only: nothing a partner sends reaches this list, and nothing may change it later.
+  const allow: readonly EgressAllowEntry[] = Object.freeze([...(options.allow ?? [])]);
+  const operatorUrls: ReadonlySet<string> = new Set(
+    (options.operatorUrls ?? []).map(requestedHref).filter((href) => href !== undefined),
+  );
   const resolve = options.resolve ?? defaultResolve;
   const toKnown = (endpoint: PlatformEndpoint) => {
     const host = bare(endpoint.host);
@@ -204,11 +270,17 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return false;
   }
 
-  async function addressVerdict(address: IpAddress, port: number, resolved: boolean): Promise<EgressVerdict> {
+  /** `named`: the connection is to a host name an entry lists, so its addresses pass as listed. */
+  async function addressVerdict(
+    address: IpAddress,
+    port: number,
+    resolved: boolean,
+    named = false,
+  ): Promise<EgressVerdict> {
     const kind = classifyAddress(address);
     if (kind !== "public" && !isAllowable(kind)) return { ok: false, rule: kind, resolved };
     if (await isPlatformAddress(address, port)) return { ok: false, rule: "platform_service", resolved };
-    if (kind === "public") return { ok: true };
+    if (kind === "public" || named) return { ok: true };
     if (allow.some((entry) => allowEntryMatches(entry, address, port))) return { ok: true };
     return { ok: false, rule: kind, resolved };
   }
@@ -232,12 +304,13 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
       return [{ address: bare(host), family: literal.version }];
     }
     const answers = await resolve(host);
+    const named = allow.some((entry) => allowEntryNames(entry, host, port));
     const out: ResolvedAddress[] = [];
     for (const answer of answers) {
       const parsed = parseIpAddress(answer.address);
       // An answer that is not an address cannot be connected to safely.
       if (parsed === undefined) throw new EgressDeniedError("reserved");
-      const verdict = await addressVerdict(parsed, port, true);
+      const verdict = await addressVerdict(parsed, port, true, named);
       if (!verdict.ok) throw new EgressDeniedError(verdict.rule);
       out.push({ address: answer.address, family: answer.family });
     }
@@ -246,6 +319,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
 
   async function checkUrl(url: URL | string, checkOptions: { readonly resolve?: boolean } = {}) {
     const parsed = typeof url === "string" ? new URL(url) : url;
+    if (operatorUrls.has(parsed.href)) return { ok: true } as const;
     const port = parsed.port === "" ? (DEFAULT_PORTS[parsed.protocol] ?? 0) : Number(parsed.port);
     const host = parsed.hostname;
     const early = await staticVerdict(host, port);
@@ -329,24 +403,57 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return agent;
   }
 
+  function gatedDispatcher(): UndiciAgent {
+    dispatcher ??= new UndiciAgent({
+      connect: (connectOptions, callback) => {
+        const port = Number(connectOptions.port) || (connectOptions.protocol === "https:" ? 443 : 80);
+        checkLiteral(connectOptions.hostname, port).then(
+          () => connectorFor(port)(connectOptions, callback),
+          (error: Error) => callback(error, null),
+        );
+      },
+    });
+    return dispatcher;
+  }
+
+  const gatedFetch: FetchLike = (input, init) => {
+    const href = requestedHref(input);
+    if (href !== undefined && operatorUrls.has(href)) {
+      // The operator's own URL, as configured: not where a redirect would lead.
+      return globalThis.fetch(input, { ...init, redirect: "manual" });
+    }
+    return globalThis.fetch(input, { ...init, dispatcher: gatedDispatcher() } as unknown as RequestInit);
+  };
+
+  function httpClient(agentOptions: HttpAgentOptions = {}): EgressHttpClient {
+    const http = guard(new HttpAgent(agentOptions), 80);
+    const https = guard(new HttpsAgent(agentOptions), 443);
+    return {
+      request(requestOptions) {
+        // Whatever the options say, the socket comes from one of the gate's agents.
+        const { createConnection: _c, socketPath: _s, lookup: _l, agent: _a, ...rest } = requestOptions;
+        return rest.protocol === "https:"
+          ? httpsRequest({ ...rest, agent: https })
+          : httpRequest({ ...rest, agent: http });
+      },
+      destroy() {
+        http.destroy();
+        https.destroy();
+      },
+    };
+  }
+
   return {
     allow,
     checkUrl,
     lookupFor,
     get dispatcher() {
-      dispatcher ??= new UndiciAgent({
-        connect: (connectOptions, callback) => {
-          const port = Number(connectOptions.port) || (connectOptions.protocol === "https:" ? 443 : 80);
-          checkLiteral(connectOptions.hostname, port).then(
-            () => connectorFor(port)(connectOptions, callback),
-            (error: Error) => callback(error, null),
-          );
-        },
-      });
-      return dispatcher;
+      return gatedDispatcher();
     },
+    fetch: gatedFetch,
     httpAgent: (agentOptions = {}) => guard(new HttpAgent(agentOptions), 80),
     httpsAgent: (agentOptions = {}) => guard(new HttpsAgent(agentOptions), 443),
+    httpClient,
     addPlatformEndpoints(...added) {
       for (const endpoint of added) if (endpoint !== undefined) endpoints.push(toKnown(endpoint));
     },

@@ -42,7 +42,7 @@ export const executionErrorTable = {
   upstream_unreachable: { code: "upstream_unavailable", message: "The upstream could not be reached." },
   redaction_failed: {
     code: "redaction_failed",
-    message: "The upstream response must be redacted but is not valid JSON; it was not returned.",
+    message: "The upstream response must be redacted but is not plain JSON; it was not returned.",
   },
   scrub_failed: {
     code: "scrub_failed",

@@ -15,13 +15,12 @@ import { type AuthInjector, createAuthInjector, type InjectedCredentials } from 
 import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
-import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "./egress.ts";
+import { createEgressPolicy, type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
-import type { FetchLike } from "./oauth-token-endpoint.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
 import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
-import { decodeTextLeniently, RedactionDecodeError } from "./response-body.ts";
+import { RedactionDecodeError } from "./response-body.ts";
 import { scrubAndRedact } from "./scrub-redact.ts";
 import {
   createSecretScrubber,
@@ -47,7 +46,7 @@ export interface ExecutorOptions {
   readonly timeoutMs?: number;
   /** Largest upstream body kept (decoded bytes); over it the call fails; default 1 MiB. */
   readonly maxResponseBytes?: number;
-  /** Default: the global fetch (undici, keep-alive connection pool). */
+  /** Default: the egress gate's fetch (undici, keep-alive connection pool); a given one gets the gate's dispatcher. */
   readonly fetch?: FetchLike;
   readonly secretResolver: SecretResolver;
   readonly tokenSetStore: TokenSetStore;
@@ -292,7 +291,7 @@ function responseBody(
       return { body: lines.length === 0 ? "" : `${lines.join("\n")}\n`, events };
     }
     case "other": {
-      const text = scrubber.scrubText(decodeTextLeniently(read.bytes, contentType));
+      const text = scrubber.scrubText(read.text);
       if (text.found > 0 && events.length === 0) events.push({ path: "", mode: "mask", source: "secret" });
       return { body: text.value, events };
     }
@@ -354,12 +353,15 @@ export function createExecutor(options: ExecutorOptions): Executor {
     "maxResponseBytes",
   );
   const tokenTimeoutMs = positiveIntegerOption(options.tokenTimeoutMs, 5000, "tokenTimeoutMs");
-  const baseFetch: FetchLike = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
   const egress = options.egress ?? createEgressPolicy();
-  // Every connection fetch opens (upstream and token endpoints alike) passes the egress check
-  // on the address it really connects to.
-  const fetchImpl: FetchLike = (input, init) =>
-    baseFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
+  // Every connection fetch opens (upstream and token endpoints alike) passes the egress gate
+  // on the address it really connects to; a fetch given in the options gets its dispatcher.
+  const givenFetch = options.fetch;
+  const fetchImpl: FetchLike =
+    givenFetch === undefined
+      ? egress.fetch
+      : (input, init) =>
+          givenFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
   const { secretResolver, tokenSetStore, constraintsRollout } = options;
   const clientCredentials =
     options.clientCredentials ??
@@ -570,12 +572,21 @@ export function createExecutor(options: ExecutorOptions): Executor {
       });
     if (!decodedByClient(response.headers.get("content-encoding")))
       throw refused("scrub_failed", "content_encoding_unsupported");
+    // A body past the JSON limits (core/bounded-json.ts): refused, never passed through.
+    const tooComplex = () =>
+      new ExecutionError("upstream_response_too_large", {
+        message: "The upstream response is nested too deeply or spread too wide.",
+        upstreamError: { kind: "too_large" },
+        requestHash,
+        timings: { totalMs: performance.now() - started, upstreamMs },
+      });
     const sanitized = sanitizeResponseHeaders(responseHeaderRecord(response.headers));
     const safeHeaders = scrubHeaders(sanitized.headers, scrubber);
     let redacted: { body: unknown; events: RedactionEvent[] };
     try {
       redacted = responseBody(bytes, response.headers.get("content-type"), rules, scrubber);
     } catch (error) {
+      if (error instanceof RedactionDecodeError && error.issue === "too_complex") throw tooComplex();
       if (error instanceof RedactionDecodeError) throw refused("redaction_failed", error.issue);
       if (error instanceof ScrubError) throw refused("scrub_failed", "scrub_incomplete");
       // Rules were checked before the call; whatever else fails, no unredacted body leaves.
@@ -588,13 +599,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
     try {
       responseHash = hashCanonical({ status, headers: safeHeaders.headers, body: redacted.body });
     } catch {
-      // Only nesting beyond the canonical form's depth bound gets here: refuse, never pass through.
-      throw new ExecutionError("upstream_response_too_large", {
-        message: "The upstream response is nested too deeply.",
-        upstreamError: { kind: "too_large" },
-        requestHash,
-        timings: { totalMs: performance.now() - started, upstreamMs },
-      });
+      // Nothing past the JSON limits gets here; whatever the canonical form refuses is refused too.
+      throw tooComplex();
     }
     const result: ExecutionResult = {
       status,

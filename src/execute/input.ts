@@ -1,7 +1,9 @@
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import formatsPlugin from "ajv-formats";
 import { LRUCache } from "lru-cache";
-import { hashCanonical } from "../core/canonical-json.ts";
+import { checkJsonBounds } from "../core/bounded-json.ts";
+import { canonicalJson, hashCanonical } from "../core/canonical-json.ts";
+import { linearRegExp, UnsupportedPatternError } from "../core/linear-pattern.ts";
 import { setOwn } from "../core/own-property.ts";
 import { type ConstraintRollout, evaluateConstraints } from "../core/parameter-constraints.ts";
 import { ExecutionError } from "./errors.ts";
@@ -43,6 +45,7 @@ export interface InputSchema {
 }
 
 const PARAM_SECTIONS = ["path", "query", "headers"] as const;
+const SECTIONS = [...PARAM_SECTIONS, "body"] as const;
 type ParamSection = (typeof PARAM_SECTIONS)[number];
 type Section = ParamSection | "body";
 
@@ -69,7 +72,8 @@ function newAjv(coerce: boolean): Ajv2020 {
   // strict: false because imported OpenAPI schemas carry annotations (example, nullable,
   // x-*) that strict mode rejects; allErrors: false stops at the first error so a hostile
   // document cannot make validation expensive. ownProperties: a parameter named like one of
-  // Object.prototype's members (`constructor`, `toString`) is present only when sent.
+  // Object.prototype's members (`constructor`, `toString`) is present only when sent. Every
+  // pattern runs on the linear-time engine (docs/decisions/2502).
   const ajv = new Ajv2020({
     strict: false,
     ownProperties: true,
@@ -77,9 +81,37 @@ function newAjv(coerce: boolean): Ajv2020 {
     coerceTypes: coerce ? "array" : false,
     useDefaults: false,
     removeAdditional: false,
+    code: { regExp: linearRegExp },
   });
   addFormats(ajv);
+  linearUniqueItems(ajv);
   return ajv;
+}
+
+/**
+ * `uniqueItems` in linear time. Ajv compares items of any non-scalar type pairwise (n²/2
+ * deep comparisons: 8,000 small objects took a second), and the schema is a partner's while
+ * the array is the caller's. Here each item's canonical form goes into a set: the same
+ * equality (key order ignored, -0 equal to 0), one pass.
+ */
+function linearUniqueItems(ajv: Ajv2020): void {
+  ajv.removeKeyword("uniqueItems");
+  ajv.addKeyword({
+    keyword: "uniqueItems",
+    type: "array",
+    schemaType: "boolean",
+    errors: false,
+    validate: (unique: boolean, items: unknown[]) => {
+      if (!unique) return true;
+      const seen = new Set<string>();
+      for (const item of items) {
+        const key = canonicalJson(item);
+        if (seen.has(key)) return false;
+        seen.add(key);
+      }
+      return true;
+    },
+  });
 }
 
 // Path, query and header values travel as strings on HTTP routes (broker, sidecar), so
@@ -118,10 +150,11 @@ function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction |
   try {
     if (declaresProtoProperty(schema)) throw new Error("a __proto__ property is never checked");
     return ajv.compile(schema);
-  } catch {
-    throw new ExecutionError("invalid_operation_snapshot", {
-      details: { issue: "input_schema_invalid" },
-    });
+  } catch (error) {
+    // A pattern stored before patterns were checked at import that linear time cannot run.
+    const issue =
+      error instanceof UnsupportedPatternError ? "input_schema_pattern_unsupported" : "input_schema_invalid";
+    throw new ExecutionError("invalid_operation_snapshot", { details: { issue } });
   } finally {
     forget(ajv, schema);
   }
@@ -301,6 +334,8 @@ function validateCompiled(
   args: ExecutionArgs,
   options: InputOptions,
 ): ValidatedArgs {
+  // Every path's arguments, however they arrived, within the JSON limits before ajv walks them.
+  for (const section of SECTIONS) checkJsonBounds(args[section], section);
   const fresh = options.fresh === true;
   const path = validateParams("path", validators.path, args.path, fresh);
   const query = validateParams("query", validators.query, args.query, fresh);

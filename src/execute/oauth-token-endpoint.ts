@@ -1,11 +1,12 @@
 import * as oauth from "oauth4webapi";
+import { parseBoundedJson } from "../core/bounded-json.ts";
 import type { ClientAuthMethod } from "./auth-profiles.ts";
 import { headerSafe, unavailable } from "./auth-profiles.ts";
 import { readBoundedBody } from "./bounded-body.ts";
-import { egressDenialOf } from "./egress.ts";
+import { egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError } from "./errors.ts";
 
-export type FetchLike = (input: string | URL, init?: RequestInit) => Promise<Response>;
+export type { FetchLike };
 
 /** A token endpoint's successful answer, validated. */
 export interface TokenResponse {
@@ -63,7 +64,8 @@ export function refusalCode(error: unknown): string | undefined {
 
 function parseJson(bytes: Uint8Array): unknown {
   try {
-    return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    // The token endpoint is a partner's: its answer is bounded like a caller's.
+    return parseBoundedJson(new TextDecoder("utf-8", { fatal: true }).decode(bytes), "token response");
   } catch {
     return undefined;
   }

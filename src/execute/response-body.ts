@@ -1,3 +1,5 @@
+import { JsonLimitError, parseBoundedJson } from "../core/bounded-json.ts";
+
 /**
  * Reads an upstream body for redaction, failing closed (docs/execution.md, "Response
  * redaction"; docs/decisions/0401-redaction-fails-closed.md). Redaction applies when the
@@ -6,10 +8,13 @@
  * after a byte-order mark and whitespace, in UTF-8 or UTF-16, is `{` or `[`). Then the
  * body is decoded honouring a leading BOM (UTF-8, UTF-16LE/BE), else the charset parameter,
  * else UTF-16 detected by its NUL pattern, else UTF-8 — strictly (invalid bytes fail) — and
- * parsed as one JSON document (NDJSON types: one document per non-empty line). Anything
- * else (trailing bytes, NaN, JSONP, an unknown charset) is RedactionDecodeError: the
- * response is refused, never passed through. Bodies to which redaction does not apply
- * (no rules, not JSON by type or content) are `other` and pass as they are.
+ * parsed as one JSON document (NDJSON types: one document per non-empty line), within the
+ * JSON limits (core/bounded-json.ts). Anything else (trailing bytes, NaN, JSONP, an unknown
+ * charset, nesting past the limits) is RedactionDecodeError: the response is refused, never
+ * passed through; so is a body the operation's or policy's rules apply to that is not
+ * declared (ND)JSON. Bodies to which redaction does not apply (no rules, not JSON by type or
+ * content) are `other`: scrub-redact.ts still refuses one from which a client could read a
+ * sensitive member (embedded-members.ts).
  */
 
 export type RedactionInput =
@@ -22,14 +27,33 @@ export type RedactionInput =
   | { readonly kind: "ndjson"; readonly values: unknown[]; readonly text: string }
   | { readonly kind: "other" };
 
-export type RedactionDecodeIssue = "charset" | "not_json";
+/**
+ * `charset`: undecodable bytes or an unknown charset; `not_json`: not one JSON document;
+ * `too_complex`: past the JSON limits; `content_type`: rules apply and the declared type is
+ * not (ND)JSON; `embedded_member`: a client could read a member that must be masked out of it
+ * (embedded-members.ts).
+ */
+export type RedactionDecodeIssue =
+  | "charset"
+  | "not_json"
+  | "too_complex"
+  | "content_type"
+  | "embedded_member";
+
+const ISSUE_MESSAGES: Readonly<Record<RedactionDecodeIssue, string>> = {
+  charset: "the body cannot be decoded",
+  not_json: "the body is not JSON",
+  too_complex: "the body exceeds the JSON limits",
+  content_type: "the body is not declared JSON",
+  embedded_member: "the body holds JSON that cannot be redacted in place",
+};
 
 /** The body must be redacted but cannot be read as JSON; the message names no content. */
 export class RedactionDecodeError extends Error {
   readonly issue: RedactionDecodeIssue;
 
   constructor(issue: RedactionDecodeIssue) {
-    super(issue === "charset" ? "the body cannot be decoded" : "the body is not JSON");
+    super(ISSUE_MESSAGES[issue]);
     this.name = "RedactionDecodeError";
     this.issue = issue;
   }
@@ -127,11 +151,12 @@ function decodeStrict(bytes: Uint8Array, sniffed: Sniffed): string {
   }
 }
 
+/** The upstream is partner-controlled: its JSON is bounded like a caller's (core/bounded-json.ts). */
 function parseJson(text: string): unknown {
   try {
-    return JSON.parse(text);
-  } catch {
-    throw new RedactionDecodeError("not_json");
+    return parseBoundedJson(text, "response body");
+  } catch (error) {
+    throw new RedactionDecodeError(error instanceof JsonLimitError ? "too_complex" : "not_json");
   }
 }
 
@@ -154,6 +179,9 @@ export function readForRedaction(
   if (bytes.byteLength === 0) return { kind: "empty" };
   const { mediaType, charset } = parseContentType(contentType);
   if (!redactionApplies(bytes, mediaType, hasRules)) return { kind: "other" };
+  // Rules say how to read JSON: an answer not declared JSON is not read as JSON (decision 2505).
+  if (hasRules && !isJsonMediaType(mediaType) && !isNdjsonMediaType(mediaType))
+    throw new RedactionDecodeError("content_type");
   const sniffed = sniffEncoding(bytes, charset);
   const text = decodeStrict(bytes, sniffed);
   if (isNdjsonMediaType(mediaType)) {

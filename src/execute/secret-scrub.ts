@@ -1,5 +1,5 @@
-import { Transform, type TransformCallback } from "node:stream";
 import { setOwn } from "../core/own-property.ts";
+import { baseView, type DecodedView, forEachView, ViewBudgetError } from "./decoded-views.ts";
 
 /**
  * Removes the credentials the pipeline injected from what an upstream sends back, so that
@@ -12,17 +12,18 @@ import { setOwn } from "../core/own-property.ts";
  * - every injected header and query value, and every other secret of the auth profile
  *   (client secret, access and refresh token), plus derived forms: the credential after an
  *   auth scheme (`Bearer x` → `x`), and for `Basic` the decoded `user:pass` and the password;
- * - each in the spellings an echo commonly uses: as is, percent-encoded (upper- and
- *   lower-case hex, `encodeURIComponent`, RFC 3986 strict, form encoding), JSON-string
- *   escaped, HTML-escaped, and base64 / base64url at any alignment inside a longer blob
- *   (the part of the encoding that depends on the secret alone);
- * - in bytes as UTF-8, and, when the body holds NUL bytes, as UTF-16 and UTF-32 (both orders).
+ * - in every decoded view of the body (decoded-views.ts, decision 2505): the text itself and
+ *   what percent-encoding, HTML references, JavaScript/JSON escapes, quoted-printable,
+ *   base64/base64url (any whitespace, any alignment) and hex decode to, nested; the body's
+ *   bytes read as Latin-1 and, when they hold NUL bytes, as UTF-16 (both orders, both
+ *   alignments); raw UTF-32 too.
  *
- * Every occurrence is overwritten in place with `*` (NUL bytes of wide encodings stay), so
- * lengths are preserved: a streamed body keeps its Content-Length, binary formats their
- * offsets, and nothing else of the body changes. Headers that carry a secret in their name
- * or value are dropped. Transformations beyond these (case changes, hashing, reversal, an
- * upstream that deliberately disguises a value) are outside what a scrubber can know.
+ * Every occurrence is overwritten in place with `*` where it came from — the escapes or the
+ * base64 characters that spell it (NUL bytes of wide encodings stay) — so lengths are
+ * preserved and nothing else of the body changes. Headers that carry a secret in their name
+ * or value are dropped. A body whose views exceed their budget, or in which a secret keeps
+ * reappearing, is refused (ScrubError). Transformations beyond decoding (case changes,
+ * hashing, reversal, encryption) are outside what a scrubber can know.
  */
 
 /** Shorter secrets are refused before anything is sent: scrubbing them would garble bodies. */
@@ -30,7 +31,11 @@ export const MIN_SECRET_LENGTH = 8;
 
 const FILL_CHAR = "*";
 const FILL_BYTE = 0x2a;
-/** Overwriting cannot create a new occurrence unless a pattern contains the fill character: then a bounded re-check. */
+/**
+ * A scrubbed body is read again: overwriting could unmask an escape (`\\u…` losing its first
+ * backslash) or meet a secret made of `*`. One that still shows a secret after this many
+ * rounds is refused.
+ */
 const MAX_ROUNDS = 3;
 
 /** A secret below MIN_SECRET_LENGTH: the message says which kind, never the value. */
@@ -131,13 +136,14 @@ const HTML_ENTITIES: Readonly<Record<string, string>> = {
   '"': "&quot;",
 };
 
-/** The part of the base64 text of `bytes` that depends on them alone, when preceded by `offset` other bytes. */
-function base64Core(bytes: Buffer, offset: number): string {
-  const encoded = Buffer.concat([Buffer.alloc(offset), bytes]).toString("base64");
-  return encoded.slice(Math.ceil((8 * offset) / 6), Math.floor((8 * (offset + bytes.length)) / 6));
-}
-
-/** The spellings of one form that an echo commonly uses. */
+/**
+ * The spellings of one form looked for in every decoded view, besides the form itself: the
+ * ones common escapers write (percent in both cases, RFC 3986 strict and form encoding, JSON,
+ * HTML). The views decode these, but from left to right: an escape character just before the
+ * spelling (`%` + `00%21…`, `\` + `b\/…`) takes part of it into another escape, and the
+ * spelling itself still shows. Other encodings (numeric references, every byte
+ * percent-encoded, base64, hex, quoted-printable, nested) are what the views decode.
+ */
 function spellings(form: string): string[] {
   const out = new Set<string>([form]);
   try {
@@ -157,14 +163,22 @@ function spellings(form: string): string[] {
   out.add(html);
   out.add(html.replaceAll("'", "&#39;"));
   out.add(html.replaceAll("'", "&#x27;"));
-  const bytes = Buffer.from(form, "utf8");
-  for (let offset = 0; offset < 3; offset++) {
-    const core = base64Core(bytes, offset);
-    if (core.length < MIN_SECRET_LENGTH) continue;
-    out.add(core);
-    out.add(core.replaceAll("+", "-").replaceAll("/", "_"));
-  }
   return [...out].filter((s) => s.length >= MIN_SECRET_LENGTH);
+}
+
+/**
+ * What is looked for in every decoded view: each spelling, and the Latin-1 reading of its
+ * UTF-8 bytes (byte views, percent- and `\x`-escapes, Node's reading of header values).
+ */
+function needlesOf(forms: Iterable<string>): string[] {
+  const out = new Set<string>();
+  for (const form of forms) {
+    for (const spelling of spellings(form)) {
+      out.add(spelling);
+      out.add(Buffer.from(spelling, "utf8").toString("latin1"));
+    }
+  }
+  return [...out];
 }
 
 function utf32(text: string, littleEndian: boolean): Buffer {
@@ -195,14 +209,67 @@ function rangesInBytes(haystack: Buffer, patterns: readonly Buffer[]): Range[] {
   return ranges;
 }
 
-function rangesInText(haystack: string, patterns: readonly string[]): Range[] {
+/** Where `needles` occur in any decoded view of `root`, as ranges of its source. */
+function rangesInViews(
+  root: DecodedView,
+  needles: readonly string[],
+  minLength: number,
+  maxLength: number,
+): Range[] {
   const ranges: Range[] = [];
-  for (const pattern of patterns) {
-    for (let at = haystack.indexOf(pattern); at !== -1; at = haystack.indexOf(pattern, at + 1)) {
-      ranges.push([at, at + pattern.length]);
-    }
+  try {
+    forEachView(
+      root,
+      (view) => {
+        if (view.text.length < minLength) return;
+        for (const needle of needles) {
+          for (let at = view.text.indexOf(needle); at !== -1; at = view.text.indexOf(needle, at + 1)) {
+            ranges.push(view.source(at, at + needle.length));
+          }
+        }
+      },
+      minLength,
+      maxLength,
+    );
+  } catch (error) {
+    if (error instanceof ViewBudgetError) throw new ScrubError("the response has too many nested encodings");
+    throw error;
   }
   return ranges;
+}
+
+/**
+ * The ASCII text inside the body's UTF-16 (both byte orders, both alignments): every run of
+ * at least MIN_SECRET_LENGTH code units below U+0080, each a view mapped to its bytes. Every
+ * escape and encoding the views decode is ASCII, so a secret spelled inside UTF-16 is found
+ * there; a raw one, ASCII or not, by the wide patterns.
+ */
+function utf16Views(bytes: Buffer): DecodedView[] {
+  const views: DecodedView[] = [];
+  for (const offset of [0, 1]) {
+    for (const littleEndian of [true, false]) {
+      let start = -1;
+      const close = (end: number) => {
+        if (start >= 0 && (end - start) / 2 >= MIN_SECRET_LENGTH) {
+          const units = Buffer.from(bytes.subarray(start, end));
+          const text = (littleEndian ? units : units.swap16()).toString("utf16le");
+          const from = start;
+          views.push(baseView(text, (a, b) => [from + 2 * a, from + 2 * b]));
+        }
+        start = -1;
+      };
+      let at = offset;
+      for (; at + 1 < bytes.length; at += 2) {
+        const low = bytes[littleEndian ? at : at + 1] ?? 0;
+        const high = bytes[littleEndian ? at + 1 : at] ?? 0;
+        const ascii = high === 0 && low > 0 && low < 0x80;
+        if (ascii && start < 0) start = at;
+        else if (!ascii) close(at);
+      }
+      close(at);
+    }
+  }
+  return views;
 }
 
 function fillBytes(bytes: Buffer, ranges: readonly Range[]): void {
@@ -255,8 +322,6 @@ export interface SecretScrubber {
   jsonNeedsRescan(text: string): boolean;
   /** Whether a header name or value holds a secret. */
   headerHoldsSecret(name: string, value: string | readonly string[]): boolean;
-  /** A stream that scrubs a body of any length as it passes, holding back only a pattern's length. */
-  createStream(): Transform;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -264,37 +329,31 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 }
 
 /**
- * A scrubber for one execution's secrets (from `injectedSecrets`). The patterns are built
+ * A scrubber for one execution's secrets (from `injectedSecrets`). The needles are built
  * once; callers that see the same credentials repeatedly (the sidecar) keep the scrubber.
  */
 export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber {
-  const text = new Set<string>();
-  for (const secret of secrets) {
-    for (const spelling of spellings(secret)) {
-      text.add(spelling);
-      // Node reads header values as latin1: a non-ASCII secret shows up as its UTF-8 bytes.
-      const latin1 = Buffer.from(spelling, "utf8").toString("latin1");
-      if (latin1 !== spelling) text.add(latin1);
-    }
-  }
-  const textPatterns = [...text];
-  const bytePatterns = [
-    ...new Map(textPatterns.map((p) => Buffer.from(p, "utf8")).map((b) => [b.toString("hex"), b])).values(),
-  ];
-  const wide = textPatterns.flatMap(wideForms);
+  const needles = needlesOf(new Set(secrets));
+  // Raw UTF-16 and UTF-32 (both orders); escapes and encodings inside UTF-16 are read as views.
+  const wide = needles.flatMap(wideForms);
   // ASCII in a wide encoding always has NUL bytes; other characters may have none.
   const widePatterns = wide.filter((p) => p.includes(0));
   const wideAlways = wide.filter((p) => !p.includes(0));
-  const fillSensitive = textPatterns.some((p) => p.includes(FILL_CHAR));
-  const minLength = Math.min(...textPatterns.map((p) => p.length));
-  const maxBytes = Math.max(0, ...bytePatterns.map((p) => p.length), ...wide.map((p) => p.length));
-  const empty = textPatterns.length === 0;
+  const minLength = Math.min(...needles.map((needle) => needle.length));
+  const maxLength = Math.max(0, ...needles.map((needle) => needle.length));
+  const empty = needles.length === 0;
+
+  const textRanges = (text: string): Range[] => rangesInViews(baseView(text), needles, minLength, maxLength);
 
   const byteRanges = (bytes: Buffer): Range[] => {
-    const ranges = rangesInBytes(bytes, bytePatterns);
+    const ranges = textRanges(bytes.toString("latin1"));
     if (wideAlways.length > 0) ranges.push(...rangesInBytes(bytes, wideAlways));
     // Wide encodings need NUL bytes: a body without any cannot hold one.
-    if (bytes.includes(0)) ranges.push(...rangesInBytes(bytes, widePatterns));
+    if (bytes.includes(0)) {
+      for (const view of utf16Views(bytes))
+        ranges.push(...rangesInViews(view, needles, minLength, maxLength));
+      ranges.push(...rangesInBytes(bytes, widePatterns));
+    }
     return ranges;
   };
 
@@ -308,7 +367,7 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
       if (round === MAX_ROUNDS) throw new ScrubError();
       fillBytes(out, ranges);
       found += ranges.length;
-      ranges = fillSensitive ? byteRanges(out) : [];
+      ranges = byteRanges(out);
     }
     return { value: out, found };
   };
@@ -317,12 +376,12 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
     if (empty || input.length < minLength) return { value: input, found: 0 };
     let out = input;
     let found = 0;
-    let ranges = rangesInText(out, textPatterns);
+    let ranges = textRanges(out);
     for (let round = 0; ranges.length > 0; round++) {
       if (round === MAX_ROUNDS) throw new ScrubError();
       out = fillText(out, ranges);
       found += ranges.length;
-      ranges = fillSensitive ? rangesInText(out, textPatterns) : [];
+      ranges = textRanges(out);
     }
     return { value: out, found };
   };
@@ -375,11 +434,8 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
 
   const jsonNeedsRescan = (text: string): boolean => {
     if (empty || !hasOptionalJsonEscapes(text)) return false;
-    // A decoded view is enough: misreading an escaped backslash before `u` only adds matches.
-    const view = text.replace(/\\u([0-9a-fA-F]{4})|\\\//g, (_match, hex: string | undefined) =>
-      hex === undefined ? "/" : String.fromCharCode(Number.parseInt(hex, 16)),
-    );
-    return rangesInText(view, textPatterns).length > 0;
+    // The decoded views see through the escapes: misreading one only adds matches.
+    return textRanges(text).length > 0;
   };
 
   const headerHoldsSecret = (name: string, value: string | readonly string[]): boolean => {
@@ -389,27 +445,5 @@ export function createSecretScrubber(secrets: Iterable<string>): SecretScrubber 
     return values.some((v) => scrubText(v).found > 0);
   };
 
-  const createStream = (): Transform => {
-    const hold = Math.max(0, maxBytes - 1);
-    let carry: Buffer = Buffer.alloc(0);
-    return new Transform({
-      transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback) {
-        try {
-          const joined = carry.length === 0 ? chunk : Buffer.concat([carry, chunk]);
-          const { value } = scrubBytes(joined);
-          // A match that starts before the cut is complete in `joined` and already overwritten.
-          const cut = Math.max(0, value.length - hold);
-          carry = Buffer.from(value.subarray(cut));
-          callback(null, cut === 0 ? undefined : value.subarray(0, cut));
-        } catch (error) {
-          callback(error as Error);
-        }
-      },
-      flush(callback: TransformCallback) {
-        callback(null, carry.length === 0 ? undefined : carry);
-      },
-    });
-  };
-
-  return { empty, scrubBytes, scrubText, scrubJson, jsonNeedsRescan, headerHoldsSecret, createStream };
+  return { empty, scrubBytes, scrubText, scrubJson, jsonNeedsRescan, headerHoldsSecret };
 }

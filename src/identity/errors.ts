@@ -17,6 +17,7 @@ export const tokenErrorCodes = [
   "token_audience",
   "token_use",
   "token_tenant",
+  "token_partner",
   "token_subject",
   "token_scope",
   "jwks_unavailable",

@@ -1,6 +1,7 @@
 import {
   createLocalJWKSet,
   createRemoteJWKSet,
+  customFetch,
   decodeProtectedHeader,
   errors,
   type FlattenedJWSInput,
@@ -10,8 +11,16 @@ import {
   type JWTVerifyGetKey,
   jwtVerify,
 } from "jose";
+import { checkJsonBounds, type JsonLimits } from "../core/bounded-json.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
-import { readAudience, readClientId, readRoles, readScopes } from "./claims.ts";
+import {
+  readAudience,
+  readClientId,
+  readPartnerClaim,
+  readRoles,
+  readScopes,
+  readTenantClaim,
+} from "./claims.ts";
 import { IdentityConfigError, TokenVerificationError } from "./errors.ts";
 
 /**
@@ -43,6 +52,12 @@ export const defaultAlgorithms: readonly string[] = ["ES256", "RS256", "EdDSA", 
 
 export interface RemoteJwksOptions {
   readonly url: string | URL;
+  /**
+   * Sends the key-set request. A URL a partner configured (a binding's `jwks_url`) is always
+   * fetched through the egress gate's fetch (src/execute/egress.ts); without one, fetch as is:
+   * only for the operator's own configured issuers.
+   */
+  readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
   /** Abort a JWKS fetch after this long (default 5000 ms). */
   readonly timeoutMs?: number;
   /** Minimum time between refetches triggered by an unknown `kid` (default 10000 ms). */
@@ -63,6 +78,10 @@ export interface JwtVerifierOptions {
   readonly requireTokenUse?: string;
   /** Claim carrying the tenant. With `tenant` the value must match; alone it must be present. */
   readonly tenantClaim?: string;
+  /** Claim carrying the partner (default `partner_id`): absent, or exactly one partner id. */
+  readonly partnerClaim?: string;
+  /** Claim carrying the roles (default `roles`): absent, or a non-empty array of role names. */
+  readonly rolesClaim?: string;
   readonly tenant?: string | readonly string[];
   readonly requiredScopes?: readonly string[];
   readonly maxTokenLength?: number;
@@ -79,6 +98,11 @@ export interface VerifiedToken {
   readonly clientId?: string;
   readonly scopes: readonly string[];
   readonly tenant?: string;
+  /**
+   * The partner the token names (its partner claim, strictly read: a malformed claim made the
+   * token invalid). The one place a partner is read from a token: never from `claims`.
+   */
+  readonly partnerId?: string;
   readonly roles: readonly string[];
   readonly tokenUse?: string;
   readonly expiresAt: Date;
@@ -116,6 +140,8 @@ export interface JwtVerifier {
 }
 
 const DEFAULT_TENANT_CLAIM = "tenant";
+const DEFAULT_PARTNER_CLAIM = "partner_id";
+const DEFAULT_ROLES_CLAIM = "roles";
 const MAX_KID_LENGTH = 256;
 /** Three base64url segments; the signature may be empty so `alg: none` is reported as such. */
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
@@ -128,6 +154,8 @@ interface ResolvedOptions {
   readonly maxTokenAgeSec: number | undefined;
   readonly requireTokenUse: string | undefined;
   readonly tenantClaim: string;
+  readonly partnerClaim: string;
+  readonly rolesClaim: string;
   readonly enforceTenant: boolean;
   readonly tenants: string[] | undefined;
   readonly requiredScopes: string[];
@@ -190,6 +218,14 @@ function resolveOptions(options: JwtVerifierOptions): ResolvedOptions {
       options.tenantClaim === undefined
         ? DEFAULT_TENANT_CLAIM
         : nonEmptyString(options.tenantClaim, "tenantClaim"),
+    partnerClaim:
+      options.partnerClaim === undefined
+        ? DEFAULT_PARTNER_CLAIM
+        : nonEmptyString(options.partnerClaim, "partnerClaim"),
+    rolesClaim:
+      options.rolesClaim === undefined
+        ? DEFAULT_ROLES_CLAIM
+        : nonEmptyString(options.rolesClaim, "rolesClaim"),
     enforceTenant: options.tenantClaim !== undefined || options.tenant !== undefined,
     tenants: options.tenant === undefined ? undefined : stringList(options.tenant, "tenant"),
     requiredScopes:
@@ -263,6 +299,7 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
     timeoutDuration: positiveInt(remote.timeoutMs, "jwks.timeoutMs", 5000),
     cooldownDuration: nonNegative(remote.cooldownMs, "jwks.cooldownMs", 10_000),
     cacheMaxAge: nonNegative(remote.cacheMaxAgeMs, "jwks.cacheMaxAgeMs", 300_000),
+    ...(remote.fetch === undefined ? {} : { [customFetch]: remote.fetch }),
   });
   let state: JwksStatus["state"] = "not_fetched";
   let checkedAt: string | null = null;
@@ -392,8 +429,8 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
   if (opts.requireTokenUse !== undefined && tokenUse !== opts.requireTokenUse) {
     throw new TokenVerificationError("token_use", "token_use claim does not match");
   }
-  const tenantValue = payload[opts.tenantClaim];
-  const tenant = typeof tenantValue === "string" && tenantValue.length > 0 ? tenantValue : undefined;
+  const tenant = readTenantClaim(payload, opts.tenantClaim);
+  const partnerId = readPartnerClaim(payload, opts.partnerClaim);
   if (opts.enforceTenant) {
     if (tenant === undefined)
       throw new TokenVerificationError("token_tenant", "token tenant claim is missing");
@@ -406,7 +443,9 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
     throw new TokenVerificationError("token_malformed", "token scope claim is invalid");
   const missing = opts.requiredScopes.filter((s) => !scopes.includes(s));
   if (missing.length > 0) throw new TokenVerificationError("token_scope", "token lacks a required scope");
-  const roles = readRoles(payload);
+  const roles = readRoles({
+    roles: Object.hasOwn(payload, opts.rolesClaim) ? payload[opts.rolesClaim] : undefined,
+  });
   if (roles === undefined)
     throw new TokenVerificationError("token_malformed", "token roles claim is invalid");
   if (typeof payload.exp !== "number" || typeof payload.iss !== "string") {
@@ -423,11 +462,15 @@ function checkClaims(payload: JWTPayload, opts: ResolvedOptions, nowSec: number)
     claims: Object.freeze({ ...payload }),
     ...(clientId === undefined ? {} : { clientId }),
     ...(tenant === undefined ? {} : { tenant }),
+    ...(partnerId === undefined ? {} : { partnerId }),
     ...(tokenUse === undefined ? {} : { tokenUse }),
     ...(typeof payload.jti === "string" ? { jwtId: payload.jti } : {}),
   };
   return verified;
 }
+
+/** Claims are flat in practice; these bounds are far above any real token's (docs/security.md). */
+const CLAIM_LIMITS: JsonLimits = Object.freeze({ maxDepth: 16, maxKeys: 256, maxPointerLength: 1024 });
 
 export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
   const opts = resolveOptions(options);
@@ -455,6 +498,12 @@ export function createJwtVerifier(options: JwtVerifierOptions): JwtVerifier {
       }));
     } catch (error) {
       throw classify(error);
+    }
+    try {
+      // A partner's issuer chooses the claims: bounded before anything reads or copies them.
+      checkJsonBounds(payload, "claims", CLAIM_LIMITS);
+    } catch {
+      throw new TokenVerificationError("token_malformed", "token claims exceed the JSON limits");
     }
     return checkClaims(payload, opts, Math.floor(now.getTime() / 1000));
   }

@@ -21,6 +21,8 @@ export interface Principal {
   readonly clientId: string | undefined;
   /** May stand for platform_vouched subjects (its issuer's setting; src/core/subject-identity.ts). */
   readonly vouchable: boolean;
+  /** The token's verified `aud` values, where the route needs them (/mcp: was it issued for the MCP resource?). */
+  readonly audience?: readonly string[];
 }
 
 export function hasRole(principal: Principal, role: Role): boolean {

@@ -1,5 +1,5 @@
 import { decodeJwt } from "jose";
-import { readRoles, readScopes } from "./claims.ts";
+import { readScopes } from "./claims.ts";
 import { IdentityConfigError, TokenVerificationError } from "./errors.ts";
 import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "./jwt-verifier.ts";
 
@@ -91,7 +91,11 @@ function mappedString(claims: Readonly<Record<string, unknown>>, name: string): 
   return typeof value === "string" && value.length > 0 ? value : undefined;
 }
 
-/** Applies an issuer's claim mapping to a token its own verifier accepted. */
+/**
+ * Applies an issuer's claim mapping to a token its own verifier accepted. That verifier read
+ * the mapped partner and roles claims strictly (`partnerClaim`, `rolesClaim`); the subject and
+ * scopes claims are mapped here.
+ */
 export function applyClaimMapping(
   verified: VerifiedToken,
   mapping: ClaimMapping,
@@ -102,21 +106,19 @@ export function applyClaimMapping(
   if (subject === undefined || subject.trim().length === 0) {
     throw new TokenVerificationError("token_subject", "token subject is missing or empty");
   }
-  const roles = mapping.roles === "roles" ? verified.roles : readRoles({ roles: claims[mapping.roles] });
-  if (roles === undefined)
-    throw new TokenVerificationError("token_malformed", "token roles claim is invalid");
-  const scopes = mapping.scopes === "scope" ? verified.scopes : readScopes({ scope: claims[mapping.scopes] });
+  const scopes =
+    mapping.scopes === "scope"
+      ? verified.scopes
+      : readScopes({ scope: Object.hasOwn(claims, mapping.scopes) ? claims[mapping.scopes] : undefined });
   if (scopes === undefined)
     throw new TokenVerificationError("token_malformed", "token scope claim is invalid");
-  // Downstream reads the partner from `claims.partner_id`: it must be the mapped claim and
-  // nothing else (a token of an issuer mapped to `org` cannot smuggle its own `partner_id`).
-  const partnerValue = claims[mapping.partnerId];
+  // Whoever still reads `claims.partner_id` reads the mapped, checked partner and nothing else
+  // (a token of an issuer mapped to `org` cannot smuggle its own `partner_id`).
   const rest: Record<string, unknown> = { ...claims };
   delete rest.partner_id;
-  const mappedClaims = Object.freeze(
-    partnerValue === undefined ? rest : { ...rest, partner_id: partnerValue },
-  );
-  return { ...verified, subject, roles, scopes, claims: mappedClaims, vouchable };
+  const { partnerId } = verified;
+  const mappedClaims = Object.freeze(partnerId === undefined ? rest : { ...rest, partner_id: partnerId });
+  return { ...verified, subject, scopes, claims: mappedClaims, vouchable };
 }
 
 export function createTrustedIssuersVerifier(
@@ -136,6 +138,8 @@ export function createTrustedIssuersVerifier(
       issuer: issuer.issuer,
       audience: issuer.audience,
       jwks: { url: issuer.jwksUrl },
+      partnerClaim: issuer.claims.partnerId,
+      rolesClaim: issuer.claims.roles,
       maxTokenLength,
       ...(issuer.tokenUse === false ? {} : { requireTokenUse: issuer.tokenUse }),
       ...(issuer.tokenTypes === undefined ? {} : { allowedTypes: issuer.tokenTypes }),

@@ -4,7 +4,7 @@
  * and permission it stands for. Pure: a cached index describes a document, it never
  * grants anything — every call decides again on a freshly loaded policy.
  */
-import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Tool } from "@modelcontextprotocol/server";
 import type { HttpMethod } from "../core/http-method.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";

@@ -7,7 +7,7 @@
  * service's public error body `{ error, message, details?, requestId }` — never a stack,
  * a cause, an upstream error text or a credential.
  */
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult } from "@modelcontextprotocol/server";
 import type { RedactionEvent } from "../core/redaction.ts";
 import type { AuthorityError } from "../errors.ts";
 

@@ -5,7 +5,7 @@
  * by the same assertions the HTTP routes use, so a partner admin reaches only its own
  * partner, whichever transport it uses.
  */
-import type { Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { Tool } from "@modelcontextprotocol/server";
 import { listAuthProfiles } from "../admin/auth-profiles.ts";
 import { getCapability, listCapabilities } from "../admin/capabilities.ts";
 import type { AdminDeps } from "../admin/deps.ts";
@@ -13,7 +13,7 @@ import { idPatterns } from "../admin/ids.ts";
 import { getPartner, listPartners } from "../admin/partners.ts";
 import { getPolicy, listPolicies, revokePolicy } from "../admin/policies.ts";
 import type { PageRequest } from "../admin/store-scan.ts";
-import { listSubjects } from "../admin/subjects.ts";
+import { listSubjects, subjectIdIn } from "../admin/subjects.ts";
 import { compileSchema } from "../core/schema-validator.ts";
 import { AuthorityError } from "../errors.ts";
 import {
@@ -40,7 +40,11 @@ const READERS: readonly Role[] = ["admin", "partner_admin", "auditor"];
 const MANAGERS: readonly Role[] = ["admin", "partner_admin"];
 
 const partnerId = { type: "string", pattern: idPatterns.partner, description: "Partner id." } as const;
-const subjectId = { type: "string", pattern: idPatterns.subject, description: "Subject id." } as const;
+const subjectId = {
+  type: "string",
+  pattern: idPatterns.subjectRef,
+  description: "Subject id (or `<partner>~<id>`, its id in the partner's namespace).",
+} as const;
 const capabilityId = {
   type: "string",
   pattern: idPatterns.capability,
@@ -207,7 +211,8 @@ const tools: readonly ManagementTool[] = [
     changes: false,
     async handler(deps, call, args) {
       assertCanReadPartner(call.principal, args.partner_id);
-      return { policy: await getPolicy(deps, args.partner_id, args.subject_id) };
+      const subject = await subjectIdIn(deps, args.partner_id, args.subject_id);
+      return { policy: await getPolicy(deps, args.partner_id, subject) };
     },
   }),
   define<{ partner_id: string; subject_id: string }>({
@@ -220,7 +225,8 @@ const tools: readonly ManagementTool[] = [
     async handler(deps, call, args) {
       assertCanManagePartner(call.principal, args.partner_id);
       const actor = { subject: call.principal.subject, requestId: call.requestId };
-      return { ...(await revokePolicy(deps, actor, args.partner_id, args.subject_id)) };
+      const subject = await subjectIdIn(deps, args.partner_id, args.subject_id);
+      return { ...(await revokePolicy(deps, actor, args.partner_id, subject)) };
     },
   }),
 ];

@@ -51,8 +51,28 @@ export function protectedResourceMetadata(options: {
 /** RFC 6750 error codes a challenge may carry. */
 export type BearerChallengeError = "invalid_token" | "insufficient_scope" | "invalid_request";
 
-export function bearerChallenge(publicUrl: string, error?: BearerChallengeError): string {
+/**
+ * `scope` (RFC 6750 §3, MCP authorization "scope selection"): what a client should ask its
+ * authorization server for — scope tokens only (config.ts checks them), so no quoting issue.
+ */
+export function bearerChallenge(publicUrl: string, error?: BearerChallengeError, scope?: string): string {
   const parts = [`resource_metadata="${metadataUrl(publicUrl)}"`];
+  if (scope !== undefined) parts.push(`scope="${scope}"`);
   if (error !== undefined) parts.push(`error="${error}"`);
   return `Bearer ${parts.join(", ")}`;
+}
+
+/**
+ * The scope a token issued for the MCP resource itself (its `aud` names the resource URL,
+ * RFC 8707) must carry to use /mcp, when it lacks it; undefined when nothing is missing.
+ * Tokens for the service's configured audience are governed by roles and policy, as on
+ * every other route, and need no scope.
+ */
+export function missingMcpScope(
+  token: { readonly audience?: readonly string[]; readonly scopes: readonly string[] },
+  resource: string,
+  requiredScope: string,
+): string | undefined {
+  if (!(token.audience ?? []).includes(resource)) return undefined;
+  return token.scopes.includes(requiredScope) ? undefined : requiredScope;
 }

@@ -7,9 +7,17 @@
  * Call: the policy is loaded and verified again to map the name, then the one enforcement
  * pipeline (src/pipeline/enforce.ts) runs with the snapshot's method and path template:
  * decision, input, constraints, render and re-match, auth profile, send, scrub, redact, and
- * the one record of what happened. A denied tool answers exactly like an unknown one.
+ * the one record of what happened. A denied tool answers exactly like an unknown one, in
+ * words true of both ("not available to this caller"): it neither says whether a tool of
+ * that name exists for someone else nor claims that it does not.
  */
-import { type CallToolResult, ErrorCode, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import {
+  type CallToolResult,
+  INTERNAL_ERROR,
+  INVALID_PARAMS,
+  ProtocolError,
+  type Tool,
+} from "@modelcontextprotocol/server";
 import type { AdminDeps } from "../admin/deps.ts";
 import type { McpCallInput } from "../audit/mcp-records.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
@@ -26,7 +34,7 @@ import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import { outageFailure, pipelineFailure } from "../pipeline/failure.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
-import type { DecisionRuntime } from "../policy/runtime.ts";
+import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
 import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
 import type { ManagementToolSet } from "./management-tools.ts";
@@ -36,6 +44,8 @@ export interface McpCaller {
   readonly principal: Principal;
   /** The HTTP request's id: sent upstream as X-Request-Id and written to every record. */
   readonly requestId: string;
+  /** Aborted when the HTTP client goes away: a call in flight stops (the upstream request too). */
+  readonly signal?: AbortSignal;
 }
 
 export interface McpServiceOptions {
@@ -60,27 +70,13 @@ export interface McpService {
   readonly toolCache: ToolIndexCache;
 }
 
-/** Longest tool name echoed back in the unknown-tool error. */
+/** Longest tool name echoed back in the unavailable-tool error. */
 const MAX_ECHOED_NAME = 128;
 
-/**
- * A JSON-RPC error a handler throws: the SDK answers `{ code, message }` with exactly
- * this message (its own McpError would prefix "MCP error <code>:" to the wire message).
- */
-export class McpProtocolError extends Error {
-  readonly code: number;
-
-  constructor(code: number, message: string) {
-    super(message);
-    this.name = "McpProtocolError";
-    this.code = code;
-  }
-}
-
 /** The one answer for a tool that does not exist and for one the caller may not use. */
-export function unknownToolError(name: string): McpProtocolError {
+export function unknownToolError(name: string): ProtocolError {
   const shown = name.length > MAX_ECHOED_NAME ? `${name.slice(0, MAX_ECHOED_NAME)}…` : name;
-  return new McpProtocolError(ErrorCode.InvalidParams, `Unknown tool: ${shown}`);
+  return new ProtocolError(INVALID_PARAMS, `Tool not available to this caller: ${shown}`);
 }
 
 /** A policy that stands for the caller (src/core/decision.ts policyStanding): its document, else why not. */
@@ -214,15 +210,16 @@ export function createMcpService(options: McpServiceOptions): McpService {
   async function loadPolicy(
     scope: DecisionRuntime,
     caller: McpCaller,
-  ): Promise<{ loaded?: LoadedPolicy; partnerId: string | null }> {
-    const subjectId = caller.principal.subject;
-    const subject = await scope.subjects.get(subjectId);
+  ): Promise<{ loaded?: LoadedPolicy; subjectId?: string; partnerId: string | null }> {
+    const subject = await principalSubject(scope.subjects, caller.principal.subject, bearerOf(caller));
     const partnerId = typeof subject?.partner_id === "string" ? subject.partner_id : null;
     if (subject === undefined || partnerId === null) return { partnerId: null };
     if (!subjectAdmits({ partner_id: partnerId, identity: identityOf(subject) }, bearerOf(caller))) {
       return { partnerId: null };
     }
-    return { loaded: await scope.policies.load(subjectId, { partnerId }), partnerId };
+    // The stored id (the partner's namespace, or the global one): what its policy is filed under.
+    const subjectId = subject.subject_id;
+    return { loaded: await scope.policies.load(subjectId, { partnerId }), subjectId, partnerId };
   }
 
   /**
@@ -272,14 +269,14 @@ export function createMcpService(options: McpServiceOptions): McpService {
 
   async function listTools(caller: McpCaller): Promise<Tool[]> {
     const tools = management.toolsFor(caller.principal).map((entry) => entry.tool);
-    const subjectId = caller.principal.subject;
     let loaded: LoadedPolicy | undefined;
+    let subjectId: string | undefined;
     try {
-      loaded = (await loadPolicy(runtime, caller)).loaded;
+      ({ loaded, subjectId } = await loadPolicy(runtime, caller));
     } catch (error) {
-      throw new McpProtocolError(ErrorCode.InternalError, pipelineFailure(error).message);
+      throw new ProtocolError(INTERNAL_ERROR, pipelineFailure(error).message);
     }
-    if (loaded === undefined) return tools;
+    if (loaded === undefined || subjectId === undefined) return tools;
     const gate = listable(loaded, subjectId, now());
     const hash = documentHash(loaded);
     if (!gate.ok || hash === undefined) return tools;
@@ -356,12 +353,12 @@ export function createMcpService(options: McpServiceOptions): McpService {
     try {
       const found = await loadPolicy(scope, caller);
       partnerId = found.partnerId;
-      if (found.loaded === undefined) mappingDenial = "missing_policy";
+      if (found.loaded === undefined || found.subjectId === undefined) mappingDenial = "missing_policy";
       else {
         // Policy-wide reasons come first, in decide()'s order, before "no such operation".
-        const gate = listable(found.loaded, subjectId, now());
+        const gate = listable(found.loaded, found.subjectId, now());
         if (!gate.ok) mappingDenial = gate.reason;
-        target = targetFor(found.loaded, subjectId, name);
+        target = targetFor(found.loaded, found.subjectId, name);
       }
     } catch (error) {
       const failure = pipelineFailure(error);

@@ -19,7 +19,7 @@ import {
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
-import type { DecisionRuntime } from "../policy/runtime.ts";
+import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { decideStage, subjectStandsFor } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 
@@ -113,7 +113,7 @@ interface Evaluation {
 const MISSING_POLICY: PolicyLoad = { ok: false, reason: "missing_policy" };
 
 async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): Promise<Evaluation> {
-  const base = {
+  const asked = {
     subjectId: request.subjectId,
     capabilityId: request.capabilityId,
     method: request.method,
@@ -122,22 +122,26 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     ...(request.pathIsTemplate === true ? { pathIsTemplate: true } : {}),
     ...(request.expectedContext === undefined ? {} : { expectedContext: request.expectedContext }),
   };
-  const subjectId = request.subjectId;
   const capabilityId = request.capabilityId;
   // Step 1: an authenticated subject and a capability context (decide() names which is missing).
-  if (subjectId === undefined || subjectId === "" || capabilityId === undefined || capabilityId === "") {
+  if (
+    request.subjectId === undefined ||
+    request.subjectId === "" ||
+    capabilityId === undefined ||
+    capabilityId === ""
+  ) {
     return {
-      decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }),
+      decision: decide({ ...asked, capability: undefined, policy: MISSING_POLICY }),
       partnerId: null,
     };
   }
   // A caller may not ask about another subject: refused before anything of theirs is read.
-  if (request.claimedSubjectId !== undefined && request.claimedSubjectId !== subjectId) {
+  if (request.claimedSubjectId !== undefined && request.claimedSubjectId !== request.subjectId) {
     return { decision: { status: "denied", reason: "subject_mismatch" }, partnerId: null };
   }
-  // Step 2: the partner scope comes from the subject's record; a subject the authority
-  // does not know has no policy.
-  const subject = await runtime.subjects.get(subjectId);
+  // Step 2: the partner scope comes from the subject's record (the token's partner namespace
+  // first, then the global one); a subject the authority does not know has no policy.
+  const subject = await principalSubject(runtime.subjects, request.subjectId, request.authenticatedAs);
   if (subject === undefined || typeof subject.partner_id !== "string") {
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
@@ -147,6 +151,9 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
   }
   const partnerId = subject.partner_id;
+  // The stored id: what the subject's policy is filed and signed under.
+  const subjectId = subject.subject_id;
+  const base = { ...asked, subjectId };
   const capability = await runtime.capabilities.resolve(partnerId, capabilityId);
   if (capability === undefined) {
     return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };

@@ -89,12 +89,18 @@ export type PolicyLoadErrorCode = "policy_source_unavailable" | "policy_protecti
  */
 export class PolicyLoadError extends Error {
   readonly code: PolicyLoadErrorCode;
-  readonly authorityCode = "upstream_unavailable" as const;
+  /** `subject_keys_unavailable` when the subject's owner at the crypto service is the fault. */
+  readonly authorityCode: "upstream_unavailable" | "subject_keys_unavailable";
 
   constructor(code: PolicyLoadErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = "PolicyLoadError";
     this.code = code;
+    const cause = options?.cause;
+    this.authorityCode =
+      cause instanceof PolicyProtectionError && cause.authorityCode === "subject_keys_unavailable"
+        ? "subject_keys_unavailable"
+        : "upstream_unavailable";
   }
 }
 

@@ -43,6 +43,25 @@ export interface PolicyProtector extends PolicyOpener {
   protect(canonicalDocument: string, context: PolicyProtectionContext): Promise<string>;
   /** The public keys of a policy signer (an owner as `policyKeyOwner` names it), for sidecars. */
   signerKeys?(owner: string): Promise<PublicKeyRingJson>;
+  /** The lifecycle of subjects' owners at the crypto service (custody modes; decision 2513). */
+  readonly subjectKeys?: SubjectKeyCustody;
+}
+
+/**
+ * A `subject_credentials_v1` subject's owner (`subject:<id>`) at the crypto service, acted for
+ * by the service identity: nobody, the authority included, holds that owner's credentials.
+ * Failures are PolicyProtectionErrors with `authorityCode` `subject_keys_unavailable` (or
+ * `upstream_unavailable` when the crypto service is down).
+ */
+export interface SubjectKeyCustody {
+  /** Creates the owner unless it exists already (idempotent). */
+  provision(subjectId: string): Promise<void>;
+  /** New current keys; the retired ones keep opening what they protected. */
+  rotate(subjectId: string): Promise<void>;
+  /** Deletes the owner and its keys; an owner already gone is fine. */
+  retire(subjectId: string): Promise<void>;
+  /** Subjects whose owner was missing or refused on the last use, for diagnostics and readiness. */
+  unusable(): ReadonlyArray<{ readonly subjectId: string; readonly reason: string; readonly at: string }>;
 }
 
 /** The purpose every policy signature names, so no other signed message can pass as a policy. */
@@ -64,13 +83,22 @@ export type PolicyProtectionErrorCode = "policy_unverifiable" | "policy_protecti
  */
 export class PolicyProtectionError extends Error {
   readonly code: PolicyProtectionErrorCode;
-  readonly authorityCode: "policy_verification_failed" | "upstream_unavailable";
+  readonly authorityCode: "policy_verification_failed" | "upstream_unavailable" | "subject_keys_unavailable";
 
-  constructor(code: PolicyProtectionErrorCode, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  /** `subjectKeys`: the subject's owner is missing or refused at the crypto service (a 503 that says so). */
+  constructor(
+    code: PolicyProtectionErrorCode,
+    message: string,
+    options?: { cause?: unknown; subjectKeys?: boolean },
+  ) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "PolicyProtectionError";
     this.code = code;
     this.authorityCode =
-      code === "policy_unverifiable" ? "policy_verification_failed" : "upstream_unavailable";
+      code === "policy_unverifiable"
+        ? "policy_verification_failed"
+        : options?.subjectKeys === true
+          ? "subject_keys_unavailable"
+          : "upstream_unavailable";
   }
 }

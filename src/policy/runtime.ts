@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../audit/recorder.ts";
+import { type SubjectAuthentication, subjectCandidates } from "../core/subject-identity.ts";
 import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import {
@@ -26,6 +27,24 @@ import type { PolicyProtector } from "./protector.ts";
 /** Where subject records come from (the subject's partner is derived from it, never from the caller). */
 export interface SubjectSource {
   get(subjectId: string): Promise<SubjectRecord | undefined>;
+}
+
+/**
+ * The subject record an authenticated principal names: for a bearer token, the first of its
+ * `sub`'s candidate ids that exists (its partner's namespace, then the global one); for a
+ * binding, the derived id itself. Whether the record admits the principal is subjectAdmits's.
+ */
+export async function principalSubject(
+  source: SubjectSource,
+  subjectId: string,
+  auth: SubjectAuthentication,
+): Promise<SubjectRecord | undefined> {
+  const candidates = auth.via === "bearer" ? subjectCandidates(subjectId, auth.partnerId) : [subjectId];
+  for (const candidate of candidates) {
+    const record = await source.get(candidate);
+    if (record !== undefined) return record;
+  }
+  return undefined;
 }
 
 export interface SubjectSourceOptions {

@@ -3,9 +3,10 @@
  * file (JSON), never from flags: the identity-provider service account (`username`,
  * `password`: the password grant gives the bearer token, cached until shortly before it
  * expires) and the partner credentials of the policy owners — the service identity's
- * (`api_key`, `access_key`, `secret_key`; platform_service_v2 policies) and, for
- * subject_credentials_v1 policies, each subject's own under `subjects`. Errors name the file
- * and the field, never a value.
+ * (`api_key`, `access_key`, `secret_key`), which also acts for the subjects' owners it
+ * provisions (decision 2513). `subjects` (optional, the older way) lists credential sets of
+ * subject_credentials_v1 subjects the operator provisioned. Errors name the file and the
+ * field, never a value.
  */
 import { readFile } from "node:fs/promises";
 import type { PartnerCredentials } from "../clients/crypto-service/credentials.ts";
@@ -16,7 +17,7 @@ export interface ServiceCryptoCredentials {
   readonly password: string;
   /** The service identity's partner credentials (`service:<identity>`). */
   readonly service: PartnerCredentials;
-  /** Subject id → that subject's credential set (v1 policies). */
+  /** Subject id → that subject's credential set (v1 policies; optional, the older way). */
   readonly subjects: ReadonlyMap<string, PartnerCredentials>;
 }
 

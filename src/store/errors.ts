@@ -125,6 +125,15 @@ export function encodeValue(value: unknown): string {
   return text;
 }
 
+/** A count, seq or counter a server returned (a number, or its decimal text), as a safe integer. */
+export function returnedInteger(value: unknown, server: string, what: string): number {
+  const number = typeof value === "string" ? Number(value) : value;
+  if (typeof number !== "number" || !Number.isSafeInteger(number)) {
+    throw new StoreError(`${server} returned a non-integer ${what}.`);
+  }
+  return number;
+}
+
 export function decodeValue<T>(text: string): T {
   try {
     return JSON.parse(text) as T;

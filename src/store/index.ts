@@ -3,15 +3,19 @@
  *   sqlite:<path>            a file (relative to the working directory), parent dirs created
  *   sqlite:///<absolute>     the same with an absolute path
  *   redis://… / rediss://…   a Redis server (password in the URL is never reported)
+ *   postgres://… / postgresql://…   a PostgreSQL database, migrated when opened (likewise)
  */
 import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { StoreError, StoreInvalidArgumentError } from "./errors.ts";
+import { PostgresStore, type PostgresStoreOptions } from "./postgres/postgres-store.ts";
 import { RedisStore, type RedisStoreOptions } from "./redis/redis-store.ts";
 import { SqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
 import type { Store } from "./store.ts";
 
 export * from "./errors.ts";
+export type { MigrationResult } from "./postgres/migrations.ts";
+export { PostgresStore, type PostgresStoreOptions } from "./postgres/postgres-store.ts";
 export { RedisStore, type RedisStoreOptions } from "./redis/redis-store.ts";
 export { SqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
 export type * from "./store.ts";
@@ -19,6 +23,7 @@ export type * from "./store.ts";
 export interface OpenStoreOptions {
   readonly sqlite?: Omit<SqliteStoreOptions, "path">;
   readonly redis?: Omit<RedisStoreOptions, "url">;
+  readonly postgres?: Omit<PostgresStoreOptions, "url">;
 }
 
 /** The file path a `sqlite:` URL names, resolved against the working directory. */
@@ -49,6 +54,11 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
   if (/^rediss?:\/\//i.test(url)) {
     return new RedisStore({ ...options.redis, url });
   }
+  if (/^postgres(ql)?:\/\//i.test(url)) {
+    return PostgresStore.open({ ...options.postgres, url });
+  }
   // The URL may carry a password, so it is not echoed.
-  throw new StoreInvalidArgumentError("Store URL must start with sqlite:, redis:// or rediss://.");
+  throw new StoreInvalidArgumentError(
+    "Store URL must start with sqlite:, redis://, rediss://, postgres:// or postgresql://.",
+  );
 }

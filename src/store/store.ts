@@ -1,6 +1,6 @@
 /**
- * The one persistence interface. Two real backends implement it (sqlite/ and redis/) and
- * one contract suite (test/store/contract.ts) runs against both.
+ * The one persistence interface. Three real backends implement it (sqlite/, redis/ and
+ * postgres/) and one contract suite (test/store/contract.ts) runs against each.
  *
  * Model: named collections of JSON documents keyed by id (ordered by id, so ids with a
  * common prefix page together), append-only logs with monotonic sequence numbers (audit),
@@ -45,15 +45,17 @@ export interface ReadLogOptions {
   readonly limit?: number;
 }
 
+export type StoreBackend = "sqlite" | "redis" | "postgres";
+
 export interface StoreHealth {
-  readonly backend: "sqlite" | "redis";
+  readonly backend: StoreBackend;
   readonly ok: boolean;
   /** Safe, human-readable state (no secrets, no connection strings with passwords). */
   readonly detail: string;
 }
 
 export interface Store {
-  readonly backend: "sqlite" | "redis";
+  readonly backend: StoreBackend;
   get<T>(collection: string, id: string): Promise<T | undefined>;
   put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void>;
   /** Writes only when no live document has this id; true when this call created it. */
@@ -64,8 +66,9 @@ export interface Store {
   append<T>(log: string, value: T): Promise<number>;
   /**
    * Appends several entries at once, in order, all or none: their seqs are consecutive and
-   * returned in the same order. One transaction (SQLite) or one script (Redis) for the
-   * batch, so a busy audit log costs one write per batch instead of one per entry.
+   * returned in the same order. One transaction (SQLite), one script (Redis) or one statement
+   * (PostgreSQL) for the batch, so a busy audit log costs one write per batch instead of one
+   * per entry.
    */
   appendMany<T>(log: string, values: readonly T[]): Promise<number[]>;
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]>;

@@ -92,6 +92,8 @@ const ALLOWED: Readonly<Record<string, string>> = {
     "pure memo: declared header names per schema object (weak)",
   "src/servers/sidecar/request-input.ts:needsBodyByOperation":
     "pure memo: whether a schema reads the body (weak)",
+  "src/servers/sidecar/request-guard.ts:report":
+    "where the process guard logs: uncaughtException is process-wide, so its one handler is too (set by installProcessGuard)",
   "src/servers/sidecar/grpc/proto.ts:loaded": "pure memo: the parsed constant .proto definitions",
   "src/identity/secret-hash.ts:dummyHash": "pure memo: one dummy hash of a constant input, for equal timing",
   "src/core/schema-validator.ts:shared": "schema compiler shared by pure validators (compiled code only)",
@@ -106,7 +108,7 @@ const ALLOWED: Readonly<Record<string, string>> = {
   "src/core/capability.ts:matchers": "pure memo: path matcher per capability object (weak)",
   "src/core/path-values.ts:guards": "pure memo: route guards per capability object (weak)",
   "src/core/path-values.ts:checks": "pure memo: value check per schema object (weak)",
-  "src/core/path-values.ts:patterns": "pure memo, bounded: compiled RegExp per pattern string",
+  "src/core/linear-pattern.ts:compiled": "pure memo, bounded: compiled linear-time pattern per source",
   "src/core/redaction.ts:sensitiveKeyAnswers": "pure memo, bounded: whether a key name is sensitive",
 };
 

@@ -3,14 +3,19 @@ import { after, before, describe, it } from "node:test";
 import { createAssertionVerifiers } from "../../src/bindings/assertions.ts";
 import type { BindingRecord } from "../../src/bindings/model.ts";
 import { AuthorityError } from "../../src/errors.ts";
+import type { EgressPolicy } from "../../src/execute/egress.ts";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
+import { egressAllowing } from "../helpers/egress.ts";
 
 describe("user assertion verifiers", () => {
   let idp: IdpServer;
   let binding: BindingRecord;
+  let egress: EgressPolicy;
   before(async () => {
     idp = await createIdpServer({ audience: "partner-api" });
     await idp.listen();
+    // The partner's IdP (and the closed port below), as a platform admin would allow them.
+    egress = egressAllowing([idp.issuer, "http://127.0.0.1:9"]);
     binding = {
       binding_id: "b1",
       partner_id: "acme",
@@ -30,13 +35,14 @@ describe("user assertion verifiers", () => {
   });
   after(async () => {
     await idp.close();
+    await egress.close();
   });
 
   const rejected = (error: unknown) =>
     error instanceof AuthorityError && error.code === "invalid_user_assertion";
 
   it("verifies against the binding's issuer, keys, audience and tenant", async () => {
-    const verifiers = createAssertionVerifiers();
+    const verifiers = createAssertionVerifiers({ fetch: egress.fetch });
     const token = (await idp.issueToken({ subject: "user-1", audience: "partner-api", tenant: "t1" }))
       .accessToken;
     const verified = await verifiers.verify(binding, token);
@@ -47,7 +53,7 @@ describe("user assertion verifiers", () => {
   });
 
   it("re-checks a remembered assertion when the binding's settings change", async () => {
-    const verifiers = createAssertionVerifiers();
+    const verifiers = createAssertionVerifiers({ fetch: egress.fetch });
     const token = (await idp.issueToken({ subject: "user-1", audience: "partner-api", tenant: "t1" }))
       .accessToken;
     await verifiers.verify(binding, token);
@@ -58,7 +64,7 @@ describe("user assertion verifiers", () => {
   });
 
   it("uses inline keys when the binding has no JWKS URL", async () => {
-    const verifiers = createAssertionVerifiers();
+    const verifiers = createAssertionVerifiers({ fetch: egress.fetch });
     const jwks = (await (await fetch(idp.jwksUri)).json()) as { keys: Record<string, unknown>[] };
     const inline = { ...binding, binding_id: "b2", jwks_url: null, jwks };
     const token = (await idp.issueToken({ subject: "user-2", audience: "partner-api", tenant: "t1" }))
@@ -68,7 +74,7 @@ describe("user assertion verifiers", () => {
   });
 
   it("answers 503 rather than 401 when the issuer's keys cannot be fetched", async () => {
-    const verifiers = createAssertionVerifiers();
+    const verifiers = createAssertionVerifiers({ fetch: egress.fetch });
     const token = (await idp.issueToken({ subject: "user-3", audience: "partner-api", tenant: "t1" }))
       .accessToken;
     const unreachable = { ...binding, binding_id: "b3", jwks_url: "http://127.0.0.1:9/jwks.json" };

@@ -623,7 +623,8 @@ describe("OpenAPI import: broken documents", () => {
       { pointer: `${base}/x-authority-constraints/0`, message: 'query parameter "missing" is not declared' },
       {
         pointer: `${base}/x-authority-constraints/1`,
-        message: 'path parameter "thingId": pattern is unsafe to evaluate',
+        message:
+          'path parameter "thingId": pattern cannot be used: backreferences (\\1) are not supported: they cannot be matched in linear time',
       },
       {
         pointer: `${base}/x-authority-constraints/2`,
@@ -676,6 +677,59 @@ describe("OpenAPI import: broken documents", () => {
       {
         pointer: "/paths/~1d~1{id}/get/parameters/0/required",
         message: "a path parameter must have required: true",
+      },
+    ]);
+  });
+
+  it("patterns linear-time matching cannot run are refused where they are written (400)", async () => {
+    const ok = { "200": { description: "ok" } };
+    const doc = {
+      openapi: "3.1.0",
+      info: { title: "t", version: "1" },
+      servers: [{ url: "https://api.example.com" }],
+      paths: {
+        "/things/{id}": {
+          get: {
+            parameters: [
+              { name: "id", in: "path", required: true, schema: { type: "string", pattern: "^(\\w+)-\\1$" } },
+            ],
+            responses: {
+              "200": {
+                description: "ok",
+                content: { "application/json": { schema: { $ref: "#/components/schemas/Thing" } } },
+              },
+            },
+          },
+        },
+        "/things": {
+          post: {
+            requestBody: {
+              content: {
+                "application/json": { schema: { type: "object", patternProperties: { "^(?=x)": {} } } },
+              },
+            },
+            responses: ok,
+          },
+        },
+      },
+      components: {
+        schemas: { Thing: { type: "object", properties: { code: { type: "string", pattern: "(?<!a)b" } } } },
+      },
+    };
+    const linear = "cannot be matched in linear time";
+    assert.deepEqual(await problemsOf(doc), [
+      {
+        pointer: "/paths/~1things~1{id}/get/parameters/0/schema/pattern",
+        message: `pattern "^(\\\\w+)-\\\\1$" is refused: backreferences (\\1) are not supported: they ${linear}`,
+      },
+      {
+        pointer:
+          "/paths/~1things~1{id}/get/responses/200/content/application~1json/schema/properties/code/pattern",
+        message: `pattern "(?<!a)b" is refused: lookbehind ((?<= or (?<!) is not supported: it ${linear}`,
+      },
+      {
+        pointer: "/paths/~1things/post/requestBody/content/application~1json/schema/patternProperties/^(?=x)",
+        message: `pattern "^(?=x)" is refused: lookahead ((?= or (?!) is not supported: it ${linear}`,
       },
     ]);
   });

@@ -11,16 +11,18 @@ import {
 
 function convert(schema: unknown, options: Partial<ConvertContext> = {}) {
   const warnings: string[] = [];
+  const refused: { pointer: string; message: string }[] = [];
   const builder = new SchemaBuilder({
     version: "3.1",
     document: {},
     budget: new NodeBudget(10_000),
     warn: (m) => warnings.push(m),
+    refuse: (pointer, message) => refused.push({ pointer, message }),
     ...options,
   });
-  const out = builder.finish(builder.convertRoot(schema));
+  const out = builder.finish(builder.convertRoot(schema, "/schema"));
   createSnapshotAjv().compile(out);
-  return { out, warnings };
+  return { out, warnings, refused };
 }
 
 describe("schema conversion to JSON Schema 2020-12", () => {
@@ -49,21 +51,63 @@ describe("schema conversion to JSON Schema 2020-12", () => {
     assert.deepEqual(warnings, []);
   });
 
-  it("drops unknown keywords, unknown formats and non-ECMAScript patterns with a warning", () => {
-    const { out, warnings } = convert({
+  it("drops unknown keywords and unknown formats with a warning", () => {
+    const { out, warnings, refused } = convert({
       type: "string",
       format: "phone",
-      pattern: "(?i)abc",
       collectionFormat: "csv",
-      patternProperties: { "[": {}, "^a": { type: "string" } },
+      patternProperties: { "^a": { type: "string" } },
     });
     assert.deepEqual(out, { type: "string", patternProperties: { "^a": { type: "string" } } });
     assert.deepEqual(warnings, [
       'format "phone" is not supported and was dropped',
-      'pattern "(?i)abc" is not a valid ECMAScript regular expression and was dropped',
       'schema keyword "collectionFormat" is not supported and was dropped',
-      'patternProperties key "[" is not a valid regular expression and was dropped',
     ]);
+    assert.deepEqual(refused, []);
+  });
+
+  it("refuses, at their locations, the patterns linear-time matching cannot run", () => {
+    const { refused } = convert({
+      type: "object",
+      properties: {
+        name: { type: "string", pattern: "^(\\w)\\1$" },
+        tags: { type: "array", items: { type: "string", pattern: "^(?!admin)" } },
+        code: {
+          anyOf: [
+            { type: "string", pattern: "(?i)abc" },
+            { type: "string", pattern: 7 },
+          ],
+        },
+      },
+      patternProperties: { "[": {}, "^(?<=x)": {}, "^ok_": { type: "string", pattern: "^(a+)+$" } },
+    });
+    const messages = refused.map((r) => `${r.pointer} ${r.message}`);
+    assert.deepEqual(messages, [
+      '/schema/properties/name/pattern pattern "^(\\\\w)\\\\1$" is refused: backreferences (\\1) are not supported: they cannot be matched in linear time',
+      '/schema/properties/tags/items/pattern pattern "^(?!admin)" is refused: lookahead ((?= or (?!) is not supported: it cannot be matched in linear time',
+      '/schema/properties/code/anyOf/0/pattern pattern "(?i)abc" is refused: it is not a valid ECMAScript regular expression',
+      "/schema/properties/code/anyOf/1/pattern a pattern must be a string",
+      '/schema/patternProperties/[ pattern "[" is refused: it is not a valid ECMAScript regular expression',
+      '/schema/patternProperties/^(?<=x) pattern "^(?<=x)" is refused: lookbehind ((?<= or (?<!) is not supported: it cannot be matched in linear time',
+    ]);
+  });
+
+  it("names a pattern inside a referenced schema by the reference's target", () => {
+    const document = {
+      components: {
+        schemas: {
+          Node: {
+            type: "object",
+            properties: { id: { pattern: "(a)\\1" }, next: { $ref: "#/components/schemas/Node" } },
+          },
+        },
+      },
+    };
+    const { refused } = convert({ $ref: "#/components/schemas/Node" }, { document });
+    assert.deepEqual(
+      refused.map((r) => r.pointer),
+      ["/components/schemas/Node/properties/id/pattern"],
+    );
   });
 
   it("rewrites draft-7 leftovers: tuple items, dependencies, definitions", () => {
@@ -162,10 +206,10 @@ describe("schema conversion to JSON Schema 2020-12", () => {
     };
     const build = (direction: "request" | "response" | "any") => {
       const builder = new SchemaBuilder(
-        { version: "3.1", document: {}, budget: new NodeBudget(1000), warn: () => {} },
+        { version: "3.1", document: {}, budget: new NodeBudget(1000), warn: () => {}, refuse: () => {} },
         direction,
       );
-      return builder.convertRoot(schema).required;
+      return builder.convertRoot(schema, "").required;
     };
     assert.deepEqual(build("request"), ["password", "name"]);
     assert.deepEqual(build("response"), ["id", "name"]);

@@ -15,7 +15,7 @@ describe("authority serve configuration", () => {
   });
   after(() => dir.cleanup());
 
-  test("egress-allow: CIDRs and address:port entries; nothing internal by default; own services refused", async () => {
+  test("egress-allow: CIDRs, address:port and host entries; nothing internal by default; own services refused", async () => {
     assert.deepEqual(resolveAuthorityConfig({ env: {} }).egress.allow, []);
     const config = resolveAuthorityConfig({
       env: { AUTHORITY_EGRESS_ALLOW: "10.0.0.0/8, 127.0.0.1:18080,[::1]:9000" },
@@ -38,7 +38,7 @@ describe("authority serve configuration", () => {
     for (const url of ["http://127.0.0.1:8083/oauth2/token", "http://127.0.0.1:8080/"]) {
       assert.equal((await policy.checkUrl(url)).ok, false, url);
     }
-    for (const bad of ["orders.internal:443", "10.0.0.1/8", "127.1:80", "*"]) {
+    for (const bad of ["*.orders.internal:443", "10.0.0.1/8", "127.1:80", "*"]) {
       assert.throws(
         () => resolveAuthorityConfig({ env: { AUTHORITY_EGRESS_ALLOW: bad } }),
         (error: unknown) =>
@@ -165,7 +165,7 @@ describe("authority serve configuration", () => {
       );
     }
     assert.throws(
-      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "postgres://user:hunter2@db" } }),
+      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "mysql://user:hunter2@db" } }),
       (error: unknown) => error instanceof ConfigError && !error.message.includes("hunter2"),
     );
   });

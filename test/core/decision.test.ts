@@ -182,6 +182,37 @@ describe("decide: one test per deny reason", () => {
     assert.equal(reasonOf(v1Input({ path: "/users/Me" })), "ambiguous_path");
   });
 
+  it("policy_verification_failed: a stored path pattern the linear-time engine cannot run", () => {
+    const withPattern = (pattern: string) => {
+      const reviewed = snapshot("GET", "/users/{id}", {
+        input_schema: {
+          path: { type: "object", properties: { id: { type: "string", pattern } } },
+          query: { type: "object" },
+          headers: { type: "object" },
+          body: null,
+        },
+      });
+      return loaded(policyV1([{ ...assigned, operations: [reviewed, ...assigned.operations.slice(1)] }]));
+    };
+    // Whatever the value: the snapshot, not the value, is what cannot be enforced.
+    for (const path of ["/users/42", "/users/4242"]) {
+      assert.equal(
+        reasonOf(v1Input({ path, policy: withPattern("^(\\d)\\1$") })),
+        "policy_verification_failed",
+      );
+      assert.equal(
+        reasonOf(v1Input({ path, policy: withPattern("^(?=\\d)\\d+$") })),
+        "policy_verification_failed",
+      );
+    }
+    // The same snapshot with a pattern that runs in linear time, catastrophic for backtracking.
+    assert.equal(reasonOf(v1Input({ policy: withPattern("^(\\d+)+$") })), "allowed");
+    assert.equal(
+      reasonOf(v1Input({ path: `/users/${"4".repeat(5000)}x`, policy: withPattern("^(\\d+)+$") })),
+      "ambiguous_path",
+    );
+  });
+
   it("covers every deny reason of the error table", () => {
     const seen = new Set([
       reasonOf(v1Input({ subjectId: undefined })),

@@ -4,9 +4,11 @@ import fc from "fast-check";
 import {
   type AddressClass,
   allowEntryMatches,
+  allowEntryNames,
   classifyAddress,
   classifyHostName,
   formatIpAddress,
+  type IpAddress,
   isAllowable,
   parseEgressAllowEntry,
   parseIpAddress,
@@ -268,9 +270,40 @@ describe("egress allow-list entries", () => {
     assert.equal(allowEntryMatches(v6, at("::1"), 9000), true);
   });
 
-  it("refuses host names, host bits below the prefix, odd spellings and bad ports", () => {
+  it("parses host name entries, with or without a port, normalized; they match no address", () => {
+    const named = parseEgressAllowEntry("Orders.Shop.svc.cluster.local.:8080");
+    assert.deepEqual(named, {
+      kind: "name",
+      name: "orders.shop.svc.cluster.local",
+      port: 8080,
+      text: "Orders.Shop.svc.cluster.local.:8080",
+    });
+    assert.deepEqual(parseEgressAllowEntry("localhost"), {
+      kind: "name",
+      name: "localhost",
+      text: "localhost",
+    });
+    assert.ok(named !== undefined);
+    assert.equal(allowEntryNames(named, "orders.shop.svc.cluster.local", 8080), true);
+    assert.equal(allowEntryNames(named, "ORDERS.shop.svc.cluster.local.", 8080), true);
+    assert.equal(allowEntryNames(named, "orders.shop.svc.cluster.local", 8081), false);
+    assert.equal(allowEntryNames(named, "evil-orders.shop.svc.cluster.local", 8080), false);
+    assert.equal(allowEntryNames(named, "orders.shop.svc.cluster.local.evil.test", 8080), false);
+    assert.equal(allowEntryMatches(named, parseIpAddress("127.0.0.1") as IpAddress, 8080), false);
+  });
+
+  it("refuses metadata names, wildcards, host bits below the prefix, odd spellings and bad ports", () => {
     for (const text of [
-      "orders.internal:443",
+      "metadata.google.internal",
+      "metadata:80",
+      "*.shop.svc",
+      "orders.internal:0",
+      "orders.internal:70000",
+      "orders..internal",
+      "-orders.internal",
+      "orders.123",
+      "http://orders.internal",
+      `${"a".repeat(64)}.internal`,
       "10.0.0.1/8",
       "10.0.0.0/33",
       "0x7f.1:80",

@@ -46,6 +46,7 @@ describe("values.schema.json", () => {
       "bundled-redis",
       "cert-manager",
       "external-redis",
+      "postgres",
       "crypto-custody",
       "managed-custody",
     ]) {
@@ -90,6 +91,15 @@ describe("values.schema.json", () => {
     ["an Istio mode that does not exist", { sidecar: { istio: { mode: "sometimes" } } }],
     ["a bad image digest", { image: { digest: "latest" } }],
     ["an invalid resource quantity", { sidecar: { resources: { limits: { memory: "lots" } } } }],
+    ["a repository with a tag in it", { image: { repository: "registry.example.com/authority:1.0" } }],
+    ["an issuer that is not a URL", { authority: { issuer: "login.example.com" } }],
+    ["a Redis volume size that is not a quantity", { redis: { persistence: { size: "big" } } }],
+    [
+      "a scrape source that is not a NetworkPolicyPeer",
+      { networkPolicy: { scrapeFrom: [{ podSelecter: {} }] } },
+    ],
+    ["an empty scrape source peer (it would admit everything)", { networkPolicy: { scrapeFrom: [{}] } }],
+    ["an unknown PrometheusRule key", { metrics: { prometheusRule: { enable: true } } }],
   ];
   for (const [what, override] of invalid) {
     it(`rejects ${what}`, () => {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { parse, stringify } from "yaml";
 import { renderBootstrap, validateBootstrap } from "../helpers/envoy.ts";
-import { at, listRepoDir, loadYaml, loadYamlDocuments, readRepoFile } from "./helpers.ts";
+import { docsYamlBlocks, loadYaml, readRepoFile, shippedEnvoyBootstraps } from "./helpers.ts";
 
 /**
  * Every Envoy configuration the repository ships, loaded by a real Envoy (1.40, the official
@@ -14,34 +14,19 @@ import { at, listRepoDir, loadYaml, loadYamlDocuments, readRepoFile } from "./he
 // biome-ignore lint/suspicious/noExplicitAny: an Envoy bootstrap is walked and edited field by field
 type Yaml = any;
 
-const docsSnippets = [
-  ...listRepoDir("docs")
-    .filter((f) => f.endsWith(".md"))
-    .map((f) => `docs/${f}`),
-  "README.md",
-].flatMap((file) =>
-  [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)]
-    .map((m) => m[1] ?? "")
-    .filter((text) => /\benvoy\.(filters|extensions|config)\b/.test(text))
-    .map((text) => ({ file, text })),
+const docsSnippets = docsYamlBlocks().filter(({ text }) =>
+  /\benvoy\.(filters|extensions|config)\b/.test(text),
 );
 
 describe("envoy --mode validate", () => {
-  it("accepts deploy/envoy/envoy.yaml as shipped", async () => {
-    const { ok, output } = await validateBootstrap(readRepoFile("deploy/envoy/envoy.yaml"));
-    assert.ok(ok, output);
-    assert.match(output, /OK/);
-  });
-
-  it("accepts the bootstrap of the Kubernetes example (deploy/kubernetes/example-app.yaml)", async () => {
-    const configMaps = listRepoDir("deploy/kubernetes")
-      .filter((f) => f.endsWith(".yaml"))
-      .flatMap((f) => loadYamlDocuments(`deploy/kubernetes/${f}`))
-      .filter((doc) => doc.kind === "ConfigMap" && typeof at(doc, ["data", "envoy.yaml"]) === "string");
-    assert.ok(configMaps.length >= 1);
-    for (const configMap of configMaps) {
-      const { ok, output } = await validateBootstrap(String(at(configMap, ["data", "envoy.yaml"])));
-      assert.ok(ok, output);
+  it("accepts every bootstrap the repository ships (deploy/envoy, the Kubernetes example's ConfigMap)", async () => {
+    const shipped = shippedEnvoyBootstraps();
+    assert.ok(shipped.some((b) => b.name === "deploy/envoy/envoy.yaml"));
+    assert.ok(shipped.some((b) => b.name.startsWith("deploy/kubernetes/")));
+    for (const { name, text } of shipped) {
+      const { ok, output } = await validateBootstrap(text);
+      assert.ok(ok, `${name}: ${output}`);
+      assert.match(output, /OK/, name);
     }
   });
 

@@ -39,3 +39,41 @@ export function mergeValues(base: unknown, override: unknown): unknown {
 
 export const at = (value: unknown, path: readonly string[]): unknown =>
   path.reduce<unknown>((node, key) => (isObj(node) ? node[key] : undefined), value);
+
+/**
+ * Every Envoy bootstrap the repository ships, as text: the files of deploy/envoy, the
+ * `envoy.yaml` of every ConfigMap in deploy/kubernetes, and every whole bootstrap
+ * (`static_resources`) in a YAML block of the docs or the README.
+ */
+export function shippedEnvoyBootstraps(): Array<{ name: string; text: string }> {
+  const files = listRepoDir("deploy/envoy")
+    .filter((f) => f.endsWith(".yaml"))
+    .map((f) => ({ name: `deploy/envoy/${f}`, text: readRepoFile(`deploy/envoy/${f}`) }));
+  const configMaps = listRepoDir("deploy/kubernetes")
+    .filter((f) => f.endsWith(".yaml"))
+    .flatMap((f) =>
+      loadYamlDocuments(`deploy/kubernetes/${f}`)
+        .filter((doc) => doc.kind === "ConfigMap" && typeof at(doc, ["data", "envoy.yaml"]) === "string")
+        .map((doc) => ({
+          name: `deploy/kubernetes/${f} ConfigMap ${String(at(doc, ["metadata", "name"]))}`,
+          text: String(at(doc, ["data", "envoy.yaml"])),
+        })),
+    );
+  const docs = docsYamlBlocks()
+    .filter(({ text }) => /^static_resources:/m.test(text))
+    .map(({ file, text }, i) => ({ name: `${file} bootstrap #${i + 1}`, text }));
+  return [...files, ...configMaps, ...docs];
+}
+
+/** The YAML code blocks of the docs and the README, in order. */
+export function docsYamlBlocks(): Array<{ file: string; text: string }> {
+  const files = [
+    ...listRepoDir("docs")
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+    "README.md",
+  ];
+  return files.flatMap((file) =>
+    [...readRepoFile(file).matchAll(/^```ya?ml\n([\s\S]*?)^```/gm)].map((m) => ({ file, text: m[1] ?? "" })),
+  );
+}

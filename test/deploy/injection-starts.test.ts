@@ -125,7 +125,7 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
     await world.idp.directory.addClient({
       clientId: CLIENT_ID,
       clientSecret: CLIENT_SECRET,
-      roles: ["sidecar"],
+      roles: ["sidecar", "sidecar_platform"],
     });
   });
   after(async () => {

@@ -18,6 +18,7 @@ import {
 import { applyJsonPatch } from "../servers/inject/json-patch.ts";
 import { httpsRequest, selfSignedCert } from "../servers/inject/tls.ts";
 import { isObj, type Obj, repoPath } from "./helpers.ts";
+import { REQUIRED_VALUES_FILE } from "./rendered-pod.ts";
 
 /**
  * The chart's injector beside Istio, whatever the release name: the chart is rendered by the
@@ -47,7 +48,17 @@ interface Rendered {
 async function render(release: string, kubeVersion: string): Promise<Rendered> {
   const { stdout } = await run(
     projectTool("helm"),
-    ["template", release, chart, "--namespace", "authority-system", "--kube-version", kubeVersion],
+    [
+      "template",
+      release,
+      chart,
+      "--namespace",
+      "authority-system",
+      "--kube-version",
+      kubeVersion,
+      "-f",
+      REQUIRED_VALUES_FILE,
+    ],
     { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 },
   );
   const docs = parseAllDocuments(stdout)
@@ -287,7 +298,17 @@ describe("the injector beside Istio, rendered by Helm for several release names"
     await assert.rejects(
       run(
         projectTool("helm"),
-        ["template", "authority", chart, "--kube-version", "1.31.0", "--set", "sidecar.ports.proxy=15001"],
+        [
+          "template",
+          "authority",
+          chart,
+          "--kube-version",
+          "1.31.0",
+          "-f",
+          REQUIRED_VALUES_FILE,
+          "--set",
+          "sidecar.ports.proxy=15001",
+        ],
         { timeout: 60_000 },
       ),
       (error: unknown) => {

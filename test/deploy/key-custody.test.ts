@@ -521,7 +521,7 @@ describe("authority serve with exactly what the rendered pod gives it", () => {
         "GET",
         `/v1/sidecar/policies/${agent}`,
         undefined,
-        await token("sidecar-1", ["sidecar"]),
+        await token("sidecar-1", ["sidecar", "sidecar_platform"]),
       );
       expect(record, 200, "signed policy");
       const blob = Buffer.from(record.json.signed_policy as string, "base64");

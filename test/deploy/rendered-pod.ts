@@ -20,8 +20,20 @@ const run = promisify(execFile);
 
 export const KUBE_VERSION = "1.31.0";
 
-/** `helm template` of the chart with `--set`/`--set-json`/`-f` arguments; every document. */
-export async function renderChart(args: readonly string[]): Promise<Obj[]> {
+/**
+ * The values file with the chart's required values (image.repository, authority.issuer) and
+ * nothing else: renderChart puts it first, so `-f` files and `--set`s given after it win.
+ */
+export const REQUIRED_VALUES_FILE = repoPath("charts/authority/ci/default-values.yaml");
+
+/**
+ * `helm template` of the chart with `--set`/`--set-json`/`-f` arguments after the required
+ * values (`{ required: false }`: the arguments alone); every document.
+ */
+export async function renderChart(
+  args: readonly string[],
+  { required = true }: { readonly required?: boolean } = {},
+): Promise<Obj[]> {
   const { stdout } = await run(
     projectTool("helm"),
     [
@@ -32,6 +44,7 @@ export async function renderChart(args: readonly string[]): Promise<Obj[]> {
       "authority-system",
       "--kube-version",
       KUBE_VERSION,
+      ...(required ? ["-f", REQUIRED_VALUES_FILE] : []),
       ...args,
     ],
     { maxBuffer: 32 * 1024 * 1024, timeout: 60_000 },
@@ -47,8 +60,11 @@ export async function renderChart(args: readonly string[]): Promise<Obj[]> {
 }
 
 /** The render's error output when Helm refuses the values (undefined when it renders). */
-export async function renderError(args: readonly string[]): Promise<string | undefined> {
-  return renderChart(args).then(
+export async function renderError(
+  args: readonly string[],
+  options: { readonly required?: boolean } = {},
+): Promise<string | undefined> {
+  return renderChart(args, options).then(
     () => undefined,
     (error: { stderr?: string }) => error.stderr ?? String(error),
   );

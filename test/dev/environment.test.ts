@@ -8,6 +8,7 @@ import type { DevPorts } from "../../src/dev/ports.ts";
 import { createLogger } from "../../src/observability/logger.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
 import { collections, storeKeys } from "../../src/store/model.ts";
+import { connectWithOAuth } from "../helpers/mcp-oauth.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir } from "../helpers/temp-dir.ts";
 
@@ -99,6 +100,15 @@ describe("startDevEnvironment", () => {
       (await authorize(env, await subjectToken(env, "unassigned"), "GET", "/customers")).body.reason,
       "missing_policy",
     );
+
+    // An MCP client gets its own token from the dev IdP and sees the demo agent's tools.
+    const oauth = await connectWithOAuth(`${env.urls.authority}/mcp`);
+    try {
+      const { tools } = await oauth.client.listTools();
+      assert.ok(tools.length > 0, "the demo agent's policy allows some operations");
+    } finally {
+      await oauth.client.close();
+    }
 
     // The sample API stands behind its API key.
     const direct = await fetch(`${env.sampleApi.url}/customers`);

@@ -31,10 +31,15 @@ async function registeredCommands(): Promise<readonly Command[]> {
 }
 
 /** Flags a command has that are actions of one run, not settings (nothing to configure). */
-const ACTION_FLAGS: Readonly<Record<string, readonly string[]>> = { reprotect: ["--restart"] };
+const ACTION_FLAGS: Readonly<Record<string, readonly string[]>> = {
+  reprotect: ["--restart", "--from-embedded-kek-file"],
+};
 
-/** AUTHORITY_* names in the docs and manifests that are shell variables of examples, not settings. */
-const NOT_SETTINGS = new Set(["AUTHORITY_TOKEN", "AUTHORITY_BINDING_ID"]);
+/**
+ * AUTHORITY_* names in the docs and manifests that are shell variables of examples, not
+ * settings (and AUTHORITY_PEERS_ONLY of scripts/ensure-test-peers.sh, which the guides run).
+ */
+const NOT_SETTINGS = new Set(["AUTHORITY_TOKEN", "AUTHORITY_BINDING_ID", "AUTHORITY_PEERS_ONLY"]);
 
 async function filesUnder(dir: string, keep: (name: string) => boolean): Promise<string[]> {
   const entries = await readdir(join(repo, dir), { recursive: true, withFileTypes: true });

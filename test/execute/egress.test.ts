@@ -193,6 +193,44 @@ describe("egress policy on the connection", () => {
     await policy.close();
   });
 
+  it("a host name entry opens that name (its port, if given) on the addresses it resolves to, nothing else", async () => {
+    const port = portOf(upstream.origin);
+    const policy = createEgressPolicy({
+      allow: egressAllowSetting.parse(
+        `orders.shop.svc:${port},any-port.shop.svc,meta.shop.svc`,
+        "egress-allow",
+      ),
+      platformEndpoints: [endpointOfUrl(platform.origin)].filter((e) => e !== undefined),
+      resolve: fixedResolver({
+        "orders.shop.svc": ["127.0.0.1"],
+        "any-port.shop.svc": ["127.0.0.1"],
+        "other.shop.svc": ["127.0.0.1"],
+        "meta.shop.svc": ["169.254.169.254"],
+      }),
+    });
+    // The listed name, on fetch and node:http, in any case.
+    assert.equal(await viaFetch(policy, `http://orders.shop.svc:${port}/a`), "ok");
+    assert.equal(await viaAgent(policy, `http://ORDERS.shop.svc:${port}/b`), "ok");
+    assert.deepEqual(await policy.checkUrl(`http://orders.shop.svc:${port}/`, { resolve: true }), {
+      ok: true,
+    });
+    assert.equal(upstream.requests.length, 2);
+    // Another name for the same address, the address itself, and the listed name on another port.
+    assert.equal(await viaFetch(policy, `http://other.shop.svc:${port}/`), "loopback");
+    assert.equal(await viaFetch(policy, `http://127.0.0.1:${port}/`), "loopback");
+    assert.equal(await viaFetch(policy, `http://orders.shop.svc:${port + 1}/`), "loopback");
+    // A name entry without a port opens every port, but never the platform's own services or metadata.
+    assert.equal(await viaFetch(policy, `http://any-port.shop.svc:${port}/`), "ok");
+    assert.equal(
+      await viaFetch(policy, `http://any-port.shop.svc:${portOf(platform.origin)}/`),
+      "platform_service",
+    );
+    assert.equal(await viaFetch(policy, "http://meta.shop.svc/"), "metadata");
+    assert.equal(upstream.requests.length, 3);
+    assert.equal(platform.requests.length, 0);
+    await policy.close();
+  });
+
   it("one refused address among several refuses the name", async () => {
     const policy = createEgressPolicy({
       resolve: fixedResolver({ "mixed.test": ["93.184.216.34", "127.0.0.1"] }),

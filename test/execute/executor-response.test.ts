@@ -243,7 +243,7 @@ describe("executor: injected secrets never reach the caller", () => {
       ),
     );
     assert.equal(error.code, "redaction_failed");
-    assert.equal(error.details?.issue, "not_json");
+    assert.equal(error.details?.issue, "content_type");
     assert.equal(JSON.stringify(error.toJSON()).includes("4111"), false);
   });
 });

@@ -289,7 +289,8 @@ describe("executor: fail closed before secrets and network", () => {
 
   it("invalid constraint metadata fails closed", async () => {
     const snapshot = itemSnapshot(upstream.origin, {
-      parameter_constraints: [{ in: "query", name: "region", pattern: "(a+)+" }],
+      // A backreference: linear-time matching cannot run it (docs/decisions/2502).
+      parameter_constraints: [{ in: "query", name: "region", pattern: "(a)\\1" }],
     });
     const error = await rejection(
       executor().execute(request({ snapshot, args: { path: { id: "a" }, query: { region: "aaa" } } })),

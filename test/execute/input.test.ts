@@ -91,6 +91,38 @@ describe("validateInput", () => {
     );
   });
 
+  it("a stored pattern the linear-time engine cannot run makes the snapshot unusable, whatever the value", () => {
+    for (const pattern of ["^(a)\\1$", "^(?!admin)", "(?<=x)y"]) {
+      const stored = {
+        ...item,
+        query: { type: "object", patternProperties: { "^f_": { type: "string", pattern } } },
+      };
+      const error = failure(() => validateInput(stored, { path: { id: "a" }, query: { f_x: "aa" } }));
+      assert.equal(error.reason, "invalid_operation_snapshot", pattern);
+      assert.equal(error.details?.issue, "input_schema_pattern_unsupported", pattern);
+    }
+  });
+
+  it("patterns and patternProperties run in linear time: a catastrophic pair answers at once", () => {
+    const hostile = {
+      ...item,
+      query: {
+        type: "object",
+        patternProperties: { "^(f+)+$": { type: "string", pattern: "^(a|a)*$" } },
+        additionalProperties: false,
+      },
+      body: { type: "object", properties: { note: { type: "string", pattern: "^(\\w+\\s?)*$" } } },
+    };
+    const long = `${"a".repeat(50_000)}!`;
+    for (const args of [
+      { path: { id: "a" }, query: { [`${"f".repeat(4_000)}!`]: "x" } },
+      { path: { id: "a" }, query: { f: long } },
+      { path: { id: "a" }, body: { note: `${"ab ".repeat(20_000)}!` } },
+    ]) {
+      assert.equal(failure(() => validateInput(hostile, args)).reason, "invalid_input");
+    }
+  });
+
   it("accepts schemas with an $id more than once", () => {
     const withId = { ...item, body: { $id: "https://schemas.example/body", type: "object" } };
     validateInput(withId, { path: { id: "a" }, body: {} });

@@ -69,8 +69,8 @@ describe("readForRedaction", () => {
     assert.equal(refused(Buffer.from(`${TEXT}}`), "text/plain"), "not_json");
     assert.equal(refused(Buffer.from('{"n":NaN,"password":"x"}'), "application/json"), "not_json");
     assert.equal(refused(Buffer.from(`cb(${TEXT});`), "application/json"), "not_json");
-    assert.equal(refused(Buffer.from(`cb(${TEXT});`), "application/javascript", true), "not_json");
-    assert.equal(refused(Buffer.from(`<p>${TEXT}</p>`), "text/html", true), "not_json");
+    assert.equal(refused(Buffer.from(`cb(${TEXT});`), "application/javascript", true), "content_type");
+    assert.equal(refused(Buffer.from(`<p>${TEXT}</p>`), "text/html", true), "content_type");
     assert.equal(
       refused(
         Buffer.concat([Buffer.from(TEXT.slice(0, -1)), Buffer.from([0xff]), Buffer.from("}")]),
@@ -79,6 +79,20 @@ describe("readForRedaction", () => {
       "charset",
     );
     assert.equal(refused(Buffer.from(TEXT), "application/json; charset=x-unknown-42"), "charset");
+  });
+
+  it("with rules, a body not declared (ND)JSON is refused even when it parses", () => {
+    for (const type of [
+      "text/plain",
+      "text/html",
+      "application/octet-stream",
+      "application/javascript",
+      undefined,
+    ]) {
+      assert.equal(refused(Buffer.from(TEXT), type, true), "content_type", String(type));
+    }
+    assert.equal(readForRedaction(Buffer.from(TEXT), "application/problem+json", true).kind, "json");
+    assert.equal(readForRedaction(Buffer.from(`${TEXT}\n`), "application/x-ndjson", true).kind, "ndjson");
   });
 
   it("without rules, bodies that are not JSON by type or content pass as they are", () => {
@@ -129,7 +143,7 @@ describe("readForRedaction", () => {
         fc.constantFrom(...Object.keys(encodings)),
         (value, name) => {
           const [bytes, type] = (encodings[name] as (t: string) => [Buffer, string])(JSON.stringify(value));
-          const read = readForRedaction(bytes, type, true);
+          const read = readForRedaction(bytes, type, false);
           return read.kind === "json" && JSON.stringify(read.value) === JSON.stringify(value);
         },
       ),

@@ -1,6 +1,4 @@
 import assert from "node:assert/strict";
-import { Readable } from "node:stream";
-import { buffer } from "node:stream/consumers";
 import { describe, it } from "node:test";
 import {
   createSecretScrubber,
@@ -11,6 +9,17 @@ import {
   secretForms,
 } from "../../src/execute/secret-scrub.ts";
 import { canary } from "../helpers/canary.ts";
+import {
+  clientReadings,
+  htmlDecimal,
+  htmlHex,
+  htmlNamed,
+  jsEscaped,
+  mimeBase64,
+  percentAll,
+  quotedPrintable,
+  spaced,
+} from "../helpers/client-encodings.ts";
 
 const SECRET = canary("key-");
 
@@ -161,15 +170,45 @@ describe("createSecretScrubber", () => {
     assert.equal(scrubber.headerHoldsSecret("content-type", "application/json"), false);
   });
 
-  it("streams: a secret split across chunks at any position is overwritten, lengths kept", async () => {
-    const body = Buffer.from(`${"a".repeat(50)}${SECRET}${"b".repeat(50)}`);
-    for (let cut = 1; cut < body.length; cut += 3) {
-      const chunks = [body.subarray(0, cut), body.subarray(cut, cut + 7), body.subarray(cut + 7)];
-      const out = await buffer(Readable.from(chunks).pipe(scrubber.createStream()));
-      assert.equal(out.length, body.length);
-      assert.equal(out.toString().includes(SECRET), false, `cut at ${cut}`);
-      assertOnlyOverwritten(body.toString(), out.toString());
+  it("finds a secret through every decoding a client may apply, and overwrites only where it came from", () => {
+    const special = "s3cr/t+key=v:al.ue_x";
+    const specialScrubber = createSecretScrubber([special]);
+    const encodings: Record<string, (s: string) => string> = {
+      "MIME base64": (s) => mimeBase64(Buffer.from(`{"k":"${s}"}`), 12),
+      "base64url with spaces": (s) => spaced(Buffer.from(`!${s}`).toString("base64url"), 5, " \r\n"),
+      "HTML decimal": htmlDecimal,
+      "HTML hex": htmlHex,
+      "HTML named": htmlNamed,
+      "percent, every byte": percentAll,
+      "JavaScript escapes": jsEscaped,
+      hex: (s) => Buffer.from(s).toString("hex").toUpperCase(),
+      "quoted-printable": quotedPrintable,
+      "percent of HTML": (s) => encodeURIComponent(htmlHex(s)),
+      "base64 of escapes": (s) => Buffer.from(jsEscaped(s)).toString("base64"),
+      "base64 in a JSON string, CRLF lines": (s) =>
+        JSON.stringify(mimeBase64(Buffer.from(s), 8)).slice(1, -1),
+    };
+    for (const [name, encode] of Object.entries(encodings)) {
+      const text = `before ${encode(special)} after`;
+      const { value, found } = specialScrubber.scrubText(text);
+      assert.ok(found > 0, name);
+      assertOnlyOverwritten(text, value);
+      assert.ok(value.startsWith("before ") && value.endsWith(" after"), `${name}: ${value}`);
+      for (const reading of clientReadings(value)) assert.equal(reading.includes(special), false, name);
     }
+  });
+
+  it("finds a secret percent-encoded inside UTF-16 and overwrites its bytes, NULs kept", () => {
+    const body = Buffer.concat([
+      Buffer.from([0xff, 0xfe]),
+      Buffer.from(`next=${percentAll(SECRET)}`, "utf16le"),
+    ]);
+    const { value, found } = scrubber.scrubBytes(body);
+    assert.ok(found > 0);
+    assert.equal(value.length, body.length);
+    const text = value.toString("utf16le");
+    for (const reading of clientReadings(text)) assert.equal(reading.includes(SECRET), false);
+    for (let i = 0; i < body.length; i++) if (body[i] === 0) assert.equal(value[i], 0);
   });
 
   it("a secret made of the fill character cannot be scrubbed: refused, never passed", () => {

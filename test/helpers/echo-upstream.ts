@@ -2,9 +2,11 @@
  * A hostile upstream for the response-side attack tests: a real HTTP server on an
  * ephemeral port that echoes the credentials it receives back to the caller in every way
  * a careless or hostile API might (response headers, text, JSON under innocuous names,
- * base64, URL-encoded, UTF-16, binary, compressed), and that serves sensitive JSON the
- * way a redaction bypass would need it (BOM, NDJSON, trailing bytes, NaN, UTF-16, JSONP,
- * gzip, an unknown content coding).
+ * base64, URL-encoded, UTF-16, binary, compressed, and in every encoding a client may decode:
+ * MIME base64, HTML references, percent-encoding, JavaScript escapes, hex, quoted-printable,
+ * and these nested), and that serves sensitive JSON the way a redaction bypass would need it
+ * (BOM, NDJSON, trailing bytes, NaN, UTF-16, JSONP, gzip, an unknown content coding, HTML,
+ * JSON inside a JSON string or a base64 one, JSON under a text type).
  *
  *   GET /echo/{kind}   → ECHO_KINDS: what it received, spelled as `kind` says
  *   GET /ruled/{kind}  → BODY_KINDS: `{ card_number, password }` served as `kind` says
@@ -17,6 +19,19 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { gzipSync } from "node:zlib";
+import {
+  htmlDecimal,
+  htmlHex,
+  htmlNamed,
+  jsEscaped,
+  mimeBase64,
+  mixedHex,
+  percentAll,
+  quotedPrintable,
+  spaced,
+} from "./client-encodings.ts";
+
+export { clientReadings } from "./client-encodings.ts";
 
 export const ECHO_KINDS = [
   "header",
@@ -30,6 +45,21 @@ export const ECHO_KINDS = [
   "binary",
   "gzip",
   "location",
+  // Encodings a client may decode (issue 26): every one must be scrubbed or refused.
+  "base64-mime",
+  "base64-json-lines",
+  "base64url-spaced",
+  "html-decimal",
+  "html-hex",
+  "html-named",
+  "percent-all",
+  "js-escaped",
+  "hex",
+  "quoted-printable",
+  "utf16-percent",
+  "gzip-base64-mime",
+  "percent-html",
+  "base64-js-escaped",
 ] as const;
 export type EchoKind = (typeof ECHO_KINDS)[number];
 
@@ -45,6 +75,13 @@ export const BODY_KINDS = [
   "gzip",
   "unknown-encoding",
   "html",
+  // JSON inside what is not plain JSON (issue 26): masked where a client would read it, or refused.
+  "html-escaped",
+  "jsonp-unquoted",
+  "json-in-string",
+  "json-base64-string",
+  "json-text-plain",
+  "html-clean",
 ] as const;
 export type BodyKind = (typeof BODY_KINDS)[number];
 
@@ -183,6 +220,59 @@ function echo(kind: string, values: Record<string, string>, res: ServerResponse)
       );
     case "gzip":
       return send(res, { "content-type": "text/plain", "content-encoding": "gzip" }, gzipSync(text));
+    case "base64-mime":
+      return send(res, { "content-type": "text/plain" }, `${mimeBase64(Buffer.from(text))}\r\n`);
+    case "base64-json-lines":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ blob: mimeBase64(Buffer.from(text), 64), id: 7 }),
+      );
+    case "base64url-spaced":
+      // One byte first: the values start at another alignment than the blob.
+      return send(
+        res,
+        { "content-type": "text/plain" },
+        spaced(spaced(Buffer.from(`!${text}`).toString("base64url"), 5, " "), 23, "\n"),
+      );
+    case "html-decimal":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlDecimal(text)}</pre></html>`);
+    case "html-hex":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlHex(text)}</pre></html>`);
+    case "html-named":
+      return send(res, { "content-type": "text/html" }, `<html><pre>${htmlNamed(text)}</pre></html>`);
+    case "percent-all":
+      return send(res, { "content-type": "text/plain" }, `next=${percentAll(text)}`);
+    case "js-escaped":
+      return send(res, { "content-type": "application/javascript" }, `var echo = "${jsEscaped(text)}";`);
+    case "hex":
+      return send(
+        res,
+        { "content-type": "text/plain" },
+        `hex: ${Array.from(Buffer.from(text), (byte, i) => mixedHex(byte, i)).join("")}`,
+      );
+    case "quoted-printable":
+      return send(res, { "content-type": "text/plain" }, quotedPrintable(text));
+    case "utf16-percent":
+      return send(
+        res,
+        { "content-type": "text/plain; charset=utf-16le" },
+        Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(percentAll(text), "utf16le")]),
+      );
+    case "gzip-base64-mime":
+      return send(
+        res,
+        { "content-type": "text/plain", "content-encoding": "gzip" },
+        gzipSync(mimeBase64(Buffer.from(text))),
+      );
+    case "percent-html":
+      return send(res, { "content-type": "text/plain" }, `next=${encodeURIComponent(htmlHex(text))}`);
+    case "base64-js-escaped":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ blob: Buffer.from(jsEscaped(text)).toString("base64"), id: 7 }),
+      );
     default:
       res.writeHead(404, { "content-length": "0" });
       return void res.end();
@@ -229,6 +319,38 @@ function sensitive(kind: string, password: string, res: ServerResponse): undefin
       return send(res, { "content-type": "application/json", "content-encoding": "x-secret-sauce" }, json);
     case "html":
       return send(res, { "content-type": "text/html" }, `<html><pre>${json}</pre></html>`);
+    case "html-escaped":
+      return send(
+        res,
+        { "content-type": "text/html" },
+        `<html><pre>${json.replaceAll("&", "&amp;").replaceAll('"', "&quot;")}</pre></html>`,
+      );
+    case "jsonp-unquoted":
+      return send(
+        res,
+        { "content-type": "application/javascript" },
+        `cb({id:"order-1", card_number:"${CARD_NUMBER}", password:${JSON.stringify(password)}});`,
+      );
+    case "json-in-string":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ id: "order-1", payload: json }),
+      );
+    case "json-base64-string":
+      return send(
+        res,
+        { "content-type": "application/json" },
+        JSON.stringify({ id: "order-1", payload: Buffer.from(json).toString("base64") }),
+      );
+    case "json-text-plain":
+      return send(res, { "content-type": "text/plain" }, json);
+    case "html-clean":
+      return send(
+        res,
+        { "content-type": "text/html" },
+        "<html><body><p>order-1 has shipped</p></body></html>",
+      );
     default:
       res.writeHead(404, { "content-length": "0" });
       return void res.end();

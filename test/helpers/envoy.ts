@@ -45,6 +45,8 @@ export async function validateBootstrap(config: string): Promise<{ ok: boolean; 
 }
 
 export interface RenderOptions {
+  /** The bootstrap to render (default: deploy/envoy/envoy.yaml as shipped). */
+  readonly bootstrap?: string;
   /** The sidecar's ext_authz gRPC port (the authority_sidecar cluster). */
   readonly sidecarPort: number;
   /** The app the routes forward to (the local_app cluster). */
@@ -74,12 +76,14 @@ export const ACCESS_LOG_FORMAT = {
 };
 
 /**
- * deploy/envoy/envoy.yaml as shipped, with only what a test must change: free ports (listener
- * and admin on 0, clusters at the test's servers), the routes' capability, and optionally the
- * body and an access log. Everything else (filters, fail-closed settings, timeouts) stays.
+ * A shipped bootstrap (deploy/envoy/envoy.yaml unless `bootstrap` is given) with only what a
+ * test must change: free ports (listener and admin on 0, clusters at the test's servers), the
+ * routes' capability, and optionally the body and an access log. Everything else (filters,
+ * fail-closed settings, timeouts) stays.
  */
 export async function renderBootstrap(options: RenderOptions): Promise<string> {
-  const text = await readFile(new URL("../../deploy/envoy/envoy.yaml", import.meta.url), "utf8");
+  const text =
+    options.bootstrap ?? (await readFile(new URL("../../deploy/envoy/envoy.yaml", import.meta.url), "utf8"));
   const bootstrap: Yaml = parse(text);
   bootstrap.admin.address.socket_address.port_value = 0;
   const listener = bootstrap.static_resources.listeners[0];

@@ -158,15 +158,16 @@ export function rawRequest(
     };
     const timer = setTimeout(finish, timeoutMs);
     socket.on(options.tls === undefined ? "connect" : "secureConnect", () => socket.write(bytes));
+    // The answer to HEAD has no body, whatever its Content-Length says.
+    const isHead = bytes.slice(0, 5).toString() === "HEAD ";
     socket.on("data", (chunk: Buffer) => {
       chunks.push(chunk);
       // One complete answer is enough: a Content-Length body that has fully arrived.
       const text = Buffer.concat(chunks).toString("latin1");
-      const head = text.indexOf("\r\n\r\n");
+      const end = text.indexOf("\r\n\r\n");
       const length = /\r\ncontent-length: (\d+)/i.exec(text);
-      if (head >= 0 && length !== null && Buffer.byteLength(text, "latin1") - head - 4 >= Number(length[1])) {
-        finish();
-      }
+      const bodyLength = isHead ? 0 : Number(length?.[1] ?? Number.NaN);
+      if (end >= 0 && Buffer.byteLength(text, "latin1") - end - 4 >= bodyLength) finish();
     });
     socket.on("error", finish);
     socket.on("close", finish);

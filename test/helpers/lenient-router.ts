@@ -1,11 +1,13 @@
 /**
  * A model of a *lenient* upstream router: what common frameworks do with the path we send.
- * It folds case and Unicode compatibility forms, drops `;…`, a `.ext` suffix and trailing
- * whitespace or dots, and decodes once more before comparing a segment with a route's
- * literal; literal segments beat mixed ones, which beat parameters, left to right. Used by
- * the path-rule properties (test/execute/path-rematch.property.test.ts, and across the real
- * servers in test/reliability/cross-path.property.test.ts) to check that a rendered request
- * reaches exactly the template that was allowed.
+ * It folds case and Unicode compatibility forms, drops default-ignorable code points, `;…`,
+ * an NTFS stream suffix (`:…`), extension suffixes and trailing whitespace, dots or `~`, and
+ * decodes once more before comparing a segment with a route's literal; literal segments beat
+ * mixed ones, which beat parameters, left to right. Used by the path-rule properties
+ * (test/execute/path-rematch.property.test.ts, and across the real servers in
+ * test/reliability/cross-path.property.test.ts) to check that a rendered request reaches
+ * exactly the template that was allowed. (8.3 short names and lenient UTF-8 decoding have
+ * their own property: test/core/path-normalizations.property.test.ts.)
  */
 import { matchesMixedSegment, parsePathTemplate } from "../../src/core/path-template.ts";
 
@@ -17,15 +19,29 @@ export function decodeOnce(value: string): string {
   }
 }
 
+const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
+
+/** `form` and what remains of it before each `.`, `:` and `;`, trailing whitespace, dots and `~` trimmed. */
+function reductions(form: string): string[] {
+  const out = [form];
+  for (let i = 0; i <= form.length; i++) {
+    if (i < form.length && !".:;".includes(form[i] ?? "")) continue;
+    out.push(
+      form
+        .slice(0, i)
+        .replace(/[\s.~]+$/u, "")
+        .replace(/^\s+/u, ""),
+    );
+  }
+  return out;
+}
+
 /** Every spelling a lenient router may compare with a literal segment, folded. */
 export function lenientKeys(value: string): Set<string> {
   const keys = new Set<string>();
   for (const base of [value, decodeOnce(value)]) {
-    for (const form of [base, base.normalize("NFKC")]) {
-      const head = form.split(";")[0] ?? "";
-      const trimmed = head.replace(/[\s.]+$/u, "").replace(/^\s+/u, "");
-      const dot = trimmed.lastIndexOf(".");
-      for (const spelling of [form, head, trimmed, dot > 0 ? trimmed.slice(0, dot) : trimmed]) {
+    for (const form of [base, base.normalize("NFKC"), base.normalize("NFKC").replace(IGNORABLE, "")]) {
+      for (const spelling of reductions(form)) {
         keys.add(spelling.toLowerCase());
         keys.add(spelling.toUpperCase().toLowerCase());
       }

@@ -306,7 +306,7 @@ async function startAuthority(
     readonly crypto: RestartableCrypto | undefined;
     readonly owners: CryptoOwners | undefined;
     readonly sidecarRedisUrl: string | undefined;
-    /** The `egress-allow` setting: exactly the test upstream. */
+    /** The `egress-allow` setting: exactly the test upstream and the partner's IdP. */
     readonly egressAllow: string;
     readonly cleanups: ReturnType<typeof cleanupStack>;
   },
@@ -581,7 +581,8 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       crypto,
       owners: crypto === undefined ? undefined : canaryOwners(crypto),
       sidecarRedisUrl,
-      egressAllow: egressAllowValue(upstream.url, ...(options.egressAllowAlso ?? [])),
+      // The partner's IdP too: its JWKS is fetched through the same gate as upstream calls.
+      egressAllow: egressAllowValue(upstream.url, partnerIdp.issuer, ...(options.egressAllowAlso ?? [])),
       cleanups,
     });
     const { url } = authority;
@@ -622,7 +623,9 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
     let extAuthz: ExtAuthzClient | undefined;
     if (options.sidecar !== undefined && options.sidecar !== false) {
       const sidecarToken = (
-        await idp.server().issueToken({ subject: "sidecar-1", roles: ["sidecar"], lifetimeSec: 3600 })
+        await idp
+          .server()
+          .issueToken({ subject: "sidecar-1", roles: ["sidecar", "sidecar_platform"], lifetimeSec: 3600 })
       ).accessToken;
       leaks.token(sidecarToken);
       const cacheKey = new Uint8Array(randomBytes(32));

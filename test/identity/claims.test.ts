@@ -32,6 +32,9 @@ describe("claim readers", () => {
     assert.deepEqual(readAudience({}), []);
     assert.equal(readClientId({ client_id: "c", azp: "z" }), "c");
     assert.equal(readClientId({ azp: "z" }), "z");
-    assert.equal(readClientId({ client_id: "" }), undefined);
+    assert.equal(readClientId({}), undefined);
+    // Present but not one client id: the token is refused, not read as having none.
+    assert.throws(() => readClientId({ client_id: "" }), { code: "token_malformed" });
+    assert.throws(() => readClientId({ client_id: ["c"], azp: "z" }), { code: "token_malformed" });
   });
 });

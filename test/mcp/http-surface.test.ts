@@ -6,8 +6,10 @@ import {
   bearerChallenge,
   mcpResourceUrl,
   metadataUrl,
+  missingMcpScope,
   protectedResourceMetadata,
 } from "../../src/mcp/resource-metadata.ts";
+import { encodeToolCursor, pageOfTools } from "../../src/mcp/tool-pages.ts";
 
 test("origins: absent is allowed, listed ones match exactly, anything else is refused", () => {
   const policy = createOriginPolicy(["https://App.Example.com:443/", "http://localhost:3000"]);
@@ -52,6 +54,35 @@ test("protected resource metadata and the bearer challenge", () => {
     bearerChallenge("https://a.example", "invalid_token"),
     'Bearer resource_metadata="https://a.example/.well-known/oauth-protected-resource/mcp", error="invalid_token"',
   );
+  assert.equal(
+    bearerChallenge("https://a.example", "insufficient_scope", "authority/mcp"),
+    'Bearer resource_metadata="https://a.example/.well-known/oauth-protected-resource/mcp", scope="authority/mcp", error="insufficient_scope"',
+  );
+});
+
+test("scopes: only a token issued for the MCP resource needs the MCP scope", () => {
+  const resource = "https://a.example/mcp";
+  const scope = "authority/mcp";
+  assert.equal(missingMcpScope({ audience: ["authority"], scopes: [] }, resource, scope), undefined);
+  assert.equal(missingMcpScope({ scopes: [] }, resource, scope), undefined);
+  assert.equal(missingMcpScope({ audience: [resource], scopes: [] }, resource, scope), scope);
+  assert.equal(missingMcpScope({ audience: ["authority", resource], scopes: ["x"] }, resource, scope), scope);
+  assert.equal(missingMcpScope({ audience: [resource], scopes: ["x", scope] }, resource, scope), undefined);
+});
+
+test("tools/list pages: bounded, resumable by cursor, and a cursor outside the list is refused", () => {
+  const tools = Array.from({ length: 250 }, (_, i) => ({ name: `t${i}` }));
+  const first = pageOfTools(tools, undefined);
+  assert.equal(first.tools.length, 100);
+  const second = pageOfTools(tools, first.nextCursor);
+  assert.equal(second.tools[0]?.name, "t100");
+  const third = pageOfTools(tools, second.nextCursor);
+  assert.equal(third.tools.length, 50);
+  assert.equal(third.nextCursor, undefined);
+  assert.deepEqual(pageOfTools([], undefined), { tools: [] });
+  for (const cursor of [encodeToolCursor("elsewhere"), "", "!!", Buffer.from("t1:").toString("base64url")]) {
+    assert.throws(() => pageOfTools(tools, cursor), { code: -32602, message: "Invalid cursor." });
+  }
 });
 
 test("configuration defaults and validation", () => {

@@ -269,6 +269,11 @@ const valueArb = fc.oneof(
           (s: string) => `${s}.`,
           (s: string) => `${s}%2e`,
           (s: string) => `${s}%20`,
+          (s: string) => `${s}\u200B`,
+          (s: string) => `\u00AD${s}`,
+          (s: string) => `${s}::$DATA`,
+          (s: string) => `${s}~`,
+          (s: string) => `${s}.json.bak`,
           fullWidth,
         ),
       )

@@ -4,7 +4,8 @@
  * the environment generated (the values of dev-credentials.json, the vault's secrets,
  * partner keys, the workload client secret) is then looked for in every log line of every
  * component, in the demo's printed story and in every stored byte of the state directory
- * (apart from dev-credentials.json itself, which exists to hold them, mode 0600).
+ * (apart from dev-credentials.json itself, which exists to hold them, and the authority's
+ * crypto-credentials.json — what a deployment mounts from a Secret —, both mode 0600).
  */
 import assert from "node:assert/strict";
 import { readdir, readFile, stat } from "node:fs/promises";
@@ -96,10 +97,14 @@ describe("authority dev + demo walk-through: no generated secret escapes", () =>
     }
     const credentialsFile = join(dir.path, "dev-credentials.json");
     assert.equal((await stat(credentialsFile)).mode & 0o077, 0, "dev-credentials.json is private");
+    // The authority's crypto credentials: what a deployment mounts from a Secret (crypto mode).
+    const cryptoCredentialsFile = join(dir.path, "crypto-credentials.json");
+    assert.equal((await stat(cryptoCredentialsFile)).mode & 0o077, 0, "crypto-credentials.json is private");
     let scanned = 0;
     for (const name of await readdir(dir.path, { recursive: true })) {
       const file = join(dir.path, String(name));
-      if (file === credentialsFile || !(await stat(file)).isFile()) continue;
+      if (file === credentialsFile || file === cryptoCredentialsFile || !(await stat(file)).isFile())
+        continue;
       const bytes = (await readFile(file)).toString("latin1");
       scanned++;
       for (const secret of secrets)

@@ -348,7 +348,9 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
       assert.equal(small.recorder.pending(), 3, "the buffer holds its bound");
       assert.equal(small.recorder.dropped(), 3, "refused beyond it, and counted");
       // Sidecar records are refused whole (503, the sidecar keeps them) and count as nothing.
-      const sidecarToken = await small.agentToken("sidecar-reliability", { roles: ["sidecar"] });
+      const sidecarToken = await small.agentToken("sidecar-reliability", {
+        roles: ["sidecar", "sidecar_platform"],
+      });
       const batch = await small.call("POST", `${small.url}/v1/sidecar/decisions`, {
         token: sidecarToken,
         json: {

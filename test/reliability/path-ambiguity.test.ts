@@ -2,7 +2,8 @@
  * Path-parameter values cannot select another operation (issue 15, item 4), through the
  * real servers: a catalog with `GET /things/{id}` allowed and its literal sibling
  * `GET /things/me` denied. Every spelling an upstream framework would route to the sibling
- * is refused as `ambiguous_path` on binding invoke (permission id, template and concrete
+ * (issue 26, item 8: zero-width characters, `::$DATA`, `~`, 8.3 names, double extensions,
+ * overlong forms too) is refused as `ambiguous_path` on binding invoke (permission id, template and concrete
  * path forms), broker execute, MCP tools/call, ext_authz and the forward proxy — and the
  * upstream receives nothing.
  */
@@ -45,6 +46,13 @@ const HOSTILE_VALUES = [
   "ＭＥ",
   "me%2e",
   "x".repeat(65),
+  // Issue 26, item 8: what upstreams strip or map beside a literal sibling.
+  "me\u200B",
+  "me::$DATA",
+  "me~",
+  "ME~1",
+  "me.json.bak",
+  "%C1%ADe", // an overlong "m" to an upstream that decodes again
 ];
 /** Request paths (ext_authz, proxy, invoke by path) of the issue. */
 const HOSTILE_PATHS = [
@@ -55,6 +63,11 @@ const HOSTILE_PATHS = [
   "/things/me%2e",
   "/things/%EF%BC%AD%EF%BC%A5",
   `/things/${"x".repeat(65)}`, // over the declared maxLength
+  "/things/me%E2%80%8B",
+  "/things/me::$DATA",
+  "/things/me~",
+  "/things/ME~1",
+  "/things/me.json.bak",
 ];
 
 describe("path values cannot select another operation, on every path", () => {

@@ -150,7 +150,11 @@ describe("composition roots: each process built from its validated configuration
   it("sidecar: from its configuration (token file, trusted issuer), ready against the authority", async () => {
     const tokenFile = join(dir.path, "sidecar-token");
     const token = (
-      await idp.issueToken({ subject: "composition-sidecar", roles: ["sidecar"], lifetimeSec: 900 })
+      await idp.issueToken({
+        subject: "composition-sidecar",
+        roles: ["sidecar", "sidecar_platform"],
+        lifetimeSec: 900,
+      })
     ).accessToken;
     await writeFile(tokenFile, token, { mode: 0o600 });
     const config = resolveSidecarConfig({
@@ -162,6 +166,7 @@ describe("composition roots: each process built from its validated configuration
         "token-file": tokenFile,
         issuer,
         "service-identity": "composition",
+        "journal-dir": join(dir.path, "sidecar-journal"),
       },
       env: {},
     });

@@ -146,7 +146,7 @@ describe("SqliteStore specifics", () => {
   });
 
   it("refuses unknown store URLs without echoing them", async () => {
-    for (const url of ["postgres://user:hunter2@db/x", "sqlite:", "sqlite://relative.db", ""]) {
+    for (const url of ["mysql://user:hunter2@db/x", "sqlite:", "sqlite://relative.db", ""]) {
       await assert.rejects(openStore(url), (error: unknown) => {
         assert.ok(error instanceof StoreError);
         assert.equal(error.code, "store_invalid_argument");

@@ -178,8 +178,8 @@ Checks of the key custody (authority.policyProtection, authority.kek).
 {{- if or $p.credentialsSecret $p.tokenUrl $ca.existingSecret $ca.existingConfigMap }}
 {{- fail "authority.policyProtection.credentialsSecret, tokenUrl and managedCa are for mode crypto or managed, but authority.policyProtection.mode is embedded (key rings under the authority's own KEK): set the mode you mean" }}
 {{- end }}
-{{- if and (eq .Values.authority.store.backend "redis") (not .Values.authority.kek.existingSecret) }}
-{{- fail "authority.policyProtection.mode=embedded on store.backend=redis needs authority.kek.existingSecret: replicas sharing a store share one KEK, which is never generated for a shared store (or use mode crypto or managed: no KEK at all)" }}
+{{- if and (ne .Values.authority.store.backend "sqlite") (not .Values.authority.kek.existingSecret) }}
+{{- fail (printf "authority.policyProtection.mode=embedded on store.backend=%s needs authority.kek.existingSecret: replicas sharing a store share one KEK, which is never generated for a shared store (or use mode crypto or managed: no KEK at all)" .Values.authority.store.backend) }}
 {{- end }}
 {{- else }}
 {{- if not $p.credentialsSecret }}
@@ -198,13 +198,31 @@ Checks of the key custody (authority.policyProtection, authority.kek).
 {{- end }}
 
 {{/*
+Values with no working default: without them the chart would install pods that pull an image
+nobody built or sidecars that ask a token of an issuer that is not there (and never become
+ready). The schema lets them be empty so that these messages, not a pattern error, are shown.
+*/}}
+{{- define "authority.validateRequired" -}}
+{{- if not .Values.image.repository }}
+{{- fail (printf "image.repository is required: build and push the image (docs/deployment.md \"The image\"), then set image.repository (and image.tag or image.digest; the tag defaults to the chart's appVersion %s)" .Chart.AppVersion) }}
+{{- end }}
+{{- if not .Values.authority.issuer }}
+{{- fail "authority.issuer is required: the URL of the OIDC issuer of bearer tokens (e.g. https://login.example.com), reachable from every pod; the sidecars get their own token at <issuer>/oauth2/token unless sidecar.idpTokenUrl is set" }}
+{{- end }}
+{{- end }}
+
+{{/*
 Checks that fail the render with a clear message (the schema checks shapes; these check
 combinations that need names computed here).
 */}}
 {{- define "authority.validate" -}}
+{{- include "authority.validateRequired" . }}
 {{- include "authority.validateKeyCustody" . }}
 {{- if and (gt (int .Values.authority.replicaCount) 1) (eq .Values.authority.store.backend "sqlite") }}
-{{- fail "authority.replicaCount > 1 needs authority.store.backend=redis: SQLite is one file in one pod" }}
+{{- fail "authority.replicaCount > 1 needs authority.store.backend=postgres or redis: SQLite is one file in one pod" }}
+{{- end }}
+{{- if and (eq .Values.authority.store.backend "postgres") (not .Values.authority.store.postgres.existingSecret) }}
+{{- fail "authority.store.backend=postgres needs authority.store.postgres.existingSecret: an existing Secret in the release namespace holding the PostgreSQL URL (postgres://user:password@host:5432/database)" }}
 {{- end }}
 {{- if and (eq .Values.authority.store.backend "redis") (not (include "authority.redisConfigured" .)) }}
 {{- fail "authority.store.backend=redis needs redis.enabled, redis.externalUrl or redis.existingSecret" }}

@@ -19,6 +19,7 @@ async function run(flags: DevCommandConfig): Promise<void> {
     ports: "default",
     log,
     sidecar: flags.sidecar,
+    egressAllow: flags.egressAllow,
     ...(flags.redisUrl === undefined ? {} : { redisUrl: flags.redisUrl }),
   });
   for (const line of devInstructions({

@@ -5,6 +5,7 @@ import { ConfigError } from "../../config/errors.ts";
 import { readConfigFile } from "../../config/file.ts";
 import { type InjectCommandConfig, injectSchema } from "../../config/inject.ts";
 import { createLogger } from "../../observability/logger.ts";
+import { createMetricsRegistry } from "../../observability/metrics.ts";
 import { InjectorSettingsError, parseSidecarSettings } from "../../servers/inject/settings.ts";
 import { createWebhookServer, type TlsMaterial } from "../../servers/inject/webhook-server.ts";
 import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
@@ -38,6 +39,7 @@ async function run(config: InjectCommandConfig): Promise<void> {
     tls: await readTls(config.tls.certFile, config.tls.keyFile),
     settings,
     logger: log,
+    metrics: createMetricsRegistry(),
   });
   const { url } = await server.listen(host, port);
   log.info({ url, image: settings.image }, "injector listening");

@@ -6,18 +6,23 @@ import { PolicyCacheError } from "../../policy/cache/index.ts";
 import { buildSidecar } from "../../servers/sidecar/build.ts";
 import { type SidecarConfig, sidecarSchema } from "../../servers/sidecar/config.ts";
 import { SidecarConfigError } from "../../servers/sidecar/errors.ts";
+import { installProcessGuard } from "../../servers/sidecar/request-guard.ts";
 import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 /**
  * `authority sidecar`: Envoy ext_authz (gRPC), the forward proxy and the metrics/health port
  * (docs/sidecar.md). Settings: flags > environment > config file (`--config`) > defaults
  * (docs/configuration.md).
- * SIGTERM / SIGINT: not ready at once, in-flight requests drain, then exit.
+ * SIGTERM / SIGINT: not ready at once, in-flight requests drain, then exit. An exception that
+ * nothing caught fails its request closed, or ends the process (exit code 70) outside one.
  */
 
 async function run(config: SidecarConfig): Promise<void> {
   const log = createLogger("sidecar", config.logLevel);
   const sidecar = await buildSidecar(config, { logger: log });
+  // The last line of defence (request-guard.ts): an exception nothing caught fails its request
+  // closed; outside any request it ends the process (decision records are in the journal).
+  installProcessGuard({ logger: log, onFatal: () => process.exit(70) });
   try {
     await sidecar.start();
   } catch (error) {

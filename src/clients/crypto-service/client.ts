@@ -17,8 +17,10 @@ import {
   TransportError,
 } from "./transport.ts";
 import {
+  ACT_AS_HEADER,
   ACTIONS_PATH,
   type ActionBody,
+  DELEGATED_OWNERS_PATH,
   type DecryptPayload,
   type DecryptVerifyPayload,
   type EncryptPayload,
@@ -33,6 +35,11 @@ export interface CryptoCredentials {
   readonly apiKey: string;
   readonly accessKey: string;
   readonly secretKey: string;
+  /**
+   * Act for this delegated owner (`act_as`): the credentials above are its delegate's
+   * (decision 2513).
+   */
+  readonly actAs?: string;
 }
 
 export interface CryptoClientOptions {
@@ -114,6 +121,15 @@ export interface CryptoClient {
   ): Promise<UnwrapResult>;
   /** An owner's public keys (verification of signed blobs); any valid bearer token may ask. */
   publicKeys(token: string, owner: string, options?: CallOptions): Promise<PublicKeyRingJson>;
+  /**
+   * Delegation (decision 2513), with the delegate's own credentials: provisions the owner
+   * when it does not exist yet (idempotent), rotates its keys, retires (deletes) it.
+   */
+  delegatedOwner(
+    credentials: CryptoCredentials,
+    owner: string,
+    operation: "provision" | "rotate" | "retire",
+  ): Promise<void>;
 }
 
 export const cryptoClientErrorMessages = {
@@ -125,6 +141,8 @@ export const cryptoClientErrorMessages = {
   invalid_signature: "The signed data could not be verified.",
   wrong_purpose: "The signed data was made for another purpose.",
   unknown_recipient: "The recipient is not known to the crypto service.",
+  unknown_owner: "The owner is not known to the crypto service.",
+  not_delegated: "These credentials may not act for that owner at the crypto service.",
   invalid_request: "The crypto service refused the request as malformed.",
   upstream_error: "The crypto service gave an unexpected answer.",
 } as const;
@@ -174,6 +192,8 @@ const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
   invalid_signature: "invalid_request",
   wrong_purpose: "invalid_request",
   unknown_recipient: "invalid_request",
+  unknown_owner: "upstream_unavailable",
+  not_delegated: "upstream_unavailable",
   invalid_request: "invalid_request",
   upstream_error: "upstream_unavailable",
 };
@@ -227,6 +247,10 @@ function codeFor(status: number, reason: unknown): CryptoClientErrorCode {
         return reason;
       case "subject_not_allowed":
         return "invalid_credentials";
+      case "owner_not_found":
+        return "unknown_owner";
+      case "owner_not_delegated":
+        return "not_delegated";
       default:
         if (status >= 400 && status < 500) return status === 403 ? "invalid_credentials" : "invalid_request";
     }
@@ -269,13 +293,17 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
 
   async function call(
     credentials: CryptoCredentials | { readonly token: string },
-    body: ActionBody | undefined,
+    body: ActionBody | Readonly<Record<string, string>> | undefined,
     callOptions: CallOptions,
     target: URL = url,
+    method?: "DELETE",
   ): Promise<Record<string, unknown>> {
     const answer = await sendRequest(send, target, {
       headers: {
         ...(body === undefined ? {} : { "content-type": "application/json" }),
+        ...("actAs" in credentials && credentials.actAs !== undefined
+          ? { [ACT_AS_HEADER]: credentials.actAs }
+          : {}),
         accept: "application/json",
         authorization: `Bearer ${credentials.token}`,
         ...("apiKey" in credentials
@@ -287,11 +315,14 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
           : {}),
         ...(callOptions.requestId === undefined ? {} : { "x-request-id": callOptions.requestId }),
       },
-      ...(body === undefined ? { method: "GET" as const, body: "" } : { body: JSON.stringify(body) }),
+      ...(body === undefined
+        ? { method: method ?? ("GET" as const), body: "" }
+        : { body: JSON.stringify(body) }),
       timeoutMs,
     });
     const { status, requestId } = answer;
     const ok = status >= 200 && status < 300;
+    if (status === 204) return {};
     let json: unknown;
     try {
       json = JSON.parse(answer.body);
@@ -393,6 +424,18 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
       if (payload.owner !== owner || !Array.isArray(payload.keys))
         throw new CryptoClientError("upstream_error", { status: 200 });
       return payload as unknown as PublicKeyRingJson;
+    },
+    async delegatedOwner(credentials, owner, operation) {
+      const root = base.href.endsWith("/") ? base : `${base.href}/`;
+      const path = DELEGATED_OWNERS_PATH.slice(1);
+      const { actAs: _ignored, ...delegate } = credentials;
+      if (operation === "provision") {
+        await call(delegate, { id: owner }, {}, new URL(path, root));
+        return;
+      }
+      const ownerUrl = new URL(`${path}/${encodeURIComponent(owner)}`, root);
+      if (operation === "rotate") await call(delegate, {}, {}, new URL(`${ownerUrl.href}/rotate`));
+      else await call(delegate, undefined, {}, ownerUrl, "DELETE");
     },
   };
 }

@@ -21,6 +21,8 @@ export interface ManagedOwnerCredentials extends PartnerKeys {
   /** The identity-provider service account the managed API authenticates. */
   readonly username: string;
   readonly password: string;
+  /** Act for this delegated owner (header `act_as`; decision 2513). */
+  readonly actAs?: string;
 }
 
 export interface ManagedCryptoClientOptions {
@@ -49,6 +51,8 @@ const reasonCodes: Readonly<Record<string, CryptoClientErrorCode>> = {
   invalid_idp_credentials: "invalid_credentials",
   upstream_token_rejected: "invalid_credentials",
   invalid_partner_credentials: "invalid_credentials",
+  unknown_owner: "unknown_owner",
+  owner_not_delegated: "not_delegated",
   invalid_ciphertext: "invalid_ciphertext",
   invalid_signature: "invalid_signature",
   invalid_data: "invalid_request",
@@ -99,6 +103,7 @@ export function createManagedCryptoClient(options: ManagedCryptoClientOptions): 
         api_key: credentials.apiKey,
         access_key: credentials.accessKey,
         secret_key: credentials.secretKey,
+        ...(credentials.actAs === undefined ? {} : { act_as: credentials.actAs }),
       },
       body: JSON.stringify(body),
       timeoutMs,

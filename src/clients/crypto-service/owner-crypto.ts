@@ -79,9 +79,12 @@ export function createDirectOwnerCrypto(options: {
   readonly keys: PartnerKeys;
   readonly tokens: ServiceTokenSource;
   readonly signerKeys?: SignerKeyCache;
+  /** `keys` are this owner's delegate's: act for `owner` (decision 2513). */
+  readonly delegated?: boolean;
 }): OwnerCrypto {
   const { client, keys, tokens } = options;
-  const credentials = (token: string): CryptoCredentials => ({ token, ...keys });
+  const actAs = options.delegated === true ? { actAs: options.owner } : {};
+  const credentials = (token: string): CryptoCredentials => ({ token, ...keys, ...actAs });
   const signerKeys = options.signerKeys ?? cryptoServiceSignerKeys(createPublicKeySource(client, tokens));
   const unwrap = (envelopeHeader: string) =>
     withServiceToken(tokens, (token) => client.unwrap(credentials(token), envelopeHeader));

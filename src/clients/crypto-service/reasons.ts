@@ -31,6 +31,10 @@ export const cryptoServiceReasons = {
     message: "The authenticated subject may not use these partner credentials.",
   },
   owner_not_found: { code: "not_found", message: "No such owner." },
+  owner_not_delegated: {
+    code: "insufficient_role",
+    message: "These partner credentials may not act for, provision or retire this owner.",
+  },
   owner_exists: { code: "conflict", message: "An owner with this id already exists." },
 } as const satisfies Record<string, ReasonSpec>;
 

@@ -16,7 +16,7 @@ export interface TransportAnswer {
 
 export interface TransportRequest {
   /** Default POST; a GET sends no body. */
-  readonly method?: "GET" | "POST";
+  readonly method?: "GET" | "POST" | "DELETE";
   readonly headers: Readonly<Record<string, string>>;
   readonly body: string;
   readonly timeoutMs: number;

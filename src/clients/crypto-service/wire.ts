@@ -9,6 +9,17 @@ export const ACTIONS_PATH = "/v1/actions";
 export const ADMIN_OWNERS_PATH = "/v1/admin/owners";
 /** `GET <path>/<owner>/public-keys`: an owner's public keys, for any authenticated caller. */
 export const PUBLIC_KEYS_PATH = "/v1/owners";
+/**
+ * Delegation (decision 2513): a service owner provisions (`POST`, body `{ "id" }`), rotates
+ * (`POST <path>/<id>/rotate`) and retires (`DELETE <path>/<id>`) the subject owners it acts
+ * for, authenticated with its own bearer token and partner credentials; nobody receives the
+ * delegated owner's credentials.
+ */
+export const DELEGATED_OWNERS_PATH = "/v1/delegated-owners";
+/** Owners a service may provision for itself: subjects' policy keys only. */
+export const DELEGATED_OWNER_PREFIX = "subject:";
+/** Action-route header: run the action as this delegated owner (the caller must be its delegate). */
+export const ACT_AS_HEADER = "act_as";
 
 /** Headers carrying the caller's partner credentials (besides `Authorization: Bearer`). */
 export const PARTNER_HEADERS = ["api_key", "access_key", "secret_key"] as const;
@@ -17,8 +28,11 @@ export type PartnerHeader = (typeof PARTNER_HEADERS)[number];
 /** Purpose signed into sign-encrypt documents when the caller names none. */
 export const DEFAULT_PURPOSE = "managed-crypto/v1";
 
-/** Owner ids of the crypto service (URLs, `signed_by`): short, plain, unambiguous. */
-export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$/;
+/**
+ * Owner ids of the crypto service (URLs, `signed_by`): short, plain, unambiguous. `~` is for
+ * `subject:<partner>~<id>`, a subject in its partner's namespace.
+ */
+export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,127}$/;
 
 export type ActionCode = "e" | "d" | "s" | "v" | "u";
 

@@ -3,11 +3,13 @@ import { AuthorityError } from "../../errors.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
 import type { Principal } from "../../identity/principal.ts";
-import type { AuthorityContext } from "./context.ts";
+import type { AuthorityContext, BearerVerifier } from "./context.ts";
 
-function claimString(claims: Readonly<Record<string, unknown>>, name: string): string | undefined {
-  const value = claims[name];
-  return typeof value === "string" && value.length > 0 ? value : undefined;
+/** A verified `aud` claim as a list (RFC 7519: one string or an array of them). */
+function audienceOf(claims: Readonly<Record<string, unknown>>): string[] {
+  const aud = claims.aud;
+  if (typeof aud === "string") return [aud];
+  return Array.isArray(aud) ? aud.filter((value): value is string => typeof value === "string") : [];
 }
 
 /**
@@ -18,6 +20,8 @@ function claimString(claims: Readonly<Record<string, unknown>>, name: string): s
 export async function optionalPrincipal(
   request: FastifyRequest,
   context: AuthorityContext,
+  /** /mcp verifies with its own (context.mcpVerifier): it also accepts its resource URL as audience. */
+  verifier: BearerVerifier = context.verifier,
 ): Promise<Principal | undefined> {
   let token: string | undefined;
   try {
@@ -27,14 +31,16 @@ export async function optionalPrincipal(
   }
   if (token === undefined) return undefined;
   try {
-    const verified = await context.verifier.verify(token);
+    const verified = await verifier.verify(token);
     return {
       subject: verified.subject,
       roles: verified.roles,
       scopes: verified.scopes,
-      partnerId: claimString(verified.claims, "partner_id"),
+      // Read strictly by the verifier: a malformed partner claim never reaches here.
+      partnerId: verified.partnerId,
       clientId: verified.clientId,
       vouchable: verified.vouchable !== false,
+      audience: audienceOf(verified.claims),
     };
   } catch (error) {
     throw tokenErrorToAuthorityError(error, "invalid_token");

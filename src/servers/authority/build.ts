@@ -21,6 +21,7 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
+import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createSidecarLeases } from "../../policy/change-log.ts";
@@ -71,6 +72,8 @@ export interface AuthorityServiceOverrides {
   /** Used as is and not closed by close(). */
   readonly store?: Store;
   readonly verifier?: BearerVerifier;
+  /** The verifier of /mcp (default: the trusted issuers, each also accepting the MCP resource URL as audience; `verifier` when only that is given). */
+  readonly mcpVerifier?: BearerVerifier;
   readonly protector?: PolicyProtector;
   /** Key rings for secrets, envelopes and workload tokens (default: in the store under the KEK). */
   readonly keyRings?: KeyRingSource;
@@ -100,6 +103,8 @@ export interface AuthorityServiceOverrides {
 export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egress.allow,
+    // A binding may name the operator's own issuer's key set: nothing the process does not fetch already.
+    operatorUrls: config.trustedIssuers.map((trusted) => trusted.jwksUrl),
     platformEndpoints: [
       config.listen.port === 0 ? undefined : config.listen,
       endpointOfUrl(config.publicUrl),
@@ -144,6 +149,13 @@ const readinessSchema = {
       required: ["state", "pending"],
       properties: { state: { type: "string" }, pending: { type: "integer" } },
     },
+    subject_keys: {
+      type: "object",
+      description:
+        "Custody modes: subjects whose owner at the crypto service was missing or refused on last use (their decisions fail; the service stays ready).",
+      required: ["unusable"],
+      properties: { unusable: { type: "integer" } },
+    },
   },
 } as const;
 
@@ -155,7 +167,11 @@ export async function buildAuthorityService(
 ): Promise<AuthorityService> {
   const logger = overrides.logger ?? createLogger("authority", config.logLevel);
   const ownsStore = overrides.store === undefined;
-  const store = overrides.store ?? (await openStore(config.storeUrl));
+  const store =
+    overrides.store ??
+    (await openStore(config.storeUrl, {
+      postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
+    }));
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
@@ -192,6 +208,21 @@ export async function buildAuthorityService(
         createTrustedIssuersVerifier(config.trustedIssuers),
         { max: config.tokenCache.max },
       );
+    const mcpResource = mcpResourceUrl(config.publicUrl);
+    const mcpVerifier =
+      overrides.mcpVerifier ??
+      overrides.verifier ??
+      createCachingVerifier(
+        createTrustedIssuersVerifier(
+          config.trustedIssuers.map((trusted) => ({
+            ...trusted,
+            audience: trusted.audience.includes(mcpResource)
+              ? trusted.audience
+              : [...trusted.audience, mcpResource],
+          })),
+        ),
+        { max: config.tokenCache.max },
+      );
     // With Redis configured, every policy write sets the subject's head and is published,
     // so sidecars drop cached policies within their freshness bound.
     const publisher =
@@ -218,6 +249,7 @@ export async function buildAuthorityService(
       },
       store,
       verifier,
+      mcpVerifier,
       protector,
       ...(overrides.secretKeyRings === null ? {} : { secretKeyRings: secretKeys }),
       ...(overrides.platform === null
@@ -264,6 +296,7 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const app = await createAuthorityApp(services);
+    const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
       status: "ok",
@@ -278,6 +311,7 @@ export async function buildAuthorityService(
           status: ready ? "ready" : "unavailable",
           store: health.ok ? "ok" : "unavailable",
           audit: { state: recorder.stats().state, pending: recorder.pending() },
+          ...(subjectKeys === undefined ? {} : { subject_keys: { unusable: subjectKeys.unusable().length } }),
         });
       },
     );

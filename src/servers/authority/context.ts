@@ -15,6 +15,8 @@ export interface BearerVerifier {
     readonly roles: readonly string[];
     readonly scopes: readonly string[];
     readonly clientId?: string | undefined;
+    /** The partner claim, read strictly (VerifiedToken.partnerId): never read from `claims`. */
+    readonly partnerId?: string | undefined;
     readonly claims: Readonly<Record<string, unknown>>;
     /** Absent: the token's issuer is the primary one (may stand for platform_vouched subjects). */
     readonly vouchable?: boolean | undefined;
@@ -44,6 +46,12 @@ export interface AuthorityContext {
   readonly config: AuthorityServiceConfig;
   readonly store: Store;
   readonly verifier: BearerVerifier;
+  /**
+   * The verifier of /mcp: the configured audiences and also the MCP resource URL (RFC 8707,
+   * tokens a client asked for the resource itself); absent: `verifier`. Only /mcp uses it,
+   * so a token minted for the MCP resource opens nothing else.
+   */
+  readonly mcpVerifier?: BearerVerifier;
   readonly protector: PolicyProtector;
   readonly logger: Logger;
   readonly now: () => Date;

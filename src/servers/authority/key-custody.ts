@@ -10,7 +10,8 @@
  *   said at start.
  *
  * In `crypto` and `managed` modes policies (v2: the service identity; v1: the subject's own
- * credential set from the same mounted file, or fail closed), authority envelopes and the
+ * owner, provisioned and acted for by the service identity — delegated-subject-keys.ts),
+ * authority envelopes and the
  * secrets at rest (auth-profile secrets, the workload-token signing key; all three with the
  * service identity) are signed, encrypted, decrypted and verified by the crypto service: this
  * process loads no KEK and holds no key ring.
@@ -28,18 +29,16 @@ import {
   createPublicKeySource,
   type OwnerCrypto,
   type ServiceTokenSource,
+  withServiceToken,
 } from "../../clients/crypto-service/owner-crypto.ts";
 import { passwordGrant } from "../../clients/idp/password-grant.ts";
 import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { ConfigError } from "../../config/errors.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { createDelegatedSubjectKeys } from "../../policy/delegated-subject-keys.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
-import {
-  type PolicyProtectionContext,
-  PolicyProtectionError,
-  type PolicyProtector,
-} from "../../policy/protector.ts";
+import type { PolicyProtectionContext, PolicyProtector } from "../../policy/protector.ts";
 import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createUpstreamPolicyProtector } from "../../policy/upstream-protector.ts";
 
@@ -135,37 +134,52 @@ export async function configuredKeyCustody(
   };
   const cryptoClient = createCryptoClient({ baseUrl: config.cryptoUrl, timeoutMs: CALL_TIMEOUT_MS });
   const serviceOwner = `service:${config.serviceIdentity}`;
-  let ownerOf: (owner: string, keys: typeof credentials.service) => OwnerCrypto;
+  /** `delegated`: the keys are the service identity's, acting for `owner` (decision 2513). */
+  let ownerOf: (owner: string, keys: typeof credentials.service, delegated?: boolean) => OwnerCrypto;
   if (protection.mode === "managed") {
     const managed = createManagedCryptoClient({
       baseUrl: config.managedUrl,
       timeoutMs: CALL_TIMEOUT_MS,
       ...(protection.managedCaFile === undefined ? {} : { ca: await readCa(protection.managedCaFile) }),
     });
-    ownerOf = (owner, keys) =>
-      managed.owner(owner, { username: credentials.username, password: credentials.password, ...keys });
+    ownerOf = (owner, keys, delegated) =>
+      managed.owner(owner, {
+        username: credentials.username,
+        password: credentials.password,
+        ...keys,
+        ...(delegated === true ? { actAs: owner } : {}),
+      });
   } else {
     // Decrypt-verify checks signatures here with public keys: one key cache for every owner.
     const signerKeys = cryptoServiceSignerKeys(createPublicKeySource(cryptoClient, tokens));
-    ownerOf = (owner, keys) =>
-      createDirectOwnerCrypto({ client: cryptoClient, owner, keys, tokens, signerKeys });
+    ownerOf = (owner, keys, delegated) =>
+      createDirectOwnerCrypto({
+        client: cryptoClient,
+        owner,
+        keys,
+        tokens,
+        signerKeys,
+        ...(delegated === true ? { delegated } : {}),
+      });
   }
   const service = ownerOf(serviceOwner, credentials.service);
-  const subjects = new Map<string, OwnerCrypto>();
+  const listed = new Map<string, OwnerCrypto>();
   for (const [subjectId, keys] of credentials.subjects) {
-    subjects.set(subjectId, ownerOf(`subject:${subjectId}`, keys));
+    listed.set(subjectId, ownerOf(`subject:${subjectId}`, keys));
   }
-  const ownerFor = async (context: PolicyProtectionContext): Promise<OwnerCrypto> => {
-    if (context.cryptoVersion === "platform_service_v2") return service;
-    const subject = subjects.get(context.subjectId);
-    if (subject === undefined) {
-      throw new PolicyProtectionError(
-        "policy_protection_unavailable",
-        "no crypto credentials for this subject's policy keys",
-      );
-    }
-    return subject;
-  };
+  // Owners are provisioned, rotated and retired at the crypto service directly in both modes
+  // (the managed API has only its four operations), with the service identity's credentials.
+  const subjects = createDelegatedSubjectKeys({
+    delegatedOwner: (owner) => ownerOf(owner, credentials.service, true),
+    lifecycle: (owner, operation) =>
+      withServiceToken(tokens, (token) =>
+        cryptoClient.delegatedOwner({ token, ...credentials.service }, owner, operation),
+      ),
+    listed,
+    now: () => new Date(),
+  });
+  const ownerFor = async (context: PolicyProtectionContext): Promise<OwnerCrypto> =>
+    context.cryptoVersion === "platform_service_v2" ? service : subjects.ownerFor(context.subjectId);
   logger.info(
     {
       policyProtection: protection.mode,
@@ -175,10 +189,10 @@ export async function configuredKeyCustody(
     "policy and envelope protection: the crypto service (no policy or envelope key in this process)",
   );
   return {
-    protector: createUpstreamPolicyProtector({
-      ownerFor,
-      publicKeys: createPublicKeySource(cryptoClient, tokens),
-    }),
+    protector: {
+      ...createUpstreamPolicyProtector({ ownerFor, publicKeys: createPublicKeySource(cryptoClient, tokens) }),
+      subjectKeys: subjects.custody,
+    },
     envelopes: createServiceEnvelopeCrypto({ service }),
     secrets: createServiceSecretBox(service),
   };

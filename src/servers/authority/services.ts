@@ -81,8 +81,7 @@ export function composeAuthorityServices(
   const decisions = createDecisionRuntime(context, options.decisions);
   // Token endpoints are a partner's upstreams too: their connections pass the egress policy.
   const clientCredentials = createClientCredentialsTokens({
-    fetch: (input, init) =>
-      globalThis.fetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit),
+    fetch: egress.fetch,
     secretResolver: createAuthProfileSecretResolver(context),
   });
   const withEgress: AuthorityContext = { ...context, egress };

@@ -46,6 +46,8 @@ interface StoredOwner {
   readonly createdAt: string;
   readonly rotatedAt: string | null;
   readonly allowedSubjects: readonly string[] | null;
+  /** The service owner that provisioned this owner and alone may act for it (absent in older records). */
+  readonly delegate?: string | null;
   readonly credentials: CredentialDigests;
   readonly ring: WrappedKeyRing;
 }
@@ -63,6 +65,11 @@ export interface Owner {
   readonly rotatedAt: string | undefined;
   /** When set, only tokens with one of these subjects may use the owner's credentials. */
   readonly allowedSubjects: readonly string[] | undefined;
+  /**
+   * The service owner that provisioned this owner through the delegation routes and alone may
+   * act for it (`act_as`); nobody holds this owner's own credentials.
+   */
+  readonly delegate: string | undefined;
   readonly credentials: CredentialDigests;
   readonly ring: KeyRing;
 }
@@ -71,6 +78,8 @@ export interface ProvisionOwnerInput {
   readonly id: string;
   readonly kind?: OwnerKind;
   readonly allowedSubjects?: readonly string[];
+  /** The service owner allowed to act for this one (delegation routes only). */
+  readonly delegate?: string;
   /** Fixed credentials (development seeding); random ones are generated when absent. */
   readonly credentials?: PartnerCredentials;
 }
@@ -94,6 +103,8 @@ export interface OwnerRegistry {
   cached(id: string): Owner | undefined;
   /** The owner these credentials belong to; `invalid_credentials` otherwise. */
   authenticate(presented: PartnerCredentials): Promise<Owner>;
+  /** Deletes an owner and its keys (a retired subject); its ciphertexts no longer open. */
+  retire(id: string): Promise<void>;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -103,7 +114,7 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 export function assertOwnerId(id: unknown): asserts id is string {
   if (typeof id !== "string" || !OWNER_ID.test(id)) {
     throw new CryptoServiceError("invalid_request", {
-      message: "Owner id must be 1-128 characters of [A-Za-z0-9._:@-], starting alphanumeric.",
+      message: "Owner id must be 1-128 characters of [A-Za-z0-9._:@~-], starting alphanumeric.",
       fields: ["id"],
     });
   }
@@ -113,6 +124,7 @@ interface CheckedInput {
   readonly id: string;
   readonly kind: OwnerKind;
   readonly allowedSubjects: readonly string[] | undefined;
+  readonly delegate: string | undefined;
   readonly credentials: PartnerCredentials | undefined;
 }
 
@@ -151,10 +163,12 @@ function checkInput(input: ProvisionOwnerInput): CheckedInput {
       fields: ["credentials"],
     });
   }
+  if (input.delegate !== undefined) assertOwnerId(input.delegate);
   return {
     id: input.id,
     kind,
     allowedSubjects: subjects === undefined || subjects.length === 0 ? undefined : [...new Set(subjects)],
+    delegate: input.delegate,
     credentials,
   };
 }
@@ -194,6 +208,7 @@ function toOwner(stored: StoredOwner, kek: Kek): Owner {
     createdAt: stored.createdAt,
     rotatedAt: stored.rotatedAt ?? undefined,
     allowedSubjects: stored.allowedSubjects ?? undefined,
+    delegate: stored.delegate ?? undefined,
     credentials: stored.credentials,
     ring: unwrapKeyRing(stored.ring, kek),
   };
@@ -207,6 +222,7 @@ function toStored(owner: Owner, kek: Kek): StoredOwner {
     createdAt: owner.createdAt,
     rotatedAt: owner.rotatedAt ?? null,
     allowedSubjects: owner.allowedSubjects ?? null,
+    delegate: owner.delegate ?? null,
     credentials: owner.credentials,
     ring: wrapKeyRing(owner.ring, kek),
   };
@@ -263,7 +279,7 @@ export async function createOwnerRegistry(options: OwnerRegistryOptions): Promis
 
   const registry: OwnerRegistry = {
     async provision(input) {
-      const { id, kind, allowedSubjects, credentials: fixed } = checkInput(input);
+      const { id, kind, allowedSubjects, delegate, credentials: fixed } = checkInput(input);
       const credentials = fixed ?? generateCredentials();
       const digests = digestCredentials(pepper, credentials);
       const createdAt = now().toISOString();
@@ -273,6 +289,7 @@ export async function createOwnerRegistry(options: OwnerRegistryOptions): Promis
         createdAt,
         rotatedAt: undefined,
         allowedSubjects,
+        delegate,
         credentials: digests,
         ring: KeyRing.generate({ owner: id, now: now() }),
       };
@@ -322,6 +339,20 @@ export async function createOwnerRegistry(options: OwnerRegistryOptions): Promis
 
     cached(id) {
       return owners.get(id);
+    },
+
+    retire(id) {
+      assertOwnerId(id);
+      return withLock(id, async () => {
+        const stored = await store.get<StoredOwner>(OWNERS, id);
+        if (stored === undefined) throw new CryptoServiceError("owner_not_found");
+        await store.delete(OWNERS, id);
+        if (isRecord(stored.credentials) && typeof stored.credentials.accessKey === "string") {
+          await store.delete(ACCESS_KEYS, stored.credentials.accessKey);
+          accessIndex.delete(stored.credentials.accessKey);
+        }
+        owners.delete(id);
+      });
     },
 
     async authenticate(presented) {

@@ -9,8 +9,11 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { PartnerCredentials } from "../../clients/crypto-service/credentials.ts";
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import {
+  ACT_AS_HEADER,
   ACTIONS_PATH,
   ADMIN_OWNERS_PATH,
+  DELEGATED_OWNER_PREFIX,
+  DELEGATED_OWNERS_PATH,
   PARTNER_HEADERS,
   PUBLIC_KEYS_PATH,
   parseActionRequest,
@@ -214,15 +217,112 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       }
     };
 
+  /** The caller: a valid bearer token with the partner credentials of an owner it may use. */
+  async function caller(request: FastifyRequest): Promise<Owner> {
+    const token = await bearer(request);
+    const owner = await registry.authenticate(partnerCredentials(request));
+    checkSubject(owner, token);
+    return owner;
+  }
+
+  /**
+   * The owner a delegate acts for. The crypto service's own rule (decision 2513): only a
+   * `service` owner delegates, only for `subject:` owners it provisioned itself.
+   */
+  function assertMayDelegate(delegate: Owner, id: unknown): asserts id is string {
+    assertOwnerId(id);
+    if (delegate.kind !== "service" || !id.startsWith(DELEGATED_OWNER_PREFIX)) {
+      throw new CryptoServiceError("owner_not_delegated");
+    }
+  }
+
+  async function delegated(delegate: Owner, id: unknown): Promise<Owner> {
+    assertMayDelegate(delegate, id);
+    const owner = await registry.get(id);
+    if (owner === undefined) throw new CryptoServiceError("owner_not_found");
+    if (owner.delegate !== delegate.id) throw new CryptoServiceError("owner_not_delegated");
+    return owner;
+  }
+
   app.post(
     ACTIONS_PATH,
     handle(async (request, reply) => {
-      const token = await bearer(request);
-      const credentials = partnerCredentials(request);
-      const owner = await registry.authenticate(credentials);
-      checkSubject(owner, token);
+      const authenticated = await caller(request);
+      const actAs = request.headers[ACT_AS_HEADER];
+      const owner = actAs === undefined ? authenticated : await delegated(authenticated, actAs);
       const payload = await actions.run(owner, parseActionRequest(request.body));
       return reply.header("cache-control", "no-store").send(payload);
+    }),
+  );
+
+  const delegatedBody = (owner: Owner) => ({
+    id: owner.id,
+    delegate: owner.delegate,
+    key_id: owner.ring.current.keyId,
+    created_at: owner.createdAt,
+    public_keys: owner.ring.exportPublic(),
+  });
+
+  // Idempotent: the delegate asks again after a lost answer, or before a first policy write.
+  app.post(
+    DELEGATED_OWNERS_PATH,
+    handle(async (request, reply) => {
+      const delegate = await caller(request);
+      const id = isRecord(request.body) ? request.body.id : undefined;
+      assertMayDelegate(delegate, id);
+      const existing = async () => {
+        const found = await delegated(delegate, id);
+        return reply.header("cache-control", "no-store").send(delegatedBody(found));
+      };
+      if ((await registry.get(id)) !== undefined) return existing();
+      let owner: Owner;
+      try {
+        // Random credentials nobody receives: only the delegate reaches this owner (act_as).
+        ({ owner } = await registry.provision({ id, kind: "subject", delegate: delegate.id }));
+      } catch (error) {
+        // A concurrent request made it first: answered as the existing owner it now is.
+        if (error instanceof CryptoServiceError && error.reason === "owner_exists") return existing();
+        throw error;
+      }
+      request.log.info(
+        { owner: id, delegate: delegate.id, keyId: owner.ring.current.keyId },
+        "delegated owner provisioned",
+      );
+      return reply.code(201).header("cache-control", "no-store").send(delegatedBody(owner));
+    }),
+  );
+
+  app.post<{ Params: { id: string } }>(
+    `${DELEGATED_OWNERS_PATH}/:id/rotate`,
+    handle(async (request, reply) => {
+      const owner = await delegated(await caller(request), (request.params as { id: string }).id);
+      const rotated = await rotateOwner(owner.id);
+      request.log.info(
+        {
+          owner: owner.id,
+          delegate: owner.delegate,
+          keyId: rotated.keyId,
+          previousKeyId: rotated.previousKeyId,
+        },
+        "delegated owner rotated",
+      );
+      return reply.header("cache-control", "no-store").send({
+        id: rotated.id,
+        key_id: rotated.keyId,
+        previous_key_id: rotated.previousKeyId,
+        rotated_at: rotated.rotatedAt,
+        public_keys: rotated.publicKeys,
+      });
+    }),
+  );
+
+  app.delete<{ Params: { id: string } }>(
+    `${DELEGATED_OWNERS_PATH}/:id`,
+    handle(async (request, reply) => {
+      const owner = await delegated(await caller(request), (request.params as { id: string }).id);
+      await registry.retire(owner.id);
+      request.log.info({ owner: owner.id, delegate: owner.delegate }, "delegated owner retired");
+      return reply.code(204).send();
     }),
   );
 

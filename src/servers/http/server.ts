@@ -5,6 +5,7 @@ import fastify, {
   type FastifyRequest,
   LogController,
 } from "fastify";
+import { checkJsonBounds } from "../../core/bounded-json.ts";
 import { AuthorityError } from "../../errors.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { installErrorHandling, sendError } from "./error-handling.ts";
@@ -27,6 +28,31 @@ const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
 /** A caller-supplied X-Request-Id is kept only when it is short and plain; otherwise we mint one. */
 export function requestIdFrom(header: string | string[] | undefined): string {
   return typeof header === "string" && callerRequestId.test(header) ? header : `req_${randomUUID()}`;
+}
+
+/**
+ * fastify's JSON body parser (prototype-poisoning refused, as by default), then the JSON
+ * limits (core/bounded-json.ts): a body nested or spread past them is a 400
+ * `input_too_complex` before any route, schema or hook walks it.
+ */
+function boundJsonBodies(app: FastifyInstance): void {
+  const parseJson = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, text, done) => {
+    parseJson(request, text as string, (error, value) => {
+      if (error !== null && error !== undefined) {
+        done(error, undefined);
+        return;
+      }
+      try {
+        checkJsonBounds(value);
+      } catch (bounds) {
+        done(bounds as Error, undefined);
+        return;
+      }
+      done(null, value);
+    });
+  });
 }
 
 /** The fastify base every server of the project starts from: logging, ids, limits, errors. */
@@ -71,6 +97,7 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
   // Every API of the project takes JSON; fastify's built-in text/plain parser would hand a
   // string to routes that then answer a misleading 400 instead of 415.
   app.removeContentTypeParser("text/plain");
+  boundJsonBodies(app);
   app.addHook("onRequest", async (request, reply) => {
     reply.header("x-request-id", request.id);
   });

@@ -2,6 +2,7 @@ import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import type { ScryptCost } from "../../identity/secret-hash.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { AccountsFile } from "./accounts-file.ts";
+import type { AuthorizationCodeOptions } from "./authorization-code.ts";
 import { IdpConfigError } from "./errors.ts";
 
 export interface IdpServerOptions {
@@ -29,6 +30,11 @@ export interface IdpServerOptions {
   readonly scryptCost?: ScryptCost;
   /** Development only: `POST /admin/clients` lets an admin add clients (src/servers/idp/client-registration.ts). */
   readonly clientRegistration?: boolean;
+  /**
+   * Development only: the authorization-code flow with PKCE, dynamic client registration and
+   * a non-interactive sign-in of this user (src/servers/idp/authorization-code.ts).
+   */
+  readonly authorizationCode?: AuthorizationCodeOptions;
   /** Clock for tests. */
   readonly now?: () => Date;
 }

@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyRequest,
 } from "fastify";
 import { loadAccounts, loadAccountsFile } from "./accounts-file.ts";
+import { type AuthorizationCodeFlow, registerAuthorizationCodeFlow } from "./authorization-code.ts";
 import { registerClientRegistration } from "./client-registration.ts";
 import { createDirectory, type Directory } from "./directory.ts";
 import { IdpConfigError, OAuthError } from "./errors.ts";
@@ -36,6 +37,8 @@ import {
 export const TOKEN_PATH = "/oauth2/token";
 export const JWKS_PATH = "/.well-known/jwks.json";
 export const DISCOVERY_PATH = "/.well-known/openid-configuration";
+/** RFC 8414 authorization-server metadata: the same document as the OpenID one. */
+export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 
 export interface ListenAddress {
   readonly host?: string;
@@ -153,18 +156,31 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
       .send({ error: "server_error", error_description: "internal error" });
   });
 
+  const codeFlow: AuthorizationCodeFlow | undefined =
+    options.authorizationCode === undefined
+      ? undefined
+      : registerAuthorizationCodeFlow(app, {
+          issuer: currentIssuer,
+          tokens: tokenIssuer,
+          options: options.authorizationCode,
+          now: config.now,
+        });
+
   app.post(TOKEN_PATH, async (request, reply) => {
     const params = tokenParams(request);
-    const response = await handleTokenRequest(
-      params,
-      request.headers.authorization,
-      request.socket.remoteAddress ?? "unknown",
-      {
-        directory,
-        issuer: tokenIssuer,
-        limits,
-      },
-    );
+    const response =
+      codeFlow !== undefined && params.grant_type === "authorization_code"
+        ? await codeFlow.exchange(params)
+        : await handleTokenRequest(
+            params,
+            request.headers.authorization,
+            request.socket.remoteAddress ?? "unknown",
+            {
+              directory,
+              issuer: tokenIssuer,
+              limits,
+            },
+          );
     return reply.header("cache-control", "no-store").header("pragma", "no-cache").send(response);
   });
 
@@ -179,17 +195,24 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
       .send(JSON.stringify(keys.jwks())),
   );
 
-  app.get(DISCOVERY_PATH, async (_request, reply) => {
+  const discovery = (_request: FastifyRequest, reply: FastifyReply) => {
     const base = currentIssuer();
     return reply.header("cache-control", "public, max-age=300").send({
       issuer: base,
       token_endpoint: `${base}${TOKEN_PATH}`,
       jwks_uri: `${base}${JWKS_PATH}`,
-      grant_types_supported: ["client_credentials", "password"],
-      // No authorization endpoint: tokens come only from the token endpoint.
+      grant_types_supported:
+        codeFlow === undefined
+          ? ["client_credentials", "password"]
+          : ["authorization_code", "client_credentials", "password"],
+      // Without the code flow there is no authorization endpoint: tokens come only from the token endpoint.
       response_types_supported: [],
+      ...codeFlow?.metadata(base),
       subject_types_supported: ["public"],
-      token_endpoint_auth_methods_supported: ["client_secret_basic", "client_secret_post"],
+      token_endpoint_auth_methods_supported:
+        codeFlow === undefined
+          ? ["client_secret_basic", "client_secret_post"]
+          : ["none", "client_secret_basic", "client_secret_post"],
       id_token_signing_alg_values_supported: [SIGNING_ALG],
       access_token_signing_alg_values_supported: [SIGNING_ALG],
       scopes_supported: directory.scopes(),
@@ -208,7 +231,9 @@ export async function createIdpServer(options: IdpServerOptions = {}): Promise<I
         config.tenantClaim,
       ],
     });
-  });
+  };
+  app.get(DISCOVERY_PATH, discovery);
+  app.get(AS_METADATA_PATH, discovery);
 
   let listening = false;
   return {

@@ -200,6 +200,9 @@ function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, str
   if (settings.issuer !== undefined) env.push({ name: "AUTHORITY_ISSUER", value: settings.issuer });
   if (settings.jwksUrl !== undefined) env.push({ name: "AUTHORITY_JWKS_URL", value: settings.jwksUrl });
   if (settings.audience !== undefined) env.push({ name: "AUTHORITY_AUDIENCE", value: settings.audience });
+  if (settings.egressAllow.length > 0) {
+    env.push({ name: "AUTHORITY_EGRESS_ALLOW", value: settings.egressAllow.join(",") });
+  }
   if (settings.trustedIssuers !== undefined && settings.trustedIssuers.length > 0) {
     env.push({ name: "AUTHORITY_TRUSTED_ISSUERS", value: JSON.stringify(settings.trustedIssuers) });
   }

@@ -1,9 +1,11 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
+import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
   isIstioReservedPort,
   istioPortMessage,
 } from "../../config/istio-ports.ts";
+import { egressAllowList } from "../../config/validators.ts";
 
 /**
  * What the injector puts into every pod: read once at start from the settings file the
@@ -66,6 +68,8 @@ export interface SidecarSettings {
   /** AUTHORITY_TRUSTED_ISSUERS of the sidecar (entries as docs/configuration.md; the sidecar validates them). */
   readonly trustedIssuers: readonly Readonly<Record<string, unknown>>[] | undefined;
   readonly capabilityMap: Readonly<Record<string, string>> | undefined;
+  /** AUTHORITY_EGRESS_ALLOW of the sidecar: the platform admin's allow list (entries as docs/configuration.md). */
+  readonly egressAllow: readonly string[];
   readonly resources: SidecarResources;
   readonly istio: {
     readonly mode: IstioMode;
@@ -164,6 +168,7 @@ export const sidecarSettingsSchema = {
       },
     },
     capabilityMap: { type: "object", additionalProperties: { type: "string", minLength: 1 } },
+    egressAllow: { type: "array", maxItems: 1024, items: { type: "string", minLength: 1, maxLength: 260 } },
     resources: {
       type: "object",
       additionalProperties: false,
@@ -204,6 +209,21 @@ const resourceListOf = (value: unknown): ResourceList | undefined => {
   const memory = str(o.memory);
   return { ...(cpu === undefined ? {} : { cpu }), ...(memory === undefined ? {} : { memory }) };
 };
+
+/** Each entry as the sidecar will parse it: a typo fails the injector, not every injected pod. */
+function egressAllowOf(value: unknown): string[] {
+  const entries = Array.isArray(value) ? (value as string[]) : [];
+  entries.forEach((entry, index) => {
+    try {
+      egressAllowList(entry, `egressAllow[${index}]`);
+    } catch (error) {
+      if (error instanceof ConfigError)
+        throw new InjectorSettingsError(`invalid sidecar settings: ${error.message}`);
+      throw error;
+    }
+  });
+  return entries.map((entry) => entry.trim());
+}
 
 export interface SettingsOverrides {
   /** From `--sidecar-image` / `AUTHORITY_SIDECAR_IMAGE`: wins over the file. */
@@ -273,6 +293,7 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
   const capabilityMap =
     o.capabilityMap === undefined ? undefined : (obj(o.capabilityMap) as Record<string, string>);
   const pullPolicy = str(o.imagePullPolicy);
+  const egressAllow = egressAllowOf(o.egressAllow);
   return {
     image: overrides.image ?? str(o.image) ?? defaultSidecarImage(overrides.version),
     imagePullPolicy: pullPolicy === "Always" || pullPolicy === "Never" ? pullPolicy : "IfNotPresent",
@@ -291,6 +312,7 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
       ? (o.trustedIssuers as Readonly<Record<string, unknown>>[])
       : undefined,
     capabilityMap,
+    egressAllow,
     resources:
       o.resources === undefined
         ? defaultSidecarResources

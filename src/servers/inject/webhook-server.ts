@@ -1,14 +1,18 @@
 import type { Server as HttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyRequest } from "fastify";
+import type { Registry } from "prom-client";
 import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { installHttpMetrics } from "../http/metrics.ts";
 import { reviewAdmission } from "./admission.ts";
+import { createInjectorMetrics, type InjectorMetrics } from "./metrics.ts";
 import type { SidecarSettings } from "./settings.ts";
 
 /**
- * The mutating admission webhook over HTTPS: `POST /mutate` (AdmissionReview v1) and
- * `GET /healthz`. The API server only talks TLS to webhooks, so there is no plain mode.
+ * The mutating admission webhook over HTTPS: `POST /mutate` (AdmissionReview v1),
+ * `GET /healthz` and, given a registry, `GET /metrics`. The API server only talks TLS to
+ * webhooks, so there is no plain mode.
  */
 
 export interface TlsMaterial {
@@ -20,6 +24,8 @@ export interface WebhookServerOptions {
   readonly tls: TlsMaterial;
   readonly settings: SidecarSettings;
   readonly logger?: Logger | undefined;
+  /** Where the injector's series go; `GET /metrics` serves it. Without one: no metrics. */
+  readonly metrics?: Registry | undefined;
   /** AdmissionReviews carry the whole Pod; etcd's object limit is 1.5 MiB. */
   readonly bodyLimit?: number | undefined;
 }
@@ -86,10 +92,18 @@ export function createWebhookServer(options: WebhookServerOptions): WebhookServe
 
   app.get("/healthz", async () => ({ status: "ok" }));
 
+  let metrics: InjectorMetrics | undefined;
+  if (options.metrics !== undefined) {
+    installHttpMetrics(app, { namespace: "authority_injector", registry: options.metrics });
+    metrics = createInjectorMetrics(options.metrics);
+    metrics.servingCertificate(options.tls.cert);
+  }
+
   // One path per namespace case: the chart's webhooks select namespaces by their Istio labels
   // (the AdmissionReview does not carry them) and call the path that says which case matched.
   const mutate = (istioInjection: boolean) => async (request: FastifyRequest) => {
     const outcome = reviewAdmission(request.body, settings, { istioInjection });
+    metrics?.admitted(outcome);
     request.log.info(
       {
         namespace: outcome.namespace,
@@ -115,6 +129,7 @@ export function createWebhookServer(options: WebhookServerOptions): WebhookServe
     },
     reloadTls(tls) {
       app.server.setSecureContext({ cert: tls.cert, key: tls.key });
+      metrics?.servingCertificate(tls.cert);
     },
     close: () => app.close(),
   };

@@ -32,6 +32,14 @@ export const managedReasons = {
     message: "The encrypted data is not valid for these credentials, or it was altered.",
   },
   invalid_signature: { code: "invalid_signature", message: "The signed data could not be verified." },
+  unknown_owner: {
+    code: "not_found",
+    message: "The owner named by act_as is not known to the crypto service.",
+  },
+  owner_not_delegated: {
+    code: "insufficient_role",
+    message: "These partner credentials may not act for the owner named by act_as.",
+  },
   invalid_data: { code: "invalid_request", message: "The crypto service refused the data as malformed." },
   upstream_unavailable: { code: "upstream_unavailable", message: "The crypto service is unavailable." },
   upstream_timeout: { code: "upstream_timeout", message: "The crypto service did not answer in time." },

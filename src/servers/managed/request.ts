@@ -23,7 +23,15 @@ export interface ManagedCredentials {
   readonly apiKey: string;
   readonly accessKey: string;
   readonly secretKey: string;
+  /**
+   * Optional header `act_as`: the delegated owner the partner credentials act for, passed to
+   * the crypto service, which decides (decision 2513).
+   */
+  readonly actAs?: string;
 }
+
+/** Owner ids are at most 128 characters (the crypto service checks their form). */
+const MAX_ACT_AS_LENGTH = 128;
 
 export type BodyField = "data" | "encrypted_data";
 
@@ -81,6 +89,13 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
   }
   const signedBlob = record.signed_blob;
   if (signedBlob !== undefined && typeof signedBlob !== "boolean") invalid.push("signed_blob");
+  const actAs = headers.act_as;
+  if (
+    actAs !== undefined &&
+    (typeof actAs !== "string" || actAs.length === 0 || actAs.length > MAX_ACT_AS_LENGTH)
+  ) {
+    invalid.push("act_as");
+  }
   if (invalid.length > 0) {
     throw new ManagedError("invalid_field", {
       message: `Invalid ${invalid.join(", ")}: each must be one string of bounded length.`,
@@ -98,6 +113,7 @@ export function parseManagedRequest(headers: Headers, body: unknown, field: Body
       apiKey: read("api_key"),
       accessKey: read("access_key"),
       secretKey: read("secret_key"),
+      ...(typeof actAs === "string" ? { actAs } : {}),
     },
     value: typeof bodyValue === "string" ? bodyValue : "",
     purpose: typeof purpose === "string" ? purpose : undefined,

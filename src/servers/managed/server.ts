@@ -42,6 +42,8 @@ const clientFailures: Record<CryptoClientError["code"], ManagedReason> = {
   invalid_signature: "invalid_signature",
   wrong_purpose: "invalid_signature",
   unknown_recipient: "invalid_data",
+  unknown_owner: "unknown_owner",
+  not_delegated: "owner_not_delegated",
   invalid_request: "invalid_data",
 };
 
@@ -107,6 +109,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
       apiKey: credentials.apiKey,
       accessKey: credentials.accessKey,
       secretKey: credentials.secretKey,
+      ...(credentials.actAs === undefined ? {} : { actAs: credentials.actAs }),
     });
     const token = await tokens.get(username, password);
     try {

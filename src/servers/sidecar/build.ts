@@ -121,6 +121,7 @@ export async function buildSidecar(
     maxRequestBytes: config.maxRequestBytes,
     constraintsRollout: config.parameterScoping,
     auditMaxPending: config.auditMaxPending,
+    journalDir: config.journalDir,
     stalenessMs: config.stalenessMs,
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,

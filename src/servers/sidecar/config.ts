@@ -4,6 +4,7 @@
  * resolved by the shared mechanism (src/config/schema.ts) and validated once at start.
  */
 
+import { join, resolve } from "node:path";
 import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
@@ -149,7 +150,7 @@ export const sidecarSettings = {
     key: "upstream-timeout-ms",
     env: "AUTHORITY_SIDECAR_UPSTREAM_TIMEOUT_MS",
     description:
-      "forward proxy: deadline in ms of the upstream's response headers, and of the whole body when buffered (past it: 504)",
+      "forward proxy: deadline in ms of the upstream's response headers and whole body (past it: 504)",
     default: 10_000,
     parse: duration("ms", 1, 600_000),
   }),
@@ -157,7 +158,7 @@ export const sidecarSettings = {
     key: "max-response-bytes",
     env: "AUTHORITY_SIDECAR_MAX_RESPONSE_BYTES",
     description:
-      "forward proxy: largest response body buffered for redaction (over it: 502, nothing of the body)",
+      "forward proxy: largest response body (decoded), read whole for scrubbing and redaction (over it: 502, nothing of the body)",
     default: 1024 * 1024,
     parse: integer(1024, 256 * 1024 * 1024),
   }),
@@ -210,6 +211,21 @@ export const sidecarSettings = {
     default: 10_000,
     parse: integer(100, 10_000_000),
   }),
+  stateDir: spec({
+    key: "state-dir",
+    env: "AUTHORITY_STATE_DIR",
+    description: "state directory (the decision journal, unless `--journal-dir`)",
+    default: "./.authority",
+    parse: path,
+  }),
+  journalDir: spec({
+    key: "journal-dir",
+    env: "AUTHORITY_SIDECAR_JOURNAL_DIR",
+    description:
+      "directory of the decision journal: every decision record is written there before its decision is answered, and records not yet delivered to the authority are shipped from it on the next start (docs/sidecar.md, *Decision records outlive the process*)",
+    defaultText: "<state-dir>/sidecar-journal",
+    parse: path,
+  }),
   shutdownGrace: spec({
     key: "shutdown-grace-ms",
     env: "AUTHORITY_SIDECAR_SHUTDOWN_GRACE_MS",
@@ -259,6 +275,8 @@ export interface SidecarConfig {
   readonly policyMaxAgeMs: number;
   readonly shutdownGraceMs: number;
   readonly auditMaxPending: number;
+  /** Where decision records are written ahead (absolute). */
+  readonly journalDir: string;
   /** The platform admin's egress allow list for the forward proxy's upstreams. */
   readonly egressAllow: readonly EgressAllowEntry[];
 }
@@ -344,6 +362,10 @@ export const sidecarSchema = defineProcess({
       policyMaxAgeMs: read.value("policyMaxAge"),
       shutdownGraceMs: read.value("shutdownGrace"),
       auditMaxPending: read.value("auditMaxPending"),
+      journalDir: resolve(
+        read.cwd,
+        read.optional("journalDir") ?? join(read.value("stateDir"), "sidecar-journal"),
+      ),
       egressAllow: read.optional("egressAllow") ?? [],
     };
   },

@@ -2,6 +2,7 @@ import { auditPath, boundedText, MAX_FIELD_CHARS, newRecordId } from "../../audi
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { ErrorCode } from "../../errors.ts";
+import type { DecisionJournal, JournalTicket } from "./decision-journal.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
@@ -18,8 +19,12 @@ import { createRecordQueue } from "./record-queue.ts";
  * request path. The queue is bounded (`maxPending`); while it is full the sidecar evaluates
  * nothing and answers 503 `upstream_unavailable` (as the authority does when its own audit
  * buffer is full), so no decision goes unrecorded for longer than the authority is away.
- * Records still queued when the process dies are lost (SIGTERM flushes them first); a batch
- * whose reply was lost is sent again, so the log can hold twins with the same `id`.
+ * With a journal (decision-journal.ts; `authority sidecar` always has one), every record is
+ * written to it before its decision is answered, and an allow whose record cannot be written
+ * is answered 503 instead: records queued when the process dies are shipped by the next
+ * start (docs/decisions/2501-decision-records-written-ahead.md). Without one (tests), they
+ * are lost. A batch whose reply was lost is sent again, so the log can hold twins with the
+ * same `id`.
  */
 
 export interface DecisionShipperOptions {
@@ -42,17 +47,51 @@ export interface DecisionShipperOptions {
   readonly onRefused?: (error: unknown) => void;
   /** `count` records the authority took. */
   readonly onDelivered?: (count: number) => void;
+  /** Where records are written before they are queued; its recovered records are queued first. */
+  readonly journal?: DecisionJournal;
 }
 
 export interface DecisionShipper {
   /** False when a record would be refused now (queue full or closed). */
   accepting(): boolean;
-  push(record: ShippedDecision): void;
+  /**
+   * Writes the record to the journal (when there is one) and returns its ticket; throws when
+   * it could not be written. The record is not queued: `push` does that, with the tickets.
+   */
+  writeAhead(record: ShippedDecision): JournalTicket | undefined;
+  /** Queues a record; its journal lines (`tickets`) are released once the authority has it. */
+  push(record: ShippedDecision, tickets?: ReadonlyArray<JournalTicket | undefined>): void;
   pending(): number;
   /** Sends what is queued; false when something is still queued after `timeoutMs`. */
   flush(timeoutMs: number): Promise<boolean>;
   /** Stops accepting, flushes for up to `timeoutMs`; `lost` records were never delivered. */
   close(timeoutMs: number): Promise<{ flushed: boolean; lost: number }>;
+}
+
+/** A FIFO of each queued record's journal tickets. */
+function createTicketQueue() {
+  let items: Array<ReadonlyArray<JournalTicket | undefined> | undefined> = [];
+  let first = 0;
+  return {
+    push(lines: ReadonlyArray<JournalTicket | undefined> | undefined): void {
+      items.push(lines);
+    },
+    /** The tickets of the first `count` records, removed. */
+    shift(count: number): JournalTicket[] {
+      const out: JournalTicket[] = [];
+      const end = Math.min(items.length, first + count);
+      for (let i = first; i < end; i++) for (const ticket of items[i] ?? []) if (ticket) out.push(ticket);
+      first = end;
+      if (first === items.length) {
+        items = [];
+        first = 0;
+      } else if (first > 4096) {
+        items = items.slice(first);
+        first = 0;
+      }
+      return out;
+    },
+  };
 }
 
 /** Well under the authority's request body limit (1 MiB by default). */
@@ -79,6 +118,18 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
   const retryMs = positiveIntOption(options.retryMs, 100, "retryMs");
   // Records wait as UTF-8 JSON outside the JS heap (record-queue.ts).
   const queue = createRecordQueue();
+  const { journal } = options;
+  /** The journal lines of each queued record, in queue order (empty without a journal). */
+  const tickets = createTicketQueue();
+  const enqueue = (json: string, lines: ReadonlyArray<JournalTicket | undefined> | undefined): void => {
+    queue.push(json);
+    if (journal !== undefined) tickets.push(lines);
+  };
+  const dequeue = (count: number): void => {
+    queue.drop(count);
+    if (journal !== undefined) for (const ticket of tickets.shift(count)) journal.release(ticket);
+  };
+  for (const record of journal?.recovered ?? []) enqueue(record.json, [record.ticket]);
   /** Records per send: batchSize, smaller while a refused batch is being narrowed down. */
   let batchLimit = batchSize;
   let timer: NodeJS.Timeout | undefined;
@@ -107,7 +158,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
     const count = queue.countWithin(Math.min(batchLimit, queue.length), MAX_BATCH_BYTES);
     sending = options.send(queue.peekArray(count)).then(
       () => {
-        queue.drop(count);
+        dequeue(count);
         batchLimit = batchSize;
         tell(() => options.onDelivered?.(count));
         if (failures > 0) tell(() => options.onStateChange?.("ok", queue.length));
@@ -119,7 +170,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
           // refuses is found, and set that one aside, so it cannot block every record behind it.
           if (count > 1) batchLimit = Math.ceil(count / 2);
           else {
-            queue.drop(1);
+            dequeue(1);
             tell(() => options.onRefused?.(error));
           }
           return;
@@ -139,6 +190,8 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
       else schedule(queue.length >= batchLimit ? 0 : flushIntervalMs);
     });
   };
+
+  schedule(0);
 
   const flush = async (timeoutMs: number): Promise<boolean> => {
     if (queue.length === 0) return true;
@@ -164,8 +217,9 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
 
   return {
     accepting: () => !closed && queue.length < maxPending,
-    push(record) {
-      queue.push(JSON.stringify(record));
+    writeAhead: (record) => journal?.append(JSON.stringify(record)),
+    push(record, lines) {
+      enqueue(JSON.stringify(record), lines);
       schedule(queue.length >= batchLimit ? 0 : flushIntervalMs);
     },
     pending: () => queue.length,
@@ -260,25 +314,54 @@ export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | n
  * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
  * answers when its audit buffer is full).
  *
- * An allow on the forward proxy is recorded once the proxy knows what became of it
- * (`settleDecision`, which the proxy calls when the response ends): a refusal after the
- * decision is the record's deny with its code, whatever step refused — never an allow.
+ * Every record is written ahead (`shipper.writeAhead`) before the decision is returned; an
+ * allow whose record cannot be written becomes a 503 deny. An allow on the forward proxy is
+ * queued once the proxy knows what became of it (`settleDecision`, which the proxy calls when
+ * the response ends): a refusal after the decision is the record's deny with its code, whatever
+ * step refused — never an allow — written again under the same `id`.
  */
 export function auditedEngine(
   engine: SidecarEngine,
   shipper: DecisionShipper,
   now: () => Date = () => new Date(),
+  onJournalError: (error: Error) => void = () => undefined,
 ): SidecarEngine {
+  /** The record's journal ticket (undefined without a journal), or the error that kept it out. */
+  const writeAhead = (shipped: ShippedDecision): JournalTicket | undefined | Error => {
+    try {
+      return shipper.writeAhead(shipped);
+    } catch (error) {
+      return error instanceof Error ? error : new Error("journal write failed");
+    }
+  };
   const record = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
+    const shipped = shippedDecision(request, decision, now());
+    const ahead = writeAhead(shipped);
+    if (ahead instanceof Error) {
+      onJournalError(ahead);
+      if (decision.allow) {
+        // Nothing is let through without a record that outlives the process.
+        const deny = answeredInstead(request, decision);
+        shipper.push(shippedDecision(request, deny, now()));
+        return deny;
+      }
+      shipper.push(shipped);
+      return decision;
+    }
     if (decision.allow && request.transport === "proxy") {
-      // Queue room is checked now (accepting()); the record goes in when the outcome is known.
+      // Written ahead now; queued when the outcome is known, as what became of the request.
       awaitingOutcome.set(decision, (refusal) => {
-        const shipped = shippedDecision(request, decision, now());
-        shipper.push(refusal === null ? shipped : refusedDecision(shipped, refusal));
+        if (refusal === null) {
+          shipper.push(shipped, [ahead]);
+          return;
+        }
+        const refused = refusedDecision(shipped, refusal);
+        const outcome = writeAhead(refused);
+        shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
       });
       return decision;
     }
-    shipper.push(shippedDecision(request, decision, now()));
+    shipper.push(shipped, [ahead]);
     return decision;
   };
   const decide = (request: SidecarRequest): SidecarDecision | Promise<SidecarDecision> => {
@@ -287,8 +370,12 @@ export function auditedEngine(
     if (!(decision instanceof Promise)) return record(request, decision);
     return decision.then((settled) => {
       // Settled after the transport stopped waiting: what the caller got was a 503.
-      record(request, request.signal?.aborted === true ? answeredInstead(request, settled) : settled);
-      return settled;
+      if (request.signal?.aborted === true) {
+        record(request, answeredInstead(request, settled));
+        return settled;
+      }
+      // The recorded decision: a 503 instead of an allow whose record could not be written.
+      return record(request, settled);
     });
   };
   return {

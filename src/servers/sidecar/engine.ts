@@ -1,7 +1,8 @@
 import type { Capability } from "../../core/capability.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import { isValidCapabilityId } from "../../core/permission-id.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
-import type { SubjectAuthentication } from "../../core/subject-identity.ts";
+import { type SubjectAuthentication, subjectCandidates } from "../../core/subject-identity.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
@@ -231,21 +232,39 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       return denyOf(checked.unavailable ? "upstream_unavailable" : "invalid_token", requestId);
     }
     onTokenCheck(checked.cached ? "cached" : "verified");
-    const subjectId = checked.principal.subject;
     const capabilityId = request.capabilityId || capabilityMap.resolve(request.host, request.path);
     if (capabilityId === undefined || capabilityId === "")
-      return denyAbout("missing_capability", requestId, { subjectId });
+      return denyAbout("missing_capability", requestId, { subjectId: checked.principal.subject });
+    // A caller's header that no capability id can match resolves to nothing, without asking the authority.
+    if (!isValidCapabilityId(capabilityId))
+      return denyAbout("unknown_capability", requestId, { subjectId: checked.principal.subject });
     const bearer = {
       via: "bearer",
       partnerId: checked.principal.partnerId,
       vouchable: checked.principal.vouchable,
     } as const;
+    const candidates = subjectCandidates(checked.principal.subject, bearer.partnerId);
+    return withSubject(request, candidates, 0, capabilityId, bearer);
+  };
+
+  /**
+   * The policy of the first candidate subject id that has one (the token's partner namespace,
+   * then the global one), each looked up as it is cached and announced, under its own id.
+   */
+  const withSubject = (
+    request: SidecarRequest,
+    candidates: readonly string[],
+    index: number,
+    capabilityId: string,
+    bearer: SubjectAuthentication,
+  ): Step => {
+    const subjectId = candidates[index] ?? "";
+    const next = (lookup: PolicyLookup): Step =>
+      lookup.policy.partnerId === undefined && index + 1 < candidates.length
+        ? withSubject(request, candidates, index + 1, capabilityId, bearer)
+        : withPolicy(request, subjectId, capabilityId, admitted(lookup, bearer));
     const cached = policies.peek?.(subjectId);
-    return cached !== undefined
-      ? withPolicy(request, subjectId, capabilityId, admitted(cached, bearer))
-      : policies
-          .get(subjectId)
-          .then((lookup) => withPolicy(request, subjectId, capabilityId, admitted(lookup, bearer)));
+    return cached !== undefined ? next(cached) : policies.get(subjectId).then(next);
   };
 
   /**

@@ -28,7 +28,7 @@ export interface SidecarMetrics {
   /** A gRPC request refused before any decision (malformed, incomplete, overloaded, receive_timeout). */
   grpcRejected(reason: GrpcRejection): void;
   upstream(outcome: "response" | "timeout" | "error", seconds: number): void;
-  proxyResponse(kind: "streamed" | "redacted" | "passed" | "too_large" | "refused" | "failed"): void;
+  proxyResponse(kind: "redacted" | "passed" | "too_large" | "refused" | "failed"): void;
   /** Decision records the authority took (`delivered`) or refused and the sidecar set aside (`refused`). */
   auditRecords(result: "delivered" | "refused", count: number): void;
   redactions(events: ReadonlyArray<{ readonly source: string; readonly mode: string }>): void;
@@ -339,7 +339,7 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
   const proxyResponses = countingCounter(
     registry,
     "authority_sidecar_proxy_responses_total",
-    "Forward proxy responses: streamed (scrubbed, no redaction needed), redacted, passed (buffered, not JSON), too_large (502), refused (502: not scrubbable or not redactable), failed.",
+    "Forward proxy responses: redacted (JSON), passed (not JSON; scrubbed), too_large (502), refused (502: not scrubbable or not redactable), failed.",
     ["kind"],
   );
   const redactionEvents = countingCounter(

@@ -2,14 +2,12 @@ import { randomUUID } from "node:crypto";
 import {
   type ClientRequest,
   createServer,
-  request as httpRequest,
   type IncomingHttpHeaders,
   type IncomingMessage,
   type OutgoingHttpHeaders,
   type Server,
   type ServerResponse,
 } from "node:http";
-import { request as httpsRequest } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
 import {
@@ -20,13 +18,7 @@ import {
 } from "../../core/redaction.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
-import {
-  isJsonMediaType,
-  isNdjsonMediaType,
-  looksLikeJson,
-  parseContentType,
-  RedactionDecodeError,
-} from "../../execute/response-body.ts";
+import { parseContentType, RedactionDecodeError } from "../../execute/response-body.ts";
 import { type ScrubbedBody, scrubAndRedact } from "../../execute/scrub-redact.ts";
 import {
   createSecretScrubber,
@@ -37,9 +29,10 @@ import {
 import { renderUpstreamRequest } from "../../execute/url.ts";
 import { settleDecision } from "./decision-log.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
-import { positiveIntOption, SidecarConfigError } from "./errors.ts";
+import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
+import { guardRequest } from "./request-guard.ts";
 import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
 
 /**
@@ -56,16 +49,14 @@ import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.
  * The caller's credentials, cookies, `x-authority-*` and routing-override headers never go.
  *
  * Responses: sensitive and hop-by-hop headers are dropped, and so is any header that holds
- * an injected credential (src/execute/secret-scrub.ts). A body that may need redaction —
- * the operation or policy has rules, it is declared (ND)JSON or text, or its first bytes
- * look like JSON — or that is compressed is buffered up to `maxResponseBytes` (decoded),
- * scrubbed of injected credentials, redacted with the same rules as the executor (a body
- * that must be redacted but is not JSON is **502 redaction_failed**), and sent with a fresh
- * Content-Length. Over the bound the answer is **502 upstream_error**: nothing of the body
- * is sent, never an unredacted one. Other bodies (binary, HTML, …, with no rules) stream
- * through a scrubbing stream that overwrites credentials in place (lengths unchanged). A
- * content coding the proxy cannot decode is **502 scrub_failed**. CONNECT and upgrades are
- * refused: a tunnel could not be inspected.
+ * an injected credential (src/execute/secret-scrub.ts). Every body is buffered up to
+ * `maxResponseBytes` (decoded), scrubbed of injected credentials in every decoded view,
+ * redacted with the same rules as the executor (a body that must be redacted but is not
+ * JSON, or from which a client could read a sensitive member, is **502 redaction_failed**),
+ * and sent with a fresh Content-Length. Over the bound the answer is **502 upstream_error**:
+ * nothing of the body is sent, never an unscrubbed or unredacted one. A content coding the
+ * proxy cannot decode is **502 scrub_failed**. CONNECT and upgrades are refused: a tunnel
+ * could not be inspected.
  */
 
 export interface ForwardProxyOptions {
@@ -73,9 +64,9 @@ export interface ForwardProxyOptions {
   readonly metrics?: SidecarMetrics;
   /** Deadline for the decision (default 1000 ms); past it the answer is 503. */
   readonly decisionTimeoutMs?: number;
-  /** Deadline for the upstream's response headers and, when buffered, its whole body (default 10000 ms). */
+  /** Deadline for the upstream's response headers and its whole body (default 10000 ms). */
   readonly upstreamTimeoutMs?: number;
-  /** Largest response body buffered for redaction, decoded bytes (default 1 MiB). */
+  /** Largest response body, decoded bytes, read whole before anything is sent (default 1 MiB). */
   readonly maxResponseBytes?: number;
   /** Largest request body read for validation (default 1 MiB); over it the answer is 413. */
   readonly maxRequestBytes?: number;
@@ -134,23 +125,6 @@ function single(value: string | string[] | undefined): string | undefined {
 
 function mediaType(contentType: string | undefined): string {
   return (contentType?.split(";")[0] ?? "").trim().toLowerCase();
-}
-
-/**
- * Bodies that rules apply to, that are declared (ND)JSON or text (and so may need default
- * redaction), or that are compressed (decoded before scrubbing) are buffered. Others are
- * buffered too when their first bytes look like JSON (`sniff`, decided on the first chunk).
- */
-function needsBuffering(
-  contentType: string | undefined,
-  contentEncoding: string,
-  rules: readonly RedactionRule[],
-): boolean | "sniff" {
-  if (rules.length > 0 || (contentEncoding !== "" && contentEncoding !== "identity")) return true;
-  const type = mediaType(contentType);
-  if (type === "" || type.startsWith("text/") || isJsonMediaType(type) || isNdjsonMediaType(type))
-    return true;
-  return "sniff";
 }
 
 const DECODABLE_CODINGS: ReadonlySet<string> = new Set(["", "identity", "gzip", "x-gzip", "deflate", "br"]);
@@ -220,7 +194,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   // Each new upstream connection is checked by the egress policy (a kept-alive one was checked when opened).
   const egress = options.egress ?? createEgressPolicy();
   const agentOptions = { keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" } as const;
-  const agents = { http: egress.httpAgent(agentOptions), https: egress.httpsAgent(agentOptions) };
+  const upstreams = egress.httpClient(agentOptions);
   const sockets = new Set<Socket>();
   let inFlight = 0;
   let closing: Promise<void> | undefined;
@@ -419,6 +393,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     let rules: readonly RedactionRule[];
     let scrubber: SecretScrubber;
     let target: URL;
+    let body: Buffer | undefined;
     try {
       rules = rulesFor(decision);
       try {
@@ -439,6 +414,8 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       renderQuery(target, decision.input.query);
       for (const [name, value] of Object.entries(decision.credentials.query))
         target.searchParams.set(name, value);
+      // What was validated, re-serialized: no duplicate key or other spelling reaches the upstream.
+      body = decision.input.hasBody ? Buffer.from(JSON.stringify(decision.input.body), "utf8") : undefined;
     } catch (error) {
       sendDeny(res, denyForError(error, decision.requestId));
       return;
@@ -470,9 +447,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     const headers = forwardedHeaders(req.headers, declaredHeaders(decision.operation));
     for (const [name, value] of Object.entries(allowHeaders(decision))) headers[name] = value;
     headers.host = target.host;
-    const body = decision.input.hasBody
-      ? Buffer.from(JSON.stringify(decision.input.body), "utf8")
-      : undefined;
     if (body !== undefined) {
       headers["content-type"] = "application/json";
       headers["content-length"] = body.length;
@@ -481,14 +455,13 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     headers["accept-encoding"] = "identity";
     let proxyReq: ClientRequest;
     try {
-      proxyReq = (https ? httpsRequest : httpRequest)({
+      proxyReq = upstreams.request({
         protocol: target.protocol,
         hostname,
         port: target.port === "" ? (https ? 443 : 80) : Number(target.port),
         path: `${target.pathname}${target.search}`,
         method: exchange.method,
         headers,
-        agent: https ? agents.https : agents.http,
       });
     } catch (error) {
       // Header values Node refuses (e.g. a credential with a control character) never leave.
@@ -498,7 +471,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     exchange.proxyReq = proxyReq;
     proxyReq.on("response", (proxyRes: IncomingMessage) => onUpstreamResponse(exchange, proxyRes, res));
     proxyReq.on("error", (error: Error) => upstreamFailed(res, exchange, error));
-    // What was validated, re-serialized: no duplicate key or other spelling reaches the upstream.
     proxyReq.end(body);
   };
 
@@ -552,33 +524,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     fail(res, exchange, reason);
   };
 
-  const respondStreaming = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
-    exchange.settled = true;
-    if (exchange.timer !== undefined) clearTimeout(exchange.timer);
-    const sanitized = safeHeaders(exchange, proxyRes);
-    metrics?.redactions(sanitized.events);
-    // Scrubbing overwrites in place: the length and the (identity) coding stay true.
-    const length = proxyRes.headers["content-length"];
-    const headers = {
-      ...sanitized.headers,
-      ...(length === undefined ? {} : { "content-length": length }),
-      [REQUEST_ID_HEADER]: exchange.decision.requestId,
-    };
-    res.writeHead(proxyRes.statusCode ?? 502, headers);
-    metrics?.proxyResponse("streamed");
-    proxyRes.on("error", () => res.destroy());
-    if (exchange.scrubber.empty) {
-      proxyRes.pipe(res);
-      return;
-    }
-    const scrubbing = exchange.scrubber.createStream();
-    scrubbing.on("error", () => {
-      proxyRes.destroy();
-      res.destroy();
-    });
-    proxyRes.pipe(scrubbing).pipe(res);
-  };
-
   /** The scrubbed, redacted body to send, or the reason it is refused. */
   const finalBody = (
     exchange: Exchange,
@@ -592,13 +537,16 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         readonly contentType?: string;
       }
     | "redaction_failed"
-    | "scrub_failed" => {
+    | "scrub_failed"
+    | "too_large" => {
     let read: ScrubbedBody;
     try {
       read = scrubAndRedact(body, contentType, exchange.rules, exchange.scrubber);
     } catch (error) {
       if (error instanceof ScrubError) return "scrub_failed";
-      if (error instanceof RedactionDecodeError) return "redaction_failed";
+      // Past the JSON limits (core/bounded-json.ts): refused like a body past the size bound.
+      if (error instanceof RedactionDecodeError)
+        return error.issue === "too_complex" ? "too_large" : "redaction_failed";
       throw error;
     }
     const { events } = read;
@@ -691,6 +639,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       fail(res, exchange, "upstream_error");
       return;
     }
+    if (result === "too_large") {
+      tooLarge();
+      return;
+    }
     if (typeof result === "string") {
       refuse(res, exchange, result);
       return;
@@ -707,43 +659,6 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       [REQUEST_ID_HEADER]: exchange.decision.requestId,
     });
     res.end(result.out);
-  };
-
-  /** Waits for the first bytes and buffers when they look like JSON (default redaction), else streams. */
-  const respondSniffed = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
-    let seen: Buffer = Buffer.alloc(0);
-    const decideOn = (ended: boolean): void => {
-      proxyRes.off("data", onData);
-      proxyRes.off("end", onEnd);
-      if (ended) {
-        complete(exchange, proxyRes, res, [seen]);
-        return;
-      }
-      proxyRes.pause();
-      proxyRes.unshift(seen);
-      if (looksLikeJson(seen) === "no") respondStreaming(exchange, proxyRes, res);
-      else respondBuffered(exchange, proxyRes, res);
-      proxyRes.resume();
-    };
-    const onData = (chunk: Buffer): void => {
-      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
-      if (seen.length > maxResponseBytes) {
-        proxyRes.off("data", onData);
-        proxyRes.off("end", onEnd);
-        proxyRes.destroy();
-        metrics?.proxyResponse("too_large");
-        fail(res, exchange, "upstream_error");
-        return;
-      }
-      if (looksLikeJson(seen) !== "unknown" || seen.length >= 4096) decideOn(false);
-    };
-    const onEnd = (): void => decideOn(true);
-    proxyRes.on("data", onData);
-    proxyRes.on("end", onEnd);
-    proxyRes.once("error", () => {
-      metrics?.proxyResponse("failed");
-      fail(res, exchange, "upstream_error");
-    });
   };
 
   const onUpstreamResponse = (exchange: Exchange, proxyRes: IncomingMessage, res: ServerResponse): void => {
@@ -771,16 +686,13 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       refuse(res, exchange, "scrub_failed");
       return;
     }
-    const buffering = needsBuffering(single(proxyRes.headers["content-type"]), encoding, exchange.rules);
-    if (buffering === true) respondBuffered(exchange, proxyRes, res);
-    else respondSniffed(exchange, proxyRes, res);
+    // Every body is read whole (bounded) before anything of it is sent: an encoded credential
+    // or a member a client could read can be anywhere in it (decision 2505).
+    respondBuffered(exchange, proxyRes, res);
   };
 
-  const server = createServer((req, res) => {
-    inFlight++;
-    res.once("close", finished);
+  const handle = (req: IncomingMessage, res: ServerResponse, requestId: string): void => {
     const started = performance.now();
-    const requestId = requestIdFrom(req.headers["x-request-id"]);
     const decided = (decision: Decision): void => {
       const seconds = (performance.now() - started) / 1000;
       metrics?.decision(
@@ -796,7 +708,13 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       // The allow's record says what became of it: any refusal the proxy answered after the
       // decision (schema, constraints, egress, upstream, redaction…) is recorded as that deny.
       res.once("close", () => settleDecision(decision, refusals.get(res) ?? null));
-      forward(req, res, decision);
+      try {
+        forward(req, res, decision);
+      } catch (error) {
+        // A fault after the allow fails this request closed (recorded as that deny), never the process.
+        logger?.warn({ requestId, err: errorSummary(error) }, "forwarding failed");
+        sendDeny(res, denyForError(error, decision.requestId));
+      }
     };
     const withBody = (body: RequestBody): void => {
       let decision: Decision | Promise<Decision>;
@@ -831,6 +749,19 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         res.shouldKeepAlive = false;
         sendDeny(res, deny);
       },
+    );
+  };
+
+  const server = createServer((req, res) => {
+    inFlight++;
+    res.once("close", finished);
+    const requestId = requestIdFrom(req.headers["x-request-id"]);
+    // An exception nothing caught, anywhere in this exchange: this request fails closed (request-guard.ts).
+    guardRequest(
+      () => {
+        if (!res.writableEnded) sendDeny(res, denyOf("internal", requestId));
+      },
+      () => handle(req, res, requestId),
     );
   });
   server.on("connection", (socket: Socket) => {
@@ -870,8 +801,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         const done = (): void => {
           clearTimeout(force);
           for (const socket of sockets) socket.destroy();
-          agents.http.destroy();
-          agents.https.destroy();
+          upstreams.destroy();
           resolve();
         };
         const force = setTimeout(done, graceMs);

@@ -1,3 +1,4 @@
+import { parseBoundedJson } from "../../core/bounded-json.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import { ownValue, setOwn } from "../../core/own-property.ts";
 import { AuthorityError } from "../../errors.ts";
@@ -264,8 +265,9 @@ const UNACCEPTED_BODY: unknown = Object.freeze({});
 /**
  * The body as an argument: `undefined` when there is none; the parsed JSON when the
  * operation takes or constrains a body. Throws `request_body_required` when a needed body
- * was not seen whole — an unseen body is never treated as an absent one — and
- * `invalid_input` / `unsupported_media_type` for a body that is not JSON.
+ * was not seen whole — an unseen body is never treated as an absent one —,
+ * `invalid_input` / `unsupported_media_type` for a body that is not JSON, and
+ * `input_too_complex` for one beyond the JSON limits (core/bounded-json.ts).
  */
 export function bodyArgument(
   operation: OperationSnapshot,
@@ -302,9 +304,11 @@ export function bodyArgument(
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
-  } catch {
-    throw invalidBody("json");
+    // Bounded (nesting, members, path length) before anything walks or re-serializes it.
+    value = parseBoundedJson(text);
+  } catch (error) {
+    if (error instanceof SyntaxError) throw invalidBody("json");
+    throw error;
   }
   if (hasDuplicateKey(text)) throw invalidBody("duplicateKey");
   return value;

@@ -18,6 +18,7 @@ import {
 import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
+import { openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
@@ -89,6 +90,12 @@ export interface SidecarOptions {
   readonly catalogTtlMs?: number;
   /** Decision records held while the authority does not take them (default 10000); beyond, decisions are 503. */
   readonly auditMaxPending?: number;
+  /**
+   * Where decision records are written before their decision is answered, and read back from
+   * on the next start (decision-journal.ts). Without it a record queued when the process dies
+   * is lost; `authority sidecar` always has one.
+   */
+  readonly journalDir?: string;
   readonly logger?: Logger;
   readonly registry?: Registry;
   /**
@@ -199,7 +206,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return { value: { headers: fetched.headers, query: fetched.query }, ttlMs: fetched.ttlMs };
     },
   });
+  const journal =
+    options.journalDir === undefined ? undefined : openDecisionJournal({ dir: options.journalDir });
+  if (journal !== undefined && journal.recovered.length > 0)
+    logger.warn(
+      { records: journal.recovered.length },
+      "decision records of an earlier process found in the journal; shipping them",
+    );
   const auditLog = createDecisionShipper({
+    ...(journal === undefined ? {} : { journal }),
     send: (records) => options.authority.sendDecisions(records),
     ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
     onStateChange: (state, pending, error) => {
@@ -249,7 +264,12 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
   });
-  const engine = auditedEngine(decisionEngine, auditLog);
+  const engine = auditedEngine(decisionEngine, auditLog, undefined, (error) =>
+    logger.error(
+      { err: errorSummary(error) },
+      "a decision record could not be journaled; the allow was denied",
+    ),
+  );
 
   const checkServer: CheckServer = createCheckServer({
     check: createExtAuthzCheck(engine),
@@ -390,7 +410,14 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         grpcUp = false;
         proxyUp = false;
         const { lost } = await auditLog.close(graceMs);
-        if (lost > 0) logger.error({ lost }, "decision records could not be delivered before shutdown");
+        journal?.close();
+        if (lost > 0)
+          logger.error(
+            { lost, journaled: journal !== undefined },
+            journal === undefined
+              ? "decision records could not be delivered before shutdown"
+              : "decision records not delivered before shutdown stay in the journal for the next start",
+          );
         lease.close();
         policies.close();
         await redis?.close();

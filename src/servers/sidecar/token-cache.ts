@@ -66,10 +66,10 @@ export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): Ve
     expiresAtMs: (principal) => principal.validUntil,
     verify: async (token) => {
       const verified = await verifier.verify(token);
-      const partner = verified.claims.partner_id;
       return {
         subject: verified.subject,
-        partnerId: typeof partner === "string" && partner.length > 0 ? partner : undefined,
+        // Read strictly by the verifier: a malformed partner claim made the token invalid.
+        partnerId: verified.partnerId,
         vouchable: verified.vouchable !== false,
         validUntil: Math.min(verified.expiresAt.getTime(), now() + maxAgeMs),
       };

@@ -18,6 +18,7 @@ import {
   compareCodePoints,
   decodeValue,
   encodeValue,
+  returnedInteger,
   StoreError,
   StoreInvalidArgumentError,
 } from "../errors.ts";
@@ -45,13 +46,7 @@ export interface RedisStoreOptions extends RedisConnectionOptions {
 
 const KEY_PREFIX_PATTERN = /^[A-Za-z0-9_.:{}-]{0,128}$/;
 
-function toInteger(value: unknown, what: string): number {
-  const number = typeof value === "string" ? Number(value) : value;
-  if (typeof number !== "number" || !Number.isSafeInteger(number)) {
-    throw new StoreError(`Redis returned a non-integer ${what}.`);
-  }
-  return number;
-}
+const toInteger = (value: unknown, what: string): number => returnedInteger(value, "Redis", what);
 
 export class RedisStore implements Store {
   readonly backend = "redis" as const;

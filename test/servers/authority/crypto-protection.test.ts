@@ -168,7 +168,7 @@ describe("authority serve with --policy-protection crypto", () => {
     sidecar = createSidecar({
       authority: createAuthorityClient({
         baseUrl: authorityUrl,
-        token: staticTokenSource(await token("sidecar-1", ["sidecar"])),
+        token: staticTokenSource(await token("sidecar-1", ["sidecar", "sidecar_platform"])),
       }),
       verifier: createJwtVerifier({ issuer: idp.issuer, audience: "authority", jwks: idp.jwksUri }),
       policyKeys: { serviceIdentity: SERVICE },
@@ -223,7 +223,7 @@ describe("authority serve with --policy-protection crypto", () => {
     assert.equal(allowed.http_response, "ok_response");
     const keys = await (
       await fetch(`${authorityUrl}/v1/sidecar/policy-keys/${encodeURIComponent("subject:agent-1")}`, {
-        headers: { authorization: `Bearer ${await token("sidecar-1", ["sidecar"])}` },
+        headers: { authorization: `Bearer ${await token("sidecar-1", ["sidecar", "sidecar_platform"])}` },
       })
     ).json();
     assert.deepEqual(keys, await crypto.server().publicKeys("subject:agent-1"));
@@ -293,7 +293,7 @@ describe("authority serve with --policy-protection crypto", () => {
         ?.keyId;
     const signerKeyId = async (subject: string) => {
       const reply = await fetch(`${authorityUrl}/v1/sidecar/policies/${subject}`, {
-        headers: { authorization: `Bearer ${await token("sidecar-1", ["sidecar"])}` },
+        headers: { authorization: `Bearer ${await token("sidecar-1", ["sidecar", "sidecar_platform"])}` },
       });
       const body = (await reply.json()) as { signed_policy: string };
       const blob = Buffer.from(body.signed_policy, "base64");

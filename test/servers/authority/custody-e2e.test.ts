@@ -224,7 +224,7 @@ describe("authority with its keys in the crypto service, through the managed API
         "crypto-credentials-file": credentialsFile,
         "service-identity": SERVICE,
         "record-cache-ms": "0",
-        "egress-allow": egressAllowValue(upstream.url),
+        "egress-allow": egressAllowValue(upstream.url, partnerIdp.issuer),
       },
       env: {},
     });
@@ -313,7 +313,7 @@ describe("authority with its keys in the crypto service, through the managed API
     sidecar = createSidecar({
       authority: createAuthorityClient({
         baseUrl: url,
-        token: staticTokenSource(await token("sidecar-1", ["sidecar"])),
+        token: staticTokenSource(await token("sidecar-1", ["sidecar", "sidecar_platform"])),
       }),
       verifier: createJwtVerifier({ issuer: idp.issuer, audience: "authority", jwks: idp.jwksUri }),
       policyKeys: { serviceIdentity: SERVICE },
@@ -408,7 +408,7 @@ describe("authority with its keys in the crypto service, through the managed API
   test("the sidecar's own credential opens nothing at the crypto service: a stored artifact stays sealed", async () => {
     const record = await readPolicyRecord(built.context.store, AGENT);
     assert.ok(record);
-    const sidecarToken = await token("sidecar-1", ["sidecar"]);
+    const sidecarToken = await token("sidecar-1", ["sidecar", "sidecar_platform"]);
     const action = (headers: Record<string, string>) =>
       httpRequest(`${crypto.url}/v1/actions`, {
         method: "POST",

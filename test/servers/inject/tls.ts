@@ -3,9 +3,13 @@ import { request } from "node:https";
 import { TLSSocket } from "node:tls";
 import { generate } from "selfsigned";
 
-/** A self-signed certificate valid for 127.0.0.1 and the in-cluster service name. */
-export async function selfSignedCert(commonName = "authority-injector.authority-system.svc") {
+/** A self-signed certificate valid for 127.0.0.1 and the in-cluster service name (for a year, or until notAfterDate). */
+export async function selfSignedCert(
+  commonName = "authority-injector.authority-system.svc",
+  notAfterDate?: Date,
+) {
   const pems = await generate([{ name: "commonName", value: commonName }], {
+    ...(notAfterDate === undefined ? {} : { notAfterDate }),
     keyType: "ec",
     curve: "P-256",
     algorithm: "sha256",

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import { X509Certificate } from "node:crypto";
 import { after, before, describe, it } from "node:test";
+import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import type { JsonPatchOperation } from "../../../src/servers/inject/patch.ts";
 import {
   createWebhookServer,
@@ -131,5 +133,60 @@ describe("the admission webhook over HTTPS", () => {
       () => createWebhookServer({ tls: { cert: "", key: "" }, settings: chartLikeSettings }),
       WebhookOptionsError,
     );
+  });
+});
+
+describe("the admission webhook's metrics", () => {
+  let server: WebhookServer;
+  let url = "";
+  let tls: Awaited<ReturnType<typeof selfSignedCert>>;
+  const sample = (text: string, series: string): number => {
+    const line = text.split("\n").find((l) => l.startsWith(`${series} `));
+    assert.ok(line !== undefined, series);
+    return Number(line.slice(series.length + 1));
+  };
+  const scrape = async (): Promise<string> => (await httpsRequest(`${url}/metrics`, { ca: tls.cert })).body;
+
+  before(async () => {
+    tls = await selfSignedCert();
+    server = createWebhookServer({ tls, settings: chartLikeSettings, metrics: createMetricsRegistry() });
+    url = (await server.listen("127.0.0.1", 0)).url;
+  });
+  after(() => server.close());
+
+  it("counts reviews by result and reason, and requests by route and status", async () => {
+    const post = (body: string) => httpsRequest(`${url}/mutate`, { ca: tls.cert, method: "POST", body });
+    assert.equal((await post(JSON.stringify(loadReview("plain-pod")))).status, 200);
+    assert.equal((await post("{}")).status, 400);
+    const text = await scrape();
+    assert.equal(
+      sample(text, 'authority_injector_admission_reviews_total{result="injected",reason="none"}'),
+      1,
+    );
+    assert.equal(
+      sample(text, 'authority_injector_http_requests_total{route="/mutate",method="POST",status="400"}'),
+      1,
+    );
+  });
+
+  it("exports the served certificate's expiry, and the renewed one's after a reload", async () => {
+    const expiry = (pem: string) => Math.floor(new X509Certificate(pem).validToDate.getTime() / 1000);
+    const series = "authority_injector_tls_certificate_expiry_timestamp_seconds";
+    assert.equal(sample(await scrape(), series), expiry(tls.cert));
+    const renewed = await selfSignedCert(undefined, new Date(Date.now() + 30 * 86_400_000));
+    assert.notEqual(expiry(renewed.cert), expiry(tls.cert));
+    server.reloadTls(renewed);
+    tls = renewed; // the client now trusts the renewed certificate
+    assert.equal(sample(await scrape(), series), expiry(renewed.cert));
+  });
+
+  it("serves no /metrics without a registry", async () => {
+    const plain = createWebhookServer({ tls, settings: chartLikeSettings });
+    try {
+      const plainUrl = (await plain.listen("127.0.0.1", 0)).url;
+      assert.equal((await httpsRequest(`${plainUrl}/metrics`, { ca: tls.cert })).status, 404);
+    } finally {
+      await plain.close();
+    }
   });
 });

@@ -122,8 +122,12 @@ describe("authority service: sidecar routes", () => {
       assert.equal(reply.status, 403);
       assert.equal(reply.body.error, "insufficient_role");
     }
-    const scoped = (await world.idp.issueToken({ subject: "sidecar-2", scopes: ["authority/sidecar"] }))
-      .accessToken;
+    const scoped = (
+      await world.idp.issueToken({
+        subject: "sidecar-2",
+        scopes: ["authority/sidecar", "authority/sidecar.platform"],
+      })
+    ).accessToken;
     assert.equal((await get(path, scoped)).status, 200);
   });
 
@@ -171,7 +175,7 @@ describe("authority service: sidecar routes", () => {
     await world.idp.directory.addClient({
       clientId: "sidecar-client",
       clientSecret: "sidecar-client-secret",
-      scopes: ["authority/sidecar"],
+      scopes: ["authority/sidecar", "authority/sidecar.platform"],
       roles: ["sidecar"],
     });
     const source = clientCredentialsTokenSource({

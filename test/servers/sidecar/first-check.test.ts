@@ -133,6 +133,7 @@ describe("the first Check after /readyz says ready, from a fresh sidecar process
       AUTHORITY_SERVICE_IDENTITY: world.context.config.serviceIdentity,
       AUTHORITY_SIDECAR_CAPABILITY_MAP: JSON.stringify({ [UPSTREAM_HOST]: CAPABILITY }),
       AUTHORITY_SIDECAR_DECISION_TIMEOUT_MS: "2000",
+      AUTHORITY_SIDECAR_JOURNAL_DIR: join(dir.path, "journal"),
       AUTHORITY_LOG_LEVEL: "info",
     };
     const firsts: string[] = [];

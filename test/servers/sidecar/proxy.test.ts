@@ -77,12 +77,12 @@ describe("sidecar forward proxy, end to end with a real upstream", () => {
     assert.equal(world.upstream.seen[0]?.headers["x-authority-capability"], undefined);
   });
 
-  test("a response that needs no redaction (binary, no rules) streams through unchanged", async () => {
+  test("a response that needs no redaction (binary, no rules) is read whole and passes unchanged", async () => {
     const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/files/report.bin` });
     assert.equal(reply.status, 200);
     assert.equal(reply.headers["content-type"], "application/octet-stream");
     assert.equal(Buffer.compare(reply.body, world.upstream.fileBytes), 0);
-    assert.match(await sidecar.metricsText(), /authority_sidecar_proxy_responses_total\{kind="streamed"\} 1/);
+    assert.match(await sidecar.metricsText(), /authority_sidecar_proxy_responses_total\{kind="passed"\} 1/);
   });
 
   test("an oversize JSON response fails closed: 502, nothing of the upstream body", async () => {

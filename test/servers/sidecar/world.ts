@@ -122,7 +122,11 @@ export interface Upstream {
 
 export async function startUpstream(): Promise<Upstream> {
   const seen: SeenRequest[] = [];
-  const fileBytes = randomBytes(96 * 1024);
+  // A PNG signature first: random bytes starting with "{" would sniff as JSON (and be refused).
+  const fileBytes = Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    randomBytes(TEST_MAX_RESPONSE_BYTES / 2),
+  ]);
   const server: Server = createServer((req, res) => {
     seen.push({ method: req.method ?? "", url: req.url ?? "", headers: { ...req.headers } });
     const path = (req.url ?? "").split("?")[0] ?? "";
@@ -368,7 +372,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
       ).accessToken;
     const tokens = {
       admin: await token("root-admin", { roles: ["admin"] }),
-      sidecar: await token("sidecar-1", { roles: ["sidecar"] }),
+      sidecar: await token("sidecar-1", { roles: ["sidecar", "sidecar_platform"] }),
       agent: await token(AGENT),
       otherAgent: await token(OTHER_AGENT),
       noPolicyAgent: await token(NO_POLICY_AGENT),

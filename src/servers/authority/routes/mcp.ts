@@ -1,12 +1,14 @@
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
+import { checkJsonBounds } from "../../../core/bounded-json.ts";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
+import { createMcpExchange, type McpBody } from "../../../mcp/http-exchange.ts";
 import { createOriginPolicy } from "../../../mcp/origin.ts";
-import { createProtocolServer } from "../../../mcp/protocol-server.ts";
 import {
   bearerChallenge,
   MCP_PATH,
+  mcpResourceUrl,
+  missingMcpScope,
   PROTECTED_RESOURCE_METADATA_PATH,
   protectedResourceMetadata,
 } from "../../../mcp/resource-metadata.ts";
@@ -17,14 +19,16 @@ import type { AuthorityServices } from "../services.ts";
 
 /**
  * Hosted MCP at /mcp (docs/mcp.md): Streamable HTTP in stateless mode — a fresh SDK
- * server and transport per POST, so any replica answers any request; GET and DELETE are
- * 405 (no server-initiated stream, no session to end). Before the body is read: the
- * Origin is checked against the allowlist (403), then the bearer token (401 with a
- * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too).
+ * server per POST, so any replica answers any request; GET and DELETE are 405 (no
+ * server-initiated stream, no session to end). Before the body is read: the Origin is
+ * checked against the allowlist (403), then the bearer token (401 with a
+ * `WWW-Authenticate` pointing at the RFC 9728 metadata served here too). The body is
+ * parsed here, so text that is not JSON is JSON-RPC's `-32700`, not the service's body.
  */
 
 const ALLOWED_METHODS = "POST, OPTIONS";
-const CORS_REQUEST_HEADERS = "authorization, content-type, accept, mcp-protocol-version, last-event-id";
+const CORS_REQUEST_HEADERS =
+  "authorization, content-type, accept, mcp-protocol-version, mcp-method, mcp-name, last-event-id";
 const CORS_EXPOSED_HEADERS = "www-authenticate, x-request-id";
 
 /** A JSON-RPC 2.0 message (the MCP SDK's answers and this transport's own refusals). */
@@ -60,11 +64,38 @@ const metadataSchema = {
 const noBody = { type: "null", description: "No body." } as const;
 const security = { security: [] } as const;
 
-function jsonRpcError(reply: FastifyReply, status: number, message: string): FastifyReply {
+function jsonRpcError(reply: FastifyReply, status: number, message: string, code = -32000): FastifyReply {
   return reply
     .code(status)
     .type("application/json")
-    .send({ jsonrpc: "2.0", error: { code: -32000, message }, id: null });
+    .send({ jsonrpc: "2.0", error: { code, message }, id: null });
+}
+
+/** The client went away: the answer will never be read, so the connection is dropped, not kept open. */
+function dropped(reply: FastifyReply): FastifyReply {
+  reply.raw.destroy();
+  return reply;
+}
+
+/**
+ * fastify's JSON parser (prototype poisoning refused) and the service's JSON bounds, as on
+ * every route — a body past the bounds is the service's 400 `input_too_complex` — except
+ * that text which is not JSON reaches the handler, which answers JSON-RPC's `-32700`.
+ */
+function parseMcpBodies(app: Parameters<FastifyPluginAsync>[0]): void {
+  const parseJson = app.getDefaultJsonParser("error", "error");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, text, done) => {
+    parseJson(request, text as string, (error, value) => {
+      if (error !== null && error !== undefined) return done(null, { kind: "malformed" } satisfies McpBody);
+      try {
+        checkJsonBounds(value);
+      } catch (bounds) {
+        return done(bounds as Error, undefined);
+      }
+      done(null, { kind: "json", value } satisfies McpBody);
+    });
+  });
 }
 
 /** The route group: settings and service from the composition root (services.ts). */
@@ -77,6 +108,7 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
     scopes: config.scopesSupported,
   });
   const principals = new WeakMap<FastifyRequest, Principal>();
+  const exchange = createMcpExchange({ service, publicUrl: context.config.publicUrl });
 
   /** CORS for allowed browser origins; false (and a 403 sent) for a foreign one. */
   const checkOrigin = (request: FastifyRequest, reply: FastifyReply): boolean => {
@@ -93,27 +125,42 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
     return true;
   };
 
+  const resource = mcpResourceUrl(context.config.publicUrl);
+  // The scope /mcp asks clients for, and requires of tokens issued for its resource URL.
+  const requiredScope = config.scopesSupported[0] ?? "authority/mcp";
+  const verifier = context.mcpVerifier ?? context.verifier;
+
   const authenticate = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (!checkOrigin(request, reply)) return reply;
     try {
-      const principal = await optionalPrincipal(request, context);
+      const principal = await optionalPrincipal(request, context, verifier);
       if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
+      const missing = missingMcpScope(principal, resource, requiredScope);
+      if (missing !== undefined) {
+        throw new AuthorityError("insufficient_scope", `This token lacks the scope ${missing}.`, {
+          details: { scope: missing },
+        });
+      }
       principals.set(request, principal);
     } catch (error) {
       const failure = toAuthorityError(error);
+      const publicUrl = context.config.publicUrl;
       if (failure.status === 401) {
         // RFC 6750 §3.1: no error code when the request carried no credentials at all.
         const presented = request.headers.authorization !== undefined;
         reply.header(
           "www-authenticate",
-          bearerChallenge(context.config.publicUrl, presented ? "invalid_token" : undefined),
+          bearerChallenge(publicUrl, presented ? "invalid_token" : undefined, requiredScope),
         );
+      } else if (failure.code === "insufficient_scope") {
+        reply.header("www-authenticate", bearerChallenge(publicUrl, "insufficient_scope", requiredScope));
       }
       return sendError(reply, request, failure);
     }
   };
 
   return async (app) => {
+    parseMcpBodies(app);
     for (const path of [`${PROTECTED_RESOURCE_METADATA_PATH}${MCP_PATH}`, PROTECTED_RESOURCE_METADATA_PATH]) {
       app.get(path, { schema: { ...security, response: { 200: metadataSchema } } }, async (_request, reply) =>
         reply
@@ -168,47 +215,29 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
       async (request, reply) => {
         const principal = principals.get(request);
         if (principal === undefined) throw new AuthorityError("invalid_token", "A bearer token is required.");
-        // From here the SDK writes the response itself.
-        reply.hijack();
-        const raw = reply.raw;
-        for (const [name, value] of Object.entries(reply.getHeaders())) {
-          if (value !== undefined) raw.setHeader(name, value);
-        }
-        const transport = new StreamableHTTPServerTransport({
-          sessionIdGenerator: undefined,
-          enableJsonResponse: true,
-        });
-        const server = createProtocolServer(service, { principal, requestId: request.id });
-        raw.on("close", () => {
-          // A client that went away mid-call: abort the handlers (the upstream call stops too)
-          // and drop the connection — the answer will never be written, so it must not stay
-          // open as an unfinished request.
-          if (raw.writableFinished) return;
-          void transport.close();
-          void server.close();
-          raw.destroy();
-        });
-        raw.on("finish", () => {
-          request.log.info(
-            { method: "POST", route: MCP_PATH, status: raw.statusCode, ms: reply.elapsedTime },
-            "request",
-          );
+        const body = request.body as McpBody;
+        if (body.kind === "malformed") return jsonRpcError(reply, 400, "Parse error.", -32700);
+        const refusal = exchange.refuseBatch(body.value, request.headers["mcp-protocol-version"]);
+        if (refusal !== undefined) return jsonRpcError(reply, 400, refusal, -32600);
+        const aborted = new AbortController();
+        reply.raw.on("close", () => {
+          // A client that went away mid-call: abort the handlers (the upstream call stops too).
+          if (!reply.raw.writableFinished) aborted.abort();
         });
         try {
-          await server.connect(transport);
-          await transport.handleRequest(request.raw, raw, request.body);
+          const answer = await exchange.answer({
+            headers: request.headers,
+            body: body.value,
+            caller: { principal, requestId: request.id, signal: aborted.signal },
+          });
+          reply.code(answer.status);
+          for (const [name, value] of answer.headers) reply.header(name, value);
+          if (aborted.signal.aborted) return dropped(reply);
+          return reply.send(answer.body.length === 0 ? undefined : answer.body);
         } catch (error) {
+          if (aborted.signal.aborted) return dropped(reply);
           request.log.error({ err: error }, "mcp request failed");
-          if (!raw.headersSent) {
-            raw.writeHead(500, { "content-type": "application/json" });
-            raw.end(
-              JSON.stringify({
-                jsonrpc: "2.0",
-                error: { code: -32603, message: "Internal error." },
-                id: null,
-              }),
-            );
-          }
+          return jsonRpcError(reply, 500, "Internal error.", -32603);
         }
       },
     );

@@ -4,6 +4,7 @@ import {
   noContent,
   partnerDeletionSchema,
   partnerSchema,
+  rotatedKeysSchema,
   subjectSchema,
 } from "../../../admin/admin-response-schemas.ts";
 import {
@@ -22,6 +23,7 @@ import {
   createSubject,
   getSubject,
   listSubjects,
+  rotateSubjectKeys,
   setSubjectIdentity,
 } from "../../../admin/subjects.ts";
 import { AuthorityError } from "../../../errors.ts";
@@ -35,6 +37,7 @@ import {
 import { subjectTypes } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
@@ -42,7 +45,7 @@ const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
-const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
 
 const createPartnerBody = {
   type: "object",
@@ -107,6 +110,7 @@ type SubjectParams = { id: string; subject: string };
 export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
+    resolveSubjectParams(app, context);
 
     app.get<{ Querystring: PageQuery }>(
       "/partners",
@@ -225,6 +229,18 @@ export function partnerRoutes(context: AuthorityContext): FastifyPluginAsync {
       async (request) => {
         assertCanReadPartner(principalOf(request), request.params.id);
         return getSubject(context, request.params.id, request.params.subject);
+      },
+    );
+
+    app.post<{ Params: SubjectParams }>(
+      "/partners/:id/users/:subject/rotate-keys",
+      { schema: { response: { 200: rotatedKeysSchema }, params: subjectParams } },
+      async (request) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const rotated = await rotateSubjectKeys(context, request.params.id, request.params.subject);
+        request.log.info({ subject: rotated.subject_id }, "subject keys rotated at the crypto service");
+        return rotated;
       },
     );
 

@@ -30,6 +30,7 @@ import { permissionIdSchema } from "../../../core/schemas/common.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
@@ -37,10 +38,10 @@ const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
-const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subject });
+const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
 const assignmentParams = paramsSchema({
   id: idSchemas.partner,
-  subject: idSchemas.subject,
+  subject: idSchemas.subjectRef,
   capability: idSchemas.capability,
 });
 
@@ -77,6 +78,7 @@ type AssignmentParams = SubjectParams & { capability: string };
 export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
+    resolveSubjectParams(app, context);
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
       "/partners/:id/caab/policies",

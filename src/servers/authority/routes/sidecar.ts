@@ -13,6 +13,7 @@ import {
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
 import { loadCatalog } from "../../../admin/capabilities.ts";
+import { isValidId } from "../../../admin/ids.ts";
 import { loadPolicyRecord } from "../../../admin/policy-writer.ts";
 import type { DecisionInput } from "../../../audit/records.ts";
 import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shipped-decisions.ts";
@@ -23,7 +24,7 @@ import { headerSafe, resolveSecret } from "../../../execute/auth-profiles.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
-import { collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
+import { type CapabilityRecord, collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 
@@ -65,11 +66,66 @@ export const STATIC_CREDENTIALS_TTL_SECONDS = 300;
 /** How long a sidecar may keep a client-credentials access token (the token cache renews 30 s early). */
 export const TOKEN_CREDENTIALS_TTL_SECONDS = 30;
 
+/** Marks a sidecar credential without a partner as platform-wide, explicitly (decision 2513). */
+export const SIDECAR_PLATFORM_ROLE = "sidecar_platform";
+export const SIDECAR_PLATFORM_SCOPE = "authority/sidecar.platform";
+/** `authority/sidecar.capability:<capability id>`: a capability of the pod's capability map. */
+export const SIDECAR_CAPABILITY_SCOPE_PREFIX = "authority/sidecar.capability:";
+const MAX_CAPABILITY_SCOPES = 64;
+
+function isPlatformWide(principal: Principal): boolean {
+  return (
+    principal.partnerId === undefined &&
+    (principal.roles.includes(SIDECAR_PLATFORM_ROLE) || principal.scopes.includes(SIDECAR_PLATFORM_SCOPE))
+  );
+}
+
 function assertSidecar(principal: Principal): void {
-  if (principal.roles.includes(SIDECAR_ROLE) || principal.scopes.includes(SIDECAR_SCOPE)) return;
+  if (!principal.roles.includes(SIDECAR_ROLE) && !principal.scopes.includes(SIDECAR_SCOPE)) {
+    throw new AuthorityError(
+      "insufficient_role",
+      `This route needs the role ${SIDECAR_ROLE} or the scope ${SIDECAR_SCOPE}.`,
+    );
+  }
+  // A credential without a partner would read every partner's records and upstream secrets:
+  // only one the operator marked platform-wide may.
+  if (principal.partnerId === undefined && !isPlatformWide(principal)) {
+    throw new AuthorityError(
+      "insufficient_role",
+      `This sidecar credential has no partner_id: give it one, or mark it platform-wide with the role ${SIDECAR_PLATFORM_ROLE} (or the scope ${SIDECAR_PLATFORM_SCOPE}).`,
+    );
+  }
+}
+
+/**
+ * A partner's sidecar reads the upstream credentials of an auth profile only when a capability
+ * its credential names (scopes `authority/sidecar.capability:<id>`, the pod's capability map)
+ * uses that profile; a platform-wide sidecar reads any.
+ */
+async function assertProfileInCapabilities(
+  context: AuthorityServices,
+  principal: Principal,
+  partnerId: string,
+  profileId: string,
+): Promise<void> {
+  if (isPlatformWide(principal)) return;
+  const capabilities = principal.scopes
+    .filter((scope) => scope.startsWith(SIDECAR_CAPABILITY_SCOPE_PREFIX))
+    .map((scope) => scope.slice(SIDECAR_CAPABILITY_SCOPE_PREFIX.length))
+    .filter((capabilityId) => isValidId("capability", capabilityId));
+  // Bounded store reads per call, whatever the token carries (a pod maps a few capabilities).
+  for (const capabilityId of [...new Set(capabilities)].slice(0, MAX_CAPABILITY_SCOPES)) {
+    const capability = await read(() =>
+      context.store.get<CapabilityRecord>(
+        collections.capabilities,
+        storeKeys.capability(partnerId, capabilityId),
+      ),
+    );
+    if (capability?.auth_profile_ref === profileId) return;
+  }
   throw new AuthorityError(
     "insufficient_role",
-    `This route needs the role ${SIDECAR_ROLE} or the scope ${SIDECAR_SCOPE}.`,
+    `This sidecar's credential names no capability that uses this auth profile (scope ${SIDECAR_CAPABILITY_SCOPE_PREFIX}<capability>).`,
   );
 }
 
@@ -163,7 +219,7 @@ export interface SidecarAuthMaterial {
   readonly expires_in: number;
 }
 
-const subjectParams = paramsSchema({ subject: idSchemas.subject });
+const subjectParams = paramsSchema({ subject: idSchemas.subjectRef });
 const ownerParams = paramsSchema({
   owner: { type: "string", minLength: 9, maxLength: 300, pattern: "^(?:service|subject):[\\x21-\\x7E]+$" },
 });
@@ -381,7 +437,9 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
       { schema: { response: { 200: sidecarAuthMaterialSchema }, params: profileParams } },
       async (request, reply) => {
         const { partner, profile } = request.params;
-        assertPartner(principalOf(request), partner);
+        const principal = principalOf(request);
+        assertPartner(principal, partner);
+        await assertProfileInCapabilities(context, principal, partner, profile);
         return noStore(reply).send(await authMaterial(context, partner, profile));
       },
     );

@@ -11,6 +11,7 @@ import { parseListenAddress } from "../../../config/listen-address.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
+import { guardRequest } from "../request-guard.ts";
 import { type ParsedCheckRequest, parseCheckRequest } from "./check-input.ts";
 import { allowResponse, denyResponse, validateDecision } from "./check-response.ts";
 import { encodeCheckResponse } from "./check-response-wire.ts";
@@ -253,7 +254,24 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     }
   };
 
+  /** Every Check, inside the request guard (request-guard.ts): an exception nothing caught is a deny. */
   const handleCheck = (call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>): void => {
+    let failUnexpectedly = (): void =>
+      callback(null, encode(denyResponse({ allow: false, ...failClosed.error, requestId: randomUUID() })));
+    guardRequest(
+      () => failUnexpectedly(),
+      () =>
+        checkCall(call, callback, (fail) => {
+          failUnexpectedly = fail;
+        }),
+    );
+  };
+
+  const checkCall = (
+    call: ServerUnaryCall<unknown, Buffer>,
+    callback: sendUnaryData<Buffer>,
+    onUnexpected: (fail: () => void) => void,
+  ): void => {
     const started = performance.now();
     const request: unknown = call.request;
     const parsed: ParsedCheckRequest | undefined =
@@ -359,6 +377,7 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
       );
       deny("error", denyForError(error));
     };
+    onUnexpected(() => onError(new Error("unexpected exception")));
 
     let result: unknown;
     try {

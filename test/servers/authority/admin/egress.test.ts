@@ -130,12 +130,49 @@ describe("admin API: the egress policy at import", () => {
     refusedWith(await importWith(withServer("http://127.0.0.1:18081/v1")), "a loopback address");
   });
 
+  it("names the setting that would open a refused class, and none for a class nothing opens", async () => {
+    for (const url of ["http://127.0.0.1:19090/", "http://10.96.0.15:8080/"]) {
+      const reply = await importWith(withServer(url));
+      const message = refusedWith(reply, "address");
+      assert.equal(reply.body.details.setting, "egress-allow");
+      assert.ok(message.includes("egress-allow setting (AUTHORITY_EGRESS_ALLOW"), message);
+    }
+    for (const url of ["http://169.254.169.254/", "http://0.0.0.0:8080/", h.url]) {
+      const reply = await importWith(withServer(url));
+      const message = refusedWith(reply, "");
+      assert.equal(reply.body.details.setting, undefined, url);
+      assert.ok(!message.includes("egress-allow"), message);
+    }
+  });
+
   it("a partner admin cannot widen the policy: no import option or admin setting carries it", async () => {
-    for (const extra of [{ egress_allow: "127.0.0.0/8" }, { allow_internal: true }]) {
+    const before = JSON.stringify(egress.allow);
+    for (const extra of [
+      { egress_allow: "127.0.0.0/8" },
+      { "egress-allow": ["127.0.0.0/8"] },
+      { egressAllow: ["127.0.0.0/8"] },
+      { allow_internal: true },
+    ]) {
       const reply = await importWith(withServer("http://127.0.0.1:9/"), extra);
       assert.equal(reply.status, 400, reply.text);
       assert.equal(reply.body.error, "invalid_request");
     }
+    // Nor the document itself (extensions are the partner's too), nor an auth profile.
+    refusedWith(
+      await importWith({
+        ...withServer("http://127.0.0.1:9/"),
+        "x-authority-egress-allow": ["127.0.0.0/8"],
+        "x-egress-allow": "127.0.0.0/8",
+      }),
+      "a loopback address",
+    );
+    await h.call("PUT", "/partners/acme/auth-profiles/wide", {
+      token: t.acmeAdmin,
+      body: { type: "static", kind: "bearer", secret: "s3cret-value", egress_allow: "127.0.0.0/8" },
+    });
+    refusedWith(await importWith(withServer("http://127.0.0.1:9/")), "a loopback address");
+    assert.equal(JSON.stringify(egress.allow), before);
+    assert.ok(Object.isFrozen(egress.allow));
     // Refused for the platform admin too: the allow list is configuration, not an API.
     const asAdmin = await h.call("POST", "/partners/acme/api-specs/import-openapi", {
       token: t.admin,

@@ -186,22 +186,35 @@ describe("admin API: partners and users", () => {
       assert.equal(one.body.display_name, "Alpha");
     });
 
-    it("keeps subject ids global: the same id in another partner is 409", async () => {
+    it("keeps subject ids unique per partner: another partner's id takes nothing from this one", async () => {
       await h.call("POST", "/partners/acme/users", {
         token: t.admin,
         body: { subject_id: "shared-id", subject_type: "agent", display_name: "One" },
       });
+      // globex's own subject of that id lives in globex's namespace (decision 2503).
       const r = await h.call("POST", "/partners/globex/users", {
         token: t.globexAdmin,
         body: { subject_id: "shared-id", subject_type: "agent", display_name: "Two" },
       });
-      assert.equal(r.status, 409);
-      assert.equal(r.body.details.subject_id, "shared-id");
+      assert.equal(r.status, 201, r.text);
+      assert.equal(r.body.subject_id, "globex~shared-id");
+      // The same partner twice is still a conflict.
+      const again = await h.call("POST", "/partners/globex/users", {
+        token: t.globexAdmin,
+        body: { subject_id: "shared-id", subject_type: "agent", display_name: "Three" },
+      });
+      assert.equal(again.status, 409);
     });
 
     it("does not show one partner's subject through another partner", async () => {
-      const r = await h.call("GET", "/partners/globex/users/shared-id", { token: t.admin });
-      assert.equal(r.status, 404);
+      const own = await h.call("GET", "/partners/globex/users/shared-id", { token: t.admin });
+      assert.deepEqual([own.status, own.body.display_name], [200, "Two"]);
+      const theirs = await h.call("GET", "/partners/acme/users/shared-id", { token: t.admin });
+      assert.deepEqual([theirs.status, theirs.body.display_name], [200, "One"]);
+      assert.equal(
+        (await h.call("GET", "/partners/acme/users/globex~shared-id", { token: t.admin })).status,
+        404,
+      );
     });
 
     it("validates the body and the boundary", async () => {

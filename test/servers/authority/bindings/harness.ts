@@ -144,9 +144,10 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   await partnerIdp.listen();
   const keyRings = createProcessKeyRings();
   const services: AuthorityService[] = [];
-  // The upstream's port is chosen first: `egress-allow` opens exactly that address:port.
+  // The upstream's port is chosen first: `egress-allow` opens exactly that address:port, and
+  // the partner's IdP (its JWKS is fetched through the same gate).
   const upstreamPort = await findFreePort();
-  const egress = egressAllowing([`http://127.0.0.1:${upstreamPort}`]);
+  const egress = egressAllowing([`http://127.0.0.1:${upstreamPort}`, partnerIdp.issuer]);
 
   const conformances: Conformance[] = [];
   /** One authority replica, built by the service's composition root on the shared store and keys. */

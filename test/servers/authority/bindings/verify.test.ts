@@ -115,6 +115,34 @@ describe("authority verify", () => {
     assert.equal(typed.status, 200);
   });
 
+  it("honours the partner allowlist (spec rule 2): a constrained operation outside the rollout is refused", async () => {
+    const listArgs = { path: {}, query: { limit: 10 }, body: null };
+    const listEnvelope = () =>
+      envelope(
+        claims({
+          operation_id: "listCustomers",
+          permission_id: "customers:get:/customers",
+          args_digest: argumentsDigest(listArgs),
+        }),
+      );
+    const listRequest = async () => ({
+      ...(await request()),
+      operationId: "listCustomers",
+      arguments: listArgs,
+      protectedEnvelope: await listEnvelope(),
+    });
+    assert.equal((await verify(await listRequest())).status, 200, "inside the rollout");
+    for (const parameterScoping of [
+      { enabled: true, partnerAllowlist: ["globex"] },
+      { enabled: false, partnerAllowlist: [PARTNER] },
+    ]) {
+      const replica = await h.startReplica({ config: { parameterScoping } });
+      expectFailure(await verify(await listRequest(), { base: replica.url }), 403, "operation_not_allowed");
+      // An operation without constraints is not gated by the rollout.
+      assert.equal((await verify(await request(), { base: replica.url })).status, 200);
+    }
+  });
+
   it("needs a workload token with the broker scope", async () => {
     const none = await h.call("POST", "/v1/authority/verify", { body: await request() });
     assert.equal(none.status, 401);

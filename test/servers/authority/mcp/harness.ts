@@ -17,6 +17,7 @@ import { createPartner } from "../../../../src/admin/partners.ts";
 import { assignCapability } from "../../../../src/admin/policies.ts";
 import { createSubject } from "../../../../src/admin/subjects.ts";
 import type { RedactionRule } from "../../../../src/core/redaction.ts";
+import { findFreePort } from "../../../../src/dev/ports.ts";
 import { createJwtVerifier } from "../../../../src/identity/jwt-verifier.ts";
 import type { McpConfig } from "../../../../src/mcp/config.ts";
 import { createLogger } from "../../../../src/observability/logger.ts";
@@ -24,6 +25,7 @@ import { createLocalPolicyProtector } from "../../../../src/policy/local-protect
 import { createProcessKeyRings } from "../../../../src/policy/process-key-rings.ts";
 import { buildAuthorityService } from "../../../../src/servers/authority/build.ts";
 import type { AuthorityServices } from "../../../../src/servers/authority/services.ts";
+import type { DevUser } from "../../../../src/servers/idp/authorization-code.ts";
 import { createIdpServer, type IdpServer } from "../../../../src/servers/idp/server.ts";
 import { openStore } from "../../../../src/store/index.ts";
 import type { Store } from "../../../../src/store/store.ts";
@@ -187,13 +189,21 @@ export const permission = (method: string, path: string): string => `${CAPABILIT
 
 export interface Harness {
   readonly url: string;
+  /** The service's public URL (PUBLIC_URL unless started for the OAuth flow). */
+  readonly publicUrl: string;
   readonly store: Store;
   readonly context: AuthorityServices;
   readonly upstream: Upstream;
   readonly actor: Actor;
   /** Service clock offset (tokens keep real time). */
   readonly clock: { offsetMs: number };
-  token(subject: string, roles?: readonly string[], partnerId?: string): Promise<string>;
+  token(
+    subject: string,
+    roles?: readonly string[],
+    partnerId?: string,
+    /** Another audience than the configured one, and scopes (tokens a client asked for itself). */
+    grant?: { audience?: string; scopes?: readonly string[] },
+  ): Promise<string>;
   /** Creates the subject (agent) and assigns the capability with these permissions. */
   grant(
     subjectId: string,
@@ -205,18 +215,41 @@ export interface Harness {
 }
 
 export async function startHarness(
-  options: { extraOperations?: number; mcp?: McpConfig } = {},
+  options: {
+    extraOperations?: number;
+    mcp?: McpConfig;
+    /**
+     * The dev IdP's authorization-code flow signing in this user, and the service on the port
+     * its public URL names (an OAuth client checks the advertised resource against the URL it uses).
+     */
+    oauthUser?: DevUser;
+  } = {},
 ): Promise<Harness> {
   const dir: TempDir = await makeTempDir("authority-mcp-");
   const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
-  const idp: IdpServer = await createIdpServer({ audience: "authority" });
+  const port = options.oauthUser === undefined ? undefined : await findFreePort("127.0.0.1");
+  const publicUrl = port === undefined ? PUBLIC_URL : `http://127.0.0.1:${port}`;
+  const idp: IdpServer = await createIdpServer({
+    audience: "authority",
+    ...(options.oauthUser === undefined
+      ? {}
+      : {
+          authorizationCode: {
+            user: options.oauthUser,
+            resources: [`${publicUrl}/mcp`],
+            scopes: ["authority/mcp"],
+            maxClients: 5,
+          },
+        }),
+  });
   const issuer = await idp.listen();
   const upstream = await startUpstream();
   const clock = { offsetMs: 0 };
   const mcp: McpConfig = options.mcp ?? { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 300 };
   const service = await buildAuthorityService(
     testAuthorityConfig({
-      publicUrl: PUBLIC_URL,
+      publicUrl,
+      ...(port === undefined ? {} : { listen: { host: "127.0.0.1", port } }),
       issuer,
       audience: "authority",
       bodyLimitBytes: 4 * 1024 * 1024,
@@ -227,6 +260,12 @@ export async function startHarness(
     {
       store,
       verifier: createJwtVerifier({ issuer, audience: "authority", jwks: `${issuer}/.well-known/jwks.json` }),
+      // As build.ts makes it from the trusted issuers: also the MCP resource URL (RFC 8707).
+      mcpVerifier: createJwtVerifier({
+        issuer,
+        audience: ["authority", `${publicUrl}/mcp`],
+        jwks: `${issuer}/.well-known/jwks.json`,
+      }),
       protector: createLocalPolicyProtector({
         keyRings: createProcessKeyRings(),
         serviceIdentity: "test-environment",
@@ -261,15 +300,18 @@ export async function startHarness(
   const clients: Client[] = [];
   return {
     url,
+    publicUrl,
     store,
     context,
     upstream,
     actor,
     clock,
-    async token(subject, roles = ["agent"], partnerId) {
+    async token(subject, roles = ["agent"], partnerId, grant = {}) {
       const issued = await idp.issueToken({
         subject,
         roles,
+        ...(grant.audience === undefined ? {} : { audience: grant.audience }),
+        ...(grant.scopes === undefined ? {} : { scopes: grant.scopes }),
         ...(partnerId === undefined ? {} : { claims: { partner_id: partnerId } }),
       });
       return issued.accessToken;

@@ -171,7 +171,10 @@ test("a tool outside the policy answers like an unknown tool", async () => {
       (e: { code: number; message: string }) => e,
     );
   assert.equal(error.code, -32602);
-  assert.equal(error.message, `MCP error -32602: Unknown tool: ${toolName(wide, "getOrder")}`);
+  assert.equal(
+    error.message,
+    `MCP error -32602: Tool not available to this caller: ${toolName(wide, "getOrder")}`,
+  );
 });
 
 test("an expired policy denies the call", async () => {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { revokePolicy } from "../../../../src/admin/policies.ts";
 import { MAX_TOOL_NAME_LENGTH } from "../../../../src/core/tool-name.ts";
+import { encodeToolCursor, TOOLS_PAGE_SIZE } from "../../../../src/mcp/tool-pages.ts";
 import { CAPABILITY, type Harness, PARTNER, permission, startHarness } from "./harness.ts";
 
 const EXTRA = 1000;
@@ -23,10 +24,18 @@ const MANAGEMENT = [
   "revoke_policy",
 ];
 
+/** Every page of tools/list, following nextCursor as a client does. */
 async function toolNames(token: string): Promise<string[]> {
   const client = await h.connect(token);
-  const { tools } = await client.listTools();
-  return tools.map((tool) => tool.name);
+  const names: string[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await client.listTools(cursor === undefined ? {} : { cursor });
+    assert.ok(page.tools.length <= TOOLS_PAGE_SIZE);
+    names.push(...page.tools.map((tool) => tool.name));
+    cursor = page.nextCursor;
+  } while (cursor !== undefined);
+  return names;
 }
 
 test("management tools by role; none for a caller without an admin role", async () => {
@@ -118,5 +127,29 @@ test(`tool names stay within ${MAX_TOOL_NAME_LENGTH} characters and unique acros
   for (const name of names) {
     assert.ok(name.length <= MAX_TOOL_NAME_LENGTH, name);
     assert.match(name, /^[A-Za-z0-9_-]+_[0-9a-f]{8}$/);
+  }
+});
+
+test("tools/list pages are bounded; a forged or stale cursor is -32602 and names no one else's tool", async () => {
+  await h.grant("pager", [permission("get", "/orders")]);
+  const own = await h.connect(await h.token("pager"));
+  const first = await own.listTools();
+  assert.equal(first.nextCursor, undefined, "one page needs no cursor");
+  const mine = first.tools[0]?.name ?? "";
+  // A cursor after the caller's own last tool is an empty page, not an error.
+  assert.deepEqual((await own.listTools({ cursor: encodeToolCursor(mine) })).tools, []);
+  // Another subject's tool, a name no one has, and garbage: one and the same answer.
+  const many = await toolNames(await h.token("many-tools"));
+  for (const cursor of [
+    encodeToolCursor(many[500] ?? ""),
+    encodeToolCursor("no_such_tool"),
+    "%%%",
+    "x".repeat(600),
+  ]) {
+    await assert.rejects(own.listTools({ cursor }), (error: Error & { code?: number }) => {
+      assert.equal(error.code, -32602);
+      assert.match(error.message, /Invalid cursor/);
+      return true;
+    });
   }
 });

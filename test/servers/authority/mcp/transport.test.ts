@@ -36,7 +36,10 @@ const initialize = (protocolVersion: string, id = 1) => ({
 test("no token: 401 with a challenge naming the protected-resource metadata", async () => {
   const response = await post(initialize("2025-06-18"));
   assert.equal(response.status, 401);
-  assert.equal(response.headers.get("www-authenticate"), `Bearer resource_metadata="${METADATA_URL}"`);
+  assert.equal(
+    response.headers.get("www-authenticate"),
+    `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp"`,
+  );
   const body = (await response.json()) as { error: string; requestId: string };
   assert.equal(body.error, "invalid_token");
   assert.equal(typeof body.requestId, "string");
@@ -47,7 +50,7 @@ test("a bad token: 401 with error=invalid_token", async () => {
   assert.equal(response.status, 401);
   assert.equal(
     response.headers.get("www-authenticate"),
-    `Bearer resource_metadata="${METADATA_URL}", error="invalid_token"`,
+    `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp", error="invalid_token"`,
   );
 });
 
@@ -110,7 +113,7 @@ test("stateless: GET and DELETE are 405", async () => {
 });
 
 test("every protocol version the SDK supports is accepted, with no session id", async () => {
-  assert.deepEqual(supportedProtocolVersions, SUPPORTED_PROTOCOL_VERSIONS);
+  assert.deepEqual(supportedProtocolVersions, ["2026-07-28", ...SUPPORTED_PROTOCOL_VERSIONS]);
   const token = await h.token("version-tester");
   for (const version of SUPPORTED_PROTOCOL_VERSIONS) {
     const init = await post(initialize(version), { authorization: `Bearer ${token}` });
@@ -134,4 +137,188 @@ test("every protocol version the SDK supports is accepted, with no session id", 
     { authorization: `Bearer ${token}`, "mcp-protocol-version": "1999-01-01" },
   );
   assert.equal(unknown.status, 400);
+});
+
+const MODERN = "2026-07-28";
+const envelope = {
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientCapabilities": {},
+  "io.modelcontextprotocol/clientInfo": { name: "raw", version: "1" },
+};
+
+/** A stateless 2026-07-28 request: no initialize before it, the revision in `_meta` and the headers. */
+function modern(token: string, method: string, params: Record<string, unknown> = {}, name?: string) {
+  return post(
+    { jsonrpc: "2.0", id: 7, method, params: { ...params, _meta: envelope } },
+    {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": MODERN,
+      "mcp-method": method,
+      ...(name === undefined ? {} : { "mcp-name": name }),
+    },
+  );
+}
+
+test("2026-07-28: server/discover and tools/list without a handshake or session; capabilities are truthful", async () => {
+  const token = await h.token("modern-raw");
+  const discover = await modern(token, "server/discover");
+  assert.equal(discover.status, 200);
+  const found = (await discover.json()) as {
+    result: {
+      supportedVersions: string[];
+      capabilities: { tools?: Record<string, unknown> };
+      resultType?: string;
+    };
+  };
+  assert.ok(found.result.supportedVersions.includes(MODERN), JSON.stringify(found));
+  assert.deepEqual(found.result.capabilities.tools, {}, "no listChanged: a stateless server never sends it");
+  const list = await modern(token, "tools/list");
+  assert.equal(list.status, 200);
+  assert.equal(list.headers.get("mcp-session-id"), null);
+  const listed = (await list.json()) as { result: { tools: unknown[]; resultType: string } };
+  assert.deepEqual(listed.result.tools, []);
+  assert.equal(listed.result.resultType, "complete");
+});
+
+test("legacy initialize advertises tools without listChanged", async () => {
+  const token = await h.token("legacy-caps");
+  const init = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+  const body = (await init.json()) as { result: { capabilities: { tools: Record<string, unknown> } } };
+  assert.deepEqual(body.result.capabilities.tools, {});
+});
+
+test("malformed JSON is JSON-RPC -32700, not the service's error body", async () => {
+  const token = await h.token("parse-tester");
+  for (const version of [MODERN, "2025-11-25"]) {
+    const response = await fetch(`${h.url}/mcp`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        authorization: `Bearer ${token}`,
+        "mcp-protocol-version": version,
+      },
+      body: '{"jsonrpc":"2.0",',
+    });
+    assert.equal(response.status, 400);
+    const body = (await response.json()) as { jsonrpc: string; error: { code: number } };
+    assert.equal(body.jsonrpc, "2.0");
+    assert.equal(body.error.code, -32700);
+  }
+});
+
+test("batches: refused (-32600) from 2025-06-18 on, answered where the revision has them, bounded", async () => {
+  const token = await h.token("batch-tester");
+  const ping = (id: number) => ({ jsonrpc: "2.0", id, method: "ping" });
+  for (const version of ["2025-06-18", "2025-11-25", MODERN]) {
+    const response = await post([ping(1), ping(2)], {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": version,
+    });
+    assert.equal(response.status, 400, version);
+    assert.equal(((await response.json()) as { error: { code: number } }).error.code, -32600);
+  }
+  const old = await post([ping(1), ping(2)], {
+    authorization: `Bearer ${token}`,
+    "mcp-protocol-version": "2025-03-26",
+  });
+  assert.equal(old.status, 200);
+  assert.equal(((await old.json()) as unknown[]).length, 2);
+  const huge = await post(
+    Array.from({ length: 33 }, (_, i) => ping(i)),
+    { authorization: `Bearer ${token}`, "mcp-protocol-version": "2025-03-26" },
+  );
+  assert.equal(huge.status, 400);
+});
+
+test("CORS preflight allows the 2026-07-28 Mcp-Method and Mcp-Name headers", async () => {
+  const preflight = await fetch(`${h.url}/mcp`, {
+    method: "OPTIONS",
+    headers: {
+      origin: ALLOWED_ORIGIN,
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "mcp-method, mcp-name",
+    },
+  });
+  assert.equal(preflight.status, 204);
+  const allowed = preflight.headers.get("access-control-allow-headers") ?? "";
+  assert.match(allowed, /mcp-method/);
+  assert.match(allowed, /mcp-name/);
+});
+
+const RESOURCE = `${PUBLIC_URL}/mcp`;
+
+test("RFC 8707: a token for the MCP resource URL is accepted at /mcp with its scope, and nowhere else", async () => {
+  const token = await h.token("resource-holder", ["agent"], undefined, {
+    audience: RESOURCE,
+    scopes: ["authority/mcp"],
+  });
+  const init = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+  assert.equal(init.status, 200);
+  const discover = await modern(token, "server/discover");
+  assert.equal(discover.status, 200);
+  // The admin API keeps its own audience: a token minted for the MCP resource opens nothing else.
+  const admin = await fetch(`${h.url}/admin/diagnostics`, { headers: { authorization: `Bearer ${token}` } });
+  assert.equal(admin.status, 401);
+});
+
+test("a token for the MCP resource without the scope: 403 insufficient_scope naming it", async () => {
+  for (const scopes of [[], ["authority/admin"], ["authority/mcpx"]]) {
+    const token = await h.token("scopeless", ["agent"], undefined, { audience: RESOURCE, scopes });
+    const response = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+    assert.equal(response.status, 403, JSON.stringify(scopes));
+    assert.equal(
+      response.headers.get("www-authenticate"),
+      `Bearer resource_metadata="${METADATA_URL}", scope="authority/mcp", error="insufficient_scope"`,
+    );
+    const body = (await response.json()) as { error: string; details: { scope: string } };
+    assert.equal(body.error, "insufficient_scope");
+    assert.equal(body.details.scope, "authority/mcp");
+  }
+});
+
+test("a token for another resource is refused (401), whatever its scopes", async () => {
+  for (const audience of [
+    "http://127.0.0.1:8080/mcp/",
+    "http://127.0.0.1:8080",
+    "https://other.example/mcp",
+  ]) {
+    const token = await h.token("elsewhere", ["agent"], undefined, { audience, scopes: ["authority/mcp"] });
+    const response = await post(initialize("2025-11-25"), { authorization: `Bearer ${token}` });
+    assert.equal(response.status, 401, audience);
+  }
+});
+
+test("2026-07-28: the Mcp-Name header must name the tool the body calls", async () => {
+  const token = await h.token("header-tester");
+  const mismatch = await modern(token, "tools/call", { name: "a_tool", arguments: {} }, "another_tool");
+  assert.equal(mismatch.status, 400);
+  const body = (await mismatch.json()) as { error: { code: number } };
+  assert.ok(body.error.code < 0, JSON.stringify(body));
+  // With the header right, the name reaches the tool lookup: the one "not available" answer.
+  const matched = await modern(token, "tools/call", { name: "a_tool", arguments: {} }, "a_tool");
+  const answer = (await matched.json()) as { error: { code: number; message: string } };
+  assert.equal(answer.error.code, -32602);
+  assert.match(answer.error.message, /not available to this caller/);
+});
+
+test("2026-07-28: subscriptions/listen is acknowledged with nothing and ends (no stream is held open)", async () => {
+  const token = await h.token("listener");
+  const response = await post(
+    {
+      jsonrpc: "2.0",
+      id: 9,
+      method: "subscriptions/listen",
+      params: { notifications: { toolsListChanged: true }, _meta: envelope },
+    },
+    {
+      authorization: `Bearer ${token}`,
+      "mcp-protocol-version": MODERN,
+      "mcp-method": "subscriptions/listen",
+    },
+  );
+  // The body ends: the answer is complete, not a stream kept open per caller.
+  const text = await response.text();
+  assert.match(text, /"notifications":\{\}/, "no notification is granted: none can be sent");
+  assert.match(text, /"resultType":"complete"/);
 });

@@ -1,0 +1,127 @@
+/**
+ * One POST to /mcp, answered by the SDK's 2.x serving entries: a 2026-07-28 request (its
+ * `_meta` envelope names the revision; no handshake, no session) goes to the modern
+ * handler, anything else to a stateless 2025-era transport answering in plain JSON. The
+ * caller is already authenticated by the route; it reaches the per-request server through
+ * `authInfo` and never through anything the client sent. Transport-free otherwise: the
+ * route hands in the parsed body and gets status, headers and bytes back.
+ */
+import type { IncomingHttpHeaders } from "node:http";
+import {
+  type AuthInfo,
+  createMcpHandler,
+  isLegacyRequest,
+  WebStandardStreamableHTTPServerTransport,
+} from "@modelcontextprotocol/server";
+import { createProtocolServer } from "./protocol-server.ts";
+import { mcpResourceUrl } from "./resource-metadata.ts";
+import type { McpCaller, McpService } from "./service.ts";
+
+/** The route's parse of the body: JSON (within the service's bounds), or text that is not JSON. */
+export type McpBody = { readonly kind: "json"; readonly value: unknown } | { readonly kind: "malformed" };
+
+/** Revisions that still had JSON-RPC batches (2025-06-18 removed them). */
+const BATCH_REVISIONS = new Set(["2024-11-05", "2025-03-26"]);
+/** Largest batch answered where batches exist: one POST is not a work queue. */
+export const MAX_BATCH_MESSAGES = 32;
+
+/** Request headers the SDK reads; hop-by-hop and body framing ones stay behind. */
+const DROPPED_HEADERS = new Set(["host", "connection", "content-length", "transfer-encoding", "keep-alive"]);
+
+export interface McpAnswer {
+  readonly status: number;
+  readonly headers: [string, string][];
+  readonly body: Buffer;
+}
+
+export interface McpExchange {
+  /** Why a JSON-RPC batch is refused (undefined when the body is no batch, or one allowed). */
+  refuseBatch(body: unknown, protocolHeader: string | string[] | undefined): string | undefined;
+  answer(input: {
+    readonly headers: IncomingHttpHeaders;
+    readonly body: unknown;
+    readonly caller: McpCaller;
+  }): Promise<McpAnswer>;
+}
+
+function webHeaders(headers: IncomingHttpHeaders): Headers {
+  const result = new Headers();
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || DROPPED_HEADERS.has(name)) continue;
+    result.set(name, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return result;
+}
+
+/** The caller as the SDK carries it to the factory: scopes and client for display only. */
+function authInfoOf(caller: McpCaller): AuthInfo {
+  return {
+    token: "",
+    clientId: caller.principal.clientId ?? "",
+    scopes: [...caller.principal.scopes],
+    extra: { caller },
+  };
+}
+
+function callerOf(authInfo: AuthInfo | undefined): McpCaller {
+  const caller = authInfo?.extra?.caller as McpCaller | undefined;
+  // The route authenticates before anything reaches here; a request without it is a defect.
+  if (caller === undefined) throw new Error("an MCP server was asked for without an authenticated caller");
+  return caller;
+}
+
+export function createMcpExchange(options: {
+  readonly service: McpService;
+  readonly publicUrl: string;
+}): McpExchange {
+  const { service } = options;
+  const endpoint = mcpResourceUrl(options.publicUrl);
+  const modern = createMcpHandler((context) => createProtocolServer(service, callerOf(context.authInfo)), {
+    legacy: "reject",
+  });
+
+  return {
+    refuseBatch(body, protocolHeader) {
+      if (!Array.isArray(body)) return undefined;
+      // Without the header a server assumes 2025-03-26 (Streamable HTTP, protocol version header).
+      const revision = typeof protocolHeader === "string" ? protocolHeader : "2025-03-26";
+      if (!BATCH_REVISIONS.has(revision))
+        return `Invalid request: protocol revision ${revision} has no batches.`;
+      if (body.length === 0) return "Invalid request: an empty batch.";
+      if (body.length > MAX_BATCH_MESSAGES) {
+        return `Invalid request: a batch holds at most ${MAX_BATCH_MESSAGES} messages.`;
+      }
+      return undefined;
+    },
+
+    async answer({ headers, body, caller }) {
+      const request = new Request(endpoint, {
+        method: "POST",
+        headers: webHeaders(headers),
+        ...(caller.signal === undefined ? {} : { signal: caller.signal }),
+      });
+      const authInfo = authInfoOf(caller);
+      let response: Response;
+      if (await isLegacyRequest(request, body)) {
+        const transport = new WebStandardStreamableHTTPServerTransport({
+          sessionIdGenerator: undefined,
+          enableJsonResponse: true,
+        });
+        const server = createProtocolServer(service, caller);
+        await server.connect(transport);
+        try {
+          response = await transport.handleRequest(request, { parsedBody: body, authInfo });
+        } finally {
+          void server.close();
+        }
+      } else {
+        response = await modern.fetch(request, { parsedBody: body, authInfo });
+      }
+      return {
+        status: response.status,
+        headers: [...response.headers],
+        body: Buffer.from(await response.arrayBuffer()),
+      };
+    },
+  };
+}

@@ -1,0 +1,336 @@
+/**
+ * The relational backend: PostgreSQL through a bounded pg pool (connection.ts), schema from
+ * numbered migrations applied at open (migrations.ts). Every method is one statement, so each
+ * is atomic on its own: `appendMany` allocates its seqs and inserts its entries in one
+ * statement (all or none), `create` decides "absent or expired" and writes under the row's
+ * lock. Expiry uses the server's clock, so replicas agree on it.
+ */
+import {
+  checkAfterSeq,
+  checkId,
+  checkIncrement,
+  checkLimit,
+  checkListOptions,
+  checkName,
+  checkTtl,
+  decodeValue,
+  encodeValue,
+  type ListRange,
+  returnedInteger,
+  StoreError,
+  StoreInvalidArgumentError,
+} from "../errors.ts";
+import type {
+  ListOptions,
+  LogEntry,
+  Page,
+  ReadLogOptions,
+  Store,
+  StoredItem,
+  StoreHealth,
+  WriteOptions,
+} from "../store.ts";
+import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
+import { type MigrationResult, migrate } from "./migrations.ts";
+
+export interface PostgresStoreOptions extends PostgresConnectionOptions {
+  /** `postgres://[user[:password]@]host[:port]/database[?sslmode=…]`. */
+  readonly url: string;
+  /** How long health() waits for its query, ms. Default 1000. */
+  readonly healthTimeoutMs?: number;
+  /** How often expired documents are deleted, ms; 0 turns the timer off. Default 60000. */
+  readonly sweepIntervalMs?: number;
+  /** Longest wait for another replica's migration plus this one's, ms. Default 300000. */
+  readonly migrationTimeoutMs?: number;
+}
+
+/** The server's clock in ms since the epoch. */
+const NOW_MS = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+const LIVE = `(expires_at IS NULL OR expires_at > ${NOW_MS})`;
+/** How many expired rows one sweep statement deletes, so a sweep never holds many row locks. */
+const SWEEP_BATCH = 500;
+
+const WRITE = `
+INSERT INTO authority_documents (collection, id, value, expires_at)
+VALUES ($1, $2, $3, CASE WHEN $4::bigint IS NULL THEN NULL ELSE ${NOW_MS} + $4::bigint END)
+ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
+
+const APPEND_MANY = `
+WITH head AS (
+  INSERT INTO authority_log_heads (log, seq) VALUES ($1, $3)
+  ON CONFLICT (log) DO UPDATE SET seq = authority_log_heads.seq + excluded.seq
+  RETURNING seq
+)
+INSERT INTO authority_logs (log, seq, value)
+SELECT $1, head.seq - $3 + entry.n, entry.value
+FROM head, unnest($2::text[]) WITH ORDINALITY AS entry(value, n)
+RETURNING seq`;
+
+const toInteger = (value: unknown, what: string): number => returnedInteger(value, "PostgreSQL", what);
+
+function nonNegativeInt(value: number | undefined, fallback: number, name: string): number {
+  const out = value ?? fallback;
+  if (!Number.isSafeInteger(out) || out < 0) {
+    throw new StoreInvalidArgumentError(`${name} must be a non-negative integer.`);
+  }
+  return out;
+}
+
+/** `id`/`key` conditions of a validated range, numbering parameters after `params`. */
+function rangeConditions(column: string, range: ListRange, params: unknown[]): string[] {
+  const conditions: string[] = [];
+  if (range.lower !== undefined) {
+    params.push(range.lower);
+    conditions.push(`${column} ${range.lowerExclusive ? ">" : ">="} $${params.length}`);
+  }
+  if (range.upper !== undefined) {
+    params.push(range.upper);
+    conditions.push(`${column} < $${params.length}`);
+  }
+  return conditions;
+}
+
+/** No stored id or key holds NUL (checkId refuses it), and PostgreSQL text cannot carry one. */
+const matchesNothing = (range: ListRange): boolean => range.prefix?.includes("\u0000") === true;
+
+export class PostgresStore implements Store {
+  readonly backend = "postgres" as const;
+  readonly #connection: PostgresConnection;
+  readonly #healthTimeoutMs: number;
+  readonly #migrationTimeoutMs: number;
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #migration: MigrationResult | undefined;
+
+  /** Use `PostgresStore.open`, which also migrates; the constructor only validates and builds the pool. */
+  constructor(options: PostgresStoreOptions) {
+    if (typeof options?.url !== "string")
+      throw new StoreInvalidArgumentError("PostgreSQL store needs a URL.");
+    this.#healthTimeoutMs = positiveInt(options.healthTimeoutMs, 1000, "healthTimeoutMs");
+    this.#migrationTimeoutMs = positiveInt(options.migrationTimeoutMs, 300_000, "migrationTimeoutMs");
+    const sweepIntervalMs = nonNegativeInt(options.sweepIntervalMs, 60_000, "sweepIntervalMs");
+    this.#connection = new PostgresConnection(options.url, options);
+    if (sweepIntervalMs > 0) {
+      this.#sweepTimer = setInterval(() => {
+        // A failed sweep is skipped; reads already treat expired rows as absent.
+        this.sweepExpired().catch(() => undefined);
+      }, sweepIntervalMs);
+      this.#sweepTimer.unref();
+    }
+  }
+
+  /**
+   * Connects, applies pending migrations and returns the store; an unreachable server, a
+   * refused login or a schema newer than this build fails here, before anything is served.
+   */
+  static async open(options: PostgresStoreOptions): Promise<PostgresStore> {
+    const store = new PostgresStore(options);
+    try {
+      await store.migrate();
+      return store;
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
+  }
+
+  /** host:port/database (never credentials). */
+  get endpoint(): string {
+    return this.#connection.endpoint;
+  }
+
+  /** What the migration at open (or the last `migrate`) found and applied. */
+  get migration(): MigrationResult | undefined {
+    return this.#migration;
+  }
+
+  /** Applies pending migrations (idempotent; replicas serialize on an advisory lock). */
+  async migrate(): Promise<MigrationResult> {
+    const result = await this.#connection.run(
+      "migrate",
+      (client) => migrate(client, this.#migrationTimeoutMs),
+      { timeoutMs: this.#migrationTimeoutMs + 1000, discardConnection: true },
+    );
+    this.#migration = result;
+    return result;
+  }
+
+  #read<R extends Record<string, unknown>>(what: string, sql: string, params: unknown[]): Promise<R[]> {
+    return this.#connection.query<R>(what, sql, params, { retryOnLostConnection: true });
+  }
+
+  async get<T>(collection: string, id: string): Promise<T | undefined> {
+    const params = [checkName("collection", collection), checkId("id", id)];
+    const rows = await this.#read<{ value: string }>(
+      "get",
+      `SELECT value FROM authority_documents WHERE collection = $1 AND id = $2 AND ${LIVE}`,
+      params,
+    );
+    const row = rows[0];
+    return row === undefined ? undefined : decodeValue<T>(row.value);
+  }
+
+  async put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
+    await this.#connection.query("put", WRITE, this.#writeParams(collection, id, value, options));
+  }
+
+  async create<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<boolean> {
+    // ON CONFLICT locks the existing row, so "absent or expired" and the write are one step.
+    const rows = await this.#connection.query(
+      "create",
+      `${WRITE}
+       WHERE authority_documents.expires_at IS NOT NULL AND authority_documents.expires_at <= ${NOW_MS}
+       RETURNING 1 AS created`,
+      this.#writeParams(collection, id, value, options),
+    );
+    return rows.length === 1;
+  }
+
+  #writeParams(collection: string, id: string, value: unknown, options: WriteOptions | undefined): unknown[] {
+    const ttl = checkTtl(options);
+    return [checkName("collection", collection), checkId("id", id), encodeValue(value), ttl ?? null];
+  }
+
+  async delete(collection: string, id: string): Promise<boolean> {
+    const rows = await this.#connection.query<{ live: boolean }>(
+      "delete",
+      `DELETE FROM authority_documents WHERE collection = $1 AND id = $2
+       RETURNING (expires_at IS NULL OR expires_at > ${NOW_MS}) AS live`,
+      [checkName("collection", collection), checkId("id", id)],
+    );
+    // An expired row was already absent to readers: removing it is housekeeping, not a delete.
+    return rows[0]?.live === true;
+  }
+
+  async list<T>(collection: string, options?: ListOptions): Promise<Page<T>> {
+    const name = checkName("collection", collection);
+    const range = checkListOptions(options);
+    if (matchesNothing(range)) return { items: [] };
+    const params: unknown[] = [name];
+    const conditions = ["collection = $1", LIVE, ...rangeConditions("id", range, params)];
+    params.push(range.limit + 1);
+    const rows = await this.#read<{ id: string; value: string }>(
+      "list",
+      `SELECT id, value FROM authority_documents WHERE ${conditions.join(" AND ")}
+       ORDER BY id LIMIT $${params.length}`,
+      params,
+    );
+    const items: StoredItem<T>[] = rows
+      .slice(0, range.limit)
+      .map((row) => ({ id: row.id, value: decodeValue<T>(row.value) }));
+    const last = items.at(-1);
+    return rows.length > range.limit && last !== undefined ? { items, next: last.id } : { items };
+  }
+
+  async count(collection: string): Promise<number> {
+    const rows = await this.#read<{ n: string }>(
+      "count",
+      `SELECT count(*) AS n FROM authority_documents WHERE collection = $1 AND ${LIVE}`,
+      [checkName("collection", collection)],
+    );
+    return toInteger(rows[0]?.n, "count");
+  }
+
+  async append<T>(log: string, value: T): Promise<number> {
+    const [seq] = await this.appendMany(log, [value]);
+    return seq ?? 0;
+  }
+
+  async appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
+    const name = checkName("log", log);
+    const texts = values.map((value) => encodeValue(value));
+    if (texts.length === 0) return [];
+    // One statement: the head row's lock orders concurrent appends, and the seqs and the
+    // entries commit (or roll back) together.
+    const rows = await this.#connection.query<{ seq: string }>("append", APPEND_MANY, [
+      name,
+      texts,
+      texts.length,
+    ]);
+    if (rows.length !== texts.length)
+      throw new StoreError("PostgreSQL appended an unexpected number of entries.");
+    return rows.map((row) => toInteger(row.seq, "seq")).sort((a, b) => a - b);
+  }
+
+  async readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {
+    const rows = await this.#read<{ seq: string; value: string }>(
+      "readLog",
+      "SELECT seq, value FROM authority_logs WHERE log = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+      [checkName("log", log), checkAfterSeq(options), checkLimit(options?.limit)],
+    );
+    return rows.map((row) => ({ seq: toInteger(row.seq, "seq"), value: decodeValue<T>(row.value) }));
+  }
+
+  async logLength(log: string): Promise<number> {
+    const rows = await this.#read<{ n: string }>(
+      "logLength",
+      "SELECT COALESCE((SELECT seq FROM authority_log_heads WHERE log = $1), 0) AS n",
+      [checkName("log", log)],
+    );
+    return toInteger(rows[0]?.n, "log length");
+  }
+
+  async increment(counters: string, key: string, by?: number): Promise<number> {
+    const rows = await this.#connection.query<{ value: string }>(
+      "increment",
+      `INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
+       ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
+       RETURNING value`,
+      [checkName("counters", counters), checkId("counter key", key), checkIncrement(by)],
+    );
+    return toInteger(rows[0]?.value, "counter");
+  }
+
+  async readCounters(counters: string, prefix?: string): Promise<Record<string, number>> {
+    const name = checkName("counters", counters);
+    const range = checkListOptions(prefix === undefined ? undefined : { prefix });
+    if (matchesNothing(range)) return {};
+    const params: unknown[] = [name];
+    const conditions = ["name = $1", ...rangeConditions("key", range, params)];
+    const rows = await this.#read<{ key: string; value: string }>(
+      "readCounters",
+      `SELECT key, value FROM authority_counters WHERE ${conditions.join(" AND ")} ORDER BY key`,
+      params,
+    );
+    const result: Record<string, number> = {};
+    for (const row of rows) result[row.key] = toInteger(row.value, "counter");
+    return result;
+  }
+
+  /** Deletes expired documents in small batches; returns how many were removed. */
+  async sweepExpired(): Promise<number> {
+    let removed = 0;
+    for (;;) {
+      const rows = await this.#connection.query<{ n: string }>(
+        "sweep",
+        `WITH gone AS (
+           DELETE FROM authority_documents WHERE (collection, id) IN (
+             SELECT collection, id FROM authority_documents
+             WHERE expires_at IS NOT NULL AND expires_at <= ${NOW_MS}
+             LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)
+           RETURNING 1)
+         SELECT count(*) AS n FROM gone`,
+      );
+      const changes = toInteger(rows[0]?.n, "change count");
+      removed += changes;
+      if (changes < SWEEP_BATCH) return removed;
+    }
+  }
+
+  async health(): Promise<StoreHealth> {
+    const where = `postgres ${this.#connection.endpoint}`;
+    if (this.#connection.closed)
+      return { backend: "postgres", ok: false, detail: `${where}: store is closed` };
+    try {
+      await this.#connection.query("health", "SELECT 1", [], { timeoutMs: this.#healthTimeoutMs });
+      const schema = this.#migration === undefined ? "" : ` (schema v${this.#migration.version})`;
+      return { backend: "postgres", ok: true, detail: `${where}: ready${schema}` };
+    } catch {
+      return { backend: "postgres", ok: false, detail: `${where}: unavailable (${this.#connection.state})` };
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#sweepTimer !== undefined) clearInterval(this.#sweepTimer);
+    await this.#connection.close();
+  }
+}

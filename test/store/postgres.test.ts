@@ -1,0 +1,238 @@
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { inspect } from "node:util";
+import pg from "pg";
+import { openStore, PostgresStore, StoreError } from "../../src/store/index.ts";
+import { canary } from "../helpers/canary.ts";
+import { startFaultProxy } from "../helpers/fault-proxy.ts";
+import { type PostgresServerHandle, startPostgresServer } from "../helpers/postgres-server.ts";
+import { stablePort } from "../helpers/stable-port.ts";
+import { eventually, runStoreContract } from "./contract.ts";
+
+let server: PostgresServerHandle;
+let schemas = 0;
+before(async () => {
+  server = await startPostgresServer();
+});
+after(() => server.stop());
+
+/** The server's URL with a password (a canary: trust authentication accepts any) and a fresh schema. */
+async function freshSchemaUrl(password?: string): Promise<{ url: string; schema: string }> {
+  schemas++;
+  const schema = `s${schemas}`;
+  await server.psql(`CREATE SCHEMA ${schema}`);
+  const base = new URL(server.url);
+  if (password !== undefined) base.password = password;
+  base.searchParams.set("options", `-c search_path=${schema}`);
+  return { url: base.toString(), schema };
+}
+
+async function rawClient(): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: server.url });
+  await client.connect();
+  return client;
+}
+
+function assertUnavailable(secret?: string) {
+  return (error: unknown): boolean => {
+    assert.ok(error instanceof StoreError, `expected a StoreError, got ${String(error)}`);
+    assert.equal(error.code, "store_unavailable", error.message);
+    if (secret !== undefined) {
+      assert.ok(!error.message.includes(secret), "message must not reveal the password");
+      assert.ok(
+        !inspect(error, { depth: 8 }).includes(secret),
+        "the error and its causes must not reveal it",
+      );
+    }
+    return true;
+  };
+}
+
+runStoreContract("postgres", async () => {
+  const { url } = await freshSchemaUrl();
+  const store = await PostgresStore.open({ url, sweepIntervalMs: 0 });
+  return { store, cleanup: () => store.close() };
+});
+
+describe("PostgresStore specifics", () => {
+  it("opens from postgres:// and postgresql:// URLs and records its migrations once", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const store = await openStore(url);
+    assert.equal(store.backend, "postgres");
+    await store.put("c", "k", "v");
+    await store.close();
+    const again = await openStore(url.replace(/^postgres:/, "postgresql:"));
+    assert.equal(await again.get("c", "k"), "v");
+    assert.match((await again.health()).detail, /ready \(schema v1\)/);
+    await again.close();
+    assert.equal(
+      await server.psql(`SELECT string_agg(version::text, ',') FROM ${schema}.authority_schema_migrations`),
+      "1",
+    );
+  });
+
+  it("migrates once when several replicas start at the same moment", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const replicas = Array.from({ length: 5 }, () => new PostgresStore({ url, sweepIntervalMs: 0 }));
+    try {
+      const results = await Promise.all(replicas.map((replica) => replica.migrate()));
+      assert.deepEqual(
+        results.map((r) => r.version),
+        [1, 1, 1, 1, 1],
+      );
+      assert.equal(results.filter((r) => r.applied.length > 0).length, 1, "exactly one replica applied");
+      assert.equal(await server.psql(`SELECT count(*) FROM ${schema}.authority_schema_migrations`), "1");
+      assert.deepEqual(
+        await Promise.all(replicas.map((r, i) => r.append("log", i))).then((s) => s.sort()),
+        [1, 2, 3, 4, 5],
+      );
+    } finally {
+      await Promise.all(replicas.map((replica) => replica.close()));
+    }
+  });
+
+  it("refuses a database migrated by a newer build", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    await (await openStore(url)).close();
+    await server.psql(
+      `INSERT INTO ${schema}.authority_schema_migrations (version, name) VALUES (999, 'future')`,
+    );
+    await assert.rejects(openStore(url), (error: unknown) => {
+      assert.ok(error instanceof StoreError);
+      assert.match(error.message, /version 999, newer than this build/);
+      return true;
+    });
+  });
+
+  it("fails a statement stuck behind a lock with store_unavailable, then serves again", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, statementTimeoutMs: 500, sweepIntervalMs: 0 });
+    const holder = await rawClient();
+    try {
+      await store.put("c", "k", 1);
+      await holder.query("BEGIN");
+      await holder.query(`LOCK TABLE ${schema}.authority_documents IN ACCESS EXCLUSIVE MODE`);
+      await assert.rejects(store.put("c", "k", 2), assertUnavailable());
+      await assert.rejects(store.get("c", "k"), assertUnavailable());
+      await holder.query("ROLLBACK");
+      assert.equal(await store.get("c", "k"), 1);
+      await store.put("c", "k", 3);
+      assert.equal(await store.get("c", "k"), 3);
+    } finally {
+      await holder.end();
+      await store.close();
+    }
+  });
+
+  it("recovers when the server drops its connections mid-run", async () => {
+    const { url } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, applicationName: "authority-drop", sweepIntervalMs: 0 });
+    try {
+      await Promise.all(Array.from({ length: 8 }, (_, i) => store.put("c", `k${i}`, i)));
+      const killed = await server.psql(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'authority-drop') t",
+      );
+      assert.ok(Number(killed) >= 1, `terminated ${killed} sessions`);
+      // Reads retry once on a fresh connection: no caller sees the dropped ones.
+      assert.deepEqual(
+        await Promise.all(Array.from({ length: 8 }, (_, i) => store.get("c", `k${i}`))),
+        [0, 1, 2, 3, 4, 5, 6, 7],
+      );
+      await eventually(async () => {
+        try {
+          return (await store.append("log", "after")) >= 1;
+        } catch {
+          return false;
+        }
+      }, "writes work again");
+      assert.equal((await store.health()).ok, true);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps to its pool size under concurrent load", async () => {
+    const { url } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, poolSize: 2, applicationName: "authority-pool" });
+    try {
+      const sessions = async () =>
+        Number(
+          await server.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'authority-pool'",
+          ),
+        );
+      let most = 0;
+      let done = false;
+      const load = Promise.all(Array.from({ length: 200 }, (_, i) => store.append("log", i))).finally(() => {
+        done = true;
+      });
+      while (!done) most = Math.max(most, await sessions());
+      await load;
+      assert.ok(most <= 2, `at most 2 sessions, saw ${most}`);
+      assert.equal(await store.logLength("log"), 200);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("fails at open when the server is unreachable, never naming the password", async () => {
+    const password = canary("pg-");
+    const port = await stablePort("127.0.0.1");
+    const url = `postgres://authority:${password}@127.0.0.1:${port}/authority`;
+    await assert.rejects(
+      openStore(url, { postgres: { connectTimeoutMs: 500 } }),
+      assertUnavailable(password),
+    );
+  });
+
+  it("bounds calls to a server that stops answering, and never names the password", async () => {
+    const password = canary("pg-");
+    const { url } = await freshSchemaUrl(password);
+    const proxy = await startFaultProxy(server.port);
+    const proxied = new URL(url);
+    proxied.port = String(proxy.port);
+    const store = await PostgresStore.open({
+      url: proxied.toString(),
+      // Generous enough for a loaded machine while the proxy passes, short while it hangs.
+      statementTimeoutMs: 1000,
+      connectTimeoutMs: 1000,
+      sweepIntervalMs: 0,
+    });
+    try {
+      await store.put("c", "k", 1);
+      const up = await store.health();
+      assert.equal(up.ok, true);
+      assert.ok(!up.detail.includes(password), up.detail);
+      proxy.mode = "hang";
+      proxy.dropAll();
+      await assert.rejects(store.get("c", "k"), assertUnavailable(password));
+      await assert.rejects(store.append("log", 1), assertUnavailable(password));
+      const down = await store.health();
+      assert.equal(down.ok, false);
+      assert.ok(!down.detail.includes(password), down.detail);
+      proxy.mode = "pass";
+      await eventually(async () => (await store.health()).ok, "answers again");
+      assert.equal(await store.get("c", "k"), 1);
+    } finally {
+      await store.close();
+      await proxy.close();
+    }
+  });
+
+  it("validates its options and URL without echoing it", async () => {
+    assert.throws(() => new PostgresStore({ url: "postgres://h/db", poolSize: 0 }), StoreError);
+    assert.throws(() => new PostgresStore({ url: "postgres://h/db", statementTimeoutMs: 1.5 }), StoreError);
+    assert.throws(
+      () => new PostgresStore({ url: "postgres://h/db", applicationName: "bad name" }),
+      StoreError,
+    );
+    for (const url of ["postgres://user:hunter2@", "postgres://user:hunter2@:5432/x"]) {
+      await assert.rejects(openStore(url), (error: unknown) => {
+        assert.ok(error instanceof StoreError);
+        assert.equal(error.code, "store_invalid_argument");
+        assert.ok(!error.message.includes("hunter2"));
+        return true;
+      });
+    }
+  });
+});
