@@ -331,6 +331,9 @@ describe("a revocation that answered 200 is never undone by a fault (four sideca
     const sidecarToken = await idp.issueToken({
       subject: "sidecar-1",
       roles: ["sidecar"],
+      // scoped like an injected sidecar: its partner and its pod's capability
+      claims: { partner_id: PARTNER },
+      scopes: [`authority/sidecar.capability:${CAPABILITY}`],
       lifetimeSec: 3600,
     });
     await writeFile(tokenFile, sidecarToken.accessToken, { mode: 0o600 });
