@@ -152,6 +152,28 @@ export const sidecarSelfSchema = record(["subject", "partner_id"], {
   partner_id: nullableText,
 });
 
+/** GET /v1/sidecar/policy-changes: a page of the policy change log and the lease it grants. */
+export const sidecarPolicyChangesSchema = {
+  type: "object",
+  required: ["cursor", "changes", "complete", "reset", "lease_ms"],
+  additionalProperties: false,
+  properties: {
+    cursor: count,
+    changes: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["subject_id", "head", "document_hash", "revoked_at"],
+        additionalProperties: false,
+        properties: { subject_id: text, head: count, document_hash: nullableText, revoked_at: nullableText },
+      },
+    },
+    complete: { type: "boolean" },
+    reset: { type: "boolean" },
+    lease_ms: count,
+  },
+} as const;
+
 /** GET /admin/diagnostics: facts and warnings (docs/admin-api.md, "Diagnostics"). */
 export const diagnosticsSchema = record(
   ["generated_at", "persistence", "counts", "backends", "configuration", "warnings"],

@@ -1,5 +1,6 @@
 import type { EgressPolicy } from "../execute/egress.ts";
 import type { Logger } from "../observability/logger.ts";
+import type { SidecarLeases } from "../policy/change-log.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
 import type { PolicyProtector } from "../policy/protector.ts";
 import type { Store } from "../store/store.ts";
@@ -18,6 +19,12 @@ export interface AdminDeps {
   readonly secretKeyRings?: SecretKeys;
   /** Told after every stored policy change. */
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /**
+   * The sidecars' freshness leases: a change that takes access away answers only once every
+   * sidecar holding one acknowledged it or its lease ran out. Absent: nothing waits (the
+   * change is still logged for sidecars).
+   */
+  readonly sidecarLeases?: SidecarLeases;
   /** Checks imported upstream URLs; absent: the strict default policy. */
   readonly egress?: EgressPolicy;
 }

@@ -27,9 +27,11 @@ export { MAX_POLICY_TTL_SECONDS } from "./assignment-expiry.ts";
 
 import { type PolicyView, policyView } from "./policy-view.ts";
 import {
+  hasActivePolicy,
   listAssignments,
   loadPolicyRecord,
   notifyPolicyChange,
+  notifyPolicyRemoved,
   policyLockKey,
   writeCompiledPolicy,
   writeRevocationMarker,
@@ -202,10 +204,11 @@ export async function assignCapability(
   await checkAuthProfile(deps, partnerId, assignment);
   const warnings: string[] = [];
 
-  const record = await withKeyLock(lockKey(partnerId, subjectId), async () => {
+  const { record, narrows } = await withKeyLock(lockKey(partnerId, subjectId), async () => {
     const others = (await listAssignments(deps, partnerId, subjectId)).filter(
       (a) => a.capability_id !== capabilityId,
     );
+    const narrows = await hasActivePolicy(deps, subjectId);
     // A new grant issues a fresh, active policy (it lifts an earlier revocation).
     const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null);
     // Stored after the policy, so a failed compile leaves no assignment that is not enforced.
@@ -220,9 +223,9 @@ export async function assignCapability(
       { action: "assign", partnerId, subjectId, capabilityId },
       deps.now(),
     );
-    return written;
+    return { record: written, narrows };
   });
-  await notifyPolicyChange(deps, record);
+  await notifyPolicyChange(deps, record, { narrows });
   return { policy: toPublicPolicyRecord(record, deps.now()), assignment, warnings };
 }
 
@@ -245,7 +248,7 @@ export async function unassignCapability(
       revokedAt: previous?.revoked_at ?? null,
     });
   });
-  await notifyPolicyChange(deps, record);
+  await notifyPolicyChange(deps, record, { narrows: true });
   return toPublicPolicyRecord(record, deps.now());
 }
 
@@ -283,6 +286,8 @@ export interface RevokeOutcome {
   readonly policy: PolicyRecord | undefined;
   /** False when the policy was already revoked (nothing written). */
   readonly changed: boolean;
+  /** The record removed instead of re-signed (its artifact no longer opened). */
+  readonly removed?: PolicyRecord;
 }
 
 /**
@@ -306,7 +311,7 @@ async function revokeLocked(deps: AdminDeps, subject: SubjectRecord): Promise<Re
       return { policy: await writeRevocationMarker(deps, previous), changed: true };
     }
     await deletePolicyRecord(deps.store, subject.subject_id);
-    return { policy: undefined, changed: true };
+    return { policy: undefined, changed: true, removed: previous };
   }
 }
 
@@ -343,13 +348,23 @@ export async function revokePolicy(
     }
     return result;
   });
+  await noticeOfRevocation(deps, outcome);
   if (outcome.policy === undefined) {
     // Changed without a record: an unreadable v2 policy was removed instead of re-signed.
     if (outcome.changed) return { policy: null, changed: true };
     throw new AuthorityError("not_found", "The subject has no policy.");
   }
-  if (outcome.changed) await notifyPolicyChange(deps, outcome.policy);
   return { policy: toPublicPolicyRecord(outcome.policy, deps.now()), changed: outcome.changed };
+}
+
+/**
+ * A revocation's change notice, also when the policy was revoked already: a revoke repeated
+ * after an answer that was not 200 must still log it and wait out the sidecars' leases
+ * before it answers 200 (notifyPolicyChange).
+ */
+async function noticeOfRevocation(deps: AdminDeps, outcome: RevokeOutcome): Promise<void> {
+  if (outcome.removed !== undefined) await notifyPolicyRemoved(deps, outcome.removed);
+  else if (outcome.policy !== undefined) await notifyPolicyChange(deps, outcome.policy, { narrows: true });
 }
 
 /**
@@ -380,7 +395,7 @@ export async function retireSubjectPolicy(
     }
     return result;
   });
-  if (outcome.changed && outcome.policy !== undefined) await notifyPolicyChange(deps, outcome.policy);
+  if (outcome.changed) await noticeOfRevocation(deps, outcome);
 }
 
 export async function getPolicy(

@@ -1,6 +1,7 @@
 import { computePolicyHash, type PolicyDocument, PolicyDocumentError } from "../core/index.ts";
 import { AuthorityError } from "../errors.ts";
 import { openPolicy, protectPolicy } from "../policy/artifact.ts";
+import { appendPolicyChange } from "../policy/change-log.ts";
 import { apiEntryOf, compilePolicyDocument, type HeadlessContext } from "../policy/compile.ts";
 import type { PolicyOpener } from "../policy/protector.ts";
 import type { PolicyCapabilitySummary, PolicyRecord } from "../policy/record.ts";
@@ -107,6 +108,23 @@ async function store(
   return record;
 }
 
+/**
+ * Whether the subject's policy is in force now (stored, not revoked, not expired): rewriting
+ * it may take access away, so its change notice waits out the sidecars' leases. A first grant,
+ * or one that lifts a revocation or an expiry, takes nothing away. Call inside withKeyLock.
+ */
+export async function hasActivePolicy(
+  deps: Pick<AdminDeps, "store" | "now">,
+  subjectId: string,
+): Promise<boolean> {
+  const previous = await readStoredPolicyRecord(deps.store, subjectId);
+  return (
+    previous !== undefined &&
+    previous.revoked_at === null &&
+    Date.parse(previous.expires_at) > deps.now().getTime()
+  );
+}
+
 /** The key every writer of a subject's policy serializes on (see withKeyLock). */
 export const policyLockKey = (partnerId: string, subjectId: string): string =>
   `policy:${partnerId}/${subjectId}`;
@@ -176,17 +194,61 @@ export async function writeRevocationMarker(deps: AdminDeps, previous: PolicyRec
   return record;
 }
 
-/** Tells the change hook; a failing hook is logged, the stored change stands. */
-export async function notifyPolicyChange(deps: AdminDeps, record: PolicyRecord): Promise<void> {
+/** Tells the change hook (the Redis publisher); a failing hook is logged, the stored change stands. */
+async function publishPolicyChange(deps: AdminDeps, change: PolicyChangeFacts): Promise<void> {
   if (deps.onPolicyChange === undefined) return;
   try {
-    await deps.onPolicyChange(record.subject_id, record.head);
+    await deps.onPolicyChange(change.subject_id, change.head);
   } catch (error) {
     deps.logger?.warn(
-      { err: error, subject_id: record.subject_id, head: record.head },
+      { err: error, subject_id: change.subject_id, head: change.head },
       "policy change hook failed",
     );
   }
+}
+
+/** Which subject's policy changed: its new head, signed text and revocation. */
+export type PolicyChangeFacts = Pick<
+  PolicyRecord,
+  "subject_id" | "partner_id" | "head" | "document_hash" | "revoked_at"
+>;
+
+/**
+ * A policy record removed instead of re-signed (its artifact no longer opens): logged for the
+ * sidecars under the next head, so each drops its copy, and waited out like a revocation.
+ * Not published: Redis heads only grow, and a later record of the subject starts again at 1.
+ */
+export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChangeFacts): Promise<void> {
+  const seq = await appendPolicyChange(deps.store, {
+    subject_id: removed.subject_id,
+    partner_id: removed.partner_id,
+    head: removed.head + 1,
+    document_hash: null,
+    revoked_at: null,
+  });
+  deps.sidecarLeases?.logged();
+  await deps.sidecarLeases?.outlast(seq);
+}
+
+/**
+ * Tells the sidecars about a stored change: it is appended to the policy change log (which
+ * they follow from this service; when that fails the call fails, and the change is not
+ * reported as in force), published on Redis (the fast path, best effort), and — when it can
+ * take access away (`narrows`) — the caller is answered only once every sidecar holding a
+ * freshness lease has acknowledged it or its lease ran out: from that answer on no sidecar
+ * allows what the change removed, whatever Redis does (decision 2507).
+ */
+export async function notifyPolicyChange(
+  deps: AdminDeps,
+  change: PolicyChangeFacts,
+  options: { readonly narrows: boolean },
+): Promise<void> {
+  const seq = await appendPolicyChange(deps.store, change);
+  deps.sidecarLeases?.logged();
+  await Promise.all([
+    publishPolicyChange(deps, change),
+    options.narrows ? deps.sidecarLeases?.outlast(seq) : undefined,
+  ]);
 }
 
 /**

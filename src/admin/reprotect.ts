@@ -84,7 +84,8 @@ export async function reprotectPolicies(
         });
         if (written !== undefined) {
           reprotected++;
-          await notifyPolicyChange(deps, written);
+          // Same content under new keys: nothing is taken away.
+          await notifyPolicyChange(deps, written, { narrows: false });
         }
       } catch (error) {
         if (!(error instanceof PolicyProtectionError) || error.code !== "policy_unverifiable") throw error;

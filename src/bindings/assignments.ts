@@ -11,7 +11,12 @@ import { assertPermissionsInCatalog, loadCatalog } from "../admin/capabilities.t
 import type { Actor, AdminDeps } from "../admin/deps.ts";
 import { withKeyLock } from "../admin/key-lock.ts";
 import { checkSubjectBoundary, dropAssignmentLocked } from "../admin/policies.ts";
-import { listAssignments, notifyPolicyChange, writeCompiledPolicy } from "../admin/policy-writer.ts";
+import {
+  hasActivePolicy,
+  listAssignments,
+  notifyPolicyChange,
+  writeCompiledPolicy,
+} from "../admin/policy-writer.ts";
 import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
 import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
@@ -128,10 +133,11 @@ export async function assignBindingApi(
     assigned_at: now.toISOString(),
   };
   const headless = headlessContextOf(binding, mapping);
-  const record = await withKeyLock(lockKey(partnerId, subject.subject_id), async () => {
+  const { record, narrows } = await withKeyLock(lockKey(partnerId, subject.subject_id), async () => {
     const others = (await listAssignments(deps, partnerId, subject.subject_id)).filter(
       (a) => a.capability_id !== input.capability_id,
     );
+    const narrows = await hasActivePolicy(deps, subject.subject_id);
     const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null, headless);
     await deps.store.put(
       collections.assignments,
@@ -144,9 +150,9 @@ export async function assignBindingApi(
       { action: "assign", partnerId, subjectId: subject.subject_id, capabilityId: input.capability_id },
       deps.now(),
     );
-    return written;
+    return { record: written, narrows };
   });
-  await notifyPolicyChange(deps, record);
+  await notifyPolicyChange(deps, record, { narrows });
   const touched = await touchMapping(deps, mapping, binding.mapping_version);
   return { policy: toPublicPolicyRecord(record, deps.now()), assignment, mapping: touched };
 }
@@ -168,7 +174,7 @@ export async function unassignBindingApi(
       headless: headlessContextOf(binding, mapping),
     }),
   );
-  await notifyPolicyChange(deps, record);
+  await notifyPolicyChange(deps, record, { narrows: true });
   return toPublicPolicyRecord(record, deps.now());
 }
 

@@ -88,6 +88,8 @@ export interface AuthorityConfig {
         readonly managedCaFile?: string;
       };
   readonly redisUrl?: string;
+  /** Sidecars' freshness lease, and how long a change that takes access away waits before it answers. */
+  readonly sidecarLeaseMs: number;
   readonly serviceIdentity: string;
   readonly bodyLimitBytes: number;
   readonly policyCache: { readonly max: number; readonly ttlMs: number };
@@ -181,6 +183,14 @@ export const authoritySettings = {
     description: "Redis for policy-change pub/sub and sidecar caches (optional)",
     secret: true,
     parse: redisUrl,
+  }),
+  sidecarLease: setting({
+    key: "sidecar-lease-ms",
+    env: "AUTHORITY_SIDECAR_LEASE_MS",
+    description:
+      "the staleness bound of every sidecar: how long one decides from its cache after it last confirmed the policy change log here (then 503); a change that takes access away answers only once this has passed since it was logged",
+    default: 2000,
+    parse: duration("ms", 200, 60_000),
   }),
   serviceIdentity: setting({
     key: "service-identity",
@@ -421,6 +431,7 @@ export const authoritySchema = defineProcess({
                 ...(managedCaFile === undefined ? {} : { managedCaFile: resolve(cwd, managedCaFile) }),
               },
       ...(redis === undefined ? {} : { redisUrl: redis }),
+      sidecarLeaseMs: read.value("sidecarLease"),
       serviceIdentity: read.value("serviceIdentity"),
       bodyLimitBytes: read.value("bodyLimit"),
       policyCache: { max: read.value("policyCacheSize"), ttlMs: read.value("policyCacheTtl") * 1000 },

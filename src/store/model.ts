@@ -21,9 +21,17 @@ export const collections = {
   policies: "policies",
   /** Policy artifacts by content address (record-store.ts); the record names the one in force. */
   policyArtifacts: "policy_artifacts",
+  /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
+  sidecarLeases: "sidecar_leases",
 } as const;
 
-export const logs = { audit: "audit", mcpAudit: "mcp_audit", evidence: "evidence" } as const;
+export const logs = {
+  audit: "audit",
+  mcpAudit: "mcp_audit",
+  evidence: "evidence",
+  /** Every stored policy change (subject, partner, head, document hash, revocation): what sidecars follow. */
+  policyChanges: "policy_changes",
+} as const;
 export const counters = { usage: "usage" } as const;
 
 export const partnerKey = (partnerId: string, localId: string): string => `${partnerId}/${localId}`;

@@ -1,3 +1,10 @@
+export {
+  type AuthorityLease,
+  type AuthorityLeaseOptions,
+  createAuthorityLease,
+  type FreshnessLease,
+  type PolicyChangeSource,
+} from "./authority-lease.ts";
 export { CACHE_KEY_BYTES, type CacheKeys, deriveCacheKeys, parseCacheKey } from "./cache-key.ts";
 export { PolicyCacheError, type PolicyCacheErrorCode } from "./errors.ts";
 export {

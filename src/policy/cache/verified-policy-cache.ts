@@ -6,6 +6,7 @@ import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
+import type { FreshnessLease } from "./authority-lease.ts";
 import type { CacheKeys } from "./cache-key.ts";
 import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
 import { policyEntryName } from "./redis-keys.ts";
@@ -32,6 +33,13 @@ import { openEntry, sealEntry } from "./sealed-entry.ts";
  * - Whatever Redis says, an entry is revalidated with the authority once it is `maxAgeMs`
  *   old (in the background from half that age), which bounds what a Redis that withholds
  *   or replays changes can do.
+ *
+ * - With a freshness lease (the sidecar always has one; decision 2507), nothing is answered
+ *   while the lease is not current, and the authority's change log outranks Redis: a logged
+ *   change evicts every older local entry at once, an answer of the authority older than a
+ *   logged head is refused, and an allowing Redis entry is used only when it is exactly the
+ *   record the authority last reported for the subject (head, document hash, revocation) —
+ *   Redis can make a sidecar reload, never keep or bring back what a logged change superseded.
  *
  * Redis entries are sealed (AES-256-GCM + HMAC-SHA256 under the sidecar's cache key) and
  * bound to their subject; a bad MAC, a wrong subject, an unexpected head or a malformed
@@ -116,6 +124,11 @@ export interface VerifiedPolicyCacheOptions {
   /** Verifies signed policies with public keys (createSignedPolicyVerifier). */
   readonly opener: PolicyOpener;
   readonly redis?: { readonly store: PolicyHeadStore; readonly keys: CacheKeys };
+  /**
+   * The authority's change log and the lease it grants (createAuthorityLease). Without it the
+   * cache trusts Redis heads as before: only tests of the Redis layer leave it out.
+   */
+  readonly freshness?: FreshnessLease;
   /** Local LRU size (default 10000 subjects). */
   readonly localMaxEntries?: number;
   /**
@@ -156,6 +169,39 @@ export interface VerifiedPolicyCache {
 }
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
+
+/** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
+const AUTHORITY_FACTS_TTL_MS = 60_000;
+
+/** A record as the authority reported it: its head, its signed text, its revocation. */
+interface RecordFacts {
+  readonly head: number;
+  readonly documentHash: string | null;
+  readonly revokedAt: string | null;
+}
+
+function factsOf(policy: VerifiedPolicy): RecordFacts {
+  return {
+    head: policy.head,
+    documentHash: policy.signed?.documentHash ?? null,
+    revokedAt: policy.signed?.revokedMarker ?? null,
+  };
+}
+
+/** Whether a policy is exactly the record the authority reported (never when it reported none). */
+function sameFacts(facts: RecordFacts | undefined, policy: VerifiedPolicy): boolean {
+  const own = factsOf(policy);
+  return (
+    facts !== undefined &&
+    facts.documentHash !== null &&
+    facts.head === own.head &&
+    facts.documentHash === own.documentHash &&
+    facts.revokedAt === own.revokedAt
+  );
+}
+
+/** The longest a lookup waits for a lapsed freshness lease (its decision's deadline ends it sooner). */
+const LEASE_WAIT_MS = 5000;
 
 interface SealedPolicy {
   readonly v: 2;
@@ -285,6 +331,58 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   // expects, else starts its own; the layer answered (redis/authority) is per caller (decision 1801).
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
+
+  const freshness = options.freshness;
+  /**
+   * What the authority itself reported lately per subject (its change log, its answers): the
+   * head, signed text and revocation of the current record. Only these confirm a Redis entry,
+   * and the head is the floor of any answer that arrives later. Kept for a minute (far longer
+   * than a fetch may take); `knowledgeLost` counts what was dropped before that (the bound, a
+   * reset), so a fetch that spanned it is not trusted.
+   */
+  const authorityFacts = new LRUCache<string, RecordFacts>({
+    max,
+    ttl: AUTHORITY_FACTS_TTL_MS,
+    dispose: (_facts, _subject, reason) => {
+      if (reason === "evict") knowledgeLost++;
+    },
+  });
+  let knowledgeLost = 0;
+  const learn = (subjectId: string, facts: RecordFacts): void => {
+    const known = authorityFacts.get(subjectId);
+    if (known === undefined || facts.head > known.head) authorityFacts.set(subjectId, facts);
+  };
+  const unfollow = [
+    freshness?.onChanges((changes) => {
+      for (const change of changes) {
+        learn(change.subject_id, {
+          head: change.head,
+          documentHash: change.document_hash,
+          revokedAt: change.revoked_at,
+        });
+        const entry = local.get(change.subject_id);
+        if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
+      }
+    }),
+    freshness?.onReset(() => {
+      knowledgeLost++;
+      authorityFacts.clear();
+      local.clear();
+    }),
+  ];
+  const assertFresh = (): void => {
+    if (freshness !== undefined && !freshness.current()) {
+      throw new PolicyCacheError(
+        "freshness_unavailable",
+        "the authority's policy change log has not been confirmed within the staleness bound",
+      );
+    }
+  };
+  /** A lapsed lease is waited for (the next renewal; the decision's deadline bounds the wait). */
+  const awaitFresh = async (): Promise<void> => {
+    if (freshness !== undefined && !freshness.current()) await freshness.whenCurrent(LEASE_WAIT_MS);
+    assertFresh();
+  };
 
   const unsubscribe = redis?.store.onChange((change) => {
     const subjectId = change.subject_id;
@@ -453,6 +551,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       events.lookup?.("redis", false);
       return undefined;
     }
+    if (freshness !== undefined && policy.load.ok && !sameFacts(authorityFacts.get(subjectId), policy)) {
+      // Redis' head and entry agree, but the authority has not confirmed that this is its current
+      // policy: a rolled-back pair (or an older genuine policy relabelled by a holder of the cache
+      // key) would agree too. The authority decides.
+      events.lookup?.("redis", false);
+      return undefined;
+    }
     events.lookup?.("redis", true);
     local.set(subjectId, policy);
     return policy;
@@ -468,6 +573,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       known !== undefined && known.fromRedis !== true && (head === null || known.head === head)
         ? known
         : undefined;
+    const lostBefore = knowledgeLost;
     let result: PolicyFetchResult;
     try {
       result = await source.fetchPolicy(
@@ -513,6 +619,15 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
         "the authority returned an older policy than published",
       );
     }
+    if (freshness !== undefined && policy.load.ok) {
+      // An answer read before a change the log has since delivered (it was on its way meanwhile).
+      const logged = authorityFacts.get(subjectId);
+      const unknowable = logged === undefined && knowledgeLost !== lostBefore;
+      if (unknowable || (logged !== undefined && policy.head < logged.head)) {
+        throw new PolicyCacheError("source_inconsistent", "the authority's answer predates a logged change");
+      }
+    }
+    if (policy.head > 0) learn(subjectId, factsOf(policy));
     await store(policy);
     return policy;
   };
@@ -601,6 +716,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   };
 
   const peek = (subjectId: string): PolicyLookup | undefined => {
+    if (freshness !== undefined && !freshness.current()) return undefined;
     const entry = local.get(subjectId);
     if (entry === undefined) return undefined;
     const at = now();
@@ -626,12 +742,23 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     return reload(subjectId, null, entry);
   };
 
+  /**
+   * Only while the lease is current: waited for at the start, checked again at the end (a reload
+   * may outlast it, and a renewal meanwhile may have superseded what the lookup found).
+   */
+  const getFresh = async (subjectId: string): Promise<PolicyLookup> => {
+    await awaitFresh();
+    const lookup = await (redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId));
+    assertFresh();
+    return lookup;
+  };
+
   return {
     get(subjectId) {
       if (typeof subjectId !== "string" || subjectId.length === 0) {
         return Promise.reject(new PolicyCacheError("invalid_options", "subject id is required"));
       }
-      return redis === undefined ? getWithoutRedis(subjectId) : getWithRedis(subjectId);
+      return getFresh(subjectId);
     },
     peek(subjectId) {
       return typeof subjectId === "string" && subjectId.length > 0 ? peek(subjectId) : undefined;
@@ -644,6 +771,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     },
     close() {
       unsubscribe?.();
+      for (const stop of unfollow) stop?.();
+      authorityFacts.clear();
       local.clear();
       confirmed.clear();
       view.clear();

@@ -24,6 +24,7 @@ import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts
 import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
+import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { DecisionRuntime } from "../../policy/runtime.ts";
@@ -234,6 +235,7 @@ export async function buildAuthorityService(
         ? undefined
         : async (subjectId: string, head: number) => void (await publisher.publish(subjectId, head)));
     const egress = overrides.egress ?? authorityEgressPolicy(config);
+    const sidecarLeases = createSidecarLeases({ store, leaseMs: config.sidecarLeaseMs });
     const context: AuthorityContext = {
       egress,
       config: {
@@ -262,6 +264,8 @@ export async function buildAuthorityService(
             },
           }),
       ...(onPolicyChange === undefined ? {} : { onPolicyChange }),
+      // Sidecars follow the policy change log here; a change that takes access away waits out their leases.
+      sidecarLeases,
       logger,
       now: overrides.now ?? (() => new Date()),
     };
@@ -328,6 +332,8 @@ export async function buildAuthorityService(
       close() {
         closed ??= (async () => {
           draining = true;
+          // Sidecars' reads held for a change are answered now, not after their hold.
+          sidecarLeases.close();
           // fastify stops accepting, answers new requests on kept-alive sockets with 503,
           // and waits for requests in flight — each of which records its decision.
           await app.close();

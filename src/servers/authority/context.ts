@@ -4,6 +4,7 @@ import type { EgressPolicy } from "../../execute/egress.ts";
 import type { JwksStatus } from "../../identity/jwt-verifier.ts";
 import type { McpConfig } from "../../mcp/config.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { SidecarLeases } from "../../policy/change-log.ts";
 import type { PolicyProtector } from "../../policy/protector.ts";
 import type { Store } from "../../store/store.ts";
 
@@ -65,6 +66,8 @@ export interface AuthorityContext {
    * (sidecars over Redis pub/sub) can drop stale copies. A failure is logged, never undone.
    */
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
+  /** The sidecars' freshness leases over the policy change log (src/policy/change-log.ts). */
+  readonly sidecarLeases?: SidecarLeases;
   /**
    * Where upstream calls and imported server URLs may point (docs/security.md, "Egress").
    * Absent: the strict default — no loopback, private, link-local or metadata destination.

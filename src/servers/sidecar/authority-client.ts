@@ -1,7 +1,8 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
-import type { PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
+import type { PolicyChangeSource, PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
+import type { PolicyChange, PolicyChangesPage } from "../../policy/change-log.ts";
 import type { PolicyRecordFacts } from "../../policy/record.ts";
 import type { PolicyKeySource } from "../../policy/signed-policy.ts";
 import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
@@ -21,7 +22,7 @@ export interface InjectableCredentials {
   readonly ttlMs: number;
 }
 
-export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource {
+export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource, PolicyChangeSource {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
   /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
@@ -72,6 +73,17 @@ function policyRecordOf(value: unknown): PolicyRecordFacts | undefined {
   return ok ? (value as unknown as PolicyRecordFacts) : undefined;
 }
 
+/** One entry of the policy change log, checked. */
+function policyChangeOf(value: unknown): PolicyChange | undefined {
+  if (!isRecord(value)) return undefined;
+  const { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt } = value;
+  if (typeof subjectId !== "string" || subjectId.length === 0 || subjectId.length > 512) return undefined;
+  if (typeof head !== "number" || !Number.isSafeInteger(head) || head < 0) return undefined;
+  if (!(documentHash === null || typeof documentHash === "string")) return undefined;
+  if (!(revokedAt === null || typeof revokedAt === "string")) return undefined;
+  return { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt };
+}
+
 const RECORDS_OPEN = Buffer.from('{"records":');
 const RECORDS_CLOSE = Buffer.from("}");
 
@@ -95,6 +107,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     path: string,
     headers: Record<string, string> = {},
     body?: Buffer,
+    deadlineMs = timeoutMs,
   ): Promise<Response> => {
     for (let attempt = 0; ; attempt++) {
       let token: string;
@@ -114,7 +127,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
             ...headers,
           },
           redirect: "error",
-          signal: AbortSignal.timeout(timeoutMs),
+          signal: AbortSignal.timeout(deadlineMs),
         });
       } catch (error) {
         throw new AuthorityFetchError("the authority service could not be reached", undefined, {
@@ -216,6 +229,19 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       // An authority that does not say which principals the subject admits: the strictest kind.
       const identity = isSubjectIdentity(subject.identity) ? subject.identity : "partner_token";
       return { status: "found", record, signedPolicy, partnerId: subject.partner_id, identity };
+    },
+
+    async fetchPolicyChanges(after, options): Promise<PolicyChangesPage> {
+      const query = new URLSearchParams({ instance: options.instance, wait: String(options.wait) });
+      if (after !== undefined) query.set("after", String(after));
+      const response = await call(`/v1/sidecar/policy-changes?${query}`, {}, undefined, options.timeoutMs);
+      if (response.status !== 200) return unexpected(response);
+      const body = await json(response);
+      const changes = isRecord(body) && Array.isArray(body.changes) ? body.changes.map(policyChangeOf) : [];
+      if (!isRecord(body) || changes.some((change) => change === undefined)) {
+        throw new AuthorityFetchError("the policy change log answer is malformed", 200);
+      }
+      return { ...(body as unknown as PolicyChangesPage), changes: changes as PolicyChange[] };
     },
 
     async fetchPolicyKeys(owner): Promise<PublicKeyRingJson | undefined> {

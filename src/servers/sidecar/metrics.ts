@@ -34,6 +34,10 @@ export interface SidecarMetrics {
   redactions(events: ReadonlyArray<{ readonly source: string; readonly mode: string }>): void;
   /** Reports `read()` as the redis_up gauge at scrape time. */
   trackRedisUp(read: () => boolean): void;
+  /** A renewal of the freshness lease (the authority's policy change log read to its end) or its failure. */
+  freshnessRenewal(result: "ok" | "error"): void;
+  /** Reports `read()` (the lease is current) as the freshness gauge at scrape time. */
+  trackFreshnessLease(read: () => boolean): void;
   /** Reports `read()` as the in-flight gauge of `transport` at scrape time. */
   trackInFlight(transport: Transport, read: () => number): void;
   /** Reports `read()` as the gauge of decision records not yet taken by the authority. */
@@ -301,6 +305,12 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     "Policy head checks: view (the synced head view answered), ok (read from Redis), error, or stale_used (Redis failed, a head confirmed within the staleness bound was used).",
     ["result"],
   );
+  const freshnessRenewals = countingCounter(
+    registry,
+    "authority_sidecar_freshness_renewals_total",
+    "Reads of the authority's policy change log that renewed the freshness lease (ok) or failed (error).",
+    ["result"],
+  );
   const tokenChecks = countingCounter(
     registry,
     "authority_sidecar_token_checks_total",
@@ -420,6 +430,19 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
         registry,
         "authority_sidecar_redis_up",
         "1 while the Redis command connection is ready.",
+        [],
+        (set) => set({}, read() ? 1 : 0),
+      );
+    },
+    freshnessRenewal(result) {
+      freshnessRenewals.get(result).value++;
+    },
+    trackFreshnessLease(read) {
+      if (registry.getSingleMetric("authority_sidecar_freshness_lease_current") !== undefined) return;
+      gauge(
+        registry,
+        "authority_sidecar_freshness_lease_current",
+        "1 while the freshness lease is current (the authority's policy change log confirmed within the staleness bound); 0: every decision is 503.",
         [],
         (set) => set({}, read() ? 1 : 0),
       );

@@ -5,10 +5,13 @@ import { createEgressPolicy, type EgressPolicy } from "../../execute/egress.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
 import {
+  type AuthorityLease,
   type CacheLayer,
+  createAuthorityLease,
   createRedisPolicyStore,
   createVerifiedPolicyCache,
   deriveCacheKeys,
+  PolicyCacheError,
   type RedisPolicyStore,
   type VerifiedPolicyCache,
 } from "../../policy/cache/index.ts";
@@ -117,6 +120,8 @@ export interface Sidecar {
   readonly policies: VerifiedPolicyCache;
   readonly metrics: SidecarMetrics;
   readonly redis: RedisPolicyStore | undefined;
+  /** The freshness lease over the authority's policy change log (decision 2507). */
+  readonly freshness: AuthorityLease;
   /** Resolves true once `/readyz` would answer 200, false after `timeoutMs`. */
   whenReady(timeoutMs: number): Promise<boolean>;
   /** Sends the queued decision records now; false when some are still queued after `timeoutMs`. */
@@ -147,8 +152,29 @@ export function createSidecar(options: SidecarOptions): Sidecar {
             ? {}
             : { commandTimeoutMs: options.redis.commandTimeoutMs }),
         });
+  // The staleness bound: decisions from the cache only while the authority's change log was
+  // confirmed within the lease it grants (decision 2507).
+  let leaseLapsed = false;
+  const lease = createAuthorityLease({
+    source: options.authority,
+    onRenewal: (result, error) => {
+      metrics.freshnessRenewal(result);
+      // Logged when the lease lapses and when it is back, not on every failed renewal.
+      if (result === "ok" && leaseLapsed) {
+        leaseLapsed = false;
+        logger.info("policy change log confirmed again; deciding from the cache");
+      } else if (result === "error" && !leaseLapsed && !lease.current()) {
+        leaseLapsed = true;
+        logger.warn(
+          { err: errorSummary(error) },
+          "policy change log not confirmed within the staleness bound; every decision is 503 until it is",
+        );
+      }
+    },
+  });
   const policies = createVerifiedPolicyCache({
     source: options.authority,
+    freshness: lease,
     opener: createSignedPolicyVerifier({
       serviceIdentity: options.policyKeys.serviceIdentity,
       source: options.authority,
@@ -267,6 +293,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   });
 
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);
+  metrics.trackFreshnessLease(() => lease.current());
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());
@@ -281,6 +308,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       run: () => options.authority.proveCredentials(),
     },
   ];
+  warmSteps.push({
+    name: "policy_changes",
+    failure: "the authority's policy change log could not be read",
+    run: async () => {
+      if (!(await lease.whenCurrent(5000))) {
+        throw new PolicyCacheError("freshness_unavailable", "no freshness lease yet");
+      }
+    },
+  });
   const warmVerifier = options.verifier.warm?.bind(options.verifier);
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
@@ -329,6 +365,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     policies,
     metrics,
     redis,
+    freshness: lease,
     get ready() {
       return readiness().ready;
     },
@@ -359,6 +396,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         { host: proxyAddress.host, port: proxyPort },
         { host: metricsAddress.host, port: metricsPort },
       );
+      lease.start();
       warmUp.start();
       logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
       return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
@@ -380,6 +418,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
               ? "decision records could not be delivered before shutdown"
               : "decision records not delivered before shutdown stay in the journal for the next start",
           );
+        lease.close();
         policies.close();
         await redis?.close();
         await health.close();

@@ -8,15 +8,21 @@ import {
   createRedisPolicyStore,
   createVerifiedPolicyCache,
   deriveCacheKeys,
+  type FreshnessLease,
+  openEntry,
   type PolicyChangePublisher,
   policyEntryKey,
+  policyEntryName,
   policyHeadKey,
   type RedisPolicyStore,
+  sealEntry,
   type VerifiedPolicyCacheOptions,
 } from "../../../src/policy/cache/index.ts";
+import type { PolicyChange } from "../../../src/policy/change-log.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import type { PolicyOpener } from "../../../src/policy/protector.ts";
+import type { PolicyRecord } from "../../../src/policy/record.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
@@ -320,6 +326,158 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     const lookup = await a.cache.get("r6");
     assert.equal(lookup.layer, "authority");
     assert.deepEqual(source.calls.at(-1), { subjectId: "r6", knownHead: 1 });
+  });
+});
+
+/** A freshness lease the test drives: current or not, changes and resets delivered by hand. */
+function drivenLease() {
+  const changeListeners = new Set<(changes: readonly PolicyChange[]) => void>();
+  const resetListeners = new Set<() => void>();
+  const state = { current: true };
+  const lease: FreshnessLease = {
+    current: () => state.current,
+    onChanges(listener) {
+      changeListeners.add(listener);
+      return () => changeListeners.delete(listener);
+    },
+    onReset(listener) {
+      resetListeners.add(listener);
+      return () => resetListeners.delete(listener);
+    },
+    whenCurrent: async () => state.current,
+  };
+  return {
+    lease,
+    state,
+    /** The change log delivers `record` (its head, signed text and revocation). */
+    log(record: Pick<PolicyRecord, "subject_id" | "head" | "document_hash" | "revoked_at">) {
+      const { subject_id, head, document_hash, revoked_at } = record;
+      for (const listener of changeListeners) listener([{ subject_id, head, document_hash, revoked_at }]);
+    },
+    reset() {
+      for (const listener of resetListeners) listener();
+    },
+  };
+}
+
+describe("verified-policy cache under the authority's change log (freshness lease)", () => {
+  let server: RedisServerHandle;
+  const stores: RedisPolicyStore[] = [];
+  let redis: Redis;
+  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+
+  before(async () => {
+    server = await startRedisServer();
+    redis = new Redis(server.url);
+  });
+  after(async () => {
+    for (const store of stores) await store.close();
+    redis.disconnect();
+    await server.stop();
+  });
+
+  const sidecar = async (source: ReturnType<typeof recordSource>) => {
+    // A loaded machine may take longer than the default 100 ms to answer a head read.
+    const store = createRedisPolicyStore({ url: server.url, commandTimeoutMs: 5000 });
+    stores.push(store);
+    await store.waitReady(5000);
+    const driven = drivenLease();
+    const layers: CacheLayer[] = [];
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      redis: { store, keys },
+      freshness: driven.lease,
+      events: { lookup: (layer, hit) => void (hit ? layers.push(layer) : undefined) },
+    });
+    return { cache, driven, layers };
+  };
+
+  test("without a current lease nothing is answered, cached or not (503 freshness_unavailable)", async () => {
+    const source = recordSource(protector);
+    source.records.set("f1", await protectedRecord(protector, "f1", 1));
+    const { cache, driven } = await sidecar(source);
+    assert.equal((await cache.get("f1")).policy.load.ok, true);
+    driven.state.current = false;
+    assert.equal(cache.peek("f1"), undefined);
+    await assert.rejects(cache.get("f1"), {
+      code: "freshness_unavailable",
+      authorityCode: "upstream_unavailable",
+    });
+    driven.state.current = true;
+    assert.equal((await cache.get("f1")).layer, "local");
+  });
+
+  test("a logged change evicts the local policy at once; an answer older than a logged head is refused", async () => {
+    const source = recordSource(protector);
+    source.records.set("f2", await protectedRecord(protector, "f2", 1));
+    const { cache, driven } = await sidecar(source);
+    await cache.get("f2");
+    const revoked = await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    driven.log(revoked);
+    assert.equal(cache.peek("f2"), undefined);
+    // The authority's answer was read before the change (it was on its way): never used.
+    await assert.rejects(cache.get("f2"), { code: "source_inconsistent" });
+    source.records.set(
+      "f2",
+      await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
+    );
+    const lookup = await cache.get("f2");
+    assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+  });
+
+  test("a sealed Redis entry is used only as the record the authority confirmed: not a rolled-back or relabelled one", async () => {
+    const source = recordSource(protector);
+    const active = await protectedRecord(protector, "f3", 1);
+    source.records.set("f3", active);
+    const first = await sidecar(source);
+    await first.cache.get("f3");
+    const oldHead = await redis.get(policyHeadKey("f3"));
+    const oldEntry = await redis.get(policyEntryKey("f3"));
+    assert.ok(oldHead !== null && oldEntry !== null);
+
+    // A sidecar the log told of this very record takes the entry from Redis.
+    const told = await sidecar(source);
+    told.driven.log(active);
+    assert.equal((await told.cache.get("f3")).layer, "redis");
+
+    // Revoked at head 2; Redis rolled back to head 1 and its genuine entry. A fresh sidecar
+    // (no record confirmed by the authority yet) asks the authority; one the log told of head 2 too.
+    const revoked = await protectedRecord(protector, "f3", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    source.records.set("f3", revoked);
+    const fresh = await sidecar(source);
+    const logged = await sidecar(source);
+    logged.driven.log(revoked);
+    // And the old genuine policy sealed under the new head by a holder of the cache key.
+    const opened = openEntry(keys, policyEntryName("f3"), oldEntry);
+    assert.ok(opened.ok);
+    const relabelled = sealEntry(keys, policyEntryName("f3"), { ...(opened.value as object), head: 2 });
+    const relabelledReader = await sidecar(source);
+    relabelledReader.driven.log(revoked);
+    for (const [{ cache, layers }, head, entry] of [
+      [fresh, oldHead, oldEntry],
+      [logged, oldHead, oldEntry],
+      [relabelledReader, "2", relabelled],
+    ] as const) {
+      await redis.set(policyHeadKey("f3"), head);
+      await redis.set(policyEntryKey("f3"), entry);
+      const lookup = await cache.get("f3");
+      assert.equal(lookup.layer, "authority");
+      assert.deepEqual(layers, ["authority"]);
+      assert.ok(lookup.policy.load.ok);
+      assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    }
+  });
+
+  test("a reset (the log could not be followed) forgets every local policy", async () => {
+    const source = recordSource(protector);
+    source.records.set("f4", await protectedRecord(protector, "f4", 1));
+    const { cache, driven } = await sidecar(source);
+    await cache.get("f4");
+    assert.equal(cache.size, 1);
+    driven.reset();
+    assert.equal(cache.size, 0);
   });
 });
 

@@ -232,7 +232,9 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
         await sidecar.close();
       }
     }
-    // The control: the genuine signed policy sealed the same way is read from Redis and used.
+    // The control: the genuine signed policy sealed the same way decides alike. A fresh sidecar
+    // does not take it on Redis' word (a rolled-back head and entry would agree as well): the
+    // authority, which has confirmed no head to it yet, is asked.
     await redis.set(
       policyEntryKey(NARROW),
       sealEntry(keys, policyEntryName(NARROW), {
@@ -256,10 +258,9 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
         (await control.check({ token: narrowToken, path: "/orders" })).http_response,
         "ok_response",
       );
-      assert.match(
-        await control.metricsText(),
-        /authority_sidecar_cache_hits_total\{kind="policy",layer="redis"\} 1/,
-      );
+      const metrics = await control.metricsText();
+      assert.doesNotMatch(metrics, /authority_sidecar_cache_hits_total\{kind="policy",layer="redis"\} [1-9]/);
+      assert.match(metrics, /authority_sidecar_cache_hits_total\{kind="policy",layer="authority"\} 1/);
     } finally {
       await control.close();
     }

@@ -34,6 +34,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       audit: true,
       jwks: true,
       credentials: true,
+      policy_changes: true,
       decision_path: true,
       grpc_serving: true,
     });
@@ -71,6 +72,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     const {
       jwks: _jwks,
       credentials: _credentials,
+      policy_changes: _policyChanges,
       decision_path: _decisionPath,
       grpc_serving: _grpcServing,
       ...listeners

@@ -115,6 +115,9 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
 
   test("a policy verified by one sidecar is served to the other from the sealed Redis entry", async () => {
     const token = await newSubject("agent-shared-entry");
+    // The entry's head must be one the authority confirmed to this sidecar (its change log):
+    // Redis' word alone would take a rolled-back pair of head and entry too.
+    await second.sidecar.freshness.sync();
     const before = await second.metricsText();
     assert.equal((await first.check({ token })).http_response, "ok_response");
     assert.equal((await second.check({ token })).http_response, "ok_response");

@@ -262,6 +262,8 @@ export interface WorldOptions {
   readonly allowUpstreams?: readonly string[];
   /** The verifier of the authority and every sidecar, given the dev IdP's issuer (default: that issuer alone). */
   readonly verifier?: (issuer: string) => JwtVerifier;
+  /** The authority's `sidecar-lease-ms` (default: the setting's default). */
+  readonly sidecarLeaseMs?: number;
 }
 
 export async function startWorld(options: WorldOptions = {}): Promise<World> {
@@ -293,6 +295,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         audience: "authority",
         bodyLimitBytes: 8 * 1024 * 1024,
         serviceIdentity: "test-environment",
+        ...(options.sidecarLeaseMs === undefined ? {} : { sidecarLeaseMs: options.sidecarLeaseMs }),
         parameterScoping:
           options.parameterScoping === true
             ? { enabled: true, partnerAllowlist: [PARTNER] }

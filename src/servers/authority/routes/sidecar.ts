@@ -5,6 +5,7 @@ import {
   sidecarAuthMaterialSchema,
   sidecarCapabilitySchema,
   sidecarDecisionsAcceptedSchema,
+  sidecarPolicyChangesSchema,
   sidecarPolicyKeysSchema,
   sidecarPolicySchema,
   sidecarSelfSchema,
@@ -47,6 +48,11 @@ import type { AuthorityServices } from "../services.ts";
  *   profile, ready to inject (headers / query parameters), with how long they may be cached.
  * - `GET /v1/sidecar/self` — who the caller is to the authority: a sidecar proves its own
  *   credentials with it before it reports ready.
+ * - `GET /v1/sidecar/policy-changes?after=<seq>&instance=<id>&wait=true` — the policy change
+ *   log after `after` (a partner-bound caller sees its partner's changes only), held up to a
+ *   45 % of a lease (≤ 1 s) for a change when there is none; an answer that reached the end of
+ *   the log is the sidecar's freshness lease, and the read acknowledges every change up to
+ *   `after` (src/policy/change-log.ts, decision 2507).
  *
  * Only principals with role `sidecar` or scope `authority/sidecar` may call them; a
  * principal whose token carries `partner_id` is limited to that partner's subjects,
@@ -378,6 +384,42 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
           ),
         );
         return noStore(reply).send({ accepted: records.length });
+      },
+    );
+
+    app.get<{ Querystring: { after?: string; instance?: string; wait?: string } }>(
+      "/v1/sidecar/policy-changes",
+      {
+        schema: {
+          response: { 200: sidecarPolicyChangesSchema },
+          querystring: {
+            type: "object",
+            additionalProperties: false,
+            properties: {
+              after: { type: "string", pattern: "^(?:0|[1-9][0-9]{0,14})$" },
+              instance: { type: "string", pattern: "^[A-Za-z0-9_-]{16,64}$" },
+              wait: { type: "string", enum: ["true", "false"] },
+            },
+          },
+        },
+      },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const leases = context.sidecarLeases;
+        if (leases === undefined) {
+          throw new AuthorityError("upstream_unavailable", "Sidecar freshness leases are not configured.");
+        }
+        const { after, instance, wait } = request.query;
+        const page = await read(() =>
+          leases.read({
+            after: after === undefined ? undefined : Number(after),
+            instance,
+            principal: principal.subject,
+            partnerId: principal.partnerId,
+            wait: wait === "true",
+          }),
+        );
+        return noStore(reply).send(page);
       },
     );
 

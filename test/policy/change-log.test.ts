@@ -1,0 +1,188 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, afterEach, before, beforeEach, describe, test } from "node:test";
+import {
+  appendPolicyChange,
+  createSidecarLeases,
+  type PolicyChangesRequest,
+  type SidecarLeases,
+} from "../../src/policy/change-log.ts";
+import { openStore } from "../../src/store/index.ts";
+import { collections } from "../../src/store/model.ts";
+import type { Store } from "../../src/store/store.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+
+/**
+ * The authority's side of the sidecars' freshness leases (decision 2507): the change log a
+ * sidecar reads, the read held until a change is logged, and `outlast`, which a change that
+ * takes access away waits on before it answers. No test here asserts how fast something
+ * happens; where a wait matters, only that it did not end before its bound.
+ */
+describe("policy change log and sidecar leases", () => {
+  let dir: TempDir;
+  /** Each test's own store: another test's grant marks would read as another authority process's. */
+  let store: Store;
+  let stores = 0;
+
+  before(async () => {
+    dir = await makeTempDir("change-log-");
+  });
+  beforeEach(async () => {
+    store = await openStore(`sqlite:${join(dir.path, `${++stores}.db`)}`);
+  });
+  afterEach(async () => {
+    await store.close();
+  });
+  after(async () => {
+    await dir.cleanup();
+  });
+
+  const reader = (leases: SidecarLeases, instance: string | undefined, partnerId?: string) => {
+    return (after: number | undefined, wait = false) => {
+      const request: PolicyChangesRequest = { after, instance, principal: "sidecar-1", partnerId, wait };
+      return leases.read(request);
+    };
+  };
+  const change = (subject: string, head: number, partner = "acme") =>
+    appendPolicyChange(store, {
+      subject_id: subject,
+      partner_id: partner,
+      head,
+      document_hash: `sha256:${head}`,
+      revoked_at: null,
+    });
+  const seen = (subject_id: string, head: number) => ({
+    subject_id,
+    head,
+    document_hash: `sha256:${head}`,
+    revoked_at: null,
+  });
+  /** Whether the promise settled by the time every queued event ran (no timing involved). */
+  const settled = async (promise: Promise<unknown>): Promise<boolean> => {
+    let done = false;
+    void promise.then(() => {
+      done = true;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise((resolve) => setImmediate(resolve));
+    return done;
+  };
+
+  test("the first read starts at the end of the log; later reads page through it, another partner's changes left out", async () => {
+    const leases = createSidecarLeases({ store, leaseMs: 2000 });
+    const read = reader(leases, "instance-aaaaaaaaaaaaaaaa", "acme");
+    const first = await read(undefined);
+    assert.deepEqual(
+      { changes: first.changes, complete: first.complete, reset: first.reset, lease_ms: first.lease_ms },
+      { changes: [], complete: true, reset: false, lease_ms: 2000 },
+    );
+    await change("agent-a", 1);
+    await change("agent-b", 4, "globex");
+    const seq = await change("agent-a", 2);
+    const next = await read(first.cursor);
+    assert.deepEqual(next.changes, [seen("agent-a", 1), seen("agent-a", 2)]);
+    assert.equal(next.cursor, seq);
+    assert.equal(next.complete, true);
+    // An unbound sidecar sees every partner's changes.
+    const all = await reader(leases, "instance-bbbbbbbbbbbbbbbb")(first.cursor);
+    assert.equal(all.changes.length, 3);
+  });
+
+  test("a cursor ahead of the log (a replaced store) is a reset: the sidecar forgets what it holds", async () => {
+    const leases = createSidecarLeases({ store, leaseMs: 2000 });
+    const read = reader(leases, "instance-cccccccccccccccc");
+    const end = (await read(undefined)).cursor;
+    const ahead = await read(end + 5);
+    assert.deepEqual(
+      { reset: ahead.reset, cursor: ahead.cursor, changes: ahead.changes },
+      {
+        reset: true,
+        cursor: end,
+        changes: [],
+      },
+    );
+  });
+
+  test("a read with nothing new is held until a change is logged, and answered with it", async () => {
+    const leases = createSidecarLeases({ store, leaseMs: 60_000 });
+    const read = reader(leases, "instance-dddddddddddddddd");
+    const end = (await read(undefined)).cursor;
+    const held = read(end, true);
+    assert.equal(await settled(held), false, "held while nothing is logged");
+    const seq = await change("agent-held", 1);
+    leases.logged();
+    const answer = await held;
+    assert.deepEqual(answer.changes, [seen("agent-held", 1)]);
+    assert.equal(answer.cursor, seq);
+    // Shutdown answers held reads at once.
+    const again = read(seq, true);
+    leases.close();
+    assert.deepEqual((await again).changes, []);
+  });
+
+  test("outlast: at once without lease holders; otherwise once every holder acknowledged the change", async () => {
+    const leases = createSidecarLeases({ store, leaseMs: 60_000 });
+    const none = await change("agent-o", 1);
+    assert.equal(await settled(leases.outlast(none)), true, "nobody holds a lease");
+
+    const one = reader(leases, "instance-eeeeeeeeeeeeeeee");
+    const two = reader(leases, "instance-ffffffffffffffff");
+    const start = (await one(undefined)).cursor;
+    await two(undefined);
+    const seq = await change("agent-o", 2);
+    const waiting = leases.outlast(seq);
+    assert.equal(await settled(waiting), false, "two sidecars hold leases that may have missed it");
+    // The first reads the change; its next read (after = seq) is its acknowledgement.
+    assert.equal((await one(start)).cursor, seq);
+    await one(seq);
+    assert.equal(await settled(waiting), false, "the second has not acknowledged it");
+    // Another principal cannot acknowledge for it with its instance id.
+    await leases.read({
+      after: seq,
+      instance: "instance-ffffffffffffffff",
+      principal: "someone-else",
+      partnerId: undefined,
+      wait: false,
+    });
+    assert.equal(await settled(waiting), false);
+    await two(seq);
+    await waiting;
+  });
+
+  test("outlast: a holder that never acknowledges is waited out until its lease ran out, not less", async () => {
+    const leaseMs = 300;
+    const leases = createSidecarLeases({ store, leaseMs });
+    const read = reader(leases, "instance-gggggggggggggggg");
+    // The holder's lease runs from before its read was sent: at the latest until then + leaseMs.
+    const readAt = performance.now();
+    await read(undefined);
+    const seq = await change("agent-silent", 1);
+    await leases.outlast(seq);
+    assert.ok(performance.now() >= readAt + leaseMs - 1, "not before the holder's lease ran out");
+  });
+
+  test("outlast: a whole lease when a read came without an instance id, or another authority process grants leases", async () => {
+    const leaseMs = 300;
+    const untracked = createSidecarLeases({ store, leaseMs });
+    await reader(untracked, undefined)(undefined);
+    const seq = await change("agent-untracked", 1);
+    let calledAt = performance.now();
+    await untracked.outlast(seq);
+    assert.ok(performance.now() - calledAt >= leaseMs - 1);
+
+    // Another process's mark in the shared store: its sidecars are not known here.
+    const here = createSidecarLeases({ store, leaseMs });
+    const there = createSidecarLeases({ store, leaseMs });
+    await reader(there, "instance-hhhhhhhhhhhhhhhh")(undefined);
+    calledAt = performance.now();
+    await here.outlast(await change("agent-elsewhere", 1));
+    assert.ok(performance.now() - calledAt >= leaseMs - 1);
+    assert.ok((await store.list(collections.sidecarLeases)).items.length >= 1);
+  });
+
+  test("a lease bound outside 200–60000 ms is refused at construction", () => {
+    for (const leaseMs of [0, 199, 60_001, 1.5]) {
+      assert.throws(() => createSidecarLeases({ store, leaseMs }), RangeError);
+    }
+  });
+});
