@@ -2,16 +2,10 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, it } from "node:test";
 import { Client, credentials } from "@grpc/grpc-js";
+import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
-import {
-  readyzStatus,
-  type SidecarProcess,
-  sidecarProcessEnv,
-  startSidecarProcess,
-  stopSidecarProcess,
-  untilReady,
-} from "./sidecar-process.ts";
+import { readyzStatus, sidecarProcessEnv } from "./sidecar-process.ts";
 import { proxyRequest, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**
@@ -62,7 +56,7 @@ describe("authority sidecar drains on SIGTERM", () => {
     dir = await makeTempDir("drain-");
   });
   after(async () => {
-    if (started !== undefined) await stopSidecarProcess(started.child);
+    await started?.peer.kill();
     await dir?.cleanup();
     await world?.close();
   });
@@ -74,15 +68,14 @@ describe("authority sidecar drains on SIGTERM", () => {
     });
     const sidecar = await startSidecarProcess(env);
     started = sidecar;
-    await untilReady(sidecar);
+    await sidecar.untilReady();
     const run = randomBytes(4).toString("hex");
     assert.equal((await check(sidecar.ports.grpc, world.tokens.agent, `warm-${run}`)).status.code, 0);
 
-    const exited = new Promise<number | null>((resolve) => sidecar.child.once("exit", resolve));
     // In flight: a caller the sidecar has not seen (token, policy fetched from the authority).
     const inFlight = check(sidecar.ports.grpc, world.tokens.otherAgent, `in-flight-${run}`);
     const signalled = performance.now();
-    sidecar.child.kill("SIGTERM");
+    process.kill(await sidecar.peer.pid, "SIGTERM");
 
     let status = await readyzStatus(sidecar.ports.metrics);
     while (status === 200) status = await readyzStatus(sidecar.ports.metrics);
@@ -98,17 +91,17 @@ describe("authority sidecar drains on SIGTERM", () => {
     assert.equal(proxied.status, 401, "the forward proxy still answers (no token: 401)");
     const answered = await inFlight;
     assert.ok(answered.status !== undefined, "the Check in flight was answered");
-    assert.equal(sidecar.child.exitCode, null, "still running while requests arrive in the drain period");
+    assert.ok(sidecar.peer.running, "still running while requests arrive in the drain period");
 
-    const code = await exited;
+    const code = await sidecar.peer.exited;
     const tookMs = performance.now() - signalled;
-    assert.equal(code, 0, sidecar.output());
+    assert.equal(code, 0, sidecar.peer.output());
     assert.ok(
       tookMs >= DRAIN_MS,
       `exited ${tookMs.toFixed(0)} ms after SIGTERM, before the ${DRAIN_MS} ms drain`,
     );
-    assert.match(sidecar.output(), /"sidecar stopped"/);
-    assert.doesNotMatch(sidecar.output(), /"level":50/, "no error logged");
+    assert.match(sidecar.peer.output(), /"sidecar stopped"/);
+    assert.doesNotMatch(sidecar.peer.output(), /"level":50/, "no error logged");
     const ids = await auditedRequestIds(world);
     for (const id of [`warm-${run}`, `in-flight-${run}`, `arriving-${run}`])
       assert.ok(ids.includes(id), `decision record of ${id} delivered before exit`);

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { Client, credentials } from "@grpc/grpc-js";
+import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, envoyCheckRequest, unary } from "./grpc/helpers.ts";
-import { sidecarProcessEnv, startSidecarProcess, stopSidecarProcess, untilReady } from "./sidecar-process.ts";
+import { sidecarProcessEnv } from "./sidecar-process.ts";
 import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "./world.ts";
 
 /**
@@ -43,7 +43,7 @@ async function cpuMs(pid: number): Promise<number> {
 describe("the first Check after /readyz says ready, from a fresh sidecar process", () => {
   let world: World;
   let dir: TempDir;
-  const children: ChildProcess[] = [];
+  const children: SidecarProcess[] = [];
 
   before(async () => {
     world = await startWorld();
@@ -57,7 +57,7 @@ describe("the first Check after /readyz says ready, from a fresh sidecar process
     await warmer.close();
   });
   after(async () => {
-    for (const child of children) await stopSidecarProcess(child);
+    for (const child of children) await child.peer.stop();
     await dir?.cleanup();
     await world?.close();
   });
@@ -70,11 +70,10 @@ describe("the first Check after /readyz says ready, from a fresh sidecar process
     const firsts: string[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       const started = await startSidecarProcess(env);
-      children.push(started.child);
-      await untilReady(started);
+      children.push(started);
+      await started.untilReady();
       const client = new Client(`127.0.0.1:${started.ports.grpc}`, credentials.createInsecure());
-      const pid = started.child.pid;
-      assert.ok(pid !== undefined);
+      const pid = await started.peer.pid;
       try {
         const cpuBefore = await cpuMs(pid);
         const began = performance.now();
@@ -114,8 +113,8 @@ describe("the first Check after /readyz says ready, from a fresh sidecar process
       } finally {
         client.close();
       }
-      await stopSidecarProcess(started.child);
-      assert.doesNotMatch(started.output(), /"level":50/, "no error logged");
+      await started.peer.stop();
+      assert.doesNotMatch(started.peer.output(), /"level":50/, "no error logged");
     }
     process.stderr.write(`first Check after ready: ${firsts.join(", ")}\n`);
   });
