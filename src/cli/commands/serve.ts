@@ -9,7 +9,7 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 /**
  * `authority serve`: the authority service. Settings: flags > environment > config file
  * (`--config`) > defaults, names in docs/configuration.md. SIGTERM / SIGINT stop it in
- * order: stop accepting, finish requests in flight, flush the audit buffer, close the
+ * order: not ready but still serving for --shutdown-wait, stop accepting, finish requests in flight, flush the audit buffer, close the
  * store — bounded by --shutdown-timeout.
  */
 
@@ -32,8 +32,8 @@ async function run(config: AuthorityConfig): Promise<void> {
     setTimeout(() => {
       log.error("shutdown did not finish in time");
       process.exit(1);
-    }, config.shutdownTimeoutMs + 5000).unref();
-    service.close().then(
+    }, config.shutdownWaitMs + config.shutdownTimeoutMs + 5000).unref();
+    service.close({ drainMs: config.shutdownWaitMs }).then(
       ({ auditFlushed, auditLost }) => {
         if (!auditFlushed) log.error({ auditLost }, "audit records lost at shutdown");
         log.info("authority service stopped");

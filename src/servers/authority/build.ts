@@ -124,8 +124,11 @@ export interface AuthorityService {
   readonly recorder: AuditRecorder;
   /** Starts serving on the configured address; resolves to the base URL bound. */
   listen(): Promise<string>;
-  /** Stops accepting, drains requests in flight, flushes the audit buffer, closes the store. */
-  close(): Promise<{ auditFlushed: boolean; auditLost: number }>;
+  /**
+   * Not ready at once; serves on for `drainMs` (default 0) while the endpoints are withdrawn;
+   * then stops accepting, drains requests in flight, flushes the audit buffer, closes the store.
+   */
+  close(options?: { drainMs?: number }): Promise<{ auditFlushed: boolean; auditLost: number }>;
 }
 
 const livenessSchema = {
@@ -326,9 +329,10 @@ export async function buildAuthorityService(
         const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
         return `http://${host}:${address.port}`;
       },
-      close() {
+      close({ drainMs = 0 } = {}) {
         closed ??= (async () => {
           draining = true;
+          if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
           // fastify stops accepting, answers new requests on kept-alive sockets with 503,
           // and waits for requests in flight — each of which records its decision.
           await app.close();
