@@ -29,10 +29,13 @@ async function run(config: AuthorityConfig): Promise<void> {
     stopping = true;
     log.info({ signal }, "authority service shutting down");
     // A stuck socket or store must not keep the process alive past the budget.
-    setTimeout(() => {
-      log.error("shutdown did not finish in time");
-      process.exit(1);
-    }, config.shutdownWaitMs + config.shutdownTimeoutMs + 5000).unref();
+    setTimeout(
+      () => {
+        log.error("shutdown did not finish in time");
+        process.exit(1);
+      },
+      config.shutdownWaitMs + config.shutdownTimeoutMs + 5000,
+    ).unref();
     service.close({ drainMs: config.shutdownWaitMs }).then(
       ({ auditFlushed, auditLost }) => {
         if (!auditFlushed) log.error({ auditLost }, "audit records lost at shutdown");

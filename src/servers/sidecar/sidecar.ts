@@ -225,6 +225,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         if (cached !== undefined) metrics.cache("capability", "local", true);
         return cached;
       },
+      prefetch(partnerId, capabilityId) {
+        const key = `${partnerId}\u0000${capabilityId}`;
+        // A failure is the later get's to report (failures are not cached: it asks again).
+        if (catalogs.peek(key) === undefined) catalogs.get(key).catch(() => undefined);
+      },
     },
     credentials: {
       async get(partnerId, profileId) {

@@ -28,7 +28,7 @@ import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "./world.
  * machine shared by several test runs measures the machine, and is only reported.
  */
 
-const ROUNDS = 3;
+const ROUNDS = 4;
 /** Envoy's ext_authz timeout in deploy/envoy/envoy.yaml and the chart, and the sidecar's default deadline. */
 const ENVOY_DEADLINE_MS = 200;
 const CLOCK_TICK_MS = 10; // USER_HZ is 100 on Linux
