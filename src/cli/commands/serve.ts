@@ -9,8 +9,8 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 /**
  * `authority serve`: the authority service. Settings: flags > environment > config file
  * (`--config`) > defaults, names in docs/configuration.md. SIGTERM / SIGINT stop it in
- * order: not ready but still serving for --shutdown-wait, stop accepting, finish requests in flight, flush the audit buffer, close the
- * store — bounded by --shutdown-timeout.
+ * order: not ready but still serving for --shutdown-wait, stop accepting, finish requests in
+ * flight, flush the audit buffer, close the store — bounded by --shutdown-timeout.
  */
 
 async function run(config: AuthorityConfig): Promise<void> {

@@ -14,8 +14,9 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
  * (docs/sidecar.md). Settings: flags > environment > config file (`--config`) > defaults
  * (docs/configuration.md).
  * SIGTERM / SIGINT: not ready at once, still answering for `--shutdown-wait-ms` (requests keep
- * arriving while the pod's endpoints are withdrawn), then in-flight requests drain, then exit. An exception that
- * nothing caught fails its request closed, or ends the process (exit code 70) outside one.
+ * arriving while the pod's endpoints are withdrawn), then in-flight requests drain, then exit.
+ * An exception that nothing caught fails its request closed, or ends the process (exit code
+ * 70) outside one.
  */
 
 async function run(config: SidecarConfig): Promise<void> {
