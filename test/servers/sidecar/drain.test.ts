@@ -91,7 +91,6 @@ describe("authority sidecar drains on SIGTERM", () => {
     assert.equal(proxied.status, 401, "the forward proxy still answers (no token: 401)");
     const answered = await inFlight;
     assert.ok(answered.status !== undefined, "the Check in flight was answered");
-    assert.ok(sidecar.peer.running, "still running while requests arrive in the drain period");
 
     const code = await sidecar.peer.exited;
     const tookMs = performance.now() - signalled;
