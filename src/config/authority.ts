@@ -98,6 +98,8 @@ export interface AuthorityConfig {
   readonly recordCacheMs: number;
   readonly auditBuffer: number;
   readonly shutdownTimeoutMs: number;
+  /** On SIGTERM: not ready but serving for this long, before the drain. */
+  readonly shutdownWaitMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   readonly mcp: McpConfig;
   /**
@@ -243,6 +245,14 @@ export const authoritySettings = {
     description: "audit records held while the store is unavailable (beyond: 503)",
     default: 100_000,
     parse: positiveInteger(10_000_000),
+  }),
+  shutdownWait: setting({
+    key: "shutdown-wait",
+    env: "AUTHORITY_SHUTDOWN_WAIT",
+    description:
+      "seconds on SIGTERM during which /readyz is 503 but requests are still served, before the drain (endpoints are withdrawn meanwhile)",
+    default: 5,
+    parse: duration("s", 0, 600),
   }),
   shutdownTimeout: setting({
     key: "shutdown-timeout",
@@ -443,6 +453,7 @@ export const authoritySchema = defineProcess({
       },
       auditBuffer: read.value("auditBuffer"),
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
+      shutdownWaitMs: read.value("shutdownWait") * 1000,
       parameterScoping: {
         enabled: read.value("parameterScoping"),
         partnerAllowlist: read.optional("parameterScopingPartners") ?? [],

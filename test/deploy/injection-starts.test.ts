@@ -15,7 +15,7 @@ import { containersOf, initContainersOf, loadReview } from "../servers/inject/fi
 import { applyJsonPatch } from "../servers/inject/json-patch.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
 import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
-import { isObj, type Obj, repoPath } from "./helpers.ts";
+import { at, isObj, loadYamlDocuments, type Obj, repoPath } from "./helpers.ts";
 import { renderChart } from "./rendered-pod.ts";
 
 /**
@@ -240,6 +240,77 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
     } finally {
       client.close();
     }
+    assert.ok(!output.includes(CLIENT_SECRET), "the client secret is never logged");
+  });
+});
+
+describe("deploy/kubernetes/example-app.yaml's sidecar starts as documented", () => {
+  let world: World;
+  let dir: TempDir;
+  let child: ChildProcess | undefined;
+  let output = "";
+
+  before(async () => {
+    world = await startWorld({ redis: true });
+    dir = await makeTempDir("example-app-starts-");
+    await world.idp.directory.addClient({
+      clientId: CLIENT_ID,
+      clientSecret: CLIENT_SECRET,
+      roles: ["sidecar"],
+    });
+  });
+  after(async () => {
+    if (child !== undefined && child.exitCode === null) {
+      const exited = new Promise((resolve) => child?.once("exit", resolve));
+      child.kill("SIGKILL");
+      await exited;
+    }
+    await dir?.cleanup();
+    await world?.close();
+  });
+
+  it("with the Secrets namespace.yaml names and the issuer set, becomes ready", async () => {
+    const deployment = loadYamlDocuments("deploy/kubernetes/example-app.yaml").find(
+      (doc) => doc.kind === "Deployment",
+    );
+    const container = ((at(deployment, ["spec", "template", "spec", "containers"]) ?? []) as Obj[]).find(
+      (c) => c.name === "authority-sidecar",
+    );
+    assert.ok(container !== undefined);
+    // The Secrets namespace.yaml tells the operator to create, resolved as the kubelet does.
+    const cacheKey = Buffer.from(world.cacheKey).toString("base64");
+    const env = resolveEnv(container, {
+      "authority-sidecar-credentials": { "client-id": CLIENT_ID, "client-secret": CLIENT_SECRET },
+      "authority-sidecar-cache-key": { "cache-key": cacheKey },
+    });
+    assert.equal(env.AUTHORITY_ISSUER, "https://login.example.com/", "the placeholder the docs say to set");
+    // What differs on this machine: the cluster's addresses (the authority, the issuer the
+    // operator sets, Redis), free ports instead of the shared machine's fixed ones, and the
+    // cache-key Secret's mount as a file. Everything else is the container's own.
+    const cacheKeyFile = join(dir.path, "cache-key");
+    await writeFile(cacheKeyFile, cacheKey, { mode: 0o600 });
+    const ports = { grpc: await stablePort(), proxy: await stablePort(), metrics: await stablePort() };
+    Object.assign(env, {
+      AUTHORITY_URL: world.authorityUrl,
+      AUTHORITY_ISSUER: world.context.config.issuer,
+      AUTHORITY_REDIS_URL: world.redis?.url ?? "",
+      AUTHORITY_SIDECAR_CACHE_KEY_FILE: cacheKeyFile,
+      AUTHORITY_STATE_DIR: join(dir.path, "state"),
+      AUTHORITY_SIDECAR_GRPC_LISTEN: `127.0.0.1:${ports.grpc}`,
+      AUTHORITY_SIDECAR_PROXY_LISTEN: `127.0.0.1:${ports.proxy}`,
+      AUTHORITY_SIDECAR_METRICS_LISTEN: `127.0.0.1:${ports.metrics}`,
+    });
+    child = spawn(process.execPath, ["bin/authority.ts", ...((container.args ?? []) as string[])], {
+      cwd: repoPath("."),
+      env,
+    });
+    child.stdout?.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr?.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    await waitReady(ports.metrics, child, () => output);
     assert.ok(!output.includes(CLIENT_SECRET), "the client secret is never logged");
   });
 });

@@ -122,6 +122,13 @@ describe("deploy/kubernetes manifests", () => {
         redis: { url: "redis://redis.authority-system.svc.cluster.local:6379/0" },
         cacheKeySecret: { name: "authority-sidecar-cache-key", key: "cache-key" },
         capabilityMap: { "api.partner.example": "cap_partner_default" },
+        credentialsSecret: {
+          name: "authority-sidecar-credentials",
+          clientIdKey: "client-id",
+          clientSecretKey: "client-secret",
+        },
+        issuer: "https://login.example.com/",
+        audience: "authority",
       },
       { version: "0.1.0" },
     );

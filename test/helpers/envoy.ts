@@ -72,6 +72,7 @@ export const ACCESS_LOG_FORMAT = {
   path: "%REQ(:PATH)%",
   flags: "%RESPONSE_FLAGS%",
   details: "%RESPONSE_CODE_DETAILS%",
+  request_id: "%REQ(X-REQUEST-ID)%",
   authority: "%DYNAMIC_METADATA(envoy.filters.http.ext_authz)%",
 };
 

@@ -52,6 +52,14 @@ let exitHookInstalled = false;
 const repoRoot = fileURLToPath(new URL("../../", import.meta.url));
 
 /** A tool `scripts/ensure-test-peers.sh` installs into .tools/bin; throws, naming it, when absent. */
+/**
+ * Tests stop processes at will: an authority process started here has no SIGTERM drain
+ * period unless its test sets one (the drain tests do), so a stop takes no 5 s default wait.
+ */
+function withoutDrain(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return { AUTHORITY_SHUTDOWN_WAIT: "0", AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0", ...env };
+}
+
 export function projectTool(name: "envoy" | "helm"): string {
   const path = `${repoRoot}.tools/bin/${name}`;
   if (!existsSync(path)) {
@@ -72,7 +80,7 @@ export function startPeerProcess(options: PeerProcessOptions): PeerProcess {
   const child = spawn("sh", ["-c", WATCHDOG, options.command, ...(options.args ?? [])], {
     stdio: ["pipe", "pipe", "pipe"],
     ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
-    ...(options.env === undefined ? {} : { env: options.env }),
+    env: withoutDrain(options.env ?? process.env),
   });
   live.add(child);
   child.stdin.on("error", () => undefined);

@@ -496,7 +496,8 @@ describe("bad input", () => {
           });
           // Arguments past the JSON limits (a 4,097-character key) are refused before JSON-RPC.
           expectDocumented(reply, [200, 400], "mcp tools/call", body);
-          if (reply.status === 400) assert.equal((reply.json as { error?: unknown }).error, "input_too_complex");
+          if (reply.status === 400)
+            assert.equal((reply.json as { error?: unknown }).error, "input_too_complex");
         },
       ),
       { numRuns: RUNS },

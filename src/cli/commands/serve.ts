@@ -9,8 +9,8 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 /**
  * `authority serve`: the authority service. Settings: flags > environment > config file
  * (`--config`) > defaults, names in docs/configuration.md. SIGTERM / SIGINT stop it in
- * order: stop accepting, finish requests in flight, flush the audit buffer, close the
- * store — bounded by --shutdown-timeout.
+ * order: not ready but still serving for --shutdown-wait, stop accepting, finish requests in
+ * flight, flush the audit buffer, close the store — bounded by --shutdown-timeout.
  */
 
 async function run(config: AuthorityConfig): Promise<void> {
@@ -29,11 +29,14 @@ async function run(config: AuthorityConfig): Promise<void> {
     stopping = true;
     log.info({ signal }, "authority service shutting down");
     // A stuck socket or store must not keep the process alive past the budget.
-    setTimeout(() => {
-      log.error("shutdown did not finish in time");
-      process.exit(1);
-    }, config.shutdownTimeoutMs + 5000).unref();
-    service.close().then(
+    setTimeout(
+      () => {
+        log.error("shutdown did not finish in time");
+        process.exit(1);
+      },
+      config.shutdownWaitMs + config.shutdownTimeoutMs + 5000,
+    ).unref();
+    service.close({ drainMs: config.shutdownWaitMs }).then(
       ({ auditFlushed, auditLost }) => {
         if (!auditFlushed) log.error({ auditLost }, "audit records lost at shutdown");
         log.info("authority service stopped");

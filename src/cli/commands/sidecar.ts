@@ -13,8 +13,10 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
  * `authority sidecar`: Envoy ext_authz (gRPC), the forward proxy and the metrics/health port
  * (docs/sidecar.md). Settings: flags > environment > config file (`--config`) > defaults
  * (docs/configuration.md).
- * SIGTERM / SIGINT: not ready at once, in-flight requests drain, then exit. An exception that
- * nothing caught fails its request closed, or ends the process (exit code 70) outside one.
+ * SIGTERM / SIGINT: not ready at once, still answering for `--shutdown-wait-ms` (requests keep
+ * arriving while the pod's endpoints are withdrawn), then in-flight requests drain, then exit.
+ * An exception that nothing caught fails its request closed, or ends the process (exit code
+ * 70) outside one.
  */
 
 async function run(config: SidecarConfig): Promise<void> {
@@ -34,11 +36,15 @@ async function run(config: SidecarConfig): Promise<void> {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, "sidecar shutting down");
-    setTimeout(() => {
-      log.error("shutdown did not finish in time");
-      process.exit(1);
-    }, config.shutdownGraceMs + 5000).unref();
-    sidecar.close({ graceMs: config.shutdownGraceMs }).then(
+    // drain, then the servers' grace, then the decision records' flush (the same grace again)
+    setTimeout(
+      () => {
+        log.error("shutdown did not finish in time");
+        process.exit(1);
+      },
+      config.shutdownWaitMs + 2 * config.shutdownGraceMs + 5000,
+    ).unref();
+    sidecar.close({ graceMs: config.shutdownGraceMs, drainMs: config.shutdownWaitMs }).then(
       () => {
         process.exitCode = 0;
       },

@@ -24,6 +24,8 @@ export interface PolicyChangePublisherOptions {
   readonly retryDelayMs?: number;
   readonly maxRetryDelayMs?: number;
   readonly logger?: { warn(obj: Record<string, unknown>, msg: string): void };
+  /** Told when Redis becomes reachable or unreachable (the first failed connection included), once per change. */
+  readonly onReachability?: (reachable: boolean, error?: unknown) => void;
 }
 
 export interface PolicyChangePublisher {
@@ -31,6 +33,10 @@ export interface PolicyChangePublisher {
   publish(subjectId: string, head: number): Promise<boolean>;
   /** Changes waiting for Redis. */
   readonly pending: number;
+  /** Whether the connection to Redis is up now. */
+  readonly reachable: boolean;
+  /** Whether it has been up at least once. */
+  readonly reachedOnce: boolean;
   close(): Promise<void>;
 }
 
@@ -54,7 +60,18 @@ export function createPolicyChangePublisher(options: PolicyChangePublisherOption
     retryStrategy: (attempt) => Math.min(50 * 2 ** Math.min(attempt, 10), maxDelay),
     protocol: 2,
   });
-  client.on("error", () => undefined);
+  let state: "connecting" | "up" | "down" = "connecting";
+  let reachedOnce = false;
+  const reachability = (up: boolean, error?: unknown): void => {
+    if (up) reachedOnce = true;
+    if (state === (up ? "up" : "down")) return;
+    state = up ? "up" : "down";
+    options.onReachability?.(up, error);
+  };
+  client.on("error", (error: unknown) => reachability(false, error));
+  client.on("end", () => {
+    if (!closed) reachability(false);
+  });
   const pending = new Map<string, number>();
   let retryTimer: NodeJS.Timeout | undefined;
   let delay = firstDelay;
@@ -94,6 +111,7 @@ export function createPolicyChangePublisher(options: PolicyChangePublisherOption
 
   // A connection that was lost is back: deliver what waited now, not after the backoff.
   client.on("ready", () => {
+    reachability(true);
     if (pending.size === 0) return;
     if (retryTimer !== undefined) clearTimeout(retryTimer);
     retryTimer = undefined;
@@ -104,6 +122,12 @@ export function createPolicyChangePublisher(options: PolicyChangePublisherOption
   return {
     get pending() {
       return pending.size;
+    },
+    get reachable() {
+      return state === "up";
+    },
+    get reachedOnce() {
+      return reachedOnce;
     },
 
     async publish(subjectId, head) {

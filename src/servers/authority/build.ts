@@ -128,8 +128,11 @@ export interface AuthorityService {
   readonly recorder: AuditRecorder;
   /** Starts serving on the configured address; resolves to the base URL bound. */
   listen(): Promise<string>;
-  /** Stops accepting, drains requests in flight, flushes the audit buffer, closes the store. */
-  close(): Promise<{ auditFlushed: boolean; auditLost: number }>;
+  /**
+   * Not ready at once; serves on for `drainMs` (default 0) while the endpoints are withdrawn;
+   * then stops accepting, drains requests in flight, flushes the audit buffer, closes the store.
+   */
+  close(options?: { drainMs?: number }): Promise<{ auditFlushed: boolean; auditLost: number }>;
 }
 
 const livenessSchema = {
@@ -144,6 +147,8 @@ const readinessSchema = {
   properties: {
     status: { type: "string", enum: ["ready", "unavailable"] },
     store: { type: "string", enum: ["ok", "unavailable"] },
+    /** Present with --redis-url. */
+    redis: { type: "string", enum: ["ok", "unavailable"] },
     audit: {
       type: "object",
       required: ["state", "pending"],
@@ -158,6 +163,16 @@ const readinessSchema = {
     },
   },
 } as const;
+
+/** What a Redis connection error may say in a log: its kind, never an address with credentials. */
+function redisErrorSummary(error: unknown): { name?: string; code?: string } | undefined {
+  if (typeof error !== "object" || error === null) return undefined;
+  const { name, code } = error as { name?: unknown; code?: unknown };
+  return {
+    ...(typeof name === "string" ? { name } : {}),
+    ...(typeof code === "string" ? { code } : {}),
+  };
+}
 
 const readinessResponses = { 200: readinessSchema, 503: readinessSchema } as const;
 
@@ -228,7 +243,19 @@ export async function buildAuthorityService(
     const publisher =
       overrides.onPolicyChange !== undefined || config.redisUrl === undefined
         ? undefined
-        : createPolicyChangePublisher({ url: config.redisUrl });
+        : createPolicyChangePublisher({
+            url: config.redisUrl,
+            // Without Redis, policy changes reach sidecars only through their revalidation:
+            // said once per change, and /readyz waits for a first connection.
+            onReachability: (reachable, error) => {
+              if (reachable) logger.info("Redis (--redis-url) reachable; policy changes are published");
+              else
+                logger.error(
+                  { err: redisErrorSummary(error) },
+                  "Redis (--redis-url) unreachable: policy changes are not published to sidecars; retrying",
+                );
+            },
+          });
     const onPolicyChange =
       overrides.onPolicyChange ??
       (publisher === undefined
@@ -306,10 +333,15 @@ export async function buildAuthorityService(
       { schema: { security: [], response: readinessResponses } },
       async (_request, reply) => {
         const health = await store.health();
-        const ready = !draining && health.ok && recorder.accepting();
+        // Ready once Redis answered at least once (a wrong --redis-url never is); a later outage
+        // shows here and in the log without taking every replica out (sidecars fall back to
+        // the authority within their staleness bound).
+        const redisReady = publisher === undefined || publisher.reachedOnce;
+        const ready = !draining && health.ok && recorder.accepting() && redisReady;
         return reply.code(ready ? 200 : 503).send({
           status: ready ? "ready" : "unavailable",
           store: health.ok ? "ok" : "unavailable",
+          ...(publisher === undefined ? {} : { redis: publisher.reachable ? "ok" : "unavailable" }),
           audit: { state: recorder.stats().state, pending: recorder.pending() },
           ...(subjectKeys === undefined ? {} : { subject_keys: { unusable: subjectKeys.unusable().length } }),
         });
@@ -329,9 +361,10 @@ export async function buildAuthorityService(
         const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
         return `http://${host}:${address.port}`;
       },
-      close() {
+      close({ drainMs = 0 } = {}) {
         closed ??= (async () => {
           draining = true;
+          if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
           // Sidecars' reads held for a change are answered now, not after their hold.
           sidecarLeases.close();
           // fastify stops accepting, answers new requests on kept-alive sockets with 503,

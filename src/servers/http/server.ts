@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import fastify, {
   type FastifyInstance,
   type FastifyReply,
@@ -6,6 +5,7 @@ import fastify, {
   LogController,
 } from "fastify";
 import { checkJsonBounds } from "../../core/bounded-json.ts";
+import { requestIdFrom } from "../../core/request-id.ts";
 import { AuthorityError } from "../../errors.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { installErrorHandling, sendError } from "./error-handling.ts";
@@ -23,12 +23,7 @@ export interface HttpServerOptions {
   readonly maxParamLength?: number;
 }
 
-const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
-
-/** A caller-supplied X-Request-Id is kept only when it is short and plain; otherwise we mint one. */
-export function requestIdFrom(header: string | string[] | undefined): string {
-  return typeof header === "string" && callerRequestId.test(header) ? header : `req_${randomUUID()}`;
-}
+export { requestIdFrom };
 
 /**
  * fastify's JSON body parser (prototype-poisoning refused, as by default), then the JSON

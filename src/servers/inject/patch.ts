@@ -167,6 +167,7 @@ function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, str
     // (docs/sidecar.md, Performance); two malloc arenas stop per-thread arena growth.
     { name: "NODE_OPTIONS", value: SIDECAR_NODE_OPTIONS },
     { name: "MALLOC_ARENA_MAX", value: "2" },
+    { name: "AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS", value: String(settings.shutdownWaitMs) },
   ];
   if (settings.redis?.url !== undefined) env.push({ name: "AUTHORITY_REDIS_URL", value: settings.redis.url });
   if (settings.redis?.urlSecret !== undefined) {
@@ -327,6 +328,26 @@ function portWarnings(pod: PodLike, ports: readonly number[]): string[] {
   return warnings;
 }
 
+/** Kubernetes' default terminationGracePeriodSeconds. */
+const KUBERNETES_DEFAULT_GRACE_SECONDS = 30;
+/** The sidecar's shutdown after its drain: the servers' grace, then the decision records' flush (10 s each). */
+const SIDECAR_SHUTDOWN_AFTER_DRAIN_SECONDS = 25;
+
+/**
+ * Raises the pod's terminationGracePeriodSeconds to what the sidecar's shutdown needs (drain +
+ * grace + flush), so the kubelet does not kill it mid-drain; a longer one is kept.
+ */
+function terminationGraceOp(
+  spec: Record<string, unknown> | undefined,
+  settings: SidecarSettings,
+): JsonPatchOperation | undefined {
+  const needed = Math.ceil(settings.shutdownWaitMs / 1000) + SIDECAR_SHUTDOWN_AFTER_DRAIN_SECONDS;
+  const current = spec?.terminationGracePeriodSeconds;
+  const effective = typeof current === "number" ? current : KUBERNETES_DEFAULT_GRACE_SECONDS;
+  if (spec === undefined || effective >= needed) return undefined;
+  return { op: "add", path: "/spec/terminationGracePeriodSeconds", value: needed };
+}
+
 /** Decides and builds the patch; throws PodAnnotationError for a malformed Authority annotation. */
 export function planInjection(
   pod: PodLike,
@@ -361,6 +382,9 @@ export function planInjection(
     patch.push(...appendOps(`/spec/${list}`, arrayAt(spec, list), [container]));
     patch.push(...appendOps("/spec/volumes", arrayAt(spec, "volumes"), sidecarVolumes(settings)));
   }
+
+  const grace = terminationGraceOp(spec, settings);
+  if (grace !== undefined) patch.push(grace);
 
   const annotations = desiredAnnotations(pod, settings, istio);
   const metadata = objAt(pod, "metadata");

@@ -83,6 +83,8 @@ export interface SidecarSettings {
    */
   readonly nativeSidecar: boolean;
   readonly prometheusAnnotations: boolean;
+  /** AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: on SIGTERM, how long the sidecar keeps answering while not ready. */
+  readonly shutdownWaitMs: number;
 }
 
 export const defaultSidecarImage = (version: string): string => `ghcr.io/authority/authority:${version}`;
@@ -92,6 +94,9 @@ export const defaultSidecarResources: SidecarResources = {
   requests: { cpu: "50m", memory: "64Mi" },
   limits: { memory: "256Mi" },
 };
+
+/** The sidecar's own default (`--shutdown-wait-ms`): a few seconds for the endpoints to be withdrawn. */
+export const DEFAULT_SHUTDOWN_WAIT_MS = 5000;
 
 /** Where the cache key Secret is mounted inside the sidecar. */
 export const cacheKeyMountPath = "/var/run/authority/cache-key";
@@ -184,6 +189,7 @@ export const sidecarSettingsSchema = {
     },
     nativeSidecar: { type: "boolean" },
     prometheusAnnotations: { type: "boolean" },
+    shutdownWaitMs: { type: "integer", minimum: 0, maximum: 600_000 },
   },
 } as const;
 
@@ -327,5 +333,6 @@ export function parseSidecarSettings(raw: unknown, overrides: SettingsOverrides)
     // The settings file cannot know the cluster's version; the chart renders it from there.
     nativeSidecar: o.nativeSidecar === true,
     prometheusAnnotations: o.prometheusAnnotations !== false,
+    shutdownWaitMs: typeof o.shutdownWaitMs === "number" ? o.shutdownWaitMs : DEFAULT_SHUTDOWN_WAIT_MS,
   };
 }

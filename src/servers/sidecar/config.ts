@@ -226,6 +226,14 @@ export const sidecarSettings = {
     defaultText: "<state-dir>/sidecar-journal",
     parse: path,
   }),
+  shutdownWait: spec({
+    key: "shutdown-wait-ms",
+    env: "AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS",
+    description:
+      "on SIGTERM, how long the sidecar stays not ready but keeps answering Checks and proxy requests before it stops accepting (ms; like OPA's --shutdown-wait-period)",
+    default: 5000,
+    parse: duration("ms", 0, 600_000),
+  }),
   shutdownGrace: spec({
     key: "shutdown-grace-ms",
     env: "AUTHORITY_SIDECAR_SHUTDOWN_GRACE_MS",
@@ -274,6 +282,8 @@ export interface SidecarConfig {
   readonly policyTtlMs: number;
   readonly policyMaxAgeMs: number;
   readonly shutdownGraceMs: number;
+  /** The drain before the grace period: not ready, still serving. */
+  readonly shutdownWaitMs: number;
   readonly auditMaxPending: number;
   /** Where decision records are written ahead (absolute). */
   readonly journalDir: string;
@@ -361,6 +371,7 @@ export const sidecarSchema = defineProcess({
       policyTtlMs: read.value("policyTtl"),
       policyMaxAgeMs: read.value("policyMaxAge"),
       shutdownGraceMs: read.value("shutdownGrace"),
+      shutdownWaitMs: read.value("shutdownWait"),
       auditMaxPending: read.value("auditMaxPending"),
       journalDir: resolve(
         read.cwd,

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { SidecarAllow, SidecarDecision, SidecarEngine } from "./engine.ts";
+import { REQUEST_ID_HEADER } from "./grpc/check-response.ts";
 import type {
   AllowDecision,
   CheckDecision,
@@ -29,7 +30,7 @@ import { declaredHeaders, type HeaderBag, headersToRemove, type RequestBody } fr
  */
 export const CALLER_AUTHORIZATION_EXTENSION = "caller_authorization";
 
-export const REQUEST_ID_HEADER = "x-authority-request-id";
+export { REQUEST_ID_HEADER };
 export const PERMISSION_ID_HEADER = "x-authority-permission-id";
 
 /** What an allow tells the upstream, the same on both transports. */

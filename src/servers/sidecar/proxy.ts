@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import {
   type ClientRequest,
   createServer,
@@ -16,6 +15,7 @@ import {
   type RedactionRule,
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
+import { requestIdFrom } from "../../core/request-id.ts";
 import { type ErrorCode, errorCodes } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import { parseContentType, RedactionDecodeError } from "../../execute/response-body.ts";
@@ -110,13 +110,6 @@ interface Exchange {
   timer: NodeJS.Timeout | undefined;
   timedOut: boolean;
   settled: boolean;
-}
-
-const callerRequestId = /^[A-Za-z0-9._:-]{8,128}$/;
-
-/** A caller's X-Request-Id when short and plain (as the HTTP servers keep it), else a fresh one. */
-function requestIdFrom(header: string | string[] | undefined): string {
-  return typeof header === "string" && callerRequestId.test(header) ? header : `req_${randomUUID()}`;
 }
 
 function single(value: string | string[] | undefined): string | undefined {

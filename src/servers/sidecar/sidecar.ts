@@ -113,8 +113,13 @@ export interface SidecarPorts {
 
 export interface Sidecar {
   start(): Promise<SidecarPorts>;
-  /** Not ready → drains gRPC and proxy (graceMs each, in parallel) → closes Redis → metrics port last. */
-  close(options?: { graceMs?: number }): Promise<void>;
+  /**
+   * Not ready at once → keeps answering for drainMs (default 0: Envoy and the kubelet learn of
+   * the termination at different moments, and Checks keep arriving meanwhile) → stops accepting
+   * and drains gRPC and proxy (graceMs each, in parallel) → flushes decision records → closes
+   * Redis → metrics port last.
+   */
+  close(options?: { graceMs?: number; drainMs?: number }): Promise<void>;
   readonly ready: boolean;
   readonly engine: SidecarEngine;
   readonly policies: VerifiedPolicyCache;
@@ -245,6 +250,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         const cached = catalogs.peek(`${partnerId}\u0000${capabilityId}`);
         if (cached !== undefined) metrics.cache("capability", "local", true);
         return cached;
+      },
+      prefetch(partnerId, capabilityId) {
+        const key = `${partnerId}\u0000${capabilityId}`;
+        // A failure is the later get's to report (failures are not cached: it asks again).
+        if (catalogs.peek(key) === undefined) catalogs.get(key).catch(() => undefined);
       },
     },
     credentials: {
@@ -402,10 +412,16 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
     },
 
-    close({ graceMs = 10_000 } = {}) {
+    close({ graceMs = 10_000, drainMs = 0 } = {}) {
       closed ??= (async () => {
         closing = true;
         warmUp.stop();
+        if (drainMs > 0) {
+          // Still serving: gRPC health stays SERVING too, so an Envoy that health-checks the
+          // ext_authz cluster keeps sending the Checks this period is for.
+          logger.info({ drainMs }, "not ready; still answering until the drain period ends");
+          await new Promise((resolve) => setTimeout(resolve, drainMs));
+        }
         await Promise.all([checkServer.close({ graceMs }), proxy.close({ graceMs })]);
         grpcUp = false;
         proxyUp = false;

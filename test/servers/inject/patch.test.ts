@@ -420,3 +420,27 @@ describe("parseSidecarSettings", () => {
     );
   });
 });
+
+describe("the sidecar's drain on SIGTERM", () => {
+  const graceOf = (pod: Obj): unknown => (pod.spec as Obj).terminationGracePeriodSeconds;
+
+  it("passes the drain period to the sidecar", () => {
+    const patched = injectAndCheck(loadPod("plain-pod"));
+    const sidecar = containerNamed(patched, sidecarContainerName);
+    assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS")?.value, "5000");
+    assert.equal(graceOf(patched), 30, "the default drain fits Kubernetes' default 30 s");
+  });
+
+  it("raises a terminationGracePeriodSeconds the drain, grace and flush do not fit in, and keeps a longer one", () => {
+    const settings = { ...chartLikeSettings, shutdownWaitMs: 20_000 };
+    const short = { ...loadPod("plain-pod") };
+    short.spec = { ...(short.spec as Obj), terminationGracePeriodSeconds: 10 };
+    assert.equal(graceOf(injectAndCheck(short, settings)), 45);
+    const unset = loadPod("bare-pod");
+    delete (unset.spec as Obj).terminationGracePeriodSeconds;
+    assert.equal(graceOf(injectAndCheck(unset, settings)), 45, "unset means Kubernetes' 30 s: raised");
+    const long = loadPod("plain-pod");
+    long.spec = { ...(long.spec as Obj), terminationGracePeriodSeconds: 120 };
+    assert.equal(graceOf(injectAndCheck(long, settings)), 120);
+  });
+});

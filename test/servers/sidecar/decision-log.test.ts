@@ -10,7 +10,7 @@ import {
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import { type FaultProxy, startFaultProxy } from "../../helpers/fault-proxy.ts";
-import type { Decoded } from "./grpc/helpers.ts";
+import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
 import { AGENT, CAPABILITY, type SidecarHandle, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 interface AuditItem {
@@ -163,6 +163,36 @@ describe("sidecar decisions reach the authority's audit log", () => {
     // Filed under the reporting sidecar's partner: it cannot be made to look like another partner's.
     const filed = (await sidecarAudit(world, "grpc", 1)).find((item) => item.requestId === "req-21");
     assert.equal(filed?.partner_id, "other-partner");
+  });
+
+  test("a request id another request already used names a second record; it overwrites nothing", async () => {
+    // The caller's x-request-id is a correlation field: a victim's id sent again (to hide or
+    // replace the victim's record) makes a record of its own, under its own record id.
+    const victimId = `victim-${Date.now()}-0001`;
+    const send = (path: string, method = "GET") =>
+      unary(
+        sidecar.client,
+        checkMethod,
+        envoyCheckRequest({
+          method,
+          path,
+          host: UPSTREAM_HOST,
+          headers: { authorization: `Bearer ${world.tokens.agent}` },
+          contextExtensions: {},
+          id: victimId,
+        }),
+      );
+    assert.equal((await send("/orders/1")).status.code, 0);
+    assert.notEqual((await send("/orders", "POST")).status.code, 0);
+    let same: AuditItem[] = [];
+    const deadline = Date.now() + 5000;
+    while (same.length < 2 && Date.now() < deadline) {
+      same = (await sidecarAudit(world, "grpc", 0)).filter((item) => item.requestId === victimId);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.deepEqual(same.map((item) => item.decision).sort(), ["allowed", "denied"]);
+    const [first, second] = same;
+    assert.ok(first?.id !== undefined && first.id !== second?.id, "each record has its own id");
   });
 });
 

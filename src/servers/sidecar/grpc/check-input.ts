@@ -1,3 +1,4 @@
+import { acceptedRequestId } from "../../../core/request-id.ts";
 import type { CheckInput } from "./types.ts";
 
 /**
@@ -56,8 +57,6 @@ export interface RawCheckRequest {
   readonly rawBody?: Uint8Array;
 }
 
-const printableId = /^[\x21-\x7e]{1,128}$/;
-
 /**
  * The CheckInput of a request, from the few fields `parseCheckRequest` reads out of a
  * decoded message.
@@ -80,9 +79,10 @@ export function buildCheckInput(raw: RawCheckRequest): ParsedCheckRequest {
   const path = raw.path || (headers[":path"] ?? "");
   const host = raw.host || (headers[":authority"] ?? headers.host ?? "");
   const scheme = raw.scheme || (headers[":scheme"] ?? "");
-  const candidateId = raw.id || headers["x-request-id"] || "";
-  // Echoed in deny bodies and logs: only a short printable id is kept.
-  const requestId = printableId.test(candidateId) ? candidateId : "";
+  // The caller's X-Request-Id (Envoy's, as it forwards it) names the decision, so Envoy's
+  // access log, the deny and the audit record match; HttpRequest.id is Envoy's stream id, the
+  // fallback. Neither acceptable: the server mints one.
+  const requestId = acceptedRequestId(headers["x-request-id"]) ?? acceptedRequestId(raw.id) ?? "";
   const sourcePrincipal = raw.principal;
   // Envoy sends one of the two; raw bytes when it packs them (no UTF-8 replacement).
   const body = raw.rawBody !== undefined && raw.rawBody.byteLength > 0 ? raw.rawBody : raw.body || undefined;

@@ -226,16 +226,16 @@ function write(response: CheckResponse): void {
     repeatedHeaders(2, denied.headers);
     if (present(denied.body)) string(3, denied.body);
     close(at);
-    return;
+  } else {
+    const ok = response.ok_response;
+    const at = open(3);
+    repeatedHeaders(2, ok.headers);
+    repeatedStrings(5, ok.headers_to_remove);
+    repeatedHeaders(6, ok.response_headers_to_add);
+    for (const parameter of ok.query_parameters_to_set ?? []) queryParameter(7, parameter);
+    repeatedStrings(8, ok.query_parameters_to_remove);
+    close(at);
   }
-  const ok = response.ok_response;
-  const at = open(3);
-  repeatedHeaders(2, ok.headers);
-  repeatedStrings(5, ok.headers_to_remove);
-  repeatedHeaders(6, ok.response_headers_to_add);
-  for (const parameter of ok.query_parameters_to_set ?? []) queryParameter(7, parameter);
-  repeatedStrings(8, ok.query_parameters_to_remove);
-  close(at);
   if (present(response.dynamic_metadata)) struct(4, response.dynamic_metadata);
 }
 

@@ -186,18 +186,26 @@ export function denyBody(reason: string, requestId: string): string {
   return JSON.stringify({ status: "denied", reason, requestId });
 }
 
+/** Names the decision on the response, so a client's or Envoy's log matches the audit record. */
+export const REQUEST_ID_HEADER = "x-authority-request-id";
+
 export function denyResponse(decision: DenyDecision): CheckResponse {
+  const { requestId, reason } = decision;
   const headers = [overwrite("content-type", "application/json")];
+  if (requestId !== "") headers.push(overwrite(REQUEST_ID_HEADER, requestId));
   for (const [key, value] of Object.entries(decision.headers ?? {})) {
-    // The body is JSON whatever the decision says.
-    if (key !== "content-type") headers.push(overwrite(key, value));
+    // The body is JSON and the request id the decision's, whatever the decision's headers say.
+    const name = key.toLowerCase();
+    if (name !== "content-type" && name !== REQUEST_ID_HEADER) headers.push(overwrite(key, value));
   }
   return {
-    status: { code: rpcCodeFor(decision.httpStatus, decision.reason), message: decision.reason },
+    status: { code: rpcCodeFor(decision.httpStatus, reason), message: reason },
     denied_response: {
       status: { code: decision.httpStatus },
       headers,
-      body: denyBody(decision.reason, decision.requestId),
+      body: denyBody(reason, requestId),
     },
+    // Envoy's access log reads it as %DYNAMIC_METADATA(envoy.filters.http.ext_authz)%, as for an allow.
+    ...(requestId === "" ? {} : { dynamic_metadata: toStruct({ request_id: requestId, reason }) }),
   };
 }

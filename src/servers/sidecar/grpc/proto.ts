@@ -227,7 +227,7 @@ export interface OkHttpResponse {
 /** envoy.service.auth.v3.CheckResponse as the server writes it: exactly one of the oneof. */
 export type CheckResponse =
   | { status: RpcStatus; ok_response: OkHttpResponse; dynamic_metadata?: ProtoStruct }
-  | { status: RpcStatus; denied_response: DeniedHttpResponse };
+  | { status: RpcStatus; denied_response: DeniedHttpResponse; dynamic_metadata?: ProtoStruct };
 
 export type ServingStatus = "UNKNOWN" | "SERVING" | "NOT_SERVING" | "SERVICE_UNKNOWN";
 

@@ -55,6 +55,7 @@ describe("authority serve", () => {
           AUTHORITY_STATE_DIR: join(dir.path, "state"),
           AUTHORITY_ISSUER: "http://127.0.0.1:9",
           AUTHORITY_LOG_LEVEL: "info",
+          AUTHORITY_SHUTDOWN_WAIT: "2",
         },
       },
     );
@@ -77,17 +78,28 @@ describe("authority serve", () => {
     assert.equal(JSON.stringify(listening).includes("sqlite:"), false, "store URL not logged");
     assert.equal((await fetch(`${url}/healthz`)).status, 200);
     assert.equal((await fetch(`${url}/readyz`)).status, 200);
-    const res = await fetch(`${url}/v1/authorize-invocation`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ capability_id: "x", method: "GET", path: "/" }),
-    });
-    assert.equal(res.status, 401);
-    assert.equal(((await res.json()) as { reason: string }).reason, "missing_subject");
+    const authorize = async (): Promise<void> => {
+      const res = await fetch(`${url}/v1/authorize-invocation`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ capability_id: "x", method: "GET", path: "/" }),
+      });
+      assert.equal(res.status, 401);
+      assert.equal(((await res.json()) as { reason: string }).reason, "missing_subject");
+    };
+    await authorize();
 
     const stopped = waitForLog(child, "authority service stopped");
+    const signalled = performance.now();
     child.kill("SIGTERM");
+    // The drain (--shutdown-wait 2): not ready at once, and still answering requests that
+    // arrive while the endpoints are withdrawn.
+    let ready = 200;
+    while (ready === 200) ready = (await fetch(`${url}/readyz`)).status;
+    assert.equal(ready, 503);
+    await authorize();
     await stopped;
+    assert.ok(performance.now() - signalled >= 2000, "exited before the drain period ended");
     const [code] = (await once(child, "exit")) as [number | null];
     assert.equal(code, 0, stderr);
 
@@ -97,7 +109,10 @@ describe("authority serve", () => {
       const entries = await store.readLog<{ kind: string; reason: string }>("audit");
       assert.deepEqual(
         entries.map((e) => [e.value.kind, e.value.reason]),
-        [["decision", "missing_subject"]],
+        [
+          ["decision", "missing_subject"],
+          ["decision", "missing_subject"],
+        ],
       );
     } finally {
       await store.close();

@@ -259,6 +259,59 @@ describe("a denial through Envoy carries the sidecar's status, JSON body and hea
   });
 });
 
+describe("correlation: a denied request in Envoy's access log names its audit record", () => {
+  async function auditRecordOf(requestId: string): Promise<Record<string, unknown> | undefined> {
+    let found: Record<string, unknown> | undefined;
+    await eventually(async () => {
+      const response = await fetch(`${world.authorityUrl}/admin/audit?kind=decision&transport=grpc`, {
+        headers: { authorization: `Bearer ${world.tokens.admin}` },
+      });
+      const { items } = (await response.json()) as { items: Record<string, unknown>[] };
+      found = items.find((item) => item.requestId === requestId);
+      return found !== undefined;
+    }, 5000);
+    return found;
+  }
+
+  async function accessLogOf(path: string): Promise<Record<string, unknown> | undefined> {
+    let entry: Record<string, unknown> | undefined;
+    await eventually(async () => {
+      entry = (await envoy.accessLog()).find((e) => e.path === path);
+      return entry !== undefined;
+    }, 5000);
+    return entry;
+  }
+
+  for (const [label, headers] of [
+    ["the id Envoy generates", {}],
+    [
+      "a client's own x-request-id, which the edge Envoy replaces",
+      { "x-request-id": `caller-${Date.now()}-0001` },
+    ],
+  ] as const) {
+    it(`is the same request id everywhere: ${label}`, async () => {
+      const path = `/admin/correlate-${Object.keys(headers).length}`;
+      const reply = await get(path, { ...bearer(world.tokens.agent), ...headers });
+      assert.equal(reply.status, 403, reply.text);
+      const requestId = reply.headers["x-authority-request-id"];
+      assert.ok(typeof requestId === "string", "the deny names its request id in a header");
+      assert.match(requestId, /^[A-Za-z0-9._:-]{8,128}$/);
+      // The shipped listener is an edge (use_remote_address): Envoy replaces a client's own id,
+      // and Envoy's is the one that counts.
+      if ("x-request-id" in headers) assert.notEqual(requestId, headers["x-request-id"]);
+      assert.equal(reply.json?.requestId, requestId, "and in its body");
+      const entry = await accessLogOf(path);
+      assert.ok(entry !== undefined, `no access-log line for ${path}`);
+      assert.equal(entry.request_id, requestId, "Envoy's x-request-id is the decision's");
+      assert.deepEqual(entry.authority, { request_id: requestId, reason: "unknown_operation" });
+      const record = await auditRecordOf(requestId);
+      assert.ok(record !== undefined, `no audit record with requestId ${requestId}`);
+      assert.equal(record.path, path);
+      assert.equal(record.reason, "unknown_operation");
+    });
+  }
+});
+
 describe("Envoy fails closed", () => {
   it("denies 503 while the sidecar is stopped, and allows again once it is back on its port", async () => {
     const before = world.upstream.seen.length;

@@ -59,21 +59,35 @@ test("header names are lower-cased and mistyped values dropped; __proto__ stays 
   assert.deepEqual(parsed.input.contextExtensions, { ok: "yes" });
 });
 
-test("requestId falls back to the x-request-id header; empty principal is left out", () => {
-  const parsed = parseCheckRequest({
-    attributes: {
-      source: { principal: "" },
-      request: { http: { method: "GET", path: "/", headers: { "x-request-id": "hdr-id" } } },
-    },
-  });
-  assert.equal(parsed.input.requestId, "hdr-id");
+test("the caller's x-request-id names the request, before Envoy's stream id; empty principal is left out", () => {
+  const http = { method: "GET", path: "/", headers: { "x-request-id": "hdr-id-0001" } };
+  const parsed = parseCheckRequest({ attributes: { source: { principal: "" }, request: { http } } });
+  assert.equal(parsed.input.requestId, "hdr-id-0001");
   assert.equal("sourcePrincipal" in parsed.input, false);
+  const withStreamId = parseCheckRequest({
+    attributes: { request: { http: { ...http, id: "7295830119" } } },
+  });
+  assert.equal(withStreamId.input.requestId, "hdr-id-0001", "Envoy's stream id does not win");
+  const streamOnly = parseCheckRequest({
+    attributes: { request: { http: { method: "GET", path: "/", id: "7295830119" } } },
+  });
+  assert.equal(streamOnly.input.requestId, "7295830119");
 });
 
-test("a request id that is too long or not printable is dropped", () => {
-  for (const id of ["x".repeat(129), "a b", "id\u0000"]) {
-    const parsed = parseCheckRequest({ attributes: { request: { http: { method: "GET", path: "/", id } } } });
-    assert.equal(parsed.input.requestId, undefined);
+test("a request id that is short, too long or not plain is dropped (the server mints one)", () => {
+  const bad = [
+    "x".repeat(129),
+    "a b",
+    "id\u0000",
+    "short",
+    'q"uote-0001',
+    "<script>1</script>",
+    "a,b-0000001",
+  ];
+  for (const id of bad) {
+    const http = { method: "GET", path: "/", id, headers: { "x-request-id": id } };
+    const parsed = parseCheckRequest({ attributes: { request: { http } } });
+    assert.equal(parsed.input.requestId, undefined, id);
   }
 });
 

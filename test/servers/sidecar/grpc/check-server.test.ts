@@ -86,7 +86,7 @@ describe("ext_authz Check: decisions", () => {
         method: "POST",
         path: "/v1/orders/42?expand=lines",
         host: "orders.internal",
-        id: "rid-7",
+        id: "rid-0007",
         headers: { authorization: "Bearer abc" },
         contextExtensions: { capability_id: "cap-orders", route: "orders" },
       }),
@@ -97,7 +97,7 @@ describe("ext_authz Check: decisions", () => {
     assert.equal(input.path, "/v1/orders/42?expand=lines");
     assert.equal(input.host, "orders.internal");
     assert.equal(input.scheme, "https");
-    assert.equal(input.requestId, "rid-7");
+    assert.equal(input.requestId, "rid-0007");
     assert.equal(input.sourcePrincipal, "spiffe://cluster.local/ns/agents/sa/agent-1");
     assert.equal(input.headers.authorization, "Bearer abc");
     assert.equal(input.headers[":path"], "/v1/orders/42?expand=lines");
@@ -110,7 +110,11 @@ describe("ext_authz Check: decisions", () => {
       httpStatus: 401,
       reason: "invalid_token",
       requestId: "rid-401",
-      headers: { "WWW-Authenticate": 'Bearer realm="authority"', "content-type": "text/plain" },
+      headers: {
+        "WWW-Authenticate": 'Bearer realm="authority"',
+        "content-type": "text/plain",
+        "X-Authority-Request-Id": "not-the-decision",
+      },
     });
     const response = await unary(harness.client, checkMethod, envoyCheckRequest({}));
 
@@ -121,6 +125,7 @@ describe("ext_authz Check: decisions", () => {
     assert.equal(response.denied_response.status.code, "Unauthorized");
     assert.deepEqual(headerPairs(response.denied_response.headers), [
       ["content-type", "application/json", "OVERWRITE_IF_EXISTS_OR_ADD"],
+      ["x-authority-request-id", "rid-401", "OVERWRITE_IF_EXISTS_OR_ADD"],
       ["www-authenticate", 'Bearer realm="authority"', "OVERWRITE_IF_EXISTS_OR_ADD"],
     ]);
     assert.deepEqual(deniedBody(response), {
@@ -128,7 +133,13 @@ describe("ext_authz Check: decisions", () => {
       reason: "invalid_token",
       requestId: "rid-401",
     });
-    assert.equal(response.dynamic_metadata, null);
+    // Envoy's access log reads the deny's facts as it reads an allow's.
+    assert.deepEqual(response.dynamic_metadata, {
+      fields: {
+        request_id: { stringValue: "rid-401", kind: "stringValue" },
+        reason: { stringValue: "invalid_token", kind: "stringValue" },
+      },
+    });
   });
 
   test("a 403 deny pairs PERMISSION_DENIED with HTTP 403; an empty requestId takes the request's id", async () => {
@@ -162,10 +173,10 @@ describe("ext_authz Check: decisions", () => {
     behaviour = async () => {
       throw new Error("database exploded with secret=hunter2");
     };
-    const response = await unary(harness.client, checkMethod, envoyCheckRequest({ id: "rid-err" }));
+    const response = await unary(harness.client, checkMethod, envoyCheckRequest({ id: "rid-error" }));
     assert.equal(response.status.code, GrpcStatus.INTERNAL);
     assert.equal(response.denied_response.status.code, "InternalServerError");
-    assert.deepEqual(deniedBody(response), { status: "denied", reason: "internal", requestId: "rid-err" });
+    assert.deepEqual(deniedBody(response), { status: "denied", reason: "internal", requestId: "rid-error" });
     assert.doesNotMatch(response.denied_response.body, /hunter2/);
   });
 
@@ -262,14 +273,14 @@ describe("ext_authz Check: decisions", () => {
   test("onDecision sees every outcome", async () => {
     events.length = 0;
     behaviour = async () => allowDecision;
-    await unary(harness.client, checkMethod, envoyCheckRequest({ id: "e1" }));
+    await unary(harness.client, checkMethod, envoyCheckRequest({ id: "event-01" }));
     behaviour = async () => ({
       allow: false,
       httpStatus: 403,
       reason: "operation_not_allowed",
-      requestId: "e2",
+      requestId: "event-02",
     });
-    await unary(harness.client, checkMethod, envoyCheckRequest({ id: "e2" }));
+    await unary(harness.client, checkMethod, envoyCheckRequest({ id: "event-02" }));
     await unary(harness.client, checkMethod, {});
 
     assert.equal(events.length, 3);
@@ -282,7 +293,7 @@ describe("ext_authz Check: decisions", () => {
         httpStatus: 200,
         rpcCode: 0,
         reason: null,
-        requestId: "e1",
+        requestId: "event-01",
         durationMs: 0,
       },
     );

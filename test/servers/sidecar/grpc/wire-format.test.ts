@@ -175,8 +175,13 @@ describe("ext_authz wire format (Envoy field numbers)", () => {
       },
     ]);
 
-    // CheckResponse: status = 1, denied_response = 2; neither ok_response = 3 nor dynamic_metadata = 4.
-    assert.deepEqual([...response.keys()].sort(), [CheckResponse.status, CheckResponse.denied_response]);
+    // CheckResponse: status = 1, denied_response = 2, dynamic_metadata = 4 (the request id, for
+    // Envoy's access log); no ok_response = 3.
+    assert.deepEqual([...response.keys()].sort(), [
+      CheckResponse.status,
+      CheckResponse.denied_response,
+      CheckResponse.dynamic_metadata,
+    ]);
     const status = sub(response, CheckResponse.status);
     assert.equal(num(status, RpcStatus.code), 16);
     assert.equal(str(status, RpcStatus.message), "invalid_token");
