@@ -22,6 +22,26 @@ export interface RedactionEvent {
   readonly source: RedactionSource;
 }
 
+/**
+ * What a response reports of its redaction: at most this many events, each path at most this
+ * many characters. An upstream chooses how many sensitive members its answer has and how deep
+ * they sit (a 1 MiB answer can hold 56,000 masked members under 4 KiB paths: 216 MB of events),
+ * so the list callers, evidence and MCP results receive is bounded; the masking itself is not.
+ */
+export const REPORTED_EVENTS_MAX = 100;
+export const REPORTED_EVENT_PATH_MAX = 256;
+
+/** The first REPORTED_EVENTS_MAX events, paths cut to REPORTED_EVENT_PATH_MAX with a trailing "…". */
+export function reportedEvents(events: readonly RedactionEvent[]): RedactionEvent[] {
+  return events
+    .slice(0, REPORTED_EVENTS_MAX)
+    .map((event) =>
+      event.path.length <= REPORTED_EVENT_PATH_MAX
+        ? event
+        : { ...event, path: `${event.path.slice(0, REPORTED_EVENT_PATH_MAX)}…` },
+    );
+}
+
 export interface RedactionResult {
   readonly body: unknown;
   readonly events: RedactionEvent[];

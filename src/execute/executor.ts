@@ -9,6 +9,7 @@ import {
   type HeaderValue,
   type RedactionEvent,
   type RedactionRule,
+  reportedEvents,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
 import { type AuthInjector, createAuthInjector, type InjectedCredentials } from "./auth-injector.ts";
@@ -606,7 +607,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
       status,
       headers: safeHeaders.headers,
       body: redacted.body,
-      redactionEvents: [...sanitized.events, ...safeHeaders.events, ...redacted.events],
+      redactionEvents: reportedEvents([...sanitized.events, ...safeHeaders.events, ...redacted.events]),
       timings: { totalMs: performance.now() - started, upstreamMs },
       requestHash,
       responseHash,

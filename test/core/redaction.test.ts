@@ -6,8 +6,11 @@ import {
   defaultSensitiveFieldRedaction,
   isSensitiveKey,
   maskValue,
+  REPORTED_EVENT_PATH_MAX,
+  REPORTED_EVENTS_MAX,
   RedactionError,
   redactResponseBody,
+  reportedEvents,
   sanitizeResponseHeaders,
 } from "../../src/core/redaction.ts";
 
@@ -309,5 +312,31 @@ describe("sanitizeResponseHeaders", () => {
       ].sort(),
     );
     assert.ok(result.events.every((e) => e.mode === "remove" && e.source === "header"));
+  });
+});
+
+describe("reportedEvents", () => {
+  it("reports a bounded list however many members an upstream's answer makes sensitive, and how deep", () => {
+    // An upstream's answer: a 2,000-character key path with 5,000 sensitive members under it.
+    const leaf: Record<string, string> = {};
+    for (let i = 0; i < 5000; i++) leaf[`password${i}`] = "hunter2";
+    const body = { ["k".repeat(2000)]: leaf };
+    const { body: masked, events } = redactResponseBody(body, []);
+    assert.equal(events.length, 5000, "every member is masked");
+    assert.ok(
+      Object.values((masked as Record<string, Record<string, string>>)["k".repeat(2000)] ?? {}).every(
+        (v) => v !== "hunter2",
+      ),
+    );
+    const reported = reportedEvents(events);
+    assert.equal(reported.length, REPORTED_EVENTS_MAX);
+    for (const event of reported)
+      assert.ok(event.path.length <= REPORTED_EVENT_PATH_MAX + 1, event.path.slice(0, 20));
+    assert.ok(JSON.stringify(reported).length < 64 * 1024);
+  });
+
+  it("keeps short lists and paths as they are", () => {
+    const events = redactResponseBody({ password: "x", card: { cvv: "123" } }, []).events;
+    assert.deepEqual(reportedEvents(events), events);
   });
 });
