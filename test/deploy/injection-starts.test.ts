@@ -14,7 +14,14 @@ import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { containersOf, initContainersOf, loadReview } from "../servers/inject/fixtures.ts";
 import { applyJsonPatch } from "../servers/inject/json-patch.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
-import { startWorld, UPSTREAM_HOST, UPSTREAM_SECRET, type World } from "../servers/sidecar/world.ts";
+import {
+  CAPABILITY,
+  PARTNER,
+  startWorld,
+  UPSTREAM_HOST,
+  UPSTREAM_SECRET,
+  type World,
+} from "../servers/sidecar/world.ts";
 import { at, isObj, loadYamlDocuments, type Obj, repoPath } from "./helpers.ts";
 import { renderChart } from "./rendered-pod.ts";
 
@@ -257,6 +264,9 @@ describe("deploy/kubernetes/example-app.yaml's sidecar starts as documented", ()
       clientId: CLIENT_ID,
       clientSecret: CLIENT_SECRET,
       roles: ["sidecar"],
+      // a sidecar's client is its partner's, scoped to the pod's capabilities (decision 2513)
+      claims: { partner_id: PARTNER },
+      scopes: [`authority/sidecar.capability:${CAPABILITY}`],
     });
   });
   after(async () => {
