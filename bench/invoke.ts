@@ -174,8 +174,11 @@ export async function benchInvoke(
       bodyLimitBytes: 1024 * 1024,
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
-      // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
-      egress: { allow: egressAllowSetting.parse(egressAllowValue(origin), "egress-allow") },
+      // The bench upstream and the partner's IdP (the binding's JWKS) are on loopback: opened by
+      // the egress allow list, as a deployment would.
+      egress: {
+        allow: egressAllowSetting.parse(egressAllowValue(origin, partnerIdp.issuer), "egress-allow"),
+      },
     }),
     {
       store,

@@ -5,6 +5,8 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
@@ -125,7 +127,14 @@ export async function startSidecarProcess(
   const args = entry === "cli" ? [bin, "sidecar"] : ["--input-type=module", "-e", code];
   const child = track(
     spawn(process.execPath, [...SERVER_NODE_FLAGS, ...args], {
-      env: { ...process.env, ...SERVER_ENV, ...env, AUTHORITY_LOG_LEVEL: "info" },
+      // Each sidecar its own decision journal (one owner per journal), as each pod has.
+      env: {
+        ...process.env,
+        ...SERVER_ENV,
+        AUTHORITY_SIDECAR_JOURNAL_DIR: await mkdtemp(join(tmpdir(), "bench-sidecar-journal-")),
+        ...env,
+        AUTHORITY_LOG_LEVEL: "info",
+      },
       stdio: ["ignore", "pipe", "pipe"],
     }),
   );
