@@ -25,18 +25,27 @@ export interface HttpServerOptions {
 
 export { requestIdFrom };
 
+/** How a route family reads JSON bodies differently from the default (MCP answers its own -32700). */
+export interface BoundedJsonBodies {
+  /** What a body that is not JSON becomes; by default fastify's 400. */
+  readonly malformed?: () => unknown;
+  /** What a parsed body within the limits becomes; by default the value itself. */
+  readonly parsed?: (value: unknown) => unknown;
+}
+
 /**
  * fastify's JSON body parser (prototype-poisoning refused, as by default), then the JSON
  * limits (core/bounded-json.ts): a body nested or spread past them is a 400
  * `input_too_complex` before any route, schema or hook walks it.
  */
-function boundJsonBodies(app: FastifyInstance): void {
+export function boundJsonBodies(app: FastifyInstance, options: BoundedJsonBodies = {}): void {
   const parseJson = app.getDefaultJsonParser("error", "error");
   app.removeContentTypeParser("application/json");
   app.addContentTypeParser("application/json", { parseAs: "string" }, (request, text, done) => {
     parseJson(request, text as string, (error, value) => {
       if (error !== null && error !== undefined) {
-        done(error, undefined);
+        if (options.malformed === undefined) done(error, undefined);
+        else done(null, options.malformed());
         return;
       }
       try {
@@ -45,7 +54,7 @@ function boundJsonBodies(app: FastifyInstance): void {
         done(bounds as Error, undefined);
         return;
       }
-      done(null, value);
+      done(null, options.parsed === undefined ? value : options.parsed(value));
     });
   });
 }

@@ -1,5 +1,4 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
-import { checkJsonBounds } from "../../../core/bounded-json.ts";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { createMcpExchange, type McpBody } from "../../../mcp/http-exchange.ts";
@@ -14,6 +13,7 @@ import {
 } from "../../../mcp/resource-metadata.ts";
 import { sendError } from "../../http/error-handling.ts";
 import { errorRef } from "../../http/openapi.ts";
+import { boundJsonBodies } from "../../http/server.ts";
 import { optionalPrincipal } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 
@@ -83,18 +83,9 @@ function dropped(reply: FastifyReply): FastifyReply {
  * that text which is not JSON reaches the handler, which answers JSON-RPC's `-32700`.
  */
 function parseMcpBodies(app: Parameters<FastifyPluginAsync>[0]): void {
-  const parseJson = app.getDefaultJsonParser("error", "error");
-  app.removeContentTypeParser("application/json");
-  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, text, done) => {
-    parseJson(request, text as string, (error, value) => {
-      if (error !== null && error !== undefined) return done(null, { kind: "malformed" } satisfies McpBody);
-      try {
-        checkJsonBounds(value);
-      } catch (bounds) {
-        return done(bounds as Error, undefined);
-      }
-      done(null, { kind: "json", value } satisfies McpBody);
-    });
+  boundJsonBodies(app, {
+    malformed: () => ({ kind: "malformed" }) satisfies McpBody,
+    parsed: (value) => ({ kind: "json", value }) satisfies McpBody,
   });
 }
 
