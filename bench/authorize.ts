@@ -90,7 +90,8 @@ async function serve(logLevel: string): Promise<void> {
       "state-dir": dir.path,
       store: `sqlite:${join(dir.path, "authority.db")}`,
       "log-level": logLevel,
-      // A fresh embedded install: the KEK file is created on first start.
+      // A fresh embedded install, chosen explicitly: the KEK file is created on first start.
+      "policy-protection": "embedded",
       "init-kek": "true",
     },
     env: {},

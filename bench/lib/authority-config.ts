@@ -7,7 +7,7 @@ import { type AuthorityConfig, resolveAuthorityConfig } from "../../src/config/a
 
 export function benchAuthorityConfig(fields: Partial<AuthorityConfig> = {}): AuthorityConfig {
   const defaults = resolveAuthorityConfig({
-    flags: { listen: "127.0.0.1:0", "log-level": "silent" },
+    flags: { listen: "127.0.0.1:0", "log-level": "silent", "policy-protection": "embedded" },
     env: {},
   });
   return { ...defaults, ...fields };

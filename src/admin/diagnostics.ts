@@ -24,6 +24,8 @@ export interface ConfigurationFacts {
   readonly audience: string;
   readonly public_url: string;
   readonly service_identity: string;
+  /** Who holds the keys (decision 2601): `embedded` means this process, under its own KEK. */
+  readonly key_custody: "crypto" | "managed" | "embedded";
   readonly body_limit_bytes: number;
   readonly parameter_scoping: { readonly enabled: boolean; readonly partner_allowlist: readonly string[] };
 }
@@ -38,7 +40,8 @@ export interface DiagnosticsWarning {
     | "scan_truncated"
     | "resource_unreachable"
     | "jwks_unavailable"
-    | "subject_keys_unavailable";
+    | "subject_keys_unavailable"
+    | "embedded_key_custody";
   readonly message: string;
   readonly partner_id?: string;
   readonly subject_id?: string;
@@ -185,6 +188,13 @@ export async function collectDiagnostics(
   const health = await safeHealth(deps);
   const resources = await resourceFacts(deps.store, health, platform.endpoints);
   const warnings: DiagnosticsWarning[] = platformWarnings(resources, platform.oauth);
+  if (configuration.key_custody === "embedded") {
+    warnings.push({
+      code: "embedded_key_custody",
+      message:
+        "every key is held by this process under its KEK (--policy-protection embedded, the one-process mode): use crypto or managed in a deployment",
+    });
+  }
   const counts: Record<string, number> = {};
   if (!health.ok) {
     warnings.push({ code: "store_unhealthy", message: `the store reports a problem: ${health.detail}` });

@@ -153,8 +153,8 @@ export const authoritySettings = {
     key: "policy-protection",
     env: "AUTHORITY_POLICY_PROTECTION",
     description:
-      "who protects and opens policies, authority envelopes and secrets at rest. `crypto`: the crypto service at --crypto-url; `managed`: the same keys through the managed crypto API at --managed-url (five credential headers); in both no KEK and no key in this process. `embedded`: key rings in this process's store under its KEK (the one-process mode; a warning says so at start)",
-    defaultText: "crypto when --crypto-credentials-file is set, else embedded",
+      "who protects and opens policies, authority envelopes and secrets at rest. `crypto`: the crypto service at --crypto-url; `managed`: the same keys through the managed crypto API at --managed-url (five credential headers); in both no KEK and no key in this process. `embedded`, only when chosen: key rings in this process's store under its KEK (the one-process mode, for trials and tests; a warning at start and in diagnostics says so). Without --crypto-credentials-file the default `crypto` refuses to start and names the settings",
+    default: "crypto",
     parse: oneOf(["crypto", "managed", "embedded"] as const),
   }),
   managedCaFile: setting({
@@ -312,6 +312,22 @@ export const authoritySettings = {
   egressAllow: egressAllowSetting,
 } as const;
 
+/**
+ * Custody is the default (decision 2601): without the crypto service's settings `serve` refuses
+ * to start rather than fall back to holding every key itself, and the message names both ways out.
+ */
+function missingCustodyMessage(mode: "crypto" | "managed"): string {
+  const chosen = mode === "crypto" ? "the default --policy-protection crypto" : "--policy-protection managed";
+  const where =
+    mode === "crypto" ? "--crypto-url (AUTHORITY_CRYPTO_URL)" : "--managed-url (AUTHORITY_MANAGED_URL)";
+  return (
+    `${chosen} needs the crypto service: --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE), ` +
+    `the service identity's credentials, and ${where}; ` +
+    "for a single-process trial choose --policy-protection embedded (AUTHORITY_POLICY_PROTECTION=embedded): " +
+    "every key then lives in this process under its KEK"
+  );
+}
+
 const AUTHORITY_NOTES = `A missing KEK file is an error that names the path: a new KEK is created (mode 0600) only by
 an explicit init — \`--init-kek\` (SQLite store only; \`authority crypto --init-kek\` likewise) or
 the \`authority dev\` / \`demo\` quick start. With a shared store (PostgreSQL, Redis) the KEK must be
@@ -400,12 +416,9 @@ export const authoritySchema = defineProcess({
     refuseKekInitOnSharedStore(initKek, store);
     const redis = read.optional("redisUrl");
     const credentialsFile = read.optional("cryptoCredentialsFile");
-    const protectionMode =
-      read.optional("policyProtection") ?? (credentialsFile === undefined ? "embedded" : "crypto");
+    const protectionMode = read.value("policyProtection");
     if (protectionMode !== "embedded" && credentialsFile === undefined) {
-      throw new ConfigError(
-        `--policy-protection ${protectionMode} needs --crypto-credentials-file (AUTHORITY_CRYPTO_CREDENTIALS_FILE): the service identity's credentials`,
-      );
+      throw new ConfigError(missingCustodyMessage(protectionMode));
     }
     if (protectionMode !== "embedded" && (initKek || kekValue !== undefined)) {
       throw new ConfigError(

@@ -8,6 +8,17 @@ import { parseConfigText } from "../../src/config/file.ts";
 import { authorityEgressPolicy } from "../../src/servers/authority/build.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 
+/**
+ * The tests of other settings resolve the one-process mode, chosen explicitly: without it (or
+ * the crypto service's settings) `serve` refuses to start (the policy-protection test below).
+ */
+function resolveTrial(inputs: Parameters<typeof resolveAuthorityConfig>[0]) {
+  return resolveAuthorityConfig({
+    ...inputs,
+    env: { AUTHORITY_POLICY_PROTECTION: "embedded", ...inputs.env },
+  });
+}
+
 describe("authority serve configuration", () => {
   let dir: TempDir;
   before(async () => {
@@ -16,8 +27,8 @@ describe("authority serve configuration", () => {
   after(() => dir.cleanup());
 
   test("egress-allow: CIDRs, address:port and host entries; nothing internal by default; own services refused", async () => {
-    assert.deepEqual(resolveAuthorityConfig({ env: {} }).egress.allow, []);
-    const config = resolveAuthorityConfig({
+    assert.deepEqual(resolveTrial({ env: {} }).egress.allow, []);
+    const config = resolveTrial({
       env: { AUTHORITY_EGRESS_ALLOW: "10.0.0.0/8, 127.0.0.1:18080,[::1]:9000" },
       flags: { "crypto-url": "http://10.1.1.1:8082" },
     });
@@ -40,7 +51,7 @@ describe("authority serve configuration", () => {
     }
     for (const bad of ["*.orders.internal:443", "10.0.0.1/8", "127.1:80", "*"]) {
       assert.throws(
-        () => resolveAuthorityConfig({ env: { AUTHORITY_EGRESS_ALLOW: bad } }),
+        () => resolveTrial({ env: { AUTHORITY_EGRESS_ALLOW: bad } }),
         (error: unknown) =>
           error instanceof ConfigError && error.message.startsWith("AUTHORITY_EGRESS_ALLOW"),
         bad,
@@ -49,7 +60,7 @@ describe("authority serve configuration", () => {
   });
 
   test("defaults follow docs/configuration.md", () => {
-    const config = resolveAuthorityConfig({ env: {}, cwd: "/srv" });
+    const config = resolveTrial({ env: {}, cwd: "/srv" });
     assert.deepEqual(config.listen, { host: "127.0.0.1", port: 8080 });
     assert.equal(config.publicUrl, "http://127.0.0.1:8080");
     assert.equal(config.issuer, "http://127.0.0.1:8083");
@@ -68,7 +79,7 @@ describe("authority serve configuration", () => {
   });
 
   test("flags win over the environment, which wins over the file", () => {
-    const config = resolveAuthorityConfig({
+    const config = resolveTrial({
       flags: { listen: "0.0.0.0:9000" },
       env: {
         AUTHORITY_LISTEN: "127.0.0.1:1",
@@ -96,12 +107,12 @@ describe("authority serve configuration", () => {
   });
 
   test("a KEK is generated only on --init-kek, and never for a shared (Redis) store", () => {
-    const config = resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" } });
+    const config = resolveTrial({ env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" } });
     assert.equal(config.kek.createIfMissing, false);
-    assert.equal(resolveAuthorityConfig({ flags: { "init-kek": "true" } }).kek.createIfMissing, true);
+    assert.equal(resolveTrial({ flags: { "init-kek": "true" } }).kek.createIfMissing, true);
     assert.throws(
       () =>
-        resolveAuthorityConfig({
+        resolveTrial({
           flags: { "init-kek": "true" },
           env: { AUTHORITY_STORE_URL: "redis://127.0.0.1:6390/2" },
         }),
@@ -109,8 +120,27 @@ describe("authority serve configuration", () => {
     );
   });
 
-  test("policy protection: embedded unless crypto credentials are given; crypto needs them", () => {
-    assert.deepEqual(resolveAuthorityConfig({ env: {} }).policyProtection, { mode: "embedded" });
+  test("policy protection: crypto by default, refused at start without the crypto service's settings; embedded only when chosen", () => {
+    // Nothing set: no silent fallback to holding every key; the message names both ways out.
+    for (const inputs of [{ env: {} }, { env: { AUTHORITY_POLICY_PROTECTION: "crypto" } }]) {
+      assert.throws(
+        () => resolveAuthorityConfig(inputs),
+        (error: Error) =>
+          /--crypto-credentials-file \(AUTHORITY_CRYPTO_CREDENTIALS_FILE\)/.test(error.message) &&
+          /--crypto-url/.test(error.message) &&
+          /--policy-protection embedded \(AUTHORITY_POLICY_PROTECTION=embedded\)/.test(error.message),
+      );
+    }
+    assert.throws(
+      () => resolveAuthorityConfig({ flags: { "policy-protection": "managed" } }),
+      /--policy-protection managed needs the crypto service: --crypto-credentials-file .*--managed-url/,
+    );
+    assert.deepEqual(
+      resolveAuthorityConfig({ flags: { "policy-protection": "embedded" } }).policyProtection,
+      {
+        mode: "embedded",
+      },
+    );
     const crypto = resolveAuthorityConfig({
       env: { AUTHORITY_CRYPTO_CREDENTIALS_FILE: "/var/run/secrets/authority/crypto.json" },
       cwd: "/srv",
@@ -120,10 +150,6 @@ describe("authority serve configuration", () => {
       credentialsFile: "/var/run/secrets/authority/crypto.json",
       tokenUrl: "http://127.0.0.1:8083/oauth2/token",
     });
-    assert.throws(
-      () => resolveAuthorityConfig({ flags: { "policy-protection": "crypto" } }),
-      /needs --crypto-credentials-file/,
-    );
     assert.deepEqual(
       resolveAuthorityConfig({
         flags: { "policy-protection": "embedded", "crypto-credentials-file": "/x.json" },
@@ -156,7 +182,7 @@ describe("authority serve configuration", () => {
     ];
     for (const [inputs, message] of cases) {
       assert.throws(
-        () => resolveAuthorityConfig(inputs),
+        () => resolveTrial(inputs),
         (error: unknown) => {
           assert.ok(error instanceof ConfigError);
           assert.match(error.message, message);
@@ -165,7 +191,7 @@ describe("authority serve configuration", () => {
       );
     }
     assert.throws(
-      () => resolveAuthorityConfig({ env: { AUTHORITY_STORE_URL: "mysql://user:hunter2@db" } }),
+      () => resolveTrial({ env: { AUTHORITY_STORE_URL: "mysql://user:hunter2@db" } }),
       (error: unknown) => error instanceof ConfigError && !error.message.includes("hunter2"),
     );
   });
@@ -174,14 +200,14 @@ describe("authority serve configuration", () => {
     const yamlPath = join(dir.path, "authority.yaml");
     await writeFile(
       yamlPath,
-      "listen: 127.0.0.1:7000\npolicy-cache-ttl: 30\nparameter-scoping-partners: a, b\n",
+      "listen: 127.0.0.1:7000\npolicy-cache-ttl: 30\nparameter-scoping-partners: a, b\npolicy-protection: embedded\n",
     );
     const fromYaml = await loadAuthorityConfig({ env: { AUTHORITY_CONFIG_FILE: yamlPath } });
     assert.equal(fromYaml.listen.port, 7000);
     assert.equal(fromYaml.policyCache.ttlMs, 30_000);
     assert.deepEqual(fromYaml.parameterScoping.partnerAllowlist, ["a", "b"]);
     const jsonPath = join(dir.path, "authority.json");
-    await writeFile(jsonPath, JSON.stringify({ audience: "json-aud" }));
+    await writeFile(jsonPath, JSON.stringify({ audience: "json-aud", "policy-protection": "embedded" }));
     const fromJson = await loadAuthorityConfig({ flags: { config: jsonPath }, env: {} });
     assert.equal(fromJson.audience, "json-aud");
     await assert.rejects(

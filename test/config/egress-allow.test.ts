@@ -24,7 +24,14 @@ interface Process {
 }
 
 const processes: readonly Process[] = [
-  { name: "serve", resolve: (inputs) => resolveProcessConfig(authoritySchema, inputs).egress.allow },
+  {
+    name: "serve",
+    resolve: (inputs) =>
+      resolveProcessConfig(authoritySchema, {
+        ...inputs,
+        env: { AUTHORITY_POLICY_PROTECTION: "embedded", ...inputs.env },
+      }).egress.allow,
+  },
   {
     name: "sidecar",
     resolve: (inputs) =>

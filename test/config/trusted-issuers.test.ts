@@ -9,7 +9,9 @@ const PLATFORM = "https://login.platform.example";
 
 describe("trusted-issuers setting", () => {
   test("without it, the single-issuer settings are the one (primary) issuer, as before", () => {
-    const config = resolveAuthorityConfig({ env: { AUTHORITY_ISSUER: "https://idp.example" } });
+    const config = resolveAuthorityConfig({
+      env: { AUTHORITY_POLICY_PROTECTION: "embedded", AUTHORITY_ISSUER: "https://idp.example" },
+    });
     assert.equal(config.issuer, "https://idp.example");
     assert.deepEqual(config.trustedIssuers, [
       {
@@ -36,7 +38,11 @@ describe("trusted-issuers setting", () => {
       ].join("\n"),
       "authority.yaml",
     );
-    const config = resolveAuthorityConfig({ env: {}, file, fileName: "authority.yaml" });
+    const config = resolveAuthorityConfig({
+      env: { AUTHORITY_POLICY_PROTECTION: "embedded" },
+      file,
+      fileName: "authority.yaml",
+    });
     assert.equal(config.issuer, "http://127.0.0.1:8083");
     assert.deepEqual(
       config.trustedIssuers.map((t) => [t.issuer, t.vouchedSubjects]),
@@ -94,7 +100,10 @@ describe("trusted-issuers setting", () => {
     ];
     for (const [value, message] of cases) {
       assert.throws(
-        () => resolveAuthorityConfig({ env: { AUTHORITY_TRUSTED_ISSUERS: value as string } }),
+        () =>
+          resolveAuthorityConfig({
+            env: { AUTHORITY_POLICY_PROTECTION: "embedded", AUTHORITY_TRUSTED_ISSUERS: value as string },
+          }),
         (error: unknown) => error instanceof ConfigError && message.test(error.message),
         String(value),
       );

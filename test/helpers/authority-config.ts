@@ -8,7 +8,13 @@ import { type AuthorityConfig, resolveAuthorityConfig } from "../../src/config/a
 
 export function testAuthorityConfig(fields: Partial<AuthorityConfig> = {}): AuthorityConfig {
   const defaults = resolveAuthorityConfig({
-    flags: { listen: "127.0.0.1:0", "record-cache-ms": "0", "log-level": "silent" },
+    flags: {
+      listen: "127.0.0.1:0",
+      "record-cache-ms": "0",
+      "log-level": "silent",
+      // Tests supply their own protector and key rings: the one-process mode, chosen explicitly.
+      "policy-protection": "embedded",
+    },
     env: {},
   });
   return { ...defaults, ...fields };

@@ -135,6 +135,8 @@ describe("authority serve with an unreachable PostgreSQL", () => {
         "serve",
         "--listen",
         "127.0.0.1:0",
+        "--policy-protection",
+        "embedded",
         "--store",
         `postgres://authority:${password}@127.0.0.1:${port}/authority`,
       ],

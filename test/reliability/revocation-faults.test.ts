@@ -74,7 +74,16 @@ async function startAuthorityProcess(
 ): Promise<{ peer: PeerProcess; url: string }> {
   const peer = startPeerProcess({
     command: process.execPath,
-    args: [join(ROOT, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--init-kek", "true"],
+    args: [
+      join(ROOT, "bin/authority.ts"),
+      "serve",
+      "--listen",
+      "127.0.0.1:0",
+      "--policy-protection",
+      "embedded",
+      "--init-kek",
+      "true",
+    ],
     env: { PATH: process.env.PATH ?? "", ...env },
   });
   const deadline = Date.now() + 30_000;

@@ -67,6 +67,7 @@ describe("composition roots: each process built from its validated configuration
         store: `sqlite:${join(dir.path, "authority.db")}`,
         "kek-file": join(dir.path, "kek"),
         "init-kek": "true",
+        "policy-protection": "embedded",
         issuer,
         "service-identity": "composition",
         "workload-token-lifetime": "120",
@@ -113,7 +114,12 @@ describe("composition roots: each process built from its validated configuration
     const keyRings = createProcessKeyRings();
     const fixed = new Date("2030-01-02T03:04:05Z");
     const config = resolveAuthorityConfig({
-      flags: { listen: "127.0.0.1:0", issuer, "service-identity": "composition" },
+      flags: {
+        listen: "127.0.0.1:0",
+        issuer,
+        "service-identity": "composition",
+        "policy-protection": "embedded",
+      },
       env: {},
     });
     const second = await buildAuthorityService(config, {

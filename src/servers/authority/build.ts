@@ -273,6 +273,7 @@ export async function buildAuthorityService(
         serviceIdentity: config.serviceIdentity,
         parameterScoping: config.parameterScoping,
         mcp: config.mcp,
+        policyProtection: { mode: config.policyProtection.mode },
       },
       store,
       verifier,

@@ -39,6 +39,8 @@ export interface AuthorityServiceConfig {
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   /** Hosted MCP settings (origins, upstream timeout); defaults apply when absent. */
   readonly mcp?: McpConfig;
+  /** Who holds the keys (diagnostics shows it; the embedded mode is flagged). */
+  readonly policyProtection: { readonly mode: "crypto" | "managed" | "embedded" };
 }
 
 /** Everything a route of the authority service needs, built once at start. */

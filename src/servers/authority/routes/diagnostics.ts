@@ -22,6 +22,7 @@ export function diagnosticsRoutes(context: AuthorityContext): FastifyPluginAsync
           audience: config.audience,
           public_url: displayUrl(config.publicUrl) ?? "(invalid)",
           service_identity: config.serviceIdentity,
+          key_custody: config.policyProtection.mode,
           body_limit_bytes: config.bodyLimitBytes,
           parameter_scoping: {
             enabled: config.parameterScoping.enabled,

@@ -34,6 +34,7 @@ export async function startHarness(
       "state-dir": dir.path,
       store: options.storeUrl ?? `sqlite:${join(dir.path, "authority.db")}`,
       "log-level": "silent",
+      "policy-protection": "embedded",
       ...options.settings,
     },
     env: {},

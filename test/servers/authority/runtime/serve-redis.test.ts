@@ -43,7 +43,16 @@ describe("authority serve with an unreachable --redis-url", () => {
     port = await freePort();
     serve = startPeerProcess({
       command: process.execPath,
-      args: [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--init-kek", "true"],
+      args: [
+        join(root, "bin/authority.ts"),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policy-protection",
+        "embedded",
+        "--init-kek",
+        "true",
+      ],
       cwd: dir.path,
       env: {
         PATH: process.env.PATH ?? "",

@@ -47,7 +47,16 @@ describe("authority serve", () => {
     dir = await makeTempDir("serve-");
     child = spawn(
       process.execPath,
-      [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--init-kek", "true"],
+      [
+        join(root, "bin/authority.ts"),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policy-protection",
+        "embedded",
+        "--init-kek",
+        "true",
+      ],
       {
         cwd: dir.path,
         env: {
@@ -123,7 +132,16 @@ describe("authority serve", () => {
     const typo = join(dir.path, "state", "kek-typo");
     const failing = spawn(
       process.execPath,
-      [join(root, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--kek-file", typo],
+      [
+        join(root, "bin/authority.ts"),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policy-protection",
+        "embedded",
+        "--kek-file",
+        typo,
+      ],
       {
         cwd: dir.path,
         env: {
