@@ -4,6 +4,7 @@
  * starts from.
  */
 import { join, resolve } from "node:path";
+import { ConfigError } from "./errors.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
   bearerTokenSettings,
@@ -11,12 +12,22 @@ import {
   embeddedStateSettings,
   kekSettings,
   type LogLevel,
+  list,
   listenAddress,
   logLevelSetting,
+  path,
   refuseKekInitOnSharedStore,
   setting,
   text,
 } from "./settings.ts";
+
+/** A service owner kept as the operator's files say at every start (decision 2601). */
+export interface ServiceOwnerBootstrap {
+  readonly id: string;
+  /** JSON file or directory with `api_key`, `access_key`, `secret_key`. */
+  readonly credentialsPath: string;
+  readonly allowedSubjects: readonly string[];
+}
 
 export interface CryptoCommandConfig {
   readonly host: string;
@@ -32,6 +43,7 @@ export interface CryptoCommandConfig {
   readonly audience: string;
   readonly adminRole: string;
   readonly logLevel: LogLevel;
+  readonly serviceOwner?: ServiceOwnerBootstrap;
 }
 
 export const cryptoSettings = {
@@ -52,6 +64,28 @@ export const cryptoSettings = {
     default: "admin",
     parse: text(),
   }),
+  serviceOwner: setting({
+    key: "service-owner",
+    env: "AUTHORITY_CRYPTO_SERVICE_OWNER",
+    description:
+      "a service owner (`service:<identity>`, the authority's) provisioned at start from --service-owner-credentials, or brought up to date with them (new credentials replace the old; its keys stay): the Helm chart's way, no admin call by hand",
+    parse: text(),
+  }),
+  serviceOwnerCredentials: setting({
+    key: "service-owner-credentials",
+    env: "AUTHORITY_CRYPTO_SERVICE_OWNER_CREDENTIALS",
+    description:
+      "mounted secret of that owner: a JSON file with `api_key`, `access_key`, `secret_key` (16-256 visible ASCII characters each), or a directory with one file per field",
+    parse: path,
+  }),
+  serviceOwnerSubjects: setting({
+    key: "service-owner-subjects",
+    env: "AUTHORITY_CRYPTO_SERVICE_OWNER_SUBJECTS",
+    description:
+      "token subjects allowed to use that owner's credentials (the `sub` of the authority's IdP service account)",
+    defaultText: "any subject the issuer vouches for",
+    parse: list,
+  }),
   logLevel: logLevelSetting(),
 } as const;
 
@@ -67,6 +101,16 @@ export const cryptoSchema = defineProcess({
     const initKek = read.value("initKek");
     refuseKekInitOnSharedStore(initKek, storeUrl);
     const kek = read.optional("kek");
+    const serviceOwnerId = read.optional("serviceOwner");
+    const serviceOwnerCredentials = read.optional("serviceOwnerCredentials");
+    if ((serviceOwnerId === undefined) !== (serviceOwnerCredentials === undefined)) {
+      throw new ConfigError(
+        "--service-owner (AUTHORITY_CRYPTO_SERVICE_OWNER) and --service-owner-credentials (AUTHORITY_CRYPTO_SERVICE_OWNER_CREDENTIALS) go together",
+      );
+    }
+    if (serviceOwnerId !== undefined && !/^service:[A-Za-z0-9][A-Za-z0-9._@~-]{0,119}$/.test(serviceOwnerId)) {
+      throw new ConfigError("--service-owner must be service:<identity>, e.g. service:authority");
+    }
     return {
       host,
       port,
@@ -79,6 +123,15 @@ export const cryptoSchema = defineProcess({
       audience: read.optional("audience") ?? "authority",
       adminRole: read.value("adminRole"),
       logLevel: read.value("logLevel"),
+      ...(serviceOwnerId === undefined || serviceOwnerCredentials === undefined
+        ? {}
+        : {
+            serviceOwner: {
+              id: serviceOwnerId,
+              credentialsPath: resolve(read.cwd, serviceOwnerCredentials),
+              allowedSubjects: read.optional("serviceOwnerSubjects") ?? [],
+            },
+          }),
     };
   },
 });

@@ -1,6 +1,6 @@
 /**
  * The authority service's credentials for the crypto service, read from a mounted secret
- * file (JSON), never from flags: the identity-provider service account (`username`,
+ * file (JSON) or directory (a file per field), never from flags: the identity-provider service account (`username`,
  * `password`: the password grant gives the bearer token, cached until shortly before it
  * expires) and the partner credentials of the policy owners — the service identity's
  * (`api_key`, `access_key`, `secret_key`), which also acts for the subjects' owners it
@@ -8,9 +8,11 @@
  * subject_credentials_v1 subjects the operator provisioned. Errors name the file and the
  * field, never a value.
  */
-import { readFile } from "node:fs/promises";
 import type { PartnerCredentials } from "../clients/crypto-service/credentials.ts";
 import { ConfigError } from "../config/errors.ts";
+import { readSecretFields } from "../config/secret-fields.ts";
+
+const CREDENTIAL_FIELDS = ["username", "password", "api_key", "access_key", "secret_key"] as const;
 
 export interface ServiceCryptoCredentials {
   readonly username: string;
@@ -59,21 +61,12 @@ export function parseServiceCryptoCredentials(json: unknown, where: string): Ser
   };
 }
 
+/**
+ * A JSON file, or a directory with one file per field (`username`, `password`, `api_key`,
+ * `access_key`, `secret_key`): what the chart mounts from two Secrets joined in one projected
+ * volume, the IdP account's and the generated service identity's (decision 2601).
+ */
 export async function loadServiceCryptoCredentials(path: string): Promise<ServiceCryptoCredentials> {
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (error) {
-    const missing = (error as { code?: unknown }).code === "ENOENT";
-    throw new ConfigError(
-      `the crypto credentials file ${path} ${missing ? "does not exist" : "cannot be read"}`,
-    );
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw new ConfigError(`the crypto credentials file ${path} is not JSON`);
-  }
-  return parseServiceCryptoCredentials(json, `the crypto credentials file ${path}`);
+  const fields = await readSecretFields(path, CREDENTIAL_FIELDS, "the crypto credentials file");
+  return parseServiceCryptoCredentials(fields, `the crypto credentials file ${path}`);
 }

@@ -163,6 +163,38 @@ In crypto and managed modes the crypto service holds every key and the pod gets 
 {{- end }}
 
 {{/*
+The chart's crypto service (decision 2601): deployed in crypto and managed modes unless
+cryptoService.enabled=false; "true" or "".
+*/}}
+{{- define "authority.cryptoServiceDeployed" -}}
+{{- if and .Values.cryptoService.enabled (not (include "authority.embeddedKeys" .)) }}true{{- end }}
+{{- end }}
+
+{{- define "authority.cryptoName" -}}
+{{- printf "%s-crypto" (include "authority.fullname" .) }}
+{{- end }}
+
+{{/*
+The crypto service the authority calls: authority.cryptoUrl, else the chart's own; empty keeps
+the service's default.
+*/}}
+{{- define "authority.cryptoUrl" -}}
+{{- if .Values.authority.cryptoUrl }}
+{{- .Values.authority.cryptoUrl }}
+{{- else if include "authority.cryptoServiceDeployed" . }}
+{{- printf "http://%s.%s.svc.cluster.local:8082" (include "authority.cryptoName" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret with the service identity's credentials at the chart's crypto service (api_key,
+access_key, secret_key): the operator's, or the one the chart generates.
+*/}}
+{{- define "authority.serviceIdentitySecret" -}}
+{{- default (printf "%s-service-identity" (include "authority.cryptoName" .)) .Values.cryptoService.serviceIdentity.existingSecret }}
+{{- end }}
+
+{{/*
 Mount directories of the key-custody files (the env vars name the files inside them).
 */}}
 {{- define "authority.credentialsDir" -}}/var/run/authority/crypto-credentials{{- end }}
@@ -182,8 +214,15 @@ Checks of the key custody (authority.policyProtection, authority.kek).
 {{- fail (printf "authority.policyProtection.mode=embedded on store.backend=%s needs authority.kek.existingSecret: replicas sharing a store share one KEK, which is never generated for a shared store (or use mode crypto or managed: no KEK at all)" .Values.authority.store.backend) }}
 {{- end }}
 {{- else }}
-{{- if not $p.credentialsSecret }}
-{{- fail (printf "authority.policyProtection.mode=%s needs authority.policyProtection.credentialsSecret: an existing Secret with the service identity's credentials JSON (username, password, api_key, access_key, secret_key)" $p.mode) }}
+{{- if include "authority.cryptoServiceDeployed" . }}
+{{- if $p.credentialsSecret }}
+{{- fail "authority.policyProtection.credentialsSecret is for a crypto service of your own: with the chart's (cryptoService.enabled) the chart provisions the service identity and joins it with authority.policyProtection.serviceAccountSecret; set cryptoService.enabled=false to use yours" }}
+{{- end }}
+{{- if .Values.authority.cryptoUrl }}
+{{- fail "authority.cryptoUrl names a crypto service of your own, but cryptoService.enabled deploys the chart's: set cryptoService.enabled=false, or leave authority.cryptoUrl empty" }}
+{{- end }}
+{{- else if not $p.credentialsSecret }}
+{{- fail (printf "authority.policyProtection.mode=%s with cryptoService.enabled=false needs authority.policyProtection.credentialsSecret: an existing Secret with the service identity's credentials JSON (username, password, api_key, access_key, secret_key) for your crypto service at authority.cryptoUrl" $p.mode) }}
 {{- end }}
 {{- if .Values.authority.kek.existingSecret }}
 {{- fail (printf "authority.policyProtection.mode=%s holds no key-encryption key (the crypto service keeps every key): remove authority.kek.existingSecret" $p.mode) }}

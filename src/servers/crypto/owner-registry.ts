@@ -93,7 +93,22 @@ export interface OwnerRegistryOptions {
   readonly maxCachedOwners?: number;
 }
 
+/** What ensureService did (logged; never the credentials). */
+export type EnsuredService = "provisioned" | "unchanged" | "updated";
+
+export interface EnsureServiceInput {
+  readonly id: string;
+  readonly allowedSubjects: readonly string[];
+  readonly credentials: PartnerCredentials;
+}
+
 export interface OwnerRegistry {
+  /**
+   * A service owner as the operator's mounted secret says (decision 2601): provisioned when
+   * absent; its credentials and allowed subjects replaced when they differ (keys kept). An owner
+   * of that id that is not an undelegated service owner is `owner_exists`, never taken over.
+   */
+  ensureService(input: EnsureServiceInput): Promise<EnsuredService>;
   provision(input: ProvisionOwnerInput): Promise<{ owner: Owner; credentials: PartnerCredentials }>;
   rotate(id: string): Promise<{ owner: Owner; previousKeyId: string }>;
   get(id: string): Promise<Owner | undefined>;
@@ -278,6 +293,53 @@ export async function createOwnerRegistry(options: OwnerRegistryOptions): Promis
   }
 
   const registry: OwnerRegistry = {
+    ensureService(input) {
+      const checked = checkInput({ ...input, kind: "service" });
+      const credentials = checked.credentials;
+      if (credentials === undefined) {
+        throw new CryptoServiceError("invalid_request", { message: "Credentials are required." });
+      }
+      return withLock(checked.id, async () => {
+        const stored = await store.get<StoredOwner>(OWNERS, checked.id);
+        if (stored === undefined) {
+          await registry.provision({
+            id: checked.id,
+            kind: "service",
+            allowedSubjects: checked.allowedSubjects ?? [],
+            credentials,
+          });
+          return "provisioned";
+        }
+        const current = toOwner(stored, kek);
+        if (current.kind !== "service" || current.delegate !== undefined) {
+          throw new CryptoServiceError("owner_exists", {
+            message: "An owner of this id exists and is not an undelegated service owner.",
+          });
+        }
+        const digests = digestCredentials(pepper, credentials);
+        const sameCredentials = digestsMatch(current.credentials, digests);
+        const subjects = checked.allowedSubjects;
+        const sameSubjects =
+          JSON.stringify([...(current.allowedSubjects ?? [])].sort()) ===
+          JSON.stringify([...(subjects ?? [])].sort());
+        if (sameCredentials && sameSubjects) return "unchanged";
+        // The new access key's index entry is claimed first: a key another owner uses is refused.
+        const newAccessKey = digests.accessKey !== current.credentials.accessKey;
+        if (newAccessKey && !(await store.create(ACCESS_KEYS, digests.accessKey, { ownerId: checked.id }))) {
+          throw new CryptoServiceError("owner_exists", { message: "These credentials are already in use." });
+        }
+        const updated: Owner = { ...current, allowedSubjects: subjects, credentials: digests };
+        await store.put(OWNERS, checked.id, toStored(updated, kek));
+        owners.set(checked.id, updated);
+        if (newAccessKey) {
+          await store.delete(ACCESS_KEYS, current.credentials.accessKey);
+          accessIndex.delete(current.credentials.accessKey);
+          accessIndex.set(digests.accessKey, checked.id);
+        }
+        return "updated";
+      });
+    },
+
     async provision(input) {
       const { id, kind, allowedSubjects, delegate, credentials: fixed } = checkInput(input);
       const credentials = fixed ?? generateCredentials();

@@ -31,6 +31,8 @@ import { CryptoServerConfigError, type CryptoServerOptions, resolveCryptoServerO
 import {
   assertOwnerId,
   createOwnerRegistry,
+  type EnsuredService,
+  type EnsureServiceInput,
   OWNER_KINDS,
   type Owner,
   type OwnerKind,
@@ -69,6 +71,8 @@ export interface CryptoServer {
   listen(address?: ListenAddress): Promise<string>;
   close(): Promise<void>;
   provisionOwner(input: ProvisionOwnerInput): Promise<ProvisionedOwner>;
+  /** The operator's service owner, kept as its mounted secret says (OwnerRegistry.ensureService). */
+  ensureServiceOwner(input: EnsureServiceInput): Promise<EnsuredService>;
   rotateOwner(id: string): Promise<RotatedOwner>;
   publicKeys(id: string): Promise<PublicKeyRingJson>;
   hasOwner(id: string): Promise<boolean>;
@@ -435,6 +439,7 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
       await pool?.close();
     },
     provisionOwner,
+    ensureServiceOwner: (input) => registry.ensureService(input),
     rotateOwner,
     publicKeys,
     async hasOwner(id) {
