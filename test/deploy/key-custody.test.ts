@@ -36,7 +36,11 @@ import {
  */
 
 const CREDENTIALS_SECRET = "authority-crypto-credentials";
+/** Your own crypto service (not the chart's) with your credentials Secret. */
+const external = ["--set", "cryptoService.enabled=false"];
+const embedded = (...more: string[]) => ["--set", "authority.policyProtection.mode=embedded", ...more];
 const crypto = (...more: string[]) => [
+  ...external,
   "--set",
   "authority.policyProtection.mode=crypto",
   "--set",
@@ -44,6 +48,7 @@ const crypto = (...more: string[]) => [
   ...more,
 ];
 const managed = (...more: string[]) => [
+  ...external,
   "--set",
   "authority.policyProtection.mode=managed",
   "--set",
@@ -64,17 +69,21 @@ const authorityText = (objects: Obj[]) =>
   );
 
 describe("chart key custody: what the authority pod gets", () => {
-  it("embedded (the default): the mode said explicitly, a KEK created by the explicit init, no credentials", async () => {
-    const objects = await renderChart([]);
+  it("embedded (chosen explicitly): a KEK created by the explicit init, no credentials, no crypto service", async () => {
+    const objects = await renderChart(embedded());
     const { pod, container } = deploymentPod(objects, "authority");
     assert.equal(configMapData(objects, "authority").AUTHORITY_POLICY_PROTECTION, "embedded");
     assert.deepEqual(envEntries(container), [{ name: "AUTHORITY_INIT_KEK", value: "true" }]);
     assert.deepEqual(names(volumes(pod)), ["state", "tmp"]);
     assert.doesNotMatch(authorityText(objects), /CREDENTIALS|MANAGED_CA|crypto-credentials/);
+    assert.equal(
+      objects.some((o) => isObj(o.metadata) && String(o.metadata.name).startsWith("authority-crypto")),
+      false,
+    );
   });
 
   it("embedded with a KEK Secret: the KEK file mounted read-only, no init", async () => {
-    const objects = await renderChart(["--set", "authority.kek.existingSecret=authority-kek"]);
+    const objects = await renderChart(embedded("--set", "authority.kek.existingSecret=authority-kek"));
     const { pod, container } = deploymentPod(objects, "authority");
     assert.deepEqual(envEntries(container), [
       { name: "AUTHORITY_KEK_FILE", value: "/var/run/authority/kek/kek" },
@@ -199,14 +208,29 @@ describe("chart key custody: what the authority pod gets", () => {
 describe("chart key custody: combinations refused with a clear message", () => {
   const refusals: Array<[string, string[], RegExp]> = [
     [
-      "crypto mode without a credentials Secret",
-      ["--set", "authority.policyProtection.mode=crypto"],
-      /policyProtection\.mode=crypto needs authority\.policyProtection\.credentialsSecret/,
+      "crypto mode on a crypto service of your own without a credentials Secret",
+      [...external, "--set", "authority.policyProtection.mode=crypto"],
+      /policyProtection\.mode=crypto with cryptoService\.enabled=false needs authority\.policyProtection\.credentialsSecret/,
     ],
     [
-      "managed mode without a credentials Secret",
-      ["--set", "authority.policyProtection.mode=managed"],
-      /policyProtection\.mode=managed needs authority\.policyProtection\.credentialsSecret/,
+      "managed mode on a crypto service of your own without a credentials Secret",
+      [...external, "--set", "authority.policyProtection.mode=managed"],
+      /policyProtection\.mode=managed with cryptoService\.enabled=false needs authority\.policyProtection\.credentialsSecret/,
+    ],
+    [
+      "a credentials Secret beside the chart's crypto service (which provisions the identity itself)",
+      ["--set", `authority.policyProtection.credentialsSecret=${CREDENTIALS_SECRET}`],
+      /credentialsSecret is for a crypto service of your own/,
+    ],
+    [
+      "a crypto URL of your own beside the chart's crypto service",
+      ["--set", "authority.cryptoUrl=http://crypto.elsewhere:8082"],
+      /authority\.cryptoUrl names a crypto service of your own, but cryptoService\.enabled deploys the chart's/,
+    ],
+    [
+      "the chart's crypto service with a KEK Secret for the authority",
+      ["--set", "authority.kek.existingSecret=authority-kek"],
+      /mode=crypto holds no key-encryption key/,
     ],
     [
       "crypto mode with a KEK Secret",
@@ -220,7 +244,7 @@ describe("chart key custody: combinations refused with a clear message", () => {
     ],
     [
       "a credentials Secret in the embedded mode (a KEK would be kept while the operator thinks not)",
-      ["--set", `authority.policyProtection.credentialsSecret=${CREDENTIALS_SECRET}`],
+      embedded("--set", `authority.policyProtection.credentialsSecret=${CREDENTIALS_SECRET}`),
       /are for mode crypto or managed, but authority\.policyProtection\.mode is embedded/,
     ],
     [
@@ -240,19 +264,19 @@ describe("chart key custody: combinations refused with a clear message", () => {
     ],
     [
       "the embedded mode on the shared Redis store without a KEK Secret",
-      ["--set", "authority.store.backend=redis", "--set", "redis.enabled=true"],
+      embedded("--set", "authority.store.backend=redis", "--set", "redis.enabled=true"),
       /mode=embedded on store\.backend=redis needs authority\.kek\.existingSecret/,
     ],
     [
       "several embedded replicas without a shared KEK (the schema)",
-      [
+      embedded(
         "--set",
         "authority.replicaCount=2",
         "--set",
         "authority.store.backend=redis",
         "--set",
         "redis.enabled=true",
-      ],
+      ),
       /values don't meet the specifications of the schema/,
     ],
     [
@@ -358,6 +382,7 @@ describe("authority serve with exactly what the rendered pod gives it", () => {
       const late = `agent-${mode}-late`;
       const podDir = join(dir.path, `pod-${mode}`);
       const values = [
+        ...external,
         "--set",
         `authority.policyProtection.mode=${mode}`,
         "--set",

@@ -2,9 +2,9 @@
  * The chart rendered by the real Helm, and one of its containers started the way the kubelet
  * would start it on a test machine: the container's environment exactly as rendered (its
  * ConfigMap's data through envFrom, then its literal `env` values; a `valueFrom` is resolved
- * from the Secrets the test says exist), and every volume it mounts materialised in a temp dir
- * at the mount path's basename — emptyDirs empty, Secret and ConfigMap volumes with exactly the
- * items the pod spec projects. Paths in the environment that point into a mount are rewritten
+ * from the Secrets the test says exist or the release renders), and every volume it mounts
+ * materialised in a temp dir at the mount path's basename — emptyDirs and PVCs as directories,
+ * Secret, projected and ConfigMap volumes with exactly the items the pod spec projects. Paths in the environment that point into a mount are rewritten
  * to the materialised directory; nothing else is changed or inherited.
  */
 import assert from "node:assert/strict";
@@ -108,6 +108,21 @@ export interface Kubelet {
   readonly mounted: ReadonlyMap<string, string>;
 }
 
+/** A Secret the chart renders itself (generated credentials): name → key → decoded value. */
+function renderedSecrets(objects: readonly Obj[]): Record<string, Record<string, string>> {
+  const found: Record<string, Record<string, string>> = {};
+  for (const o of objects) {
+    if (o.kind !== "Secret" || !isObj(o.metadata) || !isObj(o.data)) continue;
+    found[String(o.metadata.name)] = Object.fromEntries(
+      Object.entries(o.data).map(([key, value]) => [
+        key,
+        Buffer.from(String(value), "base64").toString("utf8"),
+      ]),
+    );
+  }
+  return found;
+}
+
 function lookup(
   source: Readonly<Record<string, Readonly<Record<string, string>>>> | undefined,
   what: string,
@@ -127,6 +142,21 @@ export async function asKubelet(
   dir: string,
 ): Promise<Kubelet> {
   const mounted = new Map<string, string>();
+  // The cluster's Secrets, then those the release itself creates.
+  const secrets = { ...renderedSecrets(objects), ...cluster.secrets };
+  const project = async (
+    target: string,
+    what: string,
+    name: string,
+    from: Readonly<Record<string, Readonly<Record<string, string>>>> | undefined,
+    items: Obj[],
+    mode: number,
+  ) => {
+    assert.ok(items.length > 0, `${what} ${name} projects named items`);
+    for (const item of items) {
+      await writeFile(join(target, String(item.path)), lookup(from, what, name, String(item.key)), { mode });
+    }
+  };
   for (const mount of mounts(rendered.container)) {
     const volume = volumes(rendered.pod).find((v) => v.name === mount.name);
     assert.ok(volume !== undefined, `volume ${String(mount.name)} is declared by the pod`);
@@ -134,30 +164,35 @@ export async function asKubelet(
     const target = join(dir, basename(mountPath));
     assert.ok(![...mounted.values()].includes(target), `two mounts named ${basename(mountPath)}`);
     await mkdir(target, { recursive: true });
-    const projected = isObj(volume.secret)
-      ? { what: "Secret", name: String(volume.secret.secretName), from: cluster.secrets, spec: volume.secret }
-      : isObj(volume.configMap)
-        ? {
-            what: "ConfigMap",
-            name: String(volume.configMap.name),
-            from: cluster.configMaps,
-            spec: volume.configMap,
-          }
-        : undefined;
-    if (projected === undefined) {
-      assert.ok(
-        isObj(volume.emptyDir),
-        `volume ${String(volume.name)}: only emptyDir, Secret and ConfigMap here`,
+    if (isObj(volume.secret)) {
+      const spec = volume.secret;
+      const mode = Number(spec.defaultMode ?? 0o644);
+      await project(target, "Secret", String(spec.secretName), secrets, (spec.items ?? []) as Obj[], mode);
+    } else if (isObj(volume.configMap)) {
+      const spec = volume.configMap;
+      const mode = Number(spec.defaultMode ?? 0o644);
+      await project(
+        target,
+        "ConfigMap",
+        String(spec.name),
+        cluster.configMaps,
+        (spec.items ?? []) as Obj[],
+        mode,
       );
-    } else {
-      const items = (projected.spec.items ?? []) as Obj[];
-      assert.ok(items.length > 0, `${projected.what} volume ${String(volume.name)} projects named items`);
-      for (const item of items) {
-        const value = lookup(projected.from, projected.what, projected.name, String(item.key));
-        await writeFile(join(target, String(item.path)), value, {
-          mode: Number(projected.spec.defaultMode ?? 0o644),
-        });
+    } else if (isObj(volume.projected)) {
+      // Several Secrets joined in one directory, as the kubelet projects them.
+      const mode = Number(volume.projected.defaultMode ?? 0o644);
+      for (const source of (volume.projected.sources ?? []) as Obj[]) {
+        assert.ok(isObj(source.secret), `volume ${String(volume.name)}: only Secret sources here`);
+        const items = (source.secret.items ?? []) as Obj[];
+        await project(target, "Secret", String(source.secret.name), secrets, items, mode);
       }
+    } else {
+      // emptyDir, or a PersistentVolumeClaim: a directory that outlives the process (kept in `dir`).
+      assert.ok(
+        isObj(volume.emptyDir) || isObj(volume.persistentVolumeClaim),
+        `volume ${String(volume.name)}: only emptyDir, PVC, Secret, projected and ConfigMap here`,
+      );
     }
     mounted.set(mountPath, target);
   }
@@ -180,7 +215,7 @@ export async function asKubelet(
     else {
       const ref = isObj(entry.valueFrom) ? entry.valueFrom.secretKeyRef : undefined;
       assert.ok(isObj(ref), `env ${name}: a value or a secretKeyRef`);
-      env[name] = lookup(cluster.secrets, "Secret", String(ref.name), String(ref.key));
+      env[name] = lookup(secrets, "Secret", String(ref.name), String(ref.key));
     }
   }
   for (const [name, value] of Object.entries(env)) env[name] = inMount(value);
