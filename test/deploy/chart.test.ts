@@ -74,7 +74,10 @@ describe("values.schema.json", () => {
     ["several replicas on SQLite", { authority: { replicaCount: 3 } }],
     [
       "several embedded replicas on Redis without a shared KEK",
-      { authority: { replicaCount: 2, store: { backend: "redis" } }, redis: { enabled: true } },
+      {
+        authority: { replicaCount: 2, store: { backend: "redis" }, policyProtection: { mode: "embedded" } },
+        redis: { enabled: true },
+      },
     ],
     [
       "several crypto-mode replicas on SQLite",

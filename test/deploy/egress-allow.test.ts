@@ -51,7 +51,10 @@ describe("chart: egress.allow", () => {
     const authorityData = configMapData(objects, "AUTHORITY_LISTEN");
     assert.ok(authorityData !== undefined);
     const authority = resolveAuthorityConfig({
-      env: { AUTHORITY_EGRESS_ALLOW: String(authorityData.AUTHORITY_EGRESS_ALLOW) },
+      env: {
+        AUTHORITY_EGRESS_ALLOW: String(authorityData.AUTHORITY_EGRESS_ALLOW),
+        AUTHORITY_POLICY_PROTECTION: "embedded",
+      },
     });
     assert.deepEqual(
       authority.egress.allow.map((e) => e.text),

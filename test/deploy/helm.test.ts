@@ -6,9 +6,9 @@ import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { MutatingWebhookConfiguration } from "kubernetes-models/admissionregistration.k8s.io/v1";
 import { Deployment } from "kubernetes-models/apps/v1";
-import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
+import { Ingress, NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
-import { ConfigMap, PersistentVolumeClaim, Service, ServiceAccount } from "kubernetes-models/v1";
+import { ConfigMap, PersistentVolumeClaim, Secret, Service, ServiceAccount } from "kubernetes-models/v1";
 import { parseAllDocuments } from "yaml";
 import { projectTool } from "../helpers/peer-process.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
@@ -44,6 +44,7 @@ interface Kind {
 const kinds: Record<string, Kind> = {
   "v1/ConfigMap": { model: ConfigMap, module: "kubernetes-models/v1/ConfigMap", type: "IConfigMap" },
   "v1/Service": { model: Service, module: "kubernetes-models/v1/Service", type: "IService" },
+  "v1/Secret": { model: Secret, module: "kubernetes-models/v1/Secret", type: "ISecret" },
   "v1/ServiceAccount": {
     model: ServiceAccount,
     module: "kubernetes-models/v1/ServiceAccount",
@@ -68,6 +69,11 @@ const kinds: Record<string, Kind> = {
     model: NetworkPolicy,
     module: "kubernetes-models/networking.k8s.io/v1/NetworkPolicy",
     type: "INetworkPolicy",
+  },
+  "networking.k8s.io/v1/Ingress": {
+    model: Ingress,
+    module: "kubernetes-models/networking.k8s.io/v1/Ingress",
+    type: "IIngress",
   },
   "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration": {
     model: MutatingWebhookConfiguration,

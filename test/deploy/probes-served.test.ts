@@ -129,7 +129,14 @@ describe("every port and path the chart probes or scrapes is served by the proce
 
   before(async () => {
     dir = await makeTempDir("probes-served-");
-    objects = await renderChart(["--set", "metrics.serviceMonitor.enabled=true"]);
+    // The one-process mode, chosen: the probes are the same in every mode, and this test starts
+    // no crypto service (chart-crypto-service.test.ts starts both as rendered).
+    objects = await renderChart([
+      "--set",
+      "metrics.serviceMonitor.enabled=true",
+      "--set",
+      "authority.policyProtection.mode=embedded",
+    ]);
   });
   after(async () => {
     for (const child of children) child.kill("SIGKILL");
