@@ -10,7 +10,14 @@ import { stablePort } from "../helpers/stable-port.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { itemsOpenApi } from "../helpers/upstream-api.ts";
 import { isObj, type Obj, repoPath } from "./helpers.ts";
-import { asKubelet, configMapData, deploymentPod, type Kubelet, renderChart } from "./rendered-pod.ts";
+import {
+  asKubelet,
+  configMapData,
+  deploymentPod,
+  type Kubelet,
+  renderChart,
+  renderError,
+} from "./rendered-pod.ts";
 
 /**
  * Custody by default (decision 2601): with only the required values (and the test's issuer) the
@@ -275,3 +282,71 @@ async function waitReady(url: string, child: PeerProcess): Promise<void> {
   }
   assert.fail(`not ready: ${url}\n${child.output()}`);
 }
+
+describe("chart: sidecar credentials per namespace, scoped or refused; the Ingress", () => {
+  it("renders one Secret per namespace and the clients to register, each scoped to its partner and capabilities", async () => {
+    const objects = await renderChart(["-f", repoPath("charts/authority/ci/ingress-values.yaml")]);
+    const secrets = objects.filter(
+      (o) => o.kind === "Secret" && isObj(o.metadata) && o.metadata.name === "authority-sidecar-credentials",
+    );
+    assert.deepEqual(secrets.map((o) => (o.metadata as Obj).namespace).sort(), ["platform-tools", "shop"]);
+    for (const secret of secrets) {
+      assert.ok(isObj(secret.data));
+      const clientSecret = Buffer.from(String(secret.data["client-secret"]), "base64").toString("utf8");
+      assert.match(clientSecret, /^[A-Za-z0-9]{48}$/);
+    }
+    const clients = JSON.parse(configMapData(objects, "authority-sidecar-clients")["clients.json"] ?? "[]");
+    assert.deepEqual(clients, [
+      {
+        client_id: "sidecar-shop",
+        claims: { partner_id: "acme" },
+        scopes: [
+          "authority/sidecar",
+          "authority/sidecar.capability:cap_payments",
+          "authority/sidecar.capability:cap_orders",
+        ],
+        secret: { namespace: "shop", name: "authority-sidecar-credentials", key: "client-secret" },
+      },
+      {
+        client_id: "sidecar-platform-tools",
+        scopes: ["authority/sidecar", "authority/sidecar.platform"],
+        secret: { namespace: "platform-tools", name: "authority-sidecar-credentials", key: "client-secret" },
+      },
+    ]);
+    const ingress = objects.find((o) => o.kind === "Ingress");
+    assert.ok(ingress !== undefined && isObj(ingress.spec));
+    assert.equal(ingress.spec.ingressClassName, "nginx");
+    assert.equal(JSON.stringify(ingress.spec.rules).includes('"name":"authority"'), true);
+    assert.equal(
+      (await renderChart([])).some((o) => o.kind === "Ingress"),
+      false,
+      "off by default",
+    );
+  });
+
+  const refusals: Array<[string, string[], RegExp]> = [
+    [
+      "a sidecar credential without a partner (it would read every partner's secrets)",
+      ["--set-json", 'sidecarCredentials=[{"namespace":"shop","capabilities":["cap_a"]}]'],
+      /sidecarCredentials\[shop\] needs partnerId and at least one capability .*or platformWide: true/,
+    ],
+    [
+      "a partner's sidecar credential without a capability",
+      ["--set-json", 'sidecarCredentials=[{"namespace":"shop","partnerId":"acme"}]'],
+      /sidecarCredentials\[shop\] needs partnerId and at least one capability/,
+    ],
+    [
+      "a platform-wide credential that also names a partner",
+      ["--set-json", 'sidecarCredentials=[{"namespace":"ops","platformWide":true,"partnerId":"acme"}]'],
+      /sidecarCredentials\[ops\]: platformWide reads every partner's records and secrets; it takes no partnerId/,
+    ],
+    ["an Ingress without hosts", ["--set", "ingress.enabled=true"], /ingress\.enabled needs ingress\.hosts/],
+  ];
+  for (const [what, args, message] of refusals) {
+    it(`refuses ${what}`, async () => {
+      const error = await renderError(args);
+      assert.ok(error !== undefined, `${what}: rendered`);
+      assert.match(error, message);
+    });
+  }
+});

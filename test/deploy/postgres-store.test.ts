@@ -24,7 +24,10 @@ import {
  */
 
 const SECRET = "authority-postgres";
+/** The embedded mode, chosen: these tests are about the store (custody: key-custody.test.ts). */
+const embedded = ["--set", "authority.policyProtection.mode=embedded"];
 const postgresValues = [
+  ...embedded,
   "--set",
   "authority.store.backend=postgres",
   "--set",
@@ -69,6 +72,7 @@ describe("the chart on an existing PostgreSQL", () => {
   it("refuses postgres without a Secret, and embedded keys without a shared KEK", async () => {
     assert.match(
       (await renderError([
+        ...embedded,
         "--set",
         "authority.store.backend=postgres",
         "--set",
@@ -78,6 +82,7 @@ describe("the chart on an existing PostgreSQL", () => {
     );
     assert.match(
       (await renderError([
+        ...embedded,
         "--set",
         "authority.store.backend=postgres",
         "--set",
