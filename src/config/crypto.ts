@@ -108,7 +108,10 @@ export const cryptoSchema = defineProcess({
         "--service-owner (AUTHORITY_CRYPTO_SERVICE_OWNER) and --service-owner-credentials (AUTHORITY_CRYPTO_SERVICE_OWNER_CREDENTIALS) go together",
       );
     }
-    if (serviceOwnerId !== undefined && !/^service:[A-Za-z0-9][A-Za-z0-9._@~-]{0,119}$/.test(serviceOwnerId)) {
+    if (
+      serviceOwnerId !== undefined &&
+      !/^service:[A-Za-z0-9][A-Za-z0-9._@~-]{0,119}$/.test(serviceOwnerId)
+    ) {
       throw new ConfigError("--service-owner must be service:<identity>, e.g. service:authority");
     }
     return {

@@ -68,13 +68,18 @@ async function ensureServiceOwner(
     const fields = await readSecretFields(bootstrap.credentialsPath, OWNER_CREDENTIAL_FIELDS, what);
     const value = (field: (typeof OWNER_CREDENTIAL_FIELDS)[number]): string => {
       const found = fields[field];
-      if (typeof found !== "string") throw new ConfigError(`${what} ${bootstrap.credentialsPath}: the field ${field} is missing`);
+      if (typeof found !== "string")
+        throw new ConfigError(`${what} ${bootstrap.credentialsPath}: the field ${field} is missing`);
       return found;
     };
     outcome = await server.ensureServiceOwner({
       id: bootstrap.id,
       allowedSubjects: bootstrap.allowedSubjects,
-      credentials: { apiKey: value("api_key"), accessKey: value("access_key"), secretKey: value("secret_key") },
+      credentials: {
+        apiKey: value("api_key"),
+        accessKey: value("access_key"),
+        secretKey: value("secret_key"),
+      },
     });
   } catch (error) {
     // A start refused with the reason (never a value); the CLI prints it and exits.
@@ -83,7 +88,10 @@ async function ensureServiceOwner(
     }
     throw error;
   }
-  logger.info({ owner: bootstrap.id, outcome, allowedSubjects: bootstrap.allowedSubjects }, "service owner ensured");
+  logger.info(
+    { owner: bootstrap.id, outcome, allowedSubjects: bootstrap.allowedSubjects },
+    "service owner ensured",
+  );
 }
 
 export async function buildCryptoService(
