@@ -19,12 +19,14 @@ import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../execute/client-credentials.ts";
+import { createAuthInjector } from "../../execute/auth-injector.ts";
 import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
 import { createManagementToolSet } from "../../mcp/management-tools.ts";
 import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
+import { createDownstreamSender } from "../../mcp/downstream-send.ts";
 import { createMcpService, type McpService } from "../../mcp/service.ts";
 import {
   createDecisionRuntime,
@@ -87,10 +89,11 @@ export function composeAuthorityServices(
   const withEgress: AuthorityContext = { ...context, egress };
   const bindings = createBindingRuntime(withEgress, { decisions, clientCredentials }, options.bindings);
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
+  const mcpSecrets = createCachedSecretResolver(context);
   const mcpExecutor =
     options.mcpExecutor ??
     createExecutor({
-      secretResolver: createCachedSecretResolver(context),
+      secretResolver: mcpSecrets,
       tokenSetStore: createStoreTokenSetStore(context.store),
       constraintsRollout: constraintsRollout(context),
       timeoutMs: mcpConfig.upstreamTimeoutMs,
@@ -98,9 +101,21 @@ export function composeAuthorityServices(
       egress,
       clientCredentials,
     });
+  // Downstream MCP servers: the same egress gate, secrets and token caches as the executor's.
+  const downstream = createDownstreamSender({
+    egress,
+    injector: createAuthInjector({
+      secretResolver: mcpSecrets,
+      clientCredentials: mcpExecutor.clientCredentials,
+      oauthUser: mcpExecutor.oauthUser,
+    }),
+    timeoutMs: mcpConfig.upstreamTimeoutMs,
+    maxResponseBytes: mcpConfig.maxResponseBytes,
+  });
   const mcpService = createMcpService({
     runtime: decisions,
     executor: mcpExecutor,
+    downstream,
     authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
     management: createManagementToolSet(),
     adminDeps: context,
