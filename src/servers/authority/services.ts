@@ -26,6 +26,8 @@ import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
 import { createManagementToolSet } from "../../mcp/management-tools.ts";
 import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
+import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
+import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
 import { createDownstreamSender } from "../../mcp/downstream-send.ts";
 import { createMcpService, type McpService } from "../../mcp/service.ts";
 import {
@@ -48,7 +50,12 @@ export interface AuthorityServices extends AuthorityContext {
   /** Workload tokens, assertions, idempotency, envelopes and the binding executor. */
   readonly bindings: BindingRuntime;
   /** Hosted MCP: its resolved settings and the service behind /mcp. */
-  readonly mcp: { readonly config: ResolvedMcpConfig; readonly service: McpService };
+  readonly mcp: {
+    readonly config: ResolvedMcpConfig;
+    readonly service: McpService;
+    /** Lists a downstream MCP server's tools for an admin's preview and import. */
+    readonly downstreamTools: DownstreamToolLister;
+  };
   /** The process's one client-credentials token cache (per grant: one token). */
   readonly clientCredentials: ClientCredentialsTokens;
   /** Signed policy blobs handed to sidecars, one crypto call per policy version. */
@@ -102,15 +109,18 @@ export function composeAuthorityServices(
       clientCredentials,
     });
   // Downstream MCP servers: the same egress gate, secrets and token caches as the executor's.
-  const downstream = createDownstreamSender({
+  const injector = createAuthInjector({
+    secretResolver: mcpSecrets,
+    clientCredentials: mcpExecutor.clientCredentials,
+    oauthUser: mcpExecutor.oauthUser,
+  });
+  const downstreamLimits = { timeoutMs: mcpConfig.upstreamTimeoutMs, maxResponseBytes: mcpConfig.maxResponseBytes };
+  const downstream = createDownstreamSender({ egress, injector, ...downstreamLimits });
+  const downstreamTools = createDownstreamLister({
     egress,
-    injector: createAuthInjector({
-      secretResolver: mcpSecrets,
-      clientCredentials: mcpExecutor.clientCredentials,
-      oauthUser: mcpExecutor.oauthUser,
-    }),
-    timeoutMs: mcpConfig.upstreamTimeoutMs,
-    maxResponseBytes: mcpConfig.maxResponseBytes,
+    injector,
+    authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
+    ...downstreamLimits,
   });
   const mcpService = createMcpService({
     runtime: decisions,
@@ -127,7 +137,7 @@ export function composeAuthorityServices(
     ...withEgress,
     decisions,
     bindings,
-    mcp: { config: mcpConfig, service: mcpService },
+    mcp: { config: mcpConfig, service: mcpService, downstreamTools },
     clientCredentials,
     verifyOperations: createOperationIndex(bindings, context),
     signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),
