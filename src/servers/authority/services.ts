@@ -74,6 +74,9 @@ export interface AuthorityServiceOptions {
   readonly mcpExecutor?: Executor;
 }
 
+/** Deadline of listing a downstream MCP server's tools at preview and import. */
+const DOWNSTREAM_LISTING_TIMEOUT_MS = 10_000;
+
 function constraintsRollout(context: AuthorityContext) {
   const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
   return {
@@ -120,7 +123,9 @@ export function composeAuthorityServices(
     egress,
     injector,
     authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
-    ...downstreamLimits,
+    // An admin's import lists every page of a server: its own deadline, not one call's.
+    timeoutMs: DOWNSTREAM_LISTING_TIMEOUT_MS,
+    maxResponseBytes: mcpConfig.maxResponseBytes,
   });
   const mcpService = createMcpService({
     runtime: decisions,

@@ -15,7 +15,7 @@ import { putAuthProfile } from "../../../../src/admin/auth-profiles.ts";
 import { assignCapability } from "../../../../src/admin/policies.ts";
 import { createSubject } from "../../../../src/admin/subjects.ts";
 import { type DownstreamMcp, startDownstreamMcp } from "../../../helpers/downstream-mcp.ts";
-import { type Harness, PARTNER, startHarness } from "./harness.ts";
+import { ALLOWED_ORIGIN, type Harness, PARTNER, startHarness } from "./harness.ts";
 
 const CAP = "helpdesk";
 const DOWNSTREAM_SECRET = "downstream-key-7f3a9c21";
@@ -102,7 +102,7 @@ before(async () => {
     },
     close: () => new Promise<void>((resolve) => other.close(() => resolve())),
   };
-  h = await startHarness({ egressAllow: [d.url, elsewhere.url] });
+  h = await startHarness({ mcp: { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 10_000 }, egressAllow: [d.url, elsewhere.url] });
   adminToken = await h.token("admin-1", ["admin"]);
   await putAuthProfile(h.context, PARTNER, "helpdesk-key", {
     type: "static",
