@@ -162,7 +162,10 @@ async function runImport(
   }
 }
 
-export function summarize(capabilityId: string, operations: readonly OperationSnapshot[]): OperationSummary[] {
+export function summarize(
+  capabilityId: string,
+  operations: readonly OperationSnapshot[],
+): OperationSummary[] {
   return operations.map((op) => ({
     permission_id: buildPermissionId(capabilityId, op.method, op.path),
     operation_id: op.operation_id,

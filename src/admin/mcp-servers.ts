@@ -8,7 +8,7 @@
  * only by another reviewed import, and reaches a subject only when it is assigned again.
  */
 import { buildCatalogVersion, type CatalogDiff } from "../catalog/catalog-version.ts";
-import { type McpToolRules, importMcpTools, McpImportError } from "../catalog/mcp-import.ts";
+import { importMcpTools, McpImportError, type McpToolRules } from "../catalog/mcp-import.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
@@ -169,9 +169,13 @@ async function listAndConvert(
     return { url, listing, operations: result.operations, warnings: [...result.warnings, ...egressWarnings] };
   } catch (error) {
     if (error instanceof McpImportError) {
-      throw new AuthorityError("invalid_request", "The downstream MCP server's tool list cannot be imported.", {
-        details: { reason: error.code, problems: error.problems },
-      });
+      throw new AuthorityError(
+        "invalid_request",
+        "The downstream MCP server's tool list cannot be imported.",
+        {
+          details: { reason: error.code, problems: error.problems },
+        },
+      );
     }
     throw error;
   }
@@ -185,7 +189,13 @@ export async function previewMcpServer(
   lister: DownstreamToolLister,
 ): Promise<McpPreview> {
   const capabilityId = input.capability_id ?? "preview";
-  const { url, listing, operations, warnings } = await listAndConvert(deps, partnerId, input, capabilityId, lister);
+  const { url, listing, operations, warnings } = await listAndConvert(
+    deps,
+    partnerId,
+    input,
+    capabilityId,
+    lister,
+  );
   const { version: previous } =
     input.capability_id === undefined ? {} : await currentCatalogVersion(deps.store, partnerId, capabilityId);
   const version = buildCatalogVersion(previous, { capability_id: capabilityId, operations });
@@ -225,9 +235,13 @@ export async function importMcpServer(
   const { version: previous } = await currentCatalogVersion(deps.store, partnerId, input.capability_id);
   const version = buildCatalogVersion(previous, { capability_id: input.capability_id, operations });
   if (version.catalog_hash !== input.catalog_hash) {
-    throw new AuthorityError("conflict", "The server's tools are not the ones reviewed; preview them again.", {
-      details: { reason: "catalog_changed", catalog_hash: version.catalog_hash, diff: version.diff },
-    });
+    throw new AuthorityError(
+      "conflict",
+      "The server's tools are not the ones reviewed; preview them again.",
+      {
+        details: { reason: "catalog_changed", catalog_hash: version.catalog_hash, diff: version.diff },
+      },
+    );
   }
   return storeCatalogImport(deps, actor, partnerId, {
     capability_id: input.capability_id,
@@ -235,7 +249,11 @@ export async function importMcpServer(
     auth_profile_ref: input.auth_profile_ref,
     upstream_base_url: url,
     // A listed server has no OpenAPI version: "mcp" says where the catalog came from.
-    source: { openapi: "mcp", title: listing.server.name ?? new URL(url).host, api_version: listing.server.version ?? "" },
+    source: {
+      openapi: "mcp",
+      title: listing.server.name ?? new URL(url).host,
+      api_version: listing.server.version ?? "",
+    },
     operations,
     warnings,
   });

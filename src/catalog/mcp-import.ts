@@ -97,20 +97,31 @@ interface SchemaOutcome {
  * 2020-12 is kept (MCP's default dialect, and what clients expect to see); any other
  * dialect is refused rather than read as 2020-12.
  */
+interface ImportRun {
+  readonly budget: NodeBudget;
+  readonly warnings: string[];
+  /** One compiler for the whole import (building one costs more than compiling a schema). */
+  readonly ajv: ReturnType<typeof createSnapshotAjv>;
+}
+
 function convertToolSchema(
   raw: unknown,
   pointer: string,
   budget: NodeBudget,
   direction: "request" | "response",
-  warnings: string[],
+  run: ImportRun,
 ): SchemaOutcome {
+  const { warnings } = run;
   const problems: Problem[] = [];
   if (!isRecord(raw) || raw.type !== "object") {
     return { schema: null, problems: [{ pointer, message: "must be a JSON Schema object of type object" }] };
   }
   const dialect = raw.$schema;
   if (dialect !== undefined && dialect !== JSON_SCHEMA_2020_12) {
-    return { schema: null, problems: [{ pointer: `${pointer}/$schema`, message: "only JSON Schema 2020-12 is read" }] };
+    return {
+      schema: null,
+      problems: [{ pointer: `${pointer}/$schema`, message: "only JSON Schema 2020-12 is read" }],
+    };
   }
   const builder = new SchemaBuilder(
     {
@@ -132,14 +143,19 @@ function convertToolSchema(
   if (dialect !== undefined) schema = { $schema: dialect, ...schema };
   if (problems.length > 0) return { schema: null, problems };
   try {
-    createSnapshotAjv().compile(schema);
+    run.ajv.compile(schema);
   } catch {
-    return { schema: null, problems: [{ pointer, message: "schema does not compile as JSON Schema 2020-12" }] };
+    return {
+      schema: null,
+      problems: [{ pointer, message: "schema does not compile as JSON Schema 2020-12" }],
+    };
   }
   return { schema, problems };
 }
 
-function annotationsOf(raw: unknown): OperationSnapshot["mcp_tool"] extends infer T
+function annotationsOf(
+  raw: unknown,
+): OperationSnapshot["mcp_tool"] extends infer T
   ? T extends { annotations?: infer A }
     ? A | undefined
     : never
@@ -156,16 +172,16 @@ function toolSnapshot(
   name: string,
   pointer: string,
   options: McpImportOptions,
-  budget: NodeBudget,
-  warnings: string[],
+  run: ImportRun,
   problems: Problem[],
 ): OperationSnapshot | undefined {
-  const toolBudget = new NodeBudget(importLimits.maxSchemaNodesPerOperation, budget);
-  const input = convertToolSchema(tool.inputSchema, `${pointer}/inputSchema`, toolBudget, "request", warnings);
+  const { warnings } = run;
+  const toolBudget = new NodeBudget(importLimits.maxSchemaNodesPerOperation, run.budget);
+  const input = convertToolSchema(tool.inputSchema, `${pointer}/inputSchema`, toolBudget, "request", run);
   const output =
     tool.outputSchema === undefined
       ? { schema: null, problems: [] }
-      : convertToolSchema(tool.outputSchema, `${pointer}/outputSchema`, toolBudget, "response", warnings);
+      : convertToolSchema(tool.outputSchema, `${pointer}/outputSchema`, toolBudget, "response", run);
   const rules: McpToolRules = options.toolRules?.[name] ?? {};
   const rulesAt = `/tool_rules/${name}`;
   const redactions = readRedactions(rules[EXTENSION_REDACTIONS], `${rulesAt}/${EXTENSION_REDACTIONS}`, []);
@@ -180,7 +196,13 @@ function toolSnapshot(
     `${rulesAt}/${EXTENSION_AUTH_PROFILE}`,
     options.authProfileRef,
   );
-  const found = [...input.problems, ...output.problems, ...redactions.problems, ...constraints.problems, ...profile.problems];
+  const found = [
+    ...input.problems,
+    ...output.problems,
+    ...redactions.problems,
+    ...constraints.problems,
+    ...profile.problems,
+  ];
   if (found.length > 0 || input.schema === null) {
     problems.push(...found);
     return undefined;
@@ -191,7 +213,9 @@ function toolSnapshot(
     operation_id: name,
     method: "POST",
     path: `/tools/${name}`,
-    ...(title === undefined || title === "" ? {} : { summary: cut(title, MAX_SUMMARY, `${name}: title`, warnings) }),
+    ...(title === undefined || title === ""
+      ? {}
+      : { summary: cut(title, MAX_SUMMARY, `${name}: title`, warnings) }),
     ...(typeof tool.description === "string" && tool.description !== ""
       ? { description: cut(tool.description, MAX_DESCRIPTION, `${name}: description`, warnings) }
       : {}),
@@ -226,14 +250,21 @@ export function importMcpTools(tools: unknown, options: McpImportOptions): McpIm
       { pointer: "/tools", message: `at most ${importLimits.maxOperations} tools can be imported` },
     ]);
   }
-  const budget = new NodeBudget(importLimits.maxSchemaNodesTotal);
+  const run: ImportRun = {
+    budget: new NodeBudget(importLimits.maxSchemaNodesTotal),
+    warnings,
+    ajv: createSnapshotAjv(),
+  };
   const operations: OperationSnapshot[] = [];
   const names = new Set<string>();
   tools.forEach((tool: unknown, index) => {
     const pointer = appendPointer("/tools", index);
     const name = isRecord(tool) ? tool.name : undefined;
     if (!isRecord(tool) || typeof name !== "string" || name.length > 128 || !TOOL_NAME.test(name)) {
-      problems.push({ pointer: `${pointer}/name`, message: "must be 1-128 of [A-Za-z0-9_.-], not dots alone" });
+      problems.push({
+        pointer: `${pointer}/name`,
+        message: "must be 1-128 of [A-Za-z0-9_.-], not dots alone",
+      });
       return;
     }
     if (names.has(name)) {
@@ -241,7 +272,7 @@ export function importMcpTools(tools: unknown, options: McpImportOptions): McpIm
       return;
     }
     names.add(name);
-    const snapshot = toolSnapshot(tool, name, pointer, options, budget, warnings, problems);
+    const snapshot = toolSnapshot(tool, name, pointer, options, run, problems);
     if (snapshot !== undefined) operations.push(snapshot);
   });
   for (const name of Object.keys(options.toolRules ?? {})) {

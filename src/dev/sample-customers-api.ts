@@ -12,10 +12,11 @@
  *
  * Development and demo code, not production code.
  */
-import { createHelpdeskMcpHandler, HELPDESK_MCP_PATH } from "./sample-helpdesk-mcp.ts";
+
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createPathMatcher } from "../core/path-template.ts";
+import { createHelpdeskMcpHandler, HELPDESK_MCP_PATH } from "./sample-helpdesk-mcp.ts";
 
 /** What the upstream needs to ask the authority about an envelope. */
 export interface EnvelopeVerification {

@@ -8,9 +8,10 @@
  * Nothing here loads a secret or touches the network; every refusal is an ExecutionError with
  * the error table's code (ambiguous_path, invalid_input, constraint_violation, …).
  */
+
+import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
 import type { ConstraintRollout } from "../core/parameter-constraints.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
-import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
 import {
   type AllowedRoute,
   assertUnambiguousPath,

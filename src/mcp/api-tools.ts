@@ -96,7 +96,9 @@ function downstreamToolFor(name: string, snapshot: OperationSnapshot): Tool {
     ...(title ? { title: clip(title, 200) } : {}),
     description: description === "" ? (title ?? name) : clip(description, MAX_DESCRIPTION_LENGTH),
     inputSchema: (snapshot.input_schema.body ?? { type: "object" }) as Tool["inputSchema"],
-    ...(snapshot.response_schema === null ? {} : { outputSchema: snapshot.response_schema as Tool["outputSchema"] }),
+    ...(snapshot.response_schema === null
+      ? {}
+      : { outputSchema: snapshot.response_schema as Tool["outputSchema"] }),
     annotations: { ...reviewed, ...(title ? { title: clip(title, 200) } : {}) },
   };
 }
@@ -129,7 +131,10 @@ function permissionOf(capabilityId: string, snapshot: OperationSnapshot): Permis
  * order (capabilities sorted by id, operations as reviewed). Whether the document may be
  * used at all (verified, active, this subject's) is the caller's check.
  */
-export function buildApiToolIndex(document: PolicyDocument, reserved: ReadonlySet<string> = new Set()): ApiToolIndex {
+export function buildApiToolIndex(
+  document: PolicyDocument,
+  reserved: ReadonlySet<string> = new Set(),
+): ApiToolIndex {
   const tools: Tool[] = [];
   const byName = new Map<string, ApiToolTarget>();
   const collisions: PermissionId[] = [];

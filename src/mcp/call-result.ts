@@ -54,6 +54,9 @@ export const REDACTION_EVENTS_META = "io.authority/redaction_events";
  */
 export function downstreamToolResult(body: unknown, events: readonly RedactionEvent[]): CallToolResult {
   const fields = typeof body === "object" && body !== null ? (body as Record<string, unknown>) : {};
-  const result = { ...fields, content: Array.isArray(fields.content) ? fields.content : [] } as CallToolResult;
+  const result = {
+    ...fields,
+    content: Array.isArray(fields.content) ? fields.content : [],
+  } as CallToolResult;
   return events.length === 0 ? result : { ...result, _meta: { [REDACTION_EVENTS_META]: [...events] } };
 }

@@ -94,7 +94,11 @@ interface Session {
   readonly deadline: AbortSignal;
 }
 
-async function open(url: string, exchange: DownstreamExchange, prior: PriorDiscovery | undefined): Promise<Session> {
+async function open(
+  url: string,
+  exchange: DownstreamExchange,
+  prior: PriorDiscovery | undefined,
+): Promise<Session> {
   const deadline =
     exchange.signal === undefined
       ? AbortSignal.timeout(exchange.timeoutMs)
@@ -141,7 +145,10 @@ export async function listDownstreamTools(
     const info = client.getServerVersion();
     return {
       tools,
-      server: { ...(info?.name === undefined ? {} : { name: info.name }), ...(info?.version === undefined ? {} : { version: info.version }) },
+      server: {
+        ...(info?.name === undefined ? {} : { name: info.name }),
+        ...(info?.version === undefined ? {} : { version: info.version }),
+      },
       era: client.getProtocolEra(),
     };
   } finally {

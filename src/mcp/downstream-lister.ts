@@ -4,15 +4,16 @@
  * the SDK client on the egress gate's fetch (downstream-client.ts), and every failure answered
  * in the service's words — never the server's or the transport's.
  */
-import type { AuthProfile } from "../execute/auth-profiles.ts";
+
+import type { DownstreamToolLister } from "../admin/mcp-servers.ts";
+import { importLimits } from "../catalog/limits.ts";
+import { AuthorityError } from "../errors.ts";
 import type { AuthInjector, AuthSession } from "../execute/auth-injector.ts";
-import { createSecretScrubber, injectedSecrets } from "../execute/secret-scrub.ts";
+import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { BodyTooLargeError } from "../execute/bounded-body.ts";
 import { type EgressPolicy, egressDenialOf } from "../execute/egress.ts";
-import { AuthorityError } from "../errors.ts";
-import { importLimits } from "../catalog/limits.ts";
-import type { DownstreamToolLister } from "../admin/mcp-servers.ts";
-import { type DownstreamListing, DownstreamExchangeError, listDownstreamTools } from "./downstream-client.ts";
+import { createSecretScrubber, injectedSecrets } from "../execute/secret-scrub.ts";
+import { DownstreamExchangeError, type DownstreamListing, listDownstreamTools } from "./downstream-client.ts";
 
 export interface DownstreamListerOptions {
   readonly egress: EgressPolicy;
@@ -33,11 +34,19 @@ function failureOf(error: unknown): AuthorityError {
   if (error instanceof AuthorityError) return error;
   const denial = egressDenialOf(error);
   if (denial !== undefined) {
-    return new AuthorityError("invalid_request", "The downstream server is not allowed by the platform's egress policy.", {
-      details: { reason: "egress_denied", rule: denial.rule },
-    });
+    return new AuthorityError(
+      "invalid_request",
+      "The downstream server is not allowed by the platform's egress policy.",
+      {
+        details: { reason: "egress_denied", rule: denial.rule },
+      },
+    );
   }
-  for (let cause: unknown = error, depth = 0; cause instanceof Error && depth < 8; cause = cause.cause, depth++) {
+  for (
+    let cause: unknown = error, depth = 0;
+    cause instanceof Error && depth < 8;
+    cause = cause.cause, depth++
+  ) {
     if (cause instanceof BodyTooLargeError) return unavailable("upstream_response_too_large");
     if (cause instanceof DownstreamExchangeError)
       return unavailable(cause.issue === "redirect" ? "upstream_redirect" : "upstream_response_too_large");
@@ -52,17 +61,28 @@ export function createDownstreamLister(options: DownstreamListerOptions): Downst
     try {
       session = await injector.open(await options.authProfile(partnerId, authProfileRef), {});
     } catch {
-      throw new AuthorityError("invalid_request", "The auth profile cannot provide credentials for the server.", {
-        details: { reason: "auth_profile_unavailable", auth_profile_ref: authProfileRef },
-      });
+      throw new AuthorityError(
+        "invalid_request",
+        "The auth profile cannot provide credentials for the server.",
+        {
+          details: { reason: "auth_profile_unavailable", auth_profile_ref: authProfileRef },
+        },
+      );
     }
-    let listing: DownstreamListing;
-    try {
-      listing = await listDownstreamTools(
+    const list = () =>
+      listDownstreamTools(
         url,
         { fetch: egress.fetch, timeoutMs, maxResponseBytes, ...session.credentials },
         importLimits.maxOperations,
       );
+    let listing: DownstreamListing;
+    try {
+      listing = await list().catch(async (error: unknown) => {
+        // Listing reads only: one retry when the connection failed (a kept-alive socket the
+        // server closed meanwhile), never after the gateway refused what it received.
+        if (failureOf(error).details?.reason !== "upstream_unreachable") throw error;
+        return list();
+      });
     } catch (error) {
       throw failureOf(error);
     }
@@ -70,9 +90,13 @@ export function createDownstreamLister(options: DownstreamListerOptions): Downst
     // it stored in the catalog and listed to agents: refused, whatever the field.
     const secrets = injectedSecrets(session.credentials, session.secrets);
     if (secrets.length > 0 && createSecretScrubber(secrets).scrubJson(listing).found > 0) {
-      throw new AuthorityError("invalid_request", "The downstream server's tool list shows a credential it was sent.", {
-        details: { reason: "credential_echoed" },
-      });
+      throw new AuthorityError(
+        "invalid_request",
+        "The downstream server's tool list shows a credential it was sent.",
+        {
+          details: { reason: "credential_echoed" },
+        },
+      );
     }
     return { tools: listing.tools, server: listing.server };
   };

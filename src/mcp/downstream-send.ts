@@ -9,8 +9,9 @@
  * reduced to the tool-result fields, injected secrets scrubbed, the snapshot's and the
  * policy's rules and default sensitive-field masking applied, failing closed.
  */
-import { type CallToolResult, ProtocolError, type Tool } from "@modelcontextprotocol/client";
+
 import { createHash } from "node:crypto";
+import { type CallToolResult, ProtocolError, type Tool } from "@modelcontextprotocol/client";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
 import { applyRedactions, type RedactionRule, reportedEvents } from "../core/redaction.ts";
@@ -28,7 +29,11 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "../execute/secret-scrub.ts";
-import { createDownstreamCaller, type DownstreamCaller, DownstreamExchangeError } from "./downstream-client.ts";
+import {
+  createDownstreamCaller,
+  type DownstreamCaller,
+  DownstreamExchangeError,
+} from "./downstream-client.ts";
 
 export interface DownstreamSenderOptions {
   readonly egress: EgressPolicy;
@@ -50,7 +55,10 @@ function badSnapshot(issue: string): ExecutionError {
 }
 
 /** The snapshot's rules, then the policy's, checked before anything is sent (as the executor does). */
-function checkedRules(snapshot: ExecutableOperation, policy: readonly RedactionRule[] | undefined): RedactionRule[] {
+function checkedRules(
+  snapshot: ExecutableOperation,
+  policy: readonly RedactionRule[] | undefined,
+): RedactionRule[] {
   const rules = [...snapshot.response_rules, ...(policy ?? [])];
   try {
     applyRedactions(null, rules);
@@ -66,7 +74,9 @@ function reviewedTool(snapshot: ExecutableOperation, name: string): Tool {
   return {
     name,
     inputSchema: input as Tool["inputSchema"],
-    ...(snapshot.response_schema == null ? {} : { outputSchema: snapshot.response_schema as Tool["outputSchema"] }),
+    ...(snapshot.response_schema == null
+      ? {}
+      : { outputSchema: snapshot.response_schema as Tool["outputSchema"] }),
   };
 }
 
@@ -77,7 +87,10 @@ function reviewedTool(snapshot: ExecutableOperation, name: string): Tool {
  */
 function resultFields(result: CallToolResult | ProtocolError): Record<string, unknown> {
   if (result instanceof ProtocolError) {
-    return { content: [{ type: "text", text: `The downstream server refused the call: ${result.message}` }], isError: true };
+    return {
+      content: [{ type: "text", text: `The downstream server refused the call: ${result.message}` }],
+      isError: true,
+    };
   }
   return {
     content: Array.isArray(result.content) ? result.content : [],
@@ -117,7 +130,8 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
     const requestHash = hashCanonical({ method: "tools/call", url: url.toString(), name, arguments: args });
     const rules = checkedRules(snapshot, request.redactions);
     const destination = await egress.checkUrl(url);
-    if (!destination.ok) throw new ExecutionError("egress_denied", { details: { rule: destination.rule }, requestHash });
+    if (!destination.ok)
+      throw new ExecutionError("egress_denied", { details: { rule: destination.rule }, requestHash });
 
     // Secrets are resolved only now, after every check that needs none.
     const session = await injector.open(request.authProfile, {
@@ -159,7 +173,12 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
     try {
       read = scrubAndRedact(bytes, "application/json", rules, scrubber);
     } catch (error) {
-      const issue = error instanceof ScrubError ? "scrub_incomplete" : error instanceof RedactionDecodeError ? error.issue : "redaction_failed";
+      const issue =
+        error instanceof ScrubError
+          ? "scrub_incomplete"
+          : error instanceof RedactionDecodeError
+            ? error.issue
+            : "redaction_failed";
       const reason = error instanceof ScrubError ? "scrub_failed" : "redaction_failed";
       throw new ExecutionError(reason, {
         details: { issue },
@@ -194,13 +213,21 @@ function failure(
 ): unknown {
   if (signals.caller?.aborted === true) return signals.caller.reason;
   if (signals.deadline.aborted)
-    return new ExecutionError("upstream_timeout", { upstreamError: { kind: "timeout" }, requestHash, timings });
+    return new ExecutionError("upstream_timeout", {
+      upstreamError: { kind: "timeout" },
+      requestHash,
+      timings,
+    });
   const denial = egressDenialOf(error);
   if (denial !== undefined)
     return new ExecutionError("egress_denied", { details: { rule: denial.rule }, requestHash, timings });
   const cause = causeChain(error);
   if (cause.some((e) => e instanceof BodyTooLargeError))
-    return new ExecutionError("upstream_response_too_large", { upstreamError: { kind: "too_large" }, requestHash, timings });
+    return new ExecutionError("upstream_response_too_large", {
+      upstreamError: { kind: "too_large" },
+      requestHash,
+      timings,
+    });
   const refused = cause.find((e): e is DownstreamExchangeError => e instanceof DownstreamExchangeError);
   if (refused?.issue === "too_complex")
     return new ExecutionError("upstream_response_too_large", {

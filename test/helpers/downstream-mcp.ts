@@ -5,7 +5,7 @@
  * tool list and handlers the test sets — and changes them at will, as a hostile or evolving
  * server would — and can answer every request with a redirect.
  */
-import { createServer, type IncomingHttpHeaders, type Server as HttpServer } from "node:http";
+import { createServer, type Server as HttpServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { type CallToolResult, createMcpHandler, Server, type Tool } from "@modelcontextprotocol/server";
 

@@ -13,8 +13,8 @@ import { createDemoContext, type DemoContext } from "./context.ts";
 import { createReporter, type DemoSummary } from "./reporter.ts";
 import { adminSection, authorizeSection } from "./steps-authorize.ts";
 import { bindingSection } from "./steps-binding.ts";
-import { managedSection } from "./steps-managed.ts";
 import { downstreamSection } from "./steps-downstream.ts";
+import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
 

