@@ -10,7 +10,6 @@
  * (linear-time patterns, node budgets, compiled with the snapshot ajv).
  */
 import { type OperationSnapshot, validateOperationSnapshot } from "../core/operation-snapshot.ts";
-import { MCP_TOOL_NAME_PATTERN } from "../core/schemas/operation-snapshot.schema.ts";
 import { ImportOptionsError } from "./errors.ts";
 import {
   EXTENSION_AUTH_PROFILE,
@@ -67,7 +66,8 @@ export class McpImportError extends Error {
 const MAX_DESCRIPTION = 65_536;
 const MAX_SUMMARY = 4096;
 const JSON_SCHEMA_2020_12 = "https://json-schema.org/draft/2020-12/schema";
-const TOOL_NAME = new RegExp(MCP_TOOL_NAME_PATTERN);
+/** MCP_TOOL_NAME_PATTERN (core's snapshot schema) as a literal. */
+const TOOL_NAME = /^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$/;
 const EMPTY_PART = { type: "object", properties: {}, additionalProperties: false } as const;
 const ANNOTATION_HINTS = ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"] as const;
 

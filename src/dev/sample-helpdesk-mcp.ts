@@ -43,8 +43,8 @@ function search(args: Record<string, unknown>): CallToolResult {
   };
 }
 
-/** The MCP endpoint: `fetch(request)` answers one Streamable HTTP request. */
-export function createHelpdeskMcpHandler(): { fetch(request: Request): Promise<Response> } {
+/** The MCP endpoint: its handler answers one Streamable HTTP request (a web Request). */
+export function createHelpdeskMcpHandler(): ReturnType<typeof createMcpHandler> {
   return createMcpHandler(() => {
     const server = new Server({ name: "sample-helpdesk", version: "1.0.0" }, { capabilities: { tools: {} } });
     server.setRequestHandler("tools/list", async () => ({ tools: [...helpdeskTools] }));

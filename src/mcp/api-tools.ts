@@ -9,7 +9,7 @@ import type { HttpMethod } from "../core/http-method.ts";
 import { isMcpToolSnapshot, type OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
-import { MAX_TOOL_NAME_LENGTH, toolNameFor } from "../core/tool-name.ts";
+import { toolNameFor } from "../core/tool-name.ts";
 import { toolInputSchema } from "./tool-input-schema.ts";
 
 /** What a tool name stands for; enough to run `decide()` with the snapshot's method and template. */
@@ -104,7 +104,7 @@ function downstreamToolFor(name: string, snapshot: OperationSnapshot): Tool {
 }
 
 /** A downstream tool keeps its reviewed name when it fits the hosted names and no earlier tool has it. */
-const PLAIN_NAME = new RegExp(`^[A-Za-z0-9_.-]{1,${MAX_TOOL_NAME_LENGTH}}$`);
+const PLAIN_NAME = /^[A-Za-z0-9_.-]{1,64}$/; // at most MAX_TOOL_NAME_LENGTH
 
 function toolFor(name: string, snapshot: OperationSnapshot): Tool {
   const annotations = toolAnnotations(snapshot);
