@@ -203,11 +203,17 @@ export interface McpBenchService {
   readonly smallPolicyToken: string;
   /** Permission ids of the catalog, all allowed to the bench subject. */
   readonly permissionIds: readonly string[];
+  /** An agent token for another subject the bench seeds. */
+  issueToken(subject: string): Promise<string>;
   close(): Promise<void>;
 }
 
 /** The authority app with one subject whose policy allows every operation of a `resources` × 5 catalog. */
-export async function startMcpBenchService(resources: number): Promise<McpBenchService> {
+export async function startMcpBenchService(
+  resources: number,
+  /** More servers the egress allow list opens (a downstream MCP server). */
+  egressAllow: readonly string[] = [],
+): Promise<McpBenchService> {
   const dir = await mkdtemp(join(tmpdir(), "authority-bench-mcp-"));
   const store = await openStore(`sqlite:${join(dir, "authority.db")}`);
   const idp = await createIdpServer({ audience: "authority" });
@@ -231,7 +237,9 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
       serviceIdentity: "bench",
       parameterScoping: { enabled: false, partnerAllowlist: [] },
       // The bench upstream is on loopback: opened by the egress allow list, as a deployment would.
-      egress: { allow: egressAllowSetting.parse(egressAllowValue(upstreamUrl), "egress-allow") },
+      egress: {
+        allow: egressAllowSetting.parse(egressAllowValue(upstreamUrl, ...egressAllow), "egress-allow"),
+      },
     }),
     {
       store,
@@ -302,6 +310,7 @@ export async function startMcpBenchService(resources: number): Promise<McpBenchS
       accessToken,
       smallPolicyToken: small.accessToken,
       permissionIds,
+      issueToken: async (subject) => (await idp.issueToken({ subject, roles: ["agent"] })).accessToken,
       close,
     };
   } catch (error) {

@@ -162,6 +162,13 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await (await import("./mcp.ts")).benchMcp()).rows,
   },
   {
+    name: "mcp-downstream",
+    title:
+      "A downstream MCP server behind /mcp: tools/call vs the downstream directly, tools/list of 500 tools",
+    targets: "tools/call added p50 ≤ 2 ms",
+    run: async () => (await import("./mcp-downstream.ts")).benchMcpDownstream(),
+  },
+  {
     name: "load",
     title: "Load with nothing lost: 20,000 mixed decisions + idempotent invokes",
     targets: "audit records = decisions, usage = decisions, each idempotent invoke executed once",

@@ -80,7 +80,7 @@ function upstreamOrigins(operations: readonly OperationSnapshot[]): string[] {
  * now — must be an allowed destination. The refusal names the origin as written and the rule,
  * never the addresses a name resolved to. Calls are checked again on the address connected to.
  */
-async function checkUpstreams(
+export async function checkUpstreams(
   operations: readonly OperationSnapshot[],
   egress: EgressPolicy,
 ): Promise<string[]> {
@@ -162,7 +162,10 @@ async function runImport(
   }
 }
 
-function summarize(capabilityId: string, operations: readonly OperationSnapshot[]): OperationSummary[] {
+export function summarize(
+  capabilityId: string,
+  operations: readonly OperationSnapshot[],
+): OperationSummary[] {
   return operations.map((op) => ({
     permission_id: buildPermissionId(capabilityId, op.method, op.path),
     operation_id: op.operation_id,
@@ -251,19 +254,65 @@ export async function importOpenApi(
     authProfileRef: input.auth_profile_ref,
     egress: deps.egress,
   });
+  return storeCatalogImport(deps, actor, partnerId, {
+    capability_id: input.capability_id,
+    name: input.name,
+    auth_profile_ref: input.auth_profile_ref,
+    upstream_base_url: input.upstream_base_url ?? null,
+    source: { openapi: parsed.openapi, title: parsed.title, api_version: parsed.apiVersion },
+    operations: result.operations,
+    warnings: result.warnings,
+  });
+}
+
+/** The current catalog version of a capability, or undefined when it has none yet. */
+export async function currentCatalogVersion(
+  store: Store,
+  partnerId: string,
+  capabilityId: string,
+): Promise<{ capability?: CapabilityRecord; version?: CatalogVersionRecord }> {
+  const capability = await store.get<CapabilityRecord>(
+    collections.capabilities,
+    storeKeys.capability(partnerId, capabilityId),
+  );
+  if (capability === undefined) return {};
+  const version = await store.get<CatalogVersionRecord>(
+    collections.catalogVersions,
+    storeKeys.catalogVersion(partnerId, capabilityId, capability.current_version),
+  );
+  return version === undefined ? { capability } : { capability, version };
+}
+
+export interface CatalogImport {
+  readonly capability_id: string;
+  readonly name: string;
+  readonly auth_profile_ref: string;
+  readonly upstream_base_url: string | null;
+  readonly source: CatalogVersionRecord["source"];
+  readonly operations: readonly OperationSnapshot[];
+  readonly warnings: readonly string[];
+}
+
+/**
+ * Stores imported snapshots as the capability's next catalog version (or keeps the current
+ * one when nothing changed) and moves the capability to it. Stored versions are never
+ * rewritten, and policies keep the snapshots they copied: nothing already assigned changes.
+ */
+export async function storeCatalogImport(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  input: CatalogImport,
+): Promise<ImportOutcome> {
   const store = deps.store;
-  const capabilityKey = storeKeys.capability(partnerId, input.capability_id);
-  const existing = await store.get<CapabilityRecord>(collections.capabilities, capabilityKey);
-  const previous =
-    existing === undefined
-      ? undefined
-      : await store.get<CatalogVersionRecord>(
-          collections.catalogVersions,
-          storeKeys.catalogVersion(partnerId, input.capability_id, existing.current_version),
-        );
+  const { capability: existing, version: previous } = await currentCatalogVersion(
+    store,
+    partnerId,
+    input.capability_id,
+  );
   const version = buildCatalogVersion(previous, {
     capability_id: input.capability_id,
-    operations: result.operations,
+    operations: input.operations,
   });
   const now = deps.now().toISOString();
   if (version.is_new_version) {
@@ -273,8 +322,8 @@ export async function importOpenApi(
       catalog_version: version.catalog_version,
       previous_version: version.previous_version,
       catalog_hash: version.catalog_hash,
-      source: { openapi: parsed.openapi, title: parsed.title, api_version: parsed.apiVersion },
-      operations: result.operations,
+      source: input.source,
+      operations: input.operations,
       imported_by: actor.subject,
       imported_at: now,
     };
@@ -291,16 +340,16 @@ export async function importOpenApi(
     name: input.name,
     current_version: version.catalog_version,
     auth_profile_ref: input.auth_profile_ref,
-    upstream_base_url: input.upstream_base_url ?? null,
+    upstream_base_url: input.upstream_base_url,
     created_at: existing?.created_at ?? now,
     updated_at: now,
   };
-  await store.put(collections.capabilities, capabilityKey, capability);
+  await store.put(collections.capabilities, storeKeys.capability(partnerId, input.capability_id), capability);
   const warnings = [
-    ...result.warnings,
+    ...input.warnings,
     ...(await missingProfileWarnings(store, partnerId, [
       input.auth_profile_ref,
-      ...result.operations.map((op) => op.auth_profile_ref),
+      ...input.operations.map((op) => op.auth_profile_ref),
     ])),
   ];
   return {
@@ -311,8 +360,8 @@ export async function importOpenApi(
     created: existing === undefined,
     catalog_hash: version.catalog_hash,
     diff: version.diff,
-    operation_count: result.operations.length,
-    operations: summarize(input.capability_id, result.operations),
+    operation_count: input.operations.length,
+    operations: summarize(input.capability_id, input.operations),
     warnings,
   };
 }

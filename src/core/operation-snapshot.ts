@@ -18,6 +18,27 @@ export interface OperationInputSchema {
   readonly body: JsonSchemaObject | null;
 }
 
+/** The hints a downstream MCP tool declared, as reviewed (booleans and a title; nothing executable). */
+export interface McpToolAnnotations {
+  readonly title?: string;
+  readonly readOnlyHint?: boolean;
+  readonly destructiveHint?: boolean;
+  readonly idempotentHint?: boolean;
+  readonly openWorldHint?: boolean;
+}
+
+/**
+ * Marks a snapshot as one tool of a downstream MCP server (docs/mcp.md, "Downstream MCP
+ * servers"): `upstream_url_template` is the server's Streamable HTTP endpoint, `path` is
+ * "/tools/<name>", `input_schema.body` the tool's input schema (its arguments) and
+ * `response_schema` its output schema. Only the MCP transport calls such a tool (with
+ * `tools/call`); every HTTP sender refuses it.
+ */
+export interface McpToolReference {
+  readonly name: string;
+  readonly annotations?: McpToolAnnotations;
+}
+
 /**
  * One operation as reviewed when a capability was imported or assigned. Policies carry
  * copies of these; execution uses only what a verified snapshot says (upstream URL,
@@ -38,6 +59,20 @@ export interface OperationSnapshot {
   readonly auth_profile_ref: string;
   readonly response_rules: readonly RedactionRule[];
   readonly parameter_constraints: readonly ParameterConstraint[];
+  /** Present only for a downstream MCP server's tool. */
+  readonly mcp_tool?: McpToolReference;
+}
+
+/** The path template of a downstream MCP tool: its permission ID is `<capability>:post:/tools/<name>`. */
+export function mcpToolPath(name: string): string {
+  return `/tools/${name}`;
+}
+
+/** A downstream MCP server's tool (called with `tools/call`, never as an HTTP request). */
+export function isMcpToolSnapshot(
+  snapshot: Pick<OperationSnapshot, "mcp_tool">,
+): snapshot is Pick<OperationSnapshot, "mcp_tool"> & { readonly mcp_tool: McpToolReference } {
+  return snapshot.mcp_tool !== undefined;
 }
 
 export class OperationSnapshotError extends CoreError<"operation_snapshot_invalid"> {
@@ -53,7 +88,17 @@ const checkSnapshot = compileSchema<OperationSnapshot>(operationSnapshotSchema);
 
 /** Problems beyond the schema: the path must be a valid template. Empty when fine. */
 export function operationSnapshotProblems(snapshot: OperationSnapshot, where = ""): string[] {
-  return isValidPathTemplate(snapshot.path) ? [] : [`${where}/path is not a valid OpenAPI path template`];
+  const problems = isValidPathTemplate(snapshot.path)
+    ? []
+    : [`${where}/path is not a valid OpenAPI path template`];
+  const tool = snapshot.mcp_tool;
+  if (tool !== undefined && (snapshot.method !== "POST" || snapshot.path !== mcpToolPath(tool.name))) {
+    problems.push(`${where}/mcp_tool must be a POST to /tools/<its name>`);
+  }
+  if (tool !== undefined && /[{}]/.test(snapshot.upstream_url_template)) {
+    problems.push(`${where}/upstream_url_template of an MCP tool takes no parameters`);
+  }
+  return problems;
 }
 
 /** Validates an operation snapshot; throws OperationSnapshotError with safe messages. */

@@ -62,7 +62,14 @@ export const DEV_ALLOWED_PERMISSIONS = [
 export const DEV_NOT_ALLOWED_PERMISSION = p("DELETE", "/customers/{customerId}");
 
 /** Patterns of the permission boundary: reads and creates only, never the admin export. */
+/** The sample API's downstream MCP server (its /mcp), imported by the demo as a capability. */
+export const DEV_MCP_CAPABILITY = {
+  capabilityId: "helpdesk",
+  name: "Helpdesk (downstream MCP server)",
+} as const;
+
 export const DEV_BOUNDARY_PATTERNS = [
+  `${DEV_MCP_CAPABILITY.capabilityId}:post:/tools/*`,
   `${DEV_CAPABILITY.capabilityId}:get:*`,
   `${DEV_CAPABILITY.capabilityId}:post:/customers`,
   `${DEV_CAPABILITY.capabilityId}:patch:*`,

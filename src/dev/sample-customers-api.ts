@@ -12,9 +12,11 @@
  *
  * Development and demo code, not production code.
  */
+
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createPathMatcher } from "../core/path-template.ts";
+import { createHelpdeskMcpHandler, HELPDESK_MCP_PATH } from "./sample-helpdesk-mcp.ts";
 
 /** What the upstream needs to ask the authority about an envelope. */
 export interface EnvelopeVerification {
@@ -435,8 +437,41 @@ export async function startSampleCustomersApi(
     return typeof headers.authorization === "string" && headers.authorization.startsWith("Bearer ");
   }
 
+  const helpdesk = createHelpdeskMcpHandler();
+
+  /** The downstream MCP server at /mcp, behind the same API key as the REST routes. */
+  async function handleMcp(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    if (!headerIs(request.headers["x-api-key"], options.apiKey)) {
+      send(response, problem(401, "Unauthorized", "missing or wrong credentials"));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of request) {
+      size += (chunk as Buffer).length;
+      if (size > MAX_BODY_BYTES) return send(response, problem(413, "Payload Too Large"));
+      chunks.push(chunk as Buffer);
+    }
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(request.headers)) {
+      if (value !== undefined && !["host", "connection", "content-length"].includes(name))
+        headers.set(name, Array.isArray(value) ? value.join(", ") : value);
+    }
+    const method = request.method ?? "GET";
+    const answer = await helpdesk.fetch(
+      new Request(`http://${host}${HELPDESK_MCP_PATH}`, {
+        method,
+        headers,
+        ...(method === "POST" ? { body: Buffer.concat(chunks) } : {}),
+      }),
+    );
+    response.writeHead(answer.status, Object.fromEntries(answer.headers));
+    response.end(Buffer.from(await answer.arrayBuffer()));
+  }
+
   async function handle(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const url = new URL(request.url ?? "/", "http://upstream.invalid");
+    if (url.pathname === HELPDESK_MCP_PATH) return handleMcp(request, response);
     const method = (request.method ?? "GET").toUpperCase();
     const matched = matchRoute(method, url.pathname);
     const envelope = request.headers["x-authority-envelope"];

@@ -33,6 +33,7 @@ import {
   DEV_BOUNDARY_ID,
   DEV_BOUNDARY_PATTERNS,
   DEV_CAPABILITY,
+  DEV_MCP_CAPABILITY,
   DEV_PARTNER,
   DEV_POLICY_RENEW_BEFORE_MS,
   DEV_POLICY_TTL_SECONDS,
@@ -98,7 +99,7 @@ async function ensureBoundary(deps: AdminDeps, track: Tracker): Promise<void> {
   await createBoundary(deps, DEV_PARTNER.partnerId, {
     boundary_id: DEV_BOUNDARY_ID,
     name: "What demo agents may ever be given",
-    allowed_capabilities: [DEV_CAPABILITY.capabilityId],
+    allowed_capabilities: [DEV_CAPABILITY.capabilityId, DEV_MCP_CAPABILITY.capabilityId],
     allowed_permission_patterns: [...DEV_BOUNDARY_PATTERNS],
     max_policy_ttl_seconds: 90 * 24 * 3600,
   });

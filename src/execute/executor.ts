@@ -69,8 +69,14 @@ export interface ExecutorOptions {
 /** What the executor needs from a verified operation snapshot. */
 export type ExecutableOperation = Pick<
   OperationSnapshot,
-  "method" | "input_schema" | "upstream_url_template" | "response_rules" | "parameter_constraints"
->;
+  | "method"
+  | "input_schema"
+  | "upstream_url_template"
+  | "response_rules"
+  | "parameter_constraints"
+  | "mcp_tool"
+> &
+  Partial<Pick<OperationSnapshot, "response_schema">>;
 
 export interface ExecuteRequest {
   readonly snapshot: ExecutableOperation;
@@ -416,6 +422,10 @@ export function createExecutor(options: ExecutorOptions): Executor {
   }
 
   function executableMethod(snapshot: ExecutableOperation): string {
+    // A downstream MCP tool is called by the MCP transport's send stage, never as an HTTP request.
+    if (snapshot.mcp_tool !== undefined) {
+      throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "downstream_mcp_tool" } });
+    }
     const method = typeof snapshot.method === "string" ? snapshot.method.toUpperCase() : "";
     if (!EXECUTABLE_METHODS.has(method)) {
       throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "method_not_executable" } });

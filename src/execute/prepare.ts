@@ -8,9 +8,16 @@
  * Nothing here loads a secret or touches the network; every refusal is an ExecutionError with
  * the error table's code (ambiguous_path, invalid_input, constraint_violation, …).
  */
+
+import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
 import type { ConstraintRollout } from "../core/parameter-constraints.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
-import { type AllowedRoute, assertUnambiguousPath, renderUpstreamRequest } from "./url.ts";
+import {
+  type AllowedRoute,
+  assertUnambiguousPath,
+  renderDownstreamToolRequest,
+  renderUpstreamRequest,
+} from "./url.ts";
 
 export interface PreparedUpstreamRequest {
   /** The arguments as validated and constrained: the only ones that may be sent. */
@@ -28,5 +35,9 @@ export function prepareUpstreamRequest(
   // concrete path (decide()) or as an argument: checked before the schema reports anything else.
   assertUnambiguousPath(route, args);
   const validated = enforceOperationInput(route.operation, args, rollout);
-  return { args: validated, url: renderUpstreamRequest(route, validated) };
+  // A downstream MCP tool's endpoint is fixed by review; its arguments travel in tools/call.
+  const url = isMcpToolSnapshot(route.operation)
+    ? renderDownstreamToolRequest(route)
+    : renderUpstreamRequest(route, validated);
+  return { args: validated, url };
 }

@@ -1,5 +1,5 @@
 import type { Capability } from "../core/capability.ts";
-import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { isMcpToolSnapshot, type OperationSnapshot } from "../core/operation-snapshot.ts";
 import { renderedRequestMatches } from "../core/path-values.ts";
 import { ExecutionError } from "./errors.ts";
 
@@ -203,6 +203,8 @@ const sameNames = (a: readonly string[], b: readonly string[]): boolean =>
  */
 export function renderUpstreamRequest(route: AllowedRoute, args: UrlArgs): URL {
   const { operation } = route;
+  // A downstream MCP tool is called with tools/call by the MCP transport, never sent as HTTP.
+  if (isMcpToolSnapshot(operation)) throw badTemplate("downstream_mcp_tool");
   const url = buildUpstreamUrl(operation, args);
   const upstream = parseTemplate(operation.upstream_url_template);
   let api: ParsedTemplate;
@@ -222,6 +224,27 @@ export function renderUpstreamRequest(route: AllowedRoute, args: UrlArgs): URL {
   });
   if (!matches) throw ambiguous("rendered_request_maps_elsewhere");
   return url;
+}
+
+/**
+ * The endpoint of a downstream MCP tool: the reviewed URL as it is (it takes no parameters),
+ * after the tool's fixed path is matched again against the decision's catalog — it must map
+ * to exactly the allowed permission, as a rendered HTTP request must.
+ */
+export function renderDownstreamToolRequest(route: AllowedRoute): URL {
+  const { operation } = route;
+  if (!isMcpToolSnapshot(operation)) throw badTemplate("not_a_downstream_mcp_tool");
+  const upstream = parseTemplate(operation.upstream_url_template);
+  if (upstream.params.length > 0) throw badTemplate("upstream_url_template_invalid");
+  const matches = renderedRequestMatches({
+    capability: route.capability,
+    permissionId: route.permissionId,
+    operation,
+    method: operation.method,
+    path: operation.path,
+  });
+  if (!matches) throw ambiguous("rendered_request_maps_elsewhere");
+  return new URL(`${upstream.origin}${upstream.pathname}${upstream.search}`);
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 import type { Tool } from "@modelcontextprotocol/server";
 import type { HttpMethod } from "../core/http-method.ts";
-import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { isMcpToolSnapshot, type OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
 import { toolNameFor } from "../core/tool-name.ts";
@@ -20,6 +20,12 @@ export interface ApiToolTarget {
   readonly method: HttpMethod;
   /** The snapshot's path template, braces kept. */
   readonly pathTemplate: string;
+  /**
+   * `api`: an imported HTTP operation, called with `{ path, query, headers, body }` and answered
+   * with `{ status, headers, body, redaction_events }`. `downstream_mcp`: a downstream MCP
+   * server's tool, called with the tool's own arguments and answered with its (redacted) result.
+   */
+  readonly kind: "api" | "downstream_mcp";
 }
 
 export interface ApiToolIndex {
@@ -77,6 +83,29 @@ export function toolAnnotations(snapshot: OperationSnapshot): NonNullable<Tool["
   };
 }
 
+/**
+ * A downstream MCP tool as reviewed: its own input and output schemas, description, title
+ * and hints from the snapshot — never what the downstream says now.
+ */
+function downstreamToolFor(name: string, snapshot: OperationSnapshot): Tool {
+  const reviewed = snapshot.mcp_tool?.annotations ?? {};
+  const title = snapshot.summary?.trim();
+  const description = snapshot.description?.trim() ?? "";
+  return {
+    name,
+    ...(title ? { title: clip(title, 200) } : {}),
+    description: description === "" ? (title ?? name) : clip(description, MAX_DESCRIPTION_LENGTH),
+    inputSchema: (snapshot.input_schema.body ?? { type: "object" }) as Tool["inputSchema"],
+    ...(snapshot.response_schema === null
+      ? {}
+      : { outputSchema: snapshot.response_schema as Tool["outputSchema"] }),
+    annotations: { ...reviewed, ...(title ? { title: clip(title, 200) } : {}) },
+  };
+}
+
+/** A downstream tool keeps its reviewed name when it fits the hosted names and no earlier tool has it. */
+const PLAIN_NAME = /^[A-Za-z0-9_.-]{1,64}$/; // at most MAX_TOOL_NAME_LENGTH
+
 function toolFor(name: string, snapshot: OperationSnapshot): Tool {
   const annotations = toolAnnotations(snapshot);
   return {
@@ -102,7 +131,10 @@ function permissionOf(capabilityId: string, snapshot: OperationSnapshot): Permis
  * order (capabilities sorted by id, operations as reviewed). Whether the document may be
  * used at all (verified, active, this subject's) is the caller's check.
  */
-export function buildApiToolIndex(document: PolicyDocument): ApiToolIndex {
+export function buildApiToolIndex(
+  document: PolicyDocument,
+  reserved: ReadonlySet<string> = new Set(),
+): ApiToolIndex {
   const tools: Tool[] = [];
   const byName = new Map<string, ApiToolTarget>();
   const collisions: PermissionId[] = [];
@@ -113,10 +145,14 @@ export function buildApiToolIndex(document: PolicyDocument): ApiToolIndex {
       const permissionId = permissionOf(entry.capability_id, snapshot);
       if (permissionId === undefined || !allowed.has(permissionId) || seen.has(permissionId)) continue;
       seen.add(permissionId);
+      const downstream = isMcpToolSnapshot(snapshot);
+      const taken = (candidate: string) => byName.has(candidate) || reserved.has(candidate);
       let name = toolNameFor(permissionId, snapshot.operation_id);
+      if (downstream && PLAIN_NAME.test(snapshot.mcp_tool.name) && !taken(snapshot.mcp_tool.name))
+        name = snapshot.mcp_tool.name;
       // Two bases cut to the same text with the same 32-bit suffix: try the path-derived base.
-      if (byName.has(name)) name = toolNameFor(permissionId);
-      if (byName.has(name)) {
+      if (taken(name)) name = toolNameFor(permissionId);
+      if (taken(name)) {
         collisions.push(permissionId);
         continue;
       }
@@ -126,8 +162,9 @@ export function buildApiToolIndex(document: PolicyDocument): ApiToolIndex {
         permissionId,
         method: snapshot.method,
         pathTemplate: snapshot.path,
+        kind: downstream ? "downstream_mcp" : "api",
       });
-      tools.push(toolFor(name, snapshot));
+      tools.push(downstream ? downstreamToolFor(name, snapshot) : toolFor(name, snapshot));
     }
   }
   return { tools, byName, collisions };

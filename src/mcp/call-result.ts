@@ -44,3 +44,19 @@ export function errorToolResult(error: AuthorityError, requestId: string): CallT
 export function jsonToolResult(value: Record<string, unknown>): CallToolResult {
   return { content: [{ type: "text", text: JSON.stringify(value) }], structuredContent: value };
 }
+
+/** Where a downstream tool's result says what the gateway redacted (only when it did). */
+export const REDACTION_EVENTS_META = "io.authority/redaction_events";
+
+/**
+ * A downstream MCP tool's answer as the send stage left it (the tool-result fields only,
+ * scrubbed and redacted), with the redaction events in `_meta` when there are any.
+ */
+export function downstreamToolResult(body: unknown, events: readonly RedactionEvent[]): CallToolResult {
+  const fields = typeof body === "object" && body !== null ? (body as Record<string, unknown>) : {};
+  const result = {
+    ...fields,
+    content: Array.isArray(fields.content) ? fields.content : [],
+  } as CallToolResult;
+  return events.length === 0 ? result : { ...result, _meta: { [REDACTION_EVENTS_META]: [...events] } };
+}

@@ -22,6 +22,7 @@ import type { AdminDeps } from "../admin/deps.ts";
 import type { McpCallInput } from "../audit/mcp-records.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { policyStanding } from "../core/decision.ts";
+import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
 import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
@@ -36,8 +37,15 @@ import { outageFailure, pipelineFailure } from "../pipeline/failure.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
-import { type ApiToolContent, apiToolResult, errorToolResult, jsonToolResult } from "./call-result.ts";
-import type { ManagementToolSet } from "./management-tools.ts";
+import {
+  type ApiToolContent,
+  apiToolResult,
+  downstreamToolResult,
+  errorToolResult,
+  jsonToolResult,
+} from "./call-result.ts";
+import type { DownstreamSender } from "./downstream-send.ts";
+import { type ManagementToolSet, managementTools } from "./management-tools.ts";
 import { createToolIndexCache, type ToolIndexCache } from "./tool-cache.ts";
 
 export interface McpCaller {
@@ -53,6 +61,11 @@ export interface McpServiceOptions {
   readonly runtime: DecisionRuntime;
   /** The upstream client of the pipeline: its rollout gate and its send stage. */
   readonly executor: Pick<Executor, "send" | "rolloutFor">;
+  /**
+   * The send stage toward downstream MCP servers (their tools are snapshots with `mcp_tool`);
+   * without it such a tool is refused by the executor (invalid_operation_snapshot).
+   */
+  readonly downstream?: DownstreamSender;
   /** The executor's form of a partner's auth profile (secrets stay references); throws when absent. */
   readonly authProfile: (partnerId: string, profileId: string) => Promise<AuthProfile>;
   readonly management: ManagementToolSet;
@@ -180,10 +193,21 @@ export function createMcpService(options: McpServiceOptions): McpService {
   checkOptions(options);
   const { runtime, executor, management, adminDeps, now, logger } = options;
   /** The pipeline over this call's scoped runtime (the policy read once serves lookup and decision). */
+  const { downstream } = options;
+  // One pipeline, two senders: HTTP operations go to the executor, downstream MCP tools to tools/call.
+  const upstream: Pick<Executor, "send" | "rolloutFor"> =
+    downstream === undefined
+      ? executor
+      : {
+          rolloutFor: (snapshot, partnerId) => executor.rolloutFor(snapshot, partnerId),
+          send: (request) =>
+            isMcpToolSnapshot(request.snapshot) ? downstream.send(request) : executor.send(request),
+        };
   const pipeline = (scope: DecisionRuntime): EnforcementPipeline =>
-    createEnforcementPipeline({ decisions: scope, upstream: executor });
+    createEnforcementPipeline({ decisions: scope, upstream });
   const toolCache = createToolIndexCache({
     max: options.toolCacheSize ?? 1000,
+    reserved: managementTools.map((entry) => entry.tool.name),
     onCollision: (info) =>
       logger?.warn(
         { subjectId: info.subjectId, count: info.permissionIds.length },
@@ -388,7 +412,8 @@ export function createMcpService(options: McpServiceOptions): McpService {
         authenticatedAs: bearerOf(caller),
       },
       {
-        args: () => args,
+        // A downstream tool takes its own arguments: they are the body of its snapshot.
+        args: () => (target.kind === "downstream_mcp" ? { body: args ?? {} } : args),
         authProfile: (owner, profileRef) =>
           options.authProfile(owner, profileRef).catch((error: unknown) => {
             logger?.warn({ err: error, requestId: caller.requestId }, "mcp auth profile could not be loaded");
@@ -438,6 +463,7 @@ export function createMcpService(options: McpServiceOptions): McpService {
         response: content,
       });
       if (!outcome.recorded) return errorToolResult(outageFailure(), caller.requestId);
+      if (target.kind === "downstream_mcp") return downstreamToolResult(result.body, result.redactionEvents);
       return apiToolResult(content, result.upstreamError !== undefined);
     }
     const { error: failure, cause } = outcome;

@@ -17,7 +17,10 @@ export interface ToolIndexCache {
 export function createToolIndexCache(options: {
   readonly max: number;
   readonly onCollision?: (info: { subjectId: string; permissionIds: readonly string[] }) => void;
+  /** Names API tools never take (the management tools'), whoever lists. */
+  readonly reserved?: Iterable<string>;
 }): ToolIndexCache {
+  const reserved: ReadonlySet<string> = new Set(options.reserved ?? []);
   if (!Number.isSafeInteger(options.max) || options.max < 1)
     throw new TypeError("max must be a positive integer");
   const cache = new LRUCache<string, ApiToolIndex>({ max: options.max });
@@ -32,7 +35,7 @@ export function createToolIndexCache(options: {
         return cached;
       }
       builds++;
-      const index = buildApiToolIndex(document);
+      const index = buildApiToolIndex(document, reserved);
       if (index.collisions.length > 0) {
         options.onCollision?.({ subjectId, permissionIds: index.collisions });
       }

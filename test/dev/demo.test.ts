@@ -59,6 +59,14 @@ test("authority demo walks through every path and exits 0 when every outcome is 
   ]) {
     assert.ok(stdout.includes(`✓ ${step}`), `the demo shows "${step}" as expected`);
   }
+  // A downstream MCP server governed through /mcp: listed by policy, one call allowed, one refused.
+  for (const step of [
+    "tools/list as agent-demo (2026-07-28)",
+    'tools/call search_tickets {team: "support"}',
+    'tools/call search_tickets {team: "finance"}',
+  ]) {
+    assert.ok(stdout.includes(`✓ ${step}`), `the demo shows "${step}" as expected`);
+  }
   assert.doesNotMatch(stdout, /skipped: /);
   // Expected client errors (the wrong-password step among them) are not server errors: at log
   // level "error" nothing is logged, and no stack trace is printed.

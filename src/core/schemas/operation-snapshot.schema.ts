@@ -3,6 +3,12 @@ import { nonEmptyString } from "./common.ts";
 import { redactionRuleSchema } from "./redaction-rule.schema.ts";
 
 /** Parameters of one location (path, query, headers) are described by one object schema. */
+/**
+ * A downstream MCP tool name as the MCP revisions allow it: 1–128 of [A-Za-z0-9_.-], and not
+ * made of dots alone (it is also the last segment of the tool's path, "/tools/<name>").
+ */
+export const MCP_TOOL_NAME_PATTERN = "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$";
+
 const objectSchema = {
   type: "object",
   required: ["type"],
@@ -49,5 +55,24 @@ export const operationSnapshotSchema = {
     auth_profile_ref: nonEmptyString(256),
     response_rules: { type: "array", maxItems: 256, items: redactionRuleSchema },
     parameter_constraints: { type: "array", maxItems: 256, items: { type: "object" } },
+    mcp_tool: {
+      type: "object",
+      additionalProperties: false,
+      required: ["name"],
+      properties: {
+        name: { type: "string", minLength: 1, maxLength: 128, pattern: MCP_TOOL_NAME_PATTERN },
+        annotations: {
+          type: "object",
+          additionalProperties: false,
+          properties: {
+            title: { type: "string", maxLength: 256 },
+            readOnlyHint: { type: "boolean" },
+            destructiveHint: { type: "boolean" },
+            idempotentHint: { type: "boolean" },
+            openWorldHint: { type: "boolean" },
+          },
+        },
+      },
+    },
   },
 } as const;

@@ -13,6 +13,7 @@ import { createDemoContext, type DemoContext } from "./context.ts";
 import { createReporter, type DemoSummary } from "./reporter.ts";
 import { adminSection, authorizeSection } from "./steps-authorize.ts";
 import { bindingSection } from "./steps-binding.ts";
+import { downstreamSection } from "./steps-downstream.ts";
 import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
@@ -43,6 +44,7 @@ const sections: readonly Section[] = [
   { name: "managed crypto API", run: managedSection },
   { name: "headless binding invoke", run: bindingSection },
   { name: "hosted MCP", run: mcpSection },
+  { name: "downstream MCP server", run: downstreamSection },
   { name: "sidecar", run: sidecarSection },
 ];
 

@@ -9,12 +9,14 @@
  */
 import { LRUCache } from "lru-cache";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../admin/auth-profiles.ts";
+import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
 import {
   type BindingRuntime,
   type BindingRuntimeOptions,
   createBindingRuntime,
 } from "../../bindings/runtime.ts";
 import { createOperationIndex, type OperationIndex } from "../../bindings/verify.ts";
+import { createAuthInjector } from "../../execute/auth-injector.ts";
 import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
@@ -23,6 +25,8 @@ import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
+import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
+import { createDownstreamSender } from "../../mcp/downstream-send.ts";
 import { createManagementToolSet } from "../../mcp/management-tools.ts";
 import { createCachedSecretResolver } from "../../mcp/secret-cache.ts";
 import { createMcpService, type McpService } from "../../mcp/service.ts";
@@ -46,7 +50,12 @@ export interface AuthorityServices extends AuthorityContext {
   /** Workload tokens, assertions, idempotency, envelopes and the binding executor. */
   readonly bindings: BindingRuntime;
   /** Hosted MCP: its resolved settings and the service behind /mcp. */
-  readonly mcp: { readonly config: ResolvedMcpConfig; readonly service: McpService };
+  readonly mcp: {
+    readonly config: ResolvedMcpConfig;
+    readonly service: McpService;
+    /** Lists a downstream MCP server's tools for an admin's preview and import. */
+    readonly downstreamTools: DownstreamToolLister;
+  };
   /** The process's one client-credentials token cache (per grant: one token). */
   readonly clientCredentials: ClientCredentialsTokens;
   /** Signed policy blobs handed to sidecars, one crypto call per policy version. */
@@ -64,6 +73,9 @@ export interface AuthorityServiceOptions {
   /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
   readonly mcpExecutor?: Executor;
 }
+
+/** Deadline of listing a downstream MCP server's tools at preview and import. */
+const DOWNSTREAM_LISTING_TIMEOUT_MS = 10_000;
 
 function constraintsRollout(context: AuthorityContext) {
   const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
@@ -87,10 +99,11 @@ export function composeAuthorityServices(
   const withEgress: AuthorityContext = { ...context, egress };
   const bindings = createBindingRuntime(withEgress, { decisions, clientCredentials }, options.bindings);
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
+  const mcpSecrets = createCachedSecretResolver(context);
   const mcpExecutor =
     options.mcpExecutor ??
     createExecutor({
-      secretResolver: createCachedSecretResolver(context),
+      secretResolver: mcpSecrets,
       tokenSetStore: createStoreTokenSetStore(context.store),
       constraintsRollout: constraintsRollout(context),
       timeoutMs: mcpConfig.upstreamTimeoutMs,
@@ -98,9 +111,29 @@ export function composeAuthorityServices(
       egress,
       clientCredentials,
     });
+  // Downstream MCP servers: the same egress gate, secrets and token caches as the executor's.
+  const injector = createAuthInjector({
+    secretResolver: mcpSecrets,
+    clientCredentials: mcpExecutor.clientCredentials,
+    oauthUser: mcpExecutor.oauthUser,
+  });
+  const downstreamLimits = {
+    timeoutMs: mcpConfig.upstreamTimeoutMs,
+    maxResponseBytes: mcpConfig.maxResponseBytes,
+  };
+  const downstream = createDownstreamSender({ egress, injector, ...downstreamLimits });
+  const downstreamTools = createDownstreamLister({
+    egress,
+    injector,
+    authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
+    // An admin's import lists every page of a server: its own deadline, not one call's.
+    timeoutMs: DOWNSTREAM_LISTING_TIMEOUT_MS,
+    maxResponseBytes: mcpConfig.maxResponseBytes,
+  });
   const mcpService = createMcpService({
     runtime: decisions,
     executor: mcpExecutor,
+    downstream,
     authProfile: (partnerId, profileId) => loadExecutionAuthProfile(context, partnerId, profileId),
     management: createManagementToolSet(),
     adminDeps: context,
@@ -112,7 +145,7 @@ export function composeAuthorityServices(
     ...withEgress,
     decisions,
     bindings,
-    mcp: { config: mcpConfig, service: mcpService },
+    mcp: { config: mcpConfig, service: mcpService, downstreamTools },
     clientCredentials,
     verifyOperations: createOperationIndex(bindings, context),
     signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),

@@ -21,9 +21,15 @@ import {
   type PreviewInput,
   previewOpenApi,
 } from "../../../admin/capabilities.ts";
+import {
+  importMcpServer,
+  type McpImportInput,
+  type McpServerInput,
+  previewMcpServer,
+} from "../../../admin/mcp-servers.ts";
 import { assertCanManagePartner, assertCanReadPartner, assertRole } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 // The document is an object (JSON) or text (JSON or YAML); the catalog module checks the rest.
 const documentSchema = { anyOf: [{ type: "object" }, { type: "string", minLength: 1 }] } as const;
@@ -63,6 +69,45 @@ const importBody = {
   },
 } as const;
 
+const mcpUrlSchema = { type: "string", minLength: 1, maxLength: 2048 } as const;
+// Per tool: the OpenAPI operation extensions (core checks their contents).
+const toolRulesSchema = {
+  type: "object",
+  maxProperties: 2000,
+  additionalProperties: {
+    type: "object",
+    additionalProperties: false,
+    properties: {
+      "x-authority-constraints": { type: "array", maxItems: 256 },
+      "x-authority-redactions": { type: "array", maxItems: 256 },
+      "x-authority-auth-profile": profileRefSchema,
+    },
+  },
+} as const;
+
+const mcpPreviewBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["url"],
+  properties: {
+    url: mcpUrlSchema,
+    capability_id: idSchemas.capability,
+    auth_profile_ref: profileRefSchema,
+    tool_rules: toolRulesSchema,
+  },
+} as const;
+
+const mcpImportBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["capability_id", "name", "url", "auth_profile_ref", "catalog_hash"],
+  properties: {
+    ...mcpPreviewBody.properties,
+    name: { type: "string", minLength: 1, maxLength: 256 },
+    catalog_hash: { type: "string", minLength: 1, maxLength: 128 },
+  },
+} as const;
+
 const partnerParams = paramsSchema({ id: idSchemas.partner });
 const capabilityParams = paramsSchema({ id: idSchemas.partner, capability: idSchemas.capability });
 const versionQuery = {
@@ -72,7 +117,7 @@ const versionQuery = {
 } as const;
 
 /** OpenAPI preview and import, and the capability catalogs they produce. */
-export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function capabilityRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
 
@@ -102,6 +147,40 @@ export function capabilityRoutes(context: AuthorityContext): FastifyPluginAsync 
           { subject: principal.subject, requestId: request.id },
           request.params.id,
           request.body,
+        );
+        reply.code(outcome.is_new_version ? 201 : 200);
+        return outcome;
+      },
+    );
+
+    app.post<{ Params: { id: string }; Body: McpServerInput }>(
+      "/partners/:id/api-specs/preview-mcp",
+      { schema: { response: { 200: previewSchema }, params: partnerParams, body: mcpPreviewBody } },
+      async (request) => {
+        // The listing carries the partner's credentials: only who may manage the partner.
+        assertCanManagePartner(principalOf(request), request.params.id);
+        return previewMcpServer(context, request.params.id, request.body, context.mcp.downstreamTools);
+      },
+    );
+
+    app.post<{ Params: { id: string }; Body: McpImportInput }>(
+      "/partners/:id/api-specs/import-mcp",
+      {
+        schema: {
+          response: { 200: importResultSchema, 201: importResultSchema },
+          params: partnerParams,
+          body: mcpImportBody,
+        },
+      },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        assertCanManagePartner(principal, request.params.id);
+        const outcome = await importMcpServer(
+          context,
+          { subject: principal.subject, requestId: request.id },
+          request.params.id,
+          request.body,
+          context.mcp.downstreamTools,
         );
         reply.code(outcome.is_new_version ? 201 : 200);
         return outcome;

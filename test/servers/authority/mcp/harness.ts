@@ -223,6 +223,8 @@ export async function startHarness(
      * its public URL names (an OAuth client checks the advertised resource against the URL it uses).
      */
     oauthUser?: DevUser;
+    /** More servers the egress gate lets the service reach (downstream MCP servers). */
+    egressAllow?: readonly string[];
   } = {},
 ): Promise<Harness> {
   const dir: TempDir = await makeTempDir("authority-mcp-");
@@ -273,7 +275,7 @@ export async function startHarness(
       keyRings: createProcessKeyRings(),
       logger: createLogger("authority-mcp-test", "silent"),
       now: () => new Date(Date.now() + clock.offsetMs),
-      egress: egressAllowing([upstream.url]),
+      egress: egressAllowing([upstream.url, ...(options.egressAllow ?? [])]),
       platform: null,
     },
   );

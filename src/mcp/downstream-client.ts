@@ -1,0 +1,194 @@
+/**
+ * The SDK's 2.x client toward a downstream MCP server (Streamable HTTP), on a fetch that is
+ * the one egress gate's (every connection checked on the address it reaches) and that bounds
+ * what one exchange may do: POST only (no standalone GET stream to hold open), redirects never
+ * followed (a redirect could carry injected credentials elsewhere: it fails the exchange), the
+ * body read whole within a byte limit and, when it is JSON or SSE data, within the service's
+ * JSON depth and width bounds before the SDK parses it. Used at import (`listDownstreamTools`)
+ * and by the send stage of a governed call (`callDownstreamTool`).
+ */
+import {
+  type CallToolResult,
+  Client,
+  type PriorDiscovery,
+  StreamableHTTPClientTransport,
+  type Tool,
+} from "@modelcontextprotocol/client";
+import { LRUCache } from "lru-cache";
+import { parseBoundedJson } from "../core/bounded-json.ts";
+import { readBoundedBody } from "../execute/bounded-body.ts";
+import type { FetchLike } from "../execute/egress.ts";
+
+/** How the gateway names itself to downstream servers. */
+const CLIENT_INFO = { name: "authority-gateway", version: "1.0.0" } as const;
+
+/** The exchange broke a rule of the gateway (not a transport fault): a redirect, a body past the JSON bounds. */
+export class DownstreamExchangeError extends Error {
+  readonly issue: "redirect" | "too_complex";
+
+  constructor(issue: "redirect" | "too_complex") {
+    super(`downstream exchange refused: ${issue}`);
+    this.name = "DownstreamExchangeError";
+    this.issue = issue;
+  }
+}
+
+export interface DownstreamExchange {
+  /** The egress gate's fetch. */
+  readonly fetch: FetchLike;
+  /** Largest body one HTTP response may have (decoded bytes). */
+  readonly maxResponseBytes: number;
+  /** Deadline of the whole exchange (connect, list or call). */
+  readonly timeoutMs: number;
+  /** Credentials (auth profile) and trusted headers for every request; never the agent's token. */
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly query?: Readonly<Record<string, string>>;
+  readonly signal?: AbortSignal;
+}
+
+/** Every `data:` line of an SSE body, and a JSON body, within the JSON bounds. */
+function checkBodyBounds(bytes: Uint8Array, contentType: string | null): void {
+  const type = (contentType ?? "").split(";", 1)[0]?.trim().toLowerCase() ?? "";
+  if (bytes.byteLength === 0) return;
+  const text = new TextDecoder().decode(bytes);
+  try {
+    if (type === "application/json") parseBoundedJson(text, "downstream");
+    else if (type === "text/event-stream") {
+      for (const line of text.split(/\r\n|\r|\n/)) {
+        if (!line.startsWith("data:")) continue;
+        const data = line.slice(5).trim();
+        if (data !== "") parseBoundedJson(data, "downstream");
+      }
+    }
+  } catch (error) {
+    // Text that is not JSON is the SDK's to refuse; text past the bounds is never handed over.
+    if (error instanceof SyntaxError) return;
+    throw new DownstreamExchangeError("too_complex");
+  }
+}
+
+function exchangeFetch(exchange: DownstreamExchange, deadline: AbortSignal): FetchLike {
+  return async (input, init) => {
+    const method = (init?.method ?? "GET").toUpperCase();
+    // Only requests carry calls; a standalone GET stream would only hold a connection open.
+    if (method !== "POST") return new Response(null, { status: 405, headers: { allow: "POST" } });
+    const url = new URL(input);
+    for (const [name, value] of Object.entries(exchange.query ?? {})) url.searchParams.set(name, value);
+    const headers = new Headers(init?.headers);
+    for (const [name, value] of Object.entries(exchange.headers ?? {})) headers.set(name, value);
+    const signal = init?.signal == null ? deadline : AbortSignal.any([deadline, init.signal]);
+    const response = await exchange.fetch(url, { ...init, method, headers, redirect: "manual", signal });
+    if (response.status >= 300 && response.status < 400) {
+      await response.body?.cancel().catch(() => undefined);
+      throw new DownstreamExchangeError("redirect");
+    }
+    const bytes = await readBoundedBody(response, exchange.maxResponseBytes);
+    checkBodyBounds(bytes, response.headers.get("content-type"));
+    const empty = bytes.byteLength === 0 || response.status === 204 || response.status === 304;
+    return new Response(empty ? null : bytes, { status: response.status, headers: response.headers });
+  };
+}
+
+interface Session {
+  readonly client: Client;
+  readonly deadline: AbortSignal;
+}
+
+async function open(
+  url: string,
+  exchange: DownstreamExchange,
+  prior: PriorDiscovery | undefined,
+): Promise<Session> {
+  const deadline =
+    exchange.signal === undefined
+      ? AbortSignal.timeout(exchange.timeoutMs)
+      : AbortSignal.any([AbortSignal.timeout(exchange.timeoutMs), exchange.signal]);
+  const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: "auto" } });
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    fetch: exchangeFetch(exchange, deadline),
+    redirectPolicy: "same-origin",
+  });
+  await client.connect(transport, {
+    signal: deadline,
+    timeout: exchange.timeoutMs,
+    ...(prior === undefined ? {} : { prior }),
+  });
+  return { client, deadline };
+}
+
+export interface DownstreamListing {
+  readonly tools: readonly Tool[];
+  readonly server: { readonly name?: string; readonly version?: string };
+  /** "modern" (2026-07-28 and later) or "legacy" (the 2025 revisions, with `initialize`). */
+  readonly era: string | undefined;
+}
+
+/** Every tool the server lists, page after page, stopping past `maxTools` (the caller refuses that). */
+export async function listDownstreamTools(
+  url: string,
+  exchange: DownstreamExchange,
+  maxTools: number,
+): Promise<DownstreamListing> {
+  const { client, deadline } = await open(url, exchange, undefined);
+  try {
+    const tools: Tool[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.listTools(cursor === undefined ? {} : { cursor }, {
+        signal: deadline,
+        timeout: exchange.timeoutMs,
+        cacheMode: "bypass",
+      });
+      tools.push(...page.tools);
+      cursor = page.nextCursor;
+    } while (cursor !== undefined && tools.length <= maxTools);
+    const info = client.getServerVersion();
+    return {
+      tools,
+      server: {
+        ...(info?.name === undefined ? {} : { name: info.name }),
+        ...(info?.version === undefined ? {} : { version: info.version }),
+      },
+      era: client.getProtocolEra(),
+    };
+  } finally {
+    await client.close().catch(() => undefined);
+  }
+}
+
+export interface DownstreamCaller {
+  /** One `tools/call` of a reviewed tool: connect (the server's era remembered), call, close. */
+  call(
+    url: string,
+    tool: Tool,
+    args: Record<string, unknown>,
+    exchange: DownstreamExchange,
+    /** Whose credentials the connection carries: a remembered era is reused only within it. */
+    context: string,
+  ): Promise<CallToolResult>;
+}
+
+/**
+ * A caller that remembers each server's era per authorization context, so a 2026-07-28
+ * server is called without a `server/discover` round trip and a 2025 one without the probe
+ * (its `initialize` handshake still runs: the revisions need it).
+ */
+export function createDownstreamCaller(options: { readonly maxServers?: number } = {}): DownstreamCaller {
+  const eras = new LRUCache<string, PriorDiscovery>({ max: options.maxServers ?? 1000, ttl: 300_000 });
+  return {
+    async call(url, tool, args, exchange, context) {
+      const key = `${context}\u0000${url}`;
+      const { client, deadline } = await open(url, exchange, eras.get(key));
+      try {
+        const discover = client.getDiscoverResult();
+        eras.set(key, discover === undefined ? { kind: "legacy" } : { kind: "modern", discover });
+        return (await client.callTool(
+          { name: tool.name, arguments: args },
+          { signal: deadline, timeout: exchange.timeoutMs, toolDefinition: tool },
+        )) as CallToolResult;
+      } finally {
+        await client.close().catch(() => undefined);
+      }
+    },
+  };
+}
