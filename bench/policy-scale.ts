@@ -90,7 +90,7 @@ function authorityFor(operations: number) {
         head: 1,
         expires_at: document.expires_at,
         revoked_at: null,
-        capabilities: [CAPABILITY],
+        capabilities: [],
         updated_at: "2026-01-01T00:00:00.000Z",
       },
       signedPolicy: opened.signedBlob ?? null,
