@@ -40,6 +40,8 @@ export interface PolicyScaleRow {
   readonly heapMb: number;
   readonly cpuUsPerCheck: number;
   readonly checks: number;
+  /** Checks refused (503) in the measured phase, with the first reason. */
+  readonly errors: string;
   readonly loads: number;
   readonly cached: number;
   readonly burst100MaxMs: number;
@@ -197,6 +199,7 @@ export async function benchPolicyScale(options: PolicyScaleOptions = {}): Promis
           heapMb: mb(result.heapUsedBytes),
           cpuUsPerCheck: Number(result.cpuUsPerCheck.toFixed(1)),
           checks: result.checks,
+          errors: result.errors === 0 ? "0" : `${result.errors} (${result.firstError})`,
           loads: result.loads,
           cached: result.cacheSize,
           burst100MaxMs: Number(result.burstMaxMs.toFixed(1)),

@@ -47,6 +47,9 @@ export interface ScaleResult {
   /** Checks answered from this process's memory (peek) vs. those that had to load. */
   readonly loads: number;
   readonly allowed: number;
+  /** Checks that failed (a 503 in the sidecar), with the first reason. */
+  readonly errors: number;
+  readonly firstError: string;
   readonly cacheSize: number;
   readonly heapUsedBytes: number;
   readonly rssBytes: number;
@@ -102,12 +105,20 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
   const now = new Date();
   let loads = 0;
   let allowed = 0;
+  let errors = 0;
+  let firstError = "";
   const check = async (subject: number, index: number): Promise<void> => {
     const subjectId = `scale-agent-${subject}`;
     let lookup = cache.peek(subjectId);
     if (lookup === undefined) {
       loads++;
-      lookup = await cache.get(subjectId);
+      try {
+        lookup = await cache.get(subjectId);
+      } catch (error) {
+        errors++;
+        firstError ||= String(error);
+        return;
+      }
     }
     const decision = decide({
       subjectId,
@@ -125,6 +136,8 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
   }
   loads = 0;
   allowed = 0;
+  errors = 0;
+  firstError = "";
   const started = performance.now();
   const cpu = process.cpuUsage();
   let checks = 0;
@@ -140,6 +153,8 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
     cpuUsPerCheck: (used.user + used.system) / Math.max(1, checks),
     loads,
     allowed,
+    errors,
+    firstError,
     cacheSize: cache.size,
     heapUsedBytes: memory.heapUsed,
     rssBytes: memory.rss,
