@@ -16,10 +16,10 @@
 import { type ChildProcess, fork } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
-import { buildPermissionId, computePolicyHash } from "../src/core/index.ts";
 import type { Capability } from "../src/core/capability.ts";
-import type { PolicyFetchResult } from "../src/policy/cache/index.ts";
+import { computePolicyHash } from "../src/core/index.ts";
 import { protectPolicy } from "../src/policy/artifact.ts";
+import type { PolicyFetchResult } from "../src/policy/cache/index.ts";
 import { compilePolicyDocument } from "../src/policy/compile.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
@@ -64,9 +64,15 @@ export interface PolicyScaleOptions {
 
 /** The authority's side: signs subject i's policy of `operations` operations on request. */
 function authorityFor(operations: number) {
-  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "bench" });
+  const protector = createLocalPolicyProtector({
+    keyRings: createProcessKeyRings(),
+    serviceIdentity: "bench",
+  });
   const assignment = benchAssignment(operations);
-  const fetchPolicy = async (subjectId: string, knownHead: number | undefined): Promise<PolicyFetchResult> => {
+  const fetchPolicy = async (
+    subjectId: string,
+    knownHead: number | undefined,
+  ): Promise<PolicyFetchResult> => {
     if (knownHead === 1) return { status: "not_modified" };
     const document = compilePolicyDocument({
       subject: { subject_id: subjectId, subject_type: "agent", display_name: subjectId },
@@ -122,7 +128,10 @@ async function runChild(
   for (let i = 0; i < message.burst; i++) {
     const subjectId = `scale-agent-${message.subjects + i}`;
     ready.set(subjectId, JSON.stringify(await authority.fetchPolicy(subjectId, undefined)));
-    ready.set(`subject:${subjectId}`, JSON.stringify(await authority.protector.signerKeys?.(`subject:${subjectId}`)));
+    ready.set(
+      `subject:${subjectId}`,
+      JSON.stringify(await authority.protector.signerKeys?.(`subject:${subjectId}`)),
+    );
   }
   const child: ChildProcess = track(
     fork(fileURLToPath(new URL("./lib/policy-cache-child.ts", import.meta.url)), [], {
@@ -206,7 +215,9 @@ export async function benchPolicyScale(options: PolicyScaleOptions = {}): Promis
           burst100Over200ms: result.burstOver200ms,
           firstCheckCpuMs: Number(result.burstCpuMsPerSubject.toFixed(2)),
           vs10Subjects: `${ratio.toFixed(2)}×`,
-          ...(last ? { target: `≤ ${FLAT_RATIO}× of ${subjectCounts[0]} subjects`, met: String(ratio <= FLAT_RATIO) } : {}),
+          ...(last
+            ? { target: `≤ ${FLAT_RATIO}× of ${subjectCounts[0]} subjects`, met: String(ratio <= FLAT_RATIO) }
+            : {}),
         });
         if (process.env.BENCH_PROGRESS === "1") process.stderr.write(`${JSON.stringify(rows.at(-1))}\n`);
       }

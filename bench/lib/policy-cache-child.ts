@@ -90,7 +90,9 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
     ...message.cacheOptions,
     source: {
       fetchPolicy: async (subjectId, options) =>
-        JSON.parse(await ask<string>({ type: "fetch", subjectId, knownHead: options.knownHead })) as PolicyFetchResult,
+        JSON.parse(
+          await ask<string>({ type: "fetch", subjectId, knownHead: options.knownHead }),
+        ) as PolicyFetchResult,
     },
     opener: createSignedPolicyVerifier({
       serviceIdentity: "bench",

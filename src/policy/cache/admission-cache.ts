@@ -81,7 +81,10 @@ function hash32(text: string, seed: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
-export function createFrequencySketch<K>(expectedKeys: number, seed = randomInt(2 ** 31)): FrequencySketch<K> {
+export function createFrequencySketch<K>(
+  expectedKeys: number,
+  seed = randomInt(2 ** 31),
+): FrequencySketch<K> {
   const width = nextPowerOfTwo(Math.max(16, expectedKeys));
   const counters = new Uint8Array(ROWS * width);
   const doorkeeper = new Uint8Array(width);
@@ -118,7 +121,8 @@ export function createFrequencySketch<K>(expectedKeys: number, seed = randomInt(
     estimate(key) {
       const [h1, h2] = indexes(key);
       let min = MAX_COUNT;
-      for (let row = 0; row < ROWS; row++) min = Math.min(min, counters[row * width + ((h1 + row * h2) & mask)] ?? 0);
+      for (let row = 0; row < ROWS; row++)
+        min = Math.min(min, counters[row * width + ((h1 + row * h2) & mask)] ?? 0);
       return min + (seen(h1, h2) ? 1 : 0);
     },
   };

@@ -43,7 +43,8 @@ function stringBytes(text: string): number {
 /** Estimated heap bytes of a JSON value (see the module comment). */
 export function heapBytes(value: unknown): number {
   if (typeof value === "string") return stringBytes(value);
-  if (typeof value === "number") return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 0 : HEAP_NUMBER;
+  if (typeof value === "number")
+    return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 0 : HEAP_NUMBER;
   if (typeof value !== "object" || value === null) return 0;
   if (Array.isArray(value)) {
     let total = ARRAY_HEADER + SLOT * value.length;

@@ -11,8 +11,8 @@ import { createAdmissionCache, type Weight } from "./admission-cache.ts";
 import type { FreshnessLease } from "./authority-lease.ts";
 import type { CacheKeys } from "./cache-key.ts";
 import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
-import { policyEntryName } from "./redis-keys.ts";
 import { createPolicyInterner, heapBytes, type PolicyInterner } from "./policy-interning.ts";
+import { policyEntryName } from "./redis-keys.ts";
 import type { PolicyHeadStore } from "./redis-policy-store.ts";
 import { openEntry, sealEntry } from "./sealed-entry.ts";
 
@@ -367,14 +367,20 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const weigh = (policy: VerifiedPolicy): Weight => {
     const document = policy.load.ok ? policy.load.document : undefined;
     const weight =
-      document === undefined ? undefined : (weights.get(document) ?? { ownBytes: heapBytes(document), shared: [] });
+      document === undefined
+        ? undefined
+        : (weights.get(document) ?? { ownBytes: heapBytes(document), shared: [] });
     return {
       ownBytes: ENTRY_OVERHEAD_BYTES + heapBytes(policy.subjectId) + (weight?.ownBytes ?? 0),
       shared: weight?.shared ?? [],
     };
   };
   // W-TinyLFU (admission-cache.ts): a working set larger than the cache keeps a hit rate.
-  const local = createAdmissionCache<string, VerifiedPolicy>({ maxEntries: max, maxBytes: localMaxBytes, weigh });
+  const local = createAdmissionCache<string, VerifiedPolicy>({
+    maxEntries: max,
+    maxBytes: localMaxBytes,
+    weigh,
+  });
   /** The last head Redis confirmed per subject, and when: the staleness bound runs from `at`. */
   const confirmed = new LRUCache<string, { head: number; at: number }>({ max });
   /**

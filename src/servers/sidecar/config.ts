@@ -207,7 +207,8 @@ export const sidecarSettings = {
   policyCacheMaxEntries: spec({
     key: "policy-cache-max-entries",
     env: "AUTHORITY_SIDECAR_POLICY_CACHE_MAX_ENTRIES",
-    description: "subjects whose verified policy is kept in memory (past it, the least used ones are reloaded)",
+    description:
+      "subjects whose verified policy is kept in memory (past it, the least used ones are reloaded)",
     default: 20_000,
     parse: integer(10, 10_000_000),
   }),

@@ -197,7 +197,9 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.stalenessMs === undefined ? {} : { stalenessMs: options.stalenessMs }),
     ...(options.policyTtlMs === undefined ? {} : { ttlWithoutRedisMs: options.policyTtlMs }),
     ...(options.policyMaxAgeMs === undefined ? {} : { maxAgeMs: options.policyMaxAgeMs }),
-    ...(options.policyCache?.maxEntries === undefined ? {} : { localMaxEntries: options.policyCache.maxEntries }),
+    ...(options.policyCache?.maxEntries === undefined
+      ? {}
+      : { localMaxEntries: options.policyCache.maxEntries }),
     ...(options.policyCache?.maxBytes === undefined ? {} : { localMaxBytes: options.policyCache.maxBytes }),
     ...(options.policyCache?.loadConcurrency === undefined
       ? {}

@@ -122,7 +122,10 @@ describe("admission cache (W-TinyLFU)", () => {
       // Between two uses of each key in use, 200 keys never seen again (twice the capacity).
       for (let i = 0; i < 200; i++) use(`flood-${round}-${i}`);
     }
-    assert.ok(hotHits / (90 * hot.length) > 0.9, `hit rate of the keys in use ${hotHits / (90 * hot.length)}`);
+    assert.ok(
+      hotHits / (90 * hot.length) > 0.9,
+      `hit rate of the keys in use ${hotHits / (90 * hot.length)}`,
+    );
   });
 
   test("frequency sketch: estimates never undercount up to the counter's ceiling", () => {

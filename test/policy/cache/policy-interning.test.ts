@@ -3,10 +3,10 @@ import { describe, test } from "node:test";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import fc from "fast-check";
-import { createPolicyInterner, heapBytes } from "../../../src/policy/cache/policy-interning.ts";
 import { benchAssignment } from "../../../bench/policy.ts";
-import { compilePolicyDocument } from "../../../src/policy/compile.ts";
 import type { PolicyDocument } from "../../../src/core/index.ts";
+import { createPolicyInterner, heapBytes } from "../../../src/policy/cache/policy-interning.ts";
+import { compilePolicyDocument } from "../../../src/policy/compile.ts";
 
 setFlagsFromString("--expose-gc");
 const gc = runInNewContext("gc") as () => void;
@@ -42,7 +42,10 @@ describe("policy interning", () => {
       const estimate = heapBytes(JSON.parse(text));
       const measured = measuredBytes(200, () => JSON.parse(text));
       const ratio = estimate / measured;
-      assert.ok(ratio >= 0.9 && ratio <= 1.6, `estimate ${estimate} vs measured ${measured} (${ratio.toFixed(2)}×)`);
+      assert.ok(
+        ratio >= 0.9 && ratio <= 1.6,
+        `estimate ${estimate} vs measured ${measured} (${ratio.toFixed(2)}×)`,
+      );
     });
   }
 
@@ -52,7 +55,10 @@ describe("policy interning", () => {
     const first = interner.intern(JSON.parse(texts[0] ?? ""));
     const measured = measuredBytes(texts.length, (i) => interner.intern(JSON.parse(texts[i] ?? "")).document);
     const ratio = first.weight.ownBytes / measured;
-    assert.ok(ratio >= 0.9 && ratio <= 2, `own ${first.weight.ownBytes} vs measured ${measured} (${ratio.toFixed(2)}×)`);
+    assert.ok(
+      ratio >= 0.9 && ratio <= 2,
+      `own ${first.weight.ownBytes} vs measured ${measured} (${ratio.toFixed(2)}×)`,
+    );
     // The 100 operations are held once, not per subject.
     assert.ok(measured < (first.weight.shared[0]?.bytes ?? 0) / 20);
   });
@@ -61,11 +67,17 @@ describe("policy interning", () => {
     const interner = createPolicyInterner();
     fc.assert(
       fc.property(
-        fc.array(fc.tuple(fc.integer({ min: 1, max: 6 }), fc.constantFrom("a", "b")), { minLength: 1, maxLength: 6 }),
+        fc.array(fc.tuple(fc.integer({ min: 1, max: 6 }), fc.constantFrom("a", "b")), {
+          minLength: 1,
+          maxLength: 6,
+        }),
         (shapes) => {
           const documents = shapes.map(([operations, subject]) => {
             const document = documentOf(`agent-${subject}`, operations);
-            return { original: document, interned: interner.intern(JSON.parse(JSON.stringify(document))).document };
+            return {
+              original: document,
+              interned: interner.intern(JSON.parse(JSON.stringify(document))).document,
+            };
           });
           for (const { original, interned } of documents) assert.deepEqual(interned, original);
           for (const one of documents)

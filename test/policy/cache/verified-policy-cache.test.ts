@@ -24,8 +24,8 @@ import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts"
 import type { PolicyOpener } from "../../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../../src/policy/record.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
-import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { entry } from "../../core/fixtures.ts";
+import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
 
 function clock(start = Date.now()) {
@@ -496,13 +496,23 @@ describe("verified-policy cache weight bound and sharing", () => {
 
   test("subjects with the same assignment share one frozen entry; the cached policy keeps no signed text", async () => {
     const source = recordSource(protector);
-    for (const subject of ["w1", "w2"]) source.records.set(subject, await protectedRecord(protector, subject, 1));
+    for (const subject of ["w1", "w2"])
+      source.records.set(subject, await protectedRecord(protector, subject, 1));
     source.records.set(
       "w3",
-      await protectedRecord(protector, "w3", 1, { apis: [entry([["GET", "/users/{id}"], ["GET", "/teams"]])] }),
+      await protectedRecord(protector, "w3", 1, {
+        apis: [
+          entry([
+            ["GET", "/users/{id}"],
+            ["GET", "/teams"],
+          ]),
+        ],
+      }),
     );
     const cache = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
-    const [one, two, three] = await Promise.all(["w1", "w2", "w3"].map(async (s) => (await cache.get(s)).policy));
+    const [one, two, three] = await Promise.all(
+      ["w1", "w2", "w3"].map(async (s) => (await cache.get(s)).policy),
+    );
     assert.ok(one?.load.ok && two?.load.ok && three?.load.ok);
     assert.notEqual(one.load.document, two.load.document);
     assert.equal(one.load.document.subject.subject_id, "w1");
@@ -586,9 +596,19 @@ describe("verified-policy cache: more subjects than it holds, loaded at once", (
     const fetching = source.fetchPolicy.bind(source);
     source.fetchPolicy = async (subjectId, options) => {
       const answer = await fetching(subjectId, options);
-      driven.log({ subject_id: "lost-1", head: 2, document_hash: `sha256:${"2".repeat(64)}`, revoked_at: null });
+      driven.log({
+        subject_id: "lost-1",
+        head: 2,
+        document_hash: `sha256:${"2".repeat(64)}`,
+        revoked_at: null,
+      });
       for (const other of ["x-1", "x-2"])
-        driven.log({ subject_id: other, head: 1, document_hash: `sha256:${"3".repeat(64)}`, revoked_at: null });
+        driven.log({
+          subject_id: other,
+          head: 1,
+          document_hash: `sha256:${"3".repeat(64)}`,
+          revoked_at: null,
+        });
       return answer;
     };
     await assert.rejects(cache.get("lost-1"), { code: "source_inconsistent" });
