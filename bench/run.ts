@@ -85,6 +85,18 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async ({ quick }) => (await import("./path-values.ts")).benchPathValues(quick ? 2_000 : undefined),
   },
   {
+    name: "policy-scale",
+    title:
+      "Flat with the number of agents: the sidecar's policy path (verified-policy cache, Redis, signature check, decide()) over 10 / 1,000 / 10,000 subjects with 5- and 500-operation policies",
+    targets:
+      "warm CPU per Check at 10,000 subjects ≤ 1.5× that at 10 subjects; a burst of 100 new subjects' first Checks within the 200 ms deadline (issue 30)",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./policy-scale.ts")).benchPolicyScale(
+        quick ? { subjects: [10, 100], operations: [5], checks: 500, burst: 10 } : {},
+      ),
+  },
+  {
     name: "crypto",
     title: "Post-quantum primitives (median per call)",
     run: async () => (await import("./crypto.ts")).benchCrypto(),

@@ -1,14 +1,17 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
+import type { PolicyDocument } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
+import { createAdmissionCache, type Weight } from "./admission-cache.ts";
 import type { FreshnessLease } from "./authority-lease.ts";
 import type { CacheKeys } from "./cache-key.ts";
 import { PolicyCacheError, positiveCacheOption } from "./errors.ts";
+import { createPolicyInterner, heapBytes, type PolicyInterner } from "./policy-interning.ts";
 import { policyEntryName } from "./redis-keys.ts";
 import type { PolicyHeadStore } from "./redis-policy-store.ts";
 import { openEntry, sealEntry } from "./sealed-entry.ts";
@@ -94,9 +97,11 @@ export interface VerifiedPolicy {
    * head would otherwise be confirmed by a 304); the next revalidation fetches in full.
    */
   readonly fromRedis?: true;
-  /** What a sealed Redis entry needs to verify the policy again; absent for a deny. */
+  /**
+   * The facts of the signed policy this was verified from; absent for a deny. The signed text
+   * itself is not kept: it is sealed into Redis when verified, and read from there again.
+   */
   readonly signed?: {
-    readonly blob: string;
     readonly cryptoVersion: CryptoVersion;
     readonly documentHash: string;
     readonly revokedMarker: string | null;
@@ -129,14 +134,21 @@ export interface VerifiedPolicyCacheOptions {
    * cache trusts Redis heads as before: only tests of the Redis layer leave it out.
    */
   readonly freshness?: FreshnessLease;
-  /** Local LRU size (default 10000 subjects). */
+  /** Local cache size (default 20000 subjects). */
   readonly localMaxEntries?: number;
   /**
-   * Local LRU weight bound: estimated bytes of the cached documents (twice their JSON text),
-   * default 32 MiB — so a heap limit (`--max-old-space-size`) stays safe however large the
-   * policies. A policy heavier than the bound is used but not kept.
+   * Local cache weight bound: estimated heap bytes of what the entries hold (policy-interning.ts;
+   * an entry or snapshot shared by several subjects counts once), default 48 MiB — so a heap
+   * limit (`--max-old-space-size`) stays safe however large the policies. A policy heavier
+   * than the bound is used but not kept.
    */
   readonly localMaxBytes?: number;
+  /**
+   * Policy loads (Redis entry or authority fetch, then verification) run at once; more wait
+   * their turn in order of arrival (default 8). A burst of new subjects is then answered in
+   * order instead of every first Check finishing only when the whole burst is verified.
+   */
+  readonly loadConcurrency?: number;
   /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
   readonly ttlWithoutRedisMs?: number;
   /** With Redis: how long a confirmed head still counts while Redis cannot be read (default 1000 ms). */
@@ -165,6 +177,8 @@ export interface VerifiedPolicyCache {
   peek(subjectId: string): PolicyLookup | undefined;
   evict(subjectId: string): void;
   readonly size: number;
+  /** Estimated heap bytes the local entries hold, counted against `localMaxBytes`. */
+  readonly bytes: number;
   close(): void;
 }
 
@@ -217,15 +231,16 @@ interface SealedPolicy {
   readonly revoked_marker: string | null;
 }
 
-/** What a cached policy weighs, roughly: its objects take about twice the bytes of their JSON text. */
-function estimatedBytes(policy: VerifiedPolicy): number {
-  return policy.load.ok ? Math.max(1, 2 * JSON.stringify(policy.load.document).length) : 256;
-}
+/**
+ * What a cached policy holds beside its document: the VerifiedPolicy and its load and facts
+ * objects, and its entries in the side tables (heads confirmed, head view, authority facts).
+ */
+const ENTRY_OVERHEAD_BYTES = 1024;
 
-function sealable(policy: VerifiedPolicy): SealedPolicy | undefined {
+function sealable(policy: VerifiedPolicy, blob: string | undefined): SealedPolicy | undefined {
   const signed = policy.load.ok ? policy.signed : undefined;
   // An allow without its signed policy cannot be checked again by the next reader: not cached.
-  if (policy.load.ok && signed === undefined) return undefined;
+  if (policy.load.ok && (signed === undefined || blob === undefined)) return undefined;
   return {
     v: 2,
     subject_id: policy.subjectId,
@@ -234,7 +249,7 @@ function sealable(policy: VerifiedPolicy): SealedPolicy | undefined {
     identity: policy.identity ?? null,
     verified_at: policy.verifiedAt,
     reason: policy.load.ok ? null : policy.load.reason,
-    signed_policy: signed?.blob ?? null,
+    signed_policy: signed === undefined ? null : (blob ?? null),
     crypto_version: signed?.cryptoVersion ?? null,
     document_hash: signed?.documentHash ?? null,
     revoked_marker: signed?.revokedMarker ?? null,
@@ -249,6 +264,7 @@ async function fromSealed(
   value: unknown,
   subjectId: string,
   opener: PolicyOpener,
+  verified: (document: PolicyDocument, facts: Pick<PolicyRecordFacts, "revoked_at">) => PolicyLoad,
 ): Promise<VerifiedPolicy | undefined> {
   if (typeof value !== "object" || value === null) return undefined;
   const entry = value as Partial<SealedPolicy>;
@@ -285,14 +301,40 @@ async function fromSealed(
       partnerId,
       identity,
       verifiedAt: entry.verified_at,
-      load: withRevocationMarker({ ok: true, document: opened.document }, { revoked_at: marker }),
-      signed: { blob, cryptoVersion, documentHash, revokedMarker: marker },
+      load: verified(opened.document, { revoked_at: marker }),
+      signed: { cryptoVersion, documentHash, revokedMarker: marker },
       fromRedis: true,
     };
   } catch (error) {
     if (error instanceof PolicyProtectionError && error.code === "policy_protection_unavailable") throw error;
     return undefined;
   }
+}
+
+/** A number in [0, 1) fixed per subject id (FNV-1a): spreads the revalidations of subjects. */
+function spread(subjectId: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < subjectId.length; i++) h = Math.imul(h ^ subjectId.charCodeAt(i), 0x01000193) >>> 0;
+  return h / 2 ** 32;
+}
+
+/** Runs at most `concurrency` tasks at once; the others start in order of arrival. */
+function createLoadQueue(concurrency: number) {
+  let running = 0;
+  const waiting: Array<() => void> = [];
+  return {
+    async run<T>(task: () => Promise<T>): Promise<T> {
+      if (running >= concurrency) await new Promise<void>((resolve) => waiting.push(resolve));
+      else running++;
+      try {
+        return await task();
+      } finally {
+        const next = waiting.shift();
+        if (next === undefined) running--;
+        else next();
+      }
+    },
+  };
 }
 
 export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): VerifiedPolicyCache {
@@ -307,14 +349,37 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const stalenessMs = positiveCacheOption(options.stalenessMs, 1000, "stalenessMs");
   const maxAgeMs = positiveCacheOption(options.maxAgeMs, 60_000, "maxAgeMs");
   const redisEntryTtlMs = positiveCacheOption(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
-  const max = positiveCacheOption(options.localMaxEntries, 10_000, "localMaxEntries");
+  const max = positiveCacheOption(options.localMaxEntries, 20_000, "localMaxEntries");
+  const loadConcurrency = positiveCacheOption(options.loadConcurrency, 8, "loadConcurrency");
   const viewMaxLagMs = Math.min(positiveCacheOption(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
 
-  const localMaxBytes = positiveCacheOption(options.localMaxBytes, 32 * 1024 * 1024, "localMaxBytes");
-  const local = new LRUCache<string, VerifiedPolicy>({
-    max,
-    maxSize: localMaxBytes,
-    sizeCalculation: estimatedBytes,
+  const localMaxBytes = positiveCacheOption(options.localMaxBytes, 48 * 1024 * 1024, "localMaxBytes");
+  const interner: PolicyInterner = createPolicyInterner();
+  /** What each verified document holds beside the entries it shares with other subjects. */
+  const weights = new WeakMap<PolicyDocument, Weight>();
+  /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
+  const verified = (document: PolicyDocument, facts: Pick<PolicyRecordFacts, "revoked_at">): PolicyLoad => {
+    const interned = interner.intern(document);
+    const load = withRevocationMarker({ ok: true, document: interned.document }, facts);
+    if (load.ok) weights.set(load.document, interned.weight);
+    return load;
+  };
+  const weigh = (policy: VerifiedPolicy): Weight => {
+    const document = policy.load.ok ? policy.load.document : undefined;
+    const weight =
+      document === undefined
+        ? undefined
+        : (weights.get(document) ?? { ownBytes: heapBytes(document), shared: [] });
+    return {
+      ownBytes: ENTRY_OVERHEAD_BYTES + heapBytes(policy.subjectId) + (weight?.ownBytes ?? 0),
+      shared: weight?.shared ?? [],
+    };
+  };
+  // W-TinyLFU (admission-cache.ts): a working set larger than the cache keeps a hit rate.
+  const local = createAdmissionCache<string, VerifiedPolicy>({
+    maxEntries: max,
+    maxBytes: localMaxBytes,
+    weigh,
   });
   /** The last head Redis confirmed per subject, and when: the staleness bound runs from `at`. */
   const confirmed = new LRUCache<string, { head: number; at: number }>({ max });
@@ -331,23 +396,31 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   // expects, else starts its own; the layer answered (redis/authority) is per caller (decision 1801).
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
+  const loads = createLoadQueue(loadConcurrency);
 
   const freshness = options.freshness;
   /**
    * What the authority itself reported lately per subject (its change log, its answers): the
    * head, signed text and revocation of the current record. Only these confirm a Redis entry,
    * and the head is the floor of any answer that arrives later. Kept for a minute (far longer
-   * than a fetch may take); `knowledgeLost` counts what was dropped before that (the bound, a
-   * reset), so a fetch that spanned it is not trusted.
+   * than a fetch may take). What was dropped before that is counted, so that a fetch that
+   * spanned the loss is not trusted: a reset (everything) in `resets`, the bound evicting the
+   * facts of a subject whose fetch is on its way in `lost` — only that subject's: what was
+   * known of other subjects says nothing about its answer, and with more subjects than the
+   * bound, evictions happen during every burst of loads.
    */
   const authorityFacts = new LRUCache<string, RecordFacts>({
     max,
     ttl: AUTHORITY_FACTS_TTL_MS,
-    dispose: (_facts, _subject, reason) => {
-      if (reason === "evict") knowledgeLost++;
+    dispose: (_facts, subjectId, reason) => {
+      if (reason === "evict" && fetching.has(subjectId)) lost.set(subjectId, (lost.get(subjectId) ?? 0) + 1);
     },
   });
-  let knowledgeLost = 0;
+  let resets = 0;
+  /** Fetches on their way per subject, and how often the subject's facts were evicted meanwhile. */
+  const fetching = new Map<string, number>();
+  const lost = new Map<string, number>();
+  const lossMark = (subjectId: string): string => `${resets}:${lost.get(subjectId) ?? 0}`;
   const learn = (subjectId: string, facts: RecordFacts): void => {
     const known = authorityFacts.get(subjectId);
     if (known === undefined || facts.head > known.head) authorityFacts.set(subjectId, facts);
@@ -360,12 +433,12 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
           documentHash: change.document_hash,
           revokedAt: change.revoked_at,
         });
-        const entry = local.get(change.subject_id);
+        const entry = local.quiet(change.subject_id);
         if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
       }
     }),
     freshness?.onReset(() => {
-      knowledgeLost++;
+      resets++;
       authorityFacts.clear();
       local.clear();
     }),
@@ -399,7 +472,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const reading = viewReads.get(subjectId);
     if (reading !== undefined && change.head > reading.max) reading.max = change.head;
     // A newer head makes the local entry useless, also inside the staleness window.
-    const entry = local.get(subjectId);
+    const entry = local.quiet(subjectId);
     if (entry !== undefined && change.head > entry.head) local.delete(subjectId);
   });
 
@@ -488,9 +561,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       // A revocation written while the crypto service was down is a deny-only marker.
       return {
         ...base,
-        load: withRevocationMarker({ ok: true, document: opened.document }, record),
+        load: verified(opened.document, record),
         signed: {
-          blob: signedPolicy,
           cryptoVersion: record.crypto_version,
           documentHash: record.document_hash,
           revokedMarker: typeof record.revoked_at === "string" ? record.revoked_at : null,
@@ -506,12 +578,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     }
   };
 
-  const store = async (policy: VerifiedPolicy): Promise<void> => {
+  /** `blob`: the signed policy just verified, sealed into Redis here and not kept (absent: only the head). */
+  const store = async (policy: VerifiedPolicy, blob?: string): Promise<void> => {
     local.set(policy.subjectId, policy);
     if (redis === undefined) return;
     raiseView(policy.subjectId, policy.head);
     // Best effort: a failed write only costs another sidecar a fetch from the authority.
-    const content = sealable(policy);
+    const content = sealable(policy, blob);
     const sealed =
       content === undefined ? undefined : sealEntry(redis.keys, policyEntryName(policy.subjectId), content);
     await Promise.allSettled([
@@ -535,7 +608,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const opened = openEntry(redis.keys, policyEntryName(subjectId), text);
     let policy: VerifiedPolicy | undefined;
     try {
-      policy = opened.ok ? await fromSealed(opened.value, subjectId, opener) : undefined;
+      policy = opened.ok ? await fromSealed(opened.value, subjectId, opener, verified) : undefined;
     } catch {
       // Keys cannot be fetched now: the authority path decides (and fails closed) instead.
       events.lookup?.("redis", false);
@@ -573,7 +646,26 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       known !== undefined && known.fromRedis !== true && (head === null || known.head === head)
         ? known
         : undefined;
-    const lostBefore = knowledgeLost;
+    const lostBefore = lossMark(subjectId);
+    fetching.set(subjectId, (fetching.get(subjectId) ?? 0) + 1);
+    try {
+      return await fetchAndStore(subjectId, head, conditional, at, lostBefore);
+    } finally {
+      const others = (fetching.get(subjectId) ?? 1) - 1;
+      if (others === 0) {
+        fetching.delete(subjectId);
+        lost.delete(subjectId);
+      } else fetching.set(subjectId, others);
+    }
+  };
+
+  const fetchAndStore = async (
+    subjectId: string,
+    head: number | null,
+    conditional: VerifiedPolicy | undefined,
+    at: number,
+    lostBefore: string,
+  ): Promise<VerifiedPolicy> => {
     let result: PolicyFetchResult;
     try {
       result = await source.fetchPolicy(
@@ -622,13 +714,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (freshness !== undefined && policy.load.ok) {
       // An answer read before a change the log has since delivered (it was on its way meanwhile).
       const logged = authorityFacts.get(subjectId);
-      const unknowable = logged === undefined && knowledgeLost !== lostBefore;
+      const unknowable = logged === undefined && lossMark(subjectId) !== lostBefore;
       if (unknowable || (logged !== undefined && policy.head < logged.head)) {
         throw new PolicyCacheError("source_inconsistent", "the authority's answer predates a logged change");
       }
     }
     if (policy.head > 0) learn(subjectId, factsOf(policy));
-    await store(policy);
+    // A 304 has no signed text: the head is raised, the sealed entry another load wrote stays.
+    await store(policy, result.status === "found" ? (result.signedPolicy ?? undefined) : undefined);
     return policy;
   };
 
@@ -648,7 +741,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       const joined = await inFlight;
       if (head === null || joined.head === head) return { policy: joined, layer: "authority" };
     }
-    const started = run();
+    const started = loads.run(run);
     const shared = started.then((lookup) => lookup.policy);
     shared.catch(() => undefined);
     reloads.set(subjectId, shared);
@@ -659,9 +752,15 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     }
   };
 
-  /** From half of maxAgeMs on, the authority is asked in the background; the entry serves meanwhile. */
+  /**
+   * From half of maxAgeMs on — a point between 1/2 and 3/4 of it, fixed per subject, so that
+   * subjects loaded together are not all revalidated together — the authority is asked in the
+   * background when the entry is used; the entry serves meanwhile. An entry not used is not
+   * revalidated: its next use past maxAgeMs reloads it.
+   */
   const revalidateSoon = (entry: VerifiedPolicy, at: number): void => {
-    if (at - entry.verifiedAt <= maxAgeMs / 2 || revalidating.has(entry.subjectId)) return;
+    const after = maxAgeMs * (0.5 + 0.25 * spread(entry.subjectId));
+    if (at - entry.verifiedAt <= after || revalidating.has(entry.subjectId)) return;
     revalidating.add(entry.subjectId);
     fromAuthority(entry.subjectId, entry.head, entry)
       .catch(() => undefined)
@@ -768,6 +867,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     },
     get size() {
       return local.size;
+    },
+    get bytes() {
+      return local.bytes;
     },
     close() {
       unsubscribe?.();

@@ -125,6 +125,7 @@ export async function buildSidecar(
     stalenessMs: config.stalenessMs,
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,
+    policyCache: config.policyCache,
     logger: overrides.logger ?? createLogger("sidecar", config.logLevel),
     ...(overrides.registry === undefined ? {} : { registry: overrides.registry }),
     egress: overrides.egress ?? sidecarEgressPolicy(config),

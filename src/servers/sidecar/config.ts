@@ -204,6 +204,29 @@ export const sidecarSettings = {
     default: 60_000,
     parse: duration("ms", 1000, 3_600_000),
   }),
+  policyCacheMaxEntries: spec({
+    key: "policy-cache-max-entries",
+    env: "AUTHORITY_SIDECAR_POLICY_CACHE_MAX_ENTRIES",
+    description:
+      "subjects whose verified policy is kept in memory (past it, the least used ones are reloaded)",
+    default: 20_000,
+    parse: integer(10, 10_000_000),
+  }),
+  policyCacheMaxMib: spec({
+    key: "policy-cache-max-mib",
+    env: "AUTHORITY_SIDECAR_POLICY_CACHE_MAX_MIB",
+    description:
+      "heap the verified policies in memory may take (MiB, estimated; a policy entry shared by several subjects counts once)",
+    default: 48,
+    parse: integer(1, 65_536),
+  }),
+  policyLoadConcurrency: spec({
+    key: "policy-load-concurrency",
+    env: "AUTHORITY_SIDECAR_POLICY_LOAD_CONCURRENCY",
+    description: "policy loads (fetch and verification) run at once; more wait in order of arrival",
+    default: 8,
+    parse: integer(1, 1024),
+  }),
   auditMaxPending: spec({
     key: "audit-max-pending",
     env: "AUTHORITY_SIDECAR_AUDIT_MAX_PENDING",
@@ -281,6 +304,11 @@ export interface SidecarConfig {
   readonly stalenessMs: number;
   readonly policyTtlMs: number;
   readonly policyMaxAgeMs: number;
+  readonly policyCache: {
+    readonly maxEntries: number;
+    readonly maxBytes: number;
+    readonly loadConcurrency: number;
+  };
   readonly shutdownGraceMs: number;
   /** The drain before the grace period: not ready, still serving. */
   readonly shutdownWaitMs: number;
@@ -370,6 +398,11 @@ export const sidecarSchema = defineProcess({
       stalenessMs: read.value("staleness"),
       policyTtlMs: read.value("policyTtl"),
       policyMaxAgeMs: read.value("policyMaxAge"),
+      policyCache: {
+        maxEntries: read.value("policyCacheMaxEntries"),
+        maxBytes: read.value("policyCacheMaxMib") * 1024 * 1024,
+        loadConcurrency: read.value("policyLoadConcurrency"),
+      },
       shutdownGraceMs: read.value("shutdownGrace"),
       shutdownWaitMs: read.value("shutdownWait"),
       auditMaxPending: read.value("auditMaxPending"),

@@ -86,6 +86,12 @@ export interface SidecarOptions {
   readonly policyTtlMs?: number;
   /** Revalidation with the authority whatever Redis says (default 60000 ms). */
   readonly policyMaxAgeMs?: number;
+  /** The verified-policy cache's bounds and load concurrency (defaults: createVerifiedPolicyCache's). */
+  readonly policyCache?: {
+    readonly maxEntries?: number;
+    readonly maxBytes?: number;
+    readonly loadConcurrency?: number;
+  };
   /** How long a capability catalog is kept (default 30000 ms; 5000 ms for one that does not resolve). */
   readonly catalogTtlMs?: number;
   /** Decision records held while the authority does not take them (default 10000); beyond, decisions are 503. */
@@ -191,6 +197,13 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.stalenessMs === undefined ? {} : { stalenessMs: options.stalenessMs }),
     ...(options.policyTtlMs === undefined ? {} : { ttlWithoutRedisMs: options.policyTtlMs }),
     ...(options.policyMaxAgeMs === undefined ? {} : { maxAgeMs: options.policyMaxAgeMs }),
+    ...(options.policyCache?.maxEntries === undefined
+      ? {}
+      : { localMaxEntries: options.policyCache.maxEntries }),
+    ...(options.policyCache?.maxBytes === undefined ? {} : { localMaxBytes: options.policyCache.maxBytes }),
+    ...(options.policyCache?.loadConcurrency === undefined
+      ? {}
+      : { loadConcurrency: options.policyCache.loadConcurrency }),
     events: {
       lookup: (layer: CacheLayer, hit: boolean) => metrics.cache("policy", layer, hit),
       verificationFailure: (layer) => metrics.verificationFailure(layer),

@@ -24,6 +24,7 @@ import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts"
 import type { PolicyOpener } from "../../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../../src/policy/record.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
+import { entry } from "../../core/fixtures.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
 
@@ -490,28 +491,126 @@ async function waitFor(probe: () => boolean, timeoutMs = 5000): Promise<boolean>
   return true;
 }
 
-describe("verified-policy cache weight bound", () => {
+describe("verified-policy cache weight bound and sharing", () => {
   const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
 
-  test("the local layer keeps policies within localMaxBytes: the least recent goes first", async () => {
+  test("subjects with the same assignment share one frozen entry; the cached policy keeps no signed text", async () => {
     const source = recordSource(protector);
-    for (const subject of ["w1", "w2", "w3"])
+    for (const subject of ["w1", "w2"])
       source.records.set(subject, await protectedRecord(protector, subject, 1));
-    const one = (await createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) }).get("w1"))
-      .policy;
-    assert.ok(one.load.ok);
-    const weight = 2 * JSON.stringify(one.load.document).length;
+    source.records.set(
+      "w3",
+      await protectedRecord(protector, "w3", 1, {
+        apis: [
+          entry([
+            ["GET", "/users/{id}"],
+            ["GET", "/teams"],
+          ]),
+        ],
+      }),
+    );
+    const cache = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
+    const [one, two, three] = await Promise.all(
+      ["w1", "w2", "w3"].map(async (s) => (await cache.get(s)).policy),
+    );
+    assert.ok(one?.load.ok && two?.load.ok && three?.load.ok);
+    assert.notEqual(one.load.document, two.load.document);
+    assert.equal(one.load.document.subject.subject_id, "w1");
+    assert.equal(two.load.document.subject.subject_id, "w2");
+    assert.equal(one.load.document.apis[0], two.load.document.apis[0]);
+    // Another allowlist is another entry; its equal snapshot is still the one instance.
+    assert.notEqual(three.load.document.apis[0], one.load.document.apis[0]);
+    assert.deepEqual(three.load.document.apis[0]?.allowed_permission_ids.length, 2);
+    assert.equal(
+      three.load.document.apis[0]?.operations.find((op) => op.path === "/users/{id}"),
+      one.load.document.apis[0]?.operations[0],
+    );
+    // What one subject's holder could change would change every subject's decision: nothing can.
+    const shared = one.load.document.apis[0];
+    assert.ok(shared !== undefined && Object.isFrozen(shared) && Object.isFrozen(shared.operations[0]));
+    assert.throws(() => {
+      (shared.allowed_permission_ids as string[]).push("billing:get:/admin");
+    }, TypeError);
+    // The signed text (kilobytes, the policy text again) went to Redis, not into the entry.
+    assert.ok(JSON.stringify({ ...one, load: null }).length < 600);
+  });
+
+  test("the local layer keeps policies within localMaxBytes, counting a shared entry once; a policy heavier than the bound is used, not kept", async () => {
+    const source = recordSource(protector);
+    for (let i = 0; i < 40; i++) source.records.set(`b${i}`, await protectedRecord(protector, `b${i}`, 1));
+    const roomy = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
+    await roomy.get("b0");
+    const first = roomy.bytes;
+    await roomy.get("b1");
+    const perSubject = roomy.bytes - first;
+    assert.ok(perSubject > 0 && perSubject < first, `a second subject adds ${perSubject} of ${first} bytes`);
+
+    const bounded = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      localMaxBytes: first + 9 * perSubject,
+    });
+    for (let i = 0; i < 40; i++) await bounded.get(`b${i}`);
+    assert.ok(bounded.bytes <= first + 9 * perSubject);
+    assert.equal(bounded.size, 10);
+
+    const tiny = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector), localMaxBytes: 100 });
+    assert.equal((await tiny.get("b0")).policy.load.ok, true);
+    assert.equal(tiny.size, 0);
+  });
+});
+
+describe("verified-policy cache: more subjects than it holds, loaded at once", () => {
+  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
+
+  test("a burst of first loads past localMaxEntries is answered, not refused as predating a logged change", async () => {
+    // Before: every eviction of any subject's authority facts made every fetch on its way
+    // "unknowable" (503 source_inconsistent), so bursts of new subjects past the bound failed.
+    const source = recordSource(protector);
+    const subjects = Array.from({ length: 24 }, (_, i) => `burst-${i}`);
+    for (const subject of subjects) source.records.set(subject, await protectedRecord(protector, subject, 1));
+    const driven = drivenLease();
     const cache = createVerifiedPolicyCache({
       source,
       opener: sidecarOpener(protector),
-      localMaxBytes: 2 * weight + 10,
+      freshness: driven.lease,
+      localMaxEntries: 4,
     });
-    await cache.get("w1");
-    await cache.get("w2");
-    assert.equal(cache.size, 2);
-    await cache.get("w3");
-    assert.equal(cache.size, 2);
-    assert.equal(cache.peek("w1"), undefined);
-    assert.equal(cache.peek("w3")?.layer, "local");
+    const results = await Promise.allSettled(subjects.map((subject) => cache.get(subject)));
+    const refused = results.filter((result) => result.status === "rejected");
+    assert.deepEqual(refused, []);
+  });
+
+  test("a subject whose own logged facts were dropped while its fetch was on its way is still refused", async () => {
+    const source = recordSource(protector);
+    source.records.set("lost-1", await protectedRecord(protector, "lost-1", 1));
+    const driven = drivenLease();
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      freshness: driven.lease,
+      localMaxEntries: 2,
+    });
+    // The log tells of head 2 of lost-1 while its fetch (answering head 1) is on its way, and
+    // then of two other subjects, which evict what was known of lost-1 (the bound is 2).
+    const fetching = source.fetchPolicy.bind(source);
+    source.fetchPolicy = async (subjectId, options) => {
+      const answer = await fetching(subjectId, options);
+      driven.log({
+        subject_id: "lost-1",
+        head: 2,
+        document_hash: `sha256:${"2".repeat(64)}`,
+        revoked_at: null,
+      });
+      for (const other of ["x-1", "x-2"])
+        driven.log({
+          subject_id: other,
+          head: 1,
+          document_hash: `sha256:${"3".repeat(64)}`,
+          revoked_at: null,
+        });
+      return answer;
+    };
+    await assert.rejects(cache.get("lost-1"), { code: "source_inconsistent" });
   });
 });

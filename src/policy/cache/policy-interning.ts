@@ -1,0 +1,136 @@
+/**
+ * One copy of each policy entry and operation snapshot in a sidecar, however many subjects
+ * hold it. Subjects assigned the same capability carry identical `apis` entries (the same
+ * reviewed snapshots, usually the same allowlist): parsed per policy they were copied per
+ * subject — 1.2 MB of heap for a 500-operation entry, times every subject. Here each verified
+ * document's entries, and their snapshots, are replaced by the one instance already held
+ * for the same content, found by the SHA-256 of its JSON text (equal text is equal content;
+ * a content that merely looks alike is another key). Shared instances are deep-frozen: no
+ * holder can change what another subject's decision reads. They are held weakly: an
+ * instance lives while some cached policy (or a decision in flight) uses it.
+ *
+ * Interning runs only on documents that were verified (signature, hash binding, schema): it
+ * never makes an unverified value reachable, it only swaps a verified value for an equal one.
+ *
+ * `heapBytes` estimates the V8 heap a JSON value occupies (64-bit, no pointer compression, as
+ * Node ships): objects and arrays with their backing stores, strings with their characters,
+ * doubles boxed; property names are internalized (shared) and not counted. The cache's byte
+ * bound uses it; test/policy/cache/policy-interning.test.ts checks it against measured heap.
+ */
+import { createHash } from "node:crypto";
+import type { PolicyApiEntry, PolicyDocument } from "../../core/index.ts";
+import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import type { Weight } from "./admission-cache.ts";
+
+const OBJECT_HEADER = 24;
+const ARRAY_HEADER = 32 + 16;
+const SLOT = 8;
+const STRING_HEADER = 16;
+const HEAP_NUMBER = 16;
+/** Dictionary-mode objects (many properties, e.g. response_redactions) cost more per slot. */
+const DICTIONARY_SLOT = 24;
+const FAST_PROPERTIES = 128;
+
+const align = (bytes: number): number => Math.ceil(bytes / 8) * 8;
+
+function stringBytes(text: string): number {
+  // Latin-1 strings take a byte per character, others two.
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the class is every non-Latin-1 character
+  const wide = /[^\u0000-\u00ff]/.test(text);
+  return align(STRING_HEADER + (wide ? 2 : 1) * text.length);
+}
+
+/** Estimated heap bytes of a JSON value (see the module comment). */
+export function heapBytes(value: unknown): number {
+  if (typeof value === "string") return stringBytes(value);
+  if (typeof value === "number")
+    return Number.isInteger(value) && Math.abs(value) < 2 ** 31 ? 0 : HEAP_NUMBER;
+  if (typeof value !== "object" || value === null) return 0;
+  if (Array.isArray(value)) {
+    let total = ARRAY_HEADER + SLOT * value.length;
+    for (const item of value) total += heapBytes(item);
+    return total;
+  }
+  const keys = Object.keys(value);
+  let total = OBJECT_HEADER + (keys.length > FAST_PROPERTIES ? DICTIONARY_SLOT : SLOT) * keys.length;
+  for (const key of keys) total += heapBytes((value as Record<string, unknown>)[key]);
+  return total;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    for (const key of Object.keys(value)) deepFreeze((value as Record<string, unknown>)[key]);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+interface Shared<T> {
+  readonly value: T;
+  readonly key: string;
+  readonly bytes: number;
+}
+
+/** A weak table of shared instances by content hash: an instance lives while something holds it. */
+function createTable<T extends object>() {
+  const table = new Map<string, { readonly ref: WeakRef<T>; readonly bytes: number }>();
+  const cleanup = new FinalizationRegistry<string>((key) => {
+    if (table.get(key)?.ref.deref() === undefined) table.delete(key);
+  });
+  return {
+    intern(value: T, prefix: string, build: (value: T) => T): Shared<T> {
+      const key = `${prefix}:${createHash("sha256").update(JSON.stringify(value)).digest("base64")}`;
+      const known = table.get(key);
+      const held = known?.ref.deref();
+      if (known !== undefined && held !== undefined) return { value: held, key, bytes: known.bytes };
+      const own = deepFreeze(build(value));
+      const bytes = heapBytes(own);
+      table.set(key, { ref: new WeakRef(own), bytes });
+      cleanup.register(own, key);
+      return { value: own, key, bytes };
+    },
+    get size() {
+      return table.size;
+    },
+  };
+}
+
+export interface InternedDocument {
+  readonly document: PolicyDocument;
+  /** What the document's holder alone weighs, and the shared entries it uses. */
+  readonly weight: Weight;
+}
+
+export interface PolicyInterner {
+  intern(document: PolicyDocument): InternedDocument;
+  /** Shared instances alive now (entries and snapshots). */
+  readonly size: number;
+}
+
+export function createPolicyInterner(): PolicyInterner {
+  const snapshots = createTable<OperationSnapshot>();
+  const entries = createTable<PolicyApiEntry>();
+  // An interned entry holds its snapshots strongly: they live as long as some entry uses them.
+  const internEntry = (entry: PolicyApiEntry): Shared<PolicyApiEntry> =>
+    entries.intern(entry, "entry", (fresh) => ({
+      ...fresh,
+      operations: fresh.operations.map((operation) => snapshots.intern(operation, "op", (op) => op).value),
+    }));
+
+  return {
+    intern(document) {
+      const apis = document.apis.map(internEntry);
+      const shell = { ...document, apis: apis.map((shared) => shared.value) } as PolicyDocument;
+      // The shell's own weight: everything but the shared entries (counted once by the cache).
+      const ownBytes = heapBytes({ ...shell, apis: [] }) + SLOT * apis.length;
+      // An entry's snapshots are part of its weight (heapBytes of the frozen entry counts them).
+      return {
+        document: Object.freeze(shell),
+        weight: { ownBytes, shared: apis.map(({ key, bytes }) => ({ key, bytes })) },
+      };
+    },
+    get size() {
+      return snapshots.size + entries.size;
+    },
+  };
+}
