@@ -87,7 +87,7 @@ export const BENCH_MODULES: readonly BenchModule[] = [
   {
     name: "policy-scale",
     title:
-      "Flat with the number of agents: the sidecar's policy path (verified-policy cache, Redis, signature check, decide()) over 10 / 1,000 / 10,000 subjects with 5- and 500-operation policies",
+      "Flat with the number of agents: the sidecar's policy path (verified-policy cache, Redis, signature check, decide()) over 10 / 1,000 / 10,000 subjects with 5-operation policies and 10 / 1,000 with 500-operation ones",
     targets:
       "warm CPU per Check at 10,000 subjects ≤ 1.5× that at 10 subjects; a burst of 100 new subjects' first Checks within the 200 ms deadline (issue 30)",
     quick: true,
