@@ -7,6 +7,7 @@
 import type { Tool } from "@modelcontextprotocol/server";
 import type { HttpMethod } from "../core/http-method.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
+import { hasConstraints } from "../core/parameter-constraints.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
 import { toolNameFor } from "../core/tool-name.ts";
@@ -20,6 +21,8 @@ export interface ApiToolTarget {
   readonly method: HttpMethod;
   /** The snapshot's path template, braces kept. */
   readonly pathTemplate: string;
+  /** The snapshot carries signed constraints: listed only where the rollout covers the partner. */
+  readonly constrained: boolean;
 }
 
 export interface ApiToolIndex {
@@ -126,6 +129,7 @@ export function buildApiToolIndex(document: PolicyDocument): ApiToolIndex {
         permissionId,
         method: snapshot.method,
         pathTemplate: snapshot.path,
+        constrained: hasConstraints(snapshot.parameter_constraints),
       });
       tools.push(toolFor(name, snapshot));
     }
