@@ -7,7 +7,7 @@
  */
 
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
-import { AuthorityError, type ErrorCode } from "../../errors.ts";
+import type { ErrorCode, TableMapped } from "../../errors.ts";
 import { isCryptoServiceReason } from "./reasons.ts";
 import {
   fetchTransport,
@@ -158,7 +158,27 @@ const dataFaultCodes: ReadonlySet<CryptoClientErrorCode> = new Set([
   "invalid_request",
 ]);
 
-export class CryptoClientError extends Error {
+/**
+ * The table entry of each client failure, the precise code kept in `details.reason`. A
+ * rejected token is our own configuration fault (the caller never sees the token), so it is
+ * `internal`; an unexpected upstream answer is reported as unavailable.
+ */
+const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
+  upstream_unavailable: "upstream_unavailable",
+  upstream_timeout: "upstream_timeout",
+  invalid_token: "internal",
+  invalid_credentials: "insufficient_role",
+  invalid_ciphertext: "invalid_request",
+  invalid_signature: "invalid_request",
+  wrong_purpose: "invalid_request",
+  unknown_recipient: "invalid_request",
+  unknown_owner: "upstream_unavailable",
+  not_delegated: "upstream_unavailable",
+  invalid_request: "invalid_request",
+  upstream_error: "upstream_unavailable",
+};
+
+export class CryptoClientError extends Error implements TableMapped {
   readonly code: CryptoClientErrorCode;
   /** The upstream HTTP status, when it answered. */
   readonly status: number | undefined;
@@ -181,33 +201,18 @@ export class CryptoClientError extends Error {
     this.requestId = options?.requestId;
     this.fields = options?.fields;
   }
-}
 
-const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
-  upstream_unavailable: "upstream_unavailable",
-  upstream_timeout: "upstream_timeout",
-  invalid_token: "internal",
-  invalid_credentials: "insufficient_role",
-  invalid_ciphertext: "invalid_request",
-  invalid_signature: "invalid_request",
-  wrong_purpose: "invalid_request",
-  unknown_recipient: "invalid_request",
-  unknown_owner: "upstream_unavailable",
-  not_delegated: "upstream_unavailable",
-  invalid_request: "invalid_request",
-  upstream_error: "upstream_unavailable",
-};
+  get authorityCode(): ErrorCode {
+    return authorityCodes[this.code];
+  }
 
-/**
- * The public error for a client failure, with the precise code in `details.reason`. A
- * rejected token is our own configuration fault (the caller never sees the token), so it is
- * `internal`; an unexpected upstream answer is reported as unavailable.
- */
-export function cryptoClientErrorToAuthorityError(error: CryptoClientError): AuthorityError {
-  return new AuthorityError(authorityCodes[error.code], cryptoClientErrorMessages[error.code], {
-    details: { reason: error.code },
-    cause: error,
-  });
+  get authorityDetails(): Readonly<Record<string, unknown>> {
+    return { reason: this.code };
+  }
+
+  get publicMessage(): string {
+    return cryptoClientErrorMessages[this.code];
+  }
 }
 
 /**

@@ -20,7 +20,7 @@ import {
 } from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
-import { AuthorityError } from "../../errors.ts";
+import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import { extractBearer, hasRole } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
 import type { JwtVerifier, VerifiedToken } from "../../identity/jwt-verifier.ts";
@@ -77,7 +77,7 @@ export interface CryptoServer {
 /** Turns any failure into the public error; details of crypto and store failures stay in logs. */
 function toPublic(error: unknown): unknown {
   if (error instanceof AuthorityError) return error;
-  if (error instanceof CryptoServiceError) return error.toAuthorityError();
+  if (error instanceof CryptoServiceError) return toAuthorityError(error);
   if (isStoreError(error)) return storeErrorToAuthority(error);
   if (error instanceof CryptoError) return new AuthorityError("internal", undefined, { cause: error });
   return error;
