@@ -11,6 +11,7 @@
 import { readFile } from "node:fs/promises";
 import type { PartnerCredentials } from "../clients/crypto-service/credentials.ts";
 import { ConfigError } from "../config/errors.ts";
+import { isRecord } from "../core/own-property.ts";
 
 export interface ServiceCryptoCredentials {
   readonly username: string;
@@ -19,10 +20,6 @@ export interface ServiceCryptoCredentials {
   readonly service: PartnerCredentials;
   /** Subject id → that subject's credential set (v1 policies; optional, the older way). */
   readonly subjects: ReadonlyMap<string, PartnerCredentials>;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function field(source: Record<string, unknown>, name: string, where: string): string {

@@ -6,6 +6,7 @@
  * code: nothing the upstream said, and no credential, ever ends up in one.
  */
 
+import { isRecord } from "../../core/own-property.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { ErrorCode, TableMapped } from "../../errors.ts";
 import { isCryptoServiceReason } from "./reasons.ts";
@@ -235,10 +236,6 @@ export async function sendRequest(
     const timedOut = cause instanceof TransportError && cause.kind === "timeout";
     throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
   }
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function codeFor(status: number, reason: unknown): CryptoClientErrorCode {

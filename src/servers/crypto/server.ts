@@ -18,6 +18,7 @@ import {
   PUBLIC_KEYS_PATH,
   parseActionRequest,
 } from "../../clients/crypto-service/wire.ts";
+import { isRecord } from "../../core/own-property.ts";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
 import { AuthorityError, toAuthorityError } from "../../errors.ts";
@@ -86,10 +87,6 @@ function toPublic(error: unknown): unknown {
 function headerValue(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];
   return typeof value === "string" && value.length > 0 ? value : undefined;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function provisionInput(body: unknown): ProvisionOwnerInput {
