@@ -7,6 +7,7 @@
  */
 
 import { isRecord } from "../../core/own-property.ts";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { ErrorCode, TableMapped } from "../../errors.ts";
 import { isCryptoServiceReason } from "./reasons.ts";
@@ -284,9 +285,7 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     throw new TypeError("crypto client: baseUrl must be http(s)");
   if (base.username !== "" || base.password !== "")
     throw new TypeError("crypto client: baseUrl must not carry credentials");
-  const timeoutMs = options.timeoutMs ?? 5000;
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0)
-    throw new TypeError("crypto client: timeoutMs must be a positive integer");
+  const timeoutMs = positiveIntegerOption(options.timeoutMs, 5000, "crypto client: timeoutMs");
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new TypeError("crypto client: fetch must be a function");
   }
