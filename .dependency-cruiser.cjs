@@ -6,7 +6,8 @@
  *   entry points  src/servers/*, src/cli, src/dev   processes, routes, wiring
  *   application   every other folder of src/        admin, audit, bindings, catalog, clients,
  *                                                   config, crypto, execute, identity, mcp,
- *                                                   observability, policy, store
+ *                                                   observability, pipeline (the stage order of
+ *                                                   every enforcement path), policy, store
  *   core          src/core                          the pure domain (decide() and its inputs)
  * `src/errors.ts` is the one error table: data every layer reads, and it imports nothing.
  */

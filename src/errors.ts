@@ -248,6 +248,18 @@ export class AuthorityError extends Error {
   }
 }
 
+/** The spec's Deny outcome object: the body of every deny, on every path that answers one. */
+export interface DenyOutcome {
+  readonly status: "denied";
+  readonly reason: string;
+  readonly requestId: string;
+}
+
+/** The one deny-body builder (authorize-invocation, invoke, broker, the sidecar's two transports). */
+export function denyOutcome(reason: string, requestId: string): DenyOutcome {
+  return { status: "denied", reason, requestId };
+}
+
 /** One entry of a component's reason table: the error-table code it is answered with and a fixed message. */
 export interface ReasonSpec {
   readonly code: ErrorCode;
@@ -257,11 +269,26 @@ export interface ReasonSpec {
 }
 
 /**
+ * What a module error says of itself to be answered from the table — the one way onto it:
+ * `toAuthorityError` reads these fields and nothing else. `authorityCode` names the entry;
+ * the rest is optional and public (never a value the caller sent, never a secret).
+ */
+export interface TableMapped {
+  readonly authorityCode: ErrorCode;
+  /** Public details (`reason`, field names…); absent: none. */
+  readonly authorityDetails?: Readonly<Record<string, unknown>> | undefined;
+  /** A fixed public message; absent: the table's. */
+  readonly publicMessage?: string | undefined;
+  /** See AuthorityError.callerFault; absent: from the status. */
+  readonly callerFault?: boolean | undefined;
+}
+
+/**
  * A component failure with a stable `reason` of its own table, answered with the table
  * entry's code and `details.reason` (plus `details.fields`: field or header names, never
  * values). `cause` is for logs only.
  */
-export class ReasonError<R extends string> extends Error {
+export class ReasonError<R extends string> extends Error implements TableMapped {
   readonly reason: R;
   readonly fields: readonly string[] | undefined;
   readonly #spec: ReasonSpec;
@@ -280,27 +307,41 @@ export class ReasonError<R extends string> extends Error {
     this.#spec = spec;
   }
 
-  toAuthorityError(): AuthorityError {
-    const details: Record<string, unknown> =
-      this.fields === undefined ? { reason: this.reason } : { reason: this.reason, fields: [...this.fields] };
-    const { code, callerFault } = this.#spec;
-    return new AuthorityError(code, this.message, {
-      details,
-      cause: this,
-      ...(callerFault === undefined ? {} : { callerFault }),
-    });
+  get authorityCode(): ErrorCode {
+    return this.#spec.code;
+  }
+
+  get authorityDetails(): Readonly<Record<string, unknown>> {
+    return this.fields === undefined
+      ? { reason: this.reason }
+      : { reason: this.reason, fields: [...this.fields] };
+  }
+
+  get publicMessage(): string {
+    return this.message;
+  }
+
+  get callerFault(): boolean | undefined {
+    return this.#spec.callerFault;
   }
 }
 
+function isTableMapped(error: unknown): error is TableMapped {
+  const code = (error as { authorityCode?: unknown } | null)?.authorityCode;
+  return typeof code === "string" && Object.hasOwn(errorCodes, code);
+}
+
 /**
- * Turns anything thrown into an AuthorityError. Module errors (store, crypto, identity…)
- * name the table code they stand for in `authorityCode`; anything else is `internal`.
+ * Turns anything thrown into an AuthorityError: an AuthorityError as it is, a module error
+ * by what it says of itself (TableMapped), anything else `internal`.
  */
 export function toAuthorityError(error: unknown): AuthorityError {
   if (error instanceof AuthorityError) return error;
-  const code = (error as { authorityCode?: unknown } | null)?.authorityCode;
-  if (typeof code === "string" && Object.hasOwn(errorCodes, code)) {
-    return new AuthorityError(code as ErrorCode, undefined, { cause: error });
-  }
-  return new AuthorityError("internal", undefined, { cause: error });
+  if (!isTableMapped(error)) return new AuthorityError("internal", undefined, { cause: error });
+  const { authorityDetails: details, callerFault } = error;
+  return new AuthorityError(error.authorityCode, error.publicMessage, {
+    cause: error,
+    ...(details === undefined ? {} : { details: { ...details } }),
+    ...(callerFault === undefined ? {} : { callerFault }),
+  });
 }

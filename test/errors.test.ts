@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { OpenApiImportError } from "../src/catalog/errors.ts";
+import { CryptoClientError } from "../src/clients/crypto-service/client.ts";
+import { CryptoServiceError } from "../src/clients/crypto-service/reasons.ts";
 import { AuthorityError, denyReasons, errorCodes, isDenyReason, toAuthorityError } from "../src/errors.ts";
+import { EgressDeniedError } from "../src/execute/egress.ts";
+import { ManagedError } from "../src/servers/managed/errors.ts";
 
 describe("error table", () => {
   it("has exactly the ten deny reasons of the spec and the documented additions", () => {
@@ -47,5 +52,37 @@ describe("error table", () => {
       message: "The resource does not exist.",
       details: { resource: "partner" },
     });
+  });
+});
+
+describe("one way onto the table: toAuthorityError", () => {
+  it("answers a module error that names its entry with that entry, never 500 internal", () => {
+    const reasoned = toAuthorityError(new CryptoServiceError("owner_not_found", { fields: ["owner"] }));
+    assert.equal(reasoned.code, "not_found");
+    assert.equal(reasoned.status, 404);
+    assert.deepEqual(reasoned.details, { reason: "owner_not_found", fields: ["owner"] });
+
+    const managed = toAuthorityError(new ManagedError("upstream_token_rejected"));
+    assert.equal(managed.code, "internal");
+    assert.equal(managed.callerFault, false);
+
+    const problems = [{ pointer: "/paths", message: "missing" }];
+    const imported = toAuthorityError(new OpenApiImportError(problems));
+    assert.equal(imported.code, "invalid_request");
+    assert.deepEqual(imported.details, { reason: "invalid_openapi", problems });
+
+    const client = toAuthorityError(new CryptoClientError("invalid_credentials"));
+    assert.equal(client.code, "insufficient_role");
+    assert.deepEqual(client.details, { reason: "invalid_credentials" });
+  });
+
+  it("keeps the cause for logs and the table's message for a code-only module error", () => {
+    const cause = new EgressDeniedError("private");
+    const error = toAuthorityError(cause);
+    assert.equal(error.code, "egress_denied");
+    assert.equal(error.message, errorCodes.egress_denied.message);
+    assert.equal(error.cause, cause);
+    assert.equal(toAuthorityError(new Error("boom")).code, "internal");
+    assert.equal(toAuthorityError({ authorityCode: "no_such_code" }).code, "internal");
   });
 });

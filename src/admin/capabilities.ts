@@ -5,7 +5,7 @@ import { type ImportResult, importOperations, parseOpenApiDocument } from "../ca
 import { type Capability, catalogPermissionIds } from "../core/capability.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
-import { AuthorityError } from "../errors.ts";
+import { AuthorityError, toAuthorityError } from "../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import {
   createEgressPolicy,
@@ -151,7 +151,7 @@ async function runImport(
           : { ...result, warnings: [...result.warnings, ...egressWarnings] },
     };
   } catch (error) {
-    if (error instanceof OpenApiImportError) throw error.toAuthorityError();
+    if (error instanceof OpenApiImportError) throw toAuthorityError(error);
     if (error instanceof ImportOptionsError) {
       // Messages name the option and the rule, never document content.
       throw new AuthorityError("invalid_request", "The import options are invalid.", {

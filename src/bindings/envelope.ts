@@ -9,6 +9,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { hashCanonical, type Sha256Ref } from "../core/canonical-json.ts";
+import { isRecord } from "../core/own-property.ts";
 
 export const ENVELOPE_HEADER = "x-authority-envelope";
 
@@ -82,10 +83,6 @@ export class ProfileArgumentsError extends Error {
 }
 
 const ARGUMENT_KEYS: ReadonlySet<string> = new Set(["path", "query", "headers", "body"]);
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function wireString(value: unknown, location: string): string {
   if (typeof value === "string") return value;

@@ -27,7 +27,7 @@ import {
   type Sha256Ref,
 } from "../core/index.ts";
 import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
-import { AuthorityError, type DenyReason, denyReasons, type ErrorCode, isDenyReason } from "../errors.ts";
+import { AuthorityError, type DenyReason, denyOutcome, denyReasons, isDenyReason } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
@@ -284,11 +284,10 @@ async function record(
   await writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored"));
 }
 
-const denyBody = (reason: ErrorCode, requestId: string) => ({ status: "denied", reason, requestId });
 /** The answer when the record cannot be kept: the outage of the pipeline's one mapping (failure.ts). */
 const unavailable = (requestId: string): StoredResponse => {
   const failure = outageFailure();
-  return { status_code: failure.status, body: { status: "denied", reason: failure.code, requestId } };
+  return { status_code: failure.status, body: denyOutcome(failure.code, requestId) };
 };
 
 interface EvidencePolicyFacts {
@@ -384,7 +383,7 @@ async function prepareCall(
     return {
       kind: "refused",
       result: {
-        response: { status_code: denyReasons[reason].status, body: denyBody(reason, call.requestId) },
+        response: { status_code: denyReasons[reason].status, body: denyOutcome(reason, call.requestId) },
         keep: false,
       },
     };
@@ -448,7 +447,7 @@ async function deniedByDecision(
     );
   }
   return {
-    response: { status_code: authorization.httpStatus, body: denyBody(reason, call.requestId) },
+    response: { status_code: authorization.httpStatus, body: denyOutcome(reason, call.requestId) },
     keep: false,
   };
 }
@@ -542,7 +541,7 @@ async function execute(
       // answered in the Deny shape.
       if (isDenyReason(error.code)) {
         return {
-          response: { status_code: error.status, body: denyBody(error.code, call.requestId) },
+          response: { status_code: error.status, body: denyOutcome(error.code, call.requestId) },
           keep: false,
         };
       }

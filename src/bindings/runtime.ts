@@ -52,7 +52,6 @@ export interface BindingRuntimeOwner {
   readonly config: {
     readonly publicUrl: string;
     readonly serviceIdentity: string;
-    readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   };
   readonly store: Store;
   readonly protector: PolicyProtector;
@@ -101,17 +100,13 @@ export function createBindingRuntime(
       ? undefined
       : owner.secretKeyRings;
   const envelopeKeyRings = options.envelopeKeyRings ?? secretRings;
-  const allowlist = new Set(config.parameterScoping.partnerAllowlist);
   const executor =
     options.executor ??
     createExecutor({
       secretResolver: createAuthProfileSecretResolver(owner),
       tokenSetStore: createStoreTokenSetStore(store),
       clientCredentials: shared.clientCredentials,
-      constraintsRollout: {
-        enabled: config.parameterScoping.enabled,
-        isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
-      },
+      constraintsRollout: shared.decisions.constraintsRollout,
       ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
       egress,
     });

@@ -1,4 +1,4 @@
-import { AuthorityError } from "../errors.ts";
+import type { TableMapped } from "../errors.ts";
 import { importLimits } from "./limits.ts";
 
 /** One thing wrong with a submitted document: where (RFC 6901 pointer into it) and what. */
@@ -14,7 +14,7 @@ const PUBLIC_MESSAGE = "The OpenAPI document is invalid.";
  * first) so an admin can fix them in one round; messages hold no stack traces and no
  * file-system paths, so the whole error is safe to return as a 400 body.
  */
-export class OpenApiImportError extends Error {
+export class OpenApiImportError extends Error implements TableMapped {
   readonly code = "invalid_openapi";
   readonly status = 400;
   readonly problems: readonly ImportProblem[];
@@ -30,10 +30,10 @@ export class OpenApiImportError extends Error {
   }
 
   /** The same failure in the shared error table (400 invalid_request), problems kept as details. */
-  toAuthorityError(): AuthorityError {
-    return new AuthorityError("invalid_request", PUBLIC_MESSAGE, {
-      details: { reason: this.code, problems: this.problems },
-    });
+  readonly authorityCode = "invalid_request";
+  readonly publicMessage = PUBLIC_MESSAGE;
+  get authorityDetails(): Readonly<Record<string, unknown>> {
+    return { reason: this.code, problems: this.problems };
   }
 }
 

@@ -1,4 +1,4 @@
-import { ownValue as own, setOwn } from "../core/own-property.ts";
+import { isRecord, ownValue as own, setOwn } from "../core/own-property.ts";
 /** RFC 6901 helpers for the pointers that locate problems in a submitted document. */
 
 export const escapeToken = (token: string): string => token.replaceAll("~", "~0").replaceAll("/", "~1");
@@ -11,10 +11,6 @@ export function pointerOf(...tokens: ReadonlyArray<string | number>): string {
 
 export function appendPointer(base: string, ...tokens: ReadonlyArray<string | number>): string {
   return base + pointerOf(...tokens);
-}
-
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 // Own-property lookup: a document key like "constructor" must not reach Object.prototype.
@@ -49,3 +45,5 @@ export function resolveFragment(document: unknown, ref: string): unknown {
   }
   return current;
 }
+
+export { isRecord };

@@ -6,13 +6,10 @@
  */
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { isRecord } from "../core/own-property.ts";
 import { ConfigError } from "./errors.ts";
 
 const MAX_FIELD_BYTES = 64 * 1024;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 async function readText(path: string, what: string): Promise<string> {
   try {

@@ -5,6 +5,8 @@
  * issuer settings (`issuer`, `jwks-url`, `audience`) keep working: they name the primary
  * issuer, first of the list.
  */
+
+import { isRecord } from "../core/own-property.ts";
 import { type ClaimMapping, defaultClaimMapping, type TrustedIssuer } from "../identity/trusted-issuers.ts";
 import { ConfigError } from "./errors.ts";
 import type { SettingReader } from "./schema.ts";
@@ -38,10 +40,6 @@ const MAX_ISSUERS = 32;
 export type TrustedIssuerEntry = Omit<TrustedIssuer, "vouchedSubjects"> & {
   readonly vouchedSubjects: boolean | undefined;
 };
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function strings(value: unknown, where: string): string[] {
   const items = typeof value === "string" ? [value] : value;

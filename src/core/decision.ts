@@ -1,6 +1,7 @@
 import type { DenyReason } from "../errors.ts";
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
+import { hasConstraints } from "./parameter-constraints.ts";
 import type { PathMatch } from "./path-template.ts";
 import { pathPatternsUsable, pathValuesAcceptable } from "./path-values.ts";
 import type { PermissionId } from "./permission-id.ts";
@@ -53,6 +54,13 @@ export interface DecisionInput {
    */
   readonly pathIsTemplate?: boolean;
   readonly now: Date;
+  /**
+   * The parameter-scoping rollout covers the policy-owner partner (`rolloutCovers`): its
+   * signed constraints are enforced. Absent or false: an operation with constraints is not
+   * allowed (`operation_not_allowed`, at the allow list's step) — SPEC: a constrained request
+   * outside the rollout fails closed, on every path, authorize-invocation included.
+   */
+  readonly constraintsEnforced?: boolean;
 }
 
 export interface AllowedDecision {
@@ -155,6 +163,8 @@ export function decide(input: DecisionInput): Decision {
   if (!entry.allowed_permission_ids.includes(permissionId)) return denied("operation_not_allowed");
   const operation = entrySnapshotFor(entry, permissionId);
   if (operation === undefined) return denied("operation_not_allowed");
+  if (input.constraintsEnforced !== true && hasConstraints(operation.parameter_constraints))
+    return denied("operation_not_allowed");
   // A stored path pattern the linear-time engine cannot run: the snapshot cannot be enforced.
   if (!pathPatternsUsable(operation)) return denied("policy_verification_failed");
   // A value that another operation's route could claim, or outside the declared schema.

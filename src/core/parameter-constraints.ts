@@ -36,6 +36,42 @@ export interface ConstraintRollout {
   readonly partnerAllowlisted: boolean;
 }
 
+/**
+ * A process's parameter-scoping rollout (SPEC: enforcement requires the environment to enable
+ * parameter scoping and the policy-owner partner to be allowlisted): built once from the
+ * settings, read by the decision stage of every path and by the constraint evaluation.
+ */
+export interface ConstraintsRolloutGate {
+  /** The environment enables parameter scoping. */
+  readonly enabled: boolean;
+  /** Whether the policy-owner partner is on the parameter-scoping allowlist. */
+  isPartnerAllowlisted(partnerId: string): boolean;
+}
+
+export function constraintsRolloutGate(settings: {
+  readonly enabled: boolean;
+  readonly partnerAllowlist: Iterable<string>;
+}): ConstraintsRolloutGate {
+  const allowlist: ReadonlySet<string> = new Set(settings.partnerAllowlist);
+  return {
+    enabled: settings.enabled === true,
+    isPartnerAllowlisted: (partnerId) => allowlist.has(partnerId),
+  };
+}
+
+/** Whether the rollout covers this policy-owner partner: its signed constraints are enforced. */
+export function rolloutCovers(gate: ConstraintsRolloutGate, partnerId: string): boolean {
+  return gate.enabled && gate.isPartnerAllowlisted(partnerId);
+}
+
+/**
+ * The snapshot carries signed constraints, which only a covering rollout may enforce (metadata
+ * that is not an array is refused by the evaluation itself, `constraint_metadata_invalid`).
+ */
+export function hasConstraints(constraints: unknown): boolean {
+  return Array.isArray(constraints) && constraints.length > 0;
+}
+
 export type ConstraintFailureCode =
   | "constraint_violation"
   | "constraint_metadata_invalid"

@@ -11,9 +11,14 @@ export function positiveIntegerOption(
   fail: (message: string) => never = (message) => {
     throw new TypeError(message);
   },
+  max: number = Number.MAX_SAFE_INTEGER,
 ): number {
   const out = value ?? fallback;
-  if (typeof out !== "number" || !Number.isSafeInteger(out) || out < 1)
-    fail(`${name} must be a positive integer`);
+  if (typeof out !== "number" || !Number.isSafeInteger(out) || out < 1 || out > max)
+    fail(
+      max === Number.MAX_SAFE_INTEGER
+        ? `${name} must be a positive integer`
+        : `${name} must be an integer from 1 to ${max}`,
+    );
   return out;
 }

@@ -1,5 +1,6 @@
 import jsonPointer from "json-pointer";
 import { CoreError } from "./core-error.ts";
+import { isRecord } from "./own-property.ts";
 
 export type RedactionMode = "remove" | "mask";
 
@@ -53,10 +54,6 @@ export const REDACTION_WILDCARD = "*";
 export const MASK_CHARACTER = "*";
 
 type Container = unknown[] | Record<string, unknown>;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** Defines instead of assigning, so a "__proto__" key stays an ordinary own property. */
 function setOwn(target: Container, key: string | number, value: unknown): void {

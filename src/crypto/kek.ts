@@ -7,6 +7,7 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes, timingSafeEqual } from "node:crypto";
 import { link, mkdir, readFile, rm, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
+import { isRecord } from "../core/own-property.ts";
 import { concatBytes, fromBase64, toBase64, utf8 } from "./bytes.ts";
 import { assertKeyId } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
@@ -229,10 +230,6 @@ export function wrapKeyRing(ring: KeyRing, kek: Kek): WrappedKeyRing {
       };
     }),
   };
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function unwrapPair(

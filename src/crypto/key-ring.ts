@@ -5,6 +5,7 @@
  */
 
 import { type KeyObject, randomBytes } from "node:crypto";
+import { isRecord } from "../core/own-property.ts";
 import { toBase64 } from "./bytes.ts";
 import { assertKeyId } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
@@ -238,10 +239,6 @@ export interface PublicKeyVersion {
   readonly status: KeyStatus;
   readonly kemPublicKey: KeyObject;
   readonly sigPublicKey: KeyObject;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 export function parseTimestamp(value: unknown, what: string): Date {

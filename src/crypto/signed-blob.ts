@@ -12,6 +12,7 @@
  */
 
 import { createHash, timingSafeEqual } from "node:crypto";
+import { isRecord } from "../core/own-property.ts";
 import { asBuffer, utf8 } from "./bytes.ts";
 import { CryptoError } from "./errors.ts";
 import { SIGNATURE_BYTES } from "./signature.ts";
@@ -69,10 +70,6 @@ export function canonicalDocument(document: SignedDocument): Uint8Array {
   const ordered: Record<string, string | number> = {};
   for (const field of DOCUMENT_FIELDS) ordered[field] = document[field];
   return utf8(JSON.stringify(ordered));
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

@@ -22,6 +22,7 @@
 
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { ParsedEnvelope } from "./envelope.ts";
 import { CryptoError, type CryptoErrorCode, cryptoErrorMessages } from "./errors.ts";
 import type { SignerKeyLookup } from "./key-ring.ts";
@@ -95,8 +96,11 @@ function envelopeBytes(parsed: ParsedEnvelope): Uint8Array {
 }
 
 export function createCryptoWorkerPool(options: CryptoWorkerPoolOptions = {}): CryptoWorkerPool {
-  const size = options.size ?? Math.max(1, Math.min(MAX_DEFAULT_SIZE, availableParallelism()));
-  if (!Number.isSafeInteger(size) || size < 1) throw new TypeError("size must be a positive integer");
+  const size = positiveIntegerOption(
+    options.size,
+    Math.max(1, Math.min(MAX_DEFAULT_SIZE, availableParallelism())),
+    "size",
+  );
   const slots: Slot[] = [];
   const jobs = new Map<number, Job>();
   let nextId = 0;

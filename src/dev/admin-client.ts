@@ -1,3 +1,4 @@
+import { isRecord } from "../core/own-property.ts";
 /**
  * A minimal JSON client of the authority service's admin API, used by the dev seeding
  * (the headless-binding part goes through the public routes) and by the demo.
@@ -27,10 +28,6 @@ export interface AdminClient {
   request(method: string, path: string, body?: unknown): Promise<AdminResponse>;
   /** The body of a 2xx answer; anything else throws AdminRequestError. */
   expect<T>(method: string, path: string, body?: unknown): Promise<T>;
-}
-
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 export function createAdminClient(options: {
@@ -73,3 +70,5 @@ export function createAdminClient(options: {
     },
   };
 }
+
+export { isRecord };

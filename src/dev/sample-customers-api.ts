@@ -15,6 +15,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { isRecord } from "../core/own-property.ts";
 import { createPathMatcher } from "../core/path-template.ts";
 import { createHelpdeskMcpHandler, HELPDESK_MCP_PATH } from "./sample-helpdesk-mcp.ts";
 
@@ -172,10 +173,6 @@ function seedPaymentMethods(): Map<string, Json[]> {
       ],
     ],
   ]);
-}
-
-function isRecord(value: unknown): value is Json {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 const CUSTOMER_FIELDS = ["name", "email", "phone", "tax_id", "address"] as const;

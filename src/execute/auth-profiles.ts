@@ -1,3 +1,4 @@
+import { isRecord } from "../core/own-property.ts";
 import { ExecutionError } from "./errors.ts";
 import { ROUTING_OVERRIDE_HEADERS, ROUTING_OVERRIDE_PARAMETERS } from "./routing-overrides.ts";
 
@@ -126,10 +127,6 @@ function isInjectableHeader(name: string): boolean {
     !lower.startsWith("x-forwarded-") &&
     lower !== "forwarded"
   );
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function text(record: Record<string, unknown>, field: string, max = 2048): string {

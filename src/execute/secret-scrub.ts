@@ -1,4 +1,4 @@
-import { setOwn } from "../core/own-property.ts";
+import { isRecord, setOwn } from "../core/own-property.ts";
 import { baseView, type DecodedView, forEachView, ViewBudgetError } from "./decoded-views.ts";
 
 /**
@@ -322,10 +322,6 @@ export interface SecretScrubber {
   jsonNeedsRescan(text: string): boolean;
   /** Whether a header name or value holds a secret. */
   headerHoldsSecret(name: string, value: string | readonly string[]): boolean;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

@@ -1,3 +1,4 @@
+import { isRecord } from "../core/own-property.ts";
 /**
  * A small OAuth 2.0 token-endpoint client (password and client-credentials grants), used
  * by `authority token` and by services that trade service-account credentials for a
@@ -65,10 +66,6 @@ function requestBody(request: TokenRequest): { body: URLSearchParams; authorizat
   if (request.scope !== undefined && request.scope.length > 0) body.set("scope", request.scope);
   if (request.audience !== undefined && request.audience.length > 0) body.set("audience", request.audience);
   return authorization === undefined ? { body } : { body, authorization };
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 // Hand-written, not oauth4webapi (execute/oauth-token-endpoint.ts uses it): the password grant

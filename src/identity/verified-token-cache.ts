@@ -10,6 +10,7 @@
 
 import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 export interface VerifiedTokenCacheOptions<T> {
   readonly verify: (token: string) => Promise<T>;
@@ -37,9 +38,7 @@ interface Entry<T> {
 }
 
 export function createVerifiedTokenCache<T>(options: VerifiedTokenCacheOptions<T>): VerifiedTokenCache<T> {
-  const maxEntries = options.maxEntries ?? 10_000;
-  if (!Number.isSafeInteger(maxEntries) || maxEntries < 1)
-    throw new TypeError("maxEntries must be a positive integer");
+  const maxEntries = positiveIntegerOption(options.maxEntries, 10_000, "maxEntries");
   if (!(options.maxAgeMs > 0)) throw new TypeError("maxAgeMs must be positive");
   const now = options.now ?? Date.now;
   // No TTL inside lru-cache: `until` is checked on every read against `now`, so the clock is ours.

@@ -7,6 +7,7 @@
 import type { Tool } from "@modelcontextprotocol/server";
 import type { HttpMethod } from "../core/http-method.ts";
 import { isMcpToolSnapshot, type OperationSnapshot } from "../core/operation-snapshot.ts";
+import { hasConstraints } from "../core/parameter-constraints.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
 import { toolNameFor } from "../core/tool-name.ts";
@@ -26,6 +27,8 @@ export interface ApiToolTarget {
    * server's tool, called with the tool's own arguments and answered with its (redacted) result.
    */
   readonly kind: "api" | "downstream_mcp";
+  /** The snapshot carries signed constraints: listed only where the rollout covers the partner. */
+  readonly constrained: boolean;
 }
 
 export interface ApiToolIndex {
@@ -163,6 +166,7 @@ export function buildApiToolIndex(
         method: snapshot.method,
         pathTemplate: snapshot.path,
         kind: downstream ? "downstream_mcp" : "api",
+        constrained: hasConstraints(snapshot.parameter_constraints),
       });
       tools.push(downstream ? downstreamToolFor(name, snapshot) : toolFor(name, snapshot));
     }

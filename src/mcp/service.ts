@@ -23,6 +23,7 @@ import type { McpCallInput } from "../audit/mcp-records.ts";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { policyStanding } from "../core/decision.ts";
 import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
+import { rolloutCovers } from "../core/parameter-constraints.ts";
 import type { PolicyDocument } from "../core/policy-document.ts";
 import { identityOf, type SubjectAuthentication, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts";
@@ -295,16 +296,21 @@ export function createMcpService(options: McpServiceOptions): McpService {
     const tools = management.toolsFor(caller.principal).map((entry) => entry.tool);
     let loaded: LoadedPolicy | undefined;
     let subjectId: string | undefined;
+    let partnerId: string | null;
     try {
-      ({ loaded, subjectId } = await loadPolicy(runtime, caller));
+      ({ loaded, subjectId, partnerId } = await loadPolicy(runtime, caller));
     } catch (error) {
       throw new ProtocolError(INTERNAL_ERROR, pipelineFailure(error).message);
     }
-    if (loaded === undefined || subjectId === undefined) return tools;
+    if (loaded === undefined || subjectId === undefined || partnerId === null) return tools;
     const gate = listable(loaded, subjectId, now());
     const hash = documentHash(loaded);
     if (!gate.ok || hash === undefined) return tools;
-    return [...tools, ...toolCache.indexFor(subjectId, hash, gate.document).tools];
+    const index = toolCache.indexFor(subjectId, hash, gate.document);
+    // Outside the parameter-scoping rollout a constrained operation is refused by the decision:
+    // not listed either.
+    if (rolloutCovers(runtime.constraintsRollout, partnerId)) return [...tools, ...index.tools];
+    return [...tools, ...index.tools.filter((tool) => index.byName.get(tool.name)?.constrained !== true)];
   }
 
   async function callManagementTool(

@@ -4,6 +4,7 @@
  * Pure: no I/O, and the snapshot is never mutated.
  */
 import type { JsonSchemaObject, OperationInputSchema } from "../core/operation-snapshot.ts";
+import { isRecord } from "../core/own-property.ts";
 
 export type ToolInputSchema = {
   readonly type: "object";
@@ -18,10 +19,6 @@ type Part = (typeof PARAMETER_PARTS)[number] | "body";
 
 /** Keywords whose values are data, not schemas: a "$ref" inside them is not a reference. */
 const DATA_KEYWORDS: ReadonlySet<string> = new Set(["enum", "const", "default", "examples", "example"]);
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function hasKeys(value: unknown): boolean {
   return isRecord(value) && Object.keys(value).length > 0;

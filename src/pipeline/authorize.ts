@@ -15,6 +15,7 @@ import {
   type ExternalSubjectContext,
   normalizeRequestPath,
   type PolicyLoad,
+  rolloutCovers,
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
@@ -161,7 +162,13 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
   const loaded = await runtime.policies.load(subjectId, { partnerId });
   return {
-    decision: decideStage({ ...base, capability, policy: loaded.policy, permits: request.permits }),
+    decision: decideStage({
+      ...base,
+      capability,
+      policy: loaded.policy,
+      constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
+      permits: request.permits,
+    }),
     partnerId,
     capability,
     ...(loaded.record === undefined ? {} : { policy: loaded.record }),

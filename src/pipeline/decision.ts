@@ -1,8 +1,8 @@
 /**
  * The decision stage every path shares, around the pure `decide()` of src/core: the subject
- * must stand for the authenticated principal, then `decide()`, then the transport's narrowing
- * (a binding's experience) — which can only take away. Synchronous and allocation-light: the
- * sidecar runs it per Check.
+ * must stand for the authenticated principal, then `decide()` (the parameter-scoping rollout
+ * gate included), then the transport's narrowing (a binding's experience) — which can only
+ * take away. Synchronous and allocation-light: the sidecar runs it per Check.
  */
 import { type Decision, type DecisionInput, decide } from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
@@ -26,6 +26,8 @@ export function subjectStandsFor(
 }
 
 export interface DecisionStageInput extends DecisionInput {
+  /** Required here: every path states whether the rollout covers the partner (see DecisionInput). */
+  readonly constraintsEnforced: boolean;
   /**
    * A narrowing the transport adds (src/bindings/experience.ts): an allow of a permission it
    * rejects becomes `operation_not_allowed`. Never adds.

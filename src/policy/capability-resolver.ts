@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import { type Capability, isValidCapabilityId, validateCapability } from "../core/index.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { type CapabilityRecord, type CatalogVersionRecord, collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { PolicyLoadError } from "./loader.ts";
@@ -44,8 +45,7 @@ export function createCapabilityResolver(
   store: Store,
   options: CapabilityResolverOptions = {},
 ): CapabilityResolver {
-  const max = options.max ?? 1000;
-  if (!Number.isSafeInteger(max) || max < 1) throw new TypeError("max must be a positive integer");
+  const max = positiveIntegerOption(options.max, 1000, "max");
   const versions = new LRUCache<string, Cached>({ max });
   const recordTtlMs = options.recordTtlMs ?? 0;
   if (!Number.isSafeInteger(recordTtlMs) || recordTtlMs < 0) {

@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import { type AuditRecorder, createAuditRecorder } from "../audit/recorder.ts";
+import type { ConstraintsRolloutGate } from "../core/parameter-constraints.ts";
 import { type SubjectAuthentication, subjectCandidates } from "../core/subject-identity.ts";
 import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
@@ -87,9 +88,13 @@ export interface DecisionRuntime {
   readonly capabilities: CapabilityResolver;
   readonly policies: PolicyLoader;
   readonly recorder: AuditRecorder;
+  /** The process's parameter-scoping rollout: the decision stage's gate for constrained operations. */
+  readonly constraintsRollout: ConstraintsRolloutGate;
 }
 
 export interface DecisionRuntimeSettings {
+  /** The process's parameter-scoping rollout (from the settings: one gate for every path). */
+  readonly constraintsRollout: ConstraintsRolloutGate;
   /** How long subject and capability records are reused (ms; default 0: read every call). */
   readonly recordCacheMs?: number;
   readonly policyCache?: PolicyLoaderOptions["cache"];
@@ -102,7 +107,7 @@ export interface DecisionRuntimeSettings {
 /** The one decision runtime of a process, from its store and protector. */
 export function createDecisionRuntime(
   owner: { readonly store: Store; readonly protector: PolicyProtector },
-  settings: DecisionRuntimeSettings = {},
+  settings: DecisionRuntimeSettings,
 ): DecisionRuntime {
   const recordTtlMs = settings.recordCacheMs ?? 0;
   return {
@@ -117,5 +122,6 @@ export function createDecisionRuntime(
       ...(settings.policyCache === undefined ? {} : { cache: settings.policyCache }),
     }),
     recorder: settings.recorder ?? createAuditRecorder({ store: owner.store }),
+    constraintsRollout: settings.constraintsRollout,
   };
 }

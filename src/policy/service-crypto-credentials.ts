@@ -14,6 +14,8 @@ import { readSecretFields } from "../config/secret-fields.ts";
 
 const CREDENTIAL_FIELDS = ["username", "password", "api_key", "access_key", "secret_key"] as const;
 
+import { isRecord } from "../core/own-property.ts";
+
 export interface ServiceCryptoCredentials {
   readonly username: string;
   readonly password: string;
@@ -21,10 +23,6 @@ export interface ServiceCryptoCredentials {
   readonly service: PartnerCredentials;
   /** Subject id → that subject's credential set (v1 policies; optional, the older way). */
   readonly subjects: ReadonlyMap<string, PartnerCredentials>;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function field(source: Record<string, unknown>, name: string, where: string): string {

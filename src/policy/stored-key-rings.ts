@@ -6,6 +6,7 @@
  * the keys. Unwrapped rings are kept in memory (LRU); the store is read once per owner.
  */
 import { LRUCache } from "lru-cache";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { type Kek, KeyRing, unwrapKeyRing, wrapKeyRing } from "../crypto/index.ts";
 import type { Store } from "../store/store.ts";
 import type { KeyRingSource } from "./local-protector.ts";
@@ -35,8 +36,7 @@ export function createStoredKeyRings(options: StoredKeyRingsOptions): KeyRingSou
     throw new TypeError("store and kek are required");
   const { store, kek } = options;
   const collection = options.collection ?? KEY_RINGS_COLLECTION;
-  const max = options.cacheMax ?? 10_000;
-  if (!Number.isSafeInteger(max) || max < 1) throw new TypeError("cacheMax must be a positive integer");
+  const max = positiveIntegerOption(options.cacheMax, 10_000, "cacheMax");
 
   async function loadOrCreate(owner: string): Promise<KeyRing> {
     const existing = await store.get<unknown>(collection, owner);

@@ -10,6 +10,7 @@ import {
 import { createSnapshotAjv } from "../../src/catalog/schema-ajv.ts";
 import { validateCapability } from "../../src/core/capability.ts";
 import { validateOperationSnapshot } from "../../src/core/operation-snapshot.ts";
+import { toAuthorityError } from "../../src/errors.ts";
 import { buildLargeOpenApi, expectedLargeOperations } from "../fixtures/openapi/large-api.ts";
 import { assertAllSchemasCompile, readExample, readFixture } from "./helpers.ts";
 
@@ -831,7 +832,7 @@ describe("OpenAPI import: broken documents", () => {
         ],
       },
     });
-    const shared = caught.toAuthorityError();
+    const shared = toAuthorityError(caught);
     assert.equal(shared.code, "invalid_request");
     assert.equal(shared.status, 400);
     assert.deepEqual(shared.toJSON().details, { reason: "invalid_openapi", problems: caught.problems });

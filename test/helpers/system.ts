@@ -121,6 +121,8 @@ export interface SystemOptions {
   readonly cryptoTimeoutMs?: number;
   readonly auditBuffer?: number;
   readonly bodyLimitBytes?: number;
+  /** The authority's parameter-scoping rollout (default: enabled for PARTNER). */
+  readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   /** JWKS settings of the authority's bearer verifier. */
   readonly jwks?: Omit<RemoteJwksOptions, "url">;
   /** Verified-policy cache of the loader. */
@@ -365,7 +367,7 @@ async function startAuthority(
     audience: "authority",
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
     serviceIdentity: SERVICE_IDENTITY,
-    parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
+    parameterScoping: options.constraintsRollout ?? { enabled: true, partnerAllowlist: [PARTNER] },
     mcp: { upstreamTimeoutMs },
     bindings: { upstreamTimeoutMs },
     auditBuffer: options.auditBuffer ?? 100_000,

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { decide } from "../../src/core/decision.ts";
 import { decideStage, subjectStandsFor } from "../../src/pipeline/decision.ts";
-import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1 } from "../core/fixtures.ts";
+import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "../core/fixtures.ts";
 
 const input = {
   subjectId: "agent-7",
@@ -12,6 +12,7 @@ const input = {
   method: "GET",
   path: "/users/42",
   now: NOW,
+  constraintsEnforced: true,
 };
 
 test("the decision stage is decide() when the transport adds no narrowing", () => {
@@ -38,6 +39,20 @@ test("a narrowing can only take away: a rejected permission is operation_not_all
     status: "denied",
     reason: "policy_revoked",
   });
+});
+
+test("outside the parameter-scoping rollout an operation with signed constraints is operation_not_allowed, one without stays allowed", () => {
+  const constrained = snapshot("GET", "/users/{id}", {
+    parameter_constraints: [{ in: "path", name: "id", max_length: 4 }],
+  });
+  const policy = {
+    ok: true as const,
+    document: policyV1([entry([["GET", "/users/{id}"]], { operations: [constrained] })]),
+  };
+  const outside = { ...input, policy, constraintsEnforced: false };
+  assert.deepEqual(decideStage(outside), { status: "denied", reason: "operation_not_allowed" });
+  assert.equal(decideStage({ ...outside, constraintsEnforced: true }).status, "allowed");
+  assert.equal(decideStage({ ...input, constraintsEnforced: false }).status, "allowed");
 });
 
 test("a subject stands only for the principals its identity admits", () => {

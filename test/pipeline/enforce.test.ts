@@ -15,6 +15,7 @@ import { type AuditRecorder, createAuditRecorder } from "../../src/audit/recorde
 import type { DecisionAuditRecord } from "../../src/audit/records.ts";
 import type { Capability } from "../../src/core/capability.ts";
 import type { OperationSnapshot } from "../../src/core/operation-snapshot.ts";
+import { constraintsRolloutGate } from "../../src/core/parameter-constraints.ts";
 import { buildPermissionId } from "../../src/core/permission-id.ts";
 import type { PolicyDocumentV1 } from "../../src/core/policy-document.ts";
 import { AuthorityError, errorCodes } from "../../src/errors.ts";
@@ -143,11 +144,15 @@ function world(
       clear: () => undefined,
     },
     recorder,
+    constraintsRollout: constraintsRolloutGate({
+      enabled: options.rollout ?? true,
+      partnerAllowlist: [PARTNER],
+    }),
   } as DecisionRuntime;
   const executor = createExecutor({
     secretResolver: secretTable({ "ref:api-key": API_KEY }).resolve,
     tokenSetStore: tokens.tokenSetStore,
-    constraintsRollout: { enabled: options.rollout ?? true, isPartnerAllowlisted: () => true },
+    constraintsRollout: decisions.constraintsRollout,
     egress: egressAllowing(options.egressAllows ?? [origin]),
     timeoutMs: 2000,
   });
@@ -319,22 +324,36 @@ describe("the enforcement pipeline", () => {
     assert.equal(upstream.requests.length, 0);
   });
 
-  test("a signed constraint violated is constraint_violation (403); with the rollout off it is operation_not_allowed", async () => {
+  test("a signed constraint violated is constraint_violation (403)", async () => {
     const constraints = [{ in: "query", name: "region", required: true, allowed_values: ["eu"] }];
     build({ constraints });
-    let req = request();
+    const req = request();
     await assertRefused(
       await pipeline.run(req, call({ path: { id: "42" }, query: { region: "us" } }, stages)),
       req.requestId,
       "constraint_violation",
     );
+    assert.equal(upstream.requests.length, 0);
+  });
+
+  test("outside the rollout a constrained operation is the decision's operation_not_allowed: on authorize-invocation too, and before any argument is read", async () => {
+    const constraints = [{ in: "query", name: "region", required: true, allowed_values: ["eu"] }];
     build({ constraints, rollout: false });
-    req = request();
-    await assertRefused(
-      await pipeline.run(req, call({ path: { id: "42" }, query: { region: "eu" } }, stages)),
-      req.requestId,
-      "operation_not_allowed",
-    );
+    // authorize-invocation never sees the arguments: it must refuse what every other path refuses.
+    const asked = await pipeline.authorize({ ...request(), settleAllowLater: false });
+    assert.deepEqual(asked.outcome, { status: "denied", reason: "operation_not_allowed" });
+    for (const query of [{ region: "eu" }, { region: 7 }]) {
+      const req = request();
+      const outcome = await pipeline.run(req, call({ path: { id: "42" }, query }, stages));
+      assert.equal(outcome.kind, "denied", JSON.stringify(outcome));
+      assert.deepEqual(outcome.authorization.outcome, { status: "denied", reason: "operation_not_allowed" });
+      const records = await recordOf(req.requestId);
+      assert.deepEqual(
+        records.map((r) => [r.decision, r.reason]),
+        [["denied", "operation_not_allowed"]],
+      );
+    }
+    assert.deepEqual(stages, []);
     assert.equal(upstream.requests.length, 0);
   });
 

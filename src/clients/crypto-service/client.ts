@@ -6,8 +6,10 @@
  * code: nothing the upstream said, and no credential, ever ends up in one.
  */
 
+import { isRecord } from "../../core/own-property.ts";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
-import { AuthorityError, type ErrorCode } from "../../errors.ts";
+import type { ErrorCode, TableMapped } from "../../errors.ts";
 import { isCryptoServiceReason } from "./reasons.ts";
 import {
   fetchTransport,
@@ -158,7 +160,27 @@ const dataFaultCodes: ReadonlySet<CryptoClientErrorCode> = new Set([
   "invalid_request",
 ]);
 
-export class CryptoClientError extends Error {
+/**
+ * The table entry of each client failure, the precise code kept in `details.reason`. A
+ * rejected token is our own configuration fault (the caller never sees the token), so it is
+ * `internal`; an unexpected upstream answer is reported as unavailable.
+ */
+const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
+  upstream_unavailable: "upstream_unavailable",
+  upstream_timeout: "upstream_timeout",
+  invalid_token: "internal",
+  invalid_credentials: "insufficient_role",
+  invalid_ciphertext: "invalid_request",
+  invalid_signature: "invalid_request",
+  wrong_purpose: "invalid_request",
+  unknown_recipient: "invalid_request",
+  unknown_owner: "upstream_unavailable",
+  not_delegated: "upstream_unavailable",
+  invalid_request: "invalid_request",
+  upstream_error: "upstream_unavailable",
+};
+
+export class CryptoClientError extends Error implements TableMapped {
   readonly code: CryptoClientErrorCode;
   /** The upstream HTTP status, when it answered. */
   readonly status: number | undefined;
@@ -181,33 +203,18 @@ export class CryptoClientError extends Error {
     this.requestId = options?.requestId;
     this.fields = options?.fields;
   }
-}
 
-const authorityCodes: Record<CryptoClientErrorCode, ErrorCode> = {
-  upstream_unavailable: "upstream_unavailable",
-  upstream_timeout: "upstream_timeout",
-  invalid_token: "internal",
-  invalid_credentials: "insufficient_role",
-  invalid_ciphertext: "invalid_request",
-  invalid_signature: "invalid_request",
-  wrong_purpose: "invalid_request",
-  unknown_recipient: "invalid_request",
-  unknown_owner: "upstream_unavailable",
-  not_delegated: "upstream_unavailable",
-  invalid_request: "invalid_request",
-  upstream_error: "upstream_unavailable",
-};
+  get authorityCode(): ErrorCode {
+    return authorityCodes[this.code];
+  }
 
-/**
- * The public error for a client failure, with the precise code in `details.reason`. A
- * rejected token is our own configuration fault (the caller never sees the token), so it is
- * `internal`; an unexpected upstream answer is reported as unavailable.
- */
-export function cryptoClientErrorToAuthorityError(error: CryptoClientError): AuthorityError {
-  return new AuthorityError(authorityCodes[error.code], cryptoClientErrorMessages[error.code], {
-    details: { reason: error.code },
-    cause: error,
-  });
+  get authorityDetails(): Readonly<Record<string, unknown>> {
+    return { reason: this.code };
+  }
+
+  get publicMessage(): string {
+    return cryptoClientErrorMessages[this.code];
+  }
 }
 
 /**
@@ -230,10 +237,6 @@ export async function sendRequest(
     const timedOut = cause instanceof TransportError && cause.kind === "timeout";
     throw new CryptoClientError(timedOut ? "upstream_timeout" : "upstream_unavailable", { cause });
   }
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function codeFor(status: number, reason: unknown): CryptoClientErrorCode {
@@ -282,9 +285,7 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     throw new TypeError("crypto client: baseUrl must be http(s)");
   if (base.username !== "" || base.password !== "")
     throw new TypeError("crypto client: baseUrl must not carry credentials");
-  const timeoutMs = options.timeoutMs ?? 5000;
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs <= 0)
-    throw new TypeError("crypto client: timeoutMs must be a positive integer");
+  const timeoutMs = positiveIntegerOption(options.timeoutMs, 5000, "crypto client: timeoutMs");
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new TypeError("crypto client: fetch must be a function");
   }

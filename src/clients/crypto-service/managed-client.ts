@@ -8,6 +8,8 @@
  * envelope crypto treat both paths alike. Messages are fixed per code (no upstream text, no
  * credential).
  */
+
+import { isRecord } from "../../core/own-property.ts";
 import {
   CryptoClientError,
   type CryptoClientErrorCode,
@@ -59,10 +61,6 @@ const reasonCodes: Readonly<Record<string, CryptoClientErrorCode>> = {
   missing_field: "invalid_request",
   invalid_field: "invalid_request",
 };
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function text(source: Record<string, unknown>, field: string): string {
   const value = source[field];

@@ -3,6 +3,7 @@
  * shared by the server and its client. Parsing is pure: JSON in, a typed request out.
  */
 
+import { isRecord } from "../../core/own-property.ts";
 import { CryptoServiceError } from "./reasons.ts";
 
 export const ACTIONS_PATH = "/v1/actions";
@@ -133,10 +134,6 @@ const OPTIONAL_FIELDS = [
   "signed_blob",
   "envelope_header",
 ] as const;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function invalid(message: string, fields?: readonly string[]): CryptoServiceError {
   return new CryptoServiceError("invalid_request", fields === undefined ? { message } : { message, fields });

@@ -4,6 +4,7 @@
  * JSON-over-HTTP helper.
  */
 import type { ClientRequest } from "node:http";
+import { isRecord } from "../../core/own-property.ts";
 import { requestToken } from "../../identity/token-client.ts";
 import type { DevEnvironment } from "../environment.ts";
 import { DEV_IDP, DEV_SUBJECTS, type DevSubjectRole } from "../names.ts";
@@ -28,10 +29,6 @@ export interface DemoContext {
     url: string,
     options?: { headers?: Record<string, string>; body?: unknown },
   ): Promise<HttpAnswer>;
-}
-
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** A field of a JSON object answer, as text ("-" when absent). */
@@ -133,3 +130,5 @@ export function createDemoContext(env: DevEnvironment, report: DemoReporter): De
     json,
   };
 }
+
+export { isRecord };

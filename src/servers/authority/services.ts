@@ -16,6 +16,7 @@ import {
   createBindingRuntime,
 } from "../../bindings/runtime.ts";
 import { createOperationIndex, type OperationIndex } from "../../bindings/verify.ts";
+import { constraintsRolloutGate } from "../../core/parameter-constraints.ts";
 import { createAuthInjector } from "../../execute/auth-injector.ts";
 import {
   type ClientCredentialsTokens,
@@ -67,7 +68,7 @@ export interface AuthorityServices extends AuthorityContext {
 /** How the services are tuned (from the validated configuration) and what a caller supplies ready-made. */
 export interface AuthorityServiceOptions {
   /** Record caching, policy cache and audit recorder of the decision runtime. */
-  readonly decisions?: DecisionRuntimeSettings;
+  readonly decisions?: Omit<DecisionRuntimeSettings, "constraintsRollout">;
   /** Upstream deadline, workload-token lifetime, idempotency, key rings of the binding runtime. */
   readonly bindings?: BindingRuntimeOptions;
   /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
@@ -77,20 +78,16 @@ export interface AuthorityServiceOptions {
 /** Deadline of listing a downstream MCP server's tools at preview and import. */
 const DOWNSTREAM_LISTING_TIMEOUT_MS = 10_000;
 
-function constraintsRollout(context: AuthorityContext) {
-  const allowlist = new Set(context.config.parameterScoping.partnerAllowlist);
-  return {
-    enabled: context.config.parameterScoping.enabled,
-    isPartnerAllowlisted: (partnerId: string) => allowlist.has(partnerId),
-  };
-}
-
 export function composeAuthorityServices(
   context: AuthorityContext,
   options: AuthorityServiceOptions = {},
 ): AuthorityServices {
   const egress = context.egress ?? createEgressPolicy();
-  const decisions = createDecisionRuntime(context, options.decisions);
+  // One parameter-scoping gate: the decision stage of every path and both executors read it.
+  const decisions = createDecisionRuntime(context, {
+    ...options.decisions,
+    constraintsRollout: constraintsRolloutGate(context.config.parameterScoping),
+  });
   // Token endpoints are a partner's upstreams too: their connections pass the egress policy.
   const clientCredentials = createClientCredentialsTokens({
     fetch: egress.fetch,
@@ -105,7 +102,7 @@ export function composeAuthorityServices(
     createExecutor({
       secretResolver: mcpSecrets,
       tokenSetStore: createStoreTokenSetStore(context.store),
-      constraintsRollout: constraintsRollout(context),
+      constraintsRollout: decisions.constraintsRollout,
       timeoutMs: mcpConfig.upstreamTimeoutMs,
       maxResponseBytes: mcpConfig.maxResponseBytes,
       egress,

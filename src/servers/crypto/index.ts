@@ -8,7 +8,6 @@ export {
   type CryptoCredentials,
   createCryptoClient,
   cryptoClientErrorMessages,
-  cryptoClientErrorToAuthorityError,
   type DecryptResult,
   type DecryptVerifyResult,
   type EncryptResult,

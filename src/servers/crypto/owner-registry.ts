@@ -24,6 +24,7 @@ import {
 } from "../../clients/crypto-service/credentials.ts";
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import { OWNER_ID } from "../../clients/crypto-service/wire.ts";
+import { isRecord } from "../../core/own-property.ts";
 import { type Kek, KeyRing, unwrapKeyRing, type WrappedKeyRing, wrapKeyRing } from "../../crypto/index.ts";
 import type { Store } from "../../store/store.ts";
 
@@ -120,10 +121,6 @@ export interface OwnerRegistry {
   authenticate(presented: PartnerCredentials): Promise<Owner>;
   /** Deletes an owner and its keys (a retired subject); its ciphertexts no longer open. */
   retire(id: string): Promise<void>;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 export function assertOwnerId(id: unknown): asserts id is string {

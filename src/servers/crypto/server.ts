@@ -18,9 +18,10 @@ import {
   PUBLIC_KEYS_PATH,
   parseActionRequest,
 } from "../../clients/crypto-service/wire.ts";
+import { isRecord } from "../../core/own-property.ts";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
-import { AuthorityError } from "../../errors.ts";
+import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import { extractBearer, hasRole } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
 import type { JwtVerifier, VerifiedToken } from "../../identity/jwt-verifier.ts";
@@ -81,7 +82,7 @@ export interface CryptoServer {
 /** Turns any failure into the public error; details of crypto and store failures stay in logs. */
 function toPublic(error: unknown): unknown {
   if (error instanceof AuthorityError) return error;
-  if (error instanceof CryptoServiceError) return error.toAuthorityError();
+  if (error instanceof CryptoServiceError) return toAuthorityError(error);
   if (isStoreError(error)) return storeErrorToAuthority(error);
   if (error instanceof CryptoError) return new AuthorityError("internal", undefined, { cause: error });
   return error;
@@ -90,10 +91,6 @@ function toPublic(error: unknown): unknown {
 function headerValue(request: FastifyRequest, name: string): string | undefined {
   const value = request.headers[name];
   return typeof value === "string" && value.length > 0 ? value : undefined;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function provisionInput(body: unknown): ProvisionOwnerInput {

@@ -86,7 +86,7 @@ async function generate(now: number): Promise<LoadedKey> {
   return { kid, privateJwk, createdAt: now, privateKey, publicJwk: publicPart(privateJwk, kid) };
 }
 
-function isRecord(value: unknown): value is KeyRecord {
+function isKeyRecord(value: unknown): value is KeyRecord {
   if (typeof value !== "object" || value === null) return false;
   const r = value as Record<string, unknown>;
   return (
@@ -119,7 +119,7 @@ async function readKeysFile(dir: string): Promise<KeyRecord[] | undefined> {
     throw new IdpConfigError(`${path} is not valid JSON`);
   }
   const keys = (parsed as { keys?: unknown }).keys;
-  if (!Array.isArray(keys) || !keys.every(isRecord)) {
+  if (!Array.isArray(keys) || !keys.every(isKeyRecord)) {
     throw new IdpConfigError(`${path} does not hold signing key records`);
   }
   return keys;

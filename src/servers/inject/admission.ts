@@ -1,3 +1,4 @@
+import { isRecord as isObj } from "../../core/own-property.ts";
 import { AuthorityError } from "../../errors.ts";
 import { type NamespaceContext, PodAnnotationError, planInjection, type SkipReason } from "./patch.ts";
 import type { SidecarSettings } from "./settings.ts";
@@ -32,9 +33,6 @@ export interface AdmissionOutcome {
   readonly namespace: string | undefined;
   readonly name: string | undefined;
 }
-
-const isObj = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
 
 const bad = (message: string): AuthorityError => new AuthorityError("invalid_request", message);
 

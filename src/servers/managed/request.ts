@@ -3,6 +3,7 @@
  * operation. Pure. Every missing or empty item is named at once (names only, never values).
  */
 
+import { isRecord } from "../../core/own-property.ts";
 import { ManagedError } from "./errors.ts";
 
 export const CREDENTIAL_HEADERS = ["username", "password", "api_key", "access_key", "secret_key"] as const;
@@ -50,10 +51,6 @@ export interface ManagedRequest {
 const MAX_PURPOSE_LENGTH = 128;
 
 type Headers = Readonly<Record<string, string | readonly string[] | undefined>>;
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function isPresent(value: unknown): boolean {
   return value !== undefined && value !== null && value !== "";

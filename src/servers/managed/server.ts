@@ -14,7 +14,7 @@ import {
   createCryptoClient,
 } from "../../clients/crypto-service/client.ts";
 import { createTokenCache } from "../../clients/idp/token-cache.ts";
-import { AuthorityError } from "../../errors.ts";
+import { AuthorityError, toAuthorityError } from "../../errors.ts";
 import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
 import { ManagedError, type ManagedReason } from "./errors.ts";
@@ -160,7 +160,7 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
           const error = toManaged(raw);
           if (error instanceof ManagedError) {
             if (error.retryAfterSec !== undefined) reply.header("retry-after", String(error.retryAfterSec));
-            throw error.toAuthorityError();
+            throw toAuthorityError(error);
           }
           throw error instanceof AuthorityError ? error : raw;
         }

@@ -1,4 +1,5 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
+import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
 import type { PolicyChangeSource, PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
@@ -42,10 +43,6 @@ export interface AuthorityClientOptions {
   readonly timeoutMs?: number;
   /** Default: the global fetch. */
   readonly fetch?: typeof fetch;
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function stringMap(value: unknown): Record<string, string> | undefined {

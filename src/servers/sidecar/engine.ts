@@ -299,6 +299,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       });
     const partnerId = policy.partnerId;
     const cached = catalogs.peek?.(partnerId, capabilityId);
+    const rollout = { enabled: rolloutEnabled, partnerAllowlisted: rolloutPartners.has(partnerId) };
     const decideWith = (capability: Capability | undefined): Step => {
       const decision = decideStage({
         subjectId,
@@ -308,6 +309,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         method: request.method,
         path: request.path,
         now: now(),
+        constraintsEnforced: rollout.enabled && rollout.partnerAllowlisted,
       });
       const context = { subjectId, partnerId, capabilityId };
       if (decision.status === "denied") return denyAbout(decision.reason, request.requestId, context);
@@ -320,7 +322,6 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
           request.headers ?? {},
           request.body,
         );
-        const rollout = { enabled: rolloutEnabled, partnerAllowlisted: rolloutPartners.has(partnerId) };
         // operationArguments built every section for this request alone.
         input = enforceOperationInput(decision.operation, args, rollout, FRESH_ARGUMENTS);
       } catch (error) {

@@ -1,3 +1,5 @@
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
+
 /** A sidecar option or setting that cannot work, found at construction or start. */
 export class SidecarConfigError extends Error {
   readonly code = "sidecar_config_invalid";
@@ -8,6 +10,10 @@ export class SidecarConfigError extends Error {
   }
 }
 
+const configFailure = (message: string): never => {
+  throw new SidecarConfigError(message);
+};
+
 /** A positive integer option (`fallback` when absent), checked at construction. */
 export function positiveIntOption(
   value: number | undefined,
@@ -15,15 +21,7 @@ export function positiveIntOption(
   name: string,
   max = Number.MAX_SAFE_INTEGER,
 ): number {
-  const out = value ?? fallback;
-  if (!Number.isSafeInteger(out) || out < 1 || out > max) {
-    throw new SidecarConfigError(
-      max === Number.MAX_SAFE_INTEGER
-        ? `${name} must be a positive integer`
-        : `${name} must be an integer from 1 to ${max}`,
-    );
-  }
-  return out;
+  return positiveIntegerOption(value, fallback, name, configFailure, max);
 }
 
 /** The authority service could not be asked, or answered something unusable. */

@@ -16,7 +16,7 @@ import {
   sanitizeResponseHeaders,
 } from "../../core/redaction.ts";
 import { requestIdFrom } from "../../core/request-id.ts";
-import { type ErrorCode, errorCodes } from "../../errors.ts";
+import { denyOutcome, type ErrorCode, errorCodes } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import { parseContentType, RedactionDecodeError } from "../../execute/response-body.ts";
 import { type ScrubbedBody, scrubAndRedact } from "../../execute/scrub-redact.ts";
@@ -204,7 +204,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const send = (
     res: ServerResponse,
     status: number,
-    body: Record<string, string>,
+    body: { readonly status: string; readonly reason?: string; readonly requestId?: string },
     headers: Readonly<Record<string, string>> = {},
   ): void => {
     // Whatever the proxy answers itself carries a reason: the record of the request says so.
@@ -224,12 +224,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   };
 
   const sendDeny = (res: ServerResponse, deny: SidecarDeny): void => {
-    send(
-      res,
-      deny.httpStatus,
-      { status: "denied", reason: deny.reason, requestId: deny.requestId },
-      { ...deny.headers, [REQUEST_ID_HEADER]: deny.requestId },
-    );
+    send(res, deny.httpStatus, denyOutcome(deny.reason, deny.requestId), {
+      ...deny.headers,
+      [REQUEST_ID_HEADER]: deny.requestId,
+    });
   };
 
   /** A failure after the allow (upstream down, too large, …): never a partial or unredacted body. */

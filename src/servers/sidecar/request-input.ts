@@ -265,7 +265,8 @@ const UNACCEPTED_BODY: unknown = Object.freeze({});
 /**
  * The body as an argument: `undefined` when there is none; the parsed JSON when the
  * operation takes or constrains a body. Throws `request_body_required` when a needed body
- * was not seen whole — an unseen body is never treated as an absent one —,
+ * was not seen whole — an unseen body is never treated as an absent one, whatever the
+ * framing headers claim —,
  * `invalid_input` / `unsupported_media_type` for a body that is not JSON, and
  * `input_too_complex` for one beyond the JSON limits (core/bounded-json.ts).
  */
@@ -279,12 +280,10 @@ export function bodyArgument(
     return UNACCEPTED_BODY;
   }
   if (body === undefined) {
-    if (operationNeedsBody(operation)) {
-      // Only an explicit zero length proves there is none: over HTTP/2 a body may come
-      // without Content-Length or Transfer-Encoding.
-      if (first(headers["content-length"])?.trim() === "0") return undefined;
-      throw new AuthorityError("request_body_required");
-    }
+    // What the framing headers say is the caller's word, not the body: `Content-Length: 0`
+    // can sit beside `Transfer-Encoding: chunked`, and over HTTP/2 a body needs neither. An
+    // empty body Envoy sent looks like none in a CheckRequest, so only bytes seen count.
+    if (operationNeedsBody(operation)) throw new AuthorityError("request_body_required");
     if (framingSaysNoBody(headers)) return undefined;
     // A body the operation does not take, and that nothing could check: refused like MCP's.
     return UNACCEPTED_BODY;

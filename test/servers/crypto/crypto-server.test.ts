@@ -5,9 +5,9 @@ import {
   CryptoClientError,
   type CryptoCredentials,
   createCryptoClient,
-  cryptoClientErrorToAuthorityError,
 } from "../../../src/clients/crypto-service/client.ts";
 import { envelopeKeyId, Kek } from "../../../src/crypto/index.ts";
+import { toAuthorityError } from "../../../src/errors.ts";
 import { createCryptoServer } from "../../../src/servers/crypto/server.ts";
 import { openStore } from "../../../src/store/index.ts";
 import { rejectsWithCryptoCode } from "../../helpers/crypto-client-error.ts";
@@ -346,11 +346,11 @@ describe("upstream crypto service", () => {
   });
 
   it("maps client failures to the public error table", () => {
-    const unavailable = cryptoClientErrorToAuthorityError(new CryptoClientError("upstream_unavailable"));
+    const unavailable = toAuthorityError(new CryptoClientError("upstream_unavailable"));
     assert.equal(unavailable.status, 503);
-    assert.equal(cryptoClientErrorToAuthorityError(new CryptoClientError("upstream_timeout")).status, 504);
-    assert.equal(cryptoClientErrorToAuthorityError(new CryptoClientError("invalid_credentials")).status, 403);
-    const bad = cryptoClientErrorToAuthorityError(new CryptoClientError("invalid_ciphertext"));
+    assert.equal(toAuthorityError(new CryptoClientError("upstream_timeout")).status, 504);
+    assert.equal(toAuthorityError(new CryptoClientError("invalid_credentials")).status, 403);
+    const bad = toAuthorityError(new CryptoClientError("invalid_ciphertext"));
     assert.equal(bad.status, 400);
     assert.deepEqual(bad.details, { reason: "invalid_ciphertext" });
   });

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { toAuthorityError } from "../../../src/errors.ts";
 import { ManagedError } from "../../../src/servers/managed/errors.ts";
 import { parseManagedRequest } from "../../../src/servers/managed/request.ts";
 
@@ -48,7 +49,7 @@ describe("managed request parsing", () => {
       error.message,
       "Missing or empty header(s) password, api_key and body field encrypted_data.",
     );
-    assert.equal(error.toAuthorityError().status, 400);
+    assert.equal(toAuthorityError(error).status, 400);
   });
 
   it("refuses repeated headers, oversized values and non-string fields", () => {

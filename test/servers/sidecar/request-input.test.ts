@@ -188,9 +188,19 @@ test("a needed body that was not seen whole is request_body_required, never an a
       reason(() => bodyArgument(operation, {}, undefined)),
       "request_body_required",
     );
+    // Nor does a zero length: it is the caller's word, and may sit beside a chunked body.
+    for (const framing of [
+      { "content-length": "0" },
+      { "content-length": " 0 " },
+      { "content-length": "0", "transfer-encoding": "chunked" },
+    ])
+      assert.equal(
+        reason(() => bodyArgument(operation, framing, undefined)),
+        "request_body_required",
+      );
   }
-  // The request says there is none: nothing to see.
-  assert.equal(bodyArgument(post, { "content-length": "0" }, undefined), undefined);
+  // A body the transport saw, even an empty one, is what counts.
+  assert.equal(bodyArgument(post, { "content-length": "0" }, { state: "complete", bytes: "" }), undefined);
   assert.deepEqual(
     bodyArgument(post, { "content-type": "application/json" }, { state: "complete", bytes: '{"a":1}' }),
     {

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
-import { AuthorityError } from "../../../errors.ts";
+import { AuthorityError, denyOutcome } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../pipeline/authorize.ts";
 import { allowRef, denyOrErrorRef, denyRef } from "../../http/openapi.ts";
@@ -60,10 +60,10 @@ async function authenticate(request: FastifyRequest, context: AuthorityContext):
   }
 }
 
-function body(result: InvocationResult, requestId: string): Record<string, string> {
+function body(result: InvocationResult, requestId: string): object {
   return result.outcome.status === "allowed"
     ? { status: "allowed", permissionId: result.outcome.permissionId, requestId }
-    : { status: "denied", reason: result.outcome.reason, requestId };
+    : denyOutcome(result.outcome.reason, requestId);
 }
 
 export function authorizeRoutes(context: AuthorityServices): FastifyPluginAsync {

@@ -1,4 +1,4 @@
-import { errorCodes, GrpcCode, grpcCodeForStatus, isErrorCode } from "../../../errors.ts";
+import { denyOutcome, errorCodes, GrpcCode, grpcCodeForStatus, isErrorCode } from "../../../errors.ts";
 import type { CheckResponse, HeaderValueOption, ProtoStruct } from "./proto.ts";
 import type { AllowDecision, CheckDecision, DenyDecision, DenyHttpStatus } from "./types.ts";
 
@@ -183,7 +183,7 @@ export function allowResponse(decision: AllowDecision): CheckResponse {
 
 /** The deny body: the spec's Deny outcome object. */
 export function denyBody(reason: string, requestId: string): string {
-  return JSON.stringify({ status: "denied", reason, requestId });
+  return JSON.stringify(denyOutcome(reason, requestId));
 }
 
 /** Names the decision on the response, so a client's or Envoy's log matches the audit record. */
