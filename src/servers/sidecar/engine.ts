@@ -1,5 +1,5 @@
 import type { Capability } from "../../core/capability.ts";
-import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import { isMcpToolSnapshot, type OperationSnapshot } from "../../core/operation-snapshot.ts";
 import { isValidCapabilityId } from "../../core/permission-id.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type SubjectAuthentication, subjectCandidates } from "../../core/subject-identity.ts";
@@ -313,6 +313,10 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       });
       const context = { subjectId, partnerId, capabilityId };
       if (decision.status === "denied") return denyAbout(decision.reason, request.requestId, context);
+      // A downstream MCP tool is called only through /mcp (decision 2661): as a plain HTTP
+      // request its method and path name no operation of the capability.
+      if (isMcpToolSnapshot(decision.operation))
+        return denyAbout("unknown_operation", request.requestId, context);
       let input: ValidatedArgs;
       try {
         const args = operationArguments(
