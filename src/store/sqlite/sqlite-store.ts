@@ -19,9 +19,21 @@ import {
   StoreInvalidArgumentError,
   StoreUnavailableError,
 } from "../errors.ts";
+import {
+  checkCounterRange,
+  checkLogQuery,
+  checkLogTrim,
+  LOG_INDEX_FIELDS,
+  type LogIndexField,
+  logIndexValues,
+  trimCount,
+} from "../log-query.ts";
 import type {
   ListOptions,
   LogEntry,
+  LogQuery,
+  LogQueryPage,
+  LogTrim,
   Page,
   ReadLogOptions,
   Store,
@@ -49,7 +61,7 @@ export interface SqliteStoreOptions {
   readonly now?: () => number;
 }
 
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS store_meta (
@@ -78,6 +90,60 @@ CREATE TABLE IF NOT EXISTS counters (
 ) WITHOUT ROWID;
 `;
 
+/** The log columns migration 2 adds, in LOG_INDEX_FIELDS order. */
+const INDEX_COLUMNS = LOG_INDEX_FIELDS.join(", ");
+
+/**
+ * Version 2: the indexed fields of every log entry as columns (filled from the stored JSON
+ * for entries written before), each with an index ordered by (time_ms, seq), so a filtered
+ * query reads only matching entries.
+ */
+function addLogIndexes(db: DatabaseSync): void {
+  db.exec("ALTER TABLE logs ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0");
+  for (const field of LOG_INDEX_FIELDS) db.exec(`ALTER TABLE logs ADD COLUMN ${field} TEXT`);
+  const select = db.prepare(
+    "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
+  );
+  const update = db.prepare(
+    `UPDATE logs SET time_ms = :time, ${LOG_INDEX_FIELDS.map((f) => `${f} = :${f}`).join(", ")}
+     WHERE log = :log AND seq = :seq`,
+  );
+  let position: { log: string; seq: number } = { log: "", seq: 0 };
+  for (;;) {
+    const rows = select.all(position);
+    for (const row of rows) {
+      const log = asText(row.log, "log");
+      const seq = asNumber(row.seq, "seq");
+      let value: unknown;
+      try {
+        value = JSON.parse(asText(row.value, "value"));
+      } catch {
+        value = undefined;
+      }
+      const index = logIndexValues(value);
+      update.run({ log, seq, time: index.time, ...index.fields });
+      position = { log, seq };
+    }
+    if (rows.length < 1000) break;
+  }
+  db.exec("CREATE INDEX logs_by_time ON logs (log, time_ms, seq)");
+  for (const field of LOG_INDEX_FIELDS) {
+    db.exec(`CREATE INDEX logs_by_${field} ON logs (log, ${field}, time_ms, seq) WHERE ${field} IS NOT NULL`);
+  }
+}
+
+/** Schema changes after version 1, applied in order to a file that has not seen them. */
+const MIGRATIONS: ReadonlyArray<{ readonly version: number; readonly apply: (db: DatabaseSync) => void }> = [
+  { version: 2, apply: addLogIndexes },
+];
+
+/**
+ * Which index a query reads, most selective first (a subject belongs to one partner, a
+ * reason is rarer than a decision). The other conditions are written `+column = …` so
+ * SQLite does not pick a wider index for them.
+ */
+const DRIVER_ORDER: readonly LogIndexField[] = ["subject_id", "capability_id", "reason", "partner_id", "decision"];
+
 const LIVE = "(expires_at IS NULL OR expires_at > :now)";
 
 /** SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock longer than busy_timeout. */
@@ -103,6 +169,12 @@ function checkOptions(options: SqliteStoreOptions): Required<Omit<SqliteStoreOpt
     throw new StoreInvalidArgumentError("sweepIntervalMs must be a non-negative integer.");
   }
   return { path: options.path, busyTimeoutMs, sweepIntervalMs, walAutocheckpointPages };
+}
+
+/** The named parameters of an entry's time and index columns. */
+function indexParams(value: unknown): Record<string, SQLInputValue> {
+  const index = logIndexValues(value);
+  return { time: index.time, ...index.fields };
 }
 
 function toStoreError(error: unknown, what: string): StoreError {
@@ -175,13 +247,17 @@ export class SqliteStore implements Store {
     try {
       this.#db.exec(SCHEMA);
       const row = this.#db.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get();
-      if (row === undefined) {
-        this.#db
-          .prepare("INSERT INTO store_meta (key, value) VALUES ('schema_version', ?)")
-          .run(String(SCHEMA_VERSION));
-      } else if (Number(row.value) > SCHEMA_VERSION) {
-        throw new StoreError(`SQLite file has schema version ${String(row.value)}, newer than this build.`);
+      // A new file has the version 1 tables (SCHEMA) and no version row yet.
+      const version = row === undefined ? 1 : Number(row.value);
+      if (version > SCHEMA_VERSION) {
+        throw new StoreError(`SQLite file has schema version ${String(row?.value)}, newer than this build.`);
       }
+      for (const migration of MIGRATIONS) if (migration.version > version) migration.apply(this.#db);
+      this.#db
+        .prepare(
+          "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .run(String(SCHEMA_VERSION));
       this.#db.exec("COMMIT");
     } catch (error) {
       this.#db.exec("ROLLBACK");
@@ -322,10 +398,11 @@ export class SqliteStore implements Store {
       // The write lock is taken before MAX(seq) is read, so concurrent writers (other
       // connections, other processes) cannot both get the same seq.
       const row = this.#statement(
-        `INSERT INTO logs (log, seq, value)
-         SELECT :log, COALESCE(MAX(seq), 0) + 1, :value FROM logs WHERE log = :log
+        `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
+         SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}
+         FROM logs WHERE log = :log
          RETURNING seq`,
-      ).get({ log: name, value: text });
+      ).get({ log: name, value: text, ...indexParams(value) });
       return asNumber(row?.seq, "seq");
     });
   }
@@ -342,9 +419,12 @@ export class SqliteStore implements Store {
           log: name,
         });
         const first = asNumber(last?.seq, "seq") + 1;
-        const insert = this.#statement("INSERT INTO logs (log, seq, value) VALUES (:log, :seq, :value)");
-        const seqs = texts.map((value, i) => {
-          insert.run({ log: name, seq: first + i, value });
+        const insert = this.#statement(
+          `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
+           VALUES (:log, :seq, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")})`,
+        );
+        const seqs = texts.map((text, i) => {
+          insert.run({ log: name, seq: first + i, value: text, ...indexParams(values[i]) });
           return first + i;
         });
         this.#db.exec("COMMIT");
@@ -369,6 +449,92 @@ export class SqliteStore implements Store {
         seq: asNumber(row.seq, "seq"),
         value: decodeValue<T>(asText(row.value, "value")),
       }));
+    });
+  }
+
+  queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
+    return this.#run("queryLog", () => {
+      const name = checkName("log", log);
+      const checked = checkLogQuery(query);
+      const driver = DRIVER_ORDER.find((field) => checked.indexed.some(([f]) => f === field));
+      const params: Record<string, SQLInputValue> = {
+        log: name,
+        since: checked.since,
+        until: checked.until,
+        afterTime: checked.afterTime,
+        afterSeq: checked.afterSeq,
+        take: checked.limit + 1,
+      };
+      const conditions = [
+        "log = :log",
+        "time_ms >= :since",
+        "time_ms <= :until",
+        "(time_ms, seq) > (:afterTime, :afterSeq)",
+      ];
+      checked.indexed.forEach(([field, wanted], i) => {
+        conditions.push(`${field === driver ? "" : "+"}${field} = :i${i}`);
+        params[`i${i}`] = wanted;
+      });
+      checked.other.forEach(([field, wanted], i) => {
+        conditions.push(`json_extract(value, :p${i}) = :o${i}`);
+        params[`p${i}`] = `$.${field}`;
+        params[`o${i}`] = wanted;
+      });
+      const index = driver === undefined ? "logs_by_time" : `logs_by_${driver}`;
+      const rows = this.#statement(
+        `SELECT seq, time_ms, value FROM logs INDEXED BY ${index} WHERE ${conditions.join(" AND ")}
+         ORDER BY time_ms, seq LIMIT :take`,
+      ).all(params);
+      const entries = rows.slice(0, checked.limit).map((row) => ({
+        seq: asNumber(row.seq, "seq"),
+        time: asNumber(row.time_ms, "time"),
+        value: decodeValue<T>(asText(row.value, "value")),
+      }));
+      const last = entries.at(-1);
+      return rows.length > checked.limit && last !== undefined
+        ? { entries, next: { time: last.time, seq: last.seq } }
+        : { entries };
+    });
+  }
+
+  trimLog(log: string, rule: LogTrim): Promise<number> {
+    return this.#run("trimLog", () => {
+      const name = checkName("log", log);
+      const trim = checkLogTrim(rule);
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        const bounds = this.#statement(
+          "SELECT MIN(seq) AS first, MAX(seq) AS last FROM logs WHERE log = :log",
+        ).get({ log: name });
+        if (bounds?.first === null || bounds?.first === undefined) {
+          this.#db.exec("COMMIT");
+          return 0;
+        }
+        const total = asNumber(bounds.last, "seq") - asNumber(bounds.first, "seq") + 1;
+        const oldest = this.#statement(
+          "SELECT seq, time_ms FROM logs WHERE log = :log ORDER BY seq LIMIT :max",
+        ).all({ log: name, max: trim.max });
+        const n = trimCount(
+          oldest.map((row) => asNumber(row.time_ms, "time")),
+          total,
+          trim,
+        );
+        const removed =
+          n === 0
+            ? 0
+            : asNumber(
+                this.#statement("DELETE FROM logs WHERE log = :log AND seq <= :last").run({
+                  log: name,
+                  last: asNumber(oldest[n - 1]?.seq, "seq"),
+                }).changes,
+                "change count",
+              );
+        this.#db.exec("COMMIT");
+        return removed;
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
     });
   }
 
@@ -416,6 +582,18 @@ export class SqliteStore implements Store {
       const result: Record<string, number> = {};
       for (const row of rows) result[asText(row.key, "counter key")] = asNumber(row.value, "counter");
       return result;
+    });
+  }
+
+  deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
+    return this.#run("deleteCounters", () => {
+      const name = checkName("counters", counters);
+      const range = checkCounterRange(prefix, before, max);
+      const result = this.#statement(
+        `DELETE FROM counters WHERE name = :name AND key IN (
+           SELECT key FROM counters WHERE name = :name AND key >= :lower AND key < :upper ORDER BY key LIMIT :max)`,
+      ).run({ name, lower: range.lower ?? "", upper: range.upper, max: range.max });
+      return asNumber(result.changes, "change count");
     });
   }
 
