@@ -76,7 +76,11 @@ function timeBound(value: number | undefined, fallback: number, name: string): n
 }
 
 /** Validates a query: field names, string values, bounds, cursor position and limit. */
-export function checkLogQuery(query: LogQuery | undefined, defaultLimit = 100, maxLimit = 1000): CheckedLogQuery {
+export function checkLogQuery(
+  query: LogQuery | undefined,
+  defaultLimit = 100,
+  maxLimit = 1000,
+): CheckedLogQuery {
   const where = Object.entries(query?.where ?? {});
   if (where.length > MAX_CONDITIONS) {
     throw new StoreInvalidArgumentError(`At most ${MAX_CONDITIONS} conditions per log query.`);
@@ -109,7 +113,8 @@ export function checkLogQuery(query: LogQuery | undefined, defaultLimit = 100, m
     afterSeq = after.seq;
   }
   const limit = query?.limit ?? defaultLimit;
-  if (!Number.isSafeInteger(limit) || limit < 1) throw new StoreInvalidArgumentError("limit must be a positive integer.");
+  if (!Number.isSafeInteger(limit) || limit < 1)
+    throw new StoreInvalidArgumentError("limit must be a positive integer.");
   return { indexed, other, since, until, afterTime, afterSeq, limit: Math.min(limit, maxLimit) };
 }
 

@@ -101,7 +101,11 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
         }));
         await store.appendMany("audit", noise.slice(0, 3000));
         await store.appendMany("audit", noise.slice(3000));
-        await store.append("audit", { partner_id: "p-a", subject_id: "rare", time: new Date(T0 + 9000).toISOString() });
+        await store.append("audit", {
+          partner_id: "p-a",
+          subject_id: "rare",
+          time: new Date(T0 + 9000).toISOString(),
+        });
         const page = await store.queryLog<{ subject_id: string }>("audit", {
           where: { partner_id: "p-a", subject_id: "rare" },
         });
@@ -156,7 +160,11 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
           ...theirs.entries.slice(0, 5).map((entry) => ({ time: entry.time - 1, seq: entry.seq })),
         ];
         for (const after of positions) {
-          for (const where of [{ partner_id: "p-a" }, { partner_id: "p-a", subject_id: "p-b-s0" }]) {
+          const wheres: Record<string, string>[] = [
+            { partner_id: "p-a" },
+            { partner_id: "p-a", subject_id: "p-b-s0" },
+          ];
+          for (const where of wheres) {
             const page = await store.queryLog<Row>("audit", { where, after, limit: 1000 });
             for (const entry of page.entries) assert.equal(entry.value.partner_id, "p-a");
           }
@@ -174,14 +182,23 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
           { subject_id: "s", time: "2026-05-01T00:00:00Z" },
         ]);
         const five = await store.queryLog("mixed", { where: { subject_id: "5" } });
-        assert.deepEqual(five.entries.map((e) => e.seq), [2]);
+        assert.deepEqual(
+          five.entries.map((e) => e.seq),
+          [2],
+        );
         const kind = await store.queryLog("mixed", { where: { kind: "5" } });
-        assert.deepEqual(kind.entries.map((e) => e.seq), [2]);
+        assert.deepEqual(
+          kind.entries.map((e) => e.seq),
+          [2],
+        );
         const lower = await store.queryLog("mixed", { where: { subject_id: "s" } });
-        assert.deepEqual(lower.entries.map((e) => [e.seq, e.time]), [
-          [5, 0],
-          [6, T0],
-        ]);
+        assert.deepEqual(
+          lower.entries.map((e) => [e.seq, e.time]),
+          [
+            [5, 0],
+            [6, T0],
+          ],
+        );
         assert.equal((await store.queryLog("mixed", { where: { nope: "x" } })).entries.length, 0);
         assert.equal((await store.queryLog("never-written")).entries.length, 0);
       }));
@@ -225,20 +242,38 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
         assert.ok(Date.parse(left[0]!.value.time) >= cutoff);
         assert.ok(removed >= 5);
         // Everything is old: all but the newest go.
-        assert.equal(await store.trimLog("audit", { olderThan: T0 + 10_000_000, max: 10_000 }), left.length - 1);
-        assert.deepEqual((await store.readLog("audit")).map((e) => e.seq), [50]);
+        assert.equal(
+          await store.trimLog("audit", { olderThan: T0 + 10_000_000, max: 10_000 }),
+          left.length - 1,
+        );
+        assert.deepEqual(
+          (await store.readLog("audit")).map((e) => e.seq),
+          [50],
+        );
         assert.equal(await store.append("audit", { time: "2026-06-01T00:00:00Z", subject_id: "after" }), 51);
         assert.equal(await store.logLength("audit"), 51);
         const page = await store.queryLog("audit", {});
-        assert.deepEqual(page.entries.map((e) => e.seq), [50, 51]);
+        assert.deepEqual(
+          page.entries.map((e) => e.seq),
+          [50, 51],
+        );
         const kept = await store.queryLog("audit", { where: { subject_id: all[49]!.subject_id } });
-        assert.deepEqual(kept.entries.map((e) => e.seq), [50]);
+        assert.deepEqual(
+          kept.entries.map((e) => e.seq),
+          [50],
+        );
         assert.equal(await store.trimLog("empty", { keepLast: 1 }), 0);
       }));
 
     it("deletes counters under a prefix before a key, in batches", () =>
       withStore(async (store) => {
-        for (const key of ["h|2026-05-01T10|a", "h|2026-05-01T11|a", "h|2026-05-02T00|a", "d|2026-05-01|a", "h"]) {
+        for (const key of [
+          "h|2026-05-01T10|a",
+          "h|2026-05-01T11|a",
+          "h|2026-05-02T00|a",
+          "d|2026-05-01|a",
+          "h",
+        ]) {
           await store.increment("usage", key, 2);
         }
         await assert.rejects(store.deleteCounters("usage", "h|", "h|2026-05-02", 0), invalid);

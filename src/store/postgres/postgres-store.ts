@@ -20,9 +20,21 @@ import {
   StoreError,
   StoreInvalidArgumentError,
 } from "../errors.ts";
+import {
+  checkCounterRange,
+  checkLogQuery,
+  checkLogTrim,
+  LOG_INDEX_FIELDS,
+  type LogIndexField,
+  logIndexValues,
+  trimCount,
+} from "../log-query.ts";
 import type {
   ListOptions,
   LogEntry,
+  LogQuery,
+  LogQueryPage,
+  LogTrim,
   Page,
   ReadLogOptions,
   Store,
@@ -61,10 +73,20 @@ WITH head AS (
   ON CONFLICT (log) DO UPDATE SET seq = authority_log_heads.seq + excluded.seq
   RETURNING seq
 )
-INSERT INTO authority_logs (log, seq, value)
-SELECT $1, head.seq - $3 + entry.n, entry.value
-FROM head, unnest($2::text[]) WITH ORDINALITY AS entry(value, n)
+INSERT INTO authority_logs (log, seq, value, time_ms, ${LOG_INDEX_FIELDS.join(", ")})
+SELECT $1, head.seq - $3 + entry.n, entry.value, entry.time_ms, ${LOG_INDEX_FIELDS.map((f) => `entry.${f}`).join(", ")}
+FROM head, unnest($2::text[], $4::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 5}::text[]`).join(", ")})
+  WITH ORDINALITY AS entry(value, time_ms, ${LOG_INDEX_FIELDS.join(", ")}, n)
 RETURNING seq`;
+
+/** Which index a query reads, most selective first; PostgreSQL's planner has the final say. */
+const DRIVER_ORDER: readonly LogIndexField[] = [
+  "subject_id",
+  "capability_id",
+  "reason",
+  "partner_id",
+  "decision",
+];
 
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "PostgreSQL", what);
 
@@ -241,10 +263,13 @@ export class PostgresStore implements Store {
     if (texts.length === 0) return [];
     // One statement: the head row's lock orders concurrent appends, and the seqs and the
     // entries commit (or roll back) together.
+    const indexes = values.map((value) => logIndexValues(value));
     const rows = await this.#connection.query<{ seq: string }>("append", APPEND_MANY, [
       name,
       texts,
       texts.length,
+      indexes.map((index) => index.time),
+      ...LOG_INDEX_FIELDS.map((field) => indexes.map((index) => index.fields[field])),
     ]);
     if (rows.length !== texts.length)
       throw new StoreError("PostgreSQL appended an unexpected number of entries.");
@@ -258,6 +283,66 @@ export class PostgresStore implements Store {
       [checkName("log", log), checkAfterSeq(options), checkLimit(options?.limit)],
     );
     return rows.map((row) => ({ seq: toInteger(row.seq, "seq"), value: decodeValue<T>(row.value) }));
+  }
+
+  async queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
+    const name = checkName("log", log);
+    const checked = checkLogQuery(query);
+    const params: unknown[] = [name, checked.since, checked.until, checked.afterTime, checked.afterSeq];
+    const conditions = ["log = $1", "time_ms >= $2", "time_ms <= $3", "(time_ms, seq) > ($4, $5)"];
+    for (const [field, wanted] of checked.indexed) {
+      params.push(wanted);
+      conditions.push(`${field} = $${params.length}`);
+    }
+    for (const [field, wanted] of checked.other) {
+      params.push(field, wanted);
+      const member = `(value::json -> $${params.length - 1})`;
+      conditions.push(`json_typeof${member} = 'string' AND ${member} #>> '{}' = $${params.length}`);
+    }
+    params.push(checked.limit + 1);
+    const rows = await this.#read<{ seq: string; time_ms: string; value: string }>(
+      "queryLog",
+      `SELECT seq, time_ms, value FROM authority_logs WHERE ${conditions.join(" AND ")}
+       ORDER BY time_ms, seq LIMIT $${params.length}`,
+      params,
+    );
+    const entries = rows.slice(0, checked.limit).map((row) => ({
+      seq: toInteger(row.seq, "seq"),
+      time: toInteger(row.time_ms, "time"),
+      value: decodeValue<T>(row.value),
+    }));
+    const last = entries.at(-1);
+    return rows.length > checked.limit && last !== undefined
+      ? { entries, next: { time: last.time, seq: last.seq } }
+      : { entries };
+  }
+
+  async trimLog(log: string, rule: LogTrim): Promise<number> {
+    const name = checkName("log", log);
+    const trim = checkLogTrim(rule);
+    const oldest = await this.#read<{ seq: string; time_ms: string; last: string }>(
+      "trimLog",
+      `SELECT seq, time_ms, (SELECT seq FROM authority_log_heads WHERE log = $1) AS last
+       FROM authority_logs WHERE log = $1 ORDER BY seq LIMIT $2`,
+      [name, trim.max],
+    );
+    const first = oldest[0];
+    if (first === undefined) return 0;
+    const total = toInteger(first.last, "seq") - toInteger(first.seq, "seq") + 1;
+    const n = trimCount(
+      oldest.map((row) => toInteger(row.time_ms, "time")),
+      total,
+      trim,
+    );
+    if (n === 0) return 0;
+    // Replicas trimming at once compute the same range; the second deletes nothing.
+    const rows = await this.#connection.query<{ n: string }>(
+      "trimLog",
+      `WITH gone AS (DELETE FROM authority_logs WHERE log = $1 AND seq <= $2 RETURNING 1)
+       SELECT count(*) AS n FROM gone`,
+      [name, oldest[n - 1]?.seq],
+    );
+    return toInteger(rows[0]?.n, "change count");
   }
 
   async logLength(log: string): Promise<number> {
@@ -294,6 +379,23 @@ export class PostgresStore implements Store {
     const result: Record<string, number> = {};
     for (const row of rows) result[row.key] = toInteger(row.value, "counter");
     return result;
+  }
+
+  async deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
+    const name = checkName("counters", counters);
+    const range = checkCounterRange(prefix, before, max);
+    if (prefix.includes("\u0000")) return 0;
+    const rows = await this.#connection.query<{ n: string }>(
+      "deleteCounters",
+      `WITH gone AS (
+         DELETE FROM authority_counters WHERE name = $1 AND key IN (
+           SELECT key FROM authority_counters WHERE name = $1 AND key >= $2 AND key < $3
+           ORDER BY key LIMIT $4 FOR UPDATE SKIP LOCKED)
+         RETURNING 1)
+       SELECT count(*) AS n FROM gone`,
+      [name, range.lower ?? "", range.upper, range.max],
+    );
+    return toInteger(rows[0]?.n, "change count");
   }
 
   /** Deletes expired documents in small batches; returns how many were removed. */

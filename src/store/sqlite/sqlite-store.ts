@@ -142,7 +142,13 @@ const MIGRATIONS: ReadonlyArray<{ readonly version: number; readonly apply: (db:
  * reason is rarer than a decision). The other conditions are written `+column = …` so
  * SQLite does not pick a wider index for them.
  */
-const DRIVER_ORDER: readonly LogIndexField[] = ["subject_id", "capability_id", "reason", "partner_id", "decision"];
+const DRIVER_ORDER: readonly LogIndexField[] = [
+  "subject_id",
+  "capability_id",
+  "reason",
+  "partner_id",
+  "decision",
+];
 
 const LIVE = "(expires_at IS NULL OR expires_at > :now)";
 
