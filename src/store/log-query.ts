@@ -7,10 +7,11 @@ import {
   checkId,
   checkListOptions,
   compareCodePoints,
+  decodeValue,
   prefixUpperBound,
   StoreInvalidArgumentError,
 } from "./errors.ts";
-import type { LogQuery, LogTrim } from "./store.ts";
+import type { LogPosition, LogQuery, LogQueryPage, LogTrim } from "./store.ts";
 
 /**
  * Top-level entry fields every backend keeps an index of (a column + index in SQL, a sorted
@@ -24,6 +25,11 @@ export type LogIndexField = (typeof LOG_INDEX_FIELDS)[number];
 export const MAX_INDEXED_VALUE = 512;
 /** Times are clamped to [0, MAX_TIME_MS] so every backend orders them the same (15 digits). */
 export const MAX_TIME_MS = 999_999_999_999_999;
+/**
+ * Index entries one query examines at most when it has conditions no index answers: it then
+ * returns the matches among them (a page may be short) and `next` to continue from.
+ */
+export const LOG_QUERY_BUDGET = 5000;
 /** Most `where` conditions in one query. */
 const MAX_CONDITIONS = 8;
 const FIELD_PATTERN = /^[a-z][a-z0-9_]{0,63}$/;
@@ -191,4 +197,34 @@ export function checkCounterRange(prefix: string, before: string, max: number | 
   const end = prefix === "" ? undefined : prefixUpperBound(prefix);
   const upper = end !== undefined && compareCodePoints(end, before) < 0 ? end : before;
   return { lower: prefix === "" ? undefined : prefix, upper, max: limit };
+}
+
+export interface QueryMatch {
+  readonly seq: number;
+  readonly time: number;
+  /** The entry's JSON text. */
+  readonly text: string;
+}
+
+/**
+ * A page from up to limit+1 matches in order: `next` after the limit-th when there are
+ * more, else the last position examined when the walk stopped at its budget.
+ */
+export function logQueryPage<T>(
+  matches: readonly QueryMatch[],
+  limit: number,
+  stoppedAt: LogPosition | undefined,
+): LogQueryPage<T> {
+  const entries = matches.slice(0, limit).map((match) => ({
+    seq: match.seq,
+    time: match.time,
+    value: decodeValue<T>(match.text),
+  }));
+  const lastEntry = entries.at(-1);
+  if (matches.length > limit && lastEntry !== undefined) {
+    return { entries, next: { time: lastEntry.time, seq: lastEntry.seq } };
+  }
+  return stoppedAt === undefined
+    ? { entries }
+    : { entries, next: { time: stoppedAt.time, seq: stoppedAt.seq } };
 }

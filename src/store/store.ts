@@ -91,6 +91,19 @@ export interface LogTrim {
   readonly max?: number;
 }
 
+/** One write of a `writeAll` batch. */
+export type StoreWrite =
+  | {
+      readonly op: "put";
+      readonly collection: string;
+      readonly id: string;
+      readonly value: unknown;
+      readonly ttlMs?: number;
+    }
+  | { readonly op: "delete"; readonly collection: string; readonly id: string }
+  | { readonly op: "append"; readonly log: string; readonly value: unknown }
+  | { readonly op: "increment"; readonly counters: string; readonly key: string; readonly by?: number };
+
 export type StoreBackend = "sqlite" | "redis" | "postgres";
 
 export interface StoreHealth {
@@ -137,6 +150,13 @@ export interface Store {
    * sorts before `before` (code-point order). Returns how many it removed.
    */
   deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number>;
+  /**
+   * Several records that change together (an assignment and its audit record): the writes,
+   * in order, in one transaction — all or none (SQLite, PostgreSQL); one MULTI/EXEC on Redis
+   * (no other client sees a part, but Redis has no rollback). At most 100 writes; each is
+   * validated before any is applied.
+   */
+  writeAll(writes: readonly StoreWrite[]): Promise<void>;
   health(): Promise<StoreHealth>;
   close(): Promise<void>;
 }

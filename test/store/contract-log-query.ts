@@ -116,6 +116,31 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
         assert.equal(page.next, undefined);
       }));
 
+    it("checks conditions no index answers on a bounded number of candidates, then continues", () =>
+      withStore(async (store) => {
+        const rows = Array.from({ length: 5200 }, (_, i) => ({
+          partner_id: "p",
+          kind: i === 5150 ? "rare" : "common",
+          time: new Date(T0 + i).toISOString(),
+        }));
+        await store.appendMany("audit", rows.slice(0, 2600));
+        await store.appendMany("audit", rows.slice(2600));
+        const first = await store.queryLog("audit", { where: { partner_id: "p", kind: "rare" } });
+        assert.equal(first.entries.length, 0, "5,000 candidates examined, none matched");
+        assert.deepEqual(first.next, { time: T0 + 4999, seq: 5000 });
+        const rest = await store.queryLog<{ kind: string }>("audit", {
+          where: { partner_id: "p", kind: "rare" },
+          ...(first.next ? { after: first.next } : {}),
+        });
+        assert.deepEqual(
+          rest.entries.map((e) => e.seq),
+          [5151],
+        );
+        assert.equal(rest.next, undefined);
+        const common = await store.queryLog("audit", { where: { kind: "common" }, limit: 10 });
+        assert.equal(common.entries.length, 10);
+      }));
+
     it("answers every filter combination, in (time, seq) order, across pages", () =>
       withStore(async (store) => {
         const all = rows(400);
@@ -285,6 +310,64 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
           h: 2,
           "h|2026-05-02T00|a": 2,
         });
+      }));
+  });
+
+  describe("batches of writes", () => {
+    it("applies puts, deletes, appends and increments in order, together", () =>
+      withStore(async (store) => {
+        await store.put("assignments", "gone", { old: true });
+        await store.writeAll([
+          { op: "put", collection: "assignments", id: "p/s/c", value: { cap: "c" } },
+          { op: "delete", collection: "assignments", id: "gone" },
+          {
+            op: "append",
+            log: "audit",
+            value: { action: "assign", partner_id: "p", time: "2026-05-01T00:00:00Z" },
+          },
+          { op: "append", log: "audit", value: { action: "again", partner_id: "p" } },
+          { op: "increment", counters: "usage", key: "k", by: 3 },
+          { op: "put", collection: "keys", id: "idem", value: 1, ttlMs: 60_000 },
+        ]);
+        assert.deepEqual(await store.get("assignments", "p/s/c"), { cap: "c" });
+        assert.equal(await store.get("assignments", "gone"), undefined);
+        assert.deepEqual(
+          (await store.readLog("audit")).map((e) => [e.seq, (e.value as { action: string }).action]),
+          [
+            [1, "assign"],
+            [2, "again"],
+          ],
+        );
+        const indexed = await store.queryLog("audit", { where: { partner_id: "p" } });
+        assert.deepEqual(
+          indexed.entries.map((e) => e.seq),
+          [2, 1],
+        );
+        assert.deepEqual(await store.readCounters("usage"), { k: 3 });
+        assert.equal(await store.get("keys", "idem"), 1);
+        await store.writeAll([]);
+      }));
+
+    it("refuses a batch with one bad write before applying any", () =>
+      withStore(async (store) => {
+        const bad: unknown[] = [
+          [
+            { op: "put", collection: "c", id: "a", value: 1 },
+            { op: "append", log: "Bad Name", value: 1 },
+          ],
+          [
+            { op: "put", collection: "c", id: "a", value: 1 },
+            { op: "put", collection: "c", id: "b", value: () => 1 },
+          ],
+          [{ op: "put", collection: "c", id: "a", value: 1 }, { op: "drop" }],
+          [{ op: "increment", counters: "n", key: "k", by: 1.5 }],
+          Array.from({ length: 101 }, (_, i) => ({ op: "put", collection: "c", id: `x${i}`, value: 1 })),
+        ];
+        for (const writes of bad) {
+          await assert.rejects(store.writeAll(writes as never), StoreError);
+        }
+        assert.equal(await store.count("c"), 0);
+        assert.equal(await store.logLength("audit"), 0);
       }));
   });
 }

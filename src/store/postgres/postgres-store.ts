@@ -25,8 +25,11 @@ import {
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
   type LogIndexField,
   logIndexValues,
+  logQueryPage,
+  type QueryMatch,
   trimCount,
 } from "../log-query.ts";
 import type {
@@ -40,8 +43,10 @@ import type {
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
   WriteOptions,
 } from "../store.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
 import { type MigrationResult, migrate } from "./migrations.ts";
 
@@ -79,6 +84,11 @@ FROM head, unnest($2::text[], $4::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$$
   WITH ORDINALITY AS entry(value, time_ms, ${LOG_INDEX_FIELDS.join(", ")}, n)
 RETURNING seq`;
 
+const INCREMENT = `
+INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
+ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
+RETURNING value`;
+
 /** Which index a query reads, most selective first; PostgreSQL's planner has the final say. */
 const DRIVER_ORDER: readonly LogIndexField[] = [
   "subject_id",
@@ -87,6 +97,44 @@ const DRIVER_ORDER: readonly LogIndexField[] = [
   "partner_id",
   "decision",
 ];
+
+/** The statement and parameters of one write of a batch. */
+function writeStatement(write: CheckedWrite): [string, unknown[]] {
+  switch (write.op) {
+    case "put":
+      return [WRITE, [write.collection, write.id, write.text, write.ttlMs ?? null]];
+    case "delete":
+      return [
+        "DELETE FROM authority_documents WHERE collection = $1 AND id = $2",
+        [write.collection, write.id],
+      ];
+    case "append":
+      return [
+        APPEND_MANY,
+        [
+          write.log,
+          [write.text],
+          1,
+          [write.index.time],
+          ...LOG_INDEX_FIELDS.map((field) => [write.index.fields[field]]),
+        ],
+      ];
+    case "increment":
+      return [INCREMENT, [write.counters, write.key, write.by]];
+  }
+}
+
+type QueryRow = {
+  readonly seq: string;
+  readonly time_ms: string;
+  readonly value: string;
+};
+
+const queryMatch = (row: QueryRow): QueryMatch => ({
+  seq: toInteger(row.seq, "seq"),
+  time: toInteger(row.time_ms, "time"),
+  text: row.value,
+});
 
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "PostgreSQL", what);
 
@@ -294,27 +342,42 @@ export class PostgresStore implements Store {
       params.push(wanted);
       conditions.push(`${field} = $${params.length}`);
     }
-    for (const [field, wanted] of checked.other) {
+    // $n: how many candidates the index walk yields (limit+1, or the budget below).
+    params.push(checked.limit + 1);
+    const indexed = `SELECT seq, time_ms, value FROM authority_logs WHERE ${conditions.join(" AND ")}
+      ORDER BY time_ms, seq LIMIT $${params.length}`;
+    if (checked.other.length === 0) {
+      const rows = await this.#read<QueryRow>("queryLog", indexed, params);
+      return logQueryPage<T>(rows.map(queryMatch), checked.limit, undefined);
+    }
+    // Conditions no index answers: checked on at most LOG_QUERY_BUDGET candidates taken in
+    // index order. The subquery's LIMIT keeps the planner on the ordered index walk (it would
+    // otherwise guess the JSON conditions rare and sort every indexed match); the outer LIMIT
+    // stops the walk at limit+1 matches.
+    params[params.length - 1] = LOG_QUERY_BUDGET;
+    const walk = [...params];
+    const residual = checked.other.map(([field, wanted]) => {
       params.push(field, wanted);
       const member = `(value::json -> $${params.length - 1})`;
-      conditions.push(`json_typeof${member} = 'string' AND ${member} #>> '{}' = $${params.length}`);
-    }
+      return `json_typeof${member} = 'string' AND ${member} #>> '{}' = $${params.length}`;
+    });
     params.push(checked.limit + 1);
-    const rows = await this.#read<{ seq: string; time_ms: string; value: string }>(
+    const rows = await this.#read<QueryRow>(
       "queryLog",
-      `SELECT seq, time_ms, value FROM authority_logs WHERE ${conditions.join(" AND ")}
+      `SELECT seq, time_ms, value FROM (${indexed}) AS candidates WHERE ${residual.join(" AND ")}
        ORDER BY time_ms, seq LIMIT $${params.length}`,
       params,
     );
-    const entries = rows.slice(0, checked.limit).map((row) => ({
-      seq: toInteger(row.seq, "seq"),
-      time: toInteger(row.time_ms, "time"),
-      value: decodeValue<T>(row.value),
-    }));
-    const last = entries.at(-1);
-    return rows.length > checked.limit && last !== undefined
-      ? { entries, next: { time: last.time, seq: last.seq } }
-      : { entries };
+    const matches = rows.map(queryMatch);
+    if (matches.length > checked.limit) return logQueryPage<T>(matches, checked.limit, undefined);
+    // A short page: did the walk end at its budget (then continue after the last candidate)?
+    const stop = await this.#read<QueryRow>("queryLog", `${indexed} OFFSET $${walk.length} - 1`, walk);
+    const stoppedAt = stop[0];
+    return logQueryPage<T>(
+      matches,
+      checked.limit,
+      stoppedAt === undefined ? undefined : queryMatch(stoppedAt),
+    );
   }
 
   async trimLog(log: string, rule: LogTrim): Promise<number> {
@@ -355,13 +418,11 @@ export class PostgresStore implements Store {
   }
 
   async increment(counters: string, key: string, by?: number): Promise<number> {
-    const rows = await this.#connection.query<{ value: string }>(
-      "increment",
-      `INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
-       ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
-       RETURNING value`,
-      [checkName("counters", counters), checkId("counter key", key), checkIncrement(by)],
-    );
+    const rows = await this.#connection.query<{ value: string }>("increment", INCREMENT, [
+      checkName("counters", counters),
+      checkId("counter key", key),
+      checkIncrement(by),
+    ]);
     return toInteger(rows[0]?.value, "counter");
   }
 
@@ -396,6 +457,17 @@ export class PostgresStore implements Store {
       [name, range.lower ?? "", range.upper, range.max],
     );
     return toInteger(rows[0]?.n, "change count");
+  }
+
+  async writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    const checked = checkWrites(writes);
+    if (checked.length === 0) return;
+    await this.#connection.run("writeAll", async (client) => {
+      // A failure releases the connection as broken (connection.ts), which ends the transaction.
+      await client.query("BEGIN");
+      for (const write of checked) await client.query(...writeStatement(write));
+      await client.query("COMMIT");
+    });
   }
 
   /** Deletes expired documents in small batches; returns how many were removed. */

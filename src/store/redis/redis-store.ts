@@ -30,6 +30,7 @@ import {
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
   type LogIndexField,
   type LogIndexValues,
   logIndexValues,
@@ -46,14 +47,17 @@ import type {
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
   TimedLogEntry,
   WriteOptions,
 } from "../store.ts";
-import { RedisConnection, type RedisConnectionOptions } from "./connection.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
+import { type LuaScript, RedisConnection, type RedisConnectionOptions } from "./connection.ts";
 import {
   APPEND_MANY,
   COUNT,
   DELETE,
+  HINCRBY,
   INDEX_KEYS_PER_ENTRY,
   PRUNE,
   QUERY_LOG,
@@ -84,8 +88,6 @@ interface LogKeys {
 
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "Redis", what);
 
-/** Index entries examined per queryLog call at most (a page may then be short, with `next`). */
-const QUERY_BUDGET = 5000;
 /** Counter fields HSCAN returns per step in deleteCounters. */
 const SCAN_COUNT = 1000;
 
@@ -337,7 +339,7 @@ export class RedisStore implements Store {
         lower,
         upper,
         checked.limit,
-        QUERY_BUDGET,
+        LOG_QUERY_BUDGET,
         candidates.length,
         ...candidates,
         ...conditions,
@@ -437,6 +439,59 @@ export class RedisStore implements Store {
       } while (cursor !== "0" && doomed.length < range.max);
       return doomed.length === 0 ? 0 : client.hdel(hash, ...doomed);
     });
+  }
+
+  async writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    const checked = checkWrites(writes);
+    if (checked.length === 0) return;
+    const commands = checked.map((write) => this.#writeCommand(write));
+    return this.#connection.run("writeAll", async (client) => {
+      // MULTI/EXEC: no other client runs a command in between. EVAL (not EVALSHA) inside,
+      // so a server that lost its script cache cannot fail part of the batch.
+      const multi = client.multi();
+      for (const [script, args] of commands) multi.eval(script.source, script.keys, ...args);
+      const results = await multi.exec();
+      const failed = results?.find(([error]) => error !== null);
+      if (results === null || failed !== undefined) {
+        throw new StoreError("Redis did not apply the whole batch.", { cause: failed?.[0] ?? undefined });
+      }
+    });
+  }
+
+  #writeCommand(write: CheckedWrite): [LuaScript, Array<string | number>] {
+    switch (write.op) {
+      case "put":
+        return [
+          WRITE,
+          [
+            ...this.#collectionKeys(write.collection, write.id),
+            write.id,
+            write.text,
+            write.ttlMs === undefined ? "" : String(write.ttlMs),
+            "0",
+            this.#docPrefix(write.collection),
+          ],
+        ];
+      case "delete":
+        return [DELETE, [...this.#collectionKeys(write.collection, write.id), write.id]];
+      case "append": {
+        const keys = this.#logKeys(write.log);
+        return [
+          APPEND_MANY,
+          [
+            keys.seq,
+            keys.list,
+            keys.time,
+            1,
+            write.text,
+            timeDigits(write.index.time),
+            ...this.#indexKeys(keys, write.index),
+          ],
+        ];
+      }
+      case "increment":
+        return [HINCRBY, [`${this.keyPrefix}ctr:${write.counters}`, write.key, write.by]];
+    }
   }
 
   async health(): Promise<StoreHealth> {

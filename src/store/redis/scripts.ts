@@ -244,3 +244,6 @@ return n
 `,
   3,
 );
+
+/** KEYS: counter hash. ARGV: key, increment (a batch's increment, beside its other scripts). */
+export const HINCRBY = luaScript("return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])", 1);

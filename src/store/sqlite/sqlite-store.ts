@@ -24,8 +24,11 @@ import {
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
   type LogIndexField,
   logIndexValues,
+  logQueryPage,
+  type QueryMatch,
   trimCount,
 } from "../log-query.ts";
 import type {
@@ -39,8 +42,10 @@ import type {
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
   WriteOptions,
 } from "../store.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 
 export interface SqliteStoreOptions {
   /** Path of the database file; its directory must exist. */
@@ -149,6 +154,18 @@ const DRIVER_ORDER: readonly LogIndexField[] = [
   "partner_id",
   "decision",
 ];
+
+const PUT = `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
+  ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
+const DELETE = "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at";
+/** The write lock is taken before MAX(seq) is read, so concurrent writers never share a seq. */
+const APPEND = `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
+  SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}
+  FROM logs WHERE log = :log
+  RETURNING seq`;
+const INCREMENT = `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
+  ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
+  RETURNING value`;
 
 const LIVE = "(expires_at IS NULL OR expires_at > :now)";
 
@@ -317,11 +334,7 @@ export class SqliteStore implements Store {
 
   put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
     return this.#run("put", () => {
-      const params = this.#writeParams(collection, id, value, options);
-      this.#statement(
-        `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
-         ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
-      ).run(params);
+      this.#statement(PUT).run(this.#writeParams(collection, id, value, options));
     });
   }
 
@@ -350,9 +363,10 @@ export class SqliteStore implements Store {
 
   delete(collection: string, id: string): Promise<boolean> {
     return this.#run("delete", () => {
-      const row = this.#statement(
-        "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at",
-      ).get({ collection: checkName("collection", collection), id: checkId("id", id) });
+      const row = this.#statement(DELETE).get({
+        collection: checkName("collection", collection),
+        id: checkId("id", id),
+      });
       if (row === undefined) return false;
       // An expired row was already absent to readers: removing it is housekeeping, not a delete.
       return row.expires_at === null || asNumber(row.expires_at, "expiry") > this.#now();
@@ -403,12 +417,7 @@ export class SqliteStore implements Store {
       const text = encodeValue(value);
       // The write lock is taken before MAX(seq) is read, so concurrent writers (other
       // connections, other processes) cannot both get the same seq.
-      const row = this.#statement(
-        `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
-         SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}
-         FROM logs WHERE log = :log
-         RETURNING seq`,
-      ).get({ log: name, value: text, ...indexParams(value) });
+      const row = this.#statement(APPEND).get({ log: name, value: text, ...indexParams(value) });
       return asNumber(row?.seq, "seq");
     });
   }
@@ -460,16 +469,14 @@ export class SqliteStore implements Store {
 
   queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
     return this.#run("queryLog", () => {
-      const name = checkName("log", log);
       const checked = checkLogQuery(query);
       const driver = DRIVER_ORDER.find((field) => checked.indexed.some(([f]) => f === field));
       const params: Record<string, SQLInputValue> = {
-        log: name,
+        log: checkName("log", log),
         since: checked.since,
         until: checked.until,
         afterTime: checked.afterTime,
         afterSeq: checked.afterSeq,
-        take: checked.limit + 1,
       };
       const conditions = [
         "log = :log",
@@ -481,25 +488,32 @@ export class SqliteStore implements Store {
         conditions.push(`${field === driver ? "" : "+"}${field} = :i${i}`);
         params[`i${i}`] = wanted;
       });
-      checked.other.forEach(([field, wanted], i) => {
-        conditions.push(`json_extract(value, :p${i}) = :o${i}`);
+      const residual = checked.other.map(([field, wanted], i) => {
         params[`p${i}`] = `$.${field}`;
         params[`o${i}`] = wanted;
+        return `json_extract(value, :p${i}) = :o${i}`;
       });
+      const matched = residual.length === 0 ? "1" : residual.join(" AND ");
+      // Conditions no index answers are checked on at most LOG_QUERY_BUDGET candidates, read
+      // lazily in index order: the walk stops at limit+1 matches.
+      params.take = residual.length === 0 ? checked.limit + 1 : LOG_QUERY_BUDGET;
       const index = driver === undefined ? "logs_by_time" : `logs_by_${driver}`;
       const rows = this.#statement(
-        `SELECT seq, time_ms, value FROM logs INDEXED BY ${index} WHERE ${conditions.join(" AND ")}
-         ORDER BY time_ms, seq LIMIT :take`,
-      ).all(params);
-      const entries = rows.slice(0, checked.limit).map((row) => ({
-        seq: asNumber(row.seq, "seq"),
-        time: asNumber(row.time_ms, "time"),
-        value: decodeValue<T>(asText(row.value, "value")),
-      }));
-      const last = entries.at(-1);
-      return rows.length > checked.limit && last !== undefined
-        ? { entries, next: { time: last.time, seq: last.seq } }
-        : { entries };
+        `SELECT seq, time_ms, CASE WHEN ${matched} THEN value END AS value FROM logs INDEXED BY ${index}
+         WHERE ${conditions.join(" AND ")} ORDER BY time_ms, seq LIMIT :take`,
+      ).iterate(params);
+      const candidates: QueryMatch[] = [];
+      let examined = 0;
+      let last: { seq: number; time: number } | undefined;
+      for (const row of rows) {
+        examined++;
+        last = { seq: asNumber(row.seq, "seq"), time: asNumber(row.time_ms, "time") };
+        if (row.value === null) continue;
+        candidates.push({ ...last, text: asText(row.value, "value") });
+        if (candidates.length > checked.limit) break;
+      }
+      const exhausted = residual.length > 0 && examined >= LOG_QUERY_BUDGET;
+      return logQueryPage<T>(candidates, checked.limit, exhausted ? last : undefined);
     });
   }
 
@@ -509,17 +523,17 @@ export class SqliteStore implements Store {
       const trim = checkLogTrim(rule);
       this.#db.exec("BEGIN IMMEDIATE");
       try {
-        const bounds = this.#statement(
-          "SELECT MIN(seq) AS first, MAX(seq) AS last FROM logs WHERE log = :log",
-        ).get({ log: name });
-        if (bounds?.first === null || bounds?.first === undefined) {
-          this.#db.exec("COMMIT");
-          return 0;
-        }
-        const total = asNumber(bounds.last, "seq") - asNumber(bounds.first, "seq") + 1;
+        // MAX alone (not beside MIN) is one index lookup; the oldest come from the key order.
+        const last = this.#statement("SELECT MAX(seq) AS last FROM logs WHERE log = :log").get({ log: name });
         const oldest = this.#statement(
           "SELECT seq, time_ms FROM logs WHERE log = :log ORDER BY seq LIMIT :max",
         ).all({ log: name, max: trim.max });
+        const first = oldest[0];
+        if (first === undefined) {
+          this.#db.exec("COMMIT");
+          return 0;
+        }
+        const total = asNumber(last?.last, "seq") - asNumber(first.seq, "seq") + 1;
         const n = trimCount(
           oldest.map((row) => asNumber(row.time_ms, "time")),
           total,
@@ -555,11 +569,7 @@ export class SqliteStore implements Store {
 
   increment(counters: string, key: string, by?: number): Promise<number> {
     return this.#run("increment", () => {
-      const row = this.#statement(
-        `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
-         ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
-         RETURNING value`,
-      ).get({
+      const row = this.#statement(INCREMENT).get({
         name: checkName("counters", counters),
         key: checkId("counter key", key),
         by: checkIncrement(by),
@@ -601,6 +611,49 @@ export class SqliteStore implements Store {
       ).run({ name, lower: range.lower ?? "", upper: range.upper, max: range.max });
       return asNumber(result.changes, "change count");
     });
+  }
+
+  writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    return this.#run("writeAll", () => {
+      const checked = checkWrites(writes);
+      if (checked.length === 0) return;
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        for (const write of checked) this.#apply(write);
+        this.#db.exec("COMMIT");
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+  }
+
+  /** One write of a batch, inside its transaction. */
+  #apply(write: CheckedWrite): void {
+    switch (write.op) {
+      case "put":
+        this.#statement(PUT).run({
+          collection: write.collection,
+          id: write.id,
+          value: write.text,
+          expires: write.ttlMs === undefined ? null : this.#now() + write.ttlMs,
+        });
+        return;
+      case "delete":
+        this.#statement(DELETE).get({ collection: write.collection, id: write.id });
+        return;
+      case "append":
+        this.#statement(APPEND).get({
+          log: write.log,
+          value: write.text,
+          time: write.index.time,
+          ...write.index.fields,
+        });
+        return;
+      case "increment":
+        this.#statement(INCREMENT).get({ name: write.counters, key: write.key, by: write.by });
+        return;
+    }
   }
 
   async health(): Promise<StoreHealth> {

@@ -20,9 +20,14 @@ describe("retention in the authority service", () => {
       time: new Date(Date.now() - 1000 + i).toISOString(),
     }));
     await store.appendMany(logs.audit, rows);
-    await eventually(async () => (await store.readLog(logs.audit, { limit: 100 })).length <= 3, "audit trimmed");
+    await eventually(
+      async () => (await store.readLog(logs.audit, { limit: 100 })).length <= 3,
+      "audit trimmed",
+    );
     const metrics = await (await fetch(`${h.url}/metrics`)).text();
-    const line = metrics.split("\n").find((l) => l.startsWith('authority_retention_removed_total{record="audit"}'));
+    const line = metrics
+      .split("\n")
+      .find((l) => l.startsWith('authority_retention_removed_total{record="audit"}'));
     assert.ok(line !== undefined, "the removal counter is exposed");
     assert.ok(Number(line.split(" ").at(-1)) >= 17);
     // Decisions are still recorded (and the newest are what stays).
