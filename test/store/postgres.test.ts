@@ -145,6 +145,37 @@ describe("PostgresStore specifics", () => {
     }
   });
 
+  it("writeAll: a write the database refuses undoes the whole batch", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, sweepIntervalMs: 0 });
+    try {
+      await server.psql(`
+        CREATE FUNCTION ${schema}.refuse_boom() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN IF NEW.value LIKE '%boom%' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER refuse_boom BEFORE INSERT ON ${schema}.authority_logs
+          FOR EACH ROW EXECUTE FUNCTION ${schema}.refuse_boom();`);
+      await assert.rejects(
+        store.writeAll([
+          { op: "put", collection: "assignments", id: "a", value: 1 },
+          { op: "increment", counters: "n", key: "k" },
+          { op: "append", log: "audit", value: "boom" },
+        ]),
+        StoreError,
+      );
+      assert.equal(await store.get("assignments", "a"), undefined);
+      assert.deepEqual(await store.readCounters("n"), {});
+      assert.equal(await store.logLength("audit"), 0, "the log head rolled back too");
+      await store.writeAll([
+        { op: "put", collection: "assignments", id: "a", value: 2 },
+        { op: "append", log: "audit", value: "fine" },
+      ]);
+      assert.equal(await store.get("assignments", "a"), 2);
+      assert.deepEqual(await store.readLog("audit"), [{ seq: 1, value: "fine" }]);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("refuses a database migrated by a newer build", async () => {
     const { url, schema } = await freshSchemaUrl();
     await (await openStore(url)).close();

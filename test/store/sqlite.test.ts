@@ -26,6 +26,31 @@ runStoreContract("sqlite", async () => {
 });
 
 describe("SqliteStore specifics", () => {
+  it("writeAll: a write the database refuses undoes the whole batch", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path });
+    const raw = new DatabaseSync(path);
+    raw.exec(`CREATE TRIGGER refuse_boom BEFORE INSERT ON logs WHEN NEW.value LIKE '%boom%'
+      BEGIN SELECT RAISE(ABORT, 'boom'); END`);
+    raw.close();
+    try {
+      await assert.rejects(
+        store.writeAll([
+          { op: "put", collection: "assignments", id: "a", value: 1 },
+          { op: "increment", counters: "n", key: "k" },
+          { op: "append", log: "audit", value: "boom" },
+        ]),
+        StoreError,
+      );
+      assert.equal(await store.get("assignments", "a"), undefined);
+      assert.deepEqual(await store.readCounters("n"), {});
+      await store.writeAll([{ op: "put", collection: "assignments", id: "a", value: 2 }]);
+      assert.equal(await store.get("assignments", "a"), 2);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("migrates a version 1 file with entries forward: old entries are indexed like new ones", async () => {
     const path = freshPath();
     const raw = new DatabaseSync(path);

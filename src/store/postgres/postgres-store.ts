@@ -26,7 +26,6 @@ import {
   checkLogTrim,
   LOG_INDEX_FIELDS,
   LOG_QUERY_BUDGET,
-  type LogIndexField,
   logIndexValues,
   logQueryPage,
   type QueryMatch,
@@ -88,15 +87,6 @@ const INCREMENT = `
 INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
 ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
 RETURNING value`;
-
-/** Which index a query reads, most selective first; PostgreSQL's planner has the final say. */
-const DRIVER_ORDER: readonly LogIndexField[] = [
-  "subject_id",
-  "capability_id",
-  "reason",
-  "partner_id",
-  "decision",
-];
 
 /** The statement and parameters of one write of a batch. */
 function writeStatement(write: CheckedWrite): [string, unknown[]] {
