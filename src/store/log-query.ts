@@ -23,6 +23,8 @@ export type LogIndexField = (typeof LOG_INDEX_FIELDS)[number];
 
 /** An indexed value longer than this is not indexed (PostgreSQL's B-tree entries are bounded). */
 export const MAX_INDEXED_VALUE = 512;
+/** Longest value of a condition on a field that is not indexed. */
+const MAX_OTHER_VALUE = 4096;
 /** Times are clamped to [0, MAX_TIME_MS] so every backend orders them the same (15 digits). */
 export const MAX_TIME_MS = 999_999_999_999_999;
 /**
@@ -95,9 +97,10 @@ export function checkLogQuery(
   const other: Array<readonly [string, string]> = [];
   for (const [field, wanted] of where) {
     if (!FIELD_PATTERN.test(field)) throw new StoreInvalidArgumentError("Invalid log query field name.");
-    if (typeof wanted !== "string" || wanted.length > MAX_INDEXED_VALUE || !wanted.isWellFormed()) {
+    const max = isIndexField(field) ? MAX_INDEXED_VALUE : MAX_OTHER_VALUE;
+    if (typeof wanted !== "string" || wanted.length > max || !wanted.isWellFormed()) {
       throw new StoreInvalidArgumentError(
-        `Log query values must be strings of at most ${MAX_INDEXED_VALUE} characters.`,
+        `Log query values must be strings of at most ${MAX_INDEXED_VALUE} characters (${MAX_OTHER_VALUE} for fields that are not indexed).`,
       );
     }
     if (isIndexField(field)) indexed.push([field, wanted]);

@@ -235,6 +235,7 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
           { where: { "$.x": "x" } },
           { where: { subject_id: 5 } },
           { where: { subject_id: "x".repeat(513) } },
+          { where: { tool: "x".repeat(4097) } },
           { where: Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`f${i}`, "x"])) },
           { since: 1.5 },
           { after: { time: -1, seq: 0 } },

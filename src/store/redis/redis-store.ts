@@ -78,7 +78,6 @@ export interface RedisStoreOptions extends RedisConnectionOptions {
 const KEY_PREFIX_PATTERN = /^[A-Za-z0-9_.:{}-]{0,128}$/;
 
 interface LogKeys {
-  readonly name: string;
   readonly seq: string;
   readonly list: string;
   readonly trimmed: string;
@@ -256,7 +255,6 @@ export class RedisStore implements Store {
     const name = checkName("log", log);
     const p = this.keyPrefix;
     return {
-      name,
       seq: `${p}logseq:${name}`,
       list: `${p}log:${name}`,
       trimmed: `${p}logtrim:${name}`,
