@@ -352,8 +352,9 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const metrics = createMetricsRegistry();
-    const retention = startConfiguredRetention(config, store, metrics, logger);
     const app = await createAuthorityApp(services, metrics);
+    // Started last: nothing below can fail and leave its timer behind.
+    const retention = startConfiguredRetention(config, store, metrics, logger);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
