@@ -107,6 +107,16 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await import("./store.ts")).benchStore(),
   },
   {
+    name: "log-query",
+    title:
+      "Filtered audit queries at 1,000,000 records: first page (limit 100), median ms; fill rate; retention batch",
+    targets:
+      "a filtered first page holds its matches in ≤ 50 ms on SQLite and PostgreSQL at 1 M records (issue 31)",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./log-query.ts")).benchLogQuery(quick ? { records: 5_000, runs: 3 } : {}),
+  },
+  {
     name: "execute",
     title: "Executor overhead vs direct fetch",
     targets: "executor adds ≤ 1 ms p50 over a bare fetch",

@@ -1,4 +1,11 @@
-import { type BindingChangeAuditRecord, logs, type PolicyChangeAuditRecord } from "../store/model.ts";
+import {
+  type AssignmentRecord,
+  type BindingChangeAuditRecord,
+  collections,
+  logs,
+  type PolicyChangeAuditRecord,
+  storeKeys,
+} from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { Actor } from "./deps.ts";
 
@@ -16,7 +23,32 @@ export async function recordPolicyChange(
   change: PolicyChange,
   now: Date,
 ): Promise<void> {
-  const record: PolicyChangeAuditRecord = {
+  await store.append(logs.audit, policyChangeRecord(actor, change, now));
+}
+
+/**
+ * Stores (or, with `null`, removes) one assignment and appends its audit record in one
+ * transaction (Store.writeAll): there is never an assignment without its record, nor a
+ * record of a change that was not stored.
+ */
+export async function writeAssignmentChange(
+  store: Store,
+  actor: Actor,
+  change: PolicyChange & { readonly capabilityId: string },
+  assignment: AssignmentRecord | null,
+  now: Date,
+): Promise<void> {
+  const id = storeKeys.assignment(change.partnerId, change.subjectId, change.capabilityId);
+  await store.writeAll([
+    assignment === null
+      ? { op: "delete", collection: collections.assignments, id }
+      : { op: "put", collection: collections.assignments, id, value: assignment },
+    { op: "append", log: logs.audit, value: policyChangeRecord(actor, change, now) },
+  ]);
+}
+
+function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): PolicyChangeAuditRecord {
+  return {
     kind: "policy_change",
     action: change.action,
     actor: actor.subject,
@@ -26,7 +58,6 @@ export async function recordPolicyChange(
     time: now.toISOString(),
     requestId: actor.requestId,
   };
-  await store.append(logs.audit, record);
 }
 
 /** Appends one binding-change record (experience writes) to the shared `audit` log. */

@@ -16,7 +16,7 @@ import {
   storeKeys,
 } from "../store/model.ts";
 import { assignmentExpiry } from "./assignment-expiry.ts";
-import { recordPolicyChange } from "./audit.ts";
+import { recordPolicyChange, writeAssignmentChange } from "./audit.ts";
 import { checkBoundary } from "./boundary-check.ts";
 import { assertPermissionsInCatalog, loadCatalog } from "./capabilities.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
@@ -211,16 +211,13 @@ export async function assignCapability(
     const narrows = await hasActivePolicy(deps, subjectId);
     // A new grant issues a fresh, active policy (it lifts an earlier revocation).
     const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null);
-    // Stored after the policy, so a failed compile leaves no assignment that is not enforced.
-    await deps.store.put(
-      collections.assignments,
-      storeKeys.assignment(partnerId, subjectId, capabilityId),
-      assignment,
-    );
-    await recordPolicyChange(
+    // Stored after the policy, so a failed compile leaves no assignment that is not enforced;
+    // with its audit record in one transaction.
+    await writeAssignmentChange(
       deps.store,
       actor,
       { action: "assign", partnerId, subjectId, capabilityId },
+      assignment,
       deps.now(),
     );
     return { record: written, narrows };
@@ -272,11 +269,11 @@ export async function dropAssignmentLocked(
   const remaining = assignments.filter((a) => a.capability_id !== capabilityId);
   const revokedAt = remaining.length === 0 ? deps.now().toISOString() : options.revokedAt;
   const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt, options.headless);
-  await deps.store.delete(collections.assignments, storeKeys.assignment(partnerId, subjectId, capabilityId));
-  await recordPolicyChange(
+  await writeAssignmentChange(
     deps.store,
     actor,
     { action: "unassign", partnerId, subjectId, capabilityId },
+    null,
     deps.now(),
   );
   return written;

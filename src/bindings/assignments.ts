@@ -6,7 +6,7 @@
  */
 
 import { assignmentExpiry } from "../admin/assignment-expiry.ts";
-import { recordPolicyChange } from "../admin/audit.ts";
+import { writeAssignmentChange } from "../admin/audit.ts";
 import { assertPermissionsInCatalog, loadCatalog } from "../admin/capabilities.ts";
 import type { Actor, AdminDeps } from "../admin/deps.ts";
 import { withKeyLock } from "../admin/key-lock.ts";
@@ -23,7 +23,7 @@ import { buildPermissionId, type PermissionId, type RedactionRule } from "../cor
 import { AuthorityError } from "../errors.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
-import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../store/model.ts";
+import type { AssignmentRecord, SubjectRecord } from "../store/model.ts";
 import { getMapping, touchMapping } from "./mappings.ts";
 import type { BindingRecord, ExternalMappingRecord } from "./model.ts";
 
@@ -139,15 +139,11 @@ export async function assignBindingApi(
     );
     const narrows = await hasActivePolicy(deps, subject.subject_id);
     const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null, headless);
-    await deps.store.put(
-      collections.assignments,
-      storeKeys.assignment(partnerId, subject.subject_id, input.capability_id),
-      assignment,
-    );
-    await recordPolicyChange(
+    await writeAssignmentChange(
       deps.store,
       actor,
       { action: "assign", partnerId, subjectId: subject.subject_id, capabilityId: input.capability_id },
+      assignment,
       deps.now(),
     );
     return { record: written, narrows };

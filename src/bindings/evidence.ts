@@ -10,17 +10,23 @@ import type { PageOf, PageRequest } from "../admin/store-scan.ts";
 import { pageUnder } from "../admin/store-scan.ts";
 import type { EvidenceInput } from "../audit/mcp-records.ts";
 import { AuthorityError, type ErrorCode, errorCodes } from "../errors.ts";
-import type { Store } from "../store/store.ts";
+import type { Store, StoreWrite } from "../store/store.ts";
 import { bindingCollections, bindingKeys, type InvocationEvidence } from "./model.ts";
 
 const EVIDENCE_ID = /^ev_[0-9a-z]{10}[0-9a-f]{16}$/;
 
+/** The write that stores one evidence record (alone, or in a batch with the call's result). */
+export function evidenceWrite(evidence: InvocationEvidence): StoreWrite {
+  return {
+    op: "put",
+    collection: bindingCollections.invocations,
+    id: bindingKeys.invocation(evidence.binding_id, evidence.evidence_id),
+    value: evidence,
+  };
+}
+
 export async function writeEvidence(store: Store, evidence: InvocationEvidence): Promise<void> {
-  await store.put(
-    bindingCollections.invocations,
-    bindingKeys.invocation(evidence.binding_id, evidence.evidence_id),
-    evidence,
-  );
+  await store.writeAll([evidenceWrite(evidence)]);
 }
 
 /** The shared `evidence` log's view of the same call (digests only). */

@@ -17,7 +17,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Sha256Ref } from "../core/canonical-json.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { AuthorityError } from "../errors.ts";
-import type { Store } from "../store/store.ts";
+import type { Store, StoreWrite } from "../store/store.ts";
 import { sha256Ref } from "./derive.ts";
 import { bindingCollections, bindingKeys, type IdempotencyRecord, type StoredResponse } from "./model.ts";
 
@@ -51,6 +51,11 @@ export interface IdempotentOutcome {
 export interface WorkResult {
   readonly response: StoredResponse;
   readonly keep: boolean;
+  /**
+   * Records stored in one transaction with the kept result (the call's evidence): a
+   * replayable result never exists without them. Not used when the result is not kept.
+   */
+  readonly writes?: readonly StoreWrite[];
 }
 
 export interface ReplayOptions {
@@ -113,7 +118,10 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       created_at: now().toISOString(),
       response: result.response,
     };
-    await store.put(bindingCollections.idempotency, id, record, { ttlMs });
+    await store.writeAll([
+      ...(result.writes ?? []),
+      { op: "put", collection: bindingCollections.idempotency, id, value: record, ttlMs },
+    ]);
     return { response: result.response, replayed: false };
   }
 

@@ -33,11 +33,12 @@ import type { ExecutionResult } from "../execute/executor.ts";
 import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
 import { outageFailure } from "../pipeline/failure.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
+import type { StoreWrite } from "../store/store.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
 import { newEvidenceId, sha256Ref } from "./derive.ts";
 import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";
 import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
-import { evidenceLogInput, writeEvidence } from "./evidence.ts";
+import { evidenceLogInput, evidenceWrite, writeEvidence } from "./evidence.ts";
 import { experienceDenial, experiencePermits, findExperience } from "./experience.ts";
 import type { WorkResult } from "./idempotency.ts";
 import { findMapping } from "./mappings.ts";
@@ -82,7 +83,13 @@ export interface InvokeResponse {
   readonly replayed: boolean;
 }
 
-export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger">;
+export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger"> & {
+  /**
+   * Set on a call with an Idempotency-Key: the evidence is held and stored with the call's
+   * result in one transaction (idempotency.ts), instead of on its own.
+   */
+  readonly holdEvidence?: (write: StoreWrite) => void;
+};
 
 interface Target {
   readonly method: string;
@@ -281,7 +288,42 @@ async function record(
   void Promise.resolve()
     .then(() => runtime.decisions.recorder.recordEvidence(evidenceLogInput(evidence)))
     .catch(failed("binding evidence could not be queued"));
+  if (deps.holdEvidence !== undefined) {
+    deps.holdEvidence(evidenceWrite(evidence));
+    return;
+  }
   await writeEvidence(deps.store, evidence).catch(failed("binding evidence could not be stored"));
+}
+
+/**
+ * One idempotent execution: its evidence goes with the kept result (one transaction); when
+ * the result is not kept, or the work fails, the evidence is stored on its own.
+ */
+async function idempotentWork(
+  runtime: BindingRuntime,
+  deps: InvokeDeps,
+  call: InvokeCall,
+  requestHash: Sha256Ref,
+): Promise<WorkResult> {
+  const held: StoreWrite[] = [];
+  const storeHeld = () =>
+    deps.store.writeAll(held).catch((error: unknown) => {
+      deps.logger?.error({ err: error }, "binding evidence could not be stored");
+    });
+  try {
+    const result = await execute(
+      runtime,
+      { ...deps, holdEvidence: (write) => held.push(write) },
+      call,
+      requestHash,
+    );
+    if (result.keep) return { ...result, writes: held };
+    await storeHeld();
+    return result;
+  } catch (error) {
+    await storeHeld();
+    throw error;
+  }
 }
 
 /** The answer when the record cannot be kept: the outage of the pipeline's one mapping (failure.ts). */
@@ -626,11 +668,11 @@ export async function runInvoke(
   } catch {
     throw badRequest("The body is not plain JSON.");
   }
-  const work = () => execute(runtime, deps, call, requestHash);
   if (call.idempotencyKey === undefined) {
-    const result = await work();
+    const result = await execute(runtime, deps, call, requestHash);
     return { statusCode: result.response.status_code, body: result.response.body, replayed: false };
   }
+  const work = () => idempotentWork(runtime, deps, call, requestHash);
   const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work, {
     recheck: () => recheckReplay(runtime, deps, call, requestHash),
   });

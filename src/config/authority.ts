@@ -5,9 +5,11 @@
  */
 
 import { join, resolve } from "node:path";
+import type { LogRetention, RetentionSettings } from "../audit/retention.ts";
 import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
 import type { McpConfig } from "../mcp/config.ts";
+import { logs } from "../store/model.ts";
 import { ConfigError } from "./errors.ts";
 import {
   defineProcess,
@@ -97,6 +99,8 @@ export interface AuthorityConfig {
   /** How long subject and capability records are reused by the decision path (0: never). */
   readonly recordCacheMs: number;
   readonly auditBuffer: number;
+  /** What the background retention removes (audit/retention.ts), and how often it runs. */
+  readonly retention: RetentionSettings & { readonly intervalMs: number };
   readonly shutdownTimeoutMs: number;
   /** On SIGTERM: not ready but serving for this long, before the drain. */
   readonly shutdownWaitMs: number;
@@ -112,6 +116,54 @@ export interface AuthorityConfig {
   /** Where each setting came from (for the start-up log; values are not repeated). */
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
+
+const DAY_MS = 86_400_000;
+const MAX_RETENTION_DAYS = 36_500;
+
+/** An age and a count limit per log (0 = none); the usage rollups by age per granularity. */
+const retentionSettings = {
+  auditRetentionDays: retentionDays("audit", "audit records (decisions, policy and binding changes)"),
+  auditRetentionCount: retentionCount("audit", "audit records"),
+  mcpAuditRetentionDays: retentionDays("mcp-audit", "MCP audit records"),
+  mcpAuditRetentionCount: retentionCount("mcp-audit", "MCP audit records"),
+  evidenceRetentionDays: retentionDays("evidence", "evidence log records (binding invocations)"),
+  evidenceRetentionCount: retentionCount("evidence", "evidence log records"),
+  usageHourlyRetentionDays: retentionDays("usage-hourly", "hourly usage rollups (daily ones stay)"),
+  usageDailyRetentionDays: retentionDays("usage-daily", "daily usage rollups"),
+  retentionInterval: setting({
+    key: "retention-interval",
+    env: "AUTHORITY_RETENTION_INTERVAL",
+    description: "seconds between two background retention passes (each removes in batches of 500)",
+    default: 300,
+    parse: duration("s", 1, 86_400),
+  }),
+};
+
+function retentionDays(name: string, what: string) {
+  return setting({
+    key: `${name}-retention-days`,
+    env: `AUTHORITY_${name.toUpperCase().replaceAll("-", "_")}_RETENTION_DAYS`,
+    description: `days ${what} are kept, 0 to keep them forever`,
+    default: 0,
+    parse: integer(0, MAX_RETENTION_DAYS),
+  });
+}
+
+function retentionCount(name: string, what: string) {
+  return setting({
+    key: `${name}-retention-count`,
+    env: `AUTHORITY_${name.toUpperCase().replaceAll("-", "_")}_RETENTION_COUNT`,
+    description: `most ${what} kept (the oldest go first), 0 for no limit`,
+    default: 0,
+    parse: integer(0, Number.MAX_SAFE_INTEGER),
+  });
+}
+
+/** A log's rule from its two settings (0 = no limit). */
+const logRule = (days: number, count: number): LogRetention => ({
+  ...(days === 0 ? {} : { maxAgeMs: days * DAY_MS }),
+  ...(count === 0 ? {} : { maxCount: count }),
+});
 
 /** Every setting of `authority serve`, in the order the help lists them. */
 export const authoritySettings = {
@@ -246,6 +298,7 @@ export const authoritySettings = {
     default: 100_000,
     parse: positiveInteger(10_000_000),
   }),
+  ...retentionSettings,
   shutdownWait: setting({
     key: "shutdown-wait",
     env: "AUTHORITY_SHUTDOWN_WAIT",
@@ -465,6 +518,22 @@ export const authoritySchema = defineProcess({
         statementTimeoutMs: read.value("storeStatementTimeout"),
       },
       auditBuffer: read.value("auditBuffer"),
+      retention: {
+        logs: {
+          [logs.audit]: logRule(read.value("auditRetentionDays"), read.value("auditRetentionCount")),
+          [logs.mcpAudit]: logRule(read.value("mcpAuditRetentionDays"), read.value("mcpAuditRetentionCount")),
+          [logs.evidence]: logRule(read.value("evidenceRetentionDays"), read.value("evidenceRetentionCount")),
+        },
+        usage: {
+          ...(read.value("usageHourlyRetentionDays") === 0
+            ? {}
+            : { hour: read.value("usageHourlyRetentionDays") * DAY_MS }),
+          ...(read.value("usageDailyRetentionDays") === 0
+            ? {}
+            : { day: read.value("usageDailyRetentionDays") * DAY_MS }),
+        },
+        intervalMs: read.value("retentionInterval") * 1000,
+      },
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
       shutdownWaitMs: read.value("shutdownWait") * 1000,
       parameterScoping: {

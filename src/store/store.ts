@@ -45,6 +45,65 @@ export interface ReadLogOptions {
   readonly limit?: number;
 }
 
+/** A place in a log ordered by (time, seq): a query continues strictly after it. */
+export interface LogPosition {
+  /** The entry's `time` in ms (0 when it has none). */
+  readonly time: number;
+  readonly seq: number;
+}
+
+export interface LogQuery {
+  /**
+   * Top-level fields the entry must have with exactly these string values. The indexed
+   * fields (log-query.ts LOG_INDEX_FIELDS) are answered from an index on every backend;
+   * other fields are checked on the entries an index (or the time order) yields.
+   */
+  readonly where?: Readonly<Record<string, string>>;
+  /** Only entries whose `time` is at or after this (ms). */
+  readonly since?: number;
+  /** Only entries whose `time` is at or before this (ms). */
+  readonly until?: number;
+  /** Continue after this position (a page's `next`). */
+  readonly after?: LogPosition;
+  /** Default 100, at most 1000. */
+  readonly limit?: number;
+}
+
+export interface TimedLogEntry<T> extends LogEntry<T> {
+  /** The entry's `time` in ms, as the log's index holds it. */
+  readonly time: number;
+}
+
+export interface LogQueryPage<T> {
+  /** Matches in (time, seq) order. */
+  readonly entries: TimedLogEntry<T>[];
+  /** Where to continue; absent when no match follows. A page may be short when `next` is set. */
+  readonly next?: LogPosition;
+}
+
+/** Which old entries a trim removes, oldest seq first. */
+export interface LogTrim {
+  /** Entries whose `time` is before this (ms). */
+  readonly olderThan?: number;
+  /** Entries beyond the newest `keepLast`. */
+  readonly keepLast?: number;
+  /** Most entries removed by this call (default 500, at most 10000). */
+  readonly max?: number;
+}
+
+/** One write of a `writeAll` batch. */
+export type StoreWrite =
+  | {
+      readonly op: "put";
+      readonly collection: string;
+      readonly id: string;
+      readonly value: unknown;
+      readonly ttlMs?: number;
+    }
+  | { readonly op: "delete"; readonly collection: string; readonly id: string }
+  | { readonly op: "append"; readonly log: string; readonly value: unknown }
+  | { readonly op: "increment"; readonly counters: string; readonly key: string; readonly by?: number };
+
 export type StoreBackend = "sqlite" | "redis" | "postgres";
 
 export interface StoreHealth {
@@ -72,9 +131,32 @@ export interface Store {
    */
   appendMany<T>(log: string, values: readonly T[]): Promise<number[]>;
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]>;
+  /** Last seq given out in this log (0 when empty); trimming does not lower it. */
   logLength(log: string): Promise<number>;
+  /**
+   * The entries matching a query, in (time, seq) order, from indexes: a page holds matches,
+   * not a window of the log (work per call is bounded on every backend).
+   */
+  queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>>;
+  /**
+   * Retention: removes up to `max` of the oldest entries (by seq) that the rule selects,
+   * stopping at the first entry to keep; never the newest entry. Returns how many it removed.
+   */
+  trimLog(log: string, rule: LogTrim): Promise<number>;
   increment(counters: string, key: string, by?: number): Promise<number>;
   readCounters(counters: string, prefix?: string): Promise<Record<string, number>>;
+  /**
+   * Retention of counters: removes up to `max` counters whose key starts with `prefix` and
+   * sorts before `before` (code-point order). Returns how many it removed.
+   */
+  deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number>;
+  /**
+   * Several records that change together (an assignment and its audit record): the writes,
+   * in order, in one transaction — all or none (SQLite, PostgreSQL); one MULTI/EXEC on Redis
+   * (no other client sees a part, but Redis has no rollback). At most 100 writes; each is
+   * validated before any is applied.
+   */
+  writeAll(writes: readonly StoreWrite[]): Promise<void>;
   health(): Promise<StoreHealth>;
   close(): Promise<void>;
 }

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { compareCodePoints, StoreError } from "../../src/store/errors.ts";
 import type { Store } from "../../src/store/store.ts";
+import { runLogQueryContract } from "./contract-log-query.ts";
 
 export interface OpenedStore {
   readonly store: Store;
@@ -569,5 +570,6 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
         }
       });
     });
+    runLogQueryContract(open);
   });
 }

@@ -3,6 +3,7 @@ import { after, before, describe, it } from "node:test";
 import { inspect } from "node:util";
 import pg from "pg";
 import { openStore, PostgresStore, StoreError } from "../../src/store/index.ts";
+import { LATEST_VERSION, migrate, migrations } from "../../src/store/postgres/migrations.ts";
 import { canary } from "../helpers/canary.ts";
 import { startFaultProxy } from "../helpers/fault-proxy.ts";
 import { type PostgresServerHandle, startPostgresServer } from "../helpers/postgres-server.ts";
@@ -63,11 +64,13 @@ describe("PostgresStore specifics", () => {
     await store.close();
     const again = await openStore(url.replace(/^postgres:/, "postgresql:"));
     assert.equal(await again.get("c", "k"), "v");
-    assert.match((await again.health()).detail, /ready \(schema v1\)/);
+    assert.match((await again.health()).detail, new RegExp(`ready \\(schema v${LATEST_VERSION}\\)`));
     await again.close();
     assert.equal(
-      await server.psql(`SELECT string_agg(version::text, ',') FROM ${schema}.authority_schema_migrations`),
-      "1",
+      await server.psql(
+        `SELECT string_agg(version::text, ',' ORDER BY version) FROM ${schema}.authority_schema_migrations`,
+      ),
+      migrations.map((m) => m.version).join(","),
     );
   });
 
@@ -78,16 +81,98 @@ describe("PostgresStore specifics", () => {
       const results = await Promise.all(replicas.map((replica) => replica.migrate()));
       assert.deepEqual(
         results.map((r) => r.version),
-        [1, 1, 1, 1, 1],
+        Array.from({ length: 5 }, () => LATEST_VERSION),
       );
       assert.equal(results.filter((r) => r.applied.length > 0).length, 1, "exactly one replica applied");
-      assert.equal(await server.psql(`SELECT count(*) FROM ${schema}.authority_schema_migrations`), "1");
+      assert.equal(
+        await server.psql(`SELECT count(*) FROM ${schema}.authority_schema_migrations`),
+        String(migrations.length),
+      );
       assert.deepEqual(
         await Promise.all(replicas.map((r, i) => r.append("log", i))).then((s) => s.sort()),
         [1, 2, 3, 4, 5],
       );
     } finally {
       await Promise.all(replicas.map((replica) => replica.close()));
+    }
+  });
+
+  it("migrates a version 1 database with entries forward: old entries are indexed like new ones", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await migrate(client as unknown as pg.PoolClient, 30_000, migrations.slice(0, 1));
+      await client.query(
+        `INSERT INTO authority_log_heads (log, seq) VALUES ('audit', 3);
+         INSERT INTO authority_logs (log, seq, value) VALUES
+           ('audit', 1, '{"partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
+           ('audit', 2, '{"partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
+           ('audit', 3, '"not an object"')`,
+      );
+    } finally {
+      await client.end();
+    }
+    const store = await PostgresStore.open({ url, sweepIntervalMs: 0 });
+    try {
+      assert.deepEqual(
+        store.migration?.applied,
+        migrations.slice(1).map((m) => m.version),
+      );
+      assert.equal(
+        await store.append("audit", { partner_id: "p1", subject_id: "s1", time: "2026-05-01T00:00:00Z" }),
+        4,
+      );
+      const page = await store.queryLog<{ subject_id: string }>("audit", { where: { partner_id: "p1" } });
+      assert.deepEqual(
+        page.entries.map((e) => [e.seq, e.time]),
+        [
+          [4, Date.parse("2026-05-01T00:00:00Z")],
+          [1, Date.parse("2026-05-01T00:00:02Z")],
+        ],
+      );
+      assert.deepEqual(
+        (await store.queryLog("audit", { where: { decision: "allowed" } })).entries.map((e) => e.seq),
+        [2],
+      );
+      assert.equal(
+        await server.psql(`SELECT count(*) FROM ${schema}.authority_logs WHERE time_ms = 0`),
+        "1",
+        "only the entry without a time has none",
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("writeAll: a write the database refuses undoes the whole batch", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, sweepIntervalMs: 0 });
+    try {
+      await server.psql(`
+        CREATE FUNCTION ${schema}.refuse_boom() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN IF NEW.value LIKE '%boom%' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER refuse_boom BEFORE INSERT ON ${schema}.authority_logs
+          FOR EACH ROW EXECUTE FUNCTION ${schema}.refuse_boom();`);
+      await assert.rejects(
+        store.writeAll([
+          { op: "put", collection: "assignments", id: "a", value: 1 },
+          { op: "increment", counters: "n", key: "k" },
+          { op: "append", log: "audit", value: "boom" },
+        ]),
+        StoreError,
+      );
+      assert.equal(await store.get("assignments", "a"), undefined);
+      assert.deepEqual(await store.readCounters("n"), {});
+      assert.equal(await store.logLength("audit"), 0, "the log head rolled back too");
+      await store.writeAll([
+        { op: "put", collection: "assignments", id: "a", value: 2 },
+        { op: "append", log: "audit", value: "fine" },
+      ]);
+      assert.equal(await store.get("assignments", "a"), 2);
+      assert.deepEqual(await store.readLog("audit"), [{ seq: 1, value: "fine" }]);
+    } finally {
+      await store.close();
     }
   });
 

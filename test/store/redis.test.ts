@@ -86,6 +86,7 @@ describe("RedisStore specifics", () => {
         "layout-a:idx:docs",
         "layout-a:log:audit",
         "layout-a:logseq:audit",
+        "layout-a:lt:audit",
       ]);
       assert.equal(await raw.get("layout-a:doc:docs:x:1"), '{"v":1}');
       assert.ok((await raw.pttl("layout-a:doc:docs:x:1")) > 0);

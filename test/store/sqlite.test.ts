@@ -26,6 +26,79 @@ runStoreContract("sqlite", async () => {
 });
 
 describe("SqliteStore specifics", () => {
+  it("writeAll: a write the database refuses undoes the whole batch", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path });
+    const raw = new DatabaseSync(path);
+    raw.exec(`CREATE TRIGGER refuse_boom BEFORE INSERT ON logs WHEN NEW.value LIKE '%boom%'
+      BEGIN SELECT RAISE(ABORT, 'boom'); END`);
+    raw.close();
+    try {
+      await assert.rejects(
+        store.writeAll([
+          { op: "put", collection: "assignments", id: "a", value: 1 },
+          { op: "increment", counters: "n", key: "k" },
+          { op: "append", log: "audit", value: "boom" },
+        ]),
+        StoreError,
+      );
+      assert.equal(await store.get("assignments", "a"), undefined);
+      assert.deepEqual(await store.readCounters("n"), {});
+      await store.writeAll([{ op: "put", collection: "assignments", id: "a", value: 2 }]);
+      assert.equal(await store.get("assignments", "a"), 2);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("migrates a version 1 file with entries forward: old entries are indexed like new ones", async () => {
+    const path = freshPath();
+    const raw = new DatabaseSync(path);
+    raw.exec(`
+      CREATE TABLE store_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+      CREATE TABLE documents (collection TEXT NOT NULL, id TEXT NOT NULL, value TEXT NOT NULL,
+        expires_at INTEGER, PRIMARY KEY (collection, id)) WITHOUT ROWID;
+      CREATE TABLE logs (log TEXT NOT NULL, seq INTEGER NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (log, seq)) WITHOUT ROWID;
+      CREATE TABLE counters (name TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (name, key)) WITHOUT ROWID;
+      INSERT INTO store_meta VALUES ('schema_version', '1');
+      INSERT INTO logs VALUES
+        ('audit', 1, '{"partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
+        ('audit', 2, '{"partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
+        ('audit', 3, '"not an object"');
+    `);
+    raw.close();
+    const store = new SqliteStore({ path });
+    try {
+      assert.equal(
+        await store.append("audit", { partner_id: "p1", subject_id: "s1", time: "2026-05-01T00:00:00Z" }),
+        4,
+      );
+      const page = await store.queryLog("audit", { where: { partner_id: "p1" } });
+      assert.deepEqual(
+        page.entries.map((e) => [e.seq, e.time]),
+        [
+          [4, Date.parse("2026-05-01T00:00:00Z")],
+          [1, Date.parse("2026-05-01T00:00:02Z")],
+        ],
+      );
+      const allowed = await store.queryLog("audit", { where: { decision: "allowed" } });
+      assert.deepEqual(
+        allowed.entries.map((e) => e.seq),
+        [2],
+      );
+    } finally {
+      await store.close();
+    }
+    const check = new DatabaseSync(path);
+    assert.equal(
+      check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
+      "2",
+    );
+    check.close();
+  });
+
   it("keeps data in the file across close and reopen, in WAL mode", async () => {
     const path = freshPath();
     const first = new SqliteStore({ path });

@@ -1,4 +1,5 @@
 import type { FastifyInstance } from "fastify";
+import type { Registry } from "prom-client";
 import { installHttpMetrics } from "../http/metrics.ts";
 import { installOpenApi, serializeWithoutFiltering } from "../http/openapi.ts";
 import { createHttpServer } from "../http/server.ts";
@@ -9,7 +10,11 @@ import type { AuthorityServices } from "./services.ts";
  * The authority service's HTTP app: every route group on the shared fastify base, each given
  * the services the composition root built (services.ts); the app builds none of its own.
  */
-export async function createAuthorityApp(context: AuthorityServices): Promise<FastifyInstance> {
+export async function createAuthorityApp(
+  context: AuthorityServices,
+  /** Where /metrics reads from; the process's other series (retention) register there too. */
+  registry?: Registry,
+): Promise<FastifyInstance> {
   const app = createHttpServer({
     name: "authority",
     logger: context.logger,
@@ -31,7 +36,7 @@ export async function createAuthorityApp(context: AuthorityServices): Promise<Fa
     securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
     security: [{ bearer: [] }],
   });
-  installHttpMetrics(app, { namespace: "authority" });
+  installHttpMetrics(app, { namespace: "authority", ...(registry === undefined ? {} : { registry }) });
   for (const group of routeGroups) await app.register(group(context));
   return app;
 }

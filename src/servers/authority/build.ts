@@ -10,10 +10,12 @@
 
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
+import type { Registry } from "prom-client";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
+import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
@@ -23,6 +25,7 @@ import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts"
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
 import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
+import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -117,6 +120,32 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
       endpointOfUrl(config.redisUrl),
       endpointOfUrl(config.storeUrl),
     ].filter((endpoint) => endpoint !== undefined),
+  });
+}
+
+/**
+ * The background retention of the configured logs and usage rollups (none when nothing is
+ * configured), counting what it removes in `authority_retention_removed_total{record}`.
+ */
+function startConfiguredRetention(
+  config: AuthorityConfig,
+  store: Store,
+  metrics: Registry,
+  logger: Logger,
+): RetentionWorker | undefined {
+  if (retentionIsEmpty(config.retention)) return undefined;
+  const removed = counter(
+    metrics,
+    "authority_retention_removed_total",
+    "Records the background retention removed, by record type (audit, mcp_audit, evidence, usage_hour, usage_day).",
+    ["record"],
+  );
+  return startRetention({
+    store,
+    settings: config.retention,
+    intervalMs: config.retention.intervalMs,
+    onRemoved: (record, count) => removed.inc({ record }, count),
+    onError: (err) => logger.warn({ err }, "retention pass failed; the next pass retries"),
   });
 }
 
@@ -323,7 +352,10 @@ export async function buildAuthorityService(
     });
     const runtime = services.decisions;
 
-    const app = await createAuthorityApp(services);
+    const metrics = createMetricsRegistry();
+    const app = await createAuthorityApp(services, metrics);
+    // Started last: nothing below can fail and leave its timer behind.
+    const retention = startConfiguredRetention(config, store, metrics, logger);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
@@ -371,6 +403,7 @@ export async function buildAuthorityService(
           // fastify stops accepting, answers new requests on kept-alive sockets with 503,
           // and waits for requests in flight — each of which records its decision.
           await app.close();
+          await retention?.stop();
           const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
           await publisher?.close();

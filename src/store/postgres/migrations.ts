@@ -10,11 +10,55 @@
  */
 import type { PoolClient } from "pg";
 import { StoreError } from "../errors.ts";
+import { LOG_INDEX_FIELDS, logIndexValues } from "../log-query.ts";
 
 export interface Migration {
   readonly version: number;
   readonly name: string;
   readonly sql: string;
+  /** Runs after `sql`, in the same transaction (data a statement alone cannot derive). */
+  readonly backfill?: (client: PoolClient) => Promise<void>;
+}
+
+/**
+ * Fills the index columns of entries written before version 2, in batches, from the same
+ * derivation appends use (log-query.ts), so old and new entries are indexed alike.
+ */
+async function backfillLogIndexes(client: PoolClient): Promise<void> {
+  let position = { log: "", seq: "0" };
+  for (;;) {
+    const rows = (
+      await client.query<{ log: string; seq: string; value: string }>(
+        `SELECT log, seq, value FROM authority_logs WHERE (log, seq) > ($1, $2) ORDER BY log, seq LIMIT 1000`,
+        [position.log, position.seq],
+      )
+    ).rows;
+    if (rows.length === 0) return;
+    const columns = rows.map((row) => {
+      let value: unknown;
+      try {
+        value = JSON.parse(row.value);
+      } catch {
+        value = undefined;
+      }
+      return logIndexValues(value);
+    });
+    await client.query(
+      `UPDATE authority_logs AS l SET time_ms = u.time_ms, ${LOG_INDEX_FIELDS.map((f) => `${f} = u.${f}`).join(", ")}
+       FROM unnest($1::text[], $2::bigint[], $3::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 4}::text[]`).join(", ")})
+         AS u(log, seq, time_ms, ${LOG_INDEX_FIELDS.join(", ")})
+       WHERE l.log = u.log AND l.seq = u.seq`,
+      [
+        rows.map((row) => row.log),
+        rows.map((row) => row.seq),
+        columns.map((c) => c.time),
+        ...LOG_INDEX_FIELDS.map((field) => columns.map((c) => c.fields[field])),
+      ],
+    );
+    const last = rows.at(-1);
+    if (last === undefined || rows.length < 1000) return;
+    position = { log: last.log, seq: last.seq };
+  }
 }
 
 /**
@@ -55,6 +99,19 @@ CREATE TABLE IF NOT EXISTS authority_counters (
   value bigint NOT NULL,
   PRIMARY KEY (name, key)
 );`,
+  },
+  {
+    version: 2,
+    name: "indexed log fields",
+    sql: `
+ALTER TABLE authority_logs ADD COLUMN time_ms bigint NOT NULL DEFAULT 0;
+${LOG_INDEX_FIELDS.map((f) => `ALTER TABLE authority_logs ADD COLUMN ${f} text COLLATE "C";`).join("\n")}
+CREATE INDEX authority_logs_by_time ON authority_logs (log, time_ms, seq);
+${LOG_INDEX_FIELDS.map(
+  (f) =>
+    `CREATE INDEX authority_logs_by_${f} ON authority_logs (log, ${f}, time_ms, seq) WHERE ${f} IS NOT NULL;`,
+).join("\n")}`,
+    backfill: backfillLogIndexes,
   },
 ];
 
@@ -106,6 +163,7 @@ export async function migrate(
       await client.query("BEGIN");
       try {
         await client.query(migration.sql);
+        await migration.backfill?.(client);
         await client.query("INSERT INTO authority_schema_migrations (version, name) VALUES ($1, $2)", [
           migration.version,
           migration.name,

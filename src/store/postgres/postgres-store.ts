@@ -20,16 +20,32 @@ import {
   StoreError,
   StoreInvalidArgumentError,
 } from "../errors.ts";
+import {
+  checkCounterRange,
+  checkLogQuery,
+  checkLogTrim,
+  LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
+  logIndexValues,
+  logQueryPage,
+  type QueryMatch,
+  trimCount,
+} from "../log-query.ts";
 import type {
   ListOptions,
   LogEntry,
+  LogQuery,
+  LogQueryPage,
+  LogTrim,
   Page,
   ReadLogOptions,
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
   WriteOptions,
 } from "../store.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
 import { type MigrationResult, migrate } from "./migrations.ts";
 
@@ -61,10 +77,54 @@ WITH head AS (
   ON CONFLICT (log) DO UPDATE SET seq = authority_log_heads.seq + excluded.seq
   RETURNING seq
 )
-INSERT INTO authority_logs (log, seq, value)
-SELECT $1, head.seq - $3 + entry.n, entry.value
-FROM head, unnest($2::text[]) WITH ORDINALITY AS entry(value, n)
+INSERT INTO authority_logs (log, seq, value, time_ms, ${LOG_INDEX_FIELDS.join(", ")})
+SELECT $1, head.seq - $3 + entry.n, entry.value, entry.time_ms, ${LOG_INDEX_FIELDS.map((f) => `entry.${f}`).join(", ")}
+FROM head, unnest($2::text[], $4::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 5}::text[]`).join(", ")})
+  WITH ORDINALITY AS entry(value, time_ms, ${LOG_INDEX_FIELDS.join(", ")}, n)
 RETURNING seq`;
+
+const INCREMENT = `
+INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
+ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
+RETURNING value`;
+
+/** The statement and parameters of one write of a batch. */
+function writeStatement(write: CheckedWrite): [string, unknown[]] {
+  switch (write.op) {
+    case "put":
+      return [WRITE, [write.collection, write.id, write.text, write.ttlMs ?? null]];
+    case "delete":
+      return [
+        "DELETE FROM authority_documents WHERE collection = $1 AND id = $2",
+        [write.collection, write.id],
+      ];
+    case "append":
+      return [
+        APPEND_MANY,
+        [
+          write.log,
+          [write.text],
+          1,
+          [write.index.time],
+          ...LOG_INDEX_FIELDS.map((field) => [write.index.fields[field]]),
+        ],
+      ];
+    case "increment":
+      return [INCREMENT, [write.counters, write.key, write.by]];
+  }
+}
+
+type QueryRow = {
+  readonly seq: string;
+  readonly time_ms: string;
+  readonly value: string;
+};
+
+const queryMatch = (row: QueryRow): QueryMatch => ({
+  seq: toInteger(row.seq, "seq"),
+  time: toInteger(row.time_ms, "time"),
+  text: row.value,
+});
 
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "PostgreSQL", what);
 
@@ -241,10 +301,13 @@ export class PostgresStore implements Store {
     if (texts.length === 0) return [];
     // One statement: the head row's lock orders concurrent appends, and the seqs and the
     // entries commit (or roll back) together.
+    const indexes = values.map((value) => logIndexValues(value));
     const rows = await this.#connection.query<{ seq: string }>("append", APPEND_MANY, [
       name,
       texts,
       texts.length,
+      indexes.map((index) => index.time),
+      ...LOG_INDEX_FIELDS.map((field) => indexes.map((index) => index.fields[field])),
     ]);
     if (rows.length !== texts.length)
       throw new StoreError("PostgreSQL appended an unexpected number of entries.");
@@ -260,6 +323,81 @@ export class PostgresStore implements Store {
     return rows.map((row) => ({ seq: toInteger(row.seq, "seq"), value: decodeValue<T>(row.value) }));
   }
 
+  async queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
+    const name = checkName("log", log);
+    const checked = checkLogQuery(query);
+    const params: unknown[] = [name, checked.since, checked.until, checked.afterTime, checked.afterSeq];
+    const conditions = ["log = $1", "time_ms >= $2", "time_ms <= $3", "(time_ms, seq) > ($4, $5)"];
+    for (const [field, wanted] of checked.indexed) {
+      params.push(wanted);
+      conditions.push(`${field} = $${params.length}`);
+    }
+    // $n: how many candidates the index walk yields (limit+1, or the budget below).
+    params.push(checked.limit + 1);
+    const indexed = `SELECT seq, time_ms, value FROM authority_logs WHERE ${conditions.join(" AND ")}
+      ORDER BY time_ms, seq LIMIT $${params.length}`;
+    if (checked.other.length === 0) {
+      const rows = await this.#read<QueryRow>("queryLog", indexed, params);
+      return logQueryPage<T>(rows.map(queryMatch), checked.limit, undefined);
+    }
+    // Conditions no index answers: checked on at most LOG_QUERY_BUDGET candidates taken in
+    // index order. The subquery's LIMIT keeps the planner on the ordered index walk (it would
+    // otherwise guess the JSON conditions rare and sort every indexed match); the outer LIMIT
+    // stops the walk at limit+1 matches.
+    params[params.length - 1] = LOG_QUERY_BUDGET;
+    const walk = [...params];
+    const residual = checked.other.map(([field, wanted]) => {
+      params.push(field, wanted);
+      const member = `(value::json -> $${params.length - 1})`;
+      return `json_typeof${member} = 'string' AND ${member} #>> '{}' = $${params.length}`;
+    });
+    params.push(checked.limit + 1);
+    const rows = await this.#read<QueryRow>(
+      "queryLog",
+      `SELECT seq, time_ms, value FROM (${indexed}) AS candidates WHERE ${residual.join(" AND ")}
+       ORDER BY time_ms, seq LIMIT $${params.length}`,
+      params,
+    );
+    const matches = rows.map(queryMatch);
+    if (matches.length > checked.limit) return logQueryPage<T>(matches, checked.limit, undefined);
+    // A short page: did the walk end at its budget (then continue after the last candidate)?
+    const stop = await this.#read<QueryRow>("queryLog", `${indexed} OFFSET $${walk.length} - 1`, walk);
+    const stoppedAt = stop[0];
+    return logQueryPage<T>(
+      matches,
+      checked.limit,
+      stoppedAt === undefined ? undefined : queryMatch(stoppedAt),
+    );
+  }
+
+  async trimLog(log: string, rule: LogTrim): Promise<number> {
+    const name = checkName("log", log);
+    const trim = checkLogTrim(rule);
+    const oldest = await this.#read<{ seq: string; time_ms: string; last: string }>(
+      "trimLog",
+      `SELECT seq, time_ms, (SELECT seq FROM authority_log_heads WHERE log = $1) AS last
+       FROM authority_logs WHERE log = $1 ORDER BY seq LIMIT $2`,
+      [name, trim.max],
+    );
+    const first = oldest[0];
+    if (first === undefined) return 0;
+    const total = toInteger(first.last, "seq") - toInteger(first.seq, "seq") + 1;
+    const n = trimCount(
+      oldest.map((row) => toInteger(row.time_ms, "time")),
+      total,
+      trim,
+    );
+    if (n === 0) return 0;
+    // Replicas trimming at once compute the same range; the second deletes nothing.
+    const rows = await this.#connection.query<{ n: string }>(
+      "trimLog",
+      `WITH gone AS (DELETE FROM authority_logs WHERE log = $1 AND seq <= $2 RETURNING 1)
+       SELECT count(*) AS n FROM gone`,
+      [name, oldest[n - 1]?.seq],
+    );
+    return toInteger(rows[0]?.n, "change count");
+  }
+
   async logLength(log: string): Promise<number> {
     const rows = await this.#read<{ n: string }>(
       "logLength",
@@ -270,13 +408,11 @@ export class PostgresStore implements Store {
   }
 
   async increment(counters: string, key: string, by?: number): Promise<number> {
-    const rows = await this.#connection.query<{ value: string }>(
-      "increment",
-      `INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
-       ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
-       RETURNING value`,
-      [checkName("counters", counters), checkId("counter key", key), checkIncrement(by)],
-    );
+    const rows = await this.#connection.query<{ value: string }>("increment", INCREMENT, [
+      checkName("counters", counters),
+      checkId("counter key", key),
+      checkIncrement(by),
+    ]);
     return toInteger(rows[0]?.value, "counter");
   }
 
@@ -294,6 +430,34 @@ export class PostgresStore implements Store {
     const result: Record<string, number> = {};
     for (const row of rows) result[row.key] = toInteger(row.value, "counter");
     return result;
+  }
+
+  async deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
+    const name = checkName("counters", counters);
+    const range = checkCounterRange(prefix, before, max);
+    if (prefix.includes("\u0000")) return 0;
+    const rows = await this.#connection.query<{ n: string }>(
+      "deleteCounters",
+      `WITH gone AS (
+         DELETE FROM authority_counters WHERE name = $1 AND key IN (
+           SELECT key FROM authority_counters WHERE name = $1 AND key >= $2 AND key < $3
+           ORDER BY key LIMIT $4 FOR UPDATE SKIP LOCKED)
+         RETURNING 1)
+       SELECT count(*) AS n FROM gone`,
+      [name, range.lower ?? "", range.upper, range.max],
+    );
+    return toInteger(rows[0]?.n, "change count");
+  }
+
+  async writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    const checked = checkWrites(writes);
+    if (checked.length === 0) return;
+    await this.#connection.run("writeAll", async (client) => {
+      // A failure releases the connection as broken (connection.ts), which ends the transaction.
+      await client.query("BEGIN");
+      for (const write of checked) await client.query(...writeStatement(write));
+      await client.query("COMMIT");
+    });
   }
 
   /** Deletes expired documents in small batches; returns how many were removed. */

@@ -4,6 +4,9 @@
  *   <p>idx:<collection>        sorted set of ids, score 0, listed with ZRANGEBYLEX
  *   <p>exp:<collection>        sorted set of ids with a TTL, score = expiry (server ms)
  *   <p>log:<log> / <p>logseq:<log>   list of "<seq> <json>" entries / INCR'd seq
+ *   <p>logtrim:<log>           how many of the oldest entries retention removed
+ *   <p>lt:<log>                sorted set (score 0) of `<time ms, 15 digits>:<seq, 16 digits>`
+ *   <p>lx:<log>:<field>:<value>   the same members, for the entries with that indexed value
  *   <p>ctr:<counters>          hash of counter key → integer (HINCRBY)
  * Collection and log names cannot contain ':', so keys never collide.
  */
@@ -22,18 +25,46 @@ import {
   StoreError,
   StoreInvalidArgumentError,
 } from "../errors.ts";
+import {
+  checkCounterRange,
+  checkLogQuery,
+  checkLogTrim,
+  LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
+  type LogIndexField,
+  type LogIndexValues,
+  logIndexValues,
+  trimCount,
+} from "../log-query.ts";
 import type {
   ListOptions,
   LogEntry,
+  LogQuery,
+  LogQueryPage,
+  LogTrim,
   Page,
   ReadLogOptions,
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
+  TimedLogEntry,
   WriteOptions,
 } from "../store.ts";
-import { RedisConnection, type RedisConnectionOptions } from "./connection.ts";
-import { APPEND, APPEND_MANY, COUNT, DELETE, PRUNE, WRITE } from "./scripts.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
+import { type LuaScript, RedisConnection, type RedisConnectionOptions } from "./connection.ts";
+import {
+  APPEND_MANY,
+  COUNT,
+  DELETE,
+  HINCRBY,
+  INDEX_KEYS_PER_ENTRY,
+  PRUNE,
+  QUERY_LOG,
+  READ_LOG,
+  TRIM_LOG,
+  WRITE,
+} from "./scripts.ts";
 
 export interface RedisStoreOptions extends RedisConnectionOptions {
   /** `redis://[user:password@]host:port/db` or `rediss://…`. */
@@ -46,7 +77,36 @@ export interface RedisStoreOptions extends RedisConnectionOptions {
 
 const KEY_PREFIX_PATTERN = /^[A-Za-z0-9_.:{}-]{0,128}$/;
 
+interface LogKeys {
+  readonly seq: string;
+  readonly list: string;
+  readonly trimmed: string;
+  readonly time: string;
+  field(field: LogIndexField, value: string): string;
+}
+
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "Redis", what);
+
+/** Counter fields HSCAN returns per step in deleteCounters. */
+const SCAN_COUNT = 1000;
+
+const timeDigits = (time: number): string => String(time).padStart(15, "0");
+/** The index member of an entry: ordered by (time, seq) as text. */
+const indexMember = (time: number, seq: number): string =>
+  `${timeDigits(time)}:${String(seq).padStart(16, "0")}`;
+
+function parseMember(member: unknown): { time: number; seq: number } {
+  if (typeof member !== "string" || !/^[0-9]{15}:[0-9]{16}$/.test(member)) {
+    throw new StoreError("Redis log index member is malformed.");
+  }
+  return { time: Number(member.slice(0, 15)), seq: Number(member.slice(16)) };
+}
+
+function splitEntry(line: string): { seq: number; json: string } {
+  const space = line.indexOf(" ");
+  if (space < 1) throw new StoreError("Redis log entry is malformed.");
+  return { seq: toInteger(line.slice(0, space), "seq"), json: line.slice(space + 1) };
+}
 
 export class RedisStore implements Store {
   readonly backend = "redis" as const;
@@ -191,50 +251,149 @@ export class RedisStore implements Store {
     });
   }
 
-  #logKeys(log: string): [string, string] {
+  #logKeys(log: string): LogKeys {
     const name = checkName("log", log);
-    return [`${this.keyPrefix}logseq:${name}`, `${this.keyPrefix}log:${name}`];
+    const p = this.keyPrefix;
+    return {
+      seq: `${p}logseq:${name}`,
+      list: `${p}log:${name}`,
+      trimmed: `${p}logtrim:${name}`,
+      time: `${p}lt:${name}`,
+      field: (field: LogIndexField, value: string) => `${p}lx:${name}:${field}:${value}`,
+    };
+  }
+
+  /** The index keys of one entry, '' for a field it has no indexed value for. */
+  #indexKeys(keys: LogKeys, index: LogIndexValues): string[] {
+    const out = LOG_INDEX_FIELDS.map((field) => {
+      const value = index.fields[field];
+      return value === null ? "" : keys.field(field, value);
+    });
+    if (out.length !== INDEX_KEYS_PER_ENTRY) throw new StoreError("Redis log index layout mismatch.");
+    return out;
   }
 
   async append<T>(log: string, value: T): Promise<number> {
-    const keys = this.#logKeys(log);
-    const text = encodeValue(value);
-    return this.#connection.run("append", async (client) => {
-      return toInteger(await this.#connection.script(client, APPEND, [...keys, text]), "seq");
-    });
+    const [seq] = await this.appendMany(log, [value]);
+    return seq ?? 0;
   }
 
   async appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
     const keys = this.#logKeys(log);
     const texts = values.map((value) => encodeValue(value));
     if (texts.length === 0) return [];
+    const args: string[] = [String(texts.length)];
+    texts.forEach((text, i) => {
+      const index = logIndexValues(values[i]);
+      args.push(text, timeDigits(index.time), ...this.#indexKeys(keys, index));
+    });
     return this.#connection.run("append", async (client) => {
-      const first = toInteger(await this.#connection.script(client, APPEND_MANY, [...keys, ...texts]), "seq");
+      const first = toInteger(
+        await this.#connection.script(client, APPEND_MANY, [keys.seq, keys.list, keys.time, ...args]),
+        "seq",
+      );
       return texts.map((_, i) => first + i);
     });
   }
 
   async readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {
-    const [, listKey] = this.#logKeys(log);
+    const keys = this.#logKeys(log);
     const after = checkAfterSeq(options);
     const limit = checkLimit(options?.limit);
     return this.#connection.run("readLog", async (client) => {
-      // Entry with seq n sits at index n-1.
-      const raw = await client.lrange(listKey, after, after + limit - 1);
+      const raw = await this.#connection.script(client, READ_LOG, [keys.list, keys.trimmed, after, limit]);
       const entries: LogEntry<T>[] = [];
-      for (const line of raw) {
-        const space = line.indexOf(" ");
-        if (space < 1) throw new StoreError("Redis log entry is malformed.");
-        const seq = toInteger(line.slice(0, space), "seq");
-        if (seq > after) entries.push({ seq, value: decodeValue<T>(line.slice(space + 1)) });
+      for (const line of raw as string[]) {
+        const { seq, json } = splitEntry(line);
+        if (seq > after) entries.push({ seq, value: decodeValue<T>(json) });
       }
       return entries;
     });
   }
 
   async logLength(log: string): Promise<number> {
-    const [, listKey] = this.#logKeys(log);
-    return this.#connection.run("logLength", async (client) => client.llen(listKey));
+    const keys = this.#logKeys(log);
+    return this.#connection.run("logLength", async (client) =>
+      toInteger((await client.get(keys.seq)) ?? 0, "seq"),
+    );
+  }
+
+  async queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
+    const keys = this.#logKeys(log);
+    const checked = checkLogQuery(query);
+    const candidates =
+      checked.indexed.length === 0
+        ? [keys.time]
+        : checked.indexed.map(([field, value]) => keys.field(field, value));
+    const lowerFromSince = `[${timeDigits(checked.since)}:`;
+    const cursor = checked.afterTime < 0 ? undefined : indexMember(checked.afterTime, checked.afterSeq);
+    const lower = cursor !== undefined && `[${cursor}` >= lowerFromSince ? `(${cursor}` : lowerFromSince;
+    const upper = `[${timeDigits(checked.until)}:9999999999999999`;
+    const conditions = [...checked.indexed, ...checked.other].flat();
+    return this.#connection.run("queryLog", async (client) => {
+      const raw = (await this.#connection.script(client, QUERY_LOG, [
+        keys.list,
+        keys.trimmed,
+        lower,
+        upper,
+        checked.limit,
+        LOG_QUERY_BUDGET,
+        candidates.length,
+        ...candidates,
+        ...conditions,
+      ])) as unknown[];
+      const done = raw[0] === 1;
+      const entries: TimedLogEntry<T>[] = [];
+      for (let i = 2; i + 1 < raw.length; i += 2) {
+        const { time, seq } = parseMember(raw[i]);
+        entries.push({ seq, time, value: decodeValue<T>(String(raw[i + 1])) });
+      }
+      if (entries.length > checked.limit) {
+        const page = entries.slice(0, checked.limit);
+        const last = page.at(-1) as TimedLogEntry<T>;
+        return { entries: page, next: { time: last.time, seq: last.seq } };
+      }
+      return done || raw[1] === "" ? { entries } : { entries, next: parseMember(raw[1]) };
+    });
+  }
+
+  async trimLog(log: string, rule: LogTrim): Promise<number> {
+    const keys = this.#logKeys(log);
+    const trim = checkLogTrim(rule);
+    return this.#connection.run("trimLog", async (client) => {
+      const [lines, last] = await Promise.all([
+        client.lrange(keys.list, 0, trim.max - 1),
+        client.get(keys.seq),
+      ]);
+      const oldest = lines.map((line) => {
+        const { seq, json } = splitEntry(line);
+        return { seq, index: logIndexValues(decodeValue<unknown>(json)) };
+      });
+      const first = oldest[0];
+      if (first === undefined) return 0;
+      const total = toInteger(last ?? 0, "seq") - first.seq + 1;
+      const n = trimCount(
+        oldest.map((entry) => entry.index.time),
+        total,
+        trim,
+      );
+      if (n === 0) return 0;
+      const args = oldest
+        .slice(0, n)
+        .flatMap((entry) => [
+          indexMember(entry.index.time, entry.seq),
+          ...this.#indexKeys(keys, entry.index),
+        ]);
+      const removed = await this.#connection.script(client, TRIM_LOG, [
+        keys.list,
+        keys.trimmed,
+        keys.time,
+        n,
+        first.seq,
+        ...args,
+      ]);
+      return toInteger(removed, "trim count");
+    });
   }
 
   async increment(counters: string, key: string, by?: number): Promise<number> {
@@ -256,6 +415,81 @@ export class RedisStore implements Store {
       for (const key of keys) result[key] = toInteger(all[key], "counter");
       return result;
     });
+  }
+
+  async deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
+    const hash = `${this.keyPrefix}ctr:${checkName("counters", counters)}`;
+    const range = checkCounterRange(prefix, before, max);
+    const inRange = (key: string) =>
+      (range.lower === undefined || compareCodePoints(key, range.lower) >= 0) &&
+      compareCodePoints(key, range.upper) < 0;
+    return this.#connection.run("deleteCounters", async (client) => {
+      // A hash has no order: HSCAN walks it in steps (never blocking the server for long).
+      const doomed: string[] = [];
+      let cursor = "0";
+      do {
+        const [nextCursor, flat] = await client.hscan(hash, cursor, "COUNT", SCAN_COUNT);
+        for (let i = 0; i < flat.length && doomed.length < range.max; i += 2) {
+          const key = flat[i] as string;
+          if (inRange(key) && !doomed.includes(key)) doomed.push(key);
+        }
+        cursor = nextCursor;
+      } while (cursor !== "0" && doomed.length < range.max);
+      return doomed.length === 0 ? 0 : client.hdel(hash, ...doomed);
+    });
+  }
+
+  async writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    const checked = checkWrites(writes);
+    if (checked.length === 0) return;
+    const commands = checked.map((write) => this.#writeCommand(write));
+    return this.#connection.run("writeAll", async (client) => {
+      // MULTI/EXEC: no other client runs a command in between. EVAL (not EVALSHA) inside,
+      // so a server that lost its script cache cannot fail part of the batch.
+      const multi = client.multi();
+      for (const [script, args] of commands) multi.eval(script.source, script.keys, ...args);
+      const results = await multi.exec();
+      const failed = results?.find(([error]) => error !== null);
+      if (results === null || failed !== undefined) {
+        throw new StoreError("Redis did not apply the whole batch.", { cause: failed?.[0] ?? undefined });
+      }
+    });
+  }
+
+  #writeCommand(write: CheckedWrite): [LuaScript, Array<string | number>] {
+    switch (write.op) {
+      case "put":
+        return [
+          WRITE,
+          [
+            ...this.#collectionKeys(write.collection, write.id),
+            write.id,
+            write.text,
+            write.ttlMs === undefined ? "" : String(write.ttlMs),
+            "0",
+            this.#docPrefix(write.collection),
+          ],
+        ];
+      case "delete":
+        return [DELETE, [...this.#collectionKeys(write.collection, write.id), write.id]];
+      case "append": {
+        const keys = this.#logKeys(write.log);
+        return [
+          APPEND_MANY,
+          [
+            keys.seq,
+            keys.list,
+            keys.time,
+            1,
+            write.text,
+            timeDigits(write.index.time),
+            ...this.#indexKeys(keys, write.index),
+          ],
+        ];
+      }
+      case "increment":
+        return [HINCRBY, [`${this.keyPrefix}ctr:${write.counters}`, write.key, write.by]];
+    }
   }
 
   async health(): Promise<StoreHealth> {

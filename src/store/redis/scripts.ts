@@ -116,31 +116,134 @@ return redis.call('ZCARD', KEYS[1])
   2,
 );
 
+/** How many index keys each appended or trimmed entry carries (log-query.ts LOG_INDEX_FIELDS). */
+export const INDEX_KEYS_PER_ENTRY = 5;
+
 /**
- * KEYS: seq counter, entry list. ARGV: json. The entry is stored as "<seq> <json>" at list
- * index seq-1; INCR and RPUSH in one script keep both in step under concurrent writers.
+ * KEYS: seq counter, entry list, time index. ARGV: n, then per entry its json, its time
+ * (15 digits) and INDEX_KEYS_PER_ENTRY field-index keys ('' when the field is not indexed).
+ * Appends the entries in order under consecutive seqs (one INCRBY) at list index
+ * seq-1-trimmed, and adds `<time>:<seq 16 digits>` to the time index and to each field
+ * index (sorted sets, score 0, ordered by member); returns the first seq.
  */
-export const APPEND = luaScript(
+export const APPEND_MANY = luaScript(
   `
-local seq = redis.call('INCR', KEYS[1])
-redis.call('RPUSH', KEYS[2], string.format('%d', seq) .. ' ' .. ARGV[1])
-return seq
+local n = tonumber(ARGV[1])
+local per = 2 + ${INDEX_KEYS_PER_ENTRY}
+local last = redis.call('INCRBY', KEYS[1], n)
+local first = last - n + 1
+for i = 0, n - 1 do
+  local base = 2 + i * per
+  local seq = first + i
+  local member = ARGV[base + 1] .. ':' .. string.format('%016d', seq)
+  redis.call('RPUSH', KEYS[2], string.format('%d', seq) .. ' ' .. ARGV[base])
+  redis.call('ZADD', KEYS[3], 0, member)
+  for f = base + 2, base + per - 1 do
+    if ARGV[f] ~= '' then redis.call('ZADD', ARGV[f], 0, member) end
+  end
+end
+return first
+`,
+  3,
+);
+
+/**
+ * KEYS: entry list, trimmed count. ARGV: seq after which to read, how many. The list starts
+ * at the first entry not trimmed, so the entry with seq n sits at index n-1-trimmed.
+ */
+export const READ_LOG = luaScript(
+  `
+local trimmed = tonumber(redis.call('GET', KEYS[2]) or '0')
+local start = math.max(tonumber(ARGV[1]) - trimmed, 0)
+return redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
 `,
   2,
 );
 
 /**
- * KEYS: seq counter, entry list. ARGV: json values. Appends them in order under consecutive
- * seqs (one INCRBY); returns the first seq.
+ * KEYS: entry list, trimmed count. ARGV: lower and upper ZRANGEBYLEX bounds, limit, budget,
+ * the number of candidate index keys, those keys, then (field, value) pairs every match
+ * must have.
+ * Scans the smallest candidate index from the lower bound, checks each entry against every
+ * condition, and stops after limit+1 matches or `budget` index members: bounded work per
+ * call. Returns { done (1/0), last member examined, member, json, member, json, … }.
  */
-export const APPEND_MANY = luaScript(
+export const QUERY_LOG = luaScript(
   `
-local last = redis.call('INCRBY', KEYS[1], #ARGV)
-local first = last - #ARGV + 1
-for i = 1, #ARGV do
-  redis.call('RPUSH', KEYS[2], string.format('%d', first + i - 1) .. ' ' .. ARGV[i])
+local trimmed = tonumber(redis.call('GET', KEYS[2]) or '0')
+local candidates = tonumber(ARGV[5])
+local driver = ARGV[6]
+local smallest = redis.call('ZCARD', driver)
+for i = 7, 5 + candidates do
+  local size = redis.call('ZCARD', ARGV[i])
+  if size < smallest then driver = ARGV[i]; smallest = size end
 end
-return first
+local limit = tonumber(ARGV[3])
+local budget = tonumber(ARGV[4])
+local conditions = {}
+for i = 6 + candidates, #ARGV, 2 do conditions[#conditions + 1] = { ARGV[i], ARGV[i + 1] } end
+local out = { 0, '' }
+local found = 0
+local examined = 0
+local lower = ARGV[1]
+while true do
+  local chunk = redis.call('ZRANGEBYLEX', driver, lower, ARGV[2], 'LIMIT', 0, math.min(100, budget - examined))
+  if #chunk == 0 then out[1] = 1; return out end
+  for _, member in ipairs(chunk) do
+    examined = examined + 1
+    out[2] = member
+    local index = tonumber(string.sub(member, 17)) - 1 - trimmed
+    local line = index >= 0 and redis.call('LINDEX', KEYS[1], index)
+    if line then
+      local json = string.sub(line, (string.find(line, ' ', 1, true) or 0) + 1)
+      local ok, value = pcall(cjson.decode, json)
+      local match = ok and type(value) == 'table'
+      if match then
+        for _, condition in ipairs(conditions) do
+          local field = value[condition[1]]
+          if type(field) ~= 'string' or field ~= condition[2] then match = false; break end
+        end
+      end
+      if match then
+        out[#out + 1] = member
+        out[#out + 1] = json
+        found = found + 1
+        if found > limit then return out end
+      end
+    end
+    if examined >= budget then return out end
+  end
+  lower = '(' .. out[2]
+end
 `,
   2,
 );
+
+/**
+ * KEYS: entry list, trimmed count, time index. ARGV: n, the seq the list must start with
+ * (another replica may have trimmed first: then nothing happens), then per entry its
+ * member and INDEX_KEYS_PER_ENTRY index keys. Removes the n oldest entries and their
+ * index members; returns how many it removed.
+ */
+export const TRIM_LOG = luaScript(
+  `
+local n = tonumber(ARGV[1])
+local head = redis.call('LINDEX', KEYS[1], 0)
+if not head or string.sub(head, 1, #ARGV[2] + 1) ~= ARGV[2] .. ' ' then return 0 end
+local per = 1 + ${INDEX_KEYS_PER_ENTRY}
+for i = 0, n - 1 do
+  local base = 3 + i * per
+  redis.call('ZREM', KEYS[3], ARGV[base])
+  for f = base + 1, base + per - 1 do
+    if ARGV[f] ~= '' then redis.call('ZREM', ARGV[f], ARGV[base]) end
+  end
+end
+redis.call('LTRIM', KEYS[1], n, -1)
+redis.call('INCRBY', KEYS[2], n)
+return n
+`,
+  3,
+);
+
+/** KEYS: counter hash. ARGV: key, increment (a batch's increment, beside its other scripts). */
+export const HINCRBY = luaScript("return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])", 1);

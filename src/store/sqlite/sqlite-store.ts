@@ -19,16 +19,33 @@ import {
   StoreInvalidArgumentError,
   StoreUnavailableError,
 } from "../errors.ts";
+import {
+  checkCounterRange,
+  checkLogQuery,
+  checkLogTrim,
+  LOG_INDEX_FIELDS,
+  LOG_QUERY_BUDGET,
+  type LogIndexField,
+  logIndexValues,
+  logQueryPage,
+  type QueryMatch,
+  trimCount,
+} from "../log-query.ts";
 import type {
   ListOptions,
   LogEntry,
+  LogQuery,
+  LogQueryPage,
+  LogTrim,
   Page,
   ReadLogOptions,
   Store,
   StoredItem,
   StoreHealth,
+  StoreWrite,
   WriteOptions,
 } from "../store.ts";
+import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 
 export interface SqliteStoreOptions {
   /** Path of the database file; its directory must exist. */
@@ -49,7 +66,7 @@ export interface SqliteStoreOptions {
   readonly now?: () => number;
 }
 
-const SCHEMA_VERSION = 1;
+const SCHEMA_VERSION = 2;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS store_meta (
@@ -78,6 +95,78 @@ CREATE TABLE IF NOT EXISTS counters (
 ) WITHOUT ROWID;
 `;
 
+/** The log columns migration 2 adds, in LOG_INDEX_FIELDS order. */
+const INDEX_COLUMNS = LOG_INDEX_FIELDS.join(", ");
+
+/**
+ * Version 2: the indexed fields of every log entry as columns (filled from the stored JSON
+ * for entries written before), each with an index ordered by (time_ms, seq), so a filtered
+ * query reads only matching entries.
+ */
+function addLogIndexes(db: DatabaseSync): void {
+  db.exec("ALTER TABLE logs ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0");
+  for (const field of LOG_INDEX_FIELDS) db.exec(`ALTER TABLE logs ADD COLUMN ${field} TEXT`);
+  const select = db.prepare(
+    "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
+  );
+  const update = db.prepare(
+    `UPDATE logs SET time_ms = :time, ${LOG_INDEX_FIELDS.map((f) => `${f} = :${f}`).join(", ")}
+     WHERE log = :log AND seq = :seq`,
+  );
+  let position: { log: string; seq: number } = { log: "", seq: 0 };
+  for (;;) {
+    const rows = select.all(position);
+    for (const row of rows) {
+      const log = asText(row.log, "log");
+      const seq = asNumber(row.seq, "seq");
+      let value: unknown;
+      try {
+        value = JSON.parse(asText(row.value, "value"));
+      } catch {
+        value = undefined;
+      }
+      const index = logIndexValues(value);
+      update.run({ log, seq, time: index.time, ...index.fields });
+      position = { log, seq };
+    }
+    if (rows.length < 1000) break;
+  }
+  db.exec("CREATE INDEX logs_by_time ON logs (log, time_ms, seq)");
+  for (const field of LOG_INDEX_FIELDS) {
+    db.exec(`CREATE INDEX logs_by_${field} ON logs (log, ${field}, time_ms, seq) WHERE ${field} IS NOT NULL`);
+  }
+}
+
+/** Schema changes after version 1, applied in order to a file that has not seen them. */
+const MIGRATIONS: ReadonlyArray<{ readonly version: number; readonly apply: (db: DatabaseSync) => void }> = [
+  { version: 2, apply: addLogIndexes },
+];
+
+/**
+ * Which index a query reads, most selective first (a subject belongs to one partner, a
+ * reason is rarer than a decision). The other conditions are written `+column = …` so
+ * SQLite does not pick a wider index for them.
+ */
+const DRIVER_ORDER: readonly LogIndexField[] = [
+  "subject_id",
+  "capability_id",
+  "reason",
+  "partner_id",
+  "decision",
+];
+
+const PUT = `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
+  ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
+const DELETE = "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at";
+/** The write lock is taken before MAX(seq) is read, so concurrent writers never share a seq. */
+const APPEND = `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
+  SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}
+  FROM logs WHERE log = :log
+  RETURNING seq`;
+const INCREMENT = `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
+  ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
+  RETURNING value`;
+
 const LIVE = "(expires_at IS NULL OR expires_at > :now)";
 
 /** SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock longer than busy_timeout. */
@@ -103,6 +192,12 @@ function checkOptions(options: SqliteStoreOptions): Required<Omit<SqliteStoreOpt
     throw new StoreInvalidArgumentError("sweepIntervalMs must be a non-negative integer.");
   }
   return { path: options.path, busyTimeoutMs, sweepIntervalMs, walAutocheckpointPages };
+}
+
+/** The named parameters of an entry's time and index columns. */
+function indexParams(value: unknown): Record<string, SQLInputValue> {
+  const index = logIndexValues(value);
+  return { time: index.time, ...index.fields };
 }
 
 function toStoreError(error: unknown, what: string): StoreError {
@@ -175,13 +270,17 @@ export class SqliteStore implements Store {
     try {
       this.#db.exec(SCHEMA);
       const row = this.#db.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get();
-      if (row === undefined) {
-        this.#db
-          .prepare("INSERT INTO store_meta (key, value) VALUES ('schema_version', ?)")
-          .run(String(SCHEMA_VERSION));
-      } else if (Number(row.value) > SCHEMA_VERSION) {
-        throw new StoreError(`SQLite file has schema version ${String(row.value)}, newer than this build.`);
+      // A new file has the version 1 tables (SCHEMA) and no version row yet.
+      const version = row === undefined ? 1 : Number(row.value);
+      if (version > SCHEMA_VERSION) {
+        throw new StoreError(`SQLite file has schema version ${String(row?.value)}, newer than this build.`);
       }
+      for (const migration of MIGRATIONS) if (migration.version > version) migration.apply(this.#db);
+      this.#db
+        .prepare(
+          "INSERT INTO store_meta (key, value) VALUES ('schema_version', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )
+        .run(String(SCHEMA_VERSION));
       this.#db.exec("COMMIT");
     } catch (error) {
       this.#db.exec("ROLLBACK");
@@ -235,11 +334,7 @@ export class SqliteStore implements Store {
 
   put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
     return this.#run("put", () => {
-      const params = this.#writeParams(collection, id, value, options);
-      this.#statement(
-        `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
-         ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
-      ).run(params);
+      this.#statement(PUT).run(this.#writeParams(collection, id, value, options));
     });
   }
 
@@ -268,9 +363,10 @@ export class SqliteStore implements Store {
 
   delete(collection: string, id: string): Promise<boolean> {
     return this.#run("delete", () => {
-      const row = this.#statement(
-        "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at",
-      ).get({ collection: checkName("collection", collection), id: checkId("id", id) });
+      const row = this.#statement(DELETE).get({
+        collection: checkName("collection", collection),
+        id: checkId("id", id),
+      });
       if (row === undefined) return false;
       // An expired row was already absent to readers: removing it is housekeeping, not a delete.
       return row.expires_at === null || asNumber(row.expires_at, "expiry") > this.#now();
@@ -321,11 +417,7 @@ export class SqliteStore implements Store {
       const text = encodeValue(value);
       // The write lock is taken before MAX(seq) is read, so concurrent writers (other
       // connections, other processes) cannot both get the same seq.
-      const row = this.#statement(
-        `INSERT INTO logs (log, seq, value)
-         SELECT :log, COALESCE(MAX(seq), 0) + 1, :value FROM logs WHERE log = :log
-         RETURNING seq`,
-      ).get({ log: name, value: text });
+      const row = this.#statement(APPEND).get({ log: name, value: text, ...indexParams(value) });
       return asNumber(row?.seq, "seq");
     });
   }
@@ -342,9 +434,12 @@ export class SqliteStore implements Store {
           log: name,
         });
         const first = asNumber(last?.seq, "seq") + 1;
-        const insert = this.#statement("INSERT INTO logs (log, seq, value) VALUES (:log, :seq, :value)");
-        const seqs = texts.map((value, i) => {
-          insert.run({ log: name, seq: first + i, value });
+        const insert = this.#statement(
+          `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
+           VALUES (:log, :seq, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")})`,
+        );
+        const seqs = texts.map((text, i) => {
+          insert.run({ log: name, seq: first + i, value: text, ...indexParams(values[i]) });
           return first + i;
         });
         this.#db.exec("COMMIT");
@@ -372,6 +467,97 @@ export class SqliteStore implements Store {
     });
   }
 
+  queryLog<T>(log: string, query?: LogQuery): Promise<LogQueryPage<T>> {
+    return this.#run("queryLog", () => {
+      const checked = checkLogQuery(query);
+      const driver = DRIVER_ORDER.find((field) => checked.indexed.some(([f]) => f === field));
+      const params: Record<string, SQLInputValue> = {
+        log: checkName("log", log),
+        since: checked.since,
+        until: checked.until,
+        afterTime: checked.afterTime,
+        afterSeq: checked.afterSeq,
+      };
+      const conditions = [
+        "log = :log",
+        "time_ms >= :since",
+        "time_ms <= :until",
+        "(time_ms, seq) > (:afterTime, :afterSeq)",
+      ];
+      checked.indexed.forEach(([field, wanted], i) => {
+        conditions.push(`${field === driver ? "" : "+"}${field} = :i${i}`);
+        params[`i${i}`] = wanted;
+      });
+      const residual = checked.other.map(([field, wanted], i) => {
+        params[`p${i}`] = `$.${field}`;
+        params[`o${i}`] = wanted;
+        return `json_extract(value, :p${i}) = :o${i}`;
+      });
+      const matched = residual.length === 0 ? "1" : residual.join(" AND ");
+      // Conditions no index answers are checked on at most LOG_QUERY_BUDGET candidates, read
+      // lazily in index order: the walk stops at limit+1 matches.
+      params.take = residual.length === 0 ? checked.limit + 1 : LOG_QUERY_BUDGET;
+      const index = driver === undefined ? "logs_by_time" : `logs_by_${driver}`;
+      const rows = this.#statement(
+        `SELECT seq, time_ms, CASE WHEN ${matched} THEN value END AS value FROM logs INDEXED BY ${index}
+         WHERE ${conditions.join(" AND ")} ORDER BY time_ms, seq LIMIT :take`,
+      ).iterate(params);
+      const candidates: QueryMatch[] = [];
+      let examined = 0;
+      let last: { seq: number; time: number } | undefined;
+      for (const row of rows) {
+        examined++;
+        last = { seq: asNumber(row.seq, "seq"), time: asNumber(row.time_ms, "time") };
+        if (row.value === null) continue;
+        candidates.push({ ...last, text: asText(row.value, "value") });
+        if (candidates.length > checked.limit) break;
+      }
+      const exhausted = residual.length > 0 && examined >= LOG_QUERY_BUDGET;
+      return logQueryPage<T>(candidates, checked.limit, exhausted ? last : undefined);
+    });
+  }
+
+  trimLog(log: string, rule: LogTrim): Promise<number> {
+    return this.#run("trimLog", () => {
+      const name = checkName("log", log);
+      const trim = checkLogTrim(rule);
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        // MAX alone (not beside MIN) is one index lookup; the oldest come from the key order.
+        const last = this.#statement("SELECT MAX(seq) AS last FROM logs WHERE log = :log").get({ log: name });
+        const oldest = this.#statement(
+          "SELECT seq, time_ms FROM logs WHERE log = :log ORDER BY seq LIMIT :max",
+        ).all({ log: name, max: trim.max });
+        const first = oldest[0];
+        if (first === undefined) {
+          this.#db.exec("COMMIT");
+          return 0;
+        }
+        const total = asNumber(last?.last, "seq") - asNumber(first.seq, "seq") + 1;
+        const n = trimCount(
+          oldest.map((row) => asNumber(row.time_ms, "time")),
+          total,
+          trim,
+        );
+        const removed =
+          n === 0
+            ? 0
+            : asNumber(
+                this.#statement("DELETE FROM logs WHERE log = :log AND seq <= :last").run({
+                  log: name,
+                  last: asNumber(oldest[n - 1]?.seq, "seq"),
+                }).changes,
+                "change count",
+              );
+        this.#db.exec("COMMIT");
+        return removed;
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+  }
+
   logLength(log: string): Promise<number> {
     return this.#run("logLength", () => {
       const row = this.#statement("SELECT COALESCE(MAX(seq), 0) AS n FROM logs WHERE log = :log").get({
@@ -383,11 +569,7 @@ export class SqliteStore implements Store {
 
   increment(counters: string, key: string, by?: number): Promise<number> {
     return this.#run("increment", () => {
-      const row = this.#statement(
-        `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
-         ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
-         RETURNING value`,
-      ).get({
+      const row = this.#statement(INCREMENT).get({
         name: checkName("counters", counters),
         key: checkId("counter key", key),
         by: checkIncrement(by),
@@ -417,6 +599,61 @@ export class SqliteStore implements Store {
       for (const row of rows) result[asText(row.key, "counter key")] = asNumber(row.value, "counter");
       return result;
     });
+  }
+
+  deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
+    return this.#run("deleteCounters", () => {
+      const name = checkName("counters", counters);
+      const range = checkCounterRange(prefix, before, max);
+      const result = this.#statement(
+        `DELETE FROM counters WHERE name = :name AND key IN (
+           SELECT key FROM counters WHERE name = :name AND key >= :lower AND key < :upper ORDER BY key LIMIT :max)`,
+      ).run({ name, lower: range.lower ?? "", upper: range.upper, max: range.max });
+      return asNumber(result.changes, "change count");
+    });
+  }
+
+  writeAll(writes: readonly StoreWrite[]): Promise<void> {
+    return this.#run("writeAll", () => {
+      const checked = checkWrites(writes);
+      if (checked.length === 0) return;
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        for (const write of checked) this.#apply(write);
+        this.#db.exec("COMMIT");
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+  }
+
+  /** One write of a batch, inside its transaction. */
+  #apply(write: CheckedWrite): void {
+    switch (write.op) {
+      case "put":
+        this.#statement(PUT).run({
+          collection: write.collection,
+          id: write.id,
+          value: write.text,
+          expires: write.ttlMs === undefined ? null : this.#now() + write.ttlMs,
+        });
+        return;
+      case "delete":
+        this.#statement(DELETE).get({ collection: write.collection, id: write.id });
+        return;
+      case "append":
+        this.#statement(APPEND).get({
+          log: write.log,
+          value: write.text,
+          time: write.index.time,
+          ...write.index.fields,
+        });
+        return;
+      case "increment":
+        this.#statement(INCREMENT).get({ name: write.counters, key: write.key, by: write.by });
+        return;
+    }
   }
 
   async health(): Promise<StoreHealth> {

@@ -1,6 +1,12 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { listOf, record } from "../../../admin/admin-response-schemas.ts";
 import {
+  decodeLogCursor,
+  encodeLogCursor,
+  MAX_CURSOR_LENGTH,
+  queryDigest,
+} from "../../../admin/log-cursor.ts";
+import {
   BILLING_SYNC_COLLECTION,
   encodeUsageComponent,
   parseUsageKey,
@@ -13,27 +19,25 @@ import {
 import { AuthorityError } from "../../../errors.ts";
 import { assertCanReadPartner, assertRole, hasRole, type Principal } from "../../../identity/principal.ts";
 import { logs } from "../../../store/model.ts";
-import type { Store } from "../../../store/store.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 
 /**
  * Operations views: GET /admin/audit (policy changes and runtime decisions),
- * GET /admin/mcp-audit (MCP tool calls), GET /admin/usage (counts by period and success
- * state). Admins and auditors see every partner (optionally filtered by `partner`); a
- * partner admin sees only its own partner. Paging: `cursor` is the last `seq` seen; the
- * answer's `next` continues after it. docs/authorize.md.
+ * GET /admin/mcp-audit (MCP tool calls), GET /admin/evidence (binding invocations),
+ * GET /admin/usage (counts by period and success state). Admins and auditors see every
+ * partner (optionally filtered by `partner`); a partner admin sees only its own partner.
+ * The log views answer from the store's indexes (Store.queryLog), in time order: a page
+ * holds the matches. `cursor` is the opaque `next` of the previous page (admin/log-cursor.ts).
+ * docs/admin-api.md.
  */
 
 const MAX_LIMIT = 500;
-/** Log entries examined per request at most; `next` resumes the scan. */
-const SCAN_BUDGET = 5000;
-const PAGE = 1000;
 
-const text = (max = 1024) => ({ type: "string", minLength: 1, maxLength: max }) as const;
+const text = (max = 512) => ({ type: "string", minLength: 1, maxLength: max }) as const;
 const timestamp = { type: "string", format: "date-time" } as const;
 const paging = {
-  cursor: { type: "string", pattern: "^[0-9]{1,15}$" },
+  cursor: { type: "string", minLength: 1, maxLength: MAX_CURSOR_LENGTH },
   // Query strings are not coerced (the base server's ajv has coerceTypes off).
   limit: { type: "string", pattern: "^[1-9][0-9]{0,2}$" },
   since: timestamp,
@@ -71,52 +75,16 @@ function readablePartner(principal: Principal, asked: string | undefined): strin
   return own;
 }
 
-function timeWindow(query: { since?: string; until?: string }): { since: number; until: number } {
-  const since = query.since === undefined ? Number.NEGATIVE_INFINITY : Date.parse(query.since);
-  const until = query.until === undefined ? Number.POSITIVE_INFINITY : Date.parse(query.until);
-  if (since > until) throw new AuthorityError("invalid_request", "since must not be after until.");
-  return { since, until };
+function timeWindow(query: { since?: string; until?: string }): { since?: number; until?: number } {
+  const since = query.since === undefined ? undefined : Date.parse(query.since);
+  const until = query.until === undefined ? undefined : Date.parse(query.until);
+  if (since !== undefined && until !== undefined && since > until) {
+    throw new AuthorityError("invalid_request", "since must not be after until.");
+  }
+  return { ...(since === undefined ? {} : { since }), ...(until === undefined ? {} : { until }) };
 }
 
 type Row = Readonly<Record<string, unknown>>;
-
-/** Reads the log after `cursor`, keeping rows `keep` accepts, within the scan budget. */
-async function scanLog(
-  store: Store,
-  log: string,
-  query: PagingQuery,
-  keep: (row: Row) => boolean,
-): Promise<{ items: Array<Row & { seq: number }>; next?: string }> {
-  let after = query.cursor === undefined ? 0 : Number(query.cursor);
-  const limit = Math.min(query.limit === undefined ? 100 : Number(query.limit), MAX_LIMIT);
-  const items: Array<Row & { seq: number }> = [];
-  let scanned = 0;
-  for (;;) {
-    const entries = await store.readLog<Row>(log, { afterSeq: after, limit: PAGE });
-    for (const entry of entries) {
-      after = entry.seq;
-      scanned++;
-      if (typeof entry.value === "object" && entry.value !== null && keep(entry.value)) {
-        items.push({ seq: entry.seq, ...entry.value });
-        if (items.length >= limit) return { items, next: String(after) };
-      }
-      if (scanned >= SCAN_BUDGET) return { items, next: String(after) };
-    }
-    if (entries.length < PAGE) return { items };
-  }
-}
-
-function inWindow(row: Row, window: { since: number; until: number }): boolean {
-  if (window.since === Number.NEGATIVE_INFINITY && window.until === Number.POSITIVE_INFINITY) return true;
-  const time = typeof row.time === "string" ? Date.parse(row.time) : Number.NaN;
-  return !Number.isNaN(time) && time >= window.since && time <= window.until;
-}
-
-const matches = (row: Row, field: string, wanted: string | undefined): boolean =>
-  wanted === undefined || row[field] === wanted;
-
-const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
-const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
 
 /** A log view: its route, its log, and per query parameter the schema and the row field it must equal. */
 interface LogView {
@@ -125,7 +93,7 @@ interface LogView {
   readonly filters: Readonly<Record<string, { readonly schema: object; readonly field: string }>>;
 }
 
-/** GET <path>: the log's rows after `cursor`, for the partner the principal may read, filtered and windowed. */
+/** GET <path>: the log's rows matching the filters, for the partner the principal may read, oldest first. */
 function logView(app: FastifyInstance, context: AuthorityContext, view: LogView): void {
   const properties = {
     ...paging,
@@ -144,22 +112,36 @@ function logView(app: FastifyInstance, context: AuthorityContext, view: LogView)
       const query = request.query;
       const partner = readablePartner(principal, query.partner);
       const window = timeWindow(query);
-      const wanted = Object.entries(view.filters).flatMap(([name, filter]) => {
+      const where: Record<string, string> = {};
+      for (const [name, filter] of Object.entries(view.filters)) {
         const value = query[name];
-        return value === undefined ? [] : [[filter.field, value] as const];
+        if (value !== undefined) where[filter.field] = value;
+      }
+      // The scope is set last, from the principal: no filter can widen or replace it.
+      if (partner !== undefined) where.partner_id = partner;
+      const digest = queryDigest([view.path, partner ?? null, Object.entries(where).sort(), window]);
+      const after = query.cursor === undefined ? undefined : decodeLogCursor(query.cursor, digest);
+      const page = await context.store.queryLog<unknown>(view.log, {
+        where,
+        ...window,
+        limit: Math.min(query.limit === undefined ? 100 : Number(query.limit), MAX_LIMIT),
+        ...(after === undefined ? {} : { after }),
       });
-      return scanLog(
-        context.store,
-        view.log,
-        query,
-        (row) =>
-          matches(row, "partner_id", partner) &&
-          wanted.every(([field, value]) => row[field] === value) &&
-          inWindow(row, window),
-      );
+      const items: Array<Row & { seq: number }> = [];
+      for (const entry of page.entries) {
+        const row = entry.value;
+        // The store answered the scope already; a row outside it is never shown all the same.
+        if (typeof row !== "object" || row === null) continue;
+        if (partner !== undefined && (row as Row).partner_id !== partner) continue;
+        items.push({ seq: entry.seq, ...(row as Row) });
+      }
+      return page.next === undefined ? { items } : { items, next: encodeLogCursor(page.next, digest) };
     },
   );
 }
+
+const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
+const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
 
 export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
   const { store } = context;
@@ -177,6 +159,18 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
         decision: { schema: { type: "string", enum: ["allowed", "denied"] }, field: "decision" },
         reason: { schema: text(64), field: "reason" },
         transport: { schema: text(16), field: "transport" },
+      },
+    });
+
+    logView(app, context, {
+      path: "/admin/evidence",
+      log: logs.evidence,
+      filters: {
+        subject: { schema: text(), field: "subject_id" },
+        capability: { schema: text(256), field: "capability_id" },
+        decision: { schema: { type: "string", enum: ["allowed", "denied"] }, field: "decision" },
+        reason: { schema: text(64), field: "reason" },
+        binding: { schema: text(256), field: "binding_id" },
       },
     });
 

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
 import { hashCanonical } from "../../../../src/core/canonical-json.ts";
 import type { PolicyDocument } from "../../../../src/core/policy-document.ts";
@@ -7,6 +8,7 @@ import { compilePolicyDocument } from "../../../../src/policy/compile.ts";
 import type { PolicyRecord } from "../../../../src/policy/record.ts";
 import { readPolicyRecord } from "../../../../src/policy/record-store.ts";
 import { collections, logs, type PolicyChangeAuditRecord, storeKeys } from "../../../../src/store/model.ts";
+import type { SqliteStore } from "../../../../src/store/sqlite/sqlite-store.ts";
 import { cast, type Harness, smallApi, startHarness } from "./harness.ts";
 
 const GET_ORDERS = "orders:get:/orders";
@@ -353,6 +355,41 @@ describe("admin API: policies", () => {
       assert.equal(
         (await h.call("GET", "/partners/globex/caab/policies", { token: t.globexAdmin })).body.items.length,
         0,
+      );
+    });
+
+    it("stores an assignment and its audit record together: when the record cannot be written, neither is", async () => {
+      assert.equal((await user("agent-tx")).status, 201);
+      const raw = new DatabaseSync((h.store as SqliteStore).path);
+      raw.exec(`CREATE TRIGGER refuse_tx_audit BEFORE INSERT ON logs
+        WHEN NEW.log = 'audit' AND NEW.subject_id = 'agent-tx'
+        BEGIN SELECT RAISE(ABORT, 'audit refused'); END`);
+      try {
+        const refused = await put("agent-tx", "orders", {
+          allowed_permission_ids: [GET_ORDERS],
+          ttl_seconds: 600,
+        });
+        assert.ok(refused.status >= 500, refused.text);
+        assert.equal(
+          await h.store.get(collections.assignments, storeKeys.assignment("acme", "agent-tx", "orders")),
+          undefined,
+          "no assignment without its audit record",
+        );
+      } finally {
+        raw.exec("DROP TRIGGER refuse_tx_audit");
+        raw.close();
+      }
+      const stored = await put("agent-tx", "orders", {
+        allowed_permission_ids: [GET_ORDERS],
+        ttl_seconds: 600,
+      });
+      assert.equal(stored.status, 200, stored.text);
+      const audit = await h.store.queryLog<PolicyChangeAuditRecord>(logs.audit, {
+        where: { subject_id: "agent-tx", kind: "policy_change" },
+      });
+      assert.deepEqual(
+        audit.entries.map((e) => e.value.action),
+        ["assign"],
       );
     });
 

@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
+import { sha256Ref } from "../../../../src/bindings/derive.ts";
+import { bindingCollections } from "../../../../src/bindings/model.ts";
+import type { SqliteStore } from "../../../../src/store/sqlite/sqlite-store.ts";
 import { BINDING, type BindingsHarness, startBindingsHarness, UPSTREAM_API_KEY } from "./harness.ts";
 
 describe("binding invoke", () => {
@@ -285,6 +289,35 @@ describe("binding invoke idempotency", () => {
     assert.deepEqual(second.body, first.body);
     assert.equal(second.headers.get("idempotent-replayed"), "true");
     assert.equal(h.upstream.handled(), handled + 1);
+  });
+
+  it("stores a kept result only together with its evidence: when the evidence cannot be written, neither is", async () => {
+    const raw = new DatabaseSync((h.store as SqliteStore).path);
+    raw.exec(`CREATE TRIGGER refuse_evidence BEFORE INSERT ON documents
+      WHEN NEW.collection = '${bindingCollections.invocations}'
+      BEGIN SELECT RAISE(ABORT, 'evidence refused'); END`);
+    let reply: Awaited<ReturnType<typeof h.invoke>>;
+    try {
+      reply = await h.invoke(body, { key: "create-no-evidence" });
+    } finally {
+      raw.exec("DROP TRIGGER refuse_evidence");
+      raw.close();
+    }
+    assert.ok(reply.status >= 500, JSON.stringify(reply.body));
+    const kept = await h.store.list<{ state: string }>(bindingCollections.idempotency, { limit: 1000 });
+    const evidence = await h.store.list<{ idempotency_key_hash: string | null }>(
+      bindingCollections.invocations,
+      {
+        limit: 1000,
+      },
+    );
+    const withEvidence = new Set(evidence.items.map((item) => item.value.idempotency_key_hash));
+    const keyHash = sha256Ref("create-no-evidence");
+    assert.equal(withEvidence.has(keyHash), false);
+    assert.ok(
+      kept.items.every((item) => item.value.state !== "completed" || !item.id.endsWith(keyHash.slice(7))),
+      "no replayable result without its evidence",
+    );
   });
 
   it("refuses the same key with a different request (422)", async () => {

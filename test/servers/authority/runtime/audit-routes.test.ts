@@ -81,7 +81,7 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
     assert.equal((none.body.items as unknown[]).length, 0);
   });
 
-  test("pages with a seq cursor", async () => {
+  test("pages with an opaque cursor, oldest first", async () => {
     const seen: unknown[] = [];
     let cursor: string | undefined;
     for (let i = 0; i < 10; i++) {
@@ -94,7 +94,81 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
       cursor = page.body.next as string | undefined;
       if (cursor === undefined) break;
     }
-    assert.deepEqual(seen, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert.deepEqual(
+      [...seen].sort((a, b) => Number(a) - Number(b)),
+      [1, 2, 3, 4, 5, 6, 7, 8],
+    );
+  });
+
+  test("a forged, edited or replayed cursor is a 400, never another query's rows", async () => {
+    const first = await h.get("/admin/audit?limit=1", otherPartnerAdmin);
+    assert.equal(first.status, 200);
+    const theirs = await h.get("/admin/audit?limit=1", admin);
+    const mine = await h.get("/admin/audit?limit=1", partnerAdmin);
+    const cursors = [theirs.body.next, mine.body.next].filter((c): c is string => typeof c === "string");
+    assert.equal(cursors.length, 2);
+    const forged = [
+      "1",
+      "0",
+      Buffer.from("c1.0.0.00000000000000000000000000000000").toString("base64url"),
+      // partner-1's own cursor with the position edited
+      Buffer.from(
+        Buffer.from(cursors[1] as string, "base64url")
+          .toString()
+          .replace(/^c1\.[0-9]+\./, "c1.0."),
+      ).toString("base64url"),
+      "%00",
+      "x".repeat(129),
+    ];
+    // partner-1's admin replays the admin's unscoped cursor, and its own with other filters.
+    for (const [path, cursor] of [
+      ["/admin/audit", cursors[0]],
+      ["/admin/audit?subject=agent-p2", cursors[1]],
+      ["/admin/mcp-audit", cursors[1]],
+      ["/admin/evidence", cursors[1]],
+      ...forged.slice(0, 3).map((c) => ["/admin/audit", c]),
+    ] as const) {
+      const sep = path.includes("?") ? "&" : "?";
+      const res = await h.get(`${path}${sep}cursor=${encodeURIComponent(String(cursor))}`, partnerAdmin);
+      assert.equal(res.status, 400, `${path} ${cursor}`);
+      assert.equal(res.body.error, "invalid_request");
+    }
+    for (const cursor of forged.slice(3)) {
+      const res = await h.get(`/admin/audit?cursor=${encodeURIComponent(cursor)}`, partnerAdmin);
+      assert.ok(res.status === 400 || res.status === 200, cursor);
+      for (const row of (res.body.items ?? []) as Array<Record<string, unknown>>) {
+        assert.equal(row.partner_id, PARTNER);
+      }
+    }
+  });
+
+  test("partner scope holds in every filter combination", async () => {
+    const filters = [
+      "",
+      "subject=agent-p2",
+      "subject=agent-7",
+      `capability=${CAPABILITY}`,
+      "decision=allowed",
+      "decision=denied",
+      "reason=operation_not_allowed",
+      "kind=decision",
+      "kind=policy_change",
+      `subject=agent-p2&capability=${CAPABILITY}&decision=allowed`,
+      "since=2000-01-01T00:00:00Z",
+    ];
+    for (const view of ["/admin/audit", "/admin/mcp-audit", "/admin/evidence"]) {
+      for (const filter of filters) {
+        if (view !== "/admin/audit" && filter.startsWith("kind")) continue;
+        if (view === "/admin/mcp-audit" && /decision|reason/.test(filter)) continue;
+        const res = await h.get(`${view}?${filter}`, partnerAdmin);
+        assert.equal(res.status, 200, `${view}?${filter}`);
+        for (const row of res.body.items as Array<Record<string, unknown>>) {
+          assert.equal(row.partner_id, PARTNER, `${view}?${filter}`);
+        }
+      }
+    }
+    const none = await h.get("/admin/audit?subject=agent-p2", partnerAdmin);
+    assert.equal((none.body.items as unknown[]).length, 0);
   });
 
   test("a partner admin sees only its partner and may not ask for another", async () => {
@@ -107,6 +181,36 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
     const refused = await h.get("/admin/audit?partner=partner-2", partnerAdmin);
     assert.equal(refused.status, 403);
     assert.equal(refused.body.error, "insufficient_role");
+  });
+
+  test("a filtered first page holds the matches, not a scan window (6,000 other records first)", async () => {
+    const { store } = h.service.context;
+    const noise = Array.from({ length: 6000 }, (_, i) => ({
+      kind: "decision",
+      decision: "allowed",
+      partner_id: PARTNER,
+      subject_id: `busy-${i % 50}`,
+      capability_id: CAPABILITY,
+      time: new Date(Date.now() - 60_000 + i).toISOString(),
+    }));
+    for (let i = 0; i < noise.length; i += 1000) await store.appendMany(logs.audit, noise.slice(i, i + 1000));
+    await store.append(logs.audit, {
+      kind: "decision",
+      decision: "denied",
+      reason: "policy_expired",
+      partner_id: PARTNER,
+      subject_id: "late-subject",
+      capability_id: CAPABILITY,
+      time: new Date().toISOString(),
+    });
+    const page = await h.get("/admin/audit?subject=late-subject&decision=denied", partnerAdmin);
+    assert.equal(page.status, 200);
+    const items = page.body.items as Array<Record<string, unknown>>;
+    assert.equal(items.length, 1);
+    assert.equal(items[0]?.reason, "policy_expired");
+    assert.equal(page.body.next, undefined);
+    const byReason = await h.get("/admin/audit?reason=policy_expired", admin);
+    assert.equal((byReason.body.items as unknown[]).length, 1);
   });
 
   test("runtime subjects and anonymous callers cannot read audit", async () => {

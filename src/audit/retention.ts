@@ -1,0 +1,129 @@
+/**
+ * Retention of the audit, MCP audit and evidence logs and of the usage counters, enforced in
+ * the background: every `intervalMs` each rule removes what it selects in batches of
+ * `batchSize` (one short store call each, the event loop free between them), so decisions
+ * are never held up by a large cleanup. Replicas may all run it: the stores' trims are safe
+ * to run at once (a second trim of the same entries removes nothing).
+ *
+ * Usage is kept as rollups per period (usage.ts: one counter per hour and one per day for
+ * each partner, subject, capability, permission and state), independent of the raw decision
+ * records: trimming the audit log never changes a usage count, and the daily rollups can be
+ * kept longer than the hourly ones.
+ */
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
+import type { Store } from "../store/store.ts";
+import { periodOf, USAGE_COUNTERS, type UsageGranularity } from "./usage.ts";
+
+export interface LogRetention {
+  /** Entries older than this are removed (ms; absent: no age limit). */
+  readonly maxAgeMs?: number;
+  /** At most this many entries are kept (absent: no count limit). */
+  readonly maxCount?: number;
+}
+
+export interface RetentionSettings {
+  /** Per log name. A log without a rule (or with an empty one) keeps everything. */
+  readonly logs: Readonly<Record<string, LogRetention>>;
+  /** How long usage rollups of each granularity are kept (ms; absent: forever). */
+  readonly usage: Readonly<Partial<Record<UsageGranularity, number>>>;
+}
+
+export interface RetentionOptions {
+  readonly store: Store;
+  readonly settings: RetentionSettings;
+  /** Between two passes (default 300000 ms). */
+  readonly intervalMs?: number;
+  /** Most records one store call removes (default 500). */
+  readonly batchSize?: number;
+  /** Most batches per rule and pass (default 200): a backlog is worked off over several passes. */
+  readonly maxBatchesPerPass?: number;
+  readonly now?: () => Date;
+  /** Told how many records a batch removed (`what`: a log name, or `usage_hour` / `usage_day`). */
+  readonly onRemoved?: (what: string, count: number) => void;
+  /** Told about a failed pass (the next pass tries again). */
+  readonly onError?: (error: unknown) => void;
+}
+
+export interface RetentionWorker {
+  /** Runs one pass now; resolves to what it removed per log / usage granularity. */
+  runOnce(): Promise<Record<string, number>>;
+  /** Stops the timer and waits for a pass under way. */
+  stop(): Promise<void>;
+}
+
+const GRANULARITY_TOKEN: Record<UsageGranularity, string> = { day: "d", hour: "h" };
+
+/** True when the settings select nothing (no timer is started then). */
+export function retentionIsEmpty(settings: RetentionSettings): boolean {
+  const logRules = Object.values(settings.logs).some(
+    (r) => r.maxAgeMs !== undefined || r.maxCount !== undefined,
+  );
+  return !logRules && Object.values(settings.usage).every((ms) => ms === undefined);
+}
+
+export function startRetention(options: RetentionOptions): RetentionWorker {
+  const { store, settings } = options;
+  const intervalMs = positiveIntegerOption(options.intervalMs, 300_000, "intervalMs");
+  const batchSize = positiveIntegerOption(options.batchSize, 500, "batchSize");
+  const maxBatches = positiveIntegerOption(options.maxBatchesPerPass, 200, "maxBatchesPerPass");
+  const now = options.now ?? (() => new Date());
+
+  /** Calls `batch` until it removes less than a full batch or the pass's cap is reached. */
+  async function drain(what: string, batch: () => Promise<number>): Promise<number> {
+    let total = 0;
+    for (let i = 0; i < maxBatches; i++) {
+      const removed = await batch();
+      total += removed;
+      if (removed > 0) options.onRemoved?.(what, removed);
+      if (removed < batchSize) break;
+      await yieldToEventLoop();
+    }
+    return total;
+  }
+
+  async function pass(): Promise<Record<string, number>> {
+    const removed: Record<string, number> = {};
+    const at = now().getTime();
+    for (const [log, rule] of Object.entries(settings.logs)) {
+      if (rule.maxAgeMs === undefined && rule.maxCount === undefined) continue;
+      removed[log] = await drain(log, () =>
+        store.trimLog(log, {
+          ...(rule.maxAgeMs === undefined ? {} : { olderThan: at - rule.maxAgeMs }),
+          ...(rule.maxCount === undefined ? {} : { keepLast: rule.maxCount }),
+          max: batchSize,
+        }),
+      );
+    }
+    for (const granularity of ["hour", "day"] as const) {
+      const maxAgeMs = settings.usage[granularity];
+      if (maxAgeMs === undefined) continue;
+      // Periods strictly before the one the cutoff falls in go; keys sort by period.
+      const prefix = `${GRANULARITY_TOKEN[granularity]}|`;
+      const before = `${prefix}${periodOf(new Date(at - maxAgeMs), granularity)}`;
+      removed[`usage_${granularity}`] = await drain(`usage_${granularity}`, () =>
+        store.deleteCounters(USAGE_COUNTERS, prefix, before, batchSize),
+      );
+    }
+    return removed;
+  }
+
+  let running: Promise<Record<string, number>> | undefined;
+  const runOnce = (): Promise<Record<string, number>> => {
+    running ??= pass().finally(() => {
+      running = undefined;
+    });
+    return running;
+  };
+  const timer = setInterval(() => {
+    runOnce().catch((error: unknown) => options.onError?.(error));
+  }, intervalMs);
+  timer.unref();
+  return {
+    runOnce,
+    async stop() {
+      clearInterval(timer);
+      await running?.catch(() => undefined);
+    },
+  };
+}
