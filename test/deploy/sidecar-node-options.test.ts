@@ -29,7 +29,7 @@ describe("the sidecar's Node settings and memory", () => {
   it("the chart's injected resources are the injector's defaults", async () => {
     const values = await readFile("charts/authority/values.yaml", "utf8");
     const injected =
-      /# -- Resources of the injected container\.\n\s+resources:\n\s+requests:\n\s+cpu: (\S+)\n\s+memory: (\S+)\n\s+limits:\n\s+memory: (\S+)\n/.exec(
+      /# -- Resources of the injected container\.[^\n]*\n(?:\s*#[^\n]*\n)*\s+resources:\n\s+requests:\n\s+cpu: (\S+)\n\s+memory: (\S+)\n\s+limits:\n\s+memory: (\S+)\n/.exec(
         values,
       );
     assert.ok(injected !== null, "sidecar.resources in values.yaml");
