@@ -9,7 +9,10 @@ export const MAX_SCHEMA_MESSAGES = 20;
 
 let shared: Ajv2020 | undefined;
 
-/** Every schema given to compileSchema: test/core/schema-validator.test.ts checks each against the meta-schema. */
+/**
+ * Every schema given to compileSchema (module-level constants, so a fixed set):
+ * test/core/schema-validator.test.ts checks each against the meta-schema.
+ */
 const declared: Record<string, unknown>[] = [];
 
 /** The schemas compileSchema was given so far (this code base's own, never a caller's). */

@@ -136,9 +136,9 @@ export interface Sidecar {
 const UNRESOLVED_CATALOG_TTL_MS = 5000;
 
 /**
- * Resolution of the event-loop lag metric (`nodejs_eventloop_lag_seconds`). prom-client's
- * default, 10 ms, wakes an idle sidecar a hundred times a second — about 4 ms of CPU per
- * second in every pod; a delay that long still shows in the metric.
+ * Resolution of the event-loop lag metric (`nodejs_eventloop_lag_seconds`): prom-client's
+ * default, 10 ms, woke an idle sidecar a hundred times a second — about 4 ms of CPU per second
+ * in every pod. A stall still shows in the metric when it delays one of the samples.
  */
 const EVENT_LOOP_SAMPLE_MS = 100;
 
