@@ -68,6 +68,18 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await import("./sidecar.ts")).benchSidecar(),
   },
   {
+    name: "sidecar-start",
+    title:
+      "Sidecar start-up, idle and memory over fresh processes: start → first allowed Check, readiness, idle CPU, RSS at 1,000 Checks/s",
+    targets:
+      "start → first allowed Check ≤ 250 ms; the first Check after /readyz is allowed; idle CPU ≤ 2 ms/s; RSS at 1,000 req/s ≤ 80 MB; no event-loop stall over 5 ms (issue 30)",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./sidecar-start.ts")).benchSidecarStart(
+        quick ? { rounds: 2, idleMs: 2000, loadMs: 2000 } : {},
+      ),
+  },
+  {
     name: "sidecar-input",
     title:
       "Sidecar request enforcement in-process (body, schema, constraints, headers_to_remove): CPU per Check",

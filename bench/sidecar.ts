@@ -77,12 +77,12 @@ const GENERATOR_ROLE = "sidecar-load-generator";
 // ---------------------------------------------------------------------------------------
 // Load generator (its own process)
 
-type LoadTask =
+export type LoadTask =
   | { kind: "fixed"; port: number; rate: number; durationMs: number; warmupMs: number; request: number[] }
   | { kind: "capacity"; port: number; concurrency: number; durationMs: number; request: number[] }
   | { kind: "sequential"; port: number; path: string; headers: Record<string, string>; count: number };
 
-interface LoadResult {
+export interface LoadResult {
   /** The first failure, for the table (e.g. a gRPC status). */
   readonly firstError?: string;
   /** Calls answered during the recorded phase. */
@@ -473,13 +473,14 @@ export interface SidecarBenchRow {
   readonly met: string;
 }
 
-interface Loader {
+export interface Loader {
   readonly pid: number | undefined;
   run(task: LoadTask): Promise<LoadResult>;
   close(): Promise<void>;
 }
 
-function startLoader(): Loader {
+/** The load generator in a process of its own (also bench/sidecar-start.ts's). */
+export function startLoader(): Loader {
   const child = track(
     fork(fileURLToPath(import.meta.url), [], {
       env: { ...process.env, BENCH_SIDECAR_ROLE: GENERATOR_ROLE },
@@ -628,7 +629,7 @@ function bucketQuantileMs(before: Map<number, number>, after: Map<number, number
   return Number.POSITIVE_INFINITY;
 }
 
-async function checkRequestBytes(token: string, path: string): Promise<number[]> {
+export async function checkRequestBytes(token: string, path: string): Promise<number[]> {
   const { loadProtos } = await import("../src/servers/sidecar/grpc/proto.ts");
   const method = loadProtos().authorization.Check as unknown as { requestSerialize(value: object): Buffer };
   const bytes = method.requestSerialize({

@@ -9,21 +9,20 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 
 /**
- * The servers run with the settings recommended for the sidecar's container (docs/sidecar.md,
- * "Memory"): NODE_OPTIONS `--max-semi-space-size=8 --max-old-space-size=128` (V8's young
- * generation otherwise grows to 16–32 MB semi-spaces under allocation-heavy load, and the old
- * generation to about twice the live heap), MALLOC_ARENA_MAX=2 (glibc keeps per-thread
- * arenas of freed memory otherwise) and a warm NODE_COMPILE_CACHE (compiled code, and no
- * TypeScript stripping at start: its WebAssembly instance alone is ~17 MB). The no-op server
- * gets the same settings, so the comparison is of the work done, not of heap settings.
- * BENCH_SIDECAR_NODE_FLAGS overrides the flags ("" for none); BENCH_SIDECAR_PLAIN_ENV=1 drops
- * the two environment settings.
+ * The servers run with the settings the injector gives the sidecar's container
+ * (docs/sidecar.md, "Memory"): its NODE_OPTIONS (SIDECAR_NODE_OPTIONS: a small young
+ * generation — V8's otherwise grows to 16–32 MB semi-spaces under allocation-heavy load — and
+ * a bounded old generation, which otherwise grows to about twice the live heap),
+ * MALLOC_ARENA_MAX=2 (glibc keeps per-thread arenas of freed memory otherwise) and a warm
+ * NODE_COMPILE_CACHE (compiled code, and no TypeScript stripping at start: its WebAssembly
+ * instance alone is ~17 MB). The no-op server gets the same settings, so the comparison is of
+ * the work done, not of heap settings. BENCH_SIDECAR_NODE_FLAGS overrides the flags ("" for
+ * none); BENCH_SIDECAR_PLAIN_ENV=1 drops the two environment settings.
  */
-export const SERVER_NODE_FLAGS = (
-  process.env.BENCH_SIDECAR_NODE_FLAGS ?? "--max-semi-space-size=8 --max-old-space-size=128"
-)
+export const SERVER_NODE_FLAGS = (process.env.BENCH_SIDECAR_NODE_FLAGS ?? SIDECAR_NODE_OPTIONS)
   .split(" ")
   .filter((flag) => flag.length > 0);
 /** Filled in by prepareServerEnv(): the compile cache lives in the bench's temporary directory. */

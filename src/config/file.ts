@@ -1,9 +1,14 @@
 import { open } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { extname } from "node:path";
-import { parseDocument, YAMLError } from "yaml";
+import type * as Yaml from "yaml";
 import { ConfigError } from "./errors.ts";
 
 const MAX_FILE_BYTES = 1024 * 1024;
+
+/** The YAML library is loaded when a config file is read: most processes run without one (issue 30). */
+const requireModule = createRequire(import.meta.url);
+const yaml = (): typeof Yaml => requireModule("yaml") as typeof Yaml;
 
 /**
  * YAML to JavaScript without the library's own reporting: it writes warnings (an unknown tag
@@ -11,7 +16,7 @@ const MAX_FILE_BYTES = 1024 * 1024;
  * hold a secret. A warning is refused like an error, and only its position is ever shown.
  */
 function parseYaml(textValue: string): unknown {
-  const document = parseDocument(textValue, { logLevel: "error" });
+  const document = yaml().parseDocument(textValue, { logLevel: "error" });
   const problem = document.errors[0] ?? document.warnings[0];
   if (problem !== undefined) throw problem;
   return document.toJS({ maxAliasCount: 0 });
@@ -19,7 +24,7 @@ function parseYaml(textValue: string): unknown {
 
 /** `:line:column` of a YAML error or warning (never the file's content). */
 function yamlPosition(error: unknown): string {
-  if (!(error instanceof YAMLError) || error.linePos === undefined) return "";
+  if (!(error instanceof yaml().YAMLError) || error.linePos === undefined) return "";
   const [start] = error.linePos;
   return `:${start.line}:${start.col}`;
 }

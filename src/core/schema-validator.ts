@@ -9,12 +9,27 @@ export const MAX_SCHEMA_MESSAGES = 20;
 
 let shared: Ajv2020 | undefined;
 
+/**
+ * Every schema given to compileSchema (module-level constants, so a fixed set):
+ * test/core/schema-validator.test.ts checks each against the meta-schema.
+ */
+const declared: Record<string, unknown>[] = [];
+
+/** The schemas compileSchema was given so far (this code base's own, never a caller's). */
+export function declaredSchemas(): readonly Record<string, unknown>[] {
+  return declared;
+}
+
 function ajv(): Ajv2020 {
   if (shared === undefined) {
     shared = new Ajv2020({
       allErrors: true,
       strict: true,
       allowUnionTypes: true,
+      // The schemas compiled here are this code base's own constants: a test holds each to
+      // the 2020-12 meta-schema, so a process does not compile that meta-schema at start
+      // (about a third of a sidecar's schema work before its first decision; issue 30).
+      validateSchema: false,
       code: { regExp: linearRegExp },
     });
     // ajv-formats is CommonJS: its function is the module object's `default`.
@@ -40,8 +55,13 @@ export type SchemaResult<T> = { ok: true; value: T } | { ok: false; messages: st
 
 export type SchemaCheck<T> = (value: unknown) => SchemaResult<T>;
 
-/** Compiles a JSON Schema 2020-12 document once, on first use. */
+/**
+ * Compiles a JSON Schema 2020-12 document once, on first use. Only for this code base's own
+ * schemas (they are not checked against the meta-schema at run time); a schema that comes
+ * from outside is compiled by its own module with the meta-schema check (execute/input.ts).
+ */
 export function compileSchema<T>(schema: Record<string, unknown>): SchemaCheck<T> {
+  declared.push(schema);
   let validate: ValidateFunction | undefined;
   return (value) => {
     validate ??= ajv().compile(schema);

@@ -28,10 +28,11 @@ import {
   type AgentOptions as HttpsAgentOptions,
   request as httpsRequest,
 } from "node:https";
+import { createRequire } from "node:module";
 import { isIP, type LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
-import { buildConnector, Agent as UndiciAgent } from "undici";
+import type { buildConnector, Agent as UndiciAgent } from "undici";
 import {
   type AddressClass,
   addressClassText,
@@ -46,6 +47,14 @@ import {
   parseIpAddress,
   sameAddress,
 } from "../core/egress-address.ts";
+
+/**
+ * undici (the gated fetch's connection pool) is loaded by the first gated fetch: a process that
+ * never makes one — the sidecar, whose forward proxy is on node:http — does not load its
+ * ~0.8 MB of code (start-up time and memory; issue 30).
+ */
+const requireModule = createRequire(import.meta.url);
+const loadUndici = (): typeof import("undici") => requireModule("undici") as typeof import("undici");
 
 /** Why a destination is refused: an address class, or one of the platform's own endpoints. */
 export type EgressRule = Exclude<AddressClass, "public"> | "platform_service";
@@ -368,7 +377,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
   const connectorFor = (port: number): buildConnector.connector => {
     let connector = connectors.get(port);
     if (connector === undefined) {
-      connector = buildConnector({ lookup: lookupFor(port) });
+      connector = loadUndici().buildConnector({ lookup: lookupFor(port) });
       connectors.set(port, connector);
     }
     return connector;
@@ -404,7 +413,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
   }
 
   function gatedDispatcher(): UndiciAgent {
-    dispatcher ??= new UndiciAgent({
+    dispatcher ??= new (loadUndici().Agent)({
       connect: (connectOptions, callback) => {
         const port = Number(connectOptions.port) || (connectOptions.protocol === "https:" ? 443 : 80);
         checkLiteral(connectOptions.hostname, port).then(

@@ -68,7 +68,7 @@ const MAX_POINTER_LENGTH = 200;
 
 const addFormats = formatsPlugin.default;
 
-function newAjv(coerce: boolean): Ajv2020 {
+function newAjv(coerce: boolean, validateSchema = true): Ajv2020 {
   // strict: false because imported OpenAPI schemas carry annotations (example, nullable,
   // x-*) that strict mode rejects; allErrors: false stops at the first error so a hostile
   // document cannot make validation expensive. ownProperties: a parameter named like one of
@@ -81,6 +81,7 @@ function newAjv(coerce: boolean): Ajv2020 {
     coerceTypes: coerce ? "array" : false,
     useDefaults: false,
     removeAdditional: false,
+    validateSchema,
     code: { regExp: linearRegExp },
   });
   addFormats(ajv);
@@ -116,8 +117,11 @@ function linearUniqueItems(ajv: Ajv2020): void {
 
 // Path, query and header values travel as strings on HTTP routes (broker, sidecar), so
 // those sections coerce ("10" → 10); the JSON body never does.
+// Every section's schema is checked against the 2020-12 meta-schema before it is compiled, by
+// paramsAjv: the body's compiler leaves that check to it, so a process compiles the (large)
+// meta-schema once instead of once per compiler.
 const paramsAjv = newAjv(true);
-const bodyAjv = newAjv(false);
+const bodyAjv = newAjv(false, false);
 
 const bySchemaObject = new WeakMap<object, CompiledInput>();
 // Snapshots decoded per request are new objects each time: a bounded cache by content
@@ -149,6 +153,7 @@ function compileSection(ajv: Ajv2020, schema: SchemaSection): ValidateFunction |
   if (schema === undefined || schema === null) return undefined;
   try {
     if (declaresProtoProperty(schema)) throw new Error("a __proto__ property is never checked");
+    if (ajv === bodyAjv && !paramsAjv.validateSchema(schema)) throw new Error("not a valid JSON Schema");
     return ajv.compile(schema);
   } catch (error) {
     // A pattern stored before patterns were checked at import that linear time cannot run.

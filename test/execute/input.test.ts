@@ -91,6 +91,18 @@ describe("validateInput", () => {
     );
   });
 
+  it("holds every section's schema, the body's too, to the JSON Schema meta-schema before compiling it", () => {
+    // Not JSON Schema (a length is never negative), yet a compiler that skips the meta-schema
+    // compiles it, into a rule that checks nothing: the operation is unusable (fail closed).
+    const wrong = { type: "object", properties: { note: { type: "string", minLength: -1 } } };
+    for (const section of ["query", "body"] as const) {
+      const schema = { ...order, ...(section === "query" ? { query: wrong } : { body: wrong }) };
+      const args = section === "query" ? { query: { note: "x" } } : { body: { note: "x" } };
+      const error = failure(() => validateInput(schema, args));
+      assert.equal(error.reason, "invalid_operation_snapshot", section);
+    }
+  });
+
   it("a stored pattern the linear-time engine cannot run makes the snapshot unusable, whatever the value", () => {
     for (const pattern of ["^(a)\\1$", "^(?!admin)", "(?<=x)y"]) {
       const stored = {

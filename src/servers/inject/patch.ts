@@ -151,7 +151,7 @@ interface EnvVar {
   readonly valueFrom?: { readonly secretKeyRef: { readonly name: string; readonly key: string } };
 }
 
-export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=8 --max-old-space-size=128";
+export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=2 --max-old-space-size=128";
 
 function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, string> | undefined): EnvVar[] {
   const env: EnvVar[] = [
@@ -163,8 +163,8 @@ function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, str
     { name: "AUTHORITY_SIDECAR_PROXY_LISTEN", value: `${settings.listenHost}:${settings.ports.proxy}` },
     // Kubelet probes and Prometheus reach the pod IP, so metrics always listen on every address.
     { name: "AUTHORITY_SIDECAR_METRICS_LISTEN", value: `0.0.0.0:${settings.ports.metrics}` },
-    // A bounded young generation and old space keep the sidecar's RSS under load near 135 MB
-    // (docs/sidecar.md, Performance); two malloc arenas stop per-thread arena growth.
+    // A 2 MB young generation and a bounded old space keep the sidecar's RSS under load small
+    // (docs/sidecar.md, Memory); two malloc arenas stop per-thread arena growth.
     { name: "NODE_OPTIONS", value: SIDECAR_NODE_OPTIONS },
     { name: "MALLOC_ARENA_MAX", value: "2" },
     { name: "AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS", value: String(settings.shutdownWaitMs) },

@@ -118,4 +118,45 @@ describe("the first Check after /readyz says ready, from a fresh sidecar process
     }
     process.stderr.write(`first Check after ready: ${firsts.join(", ")}\n`);
   });
+
+  // Issue 30: `/readyz` never says ready before a Check would meet its deadline. The sidecar
+  // runs as shipped, with its 200 ms decision deadline (inside Envoy's 0.25 s); the client
+  // waits for the answer. What is asserted is the answer, not a time: allowed, with the
+  // upstream credential — the sidecar's deadline 503 here means readiness came too early.
+  it(`is allowed within the shipped deadlines, every time (${ROUNDS} fresh processes)`, async () => {
+    const env = await sidecarProcessEnv(world, dir.path, { AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0" });
+    for (let round = 0; round < ROUNDS; round++) {
+      const started = await startSidecarProcess(env);
+      children.push(started);
+      await started.untilReady();
+      const client = new Client(`127.0.0.1:${started.ports.grpc}`, credentials.createInsecure());
+      try {
+        const response = await unary(
+          client,
+          checkMethod,
+          envoyCheckRequest({
+            method: "GET",
+            path: "/orders/42",
+            host: UPSTREAM_HOST,
+            headers: { authorization: `Bearer ${world.tokens.agent}` },
+            contextExtensions: {},
+            id: `shipped-${round}-${randomBytes(4).toString("hex")}`,
+          }),
+        );
+        assert.equal(
+          response.status.code,
+          0,
+          `round ${round}: the first Check after ready was refused: ${String(response.denied_response?.body)}`,
+        );
+        const set = (response.ok_response.headers as { header: { key: string; value: string } }[]).map(
+          (h) => [h.header.key, h.header.value],
+        );
+        assert.deepEqual(Object.fromEntries(set)["x-api-key"], UPSTREAM_SECRET);
+      } finally {
+        client.close();
+      }
+      await started.peer.stop();
+      assert.doesNotMatch(started.peer.output(), /"level":50/, "no error logged");
+    }
+  });
 });

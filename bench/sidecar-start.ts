@@ -1,0 +1,383 @@
+/**
+ * `make bench ONLY=sidecar-start`: what one pod pays for its sidecar before and between
+ * requests, over several fresh `authority sidecar` processes started exactly as the injector
+ * runs them (its NODE_OPTIONS, MALLOC_ARENA_MAX=2, the image's warm compile cache) against a
+ * running authority, IdP and Redis (bench/lib/bench-world.ts):
+ *
+ * - start → first allowed Check: Checks are sent from the moment the process is spawned (one
+ *   at a time, each with Envoy's 0.25 s timeout, as a pod's Envoy would forward them) until
+ *   one is allowed; the refusals before it are counted;
+ * - start → `/readyz` 200, and the first Check sent once it is: it must be allowed (a 503
+ *   there means readiness said ready before a Check could meet its deadline);
+ * - idle CPU (ms of CPU per second, all threads, from /proc schedstat) and idle RSS, a few
+ *   seconds after that first Check;
+ * - under load: RSS (max VmRSS), CPU per Check and the longest event-loop stall at 1,000 Checks
+ *   per second, open loop, from a load generator of its own (bench/sidecar.ts's).
+ *
+ * Every round is a new process; the start-up figures are medians and maxima over the rounds.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client, credentials } from "@grpc/grpc-js";
+import { checkMethod, type Decoded, envoyCheckRequest, unary } from "../test/servers/sidecar/grpc/helpers.ts";
+import { UPSTREAM_HOST } from "./lib/bench-world.ts";
+import {
+  cpuMs,
+  prepareServerEnv,
+  rssBytes,
+  rssSampler,
+  SERVER_ENV,
+  SERVER_NODE_FLAGS,
+  stopChild,
+  track,
+  waitForLine,
+} from "./lib/processes.ts";
+import type { Table } from "./report.ts";
+import { checkRequestBytes, startLoader } from "./sidecar.ts";
+
+export interface SidecarStartOptions {
+  /** Fresh processes per start-up measurement (default 5). */
+  readonly rounds?: number;
+  /** Idle CPU window per round (default 10 s). */
+  readonly idleMs?: number;
+  /** Measured phase at 1,000 Checks/s (default 10 s, after 2 s of warm-up). */
+  readonly loadMs?: number;
+}
+
+const ENVOY_TIMEOUT_MS = 250;
+const START_TARGET_MS = 250;
+const RSS_TARGET_MB = 80;
+const IDLE_TARGET_MS_PER_S = 2;
+const STALL_TARGET_MS = 5;
+const LOAD_RATE = 1000;
+
+const REPO = fileURLToPath(new URL("../", import.meta.url));
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)] ?? Number.NaN;
+};
+const round1 = (n: number) => Math.round(n * 10) / 10;
+const mb = (bytes: number) => round1(bytes / (1024 * 1024));
+
+interface Spawned {
+  readonly child: ChildProcess;
+  readonly startedAt: number;
+  readonly ports: { grpc: number; metrics: number };
+  readonly listenMs: number;
+  stop(): Promise<void>;
+}
+
+/** `authority sidecar` as the injector runs it, from the moment of the spawn. */
+async function spawnSidecar(
+  env: Record<string, string>,
+  extraFlags: readonly string[] = [],
+): Promise<Spawned> {
+  const journal = await mkdtemp(join(tmpdir(), "bench-sidecar-start-"));
+  const startedAt = performance.now();
+  const child = track(
+    spawn(process.execPath, [...SERVER_NODE_FLAGS, ...extraFlags, "bin/authority.ts", "sidecar"], {
+      cwd: REPO,
+      env: {
+        ...process.env,
+        ...SERVER_ENV,
+        ...env,
+        AUTHORITY_SIDECAR_JOURNAL_DIR: journal,
+        AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0",
+        AUTHORITY_LOG_LEVEL: "info",
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    }),
+  );
+  const line = await waitForLine(child, (text) => text.includes('"sidecar listening"'));
+  const listenMs = performance.now() - startedAt;
+  child.stdout?.resume();
+  const parsed = JSON.parse(line) as { grpcPort: number; metricsPort: number };
+  return {
+    child,
+    startedAt,
+    listenMs,
+    ports: { grpc: parsed.grpcPort, metrics: parsed.metricsPort },
+    stop: () => stopChild(child),
+  };
+}
+
+type Outcome = "allowed" | `denied ${string}` | "no answer";
+
+async function check(client: Client, token: string, id: string): Promise<Outcome> {
+  const request = envoyCheckRequest({
+    method: "GET",
+    path: "/orders/42",
+    host: UPSTREAM_HOST,
+    headers: { authorization: `Bearer ${token}` },
+    contextExtensions: {},
+    id,
+  });
+  try {
+    const response: Decoded = await unary(client, checkMethod, request, ENVOY_TIMEOUT_MS);
+    if (response.status?.code === 0) return "allowed";
+    return `denied ${String(response.denied_response?.status?.code ?? "?")}`;
+  } catch {
+    // not listening yet, or no answer within Envoy's timeout
+    return "no answer";
+  }
+}
+
+async function readyzOk(metricsPort: number): Promise<boolean> {
+  const response = await fetch(`http://127.0.0.1:${metricsPort}/readyz`).catch(() => undefined);
+  await response?.arrayBuffer();
+  return response?.status === 200;
+}
+
+interface FirstAllowed {
+  readonly listenMs: number;
+  readonly firstAllowedMs: number;
+  readonly refusedBefore: Readonly<Record<string, number>>;
+}
+
+/** Checks one after another from the spawn until one is allowed. */
+async function firstAllowedRound(env: Record<string, string>, token: string, round: number) {
+  const sidecar = await spawnSidecar(env);
+  const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
+  try {
+    const refused: Record<string, number> = {};
+    for (let attempt = 0; ; attempt++) {
+      const outcome = await check(client, token, `start-${round}-${attempt}`);
+      if (outcome === "allowed") {
+        return {
+          listenMs: sidecar.listenMs,
+          firstAllowedMs: performance.now() - sidecar.startedAt,
+          refusedBefore: refused,
+        } satisfies FirstAllowed;
+      }
+      refused[outcome] = (refused[outcome] ?? 0) + 1;
+      if (performance.now() - sidecar.startedAt > 30_000) throw new Error("no allowed Check within 30 s");
+      await sleep(5);
+    }
+  } finally {
+    client.close();
+    await sidecar.stop();
+  }
+}
+
+interface ReadyRound {
+  readonly readyMs: number;
+  readonly firstAfterReady: Outcome;
+  readonly firstAfterReadyMs: number;
+  readonly idleCpuMsPerSec: number;
+  readonly idleRss: number;
+}
+
+/** `/readyz` polled from the spawn; at 200, one Check; then the idle process is watched. */
+async function readyRound(
+  env: Record<string, string>,
+  token: string,
+  round: number,
+  idleMs: number,
+): Promise<ReadyRound> {
+  const sidecar = await spawnSidecar(env);
+  const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
+  try {
+    while (!(await readyzOk(sidecar.ports.metrics))) {
+      if (performance.now() - sidecar.startedAt > 30_000) throw new Error("not ready within 30 s");
+      await sleep(5);
+    }
+    const readyMs = performance.now() - sidecar.startedAt;
+    const sent = performance.now();
+    const firstAfterReady = await check(client, token, `ready-${round}`);
+    const firstAfterReadyMs = performance.now() - sent;
+    // Idle: what the process does by itself once it serves (its timers, the lease, Redis).
+    await sleep(2000);
+    const pid = sidecar.child.pid;
+    const before = cpuMs(pid);
+    await sleep(idleMs);
+    const idleCpuMsPerSec = ((cpuMs(pid) - before) * 1000) / idleMs;
+    return { readyMs, firstAfterReady, firstAfterReadyMs, idleCpuMsPerSec, idleRss: rssBytes(pid) };
+  } finally {
+    client.close();
+    await sidecar.stop();
+  }
+}
+
+/** The longest event-loop delay the sidecar saw since the last scrape (prom-client resets it per scrape). */
+async function eventLoopMaxMs(metricsPort: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const match = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text);
+  return match === null ? Number.NaN : Number(match[1]) * 1000;
+}
+
+/** V8's pause of each collection, from `--trace-gc` lines ("… 1.23 / 0.00 ms …"), while `recording`. */
+function gcPauses(child: ChildProcess) {
+  let recording = false;
+  const pauses: number[] = [];
+  let buffer = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    buffer += chunk.toString("utf8");
+    const lines = buffer.split("\n");
+    buffer = lines.pop() ?? "";
+    if (!recording) return;
+    for (const line of lines) {
+      const pause = / ms: (?:Scavenge|Mark-Compact|Minor Mark-Sweep)\b.*?, ([\d.]+) \/ [\d.]+ ms/.exec(line);
+      if (pause === null) continue;
+      pauses.push(Number(pause[1]));
+    }
+  });
+  return {
+    start() {
+      recording = true;
+    },
+    stop() {
+      recording = false;
+      return { maxMs: Math.max(0, ...pauses), medianMs: median(pauses), count: pauses.length };
+    },
+  };
+}
+
+async function underLoad(env: Record<string, string>, token: string, loadMs: number) {
+  const sidecar = await spawnSidecar(env, ["--trace-gc"]);
+  const gc = gcPauses(sidecar.child);
+  const loader = startLoader();
+  try {
+    const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
+    while (!(await readyzOk(sidecar.ports.metrics))) await sleep(20);
+    await check(client, token, "load-warm");
+    client.close();
+    const request = await checkRequestBytes(token, "/orders/42");
+    const task = { kind: "fixed", port: sidecar.ports.grpc, rate: LOAD_RATE, request } as const;
+    await loader.run({ ...task, durationMs: 2000, warmupMs: 0 });
+    await eventLoopMaxMs(sidecar.ports.metrics);
+    const pid = sidecar.child.pid;
+    const rss = rssSampler(pid);
+    const cpuBefore = cpuMs(pid);
+    gc.start();
+    const result = await loader.run({ ...task, durationMs: loadMs, warmupMs: 0 });
+    const pauses = gc.stop();
+    const cpuUsPerCheck = ((cpuMs(pid) - cpuBefore) * 1000) / Math.max(1, result.calls);
+    const maxRss = rss.stop();
+    const lagMs = await eventLoopMaxMs(sidecar.ports.metrics);
+    return {
+      result,
+      cpuUsPerCheck,
+      maxRss,
+      lagMs,
+      gcMaxMs: pauses.maxMs,
+      gcMedianMs: pauses.medianMs,
+      gcCount: pauses.count,
+    };
+  } finally {
+    await loader.close();
+    await sidecar.stop();
+  }
+}
+
+export async function benchSidecarStart(options: SidecarStartOptions = {}): Promise<Table[]> {
+  const rounds = options.rounds ?? 5;
+  const idleMs = options.idleMs ?? 10_000;
+  const loadMs = options.loadMs ?? 10_000;
+  const [{ startBenchWorld }, { ordersApi, startUpstream }] = await Promise.all([
+    import("./lib/bench-world.ts"),
+    import("../test/servers/sidecar/world.ts"),
+  ]);
+  const upstream = await startUpstream();
+  try {
+    const world = await startBenchWorld({
+      document: ordersApi(),
+      upstreamUrl: upstream.url,
+      subjects: ["bench-agent"],
+      allowed: ["orders:get:/orders/{orderId}"],
+    });
+    try {
+      await prepareServerEnv(world.dir);
+      const token = await world.token("bench-agent");
+      // The authority's own first requests are not the sidecar's start-up.
+      await firstAllowedRound(world.sidecarEnv, token, -1);
+      const firsts: FirstAllowed[] = [];
+      const readies: ReadyRound[] = [];
+      for (let round = 0; round < rounds; round++) {
+        firsts.push(await firstAllowedRound(world.sidecarEnv, token, round));
+        readies.push(await readyRound(world.sidecarEnv, token, round, idleMs));
+      }
+      const load = await underLoad(world.sidecarEnv, token, loadMs);
+      return tables(firsts, readies, load, { rounds, idleMs, loadMs });
+    } finally {
+      await world.close();
+    }
+  } finally {
+    await upstream.close();
+  }
+}
+
+function tables(
+  firsts: readonly FirstAllowed[],
+  readies: readonly ReadyRound[],
+  load: Awaited<ReturnType<typeof underLoad>>,
+  how: { rounds: number; idleMs: number; loadMs: number },
+): Table[] {
+  const flags = `${SERVER_NODE_FLAGS.join(" ")}${SERVER_ENV.MALLOC_ARENA_MAX === undefined ? "" : ", MALLOC_ARENA_MAX=2, warm compile cache"}`;
+  const perRound = firsts.map((first, index) => {
+    const ready = readies[index];
+    const refused = Object.entries(first.refusedBefore)
+      .map(([outcome, count]) => `${count}× ${outcome}`)
+      .join(", ");
+    return {
+      round: index + 1,
+      listeningMs: Math.round(first.listenMs),
+      firstAllowedCheckMs: Math.round(first.firstAllowedMs),
+      refusedBeforeIt: refused === "" ? "none" : refused,
+      readyMs: Math.round(ready?.readyMs ?? Number.NaN),
+      firstCheckAfterReady:
+        ready === undefined ? "" : `${ready.firstAfterReady} in ${Math.round(ready.firstAfterReadyMs)} ms`,
+      idleCpuMsPerSec: round1(ready?.idleCpuMsPerSec ?? Number.NaN),
+      idleRssMb: mb(ready?.idleRss ?? Number.NaN),
+    };
+  });
+  const firstAllowed = firsts.map((first) => first.firstAllowedMs);
+  const notAllowedAfterReady = readies.filter((ready) => ready.firstAfterReady !== "allowed").length;
+  const idle = readies.map((ready) => ready.idleCpuMsPerSec);
+
+  const summary = [
+    {
+      measure: "start → first allowed Check (median / max)",
+      value: `${Math.round(median(firstAllowed))} / ${Math.round(Math.max(...firstAllowed))} ms`,
+      target: `≤ ${START_TARGET_MS} ms`,
+      met: String(Math.max(...firstAllowed) <= START_TARGET_MS),
+    },
+    {
+      measure: "first Check after /readyz said ready, not allowed",
+      value: `${notAllowedAfterReady} of ${readies.length}`,
+      target: "0",
+      met: String(notAllowedAfterReady === 0),
+    },
+    {
+      measure: `idle CPU (median / max over ${how.idleMs / 1000} s windows)`,
+      value: `${round1(median(idle))} / ${round1(Math.max(...idle))} ms/s`,
+      target: `≤ ${IDLE_TARGET_MS_PER_S} ms/s`,
+      met: String(Math.max(...idle) <= IDLE_TARGET_MS_PER_S),
+    },
+    {
+      measure: `RSS at ${LOAD_RATE.toLocaleString("en")} Checks/s (max VmRSS over ${how.loadMs / 1000} s)`,
+      value: `${mb(load.maxRss)} MB`,
+      target: `≤ ${RSS_TARGET_MB} MB`,
+      met: String(load.maxRss > 0 && load.maxRss <= RSS_TARGET_MB * 1024 * 1024),
+    },
+    {
+      measure: `GC pauses at ${LOAD_RATE.toLocaleString("en")} Checks/s (--trace-gc; ${load.gcCount} collections): longest, median; event-loop lag max (sampled every 100 ms)`,
+      value: `${round1(load.gcMaxMs)} ms, ${round1(load.gcMedianMs)} ms; ${round1(load.lagMs)} ms`,
+      target: `≤ ${STALL_TARGET_MS} ms`,
+      met: String(load.gcMaxMs <= STALL_TARGET_MS && load.lagMs <= STALL_TARGET_MS),
+    },
+    {
+      measure: `sidecar CPU per Check at ${LOAD_RATE.toLocaleString("en")} Checks/s; round trip p50 / p99`,
+      value: `${Math.round(load.cpuUsPerCheck)} µs; ${load.result.p50Ms} / ${load.result.p99Ms} ms (${load.result.rps} req/s, ${load.result.errors + load.result.denied} failed)`,
+      target: "",
+      met: "",
+    },
+  ];
+  return [
+    { title: `Summary (${how.rounds} fresh processes each; ${flags})`, rows: summary },
+    { title: "Per fresh process", rows: perRound },
+  ];
+}
