@@ -345,18 +345,20 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
       const base = partnerId === undefined ? 0 : PARTNER_CURSOR_BASE;
       let length = await store.logLength(log);
       if (after === undefined) return page(base + length, [], true, false);
-      if (request.wait && after === base + length && !closed) {
-        const held = entryOf(heldReads, scopeOf(partnerId), () => new Set<() => void>());
-        await nextEvent(held, holdMs);
-        if (held.size === 0) heldReads.delete(scopeOf(partnerId));
-        length = await store.logLength(log);
-      }
       const position = after - base;
       if (position < 0 || position > length || length - position > POLICY_CHANGES_MAX_BEHIND) {
         acknowledge(holder, -1);
         return page(base + length, [], true, true);
       }
+      // Acknowledged on arrival, also when the read is then held: a revocation waits for no hold.
       acknowledge(holder, after);
+      if (request.wait && position === length && !closed) {
+        const scope = scopeOf(partnerId);
+        const held = entryOf(heldReads, scope, () => new Set<() => void>());
+        await nextEvent(held, holdMs);
+        if (held.size === 0 && heldReads.get(scope) === held) heldReads.delete(scope);
+        length = await store.logLength(log);
+      }
       const entries = await store.readLog<unknown>(log, { afterSeq: position, limit: POLICY_CHANGES_PAGE });
       const changes: PolicyChange[] = [];
       for (const { value } of entries) {

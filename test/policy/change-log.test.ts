@@ -270,6 +270,23 @@ describe("policy change log and sidecar leases", () => {
     assert.deepEqual(all.changes, [seen("agent-acme", 7), seen("agent-globex", 2)]);
   });
 
+  test("a held read acknowledges on arrival: a revocation does not wait for the hold", async () => {
+    const leases = createSidecarLeases({ store, leaseMs: 60_000 });
+    const acme = reader(leases, "instance-acme-held000000", "acme");
+    const start = (await acme(undefined)).cursor;
+    const seq = await change("agent-held-ack", 1);
+    const waiting = leases.outlast(seq, "acme");
+    const saw = await acme(start);
+    // The next read reaches the end of the log and is held; it acknowledged the change already.
+    const held = acme(saw.cursor, true);
+    let acknowledged = false;
+    for (let turns = 0; turns < 200 && !acknowledged; turns++) acknowledged = await settled(waiting);
+    assert.equal(acknowledged, true, "the revocation answered while the read was held");
+    assert.equal(await settled(held), false, "still held");
+    leases.close();
+    await held;
+  });
+
   test("a cursor from the other numbering, or beyond the log, is a reset and acknowledges nothing", async () => {
     const leases = createSidecarLeases({ store, leaseMs: 60_000 });
     const platform = reader(leases, "instance-platform-cursor", undefined);
