@@ -1,5 +1,6 @@
 import {
   closeSync,
+  fdatasync,
   fdatasyncSync,
   fstatSync,
   mkdirSync,
@@ -23,8 +24,9 @@ import { positiveIntOption, SidecarConfigError } from "./errors.ts";
  * (uncaught exception, OOM kill, SIGKILL). The records of one event-loop turn are written
  * together, with one `write(2)` at the end of the turn (group commit): `append` queues the
  * line, `written(ticket)` resolves once the kernel has it — the decision is answered only then.
- * The kernel keeps written bytes when the process dies; `fdatasync` every `syncIntervalMs` (and
- * on rotation and close) covers a crash of the machine up to that interval. Records the
+ * The kernel keeps written bytes when the process dies; `fdatasync` every `syncIntervalMs` (in
+ * libuv's thread pool: a slow disk does not stall the event loop; on rotation and close in
+ * line) covers a crash of the machine up to that interval. Records the
  * authority has taken are released; a segment whose records are all released is deleted. On the
  * next start, the records of a previous process that were never released are read back
  * (`recovered`, streamed from disk) and shipped again: the authority's log may then hold a record
@@ -109,14 +111,17 @@ interface Segment {
   bytes: number;
   /** Lines not yet released. */
   open: number;
+  /** A periodic fdatasync runs in the thread pool: the file is closed once it is done. */
+  syncing: boolean;
+  closeWhenSynced: boolean;
 }
 
 /** The lines queued in one turn, written with one write to one segment. */
 interface Batch {
   readonly segment: Segment;
-  readonly lines: Buffer[];
+  /** The lines, as one text: encoded once, when written. */
+  text: string;
   readonly tickets: Ticket[];
-  bytes: number;
   state: "queued" | "written" | "failed";
   readonly done: Promise<void>;
   settle(error?: unknown): void;
@@ -300,7 +305,14 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
   };
 
   // The earlier process's records: one segment standing for all its files, removed once all are delivered.
-  const earlier: Segment = { paths: found.map((f) => f.path), fd: undefined, bytes: 0, open: 0 };
+  const earlier: Segment = {
+    paths: found.map((f) => f.path),
+    fd: undefined,
+    bytes: 0,
+    open: 0,
+    syncing: false,
+    closeWhenSynced: false,
+  };
   const scanned = scanEarlier(earlier.paths);
   earlier.bytes = scanned.bytes;
   earlier.open = scanned.replay.length;
@@ -320,25 +332,12 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
   let dirty = false;
   let closed = false;
 
-  const finish = (segment: Segment): void => {
-    if (segment.fd !== undefined) {
-      fdatasyncSync(segment.fd);
-      closeSync(segment.fd);
-      segment.fd = undefined;
+  /** Closes the segment's file (once a periodic sync in the thread pool is done with it). */
+  const closeFile = (segment: Segment): void => {
+    if (segment.syncing) {
+      segment.closeWhenSynced = true;
+      return;
     }
-    if (segment.open === 0) remove(segment);
-  };
-
-  const start = (): Segment => {
-    const path = join(dir, `decisions-${nextSeq++}.jsonl`);
-    const segment: Segment = { paths: [path], fd: openSync(path, "a", 0o600), bytes: 0, open: 0 };
-    current = segment;
-    return segment;
-  };
-
-  /** The segment is broken (a write failed): the next record starts a new one. */
-  const abandon = (segment: Segment): void => {
-    if (current === segment) current = undefined;
     try {
       if (segment.fd !== undefined) closeSync(segment.fd);
     } catch {
@@ -346,6 +345,25 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     }
     segment.fd = undefined;
     if (segment.open === 0) remove(segment);
+  };
+
+  const finish = (segment: Segment): void => {
+    if (segment.fd !== undefined) fdatasyncSync(segment.fd);
+    closeFile(segment);
+  };
+
+  const start = (): Segment => {
+    const path = join(dir, `decisions-${nextSeq++}.jsonl`);
+    const fd = openSync(path, "a", 0o600);
+    const segment: Segment = { paths: [path], fd, bytes: 0, open: 0, syncing: false, closeWhenSynced: false };
+    current = segment;
+    return segment;
+  };
+
+  /** The segment is broken (a write failed): the next record starts a new one. */
+  const abandon = (segment: Segment): void => {
+    if (current === segment) current = undefined;
+    closeFile(segment);
   };
 
   /** Writes the lines queued in this turn, with one write. */
@@ -356,8 +374,7 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     queued = undefined;
     if (batch === undefined) return;
     const { segment } = batch;
-    const data =
-      batch.lines.length === 1 ? (batch.lines[0] as Buffer) : Buffer.concat(batch.lines, batch.bytes);
+    const data = Buffer.from(batch.text, "utf8");
     try {
       for (let written = 0; written < data.length; ) {
         written += writeSync(segment.fd as number, data, written, data.length - written);
@@ -383,20 +400,22 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     });
     // Whoever waits on it handles a failure; nobody waiting is no unhandled rejection.
     done.catch(() => undefined);
-    queued = { segment, lines: [], tickets: [], bytes: 0, state: "queued", done, settle };
+    queued = { segment, text: "", tickets: [], state: "queued", done, settle };
     writeScheduled = setImmediate(writeQueued);
     return queued;
   };
 
   const timer = setInterval(() => {
-    if (!dirty || current?.fd === undefined) return;
+    const segment = current;
+    if (!dirty || segment?.fd === undefined || segment.syncing) return;
     dirty = false;
-    try {
-      fdatasyncSync(current.fd);
-    } catch {
-      // The next write reports a broken disk; the sync is retried on the next tick.
-      dirty = true;
-    }
+    segment.syncing = true;
+    fdatasync(segment.fd, (error) => {
+      segment.syncing = false;
+      // A broken disk shows in the next write; the sync is retried on the next tick.
+      if (error !== null && segment === current) dirty = true;
+      if (segment.closeWhenSynced) closeFile(segment);
+    });
   }, syncIntervalMs).unref();
 
   return {
@@ -404,8 +423,8 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     recovered: replay(),
     append(json) {
       if (closed) throw new Error("the decision journal is closed");
-      const line = Buffer.from(`${json}\n`, "utf8");
-      if (total + line.length > maxBytes) throw new JournalFullError(maxBytes);
+      const length = Buffer.byteLength(json, "utf8") + 1;
+      if (total + length > maxBytes) throw new JournalFullError(maxBytes);
       let segment = current ?? start();
       if (segment.bytes >= segmentBytes) {
         writeQueued();
@@ -417,11 +436,10 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
       }
       const batch = queue(segment);
       const ticket: Ticket = { segment, batch, released: false };
-      batch.lines.push(line);
+      batch.text += `${json}\n`;
       batch.tickets.push(ticket);
-      batch.bytes += line.length;
-      segment.bytes += line.length;
-      total += line.length;
+      segment.bytes += length;
+      total += length;
       segment.open++;
       return ticket;
     },
