@@ -348,8 +348,11 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
   };
 
   const finish = (segment: Segment): void => {
-    if (segment.fd !== undefined) fdatasyncSync(segment.fd);
-    closeFile(segment);
+    try {
+      if (segment.fd !== undefined) fdatasyncSync(segment.fd);
+    } finally {
+      closeFile(segment);
+    }
   };
 
   const start = (): Segment => {
