@@ -226,8 +226,8 @@ export async function notifyPolicyRemoved(deps: AdminDeps, removed: PolicyChange
     document_hash: null,
     revoked_at: null,
   });
-  deps.sidecarLeases?.logged();
-  await deps.sidecarLeases?.outlast(seq);
+  deps.sidecarLeases?.logged(removed.partner_id);
+  await deps.sidecarLeases?.outlast(seq, removed.partner_id);
 }
 
 /**
@@ -244,10 +244,10 @@ export async function notifyPolicyChange(
   options: { readonly narrows: boolean },
 ): Promise<void> {
   const seq = await appendPolicyChange(deps.store, change);
-  deps.sidecarLeases?.logged();
+  deps.sidecarLeases?.logged(change.partner_id);
   await Promise.all([
     publishPolicyChange(deps, change),
-    options.narrows ? deps.sidecarLeases?.outlast(seq) : undefined,
+    options.narrows ? deps.sidecarLeases?.outlast(seq, change.partner_id) : undefined,
   ]);
 }
 

@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { AuthorityError } from "../errors.ts";
 import { collections, logs } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
@@ -8,20 +8,26 @@ import type { Store } from "../store/store.ts";
  * revocation and the staleness bound"; decision 2507).
  *
  * Every stored policy change is appended to the store's `policy_changes` log as
- * `{subject_id, partner_id, head}`. Sidecars follow the log from the authority directly
- * (`GET /v1/sidecar/policy-changes?after=<seq>`, never through Redis): an answer that reached
- * the end of the log is a **lease** — for `lease_ms` from the moment the sidecar sent that
- * request it may decide from its cache, because every change logged before then has reached
- * it. A change that can take access away answers its caller only once no lease that could
- * have missed it is in force (`outlast`): every sidecar holding one has read the log past the
- * change (its next request says so: it is the acknowledgement), or its lease ran out. So from
- * that answer on no sidecar allows what the change removed, whatever Redis does (stalls,
+ * `{subject_id, partner_id, head, …}`, and to its partner's own log (`policy_changes.p-<hash>`).
+ * Sidecars follow the log from the authority directly (`GET /v1/sidecar/policy-changes?after=<cursor>`,
+ * never through Redis): a platform-wide sidecar the whole log, a partner-bound one its partner's
+ * log — so its cursor counts only its partner's changes, and nothing it reads (cursor, held read
+ * answered early) tells it how many changes other partners made. The two numberings are
+ * disjoint (a partner's cursors start at `PARTNER_CURSOR_BASE`): a cursor from the other one is a
+ * reset, never a position. An answer that reached the end of the log is a **lease** — for
+ * `lease_ms` from the moment the sidecar sent that request it may decide from its cache, because
+ * every change logged before then has reached it. A change that can take access away answers its
+ * caller only once no lease that could have missed it is in force (`outlast`): every sidecar that
+ * could enforce the changed partner's policies (bound to that partner, or platform-wide) and holds
+ * a lease has read the log past the change (its next request says so: it is the acknowledgement),
+ * or its lease ran out. Another partner's sidecars are not waited on: they never see the change.
+ * So from that answer on no sidecar allows what the change removed, whatever Redis does (stalls,
  * restarts, lost messages, keys rolled back). No clock is compared between processes for
  * this: each side measures on its own monotonic clock from an event that precedes the other's.
  *
  * Only the sidecars that read the log from this process are known here. When another process
  * of the authority granted a lease lately (its mark in the store says so), `outlast` waits the
- * whole lease instead.
+ * whole lease instead, whatever the partner.
  */
 
 /**
@@ -45,9 +51,13 @@ export interface LoggedChange extends PolicyChange {
 
 /** `GET /v1/sidecar/policy-changes` answers with this (the wire contract of both ends). */
 export interface PolicyChangesPage {
-  /** The last seq this answer covers: the next request's `after`. */
+  /**
+   * The position this answer reached in the log the reader follows: the next request's `after`.
+   * Opaque to the sidecar (it only sends it back): a platform-wide reader's counts every change,
+   * a partner-bound reader's only its partner's, from `PARTNER_CURSOR_BASE`.
+   */
   readonly cursor: number;
-  /** The changes after `after` up to `cursor`, in log order (another partner's left out). */
+  /** The changes after `after` up to `cursor`, in log order (a partner-bound reader: its partner's only). */
   readonly changes: readonly PolicyChange[];
   /** True when the answer reached the end of the log: only then is it a lease. */
   readonly complete: boolean;
@@ -60,9 +70,17 @@ export interface PolicyChangesPage {
   readonly lease_ms: number;
 }
 
+/** Where one change was logged: the next changes a sidecar reads past it acknowledge it. */
+export interface LoggedPosition {
+  /** Its seq in the whole log (platform-wide readers). */
+  readonly seq: number;
+  /** Its seq in its partner's log (that partner's readers). */
+  readonly partnerSeq: number;
+}
+
 /** One read of the log by a sidecar. */
 export interface PolicyChangesRequest {
-  /** The seq the sidecar has applied every change up to; absent on its first read. */
+  /** The cursor the sidecar has applied every change up to; absent on its first read. */
   readonly after: number | undefined;
   /** The sidecar process (random, per start), so its reads acknowledge changes. */
   readonly instance: string | undefined;
@@ -78,20 +96,44 @@ export interface PolicyChangesRequest {
 export const POLICY_CHANGES_PAGE = 1000;
 /** A sidecar further behind than this starts over (reset) instead of reading the backlog. */
 export const POLICY_CHANGES_MAX_BEHIND = 10_000;
+/**
+ * A partner-bound reader's cursor is this plus the seq in its partner's log: far above any seq
+ * of the whole log, and below the route's 15 digits, so a cursor of one numbering is never read
+ * as a position of the other (an authority upgraded while sidecars follow it, replicas of two
+ * versions): it is a reset.
+ */
+export const PARTNER_CURSOR_BASE = 2 ** 40;
 /** The lease bounds a setting may choose (ms). */
 export const LEASE_MS_RANGE = { min: 200, max: 60_000 } as const;
 /** The longest an answer is held for a change. */
 const MAX_HOLD_MS = 1000;
-/** Sidecar processes tracked per authority process; beyond, every change waits a whole lease. */
+/**
+ * Sidecar processes tracked per partner (and platform-wide) per authority process; beyond, that
+ * partner's changes wait a whole lease.
+ */
 const MAX_HOLDERS = 100_000;
+/** The scope of platform-wide readers: they may enforce every partner's policies. */
+const PLATFORM = "";
 /**
  * Processes' wall clocks may differ by this much: only the "did another authority process grant
  * a lease lately" mark compares wall-clock times across processes, and it errs towards waiting.
  */
 const CLOCK_SKEW_ALLOWANCE_MS = 1000;
 
-/** Appends one change; resolves to its seq. The caller must not report the change in force when this throws. */
-export async function appendPolicyChange(store: Store, change: LoggedChange): Promise<number> {
+/**
+ * A partner's own log. Store log names are lowercase and short, partner ids are neither: the
+ * name is a digest (160 bits: two partners never share a log), and each entry keeps its
+ * `partner_id`, checked when read.
+ */
+export function partnerLogName(partnerId: string): string {
+  return `${logs.policyChanges}.p-${createHash("sha256").update(partnerId).digest("hex").slice(0, 40)}`;
+}
+
+/**
+ * Appends one change to the whole log and to its partner's; resolves to where. The caller must
+ * not report the change in force when this throws (repeating the call logs it again).
+ */
+export async function appendPolicyChange(store: Store, change: LoggedChange): Promise<LoggedPosition> {
   const entry: LoggedChange = {
     subject_id: change.subject_id,
     partner_id: change.partner_id,
@@ -100,7 +142,8 @@ export async function appendPolicyChange(store: Store, change: LoggedChange): Pr
     revoked_at: change.revoked_at,
   };
   try {
-    return await store.append(logs.policyChanges, entry);
+    const seq = await store.append(logs.policyChanges, entry);
+    return { seq, partnerSeq: await store.append(partnerLogName(entry.partner_id), entry) };
   } catch (error) {
     throw new AuthorityError(
       "upstream_unavailable",
@@ -127,6 +170,15 @@ function isLoggedChange(value: unknown): value is LoggedChange {
   );
 }
 
+/** The map's value for `key`, made and stored first when there is none. */
+function entryOf<K, V>(map: Map<K, V>, key: K, make: () => V): V {
+  const found = map.get(key);
+  if (found !== undefined) return found;
+  const made = make();
+  map.set(key, made);
+  return made;
+}
+
 export interface SidecarLeasesOptions {
   readonly store: Store;
   /** The staleness bound every sidecar keeps (the `sidecar-lease-ms` setting). */
@@ -141,21 +193,22 @@ export interface SidecarLeases {
   readonly leaseMs: number;
   /** One page of the change log for a sidecar; that read is also its acknowledgement of `after`. */
   read(request: PolicyChangesRequest): Promise<PolicyChangesPage>;
-  /** A change was logged: answers the reads held for one. */
-  logged(): void;
+  /** A change of `partnerId` was logged: answers the reads held for one that can see it. */
+  logged(partnerId: string): void;
   /**
-   * Resolves once no lease that could have missed the change logged at `seq` is in force:
-   * every sidecar that read the log here has acknowledged it or its lease ran out — or, when
-   * another authority process granted leases lately (or a sidecar read without an instance
-   * id), once a whole lease has passed since this call. At once when no sidecar holds one.
+   * Resolves once no lease that could have missed the change of `partnerId` logged at
+   * `position` is in force: every sidecar that read the log here and sees that partner's changes
+   * (bound to it, or platform-wide) has acknowledged it or its lease ran out — or, when another
+   * authority process granted leases lately (or such a sidecar read without an instance id),
+   * once a whole lease has passed since this call. At once when no such sidecar holds one.
    */
-  outlast(seq: number): Promise<void>;
+  outlast(position: LoggedPosition, partnerId: string): Promise<void>;
   /** Answers the held reads (shutdown). */
   close(): void;
 }
 
 interface Holder {
-  /** Every change up to this seq has reached the sidecar (-1: it has read nothing yet). */
+  /** Every change up to this cursor has reached the sidecar (-1: it has acknowledged nothing yet). */
   acknowledged: number;
   /** Its lease, whenever it was granted, ends before this (monotonic ms). */
   expiresAt: number;
@@ -179,12 +232,13 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
   const markTtlMs = leaseMs + markEveryMs + CLOCK_SKEW_ALLOWANCE_MS;
   const processId = randomUUID();
   let markedAt = Number.NEGATIVE_INFINITY;
-  const holders = new Map<string, Holder>();
+  /** Per scope (a partner id, or PLATFORM): the sidecars that read the log here. */
+  const holders = new Map<string, Map<string, Holder>>();
   let reads = 0;
-  /** Leases that nobody acknowledges (no instance id, or too many holders) end before this. */
-  let untrackedUntil = Number.NEGATIVE_INFINITY;
-  /** Reads held for a change: told when one is logged. */
-  const heldReads = new Set<() => void>();
+  /** Per scope: leases that nobody acknowledges (no instance id, or too many holders) end before this. */
+  const untrackedUntil = new Map<string, number>();
+  /** Per scope: reads held for a change, told when one they can see is logged. */
+  const heldReads = new Map<string, Set<() => void>>();
   /** `outlast` calls: told when a sidecar acknowledged more. */
   const ackWaiters = new Set<() => void>();
   let closed = false;
@@ -218,27 +272,44 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
     }
   };
 
-  /** Registers the read as its sidecar's acknowledgement and lease (before the log is read). */
-  const track = (request: PolicyChangesRequest, now: number): void => {
+  const scopeOf = (partnerId: string | undefined): string => partnerId ?? PLATFORM;
+  /** The scopes whose sidecars may enforce a partner's policies: its own, and the platform-wide. */
+  const enforcing = (partnerId: string): readonly string[] => [partnerId, PLATFORM];
+  const sweep = (now: number): void => {
+    for (const [scope, scoped] of holders) {
+      for (const [key, holder] of scoped) if (holder.expiresAt <= now) scoped.delete(key);
+      if (scoped.size === 0) holders.delete(scope);
+    }
+  };
+
+  /**
+   * Registers the read as its sidecar's lease (before the log is read: the lease runs from
+   * before it). Returns its holder entry, to take the acknowledgement once the log showed that
+   * `after` is a position in it; undefined when the lease cannot be acknowledged.
+   */
+  const track = (request: PolicyChangesRequest, now: number): Holder | undefined => {
+    const scope = scopeOf(request.partnerId);
     const expiresAt = now + leaseMs;
-    if (request.instance === undefined) {
-      untrackedUntil = expiresAt;
-      return;
-    }
-    if (++reads % 1024 === 0) {
-      for (const [key, holder] of holders) if (holder.expiresAt <= now) holders.delete(key);
-    }
+    const untracked = (): undefined => {
+      untrackedUntil.set(scope, Math.max(expiresAt, untrackedUntil.get(scope) ?? expiresAt));
+      return undefined;
+    };
+    if (request.instance === undefined) return untracked();
+    if (++reads % 1024 === 0) sweep(now);
+    const scoped = entryOf(holders, scope, () => new Map<string, Holder>());
     const key = `${request.principal}\u0000${request.instance}`;
-    const holder = holders.get(key);
-    if (holder === undefined && holders.size >= MAX_HOLDERS) {
-      untrackedUntil = expiresAt;
-      return;
-    }
-    const acknowledged = request.after ?? -1;
-    holders.set(key, {
-      acknowledged: Math.max(acknowledged, holder?.acknowledged ?? -1),
-      expiresAt,
-    });
+    const holder = scoped.get(key);
+    if (holder === undefined && scoped.size >= MAX_HOLDERS) return untracked();
+    const tracked = holder ?? { acknowledged: -1, expiresAt };
+    tracked.expiresAt = expiresAt;
+    scoped.set(key, tracked);
+    return tracked;
+  };
+
+  /** The sidecar applied every change up to `cursor`, a position of the log it reads (or -1 after a reset). */
+  const acknowledge = (holder: Holder | undefined, cursor: number): void => {
+    if (holder === undefined) return;
+    holder.acknowledged = cursor < 0 ? -1 : Math.max(holder.acknowledged, cursor);
     tell(ackWaiters);
   };
 
@@ -267,19 +338,28 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
 
     async read(request) {
       await markGrant();
-      track(request, monotonic());
+      const holder = track(request, monotonic());
       const { after, partnerId } = request;
-      let length = await store.logLength(logs.policyChanges);
-      if (after === undefined) return page(length, [], true, false);
-      if (request.wait && after === length && !closed) {
-        await nextEvent(heldReads, holdMs);
-        length = await store.logLength(logs.policyChanges);
+      // The log this reader follows, and where its cursors start.
+      const log = partnerId === undefined ? logs.policyChanges : partnerLogName(partnerId);
+      const base = partnerId === undefined ? 0 : PARTNER_CURSOR_BASE;
+      let length = await store.logLength(log);
+      if (after === undefined) return page(base + length, [], true, false);
+      const position = after - base;
+      if (position < 0 || position > length || length - position > POLICY_CHANGES_MAX_BEHIND) {
+        acknowledge(holder, -1);
+        return page(base + length, [], true, true);
       }
-      if (after > length || length - after > POLICY_CHANGES_MAX_BEHIND) return page(length, [], true, true);
-      const entries = await store.readLog<unknown>(logs.policyChanges, {
-        afterSeq: after,
-        limit: POLICY_CHANGES_PAGE,
-      });
+      // Acknowledged on arrival, also when the read is then held: a revocation waits for no hold.
+      acknowledge(holder, after);
+      if (request.wait && position === length && !closed) {
+        const scope = scopeOf(partnerId);
+        const held = entryOf(heldReads, scope, () => new Set<() => void>());
+        await nextEvent(held, holdMs);
+        if (held.size === 0 && heldReads.get(scope) === held) heldReads.delete(scope);
+        length = await store.logLength(log);
+      }
+      const entries = await store.readLog<unknown>(log, { afterSeq: position, limit: POLICY_CHANGES_PAGE });
       const changes: PolicyChange[] = [];
       for (const { value } of entries) {
         if (!isLoggedChange(value)) continue;
@@ -287,28 +367,41 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
         const { partner_id: _partner, ...change } = value;
         changes.push(change);
       }
-      const cursor = entries.at(-1)?.seq ?? after;
+      const cursor = base + (entries.at(-1)?.seq ?? position);
       return page(cursor, changes, entries.length < POLICY_CHANGES_PAGE, false);
     },
 
-    logged() {
-      tell(heldReads);
+    logged(partnerId) {
+      for (const scope of enforcing(partnerId)) {
+        const held = heldReads.get(scope);
+        if (held !== undefined) tell(held);
+      }
     },
 
-    async outlast(seq) {
+    async outlast(position, partnerId) {
       // Every lease that could have missed the change was granted before this call.
       const deadline = monotonic() + leaseMs;
-      const wholeLease = monotonic() < untrackedUntil || (await othersMayHold());
+      const scopes = enforcing(partnerId);
+      const untracked = scopes.some(
+        (scope) => monotonic() < (untrackedUntil.get(scope) ?? Number.NEGATIVE_INFINITY),
+      );
+      const wholeLease = untracked || (await othersMayHold());
+      /** The change's cursor in each scope's numbering. */
+      const logged = (scope: string): number =>
+        scope === PLATFORM ? position.seq : PARTNER_CURSOR_BASE + position.partnerSeq;
       for (;;) {
         const now = monotonic();
         if (now >= deadline) return;
         let next = deadline;
         if (!wholeLease) {
           let waiting = false;
-          for (const holder of holders.values()) {
-            if (holder.expiresAt <= now || holder.acknowledged >= seq) continue;
-            waiting = true;
-            next = Math.min(next, holder.expiresAt);
+          for (const scope of scopes) {
+            const cursor = logged(scope);
+            for (const holder of holders.get(scope)?.values() ?? []) {
+              if (holder.expiresAt <= now || holder.acknowledged >= cursor) continue;
+              waiting = true;
+              next = Math.min(next, holder.expiresAt);
+            }
           }
           if (!waiting) return;
         }
@@ -318,7 +411,7 @@ export function createSidecarLeases(options: SidecarLeasesOptions): SidecarLease
 
     close() {
       closed = true;
-      tell(heldReads);
+      for (const held of heldReads.values()) tell(held);
     },
   };
 }

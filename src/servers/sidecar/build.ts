@@ -122,6 +122,7 @@ export async function buildSidecar(
     constraintsRollout: config.parameterScoping,
     auditMaxPending: config.auditMaxPending,
     journalDir: config.journalDir,
+    journalMaxBytes: config.journalMaxBytes,
     stalenessMs: config.stalenessMs,
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,

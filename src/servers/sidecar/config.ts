@@ -32,6 +32,7 @@ import {
 import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
+import { JOURNAL_MAX_BYTES_DEFAULT } from "./decision-journal.ts";
 
 export const sidecarSettings = {
   logLevel: logLevelSetting(),
@@ -249,6 +250,14 @@ export const sidecarSettings = {
     defaultText: "<state-dir>/sidecar-journal",
     parse: path,
   }),
+  journalMaxBytes: spec({
+    key: "journal-max-bytes",
+    env: "AUTHORITY_SIDECAR_JOURNAL_MAX_BYTES",
+    description:
+      "most bytes the decision journal takes on disk (records the authority has not taken yet, in segments of at most 4 MiB); at the cap an allow is answered 503 `upstream_unavailable` until records are delivered, a deny is still answered. A start replays the journal in memory (up to this many bytes, outside the JS heap)",
+    default: JOURNAL_MAX_BYTES_DEFAULT,
+    parse: integer(64 * 1024, 1024 * 1024 * 1024),
+  }),
   shutdownWait: spec({
     key: "shutdown-wait-ms",
     env: "AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS",
@@ -315,6 +324,8 @@ export interface SidecarConfig {
   readonly auditMaxPending: number;
   /** Where decision records are written ahead (absolute). */
   readonly journalDir: string;
+  /** The most the journal takes on disk. */
+  readonly journalMaxBytes: number;
   /** The platform admin's egress allow list for the forward proxy's upstreams. */
   readonly egressAllow: readonly EgressAllowEntry[];
 }
@@ -410,6 +421,7 @@ export const sidecarSchema = defineProcess({
         read.cwd,
         read.optional("journalDir") ?? join(read.value("stateDir"), "sidecar-journal"),
       ),
+      journalMaxBytes: read.value("journalMaxBytes"),
       egressAllow: read.optional("egressAllow") ?? [],
     };
   },

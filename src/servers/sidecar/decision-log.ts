@@ -59,6 +59,11 @@ export interface DecisionShipper {
    * it could not be written. The record is not queued: `push` does that, with the tickets.
    */
   writeAhead(record: ShippedDecision): JournalTicket | undefined;
+  /**
+   * Undefined once the ticket's line is with the kernel; else when it will be (the journal
+   * writes a turn's records together), rejected when it could not be.
+   */
+  written(ticket: JournalTicket | undefined): Promise<void> | undefined;
   /** Queues a record; its journal lines (`tickets`) are released once the authority has it. */
   push(record: ShippedDecision, tickets?: ReadonlyArray<JournalTicket | undefined>): void;
   pending(): number;
@@ -218,6 +223,7 @@ export function createDecisionShipper(options: DecisionShipperOptions): Decision
   return {
     accepting: () => !closed && queue.length < maxPending,
     writeAhead: (record) => journal?.append(JSON.stringify(record)),
+    written: (ticket) => (ticket === undefined ? undefined : journal?.written(ticket)),
     push(record, lines) {
       enqueue(JSON.stringify(record), lines);
       schedule(queue.length >= batchLimit ? 0 : flushIntervalMs);
@@ -314,7 +320,8 @@ export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | n
  * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
  * answers when its audit buffer is full).
  *
- * Every record is written ahead (`shipper.writeAhead`) before the decision is returned; an
+ * Every record is written ahead (`shipper.writeAhead`, then `shipper.written`: the journal
+ * writes the records of one event-loop turn together) before the decision is returned; an
  * allow whose record cannot be written becomes a 503 deny. An allow on the forward proxy is
  * queued once the proxy knows what became of it (`settleDecision`, which the proxy calls when
  * the response ends): a refusal after the decision is the record's deny with its code, whatever
@@ -334,20 +341,58 @@ export function auditedEngine(
       return error instanceof Error ? error : new Error("journal write failed");
     }
   };
-  const record = (request: SidecarRequest, decision: SidecarDecision): SidecarDecision => {
+  /** The record could not be written ahead. */
+  const unwritten = (
+    request: SidecarRequest,
+    decision: SidecarDecision,
+    shipped: ShippedDecision,
+    error: Error,
+  ): SidecarDecision => {
+    onJournalError(error);
+    if (decision.allow) {
+      // Nothing is let through without a record that outlives the process.
+      const deny = answeredInstead(request, decision);
+      shipper.push(shippedDecision(request, deny, now()));
+      return deny;
+    }
+    shipper.push(shipped);
+    return decision;
+  };
+  const record = (
+    request: SidecarRequest,
+    decision: SidecarDecision,
+  ): SidecarDecision | Promise<SidecarDecision> => {
     const shipped = shippedDecision(request, decision, now());
     const ahead = writeAhead(shipped);
-    if (ahead instanceof Error) {
-      onJournalError(ahead);
-      if (decision.allow) {
-        // Nothing is let through without a record that outlives the process.
-        const deny = answeredInstead(request, decision);
-        shipper.push(shippedDecision(request, deny, now()));
-        return deny;
-      }
-      shipper.push(shipped);
-      return decision;
-    }
+    if (ahead instanceof Error) return unwritten(request, decision, shipped, ahead);
+    const landing = shipper.written(ahead);
+    if (landing === undefined) return written(request, decision, shipped, ahead);
+    return landing.then(
+      () => {
+        if (!(decision.allow && request.signal?.aborted === true))
+          return written(request, decision, shipped, ahead);
+        // The transport stopped waiting during the write and answered 503: that is the record's last line.
+        const refused = refusedDecision(shipped, "upstream_unavailable");
+        const outcome = writeAhead(refused);
+        shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
+        return decision;
+      },
+      (error: unknown) =>
+        unwritten(
+          request,
+          decision,
+          shipped,
+          error instanceof Error ? error : new Error("journal write failed"),
+        ),
+    );
+  };
+  /** The record is in the journal: queued now, or (a proxy allow) once its outcome is known. */
+  const written = (
+    request: SidecarRequest,
+    decision: SidecarDecision,
+    shipped: ShippedDecision,
+    ahead: JournalTicket | undefined,
+  ): SidecarDecision => {
     if (decision.allow && request.transport === "proxy") {
       // Written ahead now; queued when the outcome is known, as what became of the request.
       awaitingOutcome.set(decision, (refusal) => {
@@ -371,7 +416,7 @@ export function auditedEngine(
     return decision.then((settled) => {
       // Settled after the transport stopped waiting: what the caller got was a 503.
       if (request.signal?.aborted === true) {
-        record(request, answeredInstead(request, settled));
+        void record(request, answeredInstead(request, settled));
         return settled;
       }
       // The recorded decision: a 503 instead of an allow whose record could not be written.

@@ -42,6 +42,10 @@ export interface SidecarMetrics {
   trackInFlight(transport: Transport, read: () => number): void;
   /** Reports `read()` as the gauge of decision records not yet taken by the authority. */
   trackAuditPending(read: () => number): void;
+  /** Reports `read()` as the gauge of the decision journal's bytes on disk. */
+  trackJournalBytes(read: () => number): void;
+  /** A decision record that could not be written ahead (its allow was answered 503): the journal at its cap, or a write that failed. */
+  journalUnwritten(reason: "full" | "error"): void;
 }
 
 /**
@@ -359,6 +363,23 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
   );
 
+  let journalBytes: (() => number) | undefined;
+  gauge(
+    registry,
+    "authority_sidecar_journal_bytes",
+    "Bytes the decision journal takes on disk (records not yet delivered to the authority, in segments).",
+    [],
+    (set) => {
+      if (journalBytes !== undefined) set({}, journalBytes());
+    },
+  );
+  const journalUnwritten = countingCounter(
+    registry,
+    "authority_sidecar_journal_unwritten_total",
+    "Decision records that could not be written ahead (an allow among them was answered 503): full (the journal at its cap), error (the write failed).",
+    ["reason"],
+  );
+
   let auditPending: (() => number) | undefined;
   gauge(
     registry,
@@ -452,6 +473,12 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
     trackAuditPending(read) {
       auditPending = read;
+    },
+    trackJournalBytes(read) {
+      journalBytes = read;
+    },
+    journalUnwritten(reason) {
+      journalUnwritten.get(reason).value++;
     },
   };
 }

@@ -18,7 +18,7 @@ import {
 import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
-import { openDecisionJournal } from "./decision-journal.ts";
+import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
@@ -102,6 +102,8 @@ export interface SidecarOptions {
    * is lost; `authority sidecar` always has one.
    */
   readonly journalDir?: string;
+  /** The most the journal takes on disk (default 32 MiB); past it, allows are 503 until records are delivered. */
+  readonly journalMaxBytes?: number;
   readonly logger?: Logger;
   readonly registry?: Registry;
   /**
@@ -234,10 +236,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     },
   });
   const journal =
-    options.journalDir === undefined ? undefined : openDecisionJournal({ dir: options.journalDir });
-  if (journal !== undefined && journal.recovered.length > 0)
+    options.journalDir === undefined
+      ? undefined
+      : openDecisionJournal({
+          dir: options.journalDir,
+          ...(options.journalMaxBytes === undefined ? {} : { maxBytes: options.journalMaxBytes }),
+        });
+  if (journal !== undefined && journal.recoveredCount > 0)
     logger.warn(
-      { records: journal.recovered.length },
+      { records: journal.recoveredCount },
       "decision records of an earlier process found in the journal; shipping them",
     );
   const auditLog = createDecisionShipper({
@@ -296,12 +303,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
   });
-  const engine = auditedEngine(decisionEngine, auditLog, undefined, (error) =>
-    logger.error(
-      { err: errorSummary(error) },
-      "a decision record could not be journaled; the allow was denied",
-    ),
-  );
+  const engine = auditedEngine(decisionEngine, auditLog, undefined, journalErrorReporter(metrics, logger));
 
   const checkServer: CheckServer = createCheckServer({
     check: createExtAuthzCheck(engine),
@@ -329,6 +331,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());
+  if (journal !== undefined) metrics.trackJournalBytes(() => journal.bytes());
   // Ready means a first allowed decision can be made within Envoy's deadline: the callers' JWKS
   // is fetched, the sidecar's own credentials (token, connection) are proven against the
   // authority, the gRPC port answers an RPC, and the process-wide cold paths of a decision
@@ -464,5 +467,32 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       })();
       return closed;
     },
+  };
+}
+
+/** How often, at most, a run of records that could not be journaled is logged (each is counted). */
+const JOURNAL_ERROR_LOG_MS = 10_000;
+
+/**
+ * Counts each record that could not be written ahead, and logs the first of a run and then at
+ * most every 10 s with how many since: at the cap every decision fails alike.
+ */
+function journalErrorReporter(metrics: SidecarMetrics, logger: Logger): (error: Error) => void {
+  let loggedAt = Number.NEGATIVE_INFINITY;
+  let since = 0;
+  return (error) => {
+    const full = error instanceof JournalFullError;
+    metrics.journalUnwritten(full ? "full" : "error");
+    since++;
+    const now = performance.now();
+    if (now - loggedAt < JOURNAL_ERROR_LOG_MS) return;
+    logger.error(
+      { err: errorSummary(error), records: since },
+      full
+        ? "the decision journal is full (records not delivered to the authority); allows are answered 503"
+        : "a decision record could not be journaled; the allow was denied",
+    );
+    loggedAt = now;
+    since = 0;
   };
 }

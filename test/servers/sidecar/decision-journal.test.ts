@@ -1,16 +1,34 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { appendFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
-import { openDecisionJournal } from "../../../src/servers/sidecar/decision-journal.ts";
+import {
+  JournalFullError,
+  type JournalTicket,
+  openDecisionJournal,
+} from "../../../src/servers/sidecar/decision-journal.ts";
 import {
   auditedEngine,
   createDecisionShipper,
   settleDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
-import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
+import {
+  denyOf,
+  type SidecarDecision,
+  type SidecarEngine,
+  type SidecarRequest,
+} from "../../../src/servers/sidecar/engine.ts";
 import { SidecarConfigError } from "../../../src/servers/sidecar/errors.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 
@@ -97,22 +115,24 @@ describe("the decision journal", () => {
   it("writes each record before the decision is returned, and ships it from the next process", async () => {
     const dir = join(tmp.path, "ahead");
     const first = setup(dir);
-    first.engine.decide(request("grpc", "grpc-allow-1"));
+    await first.engine.decide(request("grpc", "grpc-allow-1"));
     // Written by the time the decision came back: nothing is answered before its record is on disk.
     assert.equal(lines(dir).length, 1);
     assert.equal(JSON.parse(lines(dir)[0] ?? "{}").requestId, "grpc-allow-1");
-    first.engine.decide(request("proxy", "proxy-allow-1"));
-    first.engine.decide(request("proxy", "proxy-refused-1"));
+    await first.engine.decide(request("proxy", "proxy-allow-1"));
+    await first.engine.decide(request("proxy", "proxy-refused-1"));
     const refused = first.decisions.at(-1);
     assert.ok(refused);
     settleDecision(refused, "upstream_unavailable");
+    // The outcome's line is written at the end of the turn.
+    await new Promise((resolve) => setImmediate(resolve));
     // The process dies here (no close, no flush): the next one opens the same directory.
     const second = setup(dir);
+    assert.equal(second.journal.recoveredCount, 3);
+    second.open();
+    assert.equal(await second.shipper.flush(5000), true);
     assert.deepEqual(
-      second.journal.recovered.map((r) => {
-        const record = JSON.parse(r.json) as ShippedDecision;
-        return [record.requestId, record.decision, record.reason];
-      }),
+      second.delivered.map((record) => [record.requestId, record.decision, record.reason]),
       [
         ["grpc-allow-1", "allowed", null],
         // Written ahead, outcome never known: shipped as the allow that reached the upstream.
@@ -120,12 +140,6 @@ describe("the decision journal", () => {
         // Written again with its outcome: the last line of its id wins.
         ["proxy-refused-1", "denied", "upstream_unavailable"],
       ],
-    );
-    second.open();
-    assert.equal(await second.shipper.flush(5000), true);
-    assert.deepEqual(
-      second.delivered.map((r) => r.requestId),
-      ["grpc-allow-1", "proxy-allow-1", "proxy-refused-1"],
     );
     // Delivered: the earlier process's segments are gone.
     assert.deepEqual(lines(dir), []);
@@ -139,6 +153,7 @@ describe("the decision journal", () => {
       journal.append(JSON.stringify({ id: `r${i}`, pad: "x".repeat(80) })),
     );
     assert.ok(segments(dir).length >= 3, `rotated: ${segments(dir).join(",")}`);
+    await journal.written(tickets[5] as JournalTicket);
     for (const ticket of tickets.slice(0, 4)) journal.release(ticket);
     assert.deepEqual(
       lines(dir).map((line) => JSON.parse(line).id),
@@ -147,7 +162,7 @@ describe("the decision journal", () => {
     journal.close();
     const next = openDecisionJournal({ dir });
     assert.deepEqual(
-      next.recovered.map((r) => JSON.parse(r.json).id),
+      [...next.recovered].map((r) => JSON.parse(r.json).id),
       ["r4", "r5"],
     );
     next.close();
@@ -163,7 +178,7 @@ describe("the decision journal", () => {
     appendFileSync(join(dir, name), '{"id":"cut-sh');
     const next = openDecisionJournal({ dir });
     assert.deepEqual(
-      next.recovered.map((r) => JSON.parse(r.json).id),
+      [...next.recovered].map((r) => JSON.parse(r.json).id),
       ["whole"],
     );
     next.close();
@@ -199,6 +214,113 @@ describe("the decision journal", () => {
     const decided = await later.decide(request("grpc", "grpc-no-disk-later"));
     assert.equal(decided.allow, false);
     assert.equal(errors.length, 3);
+  });
+
+  it("a segment larger than a string can hold does not stop the start; the records around it are replayed", () => {
+    const dir = join(tmp.path, "huge");
+    mkdirSync(dir, { recursive: true });
+    // An earlier segment of 540 MB (sparse: no disk used) ending in two records, and one beside it.
+    const huge = join(dir, "decisions-1.jsonl");
+    writeFileSync(huge, '{"id":"before-the-gap"}\n');
+    truncateSync(huge, 540 * 1024 * 1024);
+    appendFileSync(huge, '\n{"id":"after-the-gap-1"}\n{"id":"after-the-gap-2"}\n');
+    writeFileSync(join(dir, "decisions-2.jsonl"), '{"id":"next-segment"}\n');
+    // Not a regular file: never read (it would never end).
+    symlinkSync("/dev/zero", join(dir, "decisions-3.jsonl"));
+    const journal = openDecisionJournal({ dir });
+    assert.deepEqual(
+      [...journal.recovered].map((r) => JSON.parse(r.json).id),
+      ["before-the-gap", "after-the-gap-1", "after-the-gap-2", "next-segment"],
+    );
+    journal.close();
+  });
+
+  it("the journal stays within its byte cap: past it an allow is answered 503, a deny still answered (attack: an authority away made it grow without end)", async () => {
+    const dir = join(tmp.path, "cap");
+    const maxBytes = 64 * 1024;
+    const journal = openDecisionJournal({ dir, maxBytes });
+    // The authority takes nothing: every record stays, as in an outage.
+    const shipper = createDecisionShipper({
+      journal,
+      maxPending: 1_000_000,
+      send: async () => {
+        throw Object.assign(new Error("authority away"), { status: 503 });
+      },
+    });
+    const unwritten: Error[] = [];
+    let allow = true;
+    const engine = auditedEngine(
+      {
+        decide: (req) => (allow ? allowOf(req.requestId) : denyOf("missing_policy", req.requestId)),
+        authorize: async () => allowOf("x"),
+      },
+      shipper,
+      undefined,
+      (error) => unwritten.push(error),
+    );
+    const answers: SidecarDecision[] = [];
+    for (let i = 0; i < 1000; i++) answers.push(await engine.decide(request("grpc", `capped-${i}`)));
+    const onDisk = segments(dir).reduce((sum, name) => sum + statSync(join(dir, name)).size, 0);
+    assert.ok(onDisk <= maxBytes, `${onDisk} bytes on disk, cap ${maxBytes}`);
+    assert.equal(journal.bytes(), onDisk);
+    const allowed = answers.filter((answer) => answer.allow).length;
+    assert.ok(allowed > 0 && allowed === lines(dir).length, "every allow has its line; no allow without one");
+    assert.equal(answers.at(-1)?.allow, false);
+    const refused = answers.at(-1);
+    assert.equal(refused?.allow === false && refused.reason, "upstream_unavailable");
+    assert.ok(unwritten.length > 0 && unwritten.every((error) => error instanceof JournalFullError));
+    // A deny takes nothing away: still answered as decided.
+    allow = false;
+    const deny = await engine.decide(request("grpc", "capped-deny"));
+    assert.equal(!deny.allow && deny.reason, "missing_policy");
+    journal.close();
+  });
+
+  it("segments rotate below what a start can read; a larger segment or a cap below a segment is refused", () => {
+    assert.throws(
+      () => openDecisionJournal({ dir: join(tmp.path, "big"), segmentBytes: 65 * 1024 * 1024 }),
+      SidecarConfigError,
+    );
+    assert.throws(
+      () => openDecisionJournal({ dir: join(tmp.path, "small"), maxBytes: 1000 }),
+      SidecarConfigError,
+    );
+  });
+
+  it("records of one event-loop turn are written together, each decision answered only once its record is written", async () => {
+    const dir = join(tmp.path, "group");
+    const { engine, journal } = setup(dir);
+    const pending = Array.from({ length: 20 }, (_, i) => engine.decide(request("grpc", `group-${i}`)));
+    // Nothing is written within the turn, so nothing may be answered yet.
+    assert.equal(lines(dir).length, 0);
+    for (const decision of pending) {
+      assert.ok(decision instanceof Promise, "an answer waits for its record's write");
+      void decision.then(() => assert.equal(lines(dir).length, 20, "answered after the turn's write"));
+    }
+    const answered = await Promise.all(pending);
+    assert.ok(answered.every((decision) => decision.allow));
+    journal.close();
+  });
+
+  it("when the turn's write fails, every allow of that turn is answered 503", async () => {
+    const dir = join(tmp.path, "group-full");
+    mkdirSync(dir, { recursive: true });
+    const { engine, journal } = setup(dir);
+    // The segment the journal opens next is a disk that is always full.
+    const [name] = segments(dir);
+    assert.equal(name, undefined);
+    symlinkSync("/dev/full", join(dir, "decisions-1.jsonl"));
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => engine.decide(request("grpc", `full-${i}`))),
+    );
+    assert.deepEqual(
+      answers.map((answer) => !answer.allow && answer.reason),
+      Array(5).fill("upstream_unavailable"),
+    );
+    // The next turn writes to a fresh segment.
+    const after = await engine.decide(request("grpc", "after-full"));
+    assert.equal(after.allow, true);
+    journal.close();
   });
 
   it("one live process per directory; a dead owner's directory is taken over", async () => {

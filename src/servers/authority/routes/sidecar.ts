@@ -48,8 +48,9 @@ import type { AuthorityServices } from "../services.ts";
  *   profile, ready to inject (headers / query parameters), with how long they may be cached.
  * - `GET /v1/sidecar/self` — who the caller is to the authority: a sidecar proves its own
  *   credentials with it before it reports ready.
- * - `GET /v1/sidecar/policy-changes?after=<seq>&instance=<id>&wait=true` — the policy change
- *   log after `after` (a partner-bound caller sees its partner's changes only), held up to a
+ * - `GET /v1/sidecar/policy-changes?after=<cursor>&instance=<id>&wait=true` — the policy change
+ *   log after `after` (a partner-bound caller follows its partner's own log: its cursor and
+ *   answers depend on nothing another partner changed), held up to a
  *   45 % of a lease (≤ 1 s) for a change when there is none; an answer that reached the end of
  *   the log is the sidecar's freshness lease, and the read acknowledges every change up to
  *   `after` (src/policy/change-log.ts, decision 2507).
