@@ -20,7 +20,7 @@ export interface StoreTokenSetStoreOptions {
   readonly collection?: string;
 }
 
-function isTokenSet(value: unknown): value is TokenSet {
+export function isTokenSet(value: unknown): value is TokenSet {
   if (typeof value !== "object" || value === null) return false;
   const record = value as Record<string, unknown>;
   return (
