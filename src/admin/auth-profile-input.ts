@@ -79,11 +79,6 @@ const tokenExchangeShape = {
   },
 } as const;
 
-/** Body of PUT …/auth-profiles/{profile}, one shape per type (and kind); for the OpenAPI document. */
-export const authProfileInputSchema = {
-  oneOf: [apiKeyShape, bearerShape, clientCredentialsShape, oauthUserShape, tokenExchangeShape],
-} as const;
-
 const shapes: Readonly<Record<string, SchemaCheck<AuthProfileInput>>> = {
   "static/api_key": compileSchema(apiKeyShape),
   "static/bearer": compileSchema(bearerShape),

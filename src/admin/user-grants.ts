@@ -278,7 +278,10 @@ export async function refreshUserGrant(
   target: GrantTarget,
 ): Promise<UserGrantView> {
   const record = await resolveTarget(deps, target);
-  const info = await services.oauthUser.refresh({ profile: userProfileOf(record), tokenSetKey: keyOf(target) });
+  const info = await services.oauthUser.refresh({
+    profile: userProfileOf(record),
+    tokenSetKey: keyOf(target),
+  });
   await audit(deps, target, "refresh", actor, null);
   return viewOf(target, info);
 }
@@ -323,4 +326,3 @@ export function auditUserGrantEvent(deps: UserGrantDeps, event: UserGrantEvent):
     },
   );
 }
-

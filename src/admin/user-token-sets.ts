@@ -48,7 +48,12 @@ export function createSealedTokenSetStore(
       return isTokenSet(value) ? value : undefined;
     },
     async put(key, tokenSet: TokenSet) {
-      const sealed = await sealWithAad(deps.secretKeyRings, ownerOf(key), aadOf(key), JSON.stringify(tokenSet));
+      const sealed = await sealWithAad(
+        deps.secretKeyRings,
+        ownerOf(key),
+        aadOf(key),
+        JSON.stringify(tokenSet),
+      );
       const record: SealedTokenSetRecord = { sealed, updated_at: deps.now().toISOString() };
       await deps.store.put(collections.userTokenSets, key, record);
     },

@@ -1,5 +1,4 @@
 import { createHash, randomBytes } from "node:crypto";
-import { ExecutionError } from "./errors.ts";
 import {
   grantRequired,
   type OAuthUserProfile,
@@ -9,6 +8,7 @@ import {
   type TokenSetStore,
   unavailable,
 } from "./auth-profiles.ts";
+import { ExecutionError } from "./errors.ts";
 import {
   type FetchLike,
   refusalCode,
@@ -257,7 +257,8 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
         response = await grant(profile, { grant_type: "refresh_token", refresh_token: refreshToken });
       } catch (error) {
         const oauthError = refusalCode(error);
-        const issue = error instanceof ExecutionError ? String(error.details?.issue ?? error.reason) : "failed";
+        const issue =
+          error instanceof ExecutionError ? String(error.details?.issue ?? error.reason) : "failed";
         report({ action: "refresh_failed", tokenSetKey: key, issue, ...(oauthError ? { oauthError } : {}) });
         // A refused refresh token is dead: forget the grant so the user is asked to
         // reconnect, unless another process has stored a newer grant meanwhile.

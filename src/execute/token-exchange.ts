@@ -9,8 +9,8 @@ import { createHash } from "node:crypto";
 import { LRUCache } from "lru-cache";
 import {
   resolveSecret,
-  SUBJECT_TOKEN_TYPES,
   type SecretResolver,
+  SUBJECT_TOKEN_TYPES,
   type TokenExchangeProfile,
   unavailable,
 } from "./auth-profiles.ts";

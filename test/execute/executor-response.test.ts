@@ -166,7 +166,9 @@ describe("executor: injected secrets never reach the caller", () => {
       clientSecretRef: "ref:cs",
       scopes: [],
     };
-    const result = await executor().execute(request(profile, { endUser: { partnerId: "acme", subjectId: "user-1" } }));
+    const result = await executor().execute(
+      request(profile, { endUser: { partnerId: "acme", subjectId: "user-1" } }),
+    );
     assert.equal(upstream.requests.at(-1)?.headers.authorization, `Bearer ${grant.accessToken}`);
     assertAbsent(result, [grant.accessToken, grant.refreshToken, CLIENT_SECRET]);
   });

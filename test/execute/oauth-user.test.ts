@@ -248,7 +248,10 @@ describe("oauth_user", () => {
 
   it("disconnect forgets the grant", async () => {
     const key = await connect();
-    assert.equal(await executor.oauthUser.disconnect({ profile: profile(), tokenSetKey: keyOf(key) }), "not_supported");
+    assert.equal(
+      await executor.oauthUser.disconnect({ profile: profile(), tokenSetKey: keyOf(key) }),
+      "not_supported",
+    );
     assert.equal(await tokens.tokenSetStore.get(keyOf(key)), undefined);
   });
 });
