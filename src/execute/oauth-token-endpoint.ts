@@ -110,6 +110,17 @@ function parseTokenResponse(body: unknown): TokenResponse {
   return out;
 }
 
+/**
+ * An ID token (a provider answers one to a code grant with `openid`) is not what this client
+ * asks for: it is never read, so it is dropped unverified rather than checked against keys and
+ * algorithms the profile does not name.
+ */
+function withoutIdToken(response: Response, body: unknown): Response {
+  if (typeof body !== "object" || body === null || !Object.hasOwn(body, "id_token")) return response;
+  const { id_token: _dropped, ...rest } = body as Record<string, unknown>;
+  return new Response(JSON.stringify(rest), { status: response.status, headers: response.headers });
+}
+
 /** Statuses whose Response may not carry a body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 
@@ -197,7 +208,11 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
   const body = parseJson(bounded.bytes());
   if (response.status !== 200) throw refused(oauthErrorCode(body));
   try {
-    await oauth.processGenericTokenEndpointResponse(server, { client_id: request.clientId }, response);
+    await oauth.processGenericTokenEndpointResponse(
+      server,
+      { client_id: request.clientId },
+      withoutIdToken(response, body),
+    );
   } catch {
     // Answered 200 but not a conforming token response (oauth4webapi says which; we keep the issue only).
     const tokenType = (body as Record<string, unknown> | undefined)?.token_type;

@@ -204,28 +204,31 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
     }
   }
 
-  /** Revokes the refresh token, then the access token; "failed" when the provider would not. */
+  /**
+   * Revokes the grant: its refresh token (RFC 7009 §2.1: the provider drops the grant's access
+   * tokens with it), else the access token; then the access token, best effort (providers
+   * refuse self-contained ones). "failed" when the provider would not revoke the grant.
+   */
   async function revokeAll(profile: OAuthUserProfile, tokenSet: TokenSet): Promise<Revocation> {
     const url = profile.revocationUrl;
     if (url === undefined) return "not_supported";
     const secret = await clientSecret(profile).catch(() => undefined);
-    const tokens: Array<{ token: string; tokenTypeHint: "refresh_token" | "access_token" }> = [
-      { token: tokenSet.accessToken, tokenTypeHint: "access_token" },
-    ];
-    if (tokenSet.refreshToken !== undefined)
-      tokens.unshift({ token: tokenSet.refreshToken, tokenTypeHint: "refresh_token" });
+    const revoke = (token: string, tokenTypeHint: "refresh_token" | "access_token") =>
+      revokeToken({
+        fetch: options.fetch,
+        revocationUrl: url,
+        clientId: profile.clientId,
+        ...(secret === undefined ? {} : { clientSecret: secret }),
+        clientAuth: profile.clientAuth ?? "client_secret_basic",
+        token,
+        tokenTypeHint,
+        timeoutMs,
+      });
     try {
-      for (const { token, tokenTypeHint } of tokens) {
-        await revokeToken({
-          fetch: options.fetch,
-          revocationUrl: url,
-          clientId: profile.clientId,
-          ...(secret === undefined ? {} : { clientSecret: secret }),
-          clientAuth: profile.clientAuth ?? "client_secret_basic",
-          token,
-          tokenTypeHint,
-          timeoutMs,
-        });
+      if (tokenSet.refreshToken === undefined) await revoke(tokenSet.accessToken, "access_token");
+      else {
+        await revoke(tokenSet.refreshToken, "refresh_token");
+        await revoke(tokenSet.accessToken, "access_token").catch(() => undefined);
       }
       return "revoked";
     } catch {
