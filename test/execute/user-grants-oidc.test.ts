@@ -39,7 +39,6 @@ let idpIssuer: string;
 let tokens: TokenStoreFixture;
 let executor: Executor;
 let exchanged: TokenExchangeTokens;
-let events: UserGrantEvent[];
 const secrets = secretTable({ "ref:web": CLIENTS.web.secret });
 
 before(async () => {
@@ -59,7 +58,6 @@ after(async () => {
 
 function build(options: { now?: () => number } = {}): Executor {
   const egress = egressAllowing([peer.origin, api.url]);
-  events = [];
   exchanged = createTokenExchangeTokens({ fetch: egress.fetch, secretResolver: secrets.resolve, ...options });
   return createExecutor({
     secretResolver: secrets.resolve,
