@@ -67,6 +67,56 @@ describe("admin API: user grants (oauth_user) against oidc-provider", () => {
     return entries.map((entry) => entry.value).filter((value) => value.kind === "user_grant");
   }
 
+  /** Imports the items API as `capability` with this auth profile and assigns it to the subjects. */
+  async function importItems(capability: string, profile: string, subjects: readonly string[]) {
+    const imported = await h.call("POST", "/partners/acme/api-specs/import-openapi", {
+      token: t.acmeAdmin,
+      body: {
+        capability_id: capability,
+        name: "Items",
+        auth_profile_ref: profile,
+        document: {
+          openapi: "3.1.0",
+          info: { title: "Items", version: "1.0.0" },
+          servers: [{ url: api.url }],
+          paths: {
+            "/items/{id}": {
+              parameters: [{ name: "id", in: "path", required: true, schema: { type: "string" } }],
+              get: { operationId: "getItem", responses: { "200": { description: "ok" } } },
+            },
+          },
+        },
+      },
+    });
+    assert.equal(imported.status, 201, imported.text);
+    for (const subject of subjects) {
+      const assigned = await h.call("PUT", `/partners/acme/caab/subjects/${subject}/policies/${capability}`, {
+        token: t.acmeAdmin,
+        body: { allowed_permission_ids: [`${capability}:get:/items/{id}`], ttl_seconds: 3600 },
+      });
+      assert.ok(assigned.status === 200 || assigned.status === 201, assigned.text);
+    }
+  }
+
+  /** The subject's one tool, called over MCP with its own bearer token. */
+  async function callAs(subject: string) {
+    const token = await h.token(["agent"], "acme", subject);
+    const client = new Client({ name: "user-grants-test", version: "1.0.0" });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${h.url}/mcp`), {
+        requestInit: { headers: { authorization: `Bearer ${token}` } },
+      }),
+    );
+    try {
+      const tools = await client.listTools();
+      const tool = tools.tools[0];
+      assert.ok(tool !== undefined);
+      return { token, result: await client.callTool({ name: tool.name, arguments: { path: { id: "a" } } }) };
+    } finally {
+      await client.close();
+    }
+  }
+
   before(async () => {
     peer = await startOidcPeer();
     api = await startItemsApi(peer);
@@ -248,53 +298,7 @@ describe("admin API: user grants (oauth_user) against oidc-provider", () => {
   });
 
   it("an MCP call runs with the authenticated user's grant; a user who never connected is told to connect", async () => {
-    const imported = await h.call("POST", "/partners/acme/api-specs/import-openapi", {
-      token: t.acmeAdmin,
-      body: {
-        capability_id: "items",
-        name: "Items",
-        auth_profile_ref: "items-user",
-        document: {
-          openapi: "3.1.0",
-          info: { title: "Items", version: "1.0.0" },
-          servers: [{ url: api.url }],
-          paths: {
-            "/items/{id}": {
-              parameters: [{ name: "id", in: "path", required: true, schema: { type: "string" } }],
-              get: { operationId: "getItem", responses: { "200": { description: "ok" } } },
-            },
-          },
-        },
-      },
-    });
-    assert.equal(imported.status, 201, imported.text);
-    for (const subject of ["alice", "bob"]) {
-      const assigned = await h.call("PUT", `/partners/acme/caab/subjects/${subject}/policies/items`, {
-        token: t.acmeAdmin,
-        body: { allowed_permission_ids: ["items:get:/items/{id}"], ttl_seconds: 3600 },
-      });
-      assert.ok(assigned.status === 200 || assigned.status === 201, assigned.text);
-    }
-    const callAs = async (subject: string) => {
-      const token = await h.token(["agent"], "acme", subject);
-      const client = new Client({ name: "user-grants-test", version: "1.0.0" });
-      await client.connect(
-        new StreamableHTTPClientTransport(new URL(`${h.url}/mcp`), {
-          requestInit: { headers: { authorization: `Bearer ${token}` } },
-        }),
-      );
-      try {
-        const tools = await client.listTools();
-        const tool = tools.tools[0];
-        assert.ok(tool !== undefined);
-        return {
-          token,
-          result: await client.callTool({ name: tool.name, arguments: { path: { id: "a" } } }),
-        };
-      } finally {
-        await client.close();
-      }
-    };
+    await importItems("items", "items-user", ["alice", "bob"]);
     const alice = await callAs("alice");
     const aliceText = JSON.stringify(alice.result);
     assert.equal(alice.result.isError ?? false, false, aliceText);
@@ -366,5 +370,22 @@ describe("admin API: user grants (oauth_user) against oidc-provider", () => {
     const dropped = await h.call("DELETE", grantPath("items-obo", "alice"), { token: t.acmeAdmin });
     assert.equal(dropped.status, 200, dropped.text);
     assert.equal(dropped.body.revocation, "not_supported");
+  });
+
+  it("token exchange: an MCP call carries the token the provider exchanged for the caller's, never the caller's own", async () => {
+    const issuer = h.context.config.issuer;
+    peer.trustSubjectTokens(issuer, `${issuer}/.well-known/jwks.json`);
+    await importItems("items-obo-api", "items-obo", ["carol"]);
+    const carol = await callAs("carol");
+    const text = JSON.stringify(carol.result);
+    assert.equal(carol.result.isError ?? false, false, text);
+    assert.match(text, /\\"sub\\":\\"carol\\"/);
+    assert.equal(peer.exchanges.at(-1)?.sub, "carol");
+    assert.equal(peer.exchanges.at(-1)?.resource, RESOURCE);
+    const sent = api.requests.at(-1)?.authorization ?? "";
+    assert.ok(
+      sent.startsWith("Bearer ") && !sent.includes(carol.token),
+      "the caller's token is not forwarded",
+    );
   });
 });
