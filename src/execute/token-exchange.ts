@@ -14,6 +14,7 @@ import {
   type TokenExchangeProfile,
   unavailable,
 } from "./auth-profiles.ts";
+import { positive } from "./client-credentials.ts";
 import { type FetchLike, requestToken } from "./oauth-token-endpoint.ts";
 
 export const TOKEN_EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -66,12 +67,6 @@ interface FetchContext {
   readonly profile: TokenExchangeProfile;
   readonly userKey: string;
   readonly user: EndUserToken;
-}
-
-function positive(name: string, value: number | undefined, fallback: number): number {
-  const out = value ?? fallback;
-  if (!Number.isFinite(out) || out <= 0) throw new TypeError(`${name} must be a positive number`);
-  return out;
 }
 
 /** One entry per user and distinct grant (endpoint, client, audience, resource, scopes). Hashed: no token in a key. */
