@@ -297,6 +297,8 @@ export async function startOidcPeer(): Promise<OidcPeer> {
 export interface ItemsRequest {
   readonly authorization: string | undefined;
   readonly headers: IncomingHttpHeaders;
+  /** Why the token was refused, when it was. */
+  refused?: string;
 }
 
 export interface ItemsApi {
@@ -316,7 +318,8 @@ export async function startItemsApi(peer: Pick<OidcPeer, "issuer" | "jwksUrl">):
   const requests: ItemsRequest[] = [];
   const state = { delayMs: 0 };
   const server = createServer((req, res) => {
-    requests.push({ authorization: req.headers.authorization, headers: req.headers });
+    const seen: ItemsRequest = { authorization: req.headers.authorization, headers: req.headers };
+    requests.push(seen);
     void (async () => {
       if (state.delayMs > 0) await new Promise((resolve) => setTimeout(resolve, state.delayMs));
       const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1];
@@ -325,7 +328,8 @@ export async function startItemsApi(peer: Pick<OidcPeer, "issuer" | "jwksUrl">):
         const { payload } = await jwtVerify(token, keys, { issuer: peer.issuer, audience: RESOURCE });
         res.writeHead(200, { "content-type": "application/json" });
         res.end(JSON.stringify({ sub: payload.sub, scope: payload.scope, client_id: payload.client_id }));
-      } catch {
+      } catch (error) {
+        seen.refused = error instanceof Error ? error.message : String(error);
         res.writeHead(401, { "content-type": "application/json", "www-authenticate": "Bearer" });
         res.end(JSON.stringify({ error: "invalid_token" }));
       }
