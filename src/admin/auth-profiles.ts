@@ -349,7 +349,30 @@ export async function putAuthProfile(
         );
   const record = recordOf(partnerId, profileId, input, sealed, times);
   await deps.store.put(collections.authProfiles, key, record);
+  // Users' grants belong to the provider and client that issued them: another one voids them.
+  if (existing?.type === "oauth_user" && !sameProvider(existing, record))
+    await deleteUserGrantsOf(deps, partnerId, profileId);
   return { profile: toAuthProfileView(record), created: existing === undefined };
+}
+
+function sameProvider(before: AuthProfileRecord, after: AuthProfileRecord): boolean {
+  return (
+    before.type === "oauth_user" &&
+    after.type === "oauth_user" &&
+    before.token_url === after.token_url &&
+    before.authorization_url === after.authorization_url &&
+    before.client_id === after.client_id
+  );
+}
+
+/** Deletes every user's grant (sealed token set) of a profile. */
+async function deleteUserGrantsOf(
+  deps: Pick<AdminDeps, "store">,
+  partnerId: string,
+  profileId: string,
+): Promise<void> {
+  const grants = await scanAll(deps.store, collections.userTokenSets, `${partnerId}/${profileId}/`);
+  for (const grant of grants) await deps.store.delete(collections.userTokenSets, grant.id);
 }
 
 export async function loadAuthProfileRecord(
@@ -444,8 +467,7 @@ export async function deleteAuthProfile(
   }
   await deps.store.delete(collections.authProfiles, storeKeys.authProfile(partnerId, profileId));
   // Users' grants of the profile go with it (sealed token sets nobody could use any more).
-  const grants = await scanAll(deps.store, collections.userTokenSets, `${partnerId}/${profileId}/`);
-  for (const grant of grants) await deps.store.delete(collections.userTokenSets, grant.id);
+  await deleteUserGrantsOf(deps, partnerId, profileId);
 }
 
 /** The execution layer's view of one stored profile. */

@@ -388,4 +388,27 @@ describe("admin API: user grants (oauth_user) against oidc-provider", () => {
       "the caller's token is not forwarded",
     );
   });
+
+  it("a profile moved to another client or provider voids its users' grants", async () => {
+    const { state, code } = await authorize("items-user", "bob");
+    assert.equal((await complete("items-user", "bob", { state, code })).status, 200);
+    const kept = await h.call("PUT", `${base}/items-user`, {
+      token: t.acmeAdmin,
+      body: userProfile({ scopes: ["openid"] }),
+    });
+    assert.equal(kept.status, 200);
+    assert.equal(
+      (await h.call("GET", grantPath("items-user", "bob"), { token: t.auditor })).body.connected,
+      true,
+    );
+    const moved = await h.call("PUT", `${base}/items-user`, {
+      token: t.acmeAdmin,
+      body: userProfile({ client_id: CLIENTS.other.id, client_secret: CLIENTS.other.secret }),
+    });
+    assert.equal(moved.status, 200);
+    assert.equal(
+      (await h.call("GET", grantPath("items-user", "bob"), { token: t.auditor })).body.connected,
+      false,
+    );
+  });
 });
