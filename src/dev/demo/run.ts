@@ -16,6 +16,7 @@ import { bindingSection } from "./steps-binding.ts";
 import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
+import { userGrantSection } from "./steps-user-grant.ts";
 
 export interface DemoOptions {
   /** Where the story is told (one line per call). */
@@ -44,6 +45,8 @@ const sections: readonly Section[] = [
   { name: "headless binding invoke", run: bindingSection },
   { name: "hosted MCP", run: mcpSection },
   { name: "sidecar", run: sidecarSection },
+  // Last: it moves the agent's policy onto the user's grant.
+  { name: "acting for the user", run: userGrantSection },
 ];
 
 function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
