@@ -273,12 +273,19 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
         throw error;
       }
       const next = toTokenSet(response, issuedAt, latest);
+      let current: TokenSet | undefined;
+      try {
+        current = await store.get(key);
+      } catch {
+        throw unavailable("token_store_unavailable");
+      }
       // Disconnected while the refresh was in flight: the new tokens are not kept (nor used).
-      const current = await store.get(key).catch(() => undefined);
-      if (current?.refreshToken !== refreshToken) {
+      if (current === undefined) {
         await revokeAll(profile, next);
         throw grantRequired("user_grant_missing");
       }
+      // Another process stored a newer set meanwhile: that one stands.
+      if (current.refreshToken !== refreshToken) return current;
       await save(key, next);
       return next;
     })().finally(() => refreshing.delete(key));

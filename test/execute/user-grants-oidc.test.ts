@@ -301,6 +301,31 @@ describe("oauth_user against oidc-provider", () => {
     );
   });
 
+  it("a disconnect while a refresh is in flight is not undone by the refresh", async () => {
+    // No revocation endpoint: the provider keeps honouring the old refresh token, so only the
+    // client's own check stands between the late refresh and a resurrected grant.
+    const { revocationUrl: _none, ...profile } = profileOf();
+    peer.accessTtl = 5;
+    await connect("racing", profile);
+    peer.accessTtl = 300;
+    const hold = peer.holdTokenRequests();
+    const inFlight = callApi(profile, "racing");
+    while (hold.arrived === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+    assert.equal(
+      await executor.oauthUser.disconnect({ profile, tokenSetKey: keyOf("racing") }),
+      "not_supported",
+    );
+    hold.release();
+    const error = await rejection(inFlight);
+    assert.equal(error.code, "user_grant_required");
+    assert.equal(
+      await tokens.store.get(collections.userTokenSets, keyOf("racing")),
+      undefined,
+      "not resurrected",
+    );
+    assert.equal(api.requests.length, 0, "the refreshed token was never used");
+  });
+
   it("users' grants never mix: concurrent calls each carry their own user's token", async () => {
     await connect("ann");
     await connect("ben");

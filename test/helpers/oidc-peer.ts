@@ -60,6 +60,8 @@ export interface OidcPeer {
   /** Token endpoint requests answered, by grant_type (a refused one as `<grant_type>!`). */
   readonly grants: string[];
   readonly exchanges: ExchangeSeen[];
+  /** Holds every token request until `release()` is called; `arrived` counts the held ones. */
+  holdTokenRequests(): { release(): void; readonly arrived: number };
   /** Trusts subject tokens of this issuer (token exchange). */
   trustSubjectTokens(issuer: string, jwksUrl: string): void;
   /** The user agent: follows the authorization URL, signs in as `accountId`, returns the callback URL. */
@@ -100,6 +102,7 @@ export async function startOidcPeer(): Promise<OidcPeer> {
   const exchanges: ExchangeSeen[] = [];
   let trusted: { issuer: string; keys: JWTVerifyGetKey } | undefined;
   const nextLogin = new Map<string, string>();
+  let held: { gate: Promise<void>; count: number } | undefined;
 
   const peer = {
     accessTtl: 300,
@@ -228,6 +231,12 @@ export async function startOidcPeer(): Promise<OidcPeer> {
       return;
     }
     const url = req.url ?? "/";
+    if (held !== undefined && req.method === "POST" && url === "/token") {
+      const hold = held;
+      hold.count++;
+      void hold.gate.then(() => handle(req, res));
+      return;
+    }
     if (url.startsWith("/interaction/")) {
       void (async () => {
         const details = await provider.interactionDetails(req, res);
@@ -279,6 +288,20 @@ export async function startOidcPeer(): Promise<OidcPeer> {
     },
     grants,
     exchanges,
+    holdTokenRequests() {
+      let release = () => {};
+      const hold = { gate: new Promise<void>((resolve) => (release = resolve)), count: 0 };
+      held = hold;
+      return {
+        release() {
+          held = undefined;
+          release();
+        },
+        get arrived() {
+          return hold.count;
+        },
+      };
+    },
     trustSubjectTokens(subjectIssuer, jwksUrl) {
       trusted = { issuer: subjectIssuer, keys: createRemoteJWKSet(new URL(jwksUrl)) };
     },
