@@ -497,6 +497,13 @@ export async function startSampleCustomersApi(
       finish(problem(status, status === 413 ? "Payload Too Large" : "Bad Request"), { apiKeyOk });
       return;
     }
+    const input: RouteInput = {
+      params: matched.params,
+      query: url.searchParams,
+      body,
+      headers: request.headers,
+      ...(user === undefined ? {} : { user }),
+    };
     if (typeof envelope === "string") {
       const settings = options.envelopeVerification?.();
       if (settings === undefined) {
@@ -525,33 +532,15 @@ export async function startSampleCustomersApi(
         );
         return;
       }
-      finish(
-        matched.route.handle({
-          params: matched.params,
-          query: url.searchParams,
-          body,
-          headers: request.headers,
-          ...(user === undefined ? {} : { user }),
-        }),
-        {
-          apiKeyOk,
-          verifyStatus: verdict.status,
-        },
-      );
+      finish(matched.route.handle(input), {
+        apiKeyOk,
+        verifyStatus: verdict.status,
+      });
       return;
     }
-    finish(
-      matched.route.handle({
-        params: matched.params,
-        query: url.searchParams,
-        body,
-        headers: request.headers,
-        ...(user === undefined ? {} : { user }),
-      }),
-      {
-        apiKeyOk,
-      },
-    );
+    finish(matched.route.handle(input), {
+      apiKeyOk,
+    });
   }
 
   const server: Server = createServer((request, response) => {
