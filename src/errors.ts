@@ -108,6 +108,18 @@ export const errorCodes = {
     GrpcCode.PERMISSION_DENIED,
     "The upstream destination is not allowed by the platform's egress policy.",
   ),
+  // docs/execution.md, "User OAuth": the end user has no usable grant for the auth profile.
+  user_grant_required: deny(
+    403,
+    GrpcCode.PERMISSION_DENIED,
+    "The end user has not connected this upstream account, or the grant expired or was revoked: connect first (start the user's grant), then retry.",
+  ),
+  // docs/admin-api.md, "User grants": a callback whose state cannot complete a grant.
+  oauth_state_invalid: deny(
+    400,
+    GrpcCode.INVALID_ARGUMENT,
+    "The authorization state is unknown, expired, already used, or was issued for another user or profile: start the user's grant again.",
+  ),
   idempotency_key_required: deny(400, GrpcCode.INVALID_ARGUMENT, "An Idempotency-Key header is required."),
   idempotency_conflict: deny(
     422,

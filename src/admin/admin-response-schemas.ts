@@ -116,6 +116,48 @@ export const boundaryUpdateSchema = record(["boundary", "assignments_outside"], 
 /** An auth profile as the API shows it: never its secret material. */
 export const authProfileViewSchema = record([]);
 
+/** A user's grant as the API shows it: closed, so no token can ride along undocumented. */
+export const userGrantSchema = {
+  type: "object",
+  additionalProperties: false,
+  required: [
+    "partner_id",
+    "profile_id",
+    "subject_id",
+    "connected",
+    "expires_at",
+    "scope",
+    "has_refresh_token",
+  ],
+  properties: {
+    partner_id: text,
+    profile_id: text,
+    subject_id: text,
+    connected: { type: "boolean" },
+    expires_at: nullableText,
+    scope: nullableText,
+    has_refresh_token: { type: "boolean" },
+  },
+} as const;
+
+export const startedUserGrantSchema = {
+  type: "object",
+  additionalProperties: false,
+  required: ["authorization_url", "state", "expires_at"],
+  properties: { authorization_url: text, state: text, expires_at: text },
+} as const;
+
+export const disconnectedUserGrantSchema = {
+  type: "object",
+  additionalProperties: false,
+  required: ["grant", "revocation", "dropped_tokens"],
+  properties: {
+    grant: userGrantSchema,
+    revocation: { enum: ["revoked", "failed", "not_supported", "no_grant"] },
+    dropped_tokens: count,
+  },
+} as const;
+
 export const bindingSchema = record(["binding_id", "partner_id"], { binding_id: text, partner_id: text });
 export const workloadClientSchema = record(["client_id", "binding_id", "status"], {
   client_id: text,

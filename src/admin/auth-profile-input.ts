@@ -40,14 +40,60 @@ const clientCredentialsShape = {
   },
 } as const;
 
+const nullableUrl = { anyOf: [text(2048), { type: "null" }] } as const;
+// Absent: keep the stored secret (same type) or a public client; null: make it a public client.
+const optionalSecret = { anyOf: [secret, { type: "null" }] } as const;
+
+const oauthUserShape = {
+  type: "object",
+  additionalProperties: false,
+  required: ["type", "authorization_url", "token_url", "client_id", "redirect_uri"],
+  properties: {
+    type: { const: "oauth_user" },
+    authorization_url: text(2048),
+    token_url: text(2048),
+    revocation_url: nullableUrl,
+    client_id: text(2048),
+    client_secret: optionalSecret,
+    scopes: { type: "array", maxItems: 100, items: text(256) },
+    audience: nullableUrl,
+    client_auth: { enum: ["client_secret_basic", "client_secret_post"] },
+    redirect_uri: text(2048),
+  },
+} as const;
+
+const tokenExchangeShape = {
+  type: "object",
+  additionalProperties: false,
+  required: ["type", "token_url", "client_id"],
+  properties: {
+    type: { const: "oauth_token_exchange" },
+    token_url: text(2048),
+    client_id: text(2048),
+    client_secret: optionalSecret,
+    scopes: { type: "array", maxItems: 100, items: text(256) },
+    audience: nullableUrl,
+    resource: nullableUrl,
+    client_auth: { enum: ["client_secret_basic", "client_secret_post"] },
+    subject_token_type: { enum: ["access_token", "jwt", "id_token"] },
+  },
+} as const;
+
 const shapes: Readonly<Record<string, SchemaCheck<AuthProfileInput>>> = {
   "static/api_key": compileSchema(apiKeyShape),
   "static/bearer": compileSchema(bearerShape),
   oauth_client_credentials: compileSchema(clientCredentialsShape),
+  oauth_user: compileSchema(oauthUserShape),
+  oauth_token_exchange: compileSchema(tokenExchangeShape),
 };
 
-/** The kinds of profile this API stores. User OAuth (PKCE) profiles join with the user-OAuth actions. */
-export const authProfileTypes = ["static", "oauth_client_credentials"] as const;
+/** The kinds of profile this API stores. */
+export const authProfileTypes = [
+  "static",
+  "oauth_client_credentials",
+  "oauth_user",
+  "oauth_token_exchange",
+] as const;
 
 /**
  * Checks a PUT body against the shape its `type` (and `kind`) selects, so every problem

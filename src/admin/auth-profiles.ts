@@ -21,7 +21,7 @@ import type { AdminDeps } from "./deps.ts";
 import { isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { openSecret, sealSecret } from "./secret-seal.ts";
-import { type PageOf, type PageRequest, pageUnder, scan } from "./store-scan.ts";
+import { type PageOf, type PageRequest, pageUnder, scan, scanAll } from "./store-scan.ts";
 
 /** Request bodies of PUT …/auth-profiles/{profile}. Secrets are write-only. */
 export type AuthProfileInput =
@@ -41,6 +41,30 @@ export type AuthProfileInput =
       readonly scopes?: readonly string[];
       readonly audience?: string | null;
       readonly client_auth?: "client_secret_basic" | "client_secret_post";
+    }
+  | {
+      readonly type: "oauth_user";
+      readonly authorization_url: string;
+      readonly token_url: string;
+      readonly revocation_url?: string | null;
+      readonly client_id: string;
+      /** Absent: keep the stored one (same type) or a public client; null: a public client. */
+      readonly client_secret?: string | null;
+      readonly scopes?: readonly string[];
+      readonly audience?: string | null;
+      readonly client_auth?: "client_secret_basic" | "client_secret_post";
+      readonly redirect_uri: string;
+    }
+  | {
+      readonly type: "oauth_token_exchange";
+      readonly token_url: string;
+      readonly client_id: string;
+      readonly client_secret?: string | null;
+      readonly scopes?: readonly string[];
+      readonly audience?: string | null;
+      readonly resource?: string | null;
+      readonly client_auth?: "client_secret_basic" | "client_secret_post";
+      readonly subject_token_type?: "access_token" | "jwt" | "id_token";
     };
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
@@ -87,11 +111,40 @@ export function toExecutionAuthProfile(record: AuthProfileRecord): AuthProfile {
         clientAuth: record.client_auth,
         ...(record.audience === null ? {} : { audience: record.audience }),
       };
+    case "oauth_user":
+      return {
+        type: "oauth_user",
+        id: record.profile_id,
+        authorizationUrl: record.authorization_url,
+        tokenUrl: record.token_url,
+        clientId: record.client_id,
+        scopes: record.scopes,
+        clientAuth: record.client_auth,
+        ...(record.sealed_secret.length === 0 ? {} : { clientSecretRef: secretRef }),
+        ...(record.audience === null ? {} : { audience: record.audience }),
+        ...(record.revocation_url === null ? {} : { revocationUrl: record.revocation_url }),
+      };
+    case "oauth_token_exchange":
+      return {
+        type: "oauth_token_exchange",
+        id: record.profile_id,
+        tokenUrl: record.token_url,
+        clientId: record.client_id,
+        scopes: record.scopes,
+        clientAuth: record.client_auth,
+        subjectTokenType: record.subject_token_type,
+        ...(record.sealed_secret.length === 0 ? {} : { clientSecretRef: secretRef }),
+        ...(record.audience === null ? {} : { audience: record.audience }),
+        ...(record.resource === null ? {} : { resource: record.resource }),
+      };
   }
 }
 
 // The execution layer's field names, spelled as this API spells them.
 const apiField: Readonly<Record<string, string>> = {
+  authorizationUrl: "authorization_url",
+  revocationUrl: "revocation_url",
+  subjectTokenType: "subject_token_type",
   tokenUrl: "token_url",
   clientId: "client_id",
   clientAuth: "client_auth",
@@ -104,9 +157,14 @@ const apiField: Readonly<Record<string, string>> = {
 const SECRET_TEXT = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
 const MAX_SECRET_LENGTH = 16384;
 
-function secretOf(input: AuthProfileInput): string | undefined {
-  return input.type === "oauth_client_credentials" ? input.client_secret : input.secret;
+/** The secret given: a string, null (remove it: a public client) or undefined (not given). */
+function secretOf(input: AuthProfileInput): string | null | undefined {
+  return input.type === "static" ? input.secret : input.client_secret;
 }
+
+/** OAuth clients that may be public (PKCE, token exchange): no secret is needed. */
+const mayBePublic = (input: AuthProfileInput): boolean =>
+  input.type === "oauth_user" || input.type === "oauth_token_exchange";
 
 /** Same type (and kind): an update may keep the stored secret. */
 function sameShape(record: AuthProfileRecord, input: AuthProfileInput): boolean {
@@ -137,6 +195,59 @@ function recordOf(
         audience: input.audience ?? null,
         client_auth: input.client_auth ?? "client_secret_basic",
       };
+    case "oauth_user":
+      return {
+        ...base,
+        type: "oauth_user",
+        authorization_url: input.authorization_url,
+        token_url: input.token_url,
+        revocation_url: input.revocation_url ?? null,
+        client_id: input.client_id,
+        scopes: [...(input.scopes ?? [])],
+        audience: input.audience ?? null,
+        client_auth: input.client_auth ?? "client_secret_basic",
+        redirect_uri: input.redirect_uri,
+      };
+    case "oauth_token_exchange":
+      return {
+        ...base,
+        type: "oauth_token_exchange",
+        token_url: input.token_url,
+        client_id: input.client_id,
+        scopes: [...(input.scopes ?? [])],
+        audience: input.audience ?? null,
+        resource: input.resource ?? null,
+        client_auth: input.client_auth ?? "client_secret_basic",
+        subject_token_type: input.subject_token_type ?? "access_token",
+      };
+  }
+}
+
+/**
+ * Where the provider sends the user back: an absolute https URL (http only on loopback) without
+ * credentials or fragment, fixed in the profile — no request may choose another (open redirect).
+ */
+function checkRedirectUri(value: string): void {
+  let url: URL | undefined;
+  try {
+    url = new URL(value);
+  } catch {
+    url = undefined;
+  }
+  const loopback = url !== undefined && /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/.test(url.hostname);
+  if (
+    url === undefined ||
+    url.username !== "" ||
+    url.password !== "" ||
+    url.hash !== "" ||
+    value.includes("#") ||
+    !(url.protocol === "https:" || (url.protocol === "http:" && loopback))
+  ) {
+    throw new AuthorityError(
+      "invalid_request",
+      "The auth profile is invalid: redirect_uri must be an absolute https URL (http only on loopback) without credentials or fragment.",
+      { details: { field: "redirect_uri" } },
+    );
   }
 }
 
@@ -183,8 +294,9 @@ export async function putAuthProfile(
   }
   const key = storeKeys.authProfile(partnerId, profileId);
   const existing = await deps.store.get<AuthProfileRecord>(collections.authProfiles, key);
-  const secret = secretOf(input);
-  const secretField = input.type === "oauth_client_credentials" ? "client_secret" : "secret";
+  const given = secretOf(input);
+  const secret = given ?? undefined;
+  const secretField = input.type === "static" ? "secret" : "client_secret";
   if (secret !== undefined && (secret.length > MAX_SECRET_LENGTH || !SECRET_TEXT.test(secret))) {
     throw new AuthorityError(
       "invalid_request",
@@ -192,8 +304,8 @@ export async function putAuthProfile(
       { details: { field: secretField } },
     );
   }
-  const keep = secret === undefined && existing !== undefined && sameShape(existing, input);
-  if (secret === undefined && !keep) {
+  const keep = given === undefined && existing !== undefined && sameShape(existing, input);
+  if (secret === undefined && !keep && !mayBePublic(input)) {
     throw new AuthorityError(
       "invalid_request",
       `${secretField} is required for a new profile or a new type.`,
@@ -209,6 +321,7 @@ export async function putAuthProfile(
     secret_updated_at: keep && existing !== undefined ? existing.secret_updated_at : now,
   };
   // Validate before sealing, so a bad profile never touches the key ring.
+  if (input.type === "oauth_user") checkRedirectUri(input.redirect_uri);
   validate(recordOf(partnerId, profileId, input, "", times));
   if (secret !== undefined) {
     try {
@@ -225,7 +338,9 @@ export async function putAuthProfile(
   }
   const sealed =
     secret === undefined
-      ? (existing?.sealed_secret ?? "")
+      ? keep
+        ? (existing?.sealed_secret ?? "")
+        : ""
       : await sealSecret(
           deps.secretKeyRings,
           authProfileSecretOwner(partnerId),
@@ -234,10 +349,33 @@ export async function putAuthProfile(
         );
   const record = recordOf(partnerId, profileId, input, sealed, times);
   await deps.store.put(collections.authProfiles, key, record);
+  // Users' grants belong to the provider and client that issued them: another one voids them.
+  if (existing?.type === "oauth_user" && !sameProvider(existing, record))
+    await deleteUserGrantsOf(deps, partnerId, profileId);
   return { profile: toAuthProfileView(record), created: existing === undefined };
 }
 
-async function loadRecord(
+function sameProvider(before: AuthProfileRecord, after: AuthProfileRecord): boolean {
+  return (
+    before.type === "oauth_user" &&
+    after.type === "oauth_user" &&
+    before.token_url === after.token_url &&
+    before.authorization_url === after.authorization_url &&
+    before.client_id === after.client_id
+  );
+}
+
+/** Deletes every user's grant (sealed token set) of a profile. */
+async function deleteUserGrantsOf(
+  deps: Pick<AdminDeps, "store">,
+  partnerId: string,
+  profileId: string,
+): Promise<void> {
+  const grants = await scanAll(deps.store, collections.userTokenSets, `${partnerId}/${profileId}/`);
+  for (const grant of grants) await deps.store.delete(collections.userTokenSets, grant.id);
+}
+
+export async function loadAuthProfileRecord(
   deps: Pick<AdminDeps, "store">,
   partnerId: string,
   profileId: string,
@@ -256,7 +394,7 @@ export async function getAuthProfile(
   profileId: string,
 ): Promise<AuthProfileView> {
   await getPartner(deps, partnerId);
-  return toAuthProfileView(await loadRecord(deps, partnerId, profileId));
+  return toAuthProfileView(await loadAuthProfileRecord(deps, partnerId, profileId));
 }
 
 export async function listAuthProfiles(
@@ -317,7 +455,7 @@ export async function deleteAuthProfile(
   profileId: string,
 ): Promise<void> {
   await getPartner(deps, partnerId);
-  await loadRecord(deps, partnerId, profileId);
+  await loadAuthProfileRecord(deps, partnerId, profileId);
   const references = await authProfileReferences(deps, partnerId, profileId);
   if (references.capabilities.length > 0 || references.assignments.length > 0) {
     throw new AuthorityError("conflict", "The auth profile is still referenced.", {
@@ -328,6 +466,8 @@ export async function deleteAuthProfile(
     });
   }
   await deps.store.delete(collections.authProfiles, storeKeys.authProfile(partnerId, profileId));
+  // Users' grants of the profile go with it (sealed token sets nobody could use any more).
+  await deleteUserGrantsOf(deps, partnerId, profileId);
 }
 
 /** The execution layer's view of one stored profile. */
@@ -338,7 +478,7 @@ export async function loadExecutionAuthProfile(
 ): Promise<AuthProfile> {
   // Authorization only: nothing is stored, nothing is injected.
   if (profileId === NO_AUTH_PROFILE_ID) return noAuthProfile;
-  return toExecutionAuthProfile(await loadRecord(deps, partnerId, profileId));
+  return toExecutionAuthProfile(await loadAuthProfileRecord(deps, partnerId, profileId));
 }
 
 /**
@@ -350,7 +490,7 @@ export async function resolveAuthProfileSecret(
   partnerId: string,
   profileId: string,
 ): Promise<string> {
-  const record = await loadRecord(deps, partnerId, profileId);
+  const record = await loadAuthProfileRecord(deps, partnerId, profileId);
   if (record.sealed_secret.length === 0)
     throw new AuthorityError("not_found", "The auth profile has no secret.");
   return openSecret(

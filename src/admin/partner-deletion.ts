@@ -106,6 +106,8 @@ export async function deletePartner(
     collections.catalogVersions,
     collections.boundaries,
     collections.authProfiles,
+    // Users' sealed token sets of those profiles (keyed `<partner>/<profile>/<subject>`).
+    collections.userTokenSets,
   ]) {
     for (const item of await scanAll(deps.store, collection, prefix))
       await deps.store.delete(collection, item.id);

@@ -34,13 +34,17 @@ async function ringOf(rings: KeyRingSource | undefined, owner: string) {
   }
 }
 
-export async function sealSecret(
+/**
+ * Seals `secret` to the owner's key ring (or the SecretBox) under `aad`, which names what the
+ * secret belongs to: auth-profile secrets, users' token sets, pending PKCE verifiers.
+ */
+export async function sealWithAad(
   keys: SecretKeys | undefined,
   owner: string,
-  ids: { partnerId: string; profileId: string },
+  aad: string,
   secret: string,
 ): Promise<string> {
-  if (keys !== undefined && isSecretBox(keys)) return keys.seal(aadOf(ids.partnerId, ids.profileId), secret);
+  if (keys !== undefined && isSecretBox(keys)) return keys.seal(aad, secret);
   const rings: KeyRingSource | undefined = keys;
   const ring = await ringOf(rings, owner);
   const recipient = ring.recipient();
@@ -48,28 +52,25 @@ export async function sealSecret(
     recipientPublicKey: recipient.publicKey,
     recipientKeyId: recipient.keyId,
     plaintext: secret,
-    aad: aadOf(ids.partnerId, ids.profileId),
+    aad,
   });
 }
 
-export async function openSecret(
+/** Opens what sealWithAad sealed under the very same owner and aad. */
+export async function openWithAad(
   keys: SecretKeys | undefined,
   owner: string,
-  ids: { partnerId: string; profileId: string },
+  aad: string,
   sealed: string,
 ): Promise<string> {
-  if (keys !== undefined && isSecretBox(keys)) return keys.open(aadOf(ids.partnerId, ids.profileId), sealed);
+  if (keys !== undefined && isSecretBox(keys)) return keys.open(aad, sealed);
   const rings: KeyRingSource | undefined = keys;
   const ring = await ringOf(rings, owner);
   try {
     const envelope = deserializeEnvelope(sealed);
     const privateKey = ring.recipientKeys(envelope.keyId);
     if (privateKey === undefined) throw new CryptoError("crypto_unknown_key");
-    const plaintext = open({
-      recipientPrivateKey: privateKey,
-      envelope,
-      aad: aadOf(ids.partnerId, ids.profileId),
-    });
+    const plaintext = open({ recipientPrivateKey: privateKey, envelope, aad });
     return Buffer.from(plaintext).toString("utf8");
   } catch (error) {
     if (isCryptoError(error)) {
@@ -79,4 +80,22 @@ export async function openSecret(
     }
     throw error;
   }
+}
+
+export function sealSecret(
+  keys: SecretKeys | undefined,
+  owner: string,
+  ids: { partnerId: string; profileId: string },
+  secret: string,
+): Promise<string> {
+  return sealWithAad(keys, owner, aadOf(ids.partnerId, ids.profileId), secret);
+}
+
+export function openSecret(
+  keys: SecretKeys | undefined,
+  owner: string,
+  ids: { partnerId: string; profileId: string },
+  sealed: string,
+): Promise<string> {
+  return openWithAad(keys, owner, aadOf(ids.partnerId, ids.profileId), sealed);
 }

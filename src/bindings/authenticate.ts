@@ -24,6 +24,8 @@ export interface AuthenticatedWorkload {
 
 export interface AuthenticatedUser {
   readonly assertion: VerifiedToken;
+  /** The verified assertion itself: exchanged for token-exchange profiles, never forwarded or logged. */
+  readonly token: string;
   readonly derived: DerivedSubject;
 }
 
@@ -91,7 +93,11 @@ export async function authenticateUser(
 ): Promise<AuthenticatedUser> {
   const value = typeof assertionHeader === "string" ? assertionHeader : undefined;
   const assertion = await runtime.assertions.verify(binding, value);
-  return { assertion, derived: deriveExternalSubject(binding, binding.issuer, assertion.subject) };
+  return {
+    assertion,
+    token: value ?? "",
+    derived: deriveExternalSubject(binding, binding.issuer, assertion.subject),
+  };
 }
 
 export { USER_ASSERTION_HEADER };

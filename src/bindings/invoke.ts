@@ -536,6 +536,11 @@ async function execute(
       const envelope = await envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
       return { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId };
     },
+    // Whose grant (oauth_user) or token (token exchange) the call uses: the derived subject's.
+    endUser: {
+      subjectId: call.user.derived.subjectId,
+      token: { value: call.user.token, expiresAt: call.user.assertion.expiresAt.getTime() },
+    },
     authProfile: (partnerId, profileRef) =>
       loadExecutionAuthProfile(deps, partnerId, profileRef).catch((error: unknown) => {
         throw new ExecutionError("auth_profile_unavailable", {

@@ -7,10 +7,11 @@
 import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isValidId } from "../admin/ids.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
+import type { UserGrantServices } from "../admin/user-grants.ts";
+import type { TokenSetStore } from "../execute/auth-profiles.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import { createEgressPolicy, type EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
-import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
@@ -82,6 +83,8 @@ export interface BindingRuntimeShared {
   readonly decisions: DecisionRuntime;
   /** The process's one client-credentials token cache (used by the default executor). */
   readonly clientCredentials: ClientCredentialsTokens;
+  /** The process's users' grants (sealed token sets) and exchanged tokens. */
+  readonly userGrants: UserGrantServices & { readonly tokenSetStore: TokenSetStore };
 }
 
 export function createBindingRuntime(
@@ -104,8 +107,10 @@ export function createBindingRuntime(
     options.executor ??
     createExecutor({
       secretResolver: createAuthProfileSecretResolver(owner),
-      tokenSetStore: createStoreTokenSetStore(store),
+      tokenSetStore: shared.userGrants.tokenSetStore,
       clientCredentials: shared.clientCredentials,
+      oauthUser: shared.userGrants.oauthUser,
+      tokenExchange: shared.userGrants.tokenExchange,
       constraintsRollout: shared.decisions.constraintsRollout,
       ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
       egress,

@@ -72,6 +72,8 @@ export interface DevEnvironment {
   readonly stateDir: string;
   readonly credentialsFile: string;
   readonly urls: DevUrls;
+  /** The sample API's own OAuth provider (users' grants): its issuer URL. */
+  readonly userOAuthProvider: string;
   /** The contents written to dev-credentials.json. */
   readonly credentials: Readonly<Record<string, unknown>>;
   readonly secrets: DevSecrets;
@@ -205,6 +207,16 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const issuer = idp.issuer;
     const jwksUrl = idp.jwksUri;
     const tokenUrl = idp.tokenEndpoint;
+    // The sample API's own OAuth provider, where a user connects their account (docs/admin-api.md,
+    // "User grants"): another dev IdP, not the platform's (egress keeps partners' token URLs off
+    // the platform's own services). Its authorize endpoint signs in the demo agent's user.
+    const userOAuthProvider = await createIdpServer({
+      audience: "customers-api",
+      authorizationCode: { user: { subject: DEV_SUBJECTS.agent.subjectId, roles: [] }, maxClients: 10 },
+      logger: log.child({ component: "user-oauth-provider" }),
+    });
+    await userOAuthProvider.listen({ host: DEV_HOST, port: 0 });
+    stack.add("user OAuth provider", () => userOAuthProvider.close());
 
     // Upstream crypto service and the partner's owner (its keys are the managed API's).
     const cryptoService = await buildCryptoService(
@@ -277,6 +289,8 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
     const sampleApiPort = ports.sampleApi === 0 ? await findFreePort() : ports.sampleApi;
     const egressAllow = [
       `${DEV_HOST}:${sampleApiPort}`,
+      // The sample API's own OAuth provider: users' grants (auth profile `customers-user`).
+      new URL(userOAuthProvider.issuer).host,
       ...(options.egressAllow ?? []).map((e) => e.text),
     ].join(",");
     const config = resolveAuthorityConfig({
@@ -319,6 +333,8 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
         adminBearer: secrets.upstreamAdminBearer,
         host: DEV_HOST,
         port: sampleApiPort,
+        // GET /customers/me answers the signed-in user of a token its provider issued.
+        userTokens: { issuer: userOAuthProvider.issuer, jwksUrl: userOAuthProvider.jwksUri },
         envelopeVerification: () => {
           const source = workloadToken;
           return binding === undefined || source === undefined
@@ -450,6 +466,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       stateDir,
       credentialsFile,
       urls,
+      userOAuthProvider: userOAuthProvider.issuer,
       credentials,
       secrets,
       partnerKeys,

@@ -15,6 +15,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { createRemoteJWKSet, jwtVerify } from "jose";
 import { isRecord } from "../core/own-property.ts";
 import { createPathMatcher } from "../core/path-template.ts";
 import { createHelpdeskMcpHandler, HELPDESK_MCP_PATH } from "./sample-helpdesk-mcp.ts";
@@ -40,6 +41,11 @@ export interface SampleCustomersApiOptions {
   readonly host?: string;
   /** Default 0 (a free port). */
   readonly port?: number;
+  /**
+   * Verifies `user_bearer` routes' tokens (the user's own, from this issuer): a token it does
+   * not sign is 401. Absent: any bearer token is taken, unverified.
+   */
+  readonly userTokens?: { readonly issuer: string; readonly jwksUrl: string };
 }
 
 /** One request as the upstream saw it (for the demo's narration; no header values, no bodies). */
@@ -85,6 +91,8 @@ interface RouteInput {
   readonly query: URLSearchParams;
   readonly body: unknown;
   readonly headers: IncomingMessage["headers"];
+  /** The signed-in user of a `user_bearer` route, when user tokens are verified. */
+  readonly user?: string;
 }
 
 interface Route {
@@ -233,7 +241,10 @@ function createRoutes(): readonly Route[] {
       template: "/customers/me",
       operationId: "getCurrentCustomer",
       auth: "user_bearer",
-      handle: () => ({ status: 200, body: customers.get("cus_00000001") }),
+      handle: ({ user }) => ({
+        status: 200,
+        body: { ...customers.get("cus_00000001"), signed_in_as: user ?? null },
+      }),
     },
     {
       method: "GET",
@@ -396,6 +407,19 @@ export async function startSampleCustomersApi(
   validateOptions(options);
   const host = options.host ?? "127.0.0.1";
   const matchRoute = createRouteMatcher(createRoutes());
+  const userKeys =
+    options.userTokens === undefined ? undefined : createRemoteJWKSet(new URL(options.userTokens.jwksUrl));
+  /** The subject of a verified user token; undefined when it is not one. */
+  async function signedInUser(headers: IncomingMessage["headers"]): Promise<string | undefined> {
+    const token = /^Bearer (\S+)$/.exec(headers.authorization ?? "")?.[1];
+    if (token === undefined || userKeys === undefined || options.userTokens === undefined) return undefined;
+    try {
+      const { payload } = await jwtVerify(token, userKeys, { issuer: options.userTokens.issuer });
+      return typeof payload.sub === "string" ? payload.sub : undefined;
+    } catch {
+      return undefined;
+    }
+  }
   const received: ReceivedRequest[] = [];
   const remember = (entry: ReceivedRequest): void => {
     received.push(entry);
@@ -486,7 +510,13 @@ export async function startSampleCustomersApi(
       finish(problem(404, "Not Found"), { apiKeyOk: false });
       return;
     }
-    const apiKeyOk = authorized(matched.route, request.headers);
+    const user =
+      matched.route.auth === "user_bearer" && userKeys !== undefined
+        ? await signedInUser(request.headers)
+        : undefined;
+    const apiKeyOk =
+      authorized(matched.route, request.headers) &&
+      (matched.route.auth !== "user_bearer" || userKeys === undefined || user !== undefined);
     if (!apiKeyOk) {
       finish(problem(401, "Unauthorized", "missing or wrong credentials"), { apiKeyOk });
       return;
@@ -499,6 +529,13 @@ export async function startSampleCustomersApi(
       finish(problem(status, status === 413 ? "Payload Too Large" : "Bad Request"), { apiKeyOk });
       return;
     }
+    const input: RouteInput = {
+      params: matched.params,
+      query: url.searchParams,
+      body,
+      headers: request.headers,
+      ...(user === undefined ? {} : { user }),
+    };
     if (typeof envelope === "string") {
       const settings = options.envelopeVerification?.();
       if (settings === undefined) {
@@ -527,31 +564,15 @@ export async function startSampleCustomersApi(
         );
         return;
       }
-      finish(
-        matched.route.handle({
-          params: matched.params,
-          query: url.searchParams,
-          body,
-          headers: request.headers,
-        }),
-        {
-          apiKeyOk,
-          verifyStatus: verdict.status,
-        },
-      );
+      finish(matched.route.handle(input), {
+        apiKeyOk,
+        verifyStatus: verdict.status,
+      });
       return;
     }
-    finish(
-      matched.route.handle({
-        params: matched.params,
-        query: url.searchParams,
-        body,
-        headers: request.headers,
-      }),
-      {
-        apiKeyOk,
-      },
-    );
+    finish(matched.route.handle(input), {
+      apiKeyOk,
+    });
   }
 
   const server: Server = createServer((request, response) => {

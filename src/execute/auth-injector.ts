@@ -13,6 +13,8 @@ import {
 } from "./auth-profiles.ts";
 import type { ClientCredentialsTokens } from "./client-credentials.ts";
 import type { OAuthUserClient } from "./oauth-user.ts";
+import type { EndUserToken, TokenExchangeTokens } from "./token-exchange.ts";
+import { userGrantKey } from "./token-set-store.ts";
 
 /** What a profile adds to one upstream request. */
 export interface InjectedCredentials {
@@ -32,9 +34,21 @@ export interface AuthSession {
   renew(): Promise<InjectedCredentials | undefined>;
 }
 
+/**
+ * The end user a call is made for, as the runtime path authenticated them (binding invoke:
+ * the derived subject and its user assertion; MCP: the caller and its bearer token).
+ */
+export interface EndUser {
+  /** The policy-owner partner: grants are kept per partner, profile and subject. */
+  readonly partnerId: string;
+  readonly subjectId: string;
+  /** The user's own verified token: exchanged (RFC 8693), never forwarded. */
+  readonly token?: EndUserToken;
+}
+
 export interface AuthContext {
-  /** The TokenSetStore key of the user's grant; required for oauth_user profiles. */
-  readonly userTokenKey?: string;
+  /** Required for oauth_user and oauth_token_exchange profiles. */
+  readonly endUser?: EndUser;
 }
 
 export interface AuthInjector {
@@ -58,6 +72,17 @@ export interface AuthInjectorOptions {
   readonly secretResolver: SecretResolver;
   readonly clientCredentials: ClientCredentialsTokens;
   readonly oauthUser: OAuthUserClient;
+  readonly tokenExchange: TokenExchangeTokens;
+}
+
+const clientSecretForms = (clientId: string, clientSecret: string | undefined): string[] =>
+  clientSecret === undefined ? [] : [clientSecret, ...basicForms(clientId, clientSecret)];
+
+/** The key of the user's grant for this profile; without an end user there is none to use. */
+function grantKeyOf(profile: AuthProfile, context: AuthContext): string {
+  const user = context.endUser;
+  if (user === undefined) throw unavailable("end_user_unknown");
+  return userGrantKey(user.partnerId, profile.id, user.subjectId);
 }
 
 /**
@@ -65,7 +90,7 @@ export interface AuthInjectorOptions {
  * which the executor calls after input validation and constraint checks passed.
  */
 export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
-  const { secretResolver, clientCredentials, oauthUser } = options;
+  const { secretResolver, clientCredentials, oauthUser, tokenExchange } = options;
   return {
     async open(unchecked, context) {
       let profile: AuthProfile;
@@ -105,8 +130,7 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
           };
         }
         case "oauth_user": {
-          const key = context.userTokenKey;
-          if (key === undefined || key.length === 0) throw unavailable("user_grant_missing");
+          const key = grantKeyOf(profile, context);
           const [tokens, clientSecret] = await Promise.all([
             oauthUser.currentTokens({ profile, tokenSetKey: key }),
             profile.clientSecretRef === undefined
@@ -120,9 +144,7 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
             secrets: [
               token,
               ...(tokens.refreshToken === undefined ? [] : [tokens.refreshToken]),
-              ...(clientSecret === undefined
-                ? []
-                : [clientSecret, ...basicForms(profile.clientId, clientSecret)]),
+              ...clientSecretForms(profile.clientId, clientSecret),
             ],
             async renew() {
               if (renewed) return undefined;
@@ -133,6 +155,24 @@ export function createAuthInjector(options: AuthInjectorOptions): AuthInjector {
                 staleToken: token,
               });
               return fresh === undefined ? undefined : bearer(fresh);
+            },
+          };
+        }
+        case "oauth_token_exchange": {
+          const key = grantKeyOf(profile, context);
+          const userToken = context.endUser?.token;
+          if (userToken === undefined) throw unavailable("user_token_missing");
+          const { token, clientSecret } = await tokenExchange.getToken(profile, key, userToken);
+          let renewed = false;
+          return {
+            credentials: bearer(token),
+            // The user's own token is never sent upstream; an upstream that knew it could echo it.
+            secrets: [token, userToken.value, ...clientSecretForms(profile.clientId, clientSecret)],
+            async renew() {
+              if (renewed) return undefined;
+              renewed = true;
+              tokenExchange.invalidate(profile, key, token);
+              return bearer((await tokenExchange.getToken(profile, key, userToken)).token);
             },
           };
         }

@@ -50,6 +50,36 @@ export interface OAuthUserProfile {
   readonly scopes: readonly string[];
   readonly audience?: string;
   readonly clientAuth?: ClientAuthMethod;
+  /** RFC 7009 endpoint: a disconnect revokes the grant there too. */
+  readonly revocationUrl?: string;
+}
+
+/** What kind of token the end user's own token is, for the provider (RFC 8693 §3). */
+export const SUBJECT_TOKEN_TYPES = {
+  access_token: "urn:ietf:params:oauth:token-type:access_token",
+  jwt: "urn:ietf:params:oauth:token-type:jwt",
+  id_token: "urn:ietf:params:oauth:token-type:id_token",
+} as const;
+export type SubjectTokenType = keyof typeof SUBJECT_TOKEN_TYPES;
+
+/**
+ * On-behalf-of (RFC 8693 token exchange): the end user's verified token is exchanged at the
+ * provider for one scoped to the upstream; the user's own token never reaches the upstream.
+ */
+export interface TokenExchangeProfile {
+  readonly type: "oauth_token_exchange";
+  readonly id: string;
+  readonly tokenUrl: string;
+  readonly clientId: string;
+  /** Absent: a public client (client_id in the body). */
+  readonly clientSecretRef?: string;
+  readonly scopes: readonly string[];
+  readonly audience?: string;
+  /** RFC 8707 resource indicator of the upstream. */
+  readonly resource?: string;
+  readonly clientAuth?: ClientAuthMethod;
+  /** Default `access_token`. */
+  readonly subjectTokenType?: SubjectTokenType;
 }
 
 /**
@@ -64,7 +94,17 @@ export interface NoAuthProfile {
 export const noAuthProfile: NoAuthProfile = { type: "none", id: NO_AUTH_PROFILE_ID };
 
 export type StaticProfile = ApiKeyProfile | BearerProfile;
-export type AuthProfile = StaticProfile | ClientCredentialsProfile | OAuthUserProfile | NoAuthProfile;
+export type AuthProfile =
+  | StaticProfile
+  | ClientCredentialsProfile
+  | OAuthUserProfile
+  | TokenExchangeProfile
+  | NoAuthProfile;
+
+/** Profiles whose credential is the end user's own delegated authority. */
+export function isUserDelegated(profile: AuthProfile): profile is OAuthUserProfile | TokenExchangeProfile {
+  return profile.type === "oauth_user" || profile.type === "oauth_token_exchange";
+}
 
 /** A stored user token set. Times are epoch milliseconds. */
 export interface TokenSet {
@@ -173,6 +213,26 @@ function scopes(record: Record<string, unknown>): string[] {
   });
 }
 
+function optionalEndpoint(record: Record<string, unknown>, field: string): string | undefined {
+  return record[field] === undefined ? undefined : endpoint(record, field);
+}
+
+/** RFC 8707 §2: an absolute URI without a fragment. */
+function optionalResource(record: Record<string, unknown>): string | undefined {
+  const value = optionalText(record, "resource");
+  if (value === undefined) return undefined;
+  if (!URL.canParse(value) || new URL(value).hash !== "")
+    throw new AuthProfileError("resource", "must be an absolute URI without a fragment");
+  return value;
+}
+
+function subjectTokenType(record: Record<string, unknown>): SubjectTokenType | undefined {
+  const value = record.subjectTokenType;
+  if (value === undefined || (typeof value === "string" && Object.hasOwn(SUBJECT_TOKEN_TYPES, value)))
+    return value as SubjectTokenType | undefined;
+  throw new AuthProfileError("subjectTokenType", "must be access_token, jwt or id_token");
+}
+
 function clientAuth(record: Record<string, unknown>): ClientAuthMethod | undefined {
   const value = record.clientAuth;
   if (value === undefined || value === "client_secret_basic" || value === "client_secret_post") return value;
@@ -239,18 +299,48 @@ export function parseAuthProfile(value: unknown): AuthProfile {
           clientSecretRef: optionalText(value, "clientSecretRef"),
           audience: optionalText(value, "audience"),
           clientAuth: clientAuth(value),
+          revocationUrl: optionalEndpoint(value, "revocationUrl"),
+        },
+      );
+    case "oauth_token_exchange":
+      return withOptional<TokenExchangeProfile>(
+        {
+          type: "oauth_token_exchange",
+          id,
+          tokenUrl: endpoint(value, "tokenUrl"),
+          clientId: text(value, "clientId"),
+          scopes: scopes(value),
+        },
+        {
+          clientSecretRef: optionalText(value, "clientSecretRef"),
+          audience: optionalText(value, "audience"),
+          resource: optionalResource(value),
+          clientAuth: clientAuth(value),
+          subjectTokenType: subjectTokenType(value),
         },
       );
     default:
-      throw new AuthProfileError("type", "must be static, oauth_client_credentials or oauth_user");
+      throw new AuthProfileError(
+        "type",
+        "must be static, oauth_client_credentials, oauth_user or oauth_token_exchange",
+      );
   }
 }
 
 // Visible ASCII only: a secret with CR/LF or controls could split or smuggle headers.
 const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
 
-export function unavailable(issue: string): ExecutionError {
-  return new ExecutionError("auth_profile_unavailable", { details: { issue } });
+export function unavailable(issue: string, oauthError?: string): ExecutionError {
+  return new ExecutionError("auth_profile_unavailable", {
+    details: oauthError === undefined ? { issue } : { issue, oauth_error: oauthError },
+  });
+}
+
+/** The end user has no usable grant: the client must connect first (docs/errors.md). */
+export function grantRequired(issue: string, oauthError?: string): ExecutionError {
+  return new ExecutionError("user_grant_required", {
+    details: oauthError === undefined ? { issue } : { issue, oauth_error: oauthError },
+  });
 }
 
 /** Checks that a credential can travel in a header; the value is never echoed. */

@@ -38,7 +38,8 @@ interface CachedToken {
   readonly renewAt: number;
 }
 
-function positive(name: string, value: number | undefined, fallback: number): number {
+/** A positive option with its default (token caches' lifetimes, skews, sizes). */
+export function positive(name: string, value: number | undefined, fallback: number): number {
   const out = value ?? fallback;
   if (!Number.isFinite(out) || out <= 0) throw new TypeError(`${name} must be a positive number`);
   return out;

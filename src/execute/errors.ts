@@ -38,6 +38,11 @@ export const executionErrorTable = {
     code: "upstream_unavailable",
     message: "The upstream auth profile could not provide credentials.",
   },
+  user_grant_required: {
+    code: "user_grant_required",
+    message:
+      "The end user has not connected this upstream account, or the grant expired or was revoked: connect first (start the user's grant), then retry.",
+  },
   upstream_timeout: { code: "upstream_timeout", message: "The upstream did not answer in time." },
   upstream_unreachable: { code: "upstream_unavailable", message: "The upstream could not be reached." },
   redaction_failed: {

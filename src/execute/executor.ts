@@ -12,7 +12,12 @@ import {
   reportedEvents,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
-import { type AuthInjector, createAuthInjector, type InjectedCredentials } from "./auth-injector.ts";
+import {
+  type AuthInjector,
+  createAuthInjector,
+  type EndUser,
+  type InjectedCredentials,
+} from "./auth-injector.ts";
 import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
@@ -30,6 +35,7 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "./secret-scrub.ts";
+import { createTokenExchangeTokens, type TokenExchangeTokens } from "./token-exchange.ts";
 import { type AllowedRoute, buildUpstreamUrl } from "./url.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -64,6 +70,13 @@ export interface ExecutorOptions {
    * grant per process). Default: one of the executor's own, on its fetch and egress policy.
    */
   readonly clientCredentials?: ClientCredentialsTokens;
+  /**
+   * The process's user-OAuth client (one refresh in flight per grant across every executor
+   * of the process). Default: one of the executor's own, on `tokenSetStore`.
+   */
+  readonly oauthUser?: OAuthUserClient;
+  /** The process's exchanged-token cache (RFC 8693). Default: one of the executor's own. */
+  readonly tokenExchange?: TokenExchangeTokens;
 }
 
 /** What the executor needs from a verified operation snapshot. */
@@ -90,8 +103,8 @@ export interface ExecuteRequest {
   readonly redactions?: readonly RedactionRule[];
   /** Trusted headers added by the server (request id, authority envelope); never credentials. */
   readonly extraHeaders?: Readonly<Record<string, string>>;
-  /** TokenSetStore key of the user's grant, for oauth_user profiles. */
-  readonly userTokenKey?: string;
+  /** Whom the call is made for: whose grant (oauth_user) or token (token exchange) is used. */
+  readonly endUser?: EndUser;
   readonly signal?: AbortSignal;
   /**
    * The decision this call runs under: the rendered request must map back to exactly its
@@ -138,6 +151,7 @@ export interface Executor {
   /** PKCE start, code exchange and refresh for oauth_user profiles (same token store). */
   readonly oauthUser: OAuthUserClient;
   readonly clientCredentials: ClientCredentialsTokens;
+  readonly tokenExchange: TokenExchangeTokens;
 }
 
 const EXECUTABLE_METHODS: ReadonlySet<string> = new Set([
@@ -377,13 +391,23 @@ export function createExecutor(options: ExecutorOptions): Executor {
       secretResolver,
       timeoutMs: tokenTimeoutMs,
     });
-  const oauthUser = createOAuthUserClient({
-    fetch: fetchImpl,
+  const oauthUser =
+    options.oauthUser ??
+    createOAuthUserClient({
+      fetch: fetchImpl,
+      secretResolver,
+      tokenSetStore,
+      timeoutMs: tokenTimeoutMs,
+    });
+  const tokenExchange =
+    options.tokenExchange ??
+    createTokenExchangeTokens({ fetch: fetchImpl, secretResolver, timeoutMs: tokenTimeoutMs });
+  const injector: AuthInjector = createAuthInjector({
     secretResolver,
-    tokenSetStore,
-    timeoutMs: tokenTimeoutMs,
+    clientCredentials,
+    oauthUser,
+    tokenExchange,
   });
-  const injector: AuthInjector = createAuthInjector({ secretResolver, clientCredentials, oauthUser });
   const scrubbers = new LRUCache<string, SecretScrubber>({ max: 256 });
 
   /** The rollout gate's inputs; the partner allowlist is asked only when the snapshot has constraints. */
@@ -495,9 +519,10 @@ export function createExecutor(options: ExecutorOptions): Executor {
     }
 
     // 4: secrets are resolved only now.
-    const session = await injector.open(request.authProfile, {
-      ...(request.userTokenKey === undefined ? {} : { userTokenKey: request.userTokenKey }),
-    });
+    const session = await injector.open(
+      request.authProfile,
+      request.endUser === undefined ? {} : { endUser: request.endUser },
+    );
     const scrubberFor = (renewed: InjectedCredentials | undefined): SecretScrubber => {
       try {
         const secrets = [
@@ -631,5 +656,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
     rolloutFor,
     oauthUser,
     clientCredentials,
+    tokenExchange,
   };
 }

@@ -15,6 +15,8 @@ export interface TokenResponse {
   /** Seconds, when the endpoint said. */
   readonly expiresIn?: number;
   readonly scope?: string;
+  /** RFC 8693 §2.2.1, when the endpoint said. */
+  readonly issuedTokenType?: string;
 }
 
 export interface TokenRequest {
@@ -104,11 +106,70 @@ function parseTokenResponse(body: unknown): TokenResponse {
     out.refreshToken = record.refresh_token;
   }
   if (typeof record.scope === "string") out.scope = record.scope;
+  if (typeof record.issued_token_type === "string") out.issuedTokenType = record.issued_token_type;
   return out;
+}
+
+/**
+ * An ID token (a provider answers one to a code grant with `openid`) is not what this client
+ * asks for: it is never read, so it is dropped unverified rather than checked against keys and
+ * algorithms the profile does not name.
+ */
+function withoutIdToken(response: Response, body: unknown): Response {
+  if (typeof body !== "object" || body === null || !Object.hasOwn(body, "id_token")) return response;
+  const { id_token: _dropped, ...rest } = body as Record<string, unknown>;
+  return new Response(JSON.stringify(rest), { status: response.status, headers: response.headers });
 }
 
 /** Statuses whose Response may not carry a body (the Fetch standard's null body statuses). */
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+interface ClientAuthInput {
+  readonly clientSecret?: string;
+  readonly clientAuth?: ClientAuthMethod;
+}
+
+function clientAuthOf(request: ClientAuthInput): oauth.ClientAuth {
+  const secret = request.clientSecret;
+  if (secret === undefined) return oauth.None();
+  return (request.clientAuth ?? "client_secret_basic") === "client_secret_basic"
+    ? clientSecretBasic(secret)
+    : oauth.ClientSecretPost(secret);
+}
+
+/** The caller's fetch (egress gate), reading every answer under MAX_TOKEN_RESPONSE_BYTES. */
+function boundedFetchOf(fetch: FetchLike) {
+  let bytes: Uint8Array = new Uint8Array();
+  const boundedFetch = async (url: string, init: oauth.CustomFetchOptions<"POST", URLSearchParams>) => {
+    const answer = await fetch(url, {
+      method: "POST",
+      headers: init.headers,
+      body: init.body,
+      redirect: "manual",
+      signal: init.signal,
+    });
+    bytes = await readBoundedBody(answer, MAX_TOKEN_RESPONSE_BYTES);
+    const body = NULL_BODY_STATUSES.has(answer.status) ? null : bytes.slice();
+    return new Response(body, { status: answer.status, headers: answer.headers });
+  };
+  return { boundedFetch, bytes: () => bytes };
+}
+
+/** A request the egress gate refused, else the issue given. */
+function endpointFailure(error: unknown, issue: string): ExecutionError {
+  const denial = egressDenialOf(error);
+  return denial === undefined
+    ? unavailable(issue)
+    : new ExecutionError("egress_denied", { details: { issue: "token_endpoint", rule: denial.rule } });
+}
+
+function endpointUrl(value: string): URL {
+  try {
+    return new URL(value);
+  } catch {
+    throw unavailable("token_endpoint_unreachable");
+  }
+}
 
 /**
  * POSTs one form-encoded grant to a token endpoint with a deadline and a size bound.
@@ -120,62 +181,38 @@ const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
 export async function requestToken(request: TokenRequest): Promise<TokenResponse> {
   const { grant_type: grantType, ...params } = request.params;
   if (grantType === undefined) throw new TypeError("params.grant_type is required");
-  const secret = request.clientSecret;
-  const clientAuth =
-    secret === undefined
-      ? oauth.None()
-      : (request.clientAuth ?? "client_secret_basic") === "client_secret_basic"
-        ? clientSecretBasic(secret)
-        : oauth.ClientSecretPost(secret);
-  let tokenEndpoint: URL;
-  try {
-    tokenEndpoint = new URL(request.tokenUrl);
-  } catch {
-    throw unavailable("token_endpoint_unreachable");
-  }
+  const tokenEndpoint = endpointUrl(request.tokenUrl);
   const server: oauth.AuthorizationServer = {
     issuer: tokenEndpoint.origin,
     token_endpoint: tokenEndpoint.href,
   };
-  let bytes: Uint8Array = new Uint8Array();
-  const boundedFetch = async (url: string, init: oauth.CustomFetchOptions<"POST", URLSearchParams>) => {
-    const answer = await request.fetch(url, {
-      method: "POST",
-      headers: init.headers,
-      body: init.body,
-      redirect: "manual",
-      signal: init.signal,
-    });
-    bytes = await readBoundedBody(answer, MAX_TOKEN_RESPONSE_BYTES);
-    const body = NULL_BODY_STATUSES.has(answer.status) ? null : bytes.slice();
-    return new Response(body, { status: answer.status, headers: answer.headers });
-  };
+  const bounded = boundedFetchOf(request.fetch);
   let response: Response;
   try {
     response = await oauth.genericTokenEndpointRequest(
       server,
       { client_id: request.clientId },
-      clientAuth,
+      clientAuthOf(request),
       grantType,
       new URLSearchParams(params),
       {
-        [oauth.customFetch]: boundedFetch,
+        [oauth.customFetch]: bounded.boundedFetch,
         // Which endpoints may be reached, http or not, is the egress policy's decision.
         [oauth.allowInsecureRequests]: true,
         signal: AbortSignal.timeout(request.timeoutMs),
       },
     );
   } catch (error) {
-    const denial = egressDenialOf(error);
-    if (denial !== undefined) {
-      throw new ExecutionError("egress_denied", { details: { issue: "token_endpoint", rule: denial.rule } });
-    }
-    throw unavailable("token_endpoint_unreachable");
+    throw endpointFailure(error, "token_endpoint_unreachable");
   }
-  const body = parseJson(bytes);
+  const body = parseJson(bounded.bytes());
   if (response.status !== 200) throw refused(oauthErrorCode(body));
   try {
-    await oauth.processGenericTokenEndpointResponse(server, { client_id: request.clientId }, response);
+    await oauth.processGenericTokenEndpointResponse(
+      server,
+      { client_id: request.clientId },
+      withoutIdToken(response, body),
+    );
   } catch {
     // Answered 200 but not a conforming token response (oauth4webapi says which; we keep the issue only).
     const tokenType = (body as Record<string, unknown> | undefined)?.token_type;
@@ -186,4 +223,41 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
     );
   }
   return parseTokenResponse(body);
+}
+
+export interface RevocationRequest extends ClientAuthInput {
+  readonly fetch: FetchLike;
+  readonly revocationUrl: string;
+  readonly clientId: string;
+  readonly token: string;
+  readonly tokenTypeHint: "refresh_token" | "access_token";
+  readonly timeoutMs: number;
+}
+
+/** RFC 7009: asks the provider to revoke a token; `auth_profile_unavailable` when it would not. */
+export async function revokeToken(request: RevocationRequest): Promise<void> {
+  const endpoint = endpointUrl(request.revocationUrl);
+  const server: oauth.AuthorizationServer = { issuer: endpoint.origin, revocation_endpoint: endpoint.href };
+  const bounded = boundedFetchOf(request.fetch);
+  let response: Response;
+  try {
+    response = await oauth.revocationRequest(
+      server,
+      { client_id: request.clientId },
+      clientAuthOf(request),
+      request.token,
+      {
+        [oauth.customFetch]: bounded.boundedFetch,
+        [oauth.allowInsecureRequests]: true,
+        additionalParameters: { token_type_hint: request.tokenTypeHint },
+        signal: AbortSignal.timeout(request.timeoutMs),
+      },
+    );
+  } catch (error) {
+    throw endpointFailure(error, "revocation_endpoint_unreachable");
+  }
+  if (response.status !== 200) {
+    const code = oauthErrorCode(parseJson(bounded.bytes()));
+    throw unavailable("revocation_refused", code);
+  }
 }

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import {
+  grantRequired,
   type OAuthUserProfile,
   resolveSecret,
   type SecretResolver,
@@ -7,7 +8,23 @@ import {
   type TokenSetStore,
   unavailable,
 } from "./auth-profiles.ts";
-import { type FetchLike, refusalCode, requestToken, type TokenResponse } from "./oauth-token-endpoint.ts";
+import { ExecutionError } from "./errors.ts";
+import {
+  type FetchLike,
+  refusalCode,
+  requestToken,
+  revokeToken,
+  type TokenResponse,
+} from "./oauth-token-endpoint.ts";
+
+/** What happened to a user's grant outside an admin action (for the audit log). */
+export interface UserGrantEvent {
+  readonly action: "refresh_failed";
+  readonly tokenSetKey: string;
+  /** `details.issue` of the failure, and the provider's `error` code when it refused. */
+  readonly issue: string;
+  readonly oauthError?: string;
+}
 
 export interface OAuthUserClientOptions {
   readonly fetch: FetchLike;
@@ -18,7 +35,12 @@ export interface OAuthUserClientOptions {
   /** An access token is refreshed this long before it expires (at most half its lifetime); default 30 s. */
   readonly refreshSkewMs?: number;
   readonly now?: () => number;
+  /** Told of every failed refresh (audit); a throwing listener changes nothing. */
+  readonly onEvent?: (event: UserGrantEvent) => void;
 }
+
+/** What a disconnect did at the provider. */
+export type Revocation = "revoked" | "failed" | "not_supported" | "no_grant";
 
 /** What the service may show about a stored grant: never a token. */
 export interface TokenSetInfo {
@@ -68,8 +90,13 @@ export interface OAuthUserClient {
    * Undefined when no refresh is possible.
    */
   refreshIfCurrent(input: GrantRef & { readonly staleToken: string }): Promise<string | undefined>;
-  /** Forgets the user's grant. */
-  disconnect(tokenSetKey: string): Promise<void>;
+  /** What the service may show of the stored grant (never a token); undefined when there is none. */
+  status(tokenSetKey: string): Promise<TokenSetInfo | undefined>;
+  /**
+   * Forgets the user's grant at once, then revokes it at the provider (RFC 7009) where the
+   * profile names a revocation endpoint: the refresh token, then the access token.
+   */
+  disconnect(input: GrantRef): Promise<Revocation>;
 }
 
 const base64url = (bytes: Uint8Array): string => Buffer.from(bytes).toString("base64url");
@@ -157,7 +184,7 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
     } catch {
       throw unavailable("token_store_unavailable");
     }
-    if (tokenSet === undefined) throw unavailable("user_grant_missing");
+    if (tokenSet === undefined) throw grantRequired("user_grant_missing");
     return tokenSet;
   }
 
@@ -166,6 +193,46 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
       await store.put(key, tokenSet);
     } catch {
       throw unavailable("token_store_unavailable");
+    }
+  }
+
+  function report(event: UserGrantEvent): void {
+    try {
+      options.onEvent?.(event);
+    } catch {
+      // Audit is the listener's business; the grant's outcome stands.
+    }
+  }
+
+  /**
+   * Revokes the grant: its refresh token (RFC 7009 §2.1: the provider drops the grant's access
+   * tokens with it), else the access token; then the access token, best effort (providers
+   * refuse self-contained ones). "failed" when the provider would not revoke the grant.
+   */
+  async function revokeAll(profile: OAuthUserProfile, tokenSet: TokenSet): Promise<Revocation> {
+    const url = profile.revocationUrl;
+    if (url === undefined) return "not_supported";
+    const secret = await clientSecret(profile).catch(() => undefined);
+    const revoke = (token: string, tokenTypeHint: "refresh_token" | "access_token") =>
+      revokeToken({
+        fetch: options.fetch,
+        revocationUrl: url,
+        clientId: profile.clientId,
+        ...(secret === undefined ? {} : { clientSecret: secret }),
+        clientAuth: profile.clientAuth ?? "client_secret_basic",
+        token,
+        tokenTypeHint,
+        timeoutMs,
+      });
+    try {
+      if (tokenSet.refreshToken === undefined) await revoke(tokenSet.accessToken, "access_token");
+      else {
+        await revoke(tokenSet.refreshToken, "refresh_token");
+        await revoke(tokenSet.accessToken, "access_token").catch(() => undefined);
+      }
+      return "revoked";
+    } catch {
+      return "failed";
     }
   }
 
@@ -186,21 +253,39 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
       const latest = await load(key);
       if (latest.accessToken !== seen.accessToken) return latest;
       const refreshToken = latest.refreshToken;
-      if (refreshToken === undefined) throw unavailable("user_grant_expired");
+      if (refreshToken === undefined) throw grantRequired("user_grant_expired");
       const issuedAt = now();
       let response: TokenResponse;
       try {
         response = await grant(profile, { grant_type: "refresh_token", refresh_token: refreshToken });
       } catch (error) {
+        const oauthError = refusalCode(error);
+        const issue =
+          error instanceof ExecutionError ? String(error.details?.issue ?? error.reason) : "failed";
+        report({ action: "refresh_failed", tokenSetKey: key, issue, ...(oauthError ? { oauthError } : {}) });
         // A refused refresh token is dead: forget the grant so the user is asked to
         // reconnect, unless another process has stored a newer grant meanwhile.
-        if (refusalCode(error) === "invalid_grant") {
+        if (oauthError === "invalid_grant") {
           const stored = await store.get(key).catch(() => undefined);
           if (stored?.refreshToken === refreshToken) await store.delete(key).catch(() => undefined);
+          throw grantRequired("user_grant_expired", oauthError);
         }
         throw error;
       }
       const next = toTokenSet(response, issuedAt, latest);
+      let current: TokenSet | undefined;
+      try {
+        current = await store.get(key);
+      } catch {
+        throw unavailable("token_store_unavailable");
+      }
+      // Disconnected while the refresh was in flight: the new tokens are not kept (nor used).
+      if (current === undefined) {
+        await revokeAll(profile, next);
+        throw grantRequired("user_grant_missing");
+      }
+      // Another process stored a newer set meanwhile: that one stands.
+      if (current.refreshToken !== refreshToken) return current;
       await save(key, next);
       return next;
     })().finally(() => refreshing.delete(key));
@@ -267,8 +352,27 @@ export function createOAuthUserClient(options: OAuthUserClientOptions): OAuthUse
       return (await refreshShared(profile, tokenSetKey, tokenSet)).accessToken;
     },
 
-    async disconnect(tokenSetKey) {
-      await store.delete(tokenSetKey);
+    async status(tokenSetKey) {
+      let tokenSet: TokenSet | undefined;
+      try {
+        tokenSet = await store.get(tokenSetKey);
+      } catch {
+        throw unavailable("token_store_unavailable");
+      }
+      return tokenSet === undefined ? undefined : info(tokenSet);
+    },
+
+    async disconnect({ profile, tokenSetKey }) {
+      let tokenSet: TokenSet | undefined;
+      try {
+        tokenSet = await store.get(tokenSetKey);
+        // Forgotten first: the grant is unusable here whatever the provider answers.
+        await store.delete(tokenSetKey);
+      } catch {
+        throw unavailable("token_store_unavailable");
+      }
+      if (tokenSet === undefined) return "no_grant";
+      return revokeAll(profile, tokenSet);
     },
   };
 }

@@ -3,12 +3,24 @@ import type { TokenSet, TokenSetStore } from "./auth-profiles.ts";
 
 export const DEFAULT_TOKEN_SET_COLLECTION = "oauth_user_token_sets";
 
+/**
+ * The key of one user's grant for one profile (token sets, exchanged tokens): partner,
+ * profile and subject, none of which may hold a `/`.
+ */
+export function userGrantKey(partnerId: string, profileId: string, subjectId: string): string {
+  for (const part of [partnerId, profileId, subjectId]) {
+    if (typeof part !== "string" || part.length === 0 || part.includes("/"))
+      throw new TypeError("grant key parts must be non-empty and hold no /");
+  }
+  return `${partnerId}/${profileId}/${subjectId}`;
+}
+
 export interface StoreTokenSetStoreOptions {
   /** Collection name; default "oauth_user_token_sets". */
   readonly collection?: string;
 }
 
-function isTokenSet(value: unknown): value is TokenSet {
+export function isTokenSet(value: unknown): value is TokenSet {
   if (typeof value !== "object" || value === null) return false;
   const record = value as Record<string, unknown>;
   return (

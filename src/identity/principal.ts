@@ -23,6 +23,8 @@ export interface Principal {
   readonly vouchable: boolean;
   /** The token's verified `aud` values, where the route needs them (/mcp: was it issued for the MCP resource?). */
   readonly audience?: readonly string[];
+  /** When the verified token expires (an exchanged token is never kept longer). */
+  readonly expiresAt?: Date;
 }
 
 export function hasRole(principal: Principal, role: Role): boolean {

@@ -134,9 +134,10 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
       throw new ExecutionError("egress_denied", { details: { rule: destination.rule }, requestHash });
 
     // Secrets are resolved only now, after every check that needs none.
-    const session = await injector.open(request.authProfile, {
-      ...(request.userTokenKey === undefined ? {} : { userTokenKey: request.userTokenKey }),
-    });
+    const session = await injector.open(
+      request.authProfile,
+      request.endUser === undefined ? {} : { endUser: request.endUser },
+    );
     const scrubber = scrubberFor(injectedSecrets(session.credentials, session.secrets));
     // The era of a server is remembered per credential set (never across authorization contexts).
     const context = createHash("sha256").update(JSON.stringify(session.credentials)).digest("base64url");

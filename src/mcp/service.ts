@@ -30,6 +30,7 @@ import { AuthorityError, type DenyReason, toAuthorityError } from "../errors.ts"
 import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { Executor } from "../execute/executor.ts";
+import type { EndUserToken } from "../execute/token-exchange.ts";
 import { buildUpstreamUrl } from "../execute/url.ts";
 import type { Principal } from "../identity/principal.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -55,6 +56,8 @@ export interface McpCaller {
   readonly requestId: string;
   /** Aborted when the HTTP client goes away: a call in flight stops (the upstream request too). */
   readonly signal?: AbortSignal;
+  /** The caller's verified bearer token: exchanged for token-exchange profiles, never forwarded. */
+  readonly token?: EndUserToken;
 }
 
 export interface McpServiceOptions {
@@ -426,6 +429,8 @@ export function createMcpService(options: McpServiceOptions): McpService {
             throw new ExecutionError("auth_profile_unavailable");
           }),
         headers: () => ({ "x-request-id": caller.requestId }),
+        // The authenticated user's grant or token (docs/execution.md, "Whose grant").
+        endUser: { subjectId, ...(caller.token === undefined ? {} : { token: caller.token }) },
         ...(signal === undefined ? {} : { signal }),
       },
     );

@@ -17,6 +17,7 @@
  */
 import type { AllowedDecision } from "../core/decision.ts";
 import type { AuthorityError } from "../errors.ts";
+import type { EndUser } from "../execute/auth-injector.ts";
 import type { AuthProfile } from "../execute/auth-profiles.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult, Executor } from "../execute/executor.ts";
@@ -49,6 +50,8 @@ export interface UpstreamCall {
     args: ValidatedArgs,
   ) => Readonly<Record<string, string>> | Promise<Readonly<Record<string, string>>>;
   readonly signal?: AbortSignal;
+  /** The end user the call is made for (their grant, or their token to exchange); the partner is the policy's. */
+  readonly endUser?: Omit<EndUser, "partnerId">;
 }
 
 export type PipelineOutcome =
@@ -122,6 +125,7 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
         redactions: decision.redactions,
         ...(extraHeaders === undefined ? {} : { extraHeaders }),
         ...(call.signal === undefined ? {} : { signal: call.signal }),
+        ...(call.endUser === undefined ? {} : { endUser: { ...call.endUser, partnerId } }),
       });
     } catch (cause) {
       const error = pipelineFailure(cause);

@@ -23,6 +23,10 @@ export const collections = {
   policyArtifacts: "policy_artifacts",
   /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
   sidecarLeases: "sidecar_leases",
+  /** Users' OAuth token sets, sealed (`<partner>/<profile>/<subject>`, src/admin/user-token-sets.ts). */
+  userTokenSets: "oauth_user_token_sets",
+  /** Started user grants awaiting their callback, by state hash (src/admin/user-grants.ts). */
+  userAuthorizations: "oauth_user_authorizations",
 } as const;
 
 export const logs = {
@@ -191,11 +195,66 @@ export interface ClientCredentialsAuthProfileRecord extends AuthProfileRecordBas
   readonly client_auth: "client_secret_basic" | "client_secret_post";
 }
 
-/** User OAuth (PKCE) profiles are added by the user-OAuth work; this union grows then. */
+/** A user's delegated grant (authorization code + PKCE); `sealed_secret` is "" for a public client. */
+export interface OAuthUserAuthProfileRecord extends AuthProfileRecordBase {
+  readonly type: "oauth_user";
+  readonly authorization_url: string;
+  readonly token_url: string;
+  readonly revocation_url: string | null;
+  readonly client_id: string;
+  readonly scopes: readonly string[];
+  readonly audience: string | null;
+  readonly client_auth: "client_secret_basic" | "client_secret_post";
+  /** The one redirect URI registered at the provider: no request chooses another. */
+  readonly redirect_uri: string;
+}
+
+/** On-behalf-of (RFC 8693); `sealed_secret` is "" for a public client. */
+export interface TokenExchangeAuthProfileRecord extends AuthProfileRecordBase {
+  readonly type: "oauth_token_exchange";
+  readonly token_url: string;
+  readonly client_id: string;
+  readonly scopes: readonly string[];
+  readonly audience: string | null;
+  readonly resource: string | null;
+  readonly client_auth: "client_secret_basic" | "client_secret_post";
+  readonly subject_token_type: "access_token" | "jwt" | "id_token";
+}
+
 export type AuthProfileRecord =
   | ApiKeyAuthProfileRecord
   | BearerAuthProfileRecord
-  | ClientCredentialsAuthProfileRecord;
+  | ClientCredentialsAuthProfileRecord
+  | OAuthUserAuthProfileRecord
+  | TokenExchangeAuthProfileRecord;
+
+/** A grant started and not yet completed (collection `oauth_user_authorizations`, key: sha256 of the state). */
+export interface UserAuthorizationRecord {
+  readonly partner_id: string;
+  readonly profile_id: string;
+  readonly subject_id: string;
+  /** Who started it: only the same principal completes it. */
+  readonly actor: string;
+  readonly redirect_uri: string;
+  /** The PKCE verifier, sealed to the partner's auth-profile ring, bound to this state. */
+  readonly sealed_verifier: string;
+  readonly expires_at: string;
+}
+
+/** A user grant action, in the `audit` log. Never a token. */
+export interface UserGrantAuditRecord {
+  readonly kind: "user_grant";
+  readonly action: "start" | "complete" | "complete_failed" | "refresh" | "refresh_failed" | "disconnect";
+  /** The admin's bearer subject, or `runtime` for a refresh that failed during a call. */
+  readonly actor: string;
+  readonly partner_id: string;
+  readonly profile_id: string;
+  readonly subject_id: string;
+  /** Why it failed (`details.issue`, `oauth_error`), or what a disconnect did at the provider. */
+  readonly outcome: string | null;
+  readonly time: string;
+  readonly requestId: string | null;
+}
 
 /** Owner name of the key ring that seals a partner's auth-profile secrets. */
 export const authProfileSecretOwner = (partnerId: string): string => `auth-profile-secrets:${partnerId}`;

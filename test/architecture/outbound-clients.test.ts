@@ -41,6 +41,8 @@ const OPERATOR_CLIENTS: Readonly<Record<string, string>> = {
   "src/dev/demo/steps-sidecar.ts": "`authority demo`: calls the sidecar it started itself",
   "src/dev/demo/steps-managed.ts": "`authority demo`: calls the managed API it started itself",
   "src/dev/demo/steps-mcp.ts": "`authority demo`: an MCP client of the authority it started itself",
+  "src/dev/demo/steps-user-grant.ts":
+    "`authority demo`: the user's browser at the OAuth provider and an MCP client, both started by itself",
 };
 
 const NETWORK_MODULES = /^(?:node:)?(?:http|https|http2|net|tls|undici|dgram)$/;

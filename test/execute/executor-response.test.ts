@@ -11,6 +11,7 @@ import { after, before, beforeEach, describe, it } from "node:test";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor, type ExecuteRequest } from "../../src/execute/executor.ts";
+import { userGrantKey } from "../../src/execute/token-set-store.ts";
 import { canary } from "../helpers/canary.ts";
 import { egressAllowing } from "../helpers/egress.ts";
 import {
@@ -154,7 +155,7 @@ describe("executor: injected secrets never reach the caller", () => {
 
   it("a user's grant: the access token and the refresh token are scrubbed", async () => {
     const grant = { accessToken: canary("at-"), refreshToken: canary("rt-"), tokenType: "Bearer" as const };
-    await tokens.tokenSetStore.put("user-1", grant);
+    await tokens.tokenSetStore.put(userGrantKey("acme", "user-oauth", "user-1"), grant);
     known = [grant.refreshToken];
     const profile: AuthProfile = {
       type: "oauth_user",
@@ -165,7 +166,9 @@ describe("executor: injected secrets never reach the caller", () => {
       clientSecretRef: "ref:cs",
       scopes: [],
     };
-    const result = await executor().execute(request(profile, { userTokenKey: "user-1" }));
+    const result = await executor().execute(
+      request(profile, { endUser: { partnerId: "acme", subjectId: "user-1" } }),
+    );
     assert.equal(upstream.requests.at(-1)?.headers.authorization, `Bearer ${grant.accessToken}`);
     assertAbsent(result, [grant.accessToken, grant.refreshToken, CLIENT_SECRET]);
   });

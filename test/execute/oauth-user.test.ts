@@ -5,7 +5,7 @@ import type { OAuthUserProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { createExecutor, type Executor } from "../../src/execute/executor.ts";
 import { codeChallengeS256, createCodeVerifier } from "../../src/execute/oauth-user.ts";
-import { DEFAULT_TOKEN_SET_COLLECTION } from "../../src/execute/token-set-store.ts";
+import { DEFAULT_TOKEN_SET_COLLECTION, userGrantKey } from "../../src/execute/token-set-store.ts";
 import { egressAllowing } from "../helpers/egress.ts";
 import { itemSnapshot, openTokenStore, secretTable, type TokenStoreFixture } from "./helpers.ts";
 import { type OAuthServer, startOAuthServer } from "./oauth-server.ts";
@@ -55,7 +55,8 @@ const profile = (overrides: Partial<OAuthUserProfile> = {}): OAuthUserProfile =>
   ...overrides,
 });
 
-const newKey = () => `grant:${randomBytes(6).toString("hex")}`;
+const newSubject = () => `user-${randomBytes(6).toString("hex")}`;
+const keyOf = (subjectId: string, p: OAuthUserProfile = profile()) => userGrantKey("p", p.id, subjectId);
 const newState = () => randomBytes(16).toString("base64url");
 
 /** Runs the browser's part: follows the authorization URL to the redirect and reads code and state. */
@@ -70,7 +71,8 @@ async function authorize(p: OAuthUserProfile, state = newState()) {
 }
 
 async function connect(p: OAuthUserProfile = profile()): Promise<string> {
-  const key = newKey();
+  const subject = newSubject();
+  const key = keyOf(subject, p);
   const { code, codeVerifier } = await authorize(p);
   await executor.oauthUser.exchangeCode({
     profile: p,
@@ -79,16 +81,16 @@ async function connect(p: OAuthUserProfile = profile()): Promise<string> {
     redirectUri: REDIRECT_URI,
     tokenSetKey: key,
   });
-  return key;
+  return subject;
 }
 
-function callApi(p: OAuthUserProfile, key: string | undefined) {
+function callApi(p: OAuthUserProfile, subject: string | undefined) {
   return executor.execute({
     snapshot: itemSnapshot(oauth.origin, { upstream_url_template: `${oauth.origin}/api/items/{id}` }),
     args: { path: { id: "a" } },
     authProfile: p,
     partnerId: "p",
-    ...(key === undefined ? {} : { userTokenKey: key }),
+    ...(subject === undefined ? {} : { endUser: { partnerId: "p", subjectId: subject } }),
   });
 }
 
@@ -142,7 +144,8 @@ describe("PKCE (RFC 7636)", () => {
 
 describe("oauth_user", () => {
   it("public client: code + verifier exchange stores the token set in the Store, and execute uses it", async () => {
-    const key = newKey();
+    const subject = newSubject();
+    const key = keyOf(subject);
     const { code, codeVerifier } = await authorize(profile());
     const info = await executor.oauthUser.exchangeCode({
       profile: profile(),
@@ -159,7 +162,7 @@ describe("oauth_user", () => {
     const stored = await tokens.store.get<{ accessToken: string }>(DEFAULT_TOKEN_SET_COLLECTION, key);
     assert.ok(stored !== undefined && oauth.validAccess.has(stored.accessToken));
 
-    const result = await callApi(profile(), key);
+    const result = await callApi(profile(), subject);
     assert.equal(result.status, 200);
     const apiCall = oauth.server.requests.find((r) => r.target === "/api/items/a");
     assert.equal(apiCall?.headers.authorization, `Bearer ${stored.accessToken}`);
@@ -173,7 +176,7 @@ describe("oauth_user", () => {
   });
 
   it("a wrong verifier is refused by the server and nothing is stored", async () => {
-    const key = newKey();
+    const key = keyOf(newSubject());
     const { code } = await authorize(profile());
     const error = await rejection(
       executor.oauthUser.exchangeCode({
@@ -192,12 +195,12 @@ describe("oauth_user", () => {
   it("refreshes an access token that is about to expire, keeping the rotated refresh token", async () => {
     oauth.expiresIn = 10;
     const key = await connect();
-    const before = await tokens.tokenSetStore.get(key);
+    const before = await tokens.tokenSetStore.get(keyOf(key));
     oauth.expiresIn = 3600;
     oauth.grants.length = 0;
     assert.equal((await callApi(profile(), key)).status, 200);
     assert.deepEqual(oauth.grants, ["refresh_token"]);
-    const after = await tokens.tokenSetStore.get(key);
+    const after = await tokens.tokenSetStore.get(keyOf(key));
     assert.notEqual(after?.accessToken, before?.accessToken);
     assert.notEqual(after?.refreshToken, before?.refreshToken);
     assert.equal((await callApi(profile(), key)).status, 200);
@@ -228,22 +231,27 @@ describe("oauth_user", () => {
     const key = await connect();
     oauth.refuseWith = { status: 400, error: "invalid_grant" };
     const error = await rejection(callApi(profile(), key));
-    assert.equal(error.reason, "auth_profile_unavailable");
-    assert.equal(await tokens.tokenSetStore.get(key), undefined);
+    assert.equal(error.reason, "user_grant_required");
+    assert.equal(error.code, "user_grant_required");
+    assert.equal(error.details?.oauth_error, "invalid_grant");
+    assert.equal(await tokens.tokenSetStore.get(keyOf(key)), undefined);
     oauth.refuseWith = undefined;
     const again = await rejection(callApi(profile(), key));
     assert.equal(again.details?.issue, "user_grant_missing");
   });
 
-  it("without a user grant key, or with an unknown one, execution fails before any request", async () => {
-    assert.equal((await rejection(callApi(profile(), undefined))).details?.issue, "user_grant_missing");
-    assert.equal((await rejection(callApi(profile(), "grant:unknown"))).details?.issue, "user_grant_missing");
+  it("without an end user, or with one who never connected, execution fails before any request", async () => {
+    assert.equal((await rejection(callApi(profile(), undefined))).details?.issue, "end_user_unknown");
+    assert.equal((await rejection(callApi(profile(), "user-unknown"))).details?.issue, "user_grant_missing");
     assert.equal(oauth.server.requests.length, 0);
   });
 
   it("disconnect forgets the grant", async () => {
     const key = await connect();
-    await executor.oauthUser.disconnect(key);
-    assert.equal(await tokens.tokenSetStore.get(key), undefined);
+    assert.equal(
+      await executor.oauthUser.disconnect({ profile: profile(), tokenSetKey: keyOf(key) }),
+      "not_supported",
+    );
+    assert.equal(await tokens.tokenSetStore.get(keyOf(key)), undefined);
   });
 });

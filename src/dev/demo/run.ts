@@ -17,6 +17,7 @@ import { downstreamSection } from "./steps-downstream.ts";
 import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
+import { userGrantSection } from "./steps-user-grant.ts";
 
 export interface DemoOptions {
   /** Where the story is told (one line per call). */
@@ -46,6 +47,8 @@ const sections: readonly Section[] = [
   { name: "hosted MCP", run: mcpSection },
   { name: "downstream MCP server", run: downstreamSection },
   { name: "sidecar", run: sidecarSection },
+  // Last: it moves the agent's policy onto the user's grant.
+  { name: "acting for the user", run: userGrantSection },
 ];
 
 function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {

@@ -41,6 +41,7 @@ export async function optionalPrincipal(
       clientId: verified.clientId,
       vouchable: verified.vouchable !== false,
       audience: audienceOf(verified.claims),
+      ...(typeof verified.claims.exp === "number" ? { expiresAt: new Date(verified.claims.exp * 1000) } : {}),
     };
   } catch (error) {
     throw tokenErrorToAuthorityError(error, "invalid_token");

@@ -10,6 +10,8 @@
 import { LRUCache } from "lru-cache";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../admin/auth-profiles.ts";
 import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
+import { auditUserGrantEvent, type UserGrantServices } from "../../admin/user-grants.ts";
+import { createSealedTokenSetStore } from "../../admin/user-token-sets.ts";
 import {
   type BindingRuntime,
   type BindingRuntimeOptions,
@@ -24,7 +26,8 @@ import {
 } from "../../execute/client-credentials.ts";
 import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
-import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
+import { createOAuthUserClient } from "../../execute/oauth-user.ts";
+import { createTokenExchangeTokens } from "../../execute/token-exchange.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
 import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
 import { createDownstreamSender } from "../../mcp/downstream-send.ts";
@@ -59,6 +62,8 @@ export interface AuthorityServices extends AuthorityContext {
   };
   /** The process's one client-credentials token cache (per grant: one token). */
   readonly clientCredentials: ClientCredentialsTokens;
+  /** Users' grants (one refresh in flight per grant) and exchanged tokens, shared by every executor. */
+  readonly userGrants: UserGrantServices;
   /** Signed policy blobs handed to sidecars, one crypto call per policy version. */
   readonly signedPolicies: SignedPolicyCache;
   /** The partners' operation index the verify route checks envelopes against. */
@@ -93,15 +98,35 @@ export function composeAuthorityServices(
     fetch: egress.fetch,
     secretResolver: createAuthProfileSecretResolver(context),
   });
+  // Users' token sets, sealed at rest; one client refreshes each grant once at a time for the
+  // whole process, and one cache keeps exchanged tokens per user.
+  const secretResolver = createAuthProfileSecretResolver(context);
+  const tokenSetStore = createSealedTokenSetStore(context);
+  const userGrants = {
+    tokenSetStore,
+    oauthUser: createOAuthUserClient({
+      fetch: egress.fetch,
+      secretResolver,
+      tokenSetStore,
+      onEvent: (event) => auditUserGrantEvent(context, event),
+    }),
+    tokenExchange: createTokenExchangeTokens({ fetch: egress.fetch, secretResolver }),
+  };
   const withEgress: AuthorityContext = { ...context, egress };
-  const bindings = createBindingRuntime(withEgress, { decisions, clientCredentials }, options.bindings);
+  const bindings = createBindingRuntime(
+    withEgress,
+    { decisions, clientCredentials, userGrants },
+    options.bindings,
+  );
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
   const mcpSecrets = createCachedSecretResolver(context);
   const mcpExecutor =
     options.mcpExecutor ??
     createExecutor({
       secretResolver: mcpSecrets,
-      tokenSetStore: createStoreTokenSetStore(context.store),
+      tokenSetStore,
+      oauthUser: userGrants.oauthUser,
+      tokenExchange: userGrants.tokenExchange,
       constraintsRollout: decisions.constraintsRollout,
       timeoutMs: mcpConfig.upstreamTimeoutMs,
       maxResponseBytes: mcpConfig.maxResponseBytes,
@@ -113,6 +138,7 @@ export function composeAuthorityServices(
     secretResolver: mcpSecrets,
     clientCredentials: mcpExecutor.clientCredentials,
     oauthUser: mcpExecutor.oauthUser,
+    tokenExchange: userGrants.tokenExchange,
   });
   const downstreamLimits = {
     timeoutMs: mcpConfig.upstreamTimeoutMs,
@@ -144,6 +170,7 @@ export function composeAuthorityServices(
     bindings,
     mcp: { config: mcpConfig, service: mcpService, downstreamTools },
     clientCredentials,
+    userGrants,
     verifyOperations: createOperationIndex(bindings, context),
     signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),
   };

@@ -151,7 +151,7 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
       log: logs.audit,
       filters: {
         kind: {
-          schema: { type: "string", enum: ["decision", "policy_change", "binding_change"] },
+          schema: { type: "string", enum: ["decision", "policy_change", "binding_change", "user_grant"] },
           field: "kind",
         },
         subject: { schema: text(), field: "subject_id" },

@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from "fastify";
 import { AuthorityError, toAuthorityError } from "../../../errors.ts";
+import { extractBearer } from "../../../identity/bearer.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { createMcpExchange, type McpBody } from "../../../mcp/http-exchange.ts";
 import { createOriginPolicy } from "../../../mcp/origin.ts";
@@ -99,6 +100,17 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
     scopes: config.scopesSupported,
   });
   const principals = new WeakMap<FastifyRequest, Principal>();
+  /** The bearer already verified for `principal`, for token-exchange profiles (never forwarded). */
+  const callerToken = (request: FastifyRequest, principal: Principal) => {
+    const value = extractBearer(request.headers.authorization);
+    if (value === undefined) return {};
+    return {
+      token: {
+        value,
+        ...(principal.expiresAt === undefined ? {} : { expiresAt: principal.expiresAt.getTime() }),
+      },
+    };
+  };
   const exchange = createMcpExchange({ service, publicUrl: context.config.publicUrl });
 
   /** CORS for allowed browser origins; false (and a 403 sent) for a foreign one. */
@@ -219,7 +231,12 @@ export function mcpRoutes(context: AuthorityServices): FastifyPluginAsync {
           const answer = await exchange.answer({
             headers: request.headers,
             body: body.value,
-            caller: { principal, requestId: request.id, signal: aborted.signal },
+            caller: {
+              principal,
+              requestId: request.id,
+              signal: aborted.signal,
+              ...callerToken(request, principal),
+            },
           });
           reply.code(answer.status);
           for (const [name, value] of answer.headers) reply.header(name, value);

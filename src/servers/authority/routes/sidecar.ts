@@ -279,10 +279,13 @@ async function authMaterial(
       };
     }
     default:
-      // A user's delegated grant needs the user's token set; the sidecar cannot inject it.
-      throw new AuthorityError("conflict", "This auth profile type cannot be injected by a sidecar.", {
-        details: { type: profile.type },
-      });
+      // A user's delegated grant (or their token to exchange) belongs to one end user: a sidecar
+      // injects per pod, never per user, and is never handed users' refresh tokens.
+      throw new AuthorityError(
+        "conflict",
+        "This auth profile type cannot be injected by a sidecar: user-delegated profiles (oauth_user, oauth_token_exchange) run through binding invoke or MCP, which know the end user.",
+        { details: { type: profile.type, issue: "user_delegated_profile" } },
+      );
   }
 }
 

@@ -122,7 +122,8 @@ describe("admin API: auth profiles", () => {
       [{ type: "static", kind: "api_key", in: "header", name: "Cookie", secret: "s" }, /name/],
       [{ type: "static", kind: "api_key", in: "body", name: "k", secret: "s" }, /in/],
       [{ type: "static", kind: "basic", secret: "s" }, /kind/],
-      [{ type: "oauth_user", client_id: "x" }, /type/],
+      [{ type: "oauth_user", client_id: "x" }, /authorization_url/],
+      [{ type: "oauth_magic", client_id: "x" }, /type/],
       [{ type: "static", kind: "bearer", secret: "line\nbreak" }, /secret/],
       [
         {

@@ -108,6 +108,8 @@ export interface ReplicaOptions {
 export interface HarnessOptions {
   /** Upstream answer delay (concurrency tests). */
   readonly upstreamDelayMs?: number;
+  /** More origins egress may reach (an OAuth provider and its API). */
+  readonly egressAllow?: readonly string[];
 }
 
 async function send(url: string, method: string, path: string, options: CallOptions = {}): Promise<Reply> {
@@ -147,7 +149,11 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   // The upstream's port is chosen first: `egress-allow` opens exactly that address:port, and
   // the partner's IdP (its JWKS is fetched through the same gate).
   const upstreamPort = await findFreePort();
-  const egress = egressAllowing([`http://127.0.0.1:${upstreamPort}`, partnerIdp.issuer]);
+  const egress = egressAllowing([
+    `http://127.0.0.1:${upstreamPort}`,
+    partnerIdp.issuer,
+    ...(options.egressAllow ?? []),
+  ]);
 
   const conformances: Conformance[] = [];
   /** One authority replica, built by the service's composition root on the shared store and keys. */
