@@ -110,10 +110,12 @@ describe("background retention", () => {
   });
 
   it("is configured by the authority's settings (0 = keep forever, the default)", () => {
-    const defaults = resolveAuthorityConfig({ env: {} });
+    // The one-process mode: these settings do not depend on key custody.
+    const embedded = { "policy-protection": "embedded" };
+    const defaults = resolveAuthorityConfig({ flags: embedded, env: {} });
     assert.equal(retentionIsEmpty(defaults.retention), true);
     const set = resolveAuthorityConfig({
-      flags: { "audit-retention-days": "90", "mcp-audit-retention-count": "1000000" },
+      flags: { ...embedded, "audit-retention-days": "90", "mcp-audit-retention-count": "1000000" },
       env: { AUTHORITY_USAGE_HOURLY_RETENTION_DAYS: "35", AUTHORITY_RETENTION_INTERVAL: "60" },
     });
     assert.deepEqual(set.retention, {
