@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { LATEST_VERSION } from "../../src/store/postgres/migrations.ts";
 import { canary } from "../helpers/canary.ts";
 import { httpRequest } from "../helpers/http-client.ts";
 import { type PeerProcess, startPeerProcess } from "../helpers/peer-process.ts";
@@ -132,7 +133,10 @@ describe("the chart on an existing PostgreSQL", () => {
     }
     assert.equal(status, 200, `not ready:\n${serve.output()}`);
     assert.match(serve.output(), /"store":"postgres"/);
-    assert.equal(await server.psql("SELECT max(version) FROM authority_schema_migrations"), "1");
+    assert.equal(
+      await server.psql("SELECT max(version) FROM authority_schema_migrations"),
+      String(LATEST_VERSION),
+    );
     assert.ok(!serve.output().includes(password), "the password is never printed");
   });
 });

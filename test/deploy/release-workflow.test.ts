@@ -207,7 +207,10 @@ describe("the release workflow", () => {
           repoPath("charts/authority/ci/default-values.yaml"),
         ],
         { maxBuffer: 32 << 20, timeout: 60_000 },
-      ).then(({ stdout }) => stdout);
+        // The credentials the chart generates (kept across upgrades by lookup) differ per render.
+      ).then(({ stdout }) =>
+        stdout.replace(/^(\s+(?:api_key|access_key|secret_key)): "[^"]*"$/gm, '$1: "<generated>"'),
+      );
     assert.equal(
       await template(archive),
       await template(repoPath("charts/authority")),
