@@ -10,6 +10,12 @@ import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
 import type { McpConfig } from "../mcp/config.ts";
 import { logs } from "../store/model.ts";
+import {
+  type DecisionExportConfig,
+  decisionExportConfig,
+  decisionExportSettings,
+  optionalExport,
+} from "./decision-export.ts";
 import { ConfigError } from "./errors.ts";
 import {
   defineProcess,
@@ -113,6 +119,8 @@ export interface AuthorityConfig {
   readonly bindings: { readonly upstreamTimeoutMs?: number; readonly workloadTokenLifetimeSec?: number };
   /** The platform admin's egress allow list (upstream destinations beyond public addresses). */
   readonly egress: { readonly allow: readonly EgressAllowEntry[] };
+  /** Where decision records are shipped besides the audit log (absent: nowhere). */
+  readonly decisionExport?: DecisionExportConfig;
   /** Where each setting came from (for the start-up log; values are not repeated). */
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
@@ -299,6 +307,7 @@ export const authoritySettings = {
     parse: positiveInteger(10_000_000),
   }),
   ...retentionSettings,
+  ...decisionExportSettings("AUTHORITY"),
   shutdownWait: setting({
     key: "shutdown-wait",
     env: "AUTHORITY_SHUTDOWN_WAIT",
@@ -550,6 +559,7 @@ export const authoritySchema = defineProcess({
         workloadTokenLifetimeSec: read.value("workloadTokenLifetime"),
       },
       egress: { allow: read.optional("egressAllow") ?? [] },
+      ...optionalExport(decisionExportConfig(read)),
       sources: read.sources(),
     };
   },

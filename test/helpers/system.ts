@@ -27,6 +27,7 @@ import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { FastifyInstance } from "fastify";
 import type { AuditRecorder } from "../../src/audit/recorder.ts";
+import type { DecisionExportConfig } from "../../src/config/decision-export.ts";
 import { egressAllowSetting } from "../../src/config/settings.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
@@ -128,6 +129,8 @@ export interface SystemOptions {
   /** Verified-policy cache of the loader. */
   readonly policyCache?: { readonly max?: number; readonly ttlMs?: number };
   readonly logLevel?: string;
+  /** The authority's decision-log export (an operator URL of its egress gate). */
+  readonly decisionExport?: DecisionExportConfig;
 }
 
 export interface CallOptions extends Omit<HttpRequestOptions, "headers"> {
@@ -355,6 +358,7 @@ async function startAuthority(
   // Configured as `authority serve` builds it: the allow list, and the platform's own services.
   const egress = createEgressPolicy({
     allow: egressAllowSetting.parse(deps.egressAllow, "egress-allow"),
+    operatorUrls: options.decisionExport === undefined ? [] : [options.decisionExport.url],
     platformEndpoints: [idp.issuer, crypto?.url, deps.sidecarRedisUrl, options.storeUrl]
       .map(endpointOfUrl)
       .filter((endpoint) => endpoint !== undefined),
@@ -372,6 +376,7 @@ async function startAuthority(
     bindings: { upstreamTimeoutMs },
     auditBuffer: options.auditBuffer ?? 100_000,
     policyCache: { ...defaults.policyCache, ...options.policyCache },
+    ...(options.decisionExport === undefined ? {} : { decisionExport: options.decisionExport }),
   });
   // The process's own composition root, with what the system supplies instead of config.
   const service = await buildAuthorityService(config, {

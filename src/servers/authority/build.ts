@@ -14,6 +14,8 @@ import type { Registry } from "prom-client";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
+import { configuredExporter } from "../../audit/export/configured.ts";
+import { exportingRecorder } from "../../audit/export/recorder-tap.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
@@ -107,7 +109,11 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egress.allow,
     // A binding may name the operator's own issuer's key set: nothing the process does not fetch already.
-    operatorUrls: config.trustedIssuers.map((trusted) => trusted.jwksUrl),
+    // … and the decision export endpoint the operator configured.
+    operatorUrls: [
+      ...config.trustedIssuers.map((trusted) => trusted.jwksUrl),
+      ...(config.decisionExport === undefined ? [] : [config.decisionExport.url]),
+    ],
     platformEndpoints: [
       config.listen.port === 0 ? undefined : config.listen,
       endpointOfUrl(config.publicUrl),
@@ -119,6 +125,7 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
       endpointOfUrl(config.cryptoUrl),
       endpointOfUrl(config.redisUrl),
       endpointOfUrl(config.storeUrl),
+      endpointOfUrl(config.decisionExport?.url),
     ].filter((endpoint) => endpoint !== undefined),
   });
 }
@@ -326,7 +333,15 @@ export async function buildAuthorityService(
       logger,
       now: overrides.now ?? (() => new Date()),
     };
-    const recorder = createAuditRecorder({
+    const metrics = createMetricsRegistry();
+    const exporter = configuredExporter(config.decisionExport, {
+      fetch: egress.fetch,
+      registry: metrics,
+      metricPrefix: "authority",
+      serviceName: "authority",
+      logger,
+    });
+    const audit = createAuditRecorder({
       store,
       maxPending: config.auditBuffer,
       onStateChange: (event) => {
@@ -335,6 +350,7 @@ export async function buildAuthorityService(
         } else logger.info({ pending: event.pending }, "audit writes recovered");
       },
     });
+    const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
     const services = composeAuthorityServices(context, {
       decisions: {
         recordCacheMs: config.recordCacheMs,
@@ -352,7 +368,6 @@ export async function buildAuthorityService(
     });
     const runtime = services.decisions;
 
-    const metrics = createMetricsRegistry();
     const app = await createAuthorityApp(services, metrics);
     // Started last: nothing below can fail and leave its timer behind.
     const retention = startConfiguredRetention(config, store, metrics, logger);
@@ -406,6 +421,8 @@ export async function buildAuthorityService(
           await retention?.stop();
           const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
+          if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
+            logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           await publisher?.close();
           if (overrides.egress === undefined) await egress.close();
           if (ownsStore) await store.close();

@@ -30,16 +30,25 @@ export const FORWARDED_HEADERS: ReadonlySet<string> = new Set([
   "accept-language",
   "content-type",
   "user-agent",
+  // Tracing context of the meshes and tracers in use: W3C Trace Context and Baggage, B3
+  // single-header, SkyWalking, Google Cloud, AWS X-Ray, Jaeger, gRPC, Envoy's request id.
   "traceparent",
   "tracestate",
-  "x-request-id",
+  "baggage",
   "b3",
-  "x-b3-traceid",
-  "x-b3-spanid",
-  "x-b3-parentspanid",
-  "x-b3-sampled",
-  "x-b3-flags",
+  "sw8",
+  "sw8-correlation",
+  "sw8-x",
+  "x-cloud-trace-context",
+  "x-amzn-trace-id",
+  "uber-trace-id",
+  "grpc-trace-bin",
+  "x-ot-span-context",
+  "x-request-id",
 ]);
+
+/** Tracing header families: B3 multi-header, Datadog, Jaeger baggage. */
+const FORWARDED_PREFIXES: readonly string[] = ["x-b3-", "x-datadog-", "uberctx-"];
 
 /** Never forwarded, whatever the snapshot declares: the caller's credentials and our own namespace. */
 const CALLER_CREDENTIALS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "cookie"]);
@@ -94,7 +103,9 @@ export function declaredHeaders(operation: OperationSnapshot): ReadonlySet<strin
 /** Whether the proxy sends this (lower-case) caller header upstream. */
 export function isForwarded(name: string, declared: ReadonlySet<string>): boolean {
   if (isNeverForwarded(name)) return false;
-  return declared.has(name) || FORWARDED_HEADERS.has(name);
+  return (
+    declared.has(name) || FORWARDED_HEADERS.has(name) || FORWARDED_PREFIXES.some((p) => name.startsWith(p))
+  );
 }
 
 /**

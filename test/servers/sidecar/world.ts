@@ -208,6 +208,8 @@ export interface CheckOptions {
   readonly path?: string;
   readonly host?: string;
   readonly capability?: string | null;
+  /** Further caller headers (the authorization comes from token/authorization). */
+  readonly headers?: Record<string, string>;
 }
 
 export interface ProxyOptions {
@@ -414,7 +416,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         ports,
         client,
         check(check) {
-          const headers: Record<string, string> = {};
+          const headers: Record<string, string> = { ...check.headers };
           const bearer = check.token === undefined ? tokens.agent : check.token;
           if (check.authorization !== undefined) headers.authorization = check.authorization;
           else if (bearer !== null) headers.authorization = `Bearer ${bearer}`;

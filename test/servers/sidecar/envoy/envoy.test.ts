@@ -7,6 +7,7 @@ import { type FaultProxy, startFaultProxy } from "../../../helpers/fault-proxy.t
 import { type HttpReply, httpRequest } from "../../../helpers/http-client.ts";
 import { exchange } from "../../../helpers/http2-exchange.ts";
 import { stablePort } from "../../../helpers/stable-port.ts";
+import { TRACING } from "../../../helpers/tracing-headers.ts";
 import {
   CAPABILITY,
   eventually,
@@ -163,6 +164,17 @@ describe("an allowed request through Envoy", () => {
         name !== "x-authority-permission-id",
     );
     assert.deepEqual(leaked, []);
+  });
+
+  it("keeps every tracing header of the caller's mesh, and still strips its credentials", async () => {
+    const before = world.upstream.seen.length;
+    const reply = await get("/orders/48", { ...bearer(world.tokens.agent), ...TRACING, cookie: "sid=1" });
+    assert.equal(reply.status, 200, reply.text);
+    const headers = assertInjected(before);
+    // Envoy keeps a valid x-request-id from an edge-trusted caller; the rest pass untouched.
+    for (const [name, value] of Object.entries(TRACING))
+      if (name !== "x-request-id") assert.equal(headers[name], value, name);
+    assert.equal(headers.cookie, undefined);
   });
 
   it("injects a query-parameter credential into the upstream URL", async () => {
