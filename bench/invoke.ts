@@ -244,7 +244,11 @@ export async function startInvokeWorld(store: Store): Promise<InvokeWorld> {
     ).accessToken;
 
     // A v1 agent with the same operation, for authorize-invocation on the same world.
-    await createSubject(context, "bench", { subject_id: "bench-agent", subject_type: "agent", display_name: "Bench agent" });
+    await createSubject(context, "bench", {
+      subject_id: "bench-agent",
+      subject_type: "agent",
+      display_name: "Bench agent",
+    });
     await assignCapability(context, actor, "bench", "bench-agent", "items", {
       allowed_permission_ids: ["items:get:/items/{id}"],
       ttl_seconds: 3600,

@@ -32,10 +32,15 @@ interface CannonResult {
   timeouts: number;
   non2xx: number;
 }
-type Autocannon = (options: Record<string, unknown>, done: (error: unknown, result: CannonResult) => void) => void;
+type Autocannon = (
+  options: Record<string, unknown>,
+  done: (error: unknown, result: CannonResult) => void,
+) => void;
 const autocannon = createRequire(import.meta.url)("autocannon") as Autocannon;
 const cannon = (options: Record<string, unknown>): Promise<CannonResult> =>
-  new Promise((resolve, reject) => autocannon(options, (error, result) => (error ? reject(error) : resolve(result))));
+  new Promise((resolve, reject) =>
+    autocannon(options, (error, result) => (error ? reject(error) : resolve(result))),
+  );
 
 export interface StoreBackendRow {
   readonly name: string;
@@ -126,7 +131,12 @@ export async function benchStoreBackends(
   const dir = await makeTempDir("bench-store-backends-");
   const postgres = await startPostgresServer();
   try {
-    const sqlite = await measure("SQLite", `sqlite:${join(dir.path, "authority.db")}`, durationSec, connections);
+    const sqlite = await measure(
+      "SQLite",
+      `sqlite:${join(dir.path, "authority.db")}`,
+      durationSec,
+      connections,
+    );
     const pg = await measure("PostgreSQL", postgres.url, durationSec, connections);
     return [
       ...sqlite,

@@ -61,7 +61,14 @@ interface Replica {
 async function startReplica(name: string, env: Record<string, string>): Promise<Replica> {
   const peer = startPeerProcess({
     command: process.execPath,
-    args: [join(ROOT, "bin/authority.ts"), "serve", "--listen", "127.0.0.1:0", "--policy-protection", "embedded"],
+    args: [
+      join(ROOT, "bin/authority.ts"),
+      "serve",
+      "--listen",
+      "127.0.0.1:0",
+      "--policy-protection",
+      "embedded",
+    ],
     env: { PATH: process.env.PATH ?? "", ...env },
   });
   const deadline = Date.now() + 60_000;
@@ -161,11 +168,17 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
       signal: AbortSignal.timeout(CALL_TIMEOUT_MS),
     });
     const text = await response.text();
-    return { status: response.status, json: text === "" ? {} : (JSON.parse(text) as Record<string, unknown>) };
+    return {
+      status: response.status,
+      json: text === "" ? {} : (JSON.parse(text) as Record<string, unknown>),
+    };
   };
   const admin = async (method: string, path: string, body: unknown, what: string) => {
     const reply = await call(replicas[0]?.url ?? "", method, path, { token: adminToken, body });
-    assert.ok(reply.status >= 200 && reply.status < 300, `${what}: ${reply.status} ${JSON.stringify(reply.json)}`);
+    assert.ok(
+      reply.status >= 200 && reply.status < 300,
+      `${what}: ${reply.status} ${JSON.stringify(reply.json)}`,
+    );
     return reply.json;
   };
 
@@ -283,7 +296,12 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
     assert.equal(issued.status, 200, JSON.stringify(issued.json));
     workloadToken = String(issued.json.access_token);
     userAssertion = (
-      await partnerIdp.issueToken({ subject: "user-1", audience: USER_AUDIENCE, tenant: TENANT, lifetimeSec: 3600 })
+      await partnerIdp.issueToken({
+        subject: "user-1",
+        audience: USER_AUDIENCE,
+        tenant: TENANT,
+        lifetimeSec: 3600,
+      })
     ).accessToken;
 
     const tokenFile = join(dir.path, "sidecar-token");
@@ -330,16 +348,23 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
     await dir?.cleanup();
   });
 
-  /** Decision records in PostgreSQL by request id (records are JSON text in authority_logs). */
-  const recordsByRequestId = async (): Promise<Map<string, number>> => {
+  /**
+   * Decision records in PostgreSQL by request id (JSON text in authority_logs): how many
+   * distinct records (ids), and how many copies (a sidecar record whose delivery was cut by the
+   * kill is shipped again under the same id: at least once, decision 2501).
+   */
+  const recordsByRequestId = async (): Promise<Map<string, { ids: number; copies: number }>> => {
     const client = new pg.Client({ connectionString: postgres.url });
     await client.connect();
     try {
-      const rows = await client.query<{ request_id: string; n: string }>(
-        `SELECT value::json->>'requestId' AS request_id, count(*) AS n FROM authority_logs
-         WHERE log = 'audit' AND value::json->>'kind' = 'decision' GROUP BY 1`,
+      const rows = await client.query<{ request_id: string; ids: string; copies: string }>(
+        `SELECT value::json->>'requestId' AS request_id, count(DISTINCT value::json->>'id') AS ids,
+                count(*) AS copies
+         FROM authority_logs WHERE log = 'audit' AND value::json->>'kind' = 'decision' GROUP BY 1`,
       );
-      return new Map(rows.rows.map((row) => [row.request_id, Number(row.n)]));
+      return new Map(
+        rows.rows.map((row) => [row.request_id, { ids: Number(row.ids), copies: Number(row.copies) }]),
+      );
     } finally {
       await client.end();
     }
@@ -380,7 +405,11 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
           const reply = await call(replica.url, "POST", `/v1/bindings/${BINDING}/invoke`, {
             token: workloadToken,
             body: { capability_id: CAPABILITY, method: "GET", path: `/items/${key}` },
-            headers: { "x-request-id": requestId, "idempotency-key": key, "x-authority-user-assertion": userAssertion },
+            headers: {
+              "x-request-id": requestId,
+              "idempotency-key": key,
+              "x-authority-user-assertion": userAssertion,
+            },
           });
           statuses.push(reply.status);
           // 409 `conflict`: the key is still claimed (by the call that died with its replica);
@@ -439,16 +468,23 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
       }
     });
     await sleep(300);
-    const revoke = await call(survivor.url, "POST", `/partners/${PARTNER}/caab/subjects/victim/policy/revoke`, {
-      token: adminToken,
-    });
+    const revoke = await call(
+      survivor.url,
+      "POST",
+      `/partners/${PARTNER}/caab/subjects/victim/policy/revoke`,
+      {
+        token: adminToken,
+      },
+    );
     const revokedAt = performance.now();
     assert.equal(revoke.status, 200, JSON.stringify(revoke.json));
     // Until each sidecar has denied the victim (its lease bound), at least 1.5 s.
     const deadline = Date.now() + 30_000;
     await sleep(1500);
     while (
-      !sidecars.every((s) => afterRevoke.some((o) => o.sidecar === s.name && o.sentAt >= revokedAt && o.status === 403))
+      !sidecars.every((s) =>
+        afterRevoke.some((o) => o.sidecar === s.name && o.sentAt >= revokedAt && o.status === 403),
+      )
     ) {
       assert.ok(Date.now() < deadline, "every sidecar denied the revoked subject");
       await sleep(100);
@@ -460,7 +496,7 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
 
     // Every answered decision's record is in PostgreSQL; the sidecars ship theirs to the survivor.
     const decisions = [...answered];
-    let records = new Map<string, number>();
+    let records = new Map<string, { ids: number; copies: number }>();
     const shippedBy = Date.now() + 30_000;
     for (;;) {
       records = await recordsByRequestId();
@@ -472,10 +508,11 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
       );
       await sleep(250);
     }
-    const duplicated = decisions.filter(([id]) => (records.get(id) ?? 0) > 1);
+    const duplicated = decisions.filter(([id]) => (records.get(id)?.ids ?? 0) > 1);
     assert.deepEqual(duplicated, [], "one record per answered decision");
-    const orphanRecords = [...unanswered.keys()].filter((id) => (records.get(id) ?? 0) > 1);
+    const orphanRecords = [...unanswered.keys()].filter((id) => (records.get(id)?.ids ?? 0) > 1);
     assert.deepEqual(orphanRecords, [], "at most one record per unanswered request");
+    const copiesOfOneRecord = decisions.filter(([id]) => (records.get(id)?.copies ?? 0) > 1).length;
 
     // Each key executed at most once; a key answered 200 exactly once.
     const executions = new Map<string, number>();
@@ -493,10 +530,14 @@ describe("two authority replicas on one PostgreSQL and one Redis, one killed mid
       answered: decisions.length,
       unanswered: unanswered.size,
       byKind: Object.fromEntries(
-        ["authorize", "invoke", "check"].map((kind) => [kind, decisions.filter(([, a]) => a.kind === kind).length]),
+        ["authorize", "invoke", "check"].map((kind) => [
+          kind,
+          decisions.filter(([, a]) => a.kind === kind).length,
+        ]),
       ),
       keys: keyOutcomes.size,
       retriedKeys: [...keyOutcomes.values()].filter((s) => s.length > 1).length,
+      copiesOfOneRecord,
       heldByTheDead: [...keyOutcomes.values()].filter((s) => s.at(-1) === 409).length,
       executions: [...executions.values()].reduce((a, b) => a + b, 0),
       checks,
