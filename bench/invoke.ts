@@ -13,6 +13,8 @@ import { join } from "node:path";
 import { putAuthProfile } from "../src/admin/auth-profiles.ts";
 import { importOpenApi } from "../src/admin/capabilities.ts";
 import { createPartner } from "../src/admin/partners.ts";
+import { assignCapability } from "../src/admin/policies.ts";
+import { createSubject } from "../src/admin/subjects.ts";
 import { assignBindingApi } from "../src/bindings/assignments.ts";
 import { createBinding } from "../src/bindings/bindings.ts";
 import { createMapping } from "../src/bindings/mappings.ts";
@@ -25,6 +27,7 @@ import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import { buildAuthorityService } from "../src/servers/authority/build.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
+import type { Store } from "../src/store/store.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
@@ -77,7 +80,7 @@ const median = (values: number[]): number => {
   return Number((sorted[Math.floor(sorted.length / 2)] ?? 0).toFixed(4));
 };
 
-const API_KEY = "bench-upstream-key-0123456789";
+export const API_KEY = "bench-upstream-key-0123456789";
 const RESPONSE = JSON.stringify({
   id: "item-1",
   name: "Widget",
@@ -143,13 +146,8 @@ const document = {
   },
 };
 
-export async function benchInvoke(
-  options: { iterations?: number; warmup?: number } = {},
-): Promise<InvokeBenchResult> {
-  const iterations = options.iterations ?? 1000;
-  const warmup = options.warmup ?? 100;
-  const dir = await makeTempDir("bench-invoke-");
-  const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
+/** The invoke bench's world on `store`: the authority (its composition root), the upstream, the partner's binding. */
+export async function startInvokeWorld(store: Store): Promise<InvokeWorld> {
   const adminIdp = await createIdpServer({ audience: "authority" });
   const adminIssuer = await adminIdp.listen();
   const partnerIdp = await createIdpServer({ audience: "items-api" });
@@ -195,6 +193,13 @@ export async function benchInvoke(
   );
   const { context } = service;
   const authority = await service.listen();
+  const close = async (): Promise<void> => {
+    await service.close();
+    upstream.closeAllConnections();
+    await new Promise<void>((resolve) => upstream.close(() => resolve()));
+    await adminIdp.close();
+    await partnerIdp.close();
+  };
   try {
     const actor = { subject: "bench-admin", requestId: "bench" };
     await createPartner(context, { partner_id: "bench", name: "Bench" });
@@ -238,6 +243,46 @@ export async function benchInvoke(
       await partnerIdp.issueToken({ subject: "bench-user", audience: "items-api", tenant: "bench-tenant" })
     ).accessToken;
 
+    // A v1 agent with the same operation, for authorize-invocation on the same world.
+    await createSubject(context, "bench", {
+      subject_id: "bench-agent",
+      subject_type: "agent",
+      display_name: "Bench agent",
+    });
+    await assignCapability(context, actor, "bench", "bench-agent", "items", {
+      allowed_permission_ids: ["items:get:/items/{id}"],
+      ttl_seconds: 3600,
+    });
+    const agentToken = (await adminIdp.issueToken({ subject: "bench-agent", lifetimeSec: 3600 })).accessToken;
+    return { authority, origin, workloadToken, assertion, agentToken, close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+export interface InvokeWorld {
+  /** The authority's URL. */
+  readonly authority: string;
+  /** The upstream's origin (its API key: API_KEY). */
+  readonly origin: string;
+  readonly workloadToken: string;
+  /** The authority issuer's token of `bench-agent`, allowed GET /items/{id} of `items`. */
+  readonly agentToken: string;
+  readonly assertion: string;
+  close(): Promise<void>;
+}
+
+export async function benchInvoke(
+  options: { iterations?: number; warmup?: number } = {},
+): Promise<InvokeBenchResult> {
+  const iterations = options.iterations ?? 1000;
+  const warmup = options.warmup ?? 100;
+  const dir = await makeTempDir("bench-invoke-");
+  const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
+  const world = await startInvokeWorld(store);
+  const { authority, origin, workloadToken, assertion } = world;
+  try {
     let counter = 0;
     const body = JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" });
     const invoke = async () => {
@@ -299,11 +344,7 @@ export async function benchInvoke(
       },
     };
   } finally {
-    await service.close();
-    upstream.closeAllConnections();
-    await new Promise<void>((resolve) => upstream.close(() => resolve()));
-    await adminIdp.close();
-    await partnerIdp.close();
+    await world.close();
     await store.close();
     await dir.cleanup();
   }

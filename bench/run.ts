@@ -170,6 +170,12 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await import("./authorize.ts")).benchAuthorize(),
   },
   {
+    name: "store-backends",
+    title: "authorize-invocation and binding invoke at saturation, PostgreSQL beside SQLite",
+    targets: "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route",
+    run: async () => (await import("./store-backends.ts")).benchStoreBackends(),
+  },
+  {
     name: "managed",
     title: "Managed crypto API, 1 KB payloads, 16 connections (HTTPS → crypto service)",
     targets: "≥ 500 sign-encrypt/s and ≥ 2,000 decrypt-verify/s",

@@ -1,0 +1,159 @@
+/**
+ * authorize-invocation and binding invoke at saturation on PostgreSQL beside SQLite (issue 31:
+ * PostgreSQL ≥ 0.8× SQLite's saturation throughput). The world of bench/invoke.ts (the
+ * authority's composition root, in-process key rings, a local upstream, a binding) on each
+ * store, served from a child process (this file, `--serve <store-url>`) so the load generator
+ * never shares its event loop; autocannon as fast as `connections` connections go. Every
+ * request is an allow; every invoke carries a fresh Idempotency-Key (claim, execute, kept
+ * result + evidence in one transaction). PostgreSQL is a throwaway local server
+ * (test/helpers/postgres-server.ts: fsync off, as the suite runs it).
+ */
+import { type ChildProcess, fork } from "node:child_process";
+import { once } from "node:events";
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { openStore } from "../src/store/index.ts";
+import { startPostgresServer } from "../test/helpers/postgres-server.ts";
+import { makeTempDir } from "../test/helpers/temp-dir.ts";
+import { startInvokeWorld } from "./invoke.ts";
+
+interface Ready {
+  readonly type: "ready";
+  readonly authority: string;
+  readonly workloadToken: string;
+  readonly assertion: string;
+  readonly agentToken: string;
+}
+
+interface CannonResult {
+  requests: { total: number; average: number };
+  latency: { p50: number; p99: number };
+  errors: number;
+  timeouts: number;
+  non2xx: number;
+}
+type Autocannon = (
+  options: Record<string, unknown>,
+  done: (error: unknown, result: CannonResult) => void,
+) => void;
+const autocannon = createRequire(import.meta.url)("autocannon") as Autocannon;
+const cannon = (options: Record<string, unknown>): Promise<CannonResult> =>
+  new Promise((resolve, reject) =>
+    autocannon(options, (error, result) => (error ? reject(error) : resolve(result))),
+  );
+
+export interface StoreBackendRow {
+  readonly name: string;
+  readonly reqPerSec: number;
+  readonly p50Ms: number;
+  readonly p99Ms: number;
+  readonly errors: number;
+  readonly non2xx: number;
+  /** This store's throughput over SQLite's for the same route. */
+  readonly ofSqlite?: number;
+  readonly target?: string;
+}
+
+async function serve(storeUrl: string): Promise<void> {
+  const store = await openStore(storeUrl);
+  const world = await startInvokeWorld(store);
+  const { authority, workloadToken, assertion, agentToken } = world;
+  process.on("message", () => {
+    void world
+      .close()
+      .then(() => store.close())
+      .then(() => process.disconnect());
+  });
+  process.send?.({ type: "ready", authority, workloadToken, assertion, agentToken } satisfies Ready);
+}
+
+async function measure(storeName: string, storeUrl: string, durationSec: number, connections: number) {
+  const child: ChildProcess = fork(import.meta.filename, ["--serve", storeUrl], { stdio: "inherit" });
+  try {
+    const [ready] = (await Promise.race([
+      once(child, "message"),
+      once(child, "exit").then(([code]) => Promise.reject(new Error(`bench service exited (${code})`))),
+    ])) as [Ready];
+    const authorize = {
+      url: `${ready.authority}/v1/authorize-invocation`,
+      method: "POST",
+      headers: { authorization: `Bearer ${ready.agentToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }),
+    };
+    let key = 0;
+    const invoke = {
+      url: `${ready.authority}/v1/bindings/bench-app/invoke`,
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${ready.workloadToken}`,
+        "x-authority-user-assertion": ready.assertion,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }),
+      setupClient: (client: { setHeaders(headers: Record<string, string>): void }) => {
+        const base = invoke.headers;
+        const next = () => client.setHeaders({ ...base, "idempotency-key": `k-${storeName}-${++key}` });
+        next();
+        (client as unknown as { on(event: string, fn: () => void): void }).on("response", next);
+      },
+    };
+    const rows: StoreBackendRow[] = [];
+    for (const [route, request] of [
+      ["authorize-invocation", authorize],
+      ["binding invoke", invoke],
+    ] as const) {
+      await cannon({ ...request, connections: 4, amount: 1000 }); // warm: JIT, caches, pool
+      const result = await cannon({ ...request, connections, duration: durationSec });
+      rows.push({
+        name: `${route} (${storeName})`,
+        reqPerSec: Math.round(result.requests.average),
+        p50Ms: result.latency.p50,
+        p99Ms: result.latency.p99,
+        errors: result.errors + result.timeouts,
+        non2xx: result.non2xx,
+      });
+    }
+    return rows;
+  } finally {
+    if (child.connected) child.send({ type: "close" });
+    const exited = once(child, "exit");
+    const timer = setTimeout(() => child.kill(), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+export async function benchStoreBackends(
+  options: { durationSec?: number; connections?: number } = {},
+): Promise<StoreBackendRow[]> {
+  const durationSec = options.durationSec ?? 8;
+  const connections = options.connections ?? 32;
+  const dir = await makeTempDir("bench-store-backends-");
+  const postgres = await startPostgresServer();
+  try {
+    const sqlite = await measure(
+      "SQLite",
+      `sqlite:${join(dir.path, "authority.db")}`,
+      durationSec,
+      connections,
+    );
+    const pg = await measure("PostgreSQL", postgres.url, durationSec, connections);
+    return [
+      ...sqlite,
+      ...pg.map((row, i) => ({
+        ...row,
+        ofSqlite: Number((row.reqPerSec / Math.max(1, sqlite[i]?.reqPerSec ?? 1)).toFixed(2)),
+        target: "≥ 0.8× SQLite",
+      })),
+    ];
+  } finally {
+    await postgres.stop();
+    await dir.cleanup();
+  }
+}
+
+if (import.meta.main) {
+  const serveAt = process.argv.indexOf("--serve");
+  if (serveAt !== -1) await serve(process.argv[serveAt + 1] ?? "");
+  else console.table(await benchStoreBackends());
+}
