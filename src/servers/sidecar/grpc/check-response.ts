@@ -1,4 +1,11 @@
-import { denyOutcome, errorCodes, GrpcCode, grpcCodeForStatus, isErrorCode } from "../../../errors.ts";
+import {
+  type DenyExplanation,
+  denyOutcome,
+  errorCodes,
+  GrpcCode,
+  grpcCodeForStatus,
+  isErrorCode,
+} from "../../../errors.ts";
 import type { CheckResponse, HeaderValueOption, ProtoStruct } from "./proto.ts";
 import type { AllowDecision, CheckDecision, DenyDecision, DenyHttpStatus } from "./types.ts";
 
@@ -182,8 +189,8 @@ export function allowResponse(decision: AllowDecision): CheckResponse {
 }
 
 /** The deny body: the spec's Deny outcome object. */
-export function denyBody(reason: string, requestId: string): string {
-  return JSON.stringify(denyOutcome(reason, requestId));
+export function denyBody(reason: string, requestId: string, explanation?: DenyExplanation): string {
+  return JSON.stringify(denyOutcome(reason, requestId, explanation));
 }
 
 /** Names the decision on the response, so a client's or Envoy's log matches the audit record. */
@@ -203,7 +210,7 @@ export function denyResponse(decision: DenyDecision): CheckResponse {
     denied_response: {
       status: { code: decision.httpStatus },
       headers,
-      body: denyBody(reason, requestId),
+      body: denyBody(reason, requestId, decision.explanation),
     },
     // Envoy's access log reads it as %DYNAMIC_METADATA(envoy.filters.http.ext_authz)%, as for an allow.
     ...(requestId === "" ? {} : { dynamic_metadata: toStruct({ request_id: requestId, reason }) }),
