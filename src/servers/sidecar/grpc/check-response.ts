@@ -1,5 +1,6 @@
 import {
   type DenyExplanation,
+  type DenyRemedy,
   denyOutcome,
   errorCodes,
   GrpcCode,
@@ -132,15 +133,26 @@ export function validateDecision(value: unknown): CheckDecision | null {
     if (requestId !== undefined && typeof requestId !== "string") return null;
     const headers = decision.headers === undefined ? {} : headerRecord(decision.headers);
     if (headers === null) return null;
+    const explanation = explanationOf(decision.explanation);
     return {
       allow: false,
       httpStatus: httpStatus as DenyHttpStatus,
       reason,
       requestId: requestId ?? "",
       headers,
+      ...(explanation === undefined ? {} : { explanation }),
     };
   }
   return null;
+}
+
+/** A decision's rule and remedy, when well-formed (a rule string, a remedy naming its action); else none. */
+function explanationOf(value: unknown): DenyExplanation | undefined {
+  const rule = (value as { rule?: unknown } | null | undefined)?.rule;
+  if (typeof rule !== "string" || rule === "" || rule.length > 256) return undefined;
+  const remedy = (value as { remedy?: unknown }).remedy;
+  const action = (remedy as { action?: unknown } | null | undefined)?.action;
+  return typeof action === "string" ? { rule, remedy: remedy as DenyRemedy } : { rule };
 }
 
 function overwrite(key: string, value: string): HeaderValueOption {
