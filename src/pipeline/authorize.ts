@@ -268,6 +268,7 @@ export async function authorizeInvocation(
     capability_id: request.capabilityId ?? null,
     method: request.method,
     path: recordedPath(request.path),
+    ...(request.pathIsTemplate === true ? { path_is_template: true } : {}),
     permission_id:
       result.outcome.status === "allowed"
         ? result.outcome.permissionId
