@@ -260,16 +260,110 @@ export class AuthorityError extends Error {
   }
 }
 
+/**
+ * The stable rule vocabulary (docs/errors.md, "Deny rules"): which rule of the pipeline decided a
+ * deny, `<stage>/<rule>`. A step that knows more names a finer rule of the same stage (the
+ * decision step says `decide/constraints-rollout` or `binding/experience` for an
+ * `operation_not_allowed`; a signed constraint says `constraints/<keyword>:<location>.<name>`);
+ * anything else is the code's rule here. Never a value the caller sent, never a secret.
+ */
+export const denyRules = {
+  missing_subject: "auth/subject",
+  invalid_token: "auth/token",
+  invalid_user_assertion: "auth/user-assertion",
+  insufficient_scope: "auth/scope",
+  missing_capability: "request/capability",
+  unknown_capability: "catalog/capability",
+  missing_policy: "policy/missing",
+  policy_verification_failed: "policy/verification",
+  subject_mismatch: "policy/subject",
+  policy_revoked: "policy/revoked",
+  policy_expired: "policy/expired",
+  unknown_operation: "catalog/operation",
+  operation_not_allowed: "decide/allowlist",
+  ambiguous_path: "decide/path-values",
+  invalid_input: "input/schema",
+  constraint_violation: "constraints/parameter",
+  request_body_required: "input/body-required",
+  egress_denied: "egress/destination",
+  user_grant_required: "grant/user",
+  upstream_unavailable: "service/unavailable",
+  internal: "service/internal",
+} as const satisfies Partial<Record<ErrorCode, string>>;
+
+/** The finer rules a step may name instead of its code's (see denyRules). */
+export const refinedDenyRules = {
+  constraintsRollout: "decide/constraints-rollout",
+  bindingExperience: "binding/experience",
+  /** Prefix of `constraints/<keyword>:<location>.<name>`. */
+  constraint: "constraints/",
+} as const;
+
+/** The rule of a code when no step named a finer one: its own rule, else `<code's stage>/<code>`. */
+export function denyRuleOf(code: string): string {
+  if (Object.hasOwn(denyRules, code)) return denyRules[code as keyof typeof denyRules];
+  return `service/${code}`;
+}
+
+/**
+ * What a client can do about a deny, where something exists: ask for the permission (only
+ * named where the caller's own verified policy covers the capability and the request matched
+ * one of its operations — never for an unknown operation, a missing policy or another
+ * subject), step up to a scope, contact the partner (a revoked or expired policy), connect
+ * the user's grant, send the body, or retry later (an outage).
+ */
+export type DenyRemedy =
+  | { readonly action: "request_permission"; readonly permission_id: string }
+  | { readonly action: "step_up_scope"; readonly scope: string }
+  | { readonly action: "contact_partner" }
+  | { readonly action: "connect_user_grant" }
+  | { readonly action: "send_request_body" }
+  | { readonly action: "retry_later" };
+
+/** The rule and remedy of a deny, as the step that refused knows them. */
+export interface DenyExplanation {
+  readonly rule: string;
+  readonly remedy?: DenyRemedy | undefined;
+}
+
+const STATIC_REMEDIES: Readonly<Record<string, DenyRemedy>> = {
+  policy_revoked: { action: "contact_partner" },
+  policy_expired: { action: "contact_partner" },
+  user_grant_required: { action: "connect_user_grant" },
+  request_body_required: { action: "send_request_body" },
+  upstream_unavailable: { action: "retry_later" },
+};
+
+/**
+ * The explanation of a deny: what the refusing step named, else the code's rule and its
+ * remedy that reveals nothing (a revoked policy, an outage). Every path reads it from here.
+ */
+export function explainDeny(code: string, named?: DenyExplanation): DenyExplanation {
+  const rule = named?.rule ?? denyRuleOf(code);
+  const remedy = named?.remedy ?? (Object.hasOwn(STATIC_REMEDIES, code) ? STATIC_REMEDIES[code] : undefined);
+  return remedy === undefined ? { rule } : { rule, remedy };
+}
+
 /** The spec's Deny outcome object: the body of every deny, on every path that answers one. */
 export interface DenyOutcome {
   readonly status: "denied";
   readonly reason: string;
   readonly requestId: string;
+  /** The rule that decided it (denyRules). */
+  readonly rule: string;
+  readonly remedy?: DenyRemedy;
 }
 
-/** The one deny-body builder (authorize-invocation, invoke, broker, the sidecar's two transports). */
-export function denyOutcome(reason: string, requestId: string): DenyOutcome {
-  return { status: "denied", reason, requestId };
+/**
+ * The one deny-body builder (authorize-invocation, invoke, broker, the sidecar's two
+ * transports, MCP's deny result): the reason, the rule that decided it and a remedy where one
+ * exists (explainDeny).
+ */
+export function denyOutcome(reason: string, requestId: string, named?: DenyExplanation): DenyOutcome {
+  const { rule, remedy } = explainDeny(reason, named);
+  return remedy === undefined
+    ? { status: "denied", reason, requestId, rule }
+    : { status: "denied", reason, requestId, rule, remedy };
 }
 
 /** One entry of a component's reason table: the error-table code it is answered with and a fixed message. */

@@ -29,6 +29,8 @@ export interface DecisionInput {
   readonly method: string | null;
   /** The request path; stored without query or fragment and bounded in length. */
   readonly path: string | null;
+  /** The path is the operation's template (invoke by template, broker, MCP): what-if replay decides it as such. */
+  readonly path_is_template?: boolean;
   readonly permission_id?: string | null;
   readonly decision: DecisionOutcome;
   /** One of the spec's deny reasons; the sidecar also records its transport codes (e.g. invalid_token). */
@@ -47,6 +49,8 @@ export interface DecisionAuditRecord {
   readonly capability_id: string | null;
   readonly method: string | null;
   readonly path: string | null;
+  /** Present (true) on records of a template path, written since decision 2685. */
+  readonly path_is_template?: true;
   readonly permission_id: string | null;
   readonly decision: DecisionOutcome;
   readonly reason: ErrorCode | null;
@@ -93,6 +97,7 @@ export function decisionRecord(input: DecisionInput, id = newRecordId("dec")): D
     capability_id: boundedText(input.capability_id),
     method: boundedText(input.method, 16),
     path: auditPath(input.path),
+    ...(input.path_is_template === true ? { path_is_template: true as const } : {}),
     permission_id: boundedText(input.permission_id ?? null, 2048),
     decision: input.decision,
     reason: input.decision === "denied" ? (input.reason ?? null) : null,

@@ -31,7 +31,7 @@ import { AuthorityError, type DenyReason, denyOutcome, denyReasons, isDenyReason
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
-import { outageFailure } from "../pipeline/failure.ts";
+import { failureExplanation, outageFailure } from "../pipeline/failure.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
 import type { StoreWrite } from "../store/store.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
@@ -489,7 +489,14 @@ async function deniedByDecision(
     );
   }
   return {
-    response: { status_code: authorization.httpStatus, body: denyOutcome(reason, call.requestId) },
+    response: {
+      status_code: authorization.httpStatus,
+      body: denyOutcome(
+        reason,
+        call.requestId,
+        authorization.outcome.status === "denied" ? authorization.outcome.explanation : undefined,
+      ),
+    },
     keep: false,
   };
 }
@@ -588,7 +595,10 @@ async function execute(
       // answered in the Deny shape.
       if (isDenyReason(error.code)) {
         return {
-          response: { status_code: error.status, body: denyOutcome(error.code, call.requestId) },
+          response: {
+            status_code: error.status,
+            body: denyOutcome(error.code, call.requestId, failureExplanation(error)),
+          },
           keep: false,
         };
       }

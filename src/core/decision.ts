@@ -1,4 +1,4 @@
-import type { DenyReason } from "../errors.ts";
+import { type DenyExplanation, type DenyReason, refinedDenyRules } from "../errors.ts";
 import { type Capability, catalogMatcher, operationPermissionId } from "./capability.ts";
 import type { OperationSnapshot } from "./operation-snapshot.ts";
 import { hasConstraints } from "./parameter-constraints.ts";
@@ -81,11 +81,35 @@ export interface AllowedDecision {
 export interface DeniedDecision {
   readonly status: "denied";
   readonly reason: DenyReason;
+  /**
+   * The rule and remedy, where the step knows more than its reason says (errors.ts
+   * explainDeny fills in the rest). The permission to ask for is named only at the allow
+   * list's step: the caller's own verified, standing policy covers the capability and the
+   * request matched one of its operations.
+   */
+  readonly explanation?: DenyExplanation;
 }
 
 export type Decision = AllowedDecision | DeniedDecision;
 
 const denied = (reason: DenyReason): DeniedDecision => ({ status: "denied", reason });
+
+const ROLLOUT_GATE: DeniedDecision = Object.freeze({
+  status: "denied",
+  reason: "operation_not_allowed",
+  explanation: { rule: refinedDenyRules.constraintsRollout },
+});
+
+function notInAllowlist(permissionId: PermissionId): DeniedDecision {
+  return {
+    status: "denied",
+    reason: "operation_not_allowed",
+    explanation: {
+      rule: "decide/allowlist",
+      remedy: { action: "request_permission", permission_id: permissionId },
+    },
+  };
+}
 
 const present = (value: string | undefined): value is string => typeof value === "string" && value.length > 0;
 
@@ -160,11 +184,11 @@ export function decide(input: DecisionInput): Decision {
 
   const entry = policyEntryFor(doc, capability.capability_id);
   if (entry === undefined) return denied("missing_policy");
-  if (!entry.allowed_permission_ids.includes(permissionId)) return denied("operation_not_allowed");
+  if (!entry.allowed_permission_ids.includes(permissionId)) return notInAllowlist(permissionId);
   const operation = entrySnapshotFor(entry, permissionId);
   if (operation === undefined) return denied("operation_not_allowed");
   if (input.constraintsEnforced !== true && hasConstraints(operation.parameter_constraints))
-    return denied("operation_not_allowed");
+    return ROLLOUT_GATE;
   // A stored path pattern the linear-time engine cannot run: the snapshot cannot be enforced.
   if (!pathPatternsUsable(operation)) return denied("policy_verification_failed");
   // A value that another operation's route could claim, or outside the declared schema.

@@ -9,7 +9,7 @@
  */
 import type { CallToolResult } from "@modelcontextprotocol/server";
 import type { RedactionEvent } from "../core/redaction.ts";
-import type { AuthorityError } from "../errors.ts";
+import { type AuthorityError, type DenyExplanation, denyOutcome } from "../errors.ts";
 
 export interface ApiToolContent {
   readonly status: number;
@@ -38,6 +38,20 @@ export function errorBody(error: AuthorityError, requestId: string): Record<stri
  */
 export function errorToolResult(error: AuthorityError, requestId: string): CallToolResult {
   return { content: [{ type: "text", text: JSON.stringify(errorBody(error, requestId)) }], isError: true };
+}
+
+/**
+ * A governed call refused for a tool the caller's own policy lists (by the decision or a later
+ * stage): the error body with the Deny outcome's fields — `reason`, the `rule` that decided it
+ * and a `remedy` where one exists — from the one deny-body builder.
+ */
+export function denyToolResult(
+  error: AuthorityError,
+  requestId: string,
+  explanation: DenyExplanation | undefined,
+): CallToolResult {
+  const body = { ...errorBody(error, requestId), ...denyOutcome(error.code, requestId, explanation) };
+  return { content: [{ type: "text", text: JSON.stringify(body) }], isError: true };
 }
 
 /** A management tool's answer: the domain service's (public) view, as structured and text content. */

@@ -35,13 +35,14 @@ import { buildUpstreamUrl } from "../execute/url.ts";
 import type { Principal } from "../identity/principal.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
-import { outageFailure, pipelineFailure } from "../pipeline/failure.ts";
+import { failureExplanation, outageFailure, pipelineFailure } from "../pipeline/failure.ts";
 import type { LoadedPolicy } from "../policy/loader.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import type { ApiToolTarget } from "./api-tools.ts";
 import {
   type ApiToolContent,
   apiToolResult,
+  denyToolResult,
   downstreamToolResult,
   errorToolResult,
   jsonToolResult,
@@ -443,10 +444,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
         refuse(authorization.partnerId, target, failure.code);
         return errorToolResult(failure, caller.requestId);
       }
-      const reason =
-        authorization.outcome.status === "denied" ? authorization.outcome.reason : "missing_policy";
+      const denial = authorization.outcome.status === "denied" ? authorization.outcome : undefined;
+      const reason = denial?.reason ?? "missing_policy";
       refuse(authorization.partnerId, target, reason);
-      throw unknownToolError(name);
+      // The tool is in the caller's own policy: say why it was refused, and what to do.
+      return denyToolResult(new AuthorityError(reason), caller.requestId, denial?.explanation);
     }
     const { decision } = outcome;
     const snapshot = decision.operation;
@@ -499,7 +501,9 @@ export function createMcpService(options: McpServiceOptions): McpService {
     });
     // The client went away: there is no one to answer.
     if (signal?.aborted === true) throw cause;
-    return errorToolResult(failure, caller.requestId);
+    return failure.status >= 500
+      ? errorToolResult(failure, caller.requestId)
+      : denyToolResult(failure, caller.requestId, failureExplanation(failure));
   }
 
   return {

@@ -18,7 +18,7 @@ import {
   rolloutCovers,
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
-import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
+import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { decideStage, subjectStandsFor } from "./decision.ts";
@@ -87,7 +87,12 @@ export type InvocationDenyReason = ErrorCode;
 
 export type InvocationOutcome =
   | { readonly status: "allowed"; readonly permissionId: string }
-  | { readonly status: "denied"; readonly reason: InvocationDenyReason };
+  | {
+      readonly status: "denied";
+      readonly reason: InvocationDenyReason;
+      /** The decision step's rule and remedy, when it named them (errors.ts explainDeny). */
+      readonly explanation?: DenyExplanation;
+    };
 
 export interface InvocationResult {
   readonly outcome: InvocationOutcome;
@@ -209,6 +214,17 @@ function recordedPath(path: string): string {
   return normalizeRequestPath(path)?.path ?? path;
 }
 
+function deniedOutcome(
+  reason: DenyReason,
+  explanation: DenyExplanation | undefined,
+  request: InvocationRequest,
+): InvocationOutcome {
+  const code = denyReasonOf(reason, request);
+  return explanation === undefined || code !== reason
+    ? { status: "denied", reason: code }
+    : { status: "denied", reason: code, explanation };
+}
+
 /** No subject because the token that was sent was rejected: say so. */
 function denyReasonOf(reason: DenyReason, request: InvocationRequest): InvocationDenyReason {
   return reason === "missing_subject" && request.tokenRejected === true ? "invalid_token" : reason;
@@ -229,7 +245,7 @@ export async function authorizeInvocation(
       const outcome: InvocationOutcome =
         decision.status === "allowed"
           ? { status: "allowed", permissionId: decision.permissionId }
-          : { status: "denied", reason: denyReasonOf(decision.reason, request) };
+          : deniedOutcome(decision.reason, decision.explanation, request);
       result = {
         outcome,
         httpStatus: outcome.status === "allowed" ? 200 : errorCodes[outcome.reason].status,
@@ -252,6 +268,7 @@ export async function authorizeInvocation(
     capability_id: request.capabilityId ?? null,
     method: request.method,
     path: recordedPath(request.path),
+    ...(request.pathIsTemplate === true ? { path_is_template: true } : {}),
     permission_id:
       result.outcome.status === "allowed"
         ? result.outcome.permissionId

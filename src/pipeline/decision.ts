@@ -6,6 +6,7 @@
  */
 import { type Decision, type DecisionInput, decide } from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
+import { refinedDenyRules } from "../errors.ts";
 
 /**
  * True when the authenticated principal may act as the subject whose record names this
@@ -35,7 +36,11 @@ export interface DecisionStageInput extends DecisionInput {
   readonly permits?: ((permissionId: string) => boolean) | undefined;
 }
 
-const NARROWED: Decision = Object.freeze({ status: "denied", reason: "operation_not_allowed" });
+const NARROWED: Decision = Object.freeze({
+  status: "denied",
+  reason: "operation_not_allowed",
+  explanation: Object.freeze({ rule: refinedDenyRules.bindingExperience }),
+});
 
 export function decideStage(input: DecisionStageInput): Decision {
   const decided = decide(input);

@@ -6,7 +6,14 @@
  * keys, the sidecar's authority or Redis, the crypto service — is `upstream_unavailable` 503
  * (its module error names that code); any other fault is `internal` 500. Nothing is ever an allow.
  */
-import { AuthorityError, type ErrorCode, toAuthorityError } from "../errors.ts";
+import {
+  AuthorityError,
+  type DenyExplanation,
+  type ErrorCode,
+  explainDeny,
+  refinedDenyRules,
+  toAuthorityError,
+} from "../errors.ts";
 
 /** The reason and status of a dependency outage, on every path. */
 export const OUTAGE: ErrorCode = "upstream_unavailable";
@@ -18,4 +25,19 @@ export function pipelineFailure(error: unknown): AuthorityError {
 /** The outage failure, for the places that detect one without an error (audit buffer full, deadline). */
 export function outageFailure(): AuthorityError {
   return new AuthorityError(OUTAGE);
+}
+
+/**
+ * The rule of a refusal after the decision, from what the refusing step says of itself
+ * (`details.reason`, `details.rule`): the rollout gate's second line names the decision's rule,
+ * a signed constraint names its own; anything else is its code's rule.
+ */
+export function failureExplanation(error: AuthorityError): DenyExplanation {
+  const details = error.details;
+  if (details?.reason === "constraint_rollout_disabled")
+    return explainDeny(error.code, { rule: refinedDenyRules.constraintsRollout });
+  const rule = details?.rule;
+  if (typeof rule === "string" && rule.startsWith(refinedDenyRules.constraint))
+    return explainDeny(error.code, { rule });
+  return explainDeny(error.code);
 }

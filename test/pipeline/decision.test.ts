@@ -28,7 +28,11 @@ test("a narrowing can only take away: a rejected permission is operation_not_all
       return false;
     },
   });
-  assert.deepEqual(narrowed, { status: "denied", reason: "operation_not_allowed" });
+  assert.deepEqual(narrowed, {
+    status: "denied",
+    reason: "operation_not_allowed",
+    explanation: { rule: "binding/experience" },
+  });
   assert.deepEqual(seen, [pid("GET", "/users/{id}")]);
   // A narrowing that admits everything cannot turn a deny into an allow.
   const revoked = {
@@ -50,7 +54,11 @@ test("outside the parameter-scoping rollout an operation with signed constraints
     document: policyV1([entry([["GET", "/users/{id}"]], { operations: [constrained] })]),
   };
   const outside = { ...input, policy, constraintsEnforced: false };
-  assert.deepEqual(decideStage(outside), { status: "denied", reason: "operation_not_allowed" });
+  assert.deepEqual(decideStage(outside), {
+    status: "denied",
+    reason: "operation_not_allowed",
+    explanation: { rule: "decide/constraints-rollout" },
+  });
   assert.equal(decideStage({ ...outside, constraintsEnforced: true }).status, "allowed");
   assert.equal(decideStage({ ...input, constraintsEnforced: false }).status, "allowed");
 });

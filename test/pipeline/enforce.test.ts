@@ -283,7 +283,14 @@ describe("the enforcement pipeline", () => {
     const outcome = await pipeline.run(req, call({ path: { id: "42" } }, stages));
     assert.equal(outcome.kind, "denied");
     assert.equal(outcome.authorization.outcome.status, "denied");
-    assert.deepEqual(outcome.authorization.outcome, { status: "denied", reason: "operation_not_allowed" });
+    assert.deepEqual(outcome.authorization.outcome, {
+      status: "denied",
+      reason: "operation_not_allowed",
+      explanation: {
+        rule: "decide/allowlist",
+        remedy: { action: "request_permission", permission_id: "items-api:get:/items/{id}" },
+      },
+    });
     assert.equal(outcome.authorization.httpStatus, 403);
     assert.deepEqual(stages, []);
     assert.equal(upstream.requests.length, 0);
@@ -341,12 +348,20 @@ describe("the enforcement pipeline", () => {
     build({ constraints, rollout: false });
     // authorize-invocation never sees the arguments: it must refuse what every other path refuses.
     const asked = await pipeline.authorize({ ...request(), settleAllowLater: false });
-    assert.deepEqual(asked.outcome, { status: "denied", reason: "operation_not_allowed" });
+    assert.deepEqual(asked.outcome, {
+      status: "denied",
+      reason: "operation_not_allowed",
+      explanation: { rule: "decide/constraints-rollout" },
+    });
     for (const query of [{ region: "eu" }, { region: 7 }]) {
       const req = request();
       const outcome = await pipeline.run(req, call({ path: { id: "42" }, query }, stages));
       assert.equal(outcome.kind, "denied", JSON.stringify(outcome));
-      assert.deepEqual(outcome.authorization.outcome, { status: "denied", reason: "operation_not_allowed" });
+      assert.deepEqual(outcome.authorization.outcome, {
+        status: "denied",
+        reason: "operation_not_allowed",
+        explanation: { rule: "decide/constraints-rollout" },
+      });
       const records = await recordOf(req.requestId);
       assert.deepEqual(
         records.map((r) => [r.decision, r.reason]),

@@ -524,6 +524,9 @@ function queryArgs(query: Request["query"]): Record<string, string | string[]> {
 interface Answer {
   readonly allowed: boolean;
   readonly reason?: string;
+  /** The rule a Deny body names (docs/errors.md, "Deny rules"); absent in an error body. */
+  readonly rule?: string;
+  readonly remedy?: { readonly action: string; readonly permission_id?: string };
   readonly permissionId?: string;
   /** The upstream body the caller received (after redaction), when allowed. */
   readonly body?: unknown;
@@ -553,7 +556,25 @@ const CREDENTIAL_HEADER = "x-api-key";
 const PERMISSION_HEADER = PERMISSION_ID_HEADER;
 
 function summary(answer: Answer): string {
-  return answer.allowed ? `allowed ${answer.permissionId ?? ""}` : `denied ${answer.reason}`;
+  return answer.allowed
+    ? `allowed ${answer.permissionId ?? ""}`
+    : `denied ${answer.reason} ${answer.rule ?? ""}`;
+}
+
+/** What a deny says: its reason, and for a decision's reason the rule (every path names one). */
+function verdict(answer: Answer): string {
+  if (answer.allowed) return "true";
+  const rule = DECISION_REASONS.has(answer.reason ?? "") ? ` ${answer.rule ?? "(no rule)"}` : "";
+  return `false ${answer.reason ?? ""}${rule}`;
+}
+
+/** The explanation of a deny body (rule, remedy), as the caller reads it. */
+// biome-ignore lint/suspicious/noExplicitAny: JSON replies are read field by field
+function explanationOf(json: any): Pick<Answer, "rule" | "remedy"> {
+  return {
+    ...(typeof json?.rule === "string" ? { rule: json.rule } : {}),
+    ...(json?.remedy === undefined ? {} : { remedy: json.remedy }),
+  };
 }
 
 /* ---------------- regressions: divergences this property found, run first on every seed ---------------- */
@@ -711,7 +732,11 @@ function crossPathProperty(
       if (reply.status === 200 && json?.status === "allowed") {
         return { allowed: true, permissionId: json.permissionId, body: json.result?.body };
       }
-      return { allowed: false, reason: json?.reason ?? json?.error ?? `http ${reply.status}` };
+      return {
+        allowed: false,
+        reason: json?.reason ?? json?.error ?? `http ${reply.status}`,
+        ...explanationOf(json),
+      };
     }
 
     async function viaAuthorize(capability: string, request: Request): Promise<Answer> {
@@ -762,7 +787,12 @@ function crossPathProperty(
         return { allowed: false, reason: `grpc ${answer.grpcError.code}`, hits: [] };
       if (!answer.allowed) {
         const denied = JSON.parse(answer.response.denied_response.body);
-        return { allowed: false, reason: denied.reason, hits: upstream.hits.slice(from) };
+        return {
+          allowed: false,
+          reason: denied.reason,
+          ...explanationOf(denied),
+          hits: upstream.hits.slice(from),
+        };
       }
       // What Envoy forwards: the caller's request with the CheckResponse's header mutations.
       const ok = answer.response.ok_response;
@@ -829,7 +859,7 @@ function crossPathProperty(
           json = undefined;
         }
         if ((json?.status === "denied" || json?.status === "error") && typeof json.reason === "string") {
-          return { allowed: false, reason: json.reason };
+          return { allowed: false, reason: json.reason, ...explanationOf(json) };
         }
         assert.equal(
           reply.status,
@@ -902,8 +932,28 @@ function crossPathProperty(
           return { allowed: true, body: result.structuredContent.body };
         if (result.structuredContent !== undefined)
           return { allowed: true, body: result.structuredContent.body, reason: "upstream_error" };
-        return { allowed: false, reason: JSON.parse(result.content[0].text).error };
+        const refusal = JSON.parse(result.content[0].text);
+        return { allowed: false, reason: refusal.error, ...explanationOf(refusal) };
       });
+    }
+
+    /**
+     * A remedy names a permission only for an operation the caller's policy covers and its
+     * request matched (operation_not_allowed at the allow list): never for an unknown
+     * operation, a missing policy or capability, never one outside the catalog.
+     */
+    function assertRemedyRevealsNothing(
+      name: string,
+      answer: Answer,
+      catalog: Catalog,
+      capability: string,
+    ): void {
+      const named = answer.remedy?.permission_id;
+      if (named === undefined) return;
+      assert.equal(answer.reason, "operation_not_allowed", `${name} named a permission for ${answer.reason}`);
+      assert.equal(answer.rule, "decide/allowlist", `${name} named a permission for rule ${answer.rule}`);
+      const known = catalog.ops.filter((op) => !op.allowed).map((op) => permissionOf(capability, op));
+      assert.ok(known.includes(named), `${name} named ${named}, not a refused operation of the catalog`);
     }
 
     /** An upstream request made for `op`: exactly that operation, declared inputs only. */
@@ -1093,8 +1143,8 @@ function crossPathProperty(
         if (first === undefined) return;
         for (const [name, answer] of group) {
           assert.equal(
-            `${answer.allowed} ${answer.reason ?? ""}`,
-            `${first[1].allowed} ${first[1].reason ?? ""}`,
+            verdict(answer),
+            verdict(first[1]),
             `${label}: ${name} differs from ${first[0]}\n${context()}`,
           );
         }
@@ -1104,6 +1154,7 @@ function crossPathProperty(
         if (!answer.allowed && DECISION_REASONS.has(answer.reason ?? "")) {
           assert.equal(authorize.allowed, false, `authorize: ${context()}`);
           assert.equal(authorize.reason, answer.reason, `authorize: ${context()}`);
+          assert.equal(authorize.rule, answer.rule, `authorize's rule: ${context()}`);
         } else {
           assert.equal(authorize.allowed, true, `authorize: ${context()}`);
         }
@@ -1156,8 +1207,8 @@ function crossPathProperty(
       assert.ok(templateAnswer);
       if (sameRequest) {
         assert.equal(
-          `${concreteAnswer.allowed} ${concreteAnswer.reason ?? ""}`,
-          `${templateAnswer.allowed} ${templateAnswer.reason ?? ""}`,
+          verdict(concreteAnswer),
+          verdict(templateAnswer),
           `concrete and template forms of the same request differ\n${context()}`,
         );
       }
@@ -1173,6 +1224,7 @@ function crossPathProperty(
         }
         if (!answer.allowed) {
           assert.equal(answer.hits.length, 0, `${name} refused but the upstream was called\n${context()}`);
+          assertRemedyRevealsNothing(name, answer, catalog, capability);
           continue;
         }
         assert.equal(answer.hits.length, 1, `${name}: one upstream request\n${context()}`);

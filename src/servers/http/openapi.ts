@@ -45,11 +45,33 @@ export const denyOutcomeSchema = {
   $id: "DenyOutcome",
   type: "object",
   additionalProperties: false,
-  required: ["status", "reason", "requestId"],
+  required: ["status", "reason", "requestId", "rule"],
   properties: {
     status: { type: "string", const: "denied" },
     reason: { type: "string" },
     requestId: { type: "string" },
+    /** The rule that decided it (docs/errors.md, "Deny rules"). */
+    rule: { type: "string" },
+    /** What the client can do, where something exists. */
+    remedy: {
+      type: "object",
+      required: ["action"],
+      properties: {
+        action: {
+          type: "string",
+          enum: [
+            "request_permission",
+            "step_up_scope",
+            "contact_partner",
+            "connect_user_grant",
+            "send_request_body",
+            "retry_later",
+          ],
+        },
+        permission_id: { type: "string" },
+        scope: { type: "string" },
+      },
+    },
   },
 } as const;
 

@@ -3,12 +3,12 @@ import { isMcpToolSnapshot, type OperationSnapshot } from "../../core/operation-
 import { isValidCapabilityId } from "../../core/permission-id.ts";
 import type { RedactionRule } from "../../core/redaction.ts";
 import { type SubjectAuthentication, subjectCandidates } from "../../core/subject-identity.ts";
-import { type ErrorCode, errorCodes } from "../../errors.ts";
+import { type DenyExplanation, type ErrorCode, errorCodes } from "../../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import { decideStage, subjectStandsFor } from "../../pipeline/decision.ts";
-import { pipelineFailure } from "../../pipeline/failure.ts";
+import { failureExplanation, pipelineFailure } from "../../pipeline/failure.ts";
 import type {
   CacheLayer,
   PolicyLookup,
@@ -107,6 +107,8 @@ export interface SidecarDeny {
   readonly requestId: string;
   readonly headers?: Readonly<Record<string, string>>;
   readonly context?: DenyContext;
+  /** The refusing step's rule and remedy (errors.ts explainDeny fills in the rest). */
+  readonly explanation?: DenyExplanation;
 }
 
 export type SidecarDecision = SidecarAllow | SidecarDeny;
@@ -184,8 +186,14 @@ export function denyOf(
     : { allow: false, httpStatus: status, reason, requestId, headers: merged };
 }
 
-function denyAbout(reason: ErrorCode, requestId: string, context: DenyContext): SidecarDeny {
-  return { ...denyOf(reason, requestId), context };
+function denyAbout(
+  reason: ErrorCode,
+  requestId: string,
+  context: DenyContext,
+  explanation?: DenyExplanation,
+): SidecarDeny {
+  const deny = { ...denyOf(reason, requestId), context };
+  return explanation === undefined ? deny : { ...deny, explanation };
 }
 
 /**
@@ -193,7 +201,8 @@ function denyAbout(reason: ErrorCode, requestId: string, context: DenyContext): 
  * keeps its code, an outage is 503 upstream_unavailable, any other fault 500 internal.
  */
 export function denyForError(error: unknown, requestId: string): SidecarDeny {
-  return denyOf(pipelineFailure(error).code, requestId);
+  const failure = pipelineFailure(error);
+  return { ...denyOf(failure.code, requestId), explanation: failureExplanation(failure) };
 }
 
 export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngine {
@@ -312,7 +321,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         constraintsEnforced: rollout.enabled && rollout.partnerAllowlisted,
       });
       const context = { subjectId, partnerId, capabilityId };
-      if (decision.status === "denied") return denyAbout(decision.reason, request.requestId, context);
+      if (decision.status === "denied")
+        return denyAbout(decision.reason, request.requestId, context, decision.explanation);
       // A downstream MCP tool is called only through /mcp (decision 2661): as a plain HTTP
       // request its method and path name no operation of the capability.
       if (isMcpToolSnapshot(decision.operation))

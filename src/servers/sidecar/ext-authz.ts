@@ -95,6 +95,7 @@ export function toCheckDecision(
       reason: decision.reason,
       requestId: decision.requestId,
       ...(decision.headers === undefined ? {} : { headers: decision.headers }),
+      ...(decision.explanation === undefined ? {} : { explanation: decision.explanation }),
     };
     return deny;
   }

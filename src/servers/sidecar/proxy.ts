@@ -224,7 +224,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   };
 
   const sendDeny = (res: ServerResponse, deny: SidecarDeny): void => {
-    send(res, deny.httpStatus, denyOutcome(deny.reason, deny.requestId), {
+    send(res, deny.httpStatus, denyOutcome(deny.reason, deny.requestId, deny.explanation), {
       ...deny.headers,
       [REQUEST_ID_HEADER]: deny.requestId,
     });

@@ -63,7 +63,7 @@ async function authenticate(request: FastifyRequest, context: AuthorityContext):
 function body(result: InvocationResult, requestId: string): object {
   return result.outcome.status === "allowed"
     ? { status: "allowed", permissionId: result.outcome.permissionId, requestId }
-    : denyOutcome(result.outcome.reason, requestId);
+    : denyOutcome(result.outcome.reason, requestId, result.outcome.explanation);
 }
 
 export function authorizeRoutes(context: AuthorityServices): FastifyPluginAsync {

@@ -1,4 +1,12 @@
-import { denyOutcome, errorCodes, GrpcCode, grpcCodeForStatus, isErrorCode } from "../../../errors.ts";
+import {
+  type DenyExplanation,
+  type DenyRemedy,
+  denyOutcome,
+  errorCodes,
+  GrpcCode,
+  grpcCodeForStatus,
+  isErrorCode,
+} from "../../../errors.ts";
 import type { CheckResponse, HeaderValueOption, ProtoStruct } from "./proto.ts";
 import type { AllowDecision, CheckDecision, DenyDecision, DenyHttpStatus } from "./types.ts";
 
@@ -125,15 +133,26 @@ export function validateDecision(value: unknown): CheckDecision | null {
     if (requestId !== undefined && typeof requestId !== "string") return null;
     const headers = decision.headers === undefined ? {} : headerRecord(decision.headers);
     if (headers === null) return null;
+    const explanation = explanationOf(decision.explanation);
     return {
       allow: false,
       httpStatus: httpStatus as DenyHttpStatus,
       reason,
       requestId: requestId ?? "",
       headers,
+      ...(explanation === undefined ? {} : { explanation }),
     };
   }
   return null;
+}
+
+/** A decision's rule and remedy, when well-formed (a rule string, a remedy naming its action); else none. */
+function explanationOf(value: unknown): DenyExplanation | undefined {
+  const rule = (value as { rule?: unknown } | null | undefined)?.rule;
+  if (typeof rule !== "string" || rule === "" || rule.length > 256) return undefined;
+  const remedy = (value as { remedy?: unknown }).remedy;
+  const action = (remedy as { action?: unknown } | null | undefined)?.action;
+  return typeof action === "string" ? { rule, remedy: remedy as DenyRemedy } : { rule };
 }
 
 function overwrite(key: string, value: string): HeaderValueOption {
@@ -182,8 +201,8 @@ export function allowResponse(decision: AllowDecision): CheckResponse {
 }
 
 /** The deny body: the spec's Deny outcome object. */
-export function denyBody(reason: string, requestId: string): string {
-  return JSON.stringify(denyOutcome(reason, requestId));
+export function denyBody(reason: string, requestId: string, explanation?: DenyExplanation): string {
+  return JSON.stringify(denyOutcome(reason, requestId, explanation));
 }
 
 /** Names the decision on the response, so a client's or Envoy's log matches the audit record. */
@@ -203,7 +222,7 @@ export function denyResponse(decision: DenyDecision): CheckResponse {
     denied_response: {
       status: { code: decision.httpStatus },
       headers,
-      body: denyBody(reason, requestId),
+      body: denyBody(reason, requestId, decision.explanation),
     },
     // Envoy's access log reads it as %DYNAMIC_METADATA(envoy.filters.http.ext_authz)%, as for an allow.
     ...(requestId === "" ? {} : { dynamic_metadata: toStruct({ request_id: requestId, reason }) }),

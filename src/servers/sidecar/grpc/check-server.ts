@@ -337,6 +337,7 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
           reason: decision.reason,
           requestId: decision.requestId || requestId,
           ...(decision.headers === undefined ? {} : { headers: decision.headers }),
+          ...(decision.explanation === undefined ? {} : { explanation: decision.explanation }),
         }),
       );
     };

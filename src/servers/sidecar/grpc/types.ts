@@ -1,3 +1,4 @@
+import type { DenyExplanation } from "../../../errors.ts";
 /**
  * The contract between the ext_authz transport and the decision function injected into it.
  * The transport knows nothing about policies; the engine knows nothing about protobuf.
@@ -89,6 +90,8 @@ export interface DenyDecision {
   readonly requestId: string;
   /** Extra response headers to the client, e.g. `www-authenticate` for a 401. */
   readonly headers?: Readonly<Record<string, string>>;
+  /** The refusing step's rule and remedy (src/errors.ts explainDeny fills in the rest). */
+  readonly explanation?: DenyExplanation;
 }
 
 export type CheckDecision = AllowDecision | DenyDecision;

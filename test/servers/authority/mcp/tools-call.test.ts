@@ -128,25 +128,29 @@ test("every call is recorded: decision (transport mcp, with usage) and an MCP au
   assert.equal(keys.length, 2, "one day and one hour counter");
 });
 
+/** The Deny fields of a refused tool call's error result. */
+function denialOf(result: unknown): { reason: string; rule: string; remedy?: unknown } {
+  const refused = result as { isError?: boolean; content: Array<{ text: string }> };
+  assert.equal(refused.isError, true);
+  const { reason, rule, remedy } = JSON.parse(refused.content[0]?.text ?? "{}");
+  return remedy === undefined ? { reason, rule } : { reason, rule, remedy };
+}
+
 test("a revoked policy denies the call even though the client still holds the old list", async () => {
   const s = await session("caller-revoked");
   assert.equal((await call(s, "listOrders", {})).structuredContent?.status, 200);
   await revokePolicy(h.context, h.actor, PARTNER, "caller-revoked");
   const before = h.upstream.requests.length;
-  const denied = await s.client.callTool({ name: toolName(s, "listOrders"), arguments: {} }).then(
-    () => assert.fail("a revoked policy must not allow the call"),
-    (error: { code: number; message: string }) => error,
-  );
-  const unknown = await s.client.callTool({ name: "listOrders_00000000", arguments: {} }).then(
+  // A tool of the caller's own policy: the refusal says why and what to do (its own policy's
+  // state, nothing of the catalog); a name outside the policy stays an unknown tool.
+  assert.deepEqual(denialOf(await call(s, "listOrders", {})), {
+    reason: "policy_revoked",
+    rule: "policy/revoked",
+    remedy: { action: "contact_partner" },
+  });
+  await s.client.callTool({ name: "listOrders_00000000", arguments: {} }).then(
     () => assert.fail("an unknown tool must not run"),
-    (error: { code: number; message: string }) => error,
-  );
-  // Exactly like an unknown tool: same code, same message apart from the echoed name.
-  assert.equal(denied.code, -32602);
-  assert.equal(unknown.code, denied.code);
-  assert.equal(
-    denied.message.replace(toolName(s, "listOrders"), "<name>"),
-    unknown.message.replace("listOrders_00000000", "<name>"),
+    (error: { code: number }) => assert.equal(error.code, -32602),
   );
   assert.equal(h.upstream.requests.length, before);
   const denials = (await decisions()).filter(
@@ -181,7 +185,11 @@ test("an expired policy denies the call", async () => {
   const s = await session("caller-expiring", ALL, { ttlSeconds: 60 });
   h.clock.offsetMs = 120_000;
   try {
-    await assert.rejects(call(s, "listOrders", {}), (e: { code: number }) => e.code === -32602);
+    assert.deepEqual(denialOf(await call(s, "listOrders", {})), {
+      reason: "policy_expired",
+      rule: "policy/expired",
+      remedy: { action: "contact_partner" },
+    });
   } finally {
     h.clock.offsetMs = 0;
   }
@@ -328,7 +336,7 @@ test("management tools over MCP: scoped by partner, revocation takes effect at o
     arguments: { partner_id: PARTNER, subject_id: "caller-managed" },
   })) as CallToolResult;
   assert.equal((revoked.structuredContent as { changed: boolean }).changed, true);
-  await assert.rejects(call(victim, "listOrders", {}), (e: { code: number }) => e.code === -32602);
+  assert.equal(denialOf(await call(victim, "listOrders", {})).reason, "policy_revoked");
   const row = (await mcpRows()).filter((r) => r.tool === "revoke_policy").at(-1);
   assert.equal(row?.actor, "acme-admin");
   assert.equal(row?.error_code, null);
