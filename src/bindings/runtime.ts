@@ -8,7 +8,7 @@ import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isValidId } from "../admin/ids.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
-import { createEgressPolicy, type EgressPolicy } from "../execute/egress.ts";
+import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import { createStoreTokenSetStore } from "../execute/token-set-store.ts";
 import type { Logger } from "../observability/logger.ts";
@@ -59,8 +59,8 @@ export interface BindingRuntimeOwner {
   readonly now: () => Date;
   readonly secretKeyRings?: SecretKeys;
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
-  /** Where upstream calls and partner JWKS fetches may go; absent: the strict default policy. */
-  readonly egress?: EgressPolicy;
+  /** Where upstream calls and partner JWKS fetches may go. */
+  readonly egress: EgressPolicy;
 }
 
 export interface BindingRuntime {
@@ -91,7 +91,7 @@ export function createBindingRuntime(
 ): BindingRuntime {
   const { store, config } = owner;
   // Upstream calls and the partners' JWKS fetches share the one gate.
-  const egress = owner.egress ?? createEgressPolicy();
+  const { egress } = owner;
   const issuer = config.publicUrl.replace(/\/+$/, "");
   const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
   // Envelope key rings: only real key rings (a secret box cannot sign).

@@ -22,7 +22,6 @@ import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../execute/client-credentials.ts";
-import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
@@ -82,7 +81,7 @@ export function composeAuthorityServices(
   context: AuthorityContext,
   options: AuthorityServiceOptions = {},
 ): AuthorityServices {
-  const egress = context.egress ?? createEgressPolicy();
+  const { egress } = context;
   // One parameter-scoping gate: the decision stage of every path and both executors read it.
   const decisions = createDecisionRuntime(context, {
     ...options.decisions,
@@ -93,8 +92,7 @@ export function composeAuthorityServices(
     fetch: egress.fetch,
     secretResolver: createAuthProfileSecretResolver(context),
   });
-  const withEgress: AuthorityContext = { ...context, egress };
-  const bindings = createBindingRuntime(withEgress, { decisions, clientCredentials }, options.bindings);
+  const bindings = createBindingRuntime(context, { decisions, clientCredentials }, options.bindings);
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
   const mcpSecrets = createCachedSecretResolver(context);
   const mcpExecutor =
@@ -139,7 +137,7 @@ export function composeAuthorityServices(
     toolCacheSize: mcpConfig.toolCacheSize,
   });
   return {
-    ...withEgress,
+    ...context,
     decisions,
     bindings,
     mcp: { config: mcpConfig, service: mcpService, downstreamTools },
