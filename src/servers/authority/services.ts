@@ -25,6 +25,7 @@ import {
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createStoreTokenSetStore } from "../../execute/token-set-store.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
+import { createDownstreamCaller } from "../../mcp/downstream-client.ts";
 import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
 import { createDownstreamSender } from "../../mcp/downstream-send.ts";
 import { createManagementToolSet } from "../../mcp/management-tools.ts";
@@ -67,7 +68,7 @@ export interface AuthorityServices extends AuthorityContext {
 /** How the services are tuned (from the validated configuration) and what a caller supplies ready-made. */
 export interface AuthorityServiceOptions {
   /** Record caching, policy cache and audit recorder of the decision runtime. */
-  readonly decisions?: Omit<DecisionRuntimeSettings, "constraintsRollout">;
+  readonly decisions: Omit<DecisionRuntimeSettings, "constraintsRollout">;
   /** Upstream deadline, workload-token lifetime, idempotency, key rings of the binding runtime. */
   readonly bindings?: BindingRuntimeOptions;
   /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
@@ -79,7 +80,7 @@ const DOWNSTREAM_LISTING_TIMEOUT_MS = 10_000;
 
 export function composeAuthorityServices(
   context: AuthorityContext,
-  options: AuthorityServiceOptions = {},
+  options: AuthorityServiceOptions,
 ): AuthorityServices {
   const { egress } = context;
   // One parameter-scoping gate: the decision stage of every path and both executors read it.
@@ -116,7 +117,12 @@ export function composeAuthorityServices(
     timeoutMs: mcpConfig.upstreamTimeoutMs,
     maxResponseBytes: mcpConfig.maxResponseBytes,
   };
-  const downstream = createDownstreamSender({ egress, injector, ...downstreamLimits });
+  const downstream = createDownstreamSender({
+    egress,
+    injector,
+    caller: createDownstreamCaller(),
+    ...downstreamLimits,
+  });
   const downstreamTools = createDownstreamLister({
     egress,
     injector,
