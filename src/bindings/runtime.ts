@@ -5,8 +5,8 @@
  * (policy loader, capability resolver, audit recorder).
  */
 import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
-import { isValidId } from "../admin/ids.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
+import { isValidId } from "../core/ids.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
