@@ -2,7 +2,7 @@
  * JSON Schemas of the admin API's shared request pieces (ids in paths, paging). Plain
  * data, so route files and docs use the same rules as the domain services.
  */
-import { idPatterns } from "./ids.ts";
+import { idPatterns } from "../core/ids.ts";
 import type { PageRequest } from "./store-scan.ts";
 
 const id = (pattern: string) => ({ type: "string", pattern }) as const;

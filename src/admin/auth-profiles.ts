@@ -1,3 +1,4 @@
+import { isValidId } from "../core/ids.ts";
 import { AuthorityError } from "../errors.ts";
 import {
   type AuthProfile,
@@ -18,7 +19,6 @@ import {
   storeKeys,
 } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
-import { isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { openSecret, sealSecret } from "./secret-seal.ts";
 import { type PageOf, type PageRequest, pageUnder, scan, scanAll } from "./store-scan.ts";

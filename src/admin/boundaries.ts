@@ -1,3 +1,4 @@
+import { isValidId } from "../core/ids.ts";
 import { AuthorityError } from "../errors.ts";
 import {
   type AssignmentRecord,
@@ -8,7 +9,6 @@ import {
 } from "../store/model.ts";
 import { checkBoundary } from "./boundary-check.ts";
 import type { AdminDeps } from "./deps.ts";
-import { isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { isValidPermissionPattern } from "./permission-pattern.ts";
 import { type PageOf, type PageRequest, pageUnder, scan } from "./store-scan.ts";

@@ -7,13 +7,7 @@ import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError, toAuthorityError } from "../errors.ts";
 import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
-import {
-  createEgressPolicy,
-  EGRESS_ALLOW_SETTING,
-  type EgressPolicy,
-  egressAllowHint,
-  ruleText,
-} from "../execute/egress.ts";
+import { EGRESS_ALLOW_SETTING, type EgressPolicy, egressAllowHint, ruleText } from "../execute/egress.ts";
 import {
   type AuthProfileRecord,
   type CapabilityRecord,
@@ -122,7 +116,7 @@ async function runImport(
     capabilityId: string;
     upstreamBaseUrl: string | undefined;
     authProfileRef: string;
-    egress: EgressPolicy | undefined;
+    egress: EgressPolicy;
   },
 ): Promise<Imported> {
   try {
@@ -142,7 +136,7 @@ async function runImport(
       authProfileRef: options.authProfileRef,
       ...(options.upstreamBaseUrl === undefined ? {} : { upstreamBaseUrl: options.upstreamBaseUrl }),
     });
-    const egressWarnings = await checkUpstreams(result.operations, options.egress ?? createEgressPolicy());
+    const egressWarnings = await checkUpstreams(result.operations, options.egress);
     return {
       parsed,
       result:
@@ -178,7 +172,7 @@ export function summarize(
 }
 
 /** What an import would produce; writes nothing. */
-export async function previewOpenApi(input: PreviewInput, egress?: EgressPolicy): Promise<PreviewResult> {
+export async function previewOpenApi(input: PreviewInput, egress: EgressPolicy): Promise<PreviewResult> {
   const capabilityId = input.capability_id ?? "preview";
   const { parsed, result } = await runImport(input, {
     capabilityId,

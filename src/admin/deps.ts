@@ -25,8 +25,8 @@ export interface AdminDeps {
    * change is still logged for sidecars).
    */
   readonly sidecarLeases?: SidecarLeases;
-  /** Checks imported upstream URLs; absent: the strict default policy. */
-  readonly egress?: EgressPolicy;
+  /** Checks imported upstream URLs and partner JWKS URLs. */
+  readonly egress: EgressPolicy;
 }
 
 /** Who made an admin change, for audit records. */

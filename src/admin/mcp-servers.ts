@@ -13,7 +13,6 @@ import { hashCanonical } from "../core/canonical-json.ts";
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
 import { buildPermissionId, type PermissionId } from "../core/permission-id.ts";
 import { AuthorityError } from "../errors.ts";
-import { createEgressPolicy } from "../execute/egress.ts";
 import {
   checkUpstreams,
   currentCatalogVersion,
@@ -156,7 +155,7 @@ async function listAndConvert(
   // The origin first, as for an OpenAPI upstream (names resolved now); every connection again.
   const egressWarnings = await checkUpstreams(
     [{ upstream_url_template: url } as OperationSnapshot],
-    deps.egress ?? createEgressPolicy(),
+    deps.egress,
   );
   const listing = await lister({ partnerId, url, authProfileRef });
   try {

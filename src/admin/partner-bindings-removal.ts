@@ -2,7 +2,7 @@ import {
   type BindingIndexRecord,
   bindingCollections,
   type WorkloadClientIndexRecord,
-} from "../bindings/model.ts";
+} from "../store/binding-model.ts";
 import type { AdminDeps } from "./deps.ts";
 import { scanAll } from "./store-scan.ts";
 

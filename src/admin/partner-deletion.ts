@@ -1,5 +1,5 @@
-import { bindingCollections } from "../bindings/model.ts";
 import { AuthorityError } from "../errors.ts";
+import { bindingCollections } from "../store/binding-model.ts";
 import {
   collections,
   type PartnerSubjectIndexRecord,

@@ -1,7 +1,7 @@
+import { generateId, isValidId } from "../core/ids.ts";
 import { AuthorityError } from "../errors.ts";
 import { collections, type PartnerRecord, storeKeys } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
-import { generateId, isValidId } from "./ids.ts";
 import type { PageOf, PageRequest } from "./store-scan.ts";
 
 export interface CreatePartnerInput {

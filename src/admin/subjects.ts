@@ -1,3 +1,4 @@
+import { generateId, isValidId } from "../core/ids.ts";
 import {
   DERIVED_SUBJECT_PREFIX,
   identityOf,
@@ -17,7 +18,6 @@ import {
 } from "../store/model.ts";
 import { recordPolicyChange } from "./audit.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
-import { generateId, isValidId } from "./ids.ts";
 import { getPartner } from "./partners.ts";
 import { type PageOf, type PageRequest, pageUnder } from "./store-scan.ts";
 

@@ -13,7 +13,7 @@ import { readBoundedBody } from "../execute/bounded-body.ts";
 import { egressDenialOf, type FetchLike } from "../execute/egress.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";
 import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "../identity/jwt-verifier.ts";
-import type { BindingRecord } from "./model.ts";
+import type { BindingRecord } from "../store/binding-model.ts";
 
 export const USER_ASSERTION_HEADER = "x-authority-user-assertion";
 

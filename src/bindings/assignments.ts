@@ -23,9 +23,9 @@ import { buildPermissionId, type PermissionId, type RedactionRule } from "../cor
 import { AuthorityError } from "../errors.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
+import type { BindingRecord, ExternalMappingRecord } from "../store/binding-model.ts";
 import type { AssignmentRecord, SubjectRecord } from "../store/model.ts";
 import { getMapping, touchMapping } from "./mappings.ts";
-import type { BindingRecord, ExternalMappingRecord } from "./model.ts";
 
 export interface BindingAssignInput {
   readonly subject_id: string;

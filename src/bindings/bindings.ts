@@ -3,21 +3,21 @@
  * who may call; these functions check what is being asked and keep the store consistent.
  */
 import type { AdminDeps } from "../admin/deps.ts";
-import { isValidId } from "../admin/ids.ts";
 import { getPartner } from "../admin/partners.ts";
 import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
+import { isValidId } from "../core/ids.ts";
 import { AuthorityError } from "../errors.ts";
-import { createEgressPolicy, EGRESS_ALLOW_SETTING, egressAllowHint, ruleText } from "../execute/egress.ts";
+import { EGRESS_ALLOW_SETTING, egressAllowHint, ruleText } from "../execute/egress.ts";
 import { defaultAlgorithms, supportedAlgorithms } from "../identity/jwt-verifier.ts";
-import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
-import { randomId } from "./derive.ts";
 import {
   type BindingIndexRecord,
   type BindingRecord,
   bindingCollections,
   bindingKeys,
   type InlineJwks,
-} from "./model.ts";
+} from "../store/binding-model.ts";
+import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
+import { randomId } from "./derive.ts";
 
 export interface CreateBindingInput {
   /** Generated (`bnd_…`) when absent. */
@@ -123,7 +123,7 @@ function checkKeys(input: { jwks_url?: string | undefined; jwks?: InlineJwks | u
  */
 async function checkJwksDestination(deps: Pick<AdminDeps, "egress">, jwksUrl: string | null): Promise<void> {
   if (jwksUrl === null) return;
-  const verdict = await (deps.egress ?? createEgressPolicy()).checkUrl(jwksUrl, { resolve: true });
+  const verdict = await deps.egress.checkUrl(jwksUrl, { resolve: true });
   if (verdict.ok) return;
   const what = verdict.resolved ? "its host name resolves to" : "it is";
   const hint = egressAllowHint(verdict.rule);

@@ -19,9 +19,9 @@ import type { AdminDeps } from "../admin/deps.ts";
 import { AuthorityError } from "../errors.ts";
 import { extractBearer, hasScope } from "../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";
+import { type BindingRecord, BROKER_EXECUTE_SCOPE } from "../store/binding-model.ts";
 import { authenticateWorkload } from "./authenticate.ts";
 import { getBinding } from "./bindings.ts";
-import { type BindingRecord, BROKER_EXECUTE_SCOPE } from "./model.ts";
 import type { BindingRuntime } from "./runtime.ts";
 
 export interface BrokerCaller {

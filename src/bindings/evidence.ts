@@ -10,8 +10,8 @@ import type { PageOf, PageRequest } from "../admin/store-scan.ts";
 import { pageUnder } from "../admin/store-scan.ts";
 import type { EvidenceInput } from "../audit/mcp-records.ts";
 import { AuthorityError, type ErrorCode, errorCodes } from "../errors.ts";
+import { bindingCollections, bindingKeys, type InvocationEvidence } from "../store/binding-model.ts";
 import type { Store, StoreWrite } from "../store/store.ts";
-import { bindingCollections, bindingKeys, type InvocationEvidence } from "./model.ts";
 
 const EVIDENCE_ID = /^ev_[0-9a-z]{10}[0-9a-f]{16}$/;
 

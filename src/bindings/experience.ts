@@ -10,7 +10,6 @@ import { recordBindingChange } from "../admin/audit.ts";
 import type { Actor, AdminDeps } from "../admin/deps.ts";
 import { parsePermissionId } from "../core/index.ts";
 import { AuthorityError, type DenyReason } from "../errors.ts";
-import type { BindingChangeAuditRecord } from "../store/model.ts";
 import {
   type BindingRecord,
   bindingCollections,
@@ -18,7 +17,8 @@ import {
   type ExperienceCapability,
   type ExperienceRecord,
   type ExperienceTool,
-} from "./model.ts";
+} from "../store/binding-model.ts";
+import type { BindingChangeAuditRecord } from "../store/model.ts";
 
 export interface ExperienceToolInput {
   readonly permission_id: string;

@@ -17,9 +17,14 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { Sha256Ref } from "../core/canonical-json.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { AuthorityError } from "../errors.ts";
+import {
+  bindingCollections,
+  bindingKeys,
+  type IdempotencyRecord,
+  type StoredResponse,
+} from "../store/binding-model.ts";
 import type { Store, StoreWrite } from "../store/store.ts";
 import { sha256Ref } from "./derive.ts";
-import { bindingCollections, bindingKeys, type IdempotencyRecord, type StoredResponse } from "./model.ts";
 
 export const IDEMPOTENCY_HEADER = "idempotency-key";
 /** Printable ASCII without spaces at the ends, 1–255 characters. */

@@ -32,6 +32,7 @@ import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
 import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
 import { failureExplanation, outageFailure } from "../pipeline/failure.ts";
+import type { ExperienceRecord, InvocationEvidence, StoredResponse } from "../store/binding-model.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
 import type { StoreWrite } from "../store/store.ts";
 import type { AuthenticatedUser, AuthenticatedWorkload } from "./authenticate.ts";
@@ -42,7 +43,6 @@ import { evidenceLogInput, evidenceWrite, writeEvidence } from "./evidence.ts";
 import { experienceDenial, experiencePermits, findExperience } from "./experience.ts";
 import type { WorkResult } from "./idempotency.ts";
 import { findMapping } from "./mappings.ts";
-import type { ExperienceRecord, InvocationEvidence, StoredResponse } from "./model.ts";
 import type { BindingRuntime } from "./runtime.ts";
 
 export interface InvokeArguments {

@@ -7,9 +7,14 @@ import type { AdminDeps } from "../admin/deps.ts";
 import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { createSubject } from "../admin/subjects.ts";
 import { AuthorityError } from "../errors.ts";
+import {
+  type BindingRecord,
+  bindingCollections,
+  bindingKeys,
+  type ExternalMappingRecord,
+} from "../store/binding-model.ts";
 import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import { deriveExternalSubject } from "./derive.ts";
-import { type BindingRecord, bindingCollections, bindingKeys, type ExternalMappingRecord } from "./model.ts";
 
 export interface CreateMappingInput {
   /** The `sub` the binding's issuer puts in this user's access tokens. */

@@ -5,12 +5,12 @@
  * (policy loader, capability resolver, audit recorder).
  */
 import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
-import { isValidId } from "../admin/ids.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import type { UserGrantServices } from "../admin/user-grants.ts";
+import { isValidId } from "../core/ids.ts";
 import type { TokenSetStore } from "../execute/auth-profiles.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
-import { createEgressPolicy, type EgressPolicy } from "../execute/egress.ts";
+import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
@@ -60,8 +60,8 @@ export interface BindingRuntimeOwner {
   readonly now: () => Date;
   readonly secretKeyRings?: SecretKeys;
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
-  /** Where upstream calls and partner JWKS fetches may go; absent: the strict default policy. */
-  readonly egress?: EgressPolicy;
+  /** Where upstream calls and partner JWKS fetches may go. */
+  readonly egress: EgressPolicy;
 }
 
 export interface BindingRuntime {
@@ -94,7 +94,7 @@ export function createBindingRuntime(
 ): BindingRuntime {
   const { store, config } = owner;
   // Upstream calls and the partners' JWKS fetches share the one gate.
-  const egress = owner.egress ?? createEgressPolicy();
+  const { egress } = owner;
   const issuer = config.publicUrl.replace(/\/+$/, "");
   const tokenKeyRings = options.tokenKeyRings ?? owner.secretKeyRings;
   // Envelope key rings: only real key rings (a secret box cannot sign).

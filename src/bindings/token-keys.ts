@@ -8,8 +8,8 @@ import { createPrivateKey, generateKeyPairSync, type JsonWebKey, type KeyObject 
 import { calculateJwkThumbprint, type JSONWebKeySet, type JWK } from "jose";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import { decrypt, encrypt } from "../crypto/index.ts";
+import { bindingCollections } from "../store/binding-model.ts";
 import type { Store } from "../store/store.ts";
-import { bindingCollections } from "./model.ts";
 
 export const TOKEN_SIGNING_ALG = "ES256";
 export const TOKEN_KEY_RING_OWNER = "workload-token-signing";

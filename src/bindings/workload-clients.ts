@@ -8,7 +8,6 @@ import type { AdminDeps } from "../admin/deps.ts";
 import { type PageOf, type PageRequest, pageUnder } from "../admin/store-scan.ts";
 import { AuthorityError } from "../errors.ts";
 import { hashSecret, verifyAgainstDummy, verifySecret } from "../identity/secret-hash.ts";
-import { newClientSecret, randomId } from "./derive.ts";
 import {
   type BindingRecord,
   bindingCollections,
@@ -18,7 +17,8 @@ import {
   type WorkloadClientRecord,
   type WorkloadScope,
   workloadScopes,
-} from "./model.ts";
+} from "../store/binding-model.ts";
+import { newClientSecret, randomId } from "./derive.ts";
 
 export interface CreateWorkloadClientInput {
   readonly name: string;

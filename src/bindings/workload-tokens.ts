@@ -8,7 +8,7 @@ import { type JSONWebKeySet, SignJWT } from "jose";
 import { LRUCache } from "lru-cache";
 import { TokenVerificationError } from "../identity/errors.ts";
 import { createJwtVerifier, type JwtVerifier } from "../identity/jwt-verifier.ts";
-import type { WorkloadClientRecord, WorkloadScope } from "./model.ts";
+import type { WorkloadClientRecord, WorkloadScope } from "../store/binding-model.ts";
 import { TOKEN_SIGNING_ALG, type TokenKeys, type TokenSigningKey } from "./token-keys.ts";
 
 /** `aud` of every workload token: no other token of this issuer passes as one. */

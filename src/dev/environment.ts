@@ -352,7 +352,7 @@ export async function startDevEnvironment(options: DevEnvironmentOptions): Promi
       protector,
       logger: log.child({ component: "seed" }),
       secretKeyRings,
-      ...(authority.context.egress === undefined ? {} : { egress: authority.context.egress }),
+      egress: authority.context.egress,
       ...(authority.context.onPolicyChange === undefined
         ? {}
         : { onPolicyChange: authority.context.onPolicyChange }),

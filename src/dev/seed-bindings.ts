@@ -7,7 +7,7 @@
  * assignment for that subject.
  */
 import { deriveSubjectId } from "../bindings/derive.ts";
-import { BROKER_EXECUTE_SCOPE, INVOKE_SCOPE } from "../bindings/model.ts";
+import { BROKER_EXECUTE_SCOPE, INVOKE_SCOPE } from "../store/binding-model.ts";
 import { type AdminClient, isRecord } from "./admin-client.ts";
 import type { SeededBinding } from "./credentials-file.ts";
 import {

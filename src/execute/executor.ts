@@ -21,7 +21,7 @@ import {
 import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
 import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
-import { createEgressPolicy, type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
+import { type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
 import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
 import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
@@ -60,11 +60,8 @@ export interface ExecutorOptions {
   readonly constraintsRollout: ConstraintsRolloutOptions;
   /** Deadline of one OAuth token request; default 5 s. */
   readonly tokenTimeoutMs?: number;
-  /**
-   * Checks every upstream and token-endpoint connection (passed to fetch as its
-   * `dispatcher`). Default: the strict policy, nothing internal allowed.
-   */
-  readonly egress?: EgressPolicy;
+  /** Checks every upstream and token-endpoint connection (passed to fetch as its `dispatcher`). */
+  readonly egress: EgressPolicy;
   /**
    * The process's client-credentials token cache, shared with its other users (one token per
    * grant per process). Default: one of the executor's own, on its fetch and egress policy.
@@ -213,6 +210,7 @@ function checkOptions(options: ExecutorOptions): void {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new TypeError("fetch must be a function");
   }
+  if (typeof options.egress?.fetch !== "function") throw new TypeError("egress is required");
 }
 
 function invalidHeader(pointer: string, keyword: string): ExecutionError {
@@ -374,7 +372,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
     "maxResponseBytes",
   );
   const tokenTimeoutMs = positiveIntegerOption(options.tokenTimeoutMs, 5000, "tokenTimeoutMs");
-  const egress = options.egress ?? createEgressPolicy();
+  const { egress } = options;
   // Every connection fetch opens (upstream and token endpoints alike) passes the egress gate
   // on the address it really connects to; a fetch given in the options gets its dispatcher.
   const givenFetch = options.fetch;

@@ -5,7 +5,7 @@
  * type, empty, or with several values makes the token invalid — it is never read as absent,
  * which would leave the token unscoped (docs/decisions/2503-egress-gate-strict-claims-partner-subjects.md).
  */
-import { idPatterns } from "../admin/ids.ts";
+import { idPatterns } from "../core/ids.ts";
 import { TokenVerificationError } from "./errors.ts";
 
 /** RFC 6749 §3.3 scope-token: printable ASCII without space, `"` or `\`. */

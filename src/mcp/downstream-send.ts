@@ -29,11 +29,7 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "../execute/secret-scrub.ts";
-import {
-  createDownstreamCaller,
-  type DownstreamCaller,
-  DownstreamExchangeError,
-} from "./downstream-client.ts";
+import { type DownstreamCaller, DownstreamExchangeError } from "./downstream-client.ts";
 
 export interface DownstreamSenderOptions {
   readonly egress: EgressPolicy;
@@ -41,7 +37,7 @@ export interface DownstreamSenderOptions {
   readonly injector: AuthInjector;
   readonly timeoutMs: number;
   readonly maxResponseBytes: number;
-  readonly caller?: DownstreamCaller;
+  readonly caller: DownstreamCaller;
 }
 
 export interface DownstreamSender {
@@ -111,7 +107,7 @@ function scrubberFor(secrets: readonly string[]): SecretScrubber {
 
 export function createDownstreamSender(options: DownstreamSenderOptions): DownstreamSender {
   const { egress, injector, timeoutMs, maxResponseBytes } = options;
-  const caller = options.caller ?? createDownstreamCaller();
+  const { caller } = options;
 
   async function send(request: SendRequest): Promise<ExecutionResult> {
     const started = performance.now();

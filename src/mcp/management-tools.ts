@@ -9,11 +9,11 @@ import type { Tool } from "@modelcontextprotocol/server";
 import { listAuthProfiles } from "../admin/auth-profiles.ts";
 import { getCapability, listCapabilities } from "../admin/capabilities.ts";
 import type { AdminDeps } from "../admin/deps.ts";
-import { idPatterns } from "../admin/ids.ts";
 import { getPartner, listPartners } from "../admin/partners.ts";
 import { getPolicy, listPolicies, revokePolicy } from "../admin/policies.ts";
 import type { PageRequest } from "../admin/store-scan.ts";
 import { listSubjects, subjectIdIn } from "../admin/subjects.ts";
+import { idPatterns } from "../core/ids.ts";
 import { compileSchema } from "../core/schema-validator.ts";
 import { AuthorityError } from "../errors.ts";
 import {

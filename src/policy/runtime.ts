@@ -5,7 +5,7 @@
  * route group that decides; nothing here keeps one of its own.
  */
 import { LRUCache } from "lru-cache";
-import { type AuditRecorder, createAuditRecorder } from "../audit/recorder.ts";
+import type { AuditRecorder } from "../audit/recorder.ts";
 import type { ConstraintsRolloutGate } from "../core/parameter-constraints.ts";
 import { type SubjectAuthentication, subjectCandidates } from "../core/subject-identity.ts";
 import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
@@ -98,8 +98,8 @@ export interface DecisionRuntimeSettings {
   /** How long subject and capability records are reused (ms; default 0: read every call). */
   readonly recordCacheMs?: number;
   readonly policyCache?: PolicyLoaderOptions["cache"];
-  /** A ready recorder (the caller then owns its options); default one on the store. */
-  readonly recorder?: AuditRecorder;
+  /** The process's audit recorder (the composition root owns its options). */
+  readonly recorder: AuditRecorder;
   /** Told when a stored catalog version does not parse (the capability is denied). */
   readonly onInvalidCatalog?: CapabilityResolverOptions["onInvalidCatalog"];
 }
@@ -121,7 +121,7 @@ export function createDecisionRuntime(
       protector: owner.protector,
       ...(settings.policyCache === undefined ? {} : { cache: settings.policyCache }),
     }),
-    recorder: settings.recorder ?? createAuditRecorder({ store: owner.store }),
+    recorder: settings.recorder,
     constraintsRollout: settings.constraintsRollout,
   };
 }

@@ -61,6 +61,11 @@ export class StoreInvalidArgumentError extends StoreError {
   }
 }
 
+/** Fails a store option check (positiveIntegerOption's `fail`). */
+export function invalidArgument(message: string): never {
+  throw new StoreInvalidArgumentError(message);
+}
+
 /** The store was closed by its owner; no further calls are served. */
 export class StoreClosedError extends StoreError {
   constructor(backend: string) {

@@ -6,6 +6,7 @@ import { putAuthProfile, resolveAuthProfileSecret } from "../../src/admin/auth-p
 import type { AdminDeps } from "../../src/admin/deps.ts";
 import { createPartner } from "../../src/admin/partners.ts";
 import { Kek } from "../../src/crypto/index.ts";
+import { createEgressPolicy } from "../../src/execute/egress.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
 import { createStoredKeyRings } from "../../src/policy/stored-key-rings.ts";
@@ -23,6 +24,7 @@ describe("auth-profile secrets under KEK-wrapped key rings in the store", () => 
     now: () => new Date(),
     protector: createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" }),
     secretKeyRings: rings,
+    egress: createEgressPolicy(),
   });
 
   before(async () => {

@@ -12,10 +12,10 @@ import { describe, it } from "node:test";
 const ROOT = join(import.meta.dirname, "..", "..");
 
 const ALLOWED: Readonly<Record<string, string>> = {
-  "src/admin/ids.ts:RegExp": "the admin API's own identifier patterns (constants)",
+  "src/core/ids.ts:RegExp": "the admin API's own identifier patterns (constants)",
   "src/execute/decoded-views.ts:RegExp":
     "character classes of the escape families, built once from constants (single-character matches)",
-  "src/identity/claims.ts:RegExp": "the admin API's partner-id pattern (a constant of src/admin/ids.ts)",
+  "src/identity/claims.ts:RegExp": "the admin API's partner-id pattern (a constant of src/core/ids.ts)",
   "src/core/linear-pattern.ts:RegExp": "parses a partner pattern as ECMAScript, never runs it",
   "src/servers/inject/settings.ts:ajv": "the operator's sidecar settings schema (constants)",
   "src/servers/http/server.ts:ajv": "fastify's route schemas, all written in src/ (constants)",

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { createAssertionVerifiers } from "../../src/bindings/assertions.ts";
-import type { BindingRecord } from "../../src/bindings/model.ts";
 import { AuthorityError } from "../../src/errors.ts";
 import type { EgressPolicy } from "../../src/execute/egress.ts";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
+import type { BindingRecord } from "../../src/store/binding-model.ts";
 import { egressAllowing } from "../helpers/egress.ts";
 
 describe("user assertion verifiers", () => {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { experienceDenial, experiencePermits } from "../../src/bindings/experience.ts";
-import type { ExperienceRecord } from "../../src/bindings/model.ts";
+import type { ExperienceRecord } from "../../src/store/binding-model.ts";
 
 const capabilityIds = ["customers", "orders", "billing"] as const;
 const permissionIds = [

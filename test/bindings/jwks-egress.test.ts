@@ -10,9 +10,9 @@ import { createServer as createHttpServer } from "node:http";
 import { type AddressInfo, createServer as createTcpServer, type Server } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { createAssertionVerifiers } from "../../src/bindings/assertions.ts";
-import type { BindingRecord } from "../../src/bindings/model.ts";
 import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../src/execute/egress.ts";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
+import type { BindingRecord } from "../../src/store/binding-model.ts";
 import { egressAllowing } from "../helpers/egress.ts";
 
 /** A TCP listener on loopback that counts every connection made to it (HTTP or not). */

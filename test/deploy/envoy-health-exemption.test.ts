@@ -5,11 +5,10 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
 import { parse } from "yaml";
-import { createCheckServer } from "../../src/servers/sidecar/grpc/check-server.ts";
 import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../helpers/envoy.ts";
 import { rawRequest } from "../helpers/http-client.ts";
 import { exchange } from "../helpers/http2-exchange.ts";
-import { silentLogger } from "../servers/sidecar/grpc/helpers.ts";
+import { testCheckServer } from "../servers/sidecar/grpc/helpers.ts";
 import { docsYamlBlocks, listRepoDir, loadYamlDocuments, shippedEnvoyBootstraps } from "./helpers.ts";
 
 /**
@@ -66,8 +65,7 @@ async function startRig(bootstrap: string): Promise<Rig> {
   const app: Seen[] = [];
   const checked: string[] = [];
   const appServer = await startApp(app);
-  const checkServer = createCheckServer({
-    logger: silentLogger,
+  const checkServer = testCheckServer({
     check: (input) => {
       checked.push(`${input.method} ${input.path}`);
       return { allow: false, httpStatus: 403, reason: "operation_not_allowed", requestId: "" };

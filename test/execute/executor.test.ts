@@ -588,6 +588,7 @@ describe("createExecutor options", () => {
     assert.throws(() => createExecutor({ ...base, timeoutMs: 0 }), TypeError);
     assert.throws(() => createExecutor({ ...base, maxResponseBytes: -1 }), TypeError);
     assert.throws(() => createExecutor({ ...base, secretResolver: undefined as never }), TypeError);
+    assert.throws(() => createExecutor({ ...base, egress: undefined as never }), /egress is required/);
     assert.throws(
       () => createExecutor({ ...base, constraintsRollout: { enabled: "yes" } as never }),
       TypeError,

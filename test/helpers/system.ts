@@ -32,7 +32,6 @@ import { egressAllowSetting } from "../../src/config/settings.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
-import { createMetricsRegistry } from "../../src/observability/metrics.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -68,6 +67,7 @@ import {
 import { type HttpReply, type HttpRequestOptions, httpRequest } from "./http-client.ts";
 import { createLogCapture, type LogCapture } from "./log-capture.ts";
 import { type RestartableIdp, startRestartableIdp } from "./restartable-idp.ts";
+import { sidecarTestOptions } from "./sidecar-config.ts";
 import { makeTempDir, type TempDir } from "./temp-dir.ts";
 import { itemsOpenApi, startTestUpstream, type TestUpstream } from "./upstream-api.ts";
 
@@ -637,6 +637,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       leaks.token(sidecarToken);
       const cacheKey = new Uint8Array(randomBytes(32));
       const created = createSidecar({
+        ...sidecarTestOptions(),
         authority: createAuthorityClient({ baseUrl: url, token: staticTokenSource(sidecarToken) }),
         verifier: createJwtVerifier({
           issuer: idp.issuer,
@@ -657,7 +658,6 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
         proxyDecisionTimeoutMs: 3000,
         upstreamTimeoutMs: options.upstreamTimeoutMs ?? 2000,
         logger: logs.logger("sidecar"),
-        registry: createMetricsRegistry({ collectDefaults: false }),
         egress: createEgressPolicy({
           allow: egressAllowSetting.parse(
             egressAllowValue(upstream.url, ...(options.egressAllowAlso ?? [])),

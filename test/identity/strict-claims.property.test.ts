@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
-import { idPatterns } from "../../src/admin/ids.ts";
+import { idPatterns } from "../../src/core/ids.ts";
 import { readClientId, readPartnerClaim, readRoles, readTenantClaim } from "../../src/identity/claims.ts";
 import { TokenVerificationError } from "../../src/identity/errors.ts";
 import { createJwtVerifier } from "../../src/identity/jwt-verifier.ts";

@@ -9,8 +9,8 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import type { InvocationEvidence } from "../../src/bindings/model.ts";
-import { bindingCollections } from "../../src/bindings/model.ts";
+import type { InvocationEvidence } from "../../src/store/binding-model.ts";
+import { bindingCollections } from "../../src/store/binding-model.ts";
 import type { HttpReply } from "../helpers/http-client.ts";
 import { AGENT, AUTH_PROFILE, BINDING, PARTNER, type System, startSystem } from "../helpers/system.ts";
 

@@ -18,6 +18,7 @@
  * npm registry's TinyLFU caches are unmaintained or lack weights (decision 2621).
  */
 import { randomInt } from "node:crypto";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 
 export interface Weight {
   /** Bytes only this value holds. */
@@ -128,14 +129,9 @@ export function createFrequencySketch<K>(
   };
 }
 
-function positiveInteger(value: number, name: string): number {
-  if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer`);
-  return value;
-}
-
 export function createAdmissionCache<K, V>(options: AdmissionCacheOptions<V>): AdmissionCache<K, V> {
-  const maxEntries = positiveInteger(options.maxEntries, "maxEntries");
-  const maxBytes = positiveInteger(options.maxBytes, "maxBytes");
+  const maxEntries = positiveIntegerOption(options.maxEntries, undefined, "maxEntries");
+  const maxBytes = positiveIntegerOption(options.maxBytes, undefined, "maxBytes");
   const windowMax = Math.max(1, Math.floor(maxEntries / 100));
   const sketch = createFrequencySketch<K>(maxEntries);
   // Map order is recency: first = least recent. Both regions are LRU lists.

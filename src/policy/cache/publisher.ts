@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { closeRedisClient } from "../../store/redis/close-client.ts";
 import { PolicyCacheError } from "./errors.ts";
 import { isPolicyHead, POLICY_CHANGES_CHANNEL, policyHeadKey, RAISE_HEAD_SCRIPT } from "./redis-keys.ts";
@@ -44,13 +45,12 @@ export function createPolicyChangePublisher(options: PolicyChangePublisherOption
   if (typeof options !== "object" || options === null || typeof options.url !== "string") {
     throw new PolicyCacheError("invalid_options", "publisher needs a redis url");
   }
-  const commandTimeoutMs = options.commandTimeoutMs ?? 1000;
-  const firstDelay = options.retryDelayMs ?? 100;
-  const maxDelay = options.maxRetryDelayMs ?? 2000;
-  for (const [name, value] of Object.entries({ commandTimeoutMs, firstDelay, maxDelay })) {
-    if (!Number.isSafeInteger(value) || value < 1)
-      throw new PolicyCacheError("invalid_options", `${name} must be a positive integer`);
-  }
+  const invalid = (message: string): never => {
+    throw new PolicyCacheError("invalid_options", message);
+  };
+  const commandTimeoutMs = positiveIntegerOption(options.commandTimeoutMs, 1000, "commandTimeoutMs", invalid);
+  const firstDelay = positiveIntegerOption(options.retryDelayMs, 100, "retryDelayMs", invalid);
+  const maxDelay = positiveIntegerOption(options.maxRetryDelayMs, 2000, "maxRetryDelayMs", invalid);
   const client = new Redis(options.url, {
     connectTimeout: 1000,
     commandTimeout: commandTimeoutMs,

@@ -13,7 +13,7 @@ import type { AuthorityServices } from "./services.ts";
 export async function createAuthorityApp(
   context: AuthorityServices,
   /** Where /metrics reads from; the process's other series (retention) register there too. */
-  registry?: Registry,
+  registry: Registry,
 ): Promise<FastifyInstance> {
   const app = createHttpServer({
     name: "authority",
@@ -36,7 +36,7 @@ export async function createAuthorityApp(
     securitySchemes: { bearer: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
     security: [{ bearer: [] }],
   });
-  installHttpMetrics(app, { namespace: "authority", ...(registry === undefined ? {} : { registry }) });
+  installHttpMetrics(app, { namespace: "authority", registry });
   for (const group of routeGroups) await app.register(group(context));
   return app;
 }

@@ -70,11 +70,8 @@ export interface AuthorityContext {
   readonly onPolicyChange?: (subjectId: string, head: number) => void | Promise<void>;
   /** The sidecars' freshness leases over the policy change log (src/policy/change-log.ts). */
   readonly sidecarLeases?: SidecarLeases;
-  /**
-   * Where upstream calls and imported server URLs may point (docs/security.md, "Egress").
-   * Absent: the strict default — no loopback, private, link-local or metadata destination.
-   */
-  readonly egress?: EgressPolicy;
+  /** Where upstream calls and imported server URLs may point (docs/security.md, "Egress"). */
+  readonly egress: EgressPolicy;
   /** Platform services this process knows of (GET /admin/diagnostics probes them). */
   readonly platform?: PlatformEndpoints;
 }

@@ -24,11 +24,11 @@ import {
   type ClientCredentialsTokens,
   createClientCredentialsTokens,
 } from "../../execute/client-credentials.ts";
-import { createEgressPolicy } from "../../execute/egress.ts";
 import { createExecutor, type Executor } from "../../execute/executor.ts";
 import { createOAuthUserClient } from "../../execute/oauth-user.ts";
 import { createTokenExchangeTokens } from "../../execute/token-exchange.ts";
 import { mcpConfigOf, type ResolvedMcpConfig, resolveMcpConfig } from "../../mcp/config.ts";
+import { createDownstreamCaller } from "../../mcp/downstream-client.ts";
 import { createDownstreamLister } from "../../mcp/downstream-lister.ts";
 import { createDownstreamSender } from "../../mcp/downstream-send.ts";
 import { createManagementToolSet } from "../../mcp/management-tools.ts";
@@ -73,7 +73,7 @@ export interface AuthorityServices extends AuthorityContext {
 /** How the services are tuned (from the validated configuration) and what a caller supplies ready-made. */
 export interface AuthorityServiceOptions {
   /** Record caching, policy cache and audit recorder of the decision runtime. */
-  readonly decisions?: Omit<DecisionRuntimeSettings, "constraintsRollout">;
+  readonly decisions: Omit<DecisionRuntimeSettings, "constraintsRollout">;
   /** Upstream deadline, workload-token lifetime, idempotency, key rings of the binding runtime. */
   readonly bindings?: BindingRuntimeOptions;
   /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
@@ -85,9 +85,9 @@ const DOWNSTREAM_LISTING_TIMEOUT_MS = 10_000;
 
 export function composeAuthorityServices(
   context: AuthorityContext,
-  options: AuthorityServiceOptions = {},
+  options: AuthorityServiceOptions,
 ): AuthorityServices {
-  const egress = context.egress ?? createEgressPolicy();
+  const { egress } = context;
   // One parameter-scoping gate: the decision stage of every path and both executors read it.
   const decisions = createDecisionRuntime(context, {
     ...options.decisions,
@@ -112,9 +112,8 @@ export function composeAuthorityServices(
     }),
     tokenExchange: createTokenExchangeTokens({ fetch: egress.fetch, secretResolver }),
   };
-  const withEgress: AuthorityContext = { ...context, egress };
   const bindings = createBindingRuntime(
-    withEgress,
+    context,
     { decisions, clientCredentials, userGrants },
     options.bindings,
   );
@@ -144,7 +143,12 @@ export function composeAuthorityServices(
     timeoutMs: mcpConfig.upstreamTimeoutMs,
     maxResponseBytes: mcpConfig.maxResponseBytes,
   };
-  const downstream = createDownstreamSender({ egress, injector, ...downstreamLimits });
+  const downstream = createDownstreamSender({
+    egress,
+    injector,
+    caller: createDownstreamCaller(),
+    ...downstreamLimits,
+  });
   const downstreamTools = createDownstreamLister({
     egress,
     injector,
@@ -165,7 +169,7 @@ export function composeAuthorityServices(
     toolCacheSize: mcpConfig.toolCacheSize,
   });
   return {
-    ...withEgress,
+    ...context,
     decisions,
     bindings,
     mcp: { config: mcpConfig, service: mcpService, downstreamTools },

@@ -1,16 +1,12 @@
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
-import {
-  counter,
-  createMetricsRegistry,
-  histogram,
-  upstreamBucketsSeconds,
-} from "../../observability/metrics.ts";
+import { counter, histogram, upstreamBucketsSeconds } from "../../observability/metrics.ts";
 
 export interface HttpMetricsOptions {
   /** Series prefix, e.g. `authority` → `authority_http_requests_total`. */
   readonly namespace: string;
-  readonly registry?: Registry;
+  /** The process's registry (built by its composition root). */
+  readonly registry: Registry;
 }
 
 /** Requests that matched no route share one label value, so a scan of random URLs adds no series. */
@@ -21,7 +17,7 @@ const UNMATCHED_ROUTE = "unmatched";
  * method and status, plus the process defaults, served at `GET /metrics` for Prometheus.
  */
 export function installHttpMetrics(app: FastifyInstance, options: HttpMetricsOptions): Registry {
-  const registry = options.registry ?? createMetricsRegistry();
+  const { registry } = options;
   const requests = counter(
     registry,
     `${options.namespace}_http_requests_total`,

@@ -14,10 +14,10 @@ const configFailure = (message: string): never => {
   throw new SidecarConfigError(message);
 };
 
-/** A positive integer option (`fallback` when absent), checked at construction. */
+/** A positive integer option (`fallback` when absent; undefined: required), checked at construction. */
 export function positiveIntOption(
   value: number | undefined,
-  fallback: number,
+  fallback: number | undefined,
   name: string,
   max = Number.MAX_SAFE_INTEGER,
 ): number {

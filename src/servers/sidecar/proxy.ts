@@ -17,7 +17,7 @@ import {
 } from "../../core/redaction.ts";
 import { requestIdFrom } from "../../core/request-id.ts";
 import { denyOutcome, type ErrorCode, errorCodes } from "../../errors.ts";
-import { createEgressPolicy, type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
+import { type EgressPolicy, egressDenialOf } from "../../execute/egress.ts";
 import { parseContentType, RedactionDecodeError } from "../../execute/response-body.ts";
 import { type ScrubbedBody, scrubAndRedact } from "../../execute/scrub-redact.ts";
 import {
@@ -62,22 +62,19 @@ import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.
 export interface ForwardProxyOptions {
   readonly engine: SidecarEngine;
   readonly metrics?: SidecarMetrics;
-  /** Deadline for the decision (default 1000 ms); past it the answer is 503. */
-  readonly decisionTimeoutMs?: number;
-  /** Deadline for the upstream's response headers and its whole body (default 10000 ms). */
-  readonly upstreamTimeoutMs?: number;
-  /** Largest response body, decoded bytes, read whole before anything is sent (default 1 MiB). */
-  readonly maxResponseBytes?: number;
-  /** Largest request body read for validation (default 1 MiB); over it the answer is 413. */
-  readonly maxRequestBytes?: number;
+  /** Deadline for the decision (`--proxy-decision-timeout-ms`); past it the answer is 503. */
+  readonly decisionTimeoutMs: number;
+  /** Deadline for the upstream's response headers and its whole body (`--upstream-timeout-ms`). */
+  readonly upstreamTimeoutMs: number;
+  /** Largest response body, decoded bytes, read whole before anything is sent (`--max-response-bytes`). */
+  readonly maxResponseBytes: number;
+  /** Largest request body read for validation (`--max-request-bytes`); over it the answer is 413. */
+  readonly maxRequestBytes: number;
   /** Sockets per upstream origin (default 256). */
   readonly maxSockets?: number;
-  readonly logger?: { warn(obj: Record<string, unknown>, msg: string): void };
-  /**
-   * Checks every upstream connection on the address it reaches (docs/security.md, "Egress").
-   * Default: the strict policy, nothing internal allowed.
-   */
-  readonly egress?: EgressPolicy;
+  readonly logger: { warn(obj: Record<string, unknown>, msg: string): void };
+  /** Checks every upstream connection on the address it reaches (docs/security.md, "Egress"). */
+  readonly egress: EgressPolicy;
 }
 
 export interface ForwardProxy {
@@ -179,13 +176,14 @@ function hasBody(headers: IncomingHttpHeaders): boolean {
 export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   if (typeof options?.engine?.authorize !== "function") throw new SidecarConfigError("engine is required");
   const { engine, metrics, logger } = options;
-  const decisionTimeoutMs = positiveIntOption(options.decisionTimeoutMs, 1000, "decisionTimeoutMs");
-  const upstreamTimeoutMs = positiveIntOption(options.upstreamTimeoutMs, 10_000, "upstreamTimeoutMs");
-  const maxResponseBytes = positiveIntOption(options.maxResponseBytes, 1024 * 1024, "maxResponseBytes");
+  const decisionTimeoutMs = positiveIntOption(options.decisionTimeoutMs, undefined, "decisionTimeoutMs");
+  const upstreamTimeoutMs = positiveIntOption(options.upstreamTimeoutMs, undefined, "upstreamTimeoutMs");
+  const maxResponseBytes = positiveIntOption(options.maxResponseBytes, undefined, "maxResponseBytes");
   const maxSockets = positiveIntOption(options.maxSockets, 256, "maxSockets");
-  const maxRequestBytes = positiveIntOption(options.maxRequestBytes, 1024 * 1024, "maxRequestBytes");
+  const maxRequestBytes = positiveIntOption(options.maxRequestBytes, undefined, "maxRequestBytes");
   // Each new upstream connection is checked by the egress policy (a kept-alive one was checked when opened).
-  const egress = options.egress ?? createEgressPolicy();
+  const { egress } = options;
+  if (typeof egress?.httpClient !== "function") throw new SidecarConfigError("egress is required");
   const agentOptions = { keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" } as const;
   const upstreams = egress.httpClient(agentOptions);
   const sockets = new Set<Socket>();
@@ -471,7 +469,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     if (denial !== undefined) {
       // Refused on connect: nothing (credentials included) was sent.
       metrics?.proxyResponse("failed");
-      logger?.warn(
+      logger.warn(
         { requestId: exchange.decision.requestId, rule: denial.rule },
         "upstream refused by the egress policy",
       );
@@ -483,7 +481,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     metrics?.upstream("error", (performance.now() - exchange.sentAt) / 1000);
     metrics?.proxyResponse("failed");
     const code = (error as { code?: unknown }).code;
-    logger?.warn(
+    logger.warn(
       { requestId: exchange.decision.requestId, code: typeof code === "string" ? code : error.name },
       "upstream call failed",
     );
@@ -703,7 +701,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
         forward(req, res, decision);
       } catch (error) {
         // A fault after the allow fails this request closed (recorded as that deny), never the process.
-        logger?.warn({ requestId, err: errorSummary(error) }, "forwarding failed");
+        logger.warn({ requestId, err: errorSummary(error) }, "forwarding failed");
         sendDeny(res, denyForError(error, decision.requestId));
       }
     };

@@ -1,9 +1,8 @@
 import type { Registry } from "prom-client";
 import type { Capability } from "../../core/capability.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
-import { createEgressPolicy, type EgressPolicy } from "../../execute/egress.ts";
-import { createLogger, type Logger } from "../../observability/logger.ts";
-import { createMetricsRegistry } from "../../observability/metrics.ts";
+import type { EgressPolicy } from "../../execute/egress.ts";
+import type { Logger } from "../../observability/logger.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -70,14 +69,14 @@ export interface SidecarOptions {
     readonly proxy: ListenAddress;
     readonly metrics: ListenAddress;
   };
-  /** ext_authz decision deadline (default 200 ms). */
-  readonly decisionTimeoutMs?: number;
-  /** Forward proxy decision deadline (default 1000 ms). */
-  readonly proxyDecisionTimeoutMs?: number;
-  readonly upstreamTimeoutMs?: number;
-  readonly maxResponseBytes?: number;
-  /** Forward proxy: largest request body read for validation (default 1 MiB). */
-  readonly maxRequestBytes?: number;
+  /** ext_authz decision deadline (`--decision-timeout-ms`). */
+  readonly decisionTimeoutMs: number;
+  /** Forward proxy decision deadline (`--proxy-decision-timeout-ms`). */
+  readonly proxyDecisionTimeoutMs: number;
+  readonly upstreamTimeoutMs: number;
+  readonly maxResponseBytes: number;
+  /** Forward proxy: largest request body read for validation (`--max-request-bytes`). */
+  readonly maxRequestBytes: number;
   /** Parameter-scoping rollout, as the authority service's; default off (constrained operations are denied). */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
   /** With Redis: how long a confirmed policy head counts while Redis cannot be read (default 1000 ms). */
@@ -104,13 +103,14 @@ export interface SidecarOptions {
   readonly journalDir?: string;
   /** The most the journal takes on disk (default 32 MiB); past it, allows are 503 until records are delivered. */
   readonly journalMaxBytes?: number;
-  readonly logger?: Logger;
-  readonly registry?: Registry;
+  readonly logger: Logger;
+  /** The process's metrics registry (buildSidecar's samples the event loop every 100 ms). */
+  readonly registry: Registry;
   /**
    * Where the forward proxy may connect (docs/security.md, "Egress"); the sidecar's own ports
-   * are added to its platform endpoints once bound. Default: the strict policy.
+   * are added to its platform endpoints once bound.
    */
-  readonly egress?: EgressPolicy;
+  readonly egress: EgressPolicy;
 }
 
 export interface SidecarPorts {
@@ -143,13 +143,6 @@ export interface Sidecar {
 
 const UNRESOLVED_CATALOG_TTL_MS = 5000;
 
-/**
- * Resolution of the event-loop lag metric (`nodejs_eventloop_lag_seconds`): prom-client's
- * default, 10 ms, woke an idle sidecar a hundred times a second — about 4 ms of CPU per second
- * in every pod. A stall still shows in the metric when it delays one of the samples.
- */
-const EVENT_LOOP_SAMPLE_MS = 100;
-
 function outcomeOf(event: DecisionEvent): "allow" | "deny" | "error" {
   if (event.allowed) return "allow";
   return event.outcome === "deny" || event.outcome === "invalid_request" ? "deny" : "error";
@@ -157,10 +150,8 @@ function outcomeOf(event: DecisionEvent): "allow" | "deny" | "error" {
 
 export function createSidecar(options: SidecarOptions): Sidecar {
   if (typeof options !== "object" || options === null) throw new SidecarConfigError("options are required");
-  const logger = options.logger ?? createLogger("sidecar");
-  const metrics = createSidecarMetrics(
-    options.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS }),
-  );
+  const { logger, egress } = options;
+  const metrics = createSidecarMetrics(options.registry);
   const catalogTtlMs = options.catalogTtlMs ?? 30_000;
   if (!Number.isSafeInteger(catalogTtlMs) || catalogTtlMs < 1)
     throw new SidecarConfigError("catalogTtlMs must be a positive integer");
@@ -307,23 +298,20 @@ export function createSidecar(options: SidecarOptions): Sidecar {
 
   const checkServer: CheckServer = createCheckServer({
     check: createExtAuthzCheck(engine),
-    ...(options.decisionTimeoutMs === undefined ? {} : { deadlineMs: options.decisionTimeoutMs }),
+    deadlineMs: options.decisionTimeoutMs,
     logger,
     onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
     onRejected: (reason) => metrics.grpcRejected(reason),
   });
-  const egress = options.egress ?? createEgressPolicy();
   const proxy: ForwardProxy = createForwardProxy({
     engine,
     metrics,
     logger,
     egress,
-    ...(options.proxyDecisionTimeoutMs === undefined
-      ? {}
-      : { decisionTimeoutMs: options.proxyDecisionTimeoutMs }),
-    ...(options.upstreamTimeoutMs === undefined ? {} : { upstreamTimeoutMs: options.upstreamTimeoutMs }),
-    ...(options.maxResponseBytes === undefined ? {} : { maxResponseBytes: options.maxResponseBytes }),
-    ...(options.maxRequestBytes === undefined ? {} : { maxRequestBytes: options.maxRequestBytes }),
+    decisionTimeoutMs: options.proxyDecisionTimeoutMs,
+    upstreamTimeoutMs: options.upstreamTimeoutMs,
+    maxResponseBytes: options.maxResponseBytes,
+    maxRequestBytes: options.maxRequestBytes,
   });
 
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);

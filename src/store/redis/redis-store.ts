@@ -10,6 +10,8 @@
  *   <p>ctr:<counters>          hash of counter key → integer (HINCRBY)
  * Collection and log names cannot contain ':', so keys never collide.
  */
+
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import {
   checkAfterSeq,
   checkId,
@@ -21,6 +23,7 @@ import {
   compareCodePoints,
   decodeValue,
   encodeValue,
+  invalidArgument,
   returnedInteger,
   StoreError,
   StoreInvalidArgumentError,
@@ -120,10 +123,12 @@ export class RedisStore implements Store {
     if (typeof keyPrefix !== "string" || !KEY_PREFIX_PATTERN.test(keyPrefix)) {
       throw new StoreInvalidArgumentError(`keyPrefix must match ${KEY_PREFIX_PATTERN.source}.`);
     }
-    const healthTimeoutMs = options.healthTimeoutMs ?? 1000;
-    if (!Number.isSafeInteger(healthTimeoutMs) || healthTimeoutMs < 1) {
-      throw new StoreInvalidArgumentError("healthTimeoutMs must be a positive integer.");
-    }
+    const healthTimeoutMs = positiveIntegerOption(
+      options.healthTimeoutMs,
+      1000,
+      "healthTimeoutMs",
+      invalidArgument,
+    );
     this.keyPrefix = keyPrefix;
     this.#healthTimeoutMs = healthTimeoutMs;
     this.#connection = new RedisConnection(options.url, options);

@@ -4,6 +4,7 @@
  * that share the file; no transaction spans an await.
  */
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import {
   checkAfterSeq,
   checkId,
@@ -14,6 +15,7 @@ import {
   checkTtl,
   decodeValue,
   encodeValue,
+  invalidArgument,
   StoreClosedError,
   StoreError,
   StoreInvalidArgumentError,
@@ -181,10 +183,12 @@ function checkOptions(options: SqliteStoreOptions): Required<Omit<SqliteStoreOpt
   }
   const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
   const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const walAutocheckpointPages = options.walAutocheckpointPages ?? 200;
-  if (!Number.isSafeInteger(walAutocheckpointPages) || walAutocheckpointPages < 1) {
-    throw new StoreInvalidArgumentError("walAutocheckpointPages must be a positive integer.");
-  }
+  const walAutocheckpointPages = positiveIntegerOption(
+    options.walAutocheckpointPages,
+    200,
+    "walAutocheckpointPages",
+    invalidArgument,
+  );
   if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
     throw new StoreInvalidArgumentError("busyTimeoutMs must be a non-negative integer.");
   }

@@ -17,7 +17,6 @@ import { createSubject } from "../../../src/admin/subjects.ts";
 import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
-import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import { KEY_RINGS_COLLECTION } from "../../../src/policy/stored-key-rings.ts";
 import { type AuthorityService, buildAuthorityService } from "../../../src/servers/authority/build.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
@@ -27,6 +26,7 @@ import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts
 import { createSidecar, type Sidecar } from "../../../src/servers/sidecar/sidecar.ts";
 import { type RestartableCrypto, startRestartableCrypto } from "../../helpers/crypto-service.ts";
 import { createLogCapture } from "../../helpers/log-capture.ts";
+import { sidecarTestOptions } from "../../helpers/sidecar-config.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../sidecar/grpc/helpers.ts";
 import { ordersApi } from "../sidecar/world.ts";
@@ -166,6 +166,7 @@ describe("authority serve with --policy-protection crypto", () => {
       });
 
     sidecar = createSidecar({
+      ...sidecarTestOptions(),
       authority: createAuthorityClient({
         baseUrl: authorityUrl,
         token: staticTokenSource(await token("sidecar-1", ["sidecar", "sidecar_platform"])),
@@ -179,8 +180,6 @@ describe("authority serve with --policy-protection crypto", () => {
         metrics: { host: "127.0.0.1", port: 0 },
       },
       decisionTimeoutMs: 5000,
-      logger: createLogger("sidecar", "silent"),
-      registry: createMetricsRegistry({ collectDefaults: false }),
     });
     const ports = await sidecar.start();
     grpc = new Client(`127.0.0.1:${ports.grpc}`, grpcCredentials.createInsecure());

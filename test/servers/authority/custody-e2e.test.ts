@@ -10,7 +10,6 @@ import { resolveAuthorityConfig } from "../../../src/config/authority.ts";
 import { decodeSignedBlob, envelopeKeyId } from "../../../src/crypto/index.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
-import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import { readPolicyRecord } from "../../../src/policy/record-store.ts";
 import { KEY_RINGS_COLLECTION } from "../../../src/policy/stored-key-rings.ts";
 import { type AuthorityService, buildAuthorityService } from "../../../src/servers/authority/build.ts";
@@ -27,6 +26,7 @@ import { createExtAuthzClient, type ExtAuthzClient } from "../../helpers/ext-aut
 import { type HttpReply, httpRequest } from "../../helpers/http-client.ts";
 import { createLogCapture } from "../../helpers/log-capture.ts";
 import { type RestartableIdp, startRestartableIdp } from "../../helpers/restartable-idp.ts";
+import { sidecarTestOptions } from "../../helpers/sidecar-config.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { itemsOpenApi, startTestUpstream, type TestUpstream } from "../../helpers/upstream-api.ts";
 
@@ -311,6 +311,7 @@ describe("authority with its keys in the crypto service, through the managed API
     );
 
     sidecar = createSidecar({
+      ...sidecarTestOptions(),
       authority: createAuthorityClient({
         baseUrl: url,
         token: staticTokenSource(await token("sidecar-1", ["sidecar", "sidecar_platform"])),
@@ -324,8 +325,6 @@ describe("authority with its keys in the crypto service, through the managed API
         metrics: { host: "127.0.0.1", port: 0 },
       },
       decisionTimeoutMs: 10_000,
-      logger: createLogger("sidecar", "silent"),
-      registry: createMetricsRegistry({ collectDefaults: false }),
     });
     extAuthz = createExtAuthzClient((await sidecar.start()).grpc);
   });

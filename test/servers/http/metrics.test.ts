@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { pino } from "pino";
+import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import { installHttpMetrics } from "../../../src/servers/http/metrics.ts";
 import { createHttpServer } from "../../../src/servers/http/server.ts";
 
@@ -13,7 +14,7 @@ describe("HTTP metrics at /metrics", () => {
 
   before(async () => {
     app = createHttpServer({ name: "metrics-test", logger: pino({ level: "silent" }) });
-    installHttpMetrics(app, { namespace: "authority" });
+    installHttpMetrics(app, { namespace: "authority", registry: createMetricsRegistry() });
     app.get("/things/:id", async () => ({ ok: true }));
     await app.listen({ host: "127.0.0.1", port: 0 });
     base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;

@@ -19,7 +19,6 @@ import { createSubject } from "../../../src/admin/subjects.ts";
 import { endpointOfUrl } from "../../../src/execute/egress.ts";
 import { createJwtVerifier, type JwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
-import { createMetricsRegistry } from "../../../src/observability/metrics.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
@@ -42,6 +41,7 @@ import { testAuthorityConfig } from "../../helpers/authority-config.ts";
 import { egressAllowing } from "../../helpers/egress.ts";
 import { checkResponsesAgainstDocument } from "../../helpers/openapi-conformance.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
+import { sidecarTestOptions } from "../../helpers/sidecar-config.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
 
@@ -384,6 +384,7 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
 
     const startSidecar = async (overrides: Partial<SidecarOptions> = {}): Promise<SidecarHandle> => {
       const sidecar = createSidecar({
+        ...sidecarTestOptions(),
         authority: createAuthorityClient({ baseUrl: authorityUrl, token: staticTokenSource(tokens.sidecar) }),
         verifier: verifierOf(),
         // No key ring: signed policies verified with the public keys the authority hands out.
@@ -402,7 +403,6 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
         proxyDecisionTimeoutMs: 3000,
         upstreamTimeoutMs: 1000,
         logger: silent,
-        registry: createMetricsRegistry({ collectDefaults: false }),
         egress: egressAllowing([upstream.url, ...(options.allowUpstreams ?? [])], {
           platformEndpoints: [authorityUrl, issuer].map(endpointOfUrl).filter((e) => e !== undefined),
         }),

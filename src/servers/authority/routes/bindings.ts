@@ -49,7 +49,6 @@ import {
   getMapping,
   listMappings,
 } from "../../../bindings/mappings.ts";
-import { type BindingRecord, workloadScopes } from "../../../bindings/model.ts";
 import {
   type CreateWorkloadClientInput,
   createWorkloadClient,
@@ -57,6 +56,7 @@ import {
   revokeWorkloadClient,
 } from "../../../bindings/workload-clients.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
+import { type BindingRecord, workloadScopes } from "../../../store/binding-model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 

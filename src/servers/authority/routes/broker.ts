@@ -9,8 +9,8 @@ import {
 } from "../../../bindings/authenticate.ts";
 import { IDEMPOTENCY_HEADER, readIdempotencyKey } from "../../../bindings/idempotency.ts";
 import { type InvokeBody, runInvoke } from "../../../bindings/invoke.ts";
-import { BROKER_EXECUTE_SCOPE } from "../../../bindings/model.ts";
 import { AuthorityError } from "../../../errors.ts";
+import { BROKER_EXECUTE_SCOPE } from "../../../store/binding-model.ts";
 import type { AuthorityServices } from "../services.ts";
 import { invokeResponses, operationProperties } from "./invoke.ts";
 

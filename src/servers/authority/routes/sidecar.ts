@@ -13,10 +13,10 @@ import {
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
 import { loadCatalog } from "../../../admin/capabilities.ts";
-import { isValidId } from "../../../admin/ids.ts";
 import { loadPolicyRecord } from "../../../admin/policy-writer.ts";
 import type { DecisionInput } from "../../../audit/records.ts";
 import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shipped-decisions.ts";
+import { isValidId } from "../../../core/ids.ts";
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import type { PublicKeyRingJson } from "../../../crypto/index.ts";
 import { AuthorityError } from "../../../errors.ts";

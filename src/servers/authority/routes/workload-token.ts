@@ -1,9 +1,9 @@
 import type { FastifyPluginAsync } from "fastify";
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { getBinding } from "../../../bindings/bindings.ts";
-import { type WorkloadScope, workloadScopes } from "../../../bindings/model.ts";
 import { authenticateWorkloadClient } from "../../../bindings/workload-clients.ts";
 import { AuthorityError } from "../../../errors.ts";
+import { type WorkloadScope, workloadScopes } from "../../../store/binding-model.ts";
 import type { AuthorityServices } from "../services.ts";
 
 /**

@@ -9,7 +9,6 @@ import {
 import type { MethodDefinition } from "@grpc/proto-loader";
 import { parseListenAddress } from "../../../config/listen-address.ts";
 import { AuthorityError } from "../../../errors.ts";
-import { createLogger } from "../../../observability/logger.ts";
 import { errorSummary } from "../errors.ts";
 import { guardRequest } from "../request-guard.ts";
 import { type ParsedCheckRequest, parseCheckRequest } from "./check-input.ts";
@@ -59,9 +58,9 @@ export interface CheckServerTls {
 export interface CheckServerOptions {
   /** The decision function; the engine lives elsewhere. */
   readonly check: CheckFunction;
-  /** Time allowed to `check` per call, in ms (default 200). Shortened to the caller's own gRPC deadline. */
-  readonly deadlineMs?: number;
-  readonly logger?: CheckServerLogger;
+  /** Time allowed to `check` per call, in ms (`--decision-timeout-ms`). Shortened to the caller's own gRPC deadline. */
+  readonly deadlineMs: number;
+  readonly logger: CheckServerLogger;
   /** Called once per finished Check call (metrics). Errors thrown by it are logged and ignored. */
   readonly onDecision?: (event: DecisionEvent) => void;
   /** Called once per request refused before a decision (metrics); its warning is rate-limited. */
@@ -96,7 +95,6 @@ export interface CheckServer {
   readonly receiving: number;
 }
 
-export const DEFAULT_DEADLINE_MS = 200;
 export const DEFAULT_GRACE_MS = 5_000;
 /**
  * Answer this far ahead of the caller's own gRPC deadline (10% of what is left, 5–50 ms), so
@@ -145,7 +143,7 @@ function validateOptions(options: CheckServerOptions): ValidOptions {
   };
   if (typeof options !== "object" || options === null) fail("options must be an object");
   if (typeof options.check !== "function") fail("check must be a function");
-  const deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+  const { deadlineMs, logger } = options;
   if (!Number.isInteger(deadlineMs) || deadlineMs < 1 || deadlineMs > MAX_DEADLINE_MS) {
     fail(`deadlineMs must be an integer from 1 to ${MAX_DEADLINE_MS}`);
   }
@@ -157,8 +155,7 @@ function validateOptions(options: CheckServerOptions): ValidOptions {
   if (!Number.isInteger(warningIntervalMs) || warningIntervalMs < 0) {
     fail("warningIntervalMs must be an integer >= 0");
   }
-  const logger = options.logger ?? createLogger("ext-authz");
-  if (typeof logger.warn !== "function" || typeof logger.error !== "function") {
+  if (typeof logger?.warn !== "function" || typeof logger?.error !== "function") {
     fail("logger must have warn and error methods");
   }
   const initialServingStatus = options.initialServingStatus ?? "SERVING";

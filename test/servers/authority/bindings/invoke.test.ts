@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
 import { sha256Ref } from "../../../../src/bindings/derive.ts";
-import { bindingCollections } from "../../../../src/bindings/model.ts";
+import { bindingCollections } from "../../../../src/store/binding-model.ts";
 import type { SqliteStore } from "../../../../src/store/sqlite/sqlite-store.ts";
 import { BINDING, type BindingsHarness, startBindingsHarness, UPSTREAM_API_KEY } from "./harness.ts";
 

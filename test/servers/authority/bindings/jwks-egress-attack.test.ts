@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { type AddressInfo, createServer, type Server } from "node:net";
 import { after, before, describe, it } from "node:test";
-import { bindingCollections, bindingKeys } from "../../../../src/bindings/model.ts";
+import { bindingCollections, bindingKeys } from "../../../../src/store/binding-model.ts";
 import { BINDING, type BindingsHarness, PARTNER, startBindingsHarness } from "./harness.ts";
 
 describe("a binding's jwks_url cannot reach internal addresses", () => {

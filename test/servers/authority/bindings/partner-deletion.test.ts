@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { bindingCollections } from "../../../../src/bindings/model.ts";
+import { bindingCollections } from "../../../../src/store/binding-model.ts";
 import { BINDING, type BindingsHarness, PARTNER, startBindingsHarness } from "./harness.ts";
 
 const READ = { capability_id: "customers", method: "GET", path: "/customers/cus_00000001" };

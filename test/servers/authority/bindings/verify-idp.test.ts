@@ -6,8 +6,8 @@ import {
   PARTNER_PROFILE_V2,
 } from "../../../../src/bindings/envelope.ts";
 import { createKeyRingEnvelopeCrypto } from "../../../../src/bindings/envelope-crypto.ts";
-import { BROKER_EXECUTE_SCOPE } from "../../../../src/bindings/model.ts";
 import type { IssueTokenRequest } from "../../../../src/servers/idp/token-issuer.ts";
+import { BROKER_EXECUTE_SCOPE } from "../../../../src/store/binding-model.ts";
 import {
   BINDING,
   type BindingsHarness,

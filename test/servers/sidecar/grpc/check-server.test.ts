@@ -7,11 +7,13 @@ import { CheckServerError } from "../../../../src/servers/sidecar/grpc/errors.ts
 import type { CheckDecision, CheckInput, DecisionEvent } from "../../../../src/servers/sidecar/grpc/types.ts";
 import {
   checkMethod,
+  DECISION_TIMEOUT_MS,
   type Decoded,
   envoyCheckRequest,
   type Harness,
   silentLogger,
   startHarness,
+  testCheckServer,
   unary,
   unaryRaw,
 } from "./helpers.ts";
@@ -390,14 +392,19 @@ describe("ext_authz Check: deadlines and lifecycle", () => {
     assert.ok("error" in outcome, "expected a transport error after forced shutdown");
   });
 
-  test("options are validated at construction", () => {
+  test("options are validated at construction; the deadline and the logger are required", () => {
+    const valid = { check: async () => allowDecision, deadlineMs: DECISION_TIMEOUT_MS, logger: silentLogger };
+    const { deadlineMs: _deadline, ...withoutDeadline } = valid;
+    const { logger: _logger, ...withoutLogger } = valid;
     const bad: unknown[] = [
       {},
-      { check: 5 },
-      { check: async () => allowDecision, deadlineMs: 0 },
-      { check: async () => allowDecision, deadlineMs: 1.5 },
-      { check: async () => allowDecision, onDecision: "x" },
-      { check: async () => allowDecision, initialServingStatus: "MAYBE" },
+      { ...valid, check: 5 },
+      withoutDeadline,
+      withoutLogger,
+      { ...valid, deadlineMs: 0 },
+      { ...valid, deadlineMs: 1.5 },
+      { ...valid, onDecision: "x" },
+      { ...valid, initialServingStatus: "MAYBE" },
     ];
     for (const options of bad) {
       assert.throws(
@@ -408,7 +415,7 @@ describe("ext_authz Check: deadlines and lifecycle", () => {
   });
 
   test("listen twice is refused; listen after close is refused", async () => {
-    const server = createCheckServer({ check: async () => allowDecision, logger: silentLogger });
+    const server = testCheckServer({ check: async () => allowDecision });
     await server.listen("127.0.0.1:0");
     await assert.rejects(server.listen("127.0.0.1:0"), { code: "already_listening" });
     await server.close({ graceMs: 100 });
@@ -416,9 +423,9 @@ describe("ext_authz Check: deadlines and lifecycle", () => {
   });
 
   test("a port already taken is a bind_failed error", async () => {
-    const first = createCheckServer({ check: async () => allowDecision, logger: silentLogger });
+    const first = testCheckServer({ check: async () => allowDecision });
     const { port } = await first.listen("127.0.0.1:0");
-    const second = createCheckServer({ check: async () => allowDecision, logger: silentLogger });
+    const second = testCheckServer({ check: async () => allowDecision });
     // grpc-js logs the failed bind to stderr; the assertion below is what matters.
     setLogVerbosity(logVerbosity.NONE);
     try {

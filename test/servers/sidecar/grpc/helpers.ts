@@ -7,6 +7,7 @@ import {
   createCheckServer,
 } from "../../../../src/servers/sidecar/grpc/check-server.ts";
 import { protoDir } from "../../../../src/servers/sidecar/grpc/proto.ts";
+import { testSidecarConfig } from "../../../helpers/sidecar-config.ts";
 
 /**
  * A real grpc-js client built from proto/ by its own proto-loader load (not the server's
@@ -39,6 +40,17 @@ export type Decoded = Record<string, any>;
 
 export const silentLogger = createLogger("test", "silent");
 
+/** The sidecar's ext_authz deadline at its default (`--decision-timeout-ms`, from the settings schema). */
+export const DECISION_TIMEOUT_MS = testSidecarConfig().decisionTimeoutMs;
+
+/** The check server's options, the deadline and logger optional (the default deadline, a silent logger). */
+export type TestCheckServerOptions = Omit<CheckServerOptions, "deadlineMs" | "logger"> &
+  Partial<Pick<CheckServerOptions, "deadlineMs" | "logger">>;
+
+export function testCheckServer(options: TestCheckServerOptions): CheckServer {
+  return createCheckServer({ logger: silentLogger, deadlineMs: DECISION_TIMEOUT_MS, ...options });
+}
+
 export interface Harness {
   readonly server: CheckServer;
   readonly port: number;
@@ -46,8 +58,8 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function startHarness(options: CheckServerOptions): Promise<Harness> {
-  const server = createCheckServer({ logger: silentLogger, ...options });
+export async function startHarness(options: TestCheckServerOptions): Promise<Harness> {
+  const server = testCheckServer(options);
   const { port } = await server.listen("127.0.0.1:0");
   const client = new Client(`127.0.0.1:${port}`, credentials.createInsecure());
   return {

@@ -5,7 +5,7 @@ import { type ClientHttp2Session, connect as http2Connect } from "node:http2";
 import { after, before, test } from "node:test";
 import { Client, credentials } from "@grpc/grpc-js";
 import { DEFAULT_GRPC_LIMITS } from "../../../../src/servers/sidecar/grpc/limits.ts";
-import { checkMethod, envoyCheckRequest, unary } from "./helpers.ts";
+import { checkMethod, DECISION_TIMEOUT_MS, envoyCheckRequest, unary } from "./helpers.ts";
 
 /**
  * Issue #16: "a few connections from inside the pod push it past its 256 MiB memory limit".
@@ -26,6 +26,7 @@ const serverScript = `
   const { createLogger } = await import(${JSON.stringify(new URL("../../../../src/observability/logger.ts", import.meta.url).href)});
   const server = createCheckServer({
     logger: createLogger("attack-target", "silent"),
+    deadlineMs: ${DECISION_TIMEOUT_MS},
     check: () => ({ allow: true, headersToSet: {}, headersToRemove: [], dynamicMetadata: {} }),
   });
   const { port } = await server.listen("127.0.0.1:0");

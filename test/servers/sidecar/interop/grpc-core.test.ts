@@ -2,11 +2,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { createDevCertificate } from "../../../../src/servers/managed/dev-certificate.ts";
-import {
-  type CheckServer,
-  type CheckServerOptions,
-  createCheckServer,
-} from "../../../../src/servers/sidecar/grpc/check-server.ts";
+import type { CheckServer } from "../../../../src/servers/sidecar/grpc/check-server.ts";
 import { DEFAULT_GRPC_LIMITS } from "../../../../src/servers/sidecar/grpc/limits.ts";
 import type { CheckDecision, CheckFunction } from "../../../../src/servers/sidecar/grpc/types.ts";
 import { type GrpcCoreAnswer, type GrpcCoreRun, requireGrpcCore } from "../../../helpers/grpc-core-peer.ts";
@@ -16,7 +12,8 @@ import {
   envoyCheckRequest,
   healthCheckMethod,
   healthWatchMethod,
-  silentLogger,
+  type TestCheckServerOptions,
+  testCheckServer,
 } from "../grpc/helpers.ts";
 import {
   CAPABILITY,
@@ -162,8 +159,8 @@ describe("the ext_authz server's deadlines, sizes and TLS with a gRPC C-core cli
   const ports = { slow: 0, sized: 0, tls: 0 };
   let rootPem: string;
 
-  const start = async (options: CheckServerOptions): Promise<number> => {
-    const server = createCheckServer({ logger: silentLogger, ...options });
+  const start = async (options: TestCheckServerOptions): Promise<number> => {
+    const server = testCheckServer(options);
     servers.push(server);
     return (await server.listen("127.0.0.1:0")).port;
   };

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 
 /**
- * Identifier rules of the admin API. None of them admits "/", which separates the parts
+ * Identifier rules of the admin API (in core: identity, bindings and admin all check ids). None of them admits "/", which separates the parts
  * of store keys, or characters that need escaping in a URL path segment.
  */
 export const idPatterns = {
