@@ -23,6 +23,8 @@ export const collections = {
   policyArtifacts: "policy_artifacts",
   /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
   sidecarLeases: "sidecar_leases",
+  /** Per replica: the newest checkpointed head of its decision chains (src/audit/checkpoints.ts). */
+  auditChainHeads: "audit_chain_heads",
 } as const;
 
 export const logs = {
@@ -31,6 +33,8 @@ export const logs = {
   evidence: "evidence",
   /** Every stored policy change (subject, partner, head, document hash, revocation): what sidecars follow. */
   policyChanges: "policy_changes",
+  /** Signed checkpoints of the decision chains (src/audit/checkpoints.ts). */
+  auditCheckpoints: "audit_checkpoints",
 } as const;
 export const counters = { usage: "usage" } as const;
 
