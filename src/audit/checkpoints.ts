@@ -97,7 +97,10 @@ export async function recoverChainHeads(
   const saved = await store.get<StoredHeads>(collections.auditChainHeads, stream);
   const heads: Partial<Record<ChainedLog, ChainHead>> = {};
   for (const log of CHAINED_LOGS) {
-    const from = saved?.heads[log] ?? { ...EMPTY_HEAD, seq: saved === undefined ? await store.logLength(log) : 0 };
+    const from = saved?.heads[log] ?? {
+      ...EMPTY_HEAD,
+      seq: saved === undefined ? await store.logLength(log) : 0,
+    };
     heads[log] = await headAfter(store, log, stream, from);
   }
   const recovered = heads as Record<ChainedLog, ChainHead>;
@@ -111,7 +114,9 @@ export async function recoverChainHeads(
   return recovered;
 }
 
-function sealed(heads: Readonly<Partial<Record<ChainedLog, ChainHead>>>): Partial<Record<ChainedLog, SealedHead>> {
+function sealed(
+  heads: Readonly<Partial<Record<ChainedLog, ChainHead>>>,
+): Partial<Record<ChainedLog, SealedHead>> {
   const out: Partial<Record<ChainedLog, SealedHead>> = {};
   for (const log of CHAINED_LOGS) {
     const head = heads[log];
@@ -165,7 +170,13 @@ export function startCheckpoints(options: CheckpointerOptions): Checkpointer {
     const key = canonicalJson(sealed(heads));
     if (reason === "interval" && key === lastSealed) return;
     const time = now().toISOString();
-    const record = await signedCheckpoint(signer, { typ: CHECKPOINT_TYPE, stream, reason, time, heads: sealed(heads) });
+    const record = await signedCheckpoint(signer, {
+      typ: CHECKPOINT_TYPE,
+      stream,
+      reason,
+      time,
+      heads: sealed(heads),
+    });
     await store.writeAll([
       { op: "append", log: logs.auditCheckpoints, value: record },
       { op: "put", collection: collections.auditChainHeads, id: stream, value: { stream, time, heads } },
@@ -193,17 +204,26 @@ export function startCheckpoints(options: CheckpointerOptions): Checkpointer {
         const link = chainOf(entry.value);
         if (link === undefined) continue;
         const seen = lastOf.get(link.stream);
-        if (seen === undefined || link.n > seen.n) lastOf.set(link.stream, { n: link.n, hash: recordHash(entry.value) });
+        if (seen === undefined || link.n > seen.n)
+          lastOf.set(link.stream, { n: link.n, hash: recordHash(entry.value) });
       }
       const time = now().toISOString();
       const records = await Promise.all(
         [...lastOf].map(([trimmed, head]) =>
-          signedCheckpoint(signer, { typ: CHECKPOINT_TYPE, stream: trimmed, reason: "retention", time, heads: { [log]: head } }),
+          signedCheckpoint(signer, {
+            typ: CHECKPOINT_TYPE,
+            stream: trimmed,
+            reason: "retention",
+            time,
+            heads: { [log]: head },
+          }),
         ),
       );
       for (let at = 0; at < records.length; at += 100) {
         await store.writeAll(
-          records.slice(at, at + 100).map((value) => ({ op: "append" as const, log: logs.auditCheckpoints, value })),
+          records
+            .slice(at, at + 100)
+            .map((value) => ({ op: "append" as const, log: logs.auditCheckpoints, value })),
         );
       }
     },

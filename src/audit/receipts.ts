@@ -8,7 +8,11 @@ import { logs } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { ChainedLog } from "./chain.ts";
 
-const LOG_CODES: Readonly<Record<ChainedLog, string>> = { [logs.audit]: "a", [logs.mcpAudit]: "m", [logs.evidence]: "e" };
+const LOG_CODES: Readonly<Record<ChainedLog, string>> = {
+  [logs.audit]: "a",
+  [logs.mcpAudit]: "m",
+  [logs.evidence]: "e",
+};
 const LOG_OF_CODE = new Map(Object.entries(LOG_CODES).map(([log, code]) => [code, log as ChainedLog]));
 const RECEIPT = /^r1\.([ame])\.(\d{1,15})\.((?:dec|mcp|evd)_[A-Za-z0-9-]{1,64})$/;
 

@@ -15,7 +15,12 @@ import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { createChainLinker, isChainedLog } from "../../audit/chain.ts";
-import { type Checkpointer, type CheckpointSigner, recoverChainHeads, startCheckpoints } from "../../audit/checkpoints.ts";
+import {
+  type Checkpointer,
+  type CheckpointSigner,
+  recoverChainHeads,
+  startCheckpoints,
+} from "../../audit/checkpoints.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
@@ -37,8 +42,8 @@ import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
 import { createAuthorityApp } from "./app.ts";
-import type { AuthorityContext, BearerVerifier } from "./context.ts";
 import { keyRingCheckpointSigner } from "./checkpoint-signers.ts";
+import type { AuthorityContext, BearerVerifier } from "./context.ts";
 import { configuredKeyCustody } from "./key-custody.ts";
 import { type AuthorityServices, composeAuthorityServices } from "./services.ts";
 
@@ -151,7 +156,8 @@ function startConfiguredRetention(
     settings: config.retention,
     intervalMs: config.retention.intervalMs,
     // Each chain's new start is sealed before its older records go (docs/decisions/2681).
-    beforeTrim: (log, entries) => (isChainedLog(log) ? checkpoints.sealTrimmed(log, entries) : Promise.resolve()),
+    beforeTrim: (log, entries) =>
+      isChainedLog(log) ? checkpoints.sealTrimmed(log, entries) : Promise.resolve(),
     onRemoved: (record, count) => removed.inc({ record }, count),
     onError: (err) => logger.warn({ err }, "retention pass failed; the next pass retries"),
   });

@@ -17,9 +17,9 @@
  * process loads no KEK and holds no key ring.
  */
 import { readFile } from "node:fs/promises";
-import type { CheckpointSigner } from "../../audit/checkpoints.ts";
 import type { SecretBox } from "../../admin/secret-box.ts";
 import { SecretSealError } from "../../admin/secret-seal.ts";
+import type { CheckpointSigner } from "../../audit/checkpoints.ts";
 import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
 import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
 import { createCryptoClient, isDataFault } from "../../clients/crypto-service/client.ts";
