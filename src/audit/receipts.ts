@@ -8,6 +8,9 @@ import { logs } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { ChainedLog } from "./chain.ts";
 
+/** The response header carrying a decision's receipt. */
+export const RECEIPT_HEADER = "x-authority-receipt";
+
 const LOG_CODES: Readonly<Record<ChainedLog, string>> = {
   [logs.audit]: "a",
   [logs.mcpAudit]: "m",

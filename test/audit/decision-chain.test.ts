@@ -58,7 +58,7 @@ async function replica(store: Store, stream: string) {
         path: `/items/${i}`,
         permission_id: null,
         decision: i % 4 === 0 ? "denied" : "allowed",
-        reason: i % 4 === 0 ? "permission_denied" : null,
+        reason: i % 4 === 0 ? "missing_policy" : null,
         transport: "http",
         requestId: `req-${i}`,
         time: new Date(NOW.getTime() - 60_000 + i),
@@ -130,10 +130,8 @@ describe("tamper-evident decision records", () => {
   it("names the record whose bytes were changed", async () => {
     const line = recordLine(lines, logs.audit, 5);
     const tampered = [...lines];
-    tampered[line - 1] = (tampered[line - 1] as string).replace('"permission_denied"', '"permission_dented"').replace(
-      '"allowed"',
-      '"allowex"',
-    );
+    // One byte of the stored reason changed.
+    tampered[line - 1] = (tampered[line - 1] as string).replace('"missing_policy"', '"missing_polict"');
     assert.notEqual(tampered[line - 1], lines[line - 1]);
     const result = await verify(tampered);
     assert.equal(result.failure?.kind, "modified");
