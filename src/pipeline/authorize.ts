@@ -21,8 +21,8 @@ import {
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
-import { logs } from "../store/model.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
+import { logs } from "../store/model.ts";
 import { decideStage, subjectStandsFor } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 

@@ -4,8 +4,8 @@ import { after, before, describe, it } from "node:test";
 import { createChainLinker } from "../../src/audit/chain.ts";
 import { exportChains } from "../../src/audit/chain-export.ts";
 import { recoverChainHeads, startCheckpoints } from "../../src/audit/checkpoints.ts";
-import { type AuditRecorder, createAuditRecorder } from "../../src/audit/recorder.ts";
 import { findReceipt, parseReceipt, receiptOf } from "../../src/audit/receipts.ts";
+import { type AuditRecorder, createAuditRecorder } from "../../src/audit/recorder.ts";
 import { startRetention } from "../../src/audit/retention.ts";
 import { verifyChainExport } from "../../src/audit/verify-chain.ts";
 import { KeyRing, PublicKeyRing } from "../../src/crypto/index.ts";
@@ -206,7 +206,8 @@ describe("tamper-evident decision records", () => {
       const ref = parseReceipt(receipt);
       assert.ok(ref);
       const found = await findReceipt(reader, ref, "p1");
-      assert.equal((found?.value as { id: string }).id, record.id);
+      assert.ok(found);
+      assert.equal((found.value as { id: string }).id, record.id);
       assert.equal(await findReceipt(reader, ref, "p2"), undefined);
       assert.equal(parseReceipt(`${receipt}x!`), undefined);
     } finally {

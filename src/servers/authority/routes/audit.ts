@@ -205,7 +205,12 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
         const partner = readablePartner(principal, undefined);
         const ref = parseReceipt(request.params.receipt);
         const found = ref === undefined ? undefined : await findReceipt(store, ref, partner);
-        if (ref === undefined || found === undefined || typeof found.value !== "object" || found.value === null) {
+        if (
+          ref === undefined ||
+          found === undefined ||
+          typeof found.value !== "object" ||
+          found.value === null
+        ) {
           throw new AuthorityError("not_found", "No record has this receipt.");
         }
         return { log: ref.log, seq: found.seq, ...(found.value as Row) };

@@ -1,5 +1,5 @@
-import { RECEIPT_HEADER } from "../../../audit/receipts.ts";
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { RECEIPT_HEADER } from "../../../audit/receipts.ts";
 import { AuthorityError, denyOutcome } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../pipeline/authorize.ts";
