@@ -97,6 +97,15 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async ({ quick }) => (await import("./path-values.ts")).benchPathValues(quick ? 2_000 : undefined),
   },
   {
+    name: "decision-chain",
+    title:
+      "Tamper-evident decision records: CPU to link one record into its hash chain (decision, MCP row with 4 KB representations, evidence), and one checkpoint signature",
+    targets: "≤ 10 µs CPU per decision for the chain (issue 34)",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./decision-chain.ts")).benchDecisionChain(quick ? 2_000 : undefined),
+  },
+  {
     name: "policy-scale",
     title:
       "Flat with the number of agents: the sidecar's policy path (verified-policy cache, Redis, signature check, decide()) over 10 / 1,000 / 10,000 subjects with 5-operation policies and 10 / 1,000 with 500-operation ones",

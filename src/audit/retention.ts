@@ -12,7 +12,8 @@
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
-import type { Store } from "../store/store.ts";
+import { checkLogTrim, logIndexValues, trimCount } from "../store/log-query.ts";
+import type { LogTrim, Store } from "../store/store.ts";
 import { periodOf, USAGE_COUNTERS, type UsageGranularity } from "./usage.ts";
 
 export interface LogRetention {
@@ -41,6 +42,12 @@ export interface RetentionOptions {
   readonly now?: () => Date;
   /** Told how many records a batch removed (`what`: a log name, or `usage_hour` / `usage_day`). */
   readonly onRemoved?: (what: string, count: number) => void;
+  /**
+   * Given the entries of a log a batch is about to remove, before it removes them (the decision
+   * chains seal each stream's new start: checkpoints.ts sealTrimmed). The batch removes only
+   * those entries.
+   */
+  readonly beforeTrim?: (log: string, entries: readonly { readonly value: unknown }[]) => Promise<void>;
   /** Told about a failed pass (the next pass tries again). */
   readonly onError?: (error: unknown) => void;
 }
@@ -69,6 +76,24 @@ export function startRetention(options: RetentionOptions): RetentionWorker {
   const maxBatches = positiveIntegerOption(options.maxBatchesPerPass, 200, "maxBatchesPerPass");
   const now = options.now ?? (() => new Date());
 
+  /** One batch of a log: the entries the rule selects are handed to `beforeTrim`, then removed. */
+  async function trimBatch(log: string, trim: LogTrim): Promise<number> {
+    const beforeTrim = options.beforeTrim;
+    if (beforeTrim === undefined) return store.trimLog(log, trim);
+    const oldest = await store.readLog(log, { limit: Math.min(batchSize, 1000) });
+    const first = oldest[0];
+    if (first === undefined) return 0;
+    const total = (await store.logLength(log)) - first.seq + 1;
+    const count = trimCount(
+      oldest.map((entry) => logIndexValues(entry.value).time),
+      total,
+      checkLogTrim(trim),
+    );
+    if (count === 0) return 0;
+    await beforeTrim(log, oldest.slice(0, count));
+    return store.trimLog(log, { ...trim, max: count });
+  }
+
   /** Calls `batch` until it removes less than a full batch or the pass's cap is reached. */
   async function drain(what: string, batch: () => Promise<number>): Promise<number> {
     let total = 0;
@@ -88,7 +113,7 @@ export function startRetention(options: RetentionOptions): RetentionWorker {
     for (const [log, rule] of Object.entries(settings.logs)) {
       if (rule.maxAgeMs === undefined && rule.maxCount === undefined) continue;
       removed[log] = await drain(log, () =>
-        store.trimLog(log, {
+        trimBatch(log, {
           ...(rule.maxAgeMs === undefined ? {} : { olderThan: at - rule.maxAgeMs }),
           ...(rule.maxCount === undefined ? {} : { keepLast: rule.maxCount }),
           max: batchSize,

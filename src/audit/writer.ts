@@ -54,8 +54,18 @@ export interface AuditWriterOptions {
   readonly counterFlushMs?: number;
   /** First retry delay after a failure, doubled up to maxDelayMs (defaults 50 / 5000 ms). */
   readonly retry?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
+  /**
+   * Links log records into their hash chain (chain.ts) as they are accepted — in the order
+   * they are stored — and is told each record's seq once stored.
+   */
+  readonly chain?: AuditChainHooks;
   /** Told about outages and recoveries (for logs and metrics); never given record contents. */
   readonly onStateChange?: (event: { state: "failing" | "ok"; pending: number; error?: unknown }) => void;
+}
+
+export interface AuditChainHooks {
+  link(log: string, value: unknown): unknown;
+  stored(log: string, value: unknown, seq: number): void;
 }
 
 export type AuditWriterState = "ok" | "failing" | "closed";
@@ -194,11 +204,13 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
           firstError ??= result.reason;
           return;
         }
-        for (const item of items) {
+        items.forEach((item, at) => {
           written++;
+          const seq = result.value[at];
+          if (seq !== undefined) options.chain?.stored(item.name, item.value, seq);
           item.settle?.();
           item.settle = undefined;
-        }
+        });
       });
       if (failed.size > 0) {
         // Back at the front, in their original order.
@@ -340,7 +352,9 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
       kick();
       return Promise.resolve();
     }
-    const item: QueuedLog = { name: log.name, value: log.value, settle: undefined };
+    // Linked only once accepted: a refused write leaves no hole in the chain.
+    const value = options.chain === undefined ? log.value : options.chain.link(log.name, log.value);
+    const item: QueuedLog = { name: log.name, value, settle: undefined };
     // In an outage the caller does not wait: the record is safe in the queue.
     const done =
       state === "failing"

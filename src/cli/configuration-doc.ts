@@ -3,6 +3,7 @@
  * each) — so the page cannot disagree with the CLI. `node scripts/gen-configuration-doc.ts`
  * (`make docs`) writes it; test/docs/configuration.test.ts fails when the committed page differs.
  */
+import { auditExportSchema } from "../config/audit-export.ts";
 import { authoritySchema } from "../config/authority.ts";
 import { cryptoSchema } from "../config/crypto.ts";
 import { demoSchema, devSchema } from "../config/dev.ts";
@@ -26,6 +27,7 @@ export const processSchemas: readonly ProcessSchema<Settings, unknown>[] = [
   injectSchema,
   tokenSchema,
   storeMigrateSchema,
+  auditExportSchema,
   devSchema,
   demoSchema,
 ] as unknown as readonly ProcessSchema<Settings, unknown>[];

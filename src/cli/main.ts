@@ -20,6 +20,7 @@ const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   demo: () => import("./commands/demo.ts"),
   token: () => import("./commands/token.ts"),
   store: () => import("./commands/store.ts"),
+  audit: () => import("./commands/audit.ts"),
 };
 
 /**

@@ -4,6 +4,7 @@
  * configuration the service's builder takes, validated once at start.
  */
 
+import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { LogRetention, RetentionSettings } from "../audit/retention.ts";
 import type { EgressAllowEntry } from "../core/egress-address.ts";
@@ -108,6 +109,8 @@ export interface AuthorityConfig {
   /** What the background retention removes (audit/retention.ts), and how often it runs. */
   readonly retention: RetentionSettings & { readonly intervalMs: number };
   readonly shutdownTimeoutMs: number;
+  /** The decision chains (audit/chain.ts): this replica's stream and the checkpoint interval. */
+  readonly auditChain: { readonly replicaId: string; readonly checkpointIntervalMs: number };
   /** On SIGTERM: not ready but serving for this long, before the drain. */
   readonly shutdownWaitMs: number;
   readonly parameterScoping: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
@@ -315,6 +318,21 @@ export const authoritySettings = {
       "seconds on SIGTERM during which /readyz is 503 but requests are still served, before the drain (endpoints are withdrawn meanwhile)",
     default: 5,
     parse: duration("s", 0, 600),
+  }),
+  replicaId: setting({
+    key: "replica-id",
+    env: "AUTHORITY_REPLICA_ID",
+    description:
+      "this replica's decision-chain stream (unique per replica, stable across its restarts; 1-128 characters)",
+    defaultText: "the host name (a pod's name)",
+    parse: text(),
+  }),
+  auditCheckpointInterval: setting({
+    key: "audit-checkpoint-interval",
+    env: "AUTHORITY_AUDIT_CHECKPOINT_INTERVAL",
+    description: "seconds between two signed checkpoints of the decision chains (also one on shutdown)",
+    default: 60,
+    parse: duration("s", 1, 86_400),
   }),
   shutdownTimeout: setting({
     key: "shutdown-timeout",
@@ -544,6 +562,10 @@ export const authoritySchema = defineProcess({
         intervalMs: read.value("retentionInterval") * 1000,
       },
       shutdownTimeoutMs: read.value("shutdownTimeout") * 1000,
+      auditChain: {
+        replicaId: read.optional("replicaId") ?? hostname(),
+        checkpointIntervalMs: read.value("auditCheckpointInterval") * 1000,
+      },
       shutdownWaitMs: read.value("shutdownWait") * 1000,
       parameterScoping: {
         enabled: read.value("parameterScoping"),

@@ -5,7 +5,8 @@
  * down — is recorded exactly once, and an outcome that cannot be recorded is never an allow.
  * docs/authorize.md has the table; docs/decisions/1301-one-enforcement-pipeline.md the stages.
  */
-import type { Transport } from "../audit/records.ts";
+import { receiptOf } from "../audit/receipts.ts";
+import { newRecordId, type Transport } from "../audit/records.ts";
 import {
   buildPermissionId,
   type Capability,
@@ -21,6 +22,7 @@ import { identityOf, type SubjectAuthentication } from "../core/subject-identity
 import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
+import { logs } from "../store/model.ts";
 import { decideStage, subjectStandsFor } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 
@@ -107,6 +109,8 @@ export interface InvocationResult {
   readonly policy?: PolicyRecordFacts;
   /** Present on an allow when the request asked `settleAllowLater`: nothing is recorded until it is called. */
   readonly settle?: SettleInvocation;
+  /** Finds the decision's record (`x-authority-receipt`; audit/receipts.ts); absent when it was not recorded. */
+  readonly receipt?: string;
 }
 
 interface Evaluation {
@@ -280,19 +284,22 @@ export async function authorizeInvocation(
     requestId: request.requestId,
     time: request.now,
   });
+  // The record's id is chosen now, so an allow settled later has its receipt already.
+  const id = newRecordId("dec");
+  const receipt = receiptOf(logs.audit, { id, time: request.now.toISOString() });
   if (request.settleAllowLater === true && result.outcome.status === "allowed") {
     let settled: Promise<void> | undefined;
     const settle: SettleInvocation = (refusal) => {
-      settled ??= runtime.recorder.record(recordOf(refusal ?? null)).then(() => undefined);
+      settled ??= runtime.recorder.record(recordOf(refusal ?? null), id).then(() => undefined);
       return settled;
     };
-    return { ...result, settle };
+    return { ...result, settle, receipt };
   }
   try {
-    await runtime.recorder.record(recordOf(null));
+    await runtime.recorder.record(recordOf(null), id);
   } catch {
     // The audit could not keep the record: an outage of the audit, whatever the cause.
     return failedResult(undefined, result.partnerId);
   }
-  return result;
+  return { ...result, receipt };
 }

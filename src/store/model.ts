@@ -27,6 +27,8 @@ export const collections = {
   userTokenSets: "oauth_user_token_sets",
   /** Started user grants awaiting their callback, by state hash (src/admin/user-grants.ts). */
   userAuthorizations: "oauth_user_authorizations",
+  /** Per replica: the newest checkpointed head of its decision chains (src/audit/checkpoints.ts). */
+  auditChainHeads: "audit_chain_heads",
 } as const;
 
 export const logs = {
@@ -35,6 +37,8 @@ export const logs = {
   evidence: "evidence",
   /** Every stored policy change (subject, partner, head, document hash, revocation): what sidecars follow. */
   policyChanges: "policy_changes",
+  /** Signed checkpoints of the decision chains (src/audit/checkpoints.ts). */
+  auditCheckpoints: "audit_checkpoints",
 } as const;
 export const counters = { usage: "usage" } as const;
 

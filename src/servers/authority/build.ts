@@ -14,6 +14,13 @@ import type { Registry } from "prom-client";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
+import { createChainLinker, isChainedLog } from "../../audit/chain.ts";
+import {
+  type Checkpointer,
+  type CheckpointSigner,
+  recoverChainHeads,
+  startCheckpoints,
+} from "../../audit/checkpoints.ts";
 import { configuredExporter } from "../../audit/export/configured.ts";
 import { exportingRecorder } from "../../audit/export/recorder-tap.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
@@ -37,6 +44,7 @@ import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
 import { createAuthorityApp } from "./app.ts";
+import { keyRingCheckpointSigner } from "./checkpoint-signers.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
 import { configuredKeyCustody } from "./key-custody.ts";
 import { type AuthorityServices, composeAuthorityServices } from "./services.ts";
@@ -99,6 +107,8 @@ export interface AuthorityServiceOverrides {
   readonly bindings?: BindingRuntimeOptions;
   /** A ready MCP executor (tests, benchmarks). */
   readonly mcpExecutor?: Executor;
+  /** Signs the decision chains' checkpoints (default: the key custody's, or the key rings'). */
+  readonly checkpointSigner?: CheckpointSigner;
 }
 
 /**
@@ -139,6 +149,7 @@ function startConfiguredRetention(
   store: Store,
   metrics: Registry,
   logger: Logger,
+  checkpoints: Checkpointer,
 ): RetentionWorker | undefined {
   if (retentionIsEmpty(config.retention)) return undefined;
   const removed = counter(
@@ -151,6 +162,9 @@ function startConfiguredRetention(
     store,
     settings: config.retention,
     intervalMs: config.retention.intervalMs,
+    // Each chain's new start is sealed before its older records go (docs/decisions/2681).
+    beforeTrim: (log, entries) =>
+      isChainedLog(log) ? checkpoints.sealTrimmed(log, entries) : Promise.resolve(),
     onRemoved: (record, count) => removed.inc({ record }, count),
     onError: (err) => logger.warn({ err }, "retention pass failed; the next pass retries"),
   });
@@ -246,7 +260,14 @@ export async function buildAuthorityService(
     const custody =
       overrides.protector === undefined
         ? await configuredKeyCustody(config, keyRings, logger)
-        : { protector: overrides.protector, envelopes: undefined, secrets: undefined };
+        : {
+            protector: overrides.protector,
+            envelopes: undefined,
+            secrets: undefined,
+            checkpoints: keyRingCheckpointSigner(async () =>
+              (await keyRings()).keyRing(`service:${config.serviceIdentity}`),
+            ),
+          };
     // Auth-profile secrets and the workload-token key: the crypto service's secret box, or
     // the key rings (loading the KEK now if nothing above did).
     const secretKeys: SecretKeys = overrides.keyRings ?? custody.secrets ?? (await keyRings());
@@ -341,8 +362,14 @@ export async function buildAuthorityService(
       serviceName: "authority",
       logger,
     });
+    // This replica's decision chains continue from their heads in the store.
+    const chain = createChainLinker({
+      stream: config.auditChain.replicaId,
+      heads: await recoverChainHeads(store, config.auditChain.replicaId, context.now()),
+    });
     const audit = createAuditRecorder({
       store,
+      chain,
       maxPending: config.auditBuffer,
       onStateChange: (event) => {
         if (event.state === "failing") {
@@ -370,7 +397,15 @@ export async function buildAuthorityService(
 
     const app = await createAuthorityApp(services, metrics);
     // Started last: nothing below can fail and leave its timer behind.
-    const retention = startConfiguredRetention(config, store, metrics, logger);
+    const checkpoints = startCheckpoints({
+      store,
+      linker: chain,
+      signer: overrides.checkpointSigner ?? custody.checkpoints,
+      intervalMs: config.auditChain.checkpointIntervalMs,
+      now: context.now,
+      onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
+    });
+    const retention = startConfiguredRetention(config, store, metrics, logger, checkpoints);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
@@ -423,6 +458,11 @@ export async function buildAuthorityService(
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
+          // The last stored record of each chain is sealed before the store closes.
+          checkpoints.stop();
+          await checkpoints
+            .checkpoint("shutdown")
+            .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
           await publisher?.close();
           if (overrides.egress === undefined) await egress.close();
           if (ownsStore) await store.close();

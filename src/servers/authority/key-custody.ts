@@ -19,6 +19,7 @@
 import { readFile } from "node:fs/promises";
 import type { SecretBox } from "../../admin/secret-box.ts";
 import { SecretSealError } from "../../admin/secret-seal.ts";
+import type { CheckpointSigner } from "../../audit/checkpoints.ts";
 import type { EnvelopeCrypto } from "../../bindings/envelope-crypto.ts";
 import { createServiceEnvelopeCrypto } from "../../bindings/envelope-service-crypto.ts";
 import { createCryptoClient, isDataFault } from "../../clients/crypto-service/client.ts";
@@ -41,6 +42,7 @@ import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/loc
 import type { PolicyProtectionContext, PolicyProtector } from "../../policy/protector.ts";
 import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createUpstreamPolicyProtector } from "../../policy/upstream-protector.ts";
+import { keyRingCheckpointSigner, serviceCheckpointSigner } from "./checkpoint-signers.ts";
 
 export interface KeyCustody {
   readonly protector: PolicyProtector;
@@ -48,6 +50,8 @@ export interface KeyCustody {
   readonly envelopes: EnvelopeCrypto | undefined;
   /** Seals secrets at rest; undefined in the embedded mode (the process's key rings do). */
   readonly secrets: SecretBox | undefined;
+  /** Signs the decision chains' checkpoints as the service identity, where its key lives. */
+  readonly checkpoints: CheckpointSigner;
 }
 
 /** What secrets at rest are signed for: no policy or envelope passes as one, nor the reverse. */
@@ -122,6 +126,9 @@ export async function configuredKeyCustody(
       }),
       envelopes: undefined,
       secrets: undefined,
+      checkpoints: keyRingCheckpointSigner(async () =>
+        (await keyRings()).keyRing(`service:${config.serviceIdentity}`),
+      ),
     };
   }
   const credentials = await loadServiceCryptoCredentials(protection.credentialsFile);
@@ -195,5 +202,6 @@ export async function configuredKeyCustody(
     },
     envelopes: createServiceEnvelopeCrypto({ service }),
     secrets: createServiceSecretBox(service),
+    checkpoints: serviceCheckpointSigner(service),
   };
 }

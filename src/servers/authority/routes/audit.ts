@@ -6,6 +6,7 @@ import {
   MAX_CURSOR_LENGTH,
   queryDigest,
 } from "../../../admin/log-cursor.ts";
+import { findReceipt, parseReceipt } from "../../../audit/receipts.ts";
 import {
   BILLING_SYNC_COLLECTION,
   encodeUsageComponent,
@@ -184,6 +185,37 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
         permission: { schema: text(2048), field: "permission_id" },
       },
     });
+
+    // A decision's record by the receipt its response carried (x-authority-receipt), in the
+    // caller's partner scope; a malformed receipt and one outside the scope are both not found.
+    app.get<{ Params: { receipt: string } }>(
+      "/admin/audit/receipts/:receipt",
+      {
+        schema: {
+          params: {
+            type: "object",
+            required: ["receipt"],
+            properties: { receipt: text(256) },
+          },
+          response: { 200: record([]) },
+        },
+      },
+      async (request) => {
+        const principal = await requirePrincipal(request, context);
+        const partner = readablePartner(principal, undefined);
+        const ref = parseReceipt(request.params.receipt);
+        const found = ref === undefined ? undefined : await findReceipt(store, ref, partner);
+        if (
+          ref === undefined ||
+          found === undefined ||
+          typeof found.value !== "object" ||
+          found.value === null
+        ) {
+          throw new AuthorityError("not_found", "No record has this receipt.");
+        }
+        return { log: ref.log, seq: found.seq, ...(found.value as Row) };
+      },
+    );
 
     app.get<{ Querystring: UsageQuery }>(
       "/admin/usage",

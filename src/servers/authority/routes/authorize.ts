@@ -1,4 +1,5 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import { RECEIPT_HEADER } from "../../../audit/receipts.ts";
 import { AuthorityError, denyOutcome } from "../../../errors.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { authorizeInvocation, type InvocationResult } from "../../../pipeline/authorize.ts";
@@ -107,6 +108,7 @@ export function authorizeRoutes(context: AuthorityServices): FastifyPluginAsync 
           tokenRejected: auth.kind === "rejected",
         });
         if (result.httpStatus === 503) reply.header("retry-after", "1");
+        if (result.receipt !== undefined) reply.header(RECEIPT_HEADER, result.receipt);
         if (result.outcome.status === "denied" && result.outcome.reason === "invalid_token") {
           reply.header("www-authenticate", 'Bearer realm="authority", error="invalid_token"');
         }

@@ -293,4 +293,26 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
     const other = await h.get("/admin/mcp-audit", otherPartnerAdmin);
     assert.equal((other.body.items as unknown[]).length, 0);
   });
+
+  test("a decision's receipt finds its record, for its partner and the platform only", async () => {
+    const t7 = await h.token("agent-7");
+    const response = await fetch(`${h.url}/v1/authorize-invocation`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${t7}`, "content-type": "application/json" },
+      body: JSON.stringify({ capability_id: CAPABILITY, method: "GET", path: "/users/5" }),
+    });
+    assert.equal(response.status, 200);
+    const receipt = response.headers.get("x-authority-receipt");
+    assert.match(receipt ?? "", /^r1\.a\.\d+\.dec_/);
+    assert.equal(await h.service.recorder.flush(5000), true);
+    const path = `/admin/audit/receipts/${encodeURIComponent(receipt ?? "")}`;
+    const mine = await h.get(path, partnerAdmin);
+    assert.equal(mine.status, 200);
+    assert.equal(mine.body.path, "/users/5");
+    assert.equal((mine.body.chain as { stream: string }).stream.length > 0, true);
+    assert.equal((await h.get(path, admin)).status, 200);
+    assert.equal((await h.get(path, otherPartnerAdmin)).status, 404);
+    assert.equal((await h.get("/admin/audit/receipts/r1.a.1.dec_nothing", admin)).status, 404);
+    assert.equal((await h.get("/admin/audit/receipts/not-a-receipt", admin)).status, 404);
+  });
 });

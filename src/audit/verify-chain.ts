@@ -1,0 +1,290 @@
+/**
+ * Offline verification of an export of the decision chains (`authority audit verify`), with the
+ * service identity's public keys only. An export (export-chain.ts) is JSON lines: a header, the
+ * signed checkpoints, then the records of each chained log in store order. The verifier:
+ *
+ * 1. checks every checkpoint's ML-DSA-65 signature, signer and purpose, and that its readable
+ *    fields are the signed ones — any other is a forged checkpoint;
+ * 2. follows each stream (log, replica) in file order: record n must carry the hash of record
+ *    n-1; a stream starts at n = 1 from the genesis hash, or right after a head a checkpoint
+ *    seals (retention's new start);
+ * 3. compares each checkpoint's head with the record it names: a checkpoint beyond the last
+ *    record is a truncated tail.
+ *
+ * It names the first (by line) record that was modified, removed, inserted or reordered.
+ * An exact twin of an earlier record (a retried write) is counted, not refused. Records after a
+ * stream's newest checkpoint are "unsealed": their order is checked, but removing them from the
+ * end cannot be told from their never having been written.
+ */
+import { canonicalJson } from "../core/canonical-json.ts";
+import { isCryptoError, type PublicKeyRing, verifySignedBlob } from "../crypto/index.ts";
+import { chainOf, GENESIS_HASH, isChainedLog, recordHash } from "./chain.ts";
+import { CHECKPOINT_PURPOSE, CHECKPOINT_TYPE, type CheckpointPayload } from "./checkpoints.ts";
+
+export const EXPORT_TYPE = "authority.audit-export.v1";
+
+export type TamperKind =
+  | "modified"
+  | "removed"
+  | "inserted"
+  | "reordered"
+  | "truncated"
+  | "forged_checkpoint";
+
+export interface ChainFailure {
+  readonly kind: TamperKind;
+  /** 1-based line of the export the failure names. */
+  readonly line: number;
+  readonly log?: string;
+  readonly stream?: string;
+  readonly n?: number;
+  readonly message: string;
+}
+
+export interface ChainVerification {
+  readonly ok: boolean;
+  readonly records: number;
+  readonly checkpoints: number;
+  readonly streams: number;
+  /** Twins of records already seen (retried writes). */
+  readonly duplicates: number;
+  /** Records no chain covers (written before chains, or policy and binding changes). */
+  readonly unchained: number;
+  /** Records after their stream's newest checkpoint. */
+  readonly unsealed: number;
+  /** The first failure by line. */
+  readonly failure?: ChainFailure;
+}
+
+interface Line {
+  readonly line: number;
+  readonly value: Record<string, unknown>;
+}
+
+interface ChainedRecord {
+  readonly line: number;
+  readonly n: number;
+  readonly prev: string;
+  readonly hash: string;
+}
+
+interface SealedAt {
+  readonly line: number;
+  readonly n: number;
+  readonly hash: string;
+  readonly reason: string;
+}
+
+const streamKey = (log: string, stream: string): string => `${log}\u0000${stream}`;
+
+function parseLines(text: string, failures: ChainFailure[]): Line[] {
+  const lines: Line[] = [];
+  text.split("\n").forEach((raw, at) => {
+    if (raw.trim().length === 0) return;
+    try {
+      const value: unknown = JSON.parse(raw);
+      if (typeof value !== "object" || value === null || Array.isArray(value))
+        throw new Error("not an object");
+      lines.push({ line: at + 1, value: value as Record<string, unknown> });
+    } catch {
+      failures.push({ kind: "modified", line: at + 1, message: `line ${at + 1} is not a JSON object` });
+    }
+  });
+  return lines;
+}
+
+const PAYLOAD_FIELDS = ["typ", "stream", "reason", "time", "heads"] as const;
+
+/** The signed payload of a checkpoint line, or why it is forged. */
+async function verifiedCheckpoint(value: unknown, keys: PublicKeyRing): Promise<CheckpointPayload | string> {
+  const record = value as Partial<Record<string, unknown>> | null;
+  if (typeof record?.signed_blob !== "string") return "it has no signed blob";
+  let payload: Uint8Array;
+  try {
+    ({ payload } = await verifySignedBlob(Buffer.from(record.signed_blob, "base64"), {
+      signerKeys: (signer, keyId) => (signer === keys.owner ? keys.signerKeys(signer, keyId) : undefined),
+      expectedPurpose: CHECKPOINT_PURPOSE,
+    }));
+  } catch (error) {
+    return `its signature does not verify (${isCryptoError(error) ? error.code : "malformed"})`;
+  }
+  const signed = JSON.parse(Buffer.from(payload).toString("utf8")) as CheckpointPayload;
+  const shown = Object.fromEntries(PAYLOAD_FIELDS.map((field) => [field, record[field]]));
+  if (signed.typ !== CHECKPOINT_TYPE || canonicalJson(shown) !== canonicalJson(signed)) {
+    return "its fields differ from what was signed";
+  }
+  return signed;
+}
+
+/** Walks one stream in file order; the first break, if any. */
+function walkStream(
+  log: string,
+  stream: string,
+  records: readonly ChainedRecord[],
+  anchors: ReadonlySet<string>,
+  counts: { duplicates: number },
+): ChainFailure | undefined {
+  const at = (record: ChainedRecord, kind: TamperKind, message: string): ChainFailure => ({
+    kind,
+    line: record.line,
+    log,
+    stream,
+    n: record.n,
+    message,
+  });
+  const first = records[0];
+  if (first === undefined) return undefined;
+  const genesis = first.n === 1 && first.prev === GENESIS_HASH;
+  if (!genesis && !anchors.has(`${first.n - 1}:${first.prev}`)) {
+    return at(
+      first,
+      "removed",
+      `records before n=${first.n} of ${log}/${stream} are missing: no checkpoint marks this start`,
+    );
+  }
+  const seen = new Map<number, ChainedRecord>();
+  let head = { n: first.n - 1, hash: first.prev, line: 0 };
+  for (let i = 0; i < records.length; i++) {
+    const record = records[i] as ChainedRecord;
+    const earlier = seen.get(record.n);
+    if (earlier !== undefined && earlier.hash === record.hash) {
+      counts.duplicates++;
+      continue;
+    }
+    const expected = head.n + 1;
+    if (record.n === expected) {
+      if (record.prev !== head.hash) {
+        return head.line === 0
+          ? at(record, "modified", `record n=${record.n} of ${log}/${stream} does not follow its start`)
+          : {
+              kind: "modified",
+              line: head.line,
+              log,
+              stream,
+              n: head.n,
+              message: `record n=${head.n} of ${log}/${stream} (line ${head.line}) was modified: record n=${record.n} (line ${record.line}) carries another hash for it`,
+            };
+      }
+      seen.set(record.n, record);
+      head = { n: record.n, hash: record.hash, line: record.line };
+      continue;
+    }
+    if (record.n > expected) {
+      const later = records.slice(i + 1).find((other) => other.n === expected);
+      return later === undefined
+        ? at(
+            record,
+            "removed",
+            `record n=${expected} of ${log}/${stream} is missing before line ${record.line}`,
+          )
+        : at(
+            record,
+            "reordered",
+            `record n=${record.n} of ${log}/${stream} (line ${record.line}) comes before n=${expected} (line ${later.line})`,
+          );
+    }
+    return at(
+      record,
+      "inserted",
+      `record n=${record.n} of ${log}/${stream} (line ${record.line}) conflicts with the record n=${record.n} before it${earlier === undefined ? "" : ` (line ${earlier.line})`}: one was inserted or changed`,
+    );
+  }
+  return undefined;
+}
+
+export async function verifyChainExport(text: string, keys: PublicKeyRing): Promise<ChainVerification> {
+  const failures: ChainFailure[] = [];
+  const lines = parseLines(text, failures);
+  const sealed = new Map<string, SealedAt[]>();
+  const streams = new Map<string, { log: string; stream: string; records: ChainedRecord[] }>();
+  let checkpoints = 0;
+  let unchained = 0;
+  let records = 0;
+  for (const { line, value } of lines) {
+    if (value.type === "checkpoint") {
+      checkpoints++;
+      const signed = await verifiedCheckpoint(value.value, keys);
+      if (typeof signed === "string") {
+        failures.push({
+          kind: "forged_checkpoint",
+          line,
+          message: `the checkpoint at line ${line} is forged: ${signed}`,
+        });
+        continue;
+      }
+      for (const [log, head] of Object.entries(signed.heads)) {
+        if (head === undefined) continue;
+        const key = streamKey(log, signed.stream);
+        const list = sealed.get(key) ?? [];
+        list.push({ line, n: head.n, hash: head.hash, reason: signed.reason });
+        sealed.set(key, list);
+      }
+    } else if (value.type === "record") {
+      records++;
+      const log = typeof value.log === "string" ? value.log : "";
+      const link = chainOf(value.value);
+      if (link === undefined || !isChainedLog(log)) {
+        unchained++;
+        continue;
+      }
+      const key = streamKey(log, link.stream);
+      const entry = streams.get(key) ?? { log, stream: link.stream, records: [] };
+      entry.records.push({ line, n: link.n, prev: link.prev, hash: recordHash(value.value) });
+      streams.set(key, entry);
+    } else if (value.type !== EXPORT_TYPE) {
+      failures.push({ kind: "inserted", line, message: `line ${line} is neither a record nor a checkpoint` });
+    }
+  }
+  const counts = { duplicates: 0 };
+  let unsealed = 0;
+  const keysOf = new Set([...streams.keys(), ...sealed.keys()]);
+  for (const key of keysOf) {
+    const [log = "", stream = ""] = key.split("\u0000");
+    const chain = streams.get(key)?.records ?? [];
+    const seals = sealed.get(key) ?? [];
+    const anchors = new Set(seals.map((seal) => `${seal.n}:${seal.hash}`));
+    const broken = walkStream(log, stream, chain, anchors, counts);
+    if (broken !== undefined) failures.push(broken);
+    const byN = new Map(chain.map((record) => [record.n, record]));
+    const start = (chain[0]?.n ?? Number.MAX_SAFE_INTEGER) - 1;
+    const last = chain.at(-1);
+    let newest = 0;
+    for (const seal of seals) {
+      newest = Math.max(newest, seal.n);
+      if (seal.n === 0 || seal.n <= start) continue;
+      const record = byN.get(seal.n);
+      if (record === undefined) {
+        failures.push({
+          kind: "truncated",
+          line: last?.line ?? seal.line,
+          log,
+          stream,
+          n: seal.n,
+          message: `${log}/${stream} ends at n=${last?.n ?? 0} but the checkpoint at line ${seal.line} seals n=${seal.n}: the tail was removed`,
+        });
+      } else if (record.hash !== seal.hash) {
+        failures.push({
+          kind: "modified",
+          line: record.line,
+          log,
+          stream,
+          n: seal.n,
+          message: `record n=${seal.n} of ${log}/${stream} (line ${record.line}) does not match the checkpoint at line ${seal.line}`,
+        });
+      }
+    }
+    unsealed += chain.filter((record) => record.n > newest).length;
+  }
+  failures.sort((a, b) => a.line - b.line);
+  const failure = failures[0];
+  return {
+    ok: failure === undefined,
+    records,
+    checkpoints,
+    streams: streams.size,
+    duplicates: counts.duplicates,
+    unchained,
+    unsealed,
+    ...(failure === undefined ? {} : { failure }),
+  };
+}
