@@ -5,7 +5,7 @@
  * followed (a redirect could carry injected credentials elsewhere: it fails the exchange), the
  * body read whole within a byte limit and, when it is JSON or SSE data, within the service's
  * JSON depth and width bounds before the SDK parses it. Used at import (`listDownstreamTools`)
- * and by the send stage of a governed call (`callDownstreamTool`).
+ * and by the send stage of a governed call (`createDownstreamCaller`).
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 import {

@@ -82,3 +82,21 @@ test("output schemas sharing an $id are each checked against their own reviewed 
     );
   }
 });
+
+test("a kept client that fails is dropped with its era: the next call negotiates again", async () => {
+  const caller = createDownstreamCaller();
+  const discovers = () =>
+    downstream.requests.filter((r) => r.body.includes('"method":"server/discover"')).length;
+  await caller.call(downstream.url, echo, {}, exchange({}), "ctx-fails");
+  await caller.call(downstream.url, echo, {}, exchange({}), "ctx-fails");
+  const before = discovers();
+  downstream.redirectTo = "http://127.0.0.1:9/elsewhere";
+  try {
+    await assert.rejects(caller.call(downstream.url, echo, {}, exchange({}), "ctx-fails"));
+  } finally {
+    downstream.redirectTo = undefined;
+  }
+  const again = await caller.call(downstream.url, echo, {}, exchange({}), "ctx-fails");
+  assert.equal(again.isError, undefined);
+  assert.equal(discovers(), before + 1);
+});
