@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { promisify } from "node:util";
-import { type Harness, permission, startHarness } from "./harness.ts";
+import { ALLOWED_ORIGIN, type Harness, permission, startHarness } from "./harness.ts";
 
 const run = promisify(execFile);
 const resolvePackage = (name: string) => createRequire(import.meta.url).resolve(`${name}/package.json`);
@@ -29,7 +29,8 @@ let h: Harness;
 let home: string;
 let recorder: Recorder;
 before(async () => {
-  h = await startHarness();
+  // Three CLI processes start on a shared machine: no upstream deadline short enough to trip.
+  h = await startHarness({ mcp: { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 10_000 } });
   await h.grant("inspected", [permission("get", "/orders")]);
   home = await mkdtemp(join(tmpdir(), "inspector-home-"));
   recorder = await startRecorder(`${h.url}/mcp`);
@@ -150,8 +151,9 @@ async function listsAndCalls(inspector: Inspector): Promise<readonly Seen[]> {
   const name = listed.tools[0]?.name ?? "";
   assert.match(name, /^listOrders_[0-9a-f]{8}$/);
   const called = (await inspector(token, "--method", "tools/call", "--tool-name", name)) as {
-    structuredContent: { status: number; body: unknown };
+    structuredContent?: { status: number; body: unknown };
   };
+  assert.ok(called.structuredContent !== undefined, JSON.stringify(called));
   assert.equal(called.structuredContent.status, 200);
   assert.deepEqual(called.structuredContent.body, [{ id: "o-1" }, { id: "o-2" }]);
   return recorder.seen.slice(from);
