@@ -5,15 +5,21 @@
  * followed (a redirect could carry injected credentials elsewhere: it fails the exchange), the
  * body read whole within a byte limit and, when it is JSON or SSE data, within the service's
  * JSON depth and width bounds before the SDK parses it. Used at import (`listDownstreamTools`)
- * and by the send stage of a governed call (`callDownstreamTool`).
+ * and by the send stage of a governed call (`createDownstreamCaller`).
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import {
   type CallToolResult,
   Client,
+  type JsonSchemaType,
+  type JsonSchemaValidator,
+  type jsonSchemaValidator,
   type PriorDiscovery,
+  ProtocolError,
   StreamableHTTPClientTransport,
   type Tool,
 } from "@modelcontextprotocol/client";
+import { AjvJsonSchemaValidator } from "@modelcontextprotocol/client/validators/ajv";
 import { LRUCache } from "lru-cache";
 import { parseBoundedJson } from "../core/bounded-json.ts";
 import { readBoundedBody } from "../execute/bounded-body.ts";
@@ -67,53 +73,88 @@ function checkBodyBounds(bytes: Uint8Array, contentType: string | null): void {
   }
 }
 
-function exchangeFetch(exchange: DownstreamExchange, deadline: AbortSignal): FetchLike {
-  return async (input, init) => {
-    const method = (init?.method ?? "GET").toUpperCase();
-    // Only requests carry calls; a standalone GET stream would only hold a connection open.
-    if (method !== "POST") return new Response(null, { status: 405, headers: { allow: "POST" } });
-    const url = new URL(input);
-    for (const [name, value] of Object.entries(exchange.query ?? {})) url.searchParams.set(name, value);
-    const headers = new Headers(init?.headers);
-    for (const [name, value] of Object.entries(exchange.headers ?? {})) headers.set(name, value);
-    const signal = init?.signal == null ? deadline : AbortSignal.any([deadline, init.signal]);
-    const response = await exchange.fetch(url, { ...init, method, headers, redirect: "manual", signal });
-    if (response.status >= 300 && response.status < 400) {
-      await response.body?.cancel().catch(() => undefined);
-      throw new DownstreamExchangeError("redirect");
-    }
-    const bytes = await readBoundedBody(response, exchange.maxResponseBytes);
-    checkBodyBounds(bytes, response.headers.get("content-type"));
-    const empty = bytes.byteLength === 0 || response.status === 204 || response.status === 304;
-    return new Response(empty ? null : bytes, { status: response.status, headers: response.headers });
-  };
-}
-
-interface Session {
-  readonly client: Client;
+/** One exchange in progress and its deadline. */
+interface Current {
+  readonly exchange: DownstreamExchange;
   readonly deadline: AbortSignal;
 }
 
+/**
+ * The exchange in progress, per async context: a client kept across calls reads each call's
+ * own credentials, headers and deadline here, never another call's.
+ */
+const currentExchange = new AsyncLocalStorage<Current>();
+
+function deadlineOf(exchange: DownstreamExchange): AbortSignal {
+  return exchange.signal === undefined
+    ? AbortSignal.timeout(exchange.timeoutMs)
+    : AbortSignal.any([AbortSignal.timeout(exchange.timeoutMs), exchange.signal]);
+}
+
+const exchangeFetch: FetchLike = async (input, init) => {
+  const current = currentExchange.getStore();
+  // A request outside a call (none is expected) carries no credentials and is never sent.
+  if (current === undefined) throw new Error("downstream request outside an exchange");
+  const { exchange, deadline } = current;
+  const method = (init?.method ?? "GET").toUpperCase();
+  // Only requests carry calls; a standalone GET stream would only hold a connection open.
+  if (method !== "POST") return new Response(null, { status: 405, headers: { allow: "POST" } });
+  const url = new URL(input);
+  for (const [name, value] of Object.entries(exchange.query ?? {})) url.searchParams.set(name, value);
+  const headers = new Headers(init?.headers);
+  for (const [name, value] of Object.entries(exchange.headers ?? {})) headers.set(name, value);
+  const signal = init?.signal == null ? deadline : AbortSignal.any([deadline, init.signal]);
+  const response = await exchange.fetch(url, { ...init, method, headers, redirect: "manual", signal });
+  if (response.status >= 300 && response.status < 400) {
+    await response.body?.cancel().catch(() => undefined);
+    throw new DownstreamExchangeError("redirect");
+  }
+  const bytes = await readBoundedBody(response, exchange.maxResponseBytes);
+  checkBodyBounds(bytes, response.headers.get("content-type"));
+  const empty = bytes.byteLength === 0 || response.status === 204 || response.status === 304;
+  return new Response(empty ? null : bytes, { status: response.status, headers: response.headers });
+};
+
+/**
+ * Output-schema validators compiled once per distinct reviewed schema (by content), each on its
+ * own engine: two schemas sharing an `$id` never resolve to each other's compiled form.
+ */
+function compiledOnce(max: number): jsonSchemaValidator {
+  const compiled = new LRUCache<string, JsonSchemaValidator<unknown>>({ max });
+  return {
+    getValidator<T>(schema: JsonSchemaType): JsonSchemaValidator<T> {
+      const key = JSON.stringify(schema);
+      let validator = compiled.get(key);
+      if (validator === undefined) {
+        validator = new AjvJsonSchemaValidator().getValidator(schema);
+        compiled.set(key, validator);
+      }
+      return validator as JsonSchemaValidator<T>;
+    },
+  };
+}
+
+/** A connected client; call it within `currentExchange.run` (its requests read the exchange there). */
 async function open(
   url: string,
-  exchange: DownstreamExchange,
+  current: Current,
   prior: PriorDiscovery | undefined,
-): Promise<Session> {
-  const deadline =
-    exchange.signal === undefined
-      ? AbortSignal.timeout(exchange.timeoutMs)
-      : AbortSignal.any([AbortSignal.timeout(exchange.timeoutMs), exchange.signal]);
-  const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: "auto" } });
+  validators?: jsonSchemaValidator,
+): Promise<Client> {
+  const client = new Client(CLIENT_INFO, {
+    versionNegotiation: { mode: "auto" },
+    ...(validators === undefined ? {} : { jsonSchemaValidator: validators }),
+  });
   const transport = new StreamableHTTPClientTransport(new URL(url), {
-    fetch: exchangeFetch(exchange, deadline),
+    fetch: exchangeFetch,
     redirectPolicy: "same-origin",
   });
   await client.connect(transport, {
-    signal: deadline,
-    timeout: exchange.timeoutMs,
+    signal: current.deadline,
+    timeout: current.exchange.timeoutMs,
     ...(prior === undefined ? {} : { prior }),
   });
-  return { client, deadline };
+  return client;
 }
 
 export interface DownstreamListing {
@@ -129,7 +170,13 @@ export async function listDownstreamTools(
   exchange: DownstreamExchange,
   maxTools: number,
 ): Promise<DownstreamListing> {
-  const { client, deadline } = await open(url, exchange, undefined);
+  const current = { exchange, deadline: deadlineOf(exchange) };
+  return currentExchange.run(current, () => listAll(url, current, maxTools));
+}
+
+async function listAll(url: string, current: Current, maxTools: number): Promise<DownstreamListing> {
+  const { deadline, exchange } = current;
+  const client = await open(url, current, undefined);
   try {
     const tools: Tool[] = [];
     let cursor: string | undefined;
@@ -157,38 +204,90 @@ export async function listDownstreamTools(
 }
 
 export interface DownstreamCaller {
-  /** One `tools/call` of a reviewed tool: connect (the server's era remembered), call, close. */
+  /** One `tools/call` of a reviewed tool. */
   call(
     url: string,
     tool: Tool,
     args: Record<string, unknown>,
     exchange: DownstreamExchange,
-    /** Whose credentials the connection carries: a remembered era is reused only within it. */
+    /** Whose credentials the connection carries: what is remembered is reused only within it. */
     context: string,
   ): Promise<CallToolResult>;
 }
 
+function callOn(client: Client, tool: Tool, args: Record<string, unknown>, current: Current) {
+  return client.callTool(
+    { name: tool.name, arguments: args },
+    { signal: current.deadline, timeout: current.exchange.timeoutMs, toolDefinition: tool },
+  ) as Promise<CallToolResult>;
+}
+
 /**
- * A caller that remembers each server's era per authorization context, so a 2026-07-28
- * server is called without a `server/discover` round trip and a 2025 one without the probe
- * (its `initialize` handshake still runs: the revisions need it).
+ * A caller that remembers each server's era per authorization context (credential set and
+ * URL). A 2026-07-28 server is stateless: its connected client is kept and each call is one
+ * request, with no `server/discover`, client set-up or teardown. A 2025 one is connected per
+ * call (its `initialize` handshake runs: the revisions need it), without the era probe. A
+ * kept client is dropped when a call on it fails other than by the server's JSON-RPC error
+ * (the server may have changed), and when it ages out; nothing to close then: it holds no
+ * stream or session, and closing would abort calls still in flight.
  */
 export function createDownstreamCaller(options: { readonly maxServers?: number } = {}): DownstreamCaller {
-  const eras = new LRUCache<string, PriorDiscovery>({ max: options.maxServers ?? 1000, ttl: 300_000 });
-  return {
-    async call(url, tool, args, exchange, context) {
-      const key = `${context}\u0000${url}`;
-      const { client, deadline } = await open(url, exchange, eras.get(key));
-      try {
-        const discover = client.getDiscoverResult();
-        eras.set(key, discover === undefined ? { kind: "legacy" } : { kind: "modern", discover });
-        return (await client.callTool(
-          { name: tool.name, arguments: args },
-          { signal: deadline, timeout: exchange.timeoutMs, toolDefinition: tool },
-        )) as CallToolResult;
-      } finally {
-        await client.close().catch(() => undefined);
+  const max = options.maxServers ?? 1000;
+  const eras = new LRUCache<string, PriorDiscovery>({ max, ttl: 300_000 });
+  const kept = new LRUCache<string, Promise<Client>>({ max, ttl: 300_000 });
+  const validators = compiledOnce(max);
+
+  async function onKept(
+    key: string,
+    pending: Promise<Client>,
+    tool: Tool,
+    args: Record<string, unknown>,
+    current: Current,
+  ) {
+    try {
+      return await callOn(await pending, tool, args, current);
+    } catch (error) {
+      if (!(error instanceof ProtocolError) && kept.get(key) === pending) {
+        kept.delete(key);
+        eras.delete(key);
       }
+      throw error;
+    }
+  }
+
+  async function oneOff(
+    key: string,
+    url: string,
+    tool: Tool,
+    args: Record<string, unknown>,
+    current: Current,
+  ) {
+    const client = await open(url, current, eras.get(key), validators);
+    try {
+      const discover = client.getDiscoverResult();
+      eras.set(key, discover === undefined ? { kind: "legacy" } : { kind: "modern", discover });
+      return await callOn(client, tool, args, current);
+    } finally {
+      await client.close().catch(() => undefined);
+    }
+  }
+
+  return {
+    call(url, tool, args, exchange, context) {
+      const key = `${context}\u0000${url}`;
+      const current = { exchange, deadline: deadlineOf(exchange) };
+      return currentExchange.run(current, () => {
+        let pending = kept.get(key);
+        const era = eras.get(key);
+        if (pending === undefined && era?.kind === "modern") {
+          // Kept from the first call that knows the era (synchronously: concurrent calls share it).
+          pending = open(url, current, era, validators);
+          kept.set(key, pending);
+        }
+        return pending === undefined
+          ? oneOff(key, url, tool, args, current)
+          : onKept(key, pending, tool, args, current);
+      });
     },
   };
 }
