@@ -26,6 +26,7 @@ describe("sidecar forward proxy and the egress policy", () => {
         status: "denied",
         reason: "egress_denied",
         requestId: undefined,
+        rule: "egress/destination",
       },
     );
     assert.equal(world.upstream.seen.length, 0);

@@ -106,8 +106,15 @@ describe("sidecar forward proxy, end to end with a real upstream", () => {
     assert.equal(missing.headers["www-authenticate"], 'Bearer realm="authority"');
     const forbidden = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/orders`, method: "POST" });
     assert.equal(forbidden.status, 403);
-    assert.deepEqual(Object.keys(forbidden.json()).sort(), ["reason", "requestId", "status"]);
+    assert.deepEqual(Object.keys(forbidden.json()).sort(), [
+      "reason",
+      "remedy",
+      "requestId",
+      "rule",
+      "status",
+    ]);
     assert.equal(forbidden.json().reason, "operation_not_allowed");
+    assert.equal(forbidden.json().rule, "decide/allowlist");
     assert.equal(world.upstream.seen.length, 0);
   });
 

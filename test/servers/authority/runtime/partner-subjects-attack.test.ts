@@ -54,7 +54,10 @@ describe("subject ids are unique per partner: a pre-claimed sub takes nothing fr
   }
 
   before(async () => {
-    h = await startHarness();
+    // The sample catalog's operations carry signed constraints: both partners are in their rollout.
+    h = await startHarness({
+      settings: { "parameter-scoping": "true", "parameter-scoping-partners": "acme,globex" },
+    });
     platformAdmin = await h.token("root-admin", { roles: ["admin"] });
     const document = await readFile(
       new URL("../../../../examples/openapi/customers.yaml", import.meta.url),

@@ -134,6 +134,7 @@ describe("ext_authz Check: decisions", () => {
       status: "denied",
       reason: "invalid_token",
       requestId: "rid-401",
+      rule: "auth/token",
     });
     // Envoy's access log reads the deny's facts as it reads an allow's.
     assert.deepEqual(response.dynamic_metadata, {
@@ -154,6 +155,8 @@ describe("ext_authz Check: decisions", () => {
       status: "denied",
       reason: "policy_revoked",
       requestId: "envoy-rid-9",
+      rule: "policy/revoked",
+      remedy: { action: "contact_partner" },
     });
   });
 
@@ -178,7 +181,12 @@ describe("ext_authz Check: decisions", () => {
     const response = await unary(harness.client, checkMethod, envoyCheckRequest({ id: "rid-error" }));
     assert.equal(response.status.code, GrpcStatus.INTERNAL);
     assert.equal(response.denied_response.status.code, "InternalServerError");
-    assert.deepEqual(deniedBody(response), { status: "denied", reason: "internal", requestId: "rid-error" });
+    assert.deepEqual(deniedBody(response), {
+      status: "denied",
+      reason: "internal",
+      requestId: "rid-error",
+      rule: "service/internal",
+    });
     assert.doesNotMatch(response.denied_response.body, /hunter2/);
   });
 
@@ -220,6 +228,8 @@ describe("ext_authz Check: decisions", () => {
       status: "denied",
       reason: "upstream_unavailable",
       requestId: "rid-slow",
+      rule: "service/unavailable",
+      remedy: { action: "retry_later" },
     });
     assert.equal(aborted?.aborted, true);
   });

@@ -199,6 +199,7 @@ describe("ext_authz wire format (Envoy field numbers)", () => {
       status: "denied",
       reason: "invalid_token",
       requestId: "rid-wire",
+      rule: "auth/token",
     });
   });
 
