@@ -93,6 +93,15 @@ function parseLines(text: string, failures: ChainFailure[]): Line[] {
   return lines;
 }
 
+/** A record's chain hash; undefined when its JSON cannot be hashed (too deep, a non-integer number). */
+function hashOf(record: unknown): string | undefined {
+  try {
+    return recordHash(record);
+  } catch {
+    return undefined;
+  }
+}
+
 const PAYLOAD_FIELDS = ["typ", "stream", "reason", "time", "heads"] as const;
 
 /** The signed payload of a checkpoint line, or why it is forged. */
@@ -227,9 +236,14 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
         unchained++;
         continue;
       }
+      const hash = hashOf(value.value);
+      if (hash === undefined) {
+        failures.push({ kind: "modified", line, message: `the record at line ${line} cannot be hashed` });
+        continue;
+      }
       const key = streamKey(log, link.stream);
       const entry = streams.get(key) ?? { log, stream: link.stream, records: [] };
-      entry.records.push({ line, n: link.n, prev: link.prev, hash: recordHash(value.value) });
+      entry.records.push({ line, n: link.n, prev: link.prev, hash });
       streams.set(key, entry);
     } else if (value.type !== EXPORT_TYPE) {
       failures.push({ kind: "inserted", line, message: `line ${line} is neither a record nor a checkpoint` });
@@ -242,11 +256,17 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
     const [log = "", stream = ""] = key.split("\u0000");
     const chain = streams.get(key)?.records ?? [];
     const seals = sealed.get(key) ?? [];
-    const anchors = new Set(seals.map((seal) => `${seal.n}:${seal.hash}`));
+    // Only retention starts a stream after n = 1: it seals the last record it removes. Any
+    // other checkpoint marks no start, else removing records up to it would pass.
+    const trimmed = seals.filter((seal) => seal.reason === "retention");
+    const anchors = new Set(trimmed.map((seal) => `${seal.n}:${seal.hash}`));
     const broken = walkStream(log, stream, chain, anchors, counts);
     if (broken !== undefined) failures.push(broken);
     const byN = new Map(chain.map((record) => [record.n, record]));
-    const start = (chain[0]?.n ?? Number.MAX_SAFE_INTEGER) - 1;
+    // A stream without records starts after its newest retention seal: a later seal names
+    // records that were removed (every record of a replica dropped, its checkpoints kept).
+    const first = chain[0];
+    const start = first === undefined ? Math.max(0, ...trimmed.map((seal) => seal.n)) : first.n - 1;
     const last = chain.at(-1);
     let newest = 0;
     for (const seal of seals) {
