@@ -108,6 +108,12 @@ function downstreamToolFor(name: string, snapshot: OperationSnapshot): Tool {
 
 /** A downstream tool keeps its reviewed name when it fits the hosted names and no earlier tool has it. */
 const PLAIN_NAME = /^[A-Za-z0-9_.-]{1,64}$/; // at most MAX_TOOL_NAME_LENGTH
+/**
+ * The shape of a hashed name (toolNameFor: "_" + TOOL_NAME_HASH_LENGTH hex): kept for those, so a
+ * downstream can never take an API tool's name, whichever of them the document lists first.
+ */
+const HASHED_NAME = /_[0-9a-f]{8}$/;
+const keepsPlainName = (name: string): boolean => PLAIN_NAME.test(name) && !HASHED_NAME.test(name);
 
 function toolFor(name: string, snapshot: OperationSnapshot): Tool {
   const annotations = toolAnnotations(snapshot);
@@ -151,7 +157,7 @@ export function buildApiToolIndex(
       const downstream = isMcpToolSnapshot(snapshot);
       const taken = (candidate: string) => byName.has(candidate) || reserved.has(candidate);
       let name = toolNameFor(permissionId, snapshot.operation_id);
-      if (downstream && PLAIN_NAME.test(snapshot.mcp_tool.name) && !taken(snapshot.mcp_tool.name))
+      if (downstream && keepsPlainName(snapshot.mcp_tool.name) && !taken(snapshot.mcp_tool.name))
         name = snapshot.mcp_tool.name;
       // Two bases cut to the same text with the same 32-bit suffix: try the path-derived base.
       if (taken(name)) name = toolNameFor(permissionId);
