@@ -52,20 +52,32 @@ export interface DownstreamExchange {
   readonly signal?: AbortSignal;
 }
 
-/** Every `data:` line of an SSE body, and a JSON body, within the JSON bounds. */
+/**
+ * The data of each event of an SSE body, as a client's parser assembles it: the event's `data`
+ * lines joined by a newline (one message may be spread over several lines, none of them JSON).
+ */
+function sseData(text: string): string[] {
+  const events: string[] = [];
+  let lines: string[] = [];
+  for (const line of [...text.split(/\r\n|\r|\n/), ""]) {
+    if (line === "") {
+      const data = lines.join("\n").trim();
+      if (data !== "") events.push(data);
+      lines = [];
+    } else if (line === "data" || line.startsWith("data:")) lines.push(line.slice(5));
+  }
+  return events;
+}
+
+/** Each SSE event's data, and a JSON body, within the JSON bounds. */
 function checkBodyBounds(bytes: Uint8Array, contentType: string | null): void {
   const type = (contentType ?? "").split(";", 1)[0]?.trim().toLowerCase() ?? "";
   if (bytes.byteLength === 0) return;
   const text = new TextDecoder().decode(bytes);
   try {
     if (type === "application/json") parseBoundedJson(text, "downstream");
-    else if (type === "text/event-stream") {
-      for (const line of text.split(/\r\n|\r|\n/)) {
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data !== "") parseBoundedJson(data, "downstream");
-      }
-    }
+    else if (type === "text/event-stream")
+      for (const data of sseData(text)) parseBoundedJson(data, "downstream");
   } catch (error) {
     // Text that is not JSON is the SDK's to refuse; text past the bounds is never handed over.
     if (error instanceof SyntaxError) return;
