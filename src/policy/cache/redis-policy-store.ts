@@ -61,7 +61,11 @@ export interface PolicyHeadStore {
    * for as long as g lasts.
    */
   subscribedGeneration(): number | undefined;
-  /** True when every change published until less than `ms` ago has reached the listeners of `generation`. */
+  /**
+   * True when every change published until less than `ms` ago has reached the listeners of
+   * `generation`. A call marks the view in use: it keeps the periodic sync running, and one
+   * that answers false starts a sync at once.
+   */
   syncedWithin(generation: number, ms: number): boolean;
 }
 
