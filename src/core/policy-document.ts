@@ -3,7 +3,7 @@ import { CoreError } from "./core-error.ts";
 import { type OperationSnapshot, operationSnapshotProblems } from "./operation-snapshot.ts";
 import { buildPermissionId, type PermissionId, parsePermissionId } from "./permission-id.ts";
 import type { RedactionRule } from "./redaction.ts";
-import { compileSchema } from "./schema-validator.ts";
+import { compileSchema, type SchemaCheck } from "./schema-validator.ts";
 import {
   CRYPTO_VERSION_V2,
   POLICY_SCHEMA_V1,
@@ -96,14 +96,18 @@ function permissionIdOf(capabilityId: string, snapshot: OperationSnapshot): stri
   }
 }
 
-/** Cross-field rules the schema cannot express. */
-function entryProblems(entries: readonly PolicyApiEntry[]): string[] {
+/** Cross-field rules the schema cannot express; an entry in `known` was checked before (only the rules across entries apply). */
+function entryProblems(
+  entries: readonly PolicyApiEntry[],
+  known: ReadonlySet<PolicyApiEntry> = new Set(),
+): string[] {
   const problems: string[] = [];
   const capabilities = new Set<string>();
   entries.forEach((entry, i) => {
     const where = `/apis/${i}`;
     if (capabilities.has(entry.capability_id)) problems.push(`${where}/capability_id appears in two entries`);
     capabilities.add(entry.capability_id);
+    if (known.has(entry)) return;
     const ownId = (id: string, at: string): void => {
       try {
         if (parsePermissionId(id).capabilityId !== entry.capability_id) {
@@ -129,27 +133,64 @@ function entryProblems(entries: readonly PolicyApiEntry[]): string[] {
   return problems;
 }
 
+export interface PolicyValidationOptions {
+  /**
+   * An entry that passed this validation before (in an earlier document) and has the same
+   * content as `entry`, or undefined. It takes the entry's place without its schema and its
+   * own cross-field rules being checked again; the rules across entries still are.
+   */
+  readonly knownEntry?: (entry: unknown) => PolicyApiEntry | undefined;
+}
+
+/** The schema's bound on `apis`: past it the whole document is checked, and refused. */
+const MAX_APIS = 1024;
+
+/**
+ * The document with its known entries set aside: what the schema still has to check (the
+ * others), and how to put the known ones back in their places.
+ */
+function setAsideKnown(doc: Record<string, unknown>, knownEntry: PolicyValidationOptions["knownEntry"]) {
+  const apis = doc.apis;
+  if (knownEntry === undefined || !Array.isArray(apis) || apis.length > MAX_APIS) return undefined;
+  const found = apis.map((entry) => knownEntry(entry));
+  if (found.every((entry) => entry === undefined)) return undefined;
+  const shell = { ...doc, apis: apis.filter((_, i) => found[i] === undefined) };
+  const merge = (checked: readonly PolicyApiEntry[]): PolicyApiEntry[] => {
+    let next = 0;
+    return found.map((entry) => entry ?? (checked[next++] as PolicyApiEntry));
+  };
+  return { shell, merge, known: new Set(found.filter((entry) => entry !== undefined)) };
+}
+
+/** The schema check, with known entries taken as already checked. */
+function checkWithKnown<T extends PolicyDocument>(
+  check: SchemaCheck<T>,
+  doc: Record<string, unknown>,
+  options: PolicyValidationOptions,
+): { readonly policy: T; readonly known: ReadonlySet<PolicyApiEntry> } {
+  const aside = setAsideKnown(doc, options.knownEntry);
+  const result = check(aside?.shell ?? doc);
+  if (!result.ok) throw new PolicyDocumentError(result.messages);
+  if (aside === undefined) return { policy: result.value, known: new Set() };
+  return { policy: { ...result.value, apis: aside.merge(result.value.apis) }, known: aside.known };
+}
+
 /**
  * Validates a decrypted, signature-verified policy against the schema of its
  * schema_version and the cross-field rules (docs/core.md). Throws PolicyDocumentError.
  */
-export function validatePolicyDocument(doc: unknown): PolicyDocument {
-  const version =
-    typeof doc === "object" && doc !== null && !Array.isArray(doc)
-      ? (doc as Record<string, unknown>).schema_version
-      : undefined;
-  if (version === POLICY_SCHEMA_V1) {
-    const result = checkV1(doc);
-    if (!result.ok) throw new PolicyDocumentError(result.messages);
-    const problems = entryProblems(result.value.apis);
+export function validatePolicyDocument(doc: unknown, options: PolicyValidationOptions = {}): PolicyDocument {
+  const record = typeof doc === "object" && doc !== null && !Array.isArray(doc) ? doc : undefined;
+  const version = (record as Record<string, unknown> | undefined)?.schema_version;
+  if (record !== undefined && version === POLICY_SCHEMA_V1) {
+    const { policy, known } = checkWithKnown(checkV1, record as Record<string, unknown>, options);
+    const problems = entryProblems(policy.apis, known);
     if (problems.length > 0) throw new PolicyDocumentError(problems);
-    return result.value;
+    return policy;
   }
-  if (version === POLICY_SCHEMA_V2) {
-    const result = checkV2(doc);
-    if (!result.ok) throw new PolicyDocumentError(result.messages);
-    const policy = result.value;
-    const problems = entryProblems(policy.apis);
+  if (record !== undefined && version === POLICY_SCHEMA_V2) {
+    const { policy, known } = checkWithKnown(checkV2, record as Record<string, unknown>, options);
+    const problems = entryProblems(policy.apis, known);
     if (policy.subject.subject_id !== policy.subject_id)
       problems.push("/subject/subject_id differs from /subject_id");
     if (computePolicyHash(policy.apis) !== policy.policy_hash)

@@ -3,6 +3,7 @@ import {
   canonicalJson,
   POLICY_SCHEMA_V1,
   type PolicyDocument,
+  type PolicyValidationOptions,
   type Sha256Ref,
   sha256Hex,
   validatePolicyDocument,
@@ -54,18 +55,20 @@ export interface OpenedPolicyDocument {
  * Decrypt-verify, parse, schema-validate, and check that the document's version path
  * matches the crypto version it was stored under (v1 ⇔ subject_credentials_v1,
  * v2 ⇔ platform_service_v2). Any failure is `policy_unverifiable`; a crypto fault stays
- * `policy_protection_unavailable`.
+ * `policy_protection_unavailable`. The signature is always verified; `validation` may name
+ * entries validated before (validatePolicyDocument).
  */
 export async function openPolicyDocument(
   artifact: string,
   protector: PolicyOpener,
   context: PolicyProtectionContext,
+  validation: PolicyValidationOptions = {},
 ): Promise<OpenedPolicyDocument> {
   // The decision needs the text only; the signed blob is what the sidecar route asks for.
   const opened = await protector.open(artifact, context, { signedBlob: false });
   let document: PolicyDocument;
   try {
-    document = validatePolicyDocument(JSON.parse(opened.document));
+    document = validatePolicyDocument(JSON.parse(opened.document), validation);
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }

@@ -4,13 +4,14 @@ import { hashCanonical } from "../../src/core/canonical-json.ts";
 import {
   computePolicyHash,
   entrySnapshotFor,
+  type PolicyApiEntry,
   PolicyDocumentError,
   policyEntryFor,
   policyState,
   policySubjectId,
   validatePolicyDocument,
 } from "../../src/core/policy-document.ts";
-import { entry, pid, policyV1, policyV2 } from "./fixtures.ts";
+import { entry, HASH_A, pid, policyV1, policyV2 } from "./fixtures.ts";
 
 const refused = (doc: unknown): readonly string[] => {
   try {
@@ -108,6 +109,60 @@ describe("policy documents", () => {
     assert.equal(policyEntryFor(doc, "nope"), undefined);
     assert.equal(entrySnapshotFor(found, pid("GET", "/users/{id}"))?.path, "/users/{id}");
     assert.equal(entrySnapshotFor(found, pid("DELETE", "/users/{id}")), undefined);
+  });
+});
+
+describe("policy documents with entries validated before (knownEntry)", () => {
+  /** Entries that passed validation, found by content as the sidecar's interner finds them. */
+  const knownFrom = (...validated: PolicyApiEntry[]) => {
+    const byText = new Map(validated.map((known) => [JSON.stringify(known), Object.freeze(known)]));
+    return { knownEntry: (candidate: unknown) => byText.get(JSON.stringify(candidate)) };
+  };
+  const known = entry([["GET", "/users/{id}"]]);
+  const other = entry([["POST", "/invoices"]], { capabilityId: "payments-api" });
+  const refusedWith = (doc: unknown, options: ReturnType<typeof knownFrom>): readonly string[] => {
+    try {
+      validatePolicyDocument(doc, options);
+    } catch (error) {
+      assert.ok(error instanceof PolicyDocumentError);
+      return error.messages;
+    }
+    assert.fail("expected the policy to be refused");
+  };
+
+  it("uses the known instance in place of an equal entry, in order, for v1 and v2", () => {
+    const options = knownFrom(known);
+    for (const doc of [
+      policyV1([other, structuredClone(known)]),
+      policyV2([other, structuredClone(known)]),
+    ]) {
+      const checked = validatePolicyDocument(structuredClone(doc), options);
+      assert.equal(checked.apis[1], options.knownEntry(known));
+      assert.deepEqual(checked, doc);
+    }
+  });
+
+  it("still applies the rules across entries and the policy hash", () => {
+    const options = knownFrom(known);
+    const twice = refusedWith(policyV1([structuredClone(known), structuredClone(known)]), options);
+    assert.ok(twice.some((m) => m.includes("appears in two entries")));
+    const hash = refusedWith({ ...policyV2([structuredClone(known)]), policy_hash: HASH_A }, options);
+    assert.ok(hash.some((m) => m.includes("/policy_hash")));
+  });
+
+  it("checks every entry that is not known, and an entry differing from a known one in anything", () => {
+    const options = knownFrom(known);
+    const extra = refusedWith(
+      policyV1([{ ...structuredClone(known), owner: "x" } as PolicyApiEntry]),
+      options,
+    );
+    assert.ok(extra.some((m) => m.includes('"owner"')));
+    const foreign = entry([["GET", "/a"]], { capabilityId: "payments-api" });
+    const wrongId = { ...foreign, allowed_permission_ids: [pid("GET", "/a")] };
+    const problems = refusedWith(policyV1([structuredClone(known), wrongId]), options);
+    assert.ok(problems.some((m) => m.includes("/apis/1/allowed_permission_ids/0 names another capability")));
+    // The rest of the document is checked too.
+    refusedWith({ ...policyV1([structuredClone(known)]), expires_at: "tomorrow" }, options);
   });
 });
 

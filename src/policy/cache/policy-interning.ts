@@ -11,6 +11,9 @@
  *
  * Interning runs only on documents that were verified (signature, hash binding, schema): it
  * never makes an unverified value reachable, it only swaps a verified value for an equal one.
+ * That is also why `knownEntry` may spare a new document the validation of an entry: a held
+ * entry passed it, and an entry of the same content would pass it again (the signature of the
+ * new document is still verified, and the rules across its entries still checked).
  *
  * `heapBytes` estimates the V8 heap a JSON value occupies (64-bit, no pointer compression, as
  * Node ships): objects and arrays with their backing stores, strings with their characters,
@@ -72,20 +75,39 @@ interface Shared<T> {
 }
 
 /** A weak table of shared instances by content hash: an instance lives while something holds it. */
-function createTable<T extends object>() {
+function createTable<T extends object>(prefix: string) {
   const table = new Map<string, { readonly ref: WeakRef<T>; readonly bytes: number }>();
   const cleanup = new FinalizationRegistry<string>((key) => {
     if (table.get(key)?.ref.deref() === undefined) table.delete(key);
   });
+  /** Keys already computed, by object (a shared instance's own, or a value just looked up). */
+  const keys = new WeakMap<object, string>();
+  const keyOf = (value: object): string => {
+    let key = keys.get(value);
+    if (key === undefined) {
+      key = `${prefix}:${createHash("sha256").update(JSON.stringify(value)).digest("base64")}`;
+      keys.set(value, key);
+    }
+    return key;
+  };
+  const held = (key: string) => {
+    const known = table.get(key);
+    const value = known?.ref.deref();
+    return known === undefined || value === undefined ? undefined : { value, bytes: known.bytes };
+  };
   return {
-    intern(value: T, prefix: string, build: (value: T) => T): Shared<T> {
-      const key = `${prefix}:${createHash("sha256").update(JSON.stringify(value)).digest("base64")}`;
-      const known = table.get(key);
-      const held = known?.ref.deref();
-      if (known !== undefined && held !== undefined) return { value: held, key, bytes: known.bytes };
+    /** The shared instance of the same content as `value`, if one is held. */
+    find(value: unknown): T | undefined {
+      return typeof value === "object" && value !== null ? held(keyOf(value))?.value : undefined;
+    },
+    intern(value: T, build: (value: T) => T): Shared<T> {
+      const key = keyOf(value);
+      const known = held(key);
+      if (known !== undefined) return { ...known, key };
       const own = deepFreeze(build(value));
       const bytes = heapBytes(own);
       table.set(key, { ref: new WeakRef(own), bytes });
+      keys.set(own, key);
       cleanup.register(own, key);
       return { value: own, key, bytes };
     },
@@ -103,18 +125,20 @@ export interface InternedDocument {
 
 export interface PolicyInterner {
   intern(document: PolicyDocument): InternedDocument;
+  /** The held entry of the same content as `entry` (one a verified document had), if any. */
+  knownEntry(entry: unknown): PolicyApiEntry | undefined;
   /** Shared instances alive now (entries and snapshots). */
   readonly size: number;
 }
 
 export function createPolicyInterner(): PolicyInterner {
-  const snapshots = createTable<OperationSnapshot>();
-  const entries = createTable<PolicyApiEntry>();
+  const snapshots = createTable<OperationSnapshot>("op");
+  const entries = createTable<PolicyApiEntry>("entry");
   // An interned entry holds its snapshots strongly: they live as long as some entry uses them.
   const internEntry = (entry: PolicyApiEntry): Shared<PolicyApiEntry> =>
-    entries.intern(entry, "entry", (fresh) => ({
+    entries.intern(entry, (fresh) => ({
       ...fresh,
-      operations: fresh.operations.map((operation) => snapshots.intern(operation, "op", (op) => op).value),
+      operations: fresh.operations.map((operation) => snapshots.intern(operation, (op) => op).value),
     }));
 
   return {
@@ -129,6 +153,7 @@ export function createPolicyInterner(): PolicyInterner {
         weight: { ownBytes, shared: apis.map(({ key, bytes }) => ({ key, bytes })) },
       };
     },
+    knownEntry: (entry) => entries.find(entry),
     get size() {
       return snapshots.size + entries.size;
     },

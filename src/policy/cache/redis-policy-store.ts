@@ -19,11 +19,13 @@ import {
  * (and, past the staleness bound, a deny). Reconnection runs in the background with a
  * backoff capped at `maxReconnectDelayMs`, so the sidecar recovers by itself.
  *
- * **Sync.** Every `syncIntervalMs` a PING goes over the subscribed connection. Redis
- * answers it after every message it published before it processed the PING, on the same
- * connection, in order — so when the answer arrives, every change published before the PING
- * was sent has reached the `onChange` listeners. `syncedWithin(generation, ms)` says whether
- * that is true of a moment less than `ms` ago. The generation changes whenever the
+ * **Sync.** A PING goes over the subscribed connection every `syncIntervalMs` while lookups
+ * use the view: from a `syncedWithin` call until `syncIdleAfterMs` after the last one (an idle
+ * sidecar sends none). Redis answers it after every message it published before it processed
+ * the PING, on the same connection, in order — so when the answer arrives, every change
+ * published before the PING was sent has reached the `onChange` listeners.
+ * `syncedWithin(generation, ms)` says whether that is true of a moment less than `ms` ago; a
+ * call that finds it false starts a PING at once (not awaited: that lookup reads Redis). The generation changes whenever the
  * subscription is (re)established or lost: changes published while it was down are not
  * delivered, so what a listener learned in an older generation is not kept up to date.
  */
@@ -36,8 +38,10 @@ export interface RedisPolicyStoreOptions {
   readonly connectTimeoutMs?: number;
   /** Cap of the reconnect backoff (default 500 ms): recovery comes at most this late. */
   readonly maxReconnectDelayMs?: number;
-  /** How often the change subscription is synced with a PING (default 100 ms). */
+  /** How often the change subscription is synced with a PING while lookups use it (default 100 ms). */
   readonly syncIntervalMs?: number;
+  /** PINGs stop this long after the last `syncedWithin` call (default 1000 ms). */
+  readonly syncIdleAfterMs?: number;
   /** Monotonic clock of `syncedWithin`, ms (default performance.now). */
   readonly now?: () => number;
 }
@@ -57,7 +61,11 @@ export interface PolicyHeadStore {
    * for as long as g lasts.
    */
   subscribedGeneration(): number | undefined;
-  /** True when every change published until less than `ms` ago has reached the listeners of `generation`. */
+  /**
+   * True when every change published until less than `ms` ago has reached the listeners of
+   * `generation`. A call marks the view in use: it keeps the periodic sync running, and one
+   * that answers false starts a sync at once.
+   */
   syncedWithin(generation: number, ms: number): boolean;
 }
 
@@ -96,6 +104,7 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
   const connectTimeoutMs = positiveCacheOption(options.connectTimeoutMs, 1000, "connectTimeoutMs");
   const maxDelay = positiveCacheOption(options.maxReconnectDelayMs, 500, "maxReconnectDelayMs");
   const syncIntervalMs = positiveCacheOption(options.syncIntervalMs, 100, "syncIntervalMs");
+  const syncIdleAfterMs = positiveCacheOption(options.syncIdleAfterMs, 1000, "syncIdleAfterMs");
   const now = options.now ?? (() => performance.now());
   const base: RedisOptions = {
     connectTimeout: connectTimeoutMs,
@@ -181,10 +190,26 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
     });
     return syncing;
   };
-  const syncTimer = setInterval(() => {
+  /** The last `syncedWithin` call: PINGs run only while it is recent. */
+  let lastDemandAt = Number.NEGATIVE_INFINITY;
+  let syncTimer: NodeJS.Timeout | undefined;
+  const syncInBackground = (): void => {
     if (subscribed && syncing === undefined) syncOnce().catch(() => undefined);
-  }, syncIntervalMs);
-  syncTimer.unref();
+  };
+  const syncTick = (): void => {
+    if (now() - lastDemandAt > syncIdleAfterMs) {
+      clearInterval(syncTimer);
+      syncTimer = undefined;
+      return;
+    }
+    syncInBackground();
+  };
+  const demandSync = (): void => {
+    lastDemandAt = now();
+    if (syncTimer !== undefined || closed) return;
+    syncTimer = setInterval(syncTick, syncIntervalMs);
+    syncTimer.unref();
+  };
   subscriber.on("message", (channel: string, message: string) => {
     if (channel !== POLICY_CHANGES_CHANNEL) return;
     const change = parsePolicyChange(message);
@@ -273,7 +298,10 @@ export function createRedisPolicyStore(options: RedisPolicyStoreOptions): RedisP
     },
 
     syncedWithin(of, ms) {
-      return synced.generation === of && now() - synced.at <= ms;
+      demandSync();
+      const fresh = synced.generation === of && now() - synced.at <= ms;
+      if (!fresh) syncInBackground();
+      return fresh;
     },
 
     async sync() {

@@ -1,6 +1,6 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
-import type { PolicyDocument } from "../../core/index.ts";
+import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
@@ -265,6 +265,7 @@ async function fromSealed(
   subjectId: string,
   opener: PolicyOpener,
   verified: (document: PolicyDocument, facts: Pick<PolicyRecordFacts, "revoked_at">) => PolicyLoad,
+  validation: PolicyValidationOptions,
 ): Promise<VerifiedPolicy | undefined> {
   if (typeof value !== "object" || value === null) return undefined;
   const entry = value as Partial<SealedPolicy>;
@@ -293,7 +294,12 @@ async function fromSealed(
   if (cryptoVersion !== "subject_credentials_v1" && cryptoVersion !== "platform_service_v2") return undefined;
   if (marker !== null && typeof marker !== "string") return undefined;
   try {
-    const opened = await openPolicyDocument(blob, opener, { cryptoVersion, subjectId, partnerId });
+    const opened = await openPolicyDocument(
+      blob,
+      opener,
+      { cryptoVersion, subjectId, partnerId },
+      validation,
+    );
     if (opened.documentHash !== documentHash) return undefined;
     return {
       subjectId,
@@ -355,6 +361,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
 
   const localMaxBytes = positiveCacheOption(options.localMaxBytes, 48 * 1024 * 1024, "localMaxBytes");
   const interner: PolicyInterner = createPolicyInterner();
+  /** Entries a verified document already had are not validated again (policy-interning.ts). */
+  const validation: PolicyValidationOptions = { knownEntry: (entry) => interner.knownEntry(entry) };
   /** What each verified document holds beside the entries it shares with other subjects. */
   const weights = new WeakMap<PolicyDocument, Weight>();
   /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
@@ -551,11 +559,12 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (record.subject_id !== subjectId || record.partner_id !== partnerId) return refused();
     if (signedPolicy === null) return refused();
     try {
-      const opened = await openPolicyDocument(signedPolicy, opener, {
-        cryptoVersion: record.crypto_version,
-        subjectId: record.subject_id,
-        partnerId,
-      });
+      const opened = await openPolicyDocument(
+        signedPolicy,
+        opener,
+        { cryptoVersion: record.crypto_version, subjectId: record.subject_id, partnerId },
+        validation,
+      );
       // The record's facts (head, revocation, expiry) must describe exactly the signed text.
       if (opened.documentHash !== record.document_hash) return refused();
       // A revocation written while the crypto service was down is a deny-only marker.
@@ -608,7 +617,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const opened = openEntry(redis.keys, policyEntryName(subjectId), text);
     let policy: VerifiedPolicy | undefined;
     try {
-      policy = opened.ok ? await fromSealed(opened.value, subjectId, opener, verified) : undefined;
+      policy = opened.ok
+        ? await fromSealed(opened.value, subjectId, opener, verified, validation)
+        : undefined;
     } catch {
       // Keys cannot be fetched now: the authority path decides (and fails closed) instead.
       events.lookup?.("redis", false);

@@ -344,13 +344,17 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
   }
-  // The decision path's warm-up keeps the CPU busy for a while: it runs once the network steps
-  // are through (their deadlines would pass during it), and the gRPC probe after it.
+  // The decision path's warm-up keeps the CPU busy while the network steps wait for their
+  // answers: it starts once their requests are sent, and yields between its parts (none holds
+  // the CPU for more than a few hundred milliseconds, far inside their deadlines); the gRPC
+  // probe runs after it.
   warmSteps.push({
     name: "decision_path",
     failure: "the decision path's self-check failed",
-    after: warmSteps.map((step) => step.name),
-    run: warmDecisionPath,
+    run: async () => {
+      await new Promise((resolve) => setImmediate(resolve));
+      await warmDecisionPath();
+    },
   });
   let grpcTarget: string | undefined;
   warmSteps.push({
