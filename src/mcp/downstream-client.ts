@@ -20,6 +20,7 @@ import {
   type Tool,
 } from "@modelcontextprotocol/client";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/client/validators/ajv";
+import { createSnapshotAjv } from "../catalog/schema-ajv.ts";
 import { LRUCache } from "lru-cache";
 import { parseBoundedJson } from "../core/bounded-json.ts";
 import { readBoundedBody } from "../execute/bounded-body.ts";
@@ -138,7 +139,8 @@ function compiledOnce(max: number): jsonSchemaValidator {
       const key = JSON.stringify(schema);
       let validator = compiled.get(key);
       if (validator === undefined) {
-        validator = new AjvJsonSchemaValidator().getValidator(schema);
+        // The snapshot's own engine: a downstream's answer never meets a backtracking pattern (decision 2502).
+        validator = new AjvJsonSchemaValidator(createSnapshotAjv()).getValidator(schema);
         compiled.set(key, validator);
       }
       return validator as JsonSchemaValidator<T>;

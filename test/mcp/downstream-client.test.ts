@@ -31,6 +31,16 @@ const numeric: Tool = {
     required: ["n"],
   },
 };
+/** A reviewed output schema with a pattern that backtracks exponentially on a near-miss. */
+const patterned: Tool = {
+  name: "patterned",
+  inputSchema: { type: "object" },
+  outputSchema: {
+    type: "object",
+    properties: { n: { type: "string", pattern: "^(a+)+$" } },
+    required: ["n"],
+  },
+};
 
 let downstream: DownstreamMcp;
 before(async () => {
@@ -38,10 +48,11 @@ before(async () => {
     content: [{ type: "text" as const, text: JSON.stringify(args) }],
     structuredContent: { n: "text" },
   });
-  downstream = await startDownstreamMcp([echo, textual, numeric], {
+  downstream = await startDownstreamMcp([echo, textual, numeric, patterned], {
     echo: (args) => ({ content: [{ type: "text", text: JSON.stringify(args) }] }),
     textual: answer,
     numeric: answer,
+    patterned: () => ({ content: [], structuredContent: { n: `${"a".repeat(40)}!` } }),
   });
 });
 after(() => downstream.close());
@@ -81,6 +92,15 @@ test("output schemas sharing an $id are each checked against their own reviewed 
       (error: unknown) => error instanceof ProtocolError && /output schema/.test(error.message),
     );
   }
+});
+
+test("a downstream's answer never meets a backtracking pattern: a near-miss is refused at once", async () => {
+  const caller = createDownstreamCaller();
+  // On a backtracking engine this answer takes 2^40 steps and the process stops answering.
+  await assert.rejects(
+    caller.call(downstream.url, patterned, {}, exchange({}), "ctx-patterns"),
+    (error: unknown) => error instanceof ProtocolError && /output schema/.test(error.message),
+  );
 });
 
 test("a kept client that fails is dropped with its era: the next call negotiates again", async () => {
