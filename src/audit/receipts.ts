@@ -16,7 +16,9 @@ const LOG_CODES: Readonly<Record<ChainedLog, string>> = {
   [logs.mcpAudit]: "m",
   [logs.evidence]: "e",
 };
-const LOG_OF_CODE = new Map(Object.entries(LOG_CODES).map(([log, code]) => [code, log as ChainedLog]));
+const LOG_OF_CODE: ReadonlyMap<string, ChainedLog> = new Map(
+  Object.entries(LOG_CODES).map(([log, code]) => [code, log as ChainedLog]),
+);
 const RECEIPT = /^r1\.([ame])\.(\d{1,15})\.((?:dec|mcp|evd)_[A-Za-z0-9-]{1,64})$/;
 
 export interface ReceiptRef {
