@@ -309,7 +309,7 @@ describe("deploy/Containerfile", () => {
     const froms = instructions.filter((l) => l.startsWith("FROM "));
     assert.equal(froms.length, 2);
     for (const from of froms) assert.match(from, /^FROM \$\{BASE_IMAGE\}( AS deps)?$/);
-    assert.ok(instructions.some((l) => l.startsWith("RUN ") && l.includes("npm ci --omit=dev")));
+    assert.ok(instructions.some((l) => l.startsWith("RUN ") && l.includes("npm install --omit=dev")));
   });
 
   it("declares the proxy CA argument in the dependency stage only, not in the final image", () => {
