@@ -50,8 +50,9 @@ describe("POST /v1/authorize-invocation over HTTP", () => {
 
   type DenyCall = () => Promise<{ status: number; body: Record<string, unknown> }>;
   const rule = (name: string) => ({ rule: name });
-  const askPermission = (rule: string, permission_id: string) => ({
-    rule,
+  // The allow list's step is the only one that names a permission (decision 2685).
+  const askPermission = (permission_id: string) => ({
+    rule: "decide/allowlist",
     remedy: { action: "request_permission", permission_id },
   });
   const denies: Array<[string, number, DenyCall, Record<string, unknown>]> = [
@@ -104,13 +105,13 @@ describe("POST /v1/authorize-invocation over HTTP", () => {
       "operation_not_allowed",
       403,
       () => h.authorize(ask({ method: "DELETE" }), token),
-      askPermission("decide/allowlist", "billing-api:delete:/users/{id}"),
+      askPermission("billing-api:delete:/users/{id}"),
     ],
     [
       "operation_not_allowed",
       403,
       () => h.authorize(ask({ path: "/users/me" }), token),
-      askPermission("decide/allowlist", "billing-api:get:/users/me"),
+      askPermission("billing-api:get:/users/me"),
     ],
   ];
   for (const [reason, status, call, explanation] of denies) {
