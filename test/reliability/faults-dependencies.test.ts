@@ -97,6 +97,8 @@ describe("faults: crypto service and identity providers", () => {
       status: "denied",
       reason: "upstream_unavailable",
       requestId: unopened.json.requestId,
+      rule: "service/unavailable",
+      remedy: { action: "retry_later" },
     });
     assert.equal(invoke.status, 503, invoke.text);
     assert.equal(invoke.json.status, "denied");

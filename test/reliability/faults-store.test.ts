@@ -145,6 +145,8 @@ describe("faults: Redis under the authority store and the sidecar cache", () => 
         status: "denied",
         reason: "upstream_unavailable",
         requestId: reply.json.requestId,
+        rule: "service/unavailable",
+        remedy: { action: "retry_later" },
       });
       assert.equal(reply.headers["retry-after"], "1");
     }

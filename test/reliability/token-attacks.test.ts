@@ -121,6 +121,7 @@ describe("token attacks", () => {
         status: "denied",
         reason: "invalid_token",
         requestId: authorize.json.requestId,
+        rule: "auth/token",
       });
       assert.match(String(authorize.headers["www-authenticate"]), /error="invalid_token"/);
       const admin = await system.call("GET", `${system.url}/partners`, { token });

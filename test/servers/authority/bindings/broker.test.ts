@@ -77,6 +77,8 @@ describe("broker execute", () => {
       status: "denied",
       reason: "operation_not_allowed",
       requestId: denied.body.requestId,
+      rule: "decide/allowlist",
+      remedy: { action: "request_permission", permission_id: "customers:delete:/customers/{customerId}" },
     });
     const unknown = await execute({ capability_id: "customers", operation_id: "noSuchOperation" });
     assert.deepEqual([unknown.status, unknown.body.reason], [403, "unknown_operation"]);

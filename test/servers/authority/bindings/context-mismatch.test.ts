@@ -73,6 +73,7 @@ describe("v2 context mismatches", () => {
       status: "denied",
       reason: "subject_mismatch",
       requestId: reply.body.requestId,
+      rule: "policy/subject",
     });
     assert.equal(h.upstream.received.length, before, "nothing was sent upstream");
   }

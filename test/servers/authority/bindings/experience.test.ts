@@ -208,6 +208,7 @@ describe("binding experience", () => {
       status: "denied",
       reason: "operation_not_allowed",
       requestId: hidden.body.requestId,
+      rule: "binding/experience",
     });
     // The same operation named by its permission id is hidden too.
     const byId = await h.invoke({ capability_id: "customers", permission_id: GET_ONE });

@@ -142,6 +142,8 @@ describe("binding invoke", () => {
       status: "denied",
       reason: "operation_not_allowed",
       requestId: reply.body.requestId,
+      rule: "decide/allowlist",
+      remedy: { action: "request_permission", permission_id: "customers:delete:/customers/{customerId}" },
     });
     const unknown = await h.invoke({ capability_id: "customers", method: "GET", path: "/nowhere" });
     assert.deepEqual([unknown.status, unknown.body.reason], [403, "unknown_operation"]);

@@ -109,6 +109,7 @@ describe("binding invoke records and replays", () => {
       status: "denied",
       reason: "ambiguous_path",
       requestId: reply.body.requestId,
+      rule: "decide/path-values",
     });
     await assertRecordedDenied(reply, "ambiguous_path", subjectId);
   });
@@ -129,6 +130,7 @@ describe("binding invoke records and replays", () => {
       status: "denied",
       reason: "operation_not_allowed",
       requestId: reply.body.requestId,
+      rule: "decide/constraints-rollout",
     });
     assert.equal(h.upstream.received.length, upstreamBefore);
     assert.equal(await replica.context.decisions.recorder.flush(5000), true);
@@ -168,6 +170,7 @@ describe("binding invoke records and replays", () => {
       status: "denied",
       reason: "missing_capability",
       requestId: reply.body.requestId,
+      rule: "request/capability",
     });
     await assertRecordedDenied(reply, "missing_capability", subjectId);
   });
@@ -194,6 +197,8 @@ describe("binding invoke records and replays", () => {
       status: "denied",
       reason: "policy_revoked",
       requestId: after.body.requestId,
+      rule: "policy/revoked",
+      remedy: { action: "contact_partner" },
     });
     assert.equal(after.headers.get("idempotent-replayed"), null);
     assert.equal(JSON.stringify(after.body).includes("cus_00000001"), false, "none of the stored data");

@@ -48,31 +48,78 @@ describe("POST /v1/authorize-invocation over HTTP", () => {
     assert.equal(res.body.permissionId, "billing-api:post:/invoices");
   });
 
-  const denies: Array<[string, number, () => Promise<{ status: number; body: Record<string, unknown> }>]> = [
-    ["missing_subject", 401, () => h.authorize(ask())],
-    ["invalid_token", 401, () => h.authorize(ask(), "not-a-jwt")],
+  type DenyCall = () => Promise<{ status: number; body: Record<string, unknown> }>;
+  const rule = (name: string) => ({ rule: name });
+  // The allow list's step is the only one that names a permission (decision 2685).
+  const askPermission = (permission_id: string) => ({
+    rule: "decide/allowlist",
+    remedy: { action: "request_permission", permission_id },
+  });
+  const denies: Array<[string, number, DenyCall, Record<string, unknown>]> = [
+    ["missing_subject", 401, () => h.authorize(ask()), rule("auth/subject")],
+    ["invalid_token", 401, () => h.authorize(ask(), "not-a-jwt"), rule("auth/token")],
     [
       "missing_capability",
       400,
       () => h.authorize({ subject: { subject_id: "agent-7" }, method: "GET", path: "/users/1" }, token),
+      rule("request/capability"),
     ],
-    ["missing_capability", 400, () => h.authorize(ask({ capability_id: "" }), token)],
-    ["unknown_capability", 403, () => h.authorize(ask({ capability_id: "no-such-api" }), token)],
-    ["unknown_capability", 403, () => h.authorize(ask({ capability_id: "bad:id" }), token)],
-    ["subject_mismatch", 403, () => h.authorize(ask({ subject: { subject_id: "agent-8" } }), token)],
-    ["unknown_operation", 403, () => h.authorize(ask({ path: "/nothing/here" }), token)],
-    ["unknown_operation", 403, () => h.authorize(ask({ path: "/users/../admin" }), token)],
-    ["unknown_operation", 403, () => h.authorize(ask({ method: "BREW" }), token)],
-    ["operation_not_allowed", 403, () => h.authorize(ask({ method: "DELETE" }), token)],
-    ["operation_not_allowed", 403, () => h.authorize(ask({ path: "/users/me" }), token)],
+    [
+      "missing_capability",
+      400,
+      () => h.authorize(ask({ capability_id: "" }), token),
+      rule("request/capability"),
+    ],
+    [
+      "unknown_capability",
+      403,
+      () => h.authorize(ask({ capability_id: "no-such-api" }), token),
+      rule("catalog/capability"),
+    ],
+    [
+      "unknown_capability",
+      403,
+      () => h.authorize(ask({ capability_id: "bad:id" }), token),
+      rule("catalog/capability"),
+    ],
+    [
+      "subject_mismatch",
+      403,
+      () => h.authorize(ask({ subject: { subject_id: "agent-8" } }), token),
+      rule("policy/subject"),
+    ],
+    [
+      "unknown_operation",
+      403,
+      () => h.authorize(ask({ path: "/nothing/here" }), token),
+      rule("catalog/operation"),
+    ],
+    [
+      "unknown_operation",
+      403,
+      () => h.authorize(ask({ path: "/users/../admin" }), token),
+      rule("catalog/operation"),
+    ],
+    ["unknown_operation", 403, () => h.authorize(ask({ method: "BREW" }), token), rule("catalog/operation")],
+    [
+      "operation_not_allowed",
+      403,
+      () => h.authorize(ask({ method: "DELETE" }), token),
+      askPermission("billing-api:delete:/users/{id}"),
+    ],
+    [
+      "operation_not_allowed",
+      403,
+      () => h.authorize(ask({ path: "/users/me" }), token),
+      askPermission("billing-api:get:/users/me"),
+    ],
   ];
-  for (const [reason, status, call] of denies) {
-    test(`denies ${reason} with ${status}`, async () => {
+  for (const [reason, status, call, explanation] of denies) {
+    test(`denies ${reason} with ${status}, naming its rule and any remedy`, async () => {
       const res = await call();
       assert.equal(res.status, status);
-      assert.deepEqual(Object.keys(res.body).sort(), ["reason", "requestId", "status"]);
-      assert.equal(res.body.status, "denied");
-      assert.equal(res.body.reason, reason);
+      assert.equal(typeof res.body.requestId, "string");
+      assert.deepEqual(res.body, { status: "denied", reason, requestId: res.body.requestId, ...explanation });
     });
   }
 

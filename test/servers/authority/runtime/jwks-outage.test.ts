@@ -24,6 +24,8 @@ describe("issuer keys unreachable", () => {
       status: "denied",
       reason: "upstream_unavailable",
       requestId: res.body.requestId,
+      rule: "service/unavailable",
+      remedy: { action: "retry_later" },
     });
     assert.equal(await h.service.recorder.flush(5000), true);
     const [entry] = await h.service.context.store.readLog<DecisionAuditRecord>(logs.audit);
