@@ -20,8 +20,8 @@ import {
   type Tool,
 } from "@modelcontextprotocol/client";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/client/validators/ajv";
-import { createSnapshotAjv } from "../catalog/schema-ajv.ts";
 import { LRUCache } from "lru-cache";
+import { createSnapshotAjv } from "../catalog/schema-ajv.ts";
 import { parseBoundedJson } from "../core/bounded-json.ts";
 import { readBoundedBody } from "../execute/bounded-body.ts";
 import type { FetchLike } from "../execute/egress.ts";
