@@ -3,3 +3,4 @@ export * from "./authorize.ts";
 export * from "./decision.ts";
 export * from "./enforce.ts";
 export * from "./failure.ts";
+export * from "./explain.ts";
