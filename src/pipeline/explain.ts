@@ -6,11 +6,12 @@
  * recording anything. Each step names its inputs by reference (ids, versions, hashes), never
  * a policy's or a request's contents.
  */
+
+import { rolloutCovers } from "../core/parameter-constraints.ts";
+import { type DenyExplanation, explainDeny } from "../errors.ts";
 import type { ExecutionArgs } from "../execute/input.ts";
 import { prepareUpstreamRequest } from "../execute/prepare.ts";
 import { allowedRoute } from "../execute/url.ts";
-import { rolloutCovers } from "../core/parameter-constraints.ts";
-import { type DenyExplanation, explainDeny } from "../errors.ts";
 import type { DecisionRuntime } from "../policy/runtime.ts";
 import { decideStage } from "./decision.ts";
 import { failureExplanation, pipelineFailure } from "./failure.ts";
@@ -142,7 +143,8 @@ export async function explainRequest(
     const error = pipelineFailure(cause);
     // A constraint names its own rule, the rollout gate the decision's: both are the constraints step.
     const atConstraints =
-      error.code === "constraint_violation" || failureExplanation(error).rule !== explainDeny(error.code).rule;
+      error.code === "constraint_violation" ||
+      failureExplanation(error).rule !== explainDeny(error.code).rule;
     steps.push(
       atConstraints
         ? { step: "input_schema", outcome: "passed", inputs: operation }
