@@ -9,6 +9,18 @@ import { PARTNER, seedAll, seedPartner, seedPolicy, seedSubject, snapshot } from
 
 const OTHER = "partner-2";
 
+interface Trace {
+  readonly steps: Array<{ step: string; outcome: string; inputs: Record<string, unknown> }>;
+  readonly result: {
+    status: string;
+    permission_id: string | null;
+    reason?: string;
+    rule: string;
+    remedy?: Record<string, unknown>;
+  };
+  readonly reason?: string;
+}
+
 describe("admin explain", () => {
   let h: Harness;
   let admin: string;
@@ -19,17 +31,14 @@ describe("admin explain", () => {
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify(body),
     });
-    return { status: response.status, body: (await response.json()) as Record<string, any> };
+    return { status: response.status, body: (await response.json()) as Trace };
   };
   const ask = (extra: Record<string, unknown>) => ({
     subject_id: "agent-7",
     capability_id: "billing-api",
     ...extra,
   });
-  const outcomes = (body: Record<string, any>) =>
-    Object.fromEntries(
-      (body.steps as Array<{ step: string; outcome: string }>).map((s) => [s.step, s.outcome]),
-    );
+  const outcomes = (body: Trace) => Object.fromEntries(body.steps.map((s) => [s.step, s.outcome]));
 
   before(async () => {
     h = await startHarness({
@@ -39,7 +48,7 @@ describe("admin explain", () => {
     const { subject } = await seedAll(store, protector, { allow: [["GET", "/users/{id}"]] });
     const limited = {
       ...snapshot("GET", "/users/{id}"),
-      parameter_constraints: [{ in: "path", name: "id", max_length: 4 }],
+      parameter_constraints: [{ in: "path" as const, name: "id", max_length: 4 }],
     };
     await seedPolicy(store, protector, { subject, allow: [["GET", "/users/{id}"]], operations: [limited] });
     const revoked = await seedSubject(store, { subjectId: "agent-gone" });
@@ -87,16 +96,16 @@ describe("admin explain", () => {
       input_schema: "passed",
       constraints: "passed",
     });
-    const policy = body.steps.find((s: { step: string }) => s.step === "policy");
-    assert.match(String(policy.inputs.policy_hash), /^sha256:/);
-    assert.equal(body.steps[1].inputs.catalog_version, "1");
+    const policy = body.steps.find((s) => s.step === "policy");
+    assert.match(String(policy?.inputs.policy_hash), /^sha256:/);
+    assert.equal(body.steps[1]?.inputs.catalog_version, "1");
   });
 
   it("explains an allow-list deny with the permission to ask for", async () => {
     const { body } = await explain(admin, ask({ method: "DELETE", path: "/users/12" }));
     assert.equal(body.result.reason, "operation_not_allowed");
     assert.equal(body.result.rule, "decide/allowlist");
-    assert.equal(body.result.remedy.permission_id, "billing-api:delete:/users/{id}");
+    assert.equal(body.result.remedy?.permission_id, "billing-api:delete:/users/{id}");
     assert.equal(outcomes(body).decision, "denied");
   });
 
