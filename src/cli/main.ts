@@ -21,6 +21,7 @@ const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   token: () => import("./commands/token.ts"),
   store: () => import("./commands/store.ts"),
   audit: () => import("./commands/audit.ts"),
+  explain: () => import("./commands/explain.ts"),
 };
 
 /**

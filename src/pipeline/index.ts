@@ -2,4 +2,5 @@
 export * from "./authorize.ts";
 export * from "./decision.ts";
 export * from "./enforce.ts";
+export * from "./explain.ts";
 export * from "./failure.ts";

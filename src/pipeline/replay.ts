@@ -90,8 +90,8 @@ function recordedOutcome(record: DecisionAuditRecord): ReplayOutcome | { readonl
   return { skip: reason };
 }
 
-/** The v2 context a proposed document binds (it is the document under review, so it stands for itself). */
-function contextOf(doc: PolicyDocument): ExternalSubjectContext | undefined {
+/** The v2 context a document binds (a document under review or explanation stands for itself). */
+export function documentContext(doc: PolicyDocument): ExternalSubjectContext | undefined {
   if (doc.schema_version !== POLICY_SCHEMA_V2) return undefined;
   return {
     partnerId: doc.authority_partner_id,
@@ -109,7 +109,7 @@ function pathIsTemplate(record: DecisionAuditRecord): boolean {
 
 export function replayDecisions(input: ReplayInput): ReplayReport {
   const most = input.examples ?? 5;
-  const expectedContext = contextOf(input.proposed);
+  const expectedContext = documentContext(input.proposed);
   const flips = { allow_to_deny: [] as ReplayExample[], deny_to_allow: [] as ReplayExample[] };
   const counts = { allow_to_deny: 0, deny_to_allow: 0, replayed: 0, unchanged: 0 };
   const skipped: Record<string, number> = {};

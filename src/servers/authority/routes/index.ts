@@ -8,6 +8,7 @@ import { boundaryRoutes } from "./boundaries.ts";
 import { brokerRoutes } from "./broker.ts";
 import { capabilityRoutes } from "./capabilities.ts";
 import { diagnosticsRoutes } from "./diagnostics.ts";
+import { explainRoutes } from "./explain.ts";
 import { invokeRoutes } from "./invoke.ts";
 import { mcpRoutes } from "./mcp.ts";
 import { partnerRoutes } from "./partners.ts";
@@ -26,6 +27,7 @@ export const routeGroups: ReadonlyArray<(services: AuthorityServices) => Fastify
   boundaryRoutes,
   authProfileRoutes,
   diagnosticsRoutes,
+  explainRoutes,
   sidecarRoutes,
   mcpRoutes,
   bindingRoutes,

@@ -137,6 +137,8 @@ export interface PolicySeed {
   readonly headless?: HeadlessContext;
   /** Overrides the head (default previous head + 1). */
   readonly head?: number;
+  /** Overrides the reviewed snapshots (default snapshot() of each allowed pair), e.g. to sign constraints. */
+  readonly operations?: OperationSnapshot[];
 }
 
 /** Compiles, protects and stores the subject's policy; returns the stored record. */
@@ -150,7 +152,7 @@ export async function seedPolicy(
   const now = seed.now ?? new Date();
   const expiresAt = seed.expiresAt ?? new Date(now.getTime() + 86_400_000).toISOString();
   const allowed = seed.allow.map(([method, path]) => buildPermissionId(capabilityId, method, path));
-  const operations = seed.allow.map(([method, path]) => snapshot(method, path));
+  const operations = seed.operations ?? seed.allow.map(([method, path]) => snapshot(method, path));
   const assignment: AssignmentRecord = {
     partner_id: subject.partner_id,
     subject_id: subject.subject_id,
