@@ -16,6 +16,40 @@ const ENTRY = "^src/(servers|cli|dev)/";
 const CORE = "^src/core/";
 const ERRORS = "^src/errors\\.ts$";
 
+/**
+ * The order among the application folders, innermost first (docs/decisions/2646): a folder
+ * imports only folders of its own tier or of an inner one. `config` is outside the order until
+ * its low parts (errors, secret fields, log level) and its process schemas are apart, and
+ * `admin → mcp` (the platform diagnostics read the MCP settings) is the one upward edge left.
+ */
+const FOLDER_ORDER = [
+  ["store", "catalog", "crypto", "identity"],
+  ["observability"],
+  ["audit", "execute"],
+  ["clients"],
+  ["policy"],
+  ["pipeline"],
+  ["admin"],
+  ["bindings", "mcp"],
+];
+const UPWARD_EDGES_LEFT = { admin: ["mcp"] };
+
+/** One rule per tier: none of its folders imports a folder of an outer tier. */
+function folderOrderRules() {
+  return FOLDER_ORDER.slice(0, -1).map((tier, index) => {
+    const outer = FOLDER_ORDER.slice(index + 1)
+      .flat()
+      .filter((folder) => !tier.some((from) => UPWARD_EDGES_LEFT[from]?.includes(folder)));
+    return {
+      name: `folder-order-${tier.join("-")}`,
+      severity: "error",
+      comment: `${tier.join(", ")} must not import ${outer.join(", ")} (the folder order of decision 2646): move the shared part inward.`,
+      from: { path: `^src/(${tier.join("|")})/` },
+      to: { path: `^src/(${outer.join("|")})/` },
+    };
+  });
+}
+
 /** What core may use besides itself and the error table: pure computation, no I/O. */
 const CORE_ALLOWED = [CORE, ERRORS, "^crypto$", "node_modules/(ajv|ajv-formats|json-pointer|re2js)/"];
 
@@ -50,6 +84,7 @@ module.exports = {
       from: { path: "^src/", pathNot: [ENTRY, CORE, ERRORS] },
       to: { path: ENTRY },
     },
+    ...folderOrderRules(),
     {
       name: "server-not-to-other-server",
       severity: "error",
