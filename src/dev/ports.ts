@@ -41,21 +41,31 @@ export const EPHEMERAL_DEV_PORTS: DevPorts = {
   sidecarMetrics: 0,
 };
 
+/** Below Linux's ephemeral range (32768–60999), which the OS hands to every port-0 bind and outgoing connection. */
+const FREE_PORT_LOW = 20_000;
+const FREE_PORT_SPAN = 12_000;
+
 /**
  * A port that was free a moment ago. Only for a server whose own address must be known
  * before it starts (the authority service names itself in tokens and MCP metadata); there
- * is a short window in which another process could take it, and the start then fails.
+ * is a short window in which another process could take it, and the start then fails. The
+ * port is picked at random below the ephemeral range, so that window is not shared with
+ * every connection the machine opens meanwhile.
  */
-export function findFreePort(host = DEV_HOST): Promise<number> {
-  return new Promise((resolve, reject) => {
+export async function findFreePort(host = DEV_HOST): Promise<number> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = FREE_PORT_LOW + Math.floor(Math.random() * FREE_PORT_SPAN);
+    if (await isFree(port, host)) return port;
+  }
+  throw new Error("no free port");
+}
+
+function isFree(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
     const probe = createServer();
     probe.unref();
-    probe.once("error", reject);
-    probe.listen(0, host, () => {
-      const address = probe.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      probe.close(() => (port > 0 ? resolve(port) : reject(new Error("no free port"))));
-    });
+    probe.once("error", () => resolve(false));
+    probe.listen(port, host, () => probe.close(() => resolve(true)));
   });
 }
 
