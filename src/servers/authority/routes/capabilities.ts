@@ -16,11 +16,13 @@ import {
 import {
   getCapability,
   type ImportInput,
+  type ImportOutcome,
   importOpenApi,
   listCapabilities,
   type PreviewInput,
   previewOpenApi,
 } from "../../../admin/capabilities.ts";
+import type { Actor } from "../../../admin/deps.ts";
 import {
   importMcpServer,
   type McpImportInput,
@@ -130,27 +132,36 @@ export function capabilityRoutes(context: AuthorityServices): FastifyPluginAsync
       },
     );
 
-    app.post<{ Params: { id: string }; Body: ImportInput }>(
-      "/partners/:id/api-specs/import-openapi",
-      {
-        schema: {
-          response: { 200: importResultSchema, 201: importResultSchema },
-          params: partnerParams,
-          body: importBody,
+    /** An import into the partner's catalog: a new version answers 201, an unchanged one 200. */
+    function importRoute<Body>(
+      path: string,
+      body: object,
+      run: (actor: Actor, partnerId: string, input: Body) => Promise<ImportOutcome>,
+    ): void {
+      app.post<{ Params: { id: string }; Body: Body }>(
+        path,
+        {
+          schema: {
+            response: { 200: importResultSchema, 201: importResultSchema },
+            params: partnerParams,
+            body,
+          },
         },
-      },
-      async (request, reply) => {
-        const principal = principalOf(request);
-        assertCanManagePartner(principal, request.params.id);
-        const outcome = await importOpenApi(
-          context,
-          { subject: principal.subject, requestId: request.id },
-          request.params.id,
-          request.body,
-        );
-        reply.code(outcome.is_new_version ? 201 : 200);
-        return outcome;
-      },
+        async (request, reply) => {
+          const principal = principalOf(request);
+          assertCanManagePartner(principal, request.params.id);
+          const actor = { subject: principal.subject, requestId: request.id };
+          const outcome = await run(actor, request.params.id, request.body as Body);
+          reply.code(outcome.is_new_version ? 201 : 200);
+          return outcome;
+        },
+      );
+    }
+
+    importRoute<ImportInput>(
+      "/partners/:id/api-specs/import-openapi",
+      importBody,
+      (actor, partnerId, input) => importOpenApi(context, actor, partnerId, input),
     );
 
     app.post<{ Params: { id: string }; Body: McpServerInput }>(
@@ -163,28 +174,11 @@ export function capabilityRoutes(context: AuthorityServices): FastifyPluginAsync
       },
     );
 
-    app.post<{ Params: { id: string }; Body: McpImportInput }>(
+    importRoute<McpImportInput>(
       "/partners/:id/api-specs/import-mcp",
-      {
-        schema: {
-          response: { 200: importResultSchema, 201: importResultSchema },
-          params: partnerParams,
-          body: mcpImportBody,
-        },
-      },
-      async (request, reply) => {
-        const principal = principalOf(request);
-        assertCanManagePartner(principal, request.params.id);
-        const outcome = await importMcpServer(
-          context,
-          { subject: principal.subject, requestId: request.id },
-          request.params.id,
-          request.body,
-          context.mcp.downstreamTools,
-        );
-        reply.code(outcome.is_new_version ? 201 : 200);
-        return outcome;
-      },
+      mcpImportBody,
+      (actor, partnerId, input) =>
+        importMcpServer(context, actor, partnerId, input, context.mcp.downstreamTools),
     );
 
     app.get<{ Params: { id: string }; Querystring: PageQuery }>(
