@@ -78,9 +78,9 @@ function buildGuards(capability: Capability): readonly (RouteGuard | undefined)[
         if (other.segments.length !== route.segments.length) return;
         const at = other.segments[position];
         if (at === undefined || at.kind === "param") return;
-        // A mixed sibling is checked against whole-segment parameters only: between two mixed
-        // segments the matcher's ranking (more literal characters first) already decides.
-        if (at.kind === "mixed" && segment.kind !== "param") return;
+        // A mixed sibling guards mixed segments too: our matcher ranks two mixed segments by
+        // their literal characters, but an upstream ranks them its own way (often by order), so
+        // a value one of its reductions could route to the sibling is ambiguous.
         for (let j = 0; j < route.segments.length; j++) {
           if (j === position) continue;
           const mine = route.segments[j];

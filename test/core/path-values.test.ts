@@ -234,6 +234,19 @@ describe("path values: mixed sibling segments", () => {
     assert.equal(reason("/files/readme"), "allowed");
     assert.equal(reason("/files/report.txt"), "allowed");
   });
+
+  // Two mixed siblings: our matcher ranks them by literal characters, an upstream by its own
+  // order, so a value that either could take (exactly or once reduced) is ambiguous.
+  const versioned = snapshot("GET", "/files/v{n}");
+  const versionedPolicy = loaded(policyV1([entry([["GET", "/files/v{n}"]], { operations: [versioned] })]));
+  const versionedReason = (path: string) =>
+    reasonOf(path, { capability: mixedCatalog, policy: versionedPolicy });
+  it("denies a value a mixed sibling could take once an upstream strips an extension", () => {
+    assert.equal(versionedReason("/files/v2.pdf.bak"), "ambiguous_path");
+    assert.equal(versionedReason("/files/v2.pdf"), "operation_not_allowed"); // the sibling's own
+    assert.equal(versionedReason("/files/v2"), "allowed");
+    assert.equal(versionedReason("/files/v2.txt"), "allowed");
+  });
 });
 
 describe("isAmbiguousSegmentValue", () => {
