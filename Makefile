@@ -70,7 +70,8 @@ dev: setup
 	@node bin/authority.ts dev
 
 # `make bench` writes docs/benchmarks.md; `make bench QUICK=1` is the smoke form (writes nothing);
-# `make bench ONLY=envoy,sidecar` a subset.
+# `make bench ONLY=envoy,sidecar` a subset (writes nothing); `make bench ONLY=envoy UPDATE=1`
+# measures those again and replaces only their sections of docs/benchmarks.md.
 bench: setup test-peers
 	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts $(if $(QUICK),--quick)
 

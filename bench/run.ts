@@ -9,11 +9,13 @@
  *                                     writes nothing unless --out is given
  *   node bench/run.ts --only=envoy,sidecar-input   a subset (also ONLY=…); writes nothing
  *                                     unless --out is given
+ *   node bench/run.ts --only=a,b --update   measures those modules again and replaces only
+ *                                     their sections of docs/benchmarks.md (also UPDATE=1)
  *   node bench/run.ts --out=FILE      writes the report to FILE instead
  *
  * A module that throws is reported as failed in the page and the run exits 1.
  */
-import { writeFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
 import {
@@ -248,6 +250,8 @@ export async function runModule(module: BenchModule, context: BenchContext): Pro
   const base = {
     name: module.name,
     title: module.title,
+    measuredAt: new Date().toISOString(),
+    loadAtStart: Number((loadavg()[0] ?? 0).toFixed(2)),
     ...(module.targets === undefined ? {} : { targets: module.targets }),
   };
   try {
@@ -264,31 +268,34 @@ interface Arguments {
   readonly quick: boolean;
   readonly only: readonly string[];
   readonly out: string | undefined;
+  /** Keep the sections of the page at `out` that this run does not measure. */
+  readonly update: boolean;
 }
+
+const PAGE = fileURLToPath(new URL("../docs/benchmarks.md", import.meta.url));
 
 function parseArguments(argv: readonly string[]): Arguments {
   let quick = false;
   let only = (process.env.ONLY ?? "").split(",").filter((name) => name.length > 0);
   let out: string | undefined;
+  let update = process.env.UPDATE === "1";
   for (const argument of argv) {
     if (argument === "--quick") quick = true;
+    else if (argument === "--update") update = true;
     else if (argument.startsWith("--only="))
       only = argument.slice("--only=".length).split(",").filter(Boolean);
     else if (argument.startsWith("--out=")) out = argument.slice("--out=".length);
-    else throw new Error(`unknown argument ${argument} (--quick, --only=a,b, --out=FILE)`);
+    else throw new Error(`unknown argument ${argument} (--quick, --only=a,b, --update, --out=FILE)`);
   }
   const unknown = only.filter((name) => !BENCH_MODULES.some((module) => module.name === name));
   if (unknown.length > 0)
     throw new Error(
       `no bench module ${unknown.join(", ")}; known: ${BENCH_MODULES.map((m) => m.name).join(", ")}`,
     );
-  // Only a full run replaces the committed page.
-  const full = !quick && only.length === 0;
-  return {
-    quick,
-    only,
-    out: out ?? (full ? fileURLToPath(new URL("../docs/benchmarks.md", import.meta.url)) : undefined),
-  };
+  if (update && quick) throw new Error("--update keeps measured figures: it cannot take --quick");
+  // A full run replaces the committed page; --update replaces the sections it measured.
+  const writes = !quick && (only.length === 0 || update);
+  return { quick, only, update, out: out ?? (writes ? PAGE : undefined) };
 }
 
 async function main(): Promise<number> {
@@ -314,7 +321,15 @@ async function main(): Promise<number> {
   if (args.out !== undefined) {
     const flags = [args.quick ? "--quick" : "", args.only.length > 0 ? `--only=${args.only.join(",")}` : ""];
     const command = ["make bench", ...flags.filter(Boolean)].join(" ");
-    await writeFile(args.out, renderReport(end, sections, command));
+    const previous = args.update ? await readFile(args.out, "utf8").catch(() => undefined) : undefined;
+    const order = BENCH_MODULES.map((module) => module.name);
+    await writeFile(
+      args.out,
+      renderReport(end, sections, args.update ? "make bench" : command, {
+        order,
+        ...(previous === undefined ? {} : { previous }),
+      }),
+    );
     console.log(`report written to ${args.out}`);
   }
   const failed = sections.filter((section) => section.error !== undefined);
