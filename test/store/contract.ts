@@ -424,7 +424,7 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
         withStore(async (store) => {
           if (store.appendAcross === undefined) return;
           assert.equal(await store.append("across-a", "a1"), 1);
-          const seqs = await store.appendAcross([
+          const seqs = await store.appendAcross<unknown>([
             { log: "across-a", value: "a2" },
             { log: "across-b", value: "b1" },
             { log: "across-a", value: "a3" },
