@@ -7,6 +7,9 @@
  *   store fails, the entry stays in a bounded in-memory queue, `write` resolves at once
  *   (the caller is not held up by an outage), and the queue is retried with exponential
  *   backoff until the store is back; records keep their order.
+ * - A `deferred` record (one nobody waits for) waits up to `lingerMs` for the next record
+ *   somebody waits for and is stored in its batch; a batch spanning logs is one store call
+ *   where the store offers `appendAcross` (one SQLite transaction).
  * - Counter increments are summed per key and written every `counterFlushMs` (and by
  *   flush()), so a backlog is bounded by the number of distinct keys, not of decisions,
  *   and usage views trail the audit log by at most that interval.
@@ -308,11 +311,11 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   /** A deferred record is stored with the next one waited for, or after `lingerMs` at the latest. */
   function scheduleLinger(): void {
     if (lingerTimer !== undefined) return;
+    // Not unref'd: a process that ends on its own still stores what it queued.
     lingerTimer = setTimeout(() => {
       lingerTimer = undefined;
       kick();
     }, lingerMs);
-    lingerTimer.unref();
   }
 
   function scheduleCounters(): void {
