@@ -75,9 +75,11 @@ export function createAuditRecorder(storeOrOptions: Store | AuditRecorderOptions
       });
       return record;
     },
+    // Queued after the answer (nobody waits): stored with the next decision record.
     recordMcpCall: (input) =>
-      writer.write({ log: { name: logs.mcpAudit, value: mcpAuditRecord(input, reprLimit) } }),
-    recordEvidence: (input) => writer.write({ log: { name: logs.evidence, value: evidenceRecord(input) } }),
+      writer.write({ log: { name: logs.mcpAudit, value: mcpAuditRecord(input, reprLimit) }, deferred: true }),
+    recordEvidence: (input) =>
+      writer.write({ log: { name: logs.evidence, value: evidenceRecord(input) }, deferred: true }),
     accepting: writer.accepting,
     room: writer.room,
     capacity: writer.capacity,

@@ -7,6 +7,9 @@
  *   store fails, the entry stays in a bounded in-memory queue, `write` resolves at once
  *   (the caller is not held up by an outage), and the queue is retried with exponential
  *   backoff until the store is back; records keep their order.
+ * - A `deferred` record (one nobody waits for) waits up to `lingerMs` for the next record
+ *   somebody waits for and is stored in its batch; a batch spanning logs is one store call
+ *   where the store offers `appendAcross` (one SQLite transaction).
  * - Counter increments are summed per key and written every `counterFlushMs` (and by
  *   flush()), so a backlog is bounded by the number of distinct keys, not of decisions,
  *   and usage views trail the audit log by at most that interval.
@@ -34,6 +37,12 @@ export interface CounterIncrement {
 export interface AuditEntry {
   readonly log?: { readonly name: string; readonly value: unknown };
   readonly counts?: readonly CounterIncrement[];
+  /**
+   * A log record nobody waits for (an MCP row, an evidence digest: queued after the answer):
+   * it waits up to `lingerMs` for the next record that is waited for, so both are stored in
+   * one transaction instead of a commit of its own each.
+   */
+  readonly deferred?: boolean;
 }
 
 export interface AuditWriterOptions {
@@ -52,6 +61,11 @@ export interface AuditWriterOptions {
    * per decision.
    */
   readonly counterFlushMs?: number;
+  /**
+   * Longest wait of a `deferred` log record for a record that is waited for (default 20 ms);
+   * after it, the deferred records are stored on their own. flush() and close() store them at once.
+   */
+  readonly lingerMs?: number;
   /** First retry delay after a failure, doubled up to maxDelayMs (defaults 50 / 5000 ms). */
   readonly retry?: { readonly initialDelayMs?: number; readonly maxDelayMs?: number };
   /**
@@ -138,6 +152,7 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   const initialDelay = positiveIntegerOption(options.retry?.initialDelayMs, 50, "retry.initialDelayMs");
   const maxDelay = positiveIntegerOption(options.retry?.maxDelayMs, 5000, "retry.maxDelayMs");
   const counterFlushMs = positiveIntegerOption(options.counterFlushMs, 250, "counterFlushMs");
+  const lingerMs = positiveIntegerOption(options.lingerMs, 20, "lingerMs");
   if (maxDelay < initialDelay) throw new TypeError("retry.maxDelayMs must be at least retry.initialDelayMs");
 
   let queue: QueuedLog[] = [];
@@ -155,6 +170,7 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   /** Set by the counter timer and by flush(): pending counters are written in this run. */
   let countersDue = false;
   let counterTimer: NodeJS.Timeout | undefined;
+  let lingerTimer: NodeJS.Timeout | undefined;
   const idleWaiters = new Set<() => void>();
 
   const empty = (): boolean => queue.length === 0 && deltas.size === 0;
@@ -183,11 +199,11 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     return groups;
   }
 
-  async function drainLogs(): Promise<boolean> {
-    while (queue.length > 0) {
-      const batch = queue.splice(0, batchSize);
-      const groups = [...byLog(batch)];
-      const results = await Promise.allSettled(
+  /** Stores one batch: every log in one transaction where the store offers it, else log by log. */
+  async function appendBatch(batch: readonly QueuedLog[]): Promise<PromiseSettledResult<number[]>[]> {
+    const groups = [...byLog(batch)];
+    if (store.appendAcross === undefined || groups.length === 1) {
+      return Promise.allSettled(
         groups.map(([name, items]) =>
           store.appendMany(
             name,
@@ -195,6 +211,29 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
           ),
         ),
       );
+    }
+    // Entries grouped by log, so the seqs come back per group as appendMany's would.
+    const grouped = groups.flatMap(([name, items]) =>
+      items.map((item) => ({ log: name, value: item.value })),
+    );
+    try {
+      const seqs = await store.appendAcross(grouped);
+      let at = 0;
+      return groups.map(([, items]) => {
+        const part = seqs.slice(at, at + items.length);
+        at += items.length;
+        return { status: "fulfilled", value: part };
+      });
+    } catch (reason) {
+      return groups.map(() => ({ status: "rejected", reason }));
+    }
+  }
+
+  async function drainLogs(): Promise<boolean> {
+    while (queue.length > 0) {
+      const batch = queue.splice(0, batchSize);
+      const groups = [...byLog(batch)];
+      const results = await appendBatch(batch);
       const failed = new Set<QueuedLog>();
       let firstError: unknown;
       results.forEach((result, i) => {
@@ -267,6 +306,16 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     // A pending retry must not keep a finished process alive; close() flushes explicitly.
     retryTimer.unref();
     delay = Math.min(delay * 2, maxDelay);
+  }
+
+  /** A deferred record is stored with the next one waited for, or after `lingerMs` at the latest. */
+  function scheduleLinger(): void {
+    if (lingerTimer !== undefined) return;
+    // Not unref'd: a process that ends on its own still stores what it queued.
+    lingerTimer = setTimeout(() => {
+      lingerTimer = undefined;
+      kick();
+    }, lingerMs);
   }
 
   function scheduleCounters(): void {
@@ -363,7 +412,8 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
             item.settle = resolve;
           });
     queue.push(item);
-    kick();
+    if (entry.deferred === true && state === "ok" && queue.length < batchSize) scheduleLinger();
+    else kick();
     return done;
   }
 
@@ -399,6 +449,8 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     retryTimer = undefined;
     if (counterTimer !== undefined) clearTimeout(counterTimer);
     counterTimer = undefined;
+    if (lingerTimer !== undefined) clearTimeout(lingerTimer);
+    lingerTimer = undefined;
     const flushed = empty();
     if (!flushed) {
       lost += queue.length;

@@ -4,11 +4,10 @@
  * verifiers, idempotency, envelope crypto, the executor, and the process's decision runtime
  * (policy loader, capability resolver, audit recorder).
  */
-import { createAuthProfileSecretResolver } from "../admin/auth-profiles.ts";
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
 import type { UserGrantServices } from "../admin/user-grants.ts";
 import { isValidId } from "../core/ids.ts";
-import type { TokenSetStore } from "../execute/auth-profiles.ts";
+import type { SecretResolver, TokenSetStore } from "../execute/auth-profiles.ts";
 import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import { createExecutor, type Executor } from "../execute/executor.ts";
@@ -85,6 +84,11 @@ export interface BindingRuntimeShared {
   readonly clientCredentials: ClientCredentialsTokens;
   /** The process's users' grants (sealed token sets) and exchanged tokens. */
   readonly userGrants: UserGrantServices & { readonly tokenSetStore: TokenSetStore };
+  /**
+   * The process's auth-profile secret resolver (used by the default executor): one cache of
+   * opened secrets for every path, so a call does not repeat the ML-KEM open.
+   */
+  readonly secretResolver: SecretResolver;
 }
 
 export function createBindingRuntime(
@@ -106,7 +110,7 @@ export function createBindingRuntime(
   const executor =
     options.executor ??
     createExecutor({
-      secretResolver: createAuthProfileSecretResolver(owner),
+      secretResolver: shared.secretResolver,
       tokenSetStore: shared.userGrants.tokenSetStore,
       clientCredentials: shared.clientCredentials,
       oauthUser: shared.userGrants.oauthUser,

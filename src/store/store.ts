@@ -113,6 +113,12 @@ export interface StoreHealth {
   readonly detail: string;
 }
 
+/** One entry of `Store.appendAcross`. */
+export interface LogAppend<T> {
+  readonly log: string;
+  readonly value: T;
+}
+
 export interface Store {
   readonly backend: StoreBackend;
   get<T>(collection: string, id: string): Promise<T | undefined>;
@@ -130,6 +136,13 @@ export interface Store {
    * per entry.
    */
   appendMany<T>(log: string, values: readonly T[]): Promise<number[]>;
+  /**
+   * Entries for several logs in one transaction, all or none: each log's entries get
+   * consecutive seqs in their order; the seqs come back in the order of `entries`. Offered
+   * where one transaction is cheaper than one per log (SQLite: one commit, one WAL sync
+   * point); without it, callers append log by log with `appendMany`.
+   */
+  appendAcross?<T>(entries: readonly LogAppend<T>[]): Promise<number[]>;
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]>;
   /** Last seq given out in this log (0 when empty); trimming does not lower it. */
   logLength(log: string): Promise<number>;

@@ -420,6 +420,39 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
           ]);
         }));
 
+      it("appendAcross (where offered) writes several logs in one transaction, all or none", () =>
+        withStore(async (store) => {
+          if (store.appendAcross === undefined) return;
+          assert.equal(await store.append("across-a", "a1"), 1);
+          const seqs = await store.appendAcross<unknown>([
+            { log: "across-a", value: "a2" },
+            { log: "across-b", value: "b1" },
+            { log: "across-a", value: "a3" },
+            { log: "across-b", value: { b: 2 } },
+          ]);
+          assert.deepEqual(seqs, [2, 1, 3, 2]);
+          assert.deepEqual(await store.appendAcross([]), []);
+          // One bad entry refuses the whole batch: nothing of it is stored.
+          await assert.rejects(
+            store.appendAcross([
+              { log: "across-a", value: "a4" },
+              { log: "", value: "bad log name" },
+            ]),
+            StoreError,
+          );
+          await assert.rejects(store.appendAcross([{ log: "across-a", value: { n: 10n } }]), StoreError);
+          assert.deepEqual(await store.readLog("across-a"), [
+            { seq: 1, value: "a1" },
+            { seq: 2, value: "a2" },
+            { seq: 3, value: "a3" },
+          ]);
+          assert.deepEqual(await store.readLog("across-b"), [
+            { seq: 1, value: "b1" },
+            { seq: 2, value: { b: 2 } },
+          ]);
+          assert.equal(await store.append("across-b", "b3"), 3);
+        }));
+
       it("appendMany batches racing each other and single appends lose nothing and share no seq", () =>
         withStore(async (store) => {
           const batches = await Promise.all(

@@ -112,17 +112,18 @@ export function composeAuthorityServices(
     }),
     tokenExchange: createTokenExchangeTokens({ fetch: egress.fetch, secretResolver }),
   };
+  // One cache of opened auth-profile secrets for the binding and MCP executors (src/mcp/secret-cache.ts).
+  const executorSecrets = createCachedSecretResolver(context);
   const bindings = createBindingRuntime(
     context,
-    { decisions, clientCredentials, userGrants },
+    { decisions, clientCredentials, userGrants, secretResolver: executorSecrets },
     options.bindings,
   );
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
-  const mcpSecrets = createCachedSecretResolver(context);
   const mcpExecutor =
     options.mcpExecutor ??
     createExecutor({
-      secretResolver: mcpSecrets,
+      secretResolver: executorSecrets,
       tokenSetStore,
       oauthUser: userGrants.oauthUser,
       tokenExchange: userGrants.tokenExchange,
@@ -134,7 +135,7 @@ export function composeAuthorityServices(
     });
   // Downstream MCP servers: the same egress gate, secrets and token caches as the executor's.
   const injector = createAuthInjector({
-    secretResolver: mcpSecrets,
+    secretResolver: executorSecrets,
     clientCredentials: mcpExecutor.clientCredentials,
     oauthUser: mcpExecutor.oauthUser,
     tokenExchange: userGrants.tokenExchange,

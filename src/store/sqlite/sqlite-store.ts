@@ -35,6 +35,7 @@ import {
 } from "../log-query.ts";
 import type {
   ListOptions,
+  LogAppend,
   LogEntry,
   LogQuery,
   LogQueryPage,
@@ -427,24 +428,39 @@ export class SqliteStore implements Store {
   }
 
   appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
+    // An empty batch still has its log name checked.
+    if (values.length === 0) {
+      return this.#run("append", () => {
+        checkName("log", log);
+        return [];
+      });
+    }
+    return this.appendAcross(values.map((value) => ({ log, value })));
+  }
+
+  appendAcross<T>(entries: readonly LogAppend<T>[]): Promise<number[]> {
     return this.#run("append", () => {
-      const name = checkName("log", log);
-      const texts = values.map((value) => encodeValue(value));
-      if (texts.length === 0) return [];
+      const checked = entries.map(({ log, value }) => ({
+        log: checkName("log", log),
+        text: encodeValue(value),
+        index: indexParams(value),
+      }));
+      if (checked.length === 0) return [];
       // IMMEDIATE takes the write lock before MAX(seq) is read (as append's single statement does).
       this.#db.exec("BEGIN IMMEDIATE");
       try {
-        const last = this.#statement("SELECT COALESCE(MAX(seq), 0) AS seq FROM logs WHERE log = :log").get({
-          log: name,
-        });
-        const first = asNumber(last?.seq, "seq") + 1;
+        const lastSeq = this.#statement("SELECT COALESCE(MAX(seq), 0) AS seq FROM logs WHERE log = :log");
         const insert = this.#statement(
           `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
            VALUES (:log, :seq, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")})`,
         );
-        const seqs = texts.map((text, i) => {
-          insert.run({ log: name, seq: first + i, value: text, ...indexParams(values[i]) });
-          return first + i;
+        // Each log's last seq read once, then counted up.
+        const next = new Map<string, number>();
+        const seqs = checked.map(({ log, text, index }) => {
+          const seq = next.get(log) ?? asNumber(lastSeq.get({ log })?.seq, "seq") + 1;
+          next.set(log, seq + 1);
+          insert.run({ log, seq, value: text, ...index });
+          return seq;
         });
         this.#db.exec("COMMIT");
         return seqs;

@@ -4,7 +4,7 @@ import { after, before, describe, it } from "node:test";
 import { sha256Ref } from "../../../../src/bindings/derive.ts";
 import { bindingCollections } from "../../../../src/store/binding-model.ts";
 import type { SqliteStore } from "../../../../src/store/sqlite/sqlite-store.ts";
-import { BINDING, type BindingsHarness, startBindingsHarness, UPSTREAM_API_KEY } from "./harness.ts";
+import { BINDING, type BindingsHarness, PARTNER, startBindingsHarness, UPSTREAM_API_KEY } from "./harness.ts";
 
 describe("binding invoke", () => {
   let h: BindingsHarness;
@@ -264,6 +264,32 @@ describe("binding invoke", () => {
       { token },
     );
     assert.equal(reply.status, 403);
+  });
+
+  it("injects a rotated auth-profile secret at once, never the opened one kept from an earlier call", async () => {
+    const profile = `/partners/${PARTNER}/caab/auth-profiles/customers-key`;
+    const putSecret = async (secret: string) => {
+      const reply = await h.call("PUT", profile, {
+        token: h.admin,
+        body: { type: "static", kind: "api_key", in: "header", name: "x-api-key", secret },
+      });
+      assert.ok(reply.status === 200 || reply.status === 201, JSON.stringify(reply.body));
+    };
+    const keyOkOfOneCall = async (): Promise<boolean | undefined> => {
+      const before = h.upstream.received.length;
+      await h.invoke({ capability_id: "customers", method: "GET", path: "/customers/cus_00000001" });
+      const seen = h.upstream.received.slice(before);
+      assert.equal(seen.length, 1);
+      return seen[0]?.apiKeyOk;
+    };
+    try {
+      assert.equal(await keyOkOfOneCall(), true, "the secret is opened (and may be kept)");
+      await putSecret("rotated-key-9876543210");
+      assert.equal(await keyOkOfOneCall(), false, "the rotated secret is injected, not the kept one");
+    } finally {
+      await putSecret(UPSTREAM_API_KEY);
+    }
+    assert.equal(await keyOkOfOneCall(), true);
   });
 });
 
