@@ -16,6 +16,7 @@ import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
 import { createChainLinker, isChainedLog } from "../../audit/chain.ts";
 import {
+  type AuditSeal,
   type Checkpointer,
   type CheckpointSigner,
   recoverChainHeads,
@@ -28,6 +29,7 @@ import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../au
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
+import { AuthorityError } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
@@ -237,6 +239,7 @@ export async function buildAuthorityService(
     (await openStore(config.storeUrl, {
       postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
     }));
+  let checkpoints: Checkpointer | undefined;
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
@@ -378,7 +381,27 @@ export async function buildAuthorityService(
       },
     });
     const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
+    const sealer = startCheckpoints({
+      store,
+      linker: chain,
+      signer: overrides.checkpointSigner ?? custody.checkpoints,
+      intervalMs: config.auditChain.checkpointIntervalMs,
+      now: context.now,
+      onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
+    });
+    checkpoints = sealer;
+    const auditSeal: AuditSeal = {
+      async sealNow() {
+        // A checkpoint seals stored heads: the queued records are stored first.
+        if (!(await recorder.flush(config.shutdownTimeoutMs)))
+          throw new AuthorityError("upstream_unavailable", "Queued audit records could not be stored.");
+        const payload = await sealer.checkpoint("demand");
+        if (payload === undefined) throw new AuthorityError("internal");
+        return payload;
+      },
+    };
     const services = composeAuthorityServices(context, {
+      auditSeal,
       decisions: {
         recordCacheMs: config.recordCacheMs,
         policyCache: config.policyCache,
@@ -396,16 +419,7 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const app = await createAuthorityApp(services, metrics);
-    // Started last: nothing below can fail and leave its timer behind.
-    const checkpoints = startCheckpoints({
-      store,
-      linker: chain,
-      signer: overrides.checkpointSigner ?? custody.checkpoints,
-      intervalMs: config.auditChain.checkpointIntervalMs,
-      now: context.now,
-      onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
-    });
-    const retention = startConfiguredRetention(config, store, metrics, logger, checkpoints);
+    const retention = startConfiguredRetention(config, store, metrics, logger, sealer);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
@@ -459,8 +473,8 @@ export async function buildAuthorityService(
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           // The last stored record of each chain is sealed before the store closes.
-          checkpoints.stop();
-          await checkpoints
+          sealer.stop();
+          await sealer
             .checkpoint("shutdown")
             .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
           await publisher?.close();
@@ -472,6 +486,8 @@ export async function buildAuthorityService(
       },
     };
   } catch (error) {
+    // Its timer must not outlive a start that failed.
+    checkpoints?.stop();
     if (ownsStore) await store.close();
     throw error;
   }
