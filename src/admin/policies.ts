@@ -237,7 +237,7 @@ export async function assignCapability(
     // Stored after the policy, so a failed compile leaves no assignment that is not enforced;
     // with its audit record in one transaction.
     await writeAssignmentChange(
-      deps.store,
+      deps,
       actor,
       { action: "assign", partnerId, subjectId, capabilityId },
       assignment,
@@ -293,7 +293,7 @@ export async function dropAssignmentLocked(
   const revokedAt = remaining.length === 0 ? deps.now().toISOString() : options.revokedAt;
   const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt, options.headless);
   await writeAssignmentChange(
-    deps.store,
+    deps,
     actor,
     { action: "unassign", partnerId, subjectId, capabilityId },
     null,
@@ -360,7 +360,7 @@ export async function revokePolicy(
     const result = await revokeLocked(deps, subject);
     if (result.changed) {
       await recordPolicyChange(
-        deps.store,
+        deps,
         actor,
         { action: "revoke", partnerId, subjectId, capabilityId: null },
         deps.now(),
@@ -407,7 +407,7 @@ export async function retireSubjectPolicy(
     }
     if (result.changed) {
       await recordPolicyChange(
-        deps.store,
+        deps,
         actor,
         { action: "revoke", partnerId, subjectId, capabilityId: null },
         deps.now(),

@@ -65,7 +65,7 @@ export interface ChainVerification {
   readonly streams: number;
   /** Twins of records already seen (retried writes). */
   readonly duplicates: number;
-  /** Records no chain covers (written before chains, or policy and binding changes). */
+  /** Records no chain covers (written before chains, user-grant events, changes written without an admin chain). */
   readonly unchained: number;
   /** Records after their stream's newest checkpoint. */
   readonly unsealed: number;

@@ -14,6 +14,7 @@ import type { Registry } from "prom-client";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
+import { adminStreamOf, createAdminChain } from "../../audit/admin-chain.ts";
 import { createChainLinker, isChainedLog } from "../../audit/chain.ts";
 import {
   type AuditSeal,
@@ -240,6 +241,7 @@ export async function buildAuthorityService(
       postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
     }));
   let checkpoints: Checkpointer | undefined;
+  let adminCheckpoints: Checkpointer | undefined;
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
@@ -370,6 +372,12 @@ export async function buildAuthorityService(
       stream: config.auditChain.replicaId,
       heads: await recoverChainHeads(store, config.auditChain.replicaId, context.now()),
     });
+    // Policy and binding changes: a stream of their own, written in the admin API's transactions.
+    const adminStream = adminStreamOf(config.auditChain.replicaId);
+    const adminLinker = createChainLinker({
+      stream: adminStream,
+      heads: await recoverChainHeads(store, adminStream, context.now()),
+    });
     const audit = createAuditRecorder({
       store,
       chain,
@@ -381,27 +389,32 @@ export async function buildAuthorityService(
       },
     });
     const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
-    const sealer = startCheckpoints({
-      store,
-      linker: chain,
-      signer: overrides.checkpointSigner ?? custody.checkpoints,
-      intervalMs: config.auditChain.checkpointIntervalMs,
-      now: context.now,
-      onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
-    });
+    const checkpointsOf = (linker: typeof chain) =>
+      startCheckpoints({
+        store,
+        linker,
+        signer: overrides.checkpointSigner ?? custody.checkpoints,
+        intervalMs: config.auditChain.checkpointIntervalMs,
+        now: context.now,
+        onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
+      });
+    const sealer = checkpointsOf(chain);
     checkpoints = sealer;
+    const adminSealer = checkpointsOf(adminLinker);
+    adminCheckpoints = adminSealer;
     const auditSeal: AuditSeal = {
       async sealNow() {
         // A checkpoint seals stored heads: the queued records are stored first.
         if (!(await recorder.flush(config.shutdownTimeoutMs)))
           throw new AuthorityError("upstream_unavailable", "Queued audit records could not be stored.");
-        const payload = await sealer.checkpoint("demand");
+        const [payload] = await Promise.all([sealer.checkpoint("demand"), adminSealer.checkpoint("demand")]);
         if (payload === undefined) throw new AuthorityError("internal");
         return payload;
       },
     };
     const services = composeAuthorityServices(context, {
       auditSeal,
+      adminChain: createAdminChain(store, adminLinker),
       decisions: {
         recordCacheMs: config.recordCacheMs,
         policyCache: config.policyCache,
@@ -473,10 +486,12 @@ export async function buildAuthorityService(
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           // The last stored record of each chain is sealed before the store closes.
-          sealer.stop();
-          await sealer
-            .checkpoint("shutdown")
-            .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
+          for (const each of [sealer, adminSealer]) {
+            each.stop();
+            await each
+              .checkpoint("shutdown")
+              .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
+          }
           await publisher?.close();
           if (overrides.egress === undefined) await egress.close();
           if (ownsStore) await store.close();
@@ -488,6 +503,7 @@ export async function buildAuthorityService(
   } catch (error) {
     // Its timer must not outlive a start that failed.
     checkpoints?.stop();
+    adminCheckpoints?.stop();
     if (ownsStore) await store.close();
     throw error;
   }

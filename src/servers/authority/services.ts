@@ -12,6 +12,7 @@ import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../..
 import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
 import { auditUserGrantEvent, type UserGrantServices } from "../../admin/user-grants.ts";
 import { createSealedTokenSetStore } from "../../admin/user-token-sets.ts";
+import type { AdminChain } from "../../audit/admin-chain.ts";
 import type { AuditSeal } from "../../audit/checkpoints.ts";
 import {
   type BindingRuntime,
@@ -83,6 +84,8 @@ export interface AuthorityServiceOptions {
   readonly mcpExecutor?: Executor;
   /** The process's checkpoints, for a seal on demand. */
   readonly auditSeal?: AuditSeal;
+  /** This replica's chain of policy and binding changes (the admin services read it from the context). */
+  readonly adminChain?: AdminChain;
 }
 
 /** Deadline of listing a downstream MCP server's tools at preview and import. */
@@ -183,5 +186,6 @@ export function composeAuthorityServices(
     verifyOperations: createOperationIndex(bindings, context),
     signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),
     ...(options.auditSeal === undefined ? {} : { auditSeal: options.auditSeal }),
+    ...(options.adminChain === undefined ? {} : { adminChain: options.adminChain }),
   };
 }
