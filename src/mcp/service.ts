@@ -504,12 +504,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
     });
     // The client went away: there is no one to answer.
     if (signal?.aborted === true) throw cause;
-    if (!outcome.recorded) return errorToolResult(failure, caller.requestId);
-    return receipted(
+    const answer =
       failure.status >= 500
         ? errorToolResult(failure, caller.requestId)
-        : denyToolResult(failure, caller.requestId, failureExplanation(failure)),
-    );
+        : denyToolResult(failure, caller.requestId, failureExplanation(failure));
+    return outcome.recorded ? receipted(answer) : answer;
   }
 
   return {

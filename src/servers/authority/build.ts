@@ -240,8 +240,8 @@ export async function buildAuthorityService(
     (await openStore(config.storeUrl, {
       postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
     }));
-  let checkpoints: Checkpointer | undefined;
-  let adminCheckpoints: Checkpointer | undefined;
+  /** Started checkpointers: a start that fails stops their timers. */
+  const started: Checkpointer[] = [];
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
@@ -389,8 +389,8 @@ export async function buildAuthorityService(
       },
     });
     const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
-    const checkpointsOf = (linker: typeof chain) =>
-      startCheckpoints({
+    const checkpointsOf = (linker: typeof chain): Checkpointer => {
+      const checkpointer = startCheckpoints({
         store,
         linker,
         signer: overrides.checkpointSigner ?? custody.checkpoints,
@@ -398,10 +398,11 @@ export async function buildAuthorityService(
         now: context.now,
         onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
       });
+      started.push(checkpointer);
+      return checkpointer;
+    };
     const sealer = checkpointsOf(chain);
-    checkpoints = sealer;
     const adminSealer = checkpointsOf(adminLinker);
-    adminCheckpoints = adminSealer;
     const auditSeal: AuditSeal = {
       async sealNow() {
         // A checkpoint seals stored heads: the queued records are stored first.
@@ -486,7 +487,7 @@ export async function buildAuthorityService(
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           // The last stored record of each chain is sealed before the store closes.
-          for (const each of [sealer, adminSealer]) {
+          for (const each of started) {
             each.stop();
             await each
               .checkpoint("shutdown")
@@ -502,8 +503,7 @@ export async function buildAuthorityService(
     };
   } catch (error) {
     // Its timer must not outlive a start that failed.
-    checkpoints?.stop();
-    adminCheckpoints?.stop();
+    for (const checkpointer of started) checkpointer.stop();
     if (ownsStore) await store.close();
     throw error;
   }
