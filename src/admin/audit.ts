@@ -6,8 +6,21 @@ import {
   type PolicyChangeAuditRecord,
   storeKeys,
 } from "../store/model.ts";
-import type { Store } from "../store/store.ts";
-import type { Actor } from "./deps.ts";
+import type { StoreWrite } from "../store/store.ts";
+import type { Actor, AdminDeps } from "./deps.ts";
+
+/** Where an admin change's record goes: the replica's admin chain when there is one, else a plain append. */
+type AuditDeps = Pick<AdminDeps, "store" | "adminChain">;
+
+/** The record, stored with `writes` in one transaction: chained when the process has an admin chain. */
+async function appendChange(
+  deps: AuditDeps,
+  record: object,
+  writes: readonly StoreWrite[] = [],
+): Promise<void> {
+  if (deps.adminChain !== undefined) return deps.adminChain.append(record, writes);
+  await deps.store.writeAll([...writes, { op: "append", log: logs.audit, value: record }]);
+}
 
 export interface PolicyChange {
   readonly action: PolicyChangeAuditRecord["action"];
@@ -18,12 +31,12 @@ export interface PolicyChange {
 
 /** Appends one admin policy-change record to the shared `audit` log. */
 export async function recordPolicyChange(
-  store: Store,
+  deps: AuditDeps,
   actor: Actor,
   change: PolicyChange,
   now: Date,
 ): Promise<void> {
-  await store.append(logs.audit, policyChangeRecord(actor, change, now));
+  await appendChange(deps, policyChangeRecord(actor, change, now));
 }
 
 /**
@@ -32,18 +45,17 @@ export async function recordPolicyChange(
  * record of a change that was not stored.
  */
 export async function writeAssignmentChange(
-  store: Store,
+  deps: AuditDeps,
   actor: Actor,
   change: PolicyChange & { readonly capabilityId: string },
   assignment: AssignmentRecord | null,
   now: Date,
 ): Promise<void> {
   const id = storeKeys.assignment(change.partnerId, change.subjectId, change.capabilityId);
-  await store.writeAll([
+  await appendChange(deps, policyChangeRecord(actor, change, now), [
     assignment === null
       ? { op: "delete", collection: collections.assignments, id }
       : { op: "put", collection: collections.assignments, id, value: assignment },
-    { op: "append", log: logs.audit, value: policyChangeRecord(actor, change, now) },
   ]);
 }
 
@@ -62,9 +74,9 @@ function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): Poli
 
 /** Appends one binding-change record (experience writes) to the shared `audit` log. */
 export async function recordBindingChange(
-  store: Store,
+  deps: AuditDeps,
   record: Omit<BindingChangeAuditRecord, "kind">,
 ): Promise<void> {
   const row: BindingChangeAuditRecord = { kind: "binding_change", ...record };
-  await store.append(logs.audit, row);
+  await appendChange(deps, row);
 }

@@ -1,3 +1,4 @@
+import type { AdminChain } from "../audit/admin-chain.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
 import type { Logger } from "../observability/logger.ts";
 import type { SidecarLeases } from "../policy/change-log.ts";
@@ -27,6 +28,8 @@ export interface AdminDeps {
   readonly sidecarLeases?: SidecarLeases;
   /** Checks imported upstream URLs and partner JWKS URLs. */
   readonly egress: EgressPolicy;
+  /** Chains policy and binding changes (audit/admin-chain.ts); absent: they are appended unchained. */
+  readonly adminChain?: AdminChain;
 }
 
 /** Who made an admin change, for audit records. */

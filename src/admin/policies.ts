@@ -155,18 +155,17 @@ async function checkAuthProfile(
 }
 
 /**
- * Assigns (or replaces the assignment of) one capability to a subject and recompiles
- * the subject's single policy. Permission ids must exist in the capability's current
- * catalog; the policy copies exactly those operations' snapshots from that version.
+ * The assignment `input` asks for, checked (catalog, redactions, boundary, auth profile) and
+ * not stored: what assignCapability writes and an assignment's dry run replays.
  */
-export async function assignCapability(
+export async function checkedAssignment(
   deps: AdminDeps,
   actor: Actor,
   partnerId: string,
   subjectId: string,
   capabilityId: string,
   input: AssignInput,
-): Promise<AssignOutcome> {
+): Promise<{ subject: SubjectRecord; assignment: AssignmentRecord }> {
   const subject = await managedSubject(deps, partnerId, subjectId);
   const loaded = await loadCatalog(deps.store, partnerId, capabilityId);
   if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
@@ -202,6 +201,30 @@ export async function assignCapability(
     assigned_at: now.toISOString(),
   };
   await checkAuthProfile(deps, partnerId, assignment);
+  return { subject, assignment };
+}
+
+/**
+ * Assigns (or replaces the assignment of) one capability to a subject and recompiles
+ * the subject's single policy. Permission ids must exist in the capability's current
+ * catalog; the policy copies exactly those operations' snapshots from that version.
+ */
+export async function assignCapability(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+  input: AssignInput,
+): Promise<AssignOutcome> {
+  const { subject, assignment } = await checkedAssignment(
+    deps,
+    actor,
+    partnerId,
+    subjectId,
+    capabilityId,
+    input,
+  );
   const warnings: string[] = [];
 
   const { record, narrows } = await withKeyLock(lockKey(partnerId, subjectId), async () => {
@@ -214,7 +237,7 @@ export async function assignCapability(
     // Stored after the policy, so a failed compile leaves no assignment that is not enforced;
     // with its audit record in one transaction.
     await writeAssignmentChange(
-      deps.store,
+      deps,
       actor,
       { action: "assign", partnerId, subjectId, capabilityId },
       assignment,
@@ -270,7 +293,7 @@ export async function dropAssignmentLocked(
   const revokedAt = remaining.length === 0 ? deps.now().toISOString() : options.revokedAt;
   const written = await writeCompiledPolicy(deps, subject, remaining, revokedAt, options.headless);
   await writeAssignmentChange(
-    deps.store,
+    deps,
     actor,
     { action: "unassign", partnerId, subjectId, capabilityId },
     null,
@@ -337,7 +360,7 @@ export async function revokePolicy(
     const result = await revokeLocked(deps, subject);
     if (result.changed) {
       await recordPolicyChange(
-        deps.store,
+        deps,
         actor,
         { action: "revoke", partnerId, subjectId, capabilityId: null },
         deps.now(),
@@ -384,7 +407,7 @@ export async function retireSubjectPolicy(
     }
     if (result.changed) {
       await recordPolicyChange(
-        deps.store,
+        deps,
         actor,
         { action: "revoke", partnerId, subjectId, capabilityId: null },
         deps.now(),

@@ -231,7 +231,7 @@ export async function setSubjectIdentity(
   await deps.store.put(collections.subjects, storeKeys.subject(subjectId), updated);
   // Who may act as the subject is a policy change: it is in the admin audit like one.
   await recordPolicyChange(
-    deps.store,
+    deps,
     actor,
     { action: "identity", partnerId, subjectId, capabilityId: null },
     deps.now(),

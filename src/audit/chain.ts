@@ -77,8 +77,9 @@ export interface ChainLinkerOptions {
 
 export function createChainLinker(options: ChainLinkerOptions): ChainLinker {
   const { stream } = options;
-  if (typeof stream !== "string" || stream.length === 0 || stream.length > 128) {
-    throw new TypeError("stream must be 1-128 characters");
+  // A replica id (1-128) and, for its admin stream, a suffix (admin-chain.ts).
+  if (typeof stream !== "string" || stream.length === 0 || stream.length > 160) {
+    throw new TypeError("stream must be 1-160 characters");
   }
   /** Linked (maybe not yet stored) heads, and stored heads, per log. */
   const linked = new Map<string, { n: number; hash: Sha256Ref }>();

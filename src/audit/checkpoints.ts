@@ -32,7 +32,8 @@ export interface CheckpointSigner {
   sign(payload: string): Promise<string>;
 }
 
-export type CheckpointReason = "start" | "interval" | "shutdown" | "retention";
+/** `demand`: an operator sealed the heads now (POST /admin/audit/checkpoints), e.g. before an export. */
+export type CheckpointReason = "start" | "interval" | "shutdown" | "retention" | "demand";
 
 /** A stream's place in one log as a checkpoint seals it. */
 export interface SealedHead {
@@ -134,9 +135,17 @@ export async function signedCheckpoint(
   return { kind: "checkpoint", id: newRecordId("ckp"), ...payload, signed_blob };
 }
 
+/** Seals this replica's stream now, once its queued records are stored (the admin call). */
+export interface AuditSeal {
+  sealNow(): Promise<CheckpointPayload>;
+}
+
 export interface Checkpointer {
-  /** Signs and stores the stream's stored heads now (an interval checkpoint only when one moved). */
-  checkpoint(reason: Exclude<CheckpointReason, "retention">): Promise<void>;
+  /**
+   * Signs and stores the stream's stored heads now (an interval checkpoint only when one moved:
+   * undefined when it did not); the signed payload.
+   */
+  checkpoint(reason: Exclude<CheckpointReason, "retention">): Promise<CheckpointPayload | undefined>;
   /**
    * Before retention removes records: seals, per stream, the last record it removes — the
    * new start from which the verifier follows each stream.
@@ -163,29 +172,25 @@ export function startCheckpoints(options: CheckpointerOptions): Checkpointer {
   }
   const stream = linker.stream;
   let lastSealed = "";
-  let running: Promise<void> = Promise.resolve();
+  let running: Promise<unknown> = Promise.resolve();
 
-  async function write(reason: CheckpointReason): Promise<void> {
+  async function write(reason: CheckpointReason): Promise<CheckpointPayload | undefined> {
     const heads = linker.storedHeads();
     const key = canonicalJson(sealed(heads));
-    if (reason === "interval" && key === lastSealed) return;
+    if (reason === "interval" && key === lastSealed) return undefined;
     const time = now().toISOString();
-    const record = await signedCheckpoint(signer, {
-      typ: CHECKPOINT_TYPE,
-      stream,
-      reason,
-      time,
-      heads: sealed(heads),
-    });
+    const payload: CheckpointPayload = { typ: CHECKPOINT_TYPE, stream, reason, time, heads: sealed(heads) };
+    const record = await signedCheckpoint(signer, payload);
     await store.writeAll([
       { op: "append", log: logs.auditCheckpoints, value: record },
       { op: "put", collection: collections.auditChainHeads, id: stream, value: { stream, time, heads } },
     ]);
     lastSealed = key;
+    return payload;
   }
 
   /** One checkpoint at a time, in order. */
-  const serial = (task: () => Promise<void>): Promise<void> => {
+  const serial = <T>(task: () => Promise<T>): Promise<T> => {
     const next = running.then(task);
     running = next.catch(() => undefined);
     return next;

@@ -29,7 +29,24 @@ export type TamperKind =
   | "inserted"
   | "reordered"
   | "truncated"
-  | "forged_checkpoint";
+  | "forged_checkpoint"
+  /** A seal the caller required (VerifyOptions.sealed) is missing: not tampering shown, but not provable either. */
+  | "unsealed";
+
+/**
+ * What must be sealed by a checkpoint, beyond what the export shows: records after their
+ * stream's newest checkpoint can be cut from the end undetected, so a caller that must know
+ * nothing was cut requires them sealed — all of them, those up to a time (and a checkpoint
+ * at or after it), or one record (an id or its receipt) and everything before it in its stream.
+ */
+export type SealRequirement =
+  | { readonly all: true }
+  | { readonly through: number }
+  | { readonly record: string };
+
+export interface VerifyOptions {
+  readonly sealed?: SealRequirement;
+}
 
 export interface ChainFailure {
   readonly kind: TamperKind;
@@ -48,10 +65,12 @@ export interface ChainVerification {
   readonly streams: number;
   /** Twins of records already seen (retried writes). */
   readonly duplicates: number;
-  /** Records no chain covers (written before chains, or policy and binding changes). */
+  /** Records no chain covers (written before chains, user-grant events, changes written without an admin chain). */
   readonly unchained: number;
   /** Records after their stream's newest checkpoint. */
   readonly unsealed: number;
+  /** The same per stream (`<log>/<stream>`), streams with none left out. */
+  readonly unsealedByStream: Readonly<Record<string, number>>;
   /** The first failure by line. */
   readonly failure?: ChainFailure;
 }
@@ -66,6 +85,9 @@ interface ChainedRecord {
   readonly n: number;
   readonly prev: string;
   readonly hash: string;
+  /** The record's own id and time (ms; NaN when it shows none): what a seal requirement names. */
+  readonly id: unknown;
+  readonly time: number;
 }
 
 interface SealedAt {
@@ -201,11 +223,61 @@ function walkStream(
   return undefined;
 }
 
-export async function verifyChainExport(text: string, keys: PublicKeyRing): Promise<ChainVerification> {
+/** The record id a requirement names: an id, or the id inside a receipt (audit/receipts.ts). */
+function requiredId(named: string): string {
+  const receipt = /^r1\.[ame]\.\d{1,15}\.(.+)$/.exec(named);
+  return receipt?.[1] ?? named;
+}
+
+/** The first record a seal requirement finds unsealed (or missing), as a failure. */
+function unsealedFailure(
+  requirement: SealRequirement,
+  unsealed: readonly (ChainedRecord & { readonly key: string })[],
+  all: readonly ChainedRecord[],
+  newestCheckpoint: number,
+  lastLine: number,
+): ChainFailure | undefined {
+  const named = (record: ChainedRecord & { readonly key: string }, why: string): ChainFailure => ({
+    kind: "unsealed",
+    line: record.line,
+    n: record.n,
+    message: `record n=${record.n} of ${record.key.replace("\u0000", "/")} (line ${record.line}) ${why}`,
+  });
+  if ("all" in requirement) {
+    const first = unsealed[0];
+    return first === undefined ? undefined : named(first, "is after its stream's newest checkpoint");
+  }
+  if ("through" in requirement) {
+    const at = new Date(requirement.through).toISOString();
+    const early = unsealed.find((record) => record.time <= requirement.through);
+    if (early !== undefined) return named(early, `is not sealed, and was written by ${at}`);
+    if (newestCheckpoint < requirement.through) {
+      return {
+        kind: "unsealed",
+        line: lastLine,
+        message: `no checkpoint at or after ${at} (the newest is ${Number.isFinite(newestCheckpoint) ? new Date(newestCheckpoint).toISOString() : "none"})`,
+      };
+    }
+    return undefined;
+  }
+  const id = requiredId(requirement.record);
+  if (!all.some((record) => record.id === id)) {
+    return { kind: "unsealed", line: lastLine, message: `no record ${JSON.stringify(id)} in the export` };
+  }
+  const open = unsealed.find((record) => record.id === id);
+  return open === undefined ? undefined : named(open, "is after its stream's newest checkpoint");
+}
+
+export async function verifyChainExport(
+  text: string,
+  keys: PublicKeyRing,
+  options: VerifyOptions = {},
+): Promise<ChainVerification> {
   const failures: ChainFailure[] = [];
   const lines = parseLines(text, failures);
   const sealed = new Map<string, SealedAt[]>();
   const streams = new Map<string, { log: string; stream: string; records: ChainedRecord[] }>();
+  let newestCheckpoint = Number.NEGATIVE_INFINITY;
   let checkpoints = 0;
   let unchained = 0;
   let records = 0;
@@ -221,6 +293,7 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
         });
         continue;
       }
+      newestCheckpoint = Math.max(newestCheckpoint, Date.parse(signed.time) || Number.NEGATIVE_INFINITY);
       for (const [log, head] of Object.entries(signed.heads)) {
         if (head === undefined) continue;
         const key = streamKey(log, signed.stream);
@@ -243,14 +316,17 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
       }
       const key = streamKey(log, link.stream);
       const entry = streams.get(key) ?? { log, stream: link.stream, records: [] };
-      entry.records.push({ line, n: link.n, prev: link.prev, hash });
+      const own = value.value as { id?: unknown; time?: unknown };
+      const time = typeof own.time === "string" ? Date.parse(own.time) : Number.NaN;
+      entry.records.push({ line, n: link.n, prev: link.prev, hash, id: own.id, time });
       streams.set(key, entry);
     } else if (value.type !== EXPORT_TYPE) {
       failures.push({ kind: "inserted", line, message: `line ${line} is neither a record nor a checkpoint` });
     }
   }
   const counts = { duplicates: 0 };
-  let unsealed = 0;
+  const unsealed: (ChainedRecord & { readonly key: string })[] = [];
+  const unsealedByStream: Record<string, number> = {};
   const keysOf = new Set([...streams.keys(), ...sealed.keys()]);
   for (const key of keysOf) {
     const [log = "", stream = ""] = key.split("\u0000");
@@ -293,7 +369,16 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
         });
       }
     }
-    unsealed += chain.filter((record) => record.n > newest).length;
+    const open = chain.filter((record) => record.n > newest);
+    if (open.length > 0) unsealedByStream[`${log}/${stream}`] = open.length;
+    unsealed.push(...open.map((record) => ({ ...record, key })));
+  }
+  if (options.sealed !== undefined) {
+    unsealed.sort((a, b) => a.line - b.line);
+    const all = [...streams.values()].flatMap((entry) => entry.records);
+    const lastLine = lines.at(-1)?.line ?? 0;
+    const missing = unsealedFailure(options.sealed, unsealed, all, newestCheckpoint, lastLine);
+    if (missing !== undefined) failures.push(missing);
   }
   failures.sort((a, b) => a.line - b.line);
   const failure = failures[0];
@@ -304,7 +389,8 @@ export async function verifyChainExport(text: string, keys: PublicKeyRing): Prom
     streams: streams.size,
     duplicates: counts.duplicates,
     unchained,
-    unsealed,
+    unsealed: unsealed.length,
+    unsealedByStream,
     ...(failure === undefined ? {} : { failure }),
   };
 }

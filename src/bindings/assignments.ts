@@ -140,7 +140,7 @@ export async function assignBindingApi(
     const narrows = await hasActivePolicy(deps, subject.subject_id);
     const written = await writeCompiledPolicy(deps, subject, [...others, assignment], null, headless);
     await writeAssignmentChange(
-      deps.store,
+      deps,
       actor,
       { action: "assign", partnerId, subjectId: subject.subject_id, capabilityId: input.capability_id },
       assignment,

@@ -90,7 +90,7 @@ async function audit(
   action: BindingChangeAuditRecord["action"],
   experience: ExperienceRecord,
 ): Promise<void> {
-  await recordBindingChange(deps.store, {
+  await recordBindingChange(deps, {
     action,
     actor: actor.subject,
     partner_id: experience.partner_id,

@@ -81,7 +81,13 @@ export interface InvokeResponse {
   readonly body: unknown;
   /** A stored result of an earlier request with the same Idempotency-Key. */
   readonly replayed: boolean;
+  /** Finds the call's decision record (`x-authority-receipt`); absent when none was kept. */
+  readonly receipt?: string;
 }
+
+/** The response field carrying the decision's receipt (audit/receipts.ts), when it was recorded. */
+const receiptOf = (authorization: InvocationResult): { receipt?: string } =>
+  authorization.receipt === undefined ? {} : { receipt: authorization.receipt };
 
 export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger"> & {
   /**
@@ -490,6 +496,7 @@ async function deniedByDecision(
   }
   return {
     response: {
+      ...receiptOf(authorization),
       status_code: authorization.httpStatus,
       body: denyOutcome(
         reason,
@@ -596,17 +603,24 @@ async function execute(
       if (isDenyReason(error.code)) {
         return {
           response: {
+            ...receiptOf(outcome.authorization),
             status_code: error.status,
             body: denyOutcome(error.code, call.requestId, failureExplanation(error)),
           },
           keep: false,
         };
       }
-      throw error;
+      // A fault is thrown to the route's error handler, which logs it; a caller's fault (the
+      // input schema, a constraint) is answered here with the receipt of its recorded deny.
+      if (!error.callerFault) throw error;
     }
     return {
-      response: { status_code: error.status, body: { ...error.toJSON(), requestId: call.requestId } },
-      keep: true,
+      response: {
+        ...receiptOf(outcome.authorization),
+        status_code: error.status,
+        body: { ...error.toJSON(), requestId: call.requestId },
+      },
+      keep: contacted,
     };
   }
   const { result, recorded } = outcome;
@@ -630,6 +644,7 @@ async function execute(
   if (!recorded) return { response: unavailable(call.requestId), keep: true };
   return {
     response: {
+      ...receiptOf(outcome.authorization),
       status_code: 200,
       body: {
         status: "allowed",
@@ -684,16 +699,22 @@ export async function runInvoke(
     throw badRequest("The body is not plain JSON.");
   }
   if (call.idempotencyKey === undefined) {
-    const result = await execute(runtime, deps, call, requestHash);
-    return { statusCode: result.response.status_code, body: result.response.body, replayed: false };
+    const { response } = await execute(runtime, deps, call, requestHash);
+    return answerOf(response, false);
   }
   const work = () => idempotentWork(runtime, deps, call, requestHash);
   const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work, {
     recheck: () => recheckReplay(runtime, deps, call, requestHash),
   });
+  return answerOf(outcome.response, outcome.replayed);
+}
+
+/** A stored result replayed keeps the receipt of the decision that produced it. */
+function answerOf(response: StoredResponse, replayed: boolean): InvokeResponse {
   return {
-    statusCode: outcome.response.status_code,
-    body: outcome.response.body,
-    replayed: outcome.replayed,
+    statusCode: response.status_code,
+    body: response.body,
+    replayed,
+    ...(response.receipt === undefined ? {} : { receipt: response.receipt }),
   };
 }

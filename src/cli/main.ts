@@ -22,6 +22,7 @@ const commandModules: Readonly<Record<string, () => Promise<CommandModule>>> = {
   store: () => import("./commands/store.ts"),
   audit: () => import("./commands/audit.ts"),
   explain: () => import("./commands/explain.ts"),
+  replay: () => import("./commands/replay.ts"),
 };
 
 /**

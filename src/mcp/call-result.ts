@@ -27,6 +27,18 @@ export function apiToolResult(content: ApiToolContent, isError: boolean): CallTo
   };
 }
 
+/** The `_meta` key of a governed call's result that carries its decision's receipt (audit/receipts.ts). */
+export const RECEIPT_META_KEY = "x-authority-receipt";
+
+/**
+ * The result with the receipt of the call's recorded decision in `_meta` (a header cannot
+ * carry it: one HTTP response may hold several JSON-RPC answers). Nothing without a receipt.
+ */
+export function withReceipt(result: CallToolResult, receipt: string | undefined): CallToolResult {
+  if (receipt === undefined) return result;
+  return { ...result, _meta: { ...result._meta, [RECEIPT_META_KEY]: receipt } };
+}
+
 /** The public error body, as every HTTP route of the service answers it. */
 export function errorBody(error: AuthorityError, requestId: string): Record<string, unknown> {
   return { ...error.toJSON(), requestId };

@@ -46,6 +46,7 @@ import {
   downstreamToolResult,
   errorToolResult,
   jsonToolResult,
+  withReceipt,
 } from "./call-result.ts";
 import type { DownstreamSender } from "./downstream-send.ts";
 import { type ManagementToolSet, managementTools } from "./management-tools.ts";
@@ -436,19 +437,20 @@ export function createMcpService(options: McpServiceOptions): McpService {
       },
     );
     const { authorization } = outcome;
+    const receipted = (result: CallToolResult) => withReceipt(result, authorization.receipt);
     if (outcome.kind === "denied") {
       if (authorization.unavailable) {
         const failure = new AuthorityError(
           authorization.outcome.status === "denied" ? authorization.outcome.reason : "internal",
         );
         refuse(authorization.partnerId, target, failure.code);
-        return errorToolResult(failure, caller.requestId);
+        return receipted(errorToolResult(failure, caller.requestId));
       }
       const denial = authorization.outcome.status === "denied" ? authorization.outcome : undefined;
       const reason = denial?.reason ?? "missing_policy";
       refuse(authorization.partnerId, target, reason);
       // The tool is in the caller's own policy: say why it was refused, and what to do.
-      return denyToolResult(new AuthorityError(reason), caller.requestId, denial?.explanation);
+      return receipted(denyToolResult(new AuthorityError(reason), caller.requestId, denial?.explanation));
     }
     const { decision } = outcome;
     const snapshot = decision.operation;
@@ -476,8 +478,9 @@ export function createMcpService(options: McpServiceOptions): McpService {
         response: content,
       });
       if (!outcome.recorded) return errorToolResult(outageFailure(), caller.requestId);
-      if (target.kind === "downstream_mcp") return downstreamToolResult(result.body, result.redactionEvents);
-      return apiToolResult(content, result.upstreamError !== undefined);
+      if (target.kind === "downstream_mcp")
+        return receipted(downstreamToolResult(result.body, result.redactionEvents));
+      return receipted(apiToolResult(content, result.upstreamError !== undefined));
     }
     const { error: failure, cause } = outcome;
     if (!outcome.recorded) {
@@ -501,9 +504,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
     });
     // The client went away: there is no one to answer.
     if (signal?.aborted === true) throw cause;
-    return failure.status >= 500
-      ? errorToolResult(failure, caller.requestId)
-      : denyToolResult(failure, caller.requestId, failureExplanation(failure));
+    const answer =
+      failure.status >= 500
+        ? errorToolResult(failure, caller.requestId)
+        : denyToolResult(failure, caller.requestId, failureExplanation(failure));
+    return outcome.recorded ? receipted(answer) : answer;
   }
 
   return {

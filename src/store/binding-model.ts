@@ -151,6 +151,8 @@ export interface ExperienceRecord {
 export interface StoredResponse {
   readonly status_code: number;
   readonly body: unknown;
+  /** The decision record's receipt (`x-authority-receipt`), when the decision was recorded. */
+  readonly receipt?: string;
 }
 
 export interface IdempotencyRecord {

@@ -35,6 +35,7 @@ const OPERATOR_CLIENTS: Readonly<Record<string, string>> = {
   "src/execute/oauth-token-endpoint.ts":
     "oauth4webapi builds the token request; it is sent through the caller's fetch (the executor's: the egress gate)",
   "src/cli/commands/explain.ts": "`authority explain`: the admin API at the --url the operator gives",
+  "src/cli/commands/replay.ts": "`authority replay`: the admin API at the --url the operator gives",
   "src/dev/admin-client.ts": "development tool: the admin API of the authority it started itself",
   "src/dev/sample-customers-api.ts": "development sample API: verifies envelopes at its own authority",
   "src/dev/demo/context.ts": "`authority demo`: calls the services it started itself",

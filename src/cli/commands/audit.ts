@@ -3,7 +3,7 @@ import { createWriteStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { exportChains } from "../../audit/chain-export.ts";
-import { type ChainVerification, verifyChainExport } from "../../audit/verify-chain.ts";
+import { type ChainVerification, type SealRequirement, verifyChainExport } from "../../audit/verify-chain.ts";
 import { auditExportSchema } from "../../config/audit-export.ts";
 import { isCryptoError, PublicKeyRing } from "../../crypto/index.ts";
 import { isStoreError, openStore } from "../../store/index.ts";
@@ -32,9 +32,32 @@ async function publicKeys(path: string): Promise<PublicKeyRing> {
 }
 
 function summary(result: ChainVerification): string {
-  const counts = `${result.records} records in ${result.streams} chains, ${result.checkpoints} checkpoints, ${result.duplicates} retried twins, ${result.unchained} unchained, ${result.unsealed} after the newest checkpoint`;
-  if (result.failure === undefined) return `verified: ${counts}`;
-  return `FAILED (${result.failure.kind}) at line ${result.failure.line}: ${result.failure.message}\n${counts}`;
+  const counts = `${result.records} records in ${result.streams} chains, ${result.checkpoints} checkpoints, ${result.duplicates} retried twins, ${result.unchained} unchained, ${result.unsealed} unsealed (after their stream's newest checkpoint)`;
+  const open = Object.entries(result.unsealedByStream).map(
+    ([stream, n]) => `\n  unsealed: ${n} in ${stream}`,
+  );
+  if (result.failure === undefined) return `verified: ${counts}${open.join("")}`;
+  return `FAILED (${result.failure.kind}) at line ${result.failure.line}: ${result.failure.message}\n${counts}${open.join("")}`;
+}
+
+/** `--require-sealed` and `--sealed-through <time | record id | receipt>` as one requirement. */
+function sealRequirement(options: VerifyFlags): SealRequirement | string | undefined {
+  if (options.requireSealed === true && options.sealedThrough !== undefined)
+    return "give --require-sealed or --sealed-through, not both";
+  if (options.requireSealed === true) return { all: true };
+  const named = options.sealedThrough;
+  if (named === undefined) return undefined;
+  if (/^(?:r1\.[ame]\.\d+\.)?(?:dec|mcp|evd)_/.test(named)) return { record: named };
+  const time = Date.parse(named);
+  if (!/^\d{4}-\d{2}-\d{2}/.test(named) || !Number.isFinite(time))
+    return "--sealed-through takes an ISO 8601 time, a record id or a receipt";
+  return { through: time };
+}
+
+interface VerifyFlags {
+  readonly keys: string;
+  readonly requireSealed?: boolean;
+  readonly sealedThrough?: string;
 }
 
 /**
@@ -66,7 +89,14 @@ export function register(program: Command): void {
     .description("Check an export offline with the service identity's public keys")
     .argument("<export>", "the file `authority audit export` wrote")
     .requiredOption("--keys <file>", "the service identity's public keys (authority.public-keys.v1 JSON)")
-    .action(async (exportFile: string, options: { keys: string }, cmd: Command) => {
+    .option("--require-sealed", "fail when any record is after its stream's newest checkpoint")
+    .option(
+      "--sealed-through <time|record>",
+      "fail unless every record up to this ISO 8601 time is sealed and a checkpoint is at or after it; or unless this record (id or receipt) is sealed",
+    )
+    .action(async (exportFile: string, options: VerifyFlags, cmd: Command) => {
+      const sealed = sealRequirement(options);
+      if (typeof sealed === "string") cmd.error(`authority audit verify: ${sealed}`);
       let keys: PublicKeyRing;
       try {
         keys = await publicKeys(options.keys);
@@ -84,7 +114,7 @@ export function register(program: Command): void {
       } catch {
         cmd.error(`authority audit verify: the export ${exportFile} cannot be read`);
       }
-      const result = await verifyChainExport(text, keys);
+      const result = await verifyChainExport(text, keys, sealed === undefined ? {} : { sealed });
       process.stdout.write(`${summary(result)}\n`);
       if (!result.ok) process.exitCode = 1;
     });

@@ -14,8 +14,10 @@ import type { Registry } from "prom-client";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
+import { adminStreamOf, createAdminChain } from "../../audit/admin-chain.ts";
 import { createChainLinker, isChainedLog } from "../../audit/chain.ts";
 import {
+  type AuditSeal,
   type Checkpointer,
   type CheckpointSigner,
   recoverChainHeads,
@@ -28,6 +30,7 @@ import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../au
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
+import { AuthorityError } from "../../errors.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
@@ -237,6 +240,8 @@ export async function buildAuthorityService(
     (await openStore(config.storeUrl, {
       postgres: { poolSize: config.storePool.size, statementTimeoutMs: config.storePool.statementTimeoutMs },
     }));
+  /** Started checkpointers: a start that fails stops their timers. */
+  const started: Checkpointer[] = [];
   try {
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
@@ -367,6 +372,12 @@ export async function buildAuthorityService(
       stream: config.auditChain.replicaId,
       heads: await recoverChainHeads(store, config.auditChain.replicaId, context.now()),
     });
+    // Policy and binding changes: a stream of their own, written in the admin API's transactions.
+    const adminStream = adminStreamOf(config.auditChain.replicaId);
+    const adminLinker = createChainLinker({
+      stream: adminStream,
+      heads: await recoverChainHeads(store, adminStream, context.now()),
+    });
     const audit = createAuditRecorder({
       store,
       chain,
@@ -378,7 +389,33 @@ export async function buildAuthorityService(
       },
     });
     const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
+    const checkpointsOf = (linker: typeof chain): Checkpointer => {
+      const checkpointer = startCheckpoints({
+        store,
+        linker,
+        signer: overrides.checkpointSigner ?? custody.checkpoints,
+        intervalMs: config.auditChain.checkpointIntervalMs,
+        now: context.now,
+        onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
+      });
+      started.push(checkpointer);
+      return checkpointer;
+    };
+    const sealer = checkpointsOf(chain);
+    const adminSealer = checkpointsOf(adminLinker);
+    const auditSeal: AuditSeal = {
+      async sealNow() {
+        // A checkpoint seals stored heads: the queued records are stored first.
+        if (!(await recorder.flush(config.shutdownTimeoutMs)))
+          throw new AuthorityError("upstream_unavailable", "Queued audit records could not be stored.");
+        const [payload] = await Promise.all([sealer.checkpoint("demand"), adminSealer.checkpoint("demand")]);
+        if (payload === undefined) throw new AuthorityError("internal");
+        return payload;
+      },
+    };
     const services = composeAuthorityServices(context, {
+      auditSeal,
+      adminChain: createAdminChain(store, adminLinker),
       decisions: {
         recordCacheMs: config.recordCacheMs,
         policyCache: config.policyCache,
@@ -396,16 +433,7 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const app = await createAuthorityApp(services, metrics);
-    // Started last: nothing below can fail and leave its timer behind.
-    const checkpoints = startCheckpoints({
-      store,
-      linker: chain,
-      signer: overrides.checkpointSigner ?? custody.checkpoints,
-      intervalMs: config.auditChain.checkpointIntervalMs,
-      now: context.now,
-      onError: (err) => logger.warn({ err }, "decision-chain checkpoint failed; the next one retries"),
-    });
-    const retention = startConfiguredRetention(config, store, metrics, logger, checkpoints);
+    const retention = startConfiguredRetention(config, store, metrics, logger, sealer);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
     app.get("/healthz", { schema: { security: [], response: { 200: livenessSchema } } }, async () => ({
@@ -459,10 +487,12 @@ export async function buildAuthorityService(
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           // The last stored record of each chain is sealed before the store closes.
-          checkpoints.stop();
-          await checkpoints
-            .checkpoint("shutdown")
-            .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
+          for (const each of started) {
+            each.stop();
+            await each
+              .checkpoint("shutdown")
+              .catch((err: unknown) => logger.error({ err }, "the shutdown checkpoint could not be written"));
+          }
           await publisher?.close();
           if (overrides.egress === undefined) await egress.close();
           if (ownsStore) await store.close();
@@ -472,6 +502,8 @@ export async function buildAuthorityService(
       },
     };
   } catch (error) {
+    // Its timer must not outlive a start that failed.
+    for (const checkpointer of started) checkpointer.stop();
     if (ownsStore) await store.close();
     throw error;
   }

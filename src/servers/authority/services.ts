@@ -12,6 +12,8 @@ import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../..
 import type { DownstreamToolLister } from "../../admin/mcp-servers.ts";
 import { auditUserGrantEvent, type UserGrantServices } from "../../admin/user-grants.ts";
 import { createSealedTokenSetStore } from "../../admin/user-token-sets.ts";
+import type { AdminChain } from "../../audit/admin-chain.ts";
+import type { AuditSeal } from "../../audit/checkpoints.ts";
 import {
   type BindingRuntime,
   type BindingRuntimeOptions,
@@ -68,6 +70,8 @@ export interface AuthorityServices extends AuthorityContext {
   readonly signedPolicies: SignedPolicyCache;
   /** The partners' operation index the verify route checks envelopes against. */
   readonly verifyOperations: OperationIndex;
+  /** Seals this replica's decision chains now (POST /admin/audit/checkpoints); absent: not offered. */
+  readonly auditSeal?: AuditSeal;
 }
 
 /** How the services are tuned (from the validated configuration) and what a caller supplies ready-made. */
@@ -78,6 +82,10 @@ export interface AuthorityServiceOptions {
   readonly bindings?: BindingRuntimeOptions;
   /** A ready MCP executor (tests, benchmarks); default one from the MCP settings. */
   readonly mcpExecutor?: Executor;
+  /** The process's checkpoints, for a seal on demand. */
+  readonly auditSeal?: AuditSeal;
+  /** This replica's chain of policy and binding changes (the admin services read it from the context). */
+  readonly adminChain?: AdminChain;
 }
 
 /** Deadline of listing a downstream MCP server's tools at preview and import. */
@@ -178,5 +186,7 @@ export function composeAuthorityServices(
     userGrants,
     verifyOperations: createOperationIndex(bindings, context),
     signedPolicies: new LRUCache<string, { readonly blob: string | null }>({ max: 10_000, ttl: 300_000 }),
+    ...(options.auditSeal === undefined ? {} : { auditSeal: options.auditSeal }),
+    ...(options.adminChain === undefined ? {} : { adminChain: options.adminChain }),
   };
 }

@@ -1,7 +1,9 @@
+import { receiptOf } from "../../audit/receipts.ts";
 import { auditPath, boundedText, MAX_FIELD_CHARS, newRecordId } from "../../audit/records.ts";
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { ErrorCode } from "../../errors.ts";
+import { logs } from "../../store/model.ts";
 import type { DecisionJournal, JournalTicket } from "./decision-journal.ts";
 import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
 import { denyOf } from "./engine.ts";
@@ -300,6 +302,23 @@ export function refusedDecision(shipped: ShippedDecision, refusal: ErrorCode): S
   return { ...shipped, decision: "denied", reason: refusal };
 }
 
+/** The receipt of each answered decision's record (what the authority stores under the shipped id and time). */
+const decisionReceipts = new WeakMap<SidecarDecision, string>();
+
+/**
+ * The receipt (audit/receipts.ts) that finds this decision's record once the authority stored
+ * it; undefined for an answer that was not recorded (the shipper refusing records).
+ */
+export function receiptOfDecision(decision: SidecarDecision): string | undefined {
+  return decisionReceipts.get(decision);
+}
+
+/** The decision answered, remembered with the record that says so (a refusal later keeps its id and time). */
+function receipted(decision: SidecarDecision, shipped: ShippedDecision): SidecarDecision {
+  decisionReceipts.set(decision, receiptOf(logs.audit, shipped));
+  return decision;
+}
+
 /** Allows of the forward proxy whose record waits for the proxy's outcome (settleDecision). */
 const awaitingOutcome = new WeakMap<SidecarDecision, (refusal: ErrorCode | null) => void>();
 
@@ -352,11 +371,12 @@ export function auditedEngine(
     if (decision.allow) {
       // Nothing is let through without a record that outlives the process.
       const deny = answeredInstead(request, decision);
-      shipper.push(shippedDecision(request, deny, now()));
-      return deny;
+      const instead = shippedDecision(request, deny, now());
+      shipper.push(instead);
+      return receipted(deny, instead);
     }
     shipper.push(shipped);
-    return decision;
+    return receipted(decision, shipped);
   };
   const record = (
     request: SidecarRequest,
@@ -375,7 +395,7 @@ export function auditedEngine(
         const refused = refusedDecision(shipped, "upstream_unavailable");
         const outcome = writeAhead(refused);
         shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
-        return decision;
+        return receipted(decision, refused);
       },
       (error: unknown) =>
         unwritten(
@@ -404,10 +424,10 @@ export function auditedEngine(
         const outcome = writeAhead(refused);
         shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
       });
-      return decision;
+      return receipted(decision, shipped);
     }
     shipper.push(shipped, [ahead]);
-    return decision;
+    return receipted(decision, shipped);
   };
   const decide = (request: SidecarRequest): SidecarDecision | Promise<SidecarDecision> => {
     if (!shipper.accepting()) return denyOf("upstream_unavailable", request.requestId);

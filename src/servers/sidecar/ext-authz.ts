@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import { RECEIPT_HEADER } from "../../audit/receipts.ts";
+import { receiptOfDecision } from "./decision-log.ts";
 import type { SidecarAllow, SidecarDecision, SidecarEngine } from "./engine.ts";
 import { REQUEST_ID_HEADER } from "./grpc/check-response.ts";
 import type {
@@ -88,13 +90,20 @@ export function toCheckDecision(
   requestHeaders: HeaderBag = {},
   route: { readonly keepCallerAuthorization?: boolean } = {},
 ): CheckDecision {
+  // The record's receipt goes back to the client on either answer (Envoy passes it on).
+  const receipt = receiptOfDecision(decision);
+  const toClient = receipt === undefined ? undefined : { [RECEIPT_HEADER]: receipt };
   if (!decision.allow) {
+    const headers =
+      decision.headers === undefined && toClient === undefined
+        ? undefined
+        : { ...decision.headers, ...toClient };
     const deny: DenyDecision = {
       allow: false,
       httpStatus: decision.httpStatus as DenyHttpStatus,
       reason: decision.reason,
       requestId: decision.requestId,
-      ...(decision.headers === undefined ? {} : { headers: decision.headers }),
+      ...(headers === undefined ? {} : { headers }),
       ...(decision.explanation === undefined ? {} : { explanation: decision.explanation }),
     };
     return deny;
@@ -119,6 +128,7 @@ export function toCheckDecision(
     headersToSet,
     headersToRemove: remove,
     dynamicMetadata: decisionMetadata(decision),
+    ...(toClient === undefined ? {} : { responseHeadersToAdd: toClient }),
     ...(Object.keys(decision.credentials.query).length === 0
       ? {}
       : { queryParametersToSet: decision.credentials.query }),

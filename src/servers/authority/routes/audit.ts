@@ -22,6 +22,7 @@ import { assertCanReadPartner, assertRole, hasRole, type Principal } from "../..
 import { logs } from "../../../store/model.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 
 /**
  * Operations views: GET /admin/audit (policy changes and runtime decisions),
@@ -144,7 +145,7 @@ function logView(app: FastifyInstance, context: AuthorityContext, view: LogView)
 const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
 const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
 
-export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function auditRoutes(context: AuthorityServices): FastifyPluginAsync {
   const { store } = context;
   return async (app) => {
     logView(app, context, {
@@ -185,6 +186,32 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
         permission: { schema: text(2048), field: "permission_id" },
       },
     });
+
+    // Seals this replica's decision chains now (decision 2771): its queued records stored, then
+    // a signed `demand` checkpoint — so an export taken next verifies with --require-sealed.
+    // Platform admins only: it writes to every partner's chains.
+    app.post(
+      "/admin/audit/checkpoints",
+      {
+        schema: {
+          response: {
+            200: record(["stream", "reason", "time", "heads"], {
+              stream: text(256),
+              reason: text(32),
+              time: text(64),
+              heads: { type: "object", additionalProperties: record(["n", "hash"]) },
+            }),
+          },
+        },
+      },
+      async (request) => {
+        assertRole(await requirePrincipal(request, context), "admin");
+        const seal = context.auditSeal;
+        if (seal === undefined) throw new AuthorityError("not_found", "Checkpoints are not offered here.");
+        const { stream, reason, time, heads } = await seal.sealNow();
+        return { stream, reason, time, heads };
+      },
+    );
 
     // A decision's record by the receipt its response carried (x-authority-receipt), in the
     // caller's partner scope; a malformed receipt and one outside the scope are both not found.

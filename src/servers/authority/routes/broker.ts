@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import { idSchemas } from "../../../admin/admin-schemas.ts";
+import { RECEIPT_HEADER } from "../../../audit/receipts.ts";
 import {
   type AuthenticatedUser,
   type AuthenticatedWorkload,
@@ -87,6 +88,7 @@ export function brokerRoutes(context: AuthorityServices): FastifyPluginAsync {
           idempotencyKey,
         });
         if (result.replayed) reply.header("idempotent-replayed", "true");
+        if (result.receipt !== undefined) reply.header(RECEIPT_HEADER, result.receipt);
         if (result.statusCode === 503) reply.header("retry-after", "1");
         return reply.code(result.statusCode).type("application/json").send(result.body);
       },

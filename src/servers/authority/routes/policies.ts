@@ -18,6 +18,7 @@ import type { Actor } from "../../../admin/deps.ts";
 import {
   type AssignInput,
   assignCapability,
+  checkedAssignment,
   getAssignment,
   getPolicy,
   listPolicies,
@@ -25,11 +26,13 @@ import {
   revokePolicy,
   unassignCapability,
 } from "../../../admin/policies.ts";
+import { replayAssignment } from "../../../admin/policy-replay.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
+import { rolloutCovers } from "../../../core/parameter-constraints.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
-import type { AuthorityContext } from "../context.ts";
+import type { AuthorityServices } from "../services.ts";
 import { resolveSubjectParams } from "./subject-params.ts";
 
 const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
@@ -68,14 +71,88 @@ const assignBody = {
   },
 } as const;
 
+/** `?dry_run=true`: the change is replayed over the recorded window and nothing is written. */
+const assignQuery = {
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    dry_run: { type: "string", enum: ["true", "false"] },
+    since: { type: "string", minLength: 1, maxLength: 64 },
+    until: { type: "string", minLength: 1, maxLength: 64 },
+    examples: { type: "string", pattern: "^(?:100|[1-9]?[0-9])$" },
+  },
+} as const;
+type AssignQuery = { dry_run?: "true" | "false"; since?: string; until?: string; examples?: string };
+
+const text = { type: "string" } as const;
+const replayFlipsSchema = {
+  type: "object",
+  required: ["count", "examples"],
+  properties: {
+    count: { type: "integer" },
+    examples: {
+      type: "array",
+      items: {
+        type: "object",
+        required: ["requestId", "time", "transport", "method", "path", "recorded", "replayed"],
+        properties: {
+          requestId: text,
+          time: text,
+          transport: text,
+          method: text,
+          path: text,
+          recorded: { type: "object", properties: { decision: text, reason: { type: ["string", "null"] } } },
+          replayed: {
+            type: "object",
+            properties: { decision: text, reason: { type: ["string", "null"] }, rule: text },
+          },
+        },
+      },
+    },
+  },
+} as const;
+/** The dry run's answer (src/admin/policy-replay.ts AssignmentReplay). */
+const assignmentReplaySchema = {
+  type: "object",
+  required: ["dry_run", "subject_id", "capability_id", "window", "records", "truncated", "replay"],
+  properties: {
+    dry_run: { type: "boolean", const: true },
+    subject_id: text,
+    capability_id: text,
+    window: { type: "object", properties: { since: text, until: text } },
+    records: { type: "integer" },
+    truncated: { type: "boolean" },
+    replay: {
+      type: "object",
+      required: ["replayed", "unchanged", "allow_to_deny", "deny_to_allow", "skipped"],
+      properties: {
+        replayed: { type: "integer" },
+        unchanged: { type: "integer" },
+        allow_to_deny: replayFlipsSchema,
+        deny_to_allow: replayFlipsSchema,
+        skipped: { type: "object", additionalProperties: { type: "integer" } },
+      },
+    },
+  },
+} as const;
+
 type SubjectParams = { id: string; subject: string };
 type AssignmentParams = SubjectParams & { capability: string };
+
+/** The dry run's view of the decision runtime: the capability as a decision resolves it, the rollout gate. */
+const replayDepsOf = (services: AuthorityServices) => ({
+  store: services.store,
+  now: services.now,
+  resolveCapability: (partnerId: string, capabilityId: string) =>
+    services.decisions.capabilities.resolve(partnerId, capabilityId),
+  constraintsEnforced: (partnerId: string) => rolloutCovers(services.decisions.constraintsRollout, partnerId),
+});
 
 /**
  * Policy administration. Responses carry public policy records only (toPublicPolicyRecord):
  * never the encrypted artifact.
  */
-export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
+export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context);
     resolveSubjectParams(app, context);
@@ -124,14 +201,29 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
       },
     );
 
-    app.put<{ Params: AssignmentParams; Body: AssignInput }>(
+    app.put<{ Params: AssignmentParams; Body: AssignInput; Querystring: AssignQuery }>(
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { response: { 200: assignResultSchema }, params: assignmentParams, body: assignBody } },
+      {
+        schema: {
+          response: { 200: { anyOf: [assignmentReplaySchema, assignResultSchema] } },
+          params: assignmentParams,
+          body: assignBody,
+          querystring: assignQuery,
+        },
+      },
       async (request) => {
         const principal = principalOf(request);
         const { id, subject, capability } = request.params;
         assertCanManagePartner(principal, id);
-        return assignCapability(context, actorOf(principal, request), id, subject, capability, request.body);
+        const actor = actorOf(principal, request);
+        const { dry_run: dryRun, since, until, examples } = request.query;
+        if (dryRun !== "true") return assignCapability(context, actor, id, subject, capability, request.body);
+        const checked = await checkedAssignment(context, actor, id, subject, capability, request.body);
+        return replayAssignment(replayDepsOf(context), checked.subject, checked.assignment, {
+          ...(since === undefined ? {} : { since }),
+          ...(until === undefined ? {} : { until }),
+          ...(examples === undefined ? {} : { examples: Number(examples) }),
+        });
       },
     );
 

@@ -119,12 +119,16 @@ export function validateDecision(value: unknown): CheckDecision | null {
       if (typeof name !== "string" || !headerName.test(name.toLowerCase())) return null;
       headersToRemove.push(name.toLowerCase());
     }
+    const responseHeadersToAdd =
+      decision.responseHeadersToAdd === undefined ? undefined : headerRecord(decision.responseHeadersToAdd);
+    if (responseHeadersToAdd === null) return null;
+    const toClient = responseHeadersToAdd === undefined ? {} : { responseHeadersToAdd };
     if (decision.queryParametersToSet === undefined) {
-      return { allow: true, headersToSet, headersToRemove, dynamicMetadata };
+      return { allow: true, headersToSet, headersToRemove, dynamicMetadata, ...toClient };
     }
     const queryParametersToSet = queryRecord(decision.queryParametersToSet);
     if (queryParametersToSet === null) return null;
-    return { allow: true, headersToSet, headersToRemove, dynamicMetadata, queryParametersToSet };
+    return { allow: true, headersToSet, headersToRemove, dynamicMetadata, queryParametersToSet, ...toClient };
   }
   if (decision.allow === false) {
     const { httpStatus, reason, requestId } = decision;
@@ -186,6 +190,13 @@ export function allowResponse(decision: AllowDecision): CheckResponse {
     ok_response: {
       headers: Object.entries(decision.headersToSet).map(([key, value]) => overwrite(key, value)),
       headers_to_remove: [...decision.headersToRemove],
+      ...(decision.responseHeadersToAdd === undefined
+        ? {}
+        : {
+            response_headers_to_add: Object.entries(decision.responseHeadersToAdd).map(([key, value]) =>
+              overwrite(key, value),
+            ),
+          }),
       ...(decision.queryParametersToSet === undefined ||
       Object.keys(decision.queryParametersToSet).length === 0
         ? {}

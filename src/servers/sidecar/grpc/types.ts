@@ -39,6 +39,8 @@ export interface AllowDecision {
   readonly dynamicMetadata: Readonly<Record<string, string | number | boolean>>;
   /** Query parameters set on the upstream request (e.g. an API key an auth profile sends in the query). */
   readonly queryParametersToSet?: Readonly<Record<string, string>>;
+  /** Added to the response Envoy sends back to the client (the decision's receipt). */
+  readonly responseHeadersToAdd?: Readonly<Record<string, string>>;
 }
 
 /** HTTP statuses a deny may carry: 4xx and 5xx codes of Envoy's `envoy.type.v3.StatusCode`. */

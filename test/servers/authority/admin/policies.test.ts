@@ -587,12 +587,15 @@ describe("admin API: policies", () => {
         "action",
         "actor",
         "capability_id",
+        // Chained in the replica's admin stream (decision 2771).
+        "chain",
         "kind",
         "partner_id",
         "requestId",
         "subject_id",
         "time",
       ]);
+      assert.match((change as { chain?: { stream: string } }).chain?.stream ?? "", /\/admin$/);
     }
     const assign = changes.find((c) => c.subject_id === "agent-1" && c.action === "assign");
     assert.equal(assign?.actor, "acme-admin");

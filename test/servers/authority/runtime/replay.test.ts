@@ -1,0 +1,169 @@
+/**
+ * What-if replay on a real authority (decision 2771): decisions recorded through
+ * authorize-invocation, then `PUT …/policies/{capability}?dry_run=true` with a proposed
+ * assignment — the flips it reports are exactly those the test computes from the answers it
+ * got and the two allow lists, nothing is written, and `authority replay` gates on them.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import type { HttpMethod } from "../../../../src/core/index.ts";
+import { type Harness, startHarness } from "./harness.ts";
+import { CAPABILITY, PARTNER, seedAll, seedPolicy, seedSubject } from "./seed.ts";
+
+type Op = readonly [HttpMethod, string];
+const permission = ([method, path]: Op) => `${CAPABILITY}:${method.toLowerCase()}:${path}`;
+const BEFORE: readonly Op[] = [
+  ["GET", "/users/{id}"],
+  ["DELETE", "/users/{id}"],
+  ["POST", "/invoices"],
+];
+const PROPOSED: readonly Op[] = [
+  ["GET", "/users/{id}"],
+  ["GET", "/users/me"],
+  ["GET", "/invoices/{invoiceId}/lines/{lineId}"],
+];
+/** Requests and the catalog operation each names (null: none). */
+const REQUESTS: ReadonlyArray<{ method: HttpMethod; path: string; op: Op | null }> = [
+  { method: "GET", path: "/users/42", op: ["GET", "/users/{id}"] },
+  { method: "GET", path: "/users/me", op: ["GET", "/users/me"] },
+  { method: "DELETE", path: "/users/7", op: ["DELETE", "/users/{id}"] },
+  { method: "POST", path: "/invoices", op: ["POST", "/invoices"] },
+  { method: "GET", path: "/invoices/1/lines/2", op: ["GET", "/invoices/{invoiceId}/lines/{lineId}"] },
+  { method: "PATCH", path: "/users/42", op: null },
+  { method: "GET", path: "/nowhere", op: null },
+];
+const WRAPPER = fileURLToPath(new URL("../../../../bin/authority", import.meta.url));
+
+interface Flips {
+  count: number;
+  examples: Array<{ requestId: string; recorded: { decision: string }; replayed: { decision: string } }>;
+}
+interface DryRun {
+  dry_run: boolean;
+  records: number;
+  truncated: boolean;
+  replay: { replayed: number; unchanged: number; allow_to_deny: Flips; deny_to_allow: Flips };
+  gate?: { passed: boolean; failures: string[] };
+}
+
+describe("what-if replay of an assignment (dry_run)", () => {
+  let h: Harness;
+  let admin: string;
+  let since: string;
+  const expected = { allowToDeny: [] as string[], denyToAllow: [] as string[], unchanged: 0 };
+  const proposedBody = {
+    allowed_permission_ids: PROPOSED.map(permission),
+    ttl_seconds: 3600,
+    auth_profile_ref: "none",
+  };
+  const url = (query: string, partner = PARTNER) =>
+    `${h.url}/partners/${partner}/caab/subjects/agent-7/policies/${CAPABILITY}?${query}`;
+  const put = async (query: string, token = admin, body: unknown = proposedBody) => {
+    const response = await fetch(url(query), {
+      method: "PUT",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    return { status: response.status, body: (await response.json()) as DryRun & Record<string, unknown> };
+  };
+
+  before(async () => {
+    h = await startHarness();
+    const { store, protector } = h.service.context;
+    since = new Date(Date.now() - 60_000).toISOString();
+    await seedAll(store, protector, { allow: [...BEFORE] });
+    // Another subject's decisions on the same capability: never part of agent-7's replay.
+    const other = await seedSubject(store, { subjectId: "agent-8" });
+    await seedPolicy(store, protector, { subject: other, allow: [...PROPOSED] });
+    const tokens = { "agent-7": await h.token("agent-7"), "agent-8": await h.token("agent-8") };
+    const proposed = new Set(PROPOSED.map(permission));
+    for (let round = 0; round < 3; round++) {
+      for (const request of REQUESTS) {
+        for (const subject of ["agent-7", "agent-8"] as const) {
+          const answer = await h.authorize(
+            { subject: { subject_id: subject }, capability_id: CAPABILITY, ...request, op: undefined },
+            tokens[subject],
+          );
+          if (subject !== "agent-7") continue;
+          // Independently: the answer the test got, and whether the proposed list names the operation.
+          const wasAllowed = answer.body.status === "allowed";
+          const nowAllowed = request.op !== null && proposed.has(permission(request.op));
+          const requestId = String(answer.body.requestId);
+          if (wasAllowed && !nowAllowed) expected.allowToDeny.push(requestId);
+          else if (!wasAllowed && nowAllowed) expected.denyToAllow.push(requestId);
+          else expected.unchanged++;
+        }
+      }
+    }
+    assert.equal(await h.service.recorder.flush(5000), true);
+    admin = await h.token("pa-1", { roles: ["partner_admin"], partnerId: PARTNER });
+  });
+  after(() => h.close());
+
+  it("reports exactly the flips the test computed, and writes nothing", async () => {
+    const assignmentPath = `/partners/${PARTNER}/caab/subjects/agent-7/policies/${CAPABILITY}`;
+    const policyBefore = await h.get(`/partners/${PARTNER}/caab/subjects/agent-7/policy`, admin);
+    const assignmentBefore = await h.get(assignmentPath, admin);
+    assert.equal(policyBefore.status, 200);
+    const { status, body } = await put(`dry_run=true&since=${since}&examples=100`);
+    assert.equal(status, 200, JSON.stringify(body));
+    assert.equal(body.dry_run, true);
+    assert.equal(body.truncated, false);
+    assert.ok(expected.allowToDeny.length > 0 && expected.denyToAllow.length > 0);
+    const ids = (flips: Flips) => flips.examples.map((example) => example.requestId);
+    assert.deepEqual(ids(body.replay.allow_to_deny), expected.allowToDeny);
+    assert.deepEqual(ids(body.replay.deny_to_allow), expected.denyToAllow);
+    assert.equal(body.replay.allow_to_deny.count, expected.allowToDeny.length);
+    assert.equal(body.replay.deny_to_allow.count, expected.denyToAllow.length);
+    assert.equal(body.replay.unchanged, expected.unchanged);
+    assert.equal(body.records, REQUESTS.length * 3);
+
+    const policyAfter = await h.get(`/partners/${PARTNER}/caab/subjects/agent-7/policy`, admin);
+    assert.deepEqual(policyAfter.body, policyBefore.body, "a dry run signs and stores nothing");
+    assert.deepEqual((await h.get(assignmentPath, admin)).body, assignmentBefore.body, "nor an assignment");
+  });
+
+  it("checks the proposed change like the real one, and keeps to the partner's scope", async () => {
+    const unknown = await put("dry_run=true", admin, { allowed_permission_ids: ["billing-api:get:/nope"] });
+    assert.equal(unknown.status, 400);
+    const backwards = await put(`dry_run=true&since=${new Date().toISOString()}&until=${since}`);
+    assert.equal(backwards.status, 400);
+    const otherAdmin = await h.token("pa-2", { roles: ["partner_admin"], partnerId: "partner-2" });
+    assert.equal((await put("dry_run=true", otherAdmin)).status, 403);
+    const reader = await h.token("viewer", { roles: ["partner_viewer"], partnerId: PARTNER });
+    assert.notEqual((await put("dry_run=true", reader)).status, 200);
+  });
+
+  it("`authority replay` prints the report and exits 1 when flips exceed the threshold", async () => {
+    const file = join(h.dir.path, "assignment.json");
+    await writeFile(file, JSON.stringify(proposedBody));
+    const run = async (...gate: string[]) => {
+      const args = ["replay", "--url", h.url, "--partner", PARTNER, "--subject", "agent-7"];
+      args.push("--capability", CAPABILITY, "--assignment", file, "--since", since, ...gate);
+      try {
+        const { stdout } = await promisify(execFile)(WRAPPER, args, {
+          env: { ...process.env, AUTHORITY_TOKEN: admin },
+          timeout: 30_000,
+        });
+        return { code: 0, answer: JSON.parse(stdout) as DryRun };
+      } catch (error) {
+        const failed = error as { code: number; stdout: string };
+        return { code: failed.code, answer: JSON.parse(failed.stdout || "{}") as DryRun };
+      }
+    };
+    const narrow = expected.allowToDeny.length;
+    const failing = await run("--max-allow-to-deny", String(narrow - 1));
+    assert.equal(failing.code, 1);
+    assert.equal(failing.answer.gate?.passed, false);
+    assert.deepEqual(failing.answer.gate?.failures, [`allow_to_deny ${narrow} > ${narrow - 1}`]);
+    const passing = await run("--max-allow-to-deny", String(narrow), "--max-deny-to-allow", "1000");
+    assert.equal(passing.code, 0);
+    assert.equal(passing.answer.gate?.passed, true);
+    assert.equal(passing.answer.replay.allow_to_deny.count, narrow);
+  });
+});

@@ -1,0 +1,102 @@
+/**
+ * Receipts through a real Envoy (decision 2771): the sidecar's Check answer carries
+ * `x-authority-receipt` for the client (ok_response.response_headers_to_add on an allow, the
+ * denied response's headers on a deny), Envoy passes it on, and the receipt finds the record
+ * the sidecar shipped to the authority through GET /admin/audit/receipts/{receipt}.
+ */
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../../../helpers/envoy.ts";
+import { type HttpReply, httpRequest } from "../../../helpers/http-client.ts";
+import {
+  CAPABILITY,
+  eventually,
+  type SidecarHandle,
+  startWorld,
+  UPSTREAM_HOST,
+  type World,
+} from "../world.ts";
+
+let world: World;
+let sidecar: SidecarHandle;
+let envoy: EnvoyHandle;
+
+before(async () => {
+  world = await startWorld();
+  sidecar = await world.startSidecar({
+    listen: {
+      grpc: { host: "127.0.0.1", port: 0 },
+      proxy: { host: "127.0.0.1", port: 0 },
+      metrics: { host: "127.0.0.1", port: 0 },
+    },
+  });
+  const appPort = Number(new URL(world.upstream.url).port);
+  envoy = await startEnvoy((accessLogPath) =>
+    renderBootstrap({
+      sidecarPort: sidecar.ports.grpc,
+      appPort,
+      capability: CAPABILITY,
+      timeout: "3s",
+      accessLogPath,
+    }),
+  );
+});
+
+after(async () => {
+  await envoy?.stop();
+  await world?.close();
+});
+
+function get(path: string): Promise<HttpReply> {
+  return httpRequest(`${envoy.url}${path}`, {
+    method: "GET",
+    headers: { host: UPSTREAM_HOST, authorization: `Bearer ${world.tokens.agent}` },
+  });
+}
+
+/** The record the receipt finds, once the sidecar's batch reached the authority. */
+async function recordOf(receipt: string): Promise<Record<string, unknown>> {
+  let record: Record<string, unknown> | undefined;
+  await eventually(async () => {
+    const response = await fetch(
+      `${world.authorityUrl}/admin/audit/receipts/${encodeURIComponent(receipt)}`,
+      {
+        headers: { authorization: `Bearer ${world.tokens.admin}` },
+      },
+    );
+    if (response.status !== 200) return false;
+    record = (await response.json()) as Record<string, unknown>;
+    return true;
+  }, 5000);
+  assert.ok(record !== undefined, `no record for ${receipt}`);
+  return record;
+}
+
+describe("a Check's receipt through Envoy", () => {
+  it("an allow carries it to the client, and it finds the shipped record", async () => {
+    const before = world.upstream.seen.length;
+    const reply = await get("/orders/77");
+    assert.equal(reply.status, 200, reply.text);
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string", "Envoy passed the receipt back");
+    assert.match(receipt, /^r1\.a\.\d+\.dec_/);
+    const upstreamHeaders = world.upstream.seen.slice(before)[0]?.headers ?? {};
+    assert.equal(
+      upstreamHeaders["x-authority-receipt"],
+      undefined,
+      "the receipt is the client's, not the upstream's",
+    );
+    const record = await recordOf(receipt);
+    assert.deepEqual([record.decision, record.transport, record.path], ["allowed", "grpc", "/orders/77"]);
+  });
+
+  it("a deny carries it too, and it finds the denied record", async () => {
+    const reply = await get("/admin/receipt-deny");
+    assert.equal(reply.status, 403, reply.text);
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string");
+    const record = await recordOf(receipt);
+    assert.equal(record.decision, "denied");
+    assert.equal(record.requestId, reply.headers["x-authority-request-id"]);
+  });
+});
