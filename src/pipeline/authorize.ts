@@ -169,12 +169,16 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
-  const loaded = await runtime.policies.load(subjectId, { partnerId });
+  const [loaded, logOnly] = await Promise.all([
+    runtime.policies.load(subjectId, { partnerId }),
+    runtime.logOnly.covers(partnerId, capability.capability_id),
+  ]);
   return {
     decision: decideStage({
       ...base,
       capability,
       policy: loaded.policy,
+      logOnly,
       constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
       permits: request.permits,
     }),

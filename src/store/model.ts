@@ -19,6 +19,12 @@ export const collections = {
   authProfiles: "auth_profiles",
   assignments: "policy_assignments",
   policies: "policies",
+  /** A subject's shadow policy record (same shape and protection as `policies`; decision 2761). */
+  shadowPolicies: "shadow_policies",
+  /** Shadow assignments, `<partner>/<subject>/<capability>` like `policy_assignments`. */
+  shadowAssignments: "shadow_assignments",
+  /** Capabilities in the platform-wide log-only mode, `<partner>/<capability>` (src/admin/log-only.ts). */
+  logOnlyCapabilities: "log_only_capabilities",
   /** Policy artifacts by content address (record-store.ts); the record names the one in force. */
   policyArtifacts: "policy_artifacts",
   /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
