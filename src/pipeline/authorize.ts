@@ -23,7 +23,7 @@ import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } fro
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs } from "../store/model.ts";
-import { decideStage, subjectStandsFor } from "./decision.ts";
+import { decideStage, decisionNotes, subjectStandsFor } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 
 export interface InvocationRequest {
@@ -287,6 +287,7 @@ export async function authorizeInvocation(
     transport: request.transport,
     requestId: request.requestId,
     time: request.now,
+    ...decisionNotes(result.decision),
   });
   // The record's id is chosen now, so an allow settled later has its receipt already.
   const id = newRecordId("dec");

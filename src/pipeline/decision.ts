@@ -13,7 +13,7 @@ import {
   type ShadowOutcome,
 } from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
-import { refinedDenyRules } from "../errors.ts";
+import { type DenyReason, refinedDenyRules } from "../errors.ts";
 
 /**
  * True when the authenticated principal may act as the subject whose record names this
@@ -78,4 +78,23 @@ export function decideStage(input: DecisionStageInput): Decision {
   return enforced.shadow === undefined
     ? enforced
     : { ...enforced, shadow: narrowedShadow(enforced.shadow, enforced, permits) };
+}
+
+/**
+ * What a decision's record says beside its outcome (decision 2761): the shadow policy's
+ * outcome and a log-only allow. Every path's record takes them from here.
+ */
+export function decisionNotes(decision: Decision | undefined): {
+  shadow?: { decision: "allowed" | "denied" | "invalid"; reason: DenyReason | null; agrees: boolean };
+  log_only?: { reason: DenyReason };
+} {
+  if (decision === undefined) return {};
+  const logOnly = decision.status === "allowed" ? decision.logOnly : undefined;
+  const shadow = decision.shadow;
+  return {
+    ...(shadow === undefined
+      ? {}
+      : { shadow: { decision: shadow.decision, reason: shadow.reason, agrees: shadow.agrees } }),
+    ...(logOnly === undefined ? {} : { log_only: { reason: logOnly.reason } }),
+  };
 }
