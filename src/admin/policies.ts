@@ -62,7 +62,7 @@ export interface AssignOutcome {
 const lockKey = policyLockKey;
 
 /** The subject, when its policy is managed here (v1); headless subjects go through bindings. */
-async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: string): Promise<SubjectRecord> {
+export async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: string): Promise<SubjectRecord> {
   await getPartner(deps, partnerId);
   const subject = await getSubject(deps, partnerId, subjectId);
   if (subject.crypto_version === "platform_service_v2") {
@@ -155,18 +155,17 @@ async function checkAuthProfile(
 }
 
 /**
- * Assigns (or replaces the assignment of) one capability to a subject and recompiles
- * the subject's single policy. Permission ids must exist in the capability's current
- * catalog; the policy copies exactly those operations' snapshots from that version.
+ * The assignment an admin asks for, checked as every assignment is (catalog, redactions,
+ * boundary, auth profile) — the enforced one and a shadow alike (decision 2761).
  */
-export async function assignCapability(
+export async function checkedAssignment(
   deps: AdminDeps,
   actor: Actor,
   partnerId: string,
   subjectId: string,
   capabilityId: string,
   input: AssignInput,
-): Promise<AssignOutcome> {
+): Promise<{ subject: SubjectRecord; assignment: AssignmentRecord }> {
   const subject = await managedSubject(deps, partnerId, subjectId);
   const loaded = await loadCatalog(deps.store, partnerId, capabilityId);
   if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
@@ -202,6 +201,49 @@ export async function assignCapability(
     assigned_at: now.toISOString(),
   };
   await checkAuthProfile(deps, partnerId, assignment);
+  return { subject, assignment };
+}
+
+/** A stored assignment (a shadow being promoted) checked again against today's boundary and profiles. */
+export async function recheckAssignment(
+  deps: AdminDeps,
+  subject: SubjectRecord,
+  assignment: AssignmentRecord,
+): Promise<void> {
+  const ttlSeconds = (Date.parse(assignment.expires_at) - deps.now().getTime()) / 1000;
+  if (!(ttlSeconds > 0))
+    throw new AuthorityError("conflict", "The shadow assignment has expired: set it again before promoting it.");
+  await checkSubjectBoundary(
+    deps,
+    subject,
+    assignment.capability_id,
+    assignment.allowed_permission_ids,
+    ttlSeconds,
+  );
+  await checkAuthProfile(deps, subject.partner_id, assignment);
+}
+
+/**
+ * Assigns (or replaces the assignment of) one capability to a subject and recompiles
+ * the subject's single policy. Permission ids must exist in the capability's current
+ * catalog; the policy copies exactly those operations' snapshots from that version.
+ */
+export async function assignCapability(
+  deps: AdminDeps,
+  actor: Actor,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+  input: AssignInput,
+): Promise<AssignOutcome> {
+  const { subject, assignment } = await checkedAssignment(
+    deps,
+    actor,
+    partnerId,
+    subjectId,
+    capabilityId,
+    input,
+  );
   const warnings: string[] = [];
 
   const { record, narrows } = await withKeyLock(lockKey(partnerId, subjectId), async () => {
