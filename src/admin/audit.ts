@@ -37,17 +37,16 @@ export async function writeAssignmentChange(
   change: PolicyChange & { readonly capabilityId: string },
   assignment: AssignmentRecord | null,
   now: Date,
+  collection: typeof collections.assignments | typeof collections.shadowAssignments = collections.assignments,
 ): Promise<void> {
   const id = storeKeys.assignment(change.partnerId, change.subjectId, change.capabilityId);
   await store.writeAll([
-    assignment === null
-      ? { op: "delete", collection: collections.assignments, id }
-      : { op: "put", collection: collections.assignments, id, value: assignment },
+    assignment === null ? { op: "delete", collection, id } : { op: "put", collection, id, value: assignment },
     { op: "append", log: logs.audit, value: policyChangeRecord(actor, change, now) },
   ]);
 }
 
-function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): PolicyChangeAuditRecord {
+export function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): PolicyChangeAuditRecord {
   return {
     kind: "policy_change",
     action: change.action,

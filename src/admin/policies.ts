@@ -62,7 +62,11 @@ export interface AssignOutcome {
 const lockKey = policyLockKey;
 
 /** The subject, when its policy is managed here (v1); headless subjects go through bindings. */
-export async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: string): Promise<SubjectRecord> {
+export async function managedSubject(
+  deps: AdminDeps,
+  partnerId: string,
+  subjectId: string,
+): Promise<SubjectRecord> {
   await getPartner(deps, partnerId);
   const subject = await getSubject(deps, partnerId, subjectId);
   if (subject.crypto_version === "platform_service_v2") {
@@ -212,7 +216,10 @@ export async function recheckAssignment(
 ): Promise<void> {
   const ttlSeconds = (Date.parse(assignment.expires_at) - deps.now().getTime()) / 1000;
   if (!(ttlSeconds > 0))
-    throw new AuthorityError("conflict", "The shadow assignment has expired: set it again before promoting it.");
+    throw new AuthorityError(
+      "conflict",
+      "The shadow assignment has expired: set it again before promoting it.",
+    );
   await checkSubjectBoundary(
     deps,
     subject,

@@ -152,7 +152,10 @@ export function auditRoutes(context: AuthorityContext): FastifyPluginAsync {
       log: logs.audit,
       filters: {
         kind: {
-          schema: { type: "string", enum: ["decision", "policy_change", "binding_change", "user_grant"] },
+          schema: {
+            type: "string",
+            enum: ["decision", "policy_change", "binding_change", "user_grant", "log_only_change"],
+          },
           field: "kind",
         },
         subject: { schema: text(), field: "subject_id" },

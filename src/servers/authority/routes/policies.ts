@@ -45,7 +45,7 @@ const assignmentParams = paramsSchema({
   capability: idSchemas.capability,
 });
 
-const assignBody = {
+export const assignBody = {
   type: "object",
   additionalProperties: false,
   required: ["allowed_permission_ids"],
