@@ -9,7 +9,9 @@ import {
   type DecisionInput,
   type DeniedDecision,
   decide,
+  type PolicyLoad,
   reconcileShadow,
+  type ShadowLoad,
   type ShadowOutcome,
 } from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
@@ -84,10 +86,16 @@ export function decideStage(input: DecisionStageInput): Decision {
  * What a decision's record says beside its outcome (decision 2761): the shadow policy's
  * outcome and a log-only allow. Every path's record takes them from here.
  */
-export function decisionNotes(decision: Decision | undefined): {
-  shadow?: { decision: "allowed" | "denied" | "invalid"; reason: DenyReason | null; agrees: boolean };
-  log_only?: { reason: DenyReason };
-} {
+export interface DecisionNotes {
+  readonly shadow?: {
+    decision: "allowed" | "denied" | "invalid";
+    reason: DenyReason | null;
+    agrees: boolean;
+  };
+  readonly log_only?: { reason: DenyReason };
+}
+
+export function decisionNotes(decision: Decision | undefined): DecisionNotes {
   if (decision === undefined) return {};
   const logOnly = decision.status === "allowed" ? decision.logOnly : undefined;
   const shadow = decision.shadow;
@@ -97,4 +105,9 @@ export function decisionNotes(decision: Decision | undefined): {
       : { shadow: { decision: shadow.decision, reason: shadow.reason, agrees: shadow.agrees } }),
     ...(logOnly === undefined ? {} : { log_only: { reason: logOnly.reason } }),
   };
+}
+
+/** A policy load with the subject's shadow beside it (a path that loads the shadow on its own: the sidecar). */
+export function withShadow(policy: PolicyLoad, shadow: ShadowLoad | undefined): PolicyLoad {
+  return shadow === undefined || !policy.ok ? policy : { ...policy, shadow };
 }
