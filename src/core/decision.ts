@@ -221,11 +221,26 @@ export function policyStanding(
  * computed before and without it.
  */
 export function decide(input: DecisionInput): Decision {
-  const enforced = decideEnforced(input);
+  const matched: CatalogMatch = {};
+  const enforced = decideEnforced(input, matched);
   const shadow = input.policy.ok ? input.policy.shadow : undefined;
   if (shadow === undefined) return enforced;
-  const outcome = shadowOutcome(input, shadow, enforced);
+  const outcome = shadowOutcome(input, shadow, enforced, matched);
   return outcome === undefined ? enforced : { ...enforced, shadow: outcome };
+}
+
+/** The request's catalog match, computed once per decision: the shadow asks the same question. */
+interface CatalogMatch {
+  done?: true;
+  match?: PathMatch | undefined;
+}
+
+function matchOnce(matched: CatalogMatch, capability: Capability, method: string, path: string) {
+  if (matched.done !== true) {
+    matched.match = matchCatalog(capability, method, path);
+    matched.done = true;
+  }
+  return matched.match;
 }
 
 const INVALID_SHADOW: ShadowOutcome = Object.freeze({
@@ -239,12 +254,13 @@ function shadowOutcome(
   input: DecisionInput,
   shadow: ShadowLoad,
   enforced: Decision,
+  matched: CatalogMatch,
 ): ShadowOutcome | undefined {
   if (!shadow.ok) return shadow.reason === "missing_policy" ? undefined : INVALID_SHADOW;
   const capabilityId = input.capabilityId;
   if (!present(capabilityId) || policyEntryFor(shadow.document, capabilityId) === undefined) return undefined;
   // The shadow is decided alone: no log-only mode, no shadow of its own.
-  const decided = decideEnforced({ ...input, policy: shadow, logOnly: false });
+  const decided = decideEnforced({ ...input, policy: shadow, logOnly: false }, matched);
   return compareShadow(decided, enforced);
 }
 
@@ -274,7 +290,7 @@ export function reconcileShadow(shadow: ShadowOutcome, enforced: Decision): Shad
   return agrees === shadow.agrees ? shadow : { ...shadow, agrees };
 }
 
-function decideEnforced(input: DecisionInput): Decision {
+function decideEnforced(input: DecisionInput, matched: CatalogMatch): Decision {
   if (!present(input.subjectId)) return denied("missing_subject");
   if (!present(input.capabilityId)) return denied("missing_capability");
   const capability = input.capability;
@@ -285,7 +301,7 @@ function decideEnforced(input: DecisionInput): Decision {
   if (standing !== undefined || !input.policy.ok) return denied(standing ?? "missing_policy");
   const doc = input.policy.document;
 
-  const match = matchCatalog(capability, input.method, input.path);
+  const match = matchOnce(matched, capability, input.method, input.path);
   const permissionId = match === undefined ? undefined : operationPermissionId(capability, match.index);
   if (match === undefined || permissionId === undefined) return denied("unknown_operation");
 
