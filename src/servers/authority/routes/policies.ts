@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
   assignmentSchema,
   assignResultSchema,
@@ -32,14 +32,14 @@ import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 import { resolveSubjectParams } from "./subject-params.ts";
 
-const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
+export const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
   requestId: request.id,
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
 const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
-const assignmentParams = paramsSchema({
+export const assignmentParams = paramsSchema({
   id: idSchemas.partner,
   subject: idSchemas.subjectRef,
   capability: idSchemas.capability,
@@ -69,7 +69,25 @@ export const assignBody = {
 } as const;
 
 type SubjectParams = { id: string; subject: string };
-type AssignmentParams = SubjectParams & { capability: string };
+export type AssignmentParams = SubjectParams & { capability: string };
+
+/** `GET` of one assignment-like record (the assignment, its shadow), read roles. */
+export function assignmentReadRoute(
+  app: FastifyInstance,
+  principalOf: (request: FastifyRequest) => Principal,
+  url: string,
+  read: (partnerId: string, subjectId: string, capabilityId: string) => Promise<unknown>,
+): void {
+  app.get<{ Params: AssignmentParams }>(
+    url,
+    { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
+    async (request) => {
+      assertCanReadPartner(principalOf(request), request.params.id);
+      const { id, subject, capability } = request.params;
+      return read(id, subject, capability);
+    },
+  );
+}
 
 /**
  * Policy administration. Responses carry public policy records only (toPublicPolicyRecord):
@@ -114,14 +132,11 @@ export function policyRoutes(context: AuthorityContext): FastifyPluginAsync {
       },
     );
 
-    app.get<{ Params: AssignmentParams }>(
+    assignmentReadRoute(
+      app,
+      principalOf,
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
-      async (request) => {
-        assertCanReadPartner(principalOf(request), request.params.id);
-        const { id, subject, capability } = request.params;
-        return getAssignment(context, id, subject, capability);
-      },
+      (...ids) => getAssignment(context, ...ids),
     );
 
     app.put<{ Params: AssignmentParams; Body: AssignInput }>(

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyPluginAsync } from "fastify";
 import {
   assignmentSchema,
   listOf,
@@ -6,7 +6,6 @@ import {
   record,
 } from "../../../admin/admin-response-schemas.ts";
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
-import type { Actor } from "../../../admin/deps.ts";
 import { disableLogOnly, enableLogOnly, listLogOnly } from "../../../admin/log-only.ts";
 import type { AssignInput } from "../../../admin/policies.ts";
 import {
@@ -16,28 +15,19 @@ import {
   removeShadowAssignment,
   setShadowAssignment,
 } from "../../../admin/shadow-policies.ts";
-import {
-  assertCanManagePartner,
-  assertCanReadPartner,
-  assertRole,
-  type Principal,
-} from "../../../identity/principal.ts";
+import { assertCanManagePartner, assertCanReadPartner, assertRole } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
-import { assignBody } from "./policies.ts";
+import {
+  type AssignmentParams,
+  actorOf,
+  assignBody,
+  assignmentParams,
+  assignmentReadRoute,
+} from "./policies.ts";
 import { resolveSubjectParams } from "./subject-params.ts";
 
-const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
-  subject: principal.subject,
-  requestId: request.id,
-});
-
 const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
-const assignmentParams = paramsSchema({
-  id: idSchemas.partner,
-  subject: idSchemas.subjectRef,
-  capability: idSchemas.capability,
-});
 const capabilityParams = paramsSchema({ partner: idSchemas.partner, capability: idSchemas.capability });
 
 const nullablePolicy = { anyOf: [publicPolicySchema, { type: "null" }] } as const;
@@ -58,7 +48,6 @@ const logOnlyBody = {
   properties: { reason: { type: "string", minLength: 1, maxLength: 512 } },
 } as const;
 
-type AssignmentParams = { id: string; subject: string; capability: string };
 type CapabilityParams = { partner: string; capability: string };
 
 /**
@@ -72,15 +61,7 @@ export function shadowRoutes(context: AuthorityContext): FastifyPluginAsync {
     resolveSubjectParams(app, context);
     const shadowPath = "/partners/:id/caab/subjects/:subject/policies/:capability/shadow";
 
-    app.get<{ Params: AssignmentParams }>(
-      shadowPath,
-      { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
-      async (request) => {
-        assertCanReadPartner(principalOf(request), request.params.id);
-        const { id, subject, capability } = request.params;
-        return getShadowAssignment(context, id, subject, capability);
-      },
-    );
+    assignmentReadRoute(app, principalOf, shadowPath, (...ids) => getShadowAssignment(context, ...ids));
 
     app.put<{ Params: AssignmentParams; Body: AssignInput }>(
       shadowPath,
