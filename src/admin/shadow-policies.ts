@@ -222,3 +222,18 @@ export async function promoteShadow(
     shadow_policy: outcome.shadowPolicy,
   };
 }
+
+/** Removes a subject's shadow assignments and shadow policy (the subject is being deleted). */
+export async function removeShadows(deps: AdminDeps, subject: SubjectRecord): Promise<void> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
+    for (const shadow of await listShadowAssignments(deps, partnerId, subjectId))
+      await deps.store.delete(
+        collections.shadowAssignments,
+        storeKeys.assignment(partnerId, subjectId, shadow.capability_id),
+      );
+    const record = await readPolicyRecord(deps.store, subjectId, collections.shadowPolicies);
+    if (record?.partner_id === partnerId)
+      await deletePolicyRecord(deps.store, subjectId, collections.shadowPolicies);
+  });
+}
