@@ -72,7 +72,8 @@ describe("shadow policies and the log-only mode, on every path", () => {
   }
 
   before(async () => {
-    system = await startSystem({ sidecar: {} });
+    // A short catalog lifetime: the sidecar learns the log-only mode with the catalog.
+    system = await startSystem({ sidecar: { options: { catalogTtlMs: 200 } } });
     admin = await system.adminToken();
     agent = await system.agentToken();
     await system.recorder.flush();
@@ -348,9 +349,42 @@ describe("shadow policies and the log-only mode, on every path", () => {
       ["enable"],
     );
 
+    // ext_authz and the proxy apply it too, once the sidecar has read the capability again.
+    const checked = await waitFor(async () => {
+      const answer = await system.check({
+        method: "GET",
+        path: "/items",
+        capability: CAPABILITY,
+        token: agent,
+      });
+      return answer.allowed ? answer : undefined;
+    });
+    assert.equal(checked.allowed, true);
+    assert.equal((await system.proxy("/items", agent)).status, 200);
+    const sidecar = system.sidecar;
+    assert.ok(sidecar);
+    const sidecarCounted = await metric(
+      `http://127.0.0.1:${sidecar.metricsPort}/metrics`,
+      "authority_sidecar_log_only_allows_total",
+    );
+    for (const transport of ["grpc", "proxy"])
+      assert.ok(
+        sidecarCounted.some((line) => line.includes(`transport="${transport}"`)),
+        `sidecar ${transport}: ${sidecarCounted.join("\n")}`,
+      );
+
     const cleared = await adminCall("DELETE", path);
     assert.equal(cleared.json.disabled, true);
     assert.equal((await system.authorize(list, agent)).status, 403);
+    await waitFor(async () => {
+      const answer = await system.check({
+        method: "GET",
+        path: "/items",
+        capability: CAPABILITY,
+        token: agent,
+      });
+      return answer.allowed ? undefined : answer;
+    });
   });
 });
 

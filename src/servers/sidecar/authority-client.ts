@@ -28,6 +28,8 @@ export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource, P
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
   /** The subject's shadow policy (decision 2761), verified by the sidecar like its policy. */
   fetchShadowPolicy?(subjectId: string): Promise<PolicyFetchResult>;
+  /** Whether a capability this client fetched was in the platform-wide log-only mode then (decision 2761). */
+  inLogOnlyMode?(capability: Capability): boolean;
   /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
   sendDecisions(records: Buffer): Promise<void>;
   /**
@@ -210,7 +212,11 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     return { status: "found", record, signedPolicy, partnerId: subject.partner_id, identity };
   };
 
+  /** The capabilities this client fetched in the log-only mode (by object: a fetched one is kept as it came). */
+  const logOnlyCapabilities = new WeakSet<Capability>();
+
   return {
+    inLogOnlyMode: (capability) => logOnlyCapabilities.has(capability),
     async proveCredentials() {
       const response = await call("/v1/sidecar/self");
       if (response.status === 401 || response.status === 403) return refusal(response);
@@ -269,6 +275,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
         const capability = validateCapability(isRecord(body) ? body.capability : undefined);
         if (capability.capability_id !== capabilityId || capability.partner_id !== partnerId)
           return undefined;
+        if (isRecord(body) && body.log_only === true) logOnlyCapabilities.add(capability);
         return capability;
       } catch (error) {
         throw new AuthorityFetchError("the capability answer is malformed", 200, { cause: error });

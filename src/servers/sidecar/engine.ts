@@ -158,6 +158,8 @@ export interface SidecarEngineOptions {
   readonly onTokenCheck?: (result: "cached" | "verified" | "rejected" | "unavailable") => void;
   /** The subjects' shadow policies (decision 2761); absent: none are evaluated. */
   readonly shadows?: SidecarShadowPolicies;
+  /** Whether a capability is in the platform-wide log-only mode (decision 2761); absent: none is. */
+  readonly logOnly?: (capability: Capability) => boolean;
 }
 
 export interface SidecarEngine {
@@ -328,6 +330,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         capabilityId,
         capability,
         policy: withShadow(policy.load, options.shadows?.peek(subjectId, partnerId)),
+        logOnly: capability !== undefined && options.logOnly?.(capability) === true,
         method: request.method,
         path: request.path,
         now: now(),

@@ -327,6 +327,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
     ...shadowPoliciesOf(options.authority, opener, logger),
+    logOnly: (capability) => options.authority.inLogOnlyMode?.(capability) === true,
   });
   const engine = auditedEngine(
     decisionEngine,

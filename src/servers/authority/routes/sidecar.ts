@@ -391,7 +391,9 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         assertPartner(principalOf(request), partner);
         const loaded = await read(() => loadCatalog(context.store, partner, capability));
         if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
-        return noStore(reply).send({ capability: loaded.catalog });
+        // The platform-wide log-only mode (decision 2761): the sidecar applies it like the authority.
+        const logOnly = await read(() => context.decisions.logOnly.covers(partner, capability));
+        return noStore(reply).send({ capability: loaded.catalog, ...(logOnly ? { log_only: true } : {}) });
       },
     );
 
