@@ -1,6 +1,6 @@
 /**
  * The sidecar's shadow policies (decision 2761): fetched from the authority and verified like
- * the subject's policy (same signature check, same record facts), kept a few seconds, and
+ * the subject's policy (same signature check, same record facts), kept 30 s, and
  * read without waiting — a decision never waits for, nor fails because of, a shadow. A miss
  * or a stale entry starts one background fetch per subject; until it lands the decision is
  * recorded without a shadow. The shadow only ever reaches the record, never the outcome.
@@ -23,7 +23,11 @@ export interface SidecarShadowPolicies {
 export interface SidecarShadowPolicyOptions {
   readonly source: ShadowPolicySource;
   readonly opener: PolicyOpener;
-  /** How long a fetched shadow is used before it is fetched again (default 5000 ms). */
+  /**
+   * How long a fetched shadow (or its absence) is used before it is fetched again (default
+   * 30000 ms): one authority request per deciding subject per period, and a new shadow seen
+   * within it — a shadow only observes, so a period's delay costs nothing of enforcement.
+   */
   readonly refreshMs?: number;
   readonly max?: number;
   readonly onError?: (error: unknown) => void;
@@ -38,7 +42,7 @@ interface Entry {
 const INVALID: ShadowLoad = Object.freeze({ ok: false, reason: "policy_verification_failed" });
 
 export function createSidecarShadowPolicies(options: SidecarShadowPolicyOptions): SidecarShadowPolicies {
-  const refreshMs = options.refreshMs ?? 5000;
+  const refreshMs = options.refreshMs ?? 30_000;
   if (!Number.isSafeInteger(refreshMs) || refreshMs < 1)
     throw new TypeError("refreshMs must be a positive integer");
   const entries = new LRUCache<string, Entry>({ max: options.max ?? 10_000 });
