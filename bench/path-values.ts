@@ -13,6 +13,7 @@ import { pathValuesAcceptable } from "../src/core/path-values.ts";
 import { buildPermissionId } from "../src/core/permission-id.ts";
 import { POLICY_SCHEMA_V1, type PolicyDocumentV1 } from "../src/core/policy-document.ts";
 import { buildUpstreamUrl, renderUpstreamRequest } from "../src/execute/url.ts";
+import { decideStage } from "../src/pipeline/decision.ts";
 
 export interface PathBenchRow {
   name: string;
@@ -144,7 +145,65 @@ export async function benchPathValues(iterations = 100_000): Promise<PathBenchRo
       );
     }
   }
+  rows.push(...shadowRows(capability, policy, now, iterations));
   return rows;
+}
+
+/**
+ * A shadow policy's cost on the decision every Check and authorize-invocation runs
+ * (decideStage → decide(), decision 2761): the same decision with the subject's shadow beside
+ * it, one denying at the allow list (cheap) and one allowed through every step (the worst
+ * case). Target: the shadow evaluation ≤ 1.2× one decision.
+ */
+function shadowRows(
+  capability: Capability,
+  policy: PolicyDocumentV1,
+  now: Date,
+  iterations: number,
+): PathBenchRow[] {
+  const alone = {
+    subjectId: "bench-agent",
+    capabilityId: CAPABILITY,
+    capability,
+    method: "GET",
+    path: "/resources/cus_00000001",
+    now,
+    constraintsEnforced: true,
+    policy: { ok: true as const, document: policy },
+  };
+  const beside = (document: PolicyDocumentV1) => ({
+    ...alone,
+    policy: { ...alone.policy, shadow: { ok: true as const, document } },
+  });
+  const disagreeing = beside({
+    ...policy,
+    apis: policy.apis.map((entry) => ({ ...entry, allowed_permission_ids: [], operations: [] })),
+  });
+  const agreeing = beside({ ...policy, policy_version: "2026-02-01T00:00:00Z" });
+  if (decideStage(disagreeing).shadow?.agrees !== false || decideStage(agreeing).shadow?.agrees !== true)
+    throw new Error("bench: the shadows must disagree and agree");
+  const one = measure("decideStage() without a shadow (plain)", alone.path, iterations, () =>
+    decideStage(alone),
+  );
+  const denying = measure("decideStage() + a shadow denying at the allow list", alone.path, iterations, () =>
+    decideStage(disagreeing),
+  );
+  const allowing = measure("decideStage() + a shadow allowing (every step)", alone.path, iterations, () =>
+    decideStage(agreeing),
+  );
+  const worst = allowing.cpuUs >= denying.cpuUs ? allowing : denying;
+  const ratio = (worst.cpuUs - one.cpuUs) / one.cpuUs;
+  return [
+    one,
+    denying,
+    allowing,
+    {
+      name: "  the shadow evaluation alone, worst case, in decisions (target ≤ 1.2)",
+      value: `${ratio.toFixed(2)}×`,
+      cpuUs: worst.cpuUs - one.cpuUs,
+      wallUs: worst.wallUs - one.wallUs,
+    },
+  ];
 }
 
 if (import.meta.main) {

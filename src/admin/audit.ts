@@ -10,10 +10,10 @@ import type { StoreWrite } from "../store/store.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
 
 /** Where an admin change's record goes: the replica's admin chain when there is one, else a plain append. */
-type AuditDeps = Pick<AdminDeps, "store" | "adminChain">;
+export type AuditDeps = Pick<AdminDeps, "store" | "adminChain">;
 
 /** The record, stored with `writes` in one transaction: chained when the process has an admin chain. */
-async function appendChange(
+export async function appendChange(
   deps: AuditDeps,
   record: object,
   writes: readonly StoreWrite[] = [],
@@ -50,16 +50,15 @@ export async function writeAssignmentChange(
   change: PolicyChange & { readonly capabilityId: string },
   assignment: AssignmentRecord | null,
   now: Date,
+  collection: typeof collections.assignments | typeof collections.shadowAssignments = collections.assignments,
 ): Promise<void> {
   const id = storeKeys.assignment(change.partnerId, change.subjectId, change.capabilityId);
   await appendChange(deps, policyChangeRecord(actor, change, now), [
-    assignment === null
-      ? { op: "delete", collection: collections.assignments, id }
-      : { op: "put", collection: collections.assignments, id, value: assignment },
+    assignment === null ? { op: "delete", collection, id } : { op: "put", collection, id, value: assignment },
   ]);
 }
 
-function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): PolicyChangeAuditRecord {
+export function policyChangeRecord(actor: Actor, change: PolicyChange, now: Date): PolicyChangeAuditRecord {
   return {
     kind: "policy_change",
     action: change.action,

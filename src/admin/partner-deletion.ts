@@ -102,6 +102,8 @@ export async function deletePartner(
   // Assignments of subjects that vanished earlier would otherwise linger.
   for (const collection of [
     collections.assignments,
+    collections.shadowAssignments,
+    collections.logOnlyCapabilities,
     collections.capabilities,
     collections.catalogVersions,
     collections.boundaries,

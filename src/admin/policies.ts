@@ -62,7 +62,11 @@ export interface AssignOutcome {
 const lockKey = policyLockKey;
 
 /** The subject, when its policy is managed here (v1); headless subjects go through bindings. */
-async function managedSubject(deps: AdminDeps, partnerId: string, subjectId: string): Promise<SubjectRecord> {
+export async function managedSubject(
+  deps: AdminDeps,
+  partnerId: string,
+  subjectId: string,
+): Promise<SubjectRecord> {
   await getPartner(deps, partnerId);
   const subject = await getSubject(deps, partnerId, subjectId);
   if (subject.crypto_version === "platform_service_v2") {
@@ -155,8 +159,9 @@ async function checkAuthProfile(
 }
 
 /**
- * The assignment `input` asks for, checked (catalog, redactions, boundary, auth profile) and
- * not stored: what assignCapability writes and an assignment's dry run replays.
+ * The assignment an admin asks for, checked as every assignment is (catalog, redactions,
+ * boundary, auth profile) and not stored: what assignCapability writes, a shadow is set to
+ * (decision 2761) and an assignment's dry run replays.
  */
 export async function checkedAssignment(
   deps: AdminDeps,
@@ -202,6 +207,28 @@ export async function checkedAssignment(
   };
   await checkAuthProfile(deps, partnerId, assignment);
   return { subject, assignment };
+}
+
+/** A stored assignment (a shadow being promoted) checked again against today's boundary and profiles. */
+export async function recheckAssignment(
+  deps: AdminDeps,
+  subject: SubjectRecord,
+  assignment: AssignmentRecord,
+): Promise<void> {
+  const ttlSeconds = (Date.parse(assignment.expires_at) - deps.now().getTime()) / 1000;
+  if (!(ttlSeconds > 0))
+    throw new AuthorityError(
+      "conflict",
+      "The shadow assignment has expired: set it again before promoting it.",
+    );
+  await checkSubjectBoundary(
+    deps,
+    subject,
+    assignment.capability_id,
+    assignment.allowed_permission_ids,
+    ttlSeconds,
+  );
+  await checkAuthProfile(deps, subject.partner_id, assignment);
 }
 
 /**

@@ -5,7 +5,12 @@ import { appendPolicyChange } from "../policy/change-log.ts";
 import { apiEntryOf, compilePolicyDocument, type HeadlessContext } from "../policy/compile.ts";
 import type { PolicyOpener } from "../policy/protector.ts";
 import type { PolicyCapabilitySummary, PolicyRecord } from "../policy/record.ts";
-import { readPolicyRecord, readStoredPolicyRecord, writePolicyRecord } from "../policy/record-store.ts";
+import {
+  type PolicyCollection,
+  readPolicyRecord,
+  readStoredPolicyRecord,
+  writePolicyRecord,
+} from "../policy/record-store.ts";
 import { type AssignmentRecord, collections, type SubjectRecord } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
 import { scanAll } from "./store-scan.ts";
@@ -81,10 +86,11 @@ async function store(
   summaries: readonly PolicyCapabilitySummary[],
   partnerId: string,
   subjectId: string,
+  collection: PolicyCollection,
 ): Promise<PolicyRecord> {
   const protectedPolicy = await protect(deps, document, partnerId);
   // Heads only grow per subject id, even across a deleted and re-created subject.
-  const previous = await readStoredPolicyRecord(deps.store, subjectId);
+  const previous = await readStoredPolicyRecord(deps.store, subjectId, collection);
   const record: PolicyRecord = {
     subject_id: subjectId,
     partner_id: partnerId,
@@ -104,7 +110,7 @@ async function store(
     artifact: protectedPolicy.artifact,
     updated_at: deps.now().toISOString(),
   };
-  await writePolicyRecord(deps.store, record);
+  await writePolicyRecord(deps.store, record, collection);
   return record;
 }
 
@@ -133,6 +139,7 @@ export const policyLockKey = (partnerId: string, subjectId: string): string =>
  * Compiles a subject's one policy document from the given assignments, signs and
  * encrypts it, and stores the record with head = previous head + 1. A
  * platform_service_v2 subject needs its binding context (`headless`); v1 subjects none.
+ * A shadow policy (`collection` shadow_policies) is compiled, signed and stored the same way.
  * Call inside withKeyLock(policyLockKey(...)).
  */
 export async function writeCompiledPolicy(
@@ -141,6 +148,7 @@ export async function writeCompiledPolicy(
   assignments: readonly AssignmentRecord[],
   revokedAt: string | null,
   headless?: HeadlessContext,
+  collection: PolicyCollection = collections.policies,
 ): Promise<PolicyRecord> {
   const now = deps.now();
   const document = compilePolicyDocument({
@@ -159,7 +167,7 @@ export async function writeCompiledPolicy(
   const sorted = [...assignments].sort((a, b) =>
     a.capability_id < b.capability_id ? -1 : a.capability_id > b.capability_id ? 1 : 0,
   );
-  return store(deps, document, sorted.map(summaryOf), subject.partner_id, subject.subject_id);
+  return store(deps, document, sorted.map(summaryOf), subject.partner_id, subject.subject_id, collection);
 }
 
 /**
@@ -179,7 +187,14 @@ export async function writeRevokedPolicy(deps: AdminDeps, previous: PolicyRecord
     policy_version: now.toISOString(),
     revoked_at: now.toISOString(),
   };
-  return store(deps, document, previous.capabilities, previous.partner_id, previous.subject_id);
+  return store(
+    deps,
+    document,
+    previous.capabilities,
+    previous.partner_id,
+    previous.subject_id,
+    collections.policies,
+  );
 }
 
 /**
@@ -270,5 +285,12 @@ export async function writeReprotectedPolicy(
   const document: PolicyDocument = marker
     ? { ...opened, policy_version: deps.now().toISOString(), revoked_at: previous.revoked_at }
     : opened;
-  return store(deps, document, previous.capabilities, previous.partner_id, previous.subject_id);
+  return store(
+    deps,
+    document,
+    previous.capabilities,
+    previous.partner_id,
+    previous.subject_id,
+    collections.policies,
+  );
 }

@@ -2,6 +2,7 @@ import { collections, type SubjectRecord, storeKeys } from "../store/model.ts";
 import type { Actor, AdminDeps } from "./deps.ts";
 import { getPartner } from "./partners.ts";
 import { retireSubjectPolicy } from "./policies.ts";
+import { removeShadows } from "./shadow-policies.ts";
 import { getSubject } from "./subjects.ts";
 
 /**
@@ -15,6 +16,8 @@ export async function removeSubject(deps: AdminDeps, actor: Actor, subject: Subj
   if (subject.crypto_version === "subject_credentials_v1") {
     await deps.protector.subjectKeys?.retire(subject.subject_id);
   }
+  // Its shadow (decision 2761) goes with it: a subject id freed now is never judged by it.
+  await removeShadows(deps, subject);
   await deps.store.delete(
     collections.partnerSubjects,
     storeKeys.partnerSubject(subject.partner_id, subject.subject_id),

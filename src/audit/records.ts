@@ -18,6 +18,41 @@ export type Transport = (typeof transports)[number];
 
 export type DecisionOutcome = "allowed" | "denied";
 
+/** What the subject's shadow policy decided beside the enforced decision (decision 2761). */
+export interface ShadowNote {
+  /** `invalid`: the shadow policy failed verification and was not evaluated. */
+  readonly decision: "allowed" | "denied" | "invalid";
+  readonly reason: ErrorCode | null;
+  /** Same outcome, permission and reason as the enforced policy (a log-only allow compared as its deny). */
+  readonly agrees: boolean;
+}
+
+/** An allow made by the capability's log-only mode: the deny the enforced policy gave. */
+export interface LogOnlyNote {
+  readonly reason: ErrorCode;
+}
+
+const shadowDecisions: ReadonlySet<string> = new Set(["allowed", "denied", "invalid"]);
+
+/** The notes as they may be stored: only the known shapes, never a caller's free text. */
+function notesOf(input: Pick<DecisionInput, "shadow" | "log_only" | "decision">): {
+  shadow?: ShadowNote;
+  log_only?: LogOnlyNote;
+} {
+  const notes: { shadow?: ShadowNote; log_only?: LogOnlyNote } = {};
+  const shadow = input.shadow;
+  if (shadow !== undefined && shadowDecisions.has(shadow.decision)) {
+    notes.shadow = {
+      decision: shadow.decision,
+      reason: shadow.decision === "allowed" ? null : boundedText(shadow.reason, 64),
+      agrees: shadow.agrees === true,
+    } as ShadowNote;
+  }
+  if (input.log_only !== undefined && input.decision === "allowed")
+    notes.log_only = { reason: boundedText(input.log_only.reason, 64) } as LogOnlyNote;
+  return notes;
+}
+
 /** What a runtime path tells the recorder about one decision. */
 export interface DecisionInput {
   /** Who called (token subject or workload client); null when nobody authenticated. */
@@ -38,6 +73,10 @@ export interface DecisionInput {
   readonly transport: Transport;
   readonly requestId: string;
   readonly time: Date | string;
+  /** The shadow policy's outcome, when the subject has one for the capability. */
+  readonly shadow?: ShadowNote;
+  /** Present on an allow the capability's log-only mode made of a deny. */
+  readonly log_only?: LogOnlyNote;
 }
 
 export interface DecisionAuditRecord {
@@ -57,6 +96,8 @@ export interface DecisionAuditRecord {
   readonly transport: Transport;
   readonly requestId: string;
   readonly time: string;
+  readonly shadow?: ShadowNote;
+  readonly log_only?: LogOnlyNote;
 }
 
 export type AuditRecord = DecisionAuditRecord | PolicyChangeAuditRecord;
@@ -104,5 +145,6 @@ export function decisionRecord(input: DecisionInput, id = newRecordId("dec")): D
     transport: input.transport,
     requestId: input.requestId,
     time: isoTime(input.time),
+    ...notesOf(input),
   };
 }

@@ -62,6 +62,23 @@ export const decisionBatchSchema = {
           transport: { enum: ["grpc", "proxy"] },
           requestId: { type: "string", minLength: 1, maxLength: 128 },
           time: { type: "string", format: "date-time" },
+          // What the subject's shadow policy decided, and a log-only allow (decision 2761).
+          shadow: {
+            type: "object",
+            additionalProperties: false,
+            required: ["decision", "reason", "agrees"],
+            properties: {
+              decision: { enum: ["allowed", "denied", "invalid"] },
+              reason: { anyOf: [{ enum: Object.keys(errorCodes) }, { type: "null" }] },
+              agrees: { type: "boolean" },
+            },
+          },
+          log_only: {
+            type: "object",
+            additionalProperties: false,
+            required: ["reason"],
+            properties: { reason: { enum: Object.keys(errorCodes) } },
+          },
         },
       },
     },

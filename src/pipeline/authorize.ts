@@ -23,7 +23,7 @@ import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } fro
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs } from "../store/model.ts";
-import { decideStage, subjectStandsFor } from "./decision.ts";
+import { decideStage, decisionNotes, subjectStandsFor } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 
 export interface InvocationRequest {
@@ -169,12 +169,16 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
-  const loaded = await runtime.policies.load(subjectId, { partnerId });
+  const [loaded, logOnly] = await Promise.all([
+    runtime.policies.load(subjectId, { partnerId }),
+    runtime.logOnly.covers(partnerId, capability.capability_id),
+  ]);
   return {
     decision: decideStage({
       ...base,
       capability,
       policy: loaded.policy,
+      logOnly,
       constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
       permits: request.permits,
     }),
@@ -283,6 +287,7 @@ export async function authorizeInvocation(
     transport: request.transport,
     requestId: request.requestId,
     time: request.now,
+    ...decisionNotes(result.decision),
   });
   // The record's id is chosen now, so an allow settled later has its receipt already.
   const id = newRecordId("dec");

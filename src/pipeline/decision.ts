@@ -4,9 +4,18 @@
  * gate included), then the transport's narrowing (a binding's experience) — which can only
  * take away. Synchronous and allocation-light: the sidecar runs it per Check.
  */
-import { type Decision, type DecisionInput, decide } from "../core/decision.ts";
+import {
+  type Decision,
+  type DecisionInput,
+  type DeniedDecision,
+  decide,
+  type PolicyLoad,
+  reconcileShadow,
+  type ShadowLoad,
+  type ShadowOutcome,
+} from "../core/decision.ts";
 import { type SubjectAuthentication, type SubjectIdentity, subjectAdmits } from "../core/subject-identity.ts";
-import { refinedDenyRules } from "../errors.ts";
+import { type DenyReason, refinedDenyRules } from "../errors.ts";
 
 /**
  * True when the authenticated principal may act as the subject whose record names this
@@ -36,15 +45,69 @@ export interface DecisionStageInput extends DecisionInput {
   readonly permits?: ((permissionId: string) => boolean) | undefined;
 }
 
-const NARROWED: Decision = Object.freeze({
+const NARROWED: DeniedDecision = Object.freeze({
   status: "denied",
   reason: "operation_not_allowed",
   explanation: Object.freeze({ rule: refinedDenyRules.bindingExperience }),
 });
 
+/**
+ * The transport's narrowing applies to the shadow's outcome too: a shadow allow the binding's
+ * experience rejects is the same deny the enforced policy would get (decision 2761).
+ */
+function narrowedShadow(
+  shadow: ShadowOutcome,
+  enforced: Decision,
+  permits: (id: string) => boolean,
+): ShadowOutcome {
+  const narrowed: ShadowOutcome =
+    shadow.decision === "allowed" && !permits(shadow.permissionId)
+      ? { decision: "denied", reason: NARROWED.reason, agrees: false }
+      : shadow;
+  return reconcileShadow(narrowed, enforced);
+}
+
 export function decideStage(input: DecisionStageInput): Decision {
   const decided = decide(input);
-  if (decided.status === "allowed" && input.permits !== undefined && !input.permits(decided.permissionId))
-    return NARROWED;
-  return decided;
+  const permits = input.permits;
+  if (permits === undefined) return decided;
+  const enforced =
+    decided.status === "allowed" && !permits(decided.permissionId)
+      ? decided.shadow === undefined
+        ? NARROWED
+        : { ...NARROWED, shadow: decided.shadow }
+      : decided;
+  return enforced.shadow === undefined
+    ? enforced
+    : { ...enforced, shadow: narrowedShadow(enforced.shadow, enforced, permits) };
+}
+
+/**
+ * What a decision's record says beside its outcome (decision 2761): the shadow policy's
+ * outcome and a log-only allow. Every path's record takes them from here.
+ */
+export interface DecisionNotes {
+  readonly shadow?: {
+    decision: "allowed" | "denied" | "invalid";
+    reason: DenyReason | null;
+    agrees: boolean;
+  };
+  readonly log_only?: { reason: DenyReason };
+}
+
+export function decisionNotes(decision: Decision | undefined): DecisionNotes {
+  if (decision === undefined) return {};
+  const logOnly = decision.status === "allowed" ? decision.logOnly : undefined;
+  const shadow = decision.shadow;
+  return {
+    ...(shadow === undefined
+      ? {}
+      : { shadow: { decision: shadow.decision, reason: shadow.reason, agrees: shadow.agrees } }),
+    ...(logOnly === undefined ? {} : { log_only: { reason: logOnly.reason } }),
+  };
+}
+
+/** A policy load with the subject's shadow beside it (a path that loads the shadow on its own: the sidecar). */
+export function withShadow(policy: PolicyLoad, shadow: ShadowLoad | undefined): PolicyLoad {
+  return shadow === undefined || !policy.ok ? policy : { ...policy, shadow };
 }

@@ -8,14 +8,14 @@
  * opened (and refused, if tampered) again, never served from the cache.
  */
 import { LRUCache } from "lru-cache";
-import type { PolicyLoad } from "../core/decision.ts";
+import type { PolicyLoad, ShadowLoad } from "../core/decision.ts";
 import { policySubjectId } from "../core/policy-document.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { Store } from "../store/store.ts";
 import { openPolicyDocument } from "./artifact.ts";
 import { PolicyProtectionError, type PolicyProtector } from "./protector.ts";
 import type { PolicyRecordFacts, StoredPolicyRecord } from "./record.ts";
-import { readPolicyArtifact, readStoredPolicyRecord } from "./record-store.ts";
+import { type PolicyCollection, readPolicyArtifact, readStoredPolicyRecord } from "./record-store.ts";
 
 /**
  * Where policy records come from: the store here, the authority service over HTTP in the
@@ -33,11 +33,14 @@ export function isStorableId(id: string): boolean {
   return id.length > 0 && id.length <= 512 && !id.includes("\u0000") && id.isWellFormed();
 }
 
-/** Reads `policies/<subject_id>` (and its artifact on a miss); an id no store can hold names no record. */
-export function storePolicyRecordSource(store: Store): PolicyRecordSource {
+/**
+ * Reads `policies/<subject_id>` (or the shadow's collection) and its artifact on a miss; an id
+ * no store can hold names no record.
+ */
+export function storePolicyRecordSource(store: Store, collection?: PolicyCollection): PolicyRecordSource {
   return {
     get: async (subjectId) =>
-      isStorableId(subjectId) ? readStoredPolicyRecord(store, subjectId) : undefined,
+      isStorableId(subjectId) ? readStoredPolicyRecord(store, subjectId, collection) : undefined,
     artifact: (record) => readPolicyArtifact(store, record),
   };
 }
@@ -312,5 +315,42 @@ export function createPolicyLoader(options: PolicyLoaderOptions): PolicyLoader {
     load,
     stats: () => ({ hits, misses, opens, verificationFailures }),
     clear: () => cache.clear(),
+  };
+}
+
+/**
+ * The enforced loader with each verified policy carrying the subject's shadow policy, loaded
+ * by its own loader (its own cache and version floor) from the shadow records (decision 2761).
+ * The shadow can never change the enforced load: it is read after it, only beside a verified
+ * enforced document, and an outage reading it leaves the shadow out (logged by the caller's
+ * metrics as no shadow), never a 503.
+ */
+export function withShadowPolicies(
+  enforced: PolicyLoader,
+  shadows: PolicyLoader,
+  onShadowUnavailable: (error: unknown) => void = () => {},
+): PolicyLoader {
+  async function shadowOf(subjectId: string, expect?: LoadExpectation): Promise<ShadowLoad | undefined> {
+    try {
+      const { policy } = await shadows.load(subjectId, expect);
+      if (policy.ok) return { ok: true, document: policy.document };
+      return policy.reason === "missing_policy" ? undefined : policy;
+    } catch (error) {
+      onShadowUnavailable(error);
+      return undefined;
+    }
+  }
+  return {
+    async load(subjectId, expect) {
+      const loaded = await enforced.load(subjectId, expect);
+      if (!loaded.policy.ok) return loaded;
+      const shadow = await shadowOf(subjectId, expect);
+      return shadow === undefined ? loaded : { ...loaded, policy: { ...loaded.policy, shadow } };
+    },
+    stats: () => enforced.stats(),
+    clear: () => {
+      enforced.clear();
+      shadows.clear();
+    },
   };
 }

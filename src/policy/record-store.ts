@@ -19,9 +19,13 @@ export const artifactAddress = (artifact: string): string =>
 export function readStoredPolicyRecord(
   store: Store,
   subjectId: string,
+  collection: PolicyCollection = collections.policies,
 ): Promise<StoredPolicyRecord | undefined> {
-  return store.get<StoredPolicyRecord>(collections.policies, storeKeys.policy(subjectId));
+  return store.get<StoredPolicyRecord>(collection, storeKeys.policy(subjectId));
 }
+
+/** Where a subject's records live: the enforced policy, or its shadow (decision 2761). */
+export type PolicyCollection = typeof collections.policies | typeof collections.shadowPolicies;
 
 /**
  * The artifact a stored record names: inline, or fetched by address and checked against it.
@@ -39,8 +43,12 @@ export async function readPolicyArtifact(
 }
 
 /** The whole record; its artifact is "" when the stored one is missing or altered (never verifies). */
-export async function readPolicyRecord(store: Store, subjectId: string): Promise<PolicyRecord | undefined> {
-  const stored = await readStoredPolicyRecord(store, subjectId);
+export async function readPolicyRecord(
+  store: Store,
+  subjectId: string,
+  collection: PolicyCollection = collections.policies,
+): Promise<PolicyRecord | undefined> {
+  const stored = await readStoredPolicyRecord(store, subjectId, collection);
   if (stored === undefined) return undefined;
   const { artifact_sha256: _address, ...facts } = stored;
   return { ...facts, artifact: (await readPolicyArtifact(store, stored)) ?? "" };
@@ -55,20 +63,28 @@ function addressOf(record: StoredPolicyRecord | undefined): string | undefined {
  * finds a record whose artifact is not there yet; then the previous artifact is removed.
  * Callers serialize writers of one subject (withKeyLock).
  */
-export async function writePolicyRecord(store: Store, record: PolicyRecord): Promise<void> {
-  const previous = addressOf(await readStoredPolicyRecord(store, record.subject_id));
+export async function writePolicyRecord(
+  store: Store,
+  record: PolicyRecord,
+  collection: PolicyCollection = collections.policies,
+): Promise<void> {
+  const previous = addressOf(await readStoredPolicyRecord(store, record.subject_id, collection));
   const { artifact, ...facts } = record;
   const address = artifactAddress(artifact);
   await store.put(collections.policyArtifacts, address, artifact);
   const stored: StoredPolicyRecord = { ...facts, artifact_sha256: address };
-  await store.put(collections.policies, storeKeys.policy(record.subject_id), stored);
+  await store.put(collection, storeKeys.policy(record.subject_id), stored);
   if (previous !== undefined && previous !== address) await removeArtifact(store, previous);
 }
 
 /** Deletes a subject's record and its artifact; true when there was a record. */
-export async function deletePolicyRecord(store: Store, subjectId: string): Promise<boolean> {
-  const previous = addressOf(await readStoredPolicyRecord(store, subjectId));
-  const deleted = await store.delete(collections.policies, storeKeys.policy(subjectId));
+export async function deletePolicyRecord(
+  store: Store,
+  subjectId: string,
+  collection: PolicyCollection = collections.policies,
+): Promise<boolean> {
+  const previous = addressOf(await readStoredPolicyRecord(store, subjectId, collection));
+  const deleted = await store.delete(collection, storeKeys.policy(subjectId));
   if (previous !== undefined) await removeArtifact(store, previous);
   return deleted;
 }

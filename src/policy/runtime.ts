@@ -22,7 +22,9 @@ import {
   type PolicyLoader,
   type PolicyLoaderOptions,
   storePolicyRecordSource,
+  withShadowPolicies,
 } from "./loader.ts";
+import { type LogOnlySource, storeLogOnlySource } from "./log-only.ts";
 import type { PolicyProtector } from "./protector.ts";
 
 /** Where subject records come from (the subject's partner is derived from it, never from the caller). */
@@ -90,6 +92,8 @@ export interface DecisionRuntime {
   readonly recorder: AuditRecorder;
   /** The process's parameter-scoping rollout: the decision stage's gate for constrained operations. */
   readonly constraintsRollout: ConstraintsRolloutGate;
+  /** The platform-wide log-only mode per capability (decision 2761). */
+  readonly logOnly: LogOnlySource;
 }
 
 export interface DecisionRuntimeSettings {
@@ -110,18 +114,25 @@ export function createDecisionRuntime(
   settings: DecisionRuntimeSettings,
 ): DecisionRuntime {
   const recordTtlMs = settings.recordCacheMs ?? 0;
+  const loaderOptions = {
+    protector: owner.protector,
+    ...(settings.policyCache === undefined ? {} : { cache: settings.policyCache }),
+  };
   return {
     subjects: storeSubjectSource(owner.store, { ttlMs: recordTtlMs }),
     capabilities: createCapabilityResolver(owner.store, {
       recordTtlMs,
       ...(settings.onInvalidCatalog === undefined ? {} : { onInvalidCatalog: settings.onInvalidCatalog }),
     }),
-    policies: createPolicyLoader({
-      source: storePolicyRecordSource(owner.store),
-      protector: owner.protector,
-      ...(settings.policyCache === undefined ? {} : { cache: settings.policyCache }),
-    }),
+    policies: withShadowPolicies(
+      createPolicyLoader({ source: storePolicyRecordSource(owner.store), ...loaderOptions }),
+      createPolicyLoader({
+        source: storePolicyRecordSource(owner.store, collections.shadowPolicies),
+        ...loaderOptions,
+      }),
+    ),
     recorder: settings.recorder,
     constraintsRollout: settings.constraintsRollout,
+    logOnly: storeLogOnlySource(owner.store, { ttlMs: recordTtlMs }),
   };
 }

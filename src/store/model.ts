@@ -19,6 +19,12 @@ export const collections = {
   authProfiles: "auth_profiles",
   assignments: "policy_assignments",
   policies: "policies",
+  /** A subject's shadow policy record (same shape and protection as `policies`; decision 2761). */
+  shadowPolicies: "shadow_policies",
+  /** Shadow assignments, `<partner>/<subject>/<capability>` like `policy_assignments`. */
+  shadowAssignments: "shadow_assignments",
+  /** Capabilities in the platform-wide log-only mode, `<partner>/<capability>` (src/admin/log-only.ts). */
+  logOnlyCapabilities: "log_only_capabilities",
   /** Policy artifacts by content address (record-store.ts); the record names the one in force. */
   policyArtifacts: "policy_artifacts",
   /** Per authority process: when it last granted a sidecar freshness lease (src/policy/change-log.ts). */
@@ -281,10 +287,33 @@ export interface BindingChangeAuditRecord {
   readonly requestId: string;
 }
 
+/** A platform admin turned a capability's log-only mode on or off (decision 2761). */
+export interface LogOnlyChangeAuditRecord {
+  readonly kind: "log_only_change";
+  readonly action: "enable" | "disable";
+  readonly actor: string;
+  readonly partner_id: string;
+  readonly capability_id: string;
+  readonly reason: string | null;
+  readonly time: string;
+  readonly requestId: string;
+}
+
 export interface PolicyChangeAuditRecord {
   readonly kind: "policy_change";
-  /** `identity`: which principals stand for the subject changed (PATCH …/users/{subject}). */
-  readonly action: "assign" | "unassign" | "revoke" | "identity";
+  /**
+   * `identity`: which principals stand for the subject changed (PATCH …/users/{subject}).
+   * `shadow_assign`, `shadow_unassign`: the assignment's shadow policy was set or removed;
+   * `promote_shadow`: the shadow became the enforced assignment (decision 2761).
+   */
+  readonly action:
+    | "assign"
+    | "unassign"
+    | "revoke"
+    | "identity"
+    | "shadow_assign"
+    | "shadow_unassign"
+    | "promote_shadow";
   /** Subject of the admin's bearer token. */
   readonly actor: string;
   readonly partner_id: string;

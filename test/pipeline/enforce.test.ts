@@ -144,6 +144,7 @@ function world(
       clear: () => undefined,
     },
     recorder,
+    logOnly: { covers: async () => false },
     constraintsRollout: constraintsRolloutGate({
       enabled: options.rollout ?? true,
       partnerAllowlist: [PARTNER],

@@ -26,6 +26,7 @@ import {
 import { configuredExporter } from "../../audit/export/configured.ts";
 import { exportingRecorder } from "../../audit/export/recorder-tap.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
+import { notingRecorder } from "../../audit/recorder-notes.ts";
 import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
@@ -36,6 +37,7 @@ import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
 import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
+import { decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
@@ -388,7 +390,8 @@ export async function buildAuthorityService(
         } else logger.info({ pending: event.pending }, "audit writes recovered");
       },
     });
-    const recorder = exporter === undefined ? audit : exportingRecorder(audit, exporter);
+    const noted = notingRecorder(audit, decisionNoteMetrics(metrics, "authority", logger));
+    const recorder = exporter === undefined ? noted : exportingRecorder(noted, exporter);
     const checkpointsOf = (linker: typeof chain): Checkpointer => {
       const checkpointer = startCheckpoints({
         store,

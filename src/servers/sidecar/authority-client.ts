@@ -26,6 +26,10 @@ export interface InjectableCredentials {
 export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource, PolicyChangeSource {
   fetchCapability(partnerId: string, capabilityId: string): Promise<Capability | undefined>;
   fetchCredentials(partnerId: string, profileId: string): Promise<InjectableCredentials>;
+  /** The subject's shadow policy (decision 2761), verified by the sidecar like its policy. */
+  fetchShadowPolicy?(subjectId: string): Promise<PolicyFetchResult>;
+  /** Whether a capability this client fetched was in the platform-wide log-only mode then (decision 2761). */
+  inLogOnlyMode?(capability: Capability): boolean;
   /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
   sendDecisions(records: Buffer): Promise<void>;
   /**
@@ -184,7 +188,35 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     return true;
   };
 
+  /** A policy answer (200 or 404) of the sidecar policy routes, checked. */
+  const policyAnswer = async (response: Response): Promise<PolicyFetchResult> => {
+    if (response.status === 404) {
+      await response.body?.cancel();
+      return { status: "not_found" };
+    }
+    if (response.status !== 200) return unexpected(response);
+    const body = await json(response);
+    const subject = isRecord(body) ? body.subject : undefined;
+    const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
+    const signedPolicy = isRecord(body) ? body.signed_policy : undefined;
+    if (
+      !isRecord(subject) ||
+      typeof subject.partner_id !== "string" ||
+      record === undefined ||
+      !(signedPolicy === null || (typeof signedPolicy === "string" && signedPolicy.length > 0))
+    ) {
+      throw new AuthorityFetchError("the policy answer is malformed", 200);
+    }
+    // An authority that does not say which principals the subject admits: the strictest kind.
+    const identity = isSubjectIdentity(subject.identity) ? subject.identity : "partner_token";
+    return { status: "found", record, signedPolicy, partnerId: subject.partner_id, identity };
+  };
+
+  /** The capabilities this client fetched in the log-only mode (by object: a fetched one is kept as it came). */
+  const logOnlyCapabilities = new WeakSet<Capability>();
+
   return {
+    inLogOnlyMode: (capability) => logOnlyCapabilities.has(capability),
     async proveCredentials() {
       const response = await call("/v1/sidecar/self");
       if (response.status === 401 || response.status === 403) return refusal(response);
@@ -206,27 +238,11 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
         await response.body?.cancel();
         return { status: "not_modified" };
       }
-      if (response.status === 404) {
-        await response.body?.cancel();
-        return { status: "not_found" };
-      }
-      if (response.status !== 200) return unexpected(response);
-      const body = await json(response);
-      const subject = isRecord(body) ? body.subject : undefined;
-      const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
-      const signedPolicy = isRecord(body) ? body.signed_policy : undefined;
-      if (
-        !isRecord(subject) ||
-        typeof subject.partner_id !== "string" ||
-        record === undefined ||
-        !(signedPolicy === null || (typeof signedPolicy === "string" && signedPolicy.length > 0))
-      ) {
-        throw new AuthorityFetchError("the policy answer is malformed", 200);
-      }
-      // An authority that does not say which principals the subject admits: the strictest kind.
-      const identity = isSubjectIdentity(subject.identity) ? subject.identity : "partner_token";
-      return { status: "found", record, signedPolicy, partnerId: subject.partner_id, identity };
+      return policyAnswer(response);
     },
+
+    fetchShadowPolicy: async (subjectId) =>
+      policyAnswer(await call(`/v1/sidecar/shadow-policies/${segment(subjectId)}`)),
 
     async fetchPolicyChanges(after, options): Promise<PolicyChangesPage> {
       const query = new URLSearchParams({ instance: options.instance, wait: String(options.wait) });
@@ -259,6 +275,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
         const capability = validateCapability(isRecord(body) ? body.capability : undefined);
         if (capability.capability_id !== capabilityId || capability.partner_id !== partnerId)
           return undefined;
+        if (isRecord(body) && body.log_only === true) logOnlyCapabilities.add(capability);
         return capability;
       } catch (error) {
         throw new AuthorityFetchError("the capability answer is malformed", 200, { cause: error });

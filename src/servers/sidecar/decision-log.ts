@@ -267,6 +267,7 @@ export function shippedDecision(
     transport: request.transport,
     requestId: text(decision.requestId, 128) ?? "-",
     time: isoTime(time),
+    ...about?.notes,
   };
 }
 

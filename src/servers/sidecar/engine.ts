@@ -7,7 +7,13 @@ import { type DenyExplanation, type ErrorCode, errorCodes } from "../../errors.t
 import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
-import { decideStage, subjectStandsFor } from "../../pipeline/decision.ts";
+import {
+  type DecisionNotes,
+  decideStage,
+  decisionNotes,
+  subjectStandsFor,
+  withShadow,
+} from "../../pipeline/decision.ts";
 import { failureExplanation, pipelineFailure } from "../../pipeline/failure.ts";
 import type {
   CacheLayer,
@@ -18,6 +24,7 @@ import type {
 import type { CapabilityMap } from "./capability-map.ts";
 import { SidecarConfigError } from "./errors.ts";
 import { type HeaderBag, operationArguments, type RequestBody } from "./request-input.ts";
+import type { SidecarShadowPolicies } from "./shadow-policies.ts";
 import type { TokenCheck, VerifiedTokenCache } from "./token-cache.ts";
 
 /**
@@ -91,6 +98,8 @@ export interface SidecarAllow {
   readonly credentials: InjectedCredentials;
   readonly policyHead: number;
   readonly policyLayer: CacheLayer;
+  /** The shadow policy's outcome, for the record (decision 2761). */
+  readonly notes?: DecisionNotes;
 }
 
 /** Who and what a deny was about, as far as the engine got before denying (for the audit record). */
@@ -98,6 +107,8 @@ export interface DenyContext {
   readonly subjectId: string;
   readonly partnerId?: string;
   readonly capabilityId?: string;
+  /** The shadow policy's outcome, for the record (decision 2761). */
+  readonly notes?: DecisionNotes;
 }
 
 export interface SidecarDeny {
@@ -145,6 +156,10 @@ export interface SidecarEngineOptions {
   readonly now?: () => Date;
   /** Told of token checks (metrics): `cached`, `verified`, `rejected`, `unavailable`. */
   readonly onTokenCheck?: (result: "cached" | "verified" | "rejected" | "unavailable") => void;
+  /** The subjects' shadow policies (decision 2761); absent: none are evaluated. */
+  readonly shadows?: SidecarShadowPolicies;
+  /** Whether a capability is in the platform-wide log-only mode (decision 2761); absent: none is. */
+  readonly logOnly?: (capability: Capability) => boolean;
 }
 
 export interface SidecarEngine {
@@ -314,13 +329,15 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         subjectId,
         capabilityId,
         capability,
-        policy: policy.load,
+        policy: withShadow(policy.load, options.shadows?.peek(subjectId, partnerId)),
+        logOnly: capability !== undefined && options.logOnly?.(capability) === true,
         method: request.method,
         path: request.path,
         now: now(),
         constraintsEnforced: rollout.enabled && rollout.partnerAllowlisted,
       });
-      const context = { subjectId, partnerId, capabilityId };
+      const notes = decisionNotes(decision);
+      const context = { subjectId, partnerId, capabilityId, notes };
       if (decision.status === "denied")
         return denyAbout(decision.reason, request.requestId, context, decision.explanation);
       // A downstream MCP tool is called only through /mcp (decision 2661): as a plain HTTP
@@ -356,6 +373,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         credentials: injected,
         policyHead: policy.head,
         policyLayer: layer,
+        notes,
       });
       // Authorization only: nothing to fetch, nothing to inject.
       if (decision.authProfileRef === NO_AUTH_PROFILE_ID) return allow(NO_CREDENTIALS);

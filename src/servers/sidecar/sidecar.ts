@@ -2,6 +2,7 @@ import type { Registry } from "prom-client";
 import type { Capability } from "../../core/capability.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
+import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
 import {
   type AuthorityLease,
@@ -14,11 +15,12 @@ import {
   type RedisPolicyStore,
   type VerifiedPolicyCache,
 } from "../../policy/cache/index.ts";
+import type { PolicyOpener } from "../../policy/protector.ts";
 import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
-import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
+import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
@@ -29,6 +31,7 @@ import { probeOwnGrpcPort } from "./grpc-self-probe.ts";
 import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
+import { createSidecarShadowPolicies, type SidecarShadowPolicies } from "./shadow-policies.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
 import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
@@ -148,6 +151,35 @@ function outcomeOf(event: DecisionEvent): "allow" | "deny" | "error" {
   return event.outcome === "deny" || event.outcome === "invalid_request" ? "deny" : "error";
 }
 
+/** The subjects' shadow policies, when the authority client can fetch them (decision 2761). */
+function shadowPoliciesOf(
+  authority: AuthorityClient,
+  opener: PolicyOpener,
+  logger: Logger,
+): { shadows?: SidecarShadowPolicies } {
+  const fetchShadowPolicy = authority.fetchShadowPolicy?.bind(authority);
+  if (fetchShadowPolicy === undefined) return {};
+  return {
+    shadows: createSidecarShadowPolicies({
+      source: { fetchShadowPolicy },
+      opener,
+      onError: (error) =>
+        logger.debug({ err: errorSummary(error) }, "shadow policy not fetched; decisions go on without it"),
+    }),
+  };
+}
+
+/** The shipper with every record it queues counted by its notes (shadow agreement, log-only allows). */
+function notedShipper(shipper: DecisionShipper, notes: DecisionNoteMetrics): DecisionShipper {
+  return {
+    ...shipper,
+    push(record, lines) {
+      notes.observe(record);
+      shipper.push(record, lines);
+    },
+  };
+}
+
 export function createSidecar(options: SidecarOptions): Sidecar {
   if (typeof options !== "object" || options === null) throw new SidecarConfigError("options are required");
   const { logger, egress } = options;
@@ -185,14 +217,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       }
     },
   });
+  const opener = createSignedPolicyVerifier({
+    serviceIdentity: options.policyKeys.serviceIdentity,
+    source: options.authority,
+    ...(options.policyKeys.pinned === undefined ? {} : { pinned: options.policyKeys.pinned }),
+  });
   const policies = createVerifiedPolicyCache({
     source: options.authority,
     freshness: lease,
-    opener: createSignedPolicyVerifier({
-      serviceIdentity: options.policyKeys.serviceIdentity,
-      source: options.authority,
-      ...(options.policyKeys.pinned === undefined ? {} : { pinned: options.policyKeys.pinned }),
-    }),
+    opener,
     ...(redis === undefined || options.redis === undefined
       ? {}
       : { redis: { store: redis, keys: deriveCacheKeys(options.redis.cacheKey) } }),
@@ -293,8 +326,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
+    ...shadowPoliciesOf(options.authority, opener, logger),
+    logOnly: (capability) => options.authority.inLogOnlyMode?.(capability) === true,
   });
-  const engine = auditedEngine(decisionEngine, auditLog, undefined, journalErrorReporter(metrics, logger));
+  const engine = auditedEngine(
+    decisionEngine,
+    notedShipper(auditLog, decisionNoteMetrics(metrics.registry, "authority_sidecar", logger)),
+    undefined,
+    journalErrorReporter(metrics, logger),
+  );
 
   const checkServer: CheckServer = createCheckServer({
     check: createExtAuthzCheck(engine),

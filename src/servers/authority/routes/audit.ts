@@ -153,7 +153,10 @@ export function auditRoutes(context: AuthorityServices): FastifyPluginAsync {
       log: logs.audit,
       filters: {
         kind: {
-          schema: { type: "string", enum: ["decision", "policy_change", "binding_change", "user_grant"] },
+          schema: {
+            type: "string",
+            enum: ["decision", "policy_change", "binding_change", "user_grant", "log_only_change"],
+          },
           field: "kind",
         },
         subject: { schema: text(), field: "subject_id" },

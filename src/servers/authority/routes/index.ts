@@ -13,6 +13,7 @@ import { invokeRoutes } from "./invoke.ts";
 import { mcpRoutes } from "./mcp.ts";
 import { partnerRoutes } from "./partners.ts";
 import { policyRoutes } from "./policies.ts";
+import { shadowRoutes } from "./shadow.ts";
 import { sidecarRoutes } from "./sidecar.ts";
 import { verifyRoutes } from "./verify.ts";
 import { workloadTokenRoutes } from "./workload-token.ts";
@@ -24,6 +25,7 @@ export const routeGroups: ReadonlyArray<(services: AuthorityServices) => Fastify
   partnerRoutes,
   capabilityRoutes,
   policyRoutes,
+  shadowRoutes,
   boundaryRoutes,
   authProfileRoutes,
   diagnosticsRoutes,

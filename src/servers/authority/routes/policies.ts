@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
   assignmentSchema,
   assignResultSchema,
@@ -35,20 +35,20 @@ import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 import { resolveSubjectParams } from "./subject-params.ts";
 
-const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
+export const actorOf = (principal: Principal, request: FastifyRequest): Actor => ({
   subject: principal.subject,
   requestId: request.id,
 });
 
 const partnerParams = paramsSchema({ id: idSchemas.partner });
 const subjectParams = paramsSchema({ id: idSchemas.partner, subject: idSchemas.subjectRef });
-const assignmentParams = paramsSchema({
+export const assignmentParams = paramsSchema({
   id: idSchemas.partner,
   subject: idSchemas.subjectRef,
   capability: idSchemas.capability,
 });
 
-const assignBody = {
+export const assignBody = {
   type: "object",
   additionalProperties: false,
   required: ["allowed_permission_ids"],
@@ -137,7 +137,25 @@ const assignmentReplaySchema = {
 } as const;
 
 type SubjectParams = { id: string; subject: string };
-type AssignmentParams = SubjectParams & { capability: string };
+export type AssignmentParams = SubjectParams & { capability: string };
+
+/** `GET` of one assignment-like record (the assignment, its shadow), read roles. */
+export function assignmentReadRoute(
+  app: FastifyInstance,
+  principalOf: (request: FastifyRequest) => Principal,
+  url: string,
+  read: (partnerId: string, subjectId: string, capabilityId: string) => Promise<unknown>,
+): void {
+  app.get<{ Params: AssignmentParams }>(
+    url,
+    { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
+    async (request) => {
+      assertCanReadPartner(principalOf(request), request.params.id);
+      const { id, subject, capability } = request.params;
+      return read(id, subject, capability);
+    },
+  );
+}
 
 /** The dry run's view of the decision runtime: the capability as a decision resolves it, the rollout gate. */
 const replayDepsOf = (services: AuthorityServices) => ({
@@ -191,14 +209,11 @@ export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
       },
     );
 
-    app.get<{ Params: AssignmentParams }>(
+    assignmentReadRoute(
+      app,
+      principalOf,
       "/partners/:id/caab/subjects/:subject/policies/:capability",
-      { schema: { response: { 200: assignmentSchema }, params: assignmentParams } },
-      async (request) => {
-        assertCanReadPartner(principalOf(request), request.params.id);
-        const { id, subject, capability } = request.params;
-        return getAssignment(context, id, subject, capability);
-      },
+      (...ids) => getAssignment(context, ...ids),
     );
 
     app.put<{ Params: AssignmentParams; Body: AssignInput; Querystring: AssignQuery }>(

@@ -13,7 +13,6 @@ import {
 import { idSchemas, paramsSchema } from "../../../admin/admin-schemas.ts";
 import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../../../admin/auth-profiles.ts";
 import { loadCatalog } from "../../../admin/capabilities.ts";
-import { loadPolicyRecord } from "../../../admin/policy-writer.ts";
 import type { DecisionInput } from "../../../audit/records.ts";
 import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shipped-decisions.ts";
 import { isValidId } from "../../../core/ids.ts";
@@ -24,6 +23,7 @@ import { headerSafe, resolveSecret } from "../../../execute/auth-profiles.ts";
 import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
+import { type PolicyCollection, readPolicyRecord } from "../../../policy/record-store.ts";
 import { type CapabilityRecord, collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
@@ -293,33 +293,64 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
   return async (app) => {
     const principalOf = authenticateAll(app, context, assertSidecar);
 
+    /** The subject (in the sidecar's partner scope) and its record in `collection`; 404 when either is missing. */
+    const subjectPolicy = async (
+      principal: Principal,
+      subjectId: string,
+      collection: PolicyCollection = collections.policies,
+    ): Promise<{ subject: SubjectRecord; record: PolicyRecord }> => {
+      const subject = await read(() =>
+        context.store.get<SubjectRecord>(collections.subjects, storeKeys.subject(subjectId)),
+      );
+      if (subject === undefined) throw new AuthorityError("not_found", "No such subject.");
+      assertPartner(principal, subject.partner_id);
+      const record = await read(async () => {
+        const found = await readPolicyRecord(context.store, subjectId, collection);
+        return found?.partner_id === subject.partner_id ? found : undefined;
+      });
+      if (record === undefined) throw new AuthorityError("not_found", "The subject has no policy.");
+      return { subject, record };
+    };
+    const policyBody = async (
+      subject: SubjectRecord,
+      record: PolicyRecord,
+    ): Promise<SidecarPolicyResponse> => {
+      const { artifact: _artifact, ...visible } = record;
+      return {
+        subject: {
+          subject_id: subject.subject_id,
+          partner_id: subject.partner_id,
+          identity: identityOf(subject),
+        },
+        policy: visible,
+        signed_policy: await signedPolicyOf(context, record),
+      };
+    };
+
     app.get<{ Params: { subject: string } }>(
       "/v1/sidecar/policies/:subject",
       { schema: { response: { 200: sidecarPolicySchema, 304: noContent }, params: subjectParams } },
       async (request, reply) => {
-        const principal = principalOf(request);
-        const subjectId = request.params.subject;
-        const subject = await read(() =>
-          context.store.get<SubjectRecord>(collections.subjects, storeKeys.subject(subjectId)),
-        );
-        if (subject === undefined) throw new AuthorityError("not_found", "No such subject.");
-        assertPartner(principal, subject.partner_id);
-        const record = await read(() => loadPolicyRecord(context, subject.partner_id, subjectId));
-        if (record === undefined) throw new AuthorityError("not_found", "The subject has no policy.");
+        const { subject, record } = await subjectPolicy(principalOf(request), request.params.subject);
         const etag = policyEtag(record.head);
         noStore(reply).header("etag", etag);
         if (etagMatches(request.headers["if-none-match"], etag)) return reply.code(304).send();
-        const { artifact: _artifact, ...visible } = record;
-        const body: SidecarPolicyResponse = {
-          subject: {
-            subject_id: subject.subject_id,
-            partner_id: subject.partner_id,
-            identity: identityOf(subject),
-          },
-          policy: visible,
-          signed_policy: await signedPolicyOf(context, record),
-        };
-        return reply.send(body);
+        return reply.send(await policyBody(subject, record));
+      },
+    );
+
+    // The subject's shadow policy (decision 2761), signed and handed out like its policy; the
+    // sidecar verifies it the same way and only records what it decides.
+    app.get<{ Params: { subject: string } }>(
+      "/v1/sidecar/shadow-policies/:subject",
+      { schema: { response: { 200: sidecarPolicySchema }, params: subjectParams } },
+      async (request, reply) => {
+        const { subject, record } = await subjectPolicy(
+          principalOf(request),
+          request.params.subject,
+          collections.shadowPolicies,
+        );
+        return noStore(reply).send(await policyBody(subject, record));
       },
     );
 
@@ -360,7 +391,9 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         assertPartner(principalOf(request), partner);
         const loaded = await read(() => loadCatalog(context.store, partner, capability));
         if (loaded === undefined) throw new AuthorityError("not_found", "No such capability.");
-        return noStore(reply).send({ capability: loaded.catalog });
+        // The platform-wide log-only mode (decision 2761): the sidecar applies it like the authority.
+        const logOnly = await read(() => context.decisions.logOnly.covers(partner, capability));
+        return noStore(reply).send({ capability: loaded.catalog, ...(logOnly ? { log_only: true } : {}) });
       },
     );
 
