@@ -13,6 +13,12 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
+import {
+  exportErrorLogger,
+  installTracing,
+  startTracing,
+  type Tracing,
+} from "../../observability/tracing.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
@@ -82,8 +88,11 @@ const EVENT_LOOP_SAMPLE_MS = 100;
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egressAllow,
+    // The traces endpoint the operator configured: sent to as configured, never an upstream.
+    operatorUrls: config.tracing === undefined ? [] : [config.tracing.url],
     platformEndpoints: [
       config.authorityUrl,
+      config.tracing?.url,
       ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
       config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
       config.redis?.url,
@@ -91,6 +100,21 @@ export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
       .map(endpointOfUrl)
       .filter((endpoint) => endpoint !== undefined),
   });
+}
+
+/** The process's tracing when `--tracing-url` is set (the SDK loaded only then), installed for the stages' spans. */
+async function startSidecarTracing(
+  config: SidecarConfig,
+  egress: EgressPolicy,
+  logger: Logger,
+): Promise<Tracing | undefined> {
+  const tracing = await startTracing(config.tracing, {
+    fetch: egress.fetch,
+    serviceName: "authority-sidecar",
+    onExportError: exportErrorLogger(logger),
+  });
+  installTracing(tracing);
+  return tracing;
 }
 
 export async function buildSidecar(
@@ -110,7 +134,11 @@ export async function buildSidecar(
           url: config.redis.url,
           cacheKey: parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")),
         });
+  const logger = overrides.logger ?? createLogger("sidecar", config.logLevel);
+  const egress = overrides.egress ?? sidecarEgressPolicy(config);
+  const tracing = await startSidecarTracing(config, egress, logger);
   return createSidecar({
+    ...(tracing === undefined ? {} : { tracing }),
     authority:
       overrides.authority ??
       createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
@@ -135,9 +163,9 @@ export async function buildSidecar(
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,
     policyCache: config.policyCache,
-    logger: overrides.logger ?? createLogger("sidecar", config.logLevel),
+    logger,
     registry:
       overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS }),
-    egress: overrides.egress ?? sidecarEgressPolicy(config),
+    egress,
   });
 }

@@ -3,6 +3,7 @@ import type { Capability } from "../../core/capability.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { Tracing } from "../../observability/tracing.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -30,6 +31,7 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
+import { tracedCheck } from "./tracing.ts";
 import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
@@ -111,6 +113,8 @@ export interface SidecarOptions {
    * are added to its platform endpoints once bound.
    */
   readonly egress: EgressPolicy;
+  /** Spans of Checks and proxied requests (tracing.ts), shut down with the sidecar; absent: off. */
+  readonly tracing?: Tracing;
 }
 
 export interface SidecarPorts {
@@ -297,7 +301,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   const engine = auditedEngine(decisionEngine, auditLog, undefined, journalErrorReporter(metrics, logger));
 
   const checkServer: CheckServer = createCheckServer({
-    check: createExtAuthzCheck(engine),
+    check: tracedCheck(options.tracing, createExtAuthzCheck(engine)),
     deadlineMs: options.decisionTimeoutMs,
     logger,
     onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
@@ -308,6 +312,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     metrics,
     logger,
     egress,
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
     decisionTimeoutMs: options.proxyDecisionTimeoutMs,
     upstreamTimeoutMs: options.upstreamTimeoutMs,
     maxResponseBytes: options.maxResponseBytes,
@@ -455,6 +460,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         policies.close();
         await redis?.close();
         await health.close();
+        await options.tracing?.shutdown(graceMs);
         logger.info("sidecar stopped");
       })();
       return closed;
