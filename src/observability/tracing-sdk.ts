@@ -30,7 +30,7 @@ import {
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
 import type { TracingConfig } from "../config/tracing.ts";
-import type { OpenSpan, TraceCarrier, Tracing, TracingDependencies } from "./tracing.ts";
+import type { OpenSpan, TraceCarrier, Tracing, TracingDependencies } from "./tracing-types.ts";
 
 const SPAN_KINDS = { server: SpanKind.SERVER, internal: SpanKind.INTERNAL, client: SpanKind.CLIENT } as const;
 

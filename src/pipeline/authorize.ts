@@ -20,6 +20,7 @@ import {
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
+import { decisionOutcome, traced } from "../observability/tracing.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs } from "../store/model.ts";
@@ -169,15 +170,20 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
     return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
-  const loaded = await runtime.policies.load(subjectId, { partnerId });
+  const loaded = await traced("authority.load_policy", () => runtime.policies.load(subjectId, { partnerId }));
   return {
-    decision: decideStage({
-      ...base,
-      capability,
-      policy: loaded.policy,
-      constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
-      permits: request.permits,
-    }),
+    decision: traced(
+      "authority.decide",
+      () =>
+        decideStage({
+          ...base,
+          capability,
+          policy: loaded.policy,
+          constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
+          permits: request.permits,
+        }),
+      decisionOutcome,
+    ),
     partnerId,
     capability,
     ...(loaded.record === undefined ? {} : { policy: loaded.record }),
