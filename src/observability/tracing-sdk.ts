@@ -85,8 +85,15 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null)?.then === "function";
 }
 
+/**
+ * One active context per process, whichever tracing opened the span (a test process runs the
+ * authority and a sidecar side by side); enabled with the first tracing, never disabled.
+ */
+let processContexts: AsyncLocalStorageContextManager | undefined;
+
 export function createSdkTracing(config: TracingConfig, dependencies: TracingDependencies): Tracing {
-  const contexts = new AsyncLocalStorageContextManager().enable();
+  processContexts ??= new AsyncLocalStorageContextManager().enable();
+  const contexts = processContexts;
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ "service.name": dependencies.serviceName }),
     // The caller's sampling decision is kept; a request without one is sampled.
@@ -156,7 +163,7 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
     open,
 
     span(name, run, outcome) {
-      const span = open(name, "internal");
+      const span = open(name, name === "authority.upstream" ? "client" : "internal");
       const finish = (result: unknown): void =>
         span.end(outcome === undefined ? undefined : outcome(result as never));
       // The class only: a message could quote input.
@@ -187,7 +194,6 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
       });
       await Promise.race([provider.shutdown(), deadline]);
       clearTimeout(timer);
-      contexts.disable();
     },
   };
 }
