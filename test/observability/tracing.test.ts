@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
+import { parse, stringify } from "yaml";
 import { resolveAuthorityConfig } from "../../src/config/authority.ts";
 import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../helpers/envoy.ts";
 import { httpRequest } from "../helpers/http-client.ts";
@@ -62,6 +63,45 @@ function one(spans: readonly ExportedSpan[], name: string): ExportedSpan {
   const found = spans.filter((span) => span.name === name);
   assert.equal(found.length, 1, `one ${name} span in ${JSON.stringify(spans.map((s) => s.name))}`);
   return found[0] as ExportedSpan;
+}
+
+/** A rendered bootstrap with Envoy's OpenTelemetry tracer exporting OTLP/HTTP to the receiver's port. */
+function withEnvoyTracing(bootstrap: string, receiverPort: number): string {
+  const config = parse(bootstrap);
+  const hcm = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
+  hcm.tracing = {
+    random_sampling: { value: 100 },
+    provider: {
+      name: "envoy.tracers.opentelemetry",
+      typed_config: {
+        "@type": "type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig",
+        service_name: "envoy",
+        http_service: {
+          http_uri: {
+            uri: `http://127.0.0.1:${receiverPort}/v1/traces`,
+            cluster: "otlp_receiver",
+            timeout: "1s",
+          },
+        },
+      },
+    },
+  };
+  config.static_resources.clusters.push({
+    name: "otlp_receiver",
+    type: "STATIC",
+    connect_timeout: "1s",
+    load_assignment: {
+      cluster_name: "otlp_receiver",
+      endpoints: [
+        {
+          lb_endpoints: [
+            { endpoint: { address: { socket_address: { address: "127.0.0.1", port_value: receiverPort } } } },
+          ],
+        },
+      ],
+    },
+  });
+  return stringify(config);
 }
 
 describe("tracing: Envoy → sidecar → upstream, and invoke → upstream, in one trace each", () => {
@@ -130,6 +170,63 @@ describe("tracing: Envoy → sidecar → upstream, and invoke → upstream, in o
       ),
       "the authority's span of the policy fetch is a child of the sidecar's policy load",
     );
+  });
+
+  it("with Envoy's own tracing: Envoy's ext_authz span is the Check's parent, one trace to the upstream", async () => {
+    // deploy/envoy/envoy.yaml with Envoy's OpenTelemetry tracer sending to the same receiver.
+    const traced = await startEnvoy(async (accessLogPath) =>
+      withEnvoyTracing(
+        await renderBootstrap({
+          sidecarPort: system.sidecar?.grpcPort ?? 0,
+          appPort: Number(new URL(system.upstream.url).port),
+          capability: CAPABILITY,
+          timeout: "3s",
+          accessLogPath,
+        }),
+        Number(new URL(receiver.url).port),
+      ),
+    );
+    try {
+      const before = system.upstream.hits.length;
+      const token = await system.agentToken(AGENT);
+      const reply = await httpRequest(`${traced.url}/items/8`, {
+        headers: { host: SIDECAR_HOST, authorization: `Bearer ${token}` },
+      });
+      assert.equal(reply.status, 200, reply.text);
+      const hit = system.upstream.hits.slice(before).find((h) => h.path === "/items/8");
+      assert.ok(hit !== undefined);
+      const { traceId, spanId } = traceparentOf(hit.headers.traceparent);
+      const inTrace = () => exportedSpans(receiver).filter((span) => span.traceId === traceId);
+      const seen = () => {
+        const spans = inTrace();
+        return spans.some((s) => s.name === "authority.check") && spans.some((s) => s.spanId === spanId);
+      };
+      assert.ok(await eventually(async () => seen()), "Envoy's and the sidecar's spans reached the receiver");
+      const spans = inTrace();
+      const byId = new Map(spans.map((span) => [span.spanId, span]));
+      const rootOf = (span: ExportedSpan): ExportedSpan => {
+        const parent = span.parentSpanId === undefined ? undefined : byId.get(span.parentSpanId);
+        return parent === undefined ? span : rootOf(parent);
+      };
+      const check = one(spans, "authority.check");
+      const authz = byId.get(check.parentSpanId ?? "");
+      assert.ok(
+        authz !== undefined && authz.service === "envoy",
+        "the Check's parent is Envoy's ext_authz span",
+      );
+      const upstreamCall = byId.get(spanId);
+      assert.ok(upstreamCall !== undefined && upstreamCall.service === "envoy", "Envoy's upstream call span");
+      const root = rootOf(check);
+      assert.equal(root.service, "envoy");
+      assert.equal(root.parentSpanId, undefined);
+      assert.equal(
+        rootOf(upstreamCall).spanId,
+        root.spanId,
+        "the Check and the upstream call share Envoy's request span",
+      );
+    } finally {
+      await traced.stop();
+    }
   });
 
   it("a binding invoke: server span → decide, execute → upstream call → the upstream", async () => {
