@@ -229,6 +229,36 @@ describe("tracing: Envoy → sidecar → upstream, and invoke → upstream, in o
     }
   });
 
+  it("the forward proxy continues a B3 trace: proxy span → stages, upstream call → the upstream (W3C and B3)", async () => {
+    const traceId = "80f198ee56343ba864fe8b2a57d3eff7";
+    const callerSpan = "e457b5a2e4d86bd1";
+    const before = system.upstream.hits.length;
+    const token = await system.agentToken(AGENT);
+    const reply = await system.call("GET", `http://127.0.0.1:${system.sidecar?.proxyPort}/items/9`, {
+      headers: {
+        host: SIDECAR_HOST,
+        "proxy-authorization": `Bearer ${token}`,
+        b3: `${traceId}-${callerSpan}-1`,
+      },
+    });
+    assert.equal(reply.status, 200, reply.text);
+    const hit = system.upstream.hits.slice(before).find((h) => h.path === "/items/9");
+    assert.ok(hit !== undefined);
+    const { spanId } = traceparentOf(hit.headers.traceparent);
+    assert.equal(hit.headers.b3, `${traceId}-${spanId}-1`, "the caller's stale b3 header is replaced");
+    assert.equal(hit.headers["x-b3-spanid"], spanId);
+    const inTrace = () => exportedSpans(receiver).filter((span) => span.traceId === traceId);
+    assert.ok(await eventually(async () => inTrace().some((s) => s.name === "authority.proxy")));
+    const spans = inTrace();
+    const proxy = one(spans, "authority.proxy");
+    assert.equal(proxy.parentSpanId, callerSpan, "the proxy span's parent is the caller's B3 span");
+    const upstream = one(spans, "authority.upstream");
+    assert.equal(upstream.spanId, spanId);
+    assert.equal(upstream.parentSpanId, proxy.spanId);
+    const stages = spans.filter((span) => span.parentSpanId === proxy.spanId);
+    for (const name of ["authority.verify_token", "authority.decide"]) one(stages, name);
+  });
+
   it("a binding invoke: server span → decide, execute → upstream call → the upstream", async () => {
     const before = system.upstream.hits.length;
     const reply = await system.invoke({ capability_id: CAPABILITY, method: "GET", path: "/items/7" });
