@@ -5,9 +5,11 @@
  * JSON serializer and sent with the egress gate's fetch (decision 2503): the official
  * OTLP/HTTP exporter opens its own node:http connections, which the gate forbids (decision 2741).
  *
- * Context lives in an AsyncLocalStorage context manager owned here, not registered as the
- * OpenTelemetry API's global one: nothing else in the process sees or changes it.
+ * The active context is the request's (tracing-context.ts), not the OpenTelemetry API's global
+ * context manager: nothing else in the process sees or changes it, and nothing is registered.
  */
+
+import type { EventEmitter } from "node:events";
 import {
   type Context,
   ROOT_CONTEXT,
@@ -16,7 +18,6 @@ import {
   type TextMapGetter,
   trace,
 } from "@opentelemetry/api";
-import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { CompositePropagator, ExportResultCode, W3CTraceContextPropagator } from "@opentelemetry/core";
 import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { B3InjectEncoding, B3Propagator } from "@opentelemetry/propagator-b3";
@@ -30,7 +31,14 @@ import {
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
 import type { TracingConfig } from "../config/tracing.ts";
-import type { OpenSpan, TraceCarrier, Tracing, TracingDependencies } from "./tracing-types.ts";
+import {
+  activeTraceContext,
+  type OpenSpan,
+  TRACING_KEY,
+  type TraceCarrier,
+  type Tracing,
+  type TracingDependencies,
+} from "./tracing-context.ts";
 
 const SPAN_KINDS = { server: SpanKind.SERVER, internal: SpanKind.INTERNAL, client: SpanKind.CLIENT } as const;
 
@@ -85,15 +93,45 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null)?.then === "function";
 }
 
+/** The running request's OpenTelemetry context (ROOT_CONTEXT outside a traced request). */
+function activeContext(): Context {
+  return (activeTraceContext.getStore() as Context | undefined) ?? ROOT_CONTEXT;
+}
+
+type Listener = (...args: unknown[]) => unknown;
+const ADDING = ["on", "addListener", "once", "prependListener", "prependOnceListener"] as const;
+const REMOVING = ["off", "removeListener"] as const;
+
 /**
- * One active context per process, whichever tracing opened the span (a test process runs the
- * authority and a sidecar side by side); enabled with the first tracing, never disabled.
+ * `emitter`'s listeners, added from now on, run in `context`: a request's body events are
+ * emitted from its connection, outside the request's context. Removal finds the wrapped ones.
  */
-let processContexts: AsyncLocalStorageContextManager | undefined;
+function bindEmitter<E extends EventEmitter>(emitter: E, context: Context): E {
+  const wrapped = new WeakMap<Listener, Listener>();
+  const target = emitter as unknown as Record<string, (event: string | symbol, listener: Listener) => E>;
+  for (const method of ADDING) {
+    const add = target[method]?.bind(emitter);
+    if (add === undefined) continue;
+    target[method] = (event, listener) => {
+      let bound = wrapped.get(listener);
+      if (bound === undefined) {
+        bound = function (this: unknown, ...args: unknown[]) {
+          return activeTraceContext.run(context, () => listener.apply(this, args));
+        };
+        wrapped.set(listener, bound);
+      }
+      return add(event, bound);
+    };
+  }
+  for (const method of REMOVING) {
+    const remove = target[method]?.bind(emitter);
+    if (remove === undefined) continue;
+    target[method] = (event, listener) => remove(event, wrapped.get(listener) ?? listener);
+  }
+  return emitter;
+}
 
 export function createSdkTracing(config: TracingConfig, dependencies: TracingDependencies): Tracing {
-  processContexts ??= new AsyncLocalStorageContextManager().enable();
-  const contexts = processContexts;
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ "service.name": dependencies.serviceName }),
     // The caller's sampling decision is kept; a request without one is sampled.
@@ -139,12 +177,13 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
     kind: "server" | "internal" | "client",
     carriers: readonly TraceCarrier[] = [],
   ): OpenSpan => {
-    const parent = kind === "server" ? parentOf(carriers) : contexts.active();
+    // A server span's context also holds the tracing that serves its request (`traced` reads it).
+    const parent = kind === "server" ? parentOf(carriers).setValue(TRACING_KEY, tracing) : activeContext();
     const span = tracer.startSpan(name, { kind: SPAN_KINDS[kind] }, parent);
     const active = trace.setSpan(parent, span);
     let ended = false;
     return {
-      run: (run) => contexts.with(active, run),
+      run: (run) => activeTraceContext.run(active, run),
       headers: () => headersOf(active),
       end(outcome, failure) {
         if (ended) return;
@@ -159,7 +198,7 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
     };
   };
 
-  return {
+  const tracing: Tracing = {
     open,
 
     span(name, run, outcome) {
@@ -181,11 +220,9 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
       return result;
     },
 
-    bind(emitter) {
-      return contexts.bind(contexts.active(), emitter);
-    },
+    bind: (emitter) => bindEmitter(emitter, activeContext()),
 
-    headers: () => headersOf(contexts.active()),
+    headers: () => headersOf(activeContext()),
 
     async shutdown(timeoutMs) {
       let timer: NodeJS.Timeout | undefined;
@@ -196,4 +233,5 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
       clearTimeout(timer);
     },
   };
+  return tracing;
 }

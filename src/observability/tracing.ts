@@ -1,16 +1,22 @@
 /**
  * OpenTelemetry tracing (docs/observability.md, "Tracing"; decision 2741), off unless
  * `--tracing-url` is set. This module is what the rest of the code calls; it imports nothing
- * of the SDK. The composition root of a process starts tracing (`startTracing`, which loads
- * the SDK only then) and installs it; until then every call here runs its function and
- * returns, so a process without tracing loads no OpenTelemetry module and opens no span.
- *
- * Like the OpenTelemetry API's own global tracer provider, the installed tracing is one per
- * process: the stages that open spans (token, policy load, decide, execute, upstream call)
- * call `traced` where they are, instead of every constructor on the way taking a tracer.
+ * of the SDK. A composition root starts tracing (`startTracing`, which loads the SDK only then)
+ * and gives it to its transports, which serve each request in a trace context holding it
+ * (tracing-context.ts). The stages inside (token, policy load, decide, execute, upstream call)
+ * call `traced` where they are, instead of every constructor on the way taking a tracer; in a
+ * request without tracing it runs its function and returns, so a process without tracing
+ * loads no OpenTelemetry module and opens no span.
  */
 import type { TracingConfig } from "../config/tracing.ts";
-import type { SpanName, SpanOutcome, Tracing, TracingDependencies } from "./tracing-types.ts";
+import {
+  activeTraceContext,
+  type SpanName,
+  type SpanOutcome,
+  TRACING_KEY,
+  type Tracing,
+  type TracingDependencies,
+} from "./tracing-context.ts";
 
 export type {
   OpenSpan,
@@ -20,7 +26,7 @@ export type {
   Tracing,
   TracingDependencies,
   TracingFetch,
-} from "./tracing-types.ts";
+} from "./tracing-context.ts";
 
 /** The tracing of a process's settings, the SDK loaded only now; undefined when it is off. */
 export async function startTracing(
@@ -45,26 +51,20 @@ export function exportErrorLogger(logger: {
   };
 }
 
-let installed: Tracing | undefined;
-
-/** Makes `tracing` the process's (the composition root's call); undefined turns it off. */
-export function installTracing(tracing: Tracing | undefined): void {
-  installed = tracing;
+/** The tracing serving the running request, if any. */
+function current(): Tracing | undefined {
+  return activeTraceContext.getStore()?.getValue(TRACING_KEY) as Tracing | undefined;
 }
 
-/** The process's tracing, if on. */
-export function activeTracing(): Tracing | undefined {
-  return installed;
-}
-
-/** `run` in a child span named `name` when tracing is on; else `run()` alone. */
+/** `run` in a child span named `name` when the running request is traced; else `run()` alone. */
 export function traced<T>(name: SpanName, run: () => T, outcome?: (result: Awaited<T>) => SpanOutcome): T {
-  return installed === undefined ? run() : installed.span(name, run, outcome);
+  const tracing = current();
+  return tracing === undefined ? run() : tracing.span(name, run, outcome);
 }
 
-/** The trace headers an outbound request carries when tracing is on; else none. */
+/** The trace headers an outbound request made for the running request carries, when it is traced. */
 export function traceHeaders(): Readonly<Record<string, string>> | undefined {
-  return installed?.headers();
+  return current()?.headers();
 }
 
 /** The outcome of a decision stage (allow, or deny with its reason). */

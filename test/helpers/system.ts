@@ -33,7 +33,7 @@ import type { TracingConfig } from "../../src/config/tracing.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
-import { activeTracing } from "../../src/observability/tracing.ts";
+import { startTracing } from "../../src/observability/tracing.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -641,6 +641,12 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       ).accessToken;
       leaks.token(sidecarToken);
       const cacheKey = new Uint8Array(randomBytes(32));
+      // The sidecar's own tracing (as `authority sidecar` builds it), to the same endpoint.
+      const sidecarTracing = await startTracing(options.tracing, {
+        fetch: (input, init) => fetch(input, init),
+        serviceName: "authority-sidecar",
+        onExportError: () => undefined,
+      });
       const created = createSidecar({
         ...sidecarTestOptions(),
         authority: createAuthorityClient({ baseUrl: url, token: staticTokenSource(sidecarToken) }),
@@ -672,8 +678,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
             .map(endpointOfUrl)
             .filter((e) => e !== undefined),
         }),
-        // One process: the sidecar's spans go through the authority's tracing.
-        ...(options.tracing === undefined ? {} : { tracing: activeTracing() }),
+        ...(sidecarTracing === undefined ? {} : { tracing: sidecarTracing }),
         ...options.sidecar.options,
       });
       const ports = await created.start();

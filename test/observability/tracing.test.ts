@@ -157,7 +157,7 @@ describe("tracing: Envoy → sidecar → upstream, and invoke → upstream, in o
     const check = one(spans, "authority.check");
     assert.equal(check.parentSpanId, callerSpan, "the Check's parent is the caller's span");
     assert.equal(check.kind, SERVER);
-    assert.equal(check.service, "authority");
+    assert.equal(check.service, "authority-sidecar");
     assert.equal(upstreamParent.spanId, check.spanId, "the upstream's parent is the Check span");
     const stages = spans.filter((span) => span.parentSpanId === check.spanId);
     for (const name of ["authority.verify_token", "authority.load_policy", "authority.decide"])

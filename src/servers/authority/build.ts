@@ -35,7 +35,7 @@ import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts
 import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
-import { exportErrorLogger, installTracing, startTracing } from "../../observability/tracing.ts";
+import { exportErrorLogger, startTracing } from "../../observability/tracing.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -372,7 +372,6 @@ export async function buildAuthorityService(
       serviceName: "authority",
       onExportError: exportErrorLogger(logger),
     });
-    installTracing(tracing);
     // This replica's decision chains continue from their heads in the store.
     const chain = createChainLinker({
       stream: config.auditChain.replicaId,

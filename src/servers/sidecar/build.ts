@@ -13,12 +13,7 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
-import {
-  exportErrorLogger,
-  installTracing,
-  startTracing,
-  type Tracing,
-} from "../../observability/tracing.ts";
+import { exportErrorLogger, startTracing, type Tracing } from "../../observability/tracing.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
@@ -102,19 +97,17 @@ export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
   });
 }
 
-/** The process's tracing when `--tracing-url` is set (the SDK loaded only then), installed for the stages' spans. */
-async function startSidecarTracing(
+/** The sidecar's tracing when `--tracing-url` is set (the SDK loaded only then). */
+function startSidecarTracing(
   config: SidecarConfig,
   egress: EgressPolicy,
   logger: Logger,
 ): Promise<Tracing | undefined> {
-  const tracing = await startTracing(config.tracing, {
+  return startTracing(config.tracing, {
     fetch: egress.fetch,
     serviceName: "authority-sidecar",
     onExportError: exportErrorLogger(logger),
   });
-  installTracing(tracing);
-  return tracing;
 }
 
 export async function buildSidecar(

@@ -1,7 +1,25 @@
 /**
- * The shapes of tracing (tracing.ts) that its SDK implementation (tracing-sdk.ts) shares.
+ * What tracing (tracing.ts) and its SDK implementation (tracing-sdk.ts) share: the shapes, and
+ * the trace context of the running request.
+ *
+ * The context is per request, not per process: a transport that serves a request with tracing
+ * on (a Check, a proxied or an HTTP request) runs it in a context that holds its span and the
+ * tracing its composition root gave it, and the stages inside open their spans from there. A
+ * request served without tracing has none, and two servers in one process keep their own.
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import type { EventEmitter } from "node:events";
+
+/** An OpenTelemetry `Context`, as far as this side reads it. */
+export interface TraceContext {
+  getValue(key: symbol): unknown;
+}
+
+/** The running request's trace context (the SDK's active context), absent when not traced. */
+export const activeTraceContext = new AsyncLocalStorage<TraceContext>();
+
+/** Where a trace context keeps the tracing that serves its request (an OpenTelemetry context key). */
+export const TRACING_KEY: symbol = Symbol.for("authority.tracing");
 
 /** The spans the pipeline opens: low-cardinality names, the same on every process. */
 export type SpanName =
