@@ -130,6 +130,16 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await import("./store.ts")).benchStore(),
   },
   {
+    name: "observability",
+    title:
+      "Observability per decision: the decision-log export (mask, batch, OTLP JSON, send) per record; tracing off (the stage wrapper) and on (a Check's four spans, exported)",
+    targets:
+      "the export's and tracing's CPU per decision, beside a Check's (issue 31); tracing off adds nothing measurable",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./observability.ts")).benchObservability(quick ? 2_000 : undefined),
+  },
+  {
     name: "log-query",
     title:
       "Filtered audit queries at 1,000,000 records: first page (limit 100), median ms; fill rate; retention batch",

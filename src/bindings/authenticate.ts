@@ -7,6 +7,7 @@ import { AuthorityError } from "../errors.ts";
 import { extractBearer } from "../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";
 import type { VerifiedToken } from "../identity/jwt-verifier.ts";
+import { traced } from "../observability/tracing.ts";
 import type { BindingRecord, WorkloadClientRecord, WorkloadScope } from "../store/binding-model.ts";
 import { USER_ASSERTION_HEADER } from "./assertions.ts";
 import { getBinding } from "./bindings.ts";
@@ -53,7 +54,7 @@ export async function authenticateWorkload(
   if (token === undefined) throw new AuthorityError("invalid_token", "A workload bearer token is required.");
   let claims: WorkloadTokenClaims;
   try {
-    claims = await runtime.tokens.verify(token);
+    claims = await traced("authority.verify_token", () => runtime.tokens.verify(token));
   } catch (error) {
     if (error instanceof TokenKeyError)
       throw new AuthorityError("upstream_unavailable", undefined, { cause: error });
@@ -92,7 +93,7 @@ export async function authenticateUser(
   assertionHeader: HeaderValue,
 ): Promise<AuthenticatedUser> {
   const value = typeof assertionHeader === "string" ? assertionHeader : undefined;
-  const assertion = await runtime.assertions.verify(binding, value);
+  const assertion = await traced("authority.verify_token", () => runtime.assertions.verify(binding, value));
   return {
     assertion,
     token: value ?? "",

@@ -49,6 +49,7 @@ import {
   storePoolSettings,
   text,
 } from "./settings.ts";
+import { optionalTracing, type TracingConfig, tracingSettings } from "./tracing.ts";
 import { issuerConfig, trustedIssuersSetting } from "./trusted-issuers.ts";
 
 export { type LogLevel, logLevels } from "./validators.ts";
@@ -124,6 +125,8 @@ export interface AuthorityConfig {
   readonly egress: { readonly allow: readonly EgressAllowEntry[] };
   /** Where decision records are shipped besides the audit log (absent: nowhere). */
   readonly decisionExport?: DecisionExportConfig;
+  /** OpenTelemetry tracing; absent: off. */
+  readonly tracing?: TracingConfig;
   /** Where each setting came from (for the start-up log; values are not repeated). */
   readonly sources: Readonly<Record<string, SettingSource>>;
 }
@@ -311,6 +314,7 @@ export const authoritySettings = {
   }),
   ...retentionSettings,
   ...decisionExportSettings("AUTHORITY"),
+  ...tracingSettings("AUTHORITY"),
   shutdownWait: setting({
     key: "shutdown-wait",
     env: "AUTHORITY_SHUTDOWN_WAIT",
@@ -582,6 +586,7 @@ export const authoritySchema = defineProcess({
       },
       egress: { allow: read.optional("egressAllow") ?? [] },
       ...optionalExport(decisionExportConfig(read)),
+      ...optionalTracing(read),
       sources: read.sources(),
     };
   },

@@ -12,6 +12,7 @@ import {
   reportedEvents,
   sanitizeResponseHeaders,
 } from "../core/redaction.ts";
+import { traced, traceHeaders } from "../observability/tracing.ts";
 import {
   type AuthInjector,
   createAuthInjector,
@@ -431,16 +432,23 @@ export function createExecutor(options: ExecutorOptions): Executor {
     credentials: InjectedCredentials,
     signal: AbortSignal,
   ): Promise<UpstreamAnswer> {
-    const response = await fetchImpl(withQuery(url, credentials), {
-      method: init.method,
-      headers: { ...init.headers, ...credentials.headers },
-      ...(init.body === undefined ? {} : { body: init.body }),
-      // A redirect could carry injected credentials to another origin: 3xx is returned as is.
-      redirect: "manual",
-      signal,
-    });
-    const bytes = await readBoundedBody(response, maxResponseBytes);
-    return { response, bytes };
+    return traced(
+      "authority.upstream",
+      async () => {
+        const response = await fetchImpl(withQuery(url, credentials), {
+          method: init.method,
+          // With tracing on, the upstream's parent is this call's span.
+          headers: { ...init.headers, ...credentials.headers, ...traceHeaders() },
+          ...(init.body === undefined ? {} : { body: init.body }),
+          // A redirect could carry injected credentials to another origin: 3xx is returned as is.
+          redirect: "manual",
+          signal,
+        });
+        const bytes = await readBoundedBody(response, maxResponseBytes);
+        return { response, bytes };
+      },
+      ({ response }) => ({ "http.response.status_code": response.status }),
+    );
   }
 
   function executableMethod(snapshot: ExecutableOperation): string {
@@ -649,8 +657,8 @@ export function createExecutor(options: ExecutorOptions): Executor {
   }
 
   return {
-    execute,
-    send: (request) => sendPrepared(request, performance.now()),
+    execute: (request) => traced("authority.execute", () => execute(request)),
+    send: (request) => traced("authority.execute", () => sendPrepared(request, performance.now())),
     rolloutFor,
     oauthUser,
     clientCredentials,

@@ -20,6 +20,7 @@ import {
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
+import { decisionOutcome, traced } from "../observability/tracing.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs } from "../store/model.ts";
@@ -170,18 +171,23 @@ async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): P
   }
   // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
   const [loaded, logOnly] = await Promise.all([
-    runtime.policies.load(subjectId, { partnerId }),
+    traced("authority.load_policy", () => runtime.policies.load(subjectId, { partnerId })),
     runtime.logOnly.covers(partnerId, capability.capability_id),
   ]);
   return {
-    decision: decideStage({
-      ...base,
-      capability,
-      policy: loaded.policy,
-      logOnly,
-      constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
-      permits: request.permits,
-    }),
+    decision: traced(
+      "authority.decide",
+      () =>
+        decideStage({
+          ...base,
+          capability,
+          policy: loaded.policy,
+          logOnly,
+          constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
+          permits: request.permits,
+        }),
+      decisionOutcome,
+    ),
     partnerId,
     capability,
     ...(loaded.record === undefined ? {} : { policy: loaded.record }),

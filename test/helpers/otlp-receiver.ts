@@ -2,8 +2,9 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 
 /**
- * A local OTLP/HTTP (JSON) receiver: keeps every request body by path (`/v1/logs`,
- * `/v1/traces`, or any other for the plain JSON export). `down()` closes it (connections
+ * A local OTLP/HTTP receiver: keeps every request body by path (`/v1/logs`, `/v1/traces`,
+ * or any other for the plain JSON export); a protobuf traces request (Envoy's tracer sends
+ * one) is kept in the JSON encoding's shape, with the span fields the tests read. `down()` closes it (connections
  * refused) and `up()` listens again on the same port; `status` answers every request with
  * another status instead of 200.
  */
@@ -30,7 +31,12 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
         req.on("data", (chunk: Buffer) => chunks.push(chunk));
         req.on("end", () => {
           if (receiver.status === 200) {
-            bodies.push({ path: req.url ?? "", body: JSON.parse(Buffer.concat(chunks).toString("utf8")) });
+            const bytes = Buffer.concat(chunks);
+            const body =
+              req.headers["content-type"] === "application/x-protobuf"
+                ? protobufTraces(bytes)
+                : JSON.parse(bytes.toString("utf8"));
+            bodies.push({ path: req.url ?? "", body });
           }
           res.writeHead(receiver.status, { "content-type": "application/json" }).end("{}");
         });
@@ -69,4 +75,70 @@ export function logRecords(receiver: OtlpReceiver): any[] {
     .flatMap((entry) =>
       (entry.body as OtlpLogsBody).resourceLogs.flatMap((r) => r.scopeLogs.flatMap((s) => s.logRecords)),
     );
+}
+
+/** The fields of one protobuf message: field number → raw values (varints as numbers, the rest as bytes). */
+function protobufFields(bytes: Uint8Array): Map<number, Array<number | Uint8Array>> {
+  const fields = new Map<number, Array<number | Uint8Array>>();
+  let at = 0;
+  const varint = (): number => {
+    let value = 0;
+    let shift = 0;
+    for (;;) {
+      const byte = bytes[at++] as number;
+      value += (byte & 0x7f) * 2 ** shift;
+      if ((byte & 0x80) === 0) return value;
+      shift += 7;
+    }
+  };
+  while (at < bytes.length) {
+    const key = varint();
+    const wire = key & 7;
+    let value: number | Uint8Array;
+    if (wire === 0) value = varint();
+    else if (wire === 2) {
+      const length = varint();
+      value = bytes.subarray(at, at + length);
+      at += length;
+    } else if (wire === 1 || wire === 5) {
+      const length = wire === 1 ? 8 : 4;
+      value = bytes.subarray(at, at + length);
+      at += length;
+    } else throw new Error(`protobuf wire type ${wire} not expected in OTLP traces`);
+    const number = Math.floor(key / 8);
+    fields.set(number, [...(fields.get(number) ?? []), value]);
+  }
+  return fields;
+}
+
+const messages = (fields: Map<number, Array<number | Uint8Array>>, field: number) =>
+  (fields.get(field) ?? []).map((value) => protobufFields(value as Uint8Array));
+const text = (fields: Map<number, Array<number | Uint8Array>>, field: number) =>
+  Buffer.from((fields.get(field)?.[0] as Uint8Array | undefined) ?? []).toString("utf8");
+const hex = (fields: Map<number, Array<number | Uint8Array>>, field: number) =>
+  Buffer.from((fields.get(field)?.[0] as Uint8Array | undefined) ?? []).toString("hex");
+
+/** An ExportTraceServiceRequest (opentelemetry/proto/collector/trace/v1) in the JSON encoding's shape. */
+function protobufTraces(bytes: Uint8Array): unknown {
+  return {
+    resourceSpans: messages(protobufFields(bytes), 1).map((resourceSpans) => ({
+      resource: {
+        attributes: messages(resourceSpans, 1).flatMap((resource) =>
+          messages(resource, 1).map((attribute) => ({
+            key: text(attribute, 1),
+            value: { stringValue: messages(attribute, 2).map((value) => text(value, 1))[0] },
+          })),
+        ),
+      },
+      scopeSpans: messages(resourceSpans, 2).map((scopeSpans) => ({
+        spans: messages(scopeSpans, 2).map((span) => ({
+          traceId: hex(span, 1),
+          spanId: hex(span, 2),
+          parentSpanId: hex(span, 4),
+          name: text(span, 5),
+          kind: (span.get(6)?.[0] as number | undefined) ?? 0,
+        })),
+      })),
+    })),
+  };
 }

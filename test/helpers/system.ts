@@ -29,9 +29,11 @@ import type { FastifyInstance } from "fastify";
 import type { AuditRecorder } from "../../src/audit/recorder.ts";
 import type { DecisionExportConfig } from "../../src/config/decision-export.ts";
 import { egressAllowSetting } from "../../src/config/settings.ts";
+import type { TracingConfig } from "../../src/config/tracing.ts";
 import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owners.ts";
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
+import { startTracing } from "../../src/observability/tracing.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -131,6 +133,8 @@ export interface SystemOptions {
   readonly logLevel?: string;
   /** The authority's decision-log export (an operator URL of its egress gate). */
   readonly decisionExport?: DecisionExportConfig;
+  /** The authority's tracing (an operator URL of its egress gate); the sidecar shares it. */
+  readonly tracing?: TracingConfig;
 }
 
 export interface CallOptions extends Omit<HttpRequestOptions, "headers"> {
@@ -358,7 +362,7 @@ async function startAuthority(
   // Configured as `authority serve` builds it: the allow list, and the platform's own services.
   const egress = createEgressPolicy({
     allow: egressAllowSetting.parse(deps.egressAllow, "egress-allow"),
-    operatorUrls: options.decisionExport === undefined ? [] : [options.decisionExport.url],
+    operatorUrls: [options.decisionExport?.url, options.tracing?.url].filter((u) => u !== undefined),
     platformEndpoints: [idp.issuer, crypto?.url, deps.sidecarRedisUrl, options.storeUrl]
       .map(endpointOfUrl)
       .filter((endpoint) => endpoint !== undefined),
@@ -377,6 +381,7 @@ async function startAuthority(
     auditBuffer: options.auditBuffer ?? 100_000,
     policyCache: { ...defaults.policyCache, ...options.policyCache },
     ...(options.decisionExport === undefined ? {} : { decisionExport: options.decisionExport }),
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
   });
   // The process's own composition root, with what the system supplies instead of config.
   const service = await buildAuthorityService(config, {
@@ -636,6 +641,12 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
       ).accessToken;
       leaks.token(sidecarToken);
       const cacheKey = new Uint8Array(randomBytes(32));
+      // The sidecar's own tracing (as `authority sidecar` builds it), to the same endpoint.
+      const sidecarTracing = await startTracing(options.tracing, {
+        fetch: (input, init) => fetch(input, init),
+        serviceName: "authority-sidecar",
+        onExportError: () => undefined,
+      });
       const created = createSidecar({
         ...sidecarTestOptions(),
         authority: createAuthorityClient({ baseUrl: url, token: staticTokenSource(sidecarToken) }),
@@ -667,6 +678,7 @@ export async function startSystem(options: SystemOptions = {}): Promise<System> 
             .map(endpointOfUrl)
             .filter((e) => e !== undefined),
         }),
+        ...(sidecarTracing === undefined ? {} : { tracing: sidecarTracing }),
         ...options.sidecar.options,
       });
       const ports = await created.start();

@@ -3,6 +3,7 @@ import { AuthorityError } from "../../errors.ts";
 import { extractBearer } from "../../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../../identity/errors.ts";
 import type { Principal } from "../../identity/principal.ts";
+import { traced } from "../../observability/tracing.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
 
 /** A verified `aud` claim as a list (RFC 7519: one string or an array of them). */
@@ -31,7 +32,7 @@ export async function optionalPrincipal(
   }
   if (token === undefined) return undefined;
   try {
-    const verified = await verifier.verify(token);
+    const verified = await traced("authority.verify_token", () => verifier.verify(token));
     return {
       subject: verified.subject,
       roles: verified.roles,

@@ -40,6 +40,7 @@ import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
+import { exportErrorLogger, startTracing } from "../../observability/tracing.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -48,6 +49,7 @@ import type { DecisionRuntime } from "../../policy/runtime.ts";
 import { createStoredKeyRings } from "../../policy/stored-key-rings.ts";
 import { openStore } from "../../store/index.ts";
 import type { Store } from "../../store/store.ts";
+import { traceRequests } from "../http/tracing.ts";
 import { createAuthorityApp } from "./app.ts";
 import { keyRingCheckpointSigner } from "./checkpoint-signers.ts";
 import type { AuthorityContext, BearerVerifier } from "./context.ts";
@@ -128,6 +130,8 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
     operatorUrls: [
       ...config.trustedIssuers.map((trusted) => trusted.jwksUrl),
       ...(config.decisionExport === undefined ? [] : [config.decisionExport.url]),
+      // … and the traces endpoint.
+      ...(config.tracing === undefined ? [] : [config.tracing.url]),
     ],
     platformEndpoints: [
       config.listen.port === 0 ? undefined : config.listen,
@@ -141,6 +145,7 @@ export function authorityEgressPolicy(config: AuthorityConfig): EgressPolicy {
       endpointOfUrl(config.redisUrl),
       endpointOfUrl(config.storeUrl),
       endpointOfUrl(config.decisionExport?.url),
+      endpointOfUrl(config.tracing?.url),
     ].filter((endpoint) => endpoint !== undefined),
   });
 }
@@ -369,6 +374,11 @@ export async function buildAuthorityService(
       serviceName: "authority",
       logger,
     });
+    const tracing = await startTracing(config.tracing, {
+      fetch: egress.fetch,
+      serviceName: "authority",
+      onExportError: exportErrorLogger(logger),
+    });
     // This replica's decision chains continue from their heads in the store.
     const chain = createChainLinker({
       stream: config.auditChain.replicaId,
@@ -436,6 +446,7 @@ export async function buildAuthorityService(
     const runtime = services.decisions;
 
     const app = await createAuthorityApp(services, metrics);
+    traceRequests(app, tracing);
     const retention = startConfiguredRetention(config, store, metrics, logger, sealer);
     const subjectKeys = custody.protector.subjectKeys;
     let draining = false;
@@ -489,6 +500,7 @@ export async function buildAuthorityService(
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
+          await tracing?.shutdown(config.shutdownTimeoutMs);
           // The last stored record of each chain is sealed before the store closes.
           for (const each of started) {
             each.stop();

@@ -2,6 +2,7 @@ import { type Capability, validateCapability } from "../../core/index.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
+import { traceHeaders } from "../../observability/tracing.ts";
 import type { PolicyChangeSource, PolicyFetchResult, PolicyRecordFetcher } from "../../policy/cache/index.ts";
 import type { PolicyChange, PolicyChangesPage } from "../../policy/change-log.ts";
 import type { PolicyRecordFacts } from "../../policy/record.ts";
@@ -126,6 +127,9 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
             accept: "application/json",
             ...(body === undefined ? {} : { "content-type": "application/json" }),
             ...headers,
+            // With tracing on, a read made for a request (policy, catalog, credentials) is part
+            // of its trace; a POST ships records of many requests and belongs to none.
+            ...(body === undefined ? traceHeaders() : undefined),
           },
           redirect: "error",
           signal: AbortSignal.timeout(deadlineMs),

@@ -13,6 +13,7 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
+import { exportErrorLogger, startTracing, type Tracing } from "../../observability/tracing.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
@@ -82,14 +83,30 @@ const EVENT_LOOP_SAMPLE_MS = 100;
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egressAllow,
+    // The traces endpoint the operator configured: sent to as configured, never an upstream.
+    operatorUrls: config.tracing === undefined ? [] : [config.tracing.url],
     platformEndpoints: [
       config.authorityUrl,
+      config.tracing?.url,
       ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
       config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
       config.redis?.url,
     ]
       .map(endpointOfUrl)
       .filter((endpoint) => endpoint !== undefined),
+  });
+}
+
+/** The sidecar's tracing when `--tracing-url` is set (the SDK loaded only then). */
+function startSidecarTracing(
+  config: SidecarConfig,
+  egress: EgressPolicy,
+  logger: Logger,
+): Promise<Tracing | undefined> {
+  return startTracing(config.tracing, {
+    fetch: egress.fetch,
+    serviceName: "authority-sidecar",
+    onExportError: exportErrorLogger(logger),
   });
 }
 
@@ -110,7 +127,11 @@ export async function buildSidecar(
           url: config.redis.url,
           cacheKey: parseCacheKey(await readFile(config.redis.cacheKeyFile, "utf8")),
         });
+  const logger = overrides.logger ?? createLogger("sidecar", config.logLevel);
+  const egress = overrides.egress ?? sidecarEgressPolicy(config);
+  const tracing = await startSidecarTracing(config, egress, logger);
   return createSidecar({
+    ...(tracing === undefined ? {} : { tracing }),
     authority:
       overrides.authority ??
       createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
@@ -135,9 +156,9 @@ export async function buildSidecar(
     policyTtlMs: config.policyTtlMs,
     policyMaxAgeMs: config.policyMaxAgeMs,
     policyCache: config.policyCache,
-    logger: overrides.logger ?? createLogger("sidecar", config.logLevel),
+    logger,
     registry:
       overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS }),
-    egress: overrides.egress ?? sidecarEgressPolicy(config),
+    egress,
   });
 }

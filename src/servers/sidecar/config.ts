@@ -29,6 +29,7 @@ import {
   setting as spec,
   text,
 } from "../../config/settings.ts";
+import { optionalTracing, type TracingConfig, tracingSettings } from "../../config/tracing.ts";
 import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
@@ -274,6 +275,7 @@ export const sidecarSettings = {
     parse: duration("ms", 0, 600_000),
   }),
   egressAllow: spec(egressAllowSetting),
+  ...tracingSettings("AUTHORITY_SIDECAR"),
 } as const;
 
 export type SidecarCredentialsConfig =
@@ -328,6 +330,8 @@ export interface SidecarConfig {
   readonly journalMaxBytes: number;
   /** The platform admin's egress allow list for the forward proxy's upstreams. */
   readonly egressAllow: readonly EgressAllowEntry[];
+  /** OpenTelemetry tracing; absent: off. */
+  readonly tracing?: TracingConfig;
 }
 
 const SIDECAR_NOTES = `Either \`--token-file\` or \`--client-id\` with \`AUTHORITY_CLIENT_SECRET\` gives the sidecar its own
@@ -423,6 +427,7 @@ export const sidecarSchema = defineProcess({
       ),
       journalMaxBytes: read.value("journalMaxBytes"),
       egressAllow: read.optional("egressAllow") ?? [],
+      ...optionalTracing(read),
     };
   },
 });

@@ -7,6 +7,7 @@ import { type DenyExplanation, type ErrorCode, errorCodes } from "../../errors.t
 import { NO_AUTH_PROFILE_ID } from "../../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../../execute/input.ts";
 import { extractBearer } from "../../identity/bearer.ts";
+import { decisionOutcome, traced } from "../../observability/tracing.ts";
 import {
   type DecisionNotes,
   decideStage,
@@ -248,7 +249,7 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       return denyOf("invalid_token", requestId);
     }
     if (token === undefined) return denyOf("missing_subject", requestId);
-    const checked = tokens.check(token);
+    const checked = traced("authority.verify_token", () => tokens.check(token));
     return checked instanceof Promise
       ? checked.then((result) => withToken(request, result))
       : withToken(request, checked);
@@ -296,7 +297,9 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
         ? withSubject(request, candidates, index + 1, capabilityId, bearer)
         : withPolicy(request, subjectId, capabilityId, admitted(lookup, bearer));
     const cached = policies.peek?.(subjectId);
-    return cached !== undefined ? next(cached) : policies.get(subjectId).then(next);
+    return cached !== undefined
+      ? next(cached)
+      : traced("authority.load_policy", () => policies.get(subjectId)).then(next);
   };
 
   /**
@@ -325,17 +328,22 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     const cached = catalogs.peek?.(partnerId, capabilityId);
     const rollout = { enabled: rolloutEnabled, partnerAllowlisted: rolloutPartners.has(partnerId) };
     const decideWith = (capability: Capability | undefined): Step => {
-      const decision = decideStage({
-        subjectId,
-        capabilityId,
-        capability,
-        policy: withShadow(policy.load, options.shadows?.peek(subjectId, partnerId)),
-        logOnly: capability !== undefined && options.logOnly?.(capability) === true,
-        method: request.method,
-        path: request.path,
-        now: now(),
-        constraintsEnforced: rollout.enabled && rollout.partnerAllowlisted,
-      });
+      const decision = traced(
+        "authority.decide",
+        () =>
+          decideStage({
+            subjectId,
+            capabilityId,
+            capability,
+            policy: withShadow(policy.load, options.shadows?.peek(subjectId, partnerId)),
+            logOnly: capability !== undefined && options.logOnly?.(capability) === true,
+            method: request.method,
+            path: request.path,
+            now: now(),
+            constraintsEnforced: rollout.enabled && rollout.partnerAllowlisted,
+          }),
+        decisionOutcome,
+      );
       const notes = decisionNotes(decision);
       const context = { subjectId, partnerId, capabilityId, notes };
       if (decision.status === "denied")

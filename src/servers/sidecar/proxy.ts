@@ -27,6 +27,7 @@ import {
   type SecretScrubber,
 } from "../../execute/secret-scrub.ts";
 import { renderUpstreamRequest } from "../../execute/url.ts";
+import type { Tracing } from "../../observability/tracing.ts";
 import { settleDecision } from "./decision-log.ts";
 import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
 import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
@@ -34,6 +35,7 @@ import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
 import { guardRequest } from "./request-guard.ts";
 import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
+import { tracedProxyRequest, tracedUpstreamCall } from "./tracing.ts";
 
 /**
  * The forward proxy for invoke traffic (`127.0.0.1:15101`). An app sends its upstream calls
@@ -75,6 +77,8 @@ export interface ForwardProxyOptions {
   readonly logger: { warn(obj: Record<string, unknown>, msg: string): void };
   /** Checks every upstream connection on the address it reaches (docs/security.md, "Egress"). */
   readonly egress: EgressPolicy;
+  /** Spans of each request and its upstream call (sidecar/tracing.ts); absent: none. */
+  readonly tracing?: Tracing;
 }
 
 export interface ForwardProxy {
@@ -182,7 +186,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const maxSockets = positiveIntOption(options.maxSockets, 256, "maxSockets");
   const maxRequestBytes = positiveIntOption(options.maxRequestBytes, undefined, "maxRequestBytes");
   // Each new upstream connection is checked by the egress policy (a kept-alive one was checked when opened).
-  const { egress } = options;
+  const { egress, tracing } = options;
   if (typeof egress?.httpClient !== "function") throw new SidecarConfigError("egress is required");
   const agentOptions = { keepAlive: true, maxSockets, maxFreeSockets: 64, scheduling: "lifo" } as const;
   const upstreams = egress.httpClient(agentOptions);
@@ -442,6 +446,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     }
     // An encoded answer must be decoded before it can be scrubbed: ask for none.
     headers["accept-encoding"] = "identity";
+    const endUpstreamSpan = tracedUpstreamCall(tracing, headers);
     let proxyReq: ClientRequest;
     try {
       proxyReq = upstreams.request({
@@ -454,12 +459,19 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       });
     } catch (error) {
       // Header values Node refuses (e.g. a credential with a control character) never leave.
+      endUpstreamSpan(undefined, "invalid_request");
       upstreamFailed(res, exchange, error as Error);
       return;
     }
     exchange.proxyReq = proxyReq;
-    proxyReq.on("response", (proxyRes: IncomingMessage) => onUpstreamResponse(exchange, proxyRes, res));
-    proxyReq.on("error", (error: Error) => upstreamFailed(res, exchange, error));
+    proxyReq.on("response", (proxyRes: IncomingMessage) => {
+      endUpstreamSpan(proxyRes.statusCode);
+      onUpstreamResponse(exchange, proxyRes, res);
+    });
+    proxyReq.on("error", (error: Error) => {
+      endUpstreamSpan(undefined, error.name);
+      upstreamFailed(res, exchange, error);
+    });
     proxyReq.end(body);
   };
 
@@ -750,7 +762,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       () => {
         if (!res.writableEnded) sendDeny(res, denyOf("internal", requestId));
       },
-      () => handle(req, res, requestId),
+      () => tracedProxyRequest(tracing, req, res, () => handle(req, res, requestId)),
     );
   });
   server.on("connection", (socket: Socket) => {

@@ -4,6 +4,7 @@ import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
 import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
+import type { Tracing } from "../../observability/tracing.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -33,6 +34,7 @@ import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { createSidecarShadowPolicies, type SidecarShadowPolicies } from "./shadow-policies.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
+import { tracedCheck } from "./tracing.ts";
 import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
@@ -114,6 +116,8 @@ export interface SidecarOptions {
    * are added to its platform endpoints once bound.
    */
   readonly egress: EgressPolicy;
+  /** Spans of Checks and proxied requests (tracing.ts), shut down with the sidecar; absent: off. */
+  readonly tracing?: Tracing;
 }
 
 export interface SidecarPorts {
@@ -337,7 +341,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   );
 
   const checkServer: CheckServer = createCheckServer({
-    check: createExtAuthzCheck(engine),
+    check: tracedCheck(options.tracing, createExtAuthzCheck(engine)),
     deadlineMs: options.decisionTimeoutMs,
     logger,
     onDecision: (event) => metrics.decision("grpc", outcomeOf(event), event.reason, event.durationMs / 1000),
@@ -348,6 +352,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     metrics,
     logger,
     egress,
+    ...(options.tracing === undefined ? {} : { tracing: options.tracing }),
     decisionTimeoutMs: options.proxyDecisionTimeoutMs,
     upstreamTimeoutMs: options.upstreamTimeoutMs,
     maxResponseBytes: options.maxResponseBytes,
@@ -495,6 +500,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         policies.close();
         await redis?.close();
         await health.close();
+        await options.tracing?.shutdown(graceMs);
         logger.info("sidecar stopped");
       })();
       return closed;

@@ -379,7 +379,7 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
 
     let result: unknown;
     try {
-      result = config.check(parsed.input, controller.signal);
+      result = config.check(parsed.input, controller.signal, call.metadata);
     } catch (error) {
       onError(error);
       return;

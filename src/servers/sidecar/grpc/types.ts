@@ -102,9 +102,15 @@ export type CheckDecision = AllowDecision | DenyDecision;
  * The injected decision function. It must stop work when `signal` aborts. It may answer
  * synchronously (a decision from caches) or with a promise.
  */
+/** The Check call's gRPC metadata (grpc-js `Metadata`): Envoy's own trace headers when it traces. */
+export interface CallMetadata {
+  get(key: string): ReadonlyArray<string | Buffer>;
+}
+
 export type CheckFunction = (
   input: CheckInput,
   signal: AbortSignal,
+  metadata?: CallMetadata,
 ) => CheckDecision | Promise<CheckDecision>;
 
 /**

@@ -1,0 +1,32 @@
+/**
+ * The tracing setting, the same for `authority serve` and `authority sidecar` (each with its
+ * own environment prefix): docs/observability.md, "Tracing". Unset: no tracing, and the
+ * OpenTelemetry SDK is never loaded.
+ */
+import type { SettingReader } from "./schema.ts";
+import { httpUrl, setting } from "./settings.ts";
+
+export interface TracingConfig {
+  /** The OTLP/HTTP traces endpoint (`…/v1/traces`). */
+  readonly url: string;
+}
+
+export function tracingSettings(envPrefix: string) {
+  return {
+    tracingUrl: setting({
+      key: "tracing-url",
+      env: `${envPrefix}_TRACING_URL`,
+      description:
+        "send OpenTelemetry spans to this OTLP/HTTP traces endpoint (ending in `/v1/traces`); W3C trace context and B3 are read from requests and passed to upstreams; unset: no tracing",
+      parse: httpUrl,
+    }),
+  };
+}
+
+type TracingSettings = ReturnType<typeof tracingSettings>;
+
+/** `{ tracing }` when a tracing URL is configured: for a configuration's spread. */
+export function optionalTracing(read: SettingReader<TracingSettings>): { tracing?: TracingConfig } {
+  const url = read.optional("tracingUrl");
+  return url === undefined ? {} : { tracing: { url } };
+}
