@@ -43,6 +43,12 @@ export interface LogIndexValues {
   readonly time: number;
   /** Per indexed field, its value when it is a string of at most MAX_INDEXED_VALUE characters. */
   readonly fields: Readonly<Record<LogIndexField, string | null>>;
+  /**
+   * The entry's top-level `id` (same bounds as an indexed value): unique within a log on every
+   * backend, so an entry sent again (a retried write, a batch re-sent to another replica) is
+   * stored once (decision 2751). Null: the entry is not id-checked.
+   */
+  readonly id: string | null;
 }
 
 const clampTime = (ms: number): number => Math.min(Math.max(Math.trunc(ms), 0), MAX_TIME_MS);
@@ -52,14 +58,15 @@ export function logIndexValues(value: unknown): LogIndexValues {
   const row = typeof value === "object" && value !== null ? (value as Record<string, unknown>) : {};
   const parsed = typeof row.time === "string" ? Date.parse(row.time) : Number.NaN;
   const fields = {} as Record<LogIndexField, string | null>;
-  for (const field of LOG_INDEX_FIELDS) {
-    const candidate = Object.hasOwn(row, field) ? row[field] : undefined;
-    fields[field] =
-      typeof candidate === "string" && candidate.length <= MAX_INDEXED_VALUE && !candidate.includes("\u0000")
-        ? candidate
-        : null;
-  }
-  return { time: Number.isFinite(parsed) ? clampTime(parsed) : 0, fields };
+  for (const field of LOG_INDEX_FIELDS) fields[field] = indexable(row, field);
+  return { time: Number.isFinite(parsed) ? clampTime(parsed) : 0, fields, id: indexable(row, "id") };
+}
+
+function indexable(row: Record<string, unknown>, field: string): string | null {
+  const candidate = Object.hasOwn(row, field) ? row[field] : undefined;
+  return typeof candidate === "string" && candidate.length <= MAX_INDEXED_VALUE && !candidate.includes("\u0000")
+    ? candidate
+    : null;
 }
 
 export const isIndexField = (field: string): field is LogIndexField =>

@@ -106,8 +106,8 @@ describe("PostgresStore specifics", () => {
       await client.query(
         `INSERT INTO authority_log_heads (log, seq) VALUES ('audit', 3);
          INSERT INTO authority_logs (log, seq, value) VALUES
-           ('audit', 1, '{"partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
-           ('audit', 2, '{"partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
+           ('audit', 1, '{"id":"dec_old","partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
+           ('audit', 2, '{"id":"dec_old","partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
            ('audit', 3, '"not an object"')`,
       );
     } finally {
@@ -140,6 +140,9 @@ describe("PostgresStore specifics", () => {
         "1",
         "only the entry without a time has none",
       );
+      // An id written before version 3 (even twice) is checked from then on: its first entry holds it.
+      assert.equal(await store.append("audit", { id: "dec_old" }), 1);
+      assert.equal(await store.logLength("audit"), 4);
     } finally {
       await store.close();
     }
