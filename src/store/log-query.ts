@@ -64,9 +64,22 @@ export function logIndexValues(value: unknown): LogIndexValues {
 
 function indexable(row: Record<string, unknown>, field: string): string | null {
   const candidate = Object.hasOwn(row, field) ? row[field] : undefined;
-  return typeof candidate === "string" && candidate.length <= MAX_INDEXED_VALUE && !candidate.includes("\u0000")
+  return typeof candidate === "string" &&
+    candidate.length <= MAX_INDEXED_VALUE &&
+    !candidate.includes("\u0000")
     ? candidate
     : null;
+}
+
+/** Most ids one `logIdsHeld` call looks up. */
+export const MAX_ID_LOOKUP = 1000;
+
+/** The ids of a `logIdsHeld` call: those an entry could hold (others are held by none). */
+export function checkIdLookup(ids: readonly string[]): string[] {
+  if (!Array.isArray(ids) || ids.length > MAX_ID_LOOKUP) {
+    throw new StoreInvalidArgumentError(`ids must be an array of at most ${MAX_ID_LOOKUP} strings.`);
+  }
+  return ids.filter((id) => indexable({ id }, "id") !== null);
 }
 
 export const isIndexField = (field: string): field is LogIndexField =>

@@ -98,10 +98,12 @@ describe("idempotency across replicas (PostgreSQL)", () => {
   });
 
   it("a fault after sending leaves the outcome unknown at once; a fault before releases the key", async () => {
-    const failing = (send: boolean): IdempotentWork => async (sending) => {
-      if (send) await sending();
-      throw new Error("fault");
-    };
+    const failing =
+      (send: boolean): IdempotentWork =>
+      async (sending) => {
+        if (send) await sending();
+        throw new Error("fault");
+      };
     await assert.rejects(survivor.idempotency.run("b1", "k-fault-after", request, failing(true)), /fault/);
     await assert.rejects(
       survivor.idempotency.run("b1", "k-fault-after", request, async () => ok),

@@ -482,6 +482,18 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
               [3, "dec_3", 1],
             ],
           );
+          assert.deepEqual(
+            (await store.logIdsHeld("ids", ["dec_3", "dec_9", "dec_1", "x".repeat(600)])).sort(),
+            ["dec_1", "dec_3"],
+          );
+          assert.deepEqual(await store.logIdsHeld("other", ["dec_2"]), []);
+          await assert.rejects(
+            store.logIdsHeld(
+              "ids",
+              Array.from({ length: 1001 }, (_, i) => `dec_${i}`),
+            ),
+            hasCode("store_invalid_argument"),
+          );
           const page = await store.queryLog("ids", { since: 1, limit: 100 });
           assert.deepEqual(
             page.entries.map((entry) => entry.seq),
@@ -509,6 +521,7 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
         withStore(async (store) => {
           await store.appendMany("id-trim", [{ id: "dec_a" }, { id: "dec_b" }]);
           assert.equal(await store.trimLog("id-trim", { keepLast: 1 }), 1);
+          assert.deepEqual(await store.logIdsHeld("id-trim", ["dec_a", "dec_b"]), ["dec_b"]);
           assert.equal(await store.append("id-trim", { id: "dec_a" }), 3);
           assert.equal(await store.append("id-trim", { id: "dec_b" }), 2);
         }));

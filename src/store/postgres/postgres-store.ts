@@ -22,6 +22,7 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
@@ -97,7 +98,8 @@ SELECT $1, head.seq - counted.c + fresh.k, fresh.value, fresh.time_ms, fresh.rec
 FROM head, counted, fresh
 RETURNING seq, record_id`;
 
-const EXISTING_SEQS = "SELECT record_id, seq FROM authority_logs WHERE log = $1 AND record_id = ANY($2::text[])";
+const EXISTING_SEQS =
+  "SELECT record_id, seq FROM authority_logs WHERE log = $1 AND record_id = ANY($2::text[])";
 
 /** unique_violation: an id written by a racing append between this statement's check and insert. */
 const UNIQUE_VIOLATION = "23505";
@@ -387,6 +389,14 @@ export class PostgresStore implements Store {
       seqOfEntry.set(i, id !== null && held.has(id) ? (seqOfId.get(id) ?? 0) : (written[next++] ?? 0));
     }
     return indexes.map((index, i) => seqOfEntry.get(i) ?? seqOfId.get(index.id ?? "") ?? 0);
+  }
+
+  async logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    const name = checkName("log", log);
+    const wanted = checkIdLookup(ids);
+    if (wanted.length === 0) return [];
+    const rows = await this.#read<{ record_id: string }>("logIdsHeld", EXISTING_SEQS, [name, wanted]);
+    return rows.map((row) => row.record_id);
   }
 
   async readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {

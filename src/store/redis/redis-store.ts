@@ -30,6 +30,7 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
@@ -306,6 +307,16 @@ export class RedisStore implements Store {
       if (!Array.isArray(seqs) || seqs.length !== texts.length)
         throw new StoreError("Redis appended an unexpected number of entries.");
       return seqs.map((seq) => toInteger(seq, "seq"));
+    });
+  }
+
+  async logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    const keys = this.#logKeys(log);
+    const wanted = checkIdLookup(ids);
+    if (wanted.length === 0) return [];
+    return this.#connection.run("logIdsHeld", async (client) => {
+      const seqs = await client.hmget(keys.ids, ...wanted);
+      return wanted.filter((_, i) => seqs[i] !== null);
     });
   }
 

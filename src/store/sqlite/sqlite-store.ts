@@ -23,6 +23,7 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
@@ -484,6 +485,19 @@ export class SqliteStore implements Store {
         if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
         throw error;
       }
+    });
+  }
+
+  logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    return this.#run("logIdsHeld", () => {
+      const name = checkName("log", log);
+      const wanted = checkIdLookup(ids);
+      if (wanted.length === 0) return [];
+      return this.#statement(
+        "SELECT record_id FROM logs WHERE log = :log AND record_id IN (SELECT value FROM json_each(:ids))",
+      )
+        .all({ log: name, ids: JSON.stringify(wanted) })
+        .map((row) => asText(row.record_id, "record id"));
     });
   }
 
