@@ -13,6 +13,7 @@ import { once } from "node:events";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { openStore } from "../src/store/index.ts";
+import type { Store } from "../src/store/store.ts";
 import { startPostgresServer } from "../test/helpers/postgres-server.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { startInvokeWorld } from "./invoke.ts";
@@ -120,6 +121,81 @@ async function measure(storeName: string, storeUrl: string, durationSec: number,
     const timer = setTimeout(() => child.kill(), 10_000);
     await exited;
     clearTimeout(timer);
+  }
+}
+
+export interface AppendCostRow {
+  readonly name: string;
+  readonly records: number;
+  /** Store time per record, batches of APPEND_BATCH (µs). */
+  readonly usPerRecord: number;
+}
+
+const APPEND_BATCH = 256;
+
+/** A decision record as the audit writer stores it (about 400 bytes). */
+const decisionLike = (i: number, id: boolean) => ({
+  kind: "decision",
+  ...(id ? { id: `dec_${i.toString(36)}-${"0".repeat(20)}` } : {}),
+  actor: "agent-7",
+  subject_id: `agent-${i % 50}`,
+  partner_id: "acme",
+  capability_id: "items",
+  method: "GET",
+  path: `/items/item-${i}`,
+  permission_id: "items:get:/items/{id}",
+  decision: "allowed",
+  reason: null,
+  transport: "http",
+  requestId: `req-${i}`,
+  time: new Date(1_700_000_000_000 + i).toISOString(),
+  chain: { stream: "bench", n: i + 1, prev: `sha256:${"0".repeat(64)}` },
+});
+
+/**
+ * The audit writer's store call (appendMany, batches of APPEND_BATCH) per record: entries with
+ * an id (checked against the log's ids: decision 2751), without one (not checked), and a
+ * batch re-sent whole (every id held: nothing written).
+ */
+async function appendCost(storeName: string, store: Store, records: number): Promise<AppendCostRow[]> {
+  const timed = async (label: string, log: string, id: boolean, offset = 0): Promise<AppendCostRow> => {
+    const start = performance.now();
+    for (let at = 0; at < records; at += APPEND_BATCH) {
+      const batch = Array.from({ length: Math.min(APPEND_BATCH, records - at) }, (_, i) =>
+        decisionLike(offset + at + i, id),
+      );
+      await store.appendMany(log, batch);
+    }
+    const usPerRecord = ((performance.now() - start) * 1000) / records;
+    return { name: `append, ${label} (${storeName})`, records, usPerRecord: Number(usPerRecord.toFixed(1)) };
+  };
+  return [
+    await timed("no id", "bench-plain", false),
+    await timed("with id", "bench-ids", true),
+    await timed("with id, all held (a batch re-sent)", "bench-ids", true),
+  ];
+}
+
+export async function benchAppendCost(records = 20_000): Promise<AppendCostRow[]> {
+  const dir = await makeTempDir("bench-append-cost-");
+  const postgres = await startPostgresServer();
+  const rows: AppendCostRow[] = [];
+  try {
+    for (const [name, url] of [
+      ["SQLite", `sqlite:${join(dir.path, "append.db")}`],
+      ["PostgreSQL", postgres.url],
+    ] as const) {
+      const store = await openStore(url);
+      try {
+        rows.push(...(await appendCost(name, store, records)));
+      } finally {
+        await store.close();
+      }
+    }
+    return rows;
+  } finally {
+    await postgres.stop();
+    await dir.cleanup();
   }
 }
 

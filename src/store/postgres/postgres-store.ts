@@ -50,6 +50,7 @@ import type {
 import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
 import { type MigrationResult, migrate } from "./migrations.ts";
+import { ReadBatcher } from "./read-batcher.ts";
 
 export interface PostgresStoreOptions extends PostgresConnectionOptions {
   /** `postgres://[user[:password]@]host[:port]/database[?sslmode=…]`. */
@@ -120,6 +121,22 @@ function appendParams(log: string, texts: readonly string[], indexes: readonly L
 const lostRace = (error: unknown): boolean =>
   (error as { cause?: { code?: unknown } } | null)?.cause?.code === UNIQUE_VIOLATION;
 
+/** The live documents of (collection, id) pairs: one primary-key probe per pair. */
+const GET_MANY = `
+SELECT d.collection, d.id, d.value
+FROM unnest($1::text[], $2::text[]) AS k(collection, id)
+JOIN authority_documents AS d ON d.collection = k.collection AND d.id = k.id
+WHERE ${LIVE}`;
+/** Most documents one GET_MANY reads. */
+const GET_BATCH = 500;
+
+/** A document's key in the read batcher (names and ids never hold U+0000: checkName, checkId). */
+const documentKey = (collection: string, id: string): string => `${collection}\u0000${id}`;
+const splitDocumentKey = (key: string): [string, string] => {
+  const at = key.indexOf("\u0000");
+  return [key.slice(0, at), key.slice(at + 1)];
+};
+
 const INCREMENT = `
 INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
 ON CONFLICT (name, key) DO UPDATE SET value = authority_counters.value + excluded.value
@@ -184,6 +201,7 @@ const matchesNothing = (range: ListRange): boolean => range.prefix?.includes("\u
 export class PostgresStore implements Store {
   readonly backend = "postgres" as const;
   readonly #connection: PostgresConnection;
+  readonly #reads: ReadBatcher<string>;
   readonly #healthTimeoutMs: number;
   readonly #migrationTimeoutMs: number;
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -197,6 +215,13 @@ export class PostgresStore implements Store {
     this.#migrationTimeoutMs = positiveInt(options.migrationTimeoutMs, 300_000, "migrationTimeoutMs");
     const sweepIntervalMs = nonNegativeInt(options.sweepIntervalMs, 60_000, "sweepIntervalMs");
     this.#connection = new PostgresConnection(options.url, options);
+    // Half the pool at most for gets, so writes (the audit log's appends) find a connection.
+    const poolSize = positiveInt(options.poolSize, 10, "poolSize");
+    this.#reads = new ReadBatcher({
+      maxInFlight: Math.max(1, Math.floor(poolSize / 2)),
+      maxBatch: GET_BATCH,
+      fetch: (keys) => this.#getMany(keys),
+    });
     if (sweepIntervalMs > 0) {
       this.#sweepTimer = setInterval(() => {
         // A failed sweep is skipped; reads already treat expired rows as absent.
@@ -247,14 +272,19 @@ export class PostgresStore implements Store {
   }
 
   async get<T>(collection: string, id: string): Promise<T | undefined> {
-    const params = [checkName("collection", collection), checkId("id", id)];
-    const rows = await this.#read<{ value: string }>(
-      "get",
-      `SELECT value FROM authority_documents WHERE collection = $1 AND id = $2 AND ${LIVE}`,
-      params,
-    );
-    const row = rows[0];
-    return row === undefined ? undefined : decodeValue<T>(row.value);
+    const key = documentKey(checkName("collection", collection), checkId("id", id));
+    const text = await this.#reads.get(key);
+    return text === undefined ? undefined : decodeValue<T>(text);
+  }
+
+  /** One query for a group of gets (ReadBatcher): the live documents among `keys`. */
+  async #getMany(keys: readonly string[]): Promise<Map<string, string>> {
+    const pairs = keys.map(splitDocumentKey);
+    const rows = await this.#read<{ collection: string; id: string; value: string }>("get", GET_MANY, [
+      pairs.map(([collection]) => collection),
+      pairs.map(([, id]) => id),
+    ]);
+    return new Map(rows.map((row) => [documentKey(row.collection, row.id), row.value]));
   }
 
   async put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
