@@ -280,10 +280,12 @@ export class PostgresStore implements Store {
   /** One query for a group of gets (ReadBatcher): the live documents among `keys`. */
   async #getMany(keys: readonly string[]): Promise<Map<string, string>> {
     const pairs = keys.map(splitDocumentKey);
-    const rows = await this.#read<{ collection: string; id: string; value: string }>("get", GET_MANY, [
-      pairs.map(([collection]) => collection),
-      pairs.map(([, id]) => id),
-    ]);
+    const rows = await this.#connection.query<{ collection: string; id: string; value: string }>(
+      "get",
+      GET_MANY,
+      [pairs.map(([collection]) => collection), pairs.map(([, id]) => id)],
+      { retryOnLostConnection: true, prepared: "authority_get_many" },
+    );
     return new Map(rows.map((row) => [documentKey(row.collection, row.id), row.value]));
   }
 
@@ -393,6 +395,7 @@ export class PostgresStore implements Store {
         sent.map((i) => texts[i] ?? ""),
         sent.map((i) => indexes[i] as LogIndexValues),
       ),
+      { prepared: "authority_append_many" },
     );
     const written = rows.map((row) => toInteger(row.seq, "seq")).sort((a, b) => a - b);
     const seqOfId = new Map(rows.map((row) => [row.record_id, toInteger(row.seq, "seq")]));
