@@ -1,0 +1,24 @@
+import { fork, execSync } from "node:child_process";
+import { once } from "node:events";
+import { createRequire } from "node:module";
+import { startPostgresServer } from "../test/helpers/postgres-server.ts";
+const autocannon = createRequire(import.meta.url)("autocannon");
+const cannon = (o: any) => new Promise<any>((res, rej) => autocannon(o, (e: any, r: any) => (e ? rej(e) : res(r))));
+const url = process.argv[2] === "sqlite" ? `sqlite:/tmp/replicas-prof/a-${Date.now()}.db` : (await startPostgresServer()).url;
+const child = fork(process.env.SERVE ?? "bench/store-backends.ts", process.env.SERVE ? [url] : ["--serve", url], { stdio: "inherit", execArgv: process.argv.includes("--prof") ? ["--cpu-prof", "--cpu-prof-dir=/tmp/replicas-prof"] : [] });
+const [ready] = (await once(child, "message")) as any;
+const req = { url: `${ready.authority}/v1/authorize-invocation`, method: "POST", headers: { authorization: `Bearer ${ready.agentToken}`, "content-type": "application/json" }, body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }) };
+await cannon({ ...req, connections: 4, amount: 1000 });
+const cpu = () => execSync(`ps -eo pid,comm,time --no-headers`).toString();
+const before = cpu();
+const r = await cannon({ ...req, connections: 32, duration: 8 });
+const after = cpu();
+console.log("req/s", Math.round(r.requests.average), "p50", r.latency.p50, "non2xx", r.non2xx);
+const parse = (s: string) => new Map(s.trim().split("\n").map((l) => { const [pid, comm, t] = l.trim().split(/\s+/); const [h, m, sec] = (t ?? "0:0:0").split(":").map(Number); return [pid + " " + comm, (h ?? 0) * 3600 + (m ?? 0) * 60 + (sec ?? 0)] as [string, number]; }));
+const b = parse(before), a = parse(after);
+const byComm = new Map<string, number>();
+for (const [k, v] of a) { const d = v - (b.get(k) ?? 0); if (d > 0) { const c = k.split(" ")[1] ?? ""; byComm.set(c, (byComm.get(c) ?? 0) + d); } }
+console.log([...byComm].sort((x, y) => y[1] - x[1]).slice(0, 8));
+child.send({ type: "close" });
+await once(child, "exit");
+process.exit(0);

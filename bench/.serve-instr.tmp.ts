@@ -1,0 +1,13 @@
+import { openStore } from "../src/store/index.ts";
+import { PostgresStore } from "../src/store/postgres/postgres-store.ts";
+import { startInvokeWorld } from "./invoke.ts";
+const stats = { appends: 0, entries: 0, appendMs: 0, gets: 0, getMs: 0 };
+const proto = PostgresStore.prototype as any;
+const am = proto.appendMany;
+proto.appendMany = async function (log: string, values: unknown[]) { const t = performance.now(); try { return await am.call(this, log, values); } finally { stats.appends++; stats.entries += values.length; stats.appendMs += performance.now() - t; } };
+const g = proto.get;
+proto.get = async function (...a: unknown[]) { const t = performance.now(); try { return await g.apply(this, a); } finally { stats.gets++; stats.getMs += performance.now() - t; } };
+const store = await openStore(process.argv[2] ?? "", { postgres: { poolSize: Number(process.env.POOL ?? 10) } });
+const world = await startInvokeWorld(store);
+process.on("message", () => { console.log(JSON.stringify({ ...stats, perBatch: stats.entries / stats.appends, appendAvgMs: stats.appendMs / stats.appends, getAvgMs: stats.getMs / stats.gets })); void world.close().then(() => store.close()).then(() => process.disconnect()); });
+process.send?.({ type: "ready", authority: world.authority, workloadToken: world.workloadToken, assertion: world.assertion, agentToken: world.agentToken });
