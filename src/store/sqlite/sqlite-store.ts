@@ -110,25 +110,11 @@ const INDEX_COLUMNS = LOG_INDEX_FIELDS.join(", ");
 function addLogIndexes(db: DatabaseSync): void {
   db.exec("ALTER TABLE logs ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0");
   for (const field of LOG_INDEX_FIELDS) db.exec(`ALTER TABLE logs ADD COLUMN ${field} TEXT`);
-  const select = db.prepare(
-    "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
-  );
   const update = db.prepare(
     `UPDATE logs SET time_ms = :time, ${LOG_INDEX_FIELDS.map((f) => `${f} = :${f}`).join(", ")}
      WHERE log = :log AND seq = :seq`,
   );
-  let position: { log: string; seq: number } = { log: "", seq: 0 };
-  for (;;) {
-    const rows = select.all(position);
-    for (const row of rows) {
-      const log = asText(row.log, "log");
-      const seq = asNumber(row.seq, "seq");
-      const index = logIndexValues(parseEntry(asText(row.value, "value")));
-      update.run({ log, seq, time: index.time, ...index.fields });
-      position = { log, seq };
-    }
-    if (rows.length < 1000) break;
-  }
+  eachLogEntry(db, (log, seq, index) => update.run({ log, seq, time: index.time, ...index.fields }));
   db.exec("CREATE INDEX logs_by_time ON logs (log, time_ms, seq)");
   for (const field of LOG_INDEX_FIELDS) {
     db.exec(`CREATE INDEX logs_by_${field} ON logs (log, ${field}, time_ms, seq) WHERE ${field} IS NOT NULL`);
@@ -137,16 +123,25 @@ function addLogIndexes(db: DatabaseSync): void {
 
 /**
  * Version 3: each entry's top-level `id` as a column, unique per log (decision 2751). Entries
- * written before keep their first copy's id; a later copy of the same id keeps NULL.
+ * written before keep their first copy's id (filled in seq order; a later copy's update is
+ * ignored by the unique index and keeps NULL).
  */
 function addLogRecordIds(db: DatabaseSync): void {
   db.exec("ALTER TABLE logs ADD COLUMN record_id TEXT");
+  db.exec("CREATE UNIQUE INDEX logs_by_record_id ON logs (log, record_id) WHERE record_id IS NOT NULL");
+  const update = db.prepare("UPDATE OR IGNORE logs SET record_id = :id WHERE log = :log AND seq = :seq");
+  eachLogEntry(db, (log, seq, index) => {
+    if (index.id !== null) update.run({ log, seq, id: index.id });
+  });
+}
+
+/** Every log entry in (log, seq) order, 1,000 per read, with its derived index values. */
+function eachLogEntry(
+  db: DatabaseSync,
+  visit: (log: string, seq: number, index: LogIndexValues) => void,
+): void {
   const select = db.prepare(
     "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
-  );
-  const update = db.prepare(
-    `UPDATE logs SET record_id = :id WHERE log = :log AND seq = :seq
-       AND NOT EXISTS (SELECT 1 FROM logs WHERE log = :log AND record_id = :id)`,
   );
   let position: { log: string; seq: number } = { log: "", seq: 0 };
   for (;;) {
@@ -154,13 +149,11 @@ function addLogRecordIds(db: DatabaseSync): void {
     for (const row of rows) {
       const log = asText(row.log, "log");
       const seq = asNumber(row.seq, "seq");
-      const id = logIndexValues(parseEntry(asText(row.value, "value"))).id;
-      if (id !== null) update.run({ log, seq, id });
+      visit(log, seq, logIndexValues(parseEntry(asText(row.value, "value"))));
       position = { log, seq };
     }
     if (rows.length < 1000) break;
   }
-  db.exec("CREATE UNIQUE INDEX logs_by_record_id ON logs (log, record_id) WHERE record_id IS NOT NULL");
 }
 
 function parseEntry(text: string): unknown {
