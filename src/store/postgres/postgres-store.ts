@@ -75,7 +75,7 @@ VALUES ($1, $2, $3, CASE WHEN $4::bigint IS NULL THEN NULL ELSE ${NOW_MS} + $4::
 ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
 
 /**
- * The entries whose id the log does not hold yet (ids distinct within the call, appendRows),
+ * The entries whose id the log does not hold yet (ids distinct within the call: appendMany),
  * under consecutive seqs from the head row, in order; returns the written ones' seqs and ids.
  * Two calls racing with one new id: the second fails on the unique index (23505) and is run
  * again (appendMany), then finds the id.
@@ -397,31 +397,26 @@ export class PostgresStore implements Store {
       ),
       { prepared: "authority_append_many" },
     );
-    const written = rows.map((row) => toInteger(row.seq, "seq")).sort((a, b) => a - b);
     const seqOfId = new Map(rows.map((row) => [row.record_id, toInteger(row.seq, "seq")]));
-    const held = new Set(
-      sent.flatMap((i) => {
-        const id = indexes[i]?.id ?? null;
-        return id !== null && !seqOfId.has(id) ? [id] : [];
-      }),
-    );
-    if (held.size > 0) {
+    // Entries without an id were inserted in their order: their seqs ascend with it.
+    const unnamed = rows
+      .filter((row) => row.record_id === null)
+      .map((row) => toInteger(row.seq, "seq"))
+      .sort((a, b) => a - b);
+    // The ids sent are distinct: those not written are held by the log already.
+    const held = sent.flatMap((i) => indexes[i]?.id ?? []).filter((id) => !seqOfId.has(id));
+    if (held.length > 0) {
       const existing = await this.#connection.query<{ record_id: string; seq: string }>(
         "append",
         EXISTING_SEQS,
-        [log, [...held]],
+        [log, held],
       );
       for (const row of existing) seqOfId.set(row.record_id, toInteger(row.seq, "seq"));
     }
-    if (written.length + held.size !== sent.length)
+    if (rows.length + held.length !== sent.length)
       throw new StoreError("PostgreSQL appended an unexpected number of entries.");
     let next = 0;
-    const seqOfEntry = new Map<number, number>();
-    for (const i of sent) {
-      const id = indexes[i]?.id ?? null;
-      seqOfEntry.set(i, id !== null && held.has(id) ? (seqOfId.get(id) ?? 0) : (written[next++] ?? 0));
-    }
-    return indexes.map((index, i) => seqOfEntry.get(i) ?? seqOfId.get(index.id ?? "") ?? 0);
+    return indexes.map((index) => (index.id === null ? unnamed[next++] : seqOfId.get(index.id)) ?? 0);
   }
 
   async logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
