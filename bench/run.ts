@@ -194,7 +194,17 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     name: "store-backends",
     title: "authorize-invocation and binding invoke at saturation, PostgreSQL beside SQLite",
     targets: "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route",
-    run: async () => (await import("./store-backends.ts")).benchStoreBackends(),
+    run: async () => {
+      const module = await import("./store-backends.ts");
+      return [
+        { title: "Saturation throughput:", rows: await module.benchStoreBackends() },
+        {
+          title:
+            "Cost per record of the audit writer's append (decision 2751: ids checked against the log's):",
+          rows: await module.benchAppendCost(),
+        },
+      ];
+    },
   },
   {
     name: "managed",

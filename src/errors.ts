@@ -126,6 +126,13 @@ export const errorCodes = {
     GrpcCode.FAILED_PRECONDITION,
     "This Idempotency-Key was already used with a different request.",
   ),
+  // docs/bindings.md, "Idempotency": the replica that ran this key stopped after the upstream
+  // call may have been sent; running it again could execute the operation twice (decision 2751).
+  idempotency_outcome_unknown: deny(
+    409,
+    GrpcCode.FAILED_PRECONDITION,
+    "A request with this Idempotency-Key may have reached the upstream, but its outcome was not kept: it is not run again. Check the upstream's state, then retry with a new Idempotency-Key.",
+  ),
   invalid_credentials: deny(403, GrpcCode.PERMISSION_DENIED, "The partner credentials were rejected."),
   invalid_ciphertext: deny(
     400,

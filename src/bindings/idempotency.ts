@@ -9,6 +9,11 @@
  * kept for `ttlMs` (24 h); an in-progress claim expires after `leaseMs`, so a crashed
  * replica does not block the key for a day.
  *
+ * Right before the upstream may be contacted, `work` calls `sending()`: the claim becomes a
+ * `sending` record kept for `ttlMs`. A replica that dies after that point may have executed
+ * the operation, so once the record's lease has passed a retry is refused with 409
+ * `idempotency_outcome_unknown` instead of being run a second time (decision 2751).
+ *
  * A stored result is not a grant: before one is replayed, `recheck` runs the current
  * decision again (revocation, expiry, allowlist, mapping, subject, boundary); when it
  * refuses, its deny is the answer and the stored result stays unused (docs/bindings.md).
@@ -71,12 +76,18 @@ export interface ReplayOptions {
   readonly recheck?: () => Promise<StoredResponse | undefined>;
 }
 
+/**
+ * The work of one key. It calls `sending()` (and waits for it) right before the upstream may
+ * be contacted; nothing before that point can have had an effect outside the authority.
+ */
+export type IdempotentWork = (sending: () => Promise<void>) => Promise<WorkResult>;
+
 export interface Idempotency {
   run(
     bindingId: string,
     key: string,
     requestHash: Sha256Ref,
-    work: () => Promise<WorkResult>,
+    work: IdempotentWork,
     options?: ReplayOptions,
   ): Promise<IdempotentOutcome>;
 }
@@ -93,6 +104,7 @@ export function readIdempotencyKey(header: string | string[] | undefined): strin
 const conflict = () => new AuthorityError("idempotency_conflict");
 const inProgress = () =>
   new AuthorityError("conflict", "A request with this Idempotency-Key is still in progress; retry later.");
+const outcomeUnknown = () => new AuthorityError("idempotency_outcome_unknown");
 
 export function createIdempotency(options: IdempotencyOptions): Idempotency {
   if (options?.store === undefined) throw new TypeError("store is required");
@@ -105,12 +117,34 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
   /** Claims this process holds: duplicates here join the promise instead of polling. */
   const local = new Map<string, { requestHash: Sha256Ref; done: Promise<IdempotentOutcome> }>();
 
-  async function execute(id: string, requestHash: Sha256Ref, work: () => Promise<WorkResult>) {
+  /** The `sending` record: kept as long as a result, its claimant alive until `leaseUntil`. */
+  const sendingRecord = (requestHash: Sha256Ref, leaseUntil: number): IdempotencyRecord => ({
+    state: "sending",
+    request_hash: requestHash,
+    created_at: now().toISOString(),
+    lease_until: new Date(leaseUntil).toISOString(),
+  });
+
+  async function execute(id: string, requestHash: Sha256Ref, work: IdempotentWork) {
+    let sent = false;
+    const sending = async () => {
+      await store.put(
+        bindingCollections.idempotency,
+        id,
+        sendingRecord(requestHash, now().getTime() + leaseMs),
+        { ttlMs },
+      );
+      sent = true;
+    };
     let result: WorkResult;
     try {
-      result = await work();
+      result = await work(sending);
     } catch (error) {
-      await store.delete(bindingCollections.idempotency, id).catch(() => undefined);
+      // A fault after the upstream may have been contacted: the outcome is unknown, at once.
+      await (sent
+        ? store.put(bindingCollections.idempotency, id, sendingRecord(requestHash, 0), { ttlMs })
+        : store.delete(bindingCollections.idempotency, id)
+      ).catch(() => undefined);
       throw error;
     }
     if (!result.keep) {
@@ -141,7 +175,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
   async function claimOrWait(
     id: string,
     requestHash: Sha256Ref,
-    work: () => Promise<WorkResult>,
+    work: IdempotentWork,
     replayOptions: ReplayOptions,
   ): Promise<IdempotentOutcome> {
     const deadline = Date.now() + waitMs;
@@ -171,6 +205,11 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         if (existing.request_hash !== requestHash) throw conflict();
         if (existing.state === "completed" && existing.response !== undefined) {
           return replay(existing.response, replayOptions);
+        }
+        // The claimant may have sent the call and is past its lease: taken as dead, its
+        // outcome unknown. Running the call again could execute the operation twice.
+        if (existing.state === "sending" && !(Date.parse(existing.lease_until ?? "") > now().getTime())) {
+          throw outcomeUnknown();
         }
       }
       // Claimed elsewhere and still running (or released a moment ago): wait and look again.

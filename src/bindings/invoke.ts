@@ -95,6 +95,11 @@ export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger"> & {
    * result in one transaction (idempotency.ts), instead of on its own.
    */
   readonly holdEvidence?: (write: StoreWrite) => void;
+  /**
+   * Set on a call with an Idempotency-Key: awaited right before the upstream may be contacted
+   * (the key's `sending` state, idempotency.ts), once the call's headers are ready.
+   */
+  readonly sending?: () => Promise<void>;
 };
 
 interface Target {
@@ -310,6 +315,7 @@ async function idempotentWork(
   deps: InvokeDeps,
   call: InvokeCall,
   requestHash: Sha256Ref,
+  sending: () => Promise<void>,
 ): Promise<WorkResult> {
   const held: StoreWrite[] = [];
   const storeHeld = () =>
@@ -319,7 +325,7 @@ async function idempotentWork(
   try {
     const result = await execute(
       runtime,
-      { ...deps, holdEvidence: (write) => held.push(write) },
+      { ...deps, holdEvidence: (write) => held.push(write), sending },
       call,
       requestHash,
     );
@@ -548,6 +554,7 @@ async function execute(
       });
       envelopeId = claims.jti;
       const envelope = await envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
+      await deps.sending?.();
       return { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId };
     },
     // Whose grant (oauth_user) or token (token exchange) the call uses: the derived subject's.
@@ -702,7 +709,7 @@ export async function runInvoke(
     const { response } = await execute(runtime, deps, call, requestHash);
     return answerOf(response, false);
   }
-  const work = () => idempotentWork(runtime, deps, call, requestHash);
+  const work = (sending: () => Promise<void>) => idempotentWork(runtime, deps, call, requestHash, sending);
   const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work, {
     recheck: () => recheckReplay(runtime, deps, call, requestHash),
   });

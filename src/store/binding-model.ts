@@ -156,10 +156,18 @@ export interface StoredResponse {
 }
 
 export interface IdempotencyRecord {
-  readonly state: "in_progress" | "completed";
+  /**
+   * `in_progress`: claimed, the upstream not contacted yet (the claim lapses after the lease);
+   * `sending`: the upstream call may have been sent (kept for the result's TTL: once its lease
+   * has passed, the claimant is taken as dead and the key is refused, never run again);
+   * `completed`: the result, replayed.
+   */
+  readonly state: "in_progress" | "sending" | "completed";
   /** hashCanonical({ binding, subject, body }): the same key must carry the same request. */
   readonly request_hash: Sha256Ref;
   readonly created_at: string;
+  /** `sending`: until when the claimant is taken to be alive (ISO time). */
+  readonly lease_until?: string;
   readonly response?: StoredResponse;
 }
 

@@ -43,6 +43,12 @@ export interface LogIndexValues {
   readonly time: number;
   /** Per indexed field, its value when it is a string of at most MAX_INDEXED_VALUE characters. */
   readonly fields: Readonly<Record<LogIndexField, string | null>>;
+  /**
+   * The entry's top-level `id` (same bounds as an indexed value): unique within a log on every
+   * backend, so an entry sent again (a retried write, a batch re-sent to another replica) is
+   * stored once (decision 2751). Null: the entry is not id-checked.
+   */
+  readonly id: string | null;
 }
 
 const clampTime = (ms: number): number => Math.min(Math.max(Math.trunc(ms), 0), MAX_TIME_MS);
@@ -52,14 +58,28 @@ export function logIndexValues(value: unknown): LogIndexValues {
   const row = typeof value === "object" && value !== null ? (value as Record<string, unknown>) : {};
   const parsed = typeof row.time === "string" ? Date.parse(row.time) : Number.NaN;
   const fields = {} as Record<LogIndexField, string | null>;
-  for (const field of LOG_INDEX_FIELDS) {
-    const candidate = Object.hasOwn(row, field) ? row[field] : undefined;
-    fields[field] =
-      typeof candidate === "string" && candidate.length <= MAX_INDEXED_VALUE && !candidate.includes("\u0000")
-        ? candidate
-        : null;
+  for (const field of LOG_INDEX_FIELDS) fields[field] = indexable(row, field);
+  return { time: Number.isFinite(parsed) ? clampTime(parsed) : 0, fields, id: indexable(row, "id") };
+}
+
+function indexable(row: Record<string, unknown>, field: string): string | null {
+  const candidate = Object.hasOwn(row, field) ? row[field] : undefined;
+  return typeof candidate === "string" &&
+    candidate.length <= MAX_INDEXED_VALUE &&
+    !candidate.includes("\u0000")
+    ? candidate
+    : null;
+}
+
+/** Most ids one `logIdsHeld` call looks up. */
+export const MAX_ID_LOOKUP = 1000;
+
+/** The ids of a `logIdsHeld` call: those an entry could hold (others are held by none). */
+export function checkIdLookup(ids: readonly string[]): string[] {
+  if (!Array.isArray(ids) || ids.length > MAX_ID_LOOKUP) {
+    throw new StoreInvalidArgumentError(`ids must be an array of at most ${MAX_ID_LOOKUP} strings.`);
   }
-  return { time: Number.isFinite(parsed) ? clampTime(parsed) : 0, fields };
+  return ids.filter((id) => indexable({ id }, "id") !== null);
 }
 
 export const isIndexField = (field: string): field is LogIndexField =>

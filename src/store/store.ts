@@ -143,6 +143,11 @@ export interface Store {
    * point); without it, callers append log by log with `appendMany`.
    */
   appendAcross?<T>(entries: readonly LogAppend<T>[]): Promise<number[]>;
+  /**
+   * Which of `ids` (at most 1000) entries of the log hold as their top-level `id`: a record
+   * already stored is not handed to the writer again (decision 2751).
+   */
+  logIdsHeld(log: string, ids: readonly string[]): Promise<string[]>;
   readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]>;
   /** Last seq given out in this log (0 when empty); trimming does not lower it. */
   logLength(log: string): Promise<number>;

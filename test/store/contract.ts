@@ -486,6 +486,79 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
           assert.equal(await store.logLength("strict"), 0);
         }));
 
+      it("stores an entry whose id the log holds once: the repeat returns the stored seq (decision 2751)", () =>
+        withStore(async (store) => {
+          const record = (id: string, copy: number) => ({ id, copy, time: "2026-01-01T00:00:00.000Z" });
+          assert.equal(await store.append("ids", record("dec_1", 1)), 1);
+          assert.equal(await store.append("ids", record("dec_1", 2)), 1);
+          // A batch re-sent with new entries among the repeats: only the new ones get seqs.
+          assert.deepEqual(
+            await store.appendMany("ids", [
+              record("dec_2", 1),
+              record("dec_1", 3),
+              record("dec_2", 2),
+              record("dec_3", 1),
+            ]),
+            [2, 1, 2, 3],
+          );
+          await store.writeAll([{ op: "append", log: "ids", value: record("dec_3", 2) }]);
+          // Entries without a string id are never checked; another log holds its own ids.
+          assert.deepEqual(await store.appendMany("ids", ["plain", "plain", { id: 7 }]), [4, 5, 6]);
+          assert.equal(await store.append("other", record("dec_1", 4)), 1);
+          assert.equal(await store.logLength("ids"), 6);
+          const entries = await store.readLog<{ id: string; copy: number }>("ids");
+          assert.deepEqual(
+            entries.slice(0, 3).map((entry) => [entry.seq, entry.value.id, entry.value.copy]),
+            [
+              [1, "dec_1", 1],
+              [2, "dec_2", 1],
+              [3, "dec_3", 1],
+            ],
+          );
+          assert.deepEqual(
+            (await store.logIdsHeld("ids", ["dec_3", "dec_9", "dec_1", "x".repeat(600)])).sort(),
+            ["dec_1", "dec_3"],
+          );
+          assert.deepEqual(await store.logIdsHeld("other", ["dec_2"]), []);
+          await assert.rejects(
+            store.logIdsHeld(
+              "ids",
+              Array.from({ length: 1001 }, (_, i) => `dec_${i}`),
+            ),
+            hasCode("store_invalid_argument"),
+          );
+          const page = await store.queryLog("ids", { since: 1, limit: 100 });
+          assert.deepEqual(
+            page.entries.map((entry) => entry.seq),
+            [1, 2, 3],
+          );
+        }));
+
+      it("racing appends of one id store it once", () =>
+        withStore(async (store) => {
+          const seqs = await Promise.all(
+            Array.from({ length: 10 }, (_, i) =>
+              i % 2 === 0
+                ? store.append("id-race", { id: "dec_race", i })
+                : store.appendMany("id-race", [{ id: `dec_other_${i}` }, { id: "dec_race", i }]),
+            ),
+          );
+          assert.equal(await store.logLength("id-race"), 6);
+          const entries = await store.readLog<{ id: string }>("id-race");
+          assert.equal(entries.filter((entry) => entry.value.id === "dec_race").length, 1);
+          const raced = entries.find((entry) => entry.value.id === "dec_race")?.seq;
+          for (const result of seqs) assert.equal(Array.isArray(result) ? result[1] : result, raced);
+        }));
+
+      it("an id removed by retention may be written again", () =>
+        withStore(async (store) => {
+          await store.appendMany("id-trim", [{ id: "dec_a" }, { id: "dec_b" }]);
+          assert.equal(await store.trimLog("id-trim", { keepLast: 1 }), 1);
+          assert.deepEqual(await store.logIdsHeld("id-trim", ["dec_a", "dec_b"]), ["dec_b"]);
+          assert.equal(await store.append("id-trim", { id: "dec_a" }), 3);
+          assert.equal(await store.append("id-trim", { id: "dec_b" }), 2);
+        }));
+
       it("keeps logs independent", () =>
         withStore(async (store) => {
           assert.equal(await store.append("one", "a"), 1);

@@ -64,8 +64,8 @@ describe("SqliteStore specifics", () => {
         PRIMARY KEY (name, key)) WITHOUT ROWID;
       INSERT INTO store_meta VALUES ('schema_version', '1');
       INSERT INTO logs VALUES
-        ('audit', 1, '{"partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
-        ('audit', 2, '{"partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
+        ('audit', 1, '{"id":"dec_old","partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
+        ('audit', 2, '{"id":"dec_old","partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
         ('audit', 3, '"not an object"');
     `);
     raw.close();
@@ -88,13 +88,16 @@ describe("SqliteStore specifics", () => {
         allowed.entries.map((e) => e.seq),
         [2],
       );
+      // An id written before version 3 (even twice) is checked from then on: its first entry holds it.
+      assert.equal(await store.append("audit", { id: "dec_old" }), 1);
+      assert.equal(await store.logLength("audit"), 4);
     } finally {
       await store.close();
     }
     const check = new DatabaseSync(path);
     assert.equal(
       check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
-      "2",
+      "3",
     );
     check.close();
   });

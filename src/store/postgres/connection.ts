@@ -91,6 +91,11 @@ export interface RunOptions {
   readonly timeoutMs?: number;
   /** The operation changes its session (locks, settings): close the connection afterwards. */
   readonly discardConnection?: boolean;
+  /**
+   * A name for the statement: each connection parses and plans it once, then only binds and
+   * runs it (the hot statements: gets, appends). One name per SQL text.
+   */
+  readonly prepared?: string;
 }
 
 class ClientDeadlineError extends Error {
@@ -159,7 +164,11 @@ export class PostgresConnection {
     params: readonly unknown[] = [],
     options: RunOptions = {},
   ): Promise<R[]> {
-    return this.run(what, async (client) => (await client.query<R>(sql, params as unknown[])).rows, options);
+    const query =
+      options.prepared === undefined
+        ? { text: sql, values: params as unknown[] }
+        : { name: options.prepared, text: sql, values: params as unknown[] };
+    return this.run(what, async (client) => (await client.query<R>(query)).rows, options);
   }
 
   /**

@@ -10,7 +10,7 @@
  */
 import type { PoolClient } from "pg";
 import { StoreError } from "../errors.ts";
-import { LOG_INDEX_FIELDS, logIndexValues } from "../log-query.ts";
+import { LOG_INDEX_FIELDS, type LogIndexValues, logIndexValues } from "../log-query.ts";
 
 export interface Migration {
   readonly version: number;
@@ -25,24 +25,7 @@ export interface Migration {
  * derivation appends use (log-query.ts), so old and new entries are indexed alike.
  */
 async function backfillLogIndexes(client: PoolClient): Promise<void> {
-  let position = { log: "", seq: "0" };
-  for (;;) {
-    const rows = (
-      await client.query<{ log: string; seq: string; value: string }>(
-        `SELECT log, seq, value FROM authority_logs WHERE (log, seq) > ($1, $2) ORDER BY log, seq LIMIT 1000`,
-        [position.log, position.seq],
-      )
-    ).rows;
-    if (rows.length === 0) return;
-    const columns = rows.map((row) => {
-      let value: unknown;
-      try {
-        value = JSON.parse(row.value);
-      } catch {
-        value = undefined;
-      }
-      return logIndexValues(value);
-    });
+  await eachLogBatch(client, async (rows, columns) => {
     await client.query(
       `UPDATE authority_logs AS l SET time_ms = u.time_ms, ${LOG_INDEX_FIELDS.map((f) => `${f} = u.${f}`).join(", ")}
        FROM unnest($1::text[], $2::bigint[], $3::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 4}::text[]`).join(", ")})
@@ -55,10 +38,61 @@ async function backfillLogIndexes(client: PoolClient): Promise<void> {
         ...LOG_INDEX_FIELDS.map((field) => columns.map((c) => c.fields[field])),
       ],
     );
+  });
+}
+
+type LogRow = { log: string; seq: string; value: string };
+
+/** Every log entry, 1,000 at a time in (log, seq) order, with its derived index values. */
+async function eachLogBatch(
+  client: PoolClient,
+  apply: (rows: readonly LogRow[], columns: readonly LogIndexValues[]) => Promise<void>,
+): Promise<void> {
+  let position = { log: "", seq: "0" };
+  for (;;) {
+    const rows = (
+      await client.query<LogRow>(
+        `SELECT log, seq, value FROM authority_logs WHERE (log, seq) > ($1, $2) ORDER BY log, seq LIMIT 1000`,
+        [position.log, position.seq],
+      )
+    ).rows;
+    if (rows.length === 0) return;
+    await apply(
+      rows,
+      rows.map((row) => logIndexValues(parseEntry(row.value))),
+    );
     const last = rows.at(-1);
     if (last === undefined || rows.length < 1000) return;
     position = { log: last.log, seq: last.seq };
   }
+}
+
+function parseEntry(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Fills `record_id` of entries written before version 3; of several entries with one id (a
+ * write that landed twice), the first keeps it. Then the id becomes unique per log.
+ */
+async function backfillRecordIds(client: PoolClient): Promise<void> {
+  await eachLogBatch(client, async (rows, columns) => {
+    await client.query(
+      `UPDATE authority_logs AS l SET record_id = u.record_id
+       FROM unnest($1::text[], $2::bigint[], $3::text[]) AS u(log, seq, record_id)
+       WHERE l.log = u.log AND l.seq = u.seq AND u.record_id IS NOT NULL`,
+      [rows.map((row) => row.log), rows.map((row) => row.seq), columns.map((c) => c.id)],
+    );
+  });
+  await client.query(`
+UPDATE authority_logs AS l SET record_id = NULL
+WHERE record_id IS NOT NULL AND EXISTS (
+  SELECT 1 FROM authority_logs AS o WHERE o.log = l.log AND o.record_id = l.record_id AND o.seq < l.seq);
+CREATE UNIQUE INDEX authority_logs_by_record_id ON authority_logs (log, record_id) WHERE record_id IS NOT NULL;`);
 }
 
 /**
@@ -112,6 +146,12 @@ ${LOG_INDEX_FIELDS.map(
     `CREATE INDEX authority_logs_by_${f} ON authority_logs (log, ${f}, time_ms, seq) WHERE ${f} IS NOT NULL;`,
 ).join("\n")}`,
     backfill: backfillLogIndexes,
+  },
+  {
+    version: 3,
+    name: "log entry ids unique per log",
+    sql: `ALTER TABLE authority_logs ADD COLUMN record_id text COLLATE "C";`,
+    backfill: backfillRecordIds,
   },
 ];
 

@@ -22,10 +22,12 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
   LOG_QUERY_BUDGET,
+  type LogIndexValues,
   logIndexValues,
   logQueryPage,
   type QueryMatch,
@@ -48,6 +50,7 @@ import type {
 import { type CheckedWrite, checkWrites } from "../write-batch.ts";
 import { PostgresConnection, type PostgresConnectionOptions, positiveInt } from "./connection.ts";
 import { type MigrationResult, migrate } from "./migrations.ts";
+import { ReadBatcher } from "./read-batcher.ts";
 
 export interface PostgresStoreOptions extends PostgresConnectionOptions {
   /** `postgres://[user[:password]@]host[:port]/database[?sslmode=…]`. */
@@ -71,17 +74,68 @@ INSERT INTO authority_documents (collection, id, value, expires_at)
 VALUES ($1, $2, $3, CASE WHEN $4::bigint IS NULL THEN NULL ELSE ${NOW_MS} + $4::bigint END)
 ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
 
+/**
+ * The entries whose id the log does not hold yet (ids distinct within the call: appendMany),
+ * under consecutive seqs from the head row, in order; returns the written ones' seqs and ids.
+ * Two calls racing with one new id: the second fails on the unique index (23505) and is run
+ * again (appendMany), then finds the id.
+ */
 const APPEND_MANY = `
-WITH head AS (
-  INSERT INTO authority_log_heads (log, seq) VALUES ($1, $3)
+WITH fresh AS (
+  SELECT entry.*, row_number() OVER (ORDER BY entry.n) AS k
+  FROM unnest($2::text[], $3::bigint[], $4::text[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 5}::text[]`).join(", ")})
+    WITH ORDINALITY AS entry(value, time_ms, record_id, ${LOG_INDEX_FIELDS.join(", ")}, n)
+  WHERE entry.record_id IS NULL OR NOT EXISTS (
+    SELECT 1 FROM authority_logs AS l WHERE l.log = $1 AND l.record_id = entry.record_id)
+),
+counted AS (SELECT count(*) AS c FROM fresh),
+head AS (
+  INSERT INTO authority_log_heads (log, seq) SELECT $1, c FROM counted WHERE c > 0
   ON CONFLICT (log) DO UPDATE SET seq = authority_log_heads.seq + excluded.seq
   RETURNING seq
 )
-INSERT INTO authority_logs (log, seq, value, time_ms, ${LOG_INDEX_FIELDS.join(", ")})
-SELECT $1, head.seq - $3 + entry.n, entry.value, entry.time_ms, ${LOG_INDEX_FIELDS.map((f) => `entry.${f}`).join(", ")}
-FROM head, unnest($2::text[], $4::bigint[], ${LOG_INDEX_FIELDS.map((_, i) => `$${i + 5}::text[]`).join(", ")})
-  WITH ORDINALITY AS entry(value, time_ms, ${LOG_INDEX_FIELDS.join(", ")}, n)
-RETURNING seq`;
+INSERT INTO authority_logs (log, seq, value, time_ms, record_id, ${LOG_INDEX_FIELDS.join(", ")})
+SELECT $1, head.seq - counted.c + fresh.k, fresh.value, fresh.time_ms, fresh.record_id, ${LOG_INDEX_FIELDS.map((f) => `fresh.${f}`).join(", ")}
+FROM head, counted, fresh
+RETURNING seq, record_id`;
+
+const EXISTING_SEQS =
+  "SELECT record_id, seq FROM authority_logs WHERE log = $1 AND record_id = ANY($2::text[])";
+
+/** unique_violation: an id written by a racing append between this statement's check and insert. */
+const UNIQUE_VIOLATION = "23505";
+/** Runs of APPEND_MANY that can each lose a race before the call fails. */
+const APPEND_ATTEMPTS = 3;
+
+/** APPEND_MANY's parameters for entries whose ids are distinct. */
+function appendParams(log: string, texts: readonly string[], indexes: readonly LogIndexValues[]): unknown[] {
+  return [
+    log,
+    texts,
+    indexes.map((index) => index.time),
+    indexes.map((index) => index.id),
+    ...LOG_INDEX_FIELDS.map((field) => indexes.map((index) => index.fields[field])),
+  ];
+}
+
+const lostRace = (error: unknown): boolean =>
+  (error as { cause?: { code?: unknown } } | null)?.cause?.code === UNIQUE_VIOLATION;
+
+/** The live documents of (collection, id) pairs: one primary-key probe per pair. */
+const GET_MANY = `
+SELECT d.collection, d.id, d.value
+FROM unnest($1::text[], $2::text[]) AS k(collection, id)
+JOIN authority_documents AS d ON d.collection = k.collection AND d.id = k.id
+WHERE ${LIVE}`;
+/** Most documents one GET_MANY reads. */
+const GET_BATCH = 500;
+
+/** A document's key in the read batcher (names and ids never hold U+0000: checkName, checkId). */
+const documentKey = (collection: string, id: string): string => `${collection}\u0000${id}`;
+const splitDocumentKey = (key: string): [string, string] => {
+  const at = key.indexOf("\u0000");
+  return [key.slice(0, at), key.slice(at + 1)];
+};
 
 const INCREMENT = `
 INSERT INTO authority_counters (name, key, value) VALUES ($1, $2, $3)
@@ -99,16 +153,7 @@ function writeStatement(write: CheckedWrite): [string, unknown[]] {
         [write.collection, write.id],
       ];
     case "append":
-      return [
-        APPEND_MANY,
-        [
-          write.log,
-          [write.text],
-          1,
-          [write.index.time],
-          ...LOG_INDEX_FIELDS.map((field) => [write.index.fields[field]]),
-        ],
-      ];
+      return [APPEND_MANY, appendParams(write.log, [write.text], [write.index])];
     case "increment":
       return [INCREMENT, [write.counters, write.key, write.by]];
   }
@@ -156,6 +201,7 @@ const matchesNothing = (range: ListRange): boolean => range.prefix?.includes("\u
 export class PostgresStore implements Store {
   readonly backend = "postgres" as const;
   readonly #connection: PostgresConnection;
+  readonly #reads: ReadBatcher<string>;
   readonly #healthTimeoutMs: number;
   readonly #migrationTimeoutMs: number;
   #sweepTimer: NodeJS.Timeout | undefined;
@@ -169,6 +215,13 @@ export class PostgresStore implements Store {
     this.#migrationTimeoutMs = positiveInt(options.migrationTimeoutMs, 300_000, "migrationTimeoutMs");
     const sweepIntervalMs = nonNegativeInt(options.sweepIntervalMs, 60_000, "sweepIntervalMs");
     this.#connection = new PostgresConnection(options.url, options);
+    // Half the pool at most for gets, so writes (the audit log's appends) find a connection.
+    const poolSize = positiveInt(options.poolSize, 10, "poolSize");
+    this.#reads = new ReadBatcher({
+      maxInFlight: Math.max(1, Math.floor(poolSize / 2)),
+      maxBatch: GET_BATCH,
+      fetch: (keys) => this.#getMany(keys),
+    });
     if (sweepIntervalMs > 0) {
       this.#sweepTimer = setInterval(() => {
         // A failed sweep is skipped; reads already treat expired rows as absent.
@@ -219,14 +272,21 @@ export class PostgresStore implements Store {
   }
 
   async get<T>(collection: string, id: string): Promise<T | undefined> {
-    const params = [checkName("collection", collection), checkId("id", id)];
-    const rows = await this.#read<{ value: string }>(
+    const key = documentKey(checkName("collection", collection), checkId("id", id));
+    const text = await this.#reads.get(key);
+    return text === undefined ? undefined : decodeValue<T>(text);
+  }
+
+  /** One query for a group of gets (ReadBatcher): the live documents among `keys`. */
+  async #getMany(keys: readonly string[]): Promise<Map<string, string>> {
+    const pairs = keys.map(splitDocumentKey);
+    const rows = await this.#connection.query<{ collection: string; id: string; value: string }>(
       "get",
-      `SELECT value FROM authority_documents WHERE collection = $1 AND id = $2 AND ${LIVE}`,
-      params,
+      GET_MANY,
+      [pairs.map(([collection]) => collection), pairs.map(([, id]) => id)],
+      { retryOnLostConnection: true, prepared: "authority_get_many" },
     );
-    const row = rows[0];
-    return row === undefined ? undefined : decodeValue<T>(row.value);
+    return new Map(rows.map((row) => [documentKey(row.collection, row.id), row.value]));
   }
 
   async put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
@@ -299,19 +359,72 @@ export class PostgresStore implements Store {
     const name = checkName("log", log);
     const texts = values.map((value) => encodeValue(value));
     if (texts.length === 0) return [];
-    // One statement: the head row's lock orders concurrent appends, and the seqs and the
-    // entries commit (or roll back) together.
     const indexes = values.map((value) => logIndexValues(value));
-    const rows = await this.#connection.query<{ seq: string }>("append", APPEND_MANY, [
-      name,
-      texts,
-      texts.length,
-      indexes.map((index) => index.time),
-      ...LOG_INDEX_FIELDS.map((field) => indexes.map((index) => index.fields[field])),
-    ]);
-    if (rows.length !== texts.length)
+    // An id repeated within the call is sent once; its repeats get the first one's seq.
+    const firstOfId = new Map<string, number>();
+    const sent: number[] = [];
+    indexes.forEach((index, i) => {
+      if (index.id !== null && firstOfId.has(index.id)) return;
+      if (index.id !== null) firstOfId.set(index.id, i);
+      sent.push(i);
+    });
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#appendDistinct(name, texts, indexes, sent);
+      } catch (error) {
+        if (attempt >= APPEND_ATTEMPTS || !lostRace(error)) throw error;
+      }
+    }
+  }
+
+  /**
+   * One APPEND_MANY statement (the head row's lock orders concurrent appends; seqs and entries
+   * commit or roll back together), then the seqs of the ids the log held already.
+   */
+  async #appendDistinct(
+    log: string,
+    texts: readonly string[],
+    indexes: readonly LogIndexValues[],
+    sent: readonly number[],
+  ): Promise<number[]> {
+    const rows = await this.#connection.query<{ seq: string; record_id: string | null }>(
+      "append",
+      APPEND_MANY,
+      appendParams(
+        log,
+        sent.map((i) => texts[i] ?? ""),
+        sent.map((i) => indexes[i] as LogIndexValues),
+      ),
+      { prepared: "authority_append_many" },
+    );
+    const seqOfId = new Map(rows.map((row) => [row.record_id, toInteger(row.seq, "seq")]));
+    // Entries without an id were inserted in their order: their seqs ascend with it.
+    const unnamed = rows
+      .filter((row) => row.record_id === null)
+      .map((row) => toInteger(row.seq, "seq"))
+      .sort((a, b) => a - b);
+    // The ids sent are distinct: those not written are held by the log already.
+    const held = sent.flatMap((i) => indexes[i]?.id ?? []).filter((id) => !seqOfId.has(id));
+    if (held.length > 0) {
+      const existing = await this.#connection.query<{ record_id: string; seq: string }>(
+        "append",
+        EXISTING_SEQS,
+        [log, held],
+      );
+      for (const row of existing) seqOfId.set(row.record_id, toInteger(row.seq, "seq"));
+    }
+    if (rows.length + held.length !== sent.length)
       throw new StoreError("PostgreSQL appended an unexpected number of entries.");
-    return rows.map((row) => toInteger(row.seq, "seq")).sort((a, b) => a - b);
+    let next = 0;
+    return indexes.map((index) => (index.id === null ? unnamed[next++] : seqOfId.get(index.id)) ?? 0);
+  }
+
+  async logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    const name = checkName("log", log);
+    const wanted = checkIdLookup(ids);
+    if (wanted.length === 0) return [];
+    const rows = await this.#read<{ record_id: string }>("logIdsHeld", EXISTING_SEQS, [name, wanted]);
+    return rows.map((row) => row.record_id);
   }
 
   async readLog<T>(log: string, options?: ReadLogOptions): Promise<LogEntry<T>[]> {

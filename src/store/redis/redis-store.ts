@@ -30,6 +30,7 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
@@ -85,6 +86,8 @@ interface LogKeys {
   readonly list: string;
   readonly trimmed: string;
   readonly time: string;
+  /** id → seq of the entries with an id (decision 2751). */
+  readonly ids: string;
   field(field: LogIndexField, value: string): string;
 }
 
@@ -264,6 +267,7 @@ export class RedisStore implements Store {
       list: `${p}log:${name}`,
       trimmed: `${p}logtrim:${name}`,
       time: `${p}lt:${name}`,
+      ids: `${p}lid:${name}`,
       field: (field: LogIndexField, value: string) => `${p}lx:${name}:${field}:${value}`,
     };
   }
@@ -290,14 +294,29 @@ export class RedisStore implements Store {
     const args: string[] = [String(texts.length)];
     texts.forEach((text, i) => {
       const index = logIndexValues(values[i]);
-      args.push(text, timeDigits(index.time), ...this.#indexKeys(keys, index));
+      args.push(text, timeDigits(index.time), index.id ?? "", ...this.#indexKeys(keys, index));
     });
     return this.#connection.run("append", async (client) => {
-      const first = toInteger(
-        await this.#connection.script(client, APPEND_MANY, [keys.seq, keys.list, keys.time, ...args]),
-        "seq",
-      );
-      return texts.map((_, i) => first + i);
+      const seqs = await this.#connection.script(client, APPEND_MANY, [
+        keys.seq,
+        keys.list,
+        keys.time,
+        keys.ids,
+        ...args,
+      ]);
+      if (!Array.isArray(seqs) || seqs.length !== texts.length)
+        throw new StoreError("Redis appended an unexpected number of entries.");
+      return seqs.map((seq) => toInteger(seq, "seq"));
+    });
+  }
+
+  async logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    const keys = this.#logKeys(log);
+    const wanted = checkIdLookup(ids);
+    if (wanted.length === 0) return [];
+    return this.#connection.run("logIdsHeld", async (client) => {
+      const seqs = await client.hmget(keys.ids, ...wanted);
+      return wanted.filter((_, i) => seqs[i] !== null);
     });
   }
 
@@ -387,12 +406,14 @@ export class RedisStore implements Store {
         .slice(0, n)
         .flatMap((entry) => [
           indexMember(entry.index.time, entry.seq),
+          entry.index.id ?? "",
           ...this.#indexKeys(keys, entry.index),
         ]);
       const removed = await this.#connection.script(client, TRIM_LOG, [
         keys.list,
         keys.trimmed,
         keys.time,
+        keys.ids,
         n,
         first.seq,
         ...args,
@@ -485,9 +506,11 @@ export class RedisStore implements Store {
             keys.seq,
             keys.list,
             keys.time,
+            keys.ids,
             1,
             write.text,
             timeDigits(write.index.time),
+            write.index.id ?? "",
             ...this.#indexKeys(keys, write.index),
           ],
         ];

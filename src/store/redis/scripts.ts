@@ -120,31 +120,42 @@ return redis.call('ZCARD', KEYS[1])
 export const INDEX_KEYS_PER_ENTRY = 5;
 
 /**
- * KEYS: seq counter, entry list, time index. ARGV: n, then per entry its json, its time
- * (15 digits) and INDEX_KEYS_PER_ENTRY field-index keys ('' when the field is not indexed).
- * Appends the entries in order under consecutive seqs (one INCRBY) at list index
- * seq-1-trimmed, and adds `<time>:<seq 16 digits>` to the time index and to each field
- * index (sorted sets, score 0, ordered by member); returns the first seq.
+ * KEYS: seq counter, entry list, time index, id hash. ARGV: n, then per entry its json, its
+ * time (15 digits), its id ('' when it has none) and INDEX_KEYS_PER_ENTRY field-index keys
+ * ('' when the field is not indexed).
+ * An entry whose id the hash holds is not written: its seq is the stored one's (decision 2751;
+ * one HGET per entry, atomic with the write). The others get consecutive seqs in order, at
+ * list index seq-1-trimmed, their id → seq in the hash, and `<time>:<seq 16 digits>` in the
+ * time index and each field index (sorted sets, score 0, ordered by member). Returns each
+ * entry's seq.
  */
 export const APPEND_MANY = luaScript(
   `
 local n = tonumber(ARGV[1])
-local per = 2 + ${INDEX_KEYS_PER_ENTRY}
-local last = redis.call('INCRBY', KEYS[1], n)
-local first = last - n + 1
+local per = 3 + ${INDEX_KEYS_PER_ENTRY}
+local seqs = {}
 for i = 0, n - 1 do
   local base = 2 + i * per
-  local seq = first + i
-  local member = ARGV[base + 1] .. ':' .. string.format('%016d', seq)
-  redis.call('RPUSH', KEYS[2], string.format('%d', seq) .. ' ' .. ARGV[base])
-  redis.call('ZADD', KEYS[3], 0, member)
-  for f = base + 2, base + per - 1 do
-    if ARGV[f] ~= '' then redis.call('ZADD', ARGV[f], 0, member) end
+  local id = ARGV[base + 2]
+  local held = false
+  if id ~= '' then held = redis.call('HGET', KEYS[4], id) end
+  if held then
+    seqs[i + 1] = tonumber(held)
+  else
+    local seq = redis.call('INCR', KEYS[1])
+    local member = ARGV[base + 1] .. ':' .. string.format('%016d', seq)
+    redis.call('RPUSH', KEYS[2], string.format('%d', seq) .. ' ' .. ARGV[base])
+    redis.call('ZADD', KEYS[3], 0, member)
+    if id ~= '' then redis.call('HSET', KEYS[4], id, seq) end
+    for f = base + 3, base + per - 1 do
+      if ARGV[f] ~= '' then redis.call('ZADD', ARGV[f], 0, member) end
+    end
+    seqs[i + 1] = seq
   end
 end
-return first
+return seqs
 `,
-  3,
+  4,
 );
 
 /**
@@ -220,21 +231,22 @@ end
 );
 
 /**
- * KEYS: entry list, trimmed count, time index. ARGV: n, the seq the list must start with
- * (another replica may have trimmed first: then nothing happens), then per entry its
- * member and INDEX_KEYS_PER_ENTRY index keys. Removes the n oldest entries and their
- * index members; returns how many it removed.
+ * KEYS: entry list, trimmed count, time index, id hash. ARGV: n, the seq the list must start
+ * with (another replica may have trimmed first: then nothing happens), then per entry its
+ * member, its id ('' when none) and INDEX_KEYS_PER_ENTRY index keys. Removes the n oldest
+ * entries, their index members and ids; returns how many it removed.
  */
 export const TRIM_LOG = luaScript(
   `
 local n = tonumber(ARGV[1])
 local head = redis.call('LINDEX', KEYS[1], 0)
 if not head or string.sub(head, 1, #ARGV[2] + 1) ~= ARGV[2] .. ' ' then return 0 end
-local per = 1 + ${INDEX_KEYS_PER_ENTRY}
+local per = 2 + ${INDEX_KEYS_PER_ENTRY}
 for i = 0, n - 1 do
   local base = 3 + i * per
   redis.call('ZREM', KEYS[3], ARGV[base])
-  for f = base + 1, base + per - 1 do
+  if ARGV[base + 1] ~= '' then redis.call('HDEL', KEYS[4], ARGV[base + 1]) end
+  for f = base + 2, base + per - 1 do
     if ARGV[f] ~= '' then redis.call('ZREM', ARGV[f], ARGV[base]) end
   end
 end
@@ -242,7 +254,7 @@ redis.call('LTRIM', KEYS[1], n, -1)
 redis.call('INCRBY', KEYS[2], n)
 return n
 `,
-  3,
+  4,
 );
 
 /** KEYS: counter hash. ARGV: key, increment (a batch's increment, beside its other scripts). */

@@ -23,11 +23,13 @@ import {
 } from "../errors.ts";
 import {
   checkCounterRange,
+  checkIdLookup,
   checkLogQuery,
   checkLogTrim,
   LOG_INDEX_FIELDS,
   LOG_QUERY_BUDGET,
   type LogIndexField,
+  type LogIndexValues,
   logIndexValues,
   logQueryPage,
   type QueryMatch,
@@ -69,7 +71,7 @@ export interface SqliteStoreOptions {
   readonly now?: () => number;
 }
 
-const SCHEMA_VERSION = 2;
+const SCHEMA_VERSION = 3;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS store_meta (
@@ -109,12 +111,38 @@ const INDEX_COLUMNS = LOG_INDEX_FIELDS.join(", ");
 function addLogIndexes(db: DatabaseSync): void {
   db.exec("ALTER TABLE logs ADD COLUMN time_ms INTEGER NOT NULL DEFAULT 0");
   for (const field of LOG_INDEX_FIELDS) db.exec(`ALTER TABLE logs ADD COLUMN ${field} TEXT`);
-  const select = db.prepare(
-    "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
-  );
   const update = db.prepare(
     `UPDATE logs SET time_ms = :time, ${LOG_INDEX_FIELDS.map((f) => `${f} = :${f}`).join(", ")}
      WHERE log = :log AND seq = :seq`,
+  );
+  eachLogEntry(db, (log, seq, index) => update.run({ log, seq, time: index.time, ...index.fields }));
+  db.exec("CREATE INDEX logs_by_time ON logs (log, time_ms, seq)");
+  for (const field of LOG_INDEX_FIELDS) {
+    db.exec(`CREATE INDEX logs_by_${field} ON logs (log, ${field}, time_ms, seq) WHERE ${field} IS NOT NULL`);
+  }
+}
+
+/**
+ * Version 3: each entry's top-level `id` as a column, unique per log (decision 2751). Entries
+ * written before keep their first copy's id (filled in seq order; a later copy's update is
+ * ignored by the unique index and keeps NULL).
+ */
+function addLogRecordIds(db: DatabaseSync): void {
+  db.exec("ALTER TABLE logs ADD COLUMN record_id TEXT");
+  db.exec("CREATE UNIQUE INDEX logs_by_record_id ON logs (log, record_id) WHERE record_id IS NOT NULL");
+  const update = db.prepare("UPDATE OR IGNORE logs SET record_id = :id WHERE log = :log AND seq = :seq");
+  eachLogEntry(db, (log, seq, index) => {
+    if (index.id !== null) update.run({ log, seq, id: index.id });
+  });
+}
+
+/** Every log entry in (log, seq) order, 1,000 per read, with its derived index values. */
+function eachLogEntry(
+  db: DatabaseSync,
+  visit: (log: string, seq: number, index: LogIndexValues) => void,
+): void {
+  const select = db.prepare(
+    "SELECT log, seq, value FROM logs WHERE (log, seq) > (:log, :seq) ORDER BY log, seq LIMIT 1000",
   );
   let position: { log: string; seq: number } = { log: "", seq: 0 };
   for (;;) {
@@ -122,27 +150,25 @@ function addLogIndexes(db: DatabaseSync): void {
     for (const row of rows) {
       const log = asText(row.log, "log");
       const seq = asNumber(row.seq, "seq");
-      let value: unknown;
-      try {
-        value = JSON.parse(asText(row.value, "value"));
-      } catch {
-        value = undefined;
-      }
-      const index = logIndexValues(value);
-      update.run({ log, seq, time: index.time, ...index.fields });
+      visit(log, seq, logIndexValues(parseEntry(asText(row.value, "value"))));
       position = { log, seq };
     }
     if (rows.length < 1000) break;
   }
-  db.exec("CREATE INDEX logs_by_time ON logs (log, time_ms, seq)");
-  for (const field of LOG_INDEX_FIELDS) {
-    db.exec(`CREATE INDEX logs_by_${field} ON logs (log, ${field}, time_ms, seq) WHERE ${field} IS NOT NULL`);
+}
+
+function parseEntry(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 
 /** Schema changes after version 1, applied in order to a file that has not seen them. */
 const MIGRATIONS: ReadonlyArray<{ readonly version: number; readonly apply: (db: DatabaseSync) => void }> = [
   { version: 2, apply: addLogIndexes },
+  { version: 3, apply: addLogRecordIds },
 ];
 
 /**
@@ -161,11 +187,16 @@ const DRIVER_ORDER: readonly LogIndexField[] = [
 const PUT = `INSERT INTO documents (collection, id, value, expires_at) VALUES (:collection, :id, :value, :expires)
   ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
 const DELETE = "DELETE FROM documents WHERE collection = :collection AND id = :id RETURNING expires_at";
-/** The write lock is taken before MAX(seq) is read, so concurrent writers never share a seq. */
-const APPEND = `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
-  SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}
+/**
+ * The write lock is taken before MAX(seq) is read, so concurrent writers never share a seq. An
+ * entry whose id the log holds already is not written (no row returned: EXISTING_SEQ has its seq).
+ */
+const APPEND = `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS}, record_id)
+  SELECT :log, COALESCE(MAX(seq), 0) + 1, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")}, :id
   FROM logs WHERE log = :log
+  ON CONFLICT DO NOTHING
   RETURNING seq`;
+const EXISTING_SEQ = "SELECT seq FROM logs WHERE log = :log AND record_id = :id";
 const INCREMENT = `INSERT INTO counters (name, key, value) VALUES (:name, :key, :by)
   ON CONFLICT (name, key) DO UPDATE SET value = value + excluded.value
   RETURNING value`;
@@ -199,10 +230,9 @@ function checkOptions(options: SqliteStoreOptions): Required<Omit<SqliteStoreOpt
   return { path: options.path, busyTimeoutMs, sweepIntervalMs, walAutocheckpointPages };
 }
 
-/** The named parameters of an entry's time and index columns. */
-function indexParams(value: unknown): Record<string, SQLInputValue> {
-  const index = logIndexValues(value);
-  return { time: index.time, ...index.fields };
+/** The named parameters of an entry's time, index and id columns. */
+function indexParams(index: LogIndexValues): Record<string, SQLInputValue> {
+  return { time: index.time, ...index.fields, id: index.id };
 }
 
 function toStoreError(error: unknown, what: string): StoreError {
@@ -422,9 +452,16 @@ export class SqliteStore implements Store {
       const text = encodeValue(value);
       // The write lock is taken before MAX(seq) is read, so concurrent writers (other
       // connections, other processes) cannot both get the same seq.
-      const row = this.#statement(APPEND).get({ log: name, value: text, ...indexParams(value) });
-      return asNumber(row?.seq, "seq");
+      return this.#appendOne(name, text, logIndexValues(value));
     });
+  }
+
+  /** One entry (APPEND), or the seq of the entry with its id that the log holds already. */
+  #appendOne(log: string, text: string, index: LogIndexValues): number {
+    const row =
+      this.#statement(APPEND).get({ log, value: text, ...indexParams(index) }) ??
+      (index.id === null ? undefined : this.#statement(EXISTING_SEQ).get({ log, id: index.id }));
+    return asNumber(row?.seq, "seq");
   }
 
   appendMany<T>(log: string, values: readonly T[]): Promise<number[]> {
@@ -443,31 +480,33 @@ export class SqliteStore implements Store {
       const checked = entries.map(({ log, value }) => ({
         log: checkName("log", log),
         text: encodeValue(value),
-        index: indexParams(value),
+        index: logIndexValues(value),
       }));
       if (checked.length === 0) return [];
       // IMMEDIATE takes the write lock before MAX(seq) is read (as append's single statement does).
       this.#db.exec("BEGIN IMMEDIATE");
       try {
-        const lastSeq = this.#statement("SELECT COALESCE(MAX(seq), 0) AS seq FROM logs WHERE log = :log");
-        const insert = this.#statement(
-          `INSERT INTO logs (log, seq, value, time_ms, ${INDEX_COLUMNS})
-           VALUES (:log, :seq, :value, :time, ${LOG_INDEX_FIELDS.map((f) => `:${f}`).join(", ")})`,
-        );
-        // Each log's last seq read once, then counted up.
-        const next = new Map<string, number>();
-        const seqs = checked.map(({ log, text, index }) => {
-          const seq = next.get(log) ?? asNumber(lastSeq.get({ log })?.seq, "seq") + 1;
-          next.set(log, seq + 1);
-          insert.run({ log, seq, value: text, ...index });
-          return seq;
-        });
+        // Each entry by APPEND: an id the log holds already keeps its stored seq (decision 2751).
+        const seqs = checked.map(({ log, text, index }) => this.#appendOne(log, text, index));
         this.#db.exec("COMMIT");
         return seqs;
       } catch (error) {
         if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
         throw error;
       }
+    });
+  }
+
+  logIdsHeld(log: string, ids: readonly string[]): Promise<string[]> {
+    return this.#run("logIdsHeld", () => {
+      const name = checkName("log", log);
+      const wanted = checkIdLookup(ids);
+      if (wanted.length === 0) return [];
+      return this.#statement(
+        "SELECT record_id FROM logs WHERE log = :log AND record_id IN (SELECT value FROM json_each(:ids))",
+      )
+        .all({ log: name, ids: JSON.stringify(wanted) })
+        .map((row) => asText(row.record_id, "record id"));
     });
   }
 
@@ -663,12 +702,7 @@ export class SqliteStore implements Store {
         this.#statement(DELETE).get({ collection: write.collection, id: write.id });
         return;
       case "append":
-        this.#statement(APPEND).get({
-          log: write.log,
-          value: write.text,
-          time: write.index.time,
-          ...write.index.fields,
-        });
+        this.#appendOne(write.log, write.text, write.index);
         return;
       case "increment":
         this.#statement(INCREMENT).get({ name: write.counters, key: write.key, by: write.by });

@@ -24,7 +24,13 @@ import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { type PolicyCollection, readPolicyRecord } from "../../../policy/record-store.ts";
-import { type CapabilityRecord, collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
+import {
+  type CapabilityRecord,
+  collections,
+  logs,
+  type SubjectRecord,
+  storeKeys,
+} from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 
@@ -414,10 +420,23 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         if (recorder.room() - records.length < recorder.capacity / 2) {
           throw new AuthorityError("upstream_unavailable", "The audit log is not accepting records.");
         }
+        // A batch sent again (its reply was lost: a timeout, a replica killed after storing it)
+        // holds records stored already: they are not recorded twice, nor linked into this
+        // replica's chain a second time (the store's id check alone would leave a hole in it).
+        const held = new Set(
+          await read(() =>
+            context.store.logIdsHeld(
+              logs.audit,
+              records.map((r) => r.id),
+            ),
+          ),
+        );
         // Stored (or safely queued by the recorder) before the sidecar may drop its copy.
         await read(() =>
           Promise.all(
-            records.map((record) => recorder.record(recordInput(ownedBy(principal, record)), record.id)),
+            records
+              .filter((record) => !held.has(record.id))
+              .map((record) => recorder.record(recordInput(ownedBy(principal, record)), record.id)),
           ),
         );
         return noStore(reply).send({ accepted: records.length });
