@@ -375,6 +375,6 @@ export const linearRegExp = Object.assign(
     if (flags !== "" && flags !== "u") refuse(`regular expression flags "${flags}" are not supported`);
     return compileLinearPattern(pattern);
   },
-  // ajv prints this only into standalone code, which is never generated here.
+  // ajv prints this only into standalone code; scripts/gen-schema-validators.ts gives its own.
   { code: "linearRegExp" },
 );
