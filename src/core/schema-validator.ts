@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { Ajv2020, type CodeOptions, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
+import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import ajvFormats from "ajv-formats";
 import generatedValidators from "./generated-validators/index.cjs";
 import { linearRegExp } from "./linear-pattern.ts";
@@ -24,10 +24,9 @@ export function declaredSchemas(): readonly Record<string, unknown>[] {
 
 /**
  * The compiler of compileSchema's validators, at run time and for the generated ones
- * (scripts/gen-schema-validators.ts passes its own `code` options: standalone source, and a
- * pattern engine the generated code can require).
+ * (scripts/gen-schema-validators.ts asks for `source`: ajv keeps the code it generates).
  */
-export function createSchemaCompiler(code: CodeOptions = { regExp: linearRegExp }): Ajv2020 {
+export function createSchemaCompiler(options: { readonly source?: boolean } = {}): Ajv2020 {
   const compiler = new Ajv2020({
     allErrors: true,
     strict: true,
@@ -36,7 +35,7 @@ export function createSchemaCompiler(code: CodeOptions = { regExp: linearRegExp 
     // the 2020-12 meta-schema, so a process does not compile that meta-schema at start
     // (about a third of a sidecar's schema work before its first decision; issue 30).
     validateSchema: false,
-    code,
+    code: { regExp: linearRegExp, source: options.source === true },
   });
   // ajv-formats is CommonJS: its function is the module object's `default`.
   ajvFormats.default(compiler);
