@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_mod
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs
+.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs validators
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -28,6 +28,11 @@ test-peers:
 # fails when the committed page differs).
 docs: setup
 	@node scripts/gen-configuration-doc.ts
+
+# src/core/generated-validators/ is generated from the schemas of compileSchema (ajv standalone
+# code, loaded instead of compiled at start; test/core/generated-validators.test.ts fails when stale).
+validators: setup
+	@node scripts/gen-schema-validators.ts
 
 typecheck: setup
 	@tsc --noEmit -p .

@@ -23,7 +23,9 @@ function modulesUnder(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) return modulesUnder(path);
-    return entry.name.endsWith(".ts") && !entry.name.endsWith("-thread.ts") ? [path] : [];
+    // .cjs: the generated schema validators (src/core/generated-validators/), loaded on first use.
+    const module = entry.name.endsWith(".ts") || entry.name.endsWith(".cjs");
+    return module && !entry.name.endsWith("-thread.ts") ? [path] : [];
   });
 }
 

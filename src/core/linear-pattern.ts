@@ -375,6 +375,7 @@ export const linearRegExp = Object.assign(
     if (flags !== "" && flags !== "u") refuse(`regular expression flags "${flags}" are not supported`);
     return compileLinearPattern(pattern);
   },
-  // ajv prints this only into standalone code, which is never generated here.
-  { code: "linearRegExp" },
+  // ajv prints this only into standalone code: the validators generated into
+  // src/core/generated-validators/ (scripts/gen-schema-validators.ts) require the engine this way.
+  { code: 'require("../linear-pattern.ts").linearRegExp' },
 );

@@ -1,5 +1,7 @@
+import { createHash } from "node:crypto";
 import { Ajv2020, type ErrorObject, type ValidateFunction } from "ajv/dist/2020.js";
 import ajvFormats from "ajv-formats";
+import generatedValidators from "./generated-validators/index.cjs";
 import { linearRegExp } from "./linear-pattern.ts";
 
 export const JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema";
@@ -20,22 +22,45 @@ export function declaredSchemas(): readonly Record<string, unknown>[] {
   return declared;
 }
 
+/**
+ * The compiler of compileSchema's validators, at run time and for the generated ones
+ * (scripts/gen-schema-validators.ts asks for `source`: ajv keeps the code it generates).
+ */
+export function createSchemaCompiler(options: { readonly source?: boolean } = {}): Ajv2020 {
+  const compiler = new Ajv2020({
+    allErrors: true,
+    strict: true,
+    allowUnionTypes: true,
+    // The schemas compiled here are this code base's own constants: a test holds each to
+    // the 2020-12 meta-schema, so a process does not compile that meta-schema at start
+    // (about a third of a sidecar's schema work before its first decision; issue 30).
+    validateSchema: false,
+    code: { regExp: linearRegExp, source: options.source === true },
+  });
+  // ajv-formats is CommonJS: its function is the module object's `default`.
+  ajvFormats.default(compiler);
+  return compiler;
+}
+
 function ajv(): Ajv2020 {
-  if (shared === undefined) {
-    shared = new Ajv2020({
-      allErrors: true,
-      strict: true,
-      allowUnionTypes: true,
-      // The schemas compiled here are this code base's own constants: a test holds each to
-      // the 2020-12 meta-schema, so a process does not compile that meta-schema at start
-      // (about a third of a sidecar's schema work before its first decision; issue 30).
-      validateSchema: false,
-      code: { regExp: linearRegExp },
-    });
-    // ajv-formats is CommonJS: its function is the module object's `default`.
-    ajvFormats.default(shared);
-  }
+  shared ??= createSchemaCompiler();
   return shared;
+}
+
+/** A schema's name among the generated validators: a hash of its JSON text. */
+export function schemaKey(schema: Record<string, unknown>): string {
+  return createHash("sha256").update(JSON.stringify(schema)).digest("hex").slice(0, 32);
+}
+
+/**
+ * The validator generated for exactly this schema (src/core/generated-validators/, written by
+ * `make validators`), or the run-time compiler's. A schema changed since the generation has
+ * another key: it is compiled here, as every schema was before (and a test asks for the
+ * generation to be run again).
+ */
+function validatorOf(schema: Record<string, unknown>): ValidateFunction {
+  const generated = generatedValidators[schemaKey(schema)];
+  return generated === undefined ? ajv().compile(schema) : generated();
 }
 
 /**
@@ -56,7 +81,8 @@ export type SchemaResult<T> = { ok: true; value: T } | { ok: false; messages: st
 export type SchemaCheck<T> = (value: unknown) => SchemaResult<T>;
 
 /**
- * Compiles a JSON Schema 2020-12 document once, on first use. Only for this code base's own
+ * Compiles a JSON Schema 2020-12 document once, on first use (or loads the validator generated
+ * for it at build time: src/core/generated-validators/). Only for this code base's own
  * schemas (they are not checked against the meta-schema at run time); a schema that comes
  * from outside is compiled by its own module with the meta-schema check (execute/input.ts).
  */
@@ -64,7 +90,7 @@ export function compileSchema<T>(schema: Record<string, unknown>): SchemaCheck<T
   declared.push(schema);
   let validate: ValidateFunction | undefined;
   return (value) => {
-    validate ??= ajv().compile(schema);
+    validate ??= validatorOf(schema);
     if (validate(value)) return { ok: true, value: value as T };
     const errors = validate.errors ?? [];
     const messages = [...new Set(errors.map(safeMessage))];
