@@ -2,9 +2,9 @@ import { auditPath, boundedText, MAX_FIELD_CHARS, newRecordId } from "../../audi
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { ErrorCode } from "../../errors.ts";
+import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "../../pipeline/check.ts";
+import { denyOf } from "../../pipeline/check.ts";
 import type { DecisionJournal, JournalTicket } from "./decision-journal.ts";
-import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
-import { denyOf } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { createRecordQueue } from "./record-queue.ts";
 
@@ -300,21 +300,6 @@ export function refusedDecision(shipped: ShippedDecision, refusal: ErrorCode): S
   return { ...shipped, decision: "denied", reason: refusal };
 }
 
-/** Allows of the forward proxy whose record waits for the proxy's outcome (settleDecision). */
-const awaitingOutcome = new WeakMap<SidecarDecision, (refusal: ErrorCode | null) => void>();
-
-/**
- * Records the outcome of a proxy allow: null when the upstream's answer was passed on, else
- * the code the proxy refused with after the decision. Once per decision; a decision that is
- * not waiting (a deny, an ext_authz answer) is already recorded and this does nothing.
- */
-export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | null): void {
-  const settle = awaitingOutcome.get(decision);
-  if (settle === undefined) return;
-  awaitingOutcome.delete(decision);
-  settle(refusal);
-}
-
 /**
  * The engine with every decision recorded. While the shipper refuses records, nothing is
  * evaluated: the answer is 503 `upstream_unavailable` (unrecorded, like the authority's
@@ -323,9 +308,9 @@ export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | n
  * Every record is written ahead (`shipper.writeAhead`, then `shipper.written`: the journal
  * writes the records of one event-loop turn together) before the decision is returned; an
  * allow whose record cannot be written becomes a 503 deny. An allow on the forward proxy is
- * queued once the proxy knows what became of it (`settleDecision`, which the proxy calls when
- * the response ends): a refusal after the decision is the record's deny with its code, whatever
- * step refused — never an allow — written again under the same `id`.
+ * queued once the proxy knows what became of it (the allow's `settle`, which the proxy calls
+ * when the response ends): a refusal after the decision is the record's deny with its code,
+ * whatever step refused — never an allow — written again under the same `id`.
  */
 export function auditedEngine(
   engine: SidecarEngine,
@@ -395,7 +380,10 @@ export function auditedEngine(
   ): SidecarDecision => {
     if (decision.allow && request.transport === "proxy") {
       // Written ahead now; queued when the outcome is known, as what became of the request.
-      awaitingOutcome.set(decision, (refusal) => {
+      let settled = false;
+      const settle = (refusal: ErrorCode | null): void => {
+        if (settled) return;
+        settled = true;
         if (refusal === null) {
           shipper.push(shipped, [ahead]);
           return;
@@ -403,8 +391,8 @@ export function auditedEngine(
         const refused = refusedDecision(shipped, refusal);
         const outcome = writeAhead(refused);
         shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
-      });
-      return decision;
+      };
+      return { ...decision, settle };
     }
     shipper.push(shipped, [ahead]);
     return decision;

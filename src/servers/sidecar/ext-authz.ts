@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
-import type { SidecarAllow, SidecarDecision, SidecarEngine } from "./engine.ts";
+import type { SidecarAllow, SidecarDecision, SidecarEngine } from "../../pipeline/check.ts";
+import { declaredHeaders, type HeaderBag, type RequestBody } from "../../pipeline/request-arguments.ts";
 import { REQUEST_ID_HEADER } from "./grpc/check-response.ts";
 import type {
   AllowDecision,
@@ -9,7 +10,7 @@ import type {
   DenyDecision,
   DenyHttpStatus,
 } from "./grpc/types.ts";
-import { declaredHeaders, type HeaderBag, headersToRemove, type RequestBody } from "./request-input.ts";
+import { headersToRemove } from "./request-input.ts";
 
 /**
  * ext_authz on top of the engine. An allow sets (OVERWRITE_IF_EXISTS_OR_ADD) the request id,

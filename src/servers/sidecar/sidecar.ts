@@ -3,6 +3,7 @@ import type { Capability } from "../../core/capability.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
 import type { Logger } from "../../observability/logger.ts";
+import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -19,7 +20,6 @@ import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper } from "./decision-log.ts";
-import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { createFetchCache } from "./fetch-cache.ts";
