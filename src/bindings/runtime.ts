@@ -107,7 +107,6 @@ export function createBindingRuntime(
     options.executor ??
     createExecutor({
       secretResolver: createAuthProfileSecretResolver(owner),
-      tokenSetStore: shared.userGrants.tokenSetStore,
       clientCredentials: shared.clientCredentials,
       oauthUser: shared.userGrants.oauthUser,
       tokenExchange: shared.userGrants.tokenExchange,

@@ -123,7 +123,6 @@ export function composeAuthorityServices(
     options.mcpExecutor ??
     createExecutor({
       secretResolver: mcpSecrets,
-      tokenSetStore,
       oauthUser: userGrants.oauthUser,
       tokenExchange: userGrants.tokenExchange,
       constraintsRollout: decisions.constraintsRollout,
