@@ -21,8 +21,8 @@ import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } fro
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs, type SubjectRecord } from "../store/model.ts";
+import { type DecisionSources, decisionStages } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
-import { type DecisionSources, decisionStages } from "./stages.ts";
 
 export interface InvocationRequest {
   readonly transport: Transport;
@@ -118,7 +118,7 @@ interface Evaluation {
   readonly policy?: PolicyRecordFacts;
 }
 
-/** The authority's sources for the stages (stages.ts): its store, read through the decision runtime. */
+/** The authority's sources for the stages (decision.ts): its store, read through the decision runtime. */
 function storeSources(
   runtime: DecisionRuntime,
   loaded: { record?: PolicyRecordFacts },

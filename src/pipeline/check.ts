@@ -9,15 +9,15 @@ import { NO_AUTH_PROFILE_ID } from "../execute/auth-profiles.ts";
 import { enforceOperationInput, type ValidatedArgs } from "../execute/input.ts";
 import { extractBearer } from "../identity/bearer.ts";
 import type { CacheLayer, PolicyLookup, VerifiedPolicyCache } from "../policy/cache/index.ts";
+import { type DecisionSources, decisionStages, type StageRequest, type Step } from "./decision.ts";
 import { failureExplanation, pipelineFailure } from "./failure.ts";
 import { type HeaderBag, operationArguments, type RequestBody } from "./request-arguments.ts";
-import { type DecisionSources, decisionStages, type StageRequest, type Step } from "./stages.ts";
 
 /**
  * The enforcement pipeline on the sidecar's cached inputs, shared by ext_authz and the forward
  * proxy (docs/decisions/1301-one-enforcement-pipeline.md, 2701): authenticate (cached bearer
  * verification) → the capability context (explicit, else the capability map) → the decision
- * stages every path runs in one order (stages.ts: the subject's record admitted for the
+ * stages every path runs in one order (decision.ts: the subject's record admitted for the
  * principal → capability → verified policy → decide()), here on the verified-policy cache
  * (local → Redis → authority, signed policies verified with public keys) and the catalog
  * cache → the request's path parameters, query, declared headers and body against the
