@@ -18,7 +18,9 @@ import { executeOnce, testExecutor } from "../test/helpers/execute-once.ts";
 
 const KEY = "bench-api-key-value-0123456789";
 const JSON_BODY = Buffer.from(
-  JSON.stringify({ items: Array.from({ length: 600 }, (_, i) => ({ id: `item-${i}`, name: "x".repeat(80) })) }),
+  JSON.stringify({
+    items: Array.from({ length: 600 }, (_, i) => ({ id: `item-${i}`, name: "x".repeat(80) })),
+  }),
 );
 const BINARY_BODY = randomBytes(4096);
 
@@ -48,7 +50,14 @@ const snapshot = (path: string): OperationSnapshot => ({
   response_rules: [],
   parameter_constraints: [],
 });
-const profile: AuthProfile = { type: "static", id: "bench", kind: "api_key", in: "header", name: "x-api-key", secretRef: "k" };
+const profile: AuthProfile = {
+  type: "static",
+  id: "bench",
+  kind: "api_key",
+  in: "header",
+  name: "x-api-key",
+  secretRef: "k",
+};
 const tokenSets = new Map<string, TokenSet>();
 const executor = testExecutor({
   secretResolver: async () => KEY,
