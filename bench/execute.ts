@@ -9,8 +9,8 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
 import type { AuthProfile, TokenSet } from "../src/execute/auth-profiles.ts";
-import { createExecutor } from "../src/execute/executor.ts";
 import { egressAllowing } from "../test/helpers/egress.ts";
+import { executeOnce, testExecutor } from "../test/helpers/execute-once.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -119,7 +119,7 @@ export async function benchExecute(
       secretRef: "bench",
     };
     const tokenSets = new Map<string, TokenSet>();
-    const executor = createExecutor({
+    const executor = testExecutor({
       secretResolver: async () => "bench-api-key-value",
       tokenSetStore: {
         get: async (key) => tokenSets.get(key),
@@ -137,7 +137,7 @@ export async function benchExecute(
       return response.json();
     };
     const governed = () =>
-      executor.execute({
+      executeOnce(executor, {
         snapshot,
         args: { path: { id: "item-1" }, query: { limit: 10 } },
         authProfile: profile,

@@ -8,13 +8,10 @@
  */
 import type { OperationSnapshot } from "../src/core/operation-snapshot.ts";
 import { enforceOperationInput } from "../src/execute/input.ts";
+import { declaredHeaders, operationArguments } from "../src/pipeline/request-arguments.ts";
 import { checkBody } from "../src/servers/sidecar/ext-authz.ts";
 import type { CheckInput } from "../src/servers/sidecar/grpc/types.ts";
-import {
-  declaredHeaders,
-  headersToRemove,
-  operationArguments,
-} from "../src/servers/sidecar/request-input.ts";
+import { headersToRemove } from "../src/servers/sidecar/request-input.ts";
 
 function object(properties: Record<string, unknown>, required: string[] = []): Record<string, unknown> {
   return {

@@ -111,7 +111,6 @@ export function createBindingRuntime(
     options.executor ??
     createExecutor({
       secretResolver: shared.secretResolver,
-      tokenSetStore: shared.userGrants.tokenSetStore,
       clientCredentials: shared.clientCredentials,
       oauthUser: shared.userGrants.oauthUser,
       tokenExchange: shared.userGrants.tokenExchange,

@@ -19,14 +19,13 @@ import {
   type EndUser,
   type InjectedCredentials,
 } from "./auth-injector.ts";
-import type { AuthProfile, SecretResolver, TokenSetStore } from "./auth-profiles.ts";
+import type { AuthProfile, SecretResolver } from "./auth-profiles.ts";
 import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
-import { type ClientCredentialsTokens, createClientCredentialsTokens } from "./client-credentials.ts";
+import type { ClientCredentialsTokens } from "./client-credentials.ts";
 import { type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
-import { enforceOperationInput, type ValidatedArgs } from "./input.ts";
-import { createOAuthUserClient, type OAuthUserClient } from "./oauth-user.ts";
-import { type PreparedUpstreamRequest, prepareUpstreamRequest } from "./prepare.ts";
+import type { OAuthUserClient } from "./oauth-user.ts";
+import type { PreparedUpstreamRequest } from "./prepare.ts";
 import { RedactionDecodeError } from "./response-body.ts";
 import { scrubAndRedact } from "./scrub-redact.ts";
 import {
@@ -36,8 +35,7 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "./secret-scrub.ts";
-import { createTokenExchangeTokens, type TokenExchangeTokens } from "./token-exchange.ts";
-import { type AllowedRoute, buildUpstreamUrl } from "./url.ts";
+import type { TokenExchangeTokens } from "./token-exchange.ts";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
 export const DEFAULT_MAX_RESPONSE_BYTES = 1024 * 1024;
@@ -57,24 +55,18 @@ export interface ExecutorOptions {
   /** Default: the egress gate's fetch (undici, keep-alive connection pool); a given one gets the gate's dispatcher. */
   readonly fetch?: FetchLike;
   readonly secretResolver: SecretResolver;
-  readonly tokenSetStore: TokenSetStore;
   readonly constraintsRollout: ConstraintsRolloutOptions;
-  /** Deadline of one OAuth token request; default 5 s. */
-  readonly tokenTimeoutMs?: number;
   /** Checks every upstream and token-endpoint connection (passed to fetch as its `dispatcher`). */
   readonly egress: EgressPolicy;
   /**
    * The process's client-credentials token cache, shared with its other users (one token per
-   * grant per process). Default: one of the executor's own, on its fetch and egress policy.
+   * grant per process), built by the composition root on the egress gate's fetch.
    */
-  readonly clientCredentials?: ClientCredentialsTokens;
-  /**
-   * The process's user-OAuth client (one refresh in flight per grant across every executor
-   * of the process). Default: one of the executor's own, on `tokenSetStore`.
-   */
-  readonly oauthUser?: OAuthUserClient;
-  /** The process's exchanged-token cache (RFC 8693). Default: one of the executor's own. */
-  readonly tokenExchange?: TokenExchangeTokens;
+  readonly clientCredentials: ClientCredentialsTokens;
+  /** The process's user-OAuth client (one refresh in flight per grant across the process). */
+  readonly oauthUser: OAuthUserClient;
+  /** The process's exchanged-token cache (RFC 8693). */
+  readonly tokenExchange: TokenExchangeTokens;
 }
 
 /** What the executor needs from a verified operation snapshot. */
@@ -89,14 +81,15 @@ export type ExecutableOperation = Pick<
 > &
   Partial<Pick<OperationSnapshot, "response_schema">>;
 
-export interface ExecuteRequest {
+/**
+ * An upstream call whose request is already prepared (src/execute/prepare.ts): what the
+ * enforcement pipeline hands the executor after its own input, constraint and re-match stages.
+ */
+export interface SendRequest {
   readonly snapshot: ExecutableOperation;
-  /** `{ path?, query?, headers?, body? }` as the caller sent them. */
-  readonly args: unknown;
+  readonly prepared: PreparedUpstreamRequest;
   /** The profile the snapshot's auth_profile_ref names, resolved by the caller. */
   readonly authProfile: AuthProfile;
-  /** The policy-owner partner (parameter-scoping rollout). */
-  readonly partnerId: string;
   /** The policy's response redactions for this permission ID. */
   readonly redactions?: readonly RedactionRule[];
   /** Trusted headers added by the server (request id, authority envelope); never credentials. */
@@ -104,20 +97,6 @@ export interface ExecuteRequest {
   /** Whom the call is made for: whose grant (oauth_user) or token (token exchange) is used. */
   readonly endUser?: EndUser;
   readonly signal?: AbortSignal;
-  /**
-   * The decision this call runs under: the rendered request must map back to exactly its
-   * permission (renderUpstreamRequest). Every runtime path passes it; only unit tests of a
-   * standalone snapshot go without.
-   */
-  readonly route?: AllowedRoute;
-}
-
-/**
- * An upstream call whose request is already prepared (src/execute/prepare.ts): what the
- * enforcement pipeline hands the executor after its own input, constraint and re-match stages.
- */
-export interface SendRequest extends Omit<ExecuteRequest, "args" | "partnerId" | "route"> {
-  readonly prepared: PreparedUpstreamRequest;
 }
 
 export interface ExecutionResult {
@@ -137,8 +116,6 @@ export interface ExecutionResult {
 }
 
 export interface Executor {
-  /** Prepares (prepare.ts) and sends: for callers outside the enforcement pipeline (tests, tools). */
-  execute(request: ExecuteRequest): Promise<ExecutionResult>;
   /** The pipeline's last stages: egress → inject credentials → call with a deadline → scrub → redact. */
   send(request: SendRequest): Promise<ExecutionResult>;
   /** The rollout gate's inputs for this snapshot and policy-owner partner (parameter constraints). */
@@ -189,16 +166,12 @@ const FORBIDDEN_REQUEST_HEADERS: ReadonlySet<string> = new Set([
 function checkOptions(options: ExecutorOptions): void {
   if (typeof options !== "object" || options === null) throw new TypeError("executor options are required");
   if (typeof options.secretResolver !== "function") throw new TypeError("secretResolver must be a function");
-  const store = options.tokenSetStore;
-  if (
-    typeof store !== "object" ||
-    store === null ||
-    typeof store.get !== "function" ||
-    typeof store.put !== "function" ||
-    typeof store.delete !== "function"
-  ) {
-    throw new TypeError("tokenSetStore must implement get, put and delete");
-  }
+  if (typeof options.clientCredentials?.getToken !== "function")
+    throw new TypeError("clientCredentials is required (the process's token cache)");
+  if (typeof options.oauthUser !== "object" || options.oauthUser === null)
+    throw new TypeError("oauthUser is required (the process's user-OAuth client)");
+  if (typeof options.tokenExchange !== "object" || options.tokenExchange === null)
+    throw new TypeError("tokenExchange is required (the process's exchanged-token cache)");
   const rollout = options.constraintsRollout;
   if (
     typeof rollout !== "object" ||
@@ -372,7 +345,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
     DEFAULT_MAX_RESPONSE_BYTES,
     "maxResponseBytes",
   );
-  const tokenTimeoutMs = positiveIntegerOption(options.tokenTimeoutMs, 5000, "tokenTimeoutMs");
   const { egress } = options;
   // Every connection fetch opens (upstream and token endpoints alike) passes the egress gate
   // on the address it really connects to; a fetch given in the options gets its dispatcher.
@@ -382,25 +354,7 @@ export function createExecutor(options: ExecutorOptions): Executor {
       ? egress.fetch
       : (input, init) =>
           givenFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
-  const { secretResolver, tokenSetStore, constraintsRollout } = options;
-  const clientCredentials =
-    options.clientCredentials ??
-    createClientCredentialsTokens({
-      fetch: fetchImpl,
-      secretResolver,
-      timeoutMs: tokenTimeoutMs,
-    });
-  const oauthUser =
-    options.oauthUser ??
-    createOAuthUserClient({
-      fetch: fetchImpl,
-      secretResolver,
-      tokenSetStore,
-      timeoutMs: tokenTimeoutMs,
-    });
-  const tokenExchange =
-    options.tokenExchange ??
-    createTokenExchangeTokens({ fetch: fetchImpl, secretResolver, timeoutMs: tokenTimeoutMs });
+  const { secretResolver, constraintsRollout, clientCredentials, oauthUser, tokenExchange } = options;
   const injector: AuthInjector = createAuthInjector({
     secretResolver,
     clientCredentials,
@@ -461,28 +415,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
       throw new ExecutionError("invalid_operation_snapshot", { details: { issue: "method_not_executable" } });
     }
     return method;
-  }
-
-  async function execute(request: ExecuteRequest): Promise<ExecutionResult> {
-    const started = performance.now();
-    const { snapshot, route } = request;
-    executableMethod(snapshot);
-    if (route !== undefined && route.operation !== snapshot) {
-      throw new ExecutionError("invalid_operation_snapshot", {
-        details: { issue: "route_snapshot_mismatch" },
-      });
-    }
-    const rollout = await rolloutFor(snapshot, request.partnerId);
-    // 1–3 (prepare.ts): nothing is loaded and nothing is sent until the arguments pass the
-    // path-value rule, the schema and the constraints, and the rendered request maps back to
-    // the decision. Without a route (unit tests of a lone snapshot) there is nothing to re-match.
-    let prepared: PreparedUpstreamRequest;
-    if (route !== undefined) prepared = prepareUpstreamRequest(route, request.args, rollout);
-    else {
-      const args: ValidatedArgs = enforceOperationInput(snapshot, request.args, rollout);
-      prepared = { args, url: buildUpstreamUrl(snapshot, args) };
-    }
-    return sendPrepared({ ...request, prepared }, started);
   }
 
   async function sendPrepared(request: SendRequest, started: number): Promise<ExecutionResult> {
@@ -657,7 +589,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
   }
 
   return {
-    execute: (request) => traced("authority.execute", () => execute(request)),
     send: (request) => traced("authority.execute", () => sendPrepared(request, performance.now())),
     rolloutFor,
     oauthUser,

@@ -23,7 +23,6 @@ export {
   DEFAULT_MAX_RESPONSE_BYTES,
   DEFAULT_TIMEOUT_MS,
   type ExecutableOperation,
-  type ExecuteRequest,
   type ExecutionResult,
   type Executor,
   type ExecutorOptions,

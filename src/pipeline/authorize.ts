@@ -12,10 +12,8 @@ import {
   type Capability,
   catalogMatcher,
   type Decision,
-  decide,
   type ExternalSubjectContext,
   normalizeRequestPath,
-  type PolicyLoad,
   rolloutCovers,
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
@@ -23,8 +21,8 @@ import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } fro
 import { decisionOutcome, traced } from "../observability/tracing.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
-import { logs } from "../store/model.ts";
-import { decideStage, decisionNotes, subjectStandsFor } from "./decision.ts";
+import { logs, type SubjectRecord } from "../store/model.ts";
+import { type DecisionSources, decisionNotes, decisionStages } from "./decision.ts";
 import { outageFailure, pipelineFailure } from "./failure.ts";
 
 export interface InvocationRequest {
@@ -121,77 +119,47 @@ interface Evaluation {
   readonly policy?: PolicyRecordFacts;
 }
 
-const MISSING_POLICY: PolicyLoad = { ok: false, reason: "missing_policy" };
+/** The authority's sources for the stages (decision.ts): its store, read through the decision runtime. */
+function storeSources(
+  runtime: DecisionRuntime,
+  loaded: { record?: PolicyRecordFacts },
+): DecisionSources<SubjectRecord | undefined> {
+  return {
+    // The partner scope comes from the subject's record (the token's partner namespace
+    // first, then the global one); a subject the authority does not know has no policy.
+    subject: (subjectId, auth) => principalSubject(runtime.subjects, subjectId, auth),
+    recordOf: (subject) => ({
+      subjectId: subject?.subject_id ?? "",
+      partnerId: typeof subject?.partner_id === "string" ? subject.partner_id : undefined,
+      identity: subject === undefined ? undefined : identityOf(subject),
+    }),
+    unrecorded: () => "missing_policy",
+    capability: (partnerId, capabilityId) => runtime.capabilities.resolve(partnerId, capabilityId),
+    // Decrypt + verify (loader); the stored id is what the policy is filed and signed under.
+    policy: async (subject, partnerId) => {
+      const result = await traced("authority.load_policy", () =>
+        runtime.policies.load(subject?.subject_id ?? "", { partnerId }),
+      );
+      if (result.record !== undefined) loaded.record = result.record;
+      return result.policy;
+    },
+    logOnly: (partnerId, capability) => runtime.logOnly.covers(partnerId, capability.capability_id),
+    constraintsEnforced: (partnerId) => rolloutCovers(runtime.constraintsRollout, partnerId),
+  };
+}
 
 async function evaluate(runtime: DecisionRuntime, request: InvocationRequest): Promise<Evaluation> {
-  const asked = {
-    subjectId: request.subjectId,
-    capabilityId: request.capabilityId,
-    method: request.method,
-    path: request.path,
-    now: request.now,
-    ...(request.pathIsTemplate === true ? { pathIsTemplate: true } : {}),
-    ...(request.expectedContext === undefined ? {} : { expectedContext: request.expectedContext }),
-  };
-  const capabilityId = request.capabilityId;
-  // Step 1: an authenticated subject and a capability context (decide() names which is missing).
-  if (
-    request.subjectId === undefined ||
-    request.subjectId === "" ||
-    capabilityId === undefined ||
-    capabilityId === ""
-  ) {
-    return {
-      decision: decide({ ...asked, capability: undefined, policy: MISSING_POLICY }),
-      partnerId: null,
-    };
-  }
-  // A caller may not ask about another subject: refused before anything of theirs is read.
-  if (request.claimedSubjectId !== undefined && request.claimedSubjectId !== request.subjectId) {
-    return { decision: { status: "denied", reason: "subject_mismatch" }, partnerId: null };
-  }
-  // Step 2: the partner scope comes from the subject's record (the token's partner namespace
-  // first, then the global one); a subject the authority does not know has no policy.
-  const subject = await principalSubject(runtime.subjects, request.subjectId, request.authenticatedAs);
-  if (subject === undefined || typeof subject.partner_id !== "string") {
-    return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
-  }
-  // A subject of another partner (or one named after this principal by someone else) is
-  // not this principal's: answered exactly like an unknown subject, so nothing leaks.
-  if (!subjectStandsFor(subject.partner_id, identityOf(subject), request.authenticatedAs)) {
-    return { decision: { status: "denied", reason: "missing_policy" }, partnerId: null };
-  }
-  const partnerId = subject.partner_id;
-  // The stored id: what the subject's policy is filed and signed under.
-  const subjectId = subject.subject_id;
-  const base = { ...asked, subjectId };
-  const capability = await runtime.capabilities.resolve(partnerId, capabilityId);
-  if (capability === undefined) {
-    return { decision: decide({ ...base, capability: undefined, policy: MISSING_POLICY }), partnerId };
-  }
-  // Steps 3–6: decrypt + verify (loader), then subject, state, permission, allowlist (decide).
-  const [loaded, logOnly] = await Promise.all([
-    traced("authority.load_policy", () => runtime.policies.load(subjectId, { partnerId })),
-    runtime.logOnly.covers(partnerId, capability.capability_id),
-  ]);
-  return {
-    decision: traced(
-      "authority.decide",
-      () =>
-        decideStage({
-          ...base,
-          capability,
-          policy: loaded.policy,
-          logOnly,
-          constraintsEnforced: rolloutCovers(runtime.constraintsRollout, partnerId),
-          permits: request.permits,
-        }),
-      decisionOutcome,
-    ),
-    partnerId,
-    capability,
-    ...(loaded.record === undefined ? {} : { policy: loaded.record }),
-  };
+  const loaded: { record?: PolicyRecordFacts } = {};
+  return decisionStages(
+    storeSources(runtime, loaded),
+    request,
+    (decision, _subject, partnerId, capability) => ({
+      decision,
+      partnerId: partnerId ?? null,
+      ...(capability === undefined ? {} : { capability }),
+      ...(loaded.record === undefined ? {} : { policy: loaded.record }),
+    }),
+  );
 }
 
 /** A deny because the pipeline failed (an outage, a fault): the one mapping, src/pipeline/failure.ts. */

@@ -86,13 +86,9 @@ const ALLOWED: Readonly<Record<string, string>> = {
     "pure memo: the ISO string of the last millisecond formatted",
   "src/servers/sidecar/decision-log.ts:lastIso":
     "pure memo: the ISO string of the last millisecond formatted",
-  "src/servers/sidecar/decision-log.ts:awaitingOutcome":
-    "side table keyed by a decision object (weak): the proxy settles the record of its own decision",
-  "src/servers/sidecar/decision-log.ts:decisionReceipts":
-    "side table keyed by a decision object (weak): the transport reads the receipt of its own decision's record",
-  "src/servers/sidecar/request-input.ts:declaredByOperation":
+  "src/pipeline/request-arguments.ts:declaredByOperation":
     "pure memo: declared header names per schema object (weak)",
-  "src/servers/sidecar/request-input.ts:needsBodyByOperation":
+  "src/pipeline/request-arguments.ts:needsBodyByOperation":
     "pure memo: whether a schema reads the body (weak)",
   "src/servers/sidecar/request-guard.ts:report":
     "where the process guard logs: uncaughtException is process-wide, so its one handler is too (set by installProcessGuard)",

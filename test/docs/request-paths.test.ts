@@ -102,6 +102,20 @@ describe("docs/request-paths.md", () => {
     });
   }
 
+  test("a Check runs the decision stages every path runs, in the application layer, crossing no more than it did", () => {
+    const check = paths.find((path) => path.title.startsWith("ext_authz Check"));
+    const invoke = paths.find((path) => path.title.startsWith("Binding invoke"));
+    const named = (path: RequestPath | undefined) =>
+      new Set(path?.steps.map((step) => `${step.file}#${step.name}`));
+    // The one stage order (decision 2701): the same function on both paths.
+    for (const shared of ["src/pipeline/decision.ts#decisionStages", "src/pipeline/decision.ts#decideStage"])
+      assert.ok(named(check).has(shared) && named(invoke).has(shared), `both paths run ${shared}`);
+    // Before decision 2701 a Check crossed layers 9 times in 16 files; the ceiling keeps it from growing back.
+    assert.ok(
+      (check?.crossings ?? Number.POSITIVE_INFINITY) <= 8 && (check?.files ?? Number.POSITIVE_INFINITY) <= 16,
+    );
+  });
+
   test("the checker refuses a name the file does not define", () => {
     const source = "export function real() {}\nconst local = () => 1;\n  method(a) {\n";
     assert.ok(defines(source, "real") && defines(source, "local") && defines(source, "method"));

@@ -3,8 +3,8 @@ import { after, before, beforeEach, describe, it } from "node:test";
 import type { ClientCredentialsProfile } from "../../src/execute/auth-profiles.ts";
 import { createClientCredentialsTokens } from "../../src/execute/client-credentials.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor } from "../../src/execute/executor.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -52,7 +52,7 @@ const profile = (overrides: Partial<ClientCredentialsProfile> = {}): ClientCrede
 });
 
 function executor() {
-  return createExecutor({
+  return testExecutor({
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -64,7 +64,12 @@ const apiSnapshot = () =>
   itemSnapshot(oauth.origin, { upstream_url_template: `${oauth.origin}/api/items/{id}` });
 
 function execute(ex: ReturnType<typeof executor>, p: ClientCredentialsProfile = profile()) {
-  return ex.execute({ snapshot: apiSnapshot(), args: { path: { id: "a" } }, authProfile: p, partnerId: "p" });
+  return executeOnce(ex, {
+    snapshot: apiSnapshot(),
+    args: { path: { id: "a" } },
+    authProfile: p,
+    partnerId: "p",
+  });
 }
 
 const apiRequests = () => oauth.server.requests.filter((r) => r.target.startsWith("/api/"));
@@ -137,7 +142,7 @@ describe("oauth_client_credentials", () => {
     oauth.server.requests.length = 0;
     oauth.grants.length = 0;
     const denying = itemSnapshot(oauth.origin, { upstream_url_template: `${oauth.origin}/api/deny/{id}` });
-    const result = await ex.execute({
+    const result = await executeOnce(ex, {
       snapshot: denying,
       args: { path: { id: "a" } },
       authProfile: profile(),
@@ -185,7 +190,7 @@ describe("oauth_client_credentials", () => {
 
     oauth.tokenType = "Bearer";
     const wrongSecret = secretTable({ "ref:client-secret": "wrong" });
-    const ex = createExecutor({
+    const ex = testExecutor({
       secretResolver: wrongSecret.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -197,7 +202,7 @@ describe("oauth_client_credentials", () => {
 
   it("a token endpoint that hangs is auth_profile_unavailable after the token deadline", async () => {
     oauth.tokenDelayMs = 1_000;
-    const ex = createExecutor({
+    const ex = testExecutor({
       secretResolver: secrets.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },

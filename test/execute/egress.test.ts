@@ -11,8 +11,8 @@ import {
   type Resolver,
 } from "../../src/execute/egress.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor } from "../../src/execute/executor.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -247,7 +247,7 @@ describe("egress policy on the connection", () => {
 describe("executor and the egress policy", () => {
   const executorWith = (egress: EgressPolicy, secrets = secretTable({ "ref:key": API_KEY })) => ({
     secrets,
-    executor: createExecutor({
+    executor: testExecutor({
       secretResolver: secrets.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -273,7 +273,7 @@ describe("executor and the egress policy", () => {
       [`http://[::ffff:127.0.0.1]:${portOf(platform.origin)}`, "loopback"],
     ] as const) {
       const error = await refusal(
-        executor.execute({
+        executeOnce(executor, {
           snapshot: itemSnapshot(origin),
           args: { path: { id: "1" } },
           authProfile: profile,
@@ -294,7 +294,7 @@ describe("executor and the egress policy", () => {
     const policy = createEgressPolicy({ resolve: fixedResolver({ "rebind.test": ["127.0.0.1"] }) });
     const { executor } = executorWith(policy);
     const error = await refusal(
-      executor.execute({
+      executeOnce(executor, {
         snapshot: itemSnapshot(`http://rebind.test:${port}`),
         args: { path: { id: "1" } },
         authProfile: profile,
@@ -313,7 +313,7 @@ describe("executor and the egress policy", () => {
       secretTable({ "ref:cs": "client-secret" }),
     );
     const error = await refusal(
-      executor.execute({
+      executeOnce(executor, {
         snapshot: itemSnapshot(upstream.origin),
         args: { path: { id: "1" } },
         authProfile: {

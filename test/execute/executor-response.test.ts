@@ -6,14 +6,15 @@
  * (`upstreamError.kind: "unusable"`, so invoke keeps the outcome); a secret too short to
  * scrub refuses the call before anything is sent.
  */
+
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor, type ExecuteRequest } from "../../src/execute/executor.ts";
 import { userGrantKey } from "../../src/execute/token-set-store.ts";
 import { canary } from "../helpers/canary.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { type ExecuteRequest, executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -63,7 +64,7 @@ beforeEach(() => {
 });
 
 function executor(secrets: Record<string, string> = { "ref:key": API_KEY, "ref:cs": CLIENT_SECRET }) {
-  return createExecutor({
+  return testExecutor({
     secretResolver: secretTable(secrets).resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: true, isPartnerAllowlisted: () => true },
@@ -114,12 +115,12 @@ describe("executor: injected secrets never reach the caller", () => {
   it("client credentials: the access token, the client secret and its Basic header are scrubbed", async () => {
     const profile = { ...clientCredentials, tokenUrl: `${oauth.origin}/token` };
     const run = executor();
-    const first = await run.execute(request(profile));
+    const first = await executeOnce(run, request(profile));
     const basic = oauth.lastAuthorization ?? "";
     assert.ok(basic.startsWith("Basic "));
     // The upstream is also the token server here: it knows the client secret and the Basic header.
     known = [CLIENT_SECRET, basic, `${CLIENT_ID}:${CLIENT_SECRET}`];
-    const result = await run.execute(request(profile));
+    const result = await executeOnce(run, request(profile));
     const sent = upstream.requests.at(-1)?.headers.authorization ?? "";
     assert.match(sent, /^Bearer at-/);
     assertAbsent([first, result], [sent, sent.slice(7), CLIENT_SECRET, basic]);
@@ -142,7 +143,7 @@ describe("executor: injected secrets never reach the caller", () => {
       res.writeHead(status, { "content-type": "text/plain" });
       res.end(`you sent: ${seen.join(" and ")}`);
     });
-    const result = await executor().execute(request(profile));
+    const result = await executeOnce(executor(), request(profile));
     assert.equal(result.status, 200);
     assert.equal(seen.length, 2);
     assert.notEqual(seen[0], seen[1]);
@@ -166,7 +167,8 @@ describe("executor: injected secrets never reach the caller", () => {
       clientSecretRef: "ref:cs",
       scopes: [],
     };
-    const result = await executor().execute(
+    const result = await executeOnce(
+      executor(),
       request(profile, { endUser: { partnerId: "acme", subjectId: "user-1" } }),
     );
     assert.equal(upstream.requests.at(-1)?.headers.authorization, `Bearer ${grant.accessToken}`);
@@ -182,7 +184,7 @@ describe("executor: injected secrets never reach the caller", () => {
       name: "api_key",
       secretRef: "ref:key",
     };
-    const result = await executor().execute(request(key));
+    const result = await executeOnce(executor(), request(key));
     const seen = upstream.requests.at(-1);
     assert.equal(seen?.headers["accept-encoding"], "identity");
     assert.ok(seen?.target.includes(`api_key=${encodeURIComponent(API_KEY)}`));
@@ -198,7 +200,7 @@ describe("executor: injected secrets never reach the caller", () => {
       name: "x-api-key",
       secretRef: "ref:key",
     };
-    const error = await rejection(executor({ "ref:key": "tiny-7c" }).execute(request(key)));
+    const error = await rejection(executeOnce(executor({ "ref:key": "tiny-7c" }), request(key)));
     assert.equal(error.reason, "auth_profile_unavailable");
     assert.equal(error.details?.issue, "credential_too_short");
     assert.equal(error.upstreamError, undefined);
@@ -219,7 +221,7 @@ describe("executor: injected secrets never reach the caller", () => {
       name: "x-api-key",
       secretRef: "ref:key",
     };
-    const error = await rejection(executor().execute(request(key)));
+    const error = await rejection(executeOnce(executor(), request(key)));
     assert.equal(error.code, "scrub_failed");
     assert.equal(error.status, 502);
     assert.equal(error.details?.issue, "content_encoding_unsupported");
@@ -241,7 +243,8 @@ describe("executor: injected secrets never reach the caller", () => {
       secretRef: "ref:key",
     };
     const error = await rejection(
-      executor().execute(
+      executeOnce(
+        executor(),
         request(key, { redactions: [{ path: "/card_number", mode: "mask", keep_last: 4 }] }),
       ),
     );

@@ -4,8 +4,9 @@ import { gzipSync } from "node:zlib";
 import { hashCanonical } from "../../src/core/canonical-json.ts";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor, type ExecuteRequest, type ExecutorOptions } from "../../src/execute/executor.ts";
+import { createExecutor, type ExecutorOptions } from "../../src/execute/executor.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { type ExecuteRequest, executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import {
   itemSnapshot,
   openTokenStore,
@@ -50,7 +51,7 @@ beforeEach(() => {
 });
 
 function executor(overrides: Partial<ExecutorOptions> = {}) {
-  return createExecutor({
+  return testExecutor({
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: true, isPartnerAllowlisted: (id) => id === "partner-allowed" },
@@ -88,7 +89,8 @@ function only(requests: Recorded[]): Recorded {
 
 describe("executor: auth injection", () => {
   it("injects a static API key header and never forwards the caller's credentials", async () => {
-    const result = await executor().execute(
+    const result = await executeOnce(
+      executor(),
       request({
         args: {
           path: { id: "item-1" },
@@ -118,7 +120,8 @@ describe("executor: auth injection", () => {
   });
 
   it("injects a static API key as a query parameter", async () => {
-    const result = await executor().execute(
+    const result = await executeOnce(
+      executor(),
       request({ authProfile: apiKeyQuery, args: { path: { id: "a" }, query: { tags: ["x", "y"] } } }),
     );
     assert.equal(result.status, 200);
@@ -139,7 +142,8 @@ describe("executor: auth injection", () => {
         query: { type: "object", additionalProperties: { type: "string" } },
       },
     };
-    await executor().execute(
+    await executeOnce(
+      executor(),
       request({
         snapshot: open,
         authProfile: apiKeyQuery,
@@ -151,7 +155,8 @@ describe("executor: auth injection", () => {
   });
 
   it("injects a static bearer token in place of the caller's Authorization", async () => {
-    await executor().execute(
+    await executeOnce(
+      executor(),
       request({
         authProfile: bearer,
         args: { path: { id: "a" }, headers: { authorization: "Bearer caller" } },
@@ -162,7 +167,7 @@ describe("executor: auth injection", () => {
 
   it("an unresolvable secret is auth_profile_unavailable and nothing is sent", async () => {
     const missing: AuthProfile = { ...bearer, secretRef: "ref:missing" };
-    const error = await rejection(executor().execute(request({ authProfile: missing })));
+    const error = await rejection(executeOnce(executor(), request({ authProfile: missing })));
     assert.equal(error.reason, "auth_profile_unavailable");
     assert.equal(error.code, "upstream_unavailable");
     assert.ok(!error.message.includes("ref:missing"));
@@ -175,7 +180,9 @@ describe("executor: auth injection", () => {
       { type: "kerberos", id: "x" },
       { ...bearer, secretRef: "" },
     ]) {
-      const error = await rejection(executor().execute(request({ authProfile: authProfile as AuthProfile })));
+      const error = await rejection(
+        executeOnce(executor(), request({ authProfile: authProfile as AuthProfile })),
+      );
       assert.equal(error.reason, "auth_profile_unavailable");
       assert.equal(error.details?.issue, "auth_profile_invalid");
     }
@@ -185,7 +192,7 @@ describe("executor: auth injection", () => {
 
   it("a secret that could split headers is refused", async () => {
     secrets = secretTable({ "ref:bearer": "abc\r\nX-Injected: 1" });
-    const error = await rejection(executor().execute(request({ authProfile: bearer })));
+    const error = await rejection(executeOnce(executor(), request({ authProfile: bearer })));
     assert.equal(error.reason, "auth_profile_unavailable");
     assert.equal(upstream.requests.length, 0);
   });
@@ -194,7 +201,7 @@ describe("executor: auth injection", () => {
 describe("executor: the path cannot be changed by arguments", () => {
   for (const value of ["../admin", "a/b", "%2F", "?x=1", "#frag", "..%2Fadmin", "a%2F..%2F..%2Fadmin"]) {
     it(`sends ${JSON.stringify(value)} as one encoded segment`, async () => {
-      await executor().execute(request({ args: { path: { id: value } } }));
+      await executeOnce(executor(), request({ args: { path: { id: value } } }));
       const seen = only(upstream.requests);
       assert.ok(seen.target.startsWith("/v1/items/"), seen.target);
       const rest = seen.target.slice("/v1/items/".length);
@@ -205,7 +212,7 @@ describe("executor: the path cannot be changed by arguments", () => {
 
   for (const value of ["..", "."]) {
     it(`refuses ${JSON.stringify(value)} before loading a secret`, async () => {
-      const error = await rejection(executor().execute(request({ args: { path: { id: value } } })));
+      const error = await rejection(executeOnce(executor(), request({ args: { path: { id: value } } })));
       assert.equal(error.reason, "ambiguous_path");
       assert.equal(upstream.requests.length, 0);
       assert.deepEqual(secrets.calls, []);
@@ -222,11 +229,12 @@ describe("executor: fail closed before secrets and network", () => {
       { path: { id: "a" }, unexpected: true },
       "not an object",
     ]) {
-      const error = await rejection(executor().execute(request({ args })));
+      const error = await rejection(executeOnce(executor(), request({ args })));
       assert.equal(error.reason, "invalid_input");
     }
     const post = await rejection(
-      executor().execute(
+      executeOnce(
+        executor(),
         request({ snapshot: orderSnapshot(upstream.origin), args: { body: { sku: "lower" } } }),
       ),
     );
@@ -243,7 +251,7 @@ describe("executor: fail closed before secrets and network", () => {
   it("constraint violation: no upstream request, secret resolver never called", async () => {
     for (const query of [{ region: "us" }, {}]) {
       const error = await rejection(
-        executor().execute(request({ snapshot: constrained(), args: { path: { id: "a" }, query } })),
+        executeOnce(executor(), request({ snapshot: constrained(), args: { path: { id: "a" }, query } })),
       );
       assert.equal(error.reason, "constraint_violation");
       assert.equal(error.code, "constraint_violation");
@@ -251,7 +259,8 @@ describe("executor: fail closed before secrets and network", () => {
     }
     assert.equal(upstream.requests.length, 0);
     assert.deepEqual(secrets.calls, []);
-    const ok = await executor().execute(
+    const ok = await executeOnce(
+      executor(),
       request({ snapshot: constrained(), args: { path: { id: "a" }, query: { region: "eu" } } }),
     );
     assert.equal(ok.status, 200);
@@ -261,12 +270,12 @@ describe("executor: fail closed before secrets and network", () => {
   it("a constrained operation outside the rollout fails closed", async () => {
     const args = { path: { id: "a" }, query: { region: "eu" } };
     const notAllowlisted = await rejection(
-      executor().execute(request({ snapshot: constrained(), args, partnerId: "partner-other" })),
+      executeOnce(executor(), request({ snapshot: constrained(), args, partnerId: "partner-other" })),
     );
     assert.equal(notAllowlisted.reason, "constraint_rollout_disabled");
     const disabled = executor({ constraintsRollout: { enabled: false, isPartnerAllowlisted: () => true } });
     assert.equal(
-      (await rejection(disabled.execute(request({ snapshot: constrained(), args })))).reason,
+      (await rejection(executeOnce(disabled, request({ snapshot: constrained(), args })))).reason,
       "constraint_rollout_disabled",
     );
     const throwing = executor({
@@ -278,11 +287,11 @@ describe("executor: fail closed before secrets and network", () => {
       },
     });
     assert.equal(
-      (await rejection(throwing.execute(request({ snapshot: constrained(), args })))).reason,
+      (await rejection(executeOnce(throwing, request({ snapshot: constrained(), args })))).reason,
       "constraint_rollout_disabled",
     );
     // Unconstrained operations do not depend on the rollout.
-    assert.equal((await disabled.execute(request())).status, 200);
+    assert.equal((await executeOnce(disabled, request())).status, 200);
     assert.equal(upstream.requests.length, 1);
     assert.deepEqual(secrets.calls, ["ref:api-key"]);
   });
@@ -293,7 +302,7 @@ describe("executor: fail closed before secrets and network", () => {
       parameter_constraints: [{ in: "query", name: "region", pattern: "(a)\\1" }],
     });
     const error = await rejection(
-      executor().execute(request({ snapshot, args: { path: { id: "a" }, query: { region: "aaa" } } })),
+      executeOnce(executor(), request({ snapshot, args: { path: { id: "a" }, query: { region: "aaa" } } })),
     );
     assert.equal(error.reason, "constraint_metadata_invalid");
     assert.equal(upstream.requests.length, 0);
@@ -304,7 +313,8 @@ describe("executor: fail closed before secrets and network", () => {
 describe("executor: upstream outcomes", () => {
   it("sends a JSON body with JSON headers", async () => {
     upstream.setHandler((req, res) => sendJson(res, 201, { received: JSON.parse(req.body) }));
-    const result = await executor().execute(
+    const result = await executeOnce(
+      executor(),
       request({ snapshot: orderSnapshot(upstream.origin), args: { body: { sku: "A-1", quantity: 2 } } }),
     );
     assert.equal(result.status, 201);
@@ -317,7 +327,7 @@ describe("executor: upstream outcomes", () => {
 
   it("an upstream 500 is a structured result, not an exception", async () => {
     upstream.setHandler((_req, res) => sendJson(res, 500, { error: "database exploded", detail: "stack…" }));
-    const result = await executor().execute(request());
+    const result = await executeOnce(executor(), request());
     assert.equal(result.status, 500);
     assert.deepEqual(result.upstreamError, { kind: "http_error", status: 500 });
     assert.deepEqual(result.body, { error: "database exploded", detail: "stack…" });
@@ -328,14 +338,14 @@ describe("executor: upstream outcomes", () => {
       res.writeHead(404, { "content-type": "text/plain" });
       res.end("not here");
     });
-    const result = await executor().execute(request());
+    const result = await executeOnce(executor(), request());
     assert.equal(result.body, "not here");
     assert.deepEqual(result.upstreamError, { kind: "http_error", status: 404 });
   });
 
   it("an upstream that hangs fails with upstream_timeout within the bound", async () => {
     upstream.setHandler(() => undefined);
-    const error = await rejection(executor({ timeoutMs: 200 }).execute(request()));
+    const error = await rejection(executeOnce(executor({ timeoutMs: 200 }), request()));
     assert.equal(error.reason, "upstream_timeout");
     assert.equal(error.code, "upstream_timeout");
     assert.equal(error.status, 504);
@@ -348,7 +358,7 @@ describe("executor: upstream outcomes", () => {
       res.writeHead(200, { "content-type": "application/json" });
       res.write('{"partial":');
     });
-    const error = await rejection(executor({ timeoutMs: 200 }).execute(request()));
+    const error = await rejection(executeOnce(executor({ timeoutMs: 200 }), request()));
     assert.equal(error.reason, "upstream_timeout");
   });
 
@@ -357,7 +367,7 @@ describe("executor: upstream outcomes", () => {
     const origin = gone.origin;
     await gone.close();
     const ex = executor({ egress: egressAllowing([origin]) });
-    const error = await rejection(ex.execute(request({ snapshot: itemSnapshot(origin) })));
+    const error = await rejection(executeOnce(ex, request({ snapshot: itemSnapshot(origin) })));
     assert.equal(error.reason, "upstream_unreachable");
     assert.deepEqual(error.upstreamError, { kind: "unreachable" });
     const text = `${error.message} ${JSON.stringify(error.toJSON())}`;
@@ -409,7 +419,7 @@ describe("executor: upstream outcomes", () => {
         res.on("error", () => undefined);
         send(res);
       });
-      const error = await rejection(executor().execute(request()));
+      const error = await rejection(executeOnce(executor(), request()));
       assert.equal(error.reason, "upstream_response_too_large");
       assert.deepEqual(error.upstreamError, { kind: "too_large" });
     });
@@ -422,7 +432,7 @@ describe("executor: upstream outcomes", () => {
         res.writeHead(302, { location: `${elsewhere.origin}/steal` });
         res.end();
       });
-      const result = await executor().execute(request());
+      const result = await executeOnce(executor(), request());
       assert.equal(result.status, 302);
       assert.equal(elsewhere.requests.length, 0);
     } finally {
@@ -435,13 +445,14 @@ describe("executor: upstream outcomes", () => {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(`${"[".repeat(1100)}${"]".repeat(1100)}`);
     });
-    const error = await rejection(executor().execute(request()));
+    const error = await rejection(executeOnce(executor(), request()));
     assert.equal(error.reason, "upstream_response_too_large");
   });
 
   it("a body that is not plain JSON (in-process callers) is invalid input, before any secret", async () => {
     const error = await rejection(
-      executor().execute(
+      executeOnce(
+        executor(),
         request({
           snapshot: orderSnapshot(upstream.origin),
           args: { body: { sku: "A", quantity: 1, email: undefined } },
@@ -456,7 +467,7 @@ describe("executor: upstream outcomes", () => {
   it("a caller's abort signal stops the call", async () => {
     upstream.setHandler(() => undefined);
     const controller = new AbortController();
-    const pending = executor().execute(request({ signal: controller.signal }));
+    const pending = executeOnce(executor(), request({ signal: controller.signal }));
     setTimeout(() => controller.abort(new Error("client went away")), 50);
     await assert.rejects(pending, /client went away/);
   });
@@ -472,7 +483,7 @@ describe("executor: redaction and hashes", () => {
       res.setHeader("x-request-id", "up-1");
       sendJson(res, 200, { ok: true });
     });
-    const result = await executor().execute(request());
+    const result = await executeOnce(executor(), request());
     for (const name of [
       "set-cookie",
       "server",
@@ -504,7 +515,8 @@ describe("executor: redaction and hashes", () => {
         { path: "/recovery_secret", mode: "mask", keep_last: 2 },
       ],
     });
-    const result = await executor().execute(
+    const result = await executeOnce(
+      executor(),
       request({
         snapshot,
         redactions: [
@@ -535,7 +547,7 @@ describe("executor: redaction and hashes", () => {
       { path: "x~2", mode: "remove" as const },
       { path: "/x", mode: "mask" as const, keep_last: -1 },
     ]) {
-      const error = await rejection(executor().execute(request({ redactions: [rule] })));
+      const error = await rejection(executeOnce(executor(), request({ redactions: [rule] })));
       assert.equal(error.reason, "invalid_operation_snapshot");
     }
     assert.equal(upstream.requests.length, 0);
@@ -547,15 +559,15 @@ describe("executor: redaction and hashes", () => {
       res.writeHead(200, { "content-type": "text/plain" });
       res.end('{"password":"hunter2","ok":true}');
     });
-    const result = await executor().execute(request());
+    const result = await executeOnce(executor(), request());
     assert.deepEqual(result.body, { password: "*******", ok: true });
   });
 
   it("hashes the canonical request (without credentials) and the returned response", async () => {
     const args = { path: { id: "a" }, query: { limit: 3 }, headers: { "x-trace-id": "t" } };
-    const first = await executor().execute(request({ args }));
+    const first = await executeOnce(executor(), request({ args }));
     secrets = secretTable({ "ref:api-key": "another-key-value", "ref:bearer": BEARER });
-    const second = await executor().execute(request({ args, extraHeaders: { "x-request-id": "r2" } }));
+    const second = await executeOnce(executor(), request({ args, extraHeaders: { "x-request-id": "r2" } }));
     assert.match(first.requestHash, /^sha256:[0-9a-f]{64}$/);
     assert.equal(first.requestHash, second.requestHash);
     assert.equal(
@@ -571,20 +583,31 @@ describe("executor: redaction and hashes", () => {
       first.responseHash,
       hashCanonical({ status: first.status, headers: first.headers, body: first.body }),
     );
-    const other = await executor().execute(request({ args: { path: { id: "b" } } }));
+    const other = await executeOnce(executor(), request({ args: { path: { id: "b" } } }));
     assert.notEqual(other.requestHash, first.requestHash);
     assert.ok(first.timings.totalMs >= first.timings.upstreamMs);
   });
 });
 
 describe("createExecutor options", () => {
-  it("are validated at construction", () => {
-    const base = {
+  it("are validated at construction; the token caches are the composition root's, never built inside", () => {
+    const egress = egressAllowing([upstream.origin]);
+    const wired = testExecutor({
       secretResolver: secrets.resolve,
       tokenSetStore: tokens.tokenSetStore,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
-      egress: egressAllowing([upstream.origin]),
+      egress,
+    });
+    const base = {
+      secretResolver: secrets.resolve,
+      constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
+      egress,
+      clientCredentials: wired.clientCredentials,
+      oauthUser: wired.oauthUser,
+      tokenExchange: wired.tokenExchange,
     };
+    // The executor hands on the caches it was given: one token per grant for the whole process.
+    assert.equal(createExecutor(base).clientCredentials, wired.clientCredentials);
     assert.throws(() => createExecutor({ ...base, timeoutMs: 0 }), TypeError);
     assert.throws(() => createExecutor({ ...base, maxResponseBytes: -1 }), TypeError);
     assert.throws(() => createExecutor({ ...base, secretResolver: undefined as never }), TypeError);
@@ -593,6 +616,10 @@ describe("createExecutor options", () => {
       () => createExecutor({ ...base, constraintsRollout: { enabled: "yes" } as never }),
       TypeError,
     );
-    assert.throws(() => createExecutor({ ...base, tokenSetStore: {} as never }), TypeError);
+    for (const cache of ["clientCredentials", "oauthUser", "tokenExchange"] as const)
+      assert.throws(
+        () => createExecutor({ ...base, [cache]: undefined as never }),
+        new RegExp(`${cache} is required`),
+      );
   });
 });

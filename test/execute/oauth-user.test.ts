@@ -3,10 +3,11 @@ import { randomBytes } from "node:crypto";
 import { after, before, beforeEach, describe, it } from "node:test";
 import type { OAuthUserProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor, type Executor } from "../../src/execute/executor.ts";
+import type { Executor } from "../../src/execute/executor.ts";
 import { codeChallengeS256, createCodeVerifier } from "../../src/execute/oauth-user.ts";
 import { DEFAULT_TOKEN_SET_COLLECTION, userGrantKey } from "../../src/execute/token-set-store.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import { itemSnapshot, openTokenStore, secretTable, type TokenStoreFixture } from "./helpers.ts";
 import { type OAuthServer, startOAuthServer } from "./oauth-server.ts";
 
@@ -37,7 +38,7 @@ beforeEach(() => {
   oauth.tokenDelayMs = 0;
   oauth.refuseWith = undefined;
   secrets = secretTable({ "ref:web-secret": CONFIDENTIAL_SECRET });
-  executor = createExecutor({
+  executor = testExecutor({
     secretResolver: secrets.resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -85,7 +86,7 @@ async function connect(p: OAuthUserProfile = profile()): Promise<string> {
 }
 
 function callApi(p: OAuthUserProfile, subject: string | undefined) {
-  return executor.execute({
+  return executeOnce(executor, {
     snapshot: itemSnapshot(oauth.origin, { upstream_url_template: `${oauth.origin}/api/items/{id}` }),
     args: { path: { id: "a" } },
     authProfile: p,

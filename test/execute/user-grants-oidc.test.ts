@@ -4,13 +4,14 @@
  * calling an upstream that verifies the provider's tokens. Token sets are sealed as the
  * authority keeps them (src/admin/user-token-sets.ts).
  */
+
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { createSealedTokenSetStore } from "../../src/admin/user-token-sets.ts";
 import type { OAuthUserProfile, TokenExchangeProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor, type Executor } from "../../src/execute/executor.ts";
+import type { Executor } from "../../src/execute/executor.ts";
 import { requestToken } from "../../src/execute/oauth-token-endpoint.ts";
 import type { UserGrantEvent } from "../../src/execute/oauth-user.ts";
 import { createTokenExchangeTokens, type TokenExchangeTokens } from "../../src/execute/token-exchange.ts";
@@ -19,6 +20,7 @@ import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
 import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts";
 import { collections } from "../../src/store/model.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { executeOnce, testExecutor } from "../helpers/execute-once.ts";
 import {
   CLIENTS,
   type ItemsApi,
@@ -59,7 +61,7 @@ after(async () => {
 function build(options: { now?: () => number } = {}): Executor {
   const egress = egressAllowing([peer.origin, api.url]);
   exchanged = createTokenExchangeTokens({ fetch: egress.fetch, secretResolver: secrets.resolve, ...options });
-  return createExecutor({
+  return testExecutor({
     secretResolver: secrets.resolve,
     tokenSetStore: createSealedTokenSetStore({
       store: tokens.store,
@@ -136,7 +138,7 @@ function callApi(
   subject: string,
   token?: { value: string; expiresAt?: number },
 ) {
-  return executor.execute({
+  return executeOnce(executor, {
     snapshot: itemSnapshot(api.url, { upstream_url_template: `${api.url}/items/{id}` }),
     args: { path: { id: "a" } },
     authProfile: profile,
@@ -220,7 +222,7 @@ describe("oauth_user against oidc-provider", () => {
       tokenSetStore: store,
       onEvent: (event) => events.push(event),
     });
-    executor = createExecutor({
+    executor = testExecutor({
       secretResolver: secrets.resolve,
       tokenSetStore: store,
       constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -427,7 +429,7 @@ describe("attack: a token endpoint answering deep JSON or huge bodies", () => {
     });
     try {
       const egress = egressAllowing([hostile.origin, api.url]);
-      const hostileExecutor = createExecutor({
+      const hostileExecutor = testExecutor({
         secretResolver: secrets.resolve,
         tokenSetStore: tokens.tokenSetStore,
         constraintsRollout: { enabled: false, isPartnerAllowlisted: () => false },
@@ -437,7 +439,7 @@ describe("attack: a token endpoint answering deep JSON or huge bodies", () => {
       for (const body of answers) {
         answer = body;
         const error = await rejection(
-          hostileExecutor.execute({
+          executeOnce(hostileExecutor, {
             snapshot: itemSnapshot(api.url, { upstream_url_template: `${api.url}/items/{id}` }),
             args: { path: { id: "a" } },
             authProfile: exchangeProfile({ tokenUrl: `${hostile.origin}/token` }),

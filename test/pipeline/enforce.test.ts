@@ -21,8 +21,9 @@ import type { PolicyDocumentV1 } from "../../src/core/policy-document.ts";
 import { AuthorityError, errorCodes } from "../../src/errors.ts";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
-import { createExecutor, type Executor } from "../../src/execute/executor.ts";
+import type { Executor } from "../../src/execute/executor.ts";
 import type { InvocationRequest } from "../../src/pipeline/authorize.ts";
+import { denyForError } from "../../src/pipeline/check.ts";
 import {
   createEnforcementPipeline,
   type EnforcementPipeline,
@@ -31,7 +32,6 @@ import {
 } from "../../src/pipeline/enforce.ts";
 import { pipelineFailure } from "../../src/pipeline/failure.ts";
 import type { DecisionRuntime } from "../../src/policy/runtime.ts";
-import { denyForError } from "../../src/servers/sidecar/engine.ts";
 import { SqliteStore } from "../../src/store/index.ts";
 import { logs, type SubjectRecord } from "../../src/store/model.ts";
 import {
@@ -44,6 +44,7 @@ import {
   type TokenStoreFixture,
 } from "../execute/helpers.ts";
 import { egressAllowing } from "../helpers/egress.ts";
+import { testExecutor } from "../helpers/execute-once.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 
 const PARTNER = "partner-1";
@@ -150,7 +151,7 @@ function world(
       partnerAllowlist: [PARTNER],
     }),
   } as DecisionRuntime;
-  const executor = createExecutor({
+  const executor = testExecutor({
     secretResolver: secretTable({ "ref:api-key": API_KEY }).resolve,
     tokenSetStore: tokens.tokenSetStore,
     constraintsRollout: decisions.constraintsRollout,

@@ -16,7 +16,6 @@ export async function createAuthorityApp(
   registry: Registry,
 ): Promise<FastifyInstance> {
   const app = createHttpServer({
-    name: "authority",
     logger: context.logger,
     bodyLimit: context.config.bodyLimitBytes,
   });

@@ -132,7 +132,6 @@ export function composeAuthorityServices(
     options.mcpExecutor ??
     createExecutor({
       secretResolver: executorSecrets,
-      tokenSetStore,
       oauthUser: userGrants.oauthUser,
       tokenExchange: userGrants.tokenExchange,
       constraintsRollout: decisions.constraintsRollout,

@@ -12,7 +12,8 @@ export interface CryptoServerOptions {
   readonly kek: Kek;
   /** Verifies the identity provider's bearer tokens (actions and admin routes). */
   readonly verifier: JwtVerifier;
-  readonly logger?: Logger;
+  /** The process's logger, from its composition root. */
+  readonly logger: Logger;
   /** Clock for signing times and records (tests). */
   readonly now?: () => Date;
   /** Largest request body in bytes (default 2 MiB: above the managed API's 1 MiB). */
@@ -35,7 +36,7 @@ export interface ResolvedCryptoServerOptions {
   readonly store: Store;
   readonly kek: Kek;
   readonly verifier: JwtVerifier;
-  readonly logger: Logger | undefined;
+  readonly logger: Logger;
   readonly now: () => Date;
   readonly bodyLimit: number;
   readonly adminRole: string;
@@ -71,6 +72,9 @@ export function resolveCryptoServerOptions(options: CryptoServerOptions): Resolv
   if (!(kek instanceof Kek)) throw new CryptoServerConfigError("kek must be a loaded Kek");
   if (typeof verifier !== "object" || verifier === null || typeof verifier.verify !== "function") {
     throw new CryptoServerConfigError("verifier is required");
+  }
+  if (typeof options.logger?.info !== "function") {
+    throw new CryptoServerConfigError("logger is required (the composition root's)");
   }
   if (options.now !== undefined && typeof options.now !== "function") {
     throw new CryptoServerConfigError("now must be a function");

@@ -159,11 +159,10 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
   const verifier: JwtVerifier = cachingVerifier(config.verifier, { maxAgeMs: config.tokenCacheMaxAgeMs });
 
   const app = createHttpServer({
-    name: "crypto",
     bodyLimit: config.bodyLimit,
     // Owner ids (OWNER_ID) are up to 128 characters and travel as a path parameter.
     maxParamLength: 128,
-    ...(config.logger === undefined ? {} : { logger: config.logger }),
+    logger: config.logger,
   });
 
   async function bearer(request: FastifyRequest): Promise<VerifiedToken> {

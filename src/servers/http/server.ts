@@ -7,13 +7,12 @@ import fastify, {
 import { checkJsonBounds } from "../../core/bounded-json.ts";
 import { requestIdFrom } from "../../core/request-id.ts";
 import { AuthorityError } from "../../errors.ts";
-import { createLogger, type Logger } from "../../observability/logger.ts";
+import type { Logger } from "../../observability/logger.ts";
 import { installErrorHandling, sendError } from "./error-handling.ts";
 
 export interface HttpServerOptions {
-  /** Logger name, e.g. "authority" or "managed". */
-  readonly name: string;
-  readonly logger?: Logger;
+  /** The process's logger, from its composition root. */
+  readonly logger: Logger;
   /** Largest accepted request body in bytes (413 above). */
   readonly bodyLimit?: number;
   readonly https?: { readonly key: string | Buffer; readonly cert: string | Buffer };
@@ -62,7 +61,7 @@ export function boundJsonBodies(app: FastifyInstance, options: BoundedJsonBodies
 /** The fastify base every server of the project starts from: logging, ids, limits, errors. */
 export function createHttpServer(options: HttpServerOptions): FastifyInstance {
   const app = fastify({
-    loggerInstance: options.logger ?? createLogger(options.name),
+    loggerInstance: options.logger,
     bodyLimit: options.bodyLimit ?? 1024 * 1024,
     requestTimeout: options.requestTimeoutMs ?? 30_000,
     routerOptions: { maxParamLength: options.maxParamLength ?? 100 },

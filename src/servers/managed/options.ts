@@ -29,7 +29,8 @@ export interface ManagedServerOptions {
   readonly tokenCache?: Omit<TokenCacheOptions, "now">;
   /** Largest request body in bytes (default 1 MiB; 413 above). */
   readonly bodyLimit?: number;
-  readonly logger?: Logger;
+  /** The process's logger, from its composition root. */
+  readonly logger: Logger;
   /** Clock for the rate limiter and the token cache (tests). */
   readonly now?: () => number;
 }
@@ -87,7 +88,7 @@ export interface ResolvedManagedOptions {
   readonly rateLimit: RateLimit;
   readonly tokenCache: Omit<TokenCacheOptions, "now">;
   readonly bodyLimit: number;
-  readonly logger: Logger | undefined;
+  readonly logger: Logger;
   readonly now: () => number;
 }
 
@@ -116,6 +117,7 @@ export function resolveManagedOptions(options: ManagedServerOptions): ResolvedMa
   positiveInteger(tokenCache.maxEntries, "tokenCache.maxEntries", 1);
   positiveInteger(tokenCache.defaultLifetimeSec, "tokenCache.defaultLifetimeSec", 1);
   if (options.now !== undefined && typeof options.now !== "function") fail("now must be a function");
+  if (typeof options.logger?.info !== "function") fail("logger is required (the composition root's)");
   const bodyLimit = positiveInteger(options.bodyLimit, "bodyLimit", 1024 * 1024);
   if (bodyLimit < 1024) fail("bodyLimit must be at least 1024 bytes");
   return {

@@ -77,10 +77,9 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
   const limiter = createRateLimiter(config.rateLimit, { now: config.now });
 
   const app = createHttpServer({
-    name: "managed",
     bodyLimit: config.bodyLimit,
     https: config.https,
-    ...(config.logger === undefined ? {} : { logger: config.logger }),
+    logger: config.logger,
   });
   serializeWithoutFiltering(app);
   await installOpenApi(app, {

@@ -3,10 +3,10 @@ import { auditPath, boundedText, MAX_FIELD_CHARS, newRecordId } from "../../audi
 import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
 import { normalizeRequestPath } from "../../core/path-template.ts";
 import type { ErrorCode } from "../../errors.ts";
+import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "../../pipeline/check.ts";
+import { denyOf } from "../../pipeline/check.ts";
 import { logs } from "../../store/model.ts";
 import type { DecisionJournal, JournalTicket } from "./decision-journal.ts";
-import type { SidecarDecision, SidecarDeny, SidecarEngine, SidecarRequest } from "./engine.ts";
-import { denyOf } from "./engine.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { createRecordQueue } from "./record-queue.ts";
 
@@ -303,36 +303,12 @@ export function refusedDecision(shipped: ShippedDecision, refusal: ErrorCode): S
   return { ...shipped, decision: "denied", reason: refusal };
 }
 
-/** The receipt of each answered decision's record (what the authority stores under the shipped id and time). */
-const decisionReceipts = new WeakMap<SidecarDecision, string>();
-
 /**
- * The receipt (audit/receipts.ts) that finds this decision's record once the authority stored
- * it; undefined for an answer that was not recorded (the shipper refusing records).
+ * The decision answered, carrying the receipt (audit/receipts.ts) that finds its record once
+ * the authority stored it (a refusal later keeps the record's id and time).
  */
-export function receiptOfDecision(decision: SidecarDecision): string | undefined {
-  return decisionReceipts.get(decision);
-}
-
-/** The decision answered, remembered with the record that says so (a refusal later keeps its id and time). */
-function receipted(decision: SidecarDecision, shipped: ShippedDecision): SidecarDecision {
-  decisionReceipts.set(decision, receiptOf(logs.audit, shipped));
-  return decision;
-}
-
-/** Allows of the forward proxy whose record waits for the proxy's outcome (settleDecision). */
-const awaitingOutcome = new WeakMap<SidecarDecision, (refusal: ErrorCode | null) => void>();
-
-/**
- * Records the outcome of a proxy allow: null when the upstream's answer was passed on, else
- * the code the proxy refused with after the decision. Once per decision; a decision that is
- * not waiting (a deny, an ext_authz answer) is already recorded and this does nothing.
- */
-export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | null): void {
-  const settle = awaitingOutcome.get(decision);
-  if (settle === undefined) return;
-  awaitingOutcome.delete(decision);
-  settle(refusal);
+function receipted<D extends SidecarDecision>(decision: D, shipped: ShippedDecision): D {
+  return { ...decision, receipt: receiptOf(logs.audit, shipped) };
 }
 
 /**
@@ -343,9 +319,9 @@ export function settleDecision(decision: SidecarDecision, refusal: ErrorCode | n
  * Every record is written ahead (`shipper.writeAhead`, then `shipper.written`: the journal
  * writes the records of one event-loop turn together) before the decision is returned; an
  * allow whose record cannot be written becomes a 503 deny. An allow on the forward proxy is
- * queued once the proxy knows what became of it (`settleDecision`, which the proxy calls when
- * the response ends): a refusal after the decision is the record's deny with its code, whatever
- * step refused — never an allow — written again under the same `id`.
+ * queued once the proxy knows what became of it (the allow's `settle`, which the proxy calls
+ * when the response ends): a refusal after the decision is the record's deny with its code,
+ * whatever step refused — never an allow — written again under the same `id`.
  */
 export function auditedEngine(
   engine: SidecarEngine,
@@ -416,7 +392,10 @@ export function auditedEngine(
   ): SidecarDecision => {
     if (decision.allow && request.transport === "proxy") {
       // Written ahead now; queued when the outcome is known, as what became of the request.
-      awaitingOutcome.set(decision, (refusal) => {
+      let settled = false;
+      const settle = (refusal: ErrorCode | null): void => {
+        if (settled) return;
+        settled = true;
         if (refusal === null) {
           shipper.push(shipped, [ahead]);
           return;
@@ -424,8 +403,8 @@ export function auditedEngine(
         const refused = refusedDecision(shipped, refusal);
         const outcome = writeAhead(refused);
         shipper.push(refused, [ahead, outcome instanceof Error ? undefined : outcome]);
-      });
-      return receipted(decision, shipped);
+      };
+      return { ...receipted(decision, shipped), settle };
     }
     shipper.push(shipped, [ahead]);
     return receipted(decision, shipped);

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { RECEIPT_HEADER } from "../../audit/receipts.ts";
-import { receiptOfDecision } from "./decision-log.ts";
-import type { SidecarAllow, SidecarDecision, SidecarEngine } from "./engine.ts";
+import type { SidecarAllow, SidecarDecision, SidecarEngine } from "../../pipeline/check.ts";
+import { declaredHeaders, type HeaderBag, type RequestBody } from "../../pipeline/request-arguments.ts";
 import { REQUEST_ID_HEADER } from "./grpc/check-response.ts";
 import type {
   AllowDecision,
@@ -11,7 +11,7 @@ import type {
   DenyDecision,
   DenyHttpStatus,
 } from "./grpc/types.ts";
-import { declaredHeaders, type HeaderBag, headersToRemove, type RequestBody } from "./request-input.ts";
+import { headersToRemove } from "./request-input.ts";
 
 /**
  * ext_authz on top of the engine. An allow sets (OVERWRITE_IF_EXISTS_OR_ADD) the request id,
@@ -91,7 +91,7 @@ export function toCheckDecision(
   route: { readonly keepCallerAuthorization?: boolean } = {},
 ): CheckDecision {
   // The record's receipt goes back to the client on either answer (Envoy passes it on).
-  const receipt = receiptOfDecision(decision);
+  const { receipt } = decision;
   const toClient = receipt === undefined ? undefined : { [RECEIPT_HEADER]: receipt };
   if (!decision.allow) {
     const headers =

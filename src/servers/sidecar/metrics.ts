@@ -1,8 +1,8 @@
 import { Counter, type Registry } from "prom-client";
 import { errorCodes } from "../../errors.ts";
 import { createMetricsRegistry, gauge, upstreamBucketsSeconds } from "../../observability/metrics.ts";
+import type { Transport } from "../../pipeline/check.ts";
 import type { CacheLayer } from "../../policy/cache/index.ts";
-import type { Transport } from "./engine.ts";
 
 /**
  * The sidecar's Prometheus series (docs/sidecar.md, "Metrics"). Every label value comes

@@ -28,13 +28,19 @@ import {
 } from "../../execute/secret-scrub.ts";
 import { renderUpstreamRequest } from "../../execute/url.ts";
 import type { Tracing } from "../../observability/tracing.ts";
-import { settleDecision } from "./decision-log.ts";
-import { denyForError, denyOf, type SidecarAllow, type SidecarDeny, type SidecarEngine } from "./engine.ts";
+import {
+  denyForError,
+  denyOf,
+  type SidecarAllow,
+  type SidecarDeny,
+  type SidecarEngine,
+} from "../../pipeline/check.ts";
+import { declaredHeaders, type RequestBody } from "../../pipeline/request-arguments.ts";
 import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { allowHeaders, REQUEST_ID_HEADER } from "./ext-authz.ts";
 import type { SidecarMetrics } from "./metrics.ts";
 import { guardRequest } from "./request-guard.ts";
-import { declaredHeaders, isForwarded, type RequestBody } from "./request-input.ts";
+import { isForwarded } from "./request-input.ts";
 import { tracedProxyRequest, tracedUpstreamCall } from "./tracing.ts";
 
 /**
@@ -708,7 +714,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       }
       // The allow's record says what became of it: any refusal the proxy answered after the
       // decision (schema, constraints, egress, upstream, redaction…) is recorded as that deny.
-      res.once("close", () => settleDecision(decision, refusals.get(res) ?? null));
+      res.once("close", () => decision.settle?.(refusals.get(res) ?? null));
       try {
         forward(req, res, decision);
       } catch (error) {

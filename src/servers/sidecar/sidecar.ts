@@ -5,6 +5,7 @@ import type { EgressPolicy } from "../../execute/egress.ts";
 import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { Tracing } from "../../observability/tracing.ts";
+import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -22,7 +23,6 @@ import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
-import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "./engine.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { createFetchCache } from "./fetch-cache.ts";

@@ -14,8 +14,8 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from "node:http";
 import type { OpenSpan, SpanOutcome, TraceCarrier, Tracing } from "../../observability/tracing.ts";
+import type { HeaderBag } from "../../pipeline/request-arguments.ts";
 import type { CallMetadata, CheckDecision, CheckFunction } from "./grpc/types.ts";
-import type { HeaderBag } from "./request-input.ts";
 
 function metadataCarrier(metadata: CallMetadata | undefined): TraceCarrier {
   return (name) => {

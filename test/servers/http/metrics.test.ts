@@ -13,7 +13,7 @@ describe("HTTP metrics at /metrics", () => {
   let base: string;
 
   before(async () => {
-    app = createHttpServer({ name: "metrics-test", logger: pino({ level: "silent" }) });
+    app = createHttpServer({ logger: pino({ level: "silent" }) });
     installHttpMetrics(app, { namespace: "authority", registry: createMetricsRegistry() });
     app.get("/things/:id", async () => ({ ok: true }));
     await app.listen({ host: "127.0.0.1", port: 0 });

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
+import { pino } from "pino";
 import { AuthorityError } from "../../../src/errors.ts";
 import { createHttpServer, requestIdFrom } from "../../../src/servers/http/server.ts";
 
@@ -8,7 +9,7 @@ describe("http server base", () => {
   let app: FastifyInstance;
   let base: string;
   before(async () => {
-    app = createHttpServer({ name: "test", bodyLimit: 1024, logger: undefined });
+    app = createHttpServer({ bodyLimit: 1024, logger: pino({ level: "silent" }) });
     app.post(
       "/echo",
       { schema: { body: { type: "object", required: ["n"], properties: { n: { type: "integer" } } } } },

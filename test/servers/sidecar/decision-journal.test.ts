@@ -14,21 +14,17 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import {
-  JournalFullError,
-  type JournalTicket,
-  openDecisionJournal,
-} from "../../../src/servers/sidecar/decision-journal.ts";
-import {
-  auditedEngine,
-  createDecisionShipper,
-  settleDecision,
-} from "../../../src/servers/sidecar/decision-log.ts";
-import {
   denyOf,
   type SidecarDecision,
   type SidecarEngine,
   type SidecarRequest,
-} from "../../../src/servers/sidecar/engine.ts";
+} from "../../../src/pipeline/check.ts";
+import {
+  JournalFullError,
+  type JournalTicket,
+  openDecisionJournal,
+} from "../../../src/servers/sidecar/decision-journal.ts";
+import { auditedEngine, createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
 import { SidecarConfigError } from "../../../src/servers/sidecar/errors.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 
@@ -120,10 +116,9 @@ describe("the decision journal", () => {
     assert.equal(lines(dir).length, 1);
     assert.equal(JSON.parse(lines(dir)[0] ?? "{}").requestId, "grpc-allow-1");
     await first.engine.decide(request("proxy", "proxy-allow-1"));
-    await first.engine.decide(request("proxy", "proxy-refused-1"));
-    const refused = first.decisions.at(-1);
-    assert.ok(refused);
-    settleDecision(refused, "upstream_unavailable");
+    const refused = await first.engine.decide(request("proxy", "proxy-refused-1"));
+    assert.ok(refused.allow && refused.settle !== undefined);
+    refused.settle("upstream_unavailable");
     // The outcome's line is written at the end of the turn.
     await new Promise((resolve) => setImmediate(resolve));
     // The process dies here (no close, no flush): the next one opens the same directory.

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
+import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/pipeline/check.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import {
   auditedEngine,
   createDecisionShipper,
   shippedDecision,
 } from "../../../src/servers/sidecar/decision-log.ts";
-import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import { type FaultProxy, startFaultProxy } from "../../helpers/fault-proxy.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";

@@ -1,12 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
-import {
-  auditedEngine,
-  createDecisionShipper,
-  settleDecision,
-} from "../../../src/servers/sidecar/decision-log.ts";
-import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/servers/sidecar/engine.ts";
+import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/pipeline/check.ts";
+import { auditedEngine, createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
 import { AGENT, CAPABILITY, type SidecarHandle, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**
@@ -51,8 +47,9 @@ describe("proxy allows are recorded with their outcome", () => {
 
   test("a refusal after the allow is the record's deny, with the reason and the permission", async () => {
     const records = await recorded((decision) => {
-      settleDecision(decision, "upstream_error");
-      settleDecision(decision, null); // once only
+      assert.ok(decision.allow);
+      decision.settle?.("upstream_error");
+      decision.settle?.(null); // once only
     });
     assert.deepEqual(
       records.map((r) => [r.decision, r.reason, r.permission_id, r.transport]),
@@ -61,7 +58,10 @@ describe("proxy allows are recorded with their outcome", () => {
   });
 
   test("an answered allow is recorded as allowed, once", async () => {
-    const records = await recorded((decision) => settleDecision(decision, null));
+    const records = await recorded((decision) => {
+      assert.ok(decision.allow);
+      decision.settle?.(null);
+    });
     assert.deepEqual(
       records.map((r) => [r.decision, r.reason]),
       [["allowed", null]],

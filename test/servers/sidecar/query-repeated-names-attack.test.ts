@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { queryArguments } from "../../../src/servers/sidecar/request-input.ts";
+import { queryArguments } from "../../../src/pipeline/request-arguments.ts";
 
 /**
  * Attack test: a repeated query name must not grow its array by copying it, nor a pair without

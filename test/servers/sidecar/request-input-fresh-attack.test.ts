@@ -3,7 +3,8 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { OperationSnapshot } from "../../../src/core/operation-snapshot.ts";
 import { enforceOperationInput } from "../../../src/execute/input.ts";
-import { headersToRemove, operationArguments } from "../../../src/servers/sidecar/request-input.ts";
+import { operationArguments } from "../../../src/pipeline/request-arguments.ts";
+import { headersToRemove } from "../../../src/servers/sidecar/request-input.ts";
 import { snapshot } from "../../core/fixtures.ts";
 
 /**

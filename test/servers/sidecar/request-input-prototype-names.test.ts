@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { enforceOperationInput } from "../../../src/execute/input.ts";
-import { operationArguments } from "../../../src/servers/sidecar/request-input.ts";
+import { operationArguments } from "../../../src/pipeline/request-arguments.ts";
 import { snapshot } from "../../core/fixtures.ts";
 
 /**

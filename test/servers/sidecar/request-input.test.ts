@@ -6,13 +6,15 @@ import { enforceOperationInput } from "../../../src/execute/input.ts";
 import { ROUTING_OVERRIDE_HEADERS } from "../../../src/execute/routing-overrides.ts";
 import {
   bodyArgument,
-  FORWARDED_HEADERS,
   hasDuplicateKey,
+  operationArguments,
+  queryArguments,
+} from "../../../src/pipeline/request-arguments.ts";
+import {
+  FORWARDED_HEADERS,
   headersToRemove,
   isForwarded,
   isNeverForwarded,
-  operationArguments,
-  queryArguments,
 } from "../../../src/servers/sidecar/request-input.ts";
 import { snapshot } from "../../core/fixtures.ts";
 
