@@ -4,6 +4,7 @@ import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.t
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
+import type { PolicyChange } from "../change-log.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
@@ -183,6 +184,10 @@ export interface VerifiedPolicyCache {
 }
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
+
+/** A verified policy that denies as revoked (whatever head Redis reports, a later grant has a higher one). */
+const isRevocation = (policy: VerifiedPolicy): boolean =>
+  policy.load.ok && policy.load.document.revoked_at !== null;
 
 /** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
 const AUTHORITY_FACTS_TTL_MS = 60_000;
@@ -442,7 +447,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
           revokedAt: change.revoked_at,
         });
         const entry = local.quiet(change.subject_id);
-        if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
+        if (entry === undefined || entry.head >= change.head) continue;
+        const revoked = revokedByLog(entry, change);
+        if (revoked === undefined) local.delete(change.subject_id);
+        else {
+          local.set(change.subject_id, revoked);
+          raiseView(change.subject_id, change.head);
+        }
       }
     }),
     freshness?.onReset(() => {
@@ -451,6 +462,27 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       local.clear();
     }),
   ];
+  /**
+   * A logged revocation of the very policy cached: the verified document with the revocation
+   * applied, at the logged head — what the re-signed revoked policy decides, so every sidecar
+   * denies as soon as the log reaches it instead of after one more fetch and verification
+   * (decision 2731). The log is the authority's own word, and honouring a revocation can only
+   * deny (as the record's deny-only marker, withRevocationMarker); the entry keeps no signed
+   * facts, so it is never sealed into Redis nor confirms a Redis entry, and any later head
+   * (a new grant) replaces it. Anything else a change says still evicts.
+   */
+  const revokedByLog = (entry: VerifiedPolicy, change: PolicyChange): VerifiedPolicy | undefined => {
+    if (!entry.load.ok || typeof change.revoked_at !== "string" || change.document_hash === null) {
+      return undefined;
+    }
+    const { signed: _signed, ...kept } = entry;
+    return {
+      ...kept,
+      head: change.head,
+      verifiedAt: now(),
+      load: verified(entry.load.document, { revoked_at: change.revoked_at }),
+    };
+  };
   const assertFresh = (): void => {
     if (freshness !== undefined && !freshness.current()) {
       throw new PolicyCacheError(
@@ -813,6 +845,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (entry !== undefined && head !== null && entry.head === head && at - entry.verifiedAt <= maxAgeMs) {
       events.lookup?.("local", true);
       revalidateSoon(entry, at);
+      return { policy: entry, layer: "local" };
+    }
+    if (entry !== undefined && head !== null && head < entry.head && isRevocation(entry)) {
+      // Redis is behind a revocation the authority's log delivered: a deny needs no newer word.
+      events.lookup?.("local", true);
       return { policy: entry, layer: "local" };
     }
     events.lookup?.("local", false);

@@ -414,18 +414,48 @@ describe("verified-policy cache under the authority's change log (freshness leas
     source.records.set("f2", await protectedRecord(protector, "f2", 1));
     const { cache, driven } = await sidecar(source);
     await cache.get("f2");
-    const revoked = await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" });
-    driven.log(revoked);
+    const rewritten = await protectedRecord(protector, "f2", 2, { expires_at: "2098-01-01T00:00:00Z" });
+    driven.log(rewritten);
     assert.equal(cache.peek("f2"), undefined);
     // The authority's answer was read before the change (it was on its way): never used.
     await assert.rejects(cache.get("f2"), { code: "source_inconsistent" });
-    source.records.set(
-      "f2",
-      await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
-    );
+    source.records.set("f2", rewritten);
     const lookup = await cache.get("f2");
     assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.head, 2);
+  });
+
+  test("a logged revocation of the cached policy denies at once, without asking the authority; a later grant replaces it", async () => {
+    const source = recordSource(protector);
+    source.records.set("f5", await protectedRecord(protector, "f5", 1));
+    const { cache, driven } = await sidecar(source);
+    assert.equal((await cache.get("f5")).policy.load.ok, true);
+    // The second lookup reads the head Redis now holds: the head view knows the subject.
+    assert.equal((await cache.get("f5")).layer, "local");
+    assert.equal(source.calls.length, 1);
+    const revoked = await protectedRecord(protector, "f5", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    driven.log(revoked);
+    const at = cache.peek("f5");
+    assert.ok(at?.policy.load.ok);
+    assert.equal(at.policy.head, 2);
+    assert.equal(at.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    const lookup = await cache.get("f5");
+    assert.ok(lookup.policy.load.ok);
     assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    assert.equal(source.calls.length, 1, "no fetch: the log's revocation was applied to the cached policy");
+    // Not sealed into Redis: the next reader there still asks the authority.
+    const sealed = openEntry(keys, policyEntryName("f5"), (await redis.get(policyEntryKey("f5"))) ?? "");
+    assert.ok(sealed.ok);
+    assert.equal((sealed.value as { head: number }).head, 1);
+    // A new grant (a later head, not revoked) is never served from the revoked entry.
+    const granted = await protectedRecord(protector, "f5", 3);
+    source.records.set("f5", granted);
+    driven.log(granted);
+    assert.equal(cache.peek("f5"), undefined);
+    const regranted = await cache.get("f5");
+    assert.ok(regranted.policy.load.ok);
+    assert.equal(regranted.policy.load.document.revoked_at, null);
+    assert.equal(regranted.policy.head, 3);
   });
 
   test("a sealed Redis entry is used only as the record the authority confirmed: not a rolled-back or relabelled one", async () => {
