@@ -185,6 +185,10 @@ export interface VerifiedPolicyCache {
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
 
+/** Evicted entries kept for the log (revokedByLog): a few, for a few seconds (a lease is 2 s by default). */
+const SUPERSEDED_MAX = 256;
+const SUPERSEDED_TTL_MS = 5_000;
+
 /** A verified policy that denies as revoked (whatever head Redis reports, a later grant has a higher one). */
 const isRevocation = (policy: VerifiedPolicy): boolean =>
   policy.load.ok && policy.load.document.revoked_at !== null;
@@ -438,6 +442,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const known = authorityFacts.get(subjectId);
     if (known === undefined || facts.head > known.head) authorityFacts.set(subjectId, facts);
   };
+  /**
+   * Local entries a Redis change message evicted lately, until the log says what the change was
+   * (revokedByLog). Only read for a logged change; never answers a lookup.
+   */
+  const superseded = new LRUCache<string, VerifiedPolicy>({ max: SUPERSEDED_MAX, ttl: SUPERSEDED_TTL_MS });
   const unfollow = [
     freshness?.onChanges((changes) => {
       for (const change of changes) {
@@ -446,7 +455,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
           documentHash: change.document_hash,
           revokedAt: change.revoked_at,
         });
-        const entry = local.quiet(change.subject_id);
+        const kept = superseded.get(change.subject_id);
+        superseded.delete(change.subject_id);
+        const entry = local.quiet(change.subject_id) ?? kept;
         if (entry === undefined || entry.head >= change.head) continue;
         const revoked = revokedByLog(entry, change);
         if (revoked === undefined) local.delete(change.subject_id);
@@ -460,11 +471,12 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       resets++;
       authorityFacts.clear();
       local.clear();
+      superseded.clear();
     }),
   ];
   /**
-   * A logged revocation of the very policy cached: the verified document with the revocation
-   * applied, at the logged head — what the re-signed revoked policy decides, so every sidecar
+   * A logged revocation of the very policy cached (or just evicted by a Redis message that
+   * came first, `superseded`): the verified document with the revocation applied, at the logged head — what the re-signed revoked policy decides, so every sidecar
    * denies as soon as the log reaches it instead of after one more fetch and verification
    * (decision 2731). The log is the authority's own word, and honouring a revocation can only
    * deny (as the record's deny-only marker, withRevocationMarker); the entry keeps no signed
@@ -472,7 +484,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
    * (a new grant) replaces it. Anything else a change says still evicts.
    */
   const revokedByLog = (entry: VerifiedPolicy, change: PolicyChange): VerifiedPolicy | undefined => {
-    if (!entry.load.ok || typeof change.revoked_at !== "string" || change.document_hash === null) {
+    // Heads go up by one per stored change: head + 1 is the revocation of exactly this policy.
+    if (
+      !entry.load.ok ||
+      change.head !== entry.head + 1 ||
+      typeof change.revoked_at !== "string" ||
+      change.document_hash === null
+    ) {
       return undefined;
     }
     const { signed: _signed, ...kept } = entry;
@@ -513,7 +531,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (reading !== undefined && change.head > reading.max) reading.max = change.head;
     // A newer head makes the local entry useless, also inside the staleness window.
     const entry = local.quiet(subjectId);
-    if (entry !== undefined && change.head > entry.head) local.delete(subjectId);
+    if (entry !== undefined && change.head > entry.head) {
+      local.delete(subjectId);
+      // Kept aside for the log: Redis usually announces a revocation before the log reaches us.
+      superseded.set(subjectId, entry);
+    }
   });
 
   /** The subject's head from the view, when the view is in sync and knows it; else undefined. */
@@ -924,6 +946,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       for (const stop of unfollow) stop?.();
       authorityFacts.clear();
       local.clear();
+      superseded.clear();
       confirmed.clear();
       view.clear();
     },

@@ -458,6 +458,41 @@ describe("verified-policy cache under the authority's change log (freshness leas
     assert.equal(regranted.policy.head, 3);
   });
 
+  test("a revocation Redis announced first is still applied from the log; one that skips a head is not", async () => {
+    const source = recordSource(protector);
+    source.records.set("f6", await protectedRecord(protector, "f6", 1));
+    source.records.set("f7", await protectedRecord(protector, "f7", 1));
+    const { cache, driven } = await sidecar(source);
+    for (const subject of ["f6", "f7"]) {
+      await cache.get(subject);
+      await cache.get(subject);
+    }
+    assert.equal(source.calls.length, 2);
+    const publisher = createPolicyChangePublisher({ url: server.url });
+    try {
+      assert.ok(await waitFor(() => publisher.reachable));
+      assert.equal(await publisher.publish("f6", 2), true);
+      assert.equal(await publisher.publish("f7", 3), true);
+    } finally {
+      await publisher.close();
+    }
+    assert.ok(await waitFor(() => cache.peek("f6") === undefined && cache.peek("f7") === undefined));
+    const at = "2026-01-01T00:00:00Z";
+    driven.log(await protectedRecord(protector, "f6", 2, { revoked_at: at }));
+    const revoked = await cache.get("f6");
+    assert.ok(revoked.policy.load.ok);
+    assert.equal(revoked.policy.load.document.revoked_at, at);
+    assert.equal(source.calls.length, 2, "denied from the log, no fetch");
+    // Head 3 after head 1: a change between them was not seen, so the authority is asked.
+    const skipped = await protectedRecord(protector, "f7", 3, { revoked_at: at });
+    driven.log(skipped);
+    source.records.set("f7", skipped);
+    const fetched = await cache.get("f7");
+    assert.equal(fetched.layer, "authority");
+    assert.ok(fetched.policy.load.ok);
+    assert.equal(fetched.policy.load.document.revoked_at, at);
+  });
+
   test("a sealed Redis entry is used only as the record the authority confirmed: not a rolled-back or relabelled one", async () => {
     const source = recordSource(protector);
     const active = await protectedRecord(protector, "f3", 1);
