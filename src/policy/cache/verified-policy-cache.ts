@@ -447,6 +447,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
    * (revokedByLog). Only read for a logged change; never answers a lookup.
    */
   const superseded = new LRUCache<string, VerifiedPolicy>({ max: SUPERSEDED_MAX, ttl: SUPERSEDED_TTL_MS });
+  /** Lookups waiting on a reload per subject, answered by a logged revocation (reloadOrLoggedRevocation). */
+  const revocationWaiters = new Map<string, Set<(policy: VerifiedPolicy) => void>>();
   const unfollow = [
     freshness?.onChanges((changes) => {
       for (const change of changes) {
@@ -464,6 +466,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
         else {
           local.set(change.subject_id, revoked);
           raiseView(change.subject_id, change.head);
+          for (const answer of revocationWaiters.get(change.subject_id) ?? []) answer(revoked);
         }
       }
     }),
@@ -877,11 +880,42 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     events.lookup?.("local", false);
     // A head below what this sidecar already verified is not believed: ask the authority.
     const trustedHead = entry !== undefined && head !== null && head < entry.head ? null : head;
-    const lookup = await reload(subjectId, trustedHead, entry);
+    const lookup = await reloadOrLoggedRevocation(subjectId, trustedHead, entry);
     if (trustedHead === null) {
       confirmed.set(subjectId, { head: lookup.policy.head, at: lookup.policy.verifiedAt });
     }
     return lookup;
+  };
+
+  /**
+   * The reload, unless the log applies a revocation of the subject first (revokedByLog): a
+   * Check that started a fetch on a Redis message is then answered with it at once (the fetch
+   * goes on and stores what the authority says).
+   */
+  const reloadOrLoggedRevocation = async (
+    subjectId: string,
+    head: number | null,
+    known: VerifiedPolicy | undefined,
+  ): Promise<PolicyLookup> => {
+    if (freshness === undefined) return reload(subjectId, head, known);
+    const waiters = revocationWaiters.get(subjectId) ?? new Set<(policy: VerifiedPolicy) => void>();
+    revocationWaiters.set(subjectId, waiters);
+    let answer: ((policy: VerifiedPolicy) => void) | undefined;
+    const revoked = new Promise<PolicyLookup>((resolve) => {
+      answer = (policy) => {
+        if (head === null || policy.head >= head) resolve({ policy, layer: "local" });
+      };
+      waiters.add(answer);
+    });
+    const reloading = reload(subjectId, head, known);
+    try {
+      return await Promise.race([reloading, revoked]);
+    } finally {
+      reloading.catch(() => undefined);
+      if (answer !== undefined) waiters.delete(answer);
+      if (waiters.size === 0 && revocationWaiters.get(subjectId) === waiters)
+        revocationWaiters.delete(subjectId);
+    }
   };
 
   const peek = (subjectId: string): PolicyLookup | undefined => {

@@ -493,6 +493,45 @@ describe("verified-policy cache under the authority's change log (freshness leas
     assert.equal(fetched.policy.load.document.revoked_at, at);
   });
 
+  test("a lookup waiting on a fetch a Redis message started is answered by the logged revocation", async () => {
+    const source = recordSource(protector);
+    source.records.set("f8", await protectedRecord(protector, "f8", 1));
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = {
+      ...source,
+      async fetchPolicy(subjectId: string, options: { readonly knownHead?: number }) {
+        if (source.calls.length > 0) await gate;
+        return source.fetchPolicy(subjectId, options);
+      },
+    };
+    const { cache, driven } = await sidecar(slow);
+    await cache.get("f8");
+    await cache.get("f8");
+    const publisher = createPolicyChangePublisher({ url: server.url });
+    try {
+      assert.ok(await waitFor(() => publisher.reachable));
+      await publisher.publish("f8", 2);
+    } finally {
+      await publisher.close();
+    }
+    assert.ok(await waitFor(() => cache.peek("f8") === undefined));
+    const pending = cache.get("f8");
+    const revoked = await protectedRecord(protector, "f8", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    source.records.set("f8", revoked);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    driven.log(revoked);
+    const late = new Promise<never>((_, reject) => {
+      setTimeout(() => reject(new Error("still waiting on the fetch")), 5000).unref();
+    });
+    const lookup = await Promise.race([pending, late]).finally(release);
+    assert.equal(lookup.layer, "local");
+    assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+  });
+
   test("a sealed Redis entry is used only as the record the authority confirmed: not a rolled-back or relabelled one", async () => {
     const source = recordSource(protector);
     const active = await protectedRecord(protector, "f3", 1);
