@@ -479,9 +479,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   ];
   /**
    * A logged revocation of the very policy cached (or just evicted by a Redis message that
-   * came first, `superseded`): the verified document with the revocation applied, at the logged head — what the re-signed revoked policy decides, so every sidecar
-   * denies as soon as the log reaches it instead of after one more fetch and verification
-   * (decision 2731). The log is the authority's own word, and honouring a revocation can only
+   * came first, `superseded`): the verified document with the revocation applied, at the
+   * logged head — what the re-signed revoked policy decides, so every sidecar denies as soon
+   * as the log reaches it instead of after one more fetch and verification (decision 2731). The log is the authority's own word, and honouring a revocation can only
    * deny (as the record's deny-only marker, withRevocationMarker); the entry keeps no signed
    * facts, so it is never sealed into Redis nor confirms a Redis entry, and any later head
    * (a new grant) replaces it. Anything else a change says still evicts.
