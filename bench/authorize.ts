@@ -21,6 +21,7 @@ import { createServer, type Server } from "node:http";
 import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { setTimeout as delay } from "node:timers/promises";
 import { resolveAuthorityConfig } from "../src/config/authority.ts";
 import { buildAuthorityService } from "../src/servers/authority/build.ts";
@@ -42,6 +43,11 @@ export interface AuthorizeBenchRow {
   target: string;
   /** p99 of how late the open-loop generator dispatched after the due time (its timer). */
   generatorLateP99Ms?: number;
+  /**
+   * The service's own event-loop delay during the run (p99 / max, ms): a stall of the service
+   * (GC, a checkpoint, a synchronous write) shows here; a tail without one is the machine's.
+   */
+  serverLoopDelayMs?: string;
 }
 
 export interface AuthorizeBenchOptions {
@@ -75,7 +81,7 @@ function cannon(options: Record<string, unknown>): Promise<CannonResult> {
 
 type ChildMessage =
   | { type: "ready"; url: string; noopUrl: string; token: string }
-  | { type: "cpu"; micros: number }
+  | { type: "cpu"; micros: number; loopP99Ms: number; loopMaxMs: number }
   | { type: "closed" };
 
 /** The service side: IdP + authority service + seed, then answers "cpu" and "close" requests. */
@@ -102,10 +108,20 @@ async function serve(logLevel: string): Promise<void> {
   await seedAll(service.context.store, service.context.protector);
   const token = (await idp.issueToken({ subject: "agent-7", lifetimeSec: 3600 })).accessToken;
   const send = (message: ChildMessage) => process.send?.(message);
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
   process.on("message", (message: { type: string }) => {
     if (message.type === "cpu") {
+      // Each answer covers the loop delay since the previous one.
       const usage = process.cpuUsage();
-      send({ type: "cpu", micros: usage.user + usage.system });
+      const ms = (ns: number) => Number((ns / 1e6).toFixed(1));
+      send({
+        type: "cpu",
+        micros: usage.user + usage.system,
+        loopP99Ms: ms(loop.percentile(99)),
+        loopMaxMs: ms(loop.max),
+      });
+      loop.reset();
     } else if (message.type === "close") {
       void (async () => {
         await service.recorder.flush(30_000);
@@ -162,11 +178,12 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
   });
   try {
     const { url, noopUrl, token } = await nextMessage(child, "ready");
-    const cpu = async () => {
+    const sample = async () => {
       const answer = nextMessage(child, "cpu");
       child.send({ type: "cpu" });
-      return (await answer).micros;
+      return answer;
     };
+    const cpu = async () => (await sample()).micros;
     const request = {
       url: `${url}/v1/authorize-invocation`,
       method: "POST",
@@ -210,6 +227,7 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         warmupMs: 1000,
         connections: 16,
       });
+      const after = await sample();
       return {
         name,
         requests: result.requests,
@@ -218,9 +236,10 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         p99Ms: result.p99Ms,
         errors: result.errors,
         non2xx: result.non2xx,
-        serverCpuUsPerRequest: Math.round(((await cpu()) - before) / Math.max(1, result.requests)),
+        serverCpuUsPerRequest: Math.round((after.micros - before) / Math.max(1, result.requests)),
         target,
         generatorLateP99Ms: result.lateP99Ms,
+        serverLoopDelayMs: `${after.loopP99Ms} / ${after.loopMaxMs}`,
       };
     };
     const baseline = await paced(`no-op node:http server @ ${rate} req/s (baseline)`, noopUrl, "");

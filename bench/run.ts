@@ -191,6 +191,15 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     run: async () => (await import("./authorize.ts")).benchAuthorize(),
   },
   {
+    name: "revocation",
+    title:
+      "Revocation propagation: a policy revoked on the authority, four sidecars asked back to back until each denies",
+    targets: "denied by every sidecar (four) ≤ 100 ms p99 (issue 30)",
+    quick: true,
+    run: async ({ quick }) =>
+      (await import("./revocation.ts")).benchRevocation(quick ? { sidecars: 2, trials: 2 } : {}),
+  },
+  {
     name: "store-backends",
     title: "authorize-invocation and binding invoke at saturation, PostgreSQL beside SQLite",
     targets: "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route",

@@ -18,7 +18,7 @@ import {
 } from "../core/index.ts";
 import { identityOf, type SubjectAuthentication } from "../core/subject-identity.ts";
 import { type DenyExplanation, type DenyReason, type ErrorCode, errorCodes } from "../errors.ts";
-import { decisionOutcome, traced } from "../observability/tracing.ts";
+import { traced } from "../observability/tracing.ts";
 import type { PolicyRecordFacts } from "../policy/record.ts";
 import { type DecisionRuntime, principalSubject } from "../policy/runtime.ts";
 import { logs, type SubjectRecord } from "../store/model.ts";

@@ -4,6 +4,7 @@ import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.t
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
+import type { PolicyChange } from "../change-log.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
@@ -183,6 +184,14 @@ export interface VerifiedPolicyCache {
 }
 
 type DenyLoad = "missing_policy" | "policy_verification_failed";
+
+/** Evicted entries kept for the log (revokedByLog): a few, for a few seconds (a lease is 2 s by default). */
+const SUPERSEDED_MAX = 256;
+const SUPERSEDED_TTL_MS = 5_000;
+
+/** A verified policy that denies as revoked (whatever head Redis reports, a later grant has a higher one). */
+const isRevocation = (policy: VerifiedPolicy): boolean =>
+  policy.load.ok && policy.load.document.revoked_at !== null;
 
 /** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
 const AUTHORITY_FACTS_TTL_MS = 60_000;
@@ -433,6 +442,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const known = authorityFacts.get(subjectId);
     if (known === undefined || facts.head > known.head) authorityFacts.set(subjectId, facts);
   };
+  /**
+   * Local entries a Redis change message evicted lately, until the log says what the change was
+   * (revokedByLog). Only read for a logged change; never answers a lookup.
+   */
+  const superseded = new LRUCache<string, VerifiedPolicy>({ max: SUPERSEDED_MAX, ttl: SUPERSEDED_TTL_MS });
+  /** Lookups waiting on a reload per subject, answered by a logged revocation (reloadOrLoggedRevocation). */
+  const revocationWaiters = new Map<string, Set<(policy: VerifiedPolicy) => void>>();
   const unfollow = [
     freshness?.onChanges((changes) => {
       for (const change of changes) {
@@ -441,16 +457,53 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
           documentHash: change.document_hash,
           revokedAt: change.revoked_at,
         });
-        const entry = local.quiet(change.subject_id);
-        if (entry !== undefined && entry.head < change.head) local.delete(change.subject_id);
+        const kept = superseded.get(change.subject_id);
+        superseded.delete(change.subject_id);
+        const entry = local.quiet(change.subject_id) ?? kept;
+        if (entry === undefined || entry.head >= change.head) continue;
+        const revoked = revokedByLog(entry, change);
+        if (revoked === undefined) local.delete(change.subject_id);
+        else {
+          local.set(change.subject_id, revoked);
+          raiseView(change.subject_id, change.head);
+          for (const answer of revocationWaiters.get(change.subject_id) ?? []) answer(revoked);
+        }
       }
     }),
     freshness?.onReset(() => {
       resets++;
       authorityFacts.clear();
       local.clear();
+      superseded.clear();
     }),
   ];
+  /**
+   * A logged revocation of the very policy cached (or just evicted by a Redis message that
+   * came first, `superseded`): the verified document with the revocation applied, at the
+   * logged head — what the re-signed revoked policy decides, so every sidecar denies as soon
+   * as the log reaches it instead of after one more fetch and verification (decision 2731). The log is the authority's own word, and honouring a revocation can only
+   * deny (as the record's deny-only marker, withRevocationMarker); the entry keeps no signed
+   * facts, so it is never sealed into Redis nor confirms a Redis entry, and any later head
+   * (a new grant) replaces it. Anything else a change says still evicts.
+   */
+  const revokedByLog = (entry: VerifiedPolicy, change: PolicyChange): VerifiedPolicy | undefined => {
+    // Heads go up by one per stored change: head + 1 is the revocation of exactly this policy.
+    if (
+      !entry.load.ok ||
+      change.head !== entry.head + 1 ||
+      typeof change.revoked_at !== "string" ||
+      change.document_hash === null
+    ) {
+      return undefined;
+    }
+    const { signed: _signed, ...kept } = entry;
+    return {
+      ...kept,
+      head: change.head,
+      verifiedAt: now(),
+      load: verified(entry.load.document, { revoked_at: change.revoked_at }),
+    };
+  };
   const assertFresh = (): void => {
     if (freshness !== undefined && !freshness.current()) {
       throw new PolicyCacheError(
@@ -481,7 +534,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     if (reading !== undefined && change.head > reading.max) reading.max = change.head;
     // A newer head makes the local entry useless, also inside the staleness window.
     const entry = local.quiet(subjectId);
-    if (entry !== undefined && change.head > entry.head) local.delete(subjectId);
+    if (entry !== undefined && change.head > entry.head) {
+      local.delete(subjectId);
+      // Kept aside for the log: Redis usually announces a revocation before the log reaches us.
+      superseded.set(subjectId, entry);
+    }
   });
 
   /** The subject's head from the view, when the view is in sync and knows it; else undefined. */
@@ -815,14 +872,50 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       revalidateSoon(entry, at);
       return { policy: entry, layer: "local" };
     }
+    if (entry !== undefined && head !== null && head < entry.head && isRevocation(entry)) {
+      // Redis is behind a revocation the authority's log delivered: a deny needs no newer word.
+      events.lookup?.("local", true);
+      return { policy: entry, layer: "local" };
+    }
     events.lookup?.("local", false);
     // A head below what this sidecar already verified is not believed: ask the authority.
     const trustedHead = entry !== undefined && head !== null && head < entry.head ? null : head;
-    const lookup = await reload(subjectId, trustedHead, entry);
+    const lookup = await reloadOrLoggedRevocation(subjectId, trustedHead, entry);
     if (trustedHead === null) {
       confirmed.set(subjectId, { head: lookup.policy.head, at: lookup.policy.verifiedAt });
     }
     return lookup;
+  };
+
+  /**
+   * The reload, unless the log applies a revocation of the subject first (revokedByLog): a
+   * Check that started a fetch on a Redis message is then answered with it at once (the fetch
+   * goes on and stores what the authority says).
+   */
+  const reloadOrLoggedRevocation = async (
+    subjectId: string,
+    head: number | null,
+    known: VerifiedPolicy | undefined,
+  ): Promise<PolicyLookup> => {
+    if (freshness === undefined) return reload(subjectId, head, known);
+    const waiters = revocationWaiters.get(subjectId) ?? new Set<(policy: VerifiedPolicy) => void>();
+    revocationWaiters.set(subjectId, waiters);
+    let answer: ((policy: VerifiedPolicy) => void) | undefined;
+    const revoked = new Promise<PolicyLookup>((resolve) => {
+      answer = (policy) => {
+        if (head === null || policy.head >= head) resolve({ policy, layer: "local" });
+      };
+      waiters.add(answer);
+    });
+    const reloading = reload(subjectId, head, known);
+    try {
+      return await Promise.race([reloading, revoked]);
+    } finally {
+      reloading.catch(() => undefined);
+      if (answer !== undefined) waiters.delete(answer);
+      if (waiters.size === 0 && revocationWaiters.get(subjectId) === waiters)
+        revocationWaiters.delete(subjectId);
+    }
   };
 
   const peek = (subjectId: string): PolicyLookup | undefined => {
@@ -887,6 +980,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       for (const stop of unfollow) stop?.();
       authorityFacts.clear();
       local.clear();
+      superseded.clear();
       confirmed.clear();
       view.clear();
     },

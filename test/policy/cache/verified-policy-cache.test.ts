@@ -414,16 +414,120 @@ describe("verified-policy cache under the authority's change log (freshness leas
     source.records.set("f2", await protectedRecord(protector, "f2", 1));
     const { cache, driven } = await sidecar(source);
     await cache.get("f2");
-    const revoked = await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" });
-    driven.log(revoked);
+    const rewritten = await protectedRecord(protector, "f2", 2, { expires_at: "2098-01-01T00:00:00Z" });
+    driven.log(rewritten);
     assert.equal(cache.peek("f2"), undefined);
     // The authority's answer was read before the change (it was on its way): never used.
     await assert.rejects(cache.get("f2"), { code: "source_inconsistent" });
-    source.records.set(
-      "f2",
-      await protectedRecord(protector, "f2", 2, { revoked_at: "2026-01-01T00:00:00Z" }),
-    );
+    source.records.set("f2", rewritten);
     const lookup = await cache.get("f2");
+    assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.head, 2);
+  });
+
+  test("a logged revocation of the cached policy denies at once, without asking the authority; a later grant replaces it", async () => {
+    const source = recordSource(protector);
+    source.records.set("f5", await protectedRecord(protector, "f5", 1));
+    const { cache, driven } = await sidecar(source);
+    assert.equal((await cache.get("f5")).policy.load.ok, true);
+    // The second lookup reads the head Redis now holds: the head view knows the subject.
+    assert.equal((await cache.get("f5")).layer, "local");
+    assert.equal(source.calls.length, 1);
+    const revoked = await protectedRecord(protector, "f5", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    driven.log(revoked);
+    const at = cache.peek("f5");
+    assert.ok(at?.policy.load.ok);
+    assert.equal(at.policy.head, 2);
+    assert.equal(at.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    const lookup = await cache.get("f5");
+    assert.ok(lookup.policy.load.ok);
+    assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
+    assert.equal(source.calls.length, 1, "no fetch: the log's revocation was applied to the cached policy");
+    // Not sealed into Redis: the next reader there still asks the authority.
+    const sealed = openEntry(keys, policyEntryName("f5"), (await redis.get(policyEntryKey("f5"))) ?? "");
+    assert.ok(sealed.ok);
+    assert.equal((sealed.value as { head: number }).head, 1);
+    // A new grant (a later head, not revoked) is never served from the revoked entry.
+    const granted = await protectedRecord(protector, "f5", 3);
+    source.records.set("f5", granted);
+    driven.log(granted);
+    assert.equal(cache.peek("f5"), undefined);
+    const regranted = await cache.get("f5");
+    assert.ok(regranted.policy.load.ok);
+    assert.equal(regranted.policy.load.document.revoked_at, null);
+    assert.equal(regranted.policy.head, 3);
+  });
+
+  test("a revocation Redis announced first is still applied from the log; one that skips a head is not", async () => {
+    const source = recordSource(protector);
+    source.records.set("f6", await protectedRecord(protector, "f6", 1));
+    source.records.set("f7", await protectedRecord(protector, "f7", 1));
+    const { cache, driven } = await sidecar(source);
+    for (const subject of ["f6", "f7"]) {
+      await cache.get(subject);
+      await cache.get(subject);
+    }
+    assert.equal(source.calls.length, 2);
+    const publisher = createPolicyChangePublisher({ url: server.url });
+    try {
+      assert.ok(await waitFor(() => publisher.reachable));
+      assert.equal(await publisher.publish("f6", 2), true);
+      assert.equal(await publisher.publish("f7", 3), true);
+    } finally {
+      await publisher.close();
+    }
+    assert.ok(await waitFor(() => cache.peek("f6") === undefined && cache.peek("f7") === undefined));
+    const at = "2026-01-01T00:00:00Z";
+    driven.log(await protectedRecord(protector, "f6", 2, { revoked_at: at }));
+    const revoked = await cache.get("f6");
+    assert.ok(revoked.policy.load.ok);
+    assert.equal(revoked.policy.load.document.revoked_at, at);
+    assert.equal(source.calls.length, 2, "denied from the log, no fetch");
+    // Head 3 after head 1: a change between them was not seen, so the authority is asked.
+    const skipped = await protectedRecord(protector, "f7", 3, { revoked_at: at });
+    driven.log(skipped);
+    source.records.set("f7", skipped);
+    const fetched = await cache.get("f7");
+    assert.equal(fetched.layer, "authority");
+    assert.ok(fetched.policy.load.ok);
+    assert.equal(fetched.policy.load.document.revoked_at, at);
+  });
+
+  test("a lookup waiting on a fetch a Redis message started is answered by the logged revocation", async () => {
+    const source = recordSource(protector);
+    source.records.set("f8", await protectedRecord(protector, "f8", 1));
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const slow = {
+      ...source,
+      async fetchPolicy(subjectId: string, options: { readonly knownHead?: number }) {
+        if (source.calls.length > 0) await gate;
+        return source.fetchPolicy(subjectId, options);
+      },
+    };
+    const { cache, driven } = await sidecar(slow);
+    await cache.get("f8");
+    await cache.get("f8");
+    const publisher = createPolicyChangePublisher({ url: server.url });
+    try {
+      assert.ok(await waitFor(() => publisher.reachable));
+      await publisher.publish("f8", 2);
+    } finally {
+      await publisher.close();
+    }
+    assert.ok(await waitFor(() => cache.peek("f8") === undefined));
+    const pending = cache.get("f8");
+    const revoked = await protectedRecord(protector, "f8", 2, { revoked_at: "2026-01-01T00:00:00Z" });
+    source.records.set("f8", revoked);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    driven.log(revoked);
+    const late = new Promise<never>((_, reject) => {
+      setTimeout(() => reject(new Error("still waiting on the fetch")), 5000).unref();
+    });
+    const lookup = await Promise.race([pending, late]).finally(release);
+    assert.equal(lookup.layer, "local");
     assert.ok(lookup.policy.load.ok);
     assert.equal(lookup.policy.load.document.revoked_at, "2026-01-01T00:00:00Z");
   });
