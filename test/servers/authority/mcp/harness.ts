@@ -247,7 +247,8 @@ export async function startHarness(
   const issuer = await idp.listen();
   const upstream = await startUpstream();
   const clock = { offsetMs: 0 };
-  const mcp: McpConfig = options.mcp ?? { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 300 };
+  // A first call on a loaded machine can take a few hundred ms; /v1/slow answers after 5 s.
+  const mcp: McpConfig = options.mcp ?? { allowedOrigins: [ALLOWED_ORIGIN], upstreamTimeoutMs: 2_000 };
   const service = await buildAuthorityService(
     testAuthorityConfig({
       publicUrl,
