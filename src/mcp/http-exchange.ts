@@ -94,7 +94,13 @@ function acceptsEventStream(accept: string | undefined): boolean {
 }
 
 /** Headers of a streamed answer that describe a connection this route does not hold open. */
-const STREAM_ONLY_HEADERS = new Set(["connection", "content-type", "content-length"]);
+const STREAM_ONLY_HEADERS = new Set([
+  "connection",
+  "content-type",
+  "content-length",
+  "cache-control",
+  "x-accel-buffering",
+]);
 
 /**
  * A 2025-era tool call's event stream, read whole: as it is when it carries notifications

@@ -66,7 +66,10 @@ before(async () => {
       },
       async flood(_args, context) {
         for (let i = 0; i < FLOOD; i++) {
-          await context.notify("notifications/progress", { progressToken: context.progressToken, progress: i });
+          await context.notify("notifications/progress", {
+            progressToken: context.progressToken,
+            progress: i,
+          });
           await context.notify("notifications/message", { level: "error", data: `line ${i}` });
         }
         return done("flooded");
@@ -101,7 +104,11 @@ before(async () => {
     { ...source, name: "Chatty", catalog_hash: preview.catalog_hash },
     lister,
   );
-  await createSubject(h.context, PARTNER, { subject_id: "agent-n", subject_type: "agent", display_name: "n" });
+  await createSubject(h.context, PARTNER, {
+    subject_id: "agent-n",
+    subject_type: "agent",
+    display_name: "n",
+  });
   await assignCapability(h.context, h.actor, PARTNER, "agent-n", CAP, {
     allowed_permission_ids: ["leaky", "flood", "impostor"].map((tool) => `${CAP}:post:/tools/${tool}`),
     ttl_seconds: 3600,
@@ -156,7 +163,9 @@ test("2026-07-28: the injected credential in a progress message or a log line is
     );
     const relayed = JSON.stringify({ progress, logs });
     assert.ok(!relayed.includes(SECRET), `the injected credential was relayed: ${relayed}`);
-    assert.equal((logs[0]?.data as { api_token?: string }).api_token === "tok-123456789", false, "default masking");
+    const masked = logs[0]?.data as { api_token?: string } | undefined;
+    assert.notEqual(masked?.api_token, "tok-123456789", "default sensitive-field masking");
+    assert.equal(typeof masked?.api_token, "string");
     assert.equal(logs[0]?.logger, "leaky");
     assert.equal(result._meta?.[DROPPED_NOTIFICATIONS_META], undefined);
 
@@ -192,7 +201,10 @@ test("a downstream never sees the caller's progress token and cannot address one
     );
     // What the downstream was sent is the gateway's own random token, never the caller's.
     const tokens = d.requests
-      .map((request) => JSON.parse(request.body) as { method?: string; params?: { _meta?: Record<string, unknown> } })
+      .map(
+        (request) =>
+          JSON.parse(request.body) as { method?: string; params?: { _meta?: Record<string, unknown> } },
+      )
       .filter((message) => message.method === "tools/call")
       .map((message) => message.params?._meta?.progressToken);
     assert.ok(tokens.length > 0);
