@@ -12,9 +12,15 @@
 
 import { createHash, randomUUID } from "node:crypto";
 import { type CallToolResult, ProtocolError, type Tool } from "@modelcontextprotocol/client";
+import jsonPointer from "json-pointer";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
-import { applyRedactions, type RedactionRule, reportedEvents } from "../core/redaction.ts";
+import {
+  applyRedactions,
+  REDACTION_WILDCARD,
+  type RedactionRule,
+  reportedEvents,
+} from "../core/redaction.ts";
 import type { AuthInjector } from "../execute/auth-injector.ts";
 import { BodyTooLargeError } from "../execute/bounded-body.ts";
 import { type EgressPolicy, egressDenialOf } from "../execute/egress.ts";
@@ -274,6 +280,22 @@ function relayable(
   };
 }
 
+/** Whether any object at any depth has a member named as the last name of a rule's path. */
+function showsRuleMember(root: unknown, rules: readonly RedactionRule[]): boolean {
+  const names = new Set(
+    rules.map((rule) => jsonPointer.parse(rule.path).at(-1)).filter((name) => name !== REDACTION_WILDCARD),
+  );
+  if (names.size === 0) return false;
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node !== "object" || node === null) continue;
+    if (!Array.isArray(node) && Object.keys(node).some((name) => names.has(name))) return true;
+    stack.push(...(Array.isArray(node) ? node : Object.values(node)));
+  }
+  return false;
+}
+
 /**
  * Each notification scrubbed and redacted like the result (the same secrets, rules and
  * default masking), then sent; one that cannot be is dropped and counted, never sent raw.
@@ -296,6 +318,8 @@ async function relayAll(
         scrubber,
       );
       if (read.kind !== "json") throw new Error("notification params are not JSON");
+      // The rules point into a tool result; a member they name, anywhere in a notification, is not sent.
+      if (showsRuleMember(read.value, rules)) throw new Error("notification shows a redacted member");
       params = read.value;
     } catch {
       relay.dropped.scrub++;

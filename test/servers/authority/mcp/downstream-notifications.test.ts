@@ -4,7 +4,8 @@
  * and only in the form the result would: the attacks are a downstream that writes the
  * credential the gateway injected into a progress message or a log line (scrubbed), that
  * floods (bounded per call, the rest counted), that addresses the caller's own progress token
- * (never relayed: it only ever sees the gateway's), and a call the policy denies (nothing).
+ * (never relayed: it only ever sees the gateway's), a log line showing a member the tool's
+ * redaction rules name (dropped and counted), and a call the policy denies (nothing).
  */
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -62,6 +63,11 @@ before(async () => {
           data: { note: `key is ${SECRET}`, api_token: "tok-123456789" },
         });
         await context.notify("notifications/message", { level: "warning", data: `x-api-key: ${SECRET}` });
+        // A member the tool's redaction rule names (in the result): such a line is not sent at all.
+        await context.notify("notifications/message", {
+          level: "error",
+          data: { customer_ssn: "123-45-6789" },
+        });
         return done("leaked nothing");
       },
       async flood(_args, context) {
@@ -95,7 +101,14 @@ before(async () => {
     secret: SECRET,
   });
   const lister = h.context.mcp.downstreamTools;
-  const source = { url: d.url, auth_profile_ref: "chatty-key", capability_id: CAP };
+  const source = {
+    url: d.url,
+    auth_profile_ref: "chatty-key",
+    capability_id: CAP,
+    tool_rules: {
+      leaky: { "x-authority-redactions": [{ path: "/structuredContent/customer_ssn", mode: "mask" }] },
+    },
+  };
   const preview = await previewMcpServer(h.context, PARTNER, source, lister);
   await importMcpServer(
     h.context,
@@ -167,7 +180,12 @@ test("2026-07-28: the injected credential in a progress message or a log line is
     assert.notEqual(masked?.api_token, "tok-123456789", "default sensitive-field masking");
     assert.equal(typeof masked?.api_token, "string");
     assert.equal(logs[0]?.logger, "leaky");
-    assert.equal(result._meta?.[DROPPED_NOTIFICATIONS_META], undefined);
+    assert.ok(!relayed.includes("123-45-6789"));
+    assert.deepEqual(
+      result._meta?.[DROPPED_NOTIFICATIONS_META],
+      { limit: 0, scrub: 1 },
+      "dropped and counted",
+    );
 
     // Without a level in the request, a 2026-07-28 caller gets no log lines at all.
     logs.length = 0;
@@ -257,6 +275,7 @@ test("2025-11-25 (SDK 1.x): the level set with logging/setLevel holds for the cl
     );
     assert.equal(progress.length, 1);
     assert.ok(!JSON.stringify({ logs, progress }).includes(SECRET));
+    assert.ok(!JSON.stringify(logs).includes("123-45-6789"));
   } finally {
     await client.close();
   }
