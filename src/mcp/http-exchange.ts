@@ -1,7 +1,8 @@
 /**
  * One POST to /mcp, answered by the SDK's 2.x serving entries: a 2026-07-28 request (its
  * `_meta` envelope names the revision; no handshake, no session) goes to the modern
- * handler, anything else to a stateless 2025-era transport answering in plain JSON. The
+ * handler, anything else to a stateless 2025-era transport answering in plain JSON (a tool
+ * call that relays a downstream's notifications: an SSE stream, notification-relay.ts). The
  * caller is already authenticated by the route; it reaches the per-request server through
  * `authInfo` and never through anything the client sent. Transport-free otherwise: the
  * route hands in the parsed body and gets status, headers and bytes back.
