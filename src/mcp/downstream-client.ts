@@ -14,6 +14,7 @@ import {
   type JsonSchemaType,
   type JsonSchemaValidator,
   type jsonSchemaValidator,
+  LOG_LEVEL_META_KEY,
   type PriorDiscovery,
   ProtocolError,
   StreamableHTTPClientTransport,
@@ -51,13 +52,29 @@ export interface DownstreamExchange {
   readonly headers?: Readonly<Record<string, string>>;
   readonly query?: Readonly<Record<string, string>>;
   readonly signal?: AbortSignal;
+  /** Where the notifications of this exchange's own responses go (none: they are left to the SDK). */
+  readonly notifications?: NotificationSink;
+  /** The least severe log level to ask the downstream for (with `notifications`). */
+  readonly logLevel?: string;
+}
+
+/** A notification of a downstream response, as received (to be scrubbed before it goes anywhere). */
+export interface DownstreamNotification {
+  readonly method: string;
+  readonly params: Record<string, unknown>;
+}
+
+export interface NotificationSink {
+  /** The progress token sent to the downstream for this call: progress naming any other is not taken. */
+  readonly progressToken: string;
+  accept(notification: DownstreamNotification): void;
 }
 
 /**
  * The data of each event of an SSE body, as a client's parser assembles it: the event's `data`
  * lines joined by a newline (one message may be spread over several lines, none of them JSON).
  */
-function sseData(text: string): string[] {
+export function sseData(text: string): string[] {
   const events: string[] = [];
   let lines: string[] = [];
   for (const line of [...text.split(/\r\n|\r|\n/), ""]) {
@@ -70,19 +87,44 @@ function sseData(text: string): string[] {
   return events;
 }
 
-/** Each SSE event's data, and a JSON body, within the JSON bounds. */
-function checkBodyBounds(bytes: Uint8Array, contentType: string | null): void {
+/**
+ * Each SSE event's data, and a JSON body, within the JSON bounds; answers the SSE events that
+ * parsed (the messages of the stream).
+ */
+function checkBodyBounds(bytes: Uint8Array, contentType: string | null): unknown[] {
   const type = (contentType ?? "").split(";", 1)[0]?.trim().toLowerCase() ?? "";
-  if (bytes.byteLength === 0) return;
+  if (bytes.byteLength === 0) return [];
   const text = new TextDecoder().decode(bytes);
+  const messages: unknown[] = [];
   try {
     if (type === "application/json") parseBoundedJson(text, "downstream");
     else if (type === "text/event-stream")
-      for (const data of sseData(text)) parseBoundedJson(data, "downstream");
+      for (const data of sseData(text)) messages.push(parseBoundedJson(data, "downstream"));
   } catch (error) {
     // Text that is not JSON is the SDK's to refuse; text past the bounds is never handed over.
-    if (error instanceof SyntaxError) return;
+    if (error instanceof SyntaxError) return messages;
     throw new DownstreamExchangeError("too_complex");
+  }
+  return messages;
+}
+
+const RELAYABLE = new Set(["notifications/progress", "notifications/message"]);
+
+/**
+ * The progress and log notifications of this exchange's own response stream, handed to its
+ * sink: a notification on another call's stream never reaches this one, and progress naming
+ * another token than the one this call sent is not taken.
+ */
+function collectNotifications(messages: readonly unknown[], sink: NotificationSink | undefined): void {
+  if (sink === undefined) return;
+  for (const message of messages) {
+    if (typeof message !== "object" || message === null || "id" in message) continue;
+    const { method, params } = message as { method?: unknown; params?: unknown };
+    if (typeof method !== "string" || !RELAYABLE.has(method)) continue;
+    if (typeof params !== "object" || params === null || Array.isArray(params)) continue;
+    const fields = params as Record<string, unknown>;
+    if (method === "notifications/progress" && fields.progressToken !== sink.progressToken) continue;
+    sink.accept({ method, params: fields });
   }
 }
 
@@ -123,7 +165,7 @@ const exchangeFetch: FetchLike = async (input, init) => {
     throw new DownstreamExchangeError("redirect");
   }
   const bytes = await readBoundedBody(response, exchange.maxResponseBytes);
-  checkBodyBounds(bytes, response.headers.get("content-type"));
+  collectNotifications(checkBodyBounds(bytes, response.headers.get("content-type")), exchange.notifications);
   const empty = bytes.byteLength === 0 || response.status === 204 || response.status === 304;
   return new Response(empty ? null : bytes, { status: response.status, headers: response.headers });
 };
@@ -230,8 +272,20 @@ export interface DownstreamCaller {
 }
 
 function callOn(client: Client, tool: Tool, args: Record<string, unknown>, current: Current) {
+  const sink = current.exchange.notifications;
+  // The downstream gets a token of the gateway's, never the caller's, and is asked for log
+  // lines only when the caller takes them (a 2026-07-28 server sends none unless asked).
+  const meta =
+    sink === undefined
+      ? undefined
+      : {
+          progressToken: sink.progressToken,
+          ...(current.exchange.logLevel === undefined
+            ? {}
+            : { [LOG_LEVEL_META_KEY]: current.exchange.logLevel }),
+        };
   return client.callTool(
-    { name: tool.name, arguments: args },
+    { name: tool.name, arguments: args, ...(meta === undefined ? {} : { _meta: meta }) },
     { signal: current.deadline, timeout: current.exchange.timeoutMs, toolDefinition: tool },
   ) as Promise<CallToolResult>;
 }

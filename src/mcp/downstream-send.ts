@@ -10,11 +10,17 @@
  * policy's rules and default sensitive-field masking applied, failing closed.
  */
 
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { type CallToolResult, ProtocolError, type Tool } from "@modelcontextprotocol/client";
+import jsonPointer from "json-pointer";
 import { hashCanonical } from "../core/canonical-json.ts";
 import { isMcpToolSnapshot } from "../core/operation-snapshot.ts";
-import { applyRedactions, type RedactionRule, reportedEvents } from "../core/redaction.ts";
+import {
+  applyRedactions,
+  REDACTION_WILDCARD,
+  type RedactionRule,
+  reportedEvents,
+} from "../core/redaction.ts";
 import type { AuthInjector } from "../execute/auth-injector.ts";
 import { BodyTooLargeError } from "../execute/bounded-body.ts";
 import { type EgressPolicy, egressDenialOf } from "../execute/egress.ts";
@@ -29,7 +35,21 @@ import {
   type SecretScrubber,
   SecretTooShortError,
 } from "../execute/secret-scrub.ts";
-import { type DownstreamCaller, DownstreamExchangeError } from "./downstream-client.ts";
+import {
+  type DownstreamCaller,
+  DownstreamExchangeError,
+  type DownstreamNotification,
+  type NotificationSink,
+} from "./downstream-client.ts";
+import {
+  isLogLevel,
+  MAX_RELAYED_BYTES,
+  MAX_RELAYED_NOTIFICATIONS,
+  type NotificationRelay,
+  notificationRelay,
+  passesLevel,
+  type RelayedNotification,
+} from "./notification-relay.ts";
 
 export interface DownstreamSenderOptions {
   readonly egress: EgressPolicy;
@@ -144,6 +164,8 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
       totalMs: performance.now() - started,
       upstreamMs: performance.now() - upstreamStarted,
     });
+    const relay = notificationRelay();
+    const received = relay === undefined ? undefined : collector(relay);
     let answer: CallToolResult | ProtocolError;
     try {
       answer = await caller.call(
@@ -157,6 +179,8 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
           headers: { ...request.extraHeaders, ...session.credentials.headers },
           query: session.credentials.query,
           signal,
+          ...(received === undefined ? {} : { notifications: received.sink }),
+          ...(relay?.logLevel === undefined ? {} : { logLevel: relay.logLevel }),
         },
         context,
       );
@@ -185,6 +209,9 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
       });
     }
     const result = read.kind === "json" ? (read.value as Record<string, unknown>) : {};
+    // Only a result that could be scrubbed lets anything of the exchange out, in the order received.
+    if (relay !== undefined && received !== undefined)
+      await relayAll(relay, received.notifications, rules, scrubber);
     const isError = result.isError === true;
     return {
       status: 200,
@@ -199,6 +226,113 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
   }
 
   return { send };
+}
+
+/**
+ * The downstream's notifications the caller takes, as received, within the per-call bounds (a
+ * flood is counted and dropped as it arrives: the gateway keeps no more than it may relay).
+ */
+function collector(relay: NotificationRelay): {
+  readonly sink: NotificationSink;
+  readonly notifications: RelayedNotification[];
+} {
+  const notifications: RelayedNotification[] = [];
+  const sink: NotificationSink = {
+    // The gateway's own token: the downstream never learns the caller's.
+    progressToken: randomUUID(),
+    accept(notification) {
+      const taken = relayable(notification, relay);
+      if (taken === undefined) return;
+      if (notifications.length >= MAX_RELAYED_NOTIFICATIONS) relay.dropped.limit++;
+      else notifications.push(taken);
+    },
+  };
+  return { sink, notifications };
+}
+
+/** Only the fields of a notification the caller reads, when the caller takes it at all. */
+function relayable(
+  notification: DownstreamNotification,
+  relay: NotificationRelay,
+): RelayedNotification | undefined {
+  const { params } = notification;
+  if (notification.method === "notifications/progress") {
+    if (!relay.wantsProgress || typeof params.progress !== "number") return undefined;
+    return {
+      method: "notifications/progress",
+      params: {
+        progress: params.progress,
+        ...(typeof params.total === "number" ? { total: params.total } : {}),
+        ...(typeof params.message === "string" ? { message: params.message } : {}),
+      },
+    };
+  }
+  const level = params.level;
+  if (relay.logLevel === undefined || !isLogLevel(level) || !passesLevel(level, relay.logLevel))
+    return undefined;
+  return {
+    method: "notifications/message",
+    params: {
+      level,
+      data: params.data ?? null,
+      ...(typeof params.logger === "string" ? { logger: params.logger } : {}),
+    },
+  };
+}
+
+/** Whether any object at any depth has a member named as the last name of a rule's path. */
+function showsRuleMember(root: unknown, rules: readonly RedactionRule[]): boolean {
+  const names = new Set(
+    rules.map((rule) => jsonPointer.parse(rule.path).at(-1)).filter((name) => name !== REDACTION_WILDCARD),
+  );
+  if (names.size === 0) return false;
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const node = stack.pop();
+    if (typeof node !== "object" || node === null) continue;
+    if (!Array.isArray(node) && Object.keys(node).some((name) => names.has(name))) return true;
+    stack.push(...(Array.isArray(node) ? node : Object.values(node)));
+  }
+  return false;
+}
+
+/**
+ * Each notification scrubbed and redacted like the result (the same secrets, rules and
+ * default masking), then sent; one that cannot be is dropped and counted, never sent raw.
+ * The bytes relayed for one call are bounded: past them, the rest is dropped and counted.
+ */
+async function relayAll(
+  relay: NotificationRelay,
+  notifications: readonly RelayedNotification[],
+  rules: readonly RedactionRule[],
+  scrubber: SecretScrubber,
+): Promise<void> {
+  let bytes = 0;
+  for (const notification of notifications) {
+    let params: unknown;
+    try {
+      const read = scrubAndRedact(
+        Buffer.from(JSON.stringify(notification.params)),
+        "application/json",
+        rules,
+        scrubber,
+      );
+      if (read.kind !== "json") throw new Error("notification params are not JSON");
+      // The rules point into a tool result; a member they name, anywhere in a notification, is not sent.
+      if (showsRuleMember(read.value, rules)) throw new Error("notification shows a redacted member");
+      params = read.value;
+    } catch {
+      relay.dropped.scrub++;
+      continue;
+    }
+    bytes += Buffer.byteLength(JSON.stringify(params));
+    if (bytes > MAX_RELAYED_BYTES) {
+      relay.dropped.limit++;
+      continue;
+    }
+    // A caller that went away loses its notifications; the call's own answer says how it ended.
+    await relay.send({ ...notification, params } as RelayedNotification).catch(() => undefined);
+  }
 }
 
 /** What a failed exchange is, in the executor's reasons; never the transport's own words. */

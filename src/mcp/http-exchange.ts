@@ -1,7 +1,8 @@
 /**
  * One POST to /mcp, answered by the SDK's 2.x serving entries: a 2026-07-28 request (its
  * `_meta` envelope names the revision; no handshake, no session) goes to the modern
- * handler, anything else to a stateless 2025-era transport answering in plain JSON. The
+ * handler, anything else to a stateless 2025-era transport answering in plain JSON (a tool
+ * call that relays a downstream's notifications: an SSE stream, notification-relay.ts). The
  * caller is already authenticated by the route; it reaches the per-request server through
  * `authInfo` and never through anything the client sent. Transport-free otherwise: the
  * route hands in the parsed body and gets status, headers and bytes back.
@@ -13,7 +14,8 @@ import {
   isLegacyRequest,
   WebStandardStreamableHTTPServerTransport,
 } from "@modelcontextprotocol/server";
-import { createProtocolServer } from "./protocol-server.ts";
+import { sseData } from "./downstream-client.ts";
+import { createLogLevels, createProtocolServer } from "./protocol-server.ts";
 import { mcpResourceUrl } from "./resource-metadata.ts";
 import type { McpCaller, McpService } from "./service.ts";
 
@@ -70,15 +72,71 @@ function callerOf(authInfo: AuthInfo | undefined): McpCaller {
   return caller;
 }
 
+async function answerOf(response: Response): Promise<McpAnswer> {
+  return {
+    status: response.status,
+    headers: [...response.headers],
+    body: Buffer.from(await response.arrayBuffer()),
+  };
+}
+
+function isToolCall(body: unknown): boolean {
+  return (
+    typeof body === "object" &&
+    body !== null &&
+    !Array.isArray(body) &&
+    (body as { method?: unknown }).method === "tools/call" &&
+    "id" in body
+  );
+}
+
+function acceptsEventStream(accept: string | undefined): boolean {
+  return accept?.toLowerCase().includes("text/event-stream") === true;
+}
+
+/** Headers of a streamed answer that describe a connection this route does not hold open. */
+const STREAM_ONLY_HEADERS = new Set([
+  "connection",
+  "content-type",
+  "content-length",
+  "cache-control",
+  "x-accel-buffering",
+]);
+
+/**
+ * A 2025-era tool call's event stream, read whole: as it is when it carries notifications
+ * besides the response, otherwise the response alone as one JSON body (what the call answered
+ * before anything was relayed, and what a client without a stream reader expects).
+ */
+async function collapsedStream(response: Response): Promise<McpAnswer> {
+  const answer = await answerOf(response);
+  if (!(response.headers.get("content-type") ?? "").startsWith("text/event-stream")) return answer;
+  const events = sseData(answer.body.toString("utf8"));
+  const headers = answer.headers.filter(([name]) => name.toLowerCase() !== "connection");
+  if (events.length !== 1) return { ...answer, headers };
+  return {
+    status: answer.status,
+    headers: [
+      ...headers.filter(([name]) => !STREAM_ONLY_HEADERS.has(name.toLowerCase())),
+      ["content-type", "application/json"],
+    ],
+    body: Buffer.from(events[0] ?? ""),
+  };
+}
+
 export function createMcpExchange(options: {
   readonly service: McpService;
   readonly publicUrl: string;
 }): McpExchange {
   const { service } = options;
   const endpoint = mcpResourceUrl(options.publicUrl);
-  const modern = createMcpHandler((context) => createProtocolServer(service, callerOf(context.authInfo)), {
-    legacy: "reject",
-  });
+  const logLevels = createLogLevels();
+  const modern = createMcpHandler(
+    (context) => createProtocolServer(service, callerOf(context.authInfo), logLevels),
+    {
+      legacy: "reject",
+    },
+  );
 
   return {
     refuseBatch(body, protocolHeader) {
@@ -103,25 +161,24 @@ export function createMcpExchange(options: {
       const authInfo = authInfoOf(caller);
       let response: Response;
       if (await isLegacyRequest(request, body)) {
+        // A tool call may relay a downstream's notifications: its answer is a stream of events
+        // (read whole here, before the server is closed), sent as JSON when it holds only the response.
+        const streamed = isToolCall(body) && acceptsEventStream(headers.accept);
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,
-          enableJsonResponse: true,
+          enableJsonResponse: !streamed,
         });
-        const server = createProtocolServer(service, caller);
+        const server = createProtocolServer(service, caller, logLevels);
         await server.connect(transport);
         try {
           response = await transport.handleRequest(request, { parsedBody: body, authInfo });
+          if (streamed) return await collapsedStream(response);
+          return await answerOf(response);
         } finally {
           void server.close();
         }
-      } else {
-        response = await modern.fetch(request, { parsedBody: body, authInfo });
       }
-      return {
-        status: response.status,
-        headers: [...response.headers],
-        body: Buffer.from(await response.arrayBuffer()),
-      };
+      return answerOf(await modern.fetch(request, { parsedBody: body, authInfo }));
     },
   };
 }

@@ -6,10 +6,27 @@
  * SDK's 2025-era list (`initialize` handshake, answered statelessly).
  *
  * Capabilities are only what this server can do: `tools` without `listChanged` (a
- * stateless server never holds a stream to send the notification on).
+ * stateless server never holds a stream to send the notification on), and `logging`: a
+ * governed downstream's log lines (and progress) are relayed on the call's own response
+ * stream (notification-relay.ts).
  */
-import { Server, SUPPORTED_PROTOCOL_VERSIONS } from "@modelcontextprotocol/server";
+import { createHash } from "node:crypto";
+import {
+  type CallToolResult,
+  LOG_LEVEL_META_KEY,
+  Server,
+  type ServerContext,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from "@modelcontextprotocol/server";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/server/validators/ajv";
+import { LRUCache } from "lru-cache";
+import {
+  createNotificationRelay,
+  DROPPED_NOTIFICATIONS_META,
+  isLogLevel,
+  type NotificationRelay,
+  withNotificationRelay,
+} from "./notification-relay.ts";
 import type { McpCaller, McpService } from "./service.ts";
 import { pageOfTools } from "./tool-pages.ts";
 
@@ -32,9 +49,72 @@ const INSTRUCTIONS =
 // elicitation answers, the only use the SDK has for it).
 const sharedValidator = new AjvJsonSchemaValidator();
 
-export function createProtocolServer(service: McpService, caller: McpCaller): Server {
+/**
+ * The log level each client set with `logging/setLevel` (2025 revisions): those requests are
+ * stateless too, so the level is kept per bearer token (its hash), for a later call of the
+ * same client on this replica. One that never set a level gets every level (the revisions
+ * leave it to the server); on another replica, the same.
+ */
+export interface LogLevels {
+  get(caller: McpCaller): string | undefined;
+  set(caller: McpCaller, level: string): void;
+}
+
+export function createLogLevels(max = 10_000): LogLevels {
+  const levels = new LRUCache<string, string>({ max, ttl: 3_600_000 });
+  const keyOf = (caller: McpCaller) =>
+    caller.token === undefined
+      ? undefined
+      : createHash("sha256").update(caller.token.value).digest("base64url");
+  return {
+    get(caller) {
+      const key = keyOf(caller);
+      return key === undefined ? undefined : levels.get(key);
+    },
+    set(caller, level) {
+      const key = keyOf(caller);
+      if (key !== undefined) levels.set(key, level);
+    },
+  };
+}
+
+/**
+ * The relay of one tools/call: the caller's progress token, and its log level — a 2026-07-28
+ * request's own (`_meta`; none: no log lines, as the revision says), else the one its client set.
+ */
+function relayFor(
+  request: { params: { _meta?: Record<string, unknown> } },
+  context: ServerContext,
+  caller: McpCaller,
+  logLevels: LogLevels,
+): NotificationRelay {
+  const token = request.params._meta?.progressToken;
+  const envelope = context.mcpReq.envelope as Readonly<Record<string, unknown>> | undefined;
+  const modernLevel = envelope?.[LOG_LEVEL_META_KEY];
+  const logLevel =
+    envelope === undefined
+      ? (logLevels.get(caller) ?? "debug")
+      : isLogLevel(modernLevel)
+        ? modernLevel
+        : undefined;
+  return createNotificationRelay({
+    progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
+    logLevel,
+    notify: (notification) =>
+      context.mcpReq.notify(notification as Parameters<ServerContext["mcpReq"]["notify"]>[0]),
+  });
+}
+
+/** The result, saying how many of the downstream's notifications were dropped (when any were). */
+function withDropped(result: CallToolResult, relay: NotificationRelay): CallToolResult {
+  const { limit, scrub } = relay.dropped;
+  if (limit === 0 && scrub === 0) return result;
+  return { ...result, _meta: { ...result._meta, [DROPPED_NOTIFICATIONS_META]: { limit, scrub } } };
+}
+
+export function createProtocolServer(service: McpService, caller: McpCaller, logLevels: LogLevels): Server {
   const server = new Server(SERVER_INFO, {
-    capabilities: { tools: {} },
+    capabilities: { tools: {}, logging: {} },
     instructions: INSTRUCTIONS,
     jsonSchemaValidator: sharedValidator,
     supportedProtocolVersions: [...supportedProtocolVersions],
@@ -47,7 +127,15 @@ export function createProtocolServer(service: McpService, caller: McpCaller): Se
       caller.signal === undefined
         ? context.mcpReq.signal
         : AbortSignal.any([context.mcpReq.signal, caller.signal]);
-    return service.callTool(caller, request.params.name, request.params.arguments ?? {}, signal);
+    const relay = relayFor(request, context, caller, logLevels);
+    const result = await withNotificationRelay(relay, () =>
+      service.callTool(caller, request.params.name, request.params.arguments ?? {}, signal),
+    );
+    return withDropped(result, relay);
+  });
+  server.setRequestHandler("logging/setLevel", async (request) => {
+    logLevels.set(caller, request.params.level);
+    return {};
   });
   return server;
 }

@@ -7,7 +7,13 @@
  */
 import { createServer, type Server as HttpServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
-import { type CallToolResult, createMcpHandler, Server, type Tool } from "@modelcontextprotocol/server";
+import {
+  type CallToolResult,
+  createMcpHandler,
+  Server,
+  type ServerContext,
+  type Tool,
+} from "@modelcontextprotocol/server";
 
 export interface DownstreamRequest {
   readonly method: string;
@@ -15,7 +21,20 @@ export interface DownstreamRequest {
   readonly body: string;
 }
 
-export type ToolHandler = (args: Record<string, unknown>) => CallToolResult | Promise<CallToolResult>;
+/** A tool's behaviour; `context` lets it send notifications on the call's response stream. */
+export type ToolHandler = (
+  args: Record<string, unknown>,
+  context: ToolCallContext,
+) => CallToolResult | Promise<CallToolResult>;
+
+export interface ToolCallContext {
+  /** The progress token the call carried (the gateway's, when called through it). */
+  readonly progressToken: string | number | undefined;
+  /** Sends a notification on the call's own response stream, as a (hostile) server may. */
+  notify(method: string, params: Record<string, unknown>): Promise<void>;
+  /** Logs as a well-behaved server does: only at or above the level the request asked for. */
+  log(level: "debug" | "info" | "warning" | "error", data: unknown): Promise<void>;
+}
 
 export interface DownstreamMcp {
   /** The Streamable HTTP endpoint (`/mcp`). */
@@ -56,12 +75,20 @@ export async function startDownstreamMcp(
     close: async () => undefined,
   };
   const handler = createMcpHandler(() => {
-    const server = new Server({ name: "test-downstream", version: "1.2.3" }, { capabilities: { tools: {} } });
+    const server = new Server(
+      { name: "test-downstream", version: "1.2.3" },
+      { capabilities: { tools: {}, logging: {} } },
+    );
     server.setRequestHandler("tools/list", async () => ({ tools: state.tools }));
-    server.setRequestHandler("tools/call", async (request) => {
+    server.setRequestHandler("tools/call", async (request, context: ServerContext) => {
       const run = state.handlers.get(request.params.name);
       if (run === undefined) return { content: [{ type: "text", text: "no such tool" }], isError: true };
-      return run(request.params.arguments ?? {});
+      const token = request.params._meta?.progressToken;
+      return run(request.params.arguments ?? {}, {
+        progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
+        notify: (method, params) => context.mcpReq.notify({ method, params } as never),
+        log: (level, data) => context.mcpReq.log(level, data),
+      });
     });
     return server;
   });

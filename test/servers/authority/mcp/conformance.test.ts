@@ -95,11 +95,23 @@ const suiteTools: [Tool, ToolHandler][] = [
   ],
   [
     { name: "test_tool_with_logging", description: "Logs while it runs.", inputSchema: noArgs },
-    () => text("Logged."),
+    async (_args, context) => {
+      for (const line of ["Tool execution started", "Tool processing data", "Tool execution completed"])
+        await context.log("info", line);
+      return text("Logged.");
+    },
   ],
   [
     { name: "test_tool_with_progress", description: "Reports progress.", inputSchema: noArgs },
-    () => text("Done."),
+    async (_args, context) => {
+      for (const progress of [0, 50, 100])
+        await context.notify("notifications/progress", {
+          progressToken: context.progressToken,
+          progress,
+          total: 100,
+        });
+      return text("Done.");
+    },
   ],
   [
     {
