@@ -7,6 +7,7 @@
  */
 import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
+import { startDecisionExport } from "../../audit/export/start.ts";
 import { ConfigError } from "../../config/errors.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
@@ -83,11 +84,12 @@ const EVENT_LOOP_SAMPLE_MS = 100;
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egressAllow,
-    // The traces endpoint the operator configured: sent to as configured, never an upstream.
-    operatorUrls: config.tracing === undefined ? [] : [config.tracing.url],
+    // The traces and decision-export endpoints the operator configured: sent to as configured, never an upstream.
+    operatorUrls: [config.tracing?.url, config.decisionExport?.url].filter((url) => url !== undefined),
     platformEndpoints: [
       config.authorityUrl,
       config.tracing?.url,
+      config.decisionExport?.url,
       ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
       config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
       config.redis?.url,
@@ -130,8 +132,19 @@ export async function buildSidecar(
   const logger = overrides.logger ?? createLogger("sidecar", config.logLevel);
   const egress = overrides.egress ?? sidecarEgressPolicy(config);
   const tracing = await startSidecarTracing(config, egress, logger);
+  const registry =
+    overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  // The sidecar's own decision-log export (decision 2797): its modules load only when it is on.
+  const decisionExport = await startDecisionExport(config.decisionExport, {
+    fetch: egress.fetch,
+    registry,
+    metricPrefix: "authority_sidecar",
+    serviceName: "authority-sidecar",
+    logger,
+  });
   return createSidecar({
     ...(tracing === undefined ? {} : { tracing }),
+    ...(decisionExport === undefined ? {} : { decisionExport }),
     authority:
       overrides.authority ??
       createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
@@ -157,8 +170,7 @@ export async function buildSidecar(
     policyMaxAgeMs: config.policyMaxAgeMs,
     policyCache: config.policyCache,
     logger,
-    registry:
-      overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS }),
+    registry,
     egress,
   });
 }

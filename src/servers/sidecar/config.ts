@@ -29,6 +29,12 @@ import {
   setting as spec,
   text,
 } from "../../config/settings.ts";
+import {
+  type DecisionExportConfig,
+  decisionExportConfig,
+  decisionExportSettings,
+  optionalExport,
+} from "../../config/decision-export.ts";
 import { optionalTracing, type TracingConfig, tracingSettings } from "../../config/tracing.ts";
 import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
@@ -276,6 +282,7 @@ export const sidecarSettings = {
   }),
   egressAllow: spec(egressAllowSetting),
   ...tracingSettings("AUTHORITY_SIDECAR"),
+  ...decisionExportSettings("AUTHORITY_SIDECAR"),
 } as const;
 
 export type SidecarCredentialsConfig =
@@ -332,6 +339,8 @@ export interface SidecarConfig {
   readonly egressAllow: readonly EgressAllowEntry[];
   /** OpenTelemetry tracing; absent: off. */
   readonly tracing?: TracingConfig;
+  /** The sidecar's own decision-log export (decision 2797); absent: its records are exported by the authority's. */
+  readonly decisionExport?: DecisionExportConfig;
 }
 
 const SIDECAR_NOTES = `Either \`--token-file\` or \`--client-id\` with \`AUTHORITY_CLIENT_SECRET\` gives the sidecar its own
@@ -428,6 +437,7 @@ export const sidecarSchema = defineProcess({
       journalMaxBytes: read.value("journalMaxBytes"),
       egressAllow: read.optional("egressAllow") ?? [],
       ...optionalTracing(read),
+      ...optionalExport(decisionExportConfig(read)),
     };
   },
 });
