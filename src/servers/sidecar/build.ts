@@ -14,7 +14,12 @@ import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../exec
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
-import { exportErrorLogger, startTracing, type Tracing } from "../../observability/tracing.ts";
+import {
+  exportErrorLogger,
+  startTracing,
+  type Tracing,
+  tracingMetrics,
+} from "../../observability/tracing.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
@@ -104,11 +109,13 @@ function startSidecarTracing(
   config: SidecarConfig,
   egress: EgressPolicy,
   logger: Logger,
+  registry: Registry,
 ): Promise<Tracing | undefined> {
   return startTracing(config.tracing, {
     fetch: egress.fetch,
     serviceName: "authority-sidecar",
     onExportError: exportErrorLogger(logger),
+    metrics: tracingMetrics(registry, "authority_sidecar"),
   });
 }
 
@@ -131,9 +138,9 @@ export async function buildSidecar(
         });
   const logger = overrides.logger ?? createLogger("sidecar", config.logLevel);
   const egress = overrides.egress ?? sidecarEgressPolicy(config);
-  const tracing = await startSidecarTracing(config, egress, logger);
   const registry =
     overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  const tracing = await startSidecarTracing(config, egress, logger, registry);
   // The sidecar's own decision-log export (decision 2797): its modules load only when it is on.
   const decisionExport = await startDecisionExport(config.decisionExport, {
     fetch: egress.fetch,

@@ -5,6 +5,12 @@
  */
 
 import { join, resolve } from "node:path";
+import {
+  type DecisionExportConfig,
+  decisionExportConfig,
+  decisionExportSettings,
+  optionalExport,
+} from "../../config/decision-export.ts";
 import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
@@ -29,12 +35,6 @@ import {
   setting as spec,
   text,
 } from "../../config/settings.ts";
-import {
-  type DecisionExportConfig,
-  decisionExportConfig,
-  decisionExportSettings,
-  optionalExport,
-} from "../../config/decision-export.ts";
 import { optionalTracing, type TracingConfig, tracingSettings } from "../../config/tracing.ts";
 import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";

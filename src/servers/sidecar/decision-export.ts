@@ -7,8 +7,8 @@
  * that process's settings. Type-only imports: the exporter is loaded only when it is on.
  */
 import type { DecisionExporter } from "../../audit/export/exporter.ts";
-import type { DecisionShipper } from "./decision-log.ts";
 import type { DecisionJournal, RecoveredRecord } from "./decision-journal.ts";
+import type { DecisionShipper } from "./decision-log.ts";
 
 /** The shipper with every record it queues offered to the exporter (none: the shipper as it is). */
 export function exportingShipper(

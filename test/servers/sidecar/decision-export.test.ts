@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
+import { promisify } from "node:util";
 import { configuredExporter } from "../../../src/audit/export/configured.ts";
 import type { DecisionExporter } from "../../../src/audit/export/exporter.ts";
 import type { DecisionAuditRecord } from "../../../src/audit/records.ts";
@@ -88,7 +88,10 @@ describe("a sidecar exports its own decision records", () => {
   it("each record is exported once: the sidecar's by the sidecar, the authority's by the authority", async () => {
     const seqBefore = (await auditRecords()).length;
     assert.equal(await sidecarExporter.flush(10_000), true);
-    const received = { authority: exported(authorityReceiver).length, sidecar: exported(sidecarReceiver).length };
+    const received = {
+      authority: exported(authorityReceiver).length,
+      sidecar: exported(sidecarReceiver).length,
+    };
     const sent = sidecarExporter.stats().sent;
     for (let i = 0; i < 3; i++) assert.equal((await system.check({ token: agent })).allowed, true);
     for (let i = 0; i < 2; i++) assert.equal((await system.check({ token: null })).allowed, false);
@@ -107,7 +110,9 @@ describe("a sidecar exports its own decision records", () => {
     assert.equal(sidecarIds.length, 5);
     assert.equal(await sidecarExporter.flush(10_000), true);
     assert.ok(
-      await eventually(async () => exported(authorityReceiver).length >= received.authority + authorityIds.length),
+      await eventually(
+        async () => exported(authorityReceiver).length >= received.authority + authorityIds.length,
+      ),
       "the authority exported its own records",
     );
     // The authority's export had time to (wrongly) export the sidecar's too.

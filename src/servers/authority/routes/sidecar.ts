@@ -438,9 +438,7 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
           Promise.all(
             records
               .filter((record) => !held.has(record.id))
-              .map((record) =>
-                recorder.record(recordInput(ownedBy(principal, record)), record.id, exported),
-              ),
+              .map((record) => recorder.record(recordInput(ownedBy(principal, record)), record.id, exported)),
           ),
         );
         return noStore(reply).send({ accepted: records.length });
