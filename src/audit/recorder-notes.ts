@@ -8,8 +8,8 @@ import type { AuditRecorder } from "./recorder.ts";
 export function notingRecorder(recorder: AuditRecorder, metrics: DecisionNoteMetrics): AuditRecorder {
   return {
     ...recorder,
-    async record(input, id) {
-      const record = await recorder.record(input, id);
+    async record(input, id, options) {
+      const record = await recorder.record(input, id, options);
       metrics.observe(record);
       return record;
     },

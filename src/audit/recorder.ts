@@ -21,13 +21,21 @@ export interface AuditRecorderOptions extends AuditWriterOptions {
   readonly reprLimit?: number;
 }
 
+export interface RecordOptions {
+  /**
+   * The sidecar that shipped the record exported it itself (its batch said so): the
+   * authority's decision-log export skips it, so each record is exported once (decision 2797).
+   */
+  readonly exported?: boolean;
+}
+
 export interface AuditRecorder {
   /**
    * Records one decision. Resolves once stored (or safely queued during an outage);
    * rejects with AuditBufferFullError / AuditClosedError (`upstream_unavailable`) when it
    * cannot be kept — the caller must then not act on the decision (answer a 503 deny).
    */
-  record(input: DecisionInput, id?: string): Promise<DecisionAuditRecord>;
+  record(input: DecisionInput, id?: string, options?: RecordOptions): Promise<DecisionAuditRecord>;
   recordMcpCall(input: McpCallInput): Promise<void>;
   recordEvidence(input: EvidenceInput): Promise<void>;
   /** How many more records would be accepted now, out of `capacity`. */

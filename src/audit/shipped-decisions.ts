@@ -26,6 +26,8 @@ export const decisionBatchSchema = {
   additionalProperties: false,
   required: ["records"],
   properties: {
+    // The sidecar exported these records itself: the authority does not (decision 2797).
+    exported: { type: "boolean" },
     records: {
       type: "array",
       minItems: 1,

@@ -81,4 +81,15 @@ export interface TracingDependencies {
   readonly serviceName: string;
   /** Told about failed exports (status, or the error's class); never given span contents. */
   readonly onExportError: (info: { readonly status?: number; readonly error?: string }) => void;
+  /** Counts spans and failed exports (tracing.ts, `tracingMetrics`); absent: not counted. */
+  readonly metrics?: TracingMetrics;
+}
+
+/** What became of finished spans: sent, dropped with the queue full, or lost with a failed export. */
+export type SpanExportOutcome = "exported" | "dropped" | "failed";
+
+export interface TracingMetrics {
+  spans(outcome: SpanExportOutcome, count: number): void;
+  /** One export request that failed (no answer, or not 2xx). */
+  exportFailure(): void;
 }

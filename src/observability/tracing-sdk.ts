@@ -11,7 +11,12 @@
 
 import type { EventEmitter } from "node:events";
 import {
+  type Attributes,
   type Context,
+  type Counter,
+  createNoopMeter,
+  type Meter,
+  type MeterProvider,
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
@@ -38,6 +43,7 @@ import {
   type TraceCarrier,
   type Tracing,
   type TracingDependencies,
+  type TracingMetrics,
 } from "./tracing-context.ts";
 
 const SPAN_KINDS = { server: SpanKind.SERVER, internal: SpanKind.INTERNAL, client: SpanKind.CLIENT } as const;
@@ -53,14 +59,45 @@ const carrierGetter: TextMapGetter<TraceCarrier> = {
   keys: () => [],
 };
 
+class ExportFailedError extends Error {
+  override name = "ExportFailedError";
+}
+
+/** The SDK's self-observability metric the batch processor counts finished spans in. */
+const PROCESSED_SPANS = "otel.sdk.processor.span.processed";
+
+/**
+ * A meter provider for the batch processor's self-observability: its processed-spans counter
+ * (error.type `queue_full` for a span dropped at the queue, another error.type for spans of a
+ * failed export) feeds `metrics`; every other instrument is a no-op.
+ */
+function selfObservation(metrics: TracingMetrics): MeterProvider {
+  const processed: Counter = {
+    add(count: number, attributes?: Attributes) {
+      const error = attributes?.["error.type"];
+      metrics.spans(error === undefined ? "exported" : error === "queue_full" ? "dropped" : "failed", count);
+    },
+  };
+  const meter: Meter = Object.assign(Object.create(createNoopMeter()) as Meter, {
+    createCounter: (name: string) =>
+      name === PROCESSED_SPANS ? processed : createNoopMeter().createCounter(name),
+  });
+  return { getMeter: () => meter };
+}
+
 /** OTLP/HTTP JSON through the egress gate's fetch. */
 function fetchSpanExporter(config: TracingConfig, dependencies: TracingDependencies): SpanExporter {
   let stopped = false;
   return {
     export(spans: ReadableSpan[], done) {
+      // With an error: the batch processor counts the spans as failed, not exported.
+      const failed = (why: string) => {
+        dependencies.metrics?.exportFailure();
+        done({ code: ExportResultCode.FAILED, error: new ExportFailedError(why) });
+      };
       const body = stopped ? undefined : JsonTraceSerializer.serializeRequest(spans);
       if (body === undefined) {
-        done({ code: ExportResultCode.FAILED });
+        failed("not serialized");
         return;
       }
       dependencies
@@ -74,12 +111,16 @@ function fetchSpanExporter(config: TracingConfig, dependencies: TracingDependenc
         .then(
           async (response) => {
             await response.body?.cancel();
-            if (!response.ok) dependencies.onExportError({ status: response.status });
-            done({ code: response.ok ? ExportResultCode.SUCCESS : ExportResultCode.FAILED });
+            if (response.ok) {
+              done({ code: ExportResultCode.SUCCESS });
+              return;
+            }
+            dependencies.onExportError({ status: response.status });
+            failed(`HTTP ${response.status}`);
           },
           (error: unknown) => {
             dependencies.onExportError({ error: error instanceof Error ? error.name : "unknown" });
-            done({ code: ExportResultCode.FAILED });
+            failed(error instanceof Error ? error.name : "unknown");
           },
         );
     },
@@ -140,6 +181,9 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
       new BatchSpanProcessor({
         exporter: fetchSpanExporter(config, dependencies),
         scheduledDelayMillis: EXPORT_DELAY_MS,
+        ...(dependencies.metrics === undefined
+          ? {}
+          : { selfObsMeterProvider: selfObservation(dependencies.metrics) }),
       }),
     ],
   });
@@ -229,7 +273,8 @@ export function createSdkTracing(config: TracingConfig, dependencies: TracingDep
       const deadline = new Promise<void>((resolve) => {
         timer = setTimeout(resolve, timeoutMs);
       });
-      await Promise.race([provider.shutdown(), deadline]);
+      // A failed last export is counted and logged already: it must not fail the process's shutdown.
+      await Promise.race([provider.shutdown().catch(() => undefined), deadline]);
       clearTimeout(timer);
     },
   };

@@ -8,7 +8,9 @@
  * request without tracing it runs its function and returns, so a process without tracing
  * loads no OpenTelemetry module and opens no span.
  */
+import type { Registry } from "prom-client";
 import type { TracingConfig } from "../config/tracing.ts";
+import { counter } from "./metrics.ts";
 import {
   activeTraceContext,
   type SpanName,
@@ -16,6 +18,7 @@ import {
   TRACING_KEY,
   type Tracing,
   type TracingDependencies,
+  type TracingMetrics,
 } from "./tracing-context.ts";
 
 export type {
@@ -26,6 +29,7 @@ export type {
   Tracing,
   TracingDependencies,
   TracingFetch,
+  TracingMetrics,
 } from "./tracing-context.ts";
 
 /** The tracing of a process's settings, the SDK loaded only now; undefined when it is off. */
@@ -48,6 +52,28 @@ export function exportErrorLogger(logger: {
     if (now < quietUntil) return;
     quietUntil = now + 60_000;
     logger.warn({ ...info }, "span export failing; spans beyond the queue are dropped");
+  };
+}
+
+/**
+ * `<prefix>_tracing_spans_total{outcome}` (exported; dropped: the queue was full; failed: lost
+ * with a failed export) and `<prefix>_tracing_export_failures_total` (failed export requests).
+ */
+export function tracingMetrics(registry: Registry, prefix: string): TracingMetrics {
+  const spans = counter(
+    registry,
+    `${prefix}_tracing_spans_total`,
+    "Finished spans exported, dropped because the export queue was full, or lost with a failed export (failed).",
+    ["outcome"],
+  );
+  const failures = counter(
+    registry,
+    `${prefix}_tracing_export_failures_total`,
+    "Span export requests that failed (no answer, or not 2xx); their spans are counted as failed.",
+  );
+  return {
+    spans: (outcome, count) => spans.inc({ outcome }, count),
+    exportFailure: () => failures.inc(),
   };
 }
 

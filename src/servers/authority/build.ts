@@ -40,7 +40,7 @@ import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
 import { decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
-import { exportErrorLogger, startTracing } from "../../observability/tracing.ts";
+import { exportErrorLogger, startTracing, tracingMetrics } from "../../observability/tracing.ts";
 import { createPolicyChangePublisher } from "../../policy/cache/publisher.ts";
 import { createSidecarLeases } from "../../policy/change-log.ts";
 import type { KeyRingSource } from "../../policy/local-protector.ts";
@@ -378,6 +378,7 @@ export async function buildAuthorityService(
       fetch: egress.fetch,
       serviceName: "authority",
       onExportError: exportErrorLogger(logger),
+      metrics: tracingMetrics(metrics, "authority"),
     });
     // This replica's decision chains continue from their heads in the store.
     const chain = createChainLinker({

@@ -31,8 +31,11 @@ export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource, P
   fetchShadowPolicy?(subjectId: string): Promise<PolicyFetchResult>;
   /** Whether a capability this client fetched was in the platform-wide log-only mode then (decision 2761). */
   inLogOnlyMode?(capability: Capability): boolean;
-  /** Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it took them. */
-  sendDecisions(records: Buffer): Promise<void>;
+  /**
+   * Hands decision records (a JSON array's bytes) to the authority's audit log; resolves once it
+   * took them. `exported`: this sidecar exported them itself, so the authority does not (decision 2797).
+   */
+  sendDecisions(records: Buffer, batch?: { readonly exported: boolean }): Promise<void>;
   /**
    * Proves the sidecar's own credentials (`GET /v1/sidecar/self`): resolves when the authority
    * accepts them; an AuthorityFetchError carries the authority's status and error code.
@@ -87,6 +90,7 @@ function policyChangeOf(value: unknown): PolicyChange | undefined {
 }
 
 const RECORDS_OPEN = Buffer.from('{"records":');
+const EXPORTED_RECORDS_OPEN = Buffer.from('{"exported":true,"records":');
 const RECORDS_CLOSE = Buffer.from("}");
 
 export function createAuthorityClient(options: AuthorityClientOptions): AuthorityClient {
@@ -227,8 +231,9 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       if (response.status !== 200) return unexpected(response);
       await response.body?.cancel();
     },
-    async sendDecisions(records) {
-      const body = Buffer.concat([RECORDS_OPEN, records, RECORDS_CLOSE]);
+    async sendDecisions(records, batch) {
+      const open = batch?.exported === true ? EXPORTED_RECORDS_OPEN : RECORDS_OPEN;
+      const body = Buffer.concat([open, records, RECORDS_CLOSE]);
       const response = await call("/v1/sidecar/decisions", {}, body);
       if (response.status !== 200) await unexpected(response);
       await response.body?.cancel();

@@ -7,13 +7,19 @@
  */
 import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
+import { startDecisionExport } from "../../audit/export/start.ts";
 import { ConfigError } from "../../config/errors.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
-import { exportErrorLogger, startTracing, type Tracing } from "../../observability/tracing.ts";
+import {
+  exportErrorLogger,
+  startTracing,
+  type Tracing,
+  tracingMetrics,
+} from "../../observability/tracing.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
@@ -83,11 +89,12 @@ const EVENT_LOOP_SAMPLE_MS = 100;
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
   return createEgressPolicy({
     allow: config.egressAllow,
-    // The traces endpoint the operator configured: sent to as configured, never an upstream.
-    operatorUrls: config.tracing === undefined ? [] : [config.tracing.url],
+    // The traces and decision-export endpoints the operator configured: sent to as configured, never an upstream.
+    operatorUrls: [config.tracing?.url, config.decisionExport?.url].filter((url) => url !== undefined),
     platformEndpoints: [
       config.authorityUrl,
       config.tracing?.url,
+      config.decisionExport?.url,
       ...config.trustedIssuers.flatMap((trusted) => [trusted.issuer, trusted.jwksUrl]),
       config.credentials.kind === "client_credentials" ? config.credentials.tokenUrl : undefined,
       config.redis?.url,
@@ -102,11 +109,13 @@ function startSidecarTracing(
   config: SidecarConfig,
   egress: EgressPolicy,
   logger: Logger,
+  registry: Registry,
 ): Promise<Tracing | undefined> {
   return startTracing(config.tracing, {
     fetch: egress.fetch,
     serviceName: "authority-sidecar",
     onExportError: exportErrorLogger(logger),
+    metrics: tracingMetrics(registry, "authority_sidecar"),
   });
 }
 
@@ -129,9 +138,20 @@ export async function buildSidecar(
         });
   const logger = overrides.logger ?? createLogger("sidecar", config.logLevel);
   const egress = overrides.egress ?? sidecarEgressPolicy(config);
-  const tracing = await startSidecarTracing(config, egress, logger);
+  const registry =
+    overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
+  const tracing = await startSidecarTracing(config, egress, logger, registry);
+  // The sidecar's own decision-log export (decision 2797): its modules load only when it is on.
+  const decisionExport = await startDecisionExport(config.decisionExport, {
+    fetch: egress.fetch,
+    registry,
+    metricPrefix: "authority_sidecar",
+    serviceName: "authority-sidecar",
+    logger,
+  });
   return createSidecar({
     ...(tracing === undefined ? {} : { tracing }),
+    ...(decisionExport === undefined ? {} : { decisionExport }),
     authority:
       overrides.authority ??
       createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
@@ -157,8 +177,7 @@ export async function buildSidecar(
     policyMaxAgeMs: config.policyMaxAgeMs,
     policyCache: config.policyCache,
     logger,
-    registry:
-      overrides.registry ?? createMetricsRegistry({ eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS }),
+    registry,
     egress,
   });
 }

@@ -5,6 +5,12 @@
  */
 
 import { join, resolve } from "node:path";
+import {
+  type DecisionExportConfig,
+  decisionExportConfig,
+  decisionExportSettings,
+  optionalExport,
+} from "../../config/decision-export.ts";
 import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
@@ -276,6 +282,7 @@ export const sidecarSettings = {
   }),
   egressAllow: spec(egressAllowSetting),
   ...tracingSettings("AUTHORITY_SIDECAR"),
+  ...decisionExportSettings("AUTHORITY_SIDECAR"),
 } as const;
 
 export type SidecarCredentialsConfig =
@@ -332,6 +339,8 @@ export interface SidecarConfig {
   readonly egressAllow: readonly EgressAllowEntry[];
   /** OpenTelemetry tracing; absent: off. */
   readonly tracing?: TracingConfig;
+  /** The sidecar's own decision-log export (decision 2797); absent: its records are exported by the authority's. */
+  readonly decisionExport?: DecisionExportConfig;
 }
 
 const SIDECAR_NOTES = `Either \`--token-file\` or \`--client-id\` with \`AUTHORITY_CLIENT_SECRET\` gives the sidecar its own
@@ -428,6 +437,7 @@ export const sidecarSchema = defineProcess({
       journalMaxBytes: read.value("journalMaxBytes"),
       egressAllow: read.optional("egressAllow") ?? [],
       ...optionalTracing(read),
+      ...optionalExport(decisionExportConfig(read)),
     };
   },
 });

@@ -1,4 +1,5 @@
 import type { Registry } from "prom-client";
+import type { DecisionExporter } from "../../audit/export/exporter.ts";
 import type { Capability } from "../../core/capability.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import type { EgressPolicy } from "../../execute/egress.ts";
@@ -21,6 +22,7 @@ import type { PolicyOpener } from "../../policy/protector.ts";
 import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
+import { exportingJournal, exportingShipper } from "./decision-export.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
@@ -118,6 +120,11 @@ export interface SidecarOptions {
   readonly egress: EgressPolicy;
   /** Spans of Checks and proxied requests (tracing.ts), shut down with the sidecar; absent: off. */
   readonly tracing?: Tracing;
+  /**
+   * Exports every decision record of this sidecar (decision-export.ts), closed with the sidecar;
+   * absent: the authority's export, if any, exports them.
+   */
+  readonly decisionExport?: DecisionExporter;
 }
 
 export interface SidecarPorts {
@@ -275,9 +282,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       { records: journal.recoveredCount },
       "decision records of an earlier process found in the journal; shipping them",
     );
+  const exporter = options.decisionExport;
+  const shippedJournal = exportingJournal(journal, exporter);
   const auditLog = createDecisionShipper({
-    ...(journal === undefined ? {} : { journal }),
-    send: (records) => options.authority.sendDecisions(records),
+    ...(shippedJournal === undefined ? {} : { journal: shippedJournal }),
+    send: (records) => options.authority.sendDecisions(records, { exported: exporter !== undefined }),
     ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
     onStateChange: (state, pending, error) => {
       // Unreachable, 5xx, 401/403: retried (a full queue then fails closed); the log says why.
@@ -335,7 +344,10 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   });
   const engine = auditedEngine(
     decisionEngine,
-    notedShipper(auditLog, decisionNoteMetrics(metrics.registry, "authority_sidecar", logger)),
+    exportingShipper(
+      notedShipper(auditLog, decisionNoteMetrics(metrics.registry, "authority_sidecar", logger)),
+      exporter,
+    ),
     undefined,
     journalErrorReporter(metrics, logger),
   );
@@ -489,6 +501,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         proxyUp = false;
         const { lost } = await auditLog.close(graceMs);
         journal?.close();
+        await exporter?.close(graceMs);
         if (lost > 0)
           logger.error(
             { lost, journaled: journal !== undefined },

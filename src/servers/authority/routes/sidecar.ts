@@ -403,12 +403,14 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
       },
     );
 
-    app.post<{ Body: { records: ShippedDecision[] } }>(
+    app.post<{ Body: { records: ShippedDecision[]; exported?: boolean } }>(
       "/v1/sidecar/decisions",
       { schema: { response: { 200: sidecarDecisionsAcceptedSchema }, body: decisionBatchSchema } },
       async (request, reply) => {
         const principal = principalOf(request);
         const { records } = request.body;
+        // A sidecar that exports its decision records says so: exported once, by it (decision 2797).
+        const recordOptions = { exported: request.body.exported === true };
         for (const record of records) {
           // An allow always knows its partner; only denies that came before it may lack one.
           if (record.partner_id !== null || record.decision === "allowed")
@@ -436,7 +438,9 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
           Promise.all(
             records
               .filter((record) => !held.has(record.id))
-              .map((record) => recorder.record(recordInput(ownedBy(principal, record)), record.id)),
+              .map((record) =>
+                recorder.record(recordInput(ownedBy(principal, record)), record.id, recordOptions),
+              ),
           ),
         );
         return noStore(reply).send({ accepted: records.length });
