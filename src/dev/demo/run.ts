@@ -16,6 +16,7 @@ import { bindingSection } from "./steps-binding.ts";
 import { downstreamSection } from "./steps-downstream.ts";
 import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
+import { policySafetySection } from "./steps-policy-safety.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
 import { userGrantSection } from "./steps-user-grant.ts";
 
@@ -47,8 +48,9 @@ const sections: readonly Section[] = [
   { name: "hosted MCP", run: mcpSection },
   { name: "downstream MCP server", run: downstreamSection },
   { name: "sidecar", run: sidecarSection },
-  // Last: it moves the agent's policy onto the user's grant.
+  // It moves the agent's policy onto the user's grant (the section after it has its own subject).
   { name: "acting for the user", run: userGrantSection },
+  { name: "policy safety and the record", run: policySafetySection },
 ];
 
 function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
