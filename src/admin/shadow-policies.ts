@@ -7,6 +7,7 @@
  * assignment in one recorded change.
  */
 import { AuthorityError } from "../errors.ts";
+import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import { deletePolicyRecord, readPolicyRecord } from "../policy/record-store.ts";
 import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../store/model.ts";
@@ -37,7 +38,7 @@ export interface PromoteOutcome {
   readonly shadow_policy: PublicPolicyRecord | null;
 }
 
-async function listShadowAssignments(deps: AdminDeps, partnerId: string, subjectId: string) {
+export async function listShadowAssignments(deps: AdminDeps, partnerId: string, subjectId: string) {
   const items = await scanAll<AssignmentRecord>(
     deps.store,
     collections.shadowAssignments,
@@ -46,11 +47,15 @@ async function listShadowAssignments(deps: AdminDeps, partnerId: string, subject
   return items.map((item) => item.value);
 }
 
-/** Recompiles and signs the subject's shadow policy from its shadow assignments (none: removed). */
-async function writeShadowPolicy(
+/**
+ * Recompiles and signs the subject's shadow policy from its shadow assignments (none: removed);
+ * a headless subject's under its binding's context, like its enforced policy.
+ */
+export async function writeShadowPolicy(
   deps: AdminDeps,
   subject: SubjectRecord,
   shadows: readonly AssignmentRecord[],
+  headless?: HeadlessContext,
 ): Promise<PublicPolicyRecord | null> {
   if (shadows.length === 0) {
     await deletePolicyRecord(deps.store, subject.subject_id, collections.shadowPolicies);
@@ -61,7 +66,7 @@ async function writeShadowPolicy(
     subject,
     shadows,
     null,
-    undefined,
+    headless,
     collections.shadowPolicies,
   );
   return toPublicPolicyRecord(record, deps.now());
