@@ -79,9 +79,10 @@ test("authority demo walks through every path and exits 0 when every outcome is 
     /^ +decision +denied \(operation_not_allowed\)$/m,
     /✓ PUT …\/policies\/customers\?dry_run=true .*→ replay report: allow_to_deny 1, deny_to_allow 0/,
     /flip: GET \/customers\/cus_00000001 allowed → denied operation_not_allowed/,
-    /✓ authority audit export, then audit verify --require-sealed +→ verified/,
-    /✓ audit verify of a copy with that allow turned into a deny +→ FAILED \(modified\) at line (\d+), the changed record/,
-    /dec_[0-9a-f-]+ \(line \d+\): record n=\d+ of audit\/\S+ \(line \d+\) was modified/,
+    /✓ authority audit export, then audit verify --require-sealed +→ verified \(exit 0\)/,
+    /verified: \d+ records in \d+ chains, [1-9]\d* checkpoints, .* 0 unsealed/,
+    /✓ audit verify of a copy with that allow turned into a deny +→ FAILED \(modified\) at line \d+, exit 1/,
+    /dec_[0-9a-f-]+ is line (\d+); FAILED \(modified\) at line \1: record n=\d+ of audit\/\S+ \(line \1\) was modified/,
   ]) {
     assert.match(story, shown);
   }

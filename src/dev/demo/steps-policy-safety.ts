@@ -5,11 +5,11 @@
  * (`dry_run`), and the decision chain exported, verified, and a tampered copy refused with the
  * record named. Its own subject, so no other section's policy changes.
  */
-import { writeFile } from "node:fs/promises";
+import { execFile } from "node:child_process";
+import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { exportChains } from "../../audit/chain-export.ts";
-import { verifyChainExport } from "../../audit/verify-chain.ts";
-import { PublicKeyRing } from "../../crypto/index.ts";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { DEV_BOUNDARY_ID, DEV_CAPABILITY, DEV_PARTNER, DEV_SERVICE_IDENTITY } from "../names.ts";
 import { type DemoContext, field, type HttpAnswer, isRecord } from "./context.ts";
 
@@ -193,37 +193,63 @@ function tampered(lines: readonly string[], id: string): { lines: string[]; line
   return { lines: copy, line: index + 1 };
 }
 
+const CLI = fileURLToPath(new URL("../../../bin/authority.ts", import.meta.url));
+
+/** Runs `authority <args>` as a user would: its exit code and standard output. */
+async function authorityCli(args: readonly string[]): Promise<{ code: number; stdout: string }> {
+  try {
+    const { stdout } = await promisify(execFile)(process.execPath, [CLI, ...args], { timeout: 30_000 });
+    return { code: 0, stdout };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: unknown };
+    if (typeof failed.code !== "number") throw error;
+    return { code: failed.code, stdout: String(failed.stdout ?? "") };
+  }
+}
+
+/** The command's first line of output, and its exit code. */
+const outcomeOf = (run: { code: number; stdout: string }): string =>
+  `${run.stdout.split("\n")[0] ?? ""} (exit ${run.code})`;
+
 async function verifiedChain(ctx: DemoContext, admin: Admin, recordId: string): Promise<void> {
   const { env, report } = ctx;
   await seal(ctx, admin);
-  const lines: string[] = [];
-  for await (const line of exportChains(env.store, new Date())) lines.push(line);
-  const exportFile = join(env.stateDir, "audit-export.jsonl");
-  await writeFile(exportFile, `${lines.join("\n")}\n`, { mode: 0o600 });
+  const file = (name: string) => join(env.stateDir, name);
+  const exported = await authorityCli([
+    "audit",
+    "export",
+    "--store",
+    `sqlite:${file("authority.db")}`,
+    "--out",
+    file("audit-export.jsonl"),
+  ]);
+  if (exported.code !== 0) throw new Error(`authority audit export exited ${exported.code}`);
   const published = await ctx.json(
     "GET",
     `${env.urls.crypto}/v1/owners/${encodeURIComponent(`service:${DEV_SERVICE_IDENTITY}`)}/public-keys`,
     { headers: admin.auth },
   );
   expectStatus(published, 200, "reading the service identity's public keys");
-  const keys = PublicKeyRing.import(published.body);
-  const verified = await verifyChainExport(`${lines.join("\n")}\n`, keys, { sealed: { all: true } });
+  await writeFile(file("service-keys.json"), JSON.stringify(published.body));
+  const verify = (name: string) =>
+    authorityCli(["audit", "verify", file(name), "--keys", file("service-keys.json"), "--require-sealed"]);
+  const verified = await verify("audit-export.jsonl");
   report.check({
     label: "authority audit export, then audit verify --require-sealed",
-    expected: "verified",
-    actual: verified.ok ? "verified" : `FAILED ${verified.failure?.message ?? ""}`,
-    detail: `${verified.records} records in ${verified.streams} chains, ${verified.checkpoints} signed checkpoints`,
+    expected: "verified (exit 0)",
+    actual: verified.code === 0 ? "verified (exit 0)" : outcomeOf(verified),
+    detail: `${outcomeOf(verified)}\nkeys: the service identity's public keys, as the crypto service publishes them`,
   });
+  const lines = (await readFile(file("audit-export.jsonl"), "utf8")).trimEnd().split("\n");
   const copy = tampered(lines, recordId);
-  const broken = await verifyChainExport(`${copy.lines.join("\n")}\n`, keys);
-  const named = broken.failure?.kind === "modified" && broken.failure.line === copy.line;
+  await writeFile(file("audit-export-tampered.jsonl"), `${copy.lines.join("\n")}\n`);
+  const broken = await verify("audit-export-tampered.jsonl");
+  const named = new RegExp(`^FAILED \\(modified\\) at line ${copy.line}:`).test(broken.stdout);
   report.check({
     label: "audit verify of a copy with that allow turned into a deny",
-    expected: `FAILED (modified) at line ${copy.line}, the changed record`,
-    actual: broken.ok
-      ? "verified (tampering missed)"
-      : `FAILED (${broken.failure?.kind ?? "-"}) at line ${broken.failure?.line ?? "-"}${named ? ", the changed record" : ""}`,
-    detail: `${recordId} (line ${copy.line}): ${broken.failure?.message ?? "-"}`,
+    expected: `FAILED (modified) at line ${copy.line}, exit 1`,
+    actual: named && broken.code === 1 ? `FAILED (modified) at line ${copy.line}, exit 1` : outcomeOf(broken),
+    detail: `${recordId} is line ${copy.line}; ${outcomeOf(broken)}`,
   });
 }
 
