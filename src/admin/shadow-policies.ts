@@ -38,7 +38,7 @@ export interface PromoteOutcome {
   readonly shadow_policy: PublicPolicyRecord | null;
 }
 
-export async function listShadowAssignments(deps: AdminDeps, partnerId: string, subjectId: string) {
+async function listShadowAssignments(deps: AdminDeps, partnerId: string, subjectId: string) {
   const items = await scanAll<AssignmentRecord>(
     deps.store,
     collections.shadowAssignments,
@@ -51,7 +51,7 @@ export async function listShadowAssignments(deps: AdminDeps, partnerId: string, 
  * Recompiles and signs the subject's shadow policy from its shadow assignments (none: removed);
  * a headless subject's under its binding's context, like its enforced policy.
  */
-export async function writeShadowPolicy(
+async function writeShadowPolicy(
   deps: AdminDeps,
   subject: SubjectRecord,
   shadows: readonly AssignmentRecord[],
@@ -72,6 +72,67 @@ export async function writeShadowPolicy(
   return toPublicPolicyRecord(record, deps.now());
 }
 
+/**
+ * Puts one capability's shadow of the subject and recompiles its shadow policy (a headless
+ * subject's under its binding's context), with its `shadow_assign` record.
+ */
+export async function putShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  assignment: AssignmentRecord,
+  headless?: HeadlessContext,
+): Promise<PublicPolicyRecord | null> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  const capabilityId = assignment.capability_id;
+  return withKeyLock(policyLockKey(partnerId, subjectId), async () => {
+    const others = (await listShadowAssignments(deps, partnerId, subjectId)).filter(
+      (a) => a.capability_id !== capabilityId,
+    );
+    const written = await writeShadowPolicy(deps, subject, [...others, assignment], headless);
+    await writeAssignmentChange(
+      deps,
+      actor,
+      { action: "shadow_assign", partnerId, subjectId, capabilityId },
+      assignment,
+      deps.now(),
+      collections.shadowAssignments,
+    );
+    return written;
+  });
+}
+
+/** Removes one capability's shadow of the subject (not_found without one), with its `shadow_unassign` record. */
+export async function dropShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  capabilityId: string,
+  headless?: HeadlessContext,
+): Promise<PublicPolicyRecord | null> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  return withKeyLock(policyLockKey(partnerId, subjectId), async () => {
+    const shadows = await listShadowAssignments(deps, partnerId, subjectId);
+    if (!shadows.some((a) => a.capability_id === capabilityId))
+      throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
+    const written = await writeShadowPolicy(
+      deps,
+      subject,
+      shadows.filter((a) => a.capability_id !== capabilityId),
+      headless,
+    );
+    await writeAssignmentChange(
+      deps,
+      actor,
+      { action: "shadow_unassign", partnerId, subjectId, capabilityId },
+      null,
+      deps.now(),
+      collections.shadowAssignments,
+    );
+    return written;
+  });
+}
+
 /** Sets (or replaces) the shadow of one assignment; checked exactly like an assignment. */
 export async function setShadowAssignment(
   deps: AdminDeps,
@@ -89,21 +150,7 @@ export async function setShadowAssignment(
     capabilityId,
     input,
   );
-  const shadowPolicy = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
-    const others = (await listShadowAssignments(deps, partnerId, subjectId)).filter(
-      (a) => a.capability_id !== capabilityId,
-    );
-    const written = await writeShadowPolicy(deps, subject, [...others, assignment]);
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_assign", partnerId, subjectId, capabilityId },
-      assignment,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
+  const shadowPolicy = await putShadow(deps, actor, subject, assignment);
   return { shadow_policy: shadowPolicy, assignment };
 }
 
@@ -146,25 +193,7 @@ export async function removeShadowAssignment(
   capabilityId: string,
 ): Promise<ShadowOutcome> {
   const subject = await managedSubject(deps, partnerId, subjectId);
-  const shadowPolicy = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
-    const shadows = await listShadowAssignments(deps, partnerId, subjectId);
-    if (!shadows.some((a) => a.capability_id === capabilityId))
-      throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
-    const written = await writeShadowPolicy(
-      deps,
-      subject,
-      shadows.filter((a) => a.capability_id !== capabilityId),
-    );
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_unassign", partnerId, subjectId, capabilityId },
-      null,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
+  const shadowPolicy = await dropShadow(deps, actor, subject, capabilityId);
   return { shadow_policy: shadowPolicy };
 }
 

@@ -17,7 +17,7 @@ import {
   notifyPolicyChange,
   writeCompiledPolicy,
 } from "../admin/policy-writer.ts";
-import { listShadowAssignments, type ShadowOutcome, writeShadowPolicy } from "../admin/shadow-policies.ts";
+import { dropShadow, putShadow, type ShadowOutcome } from "../admin/shadow-policies.ts";
 import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
 import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
@@ -25,7 +25,7 @@ import { AuthorityError } from "../errors.ts";
 import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import type { BindingRecord, ExternalMappingRecord } from "../store/binding-model.ts";
-import { type AssignmentRecord, collections, type SubjectRecord } from "../store/model.ts";
+import type { AssignmentRecord, SubjectRecord } from "../store/model.ts";
 import { getMapping, touchMapping } from "./mappings.ts";
 
 export interface BindingAssignInput {
@@ -188,28 +188,8 @@ export async function setBindingShadow(
   input: BindingAssignInput,
 ): Promise<ShadowOutcome> {
   const { mapping, subject, assignment } = await checkedBindingAssignment(deps, actor, binding, input);
-  const { partner_id: partnerId, subject_id: subjectId } = subject;
-  const shadowPolicy = await withKeyLock(lockKey(partnerId, subjectId), async () => {
-    const others = (await listShadowAssignments(deps, partnerId, subjectId)).filter(
-      (a) => a.capability_id !== input.capability_id,
-    );
-    const written = await writeShadowPolicy(
-      deps,
-      subject,
-      [...others, assignment],
-      headlessContextOf(binding, mapping),
-    );
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_assign", partnerId, subjectId, capabilityId: input.capability_id },
-      assignment,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
-  return { shadow_policy: shadowPolicy, assignment };
+  const headless = headlessContextOf(binding, mapping);
+  return { shadow_policy: await putShadow(deps, actor, subject, assignment, headless), assignment };
 }
 
 /** Removes the shadow of one capability of a mapped subject (the last one: the shadow policy too). */
@@ -222,28 +202,8 @@ export async function removeBindingShadow(
 ): Promise<ShadowOutcome> {
   const mapping = await getMapping(deps, binding, subjectId);
   const subject = await headlessSubject(deps, binding, subjectId);
-  const partnerId = binding.partner_id;
-  const shadowPolicy = await withKeyLock(lockKey(partnerId, subjectId), async () => {
-    const shadows = await listShadowAssignments(deps, partnerId, subjectId);
-    if (!shadows.some((a) => a.capability_id === capabilityId))
-      throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
-    const written = await writeShadowPolicy(
-      deps,
-      subject,
-      shadows.filter((a) => a.capability_id !== capabilityId),
-      headlessContextOf(binding, mapping),
-    );
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_unassign", partnerId, subjectId, capabilityId },
-      null,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
-  return { shadow_policy: shadowPolicy };
+  const headless = headlessContextOf(binding, mapping);
+  return { shadow_policy: await dropShadow(deps, actor, subject, capabilityId, headless) };
 }
 
 /** Removes one capability; removing the last leaves a revoked policy (never a deleted one). */
