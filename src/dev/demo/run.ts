@@ -38,6 +38,8 @@ export interface DemoResult extends DemoSummary {
 interface Section {
   readonly name: string;
   readonly run: (ctx: DemoContext) => Promise<void>;
+  /** Its own deadline, for a section that starts processes (default: the option's). */
+  readonly timeoutMs?: number;
 }
 
 const sections: readonly Section[] = [
@@ -50,7 +52,8 @@ const sections: readonly Section[] = [
   { name: "sidecar", run: sidecarSection },
   // It moves the agent's policy onto the user's grant (the section after it has its own subject).
   { name: "acting for the user", run: userGrantSection },
-  { name: "policy safety and the record", run: policySafetySection },
+  // Runs `authority audit export` and `audit verify` (three processes): a longer deadline.
+  { name: "policy safety and the record", run: policySafetySection, timeoutMs: 60_000 },
 ];
 
 function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
@@ -97,7 +100,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const ctx = createDemoContext(env, report);
     for (const section of sections) {
       try {
-        await withDeadline(section.run(ctx), options.sectionTimeoutMs ?? 20_000, section.name);
+        const deadline = section.timeoutMs ?? options.sectionTimeoutMs ?? 20_000;
+        await withDeadline(section.run(ctx), deadline, section.name);
       } catch (error) {
         report.error(section.name, error);
       }
