@@ -25,7 +25,7 @@ import { getPartner } from "./partners.ts";
 
 export { MAX_POLICY_TTL_SECONDS } from "./assignment-expiry.ts";
 
-import { type PolicyView, policyView } from "./policy-view.ts";
+import { type PolicyView, policyView, type WithShadow, withShadowPolicy } from "./policy-view.ts";
 import {
   hasActivePolicy,
   listAssignments,
@@ -449,12 +449,13 @@ export async function getPolicy(
   deps: Pick<AdminDeps, "store" | "now">,
   partnerId: string,
   subjectId: string,
-): Promise<PublicPolicyRecord> {
+): Promise<WithShadow<PublicPolicyRecord>> {
   await getPartner(deps, partnerId);
   await getSubject(deps, partnerId, subjectId);
   const record = await loadPolicyRecord(deps, partnerId, subjectId);
   if (record === undefined) throw new AuthorityError("not_found", "The subject has no policy.");
-  return toPublicPolicyRecord(record, deps.now());
+  const now = deps.now();
+  return withShadowPolicy(deps, toPublicPolicyRecord(record, now), now);
 }
 
 /** The partner's policy records (public view only: never the artifact), with their snapshots. */
@@ -475,7 +476,7 @@ export async function listPolicies(
   const items: PolicyView[] = [];
   for (const item of page.items) {
     const record = await loadPolicyRecord(deps, partnerId, item.value.subject_id);
-    if (record !== undefined) items.push(await policyView(deps, toPublicPolicyRecord(record, now)));
+    if (record !== undefined) items.push(await policyView(deps, toPublicPolicyRecord(record, now), now));
   }
   return page.next === undefined ? { items } : { items, next: page.next };
 }

@@ -78,7 +78,13 @@ async function recordedDecisions(
   let after: LogPosition | undefined;
   for (;;) {
     const page = await deps.store.queryLog<DecisionAuditRecord>("audit", {
-      where: { subject_id: subject.subject_id, capability_id: capabilityId, partner_id: subject.partner_id },
+      // The log also holds the admin API's policy changes of the subject: decisions only.
+      where: {
+        kind: "decision",
+        subject_id: subject.subject_id,
+        capability_id: capabilityId,
+        partner_id: subject.partner_id,
+      },
       ...window,
       limit: PAGE,
       ...(after === undefined ? {} : { after }),

@@ -1,5 +1,10 @@
 import type { OperationSnapshot } from "../core/operation-snapshot.ts";
-import type { PolicyCapabilitySummary, PublicPolicyRecord } from "../policy/record.ts";
+import {
+  type PolicyCapabilitySummary,
+  type PublicPolicyRecord,
+  toPublicPolicyRecord,
+} from "../policy/record.ts";
+import { readStoredPolicyRecord } from "../policy/record-store.ts";
 import { type AssignmentRecord, collections, storeKeys } from "../store/model.ts";
 import type { AdminDeps } from "./deps.ts";
 
@@ -15,10 +20,28 @@ export interface PolicyCapabilityView extends PolicyCapabilitySummary {
   readonly assignment_href: string;
 }
 
-/** The admin policies view: the public record, each capability with its snapshots. */
-export type PolicyView = Omit<PublicPolicyRecord, "capabilities"> & {
-  readonly capabilities: readonly PolicyCapabilityView[];
+/** A subject's policy as admins read it: with its shadow policy, when it has one (decision 2761). */
+export type WithShadow<P> = P & {
+  /** The subject's shadow policy (public facts only: never the artifact); absent when none. */
+  readonly shadow_policy?: PublicPolicyRecord;
 };
+
+/** The admin policies view: the public record, each capability with its snapshots, and the shadow. */
+export type PolicyView = WithShadow<
+  Omit<PublicPolicyRecord, "capabilities"> & {
+    readonly capabilities: readonly PolicyCapabilityView[];
+  }
+>;
+
+/** Adds the subject's shadow policy record (read without its artifact) to what an admin reads. */
+export async function withShadowPolicy<
+  P extends { readonly subject_id: string; readonly partner_id: string },
+>(deps: Pick<AdminDeps, "store">, policy: P, now: Date): Promise<WithShadow<P>> {
+  const shadow = await readStoredPolicyRecord(deps.store, policy.subject_id, collections.shadowPolicies);
+  return shadow === undefined || shadow.partner_id !== policy.partner_id
+    ? policy
+    : { ...policy, shadow_policy: toPublicPolicyRecord(shadow, now) };
+}
 
 function assignmentHref(partnerId: string, subjectId: string, capabilityId: string): string {
   const segment = encodeURIComponent;
@@ -33,6 +56,7 @@ function assignmentHref(partnerId: string, subjectId: string, capabilityId: stri
 export async function policyView(
   deps: Pick<AdminDeps, "store">,
   record: PublicPolicyRecord,
+  now: Date,
 ): Promise<PolicyView> {
   const capabilities = await Promise.all(
     record.capabilities.map(async (capability): Promise<PolicyCapabilityView> => {
@@ -50,5 +74,5 @@ export async function policyView(
       };
     }),
   );
-  return { ...record, capabilities };
+  return withShadowPolicy(deps, { ...record, capabilities }, now);
 }

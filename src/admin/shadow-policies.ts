@@ -7,6 +7,7 @@
  * assignment in one recorded change.
  */
 import { AuthorityError } from "../errors.ts";
+import type { HeadlessContext } from "../policy/compile.ts";
 import { type PublicPolicyRecord, toPublicPolicyRecord } from "../policy/record.ts";
 import { deletePolicyRecord, readPolicyRecord } from "../policy/record-store.ts";
 import { type AssignmentRecord, collections, type SubjectRecord, storeKeys } from "../store/model.ts";
@@ -46,11 +47,15 @@ async function listShadowAssignments(deps: AdminDeps, partnerId: string, subject
   return items.map((item) => item.value);
 }
 
-/** Recompiles and signs the subject's shadow policy from its shadow assignments (none: removed). */
+/**
+ * Recompiles and signs the subject's shadow policy from its shadow assignments (none: removed);
+ * a headless subject's under its binding's context, like its enforced policy.
+ */
 async function writeShadowPolicy(
   deps: AdminDeps,
   subject: SubjectRecord,
   shadows: readonly AssignmentRecord[],
+  headless?: HeadlessContext,
 ): Promise<PublicPolicyRecord | null> {
   if (shadows.length === 0) {
     await deletePolicyRecord(deps.store, subject.subject_id, collections.shadowPolicies);
@@ -61,10 +66,71 @@ async function writeShadowPolicy(
     subject,
     shadows,
     null,
-    undefined,
+    headless,
     collections.shadowPolicies,
   );
   return toPublicPolicyRecord(record, deps.now());
+}
+
+/**
+ * Puts one capability's shadow of the subject and recompiles its shadow policy (a headless
+ * subject's under its binding's context), with its `shadow_assign` record.
+ */
+export async function putShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  assignment: AssignmentRecord,
+  headless?: HeadlessContext,
+): Promise<PublicPolicyRecord | null> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  const capabilityId = assignment.capability_id;
+  return withKeyLock(policyLockKey(partnerId, subjectId), async () => {
+    const others = (await listShadowAssignments(deps, partnerId, subjectId)).filter(
+      (a) => a.capability_id !== capabilityId,
+    );
+    const written = await writeShadowPolicy(deps, subject, [...others, assignment], headless);
+    await writeAssignmentChange(
+      deps,
+      actor,
+      { action: "shadow_assign", partnerId, subjectId, capabilityId },
+      assignment,
+      deps.now(),
+      collections.shadowAssignments,
+    );
+    return written;
+  });
+}
+
+/** Removes one capability's shadow of the subject (not_found without one), with its `shadow_unassign` record. */
+export async function dropShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  capabilityId: string,
+  headless?: HeadlessContext,
+): Promise<PublicPolicyRecord | null> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
+  return withKeyLock(policyLockKey(partnerId, subjectId), async () => {
+    const shadows = await listShadowAssignments(deps, partnerId, subjectId);
+    if (!shadows.some((a) => a.capability_id === capabilityId))
+      throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
+    const written = await writeShadowPolicy(
+      deps,
+      subject,
+      shadows.filter((a) => a.capability_id !== capabilityId),
+      headless,
+    );
+    await writeAssignmentChange(
+      deps,
+      actor,
+      { action: "shadow_unassign", partnerId, subjectId, capabilityId },
+      null,
+      deps.now(),
+      collections.shadowAssignments,
+    );
+    return written;
+  });
 }
 
 /** Sets (or replaces) the shadow of one assignment; checked exactly like an assignment. */
@@ -84,21 +150,7 @@ export async function setShadowAssignment(
     capabilityId,
     input,
   );
-  const shadowPolicy = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
-    const others = (await listShadowAssignments(deps, partnerId, subjectId)).filter(
-      (a) => a.capability_id !== capabilityId,
-    );
-    const written = await writeShadowPolicy(deps, subject, [...others, assignment]);
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_assign", partnerId, subjectId, capabilityId },
-      assignment,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
+  const shadowPolicy = await putShadow(deps, actor, subject, assignment);
   return { shadow_policy: shadowPolicy, assignment };
 }
 
@@ -141,25 +193,7 @@ export async function removeShadowAssignment(
   capabilityId: string,
 ): Promise<ShadowOutcome> {
   const subject = await managedSubject(deps, partnerId, subjectId);
-  const shadowPolicy = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
-    const shadows = await listShadowAssignments(deps, partnerId, subjectId);
-    if (!shadows.some((a) => a.capability_id === capabilityId))
-      throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
-    const written = await writeShadowPolicy(
-      deps,
-      subject,
-      shadows.filter((a) => a.capability_id !== capabilityId),
-    );
-    await writeAssignmentChange(
-      deps,
-      actor,
-      { action: "shadow_unassign", partnerId, subjectId, capabilityId },
-      null,
-      deps.now(),
-      collections.shadowAssignments,
-    );
-    return written;
-  });
+  const shadowPolicy = await dropShadow(deps, actor, subject, capabilityId);
   return { shadow_policy: shadowPolicy };
 }
 

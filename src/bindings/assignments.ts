@@ -17,6 +17,7 @@ import {
   notifyPolicyChange,
   writeCompiledPolicy,
 } from "../admin/policy-writer.ts";
+import { dropShadow, putShadow, type ShadowOutcome } from "../admin/shadow-policies.ts";
 import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
 import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
@@ -87,16 +88,23 @@ export function headlessContextOf(binding: BindingRecord, mapping: ExternalMappi
   };
 }
 
+interface CheckedBindingAssignment {
+  readonly mapping: ExternalMappingRecord;
+  readonly subject: SubjectRecord;
+  readonly assignment: AssignmentRecord;
+}
+
 /**
- * Assigns (or replaces) one capability of a mapped subject and recompiles its v2 policy
- * under the binding's current mapping_version. Uses the binding's auth profile when set.
+ * The assignment a binding's request asks for, with every check of the binding API: the
+ * mapping, a headless subject, the catalog, the expiry, the redactions and the boundary; the
+ * binding's auth profile when set. Shared by the enforced assignment and its shadow.
  */
-export async function assignBindingApi(
+async function checkedBindingAssignment(
   deps: AdminDeps,
   actor: Actor,
   binding: BindingRecord,
   input: BindingAssignInput,
-): Promise<BindingAssignOutcome> {
+): Promise<CheckedBindingAssignment> {
   const mapping = await getMapping(deps, binding, input.subject_id);
   const subject = await headlessSubject(deps, binding, input.subject_id);
   const partnerId = binding.partner_id;
@@ -132,6 +140,21 @@ export async function assignBindingApi(
     assigned_by: actor.subject,
     assigned_at: now.toISOString(),
   };
+  return { mapping, subject, assignment };
+}
+
+/**
+ * Assigns (or replaces) one capability of a mapped subject and recompiles its v2 policy
+ * under the binding's current mapping_version. Uses the binding's auth profile when set.
+ */
+export async function assignBindingApi(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  input: BindingAssignInput,
+): Promise<BindingAssignOutcome> {
+  const { mapping, subject, assignment } = await checkedBindingAssignment(deps, actor, binding, input);
+  const partnerId = binding.partner_id;
   const headless = headlessContextOf(binding, mapping);
   const { record, narrows } = await withKeyLock(lockKey(partnerId, subject.subject_id), async () => {
     const others = (await listAssignments(deps, partnerId, subject.subject_id)).filter(
@@ -151,6 +174,36 @@ export async function assignBindingApi(
   await notifyPolicyChange(deps, record, { narrows });
   const touched = await touchMapping(deps, mapping, binding.mapping_version);
   return { policy: toPublicPolicyRecord(record, deps.now()), assignment, mapping: touched };
+}
+
+/**
+ * Sets (or replaces) the shadow of one capability of a mapped subject (decision 2761): checked
+ * exactly like the binding's assignment, compiled with the subject's other shadows under the
+ * binding's context, so the runtime verifies and evaluates it like the enforced policy.
+ */
+export async function setBindingShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  input: BindingAssignInput,
+): Promise<ShadowOutcome> {
+  const { mapping, subject, assignment } = await checkedBindingAssignment(deps, actor, binding, input);
+  const headless = headlessContextOf(binding, mapping);
+  return { shadow_policy: await putShadow(deps, actor, subject, assignment, headless), assignment };
+}
+
+/** Removes the shadow of one capability of a mapped subject (the last one: the shadow policy too). */
+export async function removeBindingShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  subjectId: string,
+  capabilityId: string,
+): Promise<ShadowOutcome> {
+  const mapping = await getMapping(deps, binding, subjectId);
+  const subject = await headlessSubject(deps, binding, subjectId);
+  const headless = headlessContextOf(binding, mapping);
+  return { shadow_policy: await dropShadow(deps, actor, subject, capabilityId, headless) };
 }
 
 /** Removes one capability; removing the last leaves a revoked policy (never a deleted one). */

@@ -32,6 +32,11 @@ export interface ExplainResult {
   readonly reason?: string;
   readonly rule?: string;
   readonly remedy?: DenyExplanation["remedy"];
+  /**
+   * The allow exists only because the capability is in the log-only mode: the rule that
+   * enforcement would have denied it by (decision 2761).
+   */
+  readonly log_only?: { readonly reason: string; readonly rule: string };
 }
 
 export interface ExplainTrace {
@@ -50,7 +55,10 @@ export interface ExplainRequest {
   readonly args?: Omit<ExecutionArgs, "path">;
 }
 
-type ExplainRuntime = Pick<DecisionRuntime, "subjects" | "capabilities" | "policies" | "constraintsRollout">;
+type ExplainRuntime = Pick<
+  DecisionRuntime,
+  "subjects" | "capabilities" | "policies" | "constraintsRollout" | "logOnly"
+>;
 
 function denial(code: string, explanation: DenyExplanation, permissionId: string | null): ExplainResult {
   return {
@@ -79,6 +87,8 @@ export async function explainRequest(
   const loaded = await runtime.policies.load(subjectId, { partnerId });
   const policy = loaded.record;
   const enforced = rolloutCovers(runtime.constraintsRollout, partnerId);
+  // Explained as decided: the log-only mode applies here as in every decision.
+  const logOnly = await runtime.logOnly.covers(partnerId, capability.capability_id);
   const context = loaded.policy.ok ? documentContext(loaded.policy.document) : undefined;
   const decision = decideStage({
     subjectId,
@@ -89,6 +99,7 @@ export async function explainRequest(
     path: request.path,
     now: request.now,
     constraintsEnforced: enforced,
+    logOnly,
     ...(context === undefined ? {} : { expectedContext: context }),
   });
   const steps: ExplainStep[] = [
@@ -110,7 +121,12 @@ export async function explainRequest(
       ...(loaded.policy.ok ? {} : { reason: loaded.policy.reason }),
     },
   ];
-  const asked = { method: request.method, path: request.path, constraints_enforced: enforced };
+  const asked = {
+    method: request.method,
+    path: request.path,
+    constraints_enforced: enforced,
+    log_only: logOnly,
+  };
   if (decision.status === "denied") {
     const explanation = explainDeny(decision.reason, decision.explanation);
     steps.push(
@@ -159,5 +175,13 @@ export async function explainRequest(
     { step: "input_schema", outcome: "passed", inputs: operation },
     { step: "constraints", outcome: "passed", inputs: constraintInputs },
   );
-  return { steps, result: { status: "allowed", permission_id: permission } };
+  const relaxed = decision.logOnly;
+  return {
+    steps,
+    result: {
+      status: "allowed",
+      permission_id: permission,
+      ...(relaxed === undefined ? {} : { log_only: { reason: relaxed.reason, rule: relaxed.rule } }),
+    },
+  };
 }

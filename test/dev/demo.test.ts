@@ -67,6 +67,25 @@ test("authority demo walks through every path and exits 0 when every outcome is 
   ]) {
     assert.ok(stdout.includes(`✓ ${step}`), `the demo shows "${step}" as expected`);
   }
+  // Changing policy safely and trusting the record (issue 34), after everything above.
+  const safety = stdout.indexOf("Changing policy safely, trusting the record");
+  assert.ok(safety > stdout.indexOf("Acting for the user"), "the policy-safety section comes last");
+  const story = stdout.slice(safety);
+  for (const shown of [
+    /✓ its record \(GET \/admin\/audit\/receipts\/\{receipt\}\): shadow +→ shadow denied operation_not_allowed, agrees=false/,
+    /authority_shadow_decisions_total\{[^}]*agreement="disagree"[^}]*\} [1-9]/,
+    /✓ agent-shadow +DELETE \/customers\/cus_00000001 +→ denied operation_not_allowed, rule decide\/allowlist, remedy request_permission/,
+    /✓ POST \/partners\/acme\/explain .*→ explain trace: denied at decision, operation_not_allowed/,
+    /^ +decision +denied \(operation_not_allowed\)$/m,
+    /✓ PUT …\/policies\/customers\?dry_run=true .*→ replay report: allow_to_deny 1, deny_to_allow 0/,
+    /flip: GET \/customers\/cus_00000001 allowed → denied operation_not_allowed/,
+    /✓ authority audit export, then audit verify --require-sealed +→ verified \(exit 0\)/,
+    /verified: \d+ records in \d+ chains, [1-9]\d* checkpoints, .* 0 unsealed/,
+    /✓ audit verify of a copy with that allow turned into a deny +→ FAILED \(modified\) at line \d+, exit 1/,
+    /dec_[0-9a-f-]+ is line (\d+); FAILED \(modified\) at line \1: record n=\d+ of audit\/\S+ \(line \1\) was modified/,
+  ]) {
+    assert.match(story, shown);
+  }
   assert.doesNotMatch(stdout, /skipped: /);
   // Expected client errors (the wrong-password step among them) are not server errors: at log
   // level "error" nothing is logged, and no stack trace is printed.

@@ -16,6 +16,7 @@ import { bindingSection } from "./steps-binding.ts";
 import { downstreamSection } from "./steps-downstream.ts";
 import { managedSection } from "./steps-managed.ts";
 import { mcpSection } from "./steps-mcp.ts";
+import { policySafetySection } from "./steps-policy-safety.ts";
 import { sidecarSection } from "./steps-sidecar.ts";
 import { userGrantSection } from "./steps-user-grant.ts";
 
@@ -37,6 +38,8 @@ export interface DemoResult extends DemoSummary {
 interface Section {
   readonly name: string;
   readonly run: (ctx: DemoContext) => Promise<void>;
+  /** Its own deadline, for a section that starts processes (default: the option's). */
+  readonly timeoutMs?: number;
 }
 
 const sections: readonly Section[] = [
@@ -47,8 +50,10 @@ const sections: readonly Section[] = [
   { name: "hosted MCP", run: mcpSection },
   { name: "downstream MCP server", run: downstreamSection },
   { name: "sidecar", run: sidecarSection },
-  // Last: it moves the agent's policy onto the user's grant.
+  // It moves the agent's policy onto the user's grant (the section after it has its own subject).
   { name: "acting for the user", run: userGrantSection },
+  // Runs `authority audit export` and `audit verify` (three processes): a longer deadline.
+  { name: "policy safety and the record", run: policySafetySection, timeoutMs: 60_000 },
 ];
 
 function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
@@ -95,7 +100,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const ctx = createDemoContext(env, report);
     for (const section of sections) {
       try {
-        await withDeadline(section.run(ctx), options.sectionTimeoutMs ?? 20_000, section.name);
+        const deadline = section.timeoutMs ?? options.sectionTimeoutMs ?? 20_000;
+        await withDeadline(section.run(ctx), deadline, section.name);
       } catch (error) {
         report.error(section.name, error);
       }

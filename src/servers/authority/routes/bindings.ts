@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyRequest } from "fastify";
 import {
+  assignmentSchema,
   bindingApiSchema,
   bindingAuthProfileSchema,
   bindingSchema,
@@ -7,6 +8,8 @@ import {
   evidenceSchema,
   listOf,
   policyOnlySchema,
+  publicPolicySchema,
+  record,
   subjectMappingSchema,
   workloadClientSchema,
 } from "../../../admin/admin-response-schemas.ts";
@@ -23,6 +26,8 @@ import {
   assignBindingApi,
   type BindingAssignInput,
   listBindingApis,
+  removeBindingShadow,
+  setBindingShadow,
   unassignBindingApi,
 } from "../../../bindings/assignments.ts";
 import {
@@ -170,6 +175,21 @@ const assignBody = {
     ttl_seconds: { type: "integer", minimum: 1 },
   },
 } as const;
+
+/** The assignment's body without the ids the shadow's path names. */
+const { subject_id: _subject, capability_id: _capability, ...shadowProperties } = assignBody.properties;
+const shadowBody = {
+  type: "object",
+  additionalProperties: false,
+  required: ["allowed_permission_ids"],
+  properties: shadowProperties,
+} as const;
+type ShadowBody = Omit<BindingAssignInput, "subject_id" | "capability_id">;
+type SubjectApiParams = BindingParams & { subject: string; capability: string };
+const shadowResultSchema = record(["shadow_policy"], {
+  shadow_policy: { anyOf: [publicPolicySchema, { type: "null" }] },
+  assignment: assignmentSchema,
+});
 
 const authProfileBody = {
   type: "object",
@@ -402,6 +422,38 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
           request.params.capability,
         );
         return { policy };
+      },
+    );
+
+    // A headless subject's shadow (decision 2761), checked like its assignment above.
+    const shadowPath = "/v1/bindings/:bindingId/subjects/:subject/apis/:capability/shadow";
+    app.put<{ Params: SubjectApiParams; Body: ShadowBody }>(
+      shadowPath,
+      { schema: { response: { 200: shadowResultSchema }, params: subjectApiParams, body: shadowBody } },
+      async (request) => {
+        const binding = await bindingFor(request, true);
+        const { subject, capability } = request.params;
+        return setBindingShadow(context, actorOf(principalOf(request), request), binding, {
+          ...request.body,
+          subject_id: subject,
+          capability_id: capability,
+        });
+      },
+    );
+
+    app.delete<{ Params: SubjectApiParams }>(
+      shadowPath,
+      { schema: { response: { 200: shadowResultSchema }, params: subjectApiParams } },
+      async (request) => {
+        const binding = await bindingFor(request, true);
+        const { subject, capability } = request.params;
+        return removeBindingShadow(
+          context,
+          actorOf(principalOf(request), request),
+          binding,
+          subject,
+          capability,
+        );
       },
     );
 

@@ -72,6 +72,7 @@ const explainResponse = {
       reason: { type: "string" },
       rule: { type: "string" },
       remedy: record(["action"]),
+      log_only: record(["reason", "rule"], { reason: { type: "string" }, rule: { type: "string" } }),
     }),
   },
 } as const;

@@ -117,6 +117,36 @@ describe("admin API: shadow policies and the log-only mode", () => {
     assert.deepEqual(cleared.body, { disabled: true });
   });
 
+  it("the policy views show the subject's shadow policy beside the enforced one", async () => {
+    const enforced = await h.call("PUT", "/partners/acme/caab/subjects/agent-1/policies/orders", {
+      token: t.acmeAdmin,
+      body: { allowed_permission_ids: [GET_ORDERS], ttl_seconds: 600 },
+    });
+    assert.equal(enforced.status, 200, enforced.text);
+    const allowed = (policy: { capabilities: Array<{ allowed_permission_ids: string[] }> }) =>
+      policy.capabilities.flatMap((c) => c.allowed_permission_ids);
+    const one = await h.call("GET", "/partners/acme/caab/subjects/agent-1/policy", { token: t.acmeAdmin });
+    assert.equal(one.status, 200, one.text);
+    assert.deepEqual(allowed(one.body), [GET_ORDERS]);
+    assert.deepEqual(allowed(one.body.shadow_policy), [POST_ORDERS]);
+    assert.equal(one.body.shadow_policy.state, "active");
+    assert.equal(one.body.shadow_policy.artifact, undefined, "never the artifact");
+    const list = await h.call("GET", "/partners/acme/caab/policies", { token: t.acmeAdmin });
+    assert.equal(list.status, 200, list.text);
+    const listed = list.body.items.find((item: { subject_id: string }) => item.subject_id === "agent-1");
+    assert.deepEqual(allowed(listed.shadow_policy), [POST_ORDERS]);
+    // Without a shadow there is no shadow_policy field.
+    const plain = await h.call("PUT", "/partners/acme/caab/subjects/bounded/policies/orders", {
+      token: t.acmeAdmin,
+      body: { allowed_permission_ids: [GET_ORDERS], ttl_seconds: 600 },
+    });
+    assert.equal(plain.status, 200, plain.text);
+    const bounded = await h.call("GET", "/partners/acme/caab/subjects/bounded/policy", {
+      token: t.acmeAdmin,
+    });
+    assert.equal("shadow_policy" in bounded.body, false);
+  });
+
   it("deleting the subject removes its shadow", async () => {
     const r = await h.call("DELETE", "/partners/acme/users/agent-1", { token: t.acmeAdmin });
     assert.ok(r.status === 200 || r.status === 204, r.text);

@@ -17,6 +17,7 @@ interface Trace {
     reason?: string;
     rule: string;
     remedy?: Record<string, unknown>;
+    log_only?: { reason: string; rule: string };
   };
   readonly reason?: string;
 }
@@ -42,7 +43,12 @@ describe("admin explain", () => {
 
   before(async () => {
     h = await startHarness({
-      settings: { "parameter-scoping": "true", "parameter-scoping-partners": PARTNER },
+      // Records read on every call: the log-only case turns the mode on mid-run.
+      settings: {
+        "parameter-scoping": "true",
+        "parameter-scoping-partners": PARTNER,
+        "record-cache-ms": "0",
+      },
     });
     const { store, protector } = h.service.context;
     const { subject } = await seedAll(store, protector, { allow: [["GET", "/users/{id}"]] });
@@ -128,6 +134,33 @@ describe("admin explain", () => {
     assert.equal(body.result.reason, "policy_revoked");
     assert.equal(body.result.rule, "policy/revoked");
     assert.deepEqual(body.result.remedy, { action: "contact_partner" });
+  });
+
+  // Last: the capability stays in the log-only mode.
+  it("applies the log-only mode: an allow-list deny is explained as the allow it would be, marked log-only", async () => {
+    const platform = await h.token("ops", { roles: ["admin"] });
+    const enabled = await fetch(`${h.url}/admin/log-only/${PARTNER}/billing-api`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${platform}`, "content-type": "application/json" },
+      body: JSON.stringify({ reason: "onboarding" }),
+    });
+    assert.equal(enabled.status, 200);
+    const { status, body } = await explain(admin, ask({ method: "DELETE", path: "/users/12" }));
+    assert.equal(status, 200);
+    assert.equal(body.result.status, "allowed", JSON.stringify(body));
+    assert.equal(body.result.permission_id, "billing-api:delete:/users/{id}");
+    assert.deepEqual(body.result.log_only, { reason: "operation_not_allowed", rule: "decide/allowlist" });
+    const decision = body.steps.find((s) => s.step === "decision");
+    assert.equal(decision?.outcome, "passed");
+    assert.equal(decision?.inputs.log_only, true);
+    // Only the allow list is relaxed: an unknown operation is still denied, and not marked.
+    const unknown = await explain(admin, ask({ method: "GET", path: "/nowhere" }));
+    assert.equal(unknown.body.result.reason, "unknown_operation");
+    assert.equal(unknown.body.result.log_only, undefined);
+    // An allow the policy gives itself is not marked log-only.
+    const own = await explain(admin, ask({ method: "GET", path: "/users/12" }));
+    assert.equal(own.body.result.status, "allowed");
+    assert.equal(own.body.result.log_only, undefined);
   });
 
   it("validates its input", async () => {

@@ -47,7 +47,13 @@ interface DryRun {
   dry_run: boolean;
   records: number;
   truncated: boolean;
-  replay: { replayed: number; unchanged: number; allow_to_deny: Flips; deny_to_allow: Flips };
+  replay: {
+    replayed: number;
+    unchanged: number;
+    allow_to_deny: Flips;
+    deny_to_allow: Flips;
+    skipped: Record<string, number>;
+  };
   gate?: { passed: boolean; failures: string[] };
 }
 
@@ -137,6 +143,19 @@ describe("what-if replay of an assignment (dry_run)", () => {
     assert.equal((await put("dry_run=true", otherAdmin)).status, 403);
     const reader = await h.token("viewer", { roles: ["partner_viewer"], partnerId: PARTNER });
     assert.notEqual((await put("dry_run=true", reader)).status, 200);
+  });
+
+  it("reads only decision records: the subject's admin changes in the window are neither counted nor skipped", async () => {
+    const shadow = await fetch(`${url("").replace(/\?$/, "")}/shadow`, {
+      method: "PUT",
+      headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+      body: JSON.stringify(proposedBody),
+    });
+    assert.equal(shadow.status, 200, "a shadow_assign record of agent-7 on the capability is in the window");
+    const { status, body } = await put(`dry_run=true&since=${since}`);
+    assert.equal(status, 200);
+    assert.equal(body.records, REQUESTS.length * 3);
+    assert.deepEqual(body.replay.skipped, {});
   });
 
   it("`authority replay` prints the report and exits 1 when flips exceed the threshold", async () => {
