@@ -33,7 +33,10 @@ describe("authority store migrate", () => {
     url.password = password; // trust authentication: accepted, and must never be shown
     const first = await authority(["store", "migrate", "--store-url", url.toString()]);
     assert.equal(first.code, 0, first.stderr);
-    assert.match(first.stdout, /^postgres 127\.0\.0\.1:\d+\/postgres: schema version 3 \(applied 1, 2, 3\)$/m);
+    assert.match(
+      first.stdout,
+      /^postgres 127\.0\.0\.1:\d+\/postgres: schema version 3 \(applied 1, 2, 3\)$/m,
+    );
     const second = await authority(["store", "migrate"], { AUTHORITY_STORE_URL: url.toString() });
     assert.equal(second.code, 0, second.stderr);
     assert.match(second.stdout, /schema version 3 \(nothing to apply\)/);
