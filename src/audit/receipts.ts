@@ -39,29 +39,53 @@ export function parseReceipt(text: string): ReceiptRef | undefined {
   return { log, timeMs: Number(match[2]), id: match[3] ?? "" };
 }
 
+/** The fields a record's receipt id may be in: its id, or the id a sidecar shipped it with. */
+export const ID_FIELDS = ["id", "shipped_id"] as const;
+
 /** Most index pages read for one receipt (records of one millisecond). */
 const MAX_PAGES = 20;
 
 /**
  * The stored record a receipt names, if the caller may see it (`partnerId` undefined: the
- * platform scope). Twin records of a retried write share the id; the first is returned.
+ * platform scope). Twin records of a retried write share the id; the first is returned. A
+ * record stored under another id because its own was held by someone else's record (a sidecar
+ * ingest collision) names it as `shipped_id`, and is found by it.
  */
 export async function findReceipt(
   store: Store,
   receipt: ReceiptRef,
   partnerId: string | undefined,
 ): Promise<{ readonly seq: number; readonly value: unknown } | undefined> {
-  const where = { id: receipt.id, ...(partnerId === undefined ? {} : { partner_id: partnerId }) };
+  const scope: Record<string, string> = partnerId === undefined ? {} : { partner_id: partnerId };
+  for (const field of ID_FIELDS) {
+    const where = { ...scope, [field]: receipt.id };
+    const found = await findAtInstant(store, receipt.log, receipt.timeMs, where, () => true);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/**
+ * The first entry of `log` at this instant (ms) that matches `where` and `accept`, reading at
+ * most MAX_PAGES index pages of that one millisecond.
+ */
+export async function findAtInstant(
+  store: Store,
+  log: ChainedLog,
+  timeMs: number,
+  where: Readonly<Record<string, string>>,
+  accept: (value: unknown) => boolean,
+): Promise<{ readonly seq: number; readonly value: unknown } | undefined> {
   let after: { time: number; seq: number } | undefined;
   for (let page = 0; page < MAX_PAGES; page++) {
-    const found = await store.queryLog(receipt.log, {
+    const found = await store.queryLog(log, {
       where,
-      since: receipt.timeMs,
-      until: receipt.timeMs,
+      since: timeMs,
+      until: timeMs,
       limit: 100,
       ...(after === undefined ? {} : { after }),
     });
-    const entry = found.entries[0];
+    const entry = found.entries.find((candidate) => accept(candidate.value));
     if (entry !== undefined) return { seq: entry.seq, value: entry.value };
     if (found.next === undefined) return undefined;
     after = found.next;
