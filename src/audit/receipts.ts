@@ -67,7 +67,7 @@ export async function findReceipt(
 
 /**
  * The first entry of `log` at this instant (ms) that matches `where` and `accept`, reading at
- * most MAX_PAGES index pages of that one millisecond.
+ * most `maxPages` index pages of that one millisecond.
  */
 export async function findAtInstant(
   store: Store,
@@ -75,9 +75,10 @@ export async function findAtInstant(
   timeMs: number,
   where: Readonly<Record<string, string>>,
   accept: (value: unknown) => boolean,
+  maxPages = MAX_PAGES,
 ): Promise<{ readonly seq: number; readonly value: unknown } | undefined> {
   let after: { time: number; seq: number } | undefined;
-  for (let page = 0; page < MAX_PAGES; page++) {
+  for (let page = 0; page < maxPages; page++) {
     const found = await store.queryLog(log, {
       where,
       since: timeMs,
