@@ -172,7 +172,7 @@ describe("decide: the capability's log-only mode", () => {
     const constrained = capability(
       catalogOperations.map((op) =>
         op.method === "DELETE"
-          ? { ...op, parameter_constraints: [{ parameter: "path.id", allowed_values: ["1"] }] }
+          ? { ...op, parameter_constraints: [{ in: "path" as const, name: "id", allowed_values: ["1"] }] }
           : op,
       ),
     );
