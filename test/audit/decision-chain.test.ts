@@ -215,7 +215,8 @@ describe("tamper-evident decision records", () => {
       // A receipt of the earlier form, naming the id, is still found.
       const older = parseReceipt(`r1.a.${Date.parse(record.time)}.${record.id}`);
       assert.ok(older);
-      assert.equal(((await findReceipt(reader, older, "p1"))?.value as { id: string }).id, record.id);
+      const olderFound = await findReceipt(reader, older, "p1");
+      assert.equal((olderFound?.value as { id: string } | undefined)?.id, record.id);
     } finally {
       await reader.close();
     }

@@ -28,7 +28,6 @@ import { type PolicyCollection, readPolicyRecord } from "../../../policy/record-
 import {
   type CapabilityRecord,
   collections,
-  logs,
   type SubjectRecord,
   storeKeys,
 } from "../../../store/model.ts";
