@@ -25,12 +25,7 @@ import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { type PolicyCollection, readPolicyRecord } from "../../../policy/record-store.ts";
-import {
-  type CapabilityRecord,
-  collections,
-  type SubjectRecord,
-  storeKeys,
-} from "../../../store/model.ts";
+import { type CapabilityRecord, collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 
