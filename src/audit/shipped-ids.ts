@@ -38,16 +38,25 @@ function sameRecord(stored: unknown, expected: Readonly<Record<string, unknown>>
   return IDENTIFYING.every((field) => row[field] === expected[field]);
 }
 
+/**
+ * Index pages of its instant read to find a record sent again: a sender that crowds one
+ * millisecond with records cannot make a batch cost more than this per held id; past it the
+ * record is taken as not stored (stored again: a twin, never a loss).
+ */
+const RESEND_LOOKUP_PAGES = 1;
+
 /** Whether this very record is stored already, under its id or (after a collision) in its place. */
 async function storedAlready(store: Store, record: ShippedDecision, input: DecisionInput): Promise<boolean> {
   const expected = decisionRecord(input, record.id) as unknown as Readonly<Record<string, unknown>>;
   const timeMs = Date.parse(record.time);
   if (!Number.isFinite(timeMs)) return false;
+  // Only its own partner's records (an index), where it has one.
+  const partnerId = expected.partner_id;
+  const scope: Record<string, string> = typeof partnerId === "string" ? { partner_id: partnerId } : {};
+  const same = (value: unknown) => sameRecord(value, expected);
   for (const field of ID_FIELDS) {
-    const where = { [field]: record.id };
-    const found = await findAtInstant(store, logs.audit, timeMs, where, (value) =>
-      sameRecord(value, expected),
-    );
+    const where = { ...scope, [field]: record.id };
+    const found = await findAtInstant(store, logs.audit, timeMs, where, same, RESEND_LOOKUP_PAGES);
     if (found !== undefined) return true;
   }
   return false;
