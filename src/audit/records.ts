@@ -77,6 +77,11 @@ export interface DecisionInput {
   readonly shadow?: ShadowNote;
   /** Present on an allow the capability's log-only mode made of a deny. */
   readonly log_only?: LogOnlyNote;
+  /**
+   * Set by the authority only: the id a sidecar shipped this record with, when another
+   * sidecar's record held that id already (the record is stored under a new id, never dropped).
+   */
+  readonly shipped_id?: string;
 }
 
 export interface DecisionAuditRecord {
@@ -98,6 +103,7 @@ export interface DecisionAuditRecord {
   readonly time: string;
   readonly shadow?: ShadowNote;
   readonly log_only?: LogOnlyNote;
+  readonly shipped_id?: string;
 }
 
 export type AuditRecord = DecisionAuditRecord | PolicyChangeAuditRecord;
@@ -146,5 +152,6 @@ export function decisionRecord(input: DecisionInput, id = newRecordId("dec")): D
     requestId: input.requestId,
     time: isoTime(input.time),
     ...notesOf(input),
+    ...(input.shipped_id === undefined ? {} : { shipped_id: input.shipped_id }),
   };
 }

@@ -20,6 +20,7 @@ import { canonicalJson } from "../core/canonical-json.ts";
 import { isCryptoError, type PublicKeyRing, verifySignedBlob } from "../crypto/index.ts";
 import { chainOf, GENESIS_HASH, isChainedLog, recordHash } from "./chain.ts";
 import { CHECKPOINT_PURPOSE, CHECKPOINT_TYPE, type CheckpointPayload } from "./checkpoints.ts";
+import { namesRecord, recordNameOf } from "./receipts.ts";
 
 export const EXPORT_TYPE = "authority.audit-export.v1";
 
@@ -223,10 +224,10 @@ function walkStream(
   return undefined;
 }
 
-/** The record id a requirement names: an id, or the id inside a receipt (audit/receipts.ts). */
-function requiredId(named: string): string {
-  const receipt = /^r1\.[ame]\.\d{1,15}\.(.+)$/.exec(named);
-  return receipt?.[1] ?? named;
+/** Whether a record's id is the one a requirement names: an id, or a receipt (audit/receipts.ts). */
+function requiredRecord(named: string): (id: unknown) => boolean {
+  const name = recordNameOf(named) ?? { id: named };
+  return (id) => namesRecord(name, id);
 }
 
 /** The first record a seal requirement finds unsealed (or missing), as a failure. */
@@ -260,11 +261,15 @@ function unsealedFailure(
     }
     return undefined;
   }
-  const id = requiredId(requirement.record);
-  if (!all.some((record) => record.id === id)) {
-    return { kind: "unsealed", line: lastLine, message: `no record ${JSON.stringify(id)} in the export` };
+  const required = requiredRecord(requirement.record);
+  if (!all.some((record) => required(record.id))) {
+    return {
+      kind: "unsealed",
+      line: lastLine,
+      message: `no record ${JSON.stringify(requirement.record)} in the export`,
+    };
   }
-  const open = unsealed.find((record) => record.id === id);
+  const open = unsealed.find((record) => required(record.id));
   return open === undefined ? undefined : named(open, "is after its stream's newest checkpoint");
 }
 

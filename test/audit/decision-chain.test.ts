@@ -210,6 +210,13 @@ describe("tamper-evident decision records", () => {
       assert.equal((found.value as { id: string }).id, record.id);
       assert.equal(await findReceipt(reader, ref, "p2"), undefined);
       assert.equal(parseReceipt(`${receipt}x!`), undefined);
+      // The receipt does not disclose the id (anyone knowing it early could send it first).
+      assert.equal(receipt.includes(record.id), false);
+      // A receipt of the earlier form, naming the id, is still found.
+      const older = parseReceipt(`r1.a.${Date.parse(record.time)}.${record.id}`);
+      assert.ok(older);
+      const olderFound = await findReceipt(reader, older, "p1");
+      assert.equal((olderFound?.value as { id: string } | undefined)?.id, record.id);
     } finally {
       await reader.close();
     }

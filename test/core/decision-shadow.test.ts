@@ -167,6 +167,43 @@ describe("decide: the capability's log-only mode", () => {
     }
   });
 
+  it("attack: relaxes no step after the allow list, nor a missing entry", () => {
+    const onlyInvoices = { ok: true as const, document: policyV1([entry([["POST", "/invoices"]])]) };
+    const constrained = capability(
+      catalogOperations.map((op) =>
+        op.method === "DELETE"
+          ? { ...op, parameter_constraints: [{ in: "path" as const, name: "id", allowed_values: ["1"] }] }
+          : op,
+      ),
+    );
+    const otherEntry = policyV1([entry([["POST", "/invoices"]], { capabilityId: "other-api" })]);
+    const cases: Array<[Partial<DecisionInput>, string]> = [
+      // A value the sibling GET /users/me could claim: still ambiguous.
+      [{ method: "GET", path: "/users/Me", policy: onlyInvoices }, "ambiguous_path"],
+      // Signed constraints outside the rollout: still the rollout gate.
+      [{ capability: constrained, constraintsEnforced: false }, "operation_not_allowed"],
+      // No entry for the capability at all: not an allow-list miss.
+      [{ policy: { ok: true, document: otherEntry } }, "missing_policy"],
+    ];
+    for (const [overrides, reason] of cases) {
+      const decision = decide(
+        input(undefined, { method: "DELETE", path: "/users/1", logOnly: true, ...overrides }),
+      );
+      assert.equal(
+        decision.status === "denied" ? decision.reason : "allowed",
+        reason,
+        JSON.stringify(overrides),
+      );
+    }
+    // The transport's narrowing (a binding's experience) still takes a log-only allow away.
+    const narrowed = decideStage({
+      ...input(undefined, { method: "DELETE", path: "/users/1", logOnly: true }),
+      constraintsEnforced: true,
+      permits: (id) => id !== pid("DELETE", "/users/{id}"),
+    });
+    assert.equal(narrowed.status, "denied");
+  });
+
   it("a shadow beside a log-only allow is compared with the deny enforcement gave", () => {
     const decision = decide(
       input(verified(policyV1([narrowerShadow])), { method: "DELETE", path: "/users/1", logOnly: true }),

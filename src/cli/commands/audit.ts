@@ -3,6 +3,7 @@ import { createWriteStream } from "node:fs";
 import { readFile } from "node:fs/promises";
 import type { Command } from "commander";
 import { exportChains } from "../../audit/chain-export.ts";
+import { recordNameOf } from "../../audit/receipts.ts";
 import { type ChainVerification, type SealRequirement, verifyChainExport } from "../../audit/verify-chain.ts";
 import { auditExportSchema } from "../../config/audit-export.ts";
 import { isCryptoError, PublicKeyRing } from "../../crypto/index.ts";
@@ -47,7 +48,7 @@ function sealRequirement(options: VerifyFlags): SealRequirement | string | undef
   if (options.requireSealed === true) return { all: true };
   const named = options.sealedThrough;
   if (named === undefined) return undefined;
-  if (/^(?:r1\.[ame]\.\d+\.)?(?:dec|mcp|evd)_/.test(named)) return { record: named };
+  if (recordNameOf(named) !== undefined) return { record: named };
   const time = Date.parse(named);
   if (!/^\d{4}-\d{2}-\d{2}/.test(named) || !Number.isFinite(time))
     return "--sealed-through takes an ISO 8601 time, a record id or a receipt";

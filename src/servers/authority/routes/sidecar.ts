@@ -15,6 +15,7 @@ import { createAuthProfileSecretResolver, loadExecutionAuthProfile } from "../..
 import { loadCatalog } from "../../../admin/capabilities.ts";
 import type { DecisionInput } from "../../../audit/records.ts";
 import { decisionBatchSchema, type ShippedDecision } from "../../../audit/shipped-decisions.ts";
+import { placeShippedDecisions } from "../../../audit/shipped-ids.ts";
 import { isValidId } from "../../../core/ids.ts";
 import { identityOf, type SubjectIdentity } from "../../../core/subject-identity.ts";
 import type { PublicKeyRingJson } from "../../../crypto/index.ts";
@@ -24,13 +25,7 @@ import type { Principal } from "../../../identity/principal.ts";
 import { PolicyProtectionError } from "../../../policy/protector.ts";
 import type { PolicyRecord } from "../../../policy/record.ts";
 import { type PolicyCollection, readPolicyRecord } from "../../../policy/record-store.ts";
-import {
-  type CapabilityRecord,
-  collections,
-  logs,
-  type SubjectRecord,
-  storeKeys,
-} from "../../../store/model.ts";
+import { type CapabilityRecord, collections, type SubjectRecord, storeKeys } from "../../../store/model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
 
@@ -425,23 +420,22 @@ export function sidecarRoutes(context: AuthorityServices): FastifyPluginAsync {
         // A batch sent again (its reply was lost: a timeout, a replica killed after storing it)
         // holds records stored already: they are not recorded twice, nor linked into this
         // replica's chain a second time (the store's id check alone would leave a hole in it).
-        const held = new Set(
-          await read(() =>
-            context.store.logIdsHeld(
-              logs.audit,
-              records.map((r) => r.id),
-            ),
+        // An id another sidecar's record holds is no such re-send: that record is kept under a
+        // new id (audit/shipped-ids.ts), so no one can hide a decision by sending its id first.
+        const { placed, collided } = await read(() =>
+          placeShippedDecisions(
+            context.store,
+            records.map((record) => ({ record, input: recordInput(ownedBy(principal, record)) })),
           ),
         );
+        if (collided > 0)
+          request.log.warn(
+            { sidecar: principal.subject, partner_id: principal.partnerId ?? null, collided },
+            "shipped decision ids held by other records: stored under new ids",
+          );
         // Stored (or safely queued by the recorder) before the sidecar may drop its copy.
         await read(() =>
-          Promise.all(
-            records
-              .filter((record) => !held.has(record.id))
-              .map((record) =>
-                recorder.record(recordInput(ownedBy(principal, record)), record.id, recordOptions),
-              ),
-          ),
+          Promise.all(placed.map(({ input, id }) => recorder.record(input, id, recordOptions))),
         );
         return noStore(reply).send({ accepted: records.length });
       },

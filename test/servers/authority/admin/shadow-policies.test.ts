@@ -147,6 +147,28 @@ describe("admin API: shadow policies and the log-only mode", () => {
     assert.equal("shadow_policy" in bounded.body, false);
   });
 
+  it("attack: a sidecar of another partner cannot fetch a subject's shadow", async () => {
+    const set = await h.call("PUT", shadowOf("agent-1"), {
+      token: t.acmeAdmin,
+      body: { allowed_permission_ids: [GET_ORDERS], ttl_seconds: 600 },
+    });
+    assert.equal(set.status, 200, set.text);
+    const path = "/v1/sidecar/shadow-policies/agent-1";
+    const own = await h.call("GET", path, { token: await h.token(["sidecar"], "acme", "sidecar-acme") });
+    assert.equal(own.status, 200, own.text);
+    assert.equal(own.body.subject.partner_id, "acme");
+    const other = await h.call("GET", path, {
+      token: await h.token(["sidecar"], "globex", "sidecar-globex"),
+    });
+    assert.ok(other.status === 403 || other.status === 404, other.text);
+    assert.equal(other.text.includes("signed_policy"), false);
+    // A subject without a shadow: not found, for its own partner's sidecar too.
+    const none = await h.call("GET", "/v1/sidecar/shadow-policies/bounded", {
+      token: await h.token(["sidecar"], "acme", "sidecar-acme"),
+    });
+    assert.equal(none.status, 404, none.text);
+  });
+
   it("deleting the subject removes its shadow", async () => {
     const r = await h.call("DELETE", "/partners/acme/users/agent-1", { token: t.acmeAdmin });
     assert.ok(r.status === 200 || r.status === 204, r.text);

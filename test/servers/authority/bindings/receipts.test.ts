@@ -19,7 +19,7 @@ describe("receipts on invoke and broker execute", () => {
   /** The record the answer's receipt finds, read as the partner's admin. */
   async function recordOf(reply: Reply): Promise<Record<string, unknown>> {
     const receipt = reply.headers.get("x-authority-receipt");
-    assert.match(receipt ?? "", /^r1\.a\.\d+\.dec_/, "the answer carries a decision receipt");
+    assert.match(receipt ?? "", /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/, "the answer carries a decision receipt");
     assert.equal(await h.context.decisions.recorder.flush(5000), true);
     const partnerAdmin = await h.adminToken(["partner_admin"], PARTNER);
     const found = await h.call("GET", `/admin/audit/receipts/${encodeURIComponent(receipt ?? "")}`, {

@@ -30,7 +30,7 @@ async function call(operationId: string, args: Record<string, unknown>): Promise
 async function recordOf(result: CallToolResult, token: string) {
   const receipt = result._meta?.["x-authority-receipt"];
   assert.equal(typeof receipt, "string", "the result carries a receipt");
-  assert.match(String(receipt), /^r1\.a\.\d+\.dec_/);
+  assert.match(String(receipt), /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/);
   assert.equal(await h.context.decisions.recorder.flush(5000), true);
   const response = await fetch(`${h.url}/admin/audit/receipts/${encodeURIComponent(String(receipt))}`, {
     headers: { authorization: `Bearer ${token}` },

@@ -303,7 +303,7 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
     });
     assert.equal(response.status, 200);
     const receipt = response.headers.get("x-authority-receipt");
-    assert.match(receipt ?? "", /^r1\.a\.\d+\.dec_/);
+    assert.match(receipt ?? "", /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/);
     assert.equal(await h.service.recorder.flush(5000), true);
     const path = `/admin/audit/receipts/${encodeURIComponent(receipt ?? "")}`;
     const mine = await h.get(path, partnerAdmin);

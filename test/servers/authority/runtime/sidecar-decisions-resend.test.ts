@@ -9,8 +9,12 @@ import { type Harness, startHarness } from "./harness.ts";
 
 interface StoredRecord {
   readonly id: string;
+  readonly requestId?: string;
   readonly chain?: { readonly stream: string; readonly n: number };
 }
+
+// A batch sent again is the same records, byte for byte (their time included).
+const SENT_AT = new Date().toISOString();
 
 const shipped = (i: number) => ({
   id: `dec_resend-${i}`,
@@ -25,7 +29,7 @@ const shipped = (i: number) => ({
   reason: "missing_subject",
   transport: "grpc",
   requestId: `req-resend-${i}`,
-  time: new Date().toISOString(),
+  time: SENT_AT,
 });
 
 describe("sidecar decision batches sent again", () => {
@@ -54,6 +58,8 @@ describe("sidecar decision batches sent again", () => {
     const entries = await h.service.context.store.readLog<StoredRecord>(logs.audit, { limit: 1000 });
     const ids = entries.map((entry) => entry.value.id).filter((id) => id.startsWith("dec_resend-"));
     assert.deepEqual(ids.sort(), ["dec_resend-1", "dec_resend-2", "dec_resend-3"]);
+    const requests = entries.filter((entry) => entry.value.requestId?.startsWith("req-resend-") === true);
+    assert.equal(requests.length, 3, "no record stored under another id either");
     // Every link the replica made is stored: its places are 1..n without a gap.
     const places = entries.flatMap((entry) => (entry.value.chain ? [entry.value.chain.n] : []));
     assert.ok(places.length >= 3);

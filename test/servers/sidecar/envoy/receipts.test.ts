@@ -79,7 +79,7 @@ describe("a Check's receipt through Envoy", () => {
     assert.equal(reply.status, 200, reply.text);
     const receipt = reply.headers["x-authority-receipt"];
     assert.ok(typeof receipt === "string", "Envoy passed the receipt back");
-    assert.match(receipt, /^r1\.a\.\d+\.dec_/);
+    assert.match(receipt, /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/);
     const upstreamHeaders = world.upstream.seen.slice(before)[0]?.headers ?? {};
     assert.equal(
       upstreamHeaders["x-authority-receipt"],
