@@ -17,6 +17,7 @@ const ALLOWED: Readonly<Record<string, string>> = {
     "character classes of the escape families, built once from constants (single-character matches)",
   "src/identity/claims.ts:RegExp": "the admin API's partner-id pattern (a constant of src/core/ids.ts)",
   "src/core/linear-pattern.ts:RegExp": "parses a partner pattern as ECMAScript, never runs it",
+  "src/audit/receipts.ts:RegExp": "the receipt formats, built once from constants (bounded repetitions)",
   "src/mcp/downstream-client.ts:ajv":
     "each output schema on its own engine from createSnapshotAjv (src/catalog/schema-ajv.ts): linear patterns",
   "src/servers/inject/settings.ts:ajv": "the operator's sidecar settings schema (constants)",

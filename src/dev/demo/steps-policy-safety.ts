@@ -246,7 +246,9 @@ async function verifiedChain(ctx: DemoContext, admin: Admin, recordId: string): 
   const copy = tampered(lines, recordId);
   await writeFile(file("audit-export-tampered.jsonl"), `${copy.lines.join("\n")}\n`);
   const broken = await verify("audit-export-tampered.jsonl");
-  const named = new RegExp(`^FAILED \\(modified\\) at line ${copy.line}:`).test(broken.stdout);
+  const named = broken.stdout
+    .split("\n")
+    .some((line) => line.startsWith(`FAILED (modified) at line ${copy.line}:`));
   report.check({
     label: "audit verify of a copy with that allow turned into a deny",
     expected: `FAILED (modified) at line ${copy.line}, exit 1`,
