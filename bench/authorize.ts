@@ -339,6 +339,7 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
       goal: string,
     ): Promise<AuthorizeBenchRow> => {
       const before = await usage();
+      const ours = usage === cpu;
       await service.sample(); // starts the service's loop-delay window
       const result = await openLoopHttp({
         ...target,
@@ -361,7 +362,7 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         serverCpuUsPerRequest: Math.round(micros / Math.max(1, result.requests)),
         target: goal,
         generatorLateP99Ms: result.lateP99Ms,
-        serverLoopDelayMs: `${loop.loopP99Ms} / ${loop.loopMaxMs}`,
+        ...(ours ? { serverLoopDelayMs: `${loop.loopP99Ms} / ${loop.loopMaxMs}` } : {}),
       };
     };
     const noop = { ...request, url: service.ready.noopUrl };
@@ -372,17 +373,17 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
     const opaSaturated = await saturate("OPA REST server saturation", opaQuestion, opaCpu, "");
     return [
       {
-        title: `Same request (${measuredCase.body.method} ${measuredCase.body.path}, an allow), same rate and connections; OPA ${OPA_VERSION} REST server (opa run --server) with bench/opa/authorize.rego: it verifies the same token against the same JWKS and decides the same policy, but keeps no audit record or usage count. OPA's CPU is read from /proc (10 ms ticks), its event loop is not the service's (serverLoopDelayMs: the service's).`,
+        title: `Same request (${measuredCase.body.method} ${measuredCase.body.path}, an allow), same rate and connections; OPA ${OPA_VERSION} REST server (opa run --server) with bench/opa/authorize.rego: it verifies the same token against the same JWKS and decides the same policy, but keeps no audit record or usage count. OPA's CPU is read from /proc (10 ms ticks).`,
         rows: [baseline, fixed, opaFixed, saturated, opaSaturated],
       },
       {
         title: "authorize-invocation over OPA, same run (below 1: ours is lower):",
-        rows: ratios(fixed, opaFixed, saturated, opaSaturated),
+        rows: ratios(rate, fixed, opaFixed, saturated, opaSaturated),
       },
       {
         title: `Same decisions: both servers' answers to the ${decisions.requests.length} requests of the decision set (bench/lib/opa.ts), checked before anything is measured; a decision that differs from the policy stops the bench.`,
         rows: decisions.requests.map((request, i) => ({
-          request: `${request.body.method} ${request.body.path} (${request.caller}; ${JSON.stringify(request.body)})`,
+          request: describeCase(request),
           policy: request.allowed ? "allow" : "deny",
           authority: decisions.authority[i] === true ? "allow" : "deny",
           opa: decisions.opa[i] === true ? "allow" : "deny",
@@ -392,7 +393,13 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
   });
 }
 
+/** "GET /users/42 of billing-api, body subject agent-7, token: subject". */
+function describeCase({ body, caller }: (typeof INVOCATION_DECISIONS)[number]): string {
+  return `${body.method} ${body.path} of ${body.capability_id}, body subject ${body.subject?.subject_id ?? "none"}, token: ${caller}`;
+}
+
 function ratios(
+  rate: number,
   fixed: AuthorizeBenchRow,
   opaFixed: AuthorizeBenchRow,
   saturated: AuthorizeBenchRow,
@@ -401,13 +408,13 @@ function ratios(
   const ratio = (a: number, b: number) => (b > 0 ? Number((a / b).toFixed(2)) : Number.NaN);
   return [
     {
-      figure: `p50 @ ${fixed.reqPerSec} req/s`,
+      figure: `p50 @ ${rate} req/s`,
       authority: fixed.p50Ms,
       opa: opaFixed.p50Ms,
       ratio: ratio(fixed.p50Ms, opaFixed.p50Ms),
     },
     {
-      figure: `p99 @ ${fixed.reqPerSec} req/s`,
+      figure: `p99 @ ${rate} req/s`,
       authority: fixed.p99Ms,
       opa: opaFixed.p99Ms,
       ratio: ratio(fixed.p99Ms, opaFixed.p99Ms),
