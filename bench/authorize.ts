@@ -106,6 +106,9 @@ const ALLOW = [
   ["POST", "/invoices"],
 ] as const;
 
+/** Whose CPU a row counts. */
+type Measured = "authority" | "opa";
+
 /** The token's issuer as the authority verifies it: for OPA's data. */
 interface IdpFacts {
   readonly jwks: string;
@@ -203,13 +206,15 @@ function nextMessage<T extends ChildMessage["type"]>(
   type: T,
 ): Promise<Extract<ChildMessage, { type: T }>> {
   return new Promise((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`bench service exited (${code})`));
     const onMessage = (message: ChildMessage) => {
       if (message.type !== type) return;
       child.off("message", onMessage);
+      child.off("exit", onExit);
       resolve(message as Extract<ChildMessage, { type: T }>);
     };
     child.on("message", onMessage);
-    child.once("exit", (code) => reject(new Error(`bench service exited (${code})`)));
+    child.once("exit", onExit);
   });
 }
 
@@ -301,8 +306,9 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
   const rate = options.rate ?? 1000;
   const connections = options.connections ?? 50;
   return withOpaPeer(options, async (service, opa, decisions) => {
-    const cpu = async () => (await service.sample()).micros;
-    const opaCpu = async () => statCpuMs(opa.pid) * 1000;
+    /** CPU µs of the server so far: the service's own count, or OPA's from /proc. */
+    const cpu = async (server: Measured) =>
+      server === "authority" ? (await service.sample()).micros : statCpuMs(opa.pid) * 1000;
     const measuredCase = INVOCATION_DECISIONS[0];
     if (measuredCase === undefined) throw new Error("the decision set is empty");
     const request = { method: "POST", ...authorityRequest(service.ready.url, service.tokens, measuredCase) };
@@ -313,12 +319,12 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
     const saturate = async (
       name: string,
       target: { url: string; headers: Record<string, string>; body: string; method: string },
-      usage: () => Promise<number>,
+      server: Measured,
       goal: string,
     ): Promise<AuthorizeBenchRow> => {
-      const before = await usage();
+      const before = await cpu(server);
       const result = await cannon({ ...target, connections, duration: durationSec });
-      const micros = (await usage()) - before;
+      const micros = (await cpu(server)) - before;
       return {
         name,
         requests: result.requests.total,
@@ -335,12 +341,12 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
     const paced = async (
       name: string,
       target: { url: string; headers: Record<string, string>; body: string },
-      usage: () => Promise<number>,
+      server: Measured,
       goal: string,
     ): Promise<AuthorizeBenchRow> => {
-      const before = await usage();
-      const ours = usage === cpu;
-      await service.sample(); // starts the service's loop-delay window
+      // The service's sample also starts its loop-delay window.
+      const serviceBefore = await service.sample();
+      const opaBefore = statCpuMs(opa.pid);
       const result = await openLoopHttp({
         ...target,
         method: "POST",
@@ -349,8 +355,9 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         warmupMs: 1000,
         connections: 16,
       });
-      const micros = (await usage()) - before;
       const loop = await service.sample();
+      const micros =
+        server === "authority" ? loop.micros - serviceBefore.micros : (statCpuMs(opa.pid) - opaBefore) * 1000;
       return {
         name,
         requests: result.requests,
@@ -362,15 +369,20 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         serverCpuUsPerRequest: Math.round(micros / Math.max(1, result.requests)),
         target: goal,
         generatorLateP99Ms: result.lateP99Ms,
-        ...(ours ? { serverLoopDelayMs: `${loop.loopP99Ms} / ${loop.loopMaxMs}` } : {}),
+        ...(server === "authority" ? { serverLoopDelayMs: `${loop.loopP99Ms} / ${loop.loopMaxMs}` } : {}),
       };
     };
     const noop = { ...request, url: service.ready.noopUrl };
-    const baseline = await paced(`no-op node:http server @ ${rate} req/s (baseline)`, noop, cpu, "");
-    const fixed = await paced(`authorize-invocation @ ${rate} req/s (open loop)`, request, cpu, "p99 ≤ 5 ms");
-    const opaFixed = await paced(`OPA REST server @ ${rate} req/s (open loop)`, opaQuestion, opaCpu, "");
-    const saturated = await saturate("authorize-invocation saturation", request, cpu, "≥ 5000 req/s");
-    const opaSaturated = await saturate("OPA REST server saturation", opaQuestion, opaCpu, "");
+    const baseline = await paced(`no-op node:http server @ ${rate} req/s (baseline)`, noop, "authority", "");
+    const fixed = await paced(
+      `authorize-invocation @ ${rate} req/s (open loop)`,
+      request,
+      "authority",
+      "p99 ≤ 5 ms",
+    );
+    const opaFixed = await paced(`OPA REST server @ ${rate} req/s (open loop)`, opaQuestion, "opa", "");
+    const saturated = await saturate("authorize-invocation saturation", request, "authority", "≥ 5000 req/s");
+    const opaSaturated = await saturate("OPA REST server saturation", opaQuestion, "opa", "");
     return [
       {
         title: `Same request (${measuredCase.body.method} ${measuredCase.body.path}, an allow), same rate and connections; OPA ${OPA_VERSION} REST server (opa run --server) with bench/opa/authorize.rego: it verifies the same token against the same JWKS and decides the same policy, but keeps no audit record or usage count. OPA's CPU is read from /proc (10 ms ticks).`,
