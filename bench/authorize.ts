@@ -14,6 +14,13 @@
  * policy record + cache, decide, audit record, usage counts. `serverCpuUsPerRequest` is
  * the service process's CPU time per request: the cost of the path itself, independent
  * of how busy the machine is.
+ *
+ * The peer, same run, same request, same rate and connections: OPA's REST server (`opa run
+ * --server`, bench/lib/opa.ts) with bench/opa/authorize.rego over the same catalog, policy
+ * and IdP keys (it verifies the same token; the token travels in OPA's input, its REST API
+ * reads no header). Before either is measured both answer bench/lib/opa.ts's decision set,
+ * and the bench stops when a decision differs from the policy's. OPA keeps no audit record
+ * and no usage count: it decides only, so its figures are a floor for the decision itself.
  */
 import { type ChildProcess, fork } from "node:child_process";
 import { once } from "node:events";
@@ -27,8 +34,22 @@ import { resolveAuthorityConfig } from "../src/config/authority.ts";
 import { buildAuthorityService } from "../src/servers/authority/build.ts";
 import { createIdpServer } from "../src/servers/idp/index.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
-import { seedAll } from "../test/servers/authority/runtime/seed.ts";
+import { CAPABILITY, catalog, SUBJECT, seedAll } from "../test/servers/authority/runtime/seed.ts";
+import {
+  authorityRequest,
+  type CallerTokens,
+  compareDecisions,
+  type DecisionComparison,
+  forgedToken,
+  INVOCATION_DECISIONS,
+  OPA_VERSION,
+  type OpaData,
+  opaRequest,
+  startOpa,
+} from "./lib/opa.ts";
 import { openLoopHttp } from "./lib/open-loop-http.ts";
+import { statCpuMs } from "./lib/processes.ts";
+import type { Table } from "./report.ts";
 
 export interface AuthorizeBenchRow {
   name: string;
@@ -79,8 +100,24 @@ function cannon(options: Record<string, unknown>): Promise<CannonResult> {
   });
 }
 
+/** The seed's policy: what agent-7 may call of billing-api (the authority's and OPA's). */
+const ALLOW = [
+  ["GET", "/users/{id}"],
+  ["POST", "/invoices"],
+] as const;
+
+/** Whose CPU a row counts. */
+type Measured = "authority" | "opa";
+
+/** The token's issuer as the authority verifies it: for OPA's data. */
+interface IdpFacts {
+  readonly jwks: string;
+  readonly issuer: string;
+  readonly audience: string;
+}
+
 type ChildMessage =
-  | { type: "ready"; url: string; noopUrl: string; token: string }
+  | { type: "ready"; url: string; noopUrl: string; token: string; unassignedToken: string; idp: IdpFacts }
   | { type: "cpu"; micros: number; loopP99Ms: number; loopMaxMs: number }
   | { type: "closed" };
 
@@ -105,8 +142,10 @@ async function serve(logLevel: string): Promise<void> {
   const service = await buildAuthorityService(config);
   const url = await service.listen();
   const noop = await listenNoop();
-  await seedAll(service.context.store, service.context.protector);
-  const token = (await idp.issueToken({ subject: "agent-7", lifetimeSec: 3600 })).accessToken;
+  await seedAll(service.context.store, service.context.protector, { allow: [...ALLOW] });
+  const token = (await idp.issueToken({ subject: SUBJECT, lifetimeSec: 3600 })).accessToken;
+  const unassignedToken = (await idp.issueToken({ subject: "agent-9", lifetimeSec: 3600 })).accessToken;
+  const jwks = await (await fetch(config.jwksUrl)).text();
   const send = (message: ChildMessage) => process.send?.(message);
   const loop = monitorEventLoopDelay({ resolution: 1 });
   loop.enable();
@@ -134,7 +173,14 @@ async function serve(logLevel: string): Promise<void> {
       })();
     }
   });
-  send({ type: "ready", url, noopUrl: `http://127.0.0.1:${(noop.address() as AddressInfo).port}`, token });
+  send({
+    type: "ready",
+    url,
+    noopUrl: `http://127.0.0.1:${(noop.address() as AddressInfo).port}`,
+    token,
+    unassignedToken,
+    idp: { jwks, issuer: config.issuer, audience: config.audience },
+  });
 }
 
 /**
@@ -160,47 +206,125 @@ function nextMessage<T extends ChildMessage["type"]>(
   type: T,
 ): Promise<Extract<ChildMessage, { type: T }>> {
   return new Promise((resolve, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`bench service exited (${code})`));
     const onMessage = (message: ChildMessage) => {
       if (message.type !== type) return;
       child.off("message", onMessage);
+      child.off("exit", onExit);
       resolve(message as Extract<ChildMessage, { type: T }>);
     };
     child.on("message", onMessage);
-    child.once("exit", (code) => reject(new Error(`bench service exited (${code})`)));
+    child.once("exit", onExit);
   });
 }
 
-export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promise<AuthorizeBenchRow[]> {
-  const durationSec = options.durationSec ?? 10;
+/** The service in its own process (this file, `--serve`): its URLs, tokens, CPU samples, close. */
+async function startService(options: AuthorizeBenchOptions) {
   const child = fork(import.meta.filename, ["--serve", options.logLevel ?? "warn"], {
     stdio: "inherit",
     execArgv: [...process.execArgv, ...(process.env.BENCH_SERVE_FLAGS ?? "").split(" ").filter(Boolean)],
   });
+  const close = async () => {
+    if (child.connected) {
+      const closed = nextMessage(child, "closed");
+      child.send({ type: "close" });
+      await closed;
+    }
+    if (child.exitCode === null && child.signalCode === null) {
+      // Let the child exit by itself first (a --cpu-prof run writes its profile on exit).
+      const exited = once(child, "exit");
+      if ((await Promise.race([exited, delay(5000)])) === undefined) {
+        child.kill();
+        await exited;
+      }
+    }
+  };
   try {
-    const { url, noopUrl, token } = await nextMessage(child, "ready");
+    const ready = await nextMessage(child, "ready");
     const sample = async () => {
       const answer = nextMessage(child, "cpu");
       child.send({ type: "cpu" });
       return answer;
     };
-    const cpu = async () => (await sample()).micros;
-    const request = {
-      url: `${url}/v1/authorize-invocation`,
-      method: "POST",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({
-        subject: { subject_id: "agent-7" },
-        capability_id: "billing-api",
-        method: "GET",
-        path: "/users/42",
-      }),
+    const tokens: CallerTokens = {
+      subject: ready.token,
+      "unassigned subject": ready.unassignedToken,
+      "no token": undefined,
+      forged: forgedToken(ready.token),
     };
-    // Warm: JIT, token cache, policy cache, key rings.
+    return { ready, tokens, sample, close };
+  } catch (error) {
+    await close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** OPA's data: the seed's catalog and policy, and the IdP the authority trusts. */
+function opaData(idp: IdpFacts): OpaData {
+  return {
+    idp,
+    catalog: { [CAPABILITY]: catalog.map(({ method, path }) => ({ method, path })) },
+    policies: {
+      [SUBJECT]: {
+        [CAPABILITY]: ALLOW.map(([method, path]) => `${CAPABILITY}:${method.toLowerCase()}:${path}`),
+      },
+    },
+  };
+}
+
+/** The service and OPA beside it, both deciding the decision set; `run` gets them once they agree. */
+async function withOpaPeer<T>(
+  options: AuthorizeBenchOptions,
+  run: (
+    service: Awaited<ReturnType<typeof startService>>,
+    opa: { url: string; pid: number },
+    decisions: DecisionComparison,
+  ) => Promise<T>,
+): Promise<T> {
+  const service = await startService(options);
+  const dir = await makeTempDir("bench-opa-");
+  try {
+    const opa = await startOpa(opaData(service.ready.idp), dir.path);
+    try {
+      return await run(service, opa, await compareDecisions(service.ready.url, opa.url, service.tokens));
+    } finally {
+      await opa.stop();
+    }
+  } finally {
+    await service.close();
+    await dir.cleanup();
+  }
+}
+
+/** The authority's and OPA's answers to the decision set (test/bench/opa.test.ts); throws when one differs. */
+export function compareWithOpa(options: AuthorizeBenchOptions = {}): Promise<DecisionComparison> {
+  return withOpaPeer(options, async (_service, _opa, decisions) => decisions);
+}
+
+export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promise<Table[]> {
+  const durationSec = options.durationSec ?? 10;
+  const rate = options.rate ?? 1000;
+  const connections = options.connections ?? 50;
+  return withOpaPeer(options, async (service, opa, decisions) => {
+    /** CPU µs of the server so far: the service's own count, or OPA's from /proc. */
+    const cpu = async (server: Measured) =>
+      server === "authority" ? (await service.sample()).micros : statCpuMs(opa.pid) * 1000;
+    const measuredCase = INVOCATION_DECISIONS[0];
+    if (measuredCase === undefined) throw new Error("the decision set is empty");
+    const request = { method: "POST", ...authorityRequest(service.ready.url, service.tokens, measuredCase) };
+    const opaQuestion = { method: "POST", ...opaRequest(opa.url, service.tokens, measuredCase) };
+    // Warm: JIT, token cache, policy cache, key rings; OPA's compiled query.
     await cannon({ ...request, connections: 4, amount: 3000 });
-    const measured = async (name: string, run: Record<string, unknown>, target: string) => {
-      const before = await cpu();
-      const result = await cannon({ ...request, ...run, duration: durationSec });
-      const micros = (await cpu()) - before;
+    await cannon({ ...opaQuestion, connections: 4, amount: 3000 });
+    const saturate = async (
+      name: string,
+      target: { url: string; headers: Record<string, string>; body: string; method: string },
+      server: Measured,
+      goal: string,
+    ): Promise<AuthorizeBenchRow> => {
+      const before = await cpu(server);
+      const result = await cannon({ ...target, connections, duration: durationSec });
+      const micros = (await cpu(server)) - before;
       return {
         name,
         requests: result.requests.total,
@@ -210,24 +334,30 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         errors: result.errors + result.timeouts,
         non2xx: result.non2xx,
         serverCpuUsPerRequest: Math.round(micros / Math.max(1, result.requests.total)),
-        target,
-      } satisfies AuthorizeBenchRow;
+        target: goal,
+      };
     };
-    const rate = options.rate ?? 1000;
-    // Fixed rate: open loop, evenly spaced; the no-op server first, then the real route.
-    const paced = async (name: string, url: string, target: string): Promise<AuthorizeBenchRow> => {
-      const before = await cpu();
+    // Fixed rate: open loop, evenly spaced; the no-op server first, then the real route, then OPA.
+    const paced = async (
+      name: string,
+      target: { url: string; headers: Record<string, string>; body: string },
+      server: Measured,
+      goal: string,
+    ): Promise<AuthorizeBenchRow> => {
+      // The service's sample also starts its loop-delay window.
+      const serviceBefore = await service.sample();
+      const opaBefore = statCpuMs(opa.pid);
       const result = await openLoopHttp({
-        url,
-        method: request.method,
-        headers: request.headers,
-        body: request.body,
+        ...target,
+        method: "POST",
         rate,
         durationMs: durationSec * 1000,
         warmupMs: 1000,
         connections: 16,
       });
-      const after = await sample();
+      const loop = await service.sample();
+      const micros =
+        server === "authority" ? loop.micros - serviceBefore.micros : (statCpuMs(opa.pid) - opaBefore) * 1000;
       return {
         name,
         requests: result.requests,
@@ -236,37 +366,94 @@ export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promi
         p99Ms: result.p99Ms,
         errors: result.errors,
         non2xx: result.non2xx,
-        serverCpuUsPerRequest: Math.round((after.micros - before) / Math.max(1, result.requests)),
-        target,
+        serverCpuUsPerRequest: Math.round(micros / Math.max(1, result.requests)),
+        target: goal,
         generatorLateP99Ms: result.lateP99Ms,
-        serverLoopDelayMs: `${after.loopP99Ms} / ${after.loopMaxMs}`,
+        ...(server === "authority" ? { serverLoopDelayMs: `${loop.loopP99Ms} / ${loop.loopMaxMs}` } : {}),
       };
     };
-    const baseline = await paced(`no-op node:http server @ ${rate} req/s (baseline)`, noopUrl, "");
-    const fixed = await paced(`authorize-invocation @ ${rate} req/s (open loop)`, request.url, "p99 ≤ 5 ms");
-    const saturated = await measured(
-      "authorize-invocation saturation",
-      { connections: options.connections ?? 50 },
-      "≥ 5000 req/s",
+    const noop = { ...request, url: service.ready.noopUrl };
+    const baseline = await paced(`no-op node:http server @ ${rate} req/s (baseline)`, noop, "authority", "");
+    const fixed = await paced(
+      `authorize-invocation @ ${rate} req/s (open loop)`,
+      request,
+      "authority",
+      "p99 ≤ 5 ms",
     );
-    const closed = nextMessage(child, "closed");
-    child.send({ type: "close" });
-    await closed;
-    return [baseline, fixed, saturated];
-  } finally {
-    if (child.exitCode === null && child.signalCode === null) {
-      // Let the child exit by itself first (a --cpu-prof run writes its profile on exit).
-      const exited = once(child, "exit");
-      if ((await Promise.race([exited, delay(5000)])) === undefined) {
-        child.kill();
-        await exited;
-      }
-    }
-  }
+    const opaFixed = await paced(`OPA REST server @ ${rate} req/s (open loop)`, opaQuestion, "opa", "");
+    const saturated = await saturate("authorize-invocation saturation", request, "authority", "≥ 5000 req/s");
+    const opaSaturated = await saturate("OPA REST server saturation", opaQuestion, "opa", "");
+    return [
+      {
+        title: `Same request (${measuredCase.body.method} ${measuredCase.body.path}, an allow), same rate and connections; OPA ${OPA_VERSION} REST server (opa run --server) with bench/opa/authorize.rego: it verifies the same token against the same JWKS and decides the same policy, but keeps no audit record or usage count. OPA's CPU is read from /proc (10 ms ticks).`,
+        rows: [baseline, fixed, opaFixed, saturated, opaSaturated],
+      },
+      {
+        title: "authorize-invocation over OPA, same run (below 1: ours is lower):",
+        rows: ratios(rate, fixed, opaFixed, saturated, opaSaturated),
+      },
+      {
+        title: `Same decisions: both servers' answers to the ${decisions.requests.length} requests of the decision set (bench/lib/opa.ts), checked before anything is measured; a decision that differs from the policy stops the bench.`,
+        rows: decisions.requests.map((request, i) => ({
+          request: describeCase(request),
+          policy: request.allowed ? "allow" : "deny",
+          authority: decisions.authority[i] === true ? "allow" : "deny",
+          opa: decisions.opa[i] === true ? "allow" : "deny",
+        })),
+      },
+    ];
+  });
+}
+
+/** "GET /users/42 of billing-api, body subject agent-7, token: subject". */
+function describeCase({ body, caller }: (typeof INVOCATION_DECISIONS)[number]): string {
+  return `${body.method} ${body.path} of ${body.capability_id}, body subject ${body.subject?.subject_id ?? "none"}, token: ${caller}`;
+}
+
+function ratios(
+  rate: number,
+  fixed: AuthorizeBenchRow,
+  opaFixed: AuthorizeBenchRow,
+  saturated: AuthorizeBenchRow,
+  opaSaturated: AuthorizeBenchRow,
+): object[] {
+  const ratio = (a: number, b: number) => (b > 0 ? Number((a / b).toFixed(2)) : Number.NaN);
+  return [
+    {
+      figure: `p50 @ ${rate} req/s`,
+      authority: fixed.p50Ms,
+      opa: opaFixed.p50Ms,
+      ratio: ratio(fixed.p50Ms, opaFixed.p50Ms),
+    },
+    {
+      figure: `p99 @ ${rate} req/s`,
+      authority: fixed.p99Ms,
+      opa: opaFixed.p99Ms,
+      ratio: ratio(fixed.p99Ms, opaFixed.p99Ms),
+    },
+    {
+      figure: "server CPU per request (µs), fixed rate",
+      authority: fixed.serverCpuUsPerRequest,
+      opa: opaFixed.serverCpuUsPerRequest,
+      ratio: ratio(fixed.serverCpuUsPerRequest, opaFixed.serverCpuUsPerRequest),
+    },
+    {
+      figure: "server CPU per request (µs), saturated",
+      authority: saturated.serverCpuUsPerRequest,
+      opa: opaSaturated.serverCpuUsPerRequest,
+      ratio: ratio(saturated.serverCpuUsPerRequest, opaSaturated.serverCpuUsPerRequest),
+    },
+    {
+      figure: "saturation (req/s; above 1: ours serves more)",
+      authority: saturated.reqPerSec,
+      opa: opaSaturated.reqPerSec,
+      ratio: ratio(saturated.reqPerSec, opaSaturated.reqPerSec),
+    },
+  ];
 }
 
 if (import.meta.main) {
   const serveAt = process.argv.indexOf("--serve");
   if (serveAt !== -1) await serve(process.argv[serveAt + 1] ?? "warn");
-  else console.table(await benchAuthorize());
+  else for (const table of await benchAuthorize()) console.table(table.rows);
 }

@@ -53,9 +53,10 @@ export interface BenchModule {
 export const BENCH_MODULES: readonly BenchModule[] = [
   {
     name: "envoy",
-    title: "Through one real Envoy: Envoy alone vs Envoy + the authority sidecar (ext_authz gRPC)",
+    title:
+      "Through one real Envoy: Envoy alone vs Envoy's own jwt_authn + rbac (the floor) vs Envoy + the authority sidecar (ext_authz gRPC)",
     targets:
-      "the base of the side-by-side with OPA-Envoy; the sidecar's extra checks ≤ 25 µs CPU per Check at 1,000 req/s (issue 15)",
+      "the base of the side-by-side with OPA-Envoy; ratios to Envoy alone and to the in-proxy floor on the same decisions (issue 30); the sidecar's extra checks ≤ 25 µs CPU per Check at 1,000 req/s (issue 15)",
     quick: true,
     run: async ({ quick }) => {
       const { benchEnvoy, envoyTables } = await import("./envoy.ts");
@@ -186,8 +187,9 @@ export const BENCH_MODULES: readonly BenchModule[] = [
   },
   {
     name: "authorize",
-    title: "POST /v1/authorize-invocation over HTTP on loopback, warm policy",
-    targets: "p99 ≤ 5 ms at 1,000 req/s; ≥ 5,000 req/s at saturation",
+    title: "POST /v1/authorize-invocation over HTTP on loopback, warm policy, beside OPA's REST server",
+    targets:
+      "p99 ≤ 5 ms at 1,000 req/s; ≥ 5,000 req/s at saturation; ratios to OPA on the same request, rate and decisions (issue 30)",
     run: async () => (await import("./authorize.ts")).benchAuthorize(),
   },
   {

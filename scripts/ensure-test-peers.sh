@@ -11,6 +11,9 @@
 #                   → .tools/envoy, linked as .tools/bin/envoy
 #   Helm    v3.22.0 built from the Go module proxy (helm.sh/helm/v3/cmd/helm) → .tools/bin/helm;
 #                   a Go toolchain from the same proxy (golang.org/toolchain) when none fits
+#   OPA     v1.22.4 built the same way (github.com/open-policy-agent/opa) → .tools/bin/opa: the
+#                   peer of authorize-invocation in `make bench`, whose decisions a test holds
+#                   equal to ours (about 500 MB of modules fetched, 2–3 min of CPU, once)
 #   CRD schemas     the CustomResourceDefinitions the chart's objects are validated against, from
 #                   the Go module proxy's zips of the projects that publish them (pinned versions
 #                   and SHA-256), only the CRD files kept → .tools/schemas/<project>-<version>/:
@@ -20,7 +23,7 @@
 # Fast when everything is present (one check per peer, well under a second). Every install is
 # bounded in time and logs to .tools/test-peers.log. A peer that is still missing afterwards
 # fails the run, naming it: the suite has no skipped tests, so a missing peer must be loud.
-# Set AUTHORITY_PEERS_ONLY="envoy helm crds" (names below) to handle only some peers.
+# Set AUTHORITY_PEERS_ONLY="envoy helm opa crds" (names below) to handle only some peers.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,10 +32,11 @@ log=$root/.tools/test-peers.log
 
 ENVOY_VERSION=1.40.0
 HELM_VERSION=v3.22.0
+OPA_VERSION=v1.22.4
 GO_TOOLCHAIN=go1.26.0 # helm v3.22.0's go.mod asks for go 1.26.0
 APT_SECONDS=${AUTHORITY_PEERS_APT_SECONDS:-600}
 PIP_SECONDS=${AUTHORITY_PEERS_PIP_SECONDS:-300}
-HELM_SECONDS=${AUTHORITY_PEERS_HELM_SECONDS:-1200}
+GO_BUILD_SECONDS=${AUTHORITY_PEERS_GO_BUILD_SECONDS:-${AUTHORITY_PEERS_HELM_SECONDS:-1200}} # each of helm, opa
 CRD_SECONDS=${AUTHORITY_PEERS_CRD_SECONDS:-180}
 IMAGE_SECONDS=${AUTHORITY_PEERS_IMAGE_SECONDS:-900}
 GOPROXY_BASE=${GOPROXY_URL:-https://proxy.golang.org}
@@ -62,6 +66,7 @@ has_buildah() { command -v buildah >/dev/null 2>&1; }
 has_image_base() { has_buildah && bash scripts/local-image.sh has-base; }
 # `go install` leaves helm's own version string without the patch level: a stamp names the build.
 has_helm() { [ -x .tools/bin/helm ] && [ -f ".tools/bin/.helm-$HELM_VERSION" ] && .tools/bin/helm version >/dev/null 2>&1; }
+has_opa() { [ -x .tools/bin/opa ] && [ -f ".tools/bin/.opa-$OPA_VERSION" ] && .tools/bin/opa version >/dev/null 2>&1; }
 
 # every CRD file of every source present (a source is complete or absent: see fetch_crd_source)
 has_crds() {
@@ -130,23 +135,35 @@ fetch_go_toolchain() {
     rm -rf "$root/.tools/go" && mv "$tmp/$module" "$root/.tools/go" && rm -rf "$tmp" "$zip"
 }
 
-# --- Helm, built once from the Go module proxy ----------------------------------------------
-build_helm() {
-  local go
+# --- Helm and OPA, built once from the Go module proxy ---------------------------------------
+# go_install NAME PACKAGE@VERSION: one static binary into .tools/bin, stamped with its version
+# (`go install` leaves helm's own version string without the patch level). The module and
+# build caches are the build's own, under .tools, and removed afterwards (~1 GB each): the two
+# builds run side by side, and nothing is written outside the project.
+go_install() {
+  local go=$1 name=$2 target=$3
+  local version=${target#*@} work="$root/.tools/go-build-$2"
+  logged "go install $target with $go"
+  rm -f .tools/bin/."$name"-*
+  GOBIN=$root/.tools/bin GOPATH=$work/gopath GOCACHE=$work/gocache GOFLAGS=-modcacherw \
+    GOTOOLCHAIN=auto CGO_ENABLED=0 \
+    timeout -k 10 "$GO_BUILD_SECONDS" "$go" install "$target" >>"$log" 2>&1 &&
+    touch ".tools/bin/.$name-$version"
+  local status=$?
+  rm -rf "$work"
+  return $status
+}
+
+build_go_peers() {
+  local go pids=() pid
   if ! go=$(go_binary); then
     fetch_go_toolchain >>"$log" 2>&1 && go=$(go_binary) || { logged "no usable Go toolchain"; return 1; }
   fi
-  logged "go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION with $go"
-  # The module and build caches live in .tools too: a second build (e.g. after `make clean`
-  # kept them) is quick, and nothing is written outside the project.
-  rm -f .tools/bin/.helm-*
-  GOBIN=$root/.tools/bin GOPATH=$root/.tools/gopath GOCACHE=$root/.tools/gocache GOFLAGS=-modcacherw \
-    GOTOOLCHAIN=auto CGO_ENABLED=0 \
-    timeout -k 10 "$HELM_SECONDS" "$go" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >>"$log" 2>&1 &&
-    touch ".tools/bin/.helm-$HELM_VERSION" || return 1
-  # helm is one static binary: the module and build caches (~1.5 GB) and a downloaded
-  # toolchain served this one build only.
-  rm -rf "$root/.tools/gocache" "$root/.tools/gopath" "$root/.tools/go"
+  if wanted helm && ! has_helm; then go_install "$go" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" & pids+=($!); fi
+  if wanted opa && ! has_opa; then go_install "$go" opa "github.com/open-policy-agent/opa@$OPA_VERSION" & pids+=($!); fi
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  # a downloaded toolchain served these builds only
+  rm -rf "$root/.tools/go"
 }
 
 # --- CRD schemas, from the Go module proxy -------------------------------------------------
@@ -225,11 +242,11 @@ install_envoy() {
 status=0
 fail() { say "MISSING $1: $2 (see .tools/test-peers.log)"; status=1; }
 
-helm_pid=
-if wanted helm && ! has_helm; then
-  say "building helm $HELM_VERSION from the Go module proxy (once; a few minutes on 2 cores)"
-  build_helm &
-  helm_pid=$!
+go_pid=
+if { wanted helm && ! has_helm; } || { wanted opa && ! has_opa; }; then
+  say "building helm $HELM_VERSION and/or opa $OPA_VERSION from the Go module proxy (once; a few minutes on 2 cores)"
+  build_go_peers &
+  go_pid=$!
 fi
 
 if wanted envoy && ! has_envoy; then
@@ -258,8 +275,9 @@ done
 if wanted envoy && ! has_envoy; then fail envoy "envoy $ENVOY_VERSION is not in .tools/bin/envoy and could not be installed"; fi
 if wanted image-base && ! has_image_base; then fail image-base "the local image base is not in .tools/containers and could not be built (scripts/local-image.sh base)"; fi
 if wanted crds && ! has_crds; then fail crds "the CRD schemas are not in .tools/schemas and could not be fetched from $GOPROXY_BASE"; fi
-if [ -n "$helm_pid" ]; then wait "$helm_pid"; fi
+if [ -n "$go_pid" ]; then wait "$go_pid"; fi
 if wanted helm && ! has_helm; then fail helm "helm $HELM_VERSION is not in .tools/bin/helm and could not be built"; fi
+if wanted opa && ! has_opa; then fail opa "opa $OPA_VERSION is not in .tools/bin/opa and could not be built"; fi
 
 [ $status = 0 ] || say "the test suite needs every peer above; fix the install (or run as root with apt-get) and re-run"
 exit $status

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { benchEnvoy, type ColumnFigures, envoyTables } from "../../bench/envoy.ts";
+import { benchEnvoy, type ColumnFigures, DECISION_REQUESTS, envoyTables } from "../../bench/envoy.ts";
 import { machineFacts, renderReport } from "../../bench/report.ts";
 import { BENCH_MODULES, ENVOY_QUICK } from "../../bench/run.ts";
 import { projectTool } from "../helpers/peer-process.ts";
@@ -38,8 +38,8 @@ function assertMeasured(figures: ColumnFigures, withServer: boolean): void {
   }
 }
 
-describe("make bench: Envoy alone vs Envoy + sidecar (smoke counts)", () => {
-  it("measures every column through one Envoy and renders every figure", { timeout: 60_000 }, async () => {
+describe("make bench: Envoy alone vs Envoy's jwt_authn + rbac vs Envoy + sidecar (smoke counts)", () => {
+  it("measures every column through one Envoy and renders every figure", { timeout: 120_000 }, async () => {
     assert.ok(
       BENCH_MODULES.some((module) => module.name === "envoy" && module.quick === true),
       "the Envoy module is in `make bench` and its --quick run",
@@ -47,6 +47,14 @@ describe("make bench: Envoy alone vs Envoy + sidecar (smoke counts)", () => {
     const result = await benchEnvoy(ENVOY_QUICK);
     assert.match(result.envoyVersion, /^1\.40\./);
     assertMeasured(result.alone, false);
+    // Envoy's own jwt_authn + rbac, the floor: measured like Envoy alone (no server beside it).
+    assertMeasured(result.inProxy, false);
+    // Every authorizing setup gave the policy's answer to every request of the decision set.
+    assert.deepEqual(Object.keys(result.decisions.allowedBy), ["in_proxy", "sidecar"]);
+    const policy = DECISION_REQUESTS.map((request) => request.allowed);
+    assert.ok(policy.includes(true) && policy.includes(false), "the set holds allows and denies");
+    for (const [setup, answers] of Object.entries(result.decisions.allowedBy))
+      assert.deepEqual(answers, policy, `${setup} decides the decision set like the policy`);
     assert.deepEqual(
       result.columns.map((column) => column.name),
       ["Envoy + authority sidecar"],
@@ -64,13 +72,22 @@ describe("make bench: Envoy alone vs Envoy + sidecar (smoke counts)", () => {
     assert.ok(Number.isFinite(result.extraChecks.rulesCpuUsPerCheck), "the rules' cost is a number");
 
     const tables = envoyTables(result);
-    assert.equal(tables.length, 3);
+    assert.equal(tables.length, 5);
     const page = renderReport(
       { ...machineFacts(projectTool("envoy")), loadAtEnd: [0, 0, 0] },
       [{ name: "envoy", title: "Envoy", tables, seconds: 1 }],
       "make bench --quick",
     );
-    for (const text of ["Envoy alone", "Envoy + authority sidecar", "added p50 (ms)", "(µs)", "Envoy 1.40."])
+    for (const text of [
+      "Envoy alone",
+      "Envoy + jwt_authn + rbac (in-proxy)",
+      "Envoy + authority sidecar",
+      "Against the floor",
+      "Same decisions",
+      "added p50 (ms)",
+      "(µs)",
+      "Envoy 1.40.",
+    ])
       assert.ok(page.includes(text), `the page lacks "${text}"`);
     for (const junk of ["NaN", "undefined", "Infinity", "null"])
       assert.ok(!page.includes(junk), `the page carries "${junk}"`);

@@ -60,7 +60,7 @@ function withoutDrain(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { AUTHORITY_SHUTDOWN_WAIT: "0", AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0", ...env };
 }
 
-export function projectTool(name: "envoy" | "helm"): string {
+export function projectTool(name: "envoy" | "helm" | "opa"): string {
   const path = `${repoRoot}.tools/bin/${name}`;
   if (!existsSync(path)) {
     throw new Error(
