@@ -17,9 +17,11 @@ const CORE = "^src/core/";
 const ERRORS = "^src/errors\\.ts$";
 
 /**
- * The order among the application folders, innermost first (docs/decisions/2646): a folder
- * imports only folders of its own tier or of an inner one. `config` is outside the order until
- * its low parts (errors, secret fields, log level) and its process schemas are apart.
+ * The order among the application folders, innermost first (docs/decisions/2646, 2703): a
+ * folder imports only folders of its own tier or of an inner one. `config` (the process
+ * schemas) is outermost: it names every module's settings; what inner folders need of it is
+ * theirs (`ConfigError` in core, the log levels and tracing shape in observability, the
+ * decision-export shape in audit).
  */
 const FOLDER_ORDER = [
   ["store", "catalog", "crypto", "identity"],
@@ -30,6 +32,7 @@ const FOLDER_ORDER = [
   ["pipeline"],
   ["admin"],
   ["bindings", "mcp"],
+  ["config"],
 ];
 
 /** One rule per tier: none of its folders imports a folder of an outer tier. */

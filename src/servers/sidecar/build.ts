@@ -8,7 +8,7 @@
 import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
 import { startDecisionExport } from "../../audit/export/start.ts";
-import { ConfigError } from "../../config/errors.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
