@@ -20,14 +20,14 @@ import {
   type Tracing,
   tracingMetrics,
 } from "../../observability/tracing.ts";
+import { parseCapabilityMap } from "../../pipeline/capability-map.ts";
+import type { TokenVerifier } from "../../pipeline/token-cache.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
-import { parseCapabilityMap } from "./capability-map.ts";
 import type { SidecarConfig } from "./config.ts";
 import { clientCredentialsTokenSource, fileTokenSource, type ServiceTokenSource } from "./service-token.ts";
 import { createSidecar, type Sidecar } from "./sidecar.ts";
-import type { TokenVerifier } from "./token-cache.ts";
 
 /** What a caller (tests, `authority dev`) supplies instead of building it from the configuration. */
 export interface SidecarOverrides {
