@@ -17,10 +17,11 @@ const CORE = "^src/core/";
 const ERRORS = "^src/errors\\.ts$";
 
 /**
- * The order among the application folders, innermost first (docs/decisions/2646): a folder
- * imports only folders of its own tier or of an inner one. `config` is outside the order until
- * its low parts (errors, secret fields, log level) and its process schemas are apart, and
- * `admin → mcp` (the platform diagnostics read the MCP settings) is the one upward edge left.
+ * The order among the application folders, innermost first (docs/decisions/2646, 2703): a
+ * folder imports only folders of its own tier or of an inner one. `config` (the process
+ * schemas) is outermost: it names every module's settings; what inner folders need of it is
+ * theirs (`ConfigError` in core, the log levels and tracing shape in observability, the
+ * decision-export shape in audit).
  */
 const FOLDER_ORDER = [
   ["store", "catalog", "crypto", "identity"],
@@ -31,15 +32,13 @@ const FOLDER_ORDER = [
   ["pipeline"],
   ["admin"],
   ["bindings", "mcp"],
+  ["config"],
 ];
-const UPWARD_EDGES_LEFT = { admin: ["mcp"] };
 
 /** One rule per tier: none of its folders imports a folder of an outer tier. */
 function folderOrderRules() {
   return FOLDER_ORDER.slice(0, -1).map((tier, index) => {
-    const outer = FOLDER_ORDER.slice(index + 1)
-      .flat()
-      .filter((folder) => !tier.some((from) => UPWARD_EDGES_LEFT[from]?.includes(folder)));
+    const outer = FOLDER_ORDER.slice(index + 1).flat();
     return {
       name: `folder-order-${tier.join("-")}`,
       severity: "error",

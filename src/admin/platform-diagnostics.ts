@@ -10,8 +10,6 @@
 import { connect as connectTcp, type Socket } from "node:net";
 import { connect as connectTls } from "node:tls";
 import type { JwksStatus } from "../identity/jwt-verifier.ts";
-import { type McpConfig, resolveMcpConfig } from "../mcp/config.ts";
-import { MODERN_PROTOCOL_VERSION, supportedProtocolVersions } from "../mcp/protocol-server.ts";
 import type { StoreHealth } from "../store/store.ts";
 
 /** Services of the platform the process was configured with (URLs as configured). */
@@ -24,6 +22,7 @@ export interface PlatformEndpoints {
   readonly managedUrl?: string;
 }
 
+/** The hosted MCP endpoint as configured (built by src/mcp/diagnostics-facts.ts). */
 export interface McpFacts {
   readonly endpoint: string;
   readonly protocol_versions: readonly string[];
@@ -83,20 +82,6 @@ export function displayUrl(raw: string): string | null {
   } catch {
     return null;
   }
-}
-
-export function mcpFacts(config: { readonly publicUrl: string; readonly mcp?: McpConfig }): McpFacts {
-  const resolved = resolveMcpConfig(config.mcp, config.publicUrl);
-  return {
-    endpoint: `${(displayUrl(config.publicUrl) ?? config.publicUrl).replace(/\/$/, "")}/mcp`,
-    protocol_versions: [...supportedProtocolVersions],
-    latest_protocol_version: MODERN_PROTOCOL_VERSION,
-    allowed_origins: resolved.allowedOrigins,
-    upstream_timeout_ms: resolved.upstreamTimeoutMs,
-    max_response_bytes: resolved.maxResponseBytes,
-    scopes_supported: resolved.scopesSupported,
-    tool_cache_size: resolved.toolCacheSize,
-  };
 }
 
 export function oauthFacts(

@@ -5,9 +5,9 @@
  * applies no defaults and reads no environment: precedence and defaults live in one place.
  */
 import { type Command, Option } from "commander";
-import { ConfigError } from "../config/errors.ts";
 import { allSettings, loadProcessConfig, type ProcessSchema } from "../config/schema.ts";
 import { boolean, type SettingSpec, type Settings, settingType } from "../config/settings.ts";
+import { ConfigError } from "../core/config-error.ts";
 
 /** commander's attribute name for a flag key (`grpc-listen` → `grpcListen`). */
 export function flagAttribute(key: string): string {

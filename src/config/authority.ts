@@ -7,6 +7,7 @@
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { LogRetention, RetentionSettings } from "../audit/retention.ts";
+import { ConfigError } from "../core/config-error.ts";
 import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
 import type { McpConfig } from "../mcp/config.ts";
@@ -17,7 +18,6 @@ import {
   decisionExportSettings,
   optionalExport,
 } from "./decision-export.ts";
-import { ConfigError } from "./errors.ts";
 import {
   defineProcess,
   type LoadInputs,

@@ -4,7 +4,7 @@
  * starts from.
  */
 import { join, resolve } from "node:path";
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
   bearerTokenSettings,

@@ -2,19 +2,11 @@
  * The decision-log export settings, the same for `authority serve` and `authority sidecar`
  * (each with its own environment prefix): docs/observability.md, "Decision-log export".
  */
+import type { DecisionExportConfig } from "../audit/export/configured.ts";
 import type { SettingReader } from "./schema.ts";
 import { duration, httpUrl, integer, list, oneOf, setting } from "./settings.ts";
 
-export interface DecisionExportConfig {
-  readonly url: string;
-  readonly format: "otlp" | "json";
-  readonly maxBuffered: number;
-  readonly batchSize: number;
-  readonly intervalMs: number;
-  readonly maskFields: readonly string[];
-  /** Fraction (0–1) of allows exported; denies always are. */
-  readonly allowSampleRate: number;
-}
+export type { DecisionExportConfig };
 
 export function decisionExportSettings(envPrefix: string) {
   return {

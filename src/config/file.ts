@@ -2,7 +2,7 @@ import { open } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { extname } from "node:path";
 import type * as Yaml from "yaml";
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 
 const MAX_FILE_BYTES = 1024 * 1024;
 

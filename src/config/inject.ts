@@ -4,7 +4,7 @@
  * The sidecar settings it injects are a separate file with its own schema
  * (src/servers/inject/settings.ts), named by `--settings-file`.
  */
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
   duration,

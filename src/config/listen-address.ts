@@ -1,4 +1,4 @@
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 
 export interface ListenAddress {
   readonly host: string;

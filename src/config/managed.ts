@@ -2,7 +2,7 @@
  * The configuration of `authority managed`, the managed crypto API: its settings
  * (docs/configuration.md is generated from them) and the typed configuration it starts from.
  */
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import {
   duration,

@@ -5,7 +5,7 @@
  * flags, then the environment, then the `--config` file, then defaults, validated once.
  */
 import { resolve } from "node:path";
-import { ConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
 import { readConfigFile } from "./file.ts";
 import {
   configFileSetting,

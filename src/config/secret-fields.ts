@@ -6,8 +6,8 @@
  */
 import { readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { ConfigError } from "../core/config-error.ts";
 import { isRecord } from "../core/own-property.ts";
-import { ConfigError } from "./errors.ts";
 
 const MAX_FIELD_BYTES = 64 * 1024;
 

@@ -8,8 +8,9 @@
  * and where it came from, never the value of a secret one. docs/configuration.md is
  * generated from these definitions (scripts/gen-configuration-doc.ts).
  */
+
+import { ConfigError } from "../core/config-error.ts";
 import type { EgressAllowEntry } from "../core/egress-address.ts";
-import { ConfigError } from "./errors.ts";
 import {
   boolean,
   duration,

@@ -2,8 +2,9 @@
  * The configuration of `authority token`: which token endpoint, which grant, what to ask for.
  * Secrets may come from the environment so they stay out of shell history and `ps`.
  */
+
+import { ConfigError } from "../core/config-error.ts";
 import type { TokenRequest } from "../identity/token-client.ts";
-import { ConfigError } from "./errors.ts";
 import { defineProcess, type ProcessInputs, resolveProcessConfig } from "./schema.ts";
 import { boolean, httpUrl, setting, text } from "./settings.ts";
 

@@ -3,13 +3,11 @@
  * own environment prefix): docs/observability.md, "Tracing". Unset: no tracing, and the
  * OpenTelemetry SDK is never loaded.
  */
+import type { TracingConfig } from "../observability/tracing.ts";
 import type { SettingReader } from "./schema.ts";
 import { httpUrl, setting } from "./settings.ts";
 
-export interface TracingConfig {
-  /** The OTLP/HTTP traces endpoint (`…/v1/traces`). */
-  readonly url: string;
-}
+export type { TracingConfig };
 
 export function tracingSettings(envPrefix: string) {
   return {

@@ -6,9 +6,9 @@
  * issuer, first of the list.
  */
 
+import { ConfigError } from "../core/config-error.ts";
 import { isRecord } from "../core/own-property.ts";
 import { type ClaimMapping, defaultClaimMapping, type TrustedIssuer } from "../identity/trusted-issuers.ts";
-import { ConfigError } from "./errors.ts";
 import type { SettingReader } from "./schema.ts";
 import {
   type bearerTokenSettings,

@@ -7,8 +7,9 @@
  */
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
+import { ConfigError } from "../core/config-error.ts";
 import { type EgressAllowEntry, parseEgressAllowEntry } from "../core/egress-address.ts";
-import { ConfigError } from "./errors.ts";
+import { type LogLevel, logLevels } from "../observability/log-level.ts";
 import { type ListenAddress, parseListenAddress } from "./listen-address.ts";
 
 export type RawValue = string | number | boolean;
@@ -122,8 +123,7 @@ export function oneOf<T extends string>(values: readonly T[]): Validator<T> {
   });
 }
 
-export const logLevels = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
-export type LogLevel = (typeof logLevels)[number];
+export { type LogLevel, logLevels };
 export const logLevel: Validator<LogLevel> = oneOf(logLevels);
 
 export type { ListenAddress };

@@ -1,5 +1,5 @@
 import { type Logger, type LoggerOptions, pino } from "pino";
-import { environmentLogLevel } from "../config/log-level.ts";
+import { environmentLogLevel } from "./log-level.ts";
 
 /**
  * Structured JSON logs. Paths that could carry a credential are censored at the logger,

@@ -11,6 +11,12 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type { EventEmitter } from "node:events";
 
 /** An OpenTelemetry `Context`, as far as this side reads it. */
+/** What a process's tracing settings resolve to (src/config/tracing.ts reads them). */
+export interface TracingConfig {
+  /** The OTLP/HTTP traces endpoint (`…/v1/traces`). */
+  readonly url: string;
+}
+
 export interface TraceContext {
   getValue(key: symbol): unknown;
 }

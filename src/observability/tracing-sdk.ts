@@ -35,13 +35,13 @@ import {
   type SpanExporter,
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
-import type { TracingConfig } from "../config/tracing.ts";
 import {
   activeTraceContext,
   type OpenSpan,
   TRACING_KEY,
   type TraceCarrier,
   type Tracing,
+  type TracingConfig,
   type TracingDependencies,
   type TracingMetrics,
 } from "./tracing-context.ts";

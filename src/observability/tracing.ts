@@ -9,7 +9,6 @@
  * loads no OpenTelemetry module and opens no span.
  */
 import type { Registry } from "prom-client";
-import type { TracingConfig } from "../config/tracing.ts";
 import { counter } from "./metrics.ts";
 import {
   activeTraceContext,
@@ -17,6 +16,7 @@ import {
   type SpanOutcome,
   TRACING_KEY,
   type Tracing,
+  type TracingConfig,
   type TracingDependencies,
   type TracingMetrics,
 } from "./tracing-context.ts";
@@ -27,6 +27,7 @@ export type {
   SpanOutcome,
   TraceCarrier,
   Tracing,
+  TracingConfig,
   TracingDependencies,
   TracingFetch,
   TracingMetrics,

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { displayUrl, mcpFacts } from "../../src/admin/platform-diagnostics.ts";
+import { displayUrl } from "../../src/admin/platform-diagnostics.ts";
 
 const secretArb = fc.stringMatching(/^[A-Za-z0-9]{12,24}$/).map((s) => `S3cr${s}`);
 
@@ -32,14 +32,5 @@ describe("platform diagnostics", () => {
       assert.equal(displayUrl(url), url);
     }
     assert.equal(displayUrl("not a url"), null);
-  });
-
-  it("reports MCP defaults from the public URL", () => {
-    const facts = mcpFacts({ publicUrl: "https://authority.example.com/" });
-    assert.equal(facts.endpoint, "https://authority.example.com/mcp");
-    assert.deepEqual(facts.allowed_origins, ["https://authority.example.com"]);
-    assert.equal(facts.upstream_timeout_ms, 10_000);
-    assert.ok(facts.protocol_versions.length > 0);
-    assert.equal(facts.latest_protocol_version, facts.protocol_versions[0]);
   });
 });

@@ -3,8 +3,8 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { loadAuthorityConfig, resolveAuthorityConfig } from "../../src/config/authority.ts";
-import { ConfigError } from "../../src/config/errors.ts";
 import { parseConfigText } from "../../src/config/file.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 import { authorityEgressPolicy } from "../../src/servers/authority/build.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 

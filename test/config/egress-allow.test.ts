@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { authoritySchema } from "../../src/config/authority.ts";
 import { devSchema } from "../../src/config/dev.ts";
-import { ConfigError } from "../../src/config/errors.ts";
 import { type ProcessInputs, resolveProcessConfig } from "../../src/config/schema.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 import type { EgressAllowEntry } from "../../src/core/egress-address.ts";
 import { sidecarSchema } from "../../src/servers/sidecar/config.ts";
 

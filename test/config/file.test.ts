@@ -5,8 +5,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { ConfigError } from "../../src/config/errors.ts";
 import { parseConfigText, readConfigFile } from "../../src/config/file.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 
 const MIB = 1024 * 1024;
 

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { ConfigError } from "../../src/config/errors.ts";
 import { parseListenAddress } from "../../src/config/listen-address.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 
 describe("parseListenAddress", () => {
   it("reads host:port and [ipv6]:port", () => {

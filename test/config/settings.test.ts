@@ -5,7 +5,6 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import fc from "fast-check";
 import { processSchemas } from "../../src/cli/configuration-doc.ts";
-import { ConfigError } from "../../src/config/errors.ts";
 import { allSettings, defineProcess, resolveProcessConfig } from "../../src/config/schema.ts";
 import {
   boolean,
@@ -22,6 +21,7 @@ import {
   text,
   validator,
 } from "../../src/config/settings.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 
 /** A schema of one integer setting with a default, to observe precedence. */
 const probe = defineProcess({

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { resolveAuthorityConfig } from "../../src/config/authority.ts";
-import { ConfigError } from "../../src/config/errors.ts";
 import { parseConfigText } from "../../src/config/file.ts";
+import { ConfigError } from "../../src/core/config-error.ts";
 import { resolveSidecarConfig } from "../../src/servers/sidecar/config.ts";
 
 const PLATFORM = "https://login.platform.example";

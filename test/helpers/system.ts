@@ -34,6 +34,7 @@ import { type CryptoOwners, policyCredentials } from "../../src/dev/crypto-owner
 import { createEgressPolicy, endpointOfUrl } from "../../src/execute/egress.ts";
 import { createJwtVerifier, type RemoteJwksOptions } from "../../src/identity/jwt-verifier.ts";
 import { startTracing } from "../../src/observability/tracing.ts";
+import { createCapabilityMap } from "../../src/pipeline/capability-map.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
@@ -45,7 +46,6 @@ import { createCryptoClient } from "../../src/servers/crypto/index.ts";
 import { createDevCertificate, type DevCertificate } from "../../src/servers/managed/dev-certificate.ts";
 import { createManagedServer } from "../../src/servers/managed/server.ts";
 import { createAuthorityClient } from "../../src/servers/sidecar/authority-client.ts";
-import { createCapabilityMap } from "../../src/servers/sidecar/capability-map.ts";
 import { staticTokenSource } from "../../src/servers/sidecar/service-token.ts";
 import { createSidecar, type Sidecar, type SidecarOptions } from "../../src/servers/sidecar/sidecar.ts";
 import { openStore } from "../../src/store/index.ts";

@@ -1,7 +1,18 @@
 import type { Registry } from "prom-client";
-import type { DecisionExportConfig } from "../../config/decision-export.ts";
 import { createDecisionExporter, type DecisionExporter, type ExportFetch } from "./exporter.ts";
 import { exportBufferGauge, exportCounter } from "./metrics.ts";
+
+/** What a process's decision-export settings resolve to (src/config/decision-export.ts reads them). */
+export interface DecisionExportConfig {
+  readonly url: string;
+  readonly format: "otlp" | "json";
+  readonly maxBuffered: number;
+  readonly batchSize: number;
+  readonly intervalMs: number;
+  readonly maskFields: readonly string[];
+  /** Fraction (0–1) of allows exported; denies always are. */
+  readonly allowSampleRate: number;
+}
 
 export interface ConfiguredExporterDependencies {
   /** The process's egress gate fetch (the export URL is one of its operator URLs). */

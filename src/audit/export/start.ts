@@ -2,8 +2,7 @@
  * The decision-log export of a process's settings, its modules loaded only when it is on: a
  * sidecar without `--decision-export-url` loads none of the exporter (decision 2797).
  */
-import type { DecisionExportConfig } from "../../config/decision-export.ts";
-import type { ConfiguredExporterDependencies } from "./configured.ts";
+import type { ConfiguredExporterDependencies, DecisionExportConfig } from "./configured.ts";
 import type { DecisionExporter } from "./exporter.ts";
 
 export async function startDecisionExport(

@@ -1,9 +1,9 @@
 import { readFile, stat } from "node:fs/promises";
 import type { Command } from "commander";
 import pkg from "../../../package.json" with { type: "json" };
-import { ConfigError } from "../../config/errors.ts";
 import { readConfigFile } from "../../config/file.ts";
 import { type InjectCommandConfig, injectSchema } from "../../config/inject.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { createMetricsRegistry } from "../../observability/metrics.ts";
 import { InjectorSettingsError, parseSidecarSettings } from "../../servers/inject/settings.ts";

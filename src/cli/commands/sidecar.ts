@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { ConfigError } from "../../config/errors.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import { isCryptoError } from "../../crypto/index.ts";
 import { createLogger } from "../../observability/logger.ts";
 import { PolicyCacheError } from "../../policy/cache/index.ts";

@@ -35,12 +35,12 @@ import {
 import { passwordGrant } from "../../clients/idp/password-grant.ts";
 import { createTokenCache } from "../../clients/idp/token-cache.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
-import { ConfigError } from "../../config/errors.ts";
+import { loadServiceCryptoCredentials } from "../../config/service-crypto-credentials.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import type { Logger } from "../../observability/logger.ts";
 import { createDelegatedSubjectKeys } from "../../policy/delegated-subject-keys.ts";
 import { createLocalPolicyProtector, type KeyRingSource } from "../../policy/local-protector.ts";
 import type { PolicyProtectionContext, PolicyProtector } from "../../policy/protector.ts";
-import { loadServiceCryptoCredentials } from "../../policy/service-crypto-credentials.ts";
 import { createUpstreamPolicyProtector } from "../../policy/upstream-protector.ts";
 import { keyRingCheckpointSigner, serviceCheckpointSigner } from "./checkpoint-signers.ts";
 

@@ -6,8 +6,8 @@
  */
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import type { ServiceOwnerBootstrap } from "../../config/crypto.ts";
-import { ConfigError } from "../../config/errors.ts";
 import { readSecretFields } from "../../config/secret-fields.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import { type Kek, loadKek } from "../../crypto/index.ts";
 import { createJwtVerifier, type JwtVerifier } from "../../identity/jwt-verifier.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";

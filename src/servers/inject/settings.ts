@@ -1,11 +1,11 @@
 import { Ajv2020 } from "ajv/dist/2020.js";
-import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
   isIstioReservedPort,
   istioPortMessage,
 } from "../../config/istio-ports.ts";
 import { egressAllowList } from "../../config/validators.ts";
+import { ConfigError } from "../../core/config-error.ts";
 
 /**
  * What the injector puts into every pod: read once at start from the settings file the

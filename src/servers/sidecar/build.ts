@@ -8,7 +8,7 @@
 import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
 import { startDecisionExport } from "../../audit/export/start.ts";
-import { ConfigError } from "../../config/errors.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
@@ -20,14 +20,14 @@ import {
   type Tracing,
   tracingMetrics,
 } from "../../observability/tracing.ts";
+import { parseCapabilityMap } from "../../pipeline/capability-map.ts";
+import type { TokenVerifier } from "../../pipeline/token-cache.ts";
 import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
-import { parseCapabilityMap } from "./capability-map.ts";
 import type { SidecarConfig } from "./config.ts";
 import { clientCredentialsTokenSource, fileTokenSource, type ServiceTokenSource } from "./service-token.ts";
 import { createSidecar, type Sidecar } from "./sidecar.ts";
-import type { TokenVerifier } from "./token-cache.ts";
 
 /** What a caller (tests, `authority dev`) supplies instead of building it from the configuration. */
 export interface SidecarOverrides {

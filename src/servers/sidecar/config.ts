@@ -11,7 +11,6 @@ import {
   decisionExportSettings,
   optionalExport,
 } from "../../config/decision-export.ts";
-import { ConfigError } from "../../config/errors.ts";
 import {
   DEFAULT_SIDECAR_PROXY_PORT,
   isIstioReservedPort,
@@ -37,6 +36,7 @@ import {
 } from "../../config/settings.ts";
 import { optionalTracing, type TracingConfig, tracingSettings } from "../../config/tracing.ts";
 import { issuerConfig, trustedIssuersSetting } from "../../config/trusted-issuers.ts";
+import { ConfigError } from "../../core/config-error.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
 import { JOURNAL_MAX_BYTES_DEFAULT } from "./decision-journal.ts";

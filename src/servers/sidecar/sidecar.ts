@@ -6,7 +6,10 @@ import type { EgressPolicy } from "../../execute/egress.ts";
 import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { Tracing } from "../../observability/tracing.ts";
+import { type CapabilityMap, createCapabilityMap } from "../../pipeline/capability-map.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
+import { createFetchCache } from "../../pipeline/fetch-cache.ts";
+import { createVerifiedTokenCache, type TokenVerifier } from "../../pipeline/token-cache.ts";
 import {
   type AuthorityLease,
   type CacheLayer,
@@ -21,13 +24,11 @@ import {
 import type { PolicyOpener } from "../../policy/protector.ts";
 import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
-import { type CapabilityMap, createCapabilityMap } from "./capability-map.ts";
 import { exportingJournal, exportingShipper } from "./decision-export.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
-import { createFetchCache } from "./fetch-cache.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
 import type { DecisionEvent } from "./grpc/types.ts";
 import { probeOwnGrpcPort } from "./grpc-self-probe.ts";
@@ -35,7 +36,6 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { createSidecarShadowPolicies, type SidecarShadowPolicies } from "./shadow-policies.ts";
-import { createVerifiedTokenCache, type TokenVerifier } from "./token-cache.ts";
 import { tracedCheck } from "./tracing.ts";
 import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";

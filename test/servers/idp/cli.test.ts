@@ -7,9 +7,9 @@ import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
-import { ConfigError } from "../../../src/config/errors.ts";
 import { resolveIdpConfig } from "../../../src/config/idp.ts";
 import { resolveTokenConfig } from "../../../src/config/token.ts";
+import { ConfigError } from "../../../src/core/config-error.ts";
 import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 
 const root = resolve(import.meta.dirname, "../../..");

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { ConfigError } from "../../../src/config/errors.ts";
+import { ConfigError } from "../../../src/core/config-error.ts";
 import { resolveSidecarConfig, sidecarSettings } from "../../../src/servers/sidecar/config.ts";
 
 const minimal = {

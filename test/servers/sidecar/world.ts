@@ -19,6 +19,7 @@ import { createSubject } from "../../../src/admin/subjects.ts";
 import { endpointOfUrl } from "../../../src/execute/egress.ts";
 import { createJwtVerifier, type JwtVerifier } from "../../../src/identity/jwt-verifier.ts";
 import { createLogger } from "../../../src/observability/logger.ts";
+import { createCapabilityMap } from "../../../src/pipeline/capability-map.ts";
 import { createPolicyChangePublisher, type PolicyChangePublisher } from "../../../src/policy/cache/index.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
@@ -27,7 +28,6 @@ import { buildAuthorityService } from "../../../src/servers/authority/build.ts";
 import type { AuthorityServices } from "../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
-import { createCapabilityMap } from "../../../src/servers/sidecar/capability-map.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import {
   createSidecar,

@@ -1,8 +1,9 @@
 import type { FastifyPluginAsync } from "fastify";
 import { diagnosticsSchema } from "../../../admin/admin-response-schemas.ts";
 import { collectDiagnostics } from "../../../admin/diagnostics.ts";
-import { displayUrl, mcpFacts, oauthFacts } from "../../../admin/platform-diagnostics.ts";
+import { displayUrl, oauthFacts } from "../../../admin/platform-diagnostics.ts";
 import { assertRole } from "../../../identity/principal.ts";
+import { mcpFacts } from "../../../mcp/diagnostics-facts.ts";
 import { requirePrincipal } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
 

@@ -1,5 +1,5 @@
 import { LRUCache } from "lru-cache";
-import { SidecarConfigError } from "./errors.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 /**
  * A small read-through cache for what the sidecar fetches from the authority service
@@ -28,10 +28,8 @@ export interface FetchCache<V> {
 }
 
 export function createFetchCache<V>(options: FetchCacheOptions<V>): FetchCache<V> {
-  if (typeof options?.load !== "function") throw new SidecarConfigError("load is required");
-  const max = options.maxEntries ?? 1000;
-  if (!Number.isSafeInteger(max) || max < 1)
-    throw new SidecarConfigError("maxEntries must be a positive integer");
+  if (typeof options?.load !== "function") throw new TypeError("load is required");
+  const max = positiveIntegerOption(options.maxEntries, 1000, "maxEntries");
   const now = options.now ?? Date.now;
   // lru-cache's fetch() is the single flight: concurrent misses share one load; a failed
   // load is not kept. A value loaded with ttlMs ≤ 0 is handed out, never served again.

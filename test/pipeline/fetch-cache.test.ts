@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createFetchCache } from "../../../src/servers/sidecar/fetch-cache.ts";
+import { createFetchCache } from "../../src/pipeline/fetch-cache.ts";
 
 /** A loader whose answers the test releases by hand, counting the loads it was asked for. */
 function manualLoader<V>() {

@@ -1,9 +1,9 @@
 import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
-import { TokenVerificationError } from "../../identity/errors.ts";
-import type { VerifiedToken } from "../../identity/jwt-verifier.ts";
-import { createVerifiedTokenCache as createSharedCache } from "../../identity/verified-token-cache.ts";
-import { positiveIntOption, SidecarConfigError } from "./errors.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
+import { TokenVerificationError } from "../identity/errors.ts";
+import type { VerifiedToken } from "../identity/jwt-verifier.ts";
+import { createVerifiedTokenCache as createSharedCache } from "../identity/verified-token-cache.ts";
 
 /**
  * Verified bearer tokens as principals, in the verified-token cache every server uses
@@ -53,11 +53,11 @@ export interface VerifiedTokenCache {
 const REJECTED: TokenCheck = Object.freeze({ ok: false, unavailable: false });
 
 export function createVerifiedTokenCache(options: VerifiedTokenCacheOptions): VerifiedTokenCache {
-  if (typeof options?.verifier?.verify !== "function") throw new SidecarConfigError("verifier is required");
+  if (typeof options?.verifier?.verify !== "function") throw new TypeError("verifier is required");
   const { verifier } = options;
-  const max = positiveIntOption(options.maxEntries, 10_000, "maxEntries");
-  const maxAgeMs = positiveIntOption(options.maxAgeMs, 300_000, "maxAgeMs");
-  const rejectTtlMs = positiveIntOption(options.rejectTtlMs, 2_000, "rejectTtlMs");
+  const max = positiveIntegerOption(options.maxEntries, 10_000, "maxEntries");
+  const maxAgeMs = positiveIntegerOption(options.maxAgeMs, 300_000, "maxAgeMs");
+  const rejectTtlMs = positiveIntegerOption(options.rejectTtlMs, 2_000, "rejectTtlMs");
   const now = options.now ?? Date.now;
   const accepted = createSharedCache<CachedPrincipal>({
     maxEntries: max,

@@ -1,5 +1,5 @@
-import { isValidCapabilityId } from "../../core/index.ts";
-import { SidecarConfigError } from "./errors.ts";
+import { ConfigError } from "../core/config-error.ts";
+import { isValidCapabilityId } from "../core/index.ts";
 
 /**
  * Which capability a request uses when Envoy's `context_extensions` (or the proxy's
@@ -37,9 +37,9 @@ function parseKey(key: string): { host: string | undefined; prefix: string } {
   const host = slash === -1 ? key : key.slice(0, slash);
   const prefix = slash === -1 ? "" : key.slice(slash);
   if (host !== "" && !HOST.test(host))
-    throw new SidecarConfigError(`capability map: bad host in key ${JSON.stringify(key)}`);
+    throw new ConfigError(`capability map: bad host in key ${JSON.stringify(key)}`);
   if (prefix !== "" && !PREFIX.test(prefix)) {
-    throw new SidecarConfigError(`capability map: bad route prefix in key ${JSON.stringify(key)}`);
+    throw new ConfigError(`capability map: bad route prefix in key ${JSON.stringify(key)}`);
   }
   return { host: host === "" ? undefined : host.toLowerCase(), prefix: prefix.replace(/\/+$/, "") };
 }
@@ -72,10 +72,10 @@ export function parseCapabilityMap(text: string | undefined): CapabilityMap {
   try {
     value = JSON.parse(text);
   } catch {
-    throw new SidecarConfigError("capability map must be a JSON object");
+    throw new ConfigError("capability map must be a JSON object");
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new SidecarConfigError("capability map must be a JSON object");
+    throw new ConfigError("capability map must be a JSON object");
   }
   return createCapabilityMap(value as Record<string, unknown>);
 }
@@ -84,10 +84,9 @@ export function createCapabilityMap(mapping: Readonly<Record<string, unknown>>):
   const entries: Entry[] = [];
   for (const [key, capabilityId] of Object.entries(mapping)) {
     if (typeof capabilityId !== "string" || !isValidCapabilityId(capabilityId)) {
-      throw new SidecarConfigError(`capability map: ${JSON.stringify(key)} must map to a capability id`);
+      throw new ConfigError(`capability map: ${JSON.stringify(key)} must map to a capability id`);
     }
-    if (key.length === 0 || key.length > 512)
-      throw new SidecarConfigError("capability map: empty or overlong key");
+    if (key.length === 0 || key.length > 512) throw new ConfigError("capability map: empty or overlong key");
     const { host, prefix } = parseKey(key);
     entries.push({ host, prefix, capabilityId });
   }

@@ -9,8 +9,8 @@
  * field, never a value.
  */
 import type { PartnerCredentials } from "../clients/crypto-service/credentials.ts";
-import { ConfigError } from "../config/errors.ts";
-import { readSecretFields } from "../config/secret-fields.ts";
+import { ConfigError } from "../core/config-error.ts";
+import { readSecretFields } from "./secret-fields.ts";
 
 const CREDENTIAL_FIELDS = ["username", "password", "api_key", "access_key", "secret_key"] as const;
 

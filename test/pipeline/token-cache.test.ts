@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { createJwtVerifier } from "../../../src/identity/jwt-verifier.ts";
-import { createVerifiedTokenCache } from "../../../src/servers/sidecar/token-cache.ts";
-import { type CountingVerifier, startCountingVerifier } from "../../helpers/counting-verifier.ts";
+import { createJwtVerifier } from "../../src/identity/jwt-verifier.ts";
+import { createVerifiedTokenCache } from "../../src/pipeline/token-cache.ts";
+import { type CountingVerifier, startCountingVerifier } from "../helpers/counting-verifier.ts";
 
 describe("verified-token cache (real dev IdP, real JWKS over HTTP)", () => {
   let dev: CountingVerifier;

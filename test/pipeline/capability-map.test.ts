@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createCapabilityMap, parseCapabilityMap } from "../../../src/servers/sidecar/capability-map.ts";
+import { createCapabilityMap, parseCapabilityMap } from "../../src/pipeline/capability-map.ts";
 
 describe("capability map (AUTHORITY_SIDECAR_CAPABILITY_MAP)", () => {
   const map = parseCapabilityMap(
@@ -55,7 +55,7 @@ describe("capability map (AUTHORITY_SIDECAR_CAPABILITY_MAP)", () => {
       '{"/a//b":"c"}',
       '{"":"c"}',
     ]) {
-      assert.throws(() => parseCapabilityMap(text), { code: "sidecar_config_invalid" }, text);
+      assert.throws(() => parseCapabilityMap(text), { code: "config_invalid" }, text);
     }
   });
 });
