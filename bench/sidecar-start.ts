@@ -75,11 +75,12 @@ interface Spawned {
 async function spawnSidecar(
   env: Record<string, string>,
   extraFlags: readonly string[] = [],
+  snapshotBlob?: string,
 ): Promise<Spawned> {
   const journal = await mkdtemp(join(tmpdir(), "bench-sidecar-start-"));
   const startedAt = performance.now();
   const child = track(
-    spawn(process.execPath, [...SERVER_NODE_FLAGS, ...extraFlags, "bin/authority.ts", "sidecar"], {
+    spawn(process.execPath, [...SERVER_NODE_FLAGS, ...extraFlags, ...entry(snapshotBlob), "sidecar"], {
       cwd: REPO,
       env: {
         ...process.env,
@@ -104,6 +105,9 @@ async function spawnSidecar(
     stop: () => stopChild(child),
   };
 }
+
+const entry = (snapshotBlob: string | undefined) =>
+  snapshotBlob === undefined ? ["bin/authority.ts"] : ["--snapshot-blob", snapshotBlob];
 
 type Outcome = "allowed" | `denied ${string}` | "no answer";
 
@@ -134,13 +138,19 @@ async function readyzOk(metricsPort: number): Promise<boolean> {
 
 interface FirstAllowed {
   readonly listenMs: number;
+  readonly cpuMs: number;
   readonly firstAllowedMs: number;
   readonly refusedBefore: Readonly<Record<string, number>>;
 }
 
 /** Checks one after another from the spawn until one is allowed. */
-async function firstAllowedRound(env: Record<string, string>, token: string, round: number) {
-  const sidecar = await spawnSidecar(env);
+async function firstAllowedRound(
+  env: Record<string, string>,
+  token: string,
+  round: number,
+  snapshotBlob?: string,
+) {
+  const sidecar = await spawnSidecar(env, [], snapshotBlob);
   const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
   try {
     const refused: Record<string, number> = {};
@@ -149,6 +159,7 @@ async function firstAllowedRound(env: Record<string, string>, token: string, rou
       if (outcome === "allowed") {
         return {
           listenMs: sidecar.listenMs,
+          cpuMs: cpuMs(sidecar.child.pid),
           firstAllowedMs: performance.now() - sidecar.startedAt,
           refusedBefore: refused,
         } satisfies FirstAllowed;
@@ -298,6 +309,10 @@ export async function benchSidecarStart(options: SidecarStartOptions = {}): Prom
       const readies: ReadyRound[] = [];
       for (let round = 0; round < rounds; round++) {
         firsts.push(await firstAllowedRound(world.sidecarEnv, token, round));
+        if (process.env.BENCH_SIDECAR_SNAPSHOT !== undefined) {
+          const snap = await firstAllowedRound(world.sidecarEnv, token, round, process.env.BENCH_SIDECAR_SNAPSHOT);
+          process.stderr.write(`round ${round}: plain ${Math.round(firsts.at(-1)?.firstAllowedMs ?? 0)} ms (listen ${Math.round(firsts.at(-1)?.listenMs ?? 0)}, cpu ${Math.round(firsts.at(-1)?.cpuMs ?? 0)}), snapshot ${Math.round(snap.firstAllowedMs)} ms (listen ${Math.round(snap.listenMs)}, cpu ${Math.round(snap.cpuMs)})\n`);
+        }
         readies.push(await readyRound(world.sidecarEnv, token, round, idleMs));
       }
       const load = await underLoad(world.sidecarEnv, token, loadMs);
