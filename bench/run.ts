@@ -78,7 +78,7 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     quick: true,
     run: async ({ quick }) =>
       (await import("./sidecar-start.ts")).benchSidecarStart(
-        quick ? { rounds: Number(process.env.BENCH_ROUNDS ?? 2), idleMs: 2000, loadMs: 2000 } : {},
+        quick ? { rounds: 2, idleMs: 2000, loadMs: 2000 } : {},
       ),
   },
   {

@@ -1,27 +1,52 @@
 /**
- * Spike: bundle the sidecar (esbuild) and write a V8 start-up snapshot of its module graph.
+ * `make sidecar-snapshot`: the sidecar's V8 start-up snapshot (decision 2799).
+ *
+ * 1. esbuild bundles scripts/sidecar-snapshot-entry.ts (the sidecar command and everything it
+ *    imports) into one CommonJS file: a snapshot's entry can `require` built-ins only.
+ *    `node:http`, `https`, `http2` and `tls` hold native handles Node cannot write into a
+ *    snapshot, so the bundle gets each as a stand-in that loads the real module on first use
+ *    (after start) and answers its plain constants (`http2.constants`, `METHODS`, …) from a
+ *    copy taken here.
+ * 2. `node --build-snapshot` evaluates the bundle and writes the heap to `sidecar.blob`.
+ * 3. `snapshot.json` (written last) names the Node, the files the bundle was built from (the
+ *    repository's own, the .proto files and the lock file that fixes node_modules) and their
+ *    hash; bin/authority.ts starts from the blob only while both still match.
+ *
+ *   node scripts/build-sidecar-snapshot.ts [output directory, default build/sidecar-snapshot]
  */
-import { readFileSync } from "node:fs";
-import { createRequire } from "node:module";
-import { pathToFileURL } from "node:url";
 import { spawnSync } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join, relative, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { build, type Plugin } from "esbuild";
+import {
+  BLOB_FILE,
+  SNAPSHOT_DIR,
+  type SnapshotStamp,
+  STAMP_FILE,
+  sourcesDigest,
+} from "../src/cli/sidecar-snapshot.ts";
 
-const require = createRequire(import.meta.url);
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const LAZY_BUILTINS = ["http", "https", "http2", "tls"];
+const require = createRequire(import.meta.url);
 
-function plainData(value: unknown): boolean {
+const isPlainData = (value: unknown): boolean => {
+  if (typeof value === "function") return false;
   try {
-    return JSON.stringify(value) !== undefined && typeof value !== "function";
+    return JSON.stringify(value) !== undefined;
   } catch {
     return false;
   }
-}
+};
 
 function lazyBuiltinSource(name: string): string {
   const real = require(`node:${name}`) as Record<string, unknown>;
   const keys = Object.keys(real);
-  const data = Object.fromEntries(keys.filter((key) => plainData(real[key])).map((key) => [key, real[key]]));
+  const data = Object.fromEntries(
+    keys.filter((key) => isPlainData(real[key])).map((key) => [key, real[key]]),
+  );
   return `"use strict";
 const keys = ${JSON.stringify(keys)};
 const data = ${JSON.stringify(data)};
@@ -37,19 +62,21 @@ module.exports = new Proxy({}, {
 `;
 }
 
-const lazyBuiltins: Plugin = {
-  name: "lazy-builtins",
-  setup(b) {
-    b.onResolve({ filter: new RegExp(`^(node:)?(${LAZY_BUILTINS.join("|")})$`) }, (args) =>
+/** The stand-ins above, and each source's own `import.meta.url` (a bundle has only one). */
+const snapshotSafe: Plugin = {
+  name: "snapshot-safe",
+  setup(builder) {
+    const lazy = new RegExp(`^(node:)?(${LAZY_BUILTINS.join("|")})$`);
+    builder.onResolve({ filter: lazy }, (args) =>
       args.namespace === "lazy-builtin"
         ? undefined
         : { path: args.path.replace(/^node:/, ""), namespace: "lazy-builtin" },
     );
-    b.onLoad({ filter: /.*/, namespace: "lazy-builtin" }, (args) => ({
+    builder.onLoad({ filter: /.*/, namespace: "lazy-builtin" }, (args) => ({
       contents: lazyBuiltinSource(args.path),
       loader: "js",
     }));
-    b.onLoad({ filter: /\/src\/.*\.ts$/ }, (args) => ({
+    builder.onLoad({ filter: /\.ts$/ }, (args) => ({
       contents: readFileSync(args.path, "utf8").replaceAll(
         "import.meta.url",
         JSON.stringify(pathToFileURL(args.path).href),
@@ -59,20 +86,44 @@ const lazyBuiltins: Plugin = {
   },
 };
 
-const out = process.argv[2] ?? "build/sidecar-snapshot";
-await build({
+function filesUnder(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(ROOT, join(entry.parentPath, entry.name)));
+}
+
+const out = resolve(ROOT, process.argv[2] ?? SNAPSHOT_DIR);
+mkdirSync(out, { recursive: true });
+rmSync(join(out, STAMP_FILE), { force: true });
+const bundle = join(out, "sidecar.cjs");
+const result = await build({
+  absWorkingDir: ROOT,
   entryPoints: ["scripts/sidecar-snapshot-entry.ts"],
   bundle: true,
   platform: "node",
   format: "cjs",
   target: "node24",
-  outfile: `${out}/sidecar.cjs`,
-  plugins: [lazyBuiltins],
+  outfile: bundle,
+  metafile: true,
+  plugins: [snapshotSafe],
   logLevel: "warning",
 });
-const result = spawnSync(
+const snapshot = spawnSync(
   process.execPath,
-  ["--snapshot-blob", `${out}/sidecar.blob`, "--build-snapshot", `${out}/sidecar.cjs`],
-  { stdio: "inherit" },
+  ["--snapshot-blob", join(out, BLOB_FILE), "--build-snapshot", bundle],
+  { cwd: ROOT, encoding: "utf8" },
 );
-process.exit(result.status ?? 1);
+if (snapshot.status !== 0) {
+  process.stderr.write(snapshot.stderr);
+  throw new Error(`node --build-snapshot failed (exit ${String(snapshot.status)})`);
+}
+const sources = [
+  ...Object.keys(result.metafile.inputs).filter(
+    (input) => !input.includes(":") && !input.startsWith("node_modules/"),
+  ),
+  ...filesUnder("proto"),
+  "package-lock.json",
+].sort();
+const stamp: SnapshotStamp = { node: process.version, sources, sha256: sourcesDigest(ROOT, sources) };
+writeFileSync(join(out, STAMP_FILE), `${JSON.stringify(stamp, null, 2)}\n`);
+process.stdout.write(`sidecar snapshot: ${join(out, BLOB_FILE)} (${sources.length} sources)\n`);
