@@ -164,7 +164,10 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     assert.equal(await readlink(`/proc/${pid}/cwd`), `${rootPath}/app`);
     assert.match(await readFile(`/proc/${pid}/status`, "utf8"), /^Uid:\s+10001\s/m);
     // It started from the image's start-up snapshot (decision 2799), not from the sources.
-    assert.match(await readFile(`/proc/${pid}/cmdline`, "utf8"), /--snapshot-blob\0\/app\/build\/sidecar-snapshot\/sidecar\.blob\0/);
+    assert.match(
+      await readFile(`/proc/${pid}/cmdline`, "utf8"),
+      /--snapshot-blob\0\/app\/build\/sidecar-snapshot\/sidecar\.blob\0/,
+    );
     // The build filled Node's compile cache as that user (Node keys the cache by user id).
     const caches = await readdir(`${rootPath}/var/cache/authority-node`);
     assert.ok(

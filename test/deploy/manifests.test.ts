@@ -308,7 +308,8 @@ describe("deploy/Containerfile", () => {
     assert.ok(instructions.includes("ARG BASE_IMAGE=docker.io/library/node:24-slim"));
     const froms = instructions.filter((l) => l.startsWith("FROM "));
     assert.equal(froms.length, 3);
-    for (const from of froms) assert.match(from, /^FROM (\$\{BASE_IMAGE\}( AS deps)?|deps AS sidecar-snapshot)$/);
+    for (const from of froms)
+      assert.match(from, /^FROM (\$\{BASE_IMAGE\}( AS deps)?|deps AS sidecar-snapshot)$/);
     assert.ok(instructions.some((l) => l.startsWith("RUN ") && l.includes("npm install --omit=dev")));
   });
 
@@ -329,7 +330,9 @@ describe("deploy/Containerfile", () => {
   it("copies only what runs into the final image, and all of it exists", () => {
     const finalStage = instructions.findLastIndex((l) => l.startsWith("FROM "));
     const copiesOf = (lines: string[]) =>
-      lines.filter((l) => l.startsWith("COPY ") && !l.includes("--from=")).flatMap((l) => l.split(/\s+/).slice(1, -1));
+      lines
+        .filter((l) => l.startsWith("COPY ") && !l.includes("--from="))
+        .flatMap((l) => l.split(/\s+/).slice(1, -1));
     assert.deepEqual(copiesOf(instructions.slice(finalStage)).sort(), [
       "bin",
       "package-lock.json",

@@ -6,7 +6,12 @@ import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Client, credentials } from "@grpc/grpc-js";
-import { chooseSnapshot, SNAPSHOT_ENV, STAMP_FILE, type SnapshotStamp } from "../../../src/cli/sidecar-snapshot.ts";
+import {
+  chooseSnapshot,
+  SNAPSHOT_ENV,
+  type SnapshotStamp,
+  STAMP_FILE,
+} from "../../../src/cli/sidecar-snapshot.ts";
 import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
