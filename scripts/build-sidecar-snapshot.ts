@@ -8,7 +8,7 @@
  *    (after start) and answers its plain constants (`http2.constants`, `METHODS`, …) from a
  *    copy taken here.
  * 2. `node --build-snapshot` evaluates the bundle and writes the heap to `sidecar.blob`.
- * 3. `snapshot.json` (written last) names the Node, the files the bundle was built from (the
+ * 3. `snapshot.json` (written last) names the Node, the directory it was built in, the files the bundle was built from (the
  *    repository's own, the .proto files and the lock file that fixes node_modules) and their
  *    hash; bin/authority.ts starts from the blob only while both still match.
  *
@@ -124,6 +124,11 @@ const sources = [
   ...filesUnder("proto"),
   "package-lock.json",
 ].sort();
-const stamp: SnapshotStamp = { node: process.version, sources, sha256: sourcesDigest(ROOT, sources) };
+const stamp: SnapshotStamp = {
+  node: process.version,
+  root: ROOT,
+  sources,
+  sha256: sourcesDigest(ROOT, sources),
+};
 writeFileSync(join(out, STAMP_FILE), `${JSON.stringify(stamp, null, 2)}\n`);
 process.stdout.write(`sidecar snapshot: ${join(out, BLOB_FILE)} (${sources.length} sources)\n`);

@@ -19,6 +19,8 @@ export const SNAPSHOT_ENV = "AUTHORITY_SIDECAR_SNAPSHOT";
 export interface SnapshotStamp {
   /** `process.version` of the Node that built the blob (V8 refuses a blob from another build). */
   readonly node: string;
+  /** The repository root it was built in: the bundle holds its files' absolute paths. */
+  readonly root: string;
   /** The files the snapshot was built from, relative to the repository root. */
   readonly sources: readonly string[];
   /** SHA-256 over those files' names and contents (sourcesDigest). */
@@ -57,6 +59,7 @@ export function chooseSnapshot(root: string, setting: string | undefined): Snaps
   if (stamp.node !== process.version) {
     return { use: "sources", reason: `built by Node ${String(stamp.node)}, running ${process.version}` };
   }
+  if (stamp.root !== root) return { use: "sources", reason: "built in another directory" };
   try {
     if (sourcesDigest(root, stamp.sources) !== stamp.sha256) {
       return { use: "sources", reason: "the sources changed since the snapshot was built" };

@@ -112,6 +112,10 @@ describe("authority sidecar from its start-up snapshot", () => {
       use: "sources",
       reason: `built by Node v24.0.0-other, running ${process.version}`,
     });
+    assert.deepEqual(await variant("elsewhere", { root: "/elsewhere/" }), {
+      use: "sources",
+      reason: "built in another directory",
+    });
     assert.deepEqual(await variant("missing-source", { sources: [...stamp.sources, "src/gone.ts"] }), {
       use: "sources",
       reason: "a source of the snapshot is missing",
