@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { accessSync, constants, existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 /**
@@ -77,15 +77,29 @@ export function chooseSnapshot(root: string, setting: string | undefined): Snaps
  * built snapshot was not used.
  */
 export function startSidecarFromSnapshot(root: string): void {
-  const choice = chooseSnapshot(root, process.env[SNAPSHOT_ENV]);
+  let choice = chooseSnapshot(root, process.env[SNAPSHOT_ENV]);
   if (choice.use === "blob") {
-    const args = [...process.execArgv, "--snapshot-blob", choice.blob, ...process.argv.slice(2)];
-    process.execve?.(process.execPath, [process.execPath, ...args], process.env);
+    // A failed execve ends the process (Node aborts): only with a Node binary it can run (in a
+    // chroot without /proc, Node cannot tell its own path).
+    if (process.execve !== undefined && isExecutable(process.execPath)) {
+      const args = [...process.execArgv, "--snapshot-blob", choice.blob, ...process.argv.slice(2)];
+      process.execve(process.execPath, [process.execPath, ...args], process.env);
+    }
+    choice = { use: "sources", reason: "this Node cannot start another process in its place" };
   }
-  if (choice.use === "sources" && choice.reason !== undefined) {
+  if (choice.reason !== undefined) {
     const line = { level: 40, time: Date.now(), name: "sidecar", reason: choice.reason };
     process.stderr.write(
       `${JSON.stringify({ ...line, msg: "start-up snapshot not used; starting from the sources" })}\n`,
     );
+  }
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
   }
 }
