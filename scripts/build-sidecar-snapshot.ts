@@ -5,8 +5,8 @@
  *    imports) into one CommonJS file: a snapshot's entry can `require` built-ins only.
  *    `node:http`, `https`, `http2` and `tls` hold native handles Node cannot write into a
  *    snapshot, so the bundle gets each as a stand-in that loads the real module on first use
- *    (after start) and answers its plain constants (`http2.constants`, `METHODS`, …) from a
- *    copy taken here.
+ *    (after start) and answers its constant tables (`http2.constants`, `METHODS`, `STATUS_CODES`)
+ *    from a copy taken here.
  * 2. `node --build-snapshot` evaluates the bundle and writes the heap to `sidecar.blob`.
  * 3. `snapshot.json` (written last) names the Node, the directory it was built in, the files the bundle was built from (the
  *    repository's own, the .proto files and the lock file that fixes node_modules) and their
@@ -29,24 +29,23 @@ import {
 } from "../src/cli/sidecar-snapshot.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
-const LAZY_BUILTINS = ["http", "https", "http2", "tls"];
-const require = createRequire(import.meta.url);
-
-const isPlainData = (value: unknown): boolean => {
-  if (typeof value === "function") return false;
-  try {
-    return JSON.stringify(value) !== undefined;
-  } catch {
-    return false;
-  }
+/**
+ * The built-ins Node cannot snapshot, each with the constant tables the bundle reads while it is
+ * evaluated (copied at build: fixed per Node version, which the stamp pins). Nothing that a
+ * flag or the environment sets at run time (`maxHeaderSize`, cipher lists, agents) is copied.
+ */
+const LAZY_BUILTINS: Readonly<Record<string, readonly string[]>> = {
+  http: ["METHODS", "STATUS_CODES"],
+  https: [],
+  http2: ["constants"],
+  tls: [],
 };
+const require = createRequire(import.meta.url);
 
 function lazyBuiltinSource(name: string): string {
   const real = require(`node:${name}`) as Record<string, unknown>;
   const keys = Object.keys(real);
-  const data = Object.fromEntries(
-    keys.filter((key) => isPlainData(real[key])).map((key) => [key, real[key]]),
-  );
+  const data = Object.fromEntries((LAZY_BUILTINS[name] ?? []).map((key) => [key, real[key]]));
   return `"use strict";
 const keys = ${JSON.stringify(keys)};
 const data = ${JSON.stringify(data)};
@@ -66,7 +65,7 @@ module.exports = new Proxy({}, {
 const snapshotSafe: Plugin = {
   name: "snapshot-safe",
   setup(builder) {
-    const lazy = new RegExp(`^(node:)?(${LAZY_BUILTINS.join("|")})$`);
+    const lazy = new RegExp(`^(node:)?(${Object.keys(LAZY_BUILTINS).join("|")})$`);
     builder.onResolve({ filter: lazy }, (args) =>
       args.namespace === "lazy-builtin"
         ? undefined
