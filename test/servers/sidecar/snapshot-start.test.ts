@@ -74,7 +74,13 @@ describe("authority sidecar from its start-up snapshot", () => {
     const sidecar = await startSidecarProcess(env);
     started.push(sidecar);
     await sidecar.untilReady();
-    const response = await check(sidecar.ports.grpc, world.tokens.agent);
+    // A first Check on a loaded machine may exceed its deadline and fail closed (as in
+    // test/deploy/image.test.ts): what is proven here is that this sidecar allows.
+    let response = await check(sidecar.ports.grpc, world.tokens.agent);
+    for (let attempt = 0; response.status.code !== 0 && attempt < 10; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      response = await check(sidecar.ports.grpc, world.tokens.agent);
+    }
     assert.equal(response.status.code, 0, `${JSON.stringify(response)}\n${sidecar.peer.output()}`);
     return sidecar;
   }
