@@ -5,7 +5,7 @@ export PATH := $(CURDIR)/.tools/node/bin:$(CURDIR)/.tools/bin:$(CURDIR)/node_mod
 NODE := $(CURDIR)/.tools/node/bin/node
 STAMP := node_modules/.installed
 
-.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs validators
+.PHONY: test demo dev bench setup test-peers typecheck lint imports copies format unit clean docs validators sidecar-snapshot
 setup: $(STAMP)
 
 .tools/node/bin/node:
@@ -33,6 +33,11 @@ docs: setup
 # code, loaded instead of compiled at start; test/core/generated-validators.test.ts fails when stale).
 validators: setup
 	@node scripts/gen-schema-validators.ts
+
+# build/sidecar-snapshot/: the sidecar's V8 start-up snapshot (decision 2799). `authority sidecar`
+# starts from it while its stamp matches this Node and the sources, from the sources otherwise.
+sidecar-snapshot: setup
+	@node scripts/build-sidecar-snapshot.ts
 
 typecheck: setup
 	@tsc --noEmit -p .
@@ -81,4 +86,4 @@ bench: setup test-peers
 	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts $(if $(QUICK),--quick)
 
 clean:
-	rm -rf .tools node_modules .authority
+	rm -rf .tools node_modules .authority build

@@ -163,6 +163,23 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     assert.equal(await readlink(`/proc/${pid}/root`), rootPath);
     assert.equal(await readlink(`/proc/${pid}/cwd`), `${rootPath}/app`);
     assert.match(await readFile(`/proc/${pid}/status`, "utf8"), /^Uid:\s+10001\s/m);
+    // The image's start-up snapshot matches the image's Node and sources (decision 2799): its
+    // sidecar starts from it where Node can start itself again (a container has /proc; this
+    // chroot does not, and the sidecar starts from the sources, as it does without a snapshot).
+    const { stdout: choice } = await run(
+      "chroot",
+      [
+        `--userspec=${config.User}`,
+        root,
+        "/usr/bin/env",
+        `--chdir=${config.WorkingDir}`,
+        "node",
+        "-e",
+        'import("/app/src/cli/sidecar-snapshot.ts").then((m) => console.log(JSON.stringify(m.chooseSnapshot("/app/", undefined))))',
+      ],
+      { env },
+    );
+    assert.deepEqual(JSON.parse(choice), { use: "blob", blob: "/app/build/sidecar-snapshot/sidecar.blob" });
     // The build filled Node's compile cache as that user (Node keys the cache by user id).
     const caches = await readdir(`${rootPath}/var/cache/authority-node`);
     assert.ok(

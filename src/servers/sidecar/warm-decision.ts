@@ -48,6 +48,17 @@ export async function warmDecisionPath(): Promise<void> {
   }
 }
 
+/**
+ * The parts that need no key and no I/O but the .proto files: the sidecar's start-up snapshot
+ * runs them when it is built (scripts/sidecar-snapshot-entry.ts), so a process started from it
+ * holds their compiled schemas and codecs already.
+ */
+export function warmCompiledParts(): void {
+  warmDocumentSchemas();
+  warmInputSchemas();
+  warmCheckCodec();
+}
+
 async function warmTokenVerification(): Promise<void> {
   const issuer = "https://warm-up.invalid";
   const { privateKey, publicKey } = await generateKeyPair("ES256", { extractable: true });

@@ -1,0 +1,133 @@
+/**
+ * `make sidecar-snapshot`: the sidecar's V8 start-up snapshot (decision 2799).
+ *
+ * 1. esbuild bundles scripts/sidecar-snapshot-entry.ts (the sidecar command and everything it
+ *    imports) into one CommonJS file: a snapshot's entry can `require` built-ins only.
+ *    `node:http`, `https`, `http2` and `tls` hold native handles Node cannot write into a
+ *    snapshot, so the bundle gets each as a stand-in that loads the real module on first use
+ *    (after start) and answers its constant tables (`http2.constants`, `METHODS`, `STATUS_CODES`)
+ *    from a copy taken here.
+ * 2. `node --build-snapshot` evaluates the bundle and writes the heap to `sidecar.blob`.
+ * 3. `snapshot.json` (written last) names the Node, the directory it was built in, the files the bundle was built from (the
+ *    repository's own, the .proto files and the lock file that fixes node_modules) and their
+ *    hash; bin/authority.ts starts from the blob only while both still match.
+ *
+ *   node scripts/build-sidecar-snapshot.ts [output directory, default build/sidecar-snapshot]
+ */
+import { spawnSync } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { join, relative, resolve } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { build, type Plugin } from "esbuild";
+import {
+  BLOB_FILE,
+  SNAPSHOT_DIR,
+  type SnapshotStamp,
+  STAMP_FILE,
+  sourcesDigest,
+} from "../src/cli/sidecar-snapshot.ts";
+
+const ROOT = fileURLToPath(new URL("../", import.meta.url));
+/**
+ * The built-ins Node cannot snapshot, each with the constant tables the bundle reads while it is
+ * evaluated (copied at build: fixed per Node version, which the stamp pins). Nothing that a
+ * flag or the environment sets at run time (`maxHeaderSize`, cipher lists, agents) is copied.
+ */
+const LAZY_BUILTINS: Readonly<Record<string, readonly string[]>> = {
+  http: ["METHODS", "STATUS_CODES"],
+  https: [],
+  http2: ["constants"],
+  tls: [],
+};
+const require = createRequire(import.meta.url);
+
+function lazyBuiltinSource(name: string): string {
+  const real = require(`node:${name}`) as Record<string, unknown>;
+  const keys = Object.keys(real);
+  const data = Object.fromEntries((LAZY_BUILTINS[name] ?? []).map((key) => [key, real[key]]));
+  return `"use strict";
+const keys = ${JSON.stringify(keys)};
+const data = ${JSON.stringify(data)};
+let real;
+const load = () => (real ??= require("node:${name}"));
+module.exports = new Proxy({}, {
+  get: (_, key) => (Object.hasOwn(data, key) ? data[key] : load()[key]),
+  has: (_, key) => keys.includes(key),
+  ownKeys: () => keys,
+  getOwnPropertyDescriptor: (_, key) =>
+    keys.includes(key) ? { configurable: true, enumerable: true, writable: true, value: undefined } : undefined,
+});
+`;
+}
+
+/** The stand-ins above, and each source's own `import.meta.url` (a bundle has only one). */
+const snapshotSafe: Plugin = {
+  name: "snapshot-safe",
+  setup(builder) {
+    const lazy = new RegExp(`^(node:)?(${Object.keys(LAZY_BUILTINS).join("|")})$`);
+    builder.onResolve({ filter: lazy }, (args) =>
+      args.namespace === "lazy-builtin"
+        ? undefined
+        : { path: args.path.replace(/^node:/, ""), namespace: "lazy-builtin" },
+    );
+    builder.onLoad({ filter: /.*/, namespace: "lazy-builtin" }, (args) => ({
+      contents: lazyBuiltinSource(args.path),
+      loader: "js",
+    }));
+    builder.onLoad({ filter: /\.ts$/ }, (args) => ({
+      contents: readFileSync(args.path, "utf8").replaceAll(
+        "import.meta.url",
+        JSON.stringify(pathToFileURL(args.path).href),
+      ),
+      loader: "ts",
+    }));
+  },
+};
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(ROOT, join(entry.parentPath, entry.name)));
+}
+
+const out = resolve(ROOT, process.argv[2] ?? SNAPSHOT_DIR);
+mkdirSync(out, { recursive: true });
+rmSync(join(out, STAMP_FILE), { force: true });
+const bundle = join(out, "sidecar.cjs");
+const result = await build({
+  absWorkingDir: ROOT,
+  entryPoints: ["scripts/sidecar-snapshot-entry.ts"],
+  bundle: true,
+  platform: "node",
+  format: "cjs",
+  target: "node24",
+  outfile: bundle,
+  metafile: true,
+  plugins: [snapshotSafe],
+  logLevel: "warning",
+});
+const snapshot = spawnSync(
+  process.execPath,
+  ["--snapshot-blob", join(out, BLOB_FILE), "--build-snapshot", bundle],
+  { cwd: ROOT, encoding: "utf8" },
+);
+if (snapshot.status !== 0) {
+  process.stderr.write(snapshot.stderr);
+  throw new Error(`node --build-snapshot failed (exit ${String(snapshot.status)})`);
+}
+const sources = [
+  ...Object.keys(result.metafile.inputs).filter(
+    (input) => !input.includes(":") && !input.startsWith("node_modules/"),
+  ),
+  ...filesUnder("proto"),
+  "package-lock.json",
+].sort();
+const stamp: SnapshotStamp = {
+  node: process.version,
+  root: ROOT,
+  sources,
+  sha256: sourcesDigest(ROOT, sources),
+};
+writeFileSync(join(out, STAMP_FILE), `${JSON.stringify(stamp, null, 2)}\n`);
+process.stdout.write(`sidecar snapshot: ${join(out, BLOB_FILE)} (${sources.length} sources)\n`);

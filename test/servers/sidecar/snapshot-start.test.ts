@@ -1,0 +1,134 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { cp, readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { Client, credentials } from "@grpc/grpc-js";
+import {
+  chooseSnapshot,
+  SNAPSHOT_ENV,
+  type SnapshotStamp,
+  STAMP_FILE,
+} from "../../../src/cli/sidecar-snapshot.ts";
+import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
+import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
+import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
+import { sidecarProcessEnv } from "./sidecar-process.ts";
+import { startWorld, UPSTREAM_HOST, type World } from "./world.ts";
+
+/**
+ * `authority sidecar` started from its V8 start-up snapshot (decision 2799): built as
+ * `make sidecar-snapshot` builds it, the process is replaced by Node started from the blob, it
+ * becomes ready and allows a Check. A snapshot whose stamp no longer matches the Node or the
+ * sources is never run (it would decide with other code than the sources say): the sidecar
+ * starts from the sources instead, says so, and allows the same Check.
+ */
+
+const repo = fileURLToPath(new URL("../../../", import.meta.url));
+
+function check(grpcPort: number, token: string): Promise<Decoded> {
+  const client = new Client(`127.0.0.1:${grpcPort}`, credentials.createInsecure());
+  const request = envoyCheckRequest({
+    method: "GET",
+    path: "/orders/42",
+    host: UPSTREAM_HOST,
+    headers: { authorization: `Bearer ${token}` },
+    contextExtensions: {},
+    id: `snapshot-${randomBytes(4).toString("hex")}`,
+  });
+  return unary(client, checkMethod, request).finally(() => client.close());
+}
+
+const cmdline = async (sidecar: SidecarProcess) =>
+  (await readFile(`/proc/${await sidecar.peer.pid}/cmdline`, "utf8")).split("\0");
+
+describe("authority sidecar from its start-up snapshot", () => {
+  let world: World;
+  let dir: TempDir;
+  let snapshot: string;
+  const started: SidecarProcess[] = [];
+
+  before(async () => {
+    world = await startWorld();
+    dir = await makeTempDir("snapshot-start-");
+    snapshot = join(dir.path, "snapshot");
+    const built = spawnSync(process.execPath, ["scripts/build-sidecar-snapshot.ts", snapshot], {
+      cwd: repo,
+      encoding: "utf8",
+    });
+    assert.equal(built.status, 0, built.stderr);
+  });
+  after(async () => {
+    for (const sidecar of started) await sidecar.peer.kill();
+    await dir?.cleanup();
+    await world?.close();
+  });
+
+  async function startAndCheck(snapshotSetting: string): Promise<SidecarProcess> {
+    const env = await sidecarProcessEnv(world, dir.path, {
+      [SNAPSHOT_ENV]: snapshotSetting,
+      AUTHORITY_SIDECAR_JOURNAL_DIR: join(dir.path, `journal-${started.length}`),
+    });
+    const sidecar = await startSidecarProcess(env);
+    started.push(sidecar);
+    await sidecar.untilReady();
+    // A first Check on a loaded machine may exceed its deadline and fail closed (as in
+    // test/deploy/image.test.ts): what is proven here is that this sidecar allows.
+    let response = await check(sidecar.ports.grpc, world.tokens.agent);
+    for (let attempt = 0; response.status.code !== 0 && attempt < 10; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      response = await check(sidecar.ports.grpc, world.tokens.agent);
+    }
+    assert.equal(response.status.code, 0, `${JSON.stringify(response)}\n${sidecar.peer.output()}`);
+    return sidecar;
+  }
+
+  it("starts from the blob, becomes ready and allows a Check", async () => {
+    const sidecar = await startAndCheck(snapshot);
+    const args = await cmdline(sidecar);
+    assert.equal(args[args.indexOf("--snapshot-blob") + 1], join(snapshot, "sidecar.blob"));
+    assert.doesNotMatch(sidecar.peer.output(), /start-up snapshot not used/);
+  });
+
+  it("starts from the sources when the snapshot is stale, and says why", async () => {
+    const stale = join(dir.path, "stale");
+    await cp(snapshot, stale, { recursive: true });
+    const stamp = JSON.parse(await readFile(join(stale, STAMP_FILE), "utf8")) as SnapshotStamp;
+    await writeFile(join(stale, STAMP_FILE), JSON.stringify({ ...stamp, sha256: "0".repeat(64) }));
+    const sidecar = await startAndCheck(stale);
+    assert.ok(!(await cmdline(sidecar)).includes("--snapshot-blob"));
+    assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
+  });
+
+  it("uses a snapshot only when its stamp names this Node and these sources", async () => {
+    const stamp = JSON.parse(await readFile(join(snapshot, STAMP_FILE), "utf8")) as SnapshotStamp;
+    assert.ok(stamp.sources.includes("src/servers/sidecar/sidecar.ts"));
+    assert.ok(stamp.sources.includes("package-lock.json"));
+    assert.deepEqual(chooseSnapshot(repo, snapshot), { use: "blob", blob: join(snapshot, "sidecar.blob") });
+    assert.deepEqual(chooseSnapshot(repo, "off"), { use: "sources", reason: undefined });
+    const variant = async (name: string, change: Partial<SnapshotStamp>) => {
+      const copy = join(dir.path, name);
+      await cp(snapshot, copy, { recursive: true });
+      await writeFile(join(copy, STAMP_FILE), JSON.stringify({ ...stamp, ...change }));
+      return chooseSnapshot(repo, copy);
+    };
+    assert.deepEqual(await variant("other-node", { node: "v24.0.0-other" }), {
+      use: "sources",
+      reason: `built by Node v24.0.0-other, running ${process.version}`,
+    });
+    assert.deepEqual(await variant("elsewhere", { root: "/elsewhere/" }), {
+      use: "sources",
+      reason: "built in another directory",
+    });
+    assert.deepEqual(await variant("missing-source", { sources: [...stamp.sources, "src/gone.ts"] }), {
+      use: "sources",
+      reason: "a source of the snapshot is missing",
+    });
+    assert.deepEqual(chooseSnapshot(repo, join(dir.path, "nothing-here")), {
+      use: "sources",
+      reason: "no snapshot stamp",
+    });
+  });
+});
