@@ -37,9 +37,16 @@ const ACTION_FLAGS: Readonly<Record<string, readonly string[]>> = {
 
 /**
  * AUTHORITY_* names in the docs and manifests that are shell variables of examples, not
- * settings (and AUTHORITY_PEERS_ONLY of scripts/ensure-test-peers.sh, which the guides run).
+ * settings (and AUTHORITY_PEERS_ONLY of scripts/ensure-test-peers.sh, which the guides run;
+ * AUTHORITY_SIDECAR_SNAPSHOT, read by the launcher before any setting is, to pick the start-up
+ * snapshot: docs/sidecar.md).
  */
-const NOT_SETTINGS = new Set(["AUTHORITY_TOKEN", "AUTHORITY_BINDING_ID", "AUTHORITY_PEERS_ONLY"]);
+const NOT_SETTINGS = new Set([
+  "AUTHORITY_TOKEN",
+  "AUTHORITY_BINDING_ID",
+  "AUTHORITY_PEERS_ONLY",
+  "AUTHORITY_SIDECAR_SNAPSHOT",
+]);
 
 async function filesUnder(dir: string, keep: (name: string) => boolean): Promise<string[]> {
   const entries = await readdir(join(repo, dir), { recursive: true, withFileTypes: true });
