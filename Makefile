@@ -83,6 +83,7 @@ dev: setup
 # `make bench ONLY=envoy,sidecar` a subset (writes nothing); `make bench ONLY=envoy UPDATE=1`
 # measures those again and replaces only their sections of docs/benchmarks.md.
 bench: setup test-peers
+	@AUTHORITY_PEERS_ONLY=opa bash scripts/ensure-test-peers.sh
 	@AUTHORITY_LOG_LEVEL=silent node bench/run.ts $(if $(QUICK),--quick)
 
 clean:

@@ -296,11 +296,6 @@ async function withOpaPeer<T>(
   }
 }
 
-/** The authority's and OPA's answers to the decision set (test/bench/opa.test.ts); throws when one differs. */
-export function compareWithOpa(options: AuthorizeBenchOptions = {}): Promise<DecisionComparison> {
-  return withOpaPeer(options, async (_service, _opa, decisions) => decisions);
-}
-
 export async function benchAuthorize(options: AuthorizeBenchOptions = {}): Promise<Table[]> {
   const durationSec = options.durationSec ?? 10;
   const rate = options.rate ?? 1000;

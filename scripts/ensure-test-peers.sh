@@ -12,8 +12,9 @@
 #   Helm    v3.22.0 built from the Go module proxy (helm.sh/helm/v3/cmd/helm) → .tools/bin/helm;
 #                   a Go toolchain from the same proxy (golang.org/toolchain) when none fits
 #   OPA     v1.22.4 built the same way (github.com/open-policy-agent/opa) → .tools/bin/opa: the
-#                   peer of authorize-invocation in `make bench`, whose decisions a test holds
-#                   equal to ours (about 500 MB of modules fetched, 2–3 min of CPU, once)
+#                   peer of authorize-invocation in `make bench` (only when named in
+#                   AUTHORITY_PEERS_ONLY, as `make bench` does; about 500 MB of modules fetched,
+#                   2–3 min of CPU, once)
 #   CRD schemas     the CustomResourceDefinitions the chart's objects are validated against, from
 #                   the Go module proxy's zips of the projects that publish them (pinned versions
 #                   and SHA-256), only the CRD files kept → .tools/schemas/<project>-<version>/:
@@ -53,6 +54,9 @@ CRD_SOURCES=(
 say() { echo "ensure-test-peers: $*"; }
 logged() { echo "--- $(date -u +%FT%TZ) $*" >>"$log"; }
 wanted() { [ -z "${AUTHORITY_PEERS_ONLY:-}" ] || [[ " $AUTHORITY_PEERS_ONLY " == *" $1 "* ]]; }
+# OPA is a peer of `make bench` only (decision 2795: building it would push a fresh `make test`
+# toward its 20-minute budget): built when named in AUTHORITY_PEERS_ONLY, as `make bench` does.
+wanted_opa() { [[ " ${AUTHORITY_PEERS_ONLY:-} " == *" opa "* ]]; }
 
 # --- checks: one per peer, cheap ------------------------------------------------------------
 has_redis() { command -v redis-server >/dev/null 2>&1; }
@@ -160,7 +164,7 @@ build_go_peers() {
     fetch_go_toolchain >>"$log" 2>&1 && go=$(go_binary) || { logged "no usable Go toolchain"; return 1; }
   fi
   if wanted helm && ! has_helm; then go_install "$go" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" & pids+=($!); fi
-  if wanted opa && ! has_opa; then go_install "$go" opa "github.com/open-policy-agent/opa@$OPA_VERSION" & pids+=($!); fi
+  if wanted_opa && ! has_opa; then go_install "$go" opa "github.com/open-policy-agent/opa@$OPA_VERSION" & pids+=($!); fi
   for pid in "${pids[@]}"; do wait "$pid"; done
   # a downloaded toolchain served these builds only
   rm -rf "$root/.tools/go"
@@ -243,7 +247,7 @@ status=0
 fail() { say "MISSING $1: $2 (see .tools/test-peers.log)"; status=1; }
 
 go_pid=
-if { wanted helm && ! has_helm; } || { wanted opa && ! has_opa; }; then
+if { wanted helm && ! has_helm; } || { wanted_opa && ! has_opa; }; then
   say "building helm $HELM_VERSION and/or opa $OPA_VERSION from the Go module proxy (once; a few minutes on 2 cores)"
   build_go_peers &
   go_pid=$!
@@ -277,7 +281,7 @@ if wanted image-base && ! has_image_base; then fail image-base "the local image 
 if wanted crds && ! has_crds; then fail crds "the CRD schemas are not in .tools/schemas and could not be fetched from $GOPROXY_BASE"; fi
 if [ -n "$go_pid" ]; then wait "$go_pid"; fi
 if wanted helm && ! has_helm; then fail helm "helm $HELM_VERSION is not in .tools/bin/helm and could not be built"; fi
-if wanted opa && ! has_opa; then fail opa "opa $OPA_VERSION is not in .tools/bin/opa and could not be built"; fi
+if wanted_opa && ! has_opa; then fail opa "opa $OPA_VERSION is not in .tools/bin/opa and could not be built"; fi
 
 [ $status = 0 ] || say "the test suite needs every peer above; fix the install (or run as root with apt-get) and re-run"
 exit $status

@@ -1,9 +1,9 @@
 /**
  * OPA's REST server (`opa run --server`, .tools/bin/opa, built from the Go module proxy by
- * scripts/ensure-test-peers.sh, pinned there) as the peer of POST /v1/authorize-invocation,
- * with bench/opa/authorize.rego and the seed's catalog and policy as its data; and the
- * decision set both must answer alike before either is measured (bench/authorize.ts) —
- * test/bench/opa.test.ts holds that in `make test`.
+ * scripts/ensure-test-peers.sh for `make bench`, pinned there) as the peer of POST
+ * /v1/authorize-invocation, with bench/opa/authorize.rego and the seed's catalog and policy as
+ * its data; and the decision set both must answer alike before either is measured
+ * (bench/authorize.ts refuses to measure otherwise).
  */
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
