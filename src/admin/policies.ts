@@ -482,8 +482,19 @@ export async function listPolicies(
 }
 
 /** One assignment with the operation snapshots it copied. */
-export async function getAssignment(
+export function getAssignment(
   deps: Pick<AdminDeps, "store">,
+  partnerId: string,
+  subjectId: string,
+  capabilityId: string,
+): Promise<AssignmentRecord> {
+  return readAssignment(deps, collections.assignments, partnerId, subjectId, capabilityId);
+}
+
+/** An enforced or a shadow assignment of an existing partner's subject (not_found naming which). */
+export async function readAssignment(
+  deps: Pick<AdminDeps, "store">,
+  collection: typeof collections.assignments | typeof collections.shadowAssignments,
   partnerId: string,
   subjectId: string,
   capabilityId: string,
@@ -491,10 +502,12 @@ export async function getAssignment(
   await getPartner(deps, partnerId);
   await getSubject(deps, partnerId, subjectId);
   const assignment = await deps.store.get<AssignmentRecord>(
-    collections.assignments,
+    collection,
     storeKeys.assignment(partnerId, subjectId, capabilityId),
   );
-  if (assignment === undefined)
-    throw new AuthorityError("not_found", "The subject has no assignment of this capability.");
+  if (assignment === undefined) {
+    const which = collection === collections.assignments ? "an assignment" : "a shadow assignment";
+    throw new AuthorityError("not_found", `The subject has no ${which} of this capability.`);
+  }
   return assignment;
 }

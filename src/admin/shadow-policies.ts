@@ -15,7 +15,13 @@ import { appendChange, policyChangeRecord, writeAssignmentChange } from "./audit
 import type { Actor, AdminDeps } from "./deps.ts";
 import { withKeyLock } from "./key-lock.ts";
 import { getPartner } from "./partners.ts";
-import { type AssignInput, checkedAssignment, managedSubject, recheckAssignment } from "./policies.ts";
+import {
+  type AssignInput,
+  checkedAssignment,
+  managedSubject,
+  readAssignment,
+  recheckAssignment,
+} from "./policies.ts";
 import {
   hasActivePolicy,
   listAssignments,
@@ -154,21 +160,13 @@ export async function setShadowAssignment(
   return { shadow_policy: shadowPolicy, assignment };
 }
 
-export async function getShadowAssignment(
+export function getShadowAssignment(
   deps: Pick<AdminDeps, "store">,
   partnerId: string,
   subjectId: string,
   capabilityId: string,
 ): Promise<AssignmentRecord> {
-  await getPartner(deps, partnerId);
-  await getSubject(deps, partnerId, subjectId);
-  const shadow = await deps.store.get<AssignmentRecord>(
-    collections.shadowAssignments,
-    storeKeys.assignment(partnerId, subjectId, capabilityId),
-  );
-  if (shadow === undefined)
-    throw new AuthorityError("not_found", "The subject has no shadow assignment of this capability.");
-  return shadow;
+  return readAssignment(deps, collections.shadowAssignments, partnerId, subjectId, capabilityId);
 }
 
 /** The subject's shadow policy record (public facts only). */
