@@ -21,6 +21,7 @@ import { createIdpServer, type IdpServer } from "../../src/servers/idp/server.ts
 import { collections } from "../../src/store/model.ts";
 import { egressAllowing } from "../helpers/egress.ts";
 import { executeOnce, testExecutor } from "../helpers/execute-once.ts";
+import { containsJwt } from "../helpers/jwt-shape.ts";
 import {
   CLIENTS,
   type ItemsApi,
@@ -183,7 +184,15 @@ describe("oauth_user against oidc-provider", () => {
     const raw = JSON.stringify(await tokens.store.get(collections.userTokenSets, keyOf("alice")));
     const set = await tokens.tokenSetStore.get(keyOf("alice"));
     assert.equal(set, undefined, "the plain store reads no token set: it is sealed");
-    assert.ok(!raw.includes("eyJ"), "no JWT in the clear at rest");
+    const unsealed = await createSealedTokenSetStore({
+      store: tokens.store,
+      secretKeyRings: createProcessKeyRingsOnce(),
+      now: () => new Date(),
+    }).get(keyOf("alice"));
+    assert.ok(unsealed?.refreshToken !== undefined);
+    for (const secret of [unsealed.accessToken, unsealed.refreshToken])
+      assert.ok(!raw.includes(secret), "no token in the clear at rest");
+    assert.ok(!containsJwt(raw), "no JWT in the clear at rest");
   });
 
   it("refresh-token rotation: the rotated token is kept, the old one is dead at the provider", async () => {
