@@ -100,3 +100,25 @@ describe("a Check's receipt through Envoy", () => {
     assert.equal(record.requestId, reply.headers["x-authority-request-id"]);
   });
 });
+
+describe("a forward-proxy answer's receipt (decision 2865)", () => {
+  it("an allow carries it, and it finds the shipped record", async () => {
+    const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/orders/78` });
+    assert.equal(reply.status, 200, reply.body.toString("utf8"));
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string", "the proxy's answer carries the receipt");
+    assert.match(receipt, /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/);
+    const record = await recordOf(receipt);
+    assert.deepEqual([record.decision, record.transport, record.path], ["allowed", "proxy", "/orders/78"]);
+  });
+
+  it("a deny carries it too, and it finds the denied record", async () => {
+    const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/admin/receipt-deny` });
+    assert.equal(reply.status, 403, reply.body.toString("utf8"));
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string");
+    const record = await recordOf(receipt);
+    assert.deepEqual([record.decision, record.transport], ["denied", "proxy"]);
+    assert.equal(record.requestId, reply.headers["x-authority-request-id"]);
+  });
+});
