@@ -1,10 +1,11 @@
 /**
- * Bounds on what-if replays (docs/decisions/2861-bounded-replays-and-exact-receipts.md): a dry
+ * Bounds on what-if replays (docs/decisions/2861-bounded-replays.md): a dry
  * run reads and decides up to MAX_REPLAYED_RECORDS records, so one admin token sending them
  * back to back could keep a replica busy. A replica runs at most `perPartner` replays of one
  * partner and `total` replays in all; another is refused (429 `replay_busy` with
  * Retry-After), not queued.
  */
+
 /** Sent as Retry-After with `replay_busy`: a replay of the largest window takes about this long. */
 export const REPLAY_RETRY_AFTER_SEC = 2;
 
