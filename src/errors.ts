@@ -88,6 +88,12 @@ export const errorCodes = {
   not_found: deny(404, GrpcCode.NOT_FOUND, "The resource does not exist."),
   conflict: deny(409, GrpcCode.FAILED_PRECONDITION, "The resource already exists or changed."),
   rate_limited: deny(429, GrpcCode.RESOURCE_EXHAUSTED, "Too many requests."),
+  // docs/admin-api.md, "What-if replay": one per partner and two per replica (decision 2861).
+  replay_busy: deny(
+    429,
+    GrpcCode.RESOURCE_EXHAUSTED,
+    "A dry-run replay of this partner is already running, or this replica runs as many as it allows: retry after Retry-After seconds.",
+  ),
   invalid_input: deny(
     400,
     GrpcCode.INVALID_ARGUMENT,

@@ -3,10 +3,12 @@
  * the policy the assignment would compile to, replayed over the subject's recorded decisions on
  * that capability in a window (src/pipeline/replay.ts), before anything is signed or stored.
  */
+
+import { setImmediate as nextTurn } from "node:timers/promises";
 import type { DecisionAuditRecord } from "../audit/records.ts";
 import type { Capability } from "../core/capability.ts";
 import { AuthorityError } from "../errors.ts";
-import { type ReplayReport, replayDecisions } from "../pipeline/replay.ts";
+import { createReplayer, type Replayer, type ReplayReport } from "../pipeline/replay.ts";
 import { compilePolicyDocument } from "../policy/compile.ts";
 import type { LogPosition } from "../store/index.ts";
 import type { AssignmentRecord, SubjectRecord } from "../store/model.ts";
@@ -67,14 +69,19 @@ export function replayWindow(input: ReplayWindowInput, now: Date): { since: numb
   return { since, until };
 }
 
-/** The subject's decision records on the capability in the window, oldest first, at most MAX_REPLAYED_RECORDS. */
-async function recordedDecisions(
+/**
+ * Replays the subject's decision records on the capability in the window, oldest first, at most
+ * MAX_REPLAYED_RECORDS, a page at a time: the event loop turns between pages, so decisions
+ * answered by this replica are not stalled behind a long replay (decision 2861).
+ */
+async function replayRecordedDecisions(
   deps: Pick<AdminDeps, "store">,
   subject: SubjectRecord,
   capabilityId: string,
   window: { since: number; until: number },
-): Promise<{ records: DecisionAuditRecord[]; truncated: boolean }> {
-  const records: DecisionAuditRecord[] = [];
+  replayer: Replayer,
+): Promise<{ records: number; truncated: boolean }> {
+  let records = 0;
   let after: LogPosition | undefined;
   for (;;) {
     const page = await deps.store.queryLog<DecisionAuditRecord>("audit", {
@@ -90,11 +97,13 @@ async function recordedDecisions(
       ...(after === undefined ? {} : { after }),
     });
     for (const entry of page.entries) {
-      if (records.length === MAX_REPLAYED_RECORDS) return { records, truncated: true };
-      records.push(entry.value);
+      if (records === MAX_REPLAYED_RECORDS) return { records, truncated: true };
+      replayer.add(entry.value);
+      records++;
     }
     if (page.next === undefined) return { records, truncated: false };
     after = page.next;
+    await nextTurn();
   }
 }
 
@@ -131,21 +140,21 @@ export async function replayAssignment(
     revokedAt: null,
     now,
   });
-  const { records, truncated } = await recordedDecisions(deps, subject, capabilityId, window);
+  const replayer = createReplayer({
+    subjectId,
+    capability,
+    proposed,
+    constraintsEnforced: deps.constraintsEnforced(partnerId),
+    ...(windowInput.examples === undefined ? {} : { examples: windowInput.examples }),
+  });
+  const { records, truncated } = await replayRecordedDecisions(deps, subject, capabilityId, window, replayer);
   return {
     dry_run: true,
     subject_id: subjectId,
     capability_id: capabilityId,
     window: { since: new Date(window.since).toISOString(), until: new Date(window.until).toISOString() },
-    records: records.length,
+    records,
     truncated,
-    replay: replayDecisions({
-      records,
-      subjectId,
-      capability,
-      proposed,
-      constraintsEnforced: deps.constraintsEnforced(partnerId),
-      ...(windowInput.examples === undefined ? {} : { examples: windowInput.examples }),
-    }),
+    replay: replayer.report(),
   };
 }

@@ -8,6 +8,7 @@
  * Receipts handed out before (`r1.<a|m|e>.<time>.<id>`) are still found.
  */
 import { createHash } from "node:crypto";
+import { setImmediate as nextTurn } from "node:timers/promises";
 import { logs } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import type { ChainedLog } from "./chain.ts";
@@ -86,9 +87,6 @@ export function recordNameOf(text: string): RecordName | undefined {
 /** The fields a record's receipt id may be in: its id, or the id a sidecar shipped it with. */
 export const ID_FIELDS = ["id", "shipped_id"] as const;
 
-/** Most index pages read for one receipt (records of one millisecond). */
-const MAX_PAGES = 20;
-
 /**
  * The stored record a receipt names, if the caller may see it (`partnerId` undefined: the
  * platform scope). Twin records of a retried write share the id; the first is returned. A
@@ -120,8 +118,10 @@ function fieldOf(value: unknown, field: string): unknown {
 }
 
 /**
- * The first entry of `log` at this instant (ms) that matches `where` and `accept`, reading at
- * most `maxPages` index pages of that one millisecond.
+ * The first entry of `log` at this instant (ms) that matches `where` and `accept`. A receipt's
+ * lookup is exact: it reads the millisecond's index pages to the end, however many records a
+ * burst put there, each page bounded and the event loop turning between them (decision 2863);
+ * `maxPages` bounds a lookup that may stop short (a re-send check: audit/shipped-ids.ts).
  */
 export async function findAtInstant(
   store: Store,
@@ -129,10 +129,11 @@ export async function findAtInstant(
   timeMs: number,
   where: Readonly<Record<string, string>>,
   accept: (value: unknown) => boolean,
-  maxPages = MAX_PAGES,
+  maxPages = Number.POSITIVE_INFINITY,
 ): Promise<{ readonly seq: number; readonly value: unknown } | undefined> {
   let after: { time: number; seq: number } | undefined;
   for (let page = 0; page < maxPages; page++) {
+    if (page > 0) await nextTurn();
     const found = await store.queryLog(log, {
       where,
       since: timeMs,

@@ -15,6 +15,11 @@ import type { EventEmitter } from "node:events";
 export interface TracingConfig {
   /** The OTLP/HTTP traces endpoint (`…/v1/traces`). */
   readonly url: string;
+  /**
+   * Keep a caller's unsampled flag (W3C `-00`, B3 `0`): its allows go untraced, its denies are
+   * traced still. Absent or false: every request is traced, whatever the caller says (decision 2862).
+   */
+  readonly honourCallerSampling?: boolean;
 }
 
 export interface TraceContext {

@@ -21,6 +21,7 @@ import {
   SpanKind,
   SpanStatusCode,
   type TextMapGetter,
+  TraceFlags,
   trace,
 } from "@opentelemetry/api";
 import { CompositePropagator, ExportResultCode, W3CTraceContextPropagator } from "@opentelemetry/core";
@@ -28,11 +29,15 @@ import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { B3InjectEncoding, B3Propagator } from "@opentelemetry/propagator-b3";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import {
+  AlwaysOffSampler,
   AlwaysOnSampler,
   BatchSpanProcessor,
   ParentBasedSampler,
   type ReadableSpan,
+  type Sampler,
+  SamplingDecision,
   type SpanExporter,
+  type SpanProcessor,
   TracerProvider,
 } from "@opentelemetry/sdk-trace";
 import {
@@ -172,20 +177,76 @@ function bindEmitter<E extends EventEmitter>(emitter: E, context: Context): E {
   return emitter;
 }
 
+/** Records a span without sampling it: its attributes are known at its end (a deny is then exported). */
+const recordOnly: Sampler = {
+  shouldSample: () => ({ decision: SamplingDecision.RECORD }),
+  toString: () => "RecordOnly",
+};
+
+/**
+ * Who decides whether a request is traced (decision 2862). By default the operator: every
+ * request, whatever sampled flag its caller sent (a caller could otherwise hide its own
+ * requests from the operator's traces). When the operator honours the caller's flag, an
+ * unsampled caller's server span is recorded (not sampled), its children are not, and
+ * `DeniesAlwaysExported` exports it if it ends in a deny.
+ */
+function samplerFor(config: TracingConfig): Sampler {
+  if (config.honourCallerSampling !== true) return new AlwaysOnSampler();
+  return new ParentBasedSampler({
+    root: new AlwaysOnSampler(),
+    remoteParentNotSampled: recordOnly,
+    localParentNotSampled: new AlwaysOffSampler(),
+  });
+}
+
+/** The span as a sampled one: what the batch processor exports. */
+function asSampled(span: ReadableSpan): ReadableSpan {
+  const context = { ...span.spanContext(), traceFlags: span.spanContext().traceFlags | TraceFlags.SAMPLED };
+  return new Proxy(span, {
+    get: (target, property) =>
+      property === "spanContext" ? () => context : Reflect.get(target, property, target),
+  });
+}
+
+/** Exports sampled spans, and the recorded unsampled ones that end in a deny. */
+class DeniesAlwaysExported implements SpanProcessor {
+  readonly #next: SpanProcessor;
+
+  constructor(next: SpanProcessor) {
+    this.#next = next;
+  }
+
+  onStart(span: Parameters<SpanProcessor["onStart"]>[0], parent: Context): void {
+    this.#next.onStart(span, parent);
+  }
+
+  onEnd(span: ReadableSpan): void {
+    const sampled = (span.spanContext().traceFlags & TraceFlags.SAMPLED) !== 0;
+    if (sampled) this.#next.onEnd(span);
+    else if (span.attributes["authority.decision"] === "deny") this.#next.onEnd(asSampled(span));
+  }
+
+  forceFlush(): Promise<void> {
+    return this.#next.forceFlush();
+  }
+
+  shutdown(): Promise<void> {
+    return this.#next.shutdown();
+  }
+}
+
 export function createSdkTracing(config: TracingConfig, dependencies: TracingDependencies): Tracing {
+  const batches = new BatchSpanProcessor({
+    exporter: fetchSpanExporter(config, dependencies),
+    scheduledDelayMillis: EXPORT_DELAY_MS,
+    ...(dependencies.metrics === undefined
+      ? {}
+      : { selfObsMeterProvider: selfObservation(dependencies.metrics) }),
+  });
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ "service.name": dependencies.serviceName }),
-    // The caller's sampling decision is kept; a request without one is sampled.
-    sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }),
-    spanProcessors: [
-      new BatchSpanProcessor({
-        exporter: fetchSpanExporter(config, dependencies),
-        scheduledDelayMillis: EXPORT_DELAY_MS,
-        ...(dependencies.metrics === undefined
-          ? {}
-          : { selfObsMeterProvider: selfObservation(dependencies.metrics) }),
-      }),
-    ],
+    sampler: samplerFor(config),
+    spanProcessors: [new DeniesAlwaysExported(batches)],
   });
   const tracer = provider.getTracer("authority");
   // Extraction runs in order and the last context found wins: W3C over B3.

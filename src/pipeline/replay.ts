@@ -107,17 +107,23 @@ function pathIsTemplate(record: DecisionAuditRecord): boolean {
   return record.path_is_template === true || record.transport === "mcp";
 }
 
-export function replayDecisions(input: ReplayInput): ReplayReport {
+/** A replay fed record by record (a caller reading pages yields between them), then reported. */
+export interface Replayer {
+  add(record: DecisionAuditRecord): void;
+  report(): ReplayReport;
+}
+
+export function createReplayer(input: Omit<ReplayInput, "records">): Replayer {
   const most = input.examples ?? 5;
   const expectedContext = documentContext(input.proposed);
   const flips = { allow_to_deny: [] as ReplayExample[], deny_to_allow: [] as ReplayExample[] };
   const counts = { allow_to_deny: 0, deny_to_allow: 0, replayed: 0, unchanged: 0 };
   const skipped: Record<string, number> = {};
-  for (const record of input.records) {
+  const add = (record: DecisionAuditRecord): void => {
     const recorded = recordedOutcome(record);
     if (typeof recorded !== "string") {
       skipped[recorded.skip] = (skipped[recorded.skip] ?? 0) + 1;
-      continue;
+      return;
     }
     const decision = decideStage({
       subjectId: input.subjectId,
@@ -134,11 +140,11 @@ export function replayDecisions(input: ReplayInput): ReplayReport {
     counts.replayed++;
     if (decision.status === recorded) {
       counts.unchanged++;
-      continue;
+      return;
     }
     const direction = recorded === "allowed" ? "allow_to_deny" : "deny_to_allow";
     counts[direction]++;
-    if (flips[direction].length >= most) continue;
+    if (flips[direction].length >= most) return;
     flips[direction].push({
       requestId: record.requestId,
       time: record.time,
@@ -155,12 +161,19 @@ export function replayDecisions(input: ReplayInput): ReplayReport {
               rule: explainDeny(decision.reason, decision.explanation).rule,
             },
     });
-  }
-  return {
+  };
+  const report = (): ReplayReport => ({
     replayed: counts.replayed,
     unchanged: counts.unchanged,
-    allow_to_deny: { count: counts.allow_to_deny, examples: flips.allow_to_deny },
-    deny_to_allow: { count: counts.deny_to_allow, examples: flips.deny_to_allow },
-    skipped,
-  };
+    allow_to_deny: { count: counts.allow_to_deny, examples: [...flips.allow_to_deny] },
+    deny_to_allow: { count: counts.deny_to_allow, examples: [...flips.deny_to_allow] },
+    skipped: { ...skipped },
+  });
+  return { add, report };
+}
+
+export function replayDecisions(input: ReplayInput): ReplayReport {
+  const replayer = createReplayer(input);
+  for (const record of input.records) replayer.add(record);
+  return replayer.report();
 }

@@ -6,6 +6,7 @@ import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
 import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
+import { runBound } from "../helpers/bound-command.ts";
 import { type PeerProcess, startPeerProcess } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
 import { checkMethod, envoyCheckRequest, unary } from "../servers/sidecar/grpc/helpers.ts";
@@ -35,8 +36,9 @@ const CLIENT_ID = "sidecar-image";
 const CLIENT_SECRET = `s-${randomBytes(18).toString("base64url")}`;
 const BUILD_MS = 15 * 60_000;
 
+/** buildah, and the build below, as bound commands: they die with this test (bound-command.ts). */
 async function buildah(args: string[]): Promise<string> {
-  const { stdout } = await run("buildah", [...STORE, ...args], { timeout: 120_000, maxBuffer: 16 << 20 });
+  const { stdout } = await runBound("buildah", [...STORE, ...args], { timeoutMs: 120_000 });
   return stdout.trim();
 }
 
@@ -83,8 +85,8 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
         scopes: ["authority/sidecar.capability:orders"],
       });
       try {
-        const built = await run("bash", [repoPath("scripts/local-image.sh"), "build"], {
-          timeout: BUILD_MS,
+        const built = await runBound("bash", [repoPath("scripts/local-image.sh"), "build"], {
+          timeoutMs: BUILD_MS,
           maxBuffer: 64 << 20,
         });
         image = built.stdout.trim();

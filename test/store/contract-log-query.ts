@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { findReceipt, parseReceipt, receiptOf } from "../../src/audit/receipts.ts";
 import { StoreError } from "../../src/store/errors.ts";
 import type { LogPosition, LogQuery, Store, TimedLogEntry } from "../../src/store/store.ts";
 import type { OpenedStore } from "./contract.ts";
@@ -311,6 +312,33 @@ export function runLogQueryContract(open: () => Promise<OpenedStore>): void {
           h: 2,
           "h|2026-05-02T00|a": 2,
         });
+      }));
+  });
+
+  describe("receipts (decision 2863)", () => {
+    it("a receipt is found however many records share its millisecond", () =>
+      withStore(async (store) => {
+        // A burst: more records in one ms than any fixed number of lookup pages reads, two partners.
+        const time = new Date(T0 + 5).toISOString();
+        const burst = Array.from({ length: 2_600 }, (_, i) => ({
+          kind: "decision",
+          id: `dec_burst-${i}`,
+          partner_id: i % 13 === 0 ? "p-b" : "p-a",
+          time,
+        }));
+        await store.appendMany("audit", burst.slice(0, 1_300));
+        await store.appendMany("audit", burst.slice(1_300));
+        const last = burst.at(-1);
+        assert.ok(last !== undefined && last.partner_id === "p-a");
+        const receipt = parseReceipt(receiptOf("audit", last));
+        assert.ok(receipt !== undefined);
+        const found = await findReceipt(store, receipt, "p-a");
+        assert.deepEqual(found?.value, last, "the last record of the burst, by its r2 receipt");
+        assert.equal(found?.seq, burst.length);
+        const byId = parseReceipt(`r1.a.${T0 + 5}.${last.id}`);
+        assert.ok(byId !== undefined);
+        assert.deepEqual((await findReceipt(store, byId, undefined))?.value, last, "and by an r1 receipt");
+        assert.equal(await findReceipt(store, receipt, "p-b"), undefined, "never in another partner's scope");
       }));
   });
 

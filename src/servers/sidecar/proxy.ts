@@ -9,6 +9,7 @@ import {
 } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { brotliDecompressSync, gunzipSync, inflateSync } from "node:zlib";
+import { RECEIPT_HEADER } from "../../audit/receipts.ts";
 import {
   applyRedactions,
   type RedactionEvent,
@@ -183,6 +184,28 @@ function hasBody(headers: IncomingHttpHeaders): boolean {
   );
 }
 
+/**
+ * The headers the proxy sets on every answer about a decision: its request id and the receipt
+ * of its record (decision 2865; the Check path's answer carries it the same way), which
+ * replaces whatever an upstream sent under that name.
+ */
+function decisionHeaders(decision: {
+  readonly requestId: string;
+  readonly receipt?: string;
+}): Record<string, string> {
+  return decision.receipt === undefined
+    ? { [REQUEST_ID_HEADER]: decision.requestId }
+    : { [REQUEST_ID_HEADER]: decision.requestId, [RECEIPT_HEADER]: decision.receipt };
+}
+
+/** An upstream's response headers without a receipt of its own: only the proxy's names a record. */
+function withoutUpstreamReceipt<H extends Record<string, unknown>>(headers: H): H {
+  if (!Object.hasOwn(headers, RECEIPT_HEADER)) return headers;
+  const copy = { ...headers };
+  delete copy[RECEIPT_HEADER];
+  return copy;
+}
+
 export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   if (typeof options?.engine?.authorize !== "function") throw new SidecarConfigError("engine is required");
   const { engine, metrics, logger } = options;
@@ -234,7 +257,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
   const sendDeny = (res: ServerResponse, deny: SidecarDeny): void => {
     send(res, deny.httpStatus, denyOutcome(deny.reason, deny.requestId, deny.explanation), {
       ...deny.headers,
-      [REQUEST_ID_HEADER]: deny.requestId,
+      ...decisionHeaders(deny),
     });
   };
 
@@ -248,7 +271,7 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       res,
       errorCodes[reason].status,
       { status: "error", reason, requestId },
-      { [REQUEST_ID_HEADER]: requestId },
+      decisionHeaders(exchange.decision),
     );
   };
 
@@ -660,10 +683,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
     metrics?.redactions(events);
     metrics?.proxyResponse(result.json ? "redacted" : "passed");
     res.writeHead(proxyRes.statusCode ?? 502, {
-      ...sanitized.headers,
+      ...withoutUpstreamReceipt(sanitized.headers),
       ...(result.contentType === undefined ? {} : { "content-type": result.contentType }),
       "content-length": result.out.length,
-      [REQUEST_ID_HEADER]: exchange.decision.requestId,
+      ...decisionHeaders(exchange.decision),
     });
     res.end(result.out);
   };
@@ -681,7 +704,10 @@ export function createForwardProxy(options: ForwardProxyOptions): ForwardProxy {
       const sanitized = safeHeaders(exchange, proxyRes);
       metrics?.redactions(sanitized.events);
       metrics?.proxyResponse("passed");
-      res.writeHead(status, { ...sanitized.headers, [REQUEST_ID_HEADER]: exchange.decision.requestId });
+      res.writeHead(status, {
+        ...withoutUpstreamReceipt(sanitized.headers),
+        ...decisionHeaders(exchange.decision),
+      });
       res.end();
       proxyRes.resume();
       return;

@@ -27,9 +27,11 @@ import {
   unassignCapability,
 } from "../../../admin/policies.ts";
 import { replayAssignment } from "../../../admin/policy-replay.ts";
+import { createReplaySlots, REPLAY_RETRY_AFTER_SEC } from "../../../admin/replay-slots.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
 import { rolloutCovers } from "../../../core/parameter-constraints.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
+import { AuthorityError } from "../../../errors.ts";
 import { assertCanManagePartner, assertCanReadPartner, type Principal } from "../../../identity/principal.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityServices } from "../services.ts";
@@ -171,6 +173,8 @@ const replayDepsOf = (services: AuthorityServices) => ({
  * never the encrypted artifact.
  */
 export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
+  // One set of replay slots per app: the bound is per replica (decision 2861).
+  const replaySlots = createReplaySlots();
   return async (app) => {
     const principalOf = authenticateAll(app, context);
     resolveSubjectParams(app, context);
@@ -226,7 +230,7 @@ export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
           querystring: assignQuery,
         },
       },
-      async (request) => {
+      async (request, reply) => {
         const principal = principalOf(request);
         const { id, subject, capability } = request.params;
         assertCanManagePartner(principal, id);
@@ -234,11 +238,20 @@ export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
         const { dry_run: dryRun, since, until, examples } = request.query;
         if (dryRun !== "true") return assignCapability(context, actor, id, subject, capability, request.body);
         const checked = await checkedAssignment(context, actor, id, subject, capability, request.body);
-        return replayAssignment(replayDepsOf(context), checked.subject, checked.assignment, {
-          ...(since === undefined ? {} : { since }),
-          ...(until === undefined ? {} : { until }),
-          ...(examples === undefined ? {} : { examples: Number(examples) }),
-        });
+        const release = replaySlots.acquire(id);
+        if (release === undefined) {
+          reply.header("retry-after", String(REPLAY_RETRY_AFTER_SEC));
+          throw new AuthorityError("replay_busy");
+        }
+        try {
+          return await replayAssignment(replayDepsOf(context), checked.subject, checked.assignment, {
+            ...(since === undefined ? {} : { since }),
+            ...(until === undefined ? {} : { until }),
+            ...(examples === undefined ? {} : { examples: Number(examples) }),
+          });
+        } finally {
+          release();
+        }
       },
     );
 

@@ -158,6 +158,109 @@ describe("what-if replay of an assignment (dry_run)", () => {
     assert.deepEqual(body.replay.skipped, {});
   });
 
+  it("runs one dry run per partner at a time: another gets 429 replay_busy with Retry-After, then the slot frees", async () => {
+    const store = h.service.context.store;
+    const queryLog = store.queryLog.bind(store);
+    let entered = () => {};
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    // The first dry run is held inside its first read of the log, so the second surely meets it running.
+    let holding = true;
+    store.queryLog = async (log, query) => {
+      if (log === "audit" && holding) {
+        holding = false;
+        entered();
+        await held;
+      }
+      return queryLog(log, query);
+    };
+    try {
+      const first = put(`dry_run=true&since=${since}`);
+      await inside;
+      const second = await fetch(url(`dry_run=true&since=${since}`), {
+        method: "PUT",
+        headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+        body: JSON.stringify(proposedBody),
+      });
+      const refused = (await second.json()) as { error: string };
+      assert.equal(second.status, 429);
+      assert.equal(refused.error, "replay_busy");
+      assert.ok(Number(second.headers.get("retry-after")) >= 1, "Retry-After names whole seconds");
+      release();
+      assert.equal((await first).status, 200);
+    } finally {
+      release();
+      store.queryLog = queryLog;
+    }
+    assert.equal(
+      (await put(`dry_run=true&since=${since}`)).status,
+      200,
+      "the finished replay freed its slot",
+    );
+  });
+
+  it("yields to the event loop between pages of a long replay, so decisions are not stalled", async () => {
+    const { store } = h.service.context;
+    const subject = await seedSubject(store, { subjectId: "agent-9" });
+    const now = Date.now();
+    const records = Array.from({ length: 2_500 }, (_, i) => ({
+      kind: "decision",
+      id: `seeded-${i}`,
+      actor: null,
+      subject_id: subject.subject_id,
+      partner_id: PARTNER,
+      capability_id: CAPABILITY,
+      method: "GET",
+      path: `/users/${i}`,
+      permission_id: permission(["GET", "/users/{id}"]),
+      decision: "allowed",
+      reason: null,
+      transport: "http",
+      requestId: `seeded-${i}`,
+      time: new Date(now - 30_000 + i).toISOString(),
+    }));
+    await store.appendMany("audit", records);
+    let turns = 0;
+    let ticker = setImmediate(function turn() {
+      turns++;
+      ticker = setImmediate(turn);
+    });
+    const turnsAtPage: number[] = [];
+    const queryLog = store.queryLog.bind(store);
+    store.queryLog = (log, query) => {
+      if (log === "audit") turnsAtPage.push(turns);
+      return queryLog(log, query);
+    };
+    try {
+      const response = await fetch(
+        `${h.url}/partners/${PARTNER}/caab/subjects/agent-9/policies/${CAPABILITY}?dry_run=true&since=${since}`,
+        {
+          method: "PUT",
+          headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" },
+          body: JSON.stringify(proposedBody),
+        },
+      );
+      const body = (await response.json()) as DryRun;
+      assert.equal(response.status, 200, JSON.stringify(body));
+      assert.equal(body.records, records.length);
+    } finally {
+      clearImmediate(ticker);
+      store.queryLog = queryLog;
+    }
+    assert.ok(turnsAtPage.length >= 3, `pages read: ${turnsAtPage.length}`);
+    for (let page = 1; page < turnsAtPage.length; page++) {
+      assert.ok(
+        (turnsAtPage[page] ?? 0) > (turnsAtPage[page - 1] ?? 0),
+        `the event loop turned between pages: ${turnsAtPage.join(",")}`,
+      );
+    }
+  });
+
   it("`authority replay` prints the report and exits 1 when flips exceed the threshold", async () => {
     const file = join(h.dir.path, "assignment.json");
     await writeFile(file, JSON.stringify(proposedBody));

@@ -5,6 +5,7 @@
  * the sidecar shipped to the authority through GET /admin/audit/receipts/{receipt}.
  */
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
 import { after, before, describe, it } from "node:test";
 import { type EnvoyHandle, renderBootstrap, startEnvoy } from "../../../helpers/envoy.ts";
 import { type HttpReply, httpRequest } from "../../../helpers/http-client.ts";
@@ -16,6 +17,8 @@ import {
   UPSTREAM_HOST,
   type World,
 } from "../world.ts";
+
+const FORGED = "r2.a.1.AAAAAAAAAAAAAAAAAAAAAA";
 
 let world: World;
 let sidecar: SidecarHandle;
@@ -98,5 +101,63 @@ describe("a Check's receipt through Envoy", () => {
     const record = await recordOf(receipt);
     assert.equal(record.decision, "denied");
     assert.equal(record.requestId, reply.headers["x-authority-request-id"]);
+  });
+});
+
+describe("a forward-proxy answer's receipt (decision 2865)", () => {
+  it("an allow carries it, and it finds the shipped record", async () => {
+    const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/orders/78` });
+    assert.equal(reply.status, 200, reply.body.toString("utf8"));
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string", "the proxy's answer carries the receipt");
+    assert.match(receipt, /^r2\.a\.\d+\.[A-Za-z0-9_-]{22}$/);
+    const record = await recordOf(receipt);
+    assert.deepEqual([record.decision, record.transport, record.path], ["allowed", "proxy", "/orders/78"]);
+  });
+
+  it("a deny carries it too, and it finds the denied record", async () => {
+    const reply = await sidecar.proxy({ target: `http://${UPSTREAM_HOST}/admin/receipt-deny` });
+    assert.equal(reply.status, 403, reply.body.toString("utf8"));
+    const receipt = reply.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string");
+    const record = await recordOf(receipt);
+    assert.deepEqual([record.decision, record.transport], ["denied", "proxy"]);
+    assert.equal(record.requestId, reply.headers["x-authority-request-id"]);
+  });
+});
+
+describe("an upstream's own receipt header (decision 2865)", () => {
+  it("never reaches the proxy's client: the proxy's receipt replaces it", async () => {
+    const own = await startWorld();
+    try {
+      const proxied = await own.startSidecar();
+      // The world's upstream gives its port to one that answers with a receipt of its own.
+      const port = Number(new URL(own.upstream.url).port);
+      await own.upstream.close();
+      const forger = createServer((req, res) => {
+        req.resume();
+        const body = JSON.stringify({ id: "1" });
+        res.writeHead(200, {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(body),
+          "x-authority-receipt": FORGED,
+        });
+        res.end(body);
+      });
+      await new Promise<void>((resolve) => forger.listen(port, "127.0.0.1", resolve));
+      try {
+        const reply = await proxied.proxy({ target: `http://${UPSTREAM_HOST}/orders/79` });
+        assert.equal(reply.status, 200, reply.body.toString("utf8"));
+        const receipt = reply.headers["x-authority-receipt"];
+        assert.ok(
+          typeof receipt === "string" && receipt !== FORGED,
+          `the proxy's receipt: ${String(receipt)}`,
+        );
+      } finally {
+        await new Promise((resolve) => forger.close(resolve));
+      }
+    } finally {
+      await own.close().catch(() => undefined);
+    }
   });
 });
