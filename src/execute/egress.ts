@@ -94,9 +94,11 @@ export interface GatedReply {
   readonly status: number;
   readonly headers: Headers;
   /** Read it whole (bounded-body.ts) or destroy it: the connection goes back to the pool after. */
-  readonly body: AsyncIterable<Uint8Array> & {
-    destroy(error?: Error): void;
+  readonly body: {
+    on(event: "data", listener: (chunk: Buffer) => void): unknown;
+    on(event: "end", listener: () => void): unknown;
     on(event: "error", listener: (error: Error) => void): unknown;
+    destroy(error?: Error): void;
   };
 }
 
