@@ -138,7 +138,11 @@ function readWhole(reply: GatedReply, limit: number, maxBytes: number): Promise<
  * once the decoded bytes would pass `maxBytes`. The coded bytes are bounded too, with room
  * for what coding adds to incompressible data.
  */
-export async function readBoundedReply(reply: GatedReply, method: string, maxBytes: number): Promise<Uint8Array> {
+export async function readBoundedReply(
+  reply: GatedReply,
+  method: string,
+  maxBytes: number,
+): Promise<Uint8Array> {
   let decoders: ReturnType<typeof decodersOf>;
   try {
     decoders =

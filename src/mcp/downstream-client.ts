@@ -161,7 +161,11 @@ const exchangeFetch: FetchLike = async (input, init) => {
   const headers = new Headers(init?.headers);
   for (const [name, value] of Object.entries(exchange.headers ?? {})) headers.set(name, value);
   const signal = init?.signal == null ? deadline : AbortSignal.any([deadline, init.signal]);
-  const { status, headers: received, bytes } = await exchanged(exchange, url, { ...init, method, headers, signal });
+  const {
+    status,
+    headers: received,
+    bytes,
+  } = await exchanged(exchange, url, { ...init, method, headers, signal });
   collectNotifications(checkBodyBounds(bytes, received.get("content-type")), exchange.notifications);
   const empty = bytes.byteLength === 0 || status === 204 || status === 304;
   return new Response(empty ? null : bytes, { status, headers: received });
