@@ -64,7 +64,7 @@ export async function readBoundedBody(response: Response, maxBytes: number): Pro
 }
 
 /** Drops a body not read whole; the abort that destroying it raises has no one to tell. */
-function discard(reply: GatedReply): void {
+export function discard(reply: GatedReply): void {
   reply.body.on("error", () => undefined);
   reply.body.destroy();
 }

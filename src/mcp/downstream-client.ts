@@ -24,7 +24,7 @@ import { AjvJsonSchemaValidator } from "@modelcontextprotocol/client/validators/
 import { LRUCache } from "lru-cache";
 import { createSnapshotAjv } from "../catalog/schema-ajv.ts";
 import { parseBoundedJson } from "../core/bounded-json.ts";
-import { readBoundedBody, readBoundedReply } from "../execute/bounded-body.ts";
+import { discard, readBoundedBody, readBoundedReply } from "../execute/bounded-body.ts";
 import type { FetchLike, GatedRequest } from "../execute/egress.ts";
 
 /** How the gateway names itself to downstream servers. */
@@ -188,8 +188,11 @@ async function exchanged(
       ...(typeof init.body === "string" ? { body: init.body } : {}),
       signal: init.signal,
     });
+    if (redirected(reply.status)) {
+      discard(reply);
+      throw new DownstreamExchangeError("redirect");
+    }
     const bytes = await readBoundedReply(reply, init.method, exchange.maxResponseBytes);
-    if (redirected(reply.status)) throw new DownstreamExchangeError("redirect");
     return { status: reply.status, headers: reply.headers, bytes };
   }
   const response = await exchange.fetch(url, { ...init, redirect: "manual" });
