@@ -12,7 +12,7 @@
  *   500-operation policy is reported too, because the verified-policy path reads the
  *   whole stored policy record on every call.
  *
- * Targets: tools/list ≤ 20 ms p50; tools/call added p50 ≤ 3 ms.
+ * Targets: tools/list ≤ 20 ms p50; tools/call added p50 ≤ 1.5 ms (issue 32).
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:http";
@@ -75,7 +75,7 @@ export interface McpBenchResult {
   readonly addedP99Ms: number;
   /** callLargePolicy p50 − direct p50 (the policy record is read and parsed on every call). */
   readonly addedP50MsLargePolicy: number;
-  readonly targets: { readonly listP50Ms: 20; readonly addedP50Ms: 3 };
+  readonly targets: { readonly listP50Ms: 20; readonly addedP50Ms: 1.5 };
   /**
    * 1-minute load average and core count when the run ended: wall times are only
    * comparable to the targets on an otherwise idle machine (see cpuMsPerOp).
@@ -89,6 +89,8 @@ const CAPABILITY = "catalog";
 const SUBJECT = "bench-agent";
 const SMALL_SUBJECT = "bench-agent-small";
 const API_KEY = "bench-upstream-key";
+/** tools/call added p50 over calling the upstream directly (issue 32). */
+const ADDED_P50_TARGET_MS = 1.5;
 
 const RESPONSE = JSON.stringify({
   id: "item-1",
@@ -443,14 +445,16 @@ export async function benchMcp(
     const b = summarize(`GET through /mcp tools/call (policy of ${tools.length} operations)`, bigCallSamples);
     const added = (s: LatencySummary, p: "p50Ms" | "p99Ms" | "cpuMsPerOp") =>
       Number((s[p] - d[p]).toFixed(4));
-    const row = (s: LatencySummary, target: string) => ({
+    const row = (s: LatencySummary, target: string, met = "") => ({
       measurement: s.name,
       iterations: s.iterations,
       p50Ms: s.p50Ms,
       p99Ms: s.p99Ms,
       cpuMsPerOp: s.cpuMsPerOp,
       target,
+      met,
     });
+    const metText = (value: number, limit: number) => (value <= limit ? "yes" : "no");
     return {
       operations: tools.length,
       list,
@@ -461,10 +465,10 @@ export async function benchMcp(
       addedP50Ms: added(c, "p50Ms"),
       addedP99Ms: added(c, "p99Ms"),
       addedP50MsLargePolicy: added(b, "p50Ms"),
-      targets: { listP50Ms: 20, addedP50Ms: 3 },
+      targets: { listP50Ms: 20, addedP50Ms: ADDED_P50_TARGET_MS },
       machine: { loadAverage: Number((loadavg()[0] ?? 0).toFixed(2)), cores: cpus().length },
       rows: [
-        row(list, "p50 ≤ 20 ms"),
+        row(list, "p50 ≤ 20 ms", metText(list.p50Ms, 20)),
         row(sdkList, "(information)"),
         row(d, ""),
         row(c, ""),
@@ -474,7 +478,8 @@ export async function benchMcp(
           p50Ms: added(c, "p50Ms"),
           p99Ms: added(c, "p99Ms"),
           cpuMsPerOp: added(c, "cpuMsPerOp"),
-          target: "p50 ≤ 3 ms",
+          target: `p50 ≤ ${ADDED_P50_TARGET_MS} ms`,
+          met: metText(added(c, "p50Ms"), ADDED_P50_TARGET_MS),
         },
         row(b, ""),
         {
@@ -484,6 +489,7 @@ export async function benchMcp(
           p99Ms: added(b, "p99Ms"),
           cpuMsPerOp: added(b, "cpuMsPerOp"),
           target: "(information)",
+          met: "",
         },
       ],
     };

@@ -32,7 +32,7 @@ import { createRequire } from "node:module";
 import { isIP, type LookupFunction } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { Duplex } from "node:stream";
-import type { buildConnector, Agent as UndiciAgent } from "undici";
+import type { buildConnector, Dispatcher, Agent as UndiciAgent } from "undici";
 import {
   type AddressClass,
   addressClassText,
@@ -88,6 +88,30 @@ export interface EgressHttpClient {
 
 /** fetch's shape, as the gate and its callers use it. */
 export type FetchLike = (input: string | URL, init?: RequestInit) => Promise<Response>;
+
+/** What `EgressPolicy.request` answers: the status, the headers and the body as sent (still content-coded). */
+export interface GatedReply {
+  readonly status: number;
+  readonly headers: Headers;
+  /** Read it whole (bounded-body.ts) or destroy it: the connection goes back to the pool after. */
+  readonly body: {
+    on(event: "data", listener: (chunk: Buffer) => void): unknown;
+    on(event: "end", listener: () => void): unknown;
+    on(event: "error", listener: (error: Error) => void): unknown;
+    destroy(error?: Error): void;
+  };
+}
+
+/** One HTTP exchange through the gate; redirects are returned as they are. */
+export type GatedRequest = (
+  url: URL,
+  init: {
+    readonly method: string;
+    readonly headers: Readonly<Record<string, string>>;
+    readonly body?: string;
+    readonly signal: AbortSignal;
+  },
+) => Promise<GatedReply>;
 
 export interface EgressPolicyOptions {
   /** The platform admin's allow list (src/config: `egress-allow`). */
@@ -163,6 +187,12 @@ export interface EgressPolicy {
    * address connected to; a refused one rejects with an EgressDeniedError in its cause chain.
    */
   readonly fetch: FetchLike;
+  /**
+   * The same gate as `fetch`, without its WHATWG machinery (Request, Response, web streams):
+   * undici's `request` on the gate's dispatcher, about half of fetch's CPU per call (decision
+   * 2841). Nothing is decoded or followed; an operator URL goes as `fetch` sends it.
+   */
+  readonly request: GatedRequest;
   /** node:http / node:https agents whose connections are checked the same way. */
   httpAgent(options?: HttpAgentOptions): HttpAgent;
   /** A node:http(s) client on two such agents (the forward proxy streams bodies fetch would buffer). */
@@ -434,6 +464,25 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return globalThis.fetch(input, { ...init, dispatcher: gatedDispatcher() } as unknown as RequestInit);
   };
 
+  const gatedRequest: GatedRequest = async (url, init) => {
+    // The operator's own URL, as configured, goes without the gate (as gatedFetch sends it).
+    const dispatcher = operatorUrls.has(url.href) ? loadUndici().getGlobalDispatcher() : gatedDispatcher();
+    const reply = await dispatcher.request({
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      method: init.method as Dispatcher.HttpMethod,
+      headers: init.headers,
+      ...(init.body === undefined ? {} : { body: init.body }),
+      signal: init.signal,
+    });
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(reply.headers)) {
+      if (value === undefined) continue;
+      for (const one of Array.isArray(value) ? value : [value]) headers.append(name, one);
+    }
+    return { status: reply.statusCode, headers, body: reply.body };
+  };
+
   function httpClient(agentOptions: HttpAgentOptions = {}): EgressHttpClient {
     const http = guard(new HttpAgent(agentOptions), 80);
     const https = guard(new HttpsAgent(agentOptions), 443);
@@ -460,6 +509,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
       return gatedDispatcher();
     },
     fetch: gatedFetch,
+    request: gatedRequest,
     httpAgent: (agentOptions = {}) => guard(new HttpAgent(agentOptions), 80),
     httpsAgent: (agentOptions = {}) => guard(new HttpsAgent(agentOptions), 443),
     httpClient,

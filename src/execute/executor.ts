@@ -20,7 +20,7 @@ import {
   type InjectedCredentials,
 } from "./auth-injector.ts";
 import type { AuthProfile, SecretResolver } from "./auth-profiles.ts";
-import { BodyTooLargeError, readBoundedBody } from "./bounded-body.ts";
+import { BodyTooLargeError, readBoundedBody, readBoundedReply } from "./bounded-body.ts";
 import type { ClientCredentialsTokens } from "./client-credentials.ts";
 import { type EgressPolicy, egressDenialOf, type FetchLike } from "./egress.ts";
 import { ExecutionError, type UpstreamError } from "./errors.ts";
@@ -52,7 +52,10 @@ export interface ExecutorOptions {
   readonly timeoutMs?: number;
   /** Largest upstream body kept (decoded bytes); over it the call fails; default 1 MiB. */
   readonly maxResponseBytes?: number;
-  /** Default: the egress gate's fetch (undici, keep-alive connection pool); a given one gets the gate's dispatcher. */
+  /**
+   * Default: the egress gate's `request` (undici, keep-alive connection pool; decoded as fetch
+   * decodes); a given fetch is used instead, with the gate's dispatcher.
+   */
   readonly fetch?: FetchLike;
   readonly secretResolver: SecretResolver;
   readonly constraintsRollout: ConstraintsRolloutOptions;
@@ -184,7 +187,7 @@ function checkOptions(options: ExecutorOptions): void {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new TypeError("fetch must be a function");
   }
-  if (typeof options.egress?.fetch !== "function") throw new TypeError("egress is required");
+  if (typeof options.egress?.request !== "function") throw new TypeError("egress is required");
 }
 
 function invalidHeader(pointer: string, keyword: string): ExecutionError {
@@ -333,7 +336,7 @@ function redactionRules(
 }
 
 interface UpstreamAnswer {
-  readonly response: Response;
+  readonly response: { readonly status: number; readonly headers: Headers };
   readonly bytes: Uint8Array;
 }
 
@@ -346,12 +349,12 @@ export function createExecutor(options: ExecutorOptions): Executor {
     "maxResponseBytes",
   );
   const { egress } = options;
-  // Every connection fetch opens (upstream and token endpoints alike) passes the egress gate
-  // on the address it really connects to; a fetch given in the options gets its dispatcher.
+  // Every connection opened (upstream and token endpoints alike) passes the egress gate on the
+  // address it really connects to: the gate's request, or a fetch given in the options with its dispatcher.
   const givenFetch = options.fetch;
-  const fetchImpl: FetchLike =
+  const gatedFetch: FetchLike | undefined =
     givenFetch === undefined
-      ? egress.fetch
+      ? undefined
       : (input, init) =>
           givenFetch(input, { ...init, dispatcher: egress.dispatcher } as unknown as RequestInit);
   const { secretResolver, constraintsRollout, clientCredentials, oauthUser, tokenExchange } = options;
@@ -389,11 +392,19 @@ export function createExecutor(options: ExecutorOptions): Executor {
     return traced(
       "authority.upstream",
       async () => {
-        const response = await fetchImpl(withQuery(url, credentials), {
+        const target = withQuery(url, credentials);
+        // With tracing on, the upstream's parent is this call's span.
+        const headers = { ...init.headers, ...credentials.headers, ...traceHeaders() };
+        const body = init.body === undefined ? {} : { body: init.body };
+        if (gatedFetch === undefined) {
+          // The gate's request: no redirect is followed, so injected credentials never leave the origin.
+          const reply = await egress.request(target, { method: init.method, headers, ...body, signal });
+          return { response: reply, bytes: await readBoundedReply(reply, init.method, maxResponseBytes) };
+        }
+        const response = await gatedFetch(target, {
           method: init.method,
-          // With tracing on, the upstream's parent is this call's span.
-          headers: { ...init.headers, ...credentials.headers, ...traceHeaders() },
-          ...(init.body === undefined ? {} : { body: init.body }),
+          headers,
+          ...body,
           // A redirect could carry injected credentials to another origin: 3xx is returned as is.
           redirect: "manual",
           signal,

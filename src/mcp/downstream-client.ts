@@ -24,8 +24,8 @@ import { AjvJsonSchemaValidator } from "@modelcontextprotocol/client/validators/
 import { LRUCache } from "lru-cache";
 import { createSnapshotAjv } from "../catalog/schema-ajv.ts";
 import { parseBoundedJson } from "../core/bounded-json.ts";
-import { readBoundedBody } from "../execute/bounded-body.ts";
-import type { FetchLike } from "../execute/egress.ts";
+import { discard, readBoundedBody, readBoundedReply } from "../execute/bounded-body.ts";
+import type { FetchLike, GatedRequest } from "../execute/egress.ts";
 
 /** How the gateway names itself to downstream servers. */
 const CLIENT_INFO = { name: "authority-gateway", version: "1.0.0" } as const;
@@ -44,6 +44,8 @@ export class DownstreamExchangeError extends Error {
 export interface DownstreamExchange {
   /** The egress gate's fetch. */
   readonly fetch: FetchLike;
+  /** The egress gate's request: used instead of `fetch` when given (less CPU per call, decision 2841). */
+  readonly request?: GatedRequest;
   /** Largest body one HTTP response may have (decoded bytes). */
   readonly maxResponseBytes: number;
   /** Deadline of the whole exchange (connect, list or call). */
@@ -159,16 +161,48 @@ const exchangeFetch: FetchLike = async (input, init) => {
   const headers = new Headers(init?.headers);
   for (const [name, value] of Object.entries(exchange.headers ?? {})) headers.set(name, value);
   const signal = init?.signal == null ? deadline : AbortSignal.any([deadline, init.signal]);
-  const response = await exchange.fetch(url, { ...init, method, headers, redirect: "manual", signal });
-  if (response.status >= 300 && response.status < 400) {
+  const {
+    status,
+    headers: received,
+    bytes,
+  } = await exchanged(exchange, url, { ...init, method, headers, signal });
+  collectNotifications(checkBodyBounds(bytes, received.get("content-type")), exchange.notifications);
+  const empty = bytes.byteLength === 0 || status === 204 || status === 304;
+  return new Response(empty ? null : bytes, { status, headers: received });
+};
+
+/**
+ * One HTTP exchange with the downstream, its body read whole within the bound; a redirect is
+ * refused. By the gate's request when the exchange has it and the body is text (the SDK's JSON-RPC).
+ */
+async function exchanged(
+  exchange: DownstreamExchange,
+  url: URL,
+  init: RequestInit & { method: string; headers: Headers; signal: AbortSignal },
+): Promise<{ status: number; headers: Headers; bytes: Uint8Array }> {
+  const redirected = (status: number) => status >= 300 && status < 400;
+  if (exchange.request !== undefined && (init.body === undefined || typeof init.body === "string")) {
+    const reply = await exchange.request(url, {
+      method: init.method,
+      headers: Object.fromEntries(init.headers),
+      ...(typeof init.body === "string" ? { body: init.body } : {}),
+      signal: init.signal,
+    });
+    if (redirected(reply.status)) {
+      discard(reply);
+      throw new DownstreamExchangeError("redirect");
+    }
+    const bytes = await readBoundedReply(reply, init.method, exchange.maxResponseBytes);
+    return { status: reply.status, headers: reply.headers, bytes };
+  }
+  const response = await exchange.fetch(url, { ...init, redirect: "manual" });
+  if (redirected(response.status)) {
     await response.body?.cancel().catch(() => undefined);
     throw new DownstreamExchangeError("redirect");
   }
   const bytes = await readBoundedBody(response, exchange.maxResponseBytes);
-  collectNotifications(checkBodyBounds(bytes, response.headers.get("content-type")), exchange.notifications);
-  const empty = bytes.byteLength === 0 || response.status === 204 || response.status === 304;
-  return new Response(empty ? null : bytes, { status: response.status, headers: response.headers });
-};
+  return { status: response.status, headers: response.headers, bytes };
+}
 
 /**
  * Output-schema validators compiled once per distinct reviewed schema (by content), each on its

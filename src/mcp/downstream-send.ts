@@ -174,6 +174,7 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
         args,
         {
           fetch: egress.fetch,
+          request: egress.request,
           timeoutMs,
           maxResponseBytes,
           headers: { ...request.extraHeaders, ...session.credentials.headers },

@@ -80,6 +80,12 @@ async function answerOf(response: Response): Promise<McpAnswer> {
   };
 }
 
+/** The tool a tools/call names ("" when it names none: the SDK refuses it). */
+function toolNameOf(body: unknown): string {
+  const params = (body as { params?: { name?: unknown } }).params;
+  return typeof params?.name === "string" ? params.name : "";
+}
+
 function isToolCall(body: unknown): boolean {
   return (
     typeof body === "object" &&
@@ -124,6 +130,22 @@ async function collapsedStream(response: Response): Promise<McpAnswer> {
   };
 }
 
+/**
+ * Closes a per-request server once its answer was read. The SDK's close builds a "Connection
+ * closed" error for requests still pending — none are, the answer is complete — and capturing
+ * that error's stack was about 1 % of a tool call's CPU (decision 2841): it is built without one.
+ */
+function closeQuietly(server: { close(): Promise<void> }): void {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    // The close runs synchronously up to the transport's onclose, where the error is made.
+    void server.close().catch(() => undefined);
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
+
 export function createMcpExchange(options: {
   readonly service: McpService;
   readonly publicUrl: string;
@@ -163,7 +185,12 @@ export function createMcpExchange(options: {
       if (await isLegacyRequest(request, body)) {
         // A tool call may relay a downstream's notifications: its answer is a stream of events
         // (read whole here, before the server is closed), sent as JSON when it holds only the response.
-        const streamed = isToolCall(body) && acceptsEventStream(headers.accept);
+        // Only a downstream MCP tool has notifications to relay: an API tool's answer stays JSON
+        // (the SDK's SSE framing, and reading it back, cost 0.1–0.2 ms a call; decision 2841).
+        const streamed =
+          isToolCall(body) &&
+          acceptsEventStream(headers.accept) &&
+          (await service.mayRelay(caller, toolNameOf(body)));
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,
           enableJsonResponse: !streamed,
@@ -175,7 +202,7 @@ export function createMcpExchange(options: {
           if (streamed) return await collapsedStream(response);
           return await answerOf(response);
         } finally {
-          void server.close();
+          closeQuietly(server);
         }
       }
       return answerOf(await modern.fetch(request, { parsedBody: body, authInfo }));

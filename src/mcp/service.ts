@@ -86,6 +86,12 @@ export interface McpServiceOptions {
 export interface McpService {
   listTools(caller: McpCaller): Promise<Tool[]>;
   callTool(caller: McpCaller, name: string, args: unknown, signal?: AbortSignal): Promise<CallToolResult>;
+  /**
+   * Whether a tools/call of `name` by this caller may relay a downstream's notifications: the
+   * name maps to a downstream MCP tool of the caller's policy (or the policy could not be read).
+   * The policy is read through the scope the caller's next callTool then uses: one read per call.
+   */
+  mayRelay(caller: McpCaller, name: string): Promise<boolean>;
   readonly toolCache: ToolIndexCache;
 }
 
@@ -211,6 +217,11 @@ export function createMcpService(options: McpServiceOptions): McpService {
         };
   const pipeline = (scope: DecisionRuntime): EnforcementPipeline =>
     createEnforcementPipeline({ decisions: scope, upstream });
+  /**
+   * The scope mayRelay opened for a caller (one HTTP request), taken by that caller's callTool:
+   * a memo of one call, never reused by another.
+   */
+  const scopes = new WeakMap<McpCaller, DecisionRuntime>();
   const toolCache = createToolIndexCache({
     max: options.toolCacheSize ?? 1000,
     reserved: managementTools.map((entry) => entry.tool.name),
@@ -380,8 +391,9 @@ export function createMcpService(options: McpServiceOptions): McpService {
     };
 
     // 1. The policy again (a cached tool list never grants anything), to map the name.
-    // Loaded once for this call: the decision below reads the very same verified copy.
-    const scope = requestScoped(runtime);
+    // Loaded once for this call (mayRelay may have begun it): the decision reads the same copy.
+    const scope = scopes.get(caller) ?? requestScoped(runtime);
+    scopes.delete(caller);
     let partnerId: string | null = null;
     let target: ApiToolTarget | undefined;
     let mappingDenial: DenyReason = "unknown_operation";
@@ -514,6 +526,19 @@ export function createMcpService(options: McpServiceOptions): McpService {
   return {
     toolCache,
     listTools,
+    async mayRelay(caller, name) {
+      if (management.find(caller.principal, name) !== undefined) return false;
+      const scope = requestScoped(runtime);
+      scopes.set(caller, scope);
+      try {
+        const found = await loadPolicy(scope, caller);
+        if (found.loaded === undefined || found.subjectId === undefined) return false;
+        return targetFor(found.loaded, found.subjectId, name)?.kind !== "api";
+      } catch {
+        // The call will say what failed; until then, nothing is ruled out.
+        return true;
+      }
+    },
     async callTool(caller, name, args, signal) {
       const tool = management.find(caller.principal, name);
       if (tool !== undefined) {

@@ -9,6 +9,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
+import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from "node:zlib";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
 import { userGrantKey } from "../../src/execute/token-set-store.ts";
@@ -228,6 +229,37 @@ describe("executor: injected secrets never reach the caller", () => {
     assert.deepEqual(error.upstreamError, { kind: "unusable", status: 200 });
     assert.ok(error.requestHash?.startsWith("sha256:"));
   });
+
+  // The gate's request decodes what fetch decoded (decision 2841): a coded answer is scrubbed
+  // like a plain one, whichever of the codings it uses, stacked or not.
+  const codings: readonly [string, string, (body: Buffer) => Buffer][] = [
+    ["gzip", "", (body) => gzipSync(body)],
+    ["x-gzip", "", (body) => gzipSync(body)],
+    ["deflate", " (zlib)", (body) => deflateSync(body)],
+    ["deflate", " (raw)", (body) => deflateRawSync(body)],
+    ["br", "", (body) => brotliCompressSync(body)],
+    ["gzip, br", "", (body) => brotliCompressSync(gzipSync(body))],
+  ];
+  for (const [coding, form, encode] of codings) {
+    it(`an answer coded ${coding}${form} is decoded, then scrubbed`, async () => {
+      upstream.setHandler((_req, res) => {
+        res.writeHead(200, { "content-type": "application/json", "content-encoding": coding });
+        res.end(encode(Buffer.from(JSON.stringify({ echoed: `key=${API_KEY}`, name: "Widget" }))));
+      });
+      const key: AuthProfile = {
+        type: "static",
+        id: "k",
+        kind: "api_key",
+        in: "header",
+        name: "x-api-key",
+        secretRef: "ref:key",
+      };
+      const result = await executeOnce(executor(), request(key));
+      assert.equal((result.body as { name?: string }).name, "Widget");
+      assertAbsent(result, [API_KEY]);
+      assert.ok(result.redactionEvents.some((e) => e.source === "secret"));
+    });
+  }
 
   it("rules and a body that is not JSON: 502 redaction_failed, nothing of the body returned", async () => {
     upstream.setHandler((_req, res) => {

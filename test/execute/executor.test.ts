@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, it } from "node:test";
-import { gzipSync } from "node:zlib";
+import { brotliCompressSync, deflateRawSync, deflateSync, gzipSync } from "node:zlib";
 import { hashCanonical } from "../../src/core/canonical-json.ts";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
 import { ExecutionError } from "../../src/execute/errors.ts";
@@ -412,6 +412,21 @@ describe("executor: upstream outcomes", () => {
         res.end(packed);
       },
     ],
+    // The gate's request decodes what fetch decoded (decision 2841): a bomb in any coding is bounded.
+    ...(
+      [
+        ["br", (b: Buffer) => brotliCompressSync(b)],
+        ["deflate", (b: Buffer) => deflateSync(b)],
+        ["deflate", (b: Buffer) => deflateRawSync(b)],
+        ["gzip, gzip", (b: Buffer) => gzipSync(gzipSync(b))],
+      ] as const
+    ).map(([coding, pack], i): [string, (res: import("node:http").ServerResponse) => void] => [
+      `${coding} bomb #${i}`,
+      (res) => {
+        res.writeHead(200, { "content-type": "application/json", "content-encoding": coding });
+        res.end(pack(Buffer.alloc(FIVE_MB, 0x20)));
+      },
+    ]),
   ];
   for (const [name, send] of bodies) {
     it(`a 5 MB answer (${name}) fails closed with upstream_response_too_large`, async () => {

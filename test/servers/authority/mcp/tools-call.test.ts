@@ -377,3 +377,41 @@ test("a client that disconnects mid-call aborts the upstream request", async () 
   const row = await waitFor(async () => (await mcpRows()).find((r) => r.subject_id === "caller-gone"));
   assert.equal(row.error_code, "cancelled");
 });
+
+test("an API tool's call is answered as JSON to a client that accepts a stream, its policy read once", async () => {
+  const s = await session("one-read");
+  const store = h.store as { get: typeof h.store.get };
+  const original = store.get;
+  let policyReads = 0;
+  store.get = function (this: unknown, collection: string, id: string) {
+    if (collection === "policies") policyReads++;
+    return original.call(h.store, collection, id);
+  } as typeof h.store.get;
+  let response: Response;
+  try {
+    response = await fetch(`${h.url}/mcp`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${s.token}`,
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        "mcp-protocol-version": "2025-06-18",
+      },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 7,
+        method: "tools/call",
+        params: { name: toolName(s, "getOrder"), arguments: { path: { orderId: "o-9" } } },
+      }),
+    });
+  } finally {
+    store.get = original;
+  }
+  assert.equal(response.status, 200);
+  assert.match(response.headers.get("content-type") ?? "", /^application\/json/);
+  const answer = (await response.json()) as { id?: number; result?: CallToolResult };
+  assert.equal(answer.id, 7);
+  assert.equal(answer.result?.isError, undefined);
+  // The check that chose the JSON answer and the call itself share one read of the policy.
+  assert.equal(policyReads, 1);
+});
