@@ -107,7 +107,8 @@ export function createChainLinker(options: ChainLinkerOptions): ChainLinker {
       const head = stored.get(log);
       // A retried write may store a record twice: the head only moves forward.
       if (link === undefined || head === undefined || link.stream !== stream || link.n <= head.n) return;
-      const hash = (typeof record === "object" && record !== null && hashes.get(record)) || recordHash(record);
+      const hash =
+        (typeof record === "object" && record !== null && hashes.get(record)) || recordHash(record);
       stored.set(log, { n: link.n, hash, seq });
     },
     storedHeads() {

@@ -128,7 +128,10 @@ export function createDecisionRuntime(
     policies: withShadowPolicies(
       createPolicyLoader({ source: storePolicyRecordSource(owner.store), ...loaderOptions }),
       createPolicyLoader({
-        source: reusedRecordSource(storePolicyRecordSource(owner.store, collections.shadowPolicies), recordTtlMs),
+        source: reusedRecordSource(
+          storePolicyRecordSource(owner.store, collections.shadowPolicies),
+          recordTtlMs,
+        ),
         ...loaderOptions,
       }),
     ),

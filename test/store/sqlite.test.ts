@@ -5,6 +5,7 @@ import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
 import { Worker } from "node:worker_threads";
 import { openStore, SqliteStore, StoreError } from "../../src/store/index.ts";
+import { createCheckpointer } from "../../src/store/sqlite/checkpointer.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { eventually, runStoreContract } from "./contract.ts";
 
@@ -232,10 +233,39 @@ describe("SqliteStore specifics", () => {
     }
   });
 
+  it("checkpoints on a thread of its own: the event loop's commits do not fold the WAL, the thread does", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path, walAutocheckpointPages: 16 });
+    for (let i = 0; i < 200; i++) await store.appendMany("audit", [{ id: `r${i}`, n: i }]);
+    await eventually(async () => store.checkpointStats().completed > 0, "a checkpoint on the thread");
+    assert.ok(store.checkpointStats().requested >= store.checkpointStats().completed);
+    await store.close();
+    const reopened = new SqliteStore({ path, checkpoint: "inline" });
+    assert.equal(await reopened.logLength("audit"), 200);
+    assert.deepEqual(reopened.checkpointStats(), { requested: 0, completed: 0 });
+    await reopened.close();
+  });
+
+  it("a checkpoint thread that cannot open the file hands the checkpoints back to the writer", async () => {
+    let failed = 0;
+    const checkpointer = createCheckpointer({
+      path: join(dir.path, "missing-dir", "none.db"),
+      busyTimeoutMs: 100,
+      everyWrites: 1,
+      onFailure: () => failed++,
+    });
+    checkpointer.wrote(1);
+    await eventually(async () => failed === 1, "the failure reported");
+    checkpointer.wrote(5);
+    assert.equal(checkpointer.stats().requested, 1, "nothing more is asked of a failed thread");
+    await checkpointer.close();
+  });
+
   it("validates its options", () => {
     assert.throws(() => new SqliteStore({ path: "" }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), busyTimeoutMs: -1 }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), sweepIntervalMs: 1.5 }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), walAutocheckpointPages: 0 }), StoreError);
+    assert.throws(() => new SqliteStore({ path: freshPath(), checkpoint: "later" as "thread" }), StoreError);
   });
 });
