@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
@@ -243,6 +245,33 @@ describe("SqliteStore specifics", () => {
     const reopened = new SqliteStore({ path, checkpoint: "inline" });
     assert.equal(await reopened.logLength("audit"), 200);
     assert.deepEqual(reopened.checkpointStats(), { requested: 0, completed: 0 });
+    await reopened.close();
+  });
+
+  it("attack: a process killed while its checkpoint thread works keeps every append it acknowledged", async () => {
+    const path = freshPath();
+    const storeUrl = new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url).href;
+    // Appends one record at a time (checkpoints on the thread every 2 rows) and says each seq once stored.
+    const code = `
+      const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+      const store = new SqliteStore({ path: ${JSON.stringify(path)}, walAutocheckpointPages: 16 });
+      for (let i = 1; ; i++) process.stdout.write(String(await store.appendMany("audit", [{ id: "r" + i }])) + "\\n");`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let acknowledged = 0;
+    let buffered = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split("\n");
+      buffered = lines.pop() ?? "";
+      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
+    });
+    await eventually(async () => acknowledged >= 2000, "2,000 appends acknowledged");
+    child.kill("SIGKILL");
+    await once(child, "exit");
+    const reopened = new SqliteStore({ path, checkpoint: "inline" });
+    assert.ok((await reopened.logLength("audit")) >= acknowledged, "no acknowledged append is lost");
     await reopened.close();
   });
 
