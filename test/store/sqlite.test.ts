@@ -267,7 +267,7 @@ describe("SqliteStore specifics", () => {
       buffered = lines.pop() ?? "";
       for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
     });
-    await eventually(async () => acknowledged >= 2000, "2,000 appends acknowledged");
+    await eventually(async () => acknowledged >= 1000, "1,000 appends acknowledged");
     child.kill("SIGKILL");
     await once(child, "exit");
     const reopened = new SqliteStore({ path, checkpoint: "inline" });
