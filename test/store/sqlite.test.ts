@@ -251,7 +251,7 @@ describe("SqliteStore specifics", () => {
   it("attack: a process killed while its checkpoint thread works keeps every append it acknowledged", async () => {
     const path = freshPath();
     const storeUrl = new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url).href;
-    // Appends one record at a time (checkpoints on the thread every 2 rows) and says each seq once stored.
+    // Appends one record at a time (a checkpoint on the thread every 2 transactions) and says each seq once stored.
     const code = `
       const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
       const store = new SqliteStore({ path: ${JSON.stringify(path)}, walAutocheckpointPages: 16 });
@@ -280,7 +280,7 @@ describe("SqliteStore specifics", () => {
     const checkpointer = createCheckpointer({
       path: join(dir.path, "missing-dir", "none.db"),
       busyTimeoutMs: 100,
-      everyWrites: 1,
+      everyPages: 1,
       onFailure: () => failed++,
     });
     checkpointer.wrote(1);

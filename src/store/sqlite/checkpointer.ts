@@ -3,7 +3,7 @@
  * automatic checkpoint runs inside the commit that crosses its threshold, on the caller's
  * thread: the event loop of the service stops for the page copies and two `fsync`s (0.5–15 ms
  * on a shared disk), which set the p99 of every request behind it. Here the writing connection
- * counts what it writes and, every `everyWrites` rows, asks a worker thread with its own
+ * estimates the WAL pages it writes and, every `everyPages`, asks a worker thread with its own
  * connection to checkpoint (PASSIVE: it never holds the writer up). One checkpoint at a time;
  * the writes made meanwhile start the next when it ends.
  *
@@ -21,8 +21,8 @@ const CLOSE_WAIT_MS = 10_000;
 export interface CheckpointerOptions {
   readonly path: string;
   readonly busyTimeoutMs: number;
-  /** Rows written between two checkpoint requests. */
-  readonly everyWrites: number;
+  /** WAL pages written (as estimated by the caller) between two checkpoint requests. */
+  readonly everyPages: number;
   /** The thread failed: checkpoints are the writing connection's again. */
   readonly onFailure: () => void;
 }
@@ -33,8 +33,8 @@ export interface CheckpointerStats {
 }
 
 export interface Checkpointer {
-  /** Told after each committed write: `rows` rows written. */
-  wrote(rows: number): void;
+  /** Told after each committed write: about `pages` WAL pages written. */
+  wrote(pages: number): void;
   stats(): CheckpointerStats;
   /** Ends the thread after the checkpoint in flight. */
   close(): Promise<void>;
@@ -82,7 +82,7 @@ export function createCheckpointer(options: CheckpointerOptions): Checkpointer {
   }
 
   function request(): void {
-    if (failed || inFlight || written < options.everyWrites) return;
+    if (failed || inFlight || written < options.everyPages) return;
     written = 0;
     inFlight = true;
     requested++;
@@ -90,8 +90,8 @@ export function createCheckpointer(options: CheckpointerOptions): Checkpointer {
   }
 
   return {
-    wrote(rows) {
-      written += rows;
+    wrote(pages) {
+      written += pages;
       request();
     },
     stats: () => ({ requested, completed }),
