@@ -84,6 +84,8 @@ export function createChainLinker(options: ChainLinkerOptions): ChainLinker {
   /** Linked (maybe not yet stored) heads, and stored heads, per log. */
   const linked = new Map<string, { n: number; hash: Sha256Ref }>();
   const stored = new Map<string, ChainHead>();
+  // Each record's hash as computed when it was linked: `stored` moves the head without hashing it again.
+  const hashes = new WeakMap<object, Sha256Ref>();
   for (const log of CHAINED_LOGS) {
     const head = options.heads[log] ?? EMPTY_HEAD;
     linked.set(log, { n: head.n, hash: head.hash });
@@ -95,7 +97,9 @@ export function createChainLinker(options: ChainLinkerOptions): ChainLinker {
       const head = linked.get(log);
       if (head === undefined || typeof record !== "object" || record === null) return record;
       const chained = { ...record, chain: { stream, n: head.n + 1, prev: head.hash } };
-      linked.set(log, { n: head.n + 1, hash: recordHash(chained) });
+      const hash = recordHash(chained);
+      hashes.set(chained, hash);
+      linked.set(log, { n: head.n + 1, hash });
       return chained;
     },
     stored(log, record, seq) {
@@ -103,7 +107,9 @@ export function createChainLinker(options: ChainLinkerOptions): ChainLinker {
       const head = stored.get(log);
       // A retried write may store a record twice: the head only moves forward.
       if (link === undefined || head === undefined || link.stream !== stream || link.n <= head.n) return;
-      stored.set(log, { n: link.n, hash: recordHash(record), seq });
+      const hash =
+        (typeof record === "object" && record !== null && hashes.get(record)) || recordHash(record);
+      stored.set(log, { n: link.n, hash, seq });
     },
     storedHeads() {
       const heads: Partial<Record<ChainedLog, ChainHead>> = {};

@@ -45,6 +45,31 @@ export function storePolicyRecordSource(store: Store, collection?: PolicyCollect
   };
 }
 
+/**
+ * A record source whose answers, absence included, are reused for `ttlMs` (0: the source
+ * itself). Only for shadow records (decision 2831): a shadow never changes an outcome, so a
+ * shadow set, changed or removed up to `ttlMs` ago only changes the notes beside a decision,
+ * as the subject and capability records the same setting covers. Enforced records are never
+ * reused: a revocation is seen on the next call.
+ */
+export function reusedRecordSource(source: PolicyRecordSource, ttlMs: number): PolicyRecordSource {
+  if (ttlMs === 0) return source;
+  const answers = new LRUCache<string, { readonly record: StoredPolicyRecord | undefined }>({
+    max: 10_000,
+    ttl: ttlMs,
+  });
+  return {
+    async get(subjectId) {
+      const reused = answers.get(subjectId);
+      if (reused !== undefined) return reused.record;
+      const record = await source.get(subjectId);
+      answers.set(subjectId, { record });
+      return record;
+    },
+    ...(source.artifact === undefined ? {} : { artifact: source.artifact }),
+  };
+}
+
 export interface PolicyLoaderOptions {
   /** Where records come from; or give `store` to read `policies/<subject_id>` from it. */
   readonly source?: PolicyRecordSource;

@@ -21,6 +21,7 @@ import {
   PolicyLoadError,
   type PolicyLoader,
   type PolicyLoaderOptions,
+  reusedRecordSource,
   storePolicyRecordSource,
   withShadowPolicies,
 } from "./loader.ts";
@@ -99,7 +100,7 @@ export interface DecisionRuntime {
 export interface DecisionRuntimeSettings {
   /** The process's parameter-scoping rollout (from the settings: one gate for every path). */
   readonly constraintsRollout: ConstraintsRolloutGate;
-  /** How long subject and capability records are reused (ms; default 0: read every call). */
+  /** How long subject, capability, log-only and shadow records are reused (ms; default 0: read every call). */
   readonly recordCacheMs?: number;
   readonly policyCache?: PolicyLoaderOptions["cache"];
   /** The process's audit recorder (the composition root owns its options). */
@@ -127,7 +128,10 @@ export function createDecisionRuntime(
     policies: withShadowPolicies(
       createPolicyLoader({ source: storePolicyRecordSource(owner.store), ...loaderOptions }),
       createPolicyLoader({
-        source: storePolicyRecordSource(owner.store, collections.shadowPolicies),
+        source: reusedRecordSource(
+          storePolicyRecordSource(owner.store, collections.shadowPolicies),
+          recordTtlMs,
+        ),
         ...loaderOptions,
       }),
     ),

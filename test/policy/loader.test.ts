@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { createAuditRecorder } from "../../src/audit/recorder.ts";
+import { constraintsRolloutGate } from "../../src/core/parameter-constraints.ts";
 import { toAuthorityError } from "../../src/errors.ts";
 import {
   createPolicyLoader,
   PolicyLoadError,
+  type PolicyRecordSource,
+  reusedRecordSource,
   storePolicyRecordSource,
   withRevocationMarker,
 } from "../../src/policy/loader.ts";
@@ -13,6 +17,7 @@ import { createProcessKeyRings } from "../../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../src/policy/record.ts";
 import { writePolicyRecord } from "../../src/policy/record-store.ts";
+import { createDecisionRuntime } from "../../src/policy/runtime.ts";
 import { openStore } from "../../src/store/index.ts";
 import { collections, storeKeys } from "../../src/store/model.ts";
 import type { Store } from "../../src/store/store.ts";
@@ -209,5 +214,46 @@ describe("policy loader", () => {
     const failed = { ok: false, reason: "policy_verification_failed" } as const;
     assert.equal(withRevocationMarker(failed, undefined), failed);
     assert.deepEqual(withRevocationMarker(failed, { revoked_at: "x" } as never), failed);
+  });
+  test("a reused record source answers from its copy for its ttl, absence too; 0 reads every time", async () => {
+    let reads = 0;
+    const counted: PolicyRecordSource = {
+      get: (id) => {
+        reads++;
+        return storePolicyRecordSource(store, collections.shadowPolicies).get(id);
+      },
+    };
+    const reused = reusedRecordSource(counted, 60_000);
+    assert.equal(await reused.get("s-reused"), undefined);
+    assert.equal(await reused.get("s-reused"), undefined);
+    assert.equal(reads, 1, "absence is reused");
+    const always = reusedRecordSource(counted, 0);
+    assert.equal(always, counted, "ttl 0 is the source itself");
+    assert.equal(await reused.get("other"), undefined);
+    assert.equal(reads, 2, "each subject has its own answer");
+  });
+
+  test("attack: with records reused, the enforced policy is still read on every call (a revocation is seen at once)", async () => {
+    const subject = await seedSubject(store, { subjectId: "s-runtime" });
+    await seedPolicy(store, protector, { subject, allow: [["GET", "/users/{id}"]] });
+    const runtime = createDecisionRuntime(
+      { store, protector },
+      {
+        recordCacheMs: 60_000,
+        recorder: createAuditRecorder(store),
+        constraintsRollout: constraintsRolloutGate({ enabled: false, partnerAllowlist: [] }),
+      },
+    );
+    const first = await runtime.policies.load("s-runtime");
+    assert.ok(first.policy.ok);
+    assert.equal(first.policy.document.revoked_at, null);
+    await seedPolicy(store, protector, {
+      subject,
+      allow: [["GET", "/users/{id}"]],
+      revokedAt: new Date().toISOString(),
+    });
+    const next = await runtime.policies.load("s-runtime");
+    assert.ok(next.policy.ok);
+    assert.notEqual(next.policy.document.revoked_at, null);
   });
 });

@@ -1,10 +1,13 @@
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
 import { Worker } from "node:worker_threads";
 import { openStore, SqliteStore, StoreError } from "../../src/store/index.ts";
+import { createCheckpointer } from "../../src/store/sqlite/checkpointer.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { eventually, runStoreContract } from "./contract.ts";
 
@@ -232,10 +235,66 @@ describe("SqliteStore specifics", () => {
     }
   });
 
+  it("checkpoints on a thread of its own, and what was written stays in the file", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path, walAutocheckpointPages: 16 });
+    for (let i = 0; i < 200; i++) await store.appendMany("audit", [{ id: `r${i}`, n: i }]);
+    await eventually(async () => store.checkpointStats().completed > 0, "a checkpoint on the thread");
+    assert.ok(store.checkpointStats().requested >= store.checkpointStats().completed);
+    await store.close();
+    const reopened = new SqliteStore({ path, checkpoint: "inline" });
+    assert.equal(await reopened.logLength("audit"), 200);
+    assert.deepEqual(reopened.checkpointStats(), { requested: 0, completed: 0 });
+    await reopened.close();
+  });
+
+  it("attack: a process killed while its checkpoint thread works keeps every append it acknowledged", async () => {
+    const path = freshPath();
+    const storeUrl = new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url).href;
+    // Appends one record at a time (a checkpoint on the thread every 2 transactions) and says each seq once stored.
+    const code = `
+      const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+      const store = new SqliteStore({ path: ${JSON.stringify(path)}, walAutocheckpointPages: 16 });
+      for (let i = 1; ; i++) process.stdout.write(String(await store.appendMany("audit", [{ id: "r" + i }])) + "\\n");`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let acknowledged = 0;
+    let buffered = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split("\n");
+      buffered = lines.pop() ?? "";
+      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
+    });
+    await eventually(async () => acknowledged >= 1000, "1,000 appends acknowledged");
+    child.kill("SIGKILL");
+    await once(child, "exit");
+    const reopened = new SqliteStore({ path, checkpoint: "inline" });
+    assert.ok((await reopened.logLength("audit")) >= acknowledged, "no acknowledged append is lost");
+    await reopened.close();
+  });
+
+  it("a checkpoint thread that cannot open the file hands the checkpoints back to the writer", async () => {
+    let failed = 0;
+    const checkpointer = createCheckpointer({
+      path: join(dir.path, "missing-dir", "none.db"),
+      busyTimeoutMs: 100,
+      everyPages: 1,
+      onFailure: () => failed++,
+    });
+    checkpointer.wrote(1);
+    await eventually(async () => failed === 1, "the failure reported");
+    checkpointer.wrote(5);
+    assert.equal(checkpointer.stats().requested, 1, "nothing more is asked of a failed thread");
+    await checkpointer.close();
+  });
+
   it("validates its options", () => {
     assert.throws(() => new SqliteStore({ path: "" }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), busyTimeoutMs: -1 }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), sweepIntervalMs: 1.5 }), StoreError);
     assert.throws(() => new SqliteStore({ path: freshPath(), walAutocheckpointPages: 0 }), StoreError);
+    assert.throws(() => new SqliteStore({ path: freshPath(), checkpoint: "later" as "thread" }), StoreError);
   });
 });
