@@ -205,7 +205,10 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
       following = false;
       return;
     }
-    if (ms === 0) return follow();
+    if (ms === 0) {
+      follow();
+      return;
+    }
     timer = setTimeout(() => {
       timer = undefined;
       follow();

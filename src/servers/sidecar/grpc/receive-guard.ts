@@ -54,7 +54,10 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
   };
 
   const sweep = (): void => {
-    if (receiving.size === 0) return stopSweeping();
+    if (receiving.size === 0) {
+      stopSweeping();
+      return;
+    }
     const cutoff = performance.now() - timeoutMs;
     for (const [call, arrived] of receiving) {
       if (arrived > cutoff) break;
