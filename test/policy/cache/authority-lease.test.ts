@@ -184,7 +184,12 @@ describe("the sidecar's freshness lease", () => {
     assert.equal(lease.held(), false, "the paused lease lapses: nothing is decided from it");
     assert.equal(requests.length, whileIdle, "held() does not start reading");
 
-    const revoked = { subject_id: "agent-1", head: 4, document_hash: "sha256:bb", revoked_at: "2026-11-29T00:00:00Z" };
+    const revoked = {
+      subject_id: "agent-1",
+      head: 4,
+      document_hash: "sha256:bb",
+      revoked_at: "2026-11-29T00:00:00Z",
+    };
     logged = [revoked];
     assert.equal(lease.current(), false, "a decision finds it lapsed…");
     assert.equal(await lease.whenCurrent(1000), true, "…and waits for the read it started");
