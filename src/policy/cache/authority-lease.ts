@@ -22,7 +22,9 @@ import { PolicyCacheError } from "./errors.ts";
  * `IDLE_LEASES` leases stops reading (an idle pod sends nothing and wakes for nothing), and
  * its lease lapses. The next decision starts reading again and waits for that answer — one
  * round trip — as at start; every change logged meanwhile comes with it (the cursor is kept).
- * Nothing is decided from a lapsed lease, so the pause never widens the staleness bound.
+ * Nothing is decided from a lapsed lease, so the pause never widens the staleness bound. A
+ * started sidecar reads on until its first decision: readiness promises that one meets its
+ * deadline.
  */
 
 /** Where the log is read (the authority client). */
@@ -113,7 +115,8 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
   let closed = false;
   /** A read is on its way or scheduled; false before start and while paused. */
   let following = false;
-  let lastUseAt = now();
+  /** The last decision that asked; none yet: a started sidecar reads on until its first Check. */
+  let lastUseAt: number | undefined;
 
   /**
    * Every listener hears it; if one fails, the renewal fails (after all were told): a change
@@ -216,15 +219,17 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     timer.unref();
   }
 
-  const idle = (): boolean => leaseMs !== undefined && now() - lastUseAt > IDLE_LEASES * leaseMs;
+  const idle = (): boolean =>
+    lastUseAt !== undefined && leaseMs !== undefined && now() - lastUseAt > IDLE_LEASES * leaseMs;
   const held = (): boolean => now() <= validUntil;
-  /** A decision asks: reading goes on (and starts again when it had paused). */
-  const use = (): void => {
-    lastUseAt = now();
+  /** Reading goes on (and starts again when it had paused). */
+  const resume = (): void => {
     if (started && !following && !closed) follow();
   };
+  /** A decision asks. */
   const current = (): boolean => {
-    use();
+    lastUseAt = now();
+    resume();
     return held();
   };
 
@@ -250,7 +255,9 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
       await renewOnce(false);
     },
     whenCurrent(timeoutMs) {
-      if (current()) return Promise.resolve(true);
+      if (lastUseAt !== undefined) lastUseAt = now();
+      resume();
+      if (held()) return Promise.resolve(true);
       if (closed) return Promise.resolve(false);
       return new Promise<boolean>((resolve) => {
         const wake = (granted: boolean): void => {

@@ -157,8 +157,8 @@ describe("the sidecar's freshness lease", () => {
       async fetchPolicyChanges(after, options) {
         requests.push({ after, wait: options.wait });
         // Bounded, so that a lease that never pauses fails the test instead of spinning.
-        if (requests.length > 30) return new Promise<never>(() => undefined);
-        await new Promise((resolve) => setImmediate(resolve));
+        if (requests.length > 100) return new Promise<never>(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 2));
         const changes = logged;
         logged = [];
         cursor += changes.length;
@@ -172,14 +172,21 @@ describe("the sidecar's freshness lease", () => {
     lease.onChanges((changes) => seen.push(...changes));
     lease.start();
     assert.equal(await lease.whenCurrent(1000), true);
-    const settle = async () => {
-      for (let i = 0; i < 50; i++) await new Promise((resolve) => setImmediate(resolve));
-    };
-    await settle();
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    for (let i = 0; i < 200 && requests.length < 12; i++) await pause(10);
+    const beforeFirstDecision = requests.length;
+    assert.ok(
+      beforeFirstDecision >= 12,
+      "no decision yet (a ready sidecar waits for its first Check): reads go on",
+    );
+    assert.equal(lease.current(), true, "a decision");
+    // Until no read was sent for 100 ms (or the source's bound was reached).
+    for (let last = -1, i = 0; i < 60 && requests.length !== last; i++) {
+      last = requests.length;
+      await pause(100);
+    }
     const whileIdle = requests.length;
-    assert.ok(whileIdle <= 8, `an idle lease stops reading (${whileIdle} reads)`);
-    await settle();
-    assert.equal(requests.length, whileIdle, "no read while nobody asks");
+    assert.ok(whileIdle - beforeFirstDecision <= 8, `an idle lease stops reading (${whileIdle} reads)`);
     time.at += 2001;
     assert.equal(lease.held(), false, "the paused lease lapses: nothing is decided from it");
     assert.equal(requests.length, whileIdle, "held() does not start reading");
@@ -195,6 +202,7 @@ describe("the sidecar's freshness lease", () => {
     assert.equal(await lease.whenCurrent(1000), true, "…and waits for the read it started");
     assert.deepEqual(seen, [revoked], "the change logged while it paused came before the lease");
     assert.equal(requests[whileIdle]?.after, 5, "read on from the kept cursor");
+    assert.ok(requests.length < 100);
     lease.close();
   });
 });
