@@ -18,8 +18,8 @@ import { PolicyCacheError } from "./errors.ts";
  * next read, sent at once, is the acknowledgement. No decision waits for it; it is one small
  * request per sidecar (not per subject) at a time.
  *
- * Only while decisions use it: a sidecar no decision asked about its lease for
- * `IDLE_LEASES` leases stops reading (an idle pod sends nothing and wakes for nothing), and
+ * Only while decisions use it: a sidecar no decision asked about its lease for a whole lease
+ * (`IDLE_LEASES`) stops reading (an idle pod sends nothing and wakes for nothing), and
  * its lease lapses. The next decision starts reading again and waits for that answer — one
  * round trip — as at start; every change logged meanwhile comes with it (the cursor is kept).
  * Nothing is decided from a lapsed lease, so the pause never widens the staleness bound. A
@@ -76,7 +76,7 @@ const MAX_PAGES = 20;
 /** Between two reads that brought nothing (an authority that does not hold them). */
 const MIN_IDLE_GAP_MS = 20;
 /** Reading stops after this many leases without a decision asking (see the head of this file). */
-export const IDLE_LEASES = 2;
+export const IDLE_LEASES = 1;
 
 function checkedPage(page: PolicyChangesPage): PolicyChangesPage {
   const leaseMs = page?.lease_ms;
