@@ -383,8 +383,13 @@ export async function revokePolicy(
 ): Promise<{ policy: PublicPolicyRecord | null; changed: boolean }> {
   await getPartner(deps, partnerId);
   const subject = await getSubject(deps, partnerId, subjectId);
+  let notice: Promise<void> | undefined;
   const outcome = await withKeyLock(lockKey(partnerId, subjectId), async () => {
     const result = await revokeLocked(deps, subject);
+    // The sidecars are told first (logged in head order, under the lock); the audit record
+    // does not hold the revocation up. The call answers after both.
+    notice = noticeOfRevocation(deps, result);
+    notice.catch(() => undefined);
     if (result.changed) {
       await recordPolicyChange(
         deps,
@@ -395,7 +400,7 @@ export async function revokePolicy(
     }
     return result;
   });
-  await noticeOfRevocation(deps, outcome);
+  await notice;
   if (outcome.policy === undefined) {
     // Changed without a record: an unreadable v2 policy was removed instead of re-signed.
     if (outcome.changed) return { policy: null, changed: true };

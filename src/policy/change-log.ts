@@ -142,6 +142,14 @@ export async function appendPolicyChange(store: Store, change: LoggedChange): Pr
     revoked_at: change.revoked_at,
   };
   try {
+    // One transaction where the store offers it: a revocation waits for one commit, not two.
+    if (store.appendAcross !== undefined) {
+      const [seq, partnerSeq] = await store.appendAcross([
+        { log: logs.policyChanges, value: entry },
+        { log: partnerLogName(entry.partner_id), value: entry },
+      ]);
+      return { seq: seq as number, partnerSeq: partnerSeq as number };
+    }
     const seq = await store.append(logs.policyChanges, entry);
     return { seq, partnerSeq: await store.append(partnerLogName(entry.partner_id), entry) };
   } catch (error) {

@@ -17,6 +17,14 @@ import { PolicyCacheError } from "./errors.ts";
  * (up to 45 % of a lease, at most 1 s) and answers it as soon as a change is logged, and the
  * next read, sent at once, is the acknowledgement. No decision waits for it; it is one small
  * request per sidecar (not per subject) at a time.
+ *
+ * Only while decisions use it: a sidecar no decision asked about its lease for a whole lease
+ * (`IDLE_LEASES`) stops reading (an idle pod sends nothing and wakes for nothing), and
+ * its lease lapses. The next decision starts reading again and waits for that answer — one
+ * round trip — as at start; every change logged meanwhile comes with it (the cursor is kept).
+ * Nothing is decided from a lapsed lease, so the pause never widens the staleness bound. A
+ * started sidecar reads on until its first decision: readiness promises that one meets its
+ * deadline.
  */
 
 /** Where the log is read (the authority client). */
@@ -44,6 +52,8 @@ export interface FreshnessLease {
 }
 
 export interface AuthorityLease extends FreshnessLease {
+  /** Like current(), without counting as a use (metrics, logs): it neither keeps nor restarts the reading. */
+  held(): boolean;
   /** Starts following the log. */
   start(): void;
   /** Reads the log to its end now: resolves once every change logged before the call has reached the listeners. */
@@ -65,6 +75,8 @@ const FIRST_READ_TIMEOUT_MS = 2000;
 const MAX_PAGES = 20;
 /** Between two reads that brought nothing (an authority that does not hold them). */
 const MIN_IDLE_GAP_MS = 20;
+/** Reading stops after this many leases without a decision asking (see the head of this file). */
+export const IDLE_LEASES = 1;
 
 function checkedPage(page: PolicyChangesPage): PolicyChangesPage {
   const leaseMs = page?.lease_ms;
@@ -101,6 +113,10 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
   let timer: NodeJS.Timeout | undefined;
   let started = false;
   let closed = false;
+  /** A read is on its way or scheduled; false before start and while paused. */
+  let following = false;
+  /** The last decision that asked; none yet: a started sidecar reads on until its first Check. */
+  let lastUseAt: number | undefined;
 
   /**
    * Every listener hears it; if one fails, the renewal fails (after all were told): a change
@@ -172,10 +188,13 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
 
   const follow = (): void => {
     if (closed) return;
+    following = true;
+    const sentAt = now();
     renewOnce(true).then(
       (brought) => {
         options.onRenewal?.("ok");
-        later(brought ? 0 : MIN_IDLE_GAP_MS);
+        // A held read already waited: the next one leaves at once, without a timer's wake-up.
+        later(brought || now() - sentAt >= MIN_IDLE_GAP_MS ? 0 : MIN_IDLE_GAP_MS);
       },
       (error: unknown) => {
         options.onRenewal?.("error", error);
@@ -185,7 +204,14 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
   };
 
   function later(ms: number): void {
-    if (closed) return;
+    if (closed || idle()) {
+      following = false;
+      return;
+    }
+    if (ms === 0) {
+      follow();
+      return;
+    }
     timer = setTimeout(() => {
       timer = undefined;
       follow();
@@ -193,10 +219,23 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
     timer.unref();
   }
 
-  const current = (): boolean => now() <= validUntil;
+  const idle = (): boolean =>
+    lastUseAt !== undefined && leaseMs !== undefined && now() - lastUseAt > IDLE_LEASES * leaseMs;
+  const held = (): boolean => now() <= validUntil;
+  /** Reading goes on (and starts again when it had paused). */
+  const resume = (): void => {
+    if (started && !following && !closed) follow();
+  };
+  /** A decision asks. */
+  const current = (): boolean => {
+    lastUseAt = now();
+    resume();
+    return held();
+  };
 
   return {
     current,
+    held,
     onChanges(listener) {
       changeListeners.add(listener);
       return () => changeListeners.delete(listener);
@@ -216,7 +255,9 @@ export function createAuthorityLease(options: AuthorityLeaseOptions): AuthorityL
       await renewOnce(false);
     },
     whenCurrent(timeoutMs) {
-      if (current()) return Promise.resolve(true);
+      if (lastUseAt !== undefined) lastUseAt = now();
+      resume();
+      if (held()) return Promise.resolve(true);
       if (closed) return Promise.resolve(false);
       return new Promise<boolean>((resolve) => {
         const wake = (granted: boolean): void => {

@@ -331,6 +331,8 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
   let writeScheduled: NodeJS.Immediate | undefined;
   let dirty = false;
   let closed = false;
+  /** The periodic sync runs only while there are written bytes to sync: an idle sidecar has no timer here. */
+  let syncTimer: NodeJS.Timeout | undefined;
 
   /** Closes the segment's file (once a periodic sync in the thread pool is done with it). */
   const closeFile = (segment: Segment): void => {
@@ -392,6 +394,7 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     }
     batch.state = "written";
     dirty = true;
+    armSync();
     batch.settle();
   };
 
@@ -408,9 +411,15 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     return queued;
   };
 
-  const timer = setInterval(() => {
+  const syncTick = (): void => {
     const segment = current;
-    if (!dirty || segment?.fd === undefined || segment.syncing) return;
+    if (!dirty || segment?.fd === undefined) {
+      // Nothing written since the last sync: the timer stops until the next write.
+      clearInterval(syncTimer);
+      syncTimer = undefined;
+      return;
+    }
+    if (segment.syncing) return;
     dirty = false;
     segment.syncing = true;
     fdatasync(segment.fd, (error) => {
@@ -419,7 +428,11 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
       if (error !== null && segment === current) dirty = true;
       if (segment.closeWhenSynced) closeFile(segment);
     });
-  }, syncIntervalMs).unref();
+  };
+  function armSync(): void {
+    if (syncTimer !== undefined || closed) return;
+    syncTimer = setInterval(syncTick, syncIntervalMs).unref();
+  }
 
   return {
     recoveredCount: earlier.open,
@@ -463,7 +476,8 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
       if (closed) return;
       writeQueued();
       closed = true;
-      clearInterval(timer);
+      clearInterval(syncTimer);
+      syncTimer = undefined;
       const last = current;
       current = undefined;
       if (last !== undefined) finish(last);

@@ -219,7 +219,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       if (result === "ok" && leaseLapsed) {
         leaseLapsed = false;
         logger.info("policy change log confirmed again; deciding from the cache");
-      } else if (result === "error" && !leaseLapsed && !lease.current()) {
+      } else if (result === "error" && !leaseLapsed && !lease.held()) {
         leaseLapsed = true;
         logger.warn(
           { err: errorSummary(error) },
@@ -372,7 +372,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   });
 
   if (redis !== undefined) metrics.trackRedisUp(() => redis.up);
-  metrics.trackFreshnessLease(() => lease.current());
+  metrics.trackFreshnessLease(() => lease.held());
   metrics.trackInFlight("grpc", () => checkServer.inFlight);
   metrics.trackInFlight("proxy", () => proxy.inFlight);
   metrics.trackAuditPending(() => auditLog.pending());

@@ -148,4 +148,61 @@ describe("the sidecar's freshness lease", () => {
     assert.equal(await waiting, false);
     assert.equal(lease.current(), false);
   });
+  test("idle: reading stops after a lease no decision asked about, and the next decision reads again with what was logged meanwhile", async () => {
+    const time = { at: 0 };
+    const requests: Array<{ after: number | undefined; wait: boolean }> = [];
+    let logged: PolicyChange[] = [];
+    let cursor = 5;
+    const source: PolicyChangeSource = {
+      async fetchPolicyChanges(after, options) {
+        requests.push({ after, wait: options.wait });
+        // Bounded, so that a lease that never pauses fails the test instead of spinning.
+        if (requests.length > 100) return new Promise<never>(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 2));
+        const changes = logged;
+        logged = [];
+        cursor += changes.length;
+        // A held read with nothing new comes back after 45 % of the lease.
+        if (changes.length === 0 && options.wait) time.at += 900;
+        return page(cursor, changes);
+      },
+    };
+    const lease = createAuthorityLease({ source, now: () => time.at });
+    const seen: PolicyChange[] = [];
+    lease.onChanges((changes) => seen.push(...changes));
+    lease.start();
+    assert.equal(await lease.whenCurrent(1000), true);
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    for (let i = 0; i < 200 && requests.length < 12; i++) await pause(10);
+    const beforeFirstDecision = requests.length;
+    assert.ok(
+      beforeFirstDecision >= 12,
+      "no decision yet (a ready sidecar waits for its first Check): reads go on",
+    );
+    assert.equal(lease.current(), true, "a decision");
+    // Until no read was sent for 100 ms (or the source's bound was reached).
+    for (let last = -1, i = 0; i < 60 && requests.length !== last; i++) {
+      last = requests.length;
+      await pause(100);
+    }
+    const whileIdle = requests.length;
+    assert.ok(whileIdle - beforeFirstDecision <= 8, `an idle lease stops reading (${whileIdle} reads)`);
+    time.at += 2001;
+    assert.equal(lease.held(), false, "the paused lease lapses: nothing is decided from it");
+    assert.equal(requests.length, whileIdle, "held() does not start reading");
+
+    const revoked = {
+      subject_id: "agent-1",
+      head: 4,
+      document_hash: "sha256:bb",
+      revoked_at: "2026-11-29T00:00:00Z",
+    };
+    logged = [revoked];
+    assert.equal(lease.current(), false, "a decision finds it lapsed…");
+    assert.equal(await lease.whenCurrent(1000), true, "…and waits for the read it started");
+    assert.deepEqual(seen, [revoked], "the change logged while it paused came before the lease");
+    assert.equal(requests[whileIdle]?.after, 5, "read on from the kept cursor");
+    assert.ok(requests.length < 100);
+    lease.close();
+  });
 });

@@ -336,4 +336,36 @@ describe("the decision journal", () => {
     assert.equal(readFileSync(join(dir, "lock"), "utf8"), String(process.pid));
     taken.close();
   });
+  it("an idle journal holds no timer: the periodic sync runs only while written bytes wait for it (issue 30, idle CPU)", async () => {
+    const live = new Set<unknown>();
+    const { setInterval: realSet, clearInterval: realClear } = globalThis;
+    globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
+      const timer = realSet(...args);
+      live.add(timer);
+      return timer;
+    }) as typeof setInterval;
+    globalThis.clearInterval = ((timer: Parameters<typeof clearInterval>[0]) => {
+      live.delete(timer);
+      realClear(timer);
+    }) as typeof clearInterval;
+    const dir = join(tmp.path, "idle-timer");
+    mkdirSync(dir);
+    const journal = openDecisionJournal({ dir, syncIntervalMs: 5 });
+    try {
+      assert.equal(live.size, 0, "opened, nothing written: no timer");
+      const ticket = journal.append(JSON.stringify({ request_id: "r-1" }));
+      await journal.written(ticket);
+      assert.equal(live.size, 1, "written bytes: the sync timer runs");
+      for (let i = 0; i < 100 && live.size > 0; i++) await new Promise((resolve) => realSet(resolve, 5));
+      assert.equal(live.size, 0, "synced and nothing new: the timer stopped");
+      journal.append(JSON.stringify({ request_id: "r-2" }));
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(live.size, 1, "the next write starts it again");
+    } finally {
+      journal.close();
+      globalThis.setInterval = realSet;
+      globalThis.clearInterval = realClear;
+    }
+    assert.equal(live.size, 0, "closed: no timer");
+  });
 });

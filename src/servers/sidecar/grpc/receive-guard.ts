@@ -30,7 +30,7 @@ export interface ReceiveGuard {
   readonly interceptor: ServerInterceptor;
   /** Calls currently receiving their request. */
   readonly receiving: number;
-  /** Starts the periodic sweep for stalled calls (an unref'd timer). */
+  /** Starts sweeping for stalled calls: an unref'd timer, running while a call is receiving. */
   start(): void;
   stop(): void;
 }
@@ -39,9 +39,25 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
   const { maxReceiving, timeoutMs, cutConnection, onRejected } = options;
   /** Call → when its headers arrived; insertion order is arrival order, so the oldest come first. */
   const receiving = new Map<ServerInterceptingCallInterface, number>();
+  /** Started: the sweep runs while calls are receiving (an idle sidecar has no timer here). */
+  let started = false;
   let sweeper: NodeJS.Timeout | undefined;
+  const stopSweeping = (): void => {
+    clearInterval(sweeper);
+    sweeper = undefined;
+  };
+
+  const sweepWhileReceiving = (): void => {
+    if (!started || sweeper !== undefined || receiving.size === 0) return;
+    sweeper = setInterval(sweep, Math.max(10, Math.floor(timeoutMs / 4)));
+    sweeper.unref();
+  };
 
   const sweep = (): void => {
+    if (receiving.size === 0) {
+      stopSweeping();
+      return;
+    }
     const cutoff = performance.now() - timeoutMs;
     for (const [call, arrived] of receiving) {
       if (arrived > cutoff) break;
@@ -62,6 +78,7 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
           oldest.sendStatus({ code: GrpcCode.RESOURCE_EXHAUSTED, details: "too many calls in progress" });
         }
         receiving.set(call, performance.now());
+        sweepWhileReceiving();
         next({
           onReceiveHalfClose(proceed) {
             receiving.delete(call);
@@ -80,13 +97,12 @@ export function createReceiveGuard(options: ReceiveGuardOptions): ReceiveGuard {
       return receiving.size;
     },
     start() {
-      if (sweeper !== undefined) return;
-      sweeper = setInterval(sweep, Math.max(10, Math.floor(timeoutMs / 4)));
-      sweeper.unref();
+      started = true;
+      sweepWhileReceiving();
     },
     stop() {
-      clearInterval(sweeper);
-      sweeper = undefined;
+      started = false;
+      stopSweeping();
     },
   };
 }

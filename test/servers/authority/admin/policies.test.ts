@@ -512,6 +512,51 @@ describe("admin API: policies", () => {
       assert.equal(again.body.policy.head, after.head);
     });
 
+    it("a revocation reaches the sidecars' change log before its audit record is written (a slow audit write does not hold it up)", async () => {
+      const put0 = await put("agent-1", "orders", { allowed_permission_ids: [GET_ORDERS], ttl_seconds: 60 });
+      assert.equal(put0.status, 200, put0.text);
+      // Audit appends wait until released, whichever store call carries them.
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const store = h.store as unknown as Record<string, (...args: never[]) => Promise<unknown>>;
+      const names = ["writeAll", "append", "appendMany", "appendAcross"] as const;
+      // Own properties shadow the class's methods for this test only (deleted after).
+      const originals = Object.fromEntries(names.map((name) => [name, store[name]]));
+      const touchesAudit = (value: unknown): boolean =>
+        JSON.stringify(value ?? null).includes(`"${logs.audit}"`);
+      for (const name of names) {
+        const original = originals[name];
+        if (original === undefined) continue;
+        store[name] = async (...args: never[]) => {
+          if (touchesAudit(args[0]) || args[0] === (logs.audit as never)) await released;
+          return original.apply(h.store, args);
+        };
+      }
+      try {
+        const logged = await h.store.logLength(logs.policyChanges);
+        const revoke = h.call("POST", "/partners/acme/caab/subjects/agent-1/policy/revoke", {
+          token: t.acmeAdmin,
+        });
+        for (let i = 0; i < 400 && (await h.store.logLength(logs.policyChanges)) === logged; i++) {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+        assert.equal(
+          await h.store.logLength(logs.policyChanges),
+          logged + 1,
+          "logged for the sidecars while the audit record is still being written",
+        );
+        release();
+        const r = await revoke;
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.body.changed, true);
+      } finally {
+        release();
+        for (const name of names) delete store[name];
+      }
+    });
+
     it("a new assignment after revocation issues an active policy", async () => {
       const r = await put("agent-1", "orders", { allowed_permission_ids: [GET_ORDERS], ttl_seconds: 60 });
       assert.equal(r.status, 200);
