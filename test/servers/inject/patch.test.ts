@@ -117,7 +117,7 @@ describe("buildSidecarPatch on a plain pod", () => {
     assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_METRICS_LISTEN")?.value, "0.0.0.0:9464");
     assert.equal(
       envValue(sidecar, "NODE_OPTIONS")?.value,
-      "--max-semi-space-size=2 --max-old-space-size=128",
+      "--max-semi-space-size=2 --max-old-space-size=128 --no-maglev",
     );
     assert.equal(envValue(sidecar, "MALLOC_ARENA_MAX")?.value, "2");
     assert.deepEqual(envValue(sidecar, "AUTHORITY_REDIS_URL"), {
