@@ -151,7 +151,7 @@ interface EnvVar {
   readonly valueFrom?: { readonly secretKeyRef: { readonly name: string; readonly key: string } };
 }
 
-export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=2 --max-old-space-size=128 --no-maglev";
+export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=2 --max-old-space-size=128";
 
 function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, string> | undefined): EnvVar[] {
   const env: EnvVar[] = [

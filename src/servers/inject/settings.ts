@@ -91,12 +91,12 @@ export const defaultSidecarImage = (version: string): string => `ghcr.io/authori
 
 /**
  * One sidecar per pod, so small; the memory request is what `make bench ONLY=sidecar-start`
- * measures a sidecar holding at 1,000 Checks/s (RSS 128–144 MB ≈ 122–137 MiB; decision 2821), the limit leaves room for V8's
+ * measures a sidecar holding at 1,000 Checks/s (RSS ≈ 145 MiB), the limit leaves room for V8's
  * heap limit (SIDECAR_NODE_OPTIONS: 128 MB old generation) above the process's ≈ 75 MB outside
  * the heap (docs/sidecar.md, "Memory"). The chart's `sidecar.resources` repeats them.
  */
 export const defaultSidecarResources: SidecarResources = {
-  requests: { cpu: "50m", memory: "144Mi" },
+  requests: { cpu: "50m", memory: "160Mi" },
   limits: { memory: "256Mi" },
 };
 

@@ -352,7 +352,7 @@ The injector also sets, in the sidecar container:
 
 | env | value | why |
 |---|---|---|
-| \`NODE_OPTIONS\` | \`--max-semi-space-size=2 --max-old-space-size=128 --no-maglev\` | a 2 MB young generation (scavenges of ≈ 1.4 ms instead of 5–6 ms at 1,000 Checks/s, ≈ 10 MB less RSS than 8 MB) and a bounded old generation; no Maglev tier (its compile zones were the largest malloc peak under load: ≈ 15–25 MB less RSS at 1,000 Checks/s; hot code still reaches TurboFan) (docs/sidecar.md, Memory) |
+| \`NODE_OPTIONS\` | \`--max-semi-space-size=2 --max-old-space-size=128\` | a 2 MB young generation (scavenges of ≈ 1.4 ms instead of 5–6 ms at 1,000 Checks/s, ≈ 10 MB less RSS than 8 MB) and a bounded old generation (docs/sidecar.md, Memory) |
 | \`MALLOC_ARENA_MAX\` | \`2\` | fewer glibc malloc arenas for the process's threads |`;
 
 export const sidecarSchema = defineProcess({

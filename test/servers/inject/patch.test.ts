@@ -102,7 +102,7 @@ describe("buildSidecarPatch on a plain pod", () => {
       seccompProfile: { type: "RuntimeDefault" },
     });
     assert.deepEqual(sidecar.resources, {
-      requests: { cpu: "50m", memory: "144Mi" },
+      requests: { cpu: "50m", memory: "160Mi" },
       limits: { memory: "256Mi" },
     });
   });
@@ -117,7 +117,7 @@ describe("buildSidecarPatch on a plain pod", () => {
     assert.equal(envValue(sidecar, "AUTHORITY_SIDECAR_METRICS_LISTEN")?.value, "0.0.0.0:9464");
     assert.equal(
       envValue(sidecar, "NODE_OPTIONS")?.value,
-      "--max-semi-space-size=2 --max-old-space-size=128 --no-maglev",
+      "--max-semi-space-size=2 --max-old-space-size=128",
     );
     assert.equal(envValue(sidecar, "MALLOC_ARENA_MAX")?.value, "2");
     assert.deepEqual(envValue(sidecar, "AUTHORITY_REDIS_URL"), {
