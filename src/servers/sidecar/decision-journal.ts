@@ -119,7 +119,7 @@ interface Segment {
 /** The lines queued in one turn, written with one write to one segment. */
 interface Batch {
   readonly segment: Segment;
-  /** The lines, as one text: encoded once, when written. */
+  /** The lines, as one text: encoded once, when written, and dropped then. */
   text: string;
   readonly tickets: Ticket[];
   state: "queued" | "written" | "failed";
@@ -380,6 +380,9 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     if (batch === undefined) return;
     const { segment } = batch;
     const data = Buffer.from(batch.text, "utf8");
+    // The tickets keep their batch until the shipper releases them (a flush interval or more):
+    // the text would outlive several scavenges and be promoted, to be swept by a full collection.
+    batch.text = "";
     try {
       for (let written = 0; written < data.length; ) {
         written += writeSync(segment.fd as number, data, written, data.length - written);
