@@ -27,11 +27,11 @@ describe("trusted issuers: warm() fetches each issuer's JWKS ahead of the first 
     response.end(JSON.stringify({ keys: [jwk] }));
   });
   let base = "";
-  let privateKey: CryptoKey;
+  let privateKey: Awaited<ReturnType<typeof generateKeyPair>>["privateKey"];
 
   before(async () => {
     const pair = await generateKeyPair("ES256", { extractable: true });
-    privateKey = pair.privateKey as CryptoKey;
+    privateKey = pair.privateKey;
     jwk = { ...(await exportJWK(pair.publicKey)), kid: "k1", alg: "ES256", use: "sig" };
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
