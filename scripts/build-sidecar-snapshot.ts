@@ -105,11 +105,6 @@ const result = await build({
   outfile: bundle,
   metafile: true,
   plugins: [snapshotSafe],
-  // The snapshot's heap holds the bundle's text (functions compiled lazily are parsed from it):
-  // without whitespace and with shorter syntax (names kept) the blob is ≈ 5 MB smaller and
-  // deserializes faster (decision 2811).
-  minifyWhitespace: true,
-  minifySyntax: true,
   logLevel: "warning",
 });
 const snapshot = spawnSync(
