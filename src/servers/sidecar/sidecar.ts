@@ -413,16 +413,15 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       await warmDecisionPath();
     },
   });
-  // The warm-up starts before the ports are bound (start()): the probe waits for the gRPC port.
-  let grpcBound: (target: string) => void = () => undefined;
-  const grpcTarget = new Promise<string>((resolve) => {
-    grpcBound = resolve;
-  });
+  let grpcTarget: string | undefined;
   warmSteps.push({
     name: "grpc_serving",
     failure: "the ext_authz gRPC port did not answer a health check",
     after: ["decision_path"],
-    run: async () => probeOwnGrpcPort(await grpcTarget),
+    run: async () => {
+      if (grpcTarget === undefined) throw new Error("the gRPC port is not bound");
+      await probeOwnGrpcPort(grpcTarget);
+    },
   });
   const warmUp = createWarmUp({ steps: warmSteps, logger });
   let grpcUp = false;
@@ -445,27 +444,6 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     live: () => closed === undefined,
   });
 
-  /** Binds the three ports; the ports bound. */
-  const bind = async (): Promise<SidecarPorts> => {
-    const { grpc, proxy: proxyAddress, metrics: metricsAddress } = options.listen;
-    const { port: metricsPort } = await health.listen(metricsAddress);
-    const grpcHost = grpc.host.includes(":") ? `[${grpc.host}]` : grpc.host;
-    const { port: grpcPort } = await checkServer.listen(`${grpcHost}:${grpc.port}`);
-    grpcUp = true;
-    // the probe dials the bound address; a wildcard one is reached through loopback
-    const probeHost = grpc.host === "0.0.0.0" ? "127.0.0.1" : grpc.host === "::" ? "[::1]" : grpcHost;
-    grpcBound(`${probeHost}:${grpcPort}`);
-    const { port: proxyPort } = await proxy.listen(proxyAddress);
-    proxyUp = true;
-    egress.addPlatformEndpoints(
-      { host: grpc.host, port: grpcPort },
-      { host: proxyAddress.host, port: proxyPort },
-      { host: metricsAddress.host, port: metricsPort },
-    );
-    logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
-    return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
-  };
-
   return {
     engine,
     policies,
@@ -487,17 +465,25 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     },
 
     async start() {
-      // The lease's and the warm-up's first requests go out first: their answers arrive while
-      // the ports are bound (decision 2811).
+      const { grpc, proxy: proxyAddress, metrics: metricsAddress } = options.listen;
+      const { port: metricsPort } = await health.listen(metricsAddress);
+      const grpcHost = grpc.host.includes(":") ? `[${grpc.host}]` : grpc.host;
+      const { port: grpcPort } = await checkServer.listen(`${grpcHost}:${grpc.port}`);
+      grpcUp = true;
+      // the probe dials the bound address; a wildcard one is reached through loopback
+      const probeHost = grpc.host === "0.0.0.0" ? "127.0.0.1" : grpc.host === "::" ? "[::1]" : grpcHost;
+      grpcTarget = `${probeHost}:${grpcPort}`;
+      const { port: proxyPort } = await proxy.listen(proxyAddress);
+      proxyUp = true;
+      egress.addPlatformEndpoints(
+        { host: grpc.host, port: grpcPort },
+        { host: proxyAddress.host, port: proxyPort },
+        { host: metricsAddress.host, port: metricsPort },
+      );
       lease.start();
       warmUp.start();
-      try {
-        return await bind();
-      } catch (error) {
-        warmUp.stop();
-        lease.close();
-        throw error;
-      }
+      logger.info({ grpcPort, proxyPort, metricsPort, redis: redis !== undefined }, "sidecar listening");
+      return { grpc: grpcPort, proxy: proxyPort, metrics: metricsPort };
     },
 
     close({ graceMs = 10_000, drainMs = 0 } = {}) {
