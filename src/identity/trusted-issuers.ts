@@ -57,6 +57,12 @@ export interface TrustedIssuersVerifier {
   readonly issuer: string;
   readonly issuers: readonly string[];
   verify(token: string): Promise<IssuerVerifiedToken>;
+  /**
+   * Fetches every issuer's JWKS now, together, so a process's first token does not wait for
+   * its issuer's keys (the sidecar's `jwks` readiness check); rejects with `jwks_unavailable`
+   * while one of them cannot be fetched. An issuer whose keys are fresh is not asked again.
+   */
+  warm(): Promise<void>;
 }
 
 export interface TrustedIssuersOptions {
@@ -157,6 +163,9 @@ export function createTrustedIssuersVerifier(
         throw new TokenVerificationError("token_issuer", "token issuer is not trusted");
       const verified = await entry.verifier.verify(token);
       return applyClaimMapping(verified, entry.issuer.claims, entry.issuer.vouchedSubjects);
+    },
+    async warm() {
+      await Promise.all([...byIssuer.values()].map(({ verifier }) => verifier.warm?.()));
     },
   };
 }

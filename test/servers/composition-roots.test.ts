@@ -186,6 +186,9 @@ describe("composition roots: each process built from its validated configuration
       );
       const ready = await fetch(`http://127.0.0.1:${ports.metrics}/readyz`);
       assert.equal(ready.status, 200);
+      // The callers' JWKS of the configured issuers is fetched before ready, not by the first Check.
+      const { checks } = (await ready.json()) as { checks: Record<string, boolean> };
+      assert.equal(checks.jwks, true, JSON.stringify(checks));
     } finally {
       await sidecar.close({ graceMs: 0 });
     }
