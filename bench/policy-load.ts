@@ -32,7 +32,7 @@ import {
   type OwnerCrypto,
   type ServiceTokenSource,
 } from "../src/clients/crypto-service/owner-crypto.ts";
-import { nodeHttpTransport } from "../src/clients/crypto-service/transport.ts";
+import { keepAliveTransport } from "../src/clients/crypto-service/transport.ts";
 import { passwordGrant } from "../src/clients/idp/password-grant.ts";
 import { createTokenCache } from "../src/clients/idp/token-cache.ts";
 import { computePolicyHash } from "../src/core/index.ts";
@@ -262,8 +262,8 @@ export async function benchPolicyLoad(options: { iterations?: number } = {}): Pr
     }
 
     // Where the time goes, one step at a time.
-    const keptAlive = nodeHttpTransport();
-    const keptAliveTls = nodeHttpTransport({ ca: certificate.cert });
+    const keptAlive = keepAliveTransport();
+    const keptAliveTls = keepAliveTransport({ ca: certificate.cert });
     const health = new URL("/healthz", cryptoUrl);
     const managedHealth = new URL("/healthz", managedUrl);
     const get = { method: "GET" as const, headers: {}, body: "", timeoutMs: 5000 };

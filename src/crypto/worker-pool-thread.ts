@@ -21,6 +21,12 @@ import {
   withSignerKey,
 } from "./sign-encrypt.ts";
 
+/** Verification keys of the signer the caller expects, as its lookup answered them. */
+export interface LikelySignerKeys {
+  readonly signer: string;
+  readonly keys: ReadonlyArray<{ readonly keyId: string; readonly publicKey: KeyObject }>;
+}
+
 /** Messages to a worker. Byte arrays are transferred: each is a fresh, exact-size buffer. */
 export type ToWorker =
   | {
@@ -40,6 +46,8 @@ export type ToWorker =
       readonly envelope: Uint8Array;
       readonly privateKey: KeyObject;
       readonly expectedPurpose: string | undefined;
+      /** When the document names this signer and one of these key ids, no need to ask. */
+      readonly likely?: LikelySignerKeys;
     }
   | { readonly kind: "signer-key"; readonly id: number; readonly publicKey: KeyObject | undefined }
   | { readonly kind: "drop"; readonly id: number };
@@ -75,6 +83,40 @@ function fail(id: number, error: unknown): void {
   });
 }
 
+/** Verifies with the signer's key (undefined: unknown signer) and posts the result. */
+function verifyAndAnswer(
+  id: number,
+  decrypted: DecryptedSigned,
+  signerKey: KeyObject | undefined,
+  expectedPurpose: string | undefined,
+): void {
+  try {
+    const verified = verifyOpened(withSignerKey(decrypted, signerKey), { expectedPurpose });
+    // A copy in a buffer of its own goes to the owner; the decrypted blob stays here, wiped.
+    const plaintext = new Uint8Array(verified.plaintext);
+    const signedDocument = new Uint8Array(verified.signedDocument);
+    const signature = new Uint8Array(verified.signature);
+    decrypted.blob.fill(0);
+    post(
+      {
+        kind: "verified",
+        id,
+        plaintext,
+        signer: verified.signer,
+        signerKeyId: verified.signerKeyId,
+        signedAt: verified.signedAt,
+        recipientKeyId: verified.recipientKeyId,
+        purpose: verified.purpose,
+        signedDocument,
+        signature,
+      },
+      [plaintext.buffer, signedDocument.buffer, signature.buffer],
+    );
+  } catch (error) {
+    fail(id, error);
+  }
+}
+
 function onMessage(message: ToWorker): void {
   switch (message.kind) {
     case "sign-encrypt": {
@@ -98,50 +140,34 @@ function onMessage(message: ToWorker): void {
       return;
     }
     case "decrypt-verify": {
+      let decrypted: DecryptedSigned;
       try {
-        const decrypted = decryptSigned({
+        decrypted = decryptSigned({
           parsed: parseEnvelope(message.envelope),
           privateKey: message.privateKey,
         });
-        waiting.set(message.id, { decrypted, expectedPurpose: message.expectedPurpose });
-        const { document } = decrypted;
-        post({ kind: "need-signer", id: message.id, signer: document.signer, keyId: document.signer_key_id });
       } catch (error) {
         fail(message.id, error);
+        return;
       }
+      const { document } = decrypted;
+      const known =
+        document.signer === message.likely?.signer
+          ? message.likely.keys.find((key) => key.keyId === document.signer_key_id)
+          : undefined;
+      if (known !== undefined) {
+        verifyAndAnswer(message.id, decrypted, known.publicKey, message.expectedPurpose);
+        return;
+      }
+      waiting.set(message.id, { decrypted, expectedPurpose: message.expectedPurpose });
+      post({ kind: "need-signer", id: message.id, signer: document.signer, keyId: document.signer_key_id });
       return;
     }
     case "signer-key": {
       const job = waiting.get(message.id);
       if (job === undefined) return;
       waiting.delete(message.id);
-      try {
-        const verified = verifyOpened(withSignerKey(job.decrypted, message.publicKey), {
-          expectedPurpose: job.expectedPurpose,
-        });
-        // A copy in a buffer of its own goes to the owner; the decrypted blob stays here, wiped.
-        const plaintext = new Uint8Array(verified.plaintext);
-        const signedDocument = new Uint8Array(verified.signedDocument);
-        const signature = new Uint8Array(verified.signature);
-        job.decrypted.blob.fill(0);
-        post(
-          {
-            kind: "verified",
-            id: message.id,
-            plaintext,
-            signer: verified.signer,
-            signerKeyId: verified.signerKeyId,
-            signedAt: verified.signedAt,
-            recipientKeyId: verified.recipientKeyId,
-            purpose: verified.purpose,
-            signedDocument,
-            signature,
-          },
-          [plaintext.buffer, signedDocument.buffer, signature.buffer],
-        );
-      } catch (error) {
-        fail(message.id, error);
-      }
+      verifyAndAnswer(message.id, job.decrypted, message.publicKey, job.expectedPurpose);
       return;
     }
     case "drop": {

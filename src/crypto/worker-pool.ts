@@ -11,7 +11,9 @@
  *   recipient, recipient key lookup; argument checks and the signed document) run on the
  *   caller's thread, the rest on a worker;
  * - `signerKeys` is still called on the caller's thread, with the signer name and key id
- *   the worker found in the decrypted document (one extra message round trip);
+ *   the worker found in the decrypted document (one extra message round trip), unless the
+ *   caller named a `likelySigner`: its keys, looked up with `signerKeys` before the job is
+ *   sent, go with the job, and a document signed by it is verified without asking back;
  * - a failure that is not a `CryptoError` arrives as a plain `Error` with its message;
  * - bytes cross threads as copies in buffers of their own (never a shared Buffer pool
  *   slab); the worker wipes its copies of plaintexts when it is done with them.
@@ -20,6 +22,7 @@
  * is pending, and a thread that dies fails its pending calls and is replaced on next use.
  */
 
+import type { KeyObject } from "node:crypto";
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
@@ -34,11 +37,22 @@ import {
   type SignEncryptOptions,
   type VerifiedMessage,
 } from "./sign-encrypt.ts";
-import type { FromWorker, ToWorker } from "./worker-pool-thread.ts";
+import type { FromWorker, LikelySignerKeys, ToWorker } from "./worker-pool-thread.ts";
 
 export interface CryptoWorkerPoolOptions {
   /** Worker threads (default: the machine's available parallelism, at most 4). */
   readonly size?: number;
+}
+
+/**
+ * `decryptVerify`'s options, plus the signer the caller expects (a partner decrypting what it
+ * signed itself): `signerKeys(id, keyId)` for each of `keyIds` is asked on the caller's thread
+ * before the job is sent, and what it answers goes with the job. A document signed by anyone
+ * else, or with another key id, is asked back as without it. Only a shortcut: the lookup's
+ * answers are the same, asked earlier.
+ */
+export interface PoolDecryptVerifyOptions extends DecryptVerifyOptions {
+  readonly likelySigner?: { readonly id: string; readonly keyIds: readonly string[] };
 }
 
 export interface CryptoWorkerPool {
@@ -48,7 +62,7 @@ export interface CryptoWorkerPool {
   /** `decryptVerify` on a worker thread; `plaintext` is a buffer of its own. */
   decryptVerify(
     envelope: string | Uint8Array | ParsedEnvelope,
-    options: DecryptVerifyOptions,
+    options: PoolDecryptVerifyOptions,
   ): Promise<VerifiedMessage>;
   /** Starts the threads now rather than at the first call. */
   start(): void;
@@ -85,6 +99,18 @@ function workerError(code: CryptoErrorCode | undefined, message: string): Error 
 /** A copy in an exact-size buffer of its own, safe to transfer. */
 function ownCopy(bytes: Uint8Array): Uint8Array {
   return new Uint8Array(bytes);
+}
+
+/** The likely signer's keys, as its lookup answers them (none it does not know). */
+function likelySignerKeys(options: PoolDecryptVerifyOptions): LikelySignerKeys | undefined {
+  const likely = options.likelySigner;
+  if (likely === undefined) return undefined;
+  const keys: Array<{ keyId: string; publicKey: KeyObject }> = [];
+  for (const keyId of likely.keyIds) {
+    const publicKey = options.signerKeys(likely.id, keyId);
+    if (publicKey !== undefined) keys.push({ keyId, publicKey });
+  }
+  return keys.length === 0 ? undefined : { signer: likely.id, keys };
 }
 
 function envelopeBytes(parsed: ParsedEnvelope): Uint8Array {
@@ -263,6 +289,7 @@ export function createCryptoWorkerPool(options: CryptoWorkerPoolOptions = {}): C
     async decryptVerify(envelope, verifyOptions) {
       const { parsed, privateKey } = addressedEnvelope(envelope, verifyOptions);
       assertKey(privateKey, KEM_ALGORITHM, "private");
+      const likely = likelySignerKeys(verifyOptions);
       return run<VerifiedMessage>((id) => {
         const bytes = envelopeBytes(parsed);
         return {
@@ -272,6 +299,7 @@ export function createCryptoWorkerPool(options: CryptoWorkerPoolOptions = {}): C
             envelope: bytes,
             privateKey,
             expectedPurpose: verifyOptions.expectedPurpose,
+            ...(likely === undefined ? {} : { likely }),
           },
           transfer: [bytes.buffer as ArrayBuffer],
         };

@@ -74,6 +74,54 @@ describe("crypto worker pool", () => {
     assert.deepEqual(asked, [["alice", alice.current.keyId]]);
   });
 
+  it("sends a likely signer's keys with the job (asked up front, not back), and still verifies", async () => {
+    const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" });
+    const asked: Array<[string, string]> = [];
+    const lookup = (signer: string, keyId: string) => {
+      asked.push([signer, keyId]);
+      return signers(signer, keyId);
+    };
+    const likelySigner = { id: "alice", keyIds: [alice.current.keyId, "no-such-key"] };
+    const opened = await pool.decryptVerify(envelope, {
+      recipientKeys: bob,
+      signerKeys: lookup,
+      likelySigner,
+    });
+    assert.equal(opened.signer, "alice");
+    assert.deepEqual(asked, [
+      ["alice", alice.current.keyId],
+      ["alice", "no-such-key"],
+    ]);
+    // The key the lookup gives is the one that must verify: a wrong one is a bad signature.
+    await assert.rejects(
+      pool.decryptVerify(envelope, {
+        recipientKeys: bob,
+        signerKeys: (signer, keyId) =>
+          signer === "alice" ? bob.signerKeys("bob", bob.current.keyId) : signers(signer, keyId),
+        likelySigner,
+      }),
+      code("crypto_bad_signature"),
+    );
+  });
+
+  it("asks back for a signer other than the likely one", async () => {
+    const envelope = signEncrypt({ signer: bob.signer(), recipient: bob, purpose: "p", plaintext: "x" });
+    const asked: Array<[string, string]> = [];
+    const opened = await pool.decryptVerify(envelope, {
+      recipientKeys: bob,
+      signerKeys: (signer, keyId) => {
+        asked.push([signer, keyId]);
+        return signers(signer, keyId);
+      },
+      likelySigner: { id: "alice", keyIds: [alice.current.keyId] },
+    });
+    assert.equal(opened.signer, "bob");
+    assert.deepEqual(asked, [
+      ["alice", alice.current.keyId],
+      ["bob", bob.current.keyId],
+    ]);
+  });
+
   it("rejects with the error a signer lookup throws, and the thread serves the next call", async () => {
     const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "x" });
     const failure = new Error("directory unavailable");

@@ -13,7 +13,7 @@ import type { ErrorCode, TableMapped } from "../../errors.ts";
 import { isCryptoServiceReason } from "./reasons.ts";
 import {
   fetchTransport,
-  nodeHttpTransport,
+  keepAliveTransport,
   type Transport,
   type TransportAnswer,
   TransportError,
@@ -289,7 +289,7 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new TypeError("crypto client: fetch must be a function");
   }
-  const send: Transport = options.fetch === undefined ? nodeHttpTransport() : fetchTransport(options.fetch);
+  const send: Transport = options.fetch === undefined ? keepAliveTransport() : fetchTransport(options.fetch);
   const url = new URL(ACTIONS_PATH.slice(1), base.href.endsWith("/") ? base : `${base.href}/`);
 
   async function call(

@@ -17,7 +17,7 @@ import {
   sendRequest,
 } from "./client.ts";
 import type { OwnerCrypto, PartnerKeys } from "./owner-crypto.ts";
-import { nodeHttpTransport } from "./transport.ts";
+import { keepAliveTransport } from "./transport.ts";
 
 export interface ManagedOwnerCredentials extends PartnerKeys {
   /** The identity-provider service account the managed API authenticates. */
@@ -80,7 +80,7 @@ export function createManagedCryptoClient(options: ManagedCryptoClientOptions): 
   if (base.username !== "" || base.password !== "")
     throw new TypeError("managed crypto client: baseUrl must not carry credentials");
   const timeoutMs = options.timeoutMs ?? 5000;
-  const send = nodeHttpTransport(options.ca === undefined ? {} : { ca: options.ca });
+  const send = keepAliveTransport(options.ca === undefined ? {} : { ca: options.ca });
   const root = base.href.endsWith("/") ? base.href : `${base.href}/`;
   const urls = {
     signEncrypt: new URL("v1/sign-encrypt", root),

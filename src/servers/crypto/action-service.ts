@@ -16,6 +16,7 @@ import type {
 } from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type SignerKeyLookup } from "../../crypto/index.ts";
 import {
+  type DecryptVerifyInput,
   decryptAction,
   decryptVerifyAction,
   encryptAction,
@@ -25,6 +26,8 @@ import {
   unwrapAction,
 } from "./actions.ts";
 import type { Owner, OwnerRegistry } from "./owner-registry.ts";
+
+type LikelySigner = NonNullable<DecryptVerifyInput["likelySigner"]>;
 
 export type ActionPayload =
   | EncryptPayload
@@ -82,13 +85,23 @@ export function createActionService(options: ActionServiceOptions): ActionServic
       if (key === undefined) misses.push({ signer, keyId });
       return key;
     };
-    const attempt = (caller: Owner, lookup: SignerKeyLookup) =>
+    const attempt = (caller: Owner, lookup: SignerKeyLookup, likelySigner?: LikelySigner) =>
       decryptVerifyAction(
-        { ring: caller.ring, encryptedData, signerKeys: lookup, expectedPurpose: purpose, signedBlob },
+        {
+          ring: caller.ring,
+          encryptedData,
+          signerKeys: lookup,
+          ...(likelySigner === undefined ? {} : { likelySigner }),
+          expectedPurpose: purpose,
+          signedBlob,
+        },
         verifyEngine,
       );
+    // Most blobs a partner opens it signed itself: its keys go with the job (keys `signerKeys`
+    // finds, so no miss is recorded for them).
+    const self: LikelySigner = { id: owner.id, keyIds: owner.ring.versions.map((version) => version.keyId) };
     try {
-      return await withCallerRefresh(owner, (caller) => attempt(caller, signerKeys));
+      return await withCallerRefresh(owner, (caller) => attempt(caller, signerKeys, self));
     } catch (error) {
       const miss = misses[0];
       if (causeCode(error) !== "crypto_unknown_signer" || miss === undefined) throw error;

@@ -15,7 +15,6 @@ import type {
 } from "../../clients/crypto-service/wire.ts";
 import {
   CryptoError,
-  type DecryptVerifyOptions,
   decrypt,
   decryptVerifyAsync,
   deserializeEnvelopeHeader,
@@ -29,6 +28,7 @@ import {
   unwrapContentKey,
   type VerifiedMessage,
 } from "../../crypto/index.ts";
+import type { PoolDecryptVerifyOptions } from "../../crypto/worker-pool.ts";
 
 const textDecoder = new TextDecoder("utf-8", { fatal: true });
 
@@ -38,7 +38,8 @@ const textDecoder = new TextDecoder("utf-8", { fatal: true });
  */
 export interface SignatureEngine {
   signEncrypt(options: SignEncryptOptions): Promise<string>;
-  decryptVerify(envelope: string, options: DecryptVerifyOptions): Promise<VerifiedMessage>;
+  /** `likelySigner` is a hint a worker pool uses (PoolDecryptVerifyOptions); others ignore it. */
+  decryptVerify(envelope: string, options: PoolDecryptVerifyOptions): Promise<VerifiedMessage>;
 }
 
 export const threadPoolEngine: SignatureEngine = {
@@ -140,6 +141,8 @@ export interface DecryptVerifyInput {
   readonly ring: KeyRing;
   readonly encryptedData: string;
   readonly signerKeys: SignerKeyLookup;
+  /** The signer expected to have signed (the caller itself, usually): see PoolDecryptVerifyOptions. */
+  readonly likelySigner?: PoolDecryptVerifyOptions["likelySigner"];
   readonly expectedPurpose: string | undefined;
   /** Whether to return the signed blob (default true). */
   readonly signedBlob?: boolean;
@@ -157,6 +160,7 @@ export async function decryptVerifyAction(
     engine.decryptVerify(input.encryptedData, {
       recipientKeys: input.ring,
       signerKeys: input.signerKeys,
+      ...(input.likelySigner === undefined ? {} : { likelySigner: input.likelySigner }),
       ...(input.expectedPurpose === undefined ? {} : { expectedPurpose: input.expectedPurpose }),
     }),
   );
