@@ -67,18 +67,16 @@ export function createWriteBackQueue(options: WriteBackQueueOptions): WriteBackQ
       return;
     }
     const next = pending.entries().next();
-    if (next.done === true) return settle();
+    if (next.done === true) {
+      settle();
+      return;
+    }
     const [subjectId, job] = next.value;
     pending.delete(subjectId);
     chars -= job.chars;
     running = true;
-    let work: Promise<void>;
-    try {
-      work = job.run();
-    } catch (error) {
-      work = Promise.reject(error);
-    }
-    work
+    Promise.resolve()
+      .then(() => job.run())
       .then(
         () => options.onResult?.("written"),
         () => options.onResult?.("failed"),
