@@ -156,7 +156,7 @@ export interface VerifiedPolicyCacheOptions {
   /**
    * With Redis: characters of sealed entries waiting to be written after their Checks were
    * answered (a write-back holds its signed policy until then); past it, write-backs are
-   * dropped and counted (default 16 MiB: about ten 500-operation policies).
+   * dropped and counted (default 16 MiB: ≈ 7 signed 500-operation policies).
    */
   readonly writeBackMaxChars?: number;
   /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
@@ -696,9 +696,10 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       run: async () => {
         // Superseded while it waited: the newer policy's own write-back (or a reload) covers it.
         const current = local.quiet(subjectId)?.head ?? viewHead(subjectId);
-        if (current !== undefined && current > head) return;
+        if (current !== undefined && current > head) return false;
         const sealed = sealEntry(target.keys, policyEntryName(subjectId), content);
         await target.store.putEntry(subjectId, sealed, redisEntryTtlMs);
+        return true;
       },
     });
   };

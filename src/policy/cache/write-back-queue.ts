@@ -22,8 +22,8 @@ export interface WriteBackQueueOptions {
 export interface WriteBack {
   /** What the write-back holds while it waits (the signed text's length and some). */
   readonly chars: number;
-  /** Seals and writes; a rejection is counted as failed. */
-  run(): Promise<void>;
+  /** Seals and writes (true), or finds it has nothing to write (false, not counted); a rejection is counted as failed. */
+  run(): Promise<boolean>;
 }
 
 export interface WriteBackQueue {
@@ -78,7 +78,9 @@ export function createWriteBackQueue(options: WriteBackQueueOptions): WriteBackQ
     Promise.resolve()
       .then(() => job.run())
       .then(
-        () => options.onResult?.("written"),
+        (wrote) => {
+          if (wrote) options.onResult?.("written");
+        },
         () => options.onResult?.("failed"),
       )
       .finally(() => {

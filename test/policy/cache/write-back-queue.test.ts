@@ -18,6 +18,7 @@ function queue(maxPendingChars = 1000) {
     run: async () => {
       ran.push(name);
       if (fail) throw new Error("redis refused");
+      return true;
     },
   });
   return { state, results, ran, writeBacks, job };
