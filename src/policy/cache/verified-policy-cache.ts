@@ -204,6 +204,9 @@ const SUPERSEDED_TTL_MS = 5_000;
 const isRevocation = (policy: VerifiedPolicy): boolean =>
   policy.load.ok && policy.load.document.revoked_at !== null;
 
+/** Under policy loads that never pause, a sealed entry is still written back within about this long. */
+const WRITE_BACK_MAX_DEFER_MS = 1000;
+
 /** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
 const AUTHORITY_FACTS_TTL_MS = 60_000;
 
@@ -438,6 +441,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const writeBacks = createWriteBackQueue({
     maxPendingChars: writeBackMaxChars,
     busy: () => loads.busy,
+    maxDeferMs: WRITE_BACK_MAX_DEFER_MS,
     onResult: (result) => events.writeBack?.(result),
   });
   const loads = createLoadQueue(loadConcurrency, () => writeBacks.idle());

@@ -3,7 +3,8 @@
  * Check's path: sealing a 500-operation policy (JSON, AES-GCM and HMAC over ~2 MB) and
  * writing it cost ~11 ms of a first Check (decision 2881). They run after the Check is
  * answered, one at a time with a turn of the event loop between them, and only while no
- * policy load is running — a burst of first Checks is answered first. The queue is bounded
+ * policy load is running — a burst of first Checks is answered first — or, under loads that
+ * never pause, one per `maxDeferMs` (they are not starved). The queue is bounded
  * by the characters it holds (a write-back holds the signed text until it is sealed): when
  * full, a new write-back is dropped and counted. A lost write-back only costs another
  * sidecar a fetch from the authority; a newer write-back of a subject replaces a queued one.
@@ -16,6 +17,8 @@ export interface WriteBackQueueOptions {
   readonly maxPendingChars: number;
   /** Whether policy loads are running now: write-backs wait for `idle` then. */
   readonly busy: () => boolean;
+  /** The longest a write-back waits for loads to pause; then one runs anyway. */
+  readonly maxDeferMs: number;
   readonly onResult?: (result: WriteBackResult) => void;
 }
 
@@ -44,6 +47,9 @@ export function createWriteBackQueue(options: WriteBackQueueOptions): WriteBackQ
   let running = false;
   let scheduled = false;
   let waitingForIdle = false;
+  /** Since when write-backs wait for busy loads (performance.now), and the timer that ends the wait. */
+  let deferredSince: number | undefined;
+  let deferral: NodeJS.Timeout | undefined;
   let drainWaiters: Array<() => void> = [];
 
   const settle = (): void => {
@@ -63,9 +69,19 @@ export function createWriteBackQueue(options: WriteBackQueueOptions): WriteBackQ
     scheduled = false;
     if (running) return;
     if (options.busy()) {
-      waitingForIdle = true;
-      return;
+      const at = performance.now();
+      deferredSince ??= at;
+      const left = options.maxDeferMs - (at - deferredSince);
+      if (left > 0) {
+        waitingForIdle = true;
+        deferral ??= setTimeout(() => {
+          deferral = undefined;
+          schedule();
+        }, left).unref();
+        return;
+      }
     }
+    deferredSince = undefined;
     const next = pending.entries().next();
     if (next.done === true) {
       settle();
@@ -113,6 +129,8 @@ export function createWriteBackQueue(options: WriteBackQueueOptions): WriteBackQ
       return new Promise<void>((resolve) => drainWaiters.push(resolve));
     },
     clear() {
+      clearTimeout(deferral);
+      deferral = undefined;
       pending.clear();
       chars = 0;
       settle();

@@ -4,13 +4,14 @@ import { createWriteBackQueue, type WriteBackResult } from "../../../src/policy/
 
 const turn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
-function queue(maxPendingChars = 1000) {
+function queue(maxPendingChars = 1000, maxDeferMs = 60_000) {
   const state = { busy: false };
   const results: WriteBackResult[] = [];
   const ran: string[] = [];
   const writeBacks = createWriteBackQueue({
     maxPendingChars,
     busy: () => state.busy,
+    maxDeferMs,
     onResult: (result) => results.push(result),
   });
   const job = (name: string, chars = 10, fail = false) => ({
@@ -61,6 +62,15 @@ describe("write-back queue", () => {
     writeBacks.idle();
     await writeBacks.drained();
     assert.deepEqual(ran, ["a-new", "b"]);
+  });
+
+  test("loads that never pause do not starve write-backs: one runs after maxDeferMs", async () => {
+    const { state, ran, writeBacks, job } = queue(1000, 20);
+    state.busy = true;
+    writeBacks.add("a", job("a"));
+    writeBacks.add("b", job("b"));
+    await writeBacks.drained();
+    assert.deepEqual(ran, ["a", "b"]);
   });
 
   test("clear drops what is pending", async () => {
