@@ -48,6 +48,10 @@ export interface PolicyScaleRow {
   readonly burst100MaxMs: number;
   readonly burst100Over200ms: number;
   readonly firstCheckCpuMs: number;
+  /** Per burst subject: CPU of its sealed entry's write-back to Redis, after its Check was answered. */
+  readonly writeBackCpuMs: number;
+  /** The burst's write-backs dropped (the queue was full): another sidecar fetches those. */
+  readonly writeBacksDropped: number;
   readonly vs10Subjects?: string;
   readonly target?: string;
   readonly met?: string;
@@ -228,6 +232,8 @@ export async function benchPolicyScale(options: PolicyScaleOptions = {}): Promis
           burst100MaxMs: Number(result.burstMaxMs.toFixed(1)),
           burst100Over200ms: result.burstOver200ms,
           firstCheckCpuMs: Number(result.burstCpuMsPerSubject.toFixed(2)),
+          writeBackCpuMs: Number(result.burstWriteBackCpuMsPerSubject.toFixed(2)),
+          writeBacksDropped: result.burstWriteBacksDropped,
           vs10Subjects: `${ratio.toFixed(2)}×`,
           burstMet: String(result.burstOver200ms === 0),
           ...(last

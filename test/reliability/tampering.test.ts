@@ -433,6 +433,10 @@ describe("tampering", () => {
     );
     assert.equal(reassigned.status, 200, reassigned.text);
     assert.equal((await system.check({ token })).allowed, true);
+    // The sidecar writes the sealed entry after the Check is answered.
+    for (let tries = 0; tries < 400 && (await redis.get(policyEntryKey(subject))) === null; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
     const sealed = await redis.get(policyEntryKey(subject));
     const head = await redis.get(policyHeadKey(subject));
     assert.ok(sealed !== null && head !== null, "the sidecar sealed the verified policy into Redis");

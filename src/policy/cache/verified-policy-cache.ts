@@ -16,6 +16,7 @@ import { createPolicyInterner, heapBytes, type PolicyInterner } from "./policy-i
 import { policyEntryName } from "./redis-keys.ts";
 import type { PolicyHeadStore } from "./redis-policy-store.ts";
 import { openEntry, sealEntry } from "./sealed-entry.ts";
+import { createWriteBackQueue, type WriteBackResult } from "./write-back-queue.ts";
 
 /**
  * The sidecar's verified-policy cache: local LRU → Redis (sealed entries) → the authority
@@ -123,6 +124,8 @@ export interface PolicyCacheEvents {
    * was used within the staleness bound.
    */
   headRead?(result: "view" | "ok" | "error" | "stale_used"): void;
+  /** A sealed entry written to Redis after a load, or dropped (the write-back queue was full), or failed. */
+  writeBack?(result: WriteBackResult): void;
 }
 
 export interface VerifiedPolicyCacheOptions {
@@ -150,6 +153,12 @@ export interface VerifiedPolicyCacheOptions {
    * order instead of every first Check finishing only when the whole burst is verified.
    */
   readonly loadConcurrency?: number;
+  /**
+   * With Redis: characters of sealed entries waiting to be written after their Checks were
+   * answered (a write-back holds its signed policy until then); past it, write-backs are
+   * dropped and counted (default 16 MiB: ≈ 7 signed 500-operation policies).
+   */
+  readonly writeBackMaxChars?: number;
   /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
   readonly ttlWithoutRedisMs?: number;
   /** With Redis: how long a confirmed head still counts while Redis cannot be read (default 1000 ms). */
@@ -180,6 +189,8 @@ export interface VerifiedPolicyCache {
   readonly size: number;
   /** Estimated heap bytes the local entries hold, counted against `localMaxBytes`. */
   readonly bytes: number;
+  /** Resolves when every queued write-back of a sealed entry to Redis was written or dropped. */
+  writtenBack(): Promise<void>;
   close(): void;
 }
 
@@ -192,6 +203,9 @@ const SUPERSEDED_TTL_MS = 5_000;
 /** A verified policy that denies as revoked (whatever head Redis reports, a later grant has a higher one). */
 const isRevocation = (policy: VerifiedPolicy): boolean =>
   policy.load.ok && policy.load.document.revoked_at !== null;
+
+/** Under policy loads that never pause, a sealed entry is still written back within about this long. */
+const WRITE_BACK_MAX_DEFER_MS = 1000;
 
 /** How long what the authority reported of a record is remembered (any fetch ends far sooner). */
 const AUTHORITY_FACTS_TTL_MS = 60_000;
@@ -333,11 +347,14 @@ function spread(subjectId: string): number {
   return h / 2 ** 32;
 }
 
-/** Runs at most `concurrency` tasks at once; the others start in order of arrival. */
-function createLoadQueue(concurrency: number) {
+/** Runs at most `concurrency` tasks at once; the others start in order of arrival. `onIdle`: the last one ended. */
+function createLoadQueue(concurrency: number, onIdle: () => void) {
   let running = 0;
   const waiting: Array<() => void> = [];
   return {
+    get busy() {
+      return running > 0;
+    },
     async run<T>(task: () => Promise<T>): Promise<T> {
       if (running >= concurrency) await new Promise<void>((resolve) => waiting.push(resolve));
       else running++;
@@ -345,8 +362,10 @@ function createLoadQueue(concurrency: number) {
         return await task();
       } finally {
         const next = waiting.shift();
-        if (next === undefined) running--;
-        else next();
+        if (next === undefined) {
+          running--;
+          if (running === 0) onIdle();
+        } else next();
       }
     },
   };
@@ -366,6 +385,11 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const redisEntryTtlMs = positiveCacheOption(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
   const max = positiveCacheOption(options.localMaxEntries, 20_000, "localMaxEntries");
   const loadConcurrency = positiveCacheOption(options.loadConcurrency, 8, "loadConcurrency");
+  const writeBackMaxChars = positiveCacheOption(
+    options.writeBackMaxChars,
+    16 * 1024 * 1024,
+    "writeBackMaxChars",
+  );
   const viewMaxLagMs = Math.min(positiveCacheOption(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
 
   const localMaxBytes = positiveCacheOption(options.localMaxBytes, 48 * 1024 * 1024, "localMaxBytes");
@@ -413,7 +437,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   // expects, else starts its own; the layer answered (redis/authority) is per caller (decision 1801).
   const reloads = new Map<string, Promise<VerifiedPolicy>>();
   const revalidating = new Set<string>();
-  const loads = createLoadQueue(loadConcurrency);
+  // Sealed entries are written after the Check is answered, between loads (write-back-queue.ts).
+  const writeBacks = createWriteBackQueue({
+    maxPendingChars: writeBackMaxChars,
+    busy: () => loads.busy,
+    maxDeferMs: WRITE_BACK_MAX_DEFER_MS,
+    onResult: (result) => events.writeBack?.(result),
+  });
+  const loads = createLoadQueue(loadConcurrency, () => writeBacks.idle());
 
   const freshness = options.freshness;
   /**
@@ -644,19 +675,37 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     }
   };
 
-  /** `blob`: the signed policy just verified, sealed into Redis here and not kept (absent: only the head). */
+  /**
+   * `blob`: the signed policy just verified, sealed into Redis and not kept (absent: only the
+   * head). The head is raised before the Check is answered, as ever; the sealed entry is
+   * written after it (writeBacks): best effort, a lost write only costs another sidecar a fetch.
+   */
   const store = async (policy: VerifiedPolicy, blob?: string): Promise<void> => {
     local.set(policy.subjectId, policy);
     if (redis === undefined) return;
     raiseView(policy.subjectId, policy.head);
-    // Best effort: a failed write only costs another sidecar a fetch from the authority.
     const content = sealable(policy, blob);
-    const sealed =
-      content === undefined ? undefined : sealEntry(redis.keys, policyEntryName(policy.subjectId), content);
-    await Promise.allSettled([
-      ...(sealed === undefined ? [] : [redis.store.putEntry(policy.subjectId, sealed, redisEntryTtlMs)]),
-      redis.store.raiseHead(policy.subjectId, policy.head),
-    ]);
+    if (content !== undefined) writeBackLater(redis, policy, content);
+    await redis.store.raiseHead(policy.subjectId, policy.head).catch(() => undefined);
+  };
+
+  const writeBackLater = (
+    target: NonNullable<VerifiedPolicyCacheOptions["redis"]>,
+    policy: VerifiedPolicy,
+    content: SealedPolicy,
+  ): void => {
+    const { subjectId, head } = policy;
+    writeBacks.add(subjectId, {
+      chars: ENTRY_OVERHEAD_BYTES + (content.signed_policy?.length ?? 0),
+      run: async () => {
+        // Superseded while it waited: the newer policy's own write-back (or a reload) covers it.
+        const current = local.quiet(subjectId)?.head ?? viewHead(subjectId);
+        if (current !== undefined && current > head) return false;
+        const sealed = sealEntry(target.keys, policyEntryName(subjectId), content);
+        await target.store.putEntry(subjectId, sealed, redisEntryTtlMs);
+        return true;
+      },
+    });
   };
 
   const fromRedis = async (subjectId: string, head: number): Promise<VerifiedPolicy | undefined> => {
@@ -975,7 +1024,9 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     get bytes() {
       return local.bytes;
     },
+    writtenBack: () => writeBacks.drained(),
     close() {
+      writeBacks.clear();
       unsubscribe?.();
       for (const stop of unfollow) stop?.();
       authorityFacts.clear();

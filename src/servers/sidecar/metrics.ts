@@ -24,6 +24,8 @@ export interface SidecarMetrics {
   cache(kind: "policy" | "capability" | "credentials", layer: CacheLayer, hit: boolean): void;
   verificationFailure(layer: "redis" | "authority"): void;
   headRead(result: "view" | "ok" | "error" | "stale_used"): void;
+  /** A sealed policy entry written back to Redis after its Check, dropped (queue full), or failed. */
+  policyWriteBack(result: "written" | "dropped" | "failed"): void;
   tokenCheck(result: "cached" | "verified" | "rejected" | "unavailable"): void;
   /** A gRPC request refused before any decision (malformed, incomplete, overloaded, receive_timeout). */
   grpcRejected(reason: GrpcRejection): void;
@@ -309,6 +311,12 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     "Policy head checks: view (the synced head view answered), ok (read from Redis), error, or stale_used (Redis failed, a head confirmed within the staleness bound was used).",
     ["result"],
   );
+  const policyWriteBacks = countingCounter(
+    registry,
+    "authority_sidecar_policy_write_backs_total",
+    "Sealed policy entries written to Redis after their Check was answered (written), dropped because the write-back queue was full (dropped), or not written (failed).",
+    ["result"],
+  );
   const freshnessRenewals = countingCounter(
     registry,
     "authority_sidecar_freshness_renewals_total",
@@ -420,6 +428,9 @@ export function createSidecarMetrics(registry: Registry = createMetricsRegistry(
     },
     headRead(result) {
       headReads.get(result).value++;
+    },
+    policyWriteBack(result) {
+      policyWriteBacks.get(result).value++;
     },
     tokenCheck(result) {
       tokenChecks.get(result).value++;

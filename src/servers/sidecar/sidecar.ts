@@ -254,6 +254,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       lookup: (layer: CacheLayer, hit: boolean) => metrics.cache("policy", layer, hit),
       verificationFailure: (layer) => metrics.verificationFailure(layer),
       headRead: (result) => metrics.headRead(result),
+      writeBack: (result) => metrics.policyWriteBack(result),
     },
   });
   const catalogs = createFetchCache<Capability | undefined>({

@@ -189,7 +189,9 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     const a = await sidecarCache(source);
     const first = await a.cache.get("r1");
     assert.equal(first.layer, "authority");
+    // The head is raised before the Check is answered; the sealed entry is written after it.
     assert.equal(await redis.get(policyHeadKey("r1")), "4");
+    await a.cache.writtenBack();
     assert.ok((await redis.get(policyEntryKey("r1")))?.startsWith("v1."));
     assert.equal((await a.cache.get("r1")).layer, "local");
 
@@ -200,6 +202,67 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     assert.equal(source.calls.length, calls);
     assert.equal(second.policy.load.ok, true);
     assert.equal(second.policy.head, 4);
+  });
+
+  test("a first Check is answered before its sealed entry is written: a stalled Redis write does not hold it", async () => {
+    const source = recordSource(protector);
+    source.records.set("w1", await protectedRecord(protector, "w1", 2));
+    const store = createRedisPolicyStore({ url: server.url, commandTimeoutMs: 60_000 });
+    stores.push(store);
+    await store.waitReady(5000);
+    let release: () => void = () => undefined;
+    const stalled = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const puts: string[] = [];
+    const slowStore: typeof store = Object.create(store, {
+      putEntry: {
+        value: async (subjectId: string, sealed: string, ttlMs: number) => {
+          puts.push(subjectId);
+          await stalled;
+          return store.putEntry(subjectId, sealed, ttlMs);
+        },
+      },
+    });
+    const results: string[] = [];
+    const cache = createVerifiedPolicyCache({
+      source,
+      opener: sidecarOpener(protector),
+      redis: { store: slowStore, keys },
+      events: { writeBack: (result) => results.push(result) },
+    });
+    const late = new Promise<never>((_, reject) => {
+      setTimeout(() => reject(new Error("the Check waited for the write-back")), 10_000).unref();
+    });
+    const first = await Promise.race([cache.get("w1"), late]);
+    assert.equal(first.layer, "authority");
+    assert.equal(first.policy.load.ok, true);
+    // The head other sidecars rely on is raised before the answer, as before.
+    assert.equal(await redis.get(policyHeadKey("w1")), "2");
+    release();
+    await cache.writtenBack();
+    assert.deepEqual(puts, ["w1"]);
+    assert.deepEqual(results, ["written"]);
+    assert.ok((await redis.get(policyEntryKey("w1")))?.startsWith("v1."));
+    cache.close();
+  });
+
+  test("write-backs beyond the queue's bound are dropped and counted, never block a Check", async () => {
+    const source = recordSource(protector);
+    for (const id of ["d1", "d2", "d3"]) source.records.set(id, await protectedRecord(protector, id, 1));
+    const results: string[] = [];
+    const { cache } = await sidecarCache(source, {
+      // No room for any pending write-back.
+      writeBackMaxChars: 1,
+      events: { writeBack: (result) => results.push(result) },
+    });
+    await Promise.all(["d1", "d2", "d3"].map((id) => cache.get(id)));
+    await cache.writtenBack();
+    assert.deepEqual(results, ["dropped", "dropped", "dropped"]);
+    assert.equal(await redis.get(policyEntryKey("d1")), null);
+    // The heads are raised all the same.
+    assert.equal(await redis.get(policyHeadKey("d3")), "1");
+    cache.close();
   });
 
   test("the head view: repeat lookups read no head from Redis; a change that arrived is seen at once", async () => {
@@ -538,6 +601,7 @@ describe("verified-policy cache under the authority's change log (freshness leas
     source.records.set("f3", active);
     const first = await sidecar(source);
     await first.cache.get("f3");
+    await first.cache.writtenBack();
     const oldHead = await redis.get(policyHeadKey("f3"));
     const oldEntry = await redis.get(policyEntryKey("f3"));
     assert.ok(oldHead !== null && oldEntry !== null);
@@ -568,6 +632,8 @@ describe("verified-policy cache under the authority's change log (freshness leas
       await redis.set(policyHeadKey("f3"), head);
       await redis.set(policyEntryKey("f3"), entry);
       const lookup = await cache.get("f3");
+      // Its write-back lands before the next reader's Redis is set up.
+      await cache.writtenBack();
       assert.equal(lookup.layer, "authority");
       assert.deepEqual(layers, ["authority"]);
       assert.ok(lookup.policy.load.ok);

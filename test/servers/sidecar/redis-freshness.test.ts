@@ -120,6 +120,8 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
     await second.sidecar.freshness.sync();
     const before = await second.metricsText();
     assert.equal((await first.check({ token })).http_response, "ok_response");
+    // The sealed entry is written after the Check is answered.
+    assert.ok(await eventually(async () => (await redis.get(policyEntryKey("agent-shared-entry"))) !== null));
     assert.equal((await second.check({ token })).http_response, "ok_response");
     const after = await second.metricsText();
     const series = 'authority_sidecar_cache_hits_total{kind="policy",layer="redis"}';
@@ -138,6 +140,10 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
     assert.equal((await first.check({ token })).http_response, "ok_response");
     assert.equal((await first.check({ token: victim })).http_response, "ok_response");
     const key = policyEntryKey("agent-tampered");
+    // The sealed entries are written after the Checks are answered.
+    const written = async () =>
+      (await redis.get(key)) !== null && (await redis.get(policyEntryKey("agent-victim"))) !== null;
+    assert.ok(await eventually(written));
     const sealed = await redis.get(key);
     assert.ok(sealed !== null);
     const victimEntry = await redis.get(policyEntryKey("agent-victim"));
@@ -159,8 +165,8 @@ describe("sidecar freshness with Redis: revocation, outage, tampering", () => {
       const after = await fresh.metricsText();
       assert.match(after, /authority_sidecar_policy_verification_failures_total\{layer="redis"\} 1/);
       assert.doesNotMatch(before, /layer="redis"\} 1/);
-      // The reload wrote a valid sealed entry back.
-      assert.notEqual(await redis.get(key), forged);
+      // The reload wrote a valid sealed entry back (after the Check was answered).
+      assert.ok(await eventually(async () => (await redis.get(key)) !== forged));
       await fresh.close();
     }
   });
