@@ -32,6 +32,12 @@ export interface SignerKeyCacheOptions {
 export interface SignerKeyCache {
   /** The verification key of (owner, keyId), or undefined when the owner has no such key. */
   keyFor(owner: string, keyId: string): Promise<KeyObject | undefined>;
+  /**
+   * Starts fetching the owner's ring unless it is pinned, cached or on its way, without
+   * waiting: a later `keyFor` joins the fetch. A failure is not reported here (nor kept): the
+   * `keyFor` that needs the ring fetches again and reports it.
+   */
+  prefetch(owner: string): void;
 }
 
 export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyCache {
@@ -71,6 +77,10 @@ export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyC
       const refetchedAt = cached?.refetchedAt;
       if (refetchedAt !== undefined && now() - refetchedAt < cooldownMs) return undefined;
       return (await fetchRing(owner, cached !== undefined))?.signerKeys(owner, keyId);
+    },
+    prefetch(owner) {
+      if (pinned.has(owner) || fetched.has(owner) || inFlight.has(owner)) return;
+      fetchRing(owner, false).catch(() => undefined);
     },
   };
 }

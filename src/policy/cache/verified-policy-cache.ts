@@ -800,6 +800,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     known: VerifiedPolicy | undefined,
   ): Promise<PolicyLookup> => {
     const run = async (): Promise<PolicyLookup> => {
+      // The signer's keys on their way beside the policy (Redis' or the authority's), not after it.
+      opener.prefetchKeys?.(subjectId);
       const viaRedis = head === null ? undefined : await fromRedis(subjectId, head);
       if (viaRedis !== undefined) return { policy: viaRedis, layer: "redis" };
       return { policy: await fromAuthority(subjectId, head, known), layer: "authority" };
