@@ -8,6 +8,7 @@
  */
 import type { KeyObject } from "node:crypto";
 import { LRUCache } from "lru-cache";
+import { growingBound } from "../core/growing-bound.ts";
 import type { PublicKeyRing } from "./key-ring.ts";
 
 export interface SignerKeyCacheOptions {
@@ -45,9 +46,9 @@ export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyC
   const cooldownMs = options.refetchCooldownMs ?? 10_000;
   const pinned = new Map((options.pinned ?? []).map((ring) => [ring.owner, ring]));
   /** Per owner: the last ring fetched, and when a key id it lacked last made us fetch again. */
-  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
-    max: options.maxOwners ?? 10_000,
-  });
+  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>(
+    growingBound(options.maxOwners ?? 10_000),
+  );
   // Hand-written single flight, not lru-cache fetch(): the cached ring is kept even past a refetch
   // cooldown and the flight records whether it was a forced refetch (decision 1801).
   const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();

@@ -308,7 +308,8 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
   const prefetchCredentials = (load: PolicyLoad, partnerId: string, capabilityId: string): void => {
     if (credentials.prefetch === undefined || !load.ok || load.document.revoked_at !== null) return;
     const profileRef = policyEntryFor(load.document, capabilityId)?.auth_profile_ref;
-    if (profileRef !== undefined && profileRef !== NO_AUTH_PROFILE_ID) credentials.prefetch(partnerId, profileRef);
+    if (profileRef !== undefined && profileRef !== NO_AUTH_PROFILE_ID)
+      credentials.prefetch(partnerId, profileRef);
   };
 
   /** The caches as the decision stages' sources: the subject's record comes with its verified policy. */
