@@ -660,26 +660,6 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     ]);
   };
 
-  /**
-   * Whether a sealed entry, not yet verified, could pass the check against what the authority
-   * reported (`sameFacts`, after verification): a deny entry needs none; an allow only when its
-   * head, document hash and revocation are the record the authority last reported. It only
-   * spares a verification whose result would be discarded; the entry is still verified when used.
-   */
-  const confirmableByAuthority = (value: unknown, subjectId: string): boolean => {
-    if (typeof value !== "object" || value === null) return true;
-    const entry = value as Partial<SealedPolicy>;
-    if (entry.reason !== null) return true;
-    const facts = authorityFacts.get(subjectId);
-    return (
-      facts !== undefined &&
-      facts.documentHash !== null &&
-      facts.head === entry.head &&
-      facts.documentHash === entry.document_hash &&
-      facts.revokedAt === entry.revoked_marker
-    );
-  };
-
   const fromRedis = async (subjectId: string, head: number): Promise<VerifiedPolicy | undefined> => {
     if (redis === undefined) return undefined;
     let text: string | null;
@@ -693,12 +673,6 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       return undefined;
     }
     const opened = openEntry(redis.keys, policyEntryName(subjectId), text);
-    if (opened.ok && freshness !== undefined && !confirmableByAuthority(opened.value, subjectId)) {
-      // An allow the authority has not reported (a sidecar's first lookup of the subject) could
-      // not be used once verified either (below): the authority decides, with no verification first.
-      events.lookup?.("redis", false);
-      return undefined;
-    }
     let policy: VerifiedPolicy | undefined;
     try {
       policy = opened.ok

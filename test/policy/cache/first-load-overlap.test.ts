@@ -1,22 +1,12 @@
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { PublicKeyRingJson } from "../../../src/crypto/index.ts";
-import {
-  createRedisPolicyStore,
-  deriveCacheKeys,
-  type FreshnessLease,
-  type PolicyFetchResult,
-  type PolicyRecordFetcher,
-  type RedisPolicyStore,
-} from "../../../src/policy/cache/index.ts";
+import type { PolicyFetchResult, PolicyRecordFetcher } from "../../../src/policy/cache/index.ts";
 import { createVerifiedPolicyCache } from "../../../src/policy/cache/verified-policy-cache.ts";
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
-import type { PolicyOpener } from "../../../src/policy/protector.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
-import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
-import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
+import { protectedRecord, recordSource } from "./helpers.ts";
 
 /**
  * A subject's first lookup (decision 2871): the signer's public keys are fetched while the
@@ -112,56 +102,5 @@ describe("a subject's first policy load", () => {
     release();
     assert.deepEqual((await lookup).policy.load, { ok: false, reason: "policy_verification_failed" });
     cache.close();
-  });
-});
-
-describe("a subject's first policy load with Redis, under the authority's change log", () => {
-  const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
-  const keys = deriveCacheKeys(new Uint8Array(randomBytes(32)));
-  /** A lease that is current and delivers nothing: a sidecar that has just started. */
-  const lease: FreshnessLease = {
-    current: () => true,
-    onChanges: () => () => undefined,
-    onReset: () => () => undefined,
-    whenCurrent: async () => true,
-  };
-  let server: RedisServerHandle;
-  const stores: RedisPolicyStore[] = [];
-  before(async () => {
-    server = await startRedisServer();
-  });
-  after(async () => {
-    for (const store of stores) await store.close();
-    await server?.stop();
-  });
-
-  const sidecar = async (source: PolicyRecordFetcher, opener: PolicyOpener) => {
-    const store = createRedisPolicyStore({ url: server.url, commandTimeoutMs: 5000 });
-    stores.push(store);
-    await store.waitReady(5000);
-    return createVerifiedPolicyCache({ source, opener, redis: { store, keys }, freshness: lease });
-  };
-
-  test("a sealed allow the authority has not reported is not verified before the authority is asked", async () => {
-    const source = recordSource(protector);
-    source.records.set("first-r", await protectedRecord(protector, "first-r", 1));
-    // Another sidecar of the deployment loaded the subject: its sealed entry is in Redis.
-    const other = await sidecar(source, sidecarOpener(protector));
-    assert.equal((await other.get("first-r")).layer, "authority");
-    const inner = sidecarOpener(protector);
-    let opened = 0;
-    const counting: PolicyOpener = {
-      open: (...args) => {
-        opened++;
-        return inner.open(...args);
-      },
-    };
-    const fresh = await sidecar(source, counting);
-    const lookup = await fresh.get("first-r");
-    assert.equal(lookup.layer, "authority");
-    assert.equal(lookup.policy.load.ok, true);
-    assert.equal(opened, 1, "one verification: the authority's policy, not Redis' first");
-    other.close();
-    fresh.close();
   });
 });
