@@ -8,6 +8,7 @@
  */
 import type { KeyObject } from "node:crypto";
 import { LRUCache } from "lru-cache";
+import { growingBound } from "../core/growing-bound.ts";
 import type { PublicKeyRing } from "./key-ring.ts";
 
 export interface SignerKeyCacheOptions {
@@ -32,6 +33,12 @@ export interface SignerKeyCacheOptions {
 export interface SignerKeyCache {
   /** The verification key of (owner, keyId), or undefined when the owner has no such key. */
   keyFor(owner: string, keyId: string): Promise<KeyObject | undefined>;
+  /**
+   * Starts fetching the owner's ring unless it is pinned, cached or on its way, without
+   * waiting: a later `keyFor` joins the fetch. A failure is not reported here (nor kept): the
+   * `keyFor` that needs the ring fetches again and reports it.
+   */
+  prefetch(owner: string): void;
 }
 
 export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyCache {
@@ -39,9 +46,9 @@ export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyC
   const cooldownMs = options.refetchCooldownMs ?? 10_000;
   const pinned = new Map((options.pinned ?? []).map((ring) => [ring.owner, ring]));
   /** Per owner: the last ring fetched, and when a key id it lacked last made us fetch again. */
-  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>({
-    max: options.maxOwners ?? 10_000,
-  });
+  const fetched = new LRUCache<string, { ring: PublicKeyRing | undefined; refetchedAt: number | undefined }>(
+    growingBound(options.maxOwners ?? 10_000),
+  );
   // Hand-written single flight, not lru-cache fetch(): the cached ring is kept even past a refetch
   // cooldown and the flight records whether it was a forced refetch (decision 1801).
   const inFlight = new Map<string, Promise<PublicKeyRing | undefined>>();
@@ -71,6 +78,10 @@ export function createSignerKeyCache(options: SignerKeyCacheOptions): SignerKeyC
       const refetchedAt = cached?.refetchedAt;
       if (refetchedAt !== undefined && now() - refetchedAt < cooldownMs) return undefined;
       return (await fetchRing(owner, cached !== undefined))?.signerKeys(owner, keyId);
+    },
+    prefetch(owner) {
+      if (pinned.has(owner) || fetched.has(owner) || inFlight.has(owner)) return;
+      fetchRing(owner, false).catch(() => undefined);
     },
   };
 }

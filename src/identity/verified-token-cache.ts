@@ -10,6 +10,7 @@
 
 import { hash } from "node:crypto";
 import { LRUCache } from "lru-cache";
+import { growingBound } from "../core/growing-bound.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 export interface VerifiedTokenCacheOptions<T> {
@@ -43,7 +44,7 @@ export function createVerifiedTokenCache<T>(options: VerifiedTokenCacheOptions<T
   const now = options.now ?? Date.now;
   // No TTL inside lru-cache: `until` is checked on every read against `now`, so the clock is ours.
   const entries = new LRUCache<string, Entry<T>, string>({
-    max: maxEntries,
+    ...growingBound(maxEntries),
     // A token evicted while its verification runs still answers the callers waiting on it.
     ignoreFetchAbort: true,
     fetchMethod: async (_digest, _stale, { context: token }) => {

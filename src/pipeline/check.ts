@@ -1,7 +1,8 @@
 import type { Capability } from "../core/capability.ts";
-import type { Decision, ShadowLoad } from "../core/decision.ts";
+import type { Decision, PolicyLoad, ShadowLoad } from "../core/decision.ts";
 import { isMcpToolSnapshot, type OperationSnapshot } from "../core/operation-snapshot.ts";
 import { isValidCapabilityId } from "../core/permission-id.ts";
+import { policyEntryFor } from "../core/policy-document.ts";
 import type { RedactionRule } from "../core/redaction.ts";
 import { subjectCandidates } from "../core/subject-identity.ts";
 import { type DenyExplanation, type ErrorCode, errorCodes } from "../errors.ts";
@@ -169,6 +170,8 @@ export interface CredentialSource {
   get(partnerId: string, profileId: string): Promise<InjectedCredentials>;
   /** Cached credentials without waiting, else undefined. */
   peek?(partnerId: string, profileId: string): InjectedCredentials | undefined;
+  /** Starts loading the credentials unless cached, without waiting (a later `get` joins the load). */
+  prefetch?(partnerId: string, profileId: string): void;
 }
 
 export interface SidecarEngineOptions {
@@ -297,6 +300,18 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
       ? lookupSubject(candidates, index + 1)
       : lookup;
 
+  /**
+   * While the catalog is fetched, the credentials the subject's verified policy names for the
+   * capability are fetched too, instead of after the decision (a first Check waits for one round
+   * trip less). They are only cached: the decision alone decides whether they are injected.
+   */
+  const prefetchCredentials = (load: PolicyLoad, partnerId: string, capabilityId: string): void => {
+    if (credentials.prefetch === undefined || !load.ok || load.document.revoked_at !== null) return;
+    const profileRef = policyEntryFor(load.document, capabilityId)?.auth_profile_ref;
+    if (profileRef !== undefined && profileRef !== NO_AUTH_PROFILE_ID)
+      credentials.prefetch(partnerId, profileRef);
+  };
+
   /** The caches as the decision stages' sources: the subject's record comes with its verified policy. */
   const sources: DecisionSources<PolicyLookup> = {
     subject: (subjectId, auth) =>
@@ -305,9 +320,11 @@ export function createSidecarEngine(options: SidecarEngineOptions): SidecarEngin
     // No record: the partner (and so the capability's scope) is unknown; the spec's answer is
     // missing_policy (or why the policy could not be verified).
     unrecorded: (lookup) => (lookup.policy.load.ok ? "missing_policy" : lookup.policy.load.reason),
-    capability: (partnerId, capabilityId) => {
+    capability: (partnerId, capabilityId, lookup) => {
       const cached = catalogs.peek?.(partnerId, capabilityId);
-      return cached !== undefined ? cached.value : catalogs.get(partnerId, capabilityId);
+      if (cached !== undefined) return cached.value;
+      prefetchCredentials(lookup.policy.load, partnerId, capabilityId);
+      return catalogs.get(partnerId, capabilityId);
     },
     policy: (lookup, partnerId) =>
       shadows === undefined

@@ -140,7 +140,8 @@ export interface DecisionSources<S> {
   recordOf(subject: S): SubjectOfRecord;
   /** The deny for a subject without a record: `missing_policy`, or why it could not be read. */
   unrecorded(subject: S): DenyReason;
-  capability(partnerId: string, capabilityId: string): Step<Capability | undefined>;
+  /** The partner's capability; `subject` (its verified record) lets a source start fetching what the decision may need next. */
+  capability(partnerId: string, capabilityId: string, subject: S): Step<Capability | undefined>;
   /** The subject's verified policy (decrypted or signature-checked), with its shadow when it has one (decision 2761). */
   policy(subject: S, partnerId: string): Step<PolicyLoad>;
   /** The capability is in the platform-wide log-only mode (decision 2761). */
@@ -254,7 +255,7 @@ function withSubject<S, R, Q extends StageRequest>(
   // not this principal's: answered exactly like an unknown subject, so nothing leaks.
   if (!subjectStandsFor(partnerId, record.identity, request.authenticatedAs))
     return done(MISSING_POLICY_DENY, subject, undefined, undefined, request);
-  const capability = sources.capability(partnerId, capabilityId);
+  const capability = sources.capability(partnerId, capabilityId, subject);
   return capability instanceof Promise
     ? capability.then((resolved) => withCapability(sources, request, done, subject, partnerId, resolved))
     : withCapability(sources, request, done, subject, partnerId, capability);

@@ -1,4 +1,5 @@
 import { LRUCache } from "lru-cache";
+import { growingBound } from "../core/growing-bound.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 /**
@@ -34,7 +35,7 @@ export function createFetchCache<V>(options: FetchCacheOptions<V>): FetchCache<V
   // lru-cache's fetch() is the single flight: concurrent misses share one load; a failed
   // load is not kept. A value loaded with ttlMs ≤ 0 is handed out, never served again.
   const entries = new LRUCache<string, { value: V; until: number }>({
-    max,
+    ...growingBound(max),
     ignoreFetchAbort: true,
     fetchMethod: async (key) => {
       const loaded = await options.load(key);

@@ -37,6 +37,12 @@ export interface OpenOptions {
 /** Opens a policy for a decision: the authority decrypt-verifies, a sidecar verifies a signed blob. */
 export interface PolicyOpener {
   open(artifact: string, context: PolicyProtectionContext, options?: OpenOptions): Promise<OpenedPolicy>;
+  /**
+   * Starts fetching the public keys a policy of this subject is likely signed with, without
+   * waiting, while the policy itself is fetched (openers that fetch keys). Nothing is trusted
+   * by it: the keys are only used by `open`, to verify a policy their owner must have signed.
+   */
+  prefetchKeys?(subjectId: string): void;
 }
 
 export interface PolicyProtector extends PolicyOpener {

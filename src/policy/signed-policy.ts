@@ -102,8 +102,12 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
     ...(options.now === undefined ? {} : { now: options.now }),
   });
 
+  /** The crypto version of the last policy opened: which owner a subject's next policy is likely signed by. */
+  let lastVersion: PolicyProtectionContext["cryptoVersion"] | undefined;
+
   return {
     async open(signedPolicy: string, context: PolicyProtectionContext): Promise<OpenedPolicy> {
+      lastVersion = context.cryptoVersion;
       const expected = policyKeyOwner(context, options.serviceIdentity);
       const blob = Buffer.from(signedPolicy, "base64");
       let signer: string;
@@ -134,6 +138,12 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         if (isCryptoError(error)) throw unverifiable(`signed policy rejected: ${error.code}`, error);
         throw error;
       }
+    },
+    prefetchKeys(subjectId) {
+      // Signed by the owner the last policy's crypto version names (v1, a subject's own keys,
+      // until a policy says otherwise); for v2 that is the service's ring, fetched once.
+      const cryptoVersion = lastVersion ?? "subject_credentials_v1";
+      keys.prefetch(policyKeyOwner({ cryptoVersion, subjectId, partnerId: "" }, options.serviceIdentity));
     },
   };
 }

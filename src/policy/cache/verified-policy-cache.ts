@@ -1,5 +1,6 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
+import { growingBound } from "../../core/growing-bound.ts";
 import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
@@ -423,14 +424,14 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     weigh,
   });
   /** The last head Redis confirmed per subject, and when: the staleness bound runs from `at`. */
-  const confirmed = new LRUCache<string, { head: number; at: number }>({ max });
+  const confirmed = new LRUCache<string, { head: number; at: number }>(growingBound(max));
   /**
    * The head view: per subject, a head read from Redis in a subscription generation, raised
    * by that generation's change messages. Only a read creates an entry (a message alone may
    * be a retried, older change); messages that arrive while the read is on its way are kept
    * in `viewReads` and applied to its answer.
    */
-  const view = new LRUCache<string, { head: number; readonly generation: number }>({ max });
+  const view = new LRUCache<string, { head: number; readonly generation: number }>(growingBound(max));
   const viewReads = new Map<string, { max: number; readonly generation: number }>();
   const headReads = new Map<string, Promise<number | null>>();
   // Hand-written, not lru-cache fetch(): a joiner accepts the shared reload only at the head it
@@ -458,7 +459,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
    * bound, evictions happen during every burst of loads.
    */
   const authorityFacts = new LRUCache<string, RecordFacts>({
-    max,
+    ...growingBound(max),
     ttl: AUTHORITY_FACTS_TTL_MS,
     dispose: (_facts, subjectId, reason) => {
       if (reason === "evict" && fetching.has(subjectId)) lost.set(subjectId, (lost.get(subjectId) ?? 0) + 1);
@@ -849,6 +850,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     known: VerifiedPolicy | undefined,
   ): Promise<PolicyLookup> => {
     const run = async (): Promise<PolicyLookup> => {
+      // The signer's keys on their way beside the policy (Redis' or the authority's), not after it.
+      opener.prefetchKeys?.(subjectId);
       const viaRedis = head === null ? undefined : await fromRedis(subjectId, head);
       if (viaRedis !== undefined) return { policy: viaRedis, layer: "redis" };
       return { policy: await fromAuthority(subjectId, head, known), layer: "authority" };

@@ -336,6 +336,11 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         metrics.cache("credentials", "local", true);
         return cached.value;
       },
+      prefetch(partnerId, profileId) {
+        const key = `${partnerId}\u0000${profileId}`;
+        // A failure is the later get's to report (failures are not cached: it asks again).
+        if (credentials.peek(key) === undefined) credentials.get(key).catch(() => undefined);
+      },
     },
     capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
