@@ -190,7 +190,8 @@ export interface EgressPolicy {
   /**
    * The same gate as `fetch`, without its WHATWG machinery (Request, Response, web streams):
    * undici's `request` on the gate's dispatcher, about half of fetch's CPU per call (decision
-   * 2841). Nothing is decoded or followed; an operator URL goes as `fetch` sends it.
+   * 2841). Nothing is decoded or followed. Only for upstream calls a partner shapes: an operator
+   * URL skips the gate for a GET or HEAD without a body, never for anything else.
    */
   readonly request: GatedRequest;
   /** node:http / node:https agents whose connections are checked the same way. */
@@ -465,8 +466,14 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
   };
 
   const gatedRequest: GatedRequest = async (url, init) => {
-    // The operator's own URL, as configured, goes without the gate (as gatedFetch sends it).
-    const dispatcher = operatorUrls.has(url.href) ? loadUndici().getGlobalDispatcher() : gatedDispatcher();
+    // The operator's own URL, as configured, goes without the gate only as the process itself
+    // reads one (a GET without a body: its issuers' key sets). Its decision export and traces
+    // endpoints are operator URLs too: a partner's upstream call must not post its body there.
+    const asTheProcessReads = (init.method === "GET" || init.method === "HEAD") && init.body === undefined;
+    const dispatcher =
+      asTheProcessReads && operatorUrls.has(url.href)
+        ? loadUndici().getGlobalDispatcher()
+        : gatedDispatcher();
     const reply = await dispatcher.request({
       origin: url.origin,
       path: `${url.pathname}${url.search}`,
