@@ -177,10 +177,27 @@ describe("egress policy on the connection", () => {
     assert.equal(await send("GET"), "ok");
     assert.equal(await send("POST", '{"records":[{"forged":true}]}'), "platform_service");
     assert.equal(await send("PUT", "{}"), "platform_service");
+    // A partner's OAuth token request (partnerFetch) is held the same way.
+    const viaPartnerFetch = async (init: RequestInit): Promise<string> => {
+      try {
+        await (await policy.partnerFetch(ingest, init)).arrayBuffer();
+        return "ok";
+      } catch (error) {
+        return egressDenialOf(error)?.rule ?? `error ${(error as Error).message}`;
+      }
+    };
+    assert.equal(
+      await viaPartnerFetch({ method: "POST", body: "grant_type=client_credentials" }),
+      "platform_service",
+    );
+    assert.equal(await viaPartnerFetch({ method: "GET" }), "ok");
     assert.deepEqual(
       platform.requests.map((r) => r.method),
-      ["GET"],
+      ["GET", "GET"],
     );
+    // The process's own export still posts there (fetch).
+    await (await policy.fetch(ingest, { method: "POST", body: "{}" })).arrayBuffer();
+    assert.equal(platform.requests.at(-1)?.method, "POST");
     await policy.close();
   });
 
