@@ -143,17 +143,16 @@ export async function readBoundedReply(
   method: string,
   maxBytes: number,
 ): Promise<Uint8Array> {
+  const bodiless = method === "HEAD" || NULL_BODY_STATUSES.has(reply.status);
   let decoders: ReturnType<typeof decodersOf>;
   try {
-    decoders =
-      method === "HEAD" || NULL_BODY_STATUSES.has(reply.status)
-        ? []
-        : decodersOf(reply.headers.get("content-encoding"));
+    decoders = bodiless ? [] : decodersOf(reply.headers.get("content-encoding"));
   } catch (error) {
     discard(reply);
     throw error;
   }
-  const declared = Number(reply.headers.get("content-length") ?? Number.NaN);
+  // A HEAD answer's length is the GET's: there is no body to bound (what arrives is still bounded).
+  const declared = bodiless ? Number.NaN : Number(reply.headers.get("content-length") ?? Number.NaN);
   const codedLimit = decoders.length === 0 ? maxBytes : maxBytes + Math.ceil(maxBytes / 64) + 1024;
   if (Number.isFinite(declared) && declared > codedLimit) {
     discard(reply);

@@ -188,9 +188,16 @@ export interface EgressPolicy {
    */
   readonly fetch: FetchLike;
   /**
+   * `fetch` for requests a partner shapes (OAuth token endpoints of auth profiles): an operator
+   * URL skips the gate only for a GET or HEAD without a body — its decision export and traces
+   * endpoints take the process's own POSTs (by `fetch`), never a partner's.
+   */
+  readonly partnerFetch: FetchLike;
+  /**
    * The same gate as `fetch`, without its WHATWG machinery (Request, Response, web streams):
    * undici's `request` on the gate's dispatcher, about half of fetch's CPU per call (decision
-   * 2841). Nothing is decoded or followed; an operator URL goes as `fetch` sends it.
+   * 2841). Nothing is decoded or followed. Only for upstream calls a partner shapes: an operator
+   * URL skips the gate for a GET or HEAD without a body, never for anything else.
    */
   readonly request: GatedRequest;
   /** node:http / node:https agents whose connections are checked the same way. */
@@ -464,9 +471,24 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
     return globalThis.fetch(input, { ...init, dispatcher: gatedDispatcher() } as unknown as RequestInit);
   };
 
+  /** A read as the process itself makes of an operator URL (its issuers' key sets): GET or HEAD, no body. */
+  const readsOnly = (method: string | undefined, body: unknown): boolean =>
+    (method === undefined || method.toUpperCase() === "GET" || method.toUpperCase() === "HEAD") &&
+    (body === undefined || body === null);
+
+  const partnerFetch: FetchLike = (input, init) =>
+    readsOnly(init?.method, init?.body)
+      ? gatedFetch(input, init)
+      : globalThis.fetch(input, { ...init, dispatcher: gatedDispatcher() } as unknown as RequestInit);
+
   const gatedRequest: GatedRequest = async (url, init) => {
-    // The operator's own URL, as configured, goes without the gate (as gatedFetch sends it).
-    const dispatcher = operatorUrls.has(url.href) ? loadUndici().getGlobalDispatcher() : gatedDispatcher();
+    // The operator's own URL, as configured, goes without the gate only as the process itself
+    // reads one (a GET without a body: its issuers' key sets). Its decision export and traces
+    // endpoints are operator URLs too: a partner's upstream call must not post its body there.
+    const dispatcher =
+      readsOnly(init.method, init.body) && operatorUrls.has(url.href)
+        ? loadUndici().getGlobalDispatcher()
+        : gatedDispatcher();
     const reply = await dispatcher.request({
       origin: url.origin,
       path: `${url.pathname}${url.search}`,
@@ -509,6 +531,7 @@ export function createEgressPolicy(options: EgressPolicyOptions = {}): EgressPol
       return gatedDispatcher();
     },
     fetch: gatedFetch,
+    partnerFetch,
     request: gatedRequest,
     httpAgent: (agentOptions = {}) => guard(new HttpAgent(agentOptions), 80),
     httpsAgent: (agentOptions = {}) => guard(new HttpsAgent(agentOptions), 443),

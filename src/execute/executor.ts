@@ -235,15 +235,19 @@ function trustedHeaders(headers: Readonly<Record<string, string>> | undefined): 
   return out;
 }
 
-/** Codings the fetch client decodes (undici); the body of any other is still encoded and cannot be scrubbed. */
-const DECODED_CODINGS: ReadonlySet<string> = new Set(["identity", "gzip", "x-gzip", "deflate", "br"]);
+/**
+ * Codings the client decodes (bounded-body.ts, as undici's fetch). It decodes a list only when
+ * it decodes every member: one other member ("identity" or an empty one included) leaves the
+ * whole body as sent, coded and impossible to scrub.
+ */
+const DECODED_CODINGS: ReadonlySet<string> = new Set(["gzip", "x-gzip", "deflate", "br"]);
 
 function decodedByClient(contentEncoding: string | null): boolean {
   if (contentEncoding === null) return true;
-  return contentEncoding
-    .split(",")
-    .map((coding) => coding.trim().toLowerCase())
-    .every((coding) => coding === "" || DECODED_CODINGS.has(coding));
+  const codings = contentEncoding.split(",").map((coding) => coding.trim().toLowerCase());
+  // No coding at all: the body is as sent.
+  if (codings.length === 1 && (codings[0] === "" || codings[0] === "identity")) return true;
+  return codings.every((coding) => DECODED_CODINGS.has(coding));
 }
 
 /** Headers that carry an injected secret in their name or value are dropped, like sensitive ones. */

@@ -72,7 +72,7 @@ export function createDownstreamLister(options: DownstreamListerOptions): Downst
     const list = () =>
       listDownstreamTools(
         url,
-        { fetch: egress.fetch, timeoutMs, maxResponseBytes, ...session.credentials },
+        { fetch: egress.partnerFetch, timeoutMs, maxResponseBytes, ...session.credentials },
         importLimits.maxOperations,
       );
     let listing: DownstreamListing;

@@ -173,7 +173,7 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
         reviewedTool(snapshot, name),
         args,
         {
-          fetch: egress.fetch,
+          fetch: egress.partnerFetch,
           request: egress.request,
           timeoutMs,
           maxResponseBytes,

@@ -3,6 +3,7 @@ import { request as httpRequest } from "node:http";
 import { after, before, beforeEach, describe, it } from "node:test";
 import { egressAllowSetting } from "../../src/config/settings.ts";
 import type { AuthProfile } from "../../src/execute/auth-profiles.ts";
+import { readBoundedReply } from "../../src/execute/bounded-body.ts";
 import {
   createEgressPolicy,
   type EgressPolicy,
@@ -148,6 +149,55 @@ describe("egress policy on the connection", () => {
     assert.equal(await viaFetch(policy, `${platform.origin}/`), "platform_service");
     assert.equal(await viaAgent(policy, `${platform.origin}/`), "platform_service");
     assert.equal(platform.requests.length, 0);
+    await policy.close();
+  });
+
+  it("an operator URL skips the gate only for what the process itself sends there: a partner's POST to it is gated", async () => {
+    // The decision export and traces endpoints are operator URLs the process POSTs to; an
+    // upstream call that names one exactly must not post a partner's body there ungated.
+    const ingest = new URL(`${platform.origin}/ingest`);
+    const policy = createEgressPolicy({
+      operatorUrls: [ingest.href],
+      platformEndpoints: [endpointOfUrl(platform.origin)].filter((e) => e !== undefined),
+    });
+    const send = async (method: string, body?: string): Promise<string> => {
+      try {
+        const reply = await policy.request(ingest, {
+          method,
+          headers: { "content-type": "application/json" },
+          ...(body === undefined ? {} : { body }),
+          signal: AbortSignal.timeout(5000),
+        });
+        await readBoundedReply(reply, method, 1024 * 1024);
+        return "ok";
+      } catch (error) {
+        return egressDenialOf(error)?.rule ?? `error ${(error as Error).message}`;
+      }
+    };
+    assert.equal(await send("GET"), "ok");
+    assert.equal(await send("POST", '{"records":[{"forged":true}]}'), "platform_service");
+    assert.equal(await send("PUT", "{}"), "platform_service");
+    // A partner's OAuth token request (partnerFetch) is held the same way.
+    const viaPartnerFetch = async (init: RequestInit): Promise<string> => {
+      try {
+        await (await policy.partnerFetch(ingest, init)).arrayBuffer();
+        return "ok";
+      } catch (error) {
+        return egressDenialOf(error)?.rule ?? `error ${(error as Error).message}`;
+      }
+    };
+    assert.equal(
+      await viaPartnerFetch({ method: "POST", body: "grant_type=client_credentials" }),
+      "platform_service",
+    );
+    assert.equal(await viaPartnerFetch({ method: "GET" }), "ok");
+    assert.deepEqual(
+      platform.requests.map((r) => r.method),
+      ["GET", "GET"],
+    );
+    // The process's own export still posts there (fetch).
+    await (await policy.fetch(ingest, { method: "POST", body: "{}" })).arrayBuffer();
+    assert.equal(platform.requests.at(-1)?.method, "POST");
     await policy.close();
   });
 

@@ -230,6 +230,28 @@ describe("executor: injected secrets never reach the caller", () => {
     assert.ok(error.requestHash?.startsWith("sha256:"));
   });
 
+  // A list the client leaves coded as a whole (a coding it does not decode anywhere in it, an
+  // empty member included) must not pass as decoded: the scrubber would read coded bytes.
+  for (const coding of ["gzip, identity", "gzip,", "identity, gzip", "gzip, x-unknown"]) {
+    it(`an answer coded "${coding}" is not passed on as if decoded: 502 scrub_failed`, async () => {
+      upstream.setHandler((_req, res) => {
+        res.writeHead(200, { "content-type": "text/plain", "content-encoding": coding });
+        res.end(gzipSync(Buffer.from(`key=${API_KEY} `.repeat(4))));
+      });
+      const key: AuthProfile = {
+        type: "static",
+        id: "k",
+        kind: "api_key",
+        in: "header",
+        name: "x-api-key",
+        secretRef: "ref:key",
+      };
+      const error = await rejection(executeOnce(executor(), request(key)));
+      assert.equal(error.code, "scrub_failed");
+      assert.equal(error.details?.issue, "content_encoding_unsupported");
+    });
+  }
+
   // The gate's request decodes what fetch decoded (decision 2841): a coded answer is scrubbed
   // like a plain one, whichever of the codings it uses, stacked or not.
   const codings: readonly [string, string, (body: Buffer) => Buffer][] = [

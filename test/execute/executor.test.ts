@@ -440,6 +440,18 @@ describe("executor: upstream outcomes", () => {
     });
   }
 
+  it("a HEAD answer declaring a length past the bound is no body: answered, not too_large", async () => {
+    upstream.setHandler((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json", "content-length": String(FIVE_MB) });
+      res.end();
+    });
+    const result = await executeOnce(
+      executor(),
+      request({ snapshot: itemSnapshot(upstream.origin, { method: "HEAD" }) }),
+    );
+    assert.equal(result.status, 200);
+  });
+
   it("does not follow redirects (credentials never travel to another origin)", async () => {
     const elsewhere = await startServer();
     try {

@@ -106,6 +106,8 @@ export function keepAliveTransport(options: KeepAliveTransportOptions = {}): Tra
     if (remaining <= 0) throw new TransportError("timeout");
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), remaining);
+    /** The answer began: the server acted on this request, so a failure now is never sent again. */
+    let answered = false;
     try {
       const response = await agent.request({
         origin: url.origin,
@@ -115,12 +117,14 @@ export function keepAliveTransport(options: KeepAliveTransportOptions = {}): Tra
         ...(request.method === "GET" ? {} : { body: request.body }),
         signal: abort.signal,
       });
+      answered = true;
       const body = await response.body.text();
       const id = response.headers["x-request-id"];
       return { status: response.statusCode, requestId: typeof id === "string" ? id : undefined, body };
     } catch (cause) {
       if (abort.signal.aborted) throw new TransportError("timeout", { cause });
-      throw new TransportError("unavailable", { cause, retryable: closedKeptAliveConnection(cause) });
+      const retryable = !answered && closedKeptAliveConnection(cause);
+      throw new TransportError("unavailable", { cause, retryable });
     } finally {
       clearTimeout(timer);
     }

@@ -103,7 +103,7 @@ export function composeAuthorityServices(
   });
   // Token endpoints are a partner's upstreams too: their connections pass the egress policy.
   const clientCredentials = createClientCredentialsTokens({
-    fetch: egress.fetch,
+    fetch: egress.partnerFetch,
     secretResolver: createAuthProfileSecretResolver(context),
   });
   // Users' token sets, sealed at rest; one client refreshes each grant once at a time for the
@@ -113,12 +113,12 @@ export function composeAuthorityServices(
   const userGrants = {
     tokenSetStore,
     oauthUser: createOAuthUserClient({
-      fetch: egress.fetch,
+      fetch: egress.partnerFetch,
       secretResolver,
       tokenSetStore,
       onEvent: (event) => auditUserGrantEvent(context, event),
     }),
-    tokenExchange: createTokenExchangeTokens({ fetch: egress.fetch, secretResolver }),
+    tokenExchange: createTokenExchangeTokens({ fetch: egress.partnerFetch, secretResolver }),
   };
   // One cache of opened auth-profile secrets for the binding and MCP executors (src/mcp/secret-cache.ts).
   const executorSecrets = createCachedSecretResolver(context);

@@ -427,8 +427,12 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
     segment.syncing = true;
     fdatasync(segment.fd, (error) => {
       segment.syncing = false;
-      // A broken disk shows in the next write; the sync is retried on the next tick.
-      if (error !== null && segment === current) dirty = true;
+      // A broken disk shows in the next write; the sync is retried on the next tick (the timer
+      // may have stopped while this one ran: nothing was written meanwhile).
+      if (error !== null && segment === current) {
+        dirty = true;
+        armSync();
+      }
       if (segment.closeWhenSynced) closeFile(segment);
     });
   };

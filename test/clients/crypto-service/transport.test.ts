@@ -84,6 +84,28 @@ describe("crypto-service keep-alive transport", () => {
     assert.equal(dropped, 1);
   });
 
+  it("does not send again when a kept-alive connection closes after the answer began (the server acted on it)", async () => {
+    const served = new WeakMap<Socket, number>();
+    let seen = 0;
+    const url = await serve((request, response) => {
+      seen += 1;
+      const count = (served.get(request.socket) ?? 0) + 1;
+      served.set(request.socket, count);
+      request.resume();
+      if (count === 1) {
+        response.end("ok");
+        return;
+      }
+      // The second request was acted on: its answer starts, then the connection drops.
+      response.writeHead(200, { "content-length": "100" });
+      response.write("partial", () => request.socket.destroy());
+    });
+    const send = keepAliveTransport({ maxSockets: 1 });
+    assert.equal((await send(url, post)).body, "ok");
+    await assert.rejects(send(url, post), kind("unavailable"));
+    assert.equal(seen, 2);
+  });
+
   it("does not send again when a fresh connection fails (the server may have acted on it)", async () => {
     let seen = 0;
     const url = await serve((request) => {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import {
+import fs, {
   appendFileSync,
   mkdirSync,
   readdirSync,
@@ -10,8 +10,9 @@ import {
   truncateSync,
   writeFileSync,
 } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, before, describe, it, mock } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import {
   denyOf,
@@ -367,5 +368,52 @@ describe("the decision journal", () => {
       globalThis.clearInterval = realClear;
     }
     assert.equal(live.size, 0, "closed: no timer");
+  });
+
+  it("a periodic sync that fails is tried again, also when the timer stopped while it ran", async () => {
+    const live = new Set<unknown>();
+    const { setInterval: realSet, clearInterval: realClear } = globalThis;
+    globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
+      const timer = realSet(...args);
+      live.add(timer);
+      return timer;
+    }) as typeof setInterval;
+    globalThis.clearInterval = ((timer: Parameters<typeof clearInterval>[0]) => {
+      live.delete(timer);
+      realClear(timer);
+    }) as typeof clearInterval;
+    const realSync = fs.fdatasync;
+    let held: ((error: NodeJS.ErrnoException | null) => void) | undefined;
+    let syncs = 0;
+    // The first sync is held (a slow disk), then fails (EIO); the others are real.
+    const syncMock = mock.method(
+      fs,
+      "fdatasync",
+      (fd: number, callback: (e: NodeJS.ErrnoException | null) => void) => {
+        syncs++;
+        if (syncs === 1) held = callback;
+        else realSync(fd, callback);
+      },
+    );
+    syncBuiltinESMExports();
+    const dir = join(tmp.path, "failed-sync");
+    mkdirSync(dir);
+    const journal = openDecisionJournal({ dir, syncIntervalMs: 5 });
+    try {
+      await journal.written(journal.append(JSON.stringify({ request_id: "r-1" })));
+      for (let i = 0; i < 200 && (held === undefined || live.size > 0); i++)
+        await new Promise((resolve) => realSet(resolve, 5));
+      assert.ok(held !== undefined, "the first sync started");
+      assert.equal(live.size, 0, "nothing written since: the timer stopped while the sync ran");
+      held(Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" }));
+      for (let i = 0; i < 200 && syncs < 2; i++) await new Promise((resolve) => realSet(resolve, 5));
+      assert.equal(syncs >= 2, true, "the written bytes are synced again after the failure");
+    } finally {
+      journal.close();
+      syncMock.mock.restore();
+      syncBuiltinESMExports();
+      globalThis.setInterval = realSet;
+      globalThis.clearInterval = realClear;
+    }
   });
 });
