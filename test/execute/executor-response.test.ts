@@ -73,6 +73,16 @@ function executor(secrets: Record<string, string> = { "ref:key": API_KEY, "ref:c
   });
 }
 
+/** An API key in the `x-api-key` header, from `ref:key`. */
+const HEADER_KEY: AuthProfile = {
+  type: "static",
+  id: "k",
+  kind: "api_key",
+  in: "header",
+  name: "x-api-key",
+  secretRef: "ref:key",
+};
+
 const clientCredentials: AuthProfile = {
   type: "oauth_client_credentials",
   id: "cc",
@@ -193,14 +203,7 @@ describe("executor: injected secrets never reach the caller", () => {
   });
 
   it("a secret too short to scrub refuses the call before anything is sent", async () => {
-    const key: AuthProfile = {
-      type: "static",
-      id: "k",
-      kind: "api_key",
-      in: "header",
-      name: "x-api-key",
-      secretRef: "ref:key",
-    };
+    const key = HEADER_KEY;
     const error = await rejection(executeOnce(executor({ "ref:key": "tiny-7c" }), request(key)));
     assert.equal(error.reason, "auth_profile_unavailable");
     assert.equal(error.details?.issue, "credential_too_short");
@@ -214,14 +217,7 @@ describe("executor: injected secrets never reach the caller", () => {
       res.writeHead(200, { "content-type": "text/plain", "content-encoding": "x-unknown" });
       res.end(`key=${API_KEY}`);
     });
-    const key: AuthProfile = {
-      type: "static",
-      id: "k",
-      kind: "api_key",
-      in: "header",
-      name: "x-api-key",
-      secretRef: "ref:key",
-    };
+    const key = HEADER_KEY;
     const error = await rejection(executeOnce(executor(), request(key)));
     assert.equal(error.code, "scrub_failed");
     assert.equal(error.status, 502);
@@ -238,14 +234,7 @@ describe("executor: injected secrets never reach the caller", () => {
         res.writeHead(200, { "content-type": "text/plain", "content-encoding": coding });
         res.end(gzipSync(Buffer.from(`key=${API_KEY} `.repeat(4))));
       });
-      const key: AuthProfile = {
-        type: "static",
-        id: "k",
-        kind: "api_key",
-        in: "header",
-        name: "x-api-key",
-        secretRef: "ref:key",
-      };
+      const key = HEADER_KEY;
       const error = await rejection(executeOnce(executor(), request(key)));
       assert.equal(error.code, "scrub_failed");
       assert.equal(error.details?.issue, "content_encoding_unsupported");
@@ -268,14 +257,7 @@ describe("executor: injected secrets never reach the caller", () => {
         res.writeHead(200, { "content-type": "application/json", "content-encoding": coding });
         res.end(encode(Buffer.from(JSON.stringify({ echoed: `key=${API_KEY}`, name: "Widget" }))));
       });
-      const key: AuthProfile = {
-        type: "static",
-        id: "k",
-        kind: "api_key",
-        in: "header",
-        name: "x-api-key",
-        secretRef: "ref:key",
-      };
+      const key = HEADER_KEY;
       const result = await executeOnce(executor(), request(key));
       assert.equal((result.body as { name?: string }).name, "Widget");
       assertAbsent(result, [API_KEY]);
@@ -288,14 +270,7 @@ describe("executor: injected secrets never reach the caller", () => {
       res.writeHead(200, { "content-type": "text/html" });
       res.end('<pre>{"card_number":"4111111111111111"}</pre>');
     });
-    const key: AuthProfile = {
-      type: "static",
-      id: "k",
-      kind: "api_key",
-      in: "header",
-      name: "x-api-key",
-      secretRef: "ref:key",
-    };
+    const key = HEADER_KEY;
     const error = await rejection(
       executeOnce(
         executor(),

@@ -55,6 +55,26 @@ const allowOf = (requestId: string): SidecarDecision =>
     permissionId: "orders:get:/orders/{orderId}",
   }) as SidecarDecision;
 
+/** Counts the intervals alive (set and not cleared) until `restore()`. */
+function watchIntervals() {
+  const live = new Set<unknown>();
+  const { setInterval: realSet, clearInterval: realClear } = globalThis;
+  globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
+    const timer = realSet(...args);
+    live.add(timer);
+    return timer;
+  }) as typeof setInterval;
+  globalThis.clearInterval = ((timer: Parameters<typeof clearInterval>[0]) => {
+    live.delete(timer);
+    realClear(timer);
+  }) as typeof clearInterval;
+  const restore = (): void => {
+    globalThis.setInterval = realSet;
+    globalThis.clearInterval = realClear;
+  };
+  return { live, realSet, restore };
+}
+
 const segments = (dir: string): string[] => readdirSync(dir).filter((name) => name.endsWith(".jsonl"));
 const lines = (dir: string): string[] =>
   segments(dir).flatMap((name) =>
@@ -338,17 +358,7 @@ describe("the decision journal", () => {
     taken.close();
   });
   it("an idle journal holds no timer: the periodic sync runs only while written bytes wait for it (issue 30, idle CPU)", async () => {
-    const live = new Set<unknown>();
-    const { setInterval: realSet, clearInterval: realClear } = globalThis;
-    globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
-      const timer = realSet(...args);
-      live.add(timer);
-      return timer;
-    }) as typeof setInterval;
-    globalThis.clearInterval = ((timer: Parameters<typeof clearInterval>[0]) => {
-      live.delete(timer);
-      realClear(timer);
-    }) as typeof clearInterval;
+    const { live, realSet, restore } = watchIntervals();
     const dir = join(tmp.path, "idle-timer");
     mkdirSync(dir);
     const journal = openDecisionJournal({ dir, syncIntervalMs: 5 });
@@ -364,24 +374,13 @@ describe("the decision journal", () => {
       assert.equal(live.size, 1, "the next write starts it again");
     } finally {
       journal.close();
-      globalThis.setInterval = realSet;
-      globalThis.clearInterval = realClear;
+      restore();
     }
     assert.equal(live.size, 0, "closed: no timer");
   });
 
   it("a periodic sync that fails is tried again, also when the timer stopped while it ran", async () => {
-    const live = new Set<unknown>();
-    const { setInterval: realSet, clearInterval: realClear } = globalThis;
-    globalThis.setInterval = ((...args: Parameters<typeof setInterval>) => {
-      const timer = realSet(...args);
-      live.add(timer);
-      return timer;
-    }) as typeof setInterval;
-    globalThis.clearInterval = ((timer: Parameters<typeof clearInterval>[0]) => {
-      live.delete(timer);
-      realClear(timer);
-    }) as typeof clearInterval;
+    const { live, realSet, restore } = watchIntervals();
     const realSync = fs.fdatasync;
     let held: ((error: NodeJS.ErrnoException | null) => void) | undefined;
     let syncs = 0;
@@ -412,8 +411,7 @@ describe("the decision journal", () => {
       journal.close();
       syncMock.mock.restore();
       syncBuiltinESMExports();
-      globalThis.setInterval = realSet;
-      globalThis.clearInterval = realClear;
+      restore();
     }
   });
 });
