@@ -224,6 +224,46 @@ function walkStream(
   return undefined;
 }
 
+/**
+ * The kinds the recorder writes, each chained since chains exist (decision 2681): one without
+ * a chain among chained records of its log — after the first in the export, or dated at or
+ * after it — was never written by a replica. Older records (before chains) come first and are
+ * older; admin changes and user-grant events may be unchained (decision 2771) and are counted.
+ */
+const RECORDER_KINDS: ReadonlySet<unknown> = new Set(["decision", "mcp_call", "evidence"]);
+
+const isRecorderKind = (value: Record<string, unknown> | unknown): boolean =>
+  typeof value === "object" && value !== null && RECORDER_KINDS.has((value as { kind?: unknown }).kind);
+
+/** A record's own time (ms), NaN when it shows none. */
+function timeOf(value: unknown): number {
+  const time = (value as { time?: unknown } | null)?.time;
+  return typeof time === "string" ? Date.parse(time) : Number.NaN;
+}
+
+/** Where a log's chained records begin: the first line with one, and the earliest time among them. */
+interface ChainStart {
+  readonly line: number;
+  readonly time: number;
+}
+
+interface LooseRecord {
+  readonly line: number;
+  readonly log: string;
+  readonly time: number;
+}
+
+function chainStart(known: ChainStart | undefined, line: number, time: number): ChainStart {
+  if (known === undefined) return { line, time };
+  return Number.isNaN(time) || time >= known.time ? known : { line: known.line, time };
+}
+
+/** An unchained recorder record that is not older than its log's chains. */
+function insertedAmongChains(record: LooseRecord, began: ChainStart | undefined): boolean {
+  if (began === undefined) return false;
+  return record.line > began.line || Number.isNaN(record.time) || record.time >= began.time;
+}
+
 /** Whether a record's id is the one a requirement names: an id, or a receipt (audit/receipts.ts). */
 function requiredRecord(named: string): (id: unknown) => boolean {
   const name = recordNameOf(named) ?? { id: named };
@@ -286,6 +326,8 @@ export async function verifyChainExport(
   let checkpoints = 0;
   let unchained = 0;
   let records = 0;
+  const looseRecords: LooseRecord[] = [];
+  const chainsBegan = new Map<string, ChainStart>();
   for (const { line, value } of lines) {
     if (value.type === "checkpoint") {
       checkpoints++;
@@ -312,6 +354,8 @@ export async function verifyChainExport(
       const link = chainOf(value.value);
       if (link === undefined || !isChainedLog(log)) {
         unchained++;
+        if (isChainedLog(log) && isRecorderKind(value.value))
+          looseRecords.push({ line, log, time: timeOf(value.value) });
         continue;
       }
       const hash = hashOf(value.value);
@@ -321,14 +365,29 @@ export async function verifyChainExport(
       }
       const key = streamKey(log, link.stream);
       const entry = streams.get(key) ?? { log, stream: link.stream, records: [] };
-      const own = value.value as { id?: unknown; time?: unknown };
-      const time = typeof own.time === "string" ? Date.parse(own.time) : Number.NaN;
-      entry.records.push({ line, n: link.n, prev: link.prev, hash, id: own.id, time });
+      const time = timeOf(value.value);
+      entry.records.push({
+        line,
+        n: link.n,
+        prev: link.prev,
+        hash,
+        id: (value.value as { id?: unknown }).id,
+        time,
+      });
       streams.set(key, entry);
+      chainsBegan.set(log, chainStart(chainsBegan.get(log), line, time));
     } else if (value.type !== EXPORT_TYPE) {
       failures.push({ kind: "inserted", line, message: `line ${line} is neither a record nor a checkpoint` });
     }
   }
+  const loose = looseRecords.find((record) => insertedAmongChains(record, chainsBegan.get(record.log)));
+  if (loose !== undefined)
+    failures.push({
+      kind: "inserted",
+      line: loose.line,
+      log: loose.log,
+      message: `the ${loose.log} record at line ${loose.line} has no chain, yet the log's records are chained from line ${chainsBegan.get(loose.log)?.line} (${new Date(chainsBegan.get(loose.log)?.time ?? 0).toISOString()}) on: it was inserted`,
+    });
   const counts = { duplicates: 0 };
   const unsealed: (ChainedRecord & { readonly key: string })[] = [];
   const unsealedByStream: Record<string, number> = {};

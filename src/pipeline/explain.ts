@@ -70,9 +70,34 @@ function denial(code: string, explanation: DenyExplanation, permissionId: string
   };
 }
 
+const SKIPPED_AFTER_CAPABILITY: readonly ExplainStep[] = (
+  ["policy", "decision", "input_schema", "constraints"] as const
+).map((step) => ({ step, outcome: "skipped", inputs: {} }));
+
 /**
- * The trace, or undefined when the subject or the capability is not the partner's (the
- * caller answers not_found: another partner's ids read exactly like unknown ones).
+ * The trace of a capability the partner does not have: denied at the capability step, as a
+ * decision denies it (unknown_capability). Resolved in the partner's scope only, so another
+ * partner's capability reads exactly like an id no one has.
+ */
+function unknownCapability(subjectId: string, partnerId: string, capabilityId: string): ExplainTrace {
+  return {
+    steps: [
+      { step: "subject", outcome: "passed", inputs: { subject_id: subjectId, partner_id: partnerId } },
+      {
+        step: "capability",
+        outcome: "denied",
+        inputs: { capability_id: capabilityId, catalog_version: null },
+        reason: "unknown_capability",
+      },
+      ...SKIPPED_AFTER_CAPABILITY,
+    ],
+    result: denial("unknown_capability", explainDeny("unknown_capability"), null),
+  };
+}
+
+/**
+ * The trace, or undefined when the subject is not the partner's (the caller answers
+ * not_found: another partner's subject reads exactly like an unknown one).
  */
 export async function explainRequest(
   runtime: ExplainRuntime,
@@ -81,9 +106,9 @@ export async function explainRequest(
   const { partnerId } = request;
   const subject = await runtime.subjects.get(request.subjectId);
   if (subject === undefined || subject.partner_id !== partnerId) return undefined;
-  const capability = await runtime.capabilities.resolve(partnerId, request.capabilityId);
-  if (capability === undefined) return undefined;
   const subjectId = subject.subject_id;
+  const capability = await runtime.capabilities.resolve(partnerId, request.capabilityId);
+  if (capability === undefined) return unknownCapability(subjectId, partnerId, request.capabilityId);
   const loaded = await runtime.policies.load(subjectId, { partnerId });
   const policy = loaded.record;
   const enforced = rolloutCovers(runtime.constraintsRollout, partnerId);

@@ -118,6 +118,62 @@ describe("audit verify: attacks on the export", () => {
     assert.equal(result.failure?.stream, "replica-b");
   });
 
+  /** A copy of replica-a's k-th record line, edited by `edit` (a record the attacker fabricates from a real one). */
+  function forgedFrom(k: number, edit: (value: Record<string, unknown>) => void): string {
+    const source = lines.filter((line) => isRecordOf(line, "replica-a"))[k - 1];
+    assert.ok(source !== undefined);
+    const line = JSON.parse(source) as { seq: number; value: Record<string, unknown> };
+    edit(line.value);
+    return JSON.stringify({ ...line, seq: line.seq + 1000 });
+  }
+  const after = (k: number, extra: string): string[] => {
+    const at = lines.indexOf(lines.filter((line) => isRecordOf(line, "replica-a"))[k - 1] as string);
+    return [...lines.slice(0, at + 1), extra, ...lines.slice(at + 1)];
+  };
+
+  it("an inserted decision record without a chain is named, not counted as unchained", async () => {
+    const forged = forgedFrom(3, (value) => {
+      delete value.chain;
+      value.id = "dec_forged";
+      value.path = "/items/forged";
+    });
+    const tampered = after(3, forged);
+    const result = await verify(tampered);
+    assert.equal(result.ok, false);
+    assert.equal(result.failure?.kind, "inserted");
+    assert.equal(result.failure?.line, tampered.indexOf(forged) + 1);
+    // At the start of the log too: a record dated after the chains began is no older record.
+    const first = lines.findIndex((line) => parsed(line).type === "record");
+    const early = [...lines.slice(0, first), forged, ...lines.slice(first)];
+    const second = await verify(early);
+    assert.equal(second.failure?.kind, "inserted");
+    assert.equal(second.failure?.line, first + 1);
+  });
+
+  it("an inserted record that copies a place in the chain is named", async () => {
+    const forged = forgedFrom(3, (value) => {
+      value.id = "dec_forged";
+    });
+    const tampered = after(3, forged);
+    const result = await verify(tampered);
+    assert.equal(result.ok, false);
+    assert.equal(result.failure?.kind, "inserted");
+    assert.equal(result.failure?.line, tampered.indexOf(forged) + 1);
+  });
+
+  it("a whole stream the attacker made up is unsealed: --require-sealed refuses it", async () => {
+    const forged = forgedFrom(1, (value) => {
+      value.chain = { stream: "replica-forged", n: 1, prev: `sha256:${"0".repeat(64)}` };
+      value.id = "dec_forged";
+    });
+    const tampered = [...lines, forged];
+    const lax = await verify(tampered);
+    assert.equal(lax.unsealedByStream[`${logs.audit}/replica-forged`], 1);
+    const strict = await verifyChainExport(`${tampered.join("\n")}\n`, keys, { sealed: { all: true } });
+    assert.equal(strict.failure?.kind, "unsealed");
+    assert.equal(strict.failure?.line, tampered.length);
+  });
+
   it("a record nested too deep to hash is refused, not a crash", async () => {
     const depth = 200_000;
     const chain = { stream: "replica-z", n: 1, prev: `sha256:${"0".repeat(64)}` };

@@ -4,8 +4,10 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { denyReasons, denyRules, refinedDenyRules } from "../../../../src/errors.ts";
+import { writePolicyRecord } from "../../../../src/policy/record-store.ts";
 import { type Harness, startHarness } from "./harness.ts";
-import { PARTNER, seedAll, seedPartner, seedPolicy, seedSubject, snapshot } from "./seed.ts";
+import { PARTNER, seedAll, seedCapability, seedPartner, seedPolicy, seedSubject, snapshot } from "./seed.ts";
 
 const OTHER = "partner-2";
 
@@ -134,6 +136,243 @@ describe("admin explain", () => {
     assert.equal(body.result.reason, "policy_revoked");
     assert.equal(body.result.rule, "policy/revoked");
     assert.deepEqual(body.result.remedy, { action: "contact_partner" });
+  });
+
+  /**
+   * Every reason a decision can deny with, and every refusal of the stages explain runs after
+   * it: the trace names the reason, the rule (errors.ts denyRules, or the step's finer rule) and
+   * the step that refused; for a decision reason, authorize-invocation answers the same reason
+   * and rule for the same request. The list is checked against the table, so a new deny reason
+   * without an explain case fails here.
+   */
+  describe("a trace for each deny reason", () => {
+    interface Case {
+      readonly reason: string;
+      readonly rule: string | RegExp;
+      /** The step that refused, and the outcome the others got before it. */
+      readonly step: string;
+      readonly subject: string;
+      readonly method: string;
+      readonly path: string;
+      readonly partner?: string;
+      readonly extra?: Record<string, unknown>;
+      readonly remedy?: Record<string, unknown>;
+      /** Not answered by authorize-invocation (a stage after the decision). */
+      readonly afterDecision?: true;
+    }
+    const cases: readonly Case[] = [
+      {
+        reason: "unknown_capability",
+        rule: "catalog/capability",
+        step: "capability",
+        subject: "agent-7",
+        method: "GET",
+        path: "/users/1",
+        extra: { capability_id: "no-such-api" },
+      },
+      {
+        reason: "missing_policy",
+        rule: "policy/missing",
+        step: "policy",
+        subject: "agent-none",
+        method: "GET",
+        path: "/users/1",
+      },
+      {
+        reason: "policy_verification_failed",
+        rule: "policy/verification",
+        step: "policy",
+        subject: "agent-forged",
+        method: "GET",
+        path: "/users/1",
+      },
+      // Another subject's signed policy filed under this one: the signature binds the subject.
+      {
+        reason: "policy_verification_failed",
+        rule: "policy/verification",
+        step: "policy",
+        subject: "agent-swapped",
+        method: "GET",
+        path: "/users/1",
+      },
+      {
+        reason: "policy_revoked",
+        rule: "policy/revoked",
+        step: "decision",
+        subject: "agent-gone",
+        method: "GET",
+        path: "/users/1",
+        remedy: { action: "contact_partner" },
+      },
+      {
+        reason: "policy_expired",
+        rule: "policy/expired",
+        step: "decision",
+        subject: "agent-expired",
+        method: "GET",
+        path: "/users/1",
+        remedy: { action: "contact_partner" },
+      },
+      {
+        reason: "unknown_operation",
+        rule: "catalog/operation",
+        step: "decision",
+        subject: "agent-7",
+        method: "GET",
+        path: "/nowhere",
+      },
+      {
+        reason: "operation_not_allowed",
+        rule: "decide/allowlist",
+        step: "decision",
+        subject: "agent-7",
+        method: "DELETE",
+        path: "/users/12",
+        remedy: { action: "request_permission", permission_id: "billing-api:delete:/users/{id}" },
+      },
+      {
+        reason: "operation_not_allowed",
+        rule: refinedDenyRules.constraintsRollout,
+        step: "decision",
+        subject: "agent-outside",
+        partner: OTHER,
+        method: "GET",
+        path: "/users/12",
+      },
+      {
+        reason: "ambiguous_path",
+        rule: "decide/path-values",
+        step: "decision",
+        subject: "agent-7",
+        method: "GET",
+        path: "/users/Me",
+      },
+      {
+        reason: "constraint_violation",
+        rule: /^constraints\//,
+        step: "constraints",
+        subject: "agent-7",
+        method: "GET",
+        path: "/users/123456",
+        afterDecision: true,
+      },
+      {
+        reason: "invalid_input",
+        rule: "input/schema",
+        step: "input_schema",
+        subject: "agent-poster",
+        method: "POST",
+        path: "/invoices",
+        extra: { body: "not an object" },
+        afterDecision: true,
+      },
+    ];
+    /**
+     * The decision's reasons explain cannot meet: it is asked for a named subject and
+     * capability (both required by its schema: 400), and authenticates no token, so no caller
+     * can name a subject other than its own (subject_mismatch: authorize-invocation's body
+     * naming another subject than the token's; a policy filed under another subject fails its
+     * verification, above). The transport's refusals (request_body_required: a body the Check
+     * did not see) and the stages after `constraints` (credentials, egress, the upstream) are
+     * not run by an explain.
+     */
+    const notExplained = new Set(["missing_subject", "missing_capability", "subject_mismatch"]);
+
+    before(async () => {
+      const { store, protector } = h.service.context;
+      await seedSubject(store, { subjectId: "agent-none" });
+      const forged = await seedSubject(store, { subjectId: "agent-forged" });
+      const forgedRecord = await seedPolicy(store, protector, {
+        subject: forged,
+        allow: [["GET", "/users/{id}"]],
+      });
+      await writePolicyRecord(store, { ...forgedRecord, document_hash: `sha256:${"0".repeat(64)}` });
+      const swapped = await seedSubject(store, { subjectId: "agent-swapped" });
+      const agent7 = await seedPolicy(store, protector, {
+        subject: { ...swapped, subject_id: "agent-7-copy" },
+        allow: [["GET", "/users/{id}"]],
+      });
+      // An attacker with store access files another subject's signed policy under this subject.
+      await writePolicyRecord(store, { ...agent7, subject_id: "agent-swapped" });
+      const expired = await seedSubject(store, { subjectId: "agent-expired" });
+      const past = new Date(Date.now() - 7 * 86_400_000);
+      await seedPolicy(store, protector, {
+        subject: expired,
+        allow: [["GET", "/users/{id}"]],
+        now: past,
+        expiresAt: new Date(past.getTime() + 86_400_000).toISOString(),
+      });
+      const poster = await seedSubject(store, { subjectId: "agent-poster" });
+      await seedPolicy(store, protector, { subject: poster, allow: [["POST", "/invoices"]] });
+      // A partner outside the parameter-scoping rollout: a constrained operation is refused by the gate.
+      await seedCapability(store, { partnerId: OTHER });
+      const outside = await seedSubject(store, { subjectId: "agent-outside", partnerId: OTHER });
+      const limited = {
+        ...snapshot("GET", "/users/{id}"),
+        parameter_constraints: [{ in: "path" as const, name: "id", max_length: 4 }],
+      };
+      await seedPolicy(store, protector, {
+        subject: outside,
+        allow: [["GET", "/users/{id}"]],
+        operations: [limited],
+      });
+    });
+
+    it("covers every deny reason of the decision table", () => {
+      const covered = new Set([...cases.map((c) => c.reason), ...notExplained]);
+      assert.deepEqual(
+        Object.keys(denyReasons).filter((reason) => !covered.has(reason)),
+        [],
+      );
+    });
+
+    it("refuses to explain without a subject or a capability (the two reasons it cannot meet)", async () => {
+      for (const missing of ["subject_id", "capability_id"]) {
+        const body: Record<string, unknown> = ask({ method: "GET", path: "/users/1" });
+        delete body[missing];
+        assert.equal((await explain(admin, body)).status, 400, missing);
+      }
+    });
+
+    for (const c of cases) {
+      const label = typeof c.rule === "string" ? c.rule : c.reason;
+      it(`${c.reason} (${label}): denied at the ${c.step} step`, async () => {
+        const token = c.partner === OTHER ? otherAdmin : admin;
+        const request = { ...ask({ subject_id: c.subject, method: c.method, path: c.path }), ...c.extra };
+        const { status, body } = await explain(token, request, c.partner);
+        assert.equal(status, 200, JSON.stringify(body));
+        assert.equal(body.result.status, "denied", JSON.stringify(body));
+        assert.equal(body.result.reason, c.reason, JSON.stringify(body));
+        if (typeof c.rule === "string") assert.equal(body.result.rule, c.rule);
+        else assert.match(body.result.rule, c.rule);
+        // A rule of the table is the reason's own, unless the step names a finer one.
+        if (typeof c.rule === "string" && !c.rule.startsWith("decide/constraints"))
+          assert.equal(c.rule, denyRules[c.reason as keyof typeof denyRules]);
+        assert.deepEqual(body.result.remedy, c.remedy);
+        // The refusing step is the one denied; every step before it passed, every one after it was skipped.
+        const order = body.steps.map((s) => s.step);
+        const at = order.indexOf(c.step);
+        assert.ok(at >= 0, `${c.step} in ${order.join(",")}`);
+        const refusing = body.steps[at];
+        assert.equal(refusing?.outcome, "denied", JSON.stringify(body.steps));
+        for (const before of body.steps.slice(0, at)) assert.equal(before.outcome, "passed", before.step);
+        for (const later of body.steps.slice(at + 1)) assert.equal(later.outcome, "skipped", later.step);
+        if (c.afterDecision) return;
+        // The pipeline itself refuses the same request for the same reason, by the same rule.
+        const decided = await h.authorize(
+          {
+            subject: { subject_id: c.subject },
+            capability_id: request.capability_id,
+            method: c.method,
+            path: c.path,
+          },
+          await h.token(c.subject, c.partner === undefined ? {} : { partnerId: c.partner }),
+        );
+        assert.equal(decided.body.reason, c.reason, JSON.stringify(decided.body));
+        assert.equal(decided.body.rule, body.result.rule);
+        assert.deepEqual(decided.body.remedy, c.remedy);
+      });
+    }
   });
 
   // Last: the capability stays in the log-only mode.
