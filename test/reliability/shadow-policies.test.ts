@@ -195,6 +195,22 @@ describe("shadow policies and the log-only mode, on every path", () => {
     }
     const list = rows.find((r) => r.transport === "http" && r.decision === "denied");
     assert.deepEqual(list?.shadow, { decision: "allowed", reason: null, agrees: false });
+    // The admin views show the shadow beside each path's decision: the audit view, and the
+    // record a response's receipt finds.
+    for (const transport of ["http", "mcp", "invoke", "broker", "grpc", "proxy"]) {
+      const view = await adminCall("GET", `/admin/audit?kind=decision&transport=${transport}&limit=500`);
+      assert.equal(view.status, 200, view.text);
+      const shown = (view.json.items as DecisionRow[]).filter((item) => item.shadow !== undefined);
+      assert.ok(
+        shown.some((item) => item.decision === "allowed" && item.shadow?.agrees === false),
+        `${transport} in GET /admin/audit: ${view.text.slice(0, 400)}`,
+      );
+    }
+    const receipt = replies.http.headers["x-authority-receipt"];
+    assert.ok(typeof receipt === "string", "authorize-invocation answers a receipt");
+    const found = await adminCall("GET", `/admin/audit/receipts/${encodeURIComponent(receipt)}`);
+    assert.equal(found.status, 200, found.text);
+    assert.deepEqual(found.json.shadow, disagreeing);
 
     const counted = await metric(`${system.url}/metrics`, "authority_shadow_decisions_total");
     for (const transport of ["http", "mcp", "invoke", "broker"]) {
@@ -339,6 +355,19 @@ describe("shadow policies and the log-only mode, on every path", () => {
     assert.ok(
       counted.some((line) => line.includes('reason="operation_not_allowed"')),
       counted.join("\n"),
+    );
+    // Loud in the logs too: the switch, and each allow it made, at warn (40) with the request's id.
+    const warnings = system.logs
+      .lines()
+      .map((line) => JSON.parse(line) as { level: number; msg: string; requestId?: string; actor?: string })
+      .filter((line) => line.level === 40 && /LOG-ONLY MODE/.test(line.msg));
+    assert.ok(
+      warnings.some((line) => /ENABLED/.test(line.msg) && line.actor !== undefined),
+      "the switch is logged at warn, with who turned it on",
+    );
+    assert.ok(
+      warnings.some((line) => line.requestId === allowed.json.requestId),
+      "each log-only allow is logged at warn",
     );
     const changes = await system.store.queryLog<{ kind: string; action: string }>(logs.audit, {
       where: { kind: "log_only_change" },

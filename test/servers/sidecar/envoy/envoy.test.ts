@@ -253,15 +253,27 @@ describe("a denial through Envoy carries the sidecar's status, JSON body and hea
     );
   });
 
-  it("403 operation_not_allowed, 403 unknown_operation, 403 missing_policy", async () => {
+  it("403 operation_not_allowed, 403 unknown_operation, 403 missing_policy, each with its rule and remedy", async () => {
     const before = world.upstream.seen.length;
-    assertDenied(
-      await get("/orders", bearer(world.tokens.agent), "POST", "{}"),
-      403,
-      "operation_not_allowed",
-    );
-    assertDenied(await get("/admin/users", bearer(world.tokens.agent)), 403, "unknown_operation");
-    assertDenied(await get("/orders/42", bearer(world.tokens.noPolicyAgent)), 403, "missing_policy");
+    const notAllowed = await get("/orders", bearer(world.tokens.agent), "POST", "{}");
+    assertDenied(notAllowed, 403, "operation_not_allowed");
+    // The caller's own policy covers the capability and the request named one of its
+    // operations: the remedy names the permission to ask for.
+    assert.equal(notAllowed.json?.rule, "decide/allowlist");
+    assert.deepEqual(notAllowed.json?.remedy, {
+      action: "request_permission",
+      permission_id: `${CAPABILITY}:post:/orders`,
+    });
+    // An operation outside the catalog, or a caller without a policy: a rule, and no remedy
+    // that names anything of the catalog.
+    const unknown = await get("/admin/users", bearer(world.tokens.agent));
+    assertDenied(unknown, 403, "unknown_operation");
+    assert.equal(unknown.json?.rule, "catalog/operation");
+    assert.equal(unknown.json?.remedy, undefined);
+    const noPolicy = await get("/orders/42", bearer(world.tokens.noPolicyAgent));
+    assertDenied(noPolicy, 403, "missing_policy");
+    assert.equal(noPolicy.json?.rule, "policy/missing");
+    assert.equal(noPolicy.json?.remedy, undefined);
     assert.equal(world.upstream.seen.length, before);
   });
 
