@@ -23,6 +23,12 @@ import {
   recheckAssignment,
 } from "./policies.ts";
 import {
+  type AssignmentReplay,
+  type ReplayDeps,
+  type ReplayWindowInput,
+  replayAssignment,
+} from "./policy-replay.ts";
+import {
   hasActivePolicy,
   listAssignments,
   notifyPolicyChange,
@@ -44,7 +50,7 @@ export interface PromoteOutcome {
   readonly shadow_policy: PublicPolicyRecord | null;
 }
 
-async function listShadowAssignments(deps: AdminDeps, partnerId: string, subjectId: string) {
+async function listShadowAssignments(deps: Pick<AdminDeps, "store">, partnerId: string, subjectId: string) {
   const items = await scanAll<AssignmentRecord>(
     deps.store,
     collections.shadowAssignments,
@@ -263,4 +269,23 @@ export async function removeShadows(deps: AdminDeps, subject: SubjectRecord): Pr
     if (record?.partner_id === partnerId)
       await deletePolicyRecord(deps.store, subjectId, collections.shadowPolicies);
   });
+}
+
+/**
+ * The policy view's what-if (decision 2921): each of the subject's shadow assignments replayed
+ * as the proposed change over the subject's recorded decisions on its capability — what
+ * promoting it would flip. Nothing is written; one replay after another, in the caller's slot.
+ */
+export async function replayShadows(
+  deps: ReplayDeps,
+  partnerId: string,
+  subjectId: string,
+  window: ReplayWindowInput,
+): Promise<AssignmentReplay[]> {
+  await getPartner(deps, partnerId);
+  const subject = await getSubject(deps, partnerId, subjectId);
+  const reports: AssignmentReplay[] = [];
+  for (const shadow of await listShadowAssignments(deps, partnerId, subject.subject_id))
+    reports.push(await replayAssignment(deps, subject, shadow, window));
+  return reports;
 }

@@ -28,6 +28,7 @@ import {
 } from "../../../admin/policies.ts";
 import { replayAssignment } from "../../../admin/policy-replay.ts";
 import { createReplaySlots, REPLAY_RETRY_AFTER_SEC } from "../../../admin/replay-slots.ts";
+import { replayShadows } from "../../../admin/shadow-policies.ts";
 import { redactionRuleSchema } from "../../../core/index.ts";
 import { rolloutCovers } from "../../../core/parameter-constraints.ts";
 import { permissionIdSchema } from "../../../core/schemas/common.ts";
@@ -85,6 +86,19 @@ const assignQuery = {
   },
 } as const;
 type AssignQuery = { dry_run?: "true" | "false"; since?: string; until?: string; examples?: string };
+
+/** `?replay=shadow`: the view with what promoting each shadow would flip (decision 2921). */
+const viewQuery = {
+  type: "object",
+  additionalProperties: false,
+  properties: {
+    replay: { type: "string", enum: ["shadow"] },
+    since: assignQuery.properties.since,
+    until: assignQuery.properties.until,
+    examples: assignQuery.properties.examples,
+  },
+} as const;
+type ViewQuery = { replay?: "shadow"; since?: string; until?: string; examples?: string };
 
 const text = { type: "string" } as const;
 const replayFlipsSchema = {
@@ -194,12 +208,33 @@ export function policyRoutes(context: AuthorityServices): FastifyPluginAsync {
       },
     );
 
-    app.get<{ Params: SubjectParams }>(
+    app.get<{ Params: SubjectParams; Querystring: ViewQuery }>(
       "/partners/:id/caab/subjects/:subject/policy",
-      { schema: { response: { 200: publicPolicySchema }, params: subjectParams } },
-      async (request) => {
-        assertCanReadPartner(principalOf(request), request.params.id);
-        return getPolicy(context, request.params.id, request.params.subject);
+      { schema: { response: { 200: publicPolicySchema }, params: subjectParams, querystring: viewQuery } },
+      async (request, reply) => {
+        const principal = principalOf(request);
+        const { id, subject } = request.params;
+        assertCanReadPartner(principal, id);
+        const { replay, since, until, examples } = request.query;
+        if (replay === undefined) return getPolicy(context, id, subject);
+        // A replay is a dry run's work: a partner admin's, in the partner's replay slot.
+        assertCanManagePartner(principal, id);
+        const view = await getPolicy(context, id, subject);
+        const release = replaySlots.acquire(id);
+        if (release === undefined) {
+          reply.header("retry-after", String(REPLAY_RETRY_AFTER_SEC));
+          throw new AuthorityError("replay_busy");
+        }
+        try {
+          const window = {
+            ...(since === undefined ? {} : { since }),
+            ...(until === undefined ? {} : { until }),
+            ...(examples === undefined ? {} : { examples: Number(examples) }),
+          };
+          return { ...view, shadow_replay: await replayShadows(replayDepsOf(context), id, subject, window) };
+        } finally {
+          release();
+        }
       },
     );
 

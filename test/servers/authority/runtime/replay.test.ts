@@ -158,6 +158,37 @@ describe("what-if replay of an assignment (dry_run)", () => {
     assert.deepEqual(body.replay.skipped, {});
   });
 
+  it("the policy view replays the subject's shadows: what promoting each would flip, exactly the flips computed", async () => {
+    // The test above left agent-7 with a shadow of the proposed assignment on the capability.
+    const view = `/partners/${PARTNER}/caab/subjects/agent-7/policy`;
+    const plain = await h.get(view, admin);
+    assert.equal(plain.status, 200);
+    assert.equal(plain.body.shadow_replay, undefined, "a view without replay=shadow replays nothing");
+    const replayed = await h.get(
+      `${view}?replay=shadow&since=${encodeURIComponent(since)}&examples=100`,
+      admin,
+    );
+    assert.equal(replayed.status, 200, JSON.stringify(replayed.body));
+    assert.equal(replayed.body.subject_id, "agent-7");
+    assert.ok(replayed.body.shadow_policy, "the view still shows the shadow itself");
+    const reports = replayed.body.shadow_replay as DryRun[] & Array<{ capability_id: string }>;
+    assert.equal(reports.length, 1);
+    const [report] = reports;
+    assert.ok(report);
+    assert.equal(report.capability_id, CAPABILITY);
+    const ids = (flips: Flips) => flips.examples.map((example) => example.requestId);
+    assert.deepEqual(ids(report.replay.allow_to_deny), expected.allowToDeny);
+    assert.deepEqual(ids(report.replay.deny_to_allow), expected.denyToAllow);
+    assert.equal(report.replay.unchanged, expected.unchanged);
+    // A replay is a partner admin's work, bounded like a dry run: read roles see the view only.
+    const auditor = await h.token("eve", { roles: ["auditor"] });
+    assert.equal((await h.get(view, auditor)).status, 200);
+    assert.equal((await h.get(`${view}?replay=shadow`, auditor)).status, 403);
+    const otherAdmin = await h.token("pa-2", { roles: ["partner_admin"], partnerId: "partner-2" });
+    assert.equal((await h.get(`${view}?replay=shadow`, otherAdmin)).status, 403);
+    assert.equal((await h.get(`${view}?replay=everything`, admin)).status, 400);
+  });
+
   it("runs one dry run per partner at a time: another gets 429 replay_busy with Retry-After, then the slot frees", async () => {
     const store = h.service.context.store;
     const queryLog = store.queryLog.bind(store);
