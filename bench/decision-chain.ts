@@ -1,12 +1,14 @@
 /**
  * The decision chain's cost per record (docs/decisions/2681): CPU per `link()` — the canonical
- * JSON and SHA-256 of the record with its link — for a decision record, an MCP audit row with
- * 4 KB representations and an evidence record; and one checkpoint signature (ML-DSA-65,
+ * JSON and SHA-256 of the record with its link — for a decision record (authorize-invocation),
+ * a Check's record as the authority links it when its sidecar ships it, an MCP audit row with
+ * 4 KB representations and an evidence record; the receipt a response carries; and one checkpoint signature (ML-DSA-65,
  * embedded key ring), paid once per interval, not per decision. Target: ≤ 10 µs CPU per decision.
  */
 import { performance } from "node:perf_hooks";
 import { CHAINED_LOGS, createChainLinker, EMPTY_HEAD } from "../src/audit/chain.ts";
 import { evidenceRecord, mcpAuditRecord } from "../src/audit/mcp-records.ts";
+import { receiptOf } from "../src/audit/receipts.ts";
 import { decisionRecord } from "../src/audit/records.ts";
 import { KeyRing } from "../src/crypto/index.ts";
 import { keyRingCheckpointSigner } from "../src/servers/authority/checkpoint-signers.ts";
@@ -78,10 +80,52 @@ export async function benchDecisionChain(iterations = 100_000): Promise<ChainBen
     requestId: "req-bench-000000000003",
     time,
   });
+  // A Check's record as the authority links it at ingest: shipped by a sidecar (its id and
+  // time), transport grpc, with the subject's shadow noted beside it.
+  const check = decisionRecord(
+    {
+      actor: "agent-7",
+      subject_id: "agent-7",
+      partner_id: "partner-1",
+      capability_id: "billing-api",
+      method: "GET",
+      path: "/invoices/inv_000123",
+      permission_id: "billing-api:GET:/invoices/{id}",
+      decision: "allowed",
+      reason: null,
+      transport: "grpc",
+      requestId: "5f0c2b8e-8a53-4c4c-9d3a-1f6b2f0e9a11",
+      time,
+      shadow: { decision: "denied", reason: "operation_not_allowed", agrees: false },
+    },
+    "dec_5f0c2b8e-8a53-4c4c-9d3a-1f6b2f0e9a12",
+  );
   const ring = KeyRing.generate({ owner: "service:authority" });
   const signing = keyRingCheckpointSigner(async () => ring);
+  const authorizeLink = await measure("link a decision record (audit)", iterations, () =>
+    linker.link(logs.audit, decision),
+  );
+  const checkLink = await measure(
+    "link a Check's record (shipped by a sidecar, grpc, shadow noted)",
+    iterations,
+    () => linker.link(logs.audit, check),
+  );
+  const receipt = await measure(
+    "a response's receipt (authorize header; the sidecar per answered Check)",
+    iterations,
+    () => receiptOf(logs.audit, decision),
+  );
+  const perDecision = (path: string, link: ChainBenchRow): ChainBenchRow => ({
+    name: `  per ${path} decision: chain + receipt (target ≤ 10)`,
+    cpuUs: Number((link.cpuUs + receipt.cpuUs).toFixed(3)),
+    wallUs: Number((link.wallUs + receipt.wallUs).toFixed(3)),
+  });
   return [
-    await measure("link a decision record (audit)", iterations, () => linker.link(logs.audit, decision)),
+    authorizeLink,
+    checkLink,
+    receipt,
+    perDecision("authorize", authorizeLink),
+    perDecision("Check", checkLink),
     await measure("link an MCP audit row (4 KB request and response)", iterations / 10, () =>
       linker.link(logs.mcpAudit, mcp),
     ),

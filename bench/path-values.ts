@@ -14,6 +14,7 @@ import { buildPermissionId } from "../src/core/permission-id.ts";
 import { POLICY_SCHEMA_V1, type PolicyDocumentV1 } from "../src/core/policy-document.ts";
 import { buildUpstreamUrl, renderUpstreamRequest } from "../src/execute/url.ts";
 import { decideStage } from "../src/pipeline/decision.ts";
+import { shadowPathRows } from "./shadow-paths.ts";
 
 export interface PathBenchRow {
   name: string;
@@ -146,6 +147,7 @@ export async function benchPathValues(iterations = 100_000): Promise<PathBenchRo
     }
   }
   rows.push(...shadowRows(capability, policy, now, iterations));
+  rows.push(...(await shadowPathRows(capability, policy, "/resources/cus_00000001", now, iterations)));
   return rows;
 }
 

@@ -94,15 +94,16 @@ export const BENCH_MODULES: readonly BenchModule[] = [
   {
     name: "path",
     title:
-      "Path rule: decide() on a 100-operation catalog with literal siblings, the rule alone, render + re-match",
-    targets: "all extra checks ≤ 25 µs CPU per Check (issue 15)",
+      "Path rule: decide() on a 100-operation catalog with literal siblings, the rule alone, render + re-match; a shadow policy on the Check and authorize paths",
+    targets:
+      "all extra checks ≤ 25 µs CPU per Check (issue 15); a shadow ≤ 1.2× the CPU of one decision on the Check and authorize paths (issue 34)",
     quick: true,
     run: async ({ quick }) => (await import("./path-values.ts")).benchPathValues(quick ? 2_000 : undefined),
   },
   {
     name: "decision-chain",
     title:
-      "Tamper-evident decision records: CPU to link one record into its hash chain (decision, MCP row with 4 KB representations, evidence), and one checkpoint signature",
+      "Tamper-evident decision records: CPU to link one record into its hash chain (authorize decision, a Check's shipped record, MCP row with 4 KB representations, evidence), a response's receipt, and one checkpoint signature",
     targets: "≤ 10 µs CPU per decision for the chain (issue 34)",
     quick: true,
     run: async ({ quick }) =>
