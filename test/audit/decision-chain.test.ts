@@ -223,6 +223,38 @@ describe("tamper-evident decision records", () => {
   });
 });
 
+describe("checkpoints at the interval", () => {
+  it("seals the heads each interval when they moved, and only then", async (t) => {
+    t.mock.timers.enable({ apis: ["setInterval"] });
+    const store = freshStore();
+    try {
+      const one = await replica(store, "replica-i");
+      for (let i = 0; i < 3; i++) await one.decide(i);
+      await one.recorder.flush();
+      const reasons = async () =>
+        (
+          await store.readLog<{ reason: string; heads: { audit?: { n: number } } }>(logs.auditCheckpoints, {
+            limit: 100,
+          })
+        ).map((entry) => `${entry.value.reason}:${entry.value.heads.audit?.n ?? 0}`);
+      t.mock.timers.tick(3_600_000);
+      // The interval's write is queued before this one: both are in the log once it returns.
+      await one.checkpoints.checkpoint("demand");
+      assert.deepEqual(await reasons(), ["interval:3", "demand:3"]);
+      // Nothing moved: the next interval signs nothing.
+      t.mock.timers.tick(3_600_000);
+      await one.decide(3);
+      await one.recorder.flush();
+      t.mock.timers.tick(3_600_000);
+      await one.checkpoints.checkpoint("demand");
+      assert.deepEqual(await reasons(), ["interval:3", "demand:3", "interval:4", "demand:4"]);
+      await one.stop();
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe("decision chains across restarts, replicas and retention", () => {
   it("continues the chain after a restart, with or without the shutdown checkpoint", async () => {
     const store = freshStore();
