@@ -3,13 +3,17 @@
  * scope (another partner's subject or capability reads as unknown, nothing of it leaks).
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { denyReasons, denyRules, refinedDenyRules } from "../../../../src/errors.ts";
 import { writePolicyRecord } from "../../../../src/policy/record-store.ts";
 import { type Harness, startHarness } from "./harness.ts";
 import { PARTNER, seedAll, seedCapability, seedPartner, seedPolicy, seedSubject, snapshot } from "./seed.ts";
 
 const OTHER = "partner-2";
+const WRAPPER = fileURLToPath(new URL("../../../../bin/authority", import.meta.url));
 
 interface Trace {
   readonly steps: Array<{ step: string; outcome: string; inputs: Record<string, unknown> }>;
@@ -400,6 +404,31 @@ describe("admin explain", () => {
     const own = await explain(admin, ask({ method: "GET", path: "/users/12" }));
     assert.equal(own.body.result.status, "allowed");
     assert.equal(own.body.result.log_only, undefined);
+  });
+
+  it("`authority explain` prints the trace and exits 0 on an allow, 1 on a deny, 1 on an error answer", async () => {
+    const run = async (...args: string[]) => {
+      const all = ["explain", "--url", h.url, "--partner", PARTNER, "--subject", "agent-7", ...args];
+      try {
+        const { stdout } = await promisify(execFile)(WRAPPER, all, {
+          env: { ...process.env, AUTHORITY_TOKEN: admin },
+          timeout: 30_000,
+        });
+        return { code: 0, answer: JSON.parse(stdout) as Trace };
+      } catch (error) {
+        const failed = error as { code: number; stdout: string };
+        return { code: failed.code, answer: JSON.parse(failed.stdout || "{}") as Trace };
+      }
+    };
+    const allowed = await run("--capability", "billing-api", "--method", "get", "--path", "/users/12");
+    assert.equal(allowed.code, 0);
+    assert.equal(allowed.answer.result.status, "allowed");
+    const denied = await run("--capability", "billing-api", "--method", "GET", "--path", "/nowhere");
+    assert.equal(denied.code, 1);
+    assert.equal(denied.answer.result.reason, "unknown_operation");
+    assert.equal(denied.answer.result.rule, "catalog/operation");
+    const refused = await run("--capability", "billing-api", "--method", "GET", "--path", "no-slash");
+    assert.equal(refused.code, 1);
   });
 
   it("validates its input", async () => {
