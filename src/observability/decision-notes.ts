@@ -4,7 +4,7 @@
  * The authority counts every record it keeps (its own decisions and those its sidecars ship);
  * a sidecar counts its own decisions. Labels are bounded sets: transports and reason codes.
  */
-import type { Registry } from "prom-client";
+import { Gauge, type Registry } from "prom-client";
 import type { Logger } from "./logger.ts";
 import { counter } from "./metrics.ts";
 
@@ -75,4 +75,30 @@ export function decisionNoteMetrics(
       }
     },
   };
+}
+
+/**
+ * `<prefix>_log_only_capabilities`: how many capabilities are in the platform-wide log-only
+ * mode now, read from the store at each scrape — loud while the mode is on, even before any
+ * request is relaxed, on every replica (one replica's switch is every replica's). A failed read
+ * keeps the last value (a scrape never fails for it).
+ */
+export function logOnlyModeGauge(
+  registry: Registry,
+  prefix: string,
+  count: () => Promise<number>,
+  onError: (error: unknown) => void = () => {},
+): void {
+  new Gauge({
+    name: `${prefix}_log_only_capabilities`,
+    help: "Capabilities in the platform-wide log-only mode (decide and record, but allow what the allow list denies): alert while it is above 0 outside onboarding.",
+    registers: [registry],
+    async collect() {
+      try {
+        this.set(await count());
+      } catch (error) {
+        onError(error);
+      }
+    },
+  });
 }

@@ -338,11 +338,15 @@ describe("shadow policies and the log-only mode, on every path", () => {
       403,
     );
     assert.equal((await adminCall("GET", "/admin/log-only")).json.items.length, 0);
+    // Loud while it is on, even with no traffic: a gauge of the capabilities in the mode.
+    const inMode = async () => metric(`${system.url}/metrics`, "authority_log_only_capabilities ");
+    assert.deepEqual(await inMode(), ["authority_log_only_capabilities 0"]);
     const list = { capability_id: CAPABILITY, method: "GET", path: "/items" };
     assert.equal((await system.authorize(list, agent)).status, 403);
 
     const set = await adminCall("PUT", path, { reason: "onboarding" });
     assert.equal(set.status, 200, set.text);
+    assert.deepEqual(await inMode(), ["authority_log_only_capabilities 1"]);
     const allowed = await system.authorize(list, agent);
     assert.equal(allowed.status, 200, allowed.text);
     // Revocation, unknown operations and other subjects are not relaxed.
@@ -404,6 +408,7 @@ describe("shadow policies and the log-only mode, on every path", () => {
 
     const cleared = await adminCall("DELETE", path);
     assert.equal(cleared.json.disabled, true);
+    assert.deepEqual(await inMode(), ["authority_log_only_capabilities 0"]);
     assert.equal((await system.authorize(list, agent)).status, 403);
     await waitFor(async () => {
       const answer = await system.check({

@@ -11,6 +11,7 @@
 import type { AddressInfo } from "node:net";
 import type { FastifyInstance } from "fastify";
 import type { Registry } from "prom-client";
+import { listLogOnly } from "../../admin/log-only.ts";
 import type { PlatformEndpoints } from "../../admin/platform-diagnostics.ts";
 import type { SecretKeys } from "../../admin/secret-box.ts";
 import { migrateSubjectIdentities } from "../../admin/subject-identity-migration.ts";
@@ -37,7 +38,7 @@ import type { Executor } from "../../execute/executor.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
 import { createVerifiedTokenCache } from "../../identity/verified-token-cache.ts";
 import { mcpResourceUrl } from "../../mcp/resource-metadata.ts";
-import { decisionNoteMetrics } from "../../observability/decision-notes.ts";
+import { decisionNoteMetrics, logOnlyModeGauge } from "../../observability/decision-notes.ts";
 import { createLogger, type Logger } from "../../observability/logger.ts";
 import { counter, createMetricsRegistry } from "../../observability/metrics.ts";
 import { exportErrorLogger, startTracing, tracingMetrics } from "../../observability/tracing.ts";
@@ -402,6 +403,12 @@ export async function buildAuthorityService(
       },
     });
     const noted = notingRecorder(audit, decisionNoteMetrics(metrics, "authority", logger));
+    logOnlyModeGauge(
+      metrics,
+      "authority",
+      async () => (await listLogOnly({ store })).length,
+      (err) => logger.warn({ err }, "log-only capabilities could not be counted"),
+    );
     const recorder = exporter === undefined ? noted : exportingRecorder(noted, exporter);
     const checkpointsOf = (linker: typeof chain): Checkpointer => {
       const checkpointer = startCheckpoints({
