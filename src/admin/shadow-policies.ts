@@ -214,7 +214,21 @@ export async function promoteShadow(
   subjectId: string,
   capabilityId: string,
 ): Promise<PromoteOutcome> {
-  const subject = await managedSubject(deps, partnerId, subjectId);
+  return promoteShadowOf(deps, actor, await managedSubject(deps, partnerId, subjectId), capabilityId);
+}
+
+/**
+ * The promotion of `subject`'s shadow of one capability (a headless subject's under its
+ * binding's context, its binding API having checked the mapping: decision 2921).
+ */
+export async function promoteShadowOf(
+  deps: AdminDeps,
+  actor: Actor,
+  subject: SubjectRecord,
+  capabilityId: string,
+  headless?: HeadlessContext,
+): Promise<PromoteOutcome> {
+  const { partner_id: partnerId, subject_id: subjectId } = subject;
   const id = storeKeys.assignment(partnerId, subjectId, capabilityId);
   const outcome = await withKeyLock(policyLockKey(partnerId, subjectId), async () => {
     const shadows = await listShadowAssignments(deps, partnerId, subjectId);
@@ -232,7 +246,7 @@ export async function promoteShadow(
       (a) => a.capability_id !== capabilityId,
     );
     const narrows = await hasActivePolicy(deps, subjectId);
-    const written = await writeCompiledPolicy(deps, subject, [...others, promoted], null);
+    const written = await writeCompiledPolicy(deps, subject, [...others, promoted], null, headless);
     await appendChange(
       deps,
       policyChangeRecord(actor, { action: "promote_shadow", partnerId, subjectId, capabilityId }, now),
@@ -245,6 +259,7 @@ export async function promoteShadow(
       deps,
       subject,
       shadows.filter((a) => a.capability_id !== capabilityId),
+      headless,
     );
     return { written, narrows, promoted, shadowPolicy };
   });

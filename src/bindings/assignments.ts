@@ -17,7 +17,13 @@ import {
   notifyPolicyChange,
   writeCompiledPolicy,
 } from "../admin/policy-writer.ts";
-import { dropShadow, putShadow, type ShadowOutcome } from "../admin/shadow-policies.ts";
+import {
+  dropShadow,
+  type PromoteOutcome,
+  promoteShadowOf,
+  putShadow,
+  type ShadowOutcome,
+} from "../admin/shadow-policies.ts";
 import { getSubject } from "../admin/subjects.ts";
 import { redactionRuleProblem } from "../catalog/extensions.ts";
 import { buildPermissionId, type PermissionId, type RedactionRule } from "../core/index.ts";
@@ -204,6 +210,31 @@ export async function removeBindingShadow(
   const subject = await headlessSubject(deps, binding, subjectId);
   const headless = headlessContextOf(binding, mapping);
   return { shadow_policy: await dropShadow(deps, actor, subject, capabilityId, headless) };
+}
+
+/**
+ * Promotes a mapped subject's shadow of one capability to its enforced assignment in one
+ * recorded action (`promote_shadow`), the v2 policy recompiled under the binding's current
+ * context (decision 2921).
+ */
+export async function promoteBindingShadow(
+  deps: AdminDeps,
+  actor: Actor,
+  binding: BindingRecord,
+  subjectId: string,
+  capabilityId: string,
+): Promise<PromoteOutcome> {
+  const mapping = await getMapping(deps, binding, subjectId);
+  const subject = await headlessSubject(deps, binding, subjectId);
+  const outcome = await promoteShadowOf(
+    deps,
+    actor,
+    subject,
+    capabilityId,
+    headlessContextOf(binding, mapping),
+  );
+  await touchMapping(deps, mapping, binding.mapping_version);
+  return outcome;
 }
 
 /** Removes one capability; removing the last leaves a revoked policy (never a deleted one). */

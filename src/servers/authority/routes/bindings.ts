@@ -26,6 +26,7 @@ import {
   assignBindingApi,
   type BindingAssignInput,
   listBindingApis,
+  promoteBindingShadow,
   removeBindingShadow,
   setBindingShadow,
   unassignBindingApi,
@@ -186,6 +187,11 @@ const shadowBody = {
 } as const;
 type ShadowBody = Omit<BindingAssignInput, "subject_id" | "capability_id">;
 type SubjectApiParams = BindingParams & { subject: string; capability: string };
+const promoteResultSchema = record(["policy", "assignment", "shadow_policy"], {
+  policy: publicPolicySchema,
+  assignment: assignmentSchema,
+  shadow_policy: { anyOf: [publicPolicySchema, { type: "null" }] },
+});
 const shadowResultSchema = record(["shadow_policy"], {
   shadow_policy: { anyOf: [publicPolicySchema, { type: "null" }] },
   assignment: assignmentSchema,
@@ -448,6 +454,22 @@ export function bindingRoutes(context: AuthorityContext): FastifyPluginAsync {
         const binding = await bindingFor(request, true);
         const { subject, capability } = request.params;
         return removeBindingShadow(
+          context,
+          actorOf(principalOf(request), request),
+          binding,
+          subject,
+          capability,
+        );
+      },
+    );
+
+    app.post<{ Params: SubjectApiParams }>(
+      `${shadowPath}/promote`,
+      { schema: { response: { 200: promoteResultSchema }, params: subjectApiParams } },
+      async (request) => {
+        const binding = await bindingFor(request, true);
+        const { subject, capability } = request.params;
+        return promoteBindingShadow(
           context,
           actorOf(principalOf(request), request),
           binding,

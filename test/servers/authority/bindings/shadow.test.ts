@@ -98,4 +98,38 @@ describe("binding API: shadows of headless subjects", () => {
     assert.equal(reply.status, 200, JSON.stringify(reply.body));
     assert.equal((await recordOf(reply.body.requestId))?.shadow, undefined);
   });
+
+  it("is promoted through the binding API in one recorded action, enforced at once", async () => {
+    const promotePath = `${shadowPath()}/promote`;
+    assert.equal((await h.call("POST", promotePath, { token: h.admin })).status, 404, "no shadow yet");
+    const shadow = { allowed_permission_ids: [LIST, READ_ONE], ttl_seconds: 600 };
+    assert.equal((await h.call("PUT", shadowPath(), { token: h.admin, body: shadow })).status, 200);
+    const other = await h.adminToken(["partner_admin"], "globex");
+    assert.equal((await h.call("POST", promotePath, { token: other })).status, 403);
+    // The partner route still refuses the headless subject.
+    const partnerRoute = await h.call(
+      "POST",
+      `/partners/${PARTNER}/caab/subjects/${h.subjectId}/policies/customers/shadow/promote`,
+      { token: h.admin },
+    );
+    assert.equal(partnerRoute.status, 400, JSON.stringify(partnerRoute.body));
+
+    const promoted = await h.call("POST", promotePath, { token: h.admin });
+    assert.equal(promoted.status, 200, JSON.stringify(promoted.body));
+    assert.deepEqual(promoted.body.assignment.allowed_permission_ids, [LIST, READ_ONE].sort());
+    assert.equal(promoted.body.shadow_policy, null);
+    assert.equal(promoted.body.policy.crypto_version, "platform_service_v2");
+    // Enforced under the binding's context at once: the list the old assignment lacked is allowed.
+    const listed = await h.invoke({ capability_id: "customers", method: "GET", path: "/customers" });
+    assert.equal(listed.status, 200, JSON.stringify(listed.body));
+    assert.equal((await recordOf(listed.body.requestId))?.shadow, undefined);
+    const changes = await h.store.readLog<{ kind: string; action?: string; subject_id?: string }>("audit", {
+      limit: 1000,
+    });
+    const promotions = changes.filter(
+      (e) => e.value.action === "promote_shadow" && e.value.subject_id === h.subjectId,
+    );
+    assert.equal(promotions.length, 1, "one promote_shadow record");
+    assert.equal((await h.call("POST", promotePath, { token: h.admin })).status, 404, "nothing left");
+  });
 });
