@@ -65,6 +65,7 @@ import { assertCanManagePartner, assertCanReadPartner, type Principal } from "..
 import { type BindingRecord, workloadScopes } from "../../../store/binding-model.ts";
 import { authenticateAll } from "../authenticate.ts";
 import type { AuthorityContext } from "../context.ts";
+import { promoteResultSchema } from "./shadow.ts";
 
 /**
  * The headless partner API's lifecycle routes (docs/bindings.md): bindings of a partner,
@@ -187,11 +188,6 @@ const shadowBody = {
 } as const;
 type ShadowBody = Omit<BindingAssignInput, "subject_id" | "capability_id">;
 type SubjectApiParams = BindingParams & { subject: string; capability: string };
-const promoteResultSchema = record(["policy", "assignment", "shadow_policy"], {
-  policy: publicPolicySchema,
-  assignment: assignmentSchema,
-  shadow_policy: { anyOf: [publicPolicySchema, { type: "null" }] },
-});
 const shadowResultSchema = record(["shadow_policy"], {
   shadow_policy: { anyOf: [publicPolicySchema, { type: "null" }] },
   assignment: assignmentSchema,

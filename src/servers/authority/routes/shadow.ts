@@ -35,7 +35,8 @@ const shadowResultSchema = record(["shadow_policy"], {
   shadow_policy: nullablePolicy,
   assignment: assignmentSchema,
 });
-const promoteResultSchema = record(["policy", "assignment", "shadow_policy"], {
+/** A promotion's answer (the partner route and the binding route). */
+export const promoteResultSchema = record(["policy", "assignment", "shadow_policy"], {
   policy: publicPolicySchema,
   assignment: assignmentSchema,
   shadow_policy: nullablePolicy,
