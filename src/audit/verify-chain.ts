@@ -232,7 +232,7 @@ function walkStream(
  */
 const RECORDER_KINDS: ReadonlySet<unknown> = new Set(["decision", "mcp_call", "evidence"]);
 
-const isRecorderKind = (value: Record<string, unknown> | unknown): boolean =>
+const isRecorderKind = (value: unknown): boolean =>
   typeof value === "object" && value !== null && RECORDER_KINDS.has((value as { kind?: unknown }).kind);
 
 /** A record's own time (ms), NaN when it shows none. */

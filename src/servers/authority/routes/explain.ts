@@ -11,8 +11,9 @@ import type { AuthorityServices } from "../services.ts";
 /**
  * POST /partners/{id}/explain: the trace of what the pipeline would decide for one request
  * of a subject on a capability of this partner, nothing executed or recorded
- * (src/pipeline/explain.ts). Read roles, in the partner's scope: another partner's subject or
- * capability is not_found, like an unknown one. docs/admin-api.md.
+ * (src/pipeline/explain.ts). Read roles, in the partner's scope: another partner's subject is
+ * not_found, like an unknown one; a capability the partner lacks is explained as the decision's
+ * unknown_capability. docs/admin-api.md.
  */
 
 interface ExplainBody {
@@ -102,8 +103,7 @@ export function explainRoutes(services: AuthorityServices): FastifyPluginAsync {
           now: services.now(),
           args,
         });
-        if (trace === undefined)
-          throw new AuthorityError("not_found", "No such subject and capability in this partner.");
+        if (trace === undefined) throw new AuthorityError("not_found", "No such subject in this partner.");
         return trace;
       },
     );
