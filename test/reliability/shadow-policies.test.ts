@@ -213,7 +213,8 @@ describe("shadow policies and the log-only mode, on every path", () => {
     assert.deepEqual(found.json.shadow, disagreeing);
 
     const counted = await metric(`${system.url}/metrics`, "authority_shadow_decisions_total");
-    for (const transport of ["http", "mcp", "invoke", "broker"]) {
+    // The authority counts every record it keeps: its own decisions and those its sidecars ship.
+    for (const transport of ["http", "mcp", "invoke", "broker", "grpc", "proxy"]) {
       assert.ok(
         counted.some(
           (line) =>
@@ -234,7 +235,11 @@ describe("shadow policies and the log-only mode, on every path", () => {
     for (const transport of ["grpc", "proxy"])
       assert.ok(
         sidecarCounted.some(
-          (line) => line.includes(`transport="${transport}"`) && line.includes('agreement="disagree"'),
+          (line) =>
+            line.includes(`transport="${transport}"`) &&
+            line.includes('agreement="disagree"') &&
+            line.includes('enforced="allowed"') &&
+            line.includes('shadow="operation_not_allowed"'),
         ),
         `sidecar ${transport} counted: ${sidecarCounted.join("\n")}`,
       );
