@@ -8,6 +8,7 @@ import type { Logger } from "../../observability/logger.ts";
 import type { Tracing } from "../../observability/tracing.ts";
 import { type CapabilityMap, createCapabilityMap } from "../../pipeline/capability-map.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
+import { auditedEngine } from "../../pipeline/check-record.ts";
 import { createFetchCache } from "../../pipeline/fetch-cache.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "../../pipeline/token-cache.ts";
 import {
@@ -26,7 +27,7 @@ import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { exportingJournal, exportingShipper } from "./decision-export.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
-import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
+import { createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
 import { errorSummary, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
