@@ -6,6 +6,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { type JSONWebKeySet, SignJWT } from "jose";
 import { LRUCache } from "lru-cache";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { TokenVerificationError } from "../identity/errors.ts";
 import { createJwtVerifier, type JwtVerifier } from "../identity/jwt-verifier.ts";
 import type { WorkloadClientRecord, WorkloadScope } from "../store/binding-model.ts";
@@ -53,10 +54,13 @@ export function createWorkloadTokenService(options: WorkloadTokenServiceOptions)
   if (typeof options?.keys?.current !== "function") throw new TypeError("keys is required");
   if (typeof options.issuer !== "string" || options.issuer.length === 0)
     throw new TypeError("issuer is required");
-  const lifetimeSec = options.lifetimeSec ?? DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC;
-  if (!Number.isInteger(lifetimeSec) || lifetimeSec < 1 || lifetimeSec > 3600) {
-    throw new TypeError("lifetimeSec must be an integer from 1 to 3600");
-  }
+  const lifetimeSec = positiveIntegerOption(
+    options.lifetimeSec,
+    DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC,
+    "lifetimeSec",
+    undefined,
+    3600,
+  );
   const now = options.now ?? (() => new Date());
   const { keys, issuer } = options;
   let verifier: { kid: string; verifier: JwtVerifier } | undefined;

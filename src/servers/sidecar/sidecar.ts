@@ -6,7 +6,7 @@ import type { EgressPolicy } from "../../execute/egress.ts";
 import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { Tracing } from "../../observability/tracing.ts";
-import { type CapabilityMap, createCapabilityMap } from "../../pipeline/capability-map.ts";
+import type { CapabilityMap } from "../../pipeline/capability-map.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
 import { auditedEngine } from "../../pipeline/check-record.ts";
 import { createFetchCache } from "../../pipeline/fetch-cache.ts";
@@ -28,7 +28,7 @@ import type { AuthorityClient } from "./authority-client.ts";
 import { exportingJournal, exportingShipper } from "./decision-export.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
 import { createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
-import { errorSummary, SidecarConfigError } from "./errors.ts";
+import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
 import type { DecisionEvent } from "./grpc/types.ts";
@@ -65,7 +65,8 @@ export interface SidecarOptions {
     readonly serviceIdentity: string;
     readonly pinned?: readonly PublicKeyRingJson[];
   };
-  readonly capabilityMap?: CapabilityMap;
+  /** Host and path → capability for requests whose route names none (built by the root from `--capability-map`). */
+  readonly capabilityMap: CapabilityMap;
   /** Without it: local cache + authority fetch with `policyTtlMs` (docs/sidecar.md). */
   readonly redis?: {
     readonly url: string;
@@ -196,9 +197,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (typeof options !== "object" || options === null) throw new SidecarConfigError("options are required");
   const { logger, egress } = options;
   const metrics = createSidecarMetrics(options.registry);
-  const catalogTtlMs = options.catalogTtlMs ?? 30_000;
-  if (!Number.isSafeInteger(catalogTtlMs) || catalogTtlMs < 1)
-    throw new SidecarConfigError("catalogTtlMs must be a positive integer");
+  const catalogTtlMs = positiveIntOption(options.catalogTtlMs, 30_000, "catalogTtlMs");
 
   const redis =
     options.redis === undefined
@@ -343,7 +342,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         if (credentials.peek(key) === undefined) credentials.get(key).catch(() => undefined);
       },
     },
-    capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
+    capabilityMap: options.capabilityMap,
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
     ...shadowPoliciesOf(options.authority, opener, logger),
