@@ -6,11 +6,11 @@
  * recorded without a shadow. The shadow only ever reaches the record, never the outcome.
  */
 import { LRUCache } from "lru-cache";
-import type { ShadowLoad } from "../../core/decision.ts";
-import { positiveIntegerOption } from "../../core/positive-integer.ts";
-import { openPolicyDocument } from "../../policy/artifact.ts";
-import type { PolicyFetchResult } from "../../policy/cache/verified-policy-cache.ts";
-import type { PolicyOpener } from "../../policy/protector.ts";
+import type { ShadowLoad } from "../core/decision.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
+import { openPolicyDocument } from "../policy/artifact.ts";
+import type { PolicyFetchResult } from "../policy/cache/verified-policy-cache.ts";
+import type { PolicyOpener } from "../policy/protector.ts";
 
 export interface ShadowPolicySource {
   fetchShadowPolicy(subjectId: string): Promise<PolicyFetchResult>;
