@@ -19,12 +19,7 @@ import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
 import type { AdminDeps } from "../admin/deps.ts";
 import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
-import {
-  type AllowedDecision,
-  hashCanonical,
-  parsePermissionId,
-  type Sha256Ref,
-} from "../core/index.ts";
+import { type AllowedDecision, hashCanonical, parsePermissionId, type Sha256Ref } from "../core/index.ts";
 import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, denyOutcome, denyReasons, isDenyReason } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
