@@ -15,6 +15,8 @@ import { TOKEN_SIGNING_ALG, type TokenKeys, type TokenSigningKey } from "./token
 /** `aud` of every workload token: no other token of this issuer passes as one. */
 export const WORKLOAD_TOKEN_AUDIENCE = "authority-workload";
 export const DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC = 300;
+/** The longest a workload access token lives (`--workload-token-lifetime` takes up to this). */
+export const MAX_WORKLOAD_TOKEN_LIFETIME_SEC = 3600;
 /** Longest time a verified token is reused without checking its signature again. */
 const VERIFIED_CACHE_MAX_AGE_MS = 60_000;
 
@@ -59,7 +61,7 @@ export function createWorkloadTokenService(options: WorkloadTokenServiceOptions)
     DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC,
     "lifetimeSec",
     undefined,
-    3600,
+    MAX_WORKLOAD_TOKEN_LIFETIME_SEC,
   );
   const now = options.now ?? (() => new Date());
   const { keys, issuer } = options;
