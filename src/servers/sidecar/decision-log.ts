@@ -1,4 +1,4 @@
-import { MAX_DECISIONS_PER_BATCH, type ShippedDecision } from "../../audit/shipped-decisions.ts";
+import { MAX_DECISIONS_PER_BATCH } from "../../audit/shipped-decisions.ts";
 import type { DecisionRecordWriter } from "../../pipeline/check-record.ts";
 import type { DecisionJournal, JournalTicket } from "./decision-journal.ts";
 import { positiveIntOption, SidecarConfigError } from "./errors.ts";
@@ -52,20 +52,6 @@ export interface DecisionShipperOptions {
  * the authority.
  */
 export interface DecisionShipper extends DecisionRecordWriter {
-  /** False when a record would be refused now (queue full or closed). */
-  accepting(): boolean;
-  /**
-   * Writes the record to the journal (when there is one) and returns its ticket; throws when
-   * it could not be written. The record is not queued: `push` does that, with the tickets.
-   */
-  writeAhead(record: ShippedDecision): JournalTicket | undefined;
-  /**
-   * Undefined once the ticket's line is with the kernel; else when it will be (the journal
-   * writes a turn's records together), rejected when it could not be.
-   */
-  written(ticket: JournalTicket | undefined): Promise<void> | undefined;
-  /** Queues a record; its journal lines (`tickets`) are released once the authority has it. */
-  push(record: ShippedDecision, tickets?: ReadonlyArray<JournalTicket | undefined>): void;
   pending(): number;
   /** Sends what is queued; false when something is still queued after `timeoutMs`. */
   flush(timeoutMs: number): Promise<boolean>;
