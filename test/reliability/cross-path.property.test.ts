@@ -30,9 +30,9 @@
  * Request bodies travel with Content-Length, chunked, not at all (no framing header, or
  * `Content-Length: 0`), or past every transport's limit (with Content-Length or chunked). The
  * argument paths carry the body inside their JSON request, which travels chunked whenever the
- * body does, so a size limit that counted only Content-Length would show; the property runs on a second system
- * whose parameter-scoping rollout does not cover the partner, where every path — authorize-
- * invocation included — must refuse an operation with signed constraints alike.
+ * body does, so a size limit that counted only Content-Length would show. The property runs
+ * on a second system whose parameter-scoping rollout does not cover the partner, where every
+ * path — authorize-invocation included — must refuse an operation with signed constraints alike.
  *
  * One documented difference is kept out of the comparison (docs/decisions/0501, point 3):
  * ambient HTTP headers the caller did not declare are *removed* by ext_authz and the proxy
