@@ -35,9 +35,13 @@ const FOLDER_ORDER = [
   ["config"],
 ];
 
-/** One rule per tier: none of its folders imports a folder of an outer tier. */
+/**
+ * One rule per tier: none of its folders imports a folder of an outer tier, and (so that no
+ * two folders can import each other) none imports another folder of its own tier
+ * (docs/decisions/2901).
+ */
 function folderOrderRules() {
-  return FOLDER_ORDER.slice(0, -1).map((tier, index) => {
+  const upward = FOLDER_ORDER.slice(0, -1).map((tier, index) => {
     const outer = FOLDER_ORDER.slice(index + 1).flat();
     return {
       name: `folder-order-${tier.join("-")}`,
@@ -47,6 +51,16 @@ function folderOrderRules() {
       to: { path: `^src/(${outer.join("|")})/` },
     };
   });
+  const sideways = FOLDER_ORDER.flatMap((tier) =>
+    tier.map((folder) => ({
+      name: `folder-order-${folder}-not-sideways`,
+      severity: "error",
+      comment: `${folder} must not import another folder of its tier (${tier.join(", ")}): move the shared part inward.`,
+      from: { path: `^src/${folder}/` },
+      to: { path: `^src/(${tier.filter((other) => other !== folder).join("|")})/` },
+    })),
+  );
+  return [...upward, ...sideways.filter((rule) => !rule.to.path.endsWith("()/"))];
 }
 
 /** What core may use besides itself and the error table: pure computation, no I/O. */

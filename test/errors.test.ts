@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { VerifyError } from "../src/bindings/verify.ts";
 import { OpenApiImportError } from "../src/catalog/errors.ts";
 import { CryptoClientError } from "../src/clients/crypto-service/client.ts";
 import { CryptoServiceError } from "../src/clients/crypto-service/reasons.ts";
@@ -70,6 +71,10 @@ describe("one way onto the table: toAuthorityError", () => {
     const imported = toAuthorityError(new OpenApiImportError(problems));
     assert.equal(imported.code, "invalid_request");
     assert.deepEqual(imported.details, { reason: "invalid_openapi", problems });
+
+    const verify = toAuthorityError(new VerifyError("digest_mismatch"));
+    assert.equal(verify.code, "digest_mismatch");
+    assert.equal(verify.status, errorCodes.digest_mismatch.status);
 
     const client = toAuthorityError(new CryptoClientError("invalid_credentials"));
     assert.equal(client.code, "insufficient_role");

@@ -5,6 +5,7 @@
  * partner and `total` replays in all; another is refused (429 `replay_busy` with
  * Retry-After), not queued.
  */
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 /** Sent as Retry-After with `replay_busy`: a replay of the largest window takes about this long. */
 export const REPLAY_RETRY_AFTER_SEC = 2;
@@ -23,8 +24,9 @@ export interface ReplaySlots {
 
 export function createReplaySlots(limits: ReplaySlotLimits = DEFAULT_REPLAY_SLOTS): ReplaySlots {
   for (const [name, value] of Object.entries(limits)) {
-    if (!Number.isInteger(value) || value < 1)
-      throw new RangeError(`replay slots: ${name} must be an integer ≥ 1`);
+    positiveIntegerOption(value, undefined, `replay slots: ${name}`, (message) => {
+      throw new RangeError(message);
+    });
   }
   const running = new Map<string, number>();
   let total = 0;

@@ -19,18 +19,17 @@ import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
 import type { AdminDeps } from "../admin/deps.ts";
 import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
-import {
-  type AllowedDecision,
-  hashCanonical,
-  normalizeRequestPath,
-  parsePermissionId,
-  type Sha256Ref,
-} from "../core/index.ts";
+import { type AllowedDecision, hashCanonical, parsePermissionId, type Sha256Ref } from "../core/index.ts";
 import { identityOf, subjectAdmits } from "../core/subject-identity.ts";
 import { AuthorityError, type DenyReason, denyOutcome, denyReasons, isDenyReason } from "../errors.ts";
 import { ExecutionError } from "../execute/errors.ts";
 import type { ExecutionResult } from "../execute/executor.ts";
-import { attemptedPermission, type InvocationRequest, type InvocationResult } from "../pipeline/authorize.ts";
+import {
+  attemptedPermission,
+  type InvocationRequest,
+  type InvocationResult,
+  recordedPath,
+} from "../pipeline/authorize.ts";
 import { failureExplanation, outageFailure } from "../pipeline/failure.ts";
 import type { ExperienceRecord, InvocationEvidence, StoredResponse } from "../store/binding-model.ts";
 import { type BoundaryRecord, collections, storeKeys } from "../store/model.ts";
@@ -198,10 +197,6 @@ async function checkBeforeDecryption(
     return "operation_not_allowed";
   }
   return undefined;
-}
-
-function recordedPath(path: string): string {
-  return normalizeRequestPath(path)?.path ?? path.split("?")[0] ?? path;
 }
 
 /** The executor's arguments: the caller's, plus path values a concrete request path carried. */

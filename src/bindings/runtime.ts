@@ -5,12 +5,9 @@
  * (policy loader, capability resolver, audit recorder).
  */
 import { isSecretBox, type SecretKeys } from "../admin/secret-box.ts";
-import type { UserGrantServices } from "../admin/user-grants.ts";
 import { isValidId } from "../core/ids.ts";
-import type { SecretResolver, TokenSetStore } from "../execute/auth-profiles.ts";
-import type { ClientCredentialsTokens } from "../execute/client-credentials.ts";
 import type { EgressPolicy } from "../execute/egress.ts";
-import { createExecutor, type Executor } from "../execute/executor.ts";
+import type { Executor } from "../execute/executor.ts";
 import type { Logger } from "../observability/logger.ts";
 import { createEnforcementPipeline, type EnforcementPipeline } from "../pipeline/enforce.ts";
 import type { KeyRingSource } from "../policy/local-protector.ts";
@@ -41,9 +38,7 @@ export interface BindingRuntimeOptions {
   /** Default 300 s. */
   readonly workloadTokenLifetimeSec?: number;
   readonly idempotency?: Omit<IdempotencyOptions, "store" | "now">;
-  /** A ready executor (tests, benchmarks); default one built from the owner. */
-  readonly executor?: Executor;
-  /** Upstream deadline of the default executor (default 10 s). */
+  /** Upstream deadline of the binding executor (`--binding-upstream-timeout-ms`), which the composition root builds. */
   readonly upstreamTimeoutMs?: number;
 }
 
@@ -80,15 +75,11 @@ export interface BindingRuntime {
 /** What the process shares with the binding runtime instead of it building its own. */
 export interface BindingRuntimeShared {
   readonly decisions: DecisionRuntime;
-  /** The process's one client-credentials token cache (used by the default executor). */
-  readonly clientCredentials: ClientCredentialsTokens;
-  /** The process's users' grants (sealed token sets) and exchanged tokens. */
-  readonly userGrants: UserGrantServices & { readonly tokenSetStore: TokenSetStore };
   /**
-   * The process's auth-profile secret resolver (used by the default executor): one cache of
-   * opened secrets for every path, so a call does not repeat the ML-KEM open.
+   * The binding executor, built by the composition root (the process's egress gate,
+   * client-credentials cache, user grants and secret resolver; the binding upstream deadline).
    */
-  readonly secretResolver: SecretResolver;
+  readonly executor: Executor;
 }
 
 export function createBindingRuntime(
@@ -107,17 +98,7 @@ export function createBindingRuntime(
       ? undefined
       : owner.secretKeyRings;
   const envelopeKeyRings = options.envelopeKeyRings ?? secretRings;
-  const executor =
-    options.executor ??
-    createExecutor({
-      secretResolver: shared.secretResolver,
-      clientCredentials: shared.clientCredentials,
-      oauthUser: shared.userGrants.oauthUser,
-      tokenExchange: shared.userGrants.tokenExchange,
-      constraintsRollout: shared.decisions.constraintsRollout,
-      ...(options.upstreamTimeoutMs === undefined ? {} : { timeoutMs: options.upstreamTimeoutMs }),
-      egress,
-    });
+  const { executor } = shared;
   return {
     tokens: createWorkloadTokenService({
       keys: createTokenKeys({

@@ -8,7 +8,7 @@ import { LRUCache } from "lru-cache";
 import type { AdminDeps } from "../admin/deps.ts";
 import { scan } from "../admin/store-scan.ts";
 import { buildPermissionId, type Sha256Ref } from "../core/index.ts";
-import { type ErrorCode, errorCodes } from "../errors.ts";
+import { type ErrorCode, errorCodes, type TableMapped } from "../errors.ts";
 import type { CapabilityRecord } from "../store/model.ts";
 import { collections } from "../store/model.ts";
 import type { AuthenticatedWorkload } from "./authenticate.ts";
@@ -67,7 +67,7 @@ export const verifyFailureCodes = [
 export type VerifyFailureCode = (typeof verifyFailureCodes)[number];
 
 /** A refused verify: `code` and its table status go to the caller, nothing else. */
-export class VerifyError extends Error {
+export class VerifyError extends Error implements TableMapped {
   readonly code: VerifyFailureCode;
   readonly status: number;
 
@@ -76,6 +76,11 @@ export class VerifyError extends Error {
     this.name = "VerifyError";
     this.code = code;
     this.status = errorCodes[code].status;
+  }
+
+  /** Its table entry, for `toAuthorityError` (the one way onto the table). */
+  get authorityCode(): VerifyFailureCode {
+    return this.code;
   }
 
   toJSON(): { error: VerifyFailureCode; message: string } {

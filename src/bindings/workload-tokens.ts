@@ -6,6 +6,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { type JSONWebKeySet, SignJWT } from "jose";
 import { LRUCache } from "lru-cache";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { TokenVerificationError } from "../identity/errors.ts";
 import { createJwtVerifier, type JwtVerifier } from "../identity/jwt-verifier.ts";
 import type { WorkloadClientRecord, WorkloadScope } from "../store/binding-model.ts";
@@ -14,6 +15,8 @@ import { TOKEN_SIGNING_ALG, type TokenKeys, type TokenSigningKey } from "./token
 /** `aud` of every workload token: no other token of this issuer passes as one. */
 export const WORKLOAD_TOKEN_AUDIENCE = "authority-workload";
 export const DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC = 300;
+/** The longest a workload access token lives (`--workload-token-lifetime` takes up to this). */
+export const MAX_WORKLOAD_TOKEN_LIFETIME_SEC = 3600;
 /** Longest time a verified token is reused without checking its signature again. */
 const VERIFIED_CACHE_MAX_AGE_MS = 60_000;
 
@@ -53,10 +56,13 @@ export function createWorkloadTokenService(options: WorkloadTokenServiceOptions)
   if (typeof options?.keys?.current !== "function") throw new TypeError("keys is required");
   if (typeof options.issuer !== "string" || options.issuer.length === 0)
     throw new TypeError("issuer is required");
-  const lifetimeSec = options.lifetimeSec ?? DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC;
-  if (!Number.isInteger(lifetimeSec) || lifetimeSec < 1 || lifetimeSec > 3600) {
-    throw new TypeError("lifetimeSec must be an integer from 1 to 3600");
-  }
+  const lifetimeSec = positiveIntegerOption(
+    options.lifetimeSec,
+    DEFAULT_WORKLOAD_TOKEN_LIFETIME_SEC,
+    "lifetimeSec",
+    undefined,
+    MAX_WORKLOAD_TOKEN_LIFETIME_SEC,
+  );
   const now = options.now ?? (() => new Date());
   const { keys, issuer } = options;
   let verifier: { kid: string; verifier: JwtVerifier } | undefined;

@@ -7,6 +7,7 @@
 import { hostname } from "node:os";
 import { join, resolve } from "node:path";
 import type { LogRetention, RetentionSettings } from "../audit/retention.ts";
+import { MAX_WORKLOAD_TOKEN_LIFETIME_SEC } from "../bindings/workload-tokens.ts";
 import { ConfigError } from "../core/config-error.ts";
 import type { EgressAllowEntry } from "../core/egress-address.ts";
 import type { TrustedIssuer } from "../identity/trusted-issuers.ts";
@@ -384,7 +385,7 @@ export const authoritySettings = {
     env: "AUTHORITY_WORKLOAD_TOKEN_LIFETIME",
     description: "seconds a workload access token is valid",
     default: 300,
-    parse: duration("s", 30, 86_400),
+    parse: duration("s", 30, MAX_WORKLOAD_TOKEN_LIFETIME_SEC),
   }),
   mcpScopes: setting({
     key: "mcp-scopes",

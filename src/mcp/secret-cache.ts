@@ -13,6 +13,7 @@ import {
   resolveAuthProfileSecret,
 } from "../admin/auth-profiles.ts";
 import type { AdminDeps } from "../admin/deps.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { SecretResolver } from "../execute/auth-profiles.ts";
 import { type AuthProfileRecord, collections, storeKeys } from "../store/model.ts";
 
@@ -40,10 +41,8 @@ export function createCachedSecretResolver(
   deps: Pick<AdminDeps, "store" | "secretKeyRings">,
   options: SecretCacheOptions = {},
 ): SecretResolver {
-  const max = options.max ?? 1000;
-  const ttl = options.ttlMs ?? 300_000;
-  if (!Number.isSafeInteger(max) || max < 1) throw new TypeError("max must be a positive integer");
-  if (!Number.isSafeInteger(ttl) || ttl < 1) throw new TypeError("ttlMs must be a positive integer");
+  const max = positiveIntegerOption(options.max, 1000, "max");
+  const ttl = positiveIntegerOption(options.ttlMs, 300_000, "ttlMs");
   const cache = new LRUCache<string, Entry>({ max, ttl });
   const fallback = createAuthProfileSecretResolver(deps);
   return async (ref) => {

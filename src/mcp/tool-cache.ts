@@ -6,6 +6,7 @@
  */
 import { LRUCache } from "lru-cache";
 import type { PolicyDocument } from "../core/policy-document.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 import { type ApiToolIndex, buildApiToolIndex } from "./api-tools.ts";
 
 export interface ToolIndexCache {
@@ -21,9 +22,8 @@ export function createToolIndexCache(options: {
   readonly reserved?: Iterable<string>;
 }): ToolIndexCache {
   const reserved: ReadonlySet<string> = new Set(options.reserved ?? []);
-  if (!Number.isSafeInteger(options.max) || options.max < 1)
-    throw new TypeError("max must be a positive integer");
-  const cache = new LRUCache<string, ApiToolIndex>({ max: options.max });
+  const max = positiveIntegerOption(options.max, undefined, "max");
+  const cache = new LRUCache<string, ApiToolIndex>({ max });
   let hits = 0;
   let builds = 0;
   return {

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
 
 /**
  * Prometheus metrics with prom-client. Every server builds its own Registry here (never the
@@ -50,10 +51,14 @@ export function createMetricsRegistry(options: MetricsRegistryOptions = {}): Reg
   }
   if (Object.keys(labels).length > 0) registry.setDefaultLabels({ ...labels });
   if (options.collectDefaults ?? true) {
-    const precision = options.eventLoopMonitoringPrecision ?? 10;
-    if (!Number.isInteger(precision) || precision < 1) {
-      throw new MetricsConfigError("eventLoopMonitoringPrecision must be a positive integer");
-    }
+    const precision = positiveIntegerOption(
+      options.eventLoopMonitoringPrecision,
+      10,
+      "eventLoopMonitoringPrecision",
+      (message) => {
+        throw new MetricsConfigError(message);
+      },
+    );
     collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: precision });
     // prom-client names three gauges `*_total`, which Prometheus reserves for counters
     // (`promtool check metrics` refuses them); the per-type gauges beside them carry the same sums.

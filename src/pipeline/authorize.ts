@@ -191,8 +191,12 @@ export function attemptedPermission(
   }
 }
 
-/** A path safe to record: the normalized form when the path normalizes, else as sent (recorder bounds it). */
-function recordedPath(path: string): string {
+/**
+ * A path as every authority path records it (the decision, and invoke's refusals before it):
+ * the normalized form when the path normalizes, else as sent; the recorder drops the query
+ * string and fragment and bounds it (audit/records.ts `auditPath`).
+ */
+export function recordedPath(path: string): string {
   return normalizeRequestPath(path)?.path ?? path;
 }
 

@@ -82,10 +82,8 @@ const ALLOWED: Readonly<Record<string, string>> = {
   "src/execute/input.ts:bySchemaObject": "pure memo: compiled input validator per schema object (weak)",
   "src/execute/input.ts:byHash": "pure memo, bounded: compiled input validator per schema hash",
   "src/execute/url.ts:templates": "pure memo: parsed upstream URL template per template string",
-  "src/servers/sidecar/decision-log.ts:lastIsoMs":
-    "pure memo: the ISO string of the last millisecond formatted",
-  "src/servers/sidecar/decision-log.ts:lastIso":
-    "pure memo: the ISO string of the last millisecond formatted",
+  "src/pipeline/check-record.ts:lastIsoMs": "pure memo: the ISO string of the last millisecond formatted",
+  "src/pipeline/check-record.ts:lastIso": "pure memo: the ISO string of the last millisecond formatted",
   "src/pipeline/request-arguments.ts:declaredByOperation":
     "pure memo: declared header names per schema object (weak)",
   "src/pipeline/request-arguments.ts:needsBodyByOperation":

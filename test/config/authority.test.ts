@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { createWorkloadTokenService } from "../../src/bindings/workload-tokens.ts";
 import { loadAuthorityConfig, resolveAuthorityConfig } from "../../src/config/authority.ts";
 import { parseConfigText } from "../../src/config/file.ts";
 import { ConfigError } from "../../src/core/config-error.ts";
@@ -193,6 +194,22 @@ describe("authority serve configuration", () => {
     assert.throws(
       () => resolveTrial({ env: { AUTHORITY_STORE_URL: "mysql://user:hunter2@db" } }),
       (error: unknown) => error instanceof ConfigError && !error.message.includes("hunter2"),
+    );
+  });
+
+  test("a setting's bound is the component's: a workload-token lifetime the service refuses is refused as a setting", () => {
+    // Before: the setting took up to 86400 s and the token service then threw at start-up
+    // (a TypeError naming no flag) for anything past 3600 s.
+    assert.throws(
+      () => resolveTrial({ flags: { "workload-token-lifetime": "7200" } }),
+      (error: unknown) => error instanceof ConfigError && /--workload-token-lifetime/.test(error.message),
+    );
+    const longest = resolveTrial({ flags: { "workload-token-lifetime": "3600" } }).bindings
+      .workloadTokenLifetimeSec;
+    assert.equal(longest, 3600);
+    const keys = { current: () => Promise.reject(new Error("not used")) } as never;
+    assert.doesNotThrow(() =>
+      createWorkloadTokenService({ keys, issuer: "https://a.example", lifetimeSec: longest }),
     );
   });
 

@@ -102,7 +102,7 @@ describe("docs/request-paths.md", () => {
     });
   }
 
-  test("a Check runs the decision stages every path runs, in the application layer, crossing no more than it did", () => {
+  test("a Check runs the decision stages every path runs and its record step, in the application layer, crossing no more than it does", () => {
     const check = paths.find((path) => path.title.startsWith("ext_authz Check"));
     const invoke = paths.find((path) => path.title.startsWith("Binding invoke"));
     const named = (path: RequestPath | undefined) =>
@@ -110,10 +110,18 @@ describe("docs/request-paths.md", () => {
     // The one stage order (decision 2701): the same function on both paths.
     for (const shared of ["src/pipeline/decision.ts#decisionStages", "src/pipeline/decision.ts#decideStage"])
       assert.ok(named(check).has(shared) && named(invoke).has(shared), `both paths run ${shared}`);
-    // Before decision 2701 a Check crossed layers 9 times in 16 files; the ceiling keeps it from growing back.
-    assert.ok(
-      (check?.crossings ?? Number.POSITIVE_INFINITY) <= 8 && (check?.files ?? Number.POSITIVE_INFINITY) <= 16,
-    );
+    // Recording after the outcome is a step of the trace (decision 2701): made in the pipeline,
+    // written ahead by the transport's journal.
+    for (const step of [
+      "src/pipeline/check-record.ts#auditedEngine",
+      "src/pipeline/check-record.ts#shippedDecision",
+      "src/servers/sidecar/decision-journal.ts#openDecisionJournal",
+    ])
+      assert.ok(named(check).has(step), `a Check lists ${step}`);
+    // Issue 29 counted about 20 files and 8 crossings for a Check (decisions 2703, 2901): the
+    // ceilings are today's counts, so neither grows back unnoticed.
+    assert.ok((check?.crossings ?? Number.POSITIVE_INFINITY) <= 4, `crossings ${check?.crossings}`);
+    assert.ok((check?.files ?? Number.POSITIVE_INFINITY) <= 19, `files ${check?.files}`);
   });
 
   test("the checker refuses a name the file does not define", () => {

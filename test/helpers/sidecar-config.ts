@@ -24,6 +24,12 @@ type ConfiguredOptions =
   | "upstreamTimeoutMs"
   | "maxResponseBytes"
   | "maxRequestBytes"
+  | "stalenessMs"
+  | "policyTtlMs"
+  | "policyMaxAgeMs"
+  | "policyCache"
+  | "auditMaxPending"
+  | "journalMaxBytes"
   | "logger"
   | "registry"
   | "egress";
@@ -38,6 +44,12 @@ export function sidecarTestOptions(
     upstreamTimeoutMs: config.upstreamTimeoutMs,
     maxResponseBytes: config.maxResponseBytes,
     maxRequestBytes: config.maxRequestBytes,
+    stalenessMs: config.stalenessMs,
+    policyTtlMs: config.policyTtlMs,
+    policyMaxAgeMs: config.policyMaxAgeMs,
+    policyCache: config.policyCache,
+    auditMaxPending: config.auditMaxPending,
+    journalMaxBytes: config.journalMaxBytes,
     logger: createLogger("sidecar", "silent"),
     registry: createMetricsRegistry({ collectDefaults: false }),
     egress: createEgressPolicy(),

@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { decide } from "../../src/core/decision.ts";
-import { decideStage, subjectStandsFor } from "../../src/pipeline/decision.ts";
+import {
+  type DecisionSources,
+  decideStage,
+  decisionStages,
+  type SubjectOfRecord,
+  subjectStandsFor,
+} from "../../src/pipeline/decision.ts";
 import { CAPABILITY_ID, capability, entry, NOW, pid, policyV1, snapshot } from "../core/fixtures.ts";
 
 const input = {
@@ -127,4 +133,32 @@ test("a subject stands only for the principals its identity admits", () => {
     subjectStandsFor(undefined, undefined, { via: "bearer", partnerId: "p1", vouchable: true }),
     false,
   );
+});
+
+test("the stages answer at once when every source does, and wait only for a source that waits (the sidecar's form)", async () => {
+  const record: SubjectOfRecord = { subjectId: "agent-7", partnerId: "p1", identity: "partner_token" };
+  const sources = (wait: "none" | "policy"): DecisionSources<SubjectOfRecord> => ({
+    subject: () => record,
+    recordOf: (subject) => subject,
+    unrecorded: () => "missing_policy",
+    capability: () => capability(),
+    policy: () => (wait === "policy" ? Promise.resolve(input.policy) : input.policy),
+    logOnly: () => false,
+    constraintsEnforced: () => true,
+  });
+  const request = {
+    subjectId: "agent-7",
+    authenticatedAs: { via: "bearer", partnerId: "p1", vouchable: false } as const,
+    capabilityId: CAPABILITY_ID,
+    method: "GET",
+    path: "/users/42",
+    now: NOW,
+  };
+  const done = (decision: { status: string }, _s: unknown, partnerId: string | undefined) =>
+    `${decision.status}@${partnerId}`;
+  const cached = decisionStages(sources("none"), request, done);
+  assert.equal(cached, "allowed@p1", "no promise when every input is at hand");
+  const waited = decisionStages(sources("policy"), request, done);
+  assert.ok(waited instanceof Promise);
+  assert.equal(await waited, cached);
 });

@@ -28,9 +28,11 @@
  * redacted body.
  *
  * Request bodies travel with Content-Length, chunked, not at all (no framing header, or
- * `Content-Length: 0`), or past every transport's limit; the property runs on a second system
- * whose parameter-scoping rollout does not cover the partner, where every path — authorize-
- * invocation included — must refuse an operation with signed constraints alike.
+ * `Content-Length: 0`), or past every transport's limit (with Content-Length or chunked). The
+ * argument paths carry the body inside their JSON request, which travels chunked whenever the
+ * body does, so a size limit that counted only Content-Length would show. The property runs
+ * on a second system whose parameter-scoping rollout does not cover the partner, where every
+ * path — authorize-invocation included — must refuse an operation with signed constraints alike.
  *
  * One documented difference is kept out of the comparison (docs/decisions/0501, point 3):
  * ambient HTTP headers the caller did not declare are *removed* by ext_authz and the proxy
@@ -40,6 +42,7 @@
  * Seed: CROSS_PATH_SEED=<n> replays a run; the seed is printed on every run and on failure.
  */
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, request as rawRequest, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
@@ -382,6 +385,8 @@ interface Request {
   readonly body: unknown;
   /** How the HTTP transports frame it (absent and empty: there is no body). */
   readonly framing: Framing;
+  /** Every HTTP request of this one is sent chunked, without Content-Length. */
+  readonly chunked: boolean;
   readonly brokerConcrete: boolean;
 }
 
@@ -494,6 +499,8 @@ function buildRequest(catalog: Catalog, seed: RequestSeed): Request {
     declarableHeaders,
     body,
     framing,
+    // An oversized body travels chunked every other time: a limit must not rest on Content-Length.
+    chunked: framing === "chunked" || (framing === "oversized" && seed.amount % 2 === 1),
     httpHeaders,
     brokerConcrete: seed.brokerConcrete,
   };
@@ -660,6 +667,21 @@ const REGRESSIONS: Array<[Catalog, RequestSeed[]]> = [
     { ops: [op("GET", "/things/{p0}", { limit: true, limitMax: 5 })] },
     [seed({ values: ["a\ud800", "x", "x"], query: ["limit"], limit: 9 })],
   ],
+  // Issue 29: a POST with `Content-Length: 0` to an operation that takes a body was allowed by
+  // ext_authz (the same POST without the header was request_body_required); outside the rollout
+  // authorize-invocation allowed the constrained operation every other path refused. With them,
+  // a body chunked, and one past every limit, chunked (no Content-Length to go by).
+  [
+    { ops: [op("POST", "/orders/{p0}", { amountMax: 50 })] },
+    [seed({ framing: "empty" }), seed({ framing: "absent", brokerConcrete: true })],
+  ],
+  [
+    { ops: [op("POST", "/orders/{p0}", { amountMax: 50 })] },
+    [
+      seed({ body: "ok", amount: 7, framing: "chunked" }),
+      seed({ body: "ok", amount: 1, framing: "oversized" }),
+    ],
+  ],
 ];
 
 /* ---------------- the property ---------------- */
@@ -742,15 +764,16 @@ function crossPathProperty(
     async function viaAuthorize(capability: string, request: Request): Promise<Answer> {
       return during(async () =>
         fromReply(
-          await system.authorize(
-            {
+          await system.call("POST", `${system.url}/v1/authorize-invocation`, {
+            token: agent,
+            headers: authorityFraming(request),
+            json: {
               subject: { subject_id: AGENT },
               capability_id: capability,
               method: request.method,
               path: request.concretePath,
             },
-            agent,
-          ),
+          }),
         ),
       );
     }
@@ -766,7 +789,9 @@ function crossPathProperty(
         empty: { "content-length": "0" },
         length: { ...json, "content-length": String(Buffer.byteLength(text ?? "")) },
         chunked: { ...json, "transfer-encoding": "chunked" },
-        oversized: { ...json, "content-length": String(Buffer.byteLength(text ?? "")) },
+        oversized: request.chunked
+          ? { ...json, "transfer-encoding": "chunked" }
+          : { ...json, "content-length": String(Buffer.byteLength(text ?? "")) },
       }[request.framing];
       const oversized = request.framing === "oversized";
       const body = oversized ? text?.slice(0, ENVOY_CUT_BYTES) : text;
@@ -873,16 +898,20 @@ function crossPathProperty(
     function proxyFraming(request: Request): Record<string, string> {
       const json = { "content-type": "application/json" };
       const text = JSON.stringify(request.body ?? null);
+      if (request.chunked) return { ...json, "transfer-encoding": "chunked" };
       switch (request.framing) {
         case "absent":
           return {};
         case "empty":
           return { "content-length": "0" };
-        case "chunked":
-          return { ...json, "transfer-encoding": "chunked" };
         default:
           return { ...json, "content-length": String(Buffer.byteLength(text)) };
       }
+    }
+
+    /** The argument paths' own request (JSON, the body an argument): chunked when the body travels so. */
+    function authorityFraming(request: Request): Record<string, string> {
+      return request.chunked ? { "transfer-encoding": "chunked" } : {};
     }
 
     /** The request as operation arguments for `op` (the operation the request names or matches). */
@@ -899,18 +928,34 @@ function crossPathProperty(
       return out;
     }
 
-    async function viaInvoke(body: Record<string, unknown>): Promise<Answer> {
-      return during(async () => fromReply(await system.invoke(body)));
+    async function viaInvoke(body: Record<string, unknown>, request: Request): Promise<Answer> {
+      const token = await system.workloadToken(undefined, "authority/bindings.invoke");
+      return during(async () =>
+        fromReply(
+          await system.call("POST", `${system.url}/v1/bindings/${BINDING}/invoke`, {
+            token,
+            headers: {
+              "x-authority-user-assertion": await system.userAssertion(),
+              "idempotency-key": `key-${randomUUID()}`,
+              ...authorityFraming(request),
+            },
+            json: body,
+          }),
+        ),
+      );
     }
 
-    async function viaBroker(body: Record<string, unknown>): Promise<Answer> {
+    async function viaBroker(body: Record<string, unknown>, request: Request): Promise<Answer> {
       const binding = system.binding;
       assert.ok(binding);
       return during(async () =>
         fromReply(
           await system.call("POST", `${system.url}/v1/broker/execute`, {
             token: await system.workloadToken(binding.agent, "authority/authority.broker.execute"),
-            headers: { "x-authority-user-assertion": await system.userAssertion() },
+            headers: {
+              "x-authority-user-assertion": await system.userAssertion(),
+              ...authorityFraming(request),
+            },
             json: body,
           }),
         ),
@@ -919,11 +964,16 @@ function crossPathProperty(
 
     async function viaMcp(tool: string, request: Request): Promise<Answer> {
       return during(async () => {
-        const reply = await system.mcp(
-          "tools/call",
-          { name: tool, arguments: args(request, true, request.target) },
-          agent,
-        );
+        const reply = await system.call("POST", `${system.url}/mcp`, {
+          token: agent,
+          json: {
+            jsonrpc: "2.0",
+            id: randomUUID(),
+            method: "tools/call",
+            params: { name: tool, arguments: args(request, true, request.target) },
+          },
+          headers: { accept: "application/json, text/event-stream", ...authorityFraming(request) },
+        });
         // A request past the body limit is refused by HTTP before JSON-RPC sees it.
         if (reply.status !== 200) return fromReply(reply);
         const result = reply.json.result;
@@ -1107,24 +1157,29 @@ function crossPathProperty(
       const concrete: Array<[string, Answer]> = [
         ["ext_authz", await viaCheck(capability, request)],
         ["proxy", await viaProxy(capability, request)],
-        ["invoke (path)", await viaInvoke(concreteBody)],
+        ["invoke (path)", await viaInvoke(concreteBody, request)],
       ];
-      const template: Array<[string, Answer]> = [["invoke (template)", await viaInvoke(templateBody)]];
+      const template: Array<[string, Answer]> = [
+        ["invoke (template)", await viaInvoke(templateBody, request)],
+      ];
       if (target !== undefined) {
         const permission = permissionOf(capability, target);
         template.push([
           "invoke (permission id)",
-          await viaInvoke({
-            capability_id: capability,
-            permission_id: permission,
-            arguments: args(request, true, target),
-          }),
+          await viaInvoke(
+            {
+              capability_id: capability,
+              permission_id: permission,
+              arguments: args(request, true, target),
+            },
+            request,
+          ),
         ]);
         const tool = tools.get(operationId(runId, catalog.ops.indexOf(target)));
         if (tool !== undefined) template.push(["mcp", await viaMcp(tool, request)]);
       }
-      if (request.brokerConcrete) concrete.push(["broker (path)", await viaBroker(concreteBody)]);
-      else template.push(["broker (template)", await viaBroker(templateBody)]);
+      if (request.brokerConcrete) concrete.push(["broker (path)", await viaBroker(concreteBody, request)]);
+      else template.push(["broker (template)", await viaBroker(templateBody, request)]);
       const authorize = await viaAuthorize(capability, request);
 
       const describeAll = () =>

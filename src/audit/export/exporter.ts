@@ -15,6 +15,8 @@
  *   once, so receivers keep the record `id` to drop duplicates); what is buffered when the
  *   process ends without `close()` is lost, as the metrics of the last scrape show.
  */
+
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { type ExportedRecord, otlpLogsRequest } from "./otlp-logs.ts";
 
 export type DecisionExportFormat = "otlp" | "json";
@@ -78,9 +80,7 @@ export const MASK = "****";
 const RETRYABLE = (status: number) => status === 408 || status === 429 || status >= 500;
 
 function checkOptions(options: DecisionExporterOptions): void {
-  const positive = (name: string, value: number) => {
-    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be a positive integer`);
-  };
+  const positive = (name: string, value: number) => positiveIntegerOption(value, undefined, name);
   positive("maxBuffered", options.maxBuffered);
   positive("batchSize", options.batchSize);
   positive("intervalMs", options.intervalMs);

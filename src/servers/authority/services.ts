@@ -122,11 +122,18 @@ export function composeAuthorityServices(
   };
   // One cache of opened auth-profile secrets for the binding and MCP executors (src/mcp/secret-cache.ts).
   const executorSecrets = createCachedSecretResolver(context);
-  const bindings = createBindingRuntime(
-    context,
-    { decisions, clientCredentials, userGrants, secretResolver: executorSecrets },
-    options.bindings,
-  );
+  const bindingExecutor = createExecutor({
+    secretResolver: executorSecrets,
+    clientCredentials,
+    oauthUser: userGrants.oauthUser,
+    tokenExchange: userGrants.tokenExchange,
+    constraintsRollout: decisions.constraintsRollout,
+    ...(options.bindings?.upstreamTimeoutMs === undefined
+      ? {}
+      : { timeoutMs: options.bindings.upstreamTimeoutMs }),
+    egress,
+  });
+  const bindings = createBindingRuntime(context, { decisions, executor: bindingExecutor }, options.bindings);
   const mcpConfig = resolveMcpConfig(mcpConfigOf(context.config), context.config.publicUrl);
   const mcpExecutor =
     options.mcpExecutor ??

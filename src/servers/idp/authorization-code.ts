@@ -1,5 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { FastifyInstance, FastifyReply } from "fastify";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { IdpConfigError, OAuthError } from "./errors.ts";
 import type { TokenParams, TokenSuccess } from "./token-endpoint.ts";
 import type { TokenIssuer } from "./token-issuer.ts";
@@ -135,10 +136,14 @@ export function registerAuthorizationCodeFlow(
   if (typeof options.user?.subject !== "string" || options.user.subject.length === 0) {
     throw new IdpConfigError("identity provider: authorizationCode.user.subject is required");
   }
-  const maxClients = options.maxClients ?? 100;
-  if (!Number.isInteger(maxClients) || maxClients < 1) {
-    throw new IdpConfigError("identity provider: authorizationCode.maxClients must be a positive integer");
-  }
+  const maxClients = positiveIntegerOption(
+    options.maxClients,
+    100,
+    "identity provider: authorizationCode.maxClients",
+    (message) => {
+      throw new IdpConfigError(message);
+    },
+  );
   const clients = new Map<string, RegisteredClient>();
   const codes = new Map<string, PendingCode>();
 

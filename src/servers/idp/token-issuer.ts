@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { type JWTPayload, SignJWT } from "jose";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import { IdpConfigError } from "./errors.ts";
 import { type KeyRing, SIGNING_ALG } from "./keys.ts";
 
@@ -62,10 +63,14 @@ export function buildAccessTokenClaims(request: IssueTokenRequest, context: Clai
   if (typeof request.subject !== "string" || request.subject.length === 0) {
     throw new IdpConfigError("issueToken: subject is required");
   }
-  const lifetimeSec = request.lifetimeSec ?? context.lifetimeSec;
-  if (!Number.isInteger(lifetimeSec) || lifetimeSec <= 0) {
-    throw new IdpConfigError("issueToken: lifetimeSec must be a positive integer");
-  }
+  const lifetimeSec = positiveIntegerOption(
+    request.lifetimeSec,
+    context.lifetimeSec,
+    "issueToken: lifetimeSec",
+    (message) => {
+      throw new IdpConfigError(message);
+    },
+  );
   const reserved = reservedClaimNames(context.tenantClaim);
   const extra = request.claims ?? {};
   const shadowed = Object.keys(extra).find((name) => reserved.includes(name));

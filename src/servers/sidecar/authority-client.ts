@@ -7,7 +7,7 @@ import type { PolicyChangeSource, PolicyFetchResult, PolicyRecordFetcher } from 
 import type { PolicyChange, PolicyChangesPage } from "../../policy/change-log.ts";
 import type { PolicyRecordFacts } from "../../policy/record.ts";
 import type { PolicyKeySource } from "../../policy/signed-policy.ts";
-import { AuthorityFetchError, SidecarConfigError } from "./errors.ts";
+import { AuthorityFetchError, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import type { ServiceTokenSource } from "./service-token.ts";
 
 /**
@@ -103,9 +103,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   if (base.protocol !== "http:" && base.protocol !== "https:")
     throw new SidecarConfigError("authority url must be http(s)");
   if (typeof options.token?.token !== "function") throw new SidecarConfigError("token source is required");
-  const timeoutMs = options.timeoutMs ?? 2000;
-  if (!Number.isSafeInteger(timeoutMs) || timeoutMs < 1)
-    throw new SidecarConfigError("timeoutMs must be a positive integer");
+  const timeoutMs = positiveIntOption(options.timeoutMs, 2000, "timeoutMs");
   const doFetch = options.fetch ?? globalThis.fetch;
   const root = base.href.replace(/\/+$/, "");
 

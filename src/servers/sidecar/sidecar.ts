@@ -6,9 +6,11 @@ import type { EgressPolicy } from "../../execute/egress.ts";
 import { type DecisionNoteMetrics, decisionNoteMetrics } from "../../observability/decision-notes.ts";
 import type { Logger } from "../../observability/logger.ts";
 import type { Tracing } from "../../observability/tracing.ts";
-import { type CapabilityMap, createCapabilityMap } from "../../pipeline/capability-map.ts";
+import type { CapabilityMap } from "../../pipeline/capability-map.ts";
 import { createSidecarEngine, type InjectedCredentials, type SidecarEngine } from "../../pipeline/check.ts";
+import { auditedEngine } from "../../pipeline/check-record.ts";
 import { createFetchCache } from "../../pipeline/fetch-cache.ts";
+import { createSidecarShadowPolicies, type SidecarShadowPolicies } from "../../pipeline/shadow-policies.ts";
 import { createVerifiedTokenCache, type TokenVerifier } from "../../pipeline/token-cache.ts";
 import {
   type AuthorityLease,
@@ -26,8 +28,8 @@ import { createSignedPolicyVerifier } from "../../policy/signed-policy.ts";
 import type { AuthorityClient } from "./authority-client.ts";
 import { exportingJournal, exportingShipper } from "./decision-export.ts";
 import { JournalFullError, openDecisionJournal } from "./decision-journal.ts";
-import { auditedEngine, createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
-import { errorSummary, SidecarConfigError } from "./errors.ts";
+import { createDecisionShipper, type DecisionShipper } from "./decision-log.ts";
+import { errorSummary, positiveIntOption, SidecarConfigError } from "./errors.ts";
 import { createExtAuthzCheck } from "./ext-authz.ts";
 import { type CheckServer, createCheckServer } from "./grpc/check-server.ts";
 import type { DecisionEvent } from "./grpc/types.ts";
@@ -35,7 +37,6 @@ import { probeOwnGrpcPort } from "./grpc-self-probe.ts";
 import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
-import { createSidecarShadowPolicies, type SidecarShadowPolicies } from "./shadow-policies.ts";
 import { tracedCheck } from "./tracing.ts";
 import { warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
@@ -64,7 +65,8 @@ export interface SidecarOptions {
     readonly serviceIdentity: string;
     readonly pinned?: readonly PublicKeyRingJson[];
   };
-  readonly capabilityMap?: CapabilityMap;
+  /** Host and path → capability for requests whose route names none (built by the root from `--capability-map`). */
+  readonly capabilityMap: CapabilityMap;
   /** Without it: local cache + authority fetch with `policyTtlMs` (docs/sidecar.md). */
   readonly redis?: {
     readonly url: string;
@@ -86,30 +88,30 @@ export interface SidecarOptions {
   readonly maxRequestBytes: number;
   /** Parameter-scoping rollout, as the authority service's; default off (constrained operations are denied). */
   readonly constraintsRollout?: { readonly enabled: boolean; readonly partnerAllowlist: readonly string[] };
-  /** With Redis: how long a confirmed policy head counts while Redis cannot be read (default 1000 ms). */
-  readonly stalenessMs?: number;
-  /** Without Redis: how long an authority answer is used (default 1000 ms). */
-  readonly policyTtlMs?: number;
-  /** Revalidation with the authority whatever Redis says (default 60000 ms). */
-  readonly policyMaxAgeMs?: number;
-  /** The verified-policy cache's bounds and load concurrency (defaults: createVerifiedPolicyCache's). */
-  readonly policyCache?: {
-    readonly maxEntries?: number;
-    readonly maxBytes?: number;
-    readonly loadConcurrency?: number;
+  /** With Redis: how long a confirmed policy head counts while Redis cannot be read (`--staleness-ms`). */
+  readonly stalenessMs: number;
+  /** Without Redis: how long an authority answer is used (`--policy-ttl-ms`). */
+  readonly policyTtlMs: number;
+  /** Revalidation with the authority whatever Redis says (`--policy-max-age-ms`). */
+  readonly policyMaxAgeMs: number;
+  /** The verified-policy cache's bounds and load concurrency (`--policy-cache-*`, `--policy-load-concurrency`). */
+  readonly policyCache: {
+    readonly maxEntries: number;
+    readonly maxBytes: number;
+    readonly loadConcurrency: number;
   };
   /** How long a capability catalog is kept (default 30000 ms; 5000 ms for one that does not resolve). */
   readonly catalogTtlMs?: number;
-  /** Decision records held while the authority does not take them (default 10000); beyond, decisions are 503. */
-  readonly auditMaxPending?: number;
+  /** Decision records held while the authority does not take them (`--audit-max-pending`); beyond, decisions are 503. */
+  readonly auditMaxPending: number;
   /**
    * Where decision records are written before their decision is answered, and read back from
    * on the next start (decision-journal.ts). Without it a record queued when the process dies
    * is lost; `authority sidecar` always has one.
    */
   readonly journalDir?: string;
-  /** The most the journal takes on disk (default 32 MiB); past it, allows are 503 until records are delivered. */
-  readonly journalMaxBytes?: number;
+  /** The most the journal takes on disk (`--journal-max-bytes`); past it, allows are 503 until records are delivered. */
+  readonly journalMaxBytes: number;
   readonly logger: Logger;
   /** The process's metrics registry (buildSidecar's samples the event loop every 100 ms). */
   readonly registry: Registry;
@@ -195,9 +197,21 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (typeof options !== "object" || options === null) throw new SidecarConfigError("options are required");
   const { logger, egress } = options;
   const metrics = createSidecarMetrics(options.registry);
-  const catalogTtlMs = options.catalogTtlMs ?? 30_000;
-  if (!Number.isSafeInteger(catalogTtlMs) || catalogTtlMs < 1)
-    throw new SidecarConfigError("catalogTtlMs must be a positive integer");
+  const catalogTtlMs = positiveIntOption(options.catalogTtlMs, 30_000, "catalogTtlMs");
+  // Settings: their defaults live in the schema (config.ts) only; a root that forgot one fails here.
+  const { stalenessMs, policyTtlMs, policyMaxAgeMs, auditMaxPending, journalMaxBytes } = options;
+  const { maxEntries, maxBytes, loadConcurrency } = options.policyCache ?? {};
+  for (const [name, value] of Object.entries({
+    stalenessMs,
+    policyTtlMs,
+    policyMaxAgeMs,
+    auditMaxPending,
+    journalMaxBytes,
+    "policyCache.maxEntries": maxEntries,
+    "policyCache.maxBytes": maxBytes,
+    "policyCache.loadConcurrency": loadConcurrency,
+  }))
+    positiveIntOption(value, undefined, name);
 
   const redis =
     options.redis === undefined
@@ -240,16 +254,12 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     ...(redis === undefined || options.redis === undefined
       ? {}
       : { redis: { store: redis, keys: deriveCacheKeys(options.redis.cacheKey) } }),
-    ...(options.stalenessMs === undefined ? {} : { stalenessMs: options.stalenessMs }),
-    ...(options.policyTtlMs === undefined ? {} : { ttlWithoutRedisMs: options.policyTtlMs }),
-    ...(options.policyMaxAgeMs === undefined ? {} : { maxAgeMs: options.policyMaxAgeMs }),
-    ...(options.policyCache?.maxEntries === undefined
-      ? {}
-      : { localMaxEntries: options.policyCache.maxEntries }),
-    ...(options.policyCache?.maxBytes === undefined ? {} : { localMaxBytes: options.policyCache.maxBytes }),
-    ...(options.policyCache?.loadConcurrency === undefined
-      ? {}
-      : { loadConcurrency: options.policyCache.loadConcurrency }),
+    stalenessMs: options.stalenessMs,
+    ttlWithoutRedisMs: options.policyTtlMs,
+    maxAgeMs: options.policyMaxAgeMs,
+    localMaxEntries: options.policyCache.maxEntries,
+    localMaxBytes: options.policyCache.maxBytes,
+    loadConcurrency: options.policyCache.loadConcurrency,
     events: {
       lookup: (layer: CacheLayer, hit: boolean) => metrics.cache("policy", layer, hit),
       verificationFailure: (layer) => metrics.verificationFailure(layer),
@@ -276,7 +286,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       ? undefined
       : openDecisionJournal({
           dir: options.journalDir,
-          ...(options.journalMaxBytes === undefined ? {} : { maxBytes: options.journalMaxBytes }),
+          maxBytes: options.journalMaxBytes,
         });
   if (journal !== undefined && journal.recoveredCount > 0)
     logger.warn(
@@ -288,7 +298,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   const auditLog = createDecisionShipper({
     ...(shippedJournal === undefined ? {} : { journal: shippedJournal }),
     send: (records) => options.authority.sendDecisions(records, { exported: exporter !== undefined }),
-    ...(options.auditMaxPending === undefined ? {} : { maxPending: options.auditMaxPending }),
+    maxPending: options.auditMaxPending,
     onStateChange: (state, pending, error) => {
       // Unreachable, 5xx, 401/403: retried (a full queue then fails closed); the log says why.
       if (state === "failing")
@@ -342,7 +352,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         if (credentials.peek(key) === undefined) credentials.get(key).catch(() => undefined);
       },
     },
-    capabilityMap: options.capabilityMap ?? createCapabilityMap({}),
+    capabilityMap: options.capabilityMap,
     ...(options.constraintsRollout === undefined ? {} : { constraintsRollout: options.constraintsRollout }),
     onTokenCheck: (result) => metrics.tokenCheck(result),
     ...shadowPoliciesOf(options.authority, opener, logger),

@@ -2,7 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import type { FastifyInstance } from "fastify";
 import { pino } from "pino";
+import { CryptoServiceError } from "../../../src/clients/crypto-service/reasons.ts";
 import { AuthorityError } from "../../../src/errors.ts";
+import { EgressDeniedError } from "../../../src/execute/egress.ts";
 import { createHttpServer, requestIdFrom } from "../../../src/servers/http/server.ts";
 
 describe("http server base", () => {
@@ -21,6 +23,13 @@ describe("http server base", () => {
     app.get("/items/:id", async () => ({ ok: true }));
     app.get("/gone", async () => {
       throw new AuthorityError("not_found", "No such partner.");
+    });
+    // Module errors that name their table entry (TableMapped), thrown by a route as they are.
+    app.get("/egress", async () => {
+      throw new EgressDeniedError("private");
+    });
+    app.get("/owner", async () => {
+      throw new CryptoServiceError("owner_not_found", { fields: ["owner"] });
     });
     await app.listen({ host: "127.0.0.1", port: 0 });
     const address = app.server.address();
@@ -64,6 +73,17 @@ describe("http server base", () => {
     assert.equal(gone.status, 404);
     assert.equal(((await gone.json()) as { message: string }).message, "No such partner.");
     assert.equal((await fetch(`${base}/nope`)).status, 404);
+  });
+
+  it("answers a module error by the table entry it names, through the one converter (never 500)", async () => {
+    const egress = await fetch(`${base}/egress`);
+    assert.equal(egress.status, 403);
+    assert.equal(((await egress.json()) as { error: string }).error, "egress_denied");
+    const owner = await fetch(`${base}/owner`);
+    assert.equal(owner.status, 404);
+    const body = (await owner.json()) as { error: string; details: unknown };
+    assert.equal(body.error, "not_found");
+    assert.deepEqual(body.details, { reason: "owner_not_found", fields: ["owner"] });
   });
 
   it("answers malformed URLs and over-long path segments in the project's format", async () => {

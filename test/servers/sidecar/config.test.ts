@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ConfigError } from "../../../src/core/config-error.ts";
 import { resolveSidecarConfig, sidecarSettings } from "../../../src/servers/sidecar/config.ts";
+import { createSidecar, type SidecarOptions } from "../../../src/servers/sidecar/sidecar.ts";
+import { sidecarTestOptions } from "../../helpers/sidecar-config.ts";
 
 const minimal = {
   AUTHORITY_SIDECAR_TOKEN_FILE: "/var/run/secrets/authority/token",
@@ -50,6 +52,23 @@ describe("authority sidecar configuration", () => {
     assert.throws(
       () => resolveSidecarConfig({ env: { ...minimal, AUTHORITY_SIDECAR_AUDIT_MAX_PENDING: "10" } }),
       /audit-max-pending|AUDIT_MAX_PENDING/,
+    );
+  });
+
+  test("createSidecar takes every setting from the configuration: one a root forgot fails at construction", () => {
+    // Their defaults live in the schema only (decisions 2646, 2901): no silent second default.
+    for (const name of ["stalenessMs", "policyTtlMs", "auditMaxPending", "journalMaxBytes"] as const) {
+      const options: Partial<SidecarOptions> = { ...sidecarTestOptions() };
+      delete options[name];
+      assert.throws(
+        () => createSidecar(options as SidecarOptions),
+        new RegExp(`${name} must be a positive integer`),
+      );
+    }
+    const { maxBytes: _, ...partial } = sidecarTestOptions().policyCache;
+    assert.throws(
+      () => createSidecar({ ...sidecarTestOptions(), policyCache: partial } as unknown as SidecarOptions),
+      /policyCache\.maxBytes must be a positive integer/,
     );
   });
 

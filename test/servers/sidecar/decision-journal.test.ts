@@ -20,12 +20,13 @@ import {
   type SidecarEngine,
   type SidecarRequest,
 } from "../../../src/pipeline/check.ts";
+import { auditedEngine } from "../../../src/pipeline/check-record.ts";
 import {
   JournalFullError,
   type JournalTicket,
   openDecisionJournal,
 } from "../../../src/servers/sidecar/decision-journal.ts";
-import { auditedEngine, createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
+import { createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
 import { SidecarConfigError } from "../../../src/servers/sidecar/errors.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 

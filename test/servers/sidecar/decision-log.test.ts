@@ -2,12 +2,9 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/pipeline/check.ts";
+import { auditedEngine, shippedDecision } from "../../../src/pipeline/check-record.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
-import {
-  auditedEngine,
-  createDecisionShipper,
-  shippedDecision,
-} from "../../../src/servers/sidecar/decision-log.ts";
+import { createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import { type FaultProxy, startFaultProxy } from "../../helpers/fault-proxy.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import type { SidecarDecision, SidecarEngine, SidecarRequest } from "../../../src/pipeline/check.ts";
-import { auditedEngine, createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
+import { auditedEngine } from "../../../src/pipeline/check-record.ts";
+import { createDecisionShipper } from "../../../src/servers/sidecar/decision-log.ts";
 import { AGENT, CAPABILITY, type SidecarHandle, startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**

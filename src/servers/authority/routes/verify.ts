@@ -69,15 +69,9 @@ export function verifyRoutes(context: AuthorityServices): FastifyPluginAsync {
             context.now(),
           );
         } catch (error) {
-          if (!(error instanceof VerifyError)) throw error;
-          if (error.status === 503) {
-            request.log.error({ err: error.cause, code: error.code }, "authority verify unavailable");
-            reply.header("retry-after", "1");
-          }
-          return reply
-            .code(error.status)
-            .type("application/json")
-            .send({ ...error.toJSON(), requestId: request.id });
+          // Answered from the table like every module error (toAuthorityError); an outage says when to retry.
+          if (error instanceof VerifyError && error.status === 503) reply.header("retry-after", "1");
+          throw error;
         }
       },
     );

@@ -8,6 +8,7 @@ import {
 } from "@grpc/grpc-js";
 import type { MethodDefinition } from "@grpc/proto-loader";
 import { parseListenAddress } from "../../../config/listen-address.ts";
+import { positiveIntegerOption } from "../../../core/positive-integer.ts";
 import { AuthorityError } from "../../../errors.ts";
 import { errorSummary } from "../errors.ts";
 import { guardRequest } from "../request-guard.ts";
@@ -144,9 +145,7 @@ function validateOptions(options: CheckServerOptions): ValidOptions {
   if (typeof options !== "object" || options === null) fail("options must be an object");
   if (typeof options.check !== "function") fail("check must be a function");
   const { deadlineMs, logger } = options;
-  if (!Number.isInteger(deadlineMs) || deadlineMs < 1 || deadlineMs > MAX_DEADLINE_MS) {
-    fail(`deadlineMs must be an integer from 1 to ${MAX_DEADLINE_MS}`);
-  }
+  positiveIntegerOption(deadlineMs, undefined, "deadlineMs", fail, MAX_DEADLINE_MS);
   for (const hook of ["onDecision", "onRejected"] as const) {
     if (options[hook] !== undefined && typeof options[hook] !== "function")
       fail(`${hook} must be a function`);

@@ -1,4 +1,5 @@
 import type { ServerOptions } from "@grpc/grpc-js";
+import { positiveIntegerOption } from "../../../core/positive-integer.ts";
 import { CheckServerError } from "./errors.ts";
 
 /**
@@ -58,6 +59,10 @@ export const DEFAULT_GRPC_LIMITS: GrpcLimits = Object.freeze({
 
 const MAX_INT32 = 2 ** 31 - 1;
 
+const invalidOption = (message: string): never => {
+  throw new CheckServerError("invalid_options", message);
+};
+
 /** The defaults with `overrides` applied, each a positive integer (CheckServerError otherwise). */
 export function resolveLimits(overrides: Partial<GrpcLimits> | undefined): GrpcLimits {
   if (overrides !== undefined && (typeof overrides !== "object" || overrides === null)) {
@@ -69,13 +74,7 @@ export function resolveLimits(overrides: Partial<GrpcLimits> | undefined): GrpcL
       throw new CheckServerError("invalid_options", `unknown limit ${name}`);
     }
     if (value === undefined) continue;
-    if (!Number.isInteger(value) || value < 1 || value > MAX_INT32) {
-      throw new CheckServerError(
-        "invalid_options",
-        `limit ${name} must be an integer from 1 to ${MAX_INT32}`,
-      );
-    }
-    limits[name] = value;
+    limits[name] = positiveIntegerOption(value, undefined, `limit ${name}`, invalidOption, MAX_INT32);
   }
   return limits as unknown as GrpcLimits;
 }

@@ -6,10 +6,11 @@
  * recorded without a shadow. The shadow only ever reaches the record, never the outcome.
  */
 import { LRUCache } from "lru-cache";
-import type { ShadowLoad } from "../../core/decision.ts";
-import { openPolicyDocument } from "../../policy/artifact.ts";
-import type { PolicyFetchResult } from "../../policy/cache/verified-policy-cache.ts";
-import type { PolicyOpener } from "../../policy/protector.ts";
+import type { ShadowLoad } from "../core/decision.ts";
+import { positiveIntegerOption } from "../core/positive-integer.ts";
+import { openPolicyDocument } from "../policy/artifact.ts";
+import type { PolicyFetchResult } from "../policy/cache/verified-policy-cache.ts";
+import type { PolicyOpener } from "../policy/protector.ts";
 
 export interface ShadowPolicySource {
   fetchShadowPolicy(subjectId: string): Promise<PolicyFetchResult>;
@@ -42,9 +43,7 @@ interface Entry {
 const INVALID: ShadowLoad = Object.freeze({ ok: false, reason: "policy_verification_failed" });
 
 export function createSidecarShadowPolicies(options: SidecarShadowPolicyOptions): SidecarShadowPolicies {
-  const refreshMs = options.refreshMs ?? 30_000;
-  if (!Number.isSafeInteger(refreshMs) || refreshMs < 1)
-    throw new TypeError("refreshMs must be a positive integer");
+  const refreshMs = positiveIntegerOption(options.refreshMs, 30_000, "refreshMs");
   const entries = new LRUCache<string, Entry>({ max: options.max ?? 10_000 });
   const fetching = new Set<string>();
 
