@@ -35,7 +35,7 @@ import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../src/policy/protector.ts";
 import { type PolicyCollection, writePolicyRecord } from "../src/policy/record-store.ts";
-import { createSidecarShadowPolicies } from "../src/servers/sidecar/shadow-policies.ts";
+import { createSidecarShadowPolicies } from "../src/pipeline/shadow-policies.ts";
 import { openStore } from "../src/store/index.ts";
 import { collections } from "../src/store/model.ts";
 import type { Store } from "../src/store/store.ts";
