@@ -23,6 +23,7 @@ import type { ShadowLoad } from "../src/core/decision.ts";
 import { computePolicyHash } from "../src/core/index.ts";
 import type { PolicyDocumentV1 } from "../src/core/policy-document.ts";
 import { decideStage, withShadow } from "../src/pipeline/decision.ts";
+import { createSidecarShadowPolicies } from "../src/pipeline/shadow-policies.ts";
 import { protectPolicy } from "../src/policy/artifact.ts";
 import {
   createPolicyLoader,
@@ -35,7 +36,6 @@ import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../src/policy/protector.ts";
 import { type PolicyCollection, writePolicyRecord } from "../src/policy/record-store.ts";
-import { createSidecarShadowPolicies } from "../src/pipeline/shadow-policies.ts";
 import { openStore } from "../src/store/index.ts";
 import { collections } from "../src/store/model.ts";
 import type { Store } from "../src/store/store.ts";
