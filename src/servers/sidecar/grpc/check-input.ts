@@ -110,7 +110,7 @@ export function parseCheckRequest(message: unknown): ParsedCheckRequest {
     headers,
     contextExtensions: stringRecord(attributes?.context_extensions),
   };
-  if (requestId !== undefined && requestId !== "") input.requestId = requestId;
+  if (requestId !== undefined) input.requestId = requestId;
   if (sourcePrincipal !== "") input.sourcePrincipal = sourcePrincipal;
   if (body !== undefined) input.body = body;
   return { input, complete: method !== "" && path !== "" };
