@@ -39,6 +39,7 @@ import {
   track,
   waitForLine,
 } from "./lib/processes.ts";
+import type { Stall } from "./lib/stall-probe.ts";
 import type { Table } from "./report.ts";
 import { checkRequestBytes, startLoader } from "./sidecar.ts";
 
@@ -309,8 +310,60 @@ function memorySampler(pid: number | undefined) {
   };
 }
 
+/** Loaded into the sidecar under load: its stalls, each with its CPU, run-queue wait and GC (stall-probe.ts). */
+const STALL_PROBE = fileURLToPath(new URL("./lib/stall-probe.ts", import.meta.url));
+
+/** The stalls the probe wrote that began inside [from, to] (epoch ms). */
+function stallsBetween(file: string, from: number, to: number): Stall[] {
+  let text = "";
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    // No stall written.
+  }
+  return text
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as Stall)
+    .filter((stall) => stall.atMs >= from && stall.atMs <= to);
+}
+
+/**
+ * Stalls over the target: how many, the longest, and how much of them was waiting for a core or
+ * GC; and the sidecar's own ones, whose lag beside the time waiting for a core (a machine shared
+ * with the load generator and other work) still exceeds the target.
+ */
+function summarizeStalls(stalls: readonly Stall[]) {
+  const over = stalls.filter((stall) => stall.lagMs > STALL_TARGET_MS);
+  const ownMs = (stall: Stall) => stall.lagMs - stall.runQueueMs;
+  const own = over.filter((stall) => ownMs(stall) > STALL_TARGET_MS);
+  const longest = over.reduce<Stall | undefined>(
+    (a, b) => (a === undefined || b.lagMs > a.lagMs ? b : a),
+    undefined,
+  );
+  const sum = (pick: (stall: Stall) => number) => over.reduce((total, stall) => total + pick(stall), 0);
+  return {
+    count: over.length,
+    longest,
+    lagMs: sum((stall) => stall.lagMs),
+    runQueueMs: sum((stall) => stall.runQueueMs),
+    cpuMs: sum((stall) => stall.cpuMs),
+    gcMs: sum((stall) => stall.gcMs),
+    own: own.length,
+    ownLongest: own.reduce<Stall | undefined>(
+      (a, b) => (a === undefined || ownMs(b) > ownMs(a) ? b : a),
+      undefined,
+    ),
+  };
+}
+
 async function underLoad(env: Record<string, string>, token: string, loadMs: number) {
-  const sidecar = await spawnSidecar(env, ["--trace-gc"]);
+  const stallsFile = join(await mkdtemp(join(tmpdir(), "bench-stalls-")), "stalls.jsonl");
+  const sidecar = await spawnSidecar({ ...env, STALL_PROBE_OUT: stallsFile }, [
+    "--trace-gc",
+    "--import",
+    STALL_PROBE,
+  ]);
   const gc = gcPauses(sidecar.child);
   const loader = startLoader();
   try {
@@ -327,13 +380,18 @@ async function underLoad(env: Record<string, string>, token: string, loadMs: num
     const memory = memorySampler(pid);
     const cpuBefore = cpuMs(pid);
     gc.start();
+    const from = Date.now();
     const result = await loader.run({ ...task, durationMs: loadMs, warmupMs: 0 });
+    const to = Date.now();
     const pauses = gc.stop();
     const cpuUsPerCheck = ((cpuMs(pid) - cpuBefore) * 1000) / Math.max(1, result.calls);
     const maxRss = rss.stop();
     const atMax = memory.stop();
     const lagMs = await eventLoopMaxMs(sidecar.ports.metrics);
+    await sleep(1200); // the probe writes every second
+    const stalls = summarizeStalls(stallsBetween(stallsFile, from, to));
     return {
+      stalls,
       result,
       cpuUsPerCheck,
       maxRss,
@@ -400,6 +458,16 @@ export async function benchSidecarStart(options: SidecarStartOptions = {}): Prom
   } finally {
     await upstream.close();
   }
+}
+
+function stallsValue(stalls: ReturnType<typeof summarizeStalls>): string {
+  const { count, longest } = stalls;
+  if (longest === undefined) return "0";
+  const share = (ms: number) => `${Math.round((100 * ms) / stalls.lagMs)} %`;
+  const parts = (stall: Stall) =>
+    `${stall.lagMs} ms (${stall.cpuMs} / ${stall.runQueueMs} / ${stall.gcMs} ms${stall.gcKinds ? ` ${stall.gcKinds}` : ""}${stall.majorFaults > 0 ? `, ${stall.majorFaults} major faults` : ""})`;
+  const own = stalls.ownLongest === undefined ? "" : `, longest ${parts(stalls.ownLongest)}`;
+  return `${count}; ${parts(longest)}; waiting ${share(stalls.runQueueMs)}, GC ${share(stalls.gcMs)}; not waiting for a core: ${stalls.own}${own}`;
 }
 
 function tables(
@@ -474,6 +542,12 @@ function tables(
       value: `${round1(load.gcMaxMs)} ms, ${round1(load.gcMedianMs)} ms, ${round1(load.markCompactMaxMs)} ms; ${round1(load.lagMs)} ms`,
       target: `≤ ${STALL_TARGET_MS} ms`,
       met: String(load.gcMaxMs <= STALL_TARGET_MS && load.lagMs <= STALL_TARGET_MS),
+    },
+    {
+      measure: `event-loop stalls over ${STALL_TARGET_MS} ms at ${LOAD_RATE.toLocaleString("en")} Checks/s, in the sidecar (a 2 ms timer): count, longest (its own CPU / waiting for a core / GC); over all of them, the share spent waiting for a core and in GC; those still over ${STALL_TARGET_MS} ms without the wait for a core`,
+      value: stallsValue(load.stalls),
+      target: "0",
+      met: String(load.stalls.count === 0),
     },
     {
       measure: `sidecar CPU per Check at ${LOAD_RATE.toLocaleString("en")} Checks/s; round trip p50 / p99`,

@@ -51,12 +51,15 @@ import {
   waitForLine,
 } from "./lib/processes.ts";
 
-/** BENCH_SIDECAR_RATES=1000 measures a subset. */
-const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "1000,5000")
+/** BENCH_SIDECAR_RATES=1000 measures a subset. 500/s: issue 30's tail (p99 within 2 ms of the no-op's). */
+const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "500,1000,5000")
   .split(",")
   .map(Number)
   .filter((rate) => Number.isInteger(rate) && rate > 0);
 const FIXED_RATE_MS = 5000;
+/** Issue 30: no event-loop stall over 5 ms in steady load, seen as the round trip's p99 at this rate within this margin of the no-op server's in the same run. */
+const TAIL_RATE = 500;
+const TAIL_MARGIN_MS = 2;
 const WARMUP_MS = 1000;
 const CAPACITY_MS = 3000;
 const CAPACITY_CONCURRENCY = 32;
@@ -816,8 +819,19 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
     sidecar: `${fmt(r.p50Ms)} / ${fmt(r.p99Ms)} (${r.rps}${failures(r)})`,
     baseline: `${fmt(b.p50Ms)} / ${fmt(b.p99Ms)} (${b.rps}${failures(b)}) no-op`,
     result: `throughput ${fmt(r.rps / Math.max(1, b.rps), 2)}×; deciding adds ${fmt(r.p50Ms - b.p50Ms)} ms p50; generator send lag p99 ${fmt(r.sendLagP99Ms ?? Number.NaN)} / ${fmt(b.sendLagP99Ms ?? Number.NaN)} ms`,
-    target: rate === 1000 ? "p99 ≤ 1 ms; ≥ 0.8× no-op" : "≥ 0.8× no-op",
-    met: String(r.rps >= 0.8 * b.rps && r.denied === 0 && r.errors === 0 && (rate !== 1000 || r.p99Ms <= 1)),
+    target:
+      rate === 1000
+        ? "p99 ≤ 1 ms; ≥ 0.8× no-op"
+        : rate === TAIL_RATE
+          ? `p99 ≤ no-op's + ${TAIL_MARGIN_MS} ms`
+          : "≥ 0.8× no-op",
+    met: String(
+      r.rps >= 0.8 * b.rps &&
+        r.denied === 0 &&
+        r.errors === 0 &&
+        (rate !== 1000 || r.p99Ms <= 1) &&
+        (rate !== TAIL_RATE || r.p99Ms <= b.p99Ms + TAIL_MARGIN_MS),
+    ),
   });
   progress(rows);
   rows.push({

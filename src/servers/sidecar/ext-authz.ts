@@ -66,10 +66,19 @@ export function callerReservedHeaders(
   headers: Readonly<Record<string, unknown>>,
   set: Readonly<Record<string, string>>,
 ): string[] {
-  const setNames = new Set(Object.keys(set).map((name) => name.toLowerCase()));
-  return Object.keys(headers)
-    .map((name) => name.toLowerCase())
-    .filter((name) => name.startsWith(RESERVED_PREFIX) && !setNames.has(name));
+  // A loop, not key arrays and a set: it runs on every allow.
+  const names: string[] = [];
+  for (const raw in headers) {
+    if (!Object.hasOwn(headers, raw)) continue;
+    const name = raw.toLowerCase();
+    if (name.startsWith(RESERVED_PREFIX) && !setsName(set, name)) names.push(name);
+  }
+  return names;
+}
+
+function setsName(set: Readonly<Record<string, string>>, lowerName: string): boolean {
+  for (const name in set) if (Object.hasOwn(set, name) && name.toLowerCase() === lowerName) return true;
+  return false;
 }
 
 /** Envoy's marker of a body cut at max_request_bytes (allow_partial_message: true). */

@@ -1,3 +1,4 @@
+import { setOwn } from "../../../core/own-property.ts";
 import {
   type DenyExplanation,
   type DenyRemedy,
@@ -65,16 +66,21 @@ export function isQueryParameter(name: string, value: unknown): value is string 
   );
 }
 
+// The records below are built by for…in over own keys, without entry arrays or maps in between:
+// they are made for every Check (docs/decisions/2961).
+
 function headerRecord(value: unknown): Record<string, string> | null {
   const source = bag(value);
   if (source === undefined) return null;
-  const out = new Map<string, string>();
-  for (const [name, headerValue] of Object.entries(source)) {
+  const out: Record<string, string> = {};
+  for (const name in source) {
+    if (!Object.hasOwn(source, name)) continue;
     const key = name.toLowerCase();
+    const headerValue = source[name];
     if (!isHeaderToSet(key, headerValue)) return null;
-    out.set(key, headerValue);
+    setOwn(out, key, headerValue);
   }
-  return Object.fromEntries(out);
+  return out;
 }
 
 function queryRecord(value: unknown): Record<string, string> | null {
@@ -167,45 +173,43 @@ function overwrite(key: string, value: string): HeaderValueOption {
 
 export function toStruct(values: Readonly<Record<string, string | number | boolean>>): ProtoStruct {
   const fields: ProtoStruct["fields"] = {};
-  for (const [key, value] of Object.entries(values)) {
-    const member =
+  for (const key in values) {
+    if (!Object.hasOwn(values, key)) continue;
+    const value = values[key];
+    setOwn(
+      fields,
+      key,
       typeof value === "string"
         ? { stringValue: value }
         : typeof value === "number"
           ? { numberValue: value }
-          : { boolValue: value };
-    Object.defineProperty(fields, key, {
-      value: member,
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
+          : { boolValue: value },
+    );
   }
   return { fields };
 }
 
+function overwriteAll(headers: Readonly<Record<string, string>>): HeaderValueOption[] {
+  const options: HeaderValueOption[] = [];
+  for (const key in headers)
+    if (Object.hasOwn(headers, key)) options.push(overwrite(key, headers[key] as string));
+  return options;
+}
+
 export function allowResponse(decision: AllowDecision): CheckResponse {
+  const query = decision.queryParametersToSet;
+  const parameters: { key: string; value: string }[] = [];
+  for (const key in query)
+    if (Object.hasOwn(query, key)) parameters.push({ key, value: query[key] as string });
   return {
     status: { code: GrpcCode.OK },
     ok_response: {
-      headers: Object.entries(decision.headersToSet).map(([key, value]) => overwrite(key, value)),
+      headers: overwriteAll(decision.headersToSet),
       headers_to_remove: [...decision.headersToRemove],
       ...(decision.responseHeadersToAdd === undefined
         ? {}
-        : {
-            response_headers_to_add: Object.entries(decision.responseHeadersToAdd).map(([key, value]) =>
-              overwrite(key, value),
-            ),
-          }),
-      ...(decision.queryParametersToSet === undefined ||
-      Object.keys(decision.queryParametersToSet).length === 0
-        ? {}
-        : {
-            query_parameters_to_set: Object.entries(decision.queryParametersToSet).map(([key, value]) => ({
-              key,
-              value,
-            })),
-          }),
+        : { response_headers_to_add: overwriteAll(decision.responseHeadersToAdd) }),
+      ...(parameters.length === 0 ? {} : { query_parameters_to_set: parameters }),
     },
     dynamic_metadata: toStruct(decision.dynamicMetadata),
   };
@@ -223,10 +227,12 @@ export function denyResponse(decision: DenyDecision): CheckResponse {
   const { requestId, reason } = decision;
   const headers = [overwrite("content-type", "application/json")];
   if (requestId !== "") headers.push(overwrite(REQUEST_ID_HEADER, requestId));
-  for (const [key, value] of Object.entries(decision.headers ?? {})) {
+  const extra = decision.headers;
+  for (const key in extra) {
     // The body is JSON and the request id the decision's, whatever the decision's headers say.
     const name = key.toLowerCase();
-    if (name !== "content-type" && name !== REQUEST_ID_HEADER) headers.push(overwrite(key, value));
+    if (Object.hasOwn(extra, key) && name !== "content-type" && name !== REQUEST_ID_HEADER)
+      headers.push(overwrite(key, extra[key] as string));
   }
   return {
     status: { code: rpcCodeFor(decision.httpStatus, reason), message: reason },

@@ -205,7 +205,6 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
   const warnings = createWarningLimiter(logger, config.warningIntervalMs);
   const protos = loadProtos();
   const health = createHealthService(["", AUTHORIZATION_SERVICE], config.initialServingStatus);
-  const pending = new Set<AbortController>();
   let state: "idle" | "binding" | "listening" | "closed" = "idle";
   let closing: Promise<void> | undefined;
   /** Set when a shutdown's grace period ran out: nothing is answered any more. */
@@ -250,42 +249,45 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
     }
   };
 
-  /** Every Check, inside the request guard (request-guard.ts): an exception nothing caught is a deny. */
-  const handleCheck = (call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>): void => {
-    let failUnexpectedly = (): void =>
-      callback(null, encode(denyResponse({ allow: false, ...failClosed.error, requestId: randomUUID() })));
-    guardRequest(
-      () => failUnexpectedly(),
-      () =>
-        checkCall(call, callback, (fail) => {
-          failUnexpectedly = fail;
-        }),
-    );
-  };
+  /** Calls waiting for an asynchronous decision: a list through the calls themselves (no set to grow and shrink per call). */
+  const pending = { first: undefined as CheckCall | undefined, size: 0 };
 
-  const checkCall = (
-    call: ServerUnaryCall<unknown, Buffer>,
-    callback: sendUnaryData<Buffer>,
-    onUnexpected: (fail: () => void) => void,
-  ): void => {
-    const started = performance.now();
-    const request: unknown = call.request;
-    const parsed: ParsedCheckRequest | undefined =
-      request === malformedRequest ? undefined : parseCheckRequest(request);
-    const requestId = parsed?.input.requestId ?? randomUUID();
-    const controller = new AbortController();
-    let settled = false;
-    let timer: NodeJS.Timeout | undefined;
+  /**
+   * One Check call. Its state and the ways it ends are fields and methods of one object, not
+   * closures made per call: every Check allocates it, and a call that waits across two
+   * scavenges promotes what it holds (docs/decisions/2961).
+   */
+  class CheckCall {
+    readonly call: ServerUnaryCall<unknown, Buffer>;
+    readonly callback: sendUnaryData<Buffer>;
+    readonly started = performance.now();
+    requestId = "";
+    settled = false;
+    /** The answer went to grpc-js. */
+    answered = false;
+    /** Set once the decision function runs: an exception nothing caught then is its deny. */
+    deciding = false;
+    timer: NodeJS.Timeout | undefined = undefined;
+    controller: AbortController | undefined = undefined;
+    budget = 0;
+    previous: CheckCall | undefined = undefined;
+    next: CheckCall | undefined = undefined;
 
-    const settle = (): boolean => {
-      if (settled) return false;
-      settled = true;
-      if (timer !== undefined) clearTimeout(timer);
-      pending.delete(controller);
+    constructor(call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>) {
+      this.call = call;
+      this.callback = callback;
+    }
+
+    /** Settles the call once: false when it already was. */
+    settle(): boolean {
+      if (this.settled) return false;
+      this.settled = true;
+      if (this.timer !== undefined) clearTimeout(this.timer);
+      if (this.controller !== undefined) unlink(this);
       return true;
-    };
+    }
 
-    const event = (outcome: CheckOutcome, response: CheckResponse | undefined): DecisionEvent => {
+    event(outcome: CheckOutcome, response: CheckResponse | undefined): DecisionEvent {
       const denied = response !== undefined && "denied_response" in response ? response : undefined;
       return {
         outcome,
@@ -298,13 +300,13 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
               : Number(denied.denied_response.status.code),
         rpcCode: response?.status.code ?? 0,
         reason: denied?.status.message ?? null,
-        requestId,
-        durationMs: performance.now() - started,
+        requestId: this.requestId,
+        durationMs: performance.now() - this.started,
       };
-    };
+    }
 
-    const respond = (outcome: CheckOutcome, response: CheckResponse): void => {
-      if (cut || !settle()) return;
+    respond(outcome: CheckOutcome, response: CheckResponse): void {
+      if (cut || !this.settle()) return;
       let sent = response;
       let sentOutcome = outcome;
       let bytes: Buffer;
@@ -312,100 +314,172 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
         bytes = encode(response);
       } catch (error) {
         // Never a gRPC error (Envoy's failure_mode_allow decides those): an internal deny.
-        logger.error({ requestId, err: errorSummary(error) }, "CheckResponse could not be encoded; denied");
+        logger.error(
+          { requestId: this.requestId, err: errorSummary(error) },
+          "CheckResponse could not be encoded; denied",
+        );
         sentOutcome = "invalid_decision";
-        sent = denyResponse({ allow: false, ...failClosed.invalid_decision, requestId });
+        sent = denyResponse({ allow: false, ...failClosed.invalid_decision, requestId: this.requestId });
         bytes = encode(sent);
       }
-      callback(null, bytes);
-      emit(event(sentOutcome, sent));
-    };
+      this.answered = true;
+      this.callback(null, bytes);
+      emit(this.event(sentOutcome, sent));
+    }
 
-    const deny = (
+    deny(
       outcome: Exclude<CheckOutcome, "allow" | "cancelled">,
       decision: Omit<DenyDecision, "allow" | "requestId"> & { requestId?: string },
-    ): void => {
-      respond(
+    ): void {
+      this.respond(
         outcome,
         denyResponse({
           allow: false,
           httpStatus: decision.httpStatus,
           reason: decision.reason,
-          requestId: decision.requestId || requestId,
+          requestId: decision.requestId || this.requestId,
           ...(decision.headers === undefined ? {} : { headers: decision.headers }),
           ...(decision.explanation === undefined ? {} : { explanation: decision.explanation }),
         }),
       );
-    };
-
-    if (parsed === undefined || !parsed.complete) {
-      const reason = parsed === undefined ? "malformed" : "incomplete";
-      rejected(reason);
-      warnings.warn(reason, { requestId, reason }, "ext_authz request without HTTP method/path denied");
-      deny("invalid_request", failClosed.invalid_request);
-      return;
     }
 
-    const remaining = remainingMs(call.getDeadline());
-    const budget = Math.min(config.deadlineMs, remaining - callerDeadlineMarginMs(remaining));
-    if (budget <= 0) {
-      deny("timeout", failClosed.timeout);
-      return;
-    }
-
-    const onValue = (value: unknown): void => {
-      if (settled) return;
+    decided(value: unknown): void {
+      if (this.settled) return;
       const decision = validateDecision(value);
       if (decision === null) {
-        logger.error({ requestId }, "decision function returned a malformed decision; denied");
-        deny("invalid_decision", failClosed.invalid_decision);
+        logger.error(
+          { requestId: this.requestId },
+          "decision function returned a malformed decision; denied",
+        );
+        this.deny("invalid_decision", failClosed.invalid_decision);
       } else if (decision.allow) {
-        respond("allow", allowResponse(decision));
+        this.respond("allow", allowResponse(decision));
       } else {
-        deny("deny", decision);
+        this.deny("deny", decision);
       }
-    };
-    const onError = (error: unknown): void => {
-      if (settled) return;
+    }
+
+    failed(error: unknown): void {
+      if (this.settled) return;
       warnings.warn(
         "decision_failed",
-        { requestId, err: errorSummary(error) },
+        { requestId: this.requestId, err: errorSummary(error) },
         "decision function failed; denied",
       );
-      deny("error", denyForError(error));
-    };
-    onUnexpected(() => onError(new Error("unexpected exception")));
+      this.deny("error", denyForError(error));
+    }
 
-    let result: unknown;
-    try {
-      result = config.check(parsed.input, controller.signal, call.metadata);
-    } catch (error) {
-      onError(error);
-      return;
+    /** What an exception nothing caught does to this call (request-guard.ts). */
+    failUnexpectedly(): void {
+      if (this.deciding) {
+        this.failed(new Error("unexpected exception"));
+        return;
+      }
+      // Before the decision (the request was being read): an internal deny of its own.
+      if (cut || this.answered) return;
+      this.settle();
+      this.answered = true;
+      this.callback(
+        null,
+        encode(denyResponse({ allow: false, ...failClosed.error, requestId: randomUUID() })),
+      );
     }
-    if (!isThenable(result)) {
-      // Decided synchronously (everything was cached): nothing to wait for, time or cancel.
-      onValue(result);
-      return;
+
+    cancelled(): void {
+      if (!this.settle()) return;
+      this.controller?.abort(new Error("ext_authz call cancelled"));
+      emit(this.event("cancelled", undefined));
     }
-    pending.add(controller);
-    call.on("cancelled", () => {
-      if (!settle()) return;
-      controller.abort(new Error("ext_authz call cancelled"));
-      emit(event("cancelled", undefined));
-    });
-    timer = setTimeout(() => {
-      if (settled) return;
+
+    timedOut(): void {
+      if (this.settled) return;
       // Deny first: whatever the aborted function does next finds the call settled.
-      deny("timeout", failClosed.timeout);
-      controller.abort(new Error("ext_authz deadline exceeded"));
+      this.deny("timeout", failClosed.timeout);
+      this.controller?.abort(new Error("ext_authz deadline exceeded"));
       warnings.warn(
         "decision_timeout",
-        { requestId, deadlineMs: budget },
+        { requestId: this.requestId, deadlineMs: this.budget },
         "ext_authz decision timed out; denied",
       );
-    }, budget);
-    Promise.resolve(result).then(onValue, onError);
+    }
+
+    run(): void {
+      const request: unknown = this.call.request;
+      const parsed: ParsedCheckRequest | undefined =
+        request === malformedRequest ? undefined : parseCheckRequest(request);
+      this.requestId = parsed?.input.requestId ?? randomUUID();
+
+      if (parsed === undefined || !parsed.complete) {
+        const reason = parsed === undefined ? "malformed" : "incomplete";
+        rejected(reason);
+        warnings.warn(
+          reason,
+          { requestId: this.requestId, reason },
+          "ext_authz request without HTTP method/path denied",
+        );
+        this.deny("invalid_request", failClosed.invalid_request);
+        return;
+      }
+
+      const remaining = remainingMs(this.call.getDeadline());
+      this.budget = Math.min(config.deadlineMs, remaining - callerDeadlineMarginMs(remaining));
+      if (this.budget <= 0) {
+        this.deny("timeout", failClosed.timeout);
+        return;
+      }
+
+      this.deciding = true;
+      const controller = new AbortController();
+      let result: unknown;
+      try {
+        result = config.check(parsed.input, controller.signal, this.call.metadata);
+      } catch (error) {
+        this.failed(error);
+        return;
+      }
+      if (!isThenable(result)) {
+        // Decided synchronously (everything was cached): nothing to wait for, time or cancel.
+        this.decided(result);
+        return;
+      }
+      this.controller = controller;
+      link(this);
+      this.call.on("cancelled", () => this.cancelled());
+      this.timer = setTimeout(timeOut, this.budget, this);
+      Promise.resolve(result).then(
+        (value) => this.decided(value),
+        (error: unknown) => this.failed(error),
+      );
+    }
+  }
+
+  const timeOut = (checkCall: CheckCall): void => checkCall.timedOut();
+
+  const link = (checkCall: CheckCall): void => {
+    checkCall.next = pending.first;
+    if (pending.first !== undefined) pending.first.previous = checkCall;
+    pending.first = checkCall;
+    pending.size++;
+  };
+
+  const unlink = (checkCall: CheckCall): void => {
+    const { previous, next } = checkCall;
+    if (previous === undefined) pending.first = next;
+    else previous.next = next;
+    if (next !== undefined) next.previous = previous;
+    checkCall.previous = undefined;
+    checkCall.next = undefined;
+    pending.size--;
+  };
+
+  /** Every Check, inside the request guard (request-guard.ts): an exception nothing caught is a deny. */
+  const handleCheck = (call: ServerUnaryCall<unknown, Buffer>, callback: sendUnaryData<Buffer>): void => {
+    const checkCall = new CheckCall(call, callback);
+    guardRequest(
+      () => checkCall.failUnexpectedly(),
+      () => checkCall.run(),
+    );
   };
 
   const receiveGuard = createReceiveGuard({
@@ -486,7 +560,8 @@ export function createCheckServer(options: CheckServerOptions): CheckServer {
         // one that survived — and every decision still running is told to stop.
         const force = setTimeout(() => {
           cut = true;
-          for (const controller of pending) controller.abort(new Error("ext_authz server shutting down"));
+          for (let checkCall = pending.first; checkCall !== undefined; checkCall = checkCall.next)
+            checkCall.controller?.abort(new Error("ext_authz server shutting down"));
           server.forceShutdown();
           listener.cutAll();
         }, graceMs);

@@ -25,6 +25,30 @@ const allowDecision: CheckDecision = {
   dynamicMetadata: { subject: "agent-1", policyVersion: 3, cached: true },
 };
 
+async function waitUntil(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 5));
+}
+
+/** A Check its caller can cancel. */
+function cancellableCheck(harness: Harness, path: string): { answer: Promise<Decoded>; cancel: () => void } {
+  let cancel = (): void => undefined;
+  const answer = new Promise<Decoded>((resolve, reject) => {
+    const call = harness.client.makeUnaryRequest(
+      checkMethod.path,
+      checkMethod.requestSerialize,
+      checkMethod.responseDeserialize,
+      envoyCheckRequest({ path }),
+      { deadline: Date.now() + 10_000 },
+      (error: ServiceError | null, response?: object) => {
+        if (error !== null || response === undefined) reject(error ?? new Error("no response"));
+        else resolve(response as Decoded);
+      },
+    );
+    cancel = () => call.cancel();
+  });
+  return { answer, cancel };
+}
+
 /** Resolves once `signal` aborts, with an allow: a late allow must never get through. */
 function allowWhenAborted(signal: AbortSignal): Promise<CheckDecision> {
   return new Promise((resolve) => {
@@ -373,6 +397,43 @@ describe("ext_authz Check: deadlines and lifecycle", () => {
     await closed;
     harness.client.close();
     assert.equal(harness.server.inFlight, 0);
+  });
+
+  test("calls waiting for a decision are counted until each ends, whatever order they end in", async () => {
+    // Five calls wait; they end out of order (middle, last, first, …), one of them cancelled
+    // by its caller: each leaves the count of waiting calls once, and close finds none left.
+    const releases = new Map<string, () => void>();
+    const harness = await startHarness({
+      deadlineMs: 10_000,
+      check: (input) =>
+        new Promise<CheckDecision>((resolve) => {
+          releases.set(input.path, () => resolve(allowDecision));
+        }),
+    });
+    try {
+      const paths = ["/a", "/b", "/c", "/d", "/e"];
+      const calls = new Map(paths.map((path) => [path, cancellableCheck(harness, path)] as const));
+      await waitUntil(() => releases.size === 5);
+      assert.equal(harness.server.inFlight, 5);
+      for (const [path, left] of [
+        ["/c", 4],
+        ["/e", 3],
+        ["/a", 2],
+      ] as const) {
+        releases.get(path)?.();
+        assert.equal((await calls.get(path)?.answer)?.http_response, "ok_response");
+        assert.equal(harness.server.inFlight, left);
+      }
+      calls.get("/b")?.cancel();
+      await assert.rejects(calls.get("/b")?.answer as Promise<unknown>);
+      await waitUntil(() => harness.server.inFlight === 1);
+      releases.get("/b")?.();
+      releases.get("/d")?.();
+      assert.equal((await calls.get("/d")?.answer)?.http_response, "ok_response");
+      assert.equal(harness.server.inFlight, 0);
+    } finally {
+      await harness.close();
+    }
   });
 
   test("close force-stops after the grace period and aborts the decision function", async () => {
