@@ -296,9 +296,12 @@ export function auditRoutes(context: AuthorityServices): FastifyPluginAsync {
         const rows = new Map<string, Record<string, unknown> & { count: number }>();
         const totals = { allowed: 0, denied: 0 };
         for (const period of periods) {
+          // Keys sort by period, partner, subject: the store reads that range of its index only.
           const prefix =
             usagePeriodPrefix(granularity, period) +
-            (partner === undefined ? "" : `${encodeUsageComponent(partner)}|`);
+            (partner === undefined
+              ? ""
+              : `${encodeUsageComponent(partner)}|${query.subject === undefined ? "" : `${encodeUsageComponent(query.subject)}|`}`);
           const counters = await store.readCounters(USAGE_COUNTERS, prefix);
           const entries = Object.entries(counters);
           if (entries.length === 0) continue;
