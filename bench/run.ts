@@ -204,7 +204,8 @@ export const BENCH_MODULES: readonly BenchModule[] = [
   {
     name: "store-backends",
     title: "authorize-invocation and binding invoke at saturation, PostgreSQL beside SQLite",
-    targets: "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route",
+    targets:
+      "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route; CPU per request (service + database) beside it, the figure a loaded machine disturbs least",
     run: async () => {
       const module = await import("./store-backends.ts");
       return [
