@@ -167,7 +167,7 @@ async function measureAlternating(
   rounds: number,
 ): Promise<StoreBackendRow[][]> {
   const rows: StoreBackendRow[][] = services.map(() => []);
-  const cpu: number[][][] = services.map(() => []);
+  const cpu: number[][][] = services.map((service) => service.requests.map(() => []));
   for (const service of services) {
     for (const [, request] of service.requests) await cannon({ ...request, connections: 4, amount: 1000 }); // warm: JIT, caches, pool
   }
@@ -179,7 +179,7 @@ async function measureAlternating(
         const cpuBefore = await cpuMicros(service.pids);
         const result = await cannon({ ...request, connections, duration: durationSec });
         const used = (await cpuMicros(service.pids)) - cpuBefore;
-        const samples = ((cpu[s] as number[][])[r] ??= []);
+        const samples = cpu[s]?.[r] ?? [];
         samples.push(used / Math.max(1, result.requests.total));
         const row: StoreBackendRow = {
           name: `${route} (${service.name})`,
