@@ -1,5 +1,6 @@
 /**
- * Filtered audit queries at scale: fills a real SQLite file and a real PostgreSQL server with
+ * Filtered audit queries at scale: fills a real SQLite file, a real PostgreSQL server and a real
+ * redis-server with
  * `records` audit records (default 1,000,000: 20 partners, 2,000 subjects, 50 capabilities,
  * 10 % denied over 5 reasons, one record per 50 ms) and times the first page (limit 100) of
  * the queries the admin views send, the median of several runs each. It also reports the
@@ -11,9 +12,11 @@
  */
 import { join } from "node:path";
 import { PostgresStore } from "../src/store/postgres/postgres-store.ts";
+import { RedisStore } from "../src/store/redis/redis-store.ts";
 import { SqliteStore } from "../src/store/sqlite/sqlite-store.ts";
 import type { LogQuery, Store } from "../src/store/store.ts";
 import { startPostgresServer } from "../test/helpers/postgres-server.ts";
+import { startRedisServer } from "../test/helpers/redis-server.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 
 const T0 = Date.parse("2026-01-01T00:00:00.000Z");
@@ -89,6 +92,8 @@ interface Row {
   readonly query: string;
   readonly firstPageMs: number;
   readonly items: number;
+  /** The first page came with a `next` cursor (more matches, or Redis's walk budget spent). */
+  readonly next: boolean;
 }
 
 async function benchOne(
@@ -101,14 +106,23 @@ async function benchOne(
   const fillRate = await fill(store, records);
   await afterFill();
   const rows: Row[] = [
-    { store: label, query: `fill: records/s (appendMany of 1,000)`, firstPageMs: fillRate, items: records },
+    {
+      store: label,
+      query: `fill: records/s (appendMany of 1,000)`,
+      firstPageMs: fillRate,
+      items: records,
+      next: false,
+    },
   ];
   for (const [name, query] of queries(records)) {
     let items = 0;
+    let next = false;
     const ms = await medianMs(runs, async () => {
-      items = (await store.queryLog("audit", { ...query, limit: 100 })).entries.length;
+      const page = await store.queryLog("audit", { ...query, limit: 100 });
+      items = page.entries.length;
+      next = page.next !== undefined;
     });
-    rows.push({ store: label, query: name, firstPageMs: ms, items });
+    rows.push({ store: label, query: name, firstPageMs: ms, items, next });
   }
   const trimMs = await medianMs(runs, () => store.trimLog("audit", { keepLast: records, max: 500 }));
   const start = performance.now();
@@ -118,12 +132,14 @@ async function benchOne(
     query: "retention: one trim of 500 (ms)",
     firstPageMs: Number((performance.now() - start).toFixed(2)),
     items: removed,
+    next: false,
   });
   rows.push({
     store: label,
     query: "retention: a trim that finds nothing (ms)",
     firstPageMs: trimMs,
     items: 0,
+    next: false,
   });
   return rows;
 }
@@ -149,6 +165,15 @@ export async function benchLogQuery(options: { records?: number; runs?: number }
       );
     } finally {
       await pg.close();
+    }
+    // Redis holds every record in memory: no snapshot or AOF while filling.
+    const redisServer = await startRedisServer({ args: ["--save", "", "--appendonly", "no"] });
+    const redis = new RedisStore({ url: redisServer.url });
+    try {
+      rows.push(...(await benchOne("redis", redis, records, runs)));
+    } finally {
+      await redis.close();
+      await redisServer.stop();
     }
   } finally {
     await postgres.stop();

@@ -146,7 +146,7 @@ export const BENCH_MODULES: readonly BenchModule[] = [
     title:
       "Filtered audit queries at 1,000,000 records: first page (limit 100), median ms; fill rate; retention batch",
     targets:
-      "a filtered first page holds its matches in ≤ 50 ms on SQLite and PostgreSQL at 1 M records (issue 31)",
+      "a filtered first page holds its matches in ≤ 50 ms on every store at 1 M records (issue 31); Redis walks ≤ 5,000 index members per call (decision 2651): `next` on a short page says so",
     quick: true,
     run: async ({ quick }) =>
       (await import("./log-query.ts")).benchLogQuery(quick ? { records: 5_000, runs: 3 } : {}),
@@ -205,7 +205,8 @@ export const BENCH_MODULES: readonly BenchModule[] = [
   {
     name: "store-backends",
     title: "authorize-invocation and binding invoke at saturation, PostgreSQL beside SQLite",
-    targets: "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route",
+    targets:
+      "PostgreSQL ≥ 0.8× SQLite's saturation throughput, each route; CPU per request (service + database) beside it, the figure a loaded machine disturbs least",
     run: async () => {
       const module = await import("./store-backends.ts");
       return [

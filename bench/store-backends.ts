@@ -7,10 +7,13 @@
  * request is an allow; every invoke carries a fresh Idempotency-Key (claim, execute, kept
  * result + evidence in one transaction). PostgreSQL is a throwaway local server
  * (test/helpers/postgres-server.ts: fsync off, as the suite runs it). Both services run at once
- * and are measured in alternating rounds, the best of each kept (measureAlternating).
+ * and are measured in alternating rounds, the best of each kept (measureAlternating), with the
+ * CPU each request cost the service and its database (PostgreSQL's processes; SQLite runs in the
+ * service): on a shared machine throughput swings run to run, CPU per request much less.
  */
 import { type ChildProcess, fork } from "node:child_process";
 import { once } from "node:events";
+import { readdir, readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { openStore } from "../src/store/index.ts";
@@ -51,8 +54,12 @@ export interface StoreBackendRow {
   readonly p99Ms: number;
   readonly errors: number;
   readonly non2xx: number;
+  /** CPU of the service and its database per request, µs (median of the rounds). */
+  readonly cpuUsPerRequest: number;
   /** This store's throughput over SQLite's for the same route. */
   readonly ofSqlite?: number;
+  /** This store's CPU per request over SQLite's for the same route. */
+  readonly cpuOfSqlite?: number;
   readonly target?: string;
 }
 
@@ -71,14 +78,35 @@ async function serve(storeUrl: string): Promise<void> {
 
 type Request = Record<string, unknown>;
 
+/** µs of CPU (user + system) used so far by these processes and their children. */
+async function cpuMicros(pids: readonly number[]): Promise<number> {
+  const roots = new Set(pids);
+  const ticksPerSecond = 100; // USER_HZ: /proc reports CPU in 1/100 s on Linux
+  let ticks = 0;
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await readFile(`/proc/${entry}/stat`, "utf8").catch(() => "");
+    // Fields after the command's closing parenthesis: state, ppid, … utime (12th), stime (13th).
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (!roots.has(Number(entry)) && !roots.has(Number(fields[1]))) continue;
+    ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return (ticks / ticksPerSecond) * 1e6;
+}
+
+const median = (values: readonly number[]): number =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+
 /** One store's service (a child process) and its two requests. */
 interface Service {
   readonly name: string;
   readonly child: ChildProcess;
+  /** The service's process and its database's (whose children are counted too). */
+  readonly pids: readonly number[];
   readonly requests: ReadonlyArray<readonly [string, Request]>;
 }
 
-async function startService(storeName: string, storeUrl: string): Promise<Service> {
+async function startService(storeName: string, storeUrl: string, databasePid?: number): Promise<Service> {
   const child: ChildProcess = fork(import.meta.filename, ["--serve", storeUrl], { stdio: "inherit" });
   const [ready] = (await Promise.race([
     once(child, "message"),
@@ -110,6 +138,7 @@ async function startService(storeName: string, storeUrl: string): Promise<Servic
   return {
     name: storeName,
     child,
+    pids: [child.pid ?? 0, ...(databasePid === undefined ? [] : [databasePid])],
     requests: [
       ["authorize-invocation", authorize],
       ["binding invoke", invoke],
@@ -138,6 +167,7 @@ async function measureAlternating(
   rounds: number,
 ): Promise<StoreBackendRow[][]> {
   const rows: StoreBackendRow[][] = services.map(() => []);
+  const cpu: number[][][] = services.map((service) => service.requests.map(() => []));
   for (const service of services) {
     for (const [, request] of service.requests) await cannon({ ...request, connections: 4, amount: 1000 }); // warm: JIT, caches, pool
   }
@@ -146,7 +176,11 @@ async function measureAlternating(
     for (let round = 0; round < rounds; round++) {
       for (const [s, service] of services.entries()) {
         const request = service.requests[r]?.[1] ?? {};
+        const cpuBefore = await cpuMicros(service.pids);
         const result = await cannon({ ...request, connections, duration: durationSec });
+        const used = (await cpuMicros(service.pids)) - cpuBefore;
+        const samples = cpu[s]?.[r] ?? [];
+        samples.push(used / Math.max(1, result.requests.total));
         const row: StoreBackendRow = {
           name: `${route} (${service.name})`,
           reqPerSec: Math.round(result.requests.average),
@@ -154,9 +188,11 @@ async function measureAlternating(
           p99Ms: result.latency.p99,
           errors: result.errors + result.timeouts,
           non2xx: result.non2xx,
+          cpuUsPerRequest: Math.round(median(samples)),
         };
         const best = rows[s]?.[r];
         if (best === undefined || row.reqPerSec > best.reqPerSec) (rows[s] as StoreBackendRow[])[r] = row;
+        else (rows[s] as StoreBackendRow[])[r] = { ...best, cpuUsPerRequest: row.cpuUsPerRequest };
       }
     }
   }
@@ -249,7 +285,7 @@ export async function benchStoreBackends(
   const services: Service[] = [];
   try {
     services.push(await startService("SQLite", `sqlite:${join(dir.path, "authority.db")}`));
-    services.push(await startService("PostgreSQL", postgres.url));
+    services.push(await startService("PostgreSQL", postgres.url, await postgres.pid));
     const [sqlite = [], pg = []] = await measureAlternating(
       services,
       durationSec,
@@ -261,6 +297,7 @@ export async function benchStoreBackends(
       ...pg.map((row, i) => ({
         ...row,
         ofSqlite: Number((row.reqPerSec / Math.max(1, sqlite[i]?.reqPerSec ?? 1)).toFixed(2)),
+        cpuOfSqlite: Number((row.cpuUsPerRequest / Math.max(1, sqlite[i]?.cpuUsPerRequest ?? 1)).toFixed(2)),
         target: "≥ 0.8× SQLite",
       })),
     ];

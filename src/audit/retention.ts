@@ -9,10 +9,18 @@
  * each partner, subject, capability, permission and state), independent of the raw decision
  * records: trimming the audit log never changes a usage count, and the daily rollups can be
  * kept longer than the hourly ones.
+ *
+ * The evidence rule's age also removes the binding evidence documents (`binding_invocations`,
+ * one per invoke, `<binding>/<evidence id>`: the same records as the evidence log, in full).
+ * Within a binding their ids sort by time, so a pass reads each binding's oldest documents and
+ * stops at its first one to keep; a cursor kept between passes lets a backlog spread over many
+ * bindings be worked off across passes.
  */
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
+import { bindingCollections } from "../store/binding-model.ts";
 import { checkLogTrim, logIndexValues, trimCount } from "../store/log-query.ts";
+import { logs } from "../store/model.ts";
 import type { LogTrim, Store } from "../store/store.ts";
 import { periodOf, USAGE_COUNTERS, type UsageGranularity } from "./usage.ts";
 
@@ -61,6 +69,13 @@ export interface RetentionWorker {
 
 const GRANULARITY_TOKEN: Record<UsageGranularity, string> = { day: "d", hour: "h" };
 
+/** A binding evidence document's id: the binding, then `ev_` + its time in ms (base 36, 10 digits). */
+const EVIDENCE_DOCUMENT = /^(.+)\/ev_([0-9a-z]{10})[0-9a-f]{16}$/;
+/** Sorts after every evidence id of a binding (`<binding>/ev_…`): the cursor that skips the rest of it. */
+const AFTER_BINDING = "/~";
+/** Most documents one writeAll removes (the stores' batch bound). */
+const DELETES_PER_BATCH = 100;
+
 /** True when the settings select nothing (no timer is started then). */
 export function retentionIsEmpty(settings: RetentionSettings): boolean {
   const logRules = Object.values(settings.logs).some(
@@ -107,6 +122,58 @@ export function startRetention(options: RetentionOptions): RetentionWorker {
     return total;
   }
 
+  /** Where the evidence documents' walk resumes (undefined: from the first binding). */
+  let evidenceCursor: string | undefined;
+
+  /**
+   * One page of evidence documents from the cursor: the ones older than `olderThan` are removed;
+   * a binding's first one to keep ends that binding for this pass. `done`: the walk reached the
+   * last binding (the next pass starts over).
+   */
+  async function evidenceDocumentsBatch(olderThan: number): Promise<{ removed: number; done: boolean }> {
+    const page = await store.list(bindingCollections.invocations, {
+      limit: Math.min(batchSize, 1000),
+      ...(evidenceCursor === undefined ? {} : { after: evidenceCursor }),
+    });
+    const doomed: string[] = [];
+    let kept: string | undefined;
+    let lastBinding: string | undefined;
+    for (const { id } of page.items) {
+      const match = EVIDENCE_DOCUMENT.exec(id);
+      const binding = match?.[1];
+      if (binding === undefined || binding === kept) continue;
+      lastBinding = binding;
+      if (Number.parseInt(match?.[2] ?? "", 36) < olderThan) doomed.push(id);
+      else kept = binding;
+    }
+    for (let i = 0; i < doomed.length; i += DELETES_PER_BATCH) {
+      const ids = doomed.slice(i, i + DELETES_PER_BATCH);
+      await store.writeAll(
+        ids.map((id) => ({ op: "delete" as const, collection: bindingCollections.invocations, id })),
+      );
+    }
+    const done = page.next === undefined;
+    // The last binding of the page is kept: its later documents are newer, skip them.
+    evidenceCursor = done
+      ? undefined
+      : kept !== undefined && kept === lastBinding
+        ? `${kept}${AFTER_BINDING}`
+        : page.next;
+    return { removed: doomed.length, done };
+  }
+
+  async function trimEvidenceDocuments(olderThan: number): Promise<number> {
+    let total = 0;
+    for (let i = 0; i < maxBatches; i++) {
+      const { removed, done } = await evidenceDocumentsBatch(olderThan);
+      total += removed;
+      if (removed > 0) options.onRemoved?.("evidence_documents", removed);
+      if (done) break;
+      await yieldToEventLoop();
+    }
+    return total;
+  }
+
   async function pass(): Promise<Record<string, number>> {
     const removed: Record<string, number> = {};
     const at = now().getTime();
@@ -119,6 +186,10 @@ export function startRetention(options: RetentionOptions): RetentionWorker {
           max: batchSize,
         }),
       );
+    }
+    const evidenceAge = settings.logs[logs.evidence]?.maxAgeMs;
+    if (evidenceAge !== undefined) {
+      removed.evidence_documents = await trimEvidenceDocuments(at - evidenceAge);
     }
     for (const granularity of ["hour", "day"] as const) {
       const maxAgeMs = settings.usage[granularity];

@@ -141,7 +141,7 @@ const retentionSettings = {
   auditRetentionCount: retentionCount("audit", "audit records"),
   mcpAuditRetentionDays: retentionDays("mcp-audit", "MCP audit records"),
   mcpAuditRetentionCount: retentionCount("mcp-audit", "MCP audit records"),
-  evidenceRetentionDays: retentionDays("evidence", "evidence log records (binding invocations)"),
+  evidenceRetentionDays: retentionDays("evidence", "evidence records (log and binding documents)"),
   evidenceRetentionCount: retentionCount("evidence", "evidence log records"),
   usageHourlyRetentionDays: retentionDays("usage-hourly", "hourly usage rollups (daily ones stay)"),
   usageDailyRetentionDays: retentionDays("usage-daily", "daily usage rollups"),

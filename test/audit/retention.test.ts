@@ -109,6 +109,58 @@ describe("background retention", () => {
     }
   });
 
+  it("the evidence age removes the binding evidence documents too, binding by binding, across passes", async () => {
+    const store = freshStore();
+    const evidenceId = (daysAgo: number, i: number) =>
+      `ev_${(NOW.getTime() - daysAgo * DAY - i).toString(36).padStart(10, "0")}${i.toString(16).padStart(16, "0")}`;
+    try {
+      // b1: 5 old then 3 recent; b2: 4 old; b3: 3 recent; plus a document that is no evidence id.
+      const docs: Array<[string, number]> = [
+        ...Array.from({ length: 5 }, (_, i): [string, number] => [`b1/${evidenceId(40, 10 - i)}`, 40]),
+        ...Array.from({ length: 3 }, (_, i): [string, number] => [`b1/${evidenceId(1, 10 - i)}`, 1]),
+        ...Array.from({ length: 4 }, (_, i): [string, number] => [`b2/${evidenceId(31, 10 - i)}`, 31]),
+        ...Array.from({ length: 3 }, (_, i): [string, number] => [`b3/${evidenceId(0, 10 - i)}`, 0]),
+        ["b4/not-an-evidence-id", 99],
+      ];
+      for (const [id, daysAgo] of docs) await store.put("binding_invocations", id, { daysAgo });
+      const counted: number[] = [];
+      const settings = { logs: { [logs.evidence]: { maxAgeMs: 30 * DAY } }, usage: {} };
+      // Pages of 2, one page per pass: the walk resumes where the previous pass stopped.
+      const worker = startRetention({
+        store,
+        settings,
+        batchSize: 2,
+        maxBatchesPerPass: 1,
+        now: () => NOW,
+        onRemoved: (what, n) => {
+          if (what === "evidence_documents") counted.push(n);
+        },
+      });
+      let removed = 0;
+      for (let pass = 0; pass < 12; pass++) removed += (await worker.runOnce()).evidence_documents ?? 0;
+      await worker.stop();
+      assert.equal(removed, 9);
+      assert.equal(
+        counted.reduce((sum, n) => sum + n, 0),
+        9,
+      );
+      const left = (await store.list("binding_invocations", { limit: 100 })).items.map((item) => item.id);
+      assert.deepEqual(
+        left,
+        docs.filter(([, daysAgo]) => daysAgo <= 1 || daysAgo === 99).map(([id]) => id),
+      );
+      // Without an age for evidence nothing is removed.
+      const none = startRetention({
+        store,
+        settings: { logs: { [logs.evidence]: { maxCount: 1 } }, usage: {} },
+      });
+      assert.equal((await none.runOnce()).evidence_documents, undefined);
+      await none.stop();
+    } finally {
+      await store.close();
+    }
+  });
+
   it("is configured by the authority's settings (0 = keep forever, the default)", () => {
     // The one-process mode: these settings do not depend on key custody.
     const embedded = { "policy-protection": "embedded" };

@@ -183,7 +183,7 @@ describe("chart key custody: what the authority pod gets", () => {
     }
   });
 
-  it("several replicas share the Redis store and no KEK in crypto and managed modes", async () => {
+  it("several replicas share an external Redis store and no KEK in crypto and managed modes", async () => {
     for (const mode of [crypto, managed]) {
       const objects = await renderChart(
         mode(
@@ -192,7 +192,7 @@ describe("chart key custody: what the authority pod gets", () => {
           "--set",
           "authority.store.backend=redis",
           "--set",
-          "redis.enabled=true",
+          "redis.externalUrl=redis://redis.cache.svc.cluster.local:6379/0",
         ),
       );
       const deployment = objects.find(
@@ -264,7 +264,12 @@ describe("chart key custody: combinations refused with a clear message", () => {
     ],
     [
       "the embedded mode on the shared Redis store without a KEK Secret",
-      embedded("--set", "authority.store.backend=redis", "--set", "redis.enabled=true"),
+      embedded(
+        "--set",
+        "authority.store.backend=redis",
+        "--set",
+        "redis.externalUrl=redis://redis.cache.svc.cluster.local:6379/0",
+      ),
       /mode=embedded on store\.backend=redis needs authority\.kek\.existingSecret/,
     ],
     [
@@ -275,7 +280,7 @@ describe("chart key custody: combinations refused with a clear message", () => {
         "--set",
         "authority.store.backend=redis",
         "--set",
-        "redis.enabled=true",
+        "redis.externalUrl=redis://redis.cache.svc.cluster.local:6379/0",
       ),
       /values don't meet the specifications of the schema/,
     ],

@@ -4,7 +4,7 @@ import { Redis } from "ioredis";
 import { startRedisServer } from "../helpers/redis-server.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
 import { isObj, type Obj } from "./helpers.ts";
-import { deploymentPod, mounts, renderChart, volumes } from "./rendered-pod.ts";
+import { configMapData, deploymentPod, mounts, renderChart, renderError, volumes } from "./rendered-pod.ts";
 
 /**
  * The bundled Redis keeps its data: an append-only file on a PersistentVolumeClaim whose size
@@ -74,6 +74,33 @@ describe("bundled Redis persistence", () => {
     const args = container.args as string[];
     assert.equal(args[args.indexOf("--appendonly") + 1], "no");
     assert.equal(pvc(await renderChart([])), undefined);
+  });
+
+  it("is never the system of record: the store on it is refused, the cache and change channel use it", async () => {
+    for (const replicas of ["1", "3"]) {
+      assert.match(
+        (await renderError([
+          "--set",
+          "redis.enabled=true",
+          "--set",
+          "authority.store.backend=redis",
+          "--set",
+          `authority.replicaCount=${replicas}`,
+        ])) ?? "",
+        /store\.backend=redis with redis\.enabled: the bundled Redis .* is never the system of record/,
+      );
+    }
+    const beside = await renderChart([
+      "--set",
+      "redis.enabled=true",
+      "--set",
+      "authority.store.backend=postgres",
+      "--set",
+      "authority.store.postgres.existingSecret=authority-postgres",
+    ]);
+    const data = configMapData(beside, "authority");
+    assert.match(data.AUTHORITY_REDIS_URL ?? "", new RegExp(`^redis://${REDIS}\\.`));
+    assert.equal(data.AUTHORITY_STORE_URL, undefined, "the store URL comes from the PostgreSQL Secret");
   });
 
   it("keeps a key across a restart of redis-server run with the rendered arguments", async () => {

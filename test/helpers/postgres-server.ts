@@ -32,6 +32,8 @@ export interface PostgresServerHandle {
   /** postgres://postgres@127.0.0.1:<port>/postgres (trust authentication, loopback only). */
   readonly url: string;
   readonly version: string;
+  /** The postmaster's pid (its backends are its children): for a bench's CPU accounting. */
+  readonly pid: Promise<number>;
   /** Runs SQL through psql; resolves to its unaligned, tuples-only output. */
   psql(sql: string): Promise<string>;
   output(): string;
@@ -174,6 +176,7 @@ export async function startPostgresServer(startTimeoutMs = 30_000): Promise<Post
     socketDir,
     url: `postgres://postgres@${HOST}:${port}/postgres`,
     version,
+    pid: peer.pid,
     psql,
     output: () => peer.output(),
     stop,

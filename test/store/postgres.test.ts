@@ -220,6 +220,56 @@ describe("PostgresStore specifics", () => {
     }
   });
 
+  it("writeAll: puts to distinct documents are one statement, all or none; a repeated document runs as a transaction", async () => {
+    const { url, schema } = await freshSchemaUrl();
+    const store = await PostgresStore.open({ url, sweepIntervalMs: 0 });
+    const proto = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
+    const original = proto.query;
+    const sent: string[] = [];
+    try {
+      await server.psql(`
+        CREATE FUNCTION ${schema}.refuse_boom() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN IF NEW.value LIKE '%boom%' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER refuse_boom BEFORE INSERT OR UPDATE ON ${schema}.authority_documents
+          FOR EACH ROW EXECUTE FUNCTION ${schema}.refuse_boom();`);
+      proto.query = function (this: unknown, ...args: unknown[]) {
+        const text = typeof args[0] === "string" ? args[0] : (args[0] as { text?: string }).text;
+        sent.push(String(text).trim().split(/\s+/)[0] ?? "");
+        return original.apply(this, args);
+      };
+      await store.writeAll([
+        { op: "put", collection: "results", id: "k1", value: { done: 1 }, ttlMs: 60_000 },
+        { op: "put", collection: "evidence", id: "e1", value: { ok: true } },
+      ]);
+      assert.deepEqual(sent, ["INSERT"], "one statement, no BEGIN/COMMIT");
+      assert.deepEqual(await store.get("results", "k1"), { done: 1 });
+      assert.deepEqual(await store.get("evidence", "e1"), { ok: true });
+      assert.equal(
+        await server.psql(`SELECT expires_at IS NOT NULL FROM ${schema}.authority_documents WHERE id = 'k1'`),
+        "t",
+      );
+      await assert.rejects(
+        store.writeAll([
+          { op: "put", collection: "results", id: "k2", value: 2 },
+          { op: "put", collection: "evidence", id: "e1", value: "boom" },
+        ]),
+        StoreError,
+      );
+      assert.equal(await store.get("results", "k2"), undefined, "nothing of the refused batch");
+      assert.deepEqual(await store.get("evidence", "e1"), { ok: true });
+      sent.length = 0;
+      await store.writeAll([
+        { op: "put", collection: "results", id: "k3", value: 1 },
+        { op: "put", collection: "results", id: "k3", value: 2 },
+      ]);
+      assert.equal(sent[0], "BEGIN");
+      assert.equal(await store.get("results", "k3"), 2, "in order: the last put wins");
+    } finally {
+      proto.query = original;
+      await store.close();
+    }
+  });
+
   it("refuses a database migrated by a newer build", async () => {
     const { url, schema } = await freshSchemaUrl();
     await (await openStore(url)).close();

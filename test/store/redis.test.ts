@@ -81,6 +81,7 @@ describe("RedisStore specifics", () => {
       assert.equal(await b.count("docs"), 0);
       assert.deepEqual((await raw.keys("layout-a:*")).sort(), [
         "layout-a:ctr:usage",
+        "layout-a:ctrk:usage",
         "layout-a:doc:docs:x:1",
         "layout-a:exp:docs",
         "layout-a:idx:docs",
@@ -123,6 +124,64 @@ describe("RedisStore specifics", () => {
       await store.create("nonces", "fresh1", 1, { ttlMs: 600_000 });
       await store.create("nonces", "fresh2", 1, { ttlMs: 600_000 });
       assert.deepEqual(await raw.zrange("prune:idx:nonces", "0", "-1"), ["fresh1", "fresh2"]);
+    } finally {
+      await store.close();
+      raw.disconnect();
+    }
+  });
+
+  it("reads and removes a prefix of counters by their key index, never by scanning the hash", async () => {
+    const store = new RedisStore({ url: server.url, keyPrefix: "ctr-index:" });
+    const raw = new Redis(server.url);
+    try {
+      // 200 hours of usage rollups, 50 keys each: the view asks for one hour.
+      for (let hour = 0; hour < 200; hour++) {
+        const period = `h|2026-01-${String(1 + Math.floor(hour / 24)).padStart(2, "0")}T${String(hour % 24).padStart(2, "0")}`;
+        await store.writeAll(
+          Array.from({ length: 50 }, (_, k) => ({
+            op: "increment" as const,
+            counters: "usage",
+            key: `${period}|p|agent-${k}|cap|perm|allowed`,
+            by: 1,
+          })),
+        );
+      }
+      await raw.config("RESETSTAT");
+      const hour = await store.readCounters("usage", "h|2026-01-03T07|");
+      assert.equal(Object.keys(hour).length, 50);
+      assert.equal(hour["h|2026-01-03T07|p|agent-7|cap|perm|allowed"], 1);
+      assert.equal(await store.deleteCounters("usage", "h|", "h|2026-01-01T02", 500), 100);
+      const stats = await raw.info("commandstats");
+      assert.doesNotMatch(stats, /cmdstat_(hgetall|hscan|hkeys|hvals):/, "no walk of the whole hash");
+      // One range for the read, one inside the deleting script.
+      assert.match(stats, /cmdstat_zrangebylex:calls=2,/);
+      assert.match(stats, /cmdstat_hmget:calls=1,/);
+      assert.equal(await raw.hlen("ctr-index:ctr:usage"), 9_900);
+      assert.equal(await raw.zcard("ctr-index:ctrk:usage"), 9_900);
+    } finally {
+      await store.close();
+      raw.disconnect();
+    }
+  });
+
+  it("indexes counters an older release wrote or removed without the key index, once", async () => {
+    const store = new RedisStore({ url: server.url, keyPrefix: "ctr-old:" });
+    const raw = new Redis(server.url);
+    try {
+      await store.increment("usage", "d|2026-01-01|a", 2);
+      // What a release without the index did: HINCRBY and HDEL on the hash alone.
+      for (let i = 0; i < 30; i++) await raw.hincrby("ctr-old:ctr:usage", `d|2026-01-02|k${i}`, i + 1);
+      await raw.hdel("ctr-old:ctr:usage", "d|2026-01-01|a");
+      const day = await store.readCounters("usage", "d|2026-01-02|");
+      assert.equal(Object.keys(day).length, 30);
+      assert.equal(day["d|2026-01-02|k29"], 30);
+      assert.deepEqual(await store.readCounters("usage", "d|2026-01-01|"), {});
+      assert.equal(await raw.zcard("ctr-old:ctrk:usage"), 30);
+      await raw.config("RESETSTAT");
+      await store.readCounters("usage", "d|2026-01-02|");
+      assert.doesNotMatch(await raw.info("commandstats"), /cmdstat_(hscan|zscan):/, "indexed once");
+      assert.equal(await store.deleteCounters("usage", "d|", "d|2026-01-03"), 30);
+      assert.equal(await raw.exists("ctr-old:ctr:usage", "ctr-old:ctrk:usage"), 0);
     } finally {
       await store.close();
       raw.disconnect();

@@ -266,6 +266,9 @@ combinations that need names computed here).
 {{- if and (eq .Values.authority.store.backend "redis") (not (include "authority.redisConfigured" .)) }}
 {{- fail "authority.store.backend=redis needs redis.enabled, redis.externalUrl or redis.existingSecret" }}
 {{- end }}
+{{- if and (eq .Values.authority.store.backend "redis") .Values.redis.enabled }}
+{{- fail "authority.store.backend=redis with redis.enabled: the bundled Redis (one pod, no replica, no backup) is never the system of record. Use authority.store.backend=postgres (an existing PostgreSQL) or an external Redis (redis.externalUrl / redis.existingSecret); the bundled Redis stays the sidecars' cache and change channel" }}
+{{- end }}
 {{- if and .Values.redis.enabled (or .Values.redis.externalUrl .Values.redis.existingSecret) }}
 {{- fail "redis.enabled (bundled) and redis.externalUrl/existingSecret are exclusive" }}
 {{- end }}

@@ -13,6 +13,7 @@ import {
   checkListOptions,
   checkName,
   checkTtl,
+  compareCodePoints,
   decodeValue,
   encodeValue,
   type ListRange,
@@ -73,6 +74,32 @@ const WRITE = `
 INSERT INTO authority_documents (collection, id, value, expires_at)
 VALUES ($1, $2, $3, CASE WHEN $4::bigint IS NULL THEN NULL ELSE ${NOW_MS} + $4::bigint END)
 ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
+
+/**
+ * Several documents in one statement (a batch of puts to distinct documents): atomic as any
+ * statement, one round trip instead of BEGIN, one INSERT per document and COMMIT.
+ */
+const WRITE_MANY = `
+INSERT INTO authority_documents (collection, id, value, expires_at)
+SELECT w.collection, w.id, w.value, CASE WHEN w.ttl IS NULL THEN NULL ELSE ${NOW_MS} + w.ttl END
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS w(collection, id, value, ttl)
+ON CONFLICT (collection, id) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`;
+
+type CheckedPut = Extract<CheckedWrite, { op: "put" }>;
+
+/**
+ * The batch's puts in key order (so concurrent batches lock rows in one order) when the batch is
+ * puts only, each to another document; undefined otherwise (it then runs as a transaction).
+ */
+function distinctPuts(writes: readonly CheckedWrite[]): CheckedPut[] | undefined {
+  const puts = writes.filter((write): write is CheckedPut => write.op === "put");
+  if (puts.length !== writes.length) return undefined;
+  const keys = new Set(puts.map((put) => documentKey(put.collection, put.id)));
+  if (keys.size !== puts.length) return undefined;
+  return puts.sort((a, b) =>
+    compareCodePoints(documentKey(a.collection, a.id), documentKey(b.collection, b.id)),
+  );
+}
 
 /**
  * The entries whose id the log does not hold yet (ids distinct within the call: appendMany),
@@ -290,7 +317,9 @@ export class PostgresStore implements Store {
   }
 
   async put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
-    await this.#connection.query("put", WRITE, this.#writeParams(collection, id, value, options));
+    await this.#connection.query("put", WRITE, this.#writeParams(collection, id, value, options), {
+      prepared: "authority_put",
+    });
   }
 
   async create<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<boolean> {
@@ -301,6 +330,7 @@ export class PostgresStore implements Store {
        WHERE authority_documents.expires_at IS NOT NULL AND authority_documents.expires_at <= ${NOW_MS}
        RETURNING 1 AS created`,
       this.#writeParams(collection, id, value, options),
+      { prepared: "authority_create" },
     );
     return rows.length === 1;
   }
@@ -565,6 +595,21 @@ export class PostgresStore implements Store {
   async writeAll(writes: readonly StoreWrite[]): Promise<void> {
     const checked = checkWrites(writes);
     if (checked.length === 0) return;
+    const puts = distinctPuts(checked);
+    if (puts !== undefined) {
+      await this.#connection.query(
+        "writeAll",
+        WRITE_MANY,
+        [
+          puts.map((put) => put.collection),
+          puts.map((put) => put.id),
+          puts.map((put) => put.text),
+          puts.map((put) => put.ttlMs ?? null),
+        ],
+        { prepared: "authority_write_many" },
+      );
+      return;
+    }
     await this.#connection.run("writeAll", async (client) => {
       // A failure releases the connection as broken (connection.ts), which ends the transaction.
       await client.query("BEGIN");

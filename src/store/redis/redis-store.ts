@@ -8,9 +8,11 @@
  *   <p>lt:<log>                sorted set (score 0) of `<time ms, 15 digits>:<seq, 16 digits>`
  *   <p>lx:<log>:<field>:<value>   the same members, for the entries with that indexed value
  *   <p>ctr:<counters>          hash of counter key → integer (HINCRBY)
+ *   <p>ctrk:<counters>         sorted set (score 0) of the hash's keys, read by prefix with ZRANGEBYLEX
  * Collection and log names cannot contain ':', so keys never collide.
  */
 
+import type { Redis } from "ioredis";
 import { positiveIntegerOption } from "../../core/positive-integer.ts";
 import {
   checkAfterSeq,
@@ -20,10 +22,10 @@ import {
   checkListOptions,
   checkName,
   checkTtl,
-  compareCodePoints,
   decodeValue,
   encodeValue,
   invalidArgument,
+  prefixUpperBound,
   returnedInteger,
   StoreError,
   StoreInvalidArgumentError,
@@ -60,8 +62,9 @@ import { type LuaScript, RedisConnection, type RedisConnectionOptions } from "./
 import {
   APPEND_MANY,
   COUNT,
+  COUNTER_INCREMENT,
   DELETE,
-  HINCRBY,
+  DELETE_COUNTERS,
   INDEX_KEYS_PER_ENTRY,
   PRUNE,
   QUERY_LOG,
@@ -93,7 +96,7 @@ interface LogKeys {
 
 const toInteger = (value: unknown, what: string): number => returnedInteger(value, "Redis", what);
 
-/** Counter fields HSCAN returns per step in deleteCounters. */
+/** Fields or members HSCAN / ZSCAN return per step, and keys per HMGET. */
 const SCAN_COUNT = 1000;
 
 const timeDigits = (time: number): string => String(time).padStart(15, "0");
@@ -422,46 +425,89 @@ export class RedisStore implements Store {
     });
   }
 
+  /** A counter hash and its key index (decision 2911). */
+  #counterKeys(counters: string): [hash: string, index: string] {
+    const name = checkName("counters", counters);
+    return [`${this.keyPrefix}ctr:${name}`, `${this.keyPrefix}ctrk:${name}`];
+  }
+
   async increment(counters: string, key: string, by?: number): Promise<number> {
-    const hash = `${this.keyPrefix}ctr:${checkName("counters", counters)}`;
+    const keys = this.#counterKeys(counters);
     const field = checkId("counter key", key);
     const amount = checkIncrement(by);
-    return this.#connection.run("increment", async (client) => client.hincrby(hash, field, amount));
+    return this.#connection.run("increment", async (client) =>
+      toInteger(
+        await this.#connection.script(client, COUNTER_INCREMENT, [...keys, field, amount]),
+        "counter",
+      ),
+    );
   }
 
   async readCounters(counters: string, prefix?: string): Promise<Record<string, number>> {
-    const hash = `${this.keyPrefix}ctr:${checkName("counters", counters)}`;
+    const [hash, index] = this.#counterKeys(counters);
     const wanted = checkListOptions(prefix === undefined ? undefined : { prefix }).prefix ?? "";
     return this.#connection.run("readCounters", async (client) => {
-      const all = await client.hgetall(hash);
-      const keys = Object.keys(all)
-        .filter((key) => key.startsWith(wanted))
-        .sort(compareCodePoints);
+      await this.#indexCounters(client, hash, index);
+      const upper = prefixUpperBound(wanted);
+      const keys = await client.zrangebylex(
+        index,
+        wanted === "" ? "-" : `[${wanted}`,
+        upper === undefined ? "+" : `(${upper}`,
+      );
       const result: Record<string, number> = {};
-      for (const key of keys) result[key] = toInteger(all[key], "counter");
+      for (let i = 0; i < keys.length; i += SCAN_COUNT) {
+        const chunk = keys.slice(i, i + SCAN_COUNT);
+        const values = await client.hmget(hash, ...chunk);
+        chunk.forEach((key, j) => {
+          const value = values[j];
+          if (value !== null && value !== undefined) result[key] = toInteger(value, "counter");
+        });
+      }
       return result;
     });
   }
 
+  /**
+   * Makes the key index hold exactly the hash's keys when their counts differ: counters written
+   * before the index existed (or by an older release during a rollout) are added, members whose
+   * counter an older release removed are dropped. Equal counts (the normal case) cost HLEN + ZCARD.
+   */
+  async #indexCounters(client: Redis, hash: string, index: string): Promise<void> {
+    const [[, fields], [, members]] = ((await client.multi().hlen(hash).zcard(index).exec()) ?? []) as [
+      [unknown, number],
+      [unknown, number],
+    ];
+    if (fields === members) return;
+    let cursor = "0";
+    do {
+      const [next, flat] = await client.hscan(hash, cursor, "COUNT", SCAN_COUNT);
+      const keys = flat.filter((_, i) => i % 2 === 0);
+      if (keys.length > 0) await client.zadd(index, ...keys.flatMap((key) => [0, key]));
+      cursor = next;
+    } while (cursor !== "0");
+    do {
+      const [next, flat] = await client.zscan(index, cursor, "COUNT", SCAN_COUNT);
+      const keys = flat.filter((_, i) => i % 2 === 0);
+      const values = keys.length === 0 ? [] : await client.hmget(hash, ...keys);
+      const gone = keys.filter((_, i) => values[i] === null);
+      if (gone.length > 0) await client.zrem(index, ...gone);
+      cursor = next;
+    } while (cursor !== "0");
+  }
+
   async deleteCounters(counters: string, prefix: string, before: string, max?: number): Promise<number> {
-    const hash = `${this.keyPrefix}ctr:${checkName("counters", counters)}`;
+    const [hash, index] = this.#counterKeys(counters);
     const range = checkCounterRange(prefix, before, max);
-    const inRange = (key: string) =>
-      (range.lower === undefined || compareCodePoints(key, range.lower) >= 0) &&
-      compareCodePoints(key, range.upper) < 0;
     return this.#connection.run("deleteCounters", async (client) => {
-      // A hash has no order: HSCAN walks it in steps (never blocking the server for long).
-      const doomed: string[] = [];
-      let cursor = "0";
-      do {
-        const [nextCursor, flat] = await client.hscan(hash, cursor, "COUNT", SCAN_COUNT);
-        for (let i = 0; i < flat.length && doomed.length < range.max; i += 2) {
-          const key = flat[i] as string;
-          if (inRange(key) && !doomed.includes(key)) doomed.push(key);
-        }
-        cursor = nextCursor;
-      } while (cursor !== "0" && doomed.length < range.max);
-      return doomed.length === 0 ? 0 : client.hdel(hash, ...doomed);
+      await this.#indexCounters(client, hash, index);
+      const removed = await this.#connection.script(client, DELETE_COUNTERS, [
+        hash,
+        index,
+        range.lower === undefined ? "-" : `[${range.lower}`,
+        `(${range.upper}`,
+        range.max,
+      ]);
+      return toInteger(removed, "removed counters");
     });
   }
 
@@ -516,7 +562,7 @@ export class RedisStore implements Store {
         ];
       }
       case "increment":
-        return [HINCRBY, [`${this.keyPrefix}ctr:${write.counters}`, write.key, write.by]];
+        return [COUNTER_INCREMENT, [...this.#counterKeys(write.counters), write.key, write.by]];
     }
   }
 

@@ -257,5 +257,35 @@ return n
   4,
 );
 
-/** KEYS: counter hash. ARGV: key, increment (a batch's increment, beside its other scripts). */
-export const HINCRBY = luaScript("return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])", 1);
+/**
+ * KEYS: counter hash, its key index (sorted set, score 0). ARGV: key, increment. The counter and
+ * its index member are written together, so a prefix of keys is read by range, never by scanning
+ * the hash.
+ */
+export const COUNTER_INCREMENT = luaScript(
+  `
+local value = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 'NX', 0, ARGV[1])
+return value
+`,
+  2,
+);
+
+/**
+ * KEYS: counter hash, its key index. ARGV: lex range start ('-' or '[<lower>'), end
+ * ('(<upper>'), max. Removes up to max counters in key order within the range from both;
+ * returns how many counters it removed.
+ */
+export const DELETE_COUNTERS = luaScript(
+  `
+local keys = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
+local removed = 0
+for i = 1, #keys, 1000 do
+  local chunk = { unpack(keys, i, math.min(i + 999, #keys)) }
+  removed = removed + redis.call('HDEL', KEYS[1], unpack(chunk))
+  redis.call('ZREM', KEYS[2], unpack(chunk))
+end
+return removed
+`,
+  2,
+);

@@ -142,6 +142,16 @@ function logView(app: FastifyInstance, context: AuthorityContext, view: LogView)
   );
 }
 
+/**
+ * The key range of a period's usage that a query needs: keys sort by period, partner, subject,
+ * so the store reads the partner's (or the subject's) counters only.
+ */
+function usageScope(partner: string | undefined, subject: string | undefined): string {
+  if (partner === undefined) return "";
+  const partnerPart = `${encodeUsageComponent(partner)}|`;
+  return subject === undefined ? partnerPart : `${partnerPart}${encodeUsageComponent(subject)}|`;
+}
+
 const MAX_PERIODS: Record<UsageGranularity, number> = { day: 400, hour: 24 * 31 };
 const DEFAULT_SPAN_MS: Record<UsageGranularity, number> = { day: 29 * 86_400_000, hour: 23 * 3_600_000 };
 
@@ -296,9 +306,7 @@ export function auditRoutes(context: AuthorityServices): FastifyPluginAsync {
         const rows = new Map<string, Record<string, unknown> & { count: number }>();
         const totals = { allowed: 0, denied: 0 };
         for (const period of periods) {
-          const prefix =
-            usagePeriodPrefix(granularity, period) +
-            (partner === undefined ? "" : `${encodeUsageComponent(partner)}|`);
+          const prefix = usagePeriodPrefix(granularity, period) + usageScope(partner, query.subject);
           const counters = await store.readCounters(USAGE_COUNTERS, prefix);
           const entries = Object.entries(counters);
           if (entries.length === 0) continue;

@@ -241,6 +241,12 @@ describe("GET /admin/audit, /admin/usage, /admin/mcp-audit", () => {
     assert.equal(getUser?.capability_id, CAPABILITY);
     assert.deepEqual(byPermission.body.totals, { allowed: 3, denied: 0 });
 
+    // partner + subject: the range of that subject's keys only, the same counts.
+    const oneSubject = await h.get(`/admin/usage?period=hour&partner=${PARTNER}&subject=agent-7`, admin);
+    assert.deepEqual(oneSubject.body.totals, { allowed: 3, denied: 2 });
+    const nobody = await h.get(`/admin/usage?partner=${PARTNER}&subject=agent-70`, admin);
+    assert.deepEqual(nobody.body.totals, { allowed: 0, denied: 0 });
+
     const byApi = await h.get("/admin/usage?group_by=capability", partnerAdmin);
     assert.deepEqual(byApi.body.totals, { allowed: 3, denied: 2 });
 
