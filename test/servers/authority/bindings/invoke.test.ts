@@ -392,10 +392,15 @@ describe("binding invoke idempotency", () => {
     );
 
   /** A replica whose envelope seal is `seal`; the verify route's `open` stays the real one. */
-  const sealing = (seal: EnvelopeCrypto["seal"]) => {
+  const sealing = (seal: EnvelopeCrypto["seal"], leaseMs?: number) => {
     const real = h.context.bindings.envelopes;
     if (real === undefined) throw new Error("the harness has envelope keys");
-    return h.startReplica({ bindings: { envelopes: { seal, open: real.open } } });
+    return h.startReplica({
+      bindings: {
+        envelopes: { seal, open: real.open },
+        ...(leaseMs === undefined ? {} : { idempotency: { leaseMs } }),
+      },
+    });
   };
 
   // The `sending` write runs while the envelope is signed and the credentials are made ready
@@ -451,12 +456,7 @@ describe("binding invoke idempotency", () => {
     const stalled = new Promise<string>((_, reject) => {
       release = reject;
     });
-    const replica = await h.startReplica({
-      bindings: {
-        envelopes: { seal: () => stalled, open: (...args) => h.context.bindings.envelopes!.open(...args) },
-        idempotency: { leaseMs: 200 },
-      },
-    });
+    const replica = await sealing(() => stalled, 200);
     const received = h.upstream.received.length;
     const hanging = h.invoke(body, { key: "create-stalled", base: replica.url });
     try {
