@@ -115,6 +115,9 @@ type TargetOutcome =
   | { readonly ok: true; readonly target: Target }
   | { readonly ok: false; readonly reason: DenyReason };
 
+/** Resolves after the current turn's callbacks and promise jobs (a check-phase callback). */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 const badRequest = (message: string) => new AuthorityError("invalid_request", message);
 
 /** What the caller asked to run, as a method and a path `decide()` maps to a permission. */
@@ -557,11 +560,12 @@ async function execute(
       });
       envelopeId = claims.jti;
       // The key's `sending` state is stored while the signature is made (on a pool thread):
-      // both exist before the upstream may be contacted, and neither waits for the other.
-      // Both settle before either's failure is answered, so a released key stays released.
+      // both exist before the upstream may be contacted, and neither waits for the other. The
+      // write waits a turn, so the signature is handed to the pool first. Both settle before
+      // either's failure is answered, so a released key stays released.
       const [sealed, stored] = await Promise.allSettled([
         envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2),
-        deps.sending?.(),
+        deps.sending === undefined ? undefined : nextTurn().then(deps.sending),
       ]);
       if (sealed.status === "rejected") throw sealed.reason;
       if (stored.status === "rejected") throw stored.reason;

@@ -87,8 +87,10 @@ export interface EnforcementPipeline {
 }
 
 const kept = (): boolean => true;
-const noop = (): void => undefined;
 const lost = (): boolean => false;
+const noop = (): void => undefined;
+/** Resolves after the current turn's callbacks and promise jobs (a check-phase callback). */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 export function createEnforcementPipeline(deps: EnforcementPipelineDeps): EnforcementPipeline {
   const { decisions, upstream } = deps;
@@ -121,6 +123,9 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
       // credentials are made ready meanwhile.
       extraHeaders = call.headers?.(decision, prepared.args);
       headersSettled = Promise.resolve(extraHeaders).then(noop, noop);
+      // Headers still in the making get this turn to start their work (a signature handed
+      // to a pool thread) before the rest is read.
+      if (extraHeaders instanceof Promise) await nextTurn();
       const authProfile = await call.authProfile(partnerId, decision.authProfileRef);
       result = await upstream.send({
         snapshot: operation,
