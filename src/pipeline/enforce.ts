@@ -110,7 +110,6 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
     const partnerId = authorization.partnerId;
     const settle = authorization.settle ?? (() => Promise.resolve());
     let result: ExecutionResult;
-    let extraHeaders: ReturnType<NonNullable<UpstreamCall["headers"]>> | undefined;
     let headersSettled: Promise<void> | undefined;
     try {
       if (partnerId === null) throw new ExecutionError("invalid_operation_snapshot");
@@ -121,7 +120,7 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
       // The transport's headers (invoke: its envelope, signed on a pool thread) are awaited by
       // the send stage right before the call: the auth profile, the egress check and the
       // credentials are made ready meanwhile.
-      extraHeaders = call.headers?.(decision, prepared.args);
+      const extraHeaders = call.headers?.(decision, prepared.args);
       headersSettled = Promise.resolve(extraHeaders).then(noop, noop);
       // Headers still in the making get this turn to start their work (a signature handed
       // to a pool thread) before the rest is read.
