@@ -9,10 +9,12 @@
  * kept for `ttlMs` (24 h); an in-progress claim expires after `leaseMs`, so a crashed
  * replica does not block the key for a day.
  *
- * Right before the upstream may be contacted, `work` calls `sending()`: the claim becomes a
- * `sending` record kept for `ttlMs`. A replica that dies after that point may have executed
- * the operation, so once the record's lease has passed a retry is refused with 409
- * `idempotency_outcome_unknown` instead of being run a second time (decision 2751).
+ * Before the upstream may be contacted, `work` calls `sending()` and waits for it: the claim
+ * becomes a `sending` record kept for `ttlMs`. A replica that dies after that point may have
+ * executed the operation, so once the record's lease has passed a retry is refused with 409
+ * `idempotency_outcome_unknown` instead of being run a second time (decision 2751). The work
+ * may store it while it still prepares the call (invoke: while the envelope is signed); when
+ * that preparation then fails, nothing was sent, and `unsent()` lets a fault release the key.
  *
  * A stored result is not a grant: before one is replayed, `recheck` runs the current
  * decision again (revocation, expiry, allowlist, mapping, subject, boundary); when it
@@ -77,10 +79,13 @@ export interface ReplayOptions {
 }
 
 /**
- * The work of one key. It calls `sending()` (and waits for it) right before the upstream may
- * be contacted; nothing before that point can have had an effect outside the authority.
+ * The work of one key. It calls `sending()` (and waits for it) before the upstream may be
+ * contacted; nothing before that point can have had an effect outside the authority. It calls
+ * `unsent()` before it throws when the upstream was not contacted after all (what it prepared
+ * after `sending()` failed): the fault then releases the key instead of marking its outcome
+ * unknown. A result that is not kept releases the key in any case.
  */
-export type IdempotentWork = (sending: () => Promise<void>) => Promise<WorkResult>;
+export type IdempotentWork = (sending: () => Promise<void>, unsent: () => void) => Promise<WorkResult>;
 
 export interface Idempotency {
   run(
@@ -136,9 +141,12 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       );
       sent = true;
     };
+    const unsent = () => {
+      sent = false;
+    };
     let result: WorkResult;
     try {
-      result = await work(sending);
+      result = await work(sending, unsent);
     } catch (error) {
       // A fault after the upstream may have been contacted: the outcome is unknown, at once.
       await (sent

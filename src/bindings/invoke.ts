@@ -95,10 +95,12 @@ export type InvokeDeps = Pick<AdminDeps, "store" | "now" | "logger"> & {
    */
   readonly holdEvidence?: (write: StoreWrite) => void;
   /**
-   * Set on a call with an Idempotency-Key: awaited right before the upstream may be contacted
-   * (the key's `sending` state, idempotency.ts), once the call's headers are ready.
+   * Set on a call with an Idempotency-Key: the key's `sending` state (idempotency.ts), stored
+   * while the envelope is signed and awaited before the upstream may be contacted.
    */
   readonly sending?: () => Promise<void>;
+  /** Set with `sending`: the upstream was not contacted after all, so a fault releases the key. */
+  readonly unsent?: () => void;
 };
 
 interface Target {
@@ -111,6 +113,9 @@ interface Target {
 type TargetOutcome =
   | { readonly ok: true; readonly target: Target }
   | { readonly ok: false; readonly reason: DenyReason };
+
+/** Resolves after the current turn's callbacks and promise jobs (a check-phase callback). */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 const badRequest = (message: string) => new AuthorityError("invalid_request", message);
 
@@ -311,6 +316,7 @@ async function idempotentWork(
   call: InvokeCall,
   requestHash: Sha256Ref,
   sending: () => Promise<void>,
+  unsent: () => void,
 ): Promise<WorkResult> {
   const held: StoreWrite[] = [];
   const storeHeld = () =>
@@ -320,7 +326,7 @@ async function idempotentWork(
   try {
     const result = await execute(
       runtime,
-      { ...deps, holdEvidence: (write) => held.push(write), sending },
+      { ...deps, holdEvidence: (write) => held.push(write), sending, unsent },
       call,
       requestHash,
     );
@@ -548,9 +554,17 @@ async function execute(
         now,
       });
       envelopeId = claims.jti;
-      const envelope = await envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2);
-      await deps.sending?.();
-      return { [ENVELOPE_HEADER]: envelope, "x-request-id": call.requestId };
+      // The key's `sending` state is stored while the signature is made (on a pool thread):
+      // both exist before the upstream may be contacted, and neither waits for the other. The
+      // write waits a turn, so the signature is handed to the pool first. Both settle before
+      // either's failure is answered, so a released key stays released.
+      const [sealed, stored] = await Promise.allSettled([
+        envelopes.seal(claims, binding.partner_id, PARTNER_PROFILE_V2),
+        deps.sending === undefined ? undefined : nextTurn().then(deps.sending),
+      ]);
+      if (sealed.status === "rejected") throw sealed.reason;
+      if (stored.status === "rejected") throw stored.reason;
+      return { [ENVELOPE_HEADER]: sealed.value, "x-request-id": call.requestId };
     },
     // Whose grant (oauth_user) or token (token exchange) the call uses: the derived subject's.
     endUser: {
@@ -614,7 +628,11 @@ async function execute(
       }
       // A fault is thrown to the route's error handler, which logs it; a caller's fault (the
       // input schema, a constraint) is answered here with the receipt of its recorded deny.
-      if (!error.callerFault) throw error;
+      // Nothing reached the upstream: the key is released even if `sending` was stored.
+      if (!error.callerFault) {
+        deps.unsent?.();
+        throw error;
+      }
     }
     return {
       response: {
@@ -704,7 +722,8 @@ export async function runInvoke(
     const { response } = await execute(runtime, deps, call, requestHash);
     return answerOf(response, false);
   }
-  const work = (sending: () => Promise<void>) => idempotentWork(runtime, deps, call, requestHash, sending);
+  const work = (sending: () => Promise<void>, unsent: () => void) =>
+    idempotentWork(runtime, deps, call, requestHash, sending, unsent);
   const outcome = await runtime.idempotency.run(binding.binding_id, call.idempotencyKey, requestHash, work, {
     recheck: () => recheckReplay(runtime, deps, call, requestHash),
   });

@@ -96,7 +96,7 @@ export interface SendRequest {
   /** The policy's response redactions for this permission ID. */
   readonly redactions?: readonly RedactionRule[];
   /** Trusted headers added by the server (request id, authority envelope); never credentials. */
-  readonly extraHeaders?: Readonly<Record<string, string>>;
+  readonly extraHeaders?: Readonly<Record<string, string>> | PromiseLike<Readonly<Record<string, string>>>;
   /** Whom the call is made for: whose grant (oauth_user) or token (token exchange) is used. */
   readonly endUser?: EndUser;
   readonly signal?: AbortSignal;
@@ -437,13 +437,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
     const method = executableMethod(snapshot);
     const { args, url } = request.prepared;
     const fromCaller = callerHeaders(args.headers);
-    const headers: Record<string, string> = {
-      ...fromCaller,
-      ...trustedHeaders(request.extraHeaders),
-      accept: "application/json",
-      // An encoded answer must be decoded before it can be scrubbed: ask for none.
-      "accept-encoding": "identity",
-    };
     let requestHash: string;
     try {
       // What the caller asked for: no credentials, no per-request server headers. It also
@@ -461,7 +454,6 @@ export function createExecutor(options: ExecutorOptions): Executor {
       });
     }
     const body = args.hasBody ? JSON.stringify(args.body) : undefined;
-    if (body !== undefined) headers["content-type"] = "application/json";
     const rules = redactionRules(snapshot, request.redactions);
 
     // A destination refused without DNS (a literal address, a metadata name, a platform
@@ -500,6 +492,17 @@ export function createExecutor(options: ExecutorOptions): Executor {
       }
     };
     let scrubber = scrubberFor(undefined);
+
+    // The transport's headers may still be in the making (invoke's envelope): awaited last,
+    // before the deadline starts and anything is sent.
+    const headers: Record<string, string> = {
+      ...fromCaller,
+      ...trustedHeaders(await request.extraHeaders),
+      accept: "application/json",
+      // An encoded answer must be decoded before it can be scrubbed: ask for none.
+      "accept-encoding": "identity",
+    };
+    if (body !== undefined) headers["content-type"] = "application/json";
 
     // 5: one deadline for the whole upstream exchange, including a 401 retry.
     const deadline = AbortSignal.timeout(timeoutMs);

@@ -177,7 +177,7 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
           request: egress.request,
           timeoutMs,
           maxResponseBytes,
-          headers: { ...request.extraHeaders, ...session.credentials.headers },
+          headers: { ...(await request.extraHeaders), ...session.credentials.headers },
           query: session.credentials.query,
           signal,
           ...(received === undefined ? {} : { notifications: received.sink }),

@@ -88,6 +88,9 @@ export interface EnforcementPipeline {
 
 const kept = (): boolean => true;
 const lost = (): boolean => false;
+const noop = (): void => undefined;
+/** Resolves after the current turn's callbacks and promise jobs (a check-phase callback). */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 export function createEnforcementPipeline(deps: EnforcementPipelineDeps): EnforcementPipeline {
   const { decisions, upstream } = deps;
@@ -107,17 +110,22 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
     const partnerId = authorization.partnerId;
     const settle = authorization.settle ?? (() => Promise.resolve());
     let result: ExecutionResult;
+    let headersSettled: Promise<void> | undefined;
     try {
       if (partnerId === null) throw new ExecutionError("invalid_operation_snapshot");
       const { operation } = decision;
       const route = allowedRoute(authorization.capability, decision.permissionId, operation);
       const rollout = await upstream.rolloutFor(operation, partnerId);
       const prepared = prepareUpstreamRequest(route, call.args(decision), rollout);
-      // The transport's headers (an envelope is signed meanwhile) and the profile overlap.
-      const [extraHeaders, authProfile] = await Promise.all([
-        call.headers?.(decision, prepared.args),
-        call.authProfile(partnerId, decision.authProfileRef),
-      ]);
+      // The transport's headers (invoke: its envelope, signed on a pool thread) are awaited by
+      // the send stage right before the call: the auth profile, the egress check and the
+      // credentials are made ready meanwhile.
+      const extraHeaders = call.headers?.(decision, prepared.args);
+      headersSettled = Promise.resolve(extraHeaders).then(noop, noop);
+      // Headers still in the making get this turn to start their work (a signature handed
+      // to a pool thread) before the rest is read.
+      if (extraHeaders instanceof Promise) await nextTurn();
+      const authProfile = await call.authProfile(partnerId, decision.authProfileRef);
       result = await upstream.send({
         snapshot: operation,
         prepared,
@@ -128,6 +136,9 @@ export function createEnforcementPipeline(deps: EnforcementPipelineDeps): Enforc
         ...(call.endUser === undefined ? {} : { endUser: { ...call.endUser, partnerId } }),
       });
     } catch (cause) {
+      // Whatever the headers' step started (invoke: its key's `sending` write) has settled
+      // before the refusal is answered and the key released.
+      await headersSettled;
       const error = pipelineFailure(cause);
       const recorded = await settle(error.code).then(kept, lost);
       const contacted = cause instanceof ExecutionError && cause.upstreamError !== undefined;

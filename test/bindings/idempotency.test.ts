@@ -115,4 +115,22 @@ describe("idempotency", () => {
     const retried = await idem.run("b1", "k-fail", hashB, counting(ok(5)).work);
     assert.equal(retried.replayed, false);
   });
+
+  it("marks a fault after `sending` unknown, unless the work says nothing was sent", async () => {
+    const idem = createIdempotency({ store });
+    const fault = (withdraw: boolean) => async (sending: () => Promise<void>, unsent: () => void) => {
+      await sending();
+      if (withdraw) unsent(); // what followed `sending` failed before any call left
+      throw new Error("fault");
+    };
+    await assert.rejects(idem.run("b1", "k-sent-fault", hashA, fault(false)), /fault/);
+    await assert.rejects(
+      idem.run("b1", "k-sent-fault", hashA, counting(ok(6)).work),
+      isCode("idempotency_outcome_unknown"),
+    );
+    await assert.rejects(idem.run("b1", "k-unsent-fault", hashA, fault(true)), /fault/);
+    const retry = counting(ok(7));
+    assert.equal((await idem.run("b1", "k-unsent-fault", hashA, retry.work)).replayed, false);
+    assert.equal(retry.calls(), 1);
+  });
 });

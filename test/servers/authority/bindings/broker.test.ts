@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
+import { bindingCollections } from "../../../../src/store/binding-model.ts";
 import { BINDING, type BindingsHarness, type Reply, startBindingsHarness } from "./harness.ts";
 
 describe("broker execute", () => {
@@ -63,6 +64,47 @@ describe("broker execute", () => {
     const second = await execute(body, { "idempotency-key": "broker-1" });
     assert.deepEqual(second.body, first.body);
     assert.equal(h.upstream.handled(), handled + 1);
+  });
+
+  it("runs none of the idempotency machinery for a call without a key", async () => {
+    const touched: string[] = [];
+    const watched = new Proxy(h.store, {
+      get(target, name) {
+        const member = Reflect.get(target, name, target);
+        if (typeof member !== "function") return member;
+        return (...args: unknown[]) => {
+          const writes = name === "writeAll" ? (args[0] as { collection: string }[]) : [];
+          const collections = [args[0], ...writes.map((write) => write.collection)];
+          if (collections.includes(bindingCollections.idempotency)) touched.push(String(name));
+          return member.apply(target, args);
+        };
+      },
+    });
+    const replica = await h.startReplica({ store: watched });
+    const body = { capability_id: "customers", method: "GET", path: "/customers" };
+    const plain = await h.call(
+      "POST",
+      "/v1/broker/execute",
+      { token, body, headers: { "x-authority-user-assertion": await h.userAssertion() } },
+      replica.url,
+    );
+    assert.equal(plain.status, 200, JSON.stringify(plain.body));
+    assert.deepEqual(touched, [], "no claim, no `sending`, no kept result");
+    const keyed = await h.call(
+      "POST",
+      "/v1/broker/execute",
+      {
+        token,
+        body,
+        headers: {
+          "x-authority-user-assertion": await h.userAssertion(),
+          "idempotency-key": "broker-watched",
+        },
+      },
+      replica.url,
+    );
+    assert.equal(keyed.status, 200, JSON.stringify(keyed.body));
+    assert.deepEqual(touched, ["create", "put", "writeAll"]);
   });
 
   it("denies operations outside the policy", async () => {

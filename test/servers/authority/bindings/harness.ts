@@ -103,6 +103,8 @@ export interface ReplicaOptions {
   /** null: no key rings for secrets and envelopes (503 paths). */
   readonly secretKeyRings?: null;
   readonly bindings?: BindingRuntimeOptions;
+  /** The replica's view of the shared store (a fault-injecting wrapper); default the store itself. */
+  readonly store?: Store;
 }
 
 export interface HarnessOptions {
@@ -169,7 +171,7 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
         ...replica.config,
       }),
       {
-        store,
+        store: replica.store ?? store,
         verifier: createJwtVerifier({
           issuer: adminIssuer,
           audience: "authority",

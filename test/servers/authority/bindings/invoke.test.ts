@@ -1,9 +1,19 @@
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import { sha256Ref } from "../../../../src/bindings/derive.ts";
-import { bindingCollections } from "../../../../src/store/binding-model.ts";
+import {
+  type EnvelopeCrypto,
+  EnvelopeCryptoUnavailableError,
+} from "../../../../src/bindings/envelope-crypto.ts";
+import {
+  bindingCollections,
+  bindingKeys,
+  type IdempotencyRecord,
+} from "../../../../src/store/binding-model.ts";
 import type { SqliteStore } from "../../../../src/store/sqlite/sqlite-store.ts";
+import type { Store } from "../../../../src/store/store.ts";
 import { BINDING, type BindingsHarness, PARTNER, startBindingsHarness, UPSTREAM_API_KEY } from "./harness.ts";
 
 describe("binding invoke", () => {
@@ -372,6 +382,97 @@ describe("binding invoke idempotency", () => {
     }
     assert.equal(h.upstream.handled(), handled + 1);
     assert.equal(replies.filter((r) => r.headers.get("idempotent-replayed") === "true").length, 3);
+  });
+
+  /** The key's stored record (claim, `sending` or result), as every replica reads it. */
+  const keyRecord = (key: string) =>
+    h.store.get<IdempotencyRecord>(
+      bindingCollections.idempotency,
+      bindingKeys.idempotency(BINDING, sha256Ref(key).slice("sha256:".length)),
+    );
+
+  /** A replica whose envelope seal is `seal`; the verify route's `open` stays the real one. */
+  const sealing = (seal: EnvelopeCrypto["seal"], leaseMs?: number) => {
+    const real = h.context.bindings.envelopes;
+    if (real === undefined) throw new Error("the harness has envelope keys");
+    return h.startReplica({
+      bindings: {
+        envelopes: { seal, open: real.open },
+        ...(leaseMs === undefined ? {} : { idempotency: { leaseMs } }),
+      },
+    });
+  };
+
+  // The `sending` write runs while the envelope is signed and the credentials are made ready
+  // (decision 2941): the upstream is still contacted only once it is stored.
+  it("never contacts the upstream when the key's `sending` write fails, and releases the key", async () => {
+    const failingSendingWrites = new Proxy(h.store, {
+      get(target, name) {
+        if (name === "put") {
+          return async (...args: Parameters<Store["put"]>) => {
+            const [collection, , value] = args;
+            if (
+              collection === bindingCollections.idempotency &&
+              (value as IdempotencyRecord).state === "sending"
+            ) {
+              await sleep(100); // slower than the envelope and the credentials
+              throw new Error("store unavailable");
+            }
+            return target.put(...args);
+          };
+        }
+        const member = Reflect.get(target, name, target);
+        return typeof member === "function" ? member.bind(target) : member;
+      },
+    });
+    const replica = await h.startReplica({ store: failingSendingWrites });
+    const received = h.upstream.received.length;
+    const refused = await h.invoke(body, { key: "create-sending-fails", base: replica.url });
+    assert.ok(refused.status >= 500, JSON.stringify(refused.body));
+    assert.equal(h.upstream.received.length, received, "nothing reached the upstream");
+    assert.equal(await keyRecord("create-sending-fails"), undefined, "the key is released");
+    const retried = await h.invoke(body, { key: "create-sending-fails" });
+    assert.equal(retried.status, 200, JSON.stringify(retried.body));
+    assert.equal(h.upstream.received.length, received + 1);
+  });
+
+  it("releases the key when the envelope fails after `sending` was stored meanwhile: a retry runs once", async () => {
+    const replica = await sealing(async () => {
+      await sleep(100); // the `sending` write is done by now
+      throw new EnvelopeCryptoUnavailableError("envelope keys are unavailable");
+    });
+    const received = h.upstream.received.length;
+    const refused = await h.invoke(body, { key: "create-seal-fails", base: replica.url });
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(h.upstream.received.length, received);
+    assert.equal(await keyRecord("create-seal-fails"), undefined, "nothing was sent: the key is released");
+    const retried = await h.invoke(body, { key: "create-seal-fails" });
+    assert.equal(retried.status, 200, JSON.stringify(retried.body));
+    assert.equal(h.upstream.received.length, received + 1);
+  });
+
+  it("never runs a key twice whose replica stalled after storing `sending`, before the upstream call", async () => {
+    let release!: (error: Error) => void;
+    const stalled = new Promise<string>((_, reject) => {
+      release = reject;
+    });
+    const replica = await sealing(() => stalled, 200);
+    const received = h.upstream.received.length;
+    const hanging = h.invoke(body, { key: "create-stalled", base: replica.url });
+    try {
+      // The replica stands for one that died while signing: its `sending` record is stored.
+      for (let i = 0; i < 200 && (await keyRecord("create-stalled"))?.state !== "sending"; i++)
+        await sleep(10);
+      assert.equal((await keyRecord("create-stalled"))?.state, "sending");
+      await sleep(300); // past the claimant's lease
+      const retried = await h.invoke(body, { key: "create-stalled" });
+      assert.equal(retried.status, 409, JSON.stringify(retried.body));
+      assert.equal(retried.body.error, "idempotency_outcome_unknown");
+      assert.equal(h.upstream.received.length, received, "never executed");
+    } finally {
+      release(new EnvelopeCryptoUnavailableError("stopped"));
+      await hanging;
+    }
   });
 
   it("lets concurrent duplicates on two replicas cause exactly one upstream call", async () => {
