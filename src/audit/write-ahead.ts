@@ -232,11 +232,19 @@ export function readingAfterRecords(store: Store, flush: () => Promise<unknown>)
   };
   const wrapped = (key: string | symbol): key is keyof LogReads =>
     key === "readLog" || key === "queryLog" || key === "logIdsHeld";
+  // Bound once per method: the hot paths read the store's methods on every call.
+  const bound = new Map<unknown, unknown>();
   return new Proxy(store, {
     get(target, key) {
       if (wrapped(key)) return reads[key];
       const value: unknown = Reflect.get(target, key, target);
-      return typeof value === "function" ? value.bind(target) : value;
+      if (typeof value !== "function") return value;
+      let method = bound.get(value);
+      if (method === undefined) {
+        method = value.bind(target);
+        bound.set(value, method);
+      }
+      return method;
     },
     // A read replaced on this view (a test holding one up) replaces the view's, not the store's
     // own, which the view's reads call.
