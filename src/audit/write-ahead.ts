@@ -85,44 +85,66 @@ function takeLock(path: string): string {
   return lock;
 }
 
-/** The whole records of a file's bytes; a line cut by a crash of the machine is skipped. */
-function recordsOf(bytes: Buffer): WriteAheadRecord[] {
-  const records: WriteAheadRecord[] = [];
-  let start = 0;
-  while (start < bytes.length) {
-    let end = bytes.indexOf(0x0a, start);
-    if (end === -1) end = bytes.length;
-    try {
-      const parsed = JSON.parse(bytes.toString("utf8", start, end)) as Partial<WriteAheadRecord>;
-      if (typeof parsed.log === "string" && typeof parsed.value === "object" && parsed.value !== null)
-        records.push({ log: parsed.log, value: parsed.value });
-    } catch {
-      // Not whole: it was never answered on (its write did not return).
-    }
-    start = end + 1;
-  }
-  return records;
-}
+/** Read per chunk; a line longer than this is damage, skipped (records are a few KB). */
+const CHUNK_BYTES = 1 << 20;
+/** Records stored per store call while replaying. */
+const REPLAY_BATCH = 256;
 
-function readAll(fd: number): Buffer {
-  const chunks: Buffer[] = [];
-  let position = 0;
-  for (;;) {
-    const chunk = Buffer.allocUnsafe(1 << 20);
-    const read = readSync(fd, chunk, 0, chunk.length, position);
-    if (read === 0) return Buffer.concat(chunks);
-    chunks.push(chunk.subarray(0, read));
-    position += read;
+/** One line's record; undefined for a line cut by a crash of the machine (its write never returned). */
+function recordOf(line: string): WriteAheadRecord | undefined {
+  try {
+    const parsed = JSON.parse(line) as Partial<WriteAheadRecord>;
+    if (typeof parsed.log === "string" && typeof parsed.value === "object" && parsed.value !== null)
+      return { log: parsed.log, value: parsed.value };
+  } catch {
+    // Not whole.
   }
+  return undefined;
 }
 
 /**
- * Opens (creating) the write-ahead file at `path` and returns it with the records an earlier
- * process left in it, to be replayed before anything is appended.
+ * The whole records of the file, in order, read in chunks of CHUNK_BYTES and handed over in
+ * groups of at most REPLAY_BATCH: a file of any size is read without holding it whole.
+ */
+async function forEachBatch(fd: number, take: (records: WriteAheadRecord[]) => Promise<void>): Promise<void> {
+  const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
+  let carry = Buffer.alloc(0);
+  let position = 0;
+  let batch: WriteAheadRecord[] = [];
+  const line = async (bytes: Buffer): Promise<void> => {
+    const record = bytes.length > CHUNK_BYTES ? undefined : recordOf(bytes.toString("utf8"));
+    if (record === undefined) return;
+    batch.push(record);
+    if (batch.length >= REPLAY_BATCH) {
+      await take(batch);
+      batch = [];
+    }
+  };
+  for (;;) {
+    const read = readSync(fd, chunk, 0, chunk.length, position);
+    if (read === 0) break;
+    position += read;
+    let bytes = Buffer.concat([carry, chunk.subarray(0, read)]);
+    let newline = bytes.indexOf(0x0a);
+    while (newline !== -1) {
+      await line(bytes.subarray(0, newline));
+      bytes = bytes.subarray(newline + 1);
+      newline = bytes.indexOf(0x0a);
+    }
+    // A line longer than a chunk is dropped as it grows, not held.
+    carry = bytes.length > CHUNK_BYTES ? Buffer.alloc(0) : Buffer.from(bytes);
+  }
+  await line(carry);
+  if (batch.length > 0) await take(batch);
+}
+
+/**
+ * Opens (creating) the write-ahead file at `path`. `replayInto` stores the records an earlier
+ * process left in it, and must run before anything is appended.
  */
 export function openWriteAhead(path: string): {
   readonly writeAhead: WriteAhead;
-  readonly left: WriteAheadRecord[];
+  replayInto(store: Store): Promise<number>;
 } {
   const lock = takeLock(path);
   let fd: number;
@@ -132,7 +154,6 @@ export function openWriteAhead(path: string): {
     rmSync(lock, { force: true });
     throw error;
   }
-  const left = recordsOf(readAll(fd));
   let syncing: NodeJS.Timeout | undefined;
   let closed = false;
   const scheduleSync = (): void => {
@@ -144,7 +165,13 @@ export function openWriteAhead(path: string): {
     syncing.unref();
   };
   return {
-    left,
+    async replayInto(store) {
+      let replayed = 0;
+      await forEachBatch(fd, async (records) => {
+        replayed += await replayWriteAhead(store, records);
+      });
+      return replayed;
+    },
     writeAhead: {
       append(log, value) {
         if (closed) throw new Error("the decision write-ahead file is closed");
@@ -173,10 +200,10 @@ export function openWriteAhead(path: string): {
 }
 
 /**
- * Stores the records a dead process left (in their order, log by log); entries the store
- * holds already keep their place. Resolves once all are stored; throws when the store fails.
+ * Stores records a dead process left (in their order, log by log); entries the store holds
+ * already keep their place. Resolves once all are stored; throws when the store fails.
  */
-export async function replayWriteAhead(store: Store, records: readonly WriteAheadRecord[]): Promise<number> {
+async function replayWriteAhead(store: Store, records: readonly WriteAheadRecord[]): Promise<number> {
   const byLog = new Map<string, unknown[]>();
   for (const { log, value } of records) {
     const values = byLog.get(log);
@@ -196,9 +223,9 @@ export async function openStoreWriteAhead(store: Store, stream: string): Promise
   // The SQLite store's file (src/store/sqlite: `path`); an in-memory database has none worth keeping.
   const path = store.backend === "sqlite" ? (store as { readonly path?: unknown }).path : undefined;
   if (typeof path !== "string" || path === "" || path === ":memory:") return undefined;
-  const { writeAhead, left } = openWriteAhead(writeAheadPathFor(path, stream));
+  const { writeAhead, replayInto } = openWriteAhead(writeAheadPathFor(path, stream));
   try {
-    if (left.length > 0) await replayWriteAhead(store, left);
+    await replayInto(store);
     writeAhead.settled();
     return writeAhead;
   } catch (error) {

@@ -115,8 +115,13 @@ describe("decision records written ahead", () => {
     const path = dbPath();
     const file = writeAheadPathFor(path, "replica-d");
     const line = (id: string) => `${JSON.stringify({ log: "audit", value: { id, kind: "decision" } })}\n`;
-    // The last line was cut by a crash of the machine: never answered on, skipped.
-    writeFileSync(file, `${line("r1")}${line("r2")}{"log":"audit","val`);
+    // A damaged line longer than a read (1 MiB) and one that is not JSON are skipped, r2 is read
+    // across a chunk boundary, and the last line, cut by a crash of the machine, is skipped.
+    const mib = 1 << 20;
+    writeFileSync(
+      file,
+      `${line("r1")}${"x".repeat(mib + 500)}\n${"y".repeat(mib - 600)}\n${line("r2")}{"log":"audit","val`,
+    );
     const store = await openStore(`sqlite:${path}`);
     (await openStoreWriteAhead(store, "replica-d"))?.close();
     assert.deepEqual(await ids(store, "audit"), ["r1", "r2"]);
