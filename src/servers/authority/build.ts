@@ -410,8 +410,11 @@ export async function buildAuthorityService(
         } else logger.info({ pending: event.pending }, "audit writes recovered");
       },
     });
+    // Not while the store fails: those records wait for it anyway, and a read should fail fast.
     storeHeldRecords = () =>
-      audit.pending() > 0 ? audit.flush(config.shutdownTimeoutMs) : Promise.resolve();
+      audit.pending() > 0 && audit.stats().state === "ok"
+        ? audit.flush(config.shutdownTimeoutMs)
+        : Promise.resolve();
     const noted = notingRecorder(audit, decisionNoteMetrics(metrics, "authority", logger));
     const recorder = exporter === undefined ? noted : exportingRecorder(noted, exporter);
     const checkpointsOf = (linker: typeof chain): Checkpointer => {
