@@ -69,11 +69,22 @@ function alive(pid: number): boolean {
   }
 }
 
+/**
+ * Files held open by this process. A lock naming this pid that is not held here was left by an
+ * earlier process with the same pid (pid 1 in a restarted container).
+ */
+const heldHere = new Set<string>();
+
 function takeLock(path: string): string {
   const lock = `${path}.lock`;
+  if (heldHere.has(lock)) throw new WriteAheadLockedError(path, process.pid);
+  const taken = (): string => {
+    heldHere.add(lock);
+    return lock;
+  };
   try {
     writeFileSync(lock, String(process.pid), { flag: "wx" });
-    return lock;
+    return taken();
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
   }
@@ -82,7 +93,12 @@ function takeLock(path: string): string {
     throw new WriteAheadLockedError(path, owner);
   // Left by a process that is gone.
   writeFileSync(lock, String(process.pid));
-  return lock;
+  return taken();
+}
+
+function releaseLock(lock: string): void {
+  heldHere.delete(lock);
+  rmSync(lock, { force: true });
 }
 
 /** Read per chunk; a line longer than this is damage, skipped (records are a few KB). */
@@ -151,7 +167,7 @@ export function openWriteAhead(path: string): {
   try {
     fd = openSync(path, "a+");
   } catch (error) {
-    rmSync(lock, { force: true });
+    releaseLock(lock);
     throw error;
   }
   let syncing: NodeJS.Timeout | undefined;
@@ -192,7 +208,7 @@ export function openWriteAhead(path: string): {
           fdatasyncSync(fd);
         } finally {
           closeSync(fd);
-          rmSync(lock, { force: true });
+          releaseLock(lock);
         }
       },
     },

@@ -144,7 +144,12 @@ describe("decision records written ahead", () => {
     // Its owner is gone: taken over.
     const { writeAhead } = openWriteAhead(file);
     assert.equal(readFileSync(`${file}.lock`, "utf8"), String(process.pid));
+    // Nor twice in one process (two authorities of one replica on one file).
+    assert.throws(() => openWriteAhead(file), WriteAheadLockedError);
     writeAhead.close();
+    // A lock naming this pid that this process does not hold is an earlier one's (pid reused).
+    writeFileSync(`${file}.lock`, String(process.pid));
+    openWriteAhead(file).writeAhead.close();
   });
 
   test("SIGKILL right after an allowed decision was answered loses no record: the next start stores it", async () => {
