@@ -6,8 +6,7 @@
  * `writeAhead`). Once everything appended is stored, the file is emptied.
  *
  * A process that died with records appended and not yet stored leaves them here: the next
- * start of the same replica replays them into the store (`replayWriteAhead`) before its
- * chains continue. Replay is idempotent: only records with an `id` are appended here, and
+ * start of the same replica stores them (`openStoreWriteAhead`) before its chains continue. Replay is idempotent: only records with an `id` are appended here, and
  * the store keeps one entry per id and log (decision 2751).
  *
  * One process per file: a `.lock` file holds the owner's pid; a live other owner refuses the
@@ -30,7 +29,7 @@ import {
 import type { Store } from "../store/store.ts";
 import { isChainedLog } from "./chain.ts";
 
-export interface WriteAheadRecord {
+interface WriteAheadRecord {
   readonly log: string;
   readonly value: unknown;
 }

@@ -277,8 +277,12 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     }
     // The queue is empty: every record written ahead is stored.
     if (aheadPending) {
-      aheadPending = false;
-      options.writeAhead?.settled();
+      try {
+        options.writeAhead?.settled();
+        aheadPending = false;
+      } catch {
+        // Emptied after a later drain; until then a restart stores its records again (ids: once).
+      }
     }
     return true;
   }
