@@ -10,6 +10,10 @@
  * - A `deferred` record (one nobody waits for) waits up to `lingerMs` for the next record
  *   somebody waits for and is stored in its batch; a batch spanning logs is one store call
  *   where the store offers `appendAcross` (one SQLite transaction).
+ * - With a `writeAhead` file (write-ahead.ts), a waited-for record that has an `id` is
+ *   appended to it and `write` resolves then: the record outlives the process from that
+ *   moment, and it is stored like a deferred one (with the next records, within `lingerMs`).
+ *   When the append fails, the record waits for the store as without the file.
  * - Counter increments are summed per key and written every `counterFlushMs` (and by
  *   flush()), so a backlog is bounded by the number of distinct keys, not of decisions,
  *   and usage views trail the audit log by at most that interval.
@@ -27,6 +31,7 @@
 
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import type { Store } from "../store/store.ts";
+import type { WriteAhead } from "./write-ahead.ts";
 
 export interface CounterIncrement {
   readonly counters: string;
@@ -73,6 +78,12 @@ export interface AuditWriterOptions {
    * they are stored — and is told each record's seq once stored.
    */
   readonly chain?: AuditChainHooks;
+  /**
+   * Where waited-for records are written ahead (decision 2931): a record is taken once
+   * appended there, and emptied from it once stored. Only for a store on the same disk
+   * (SQLite): the file lives and dies with the store's own.
+   */
+  readonly writeAhead?: WriteAhead;
   /** Told about outages and recoveries (for logs and metrics); never given record contents. */
   readonly onStateChange?: (event: { state: "failing" | "ok"; pending: number; error?: unknown }) => void;
 }
@@ -92,6 +103,8 @@ export interface AuditWriterStats {
   readonly dropped: number;
   readonly lost: number;
   readonly failures: number;
+  /** Records taken on their write-ahead append (before they were stored). */
+  readonly writtenAhead: number;
 }
 
 export interface AuditWriter {
@@ -166,6 +179,9 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   let dropped = 0;
   let lost = 0;
   let failures = 0;
+  let writtenAhead = 0;
+  /** Records were written ahead since the file was last emptied: empty it once all are stored. */
+  let aheadPending = false;
   let closing = false;
   /** Set by the counter timer and by flush(): pending counters are written in this run. */
   let countersDue = false;
@@ -259,6 +275,31 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
         return false;
       }
     }
+    // The queue is empty: every record written ahead is stored.
+    if (aheadPending) {
+      try {
+        options.writeAhead?.settled();
+        aheadPending = false;
+      } catch {
+        // Emptied after a later drain; until then a restart stores its records again (ids: once).
+      }
+    }
+    return true;
+  }
+
+  /** Appends a waited-for record to the write-ahead file; false when it has none, or failed. */
+  function writeAhead(name: string, value: unknown): boolean {
+    const file = options.writeAhead;
+    // Only a record with an id can be replayed without being stored twice (decision 2751).
+    if (file === undefined || typeof (value as { id?: unknown } | null)?.id !== "string") return false;
+    try {
+      file.append(name, value);
+    } catch {
+      // Disk full, I/O error: this record waits for the store instead.
+      return false;
+    }
+    writtenAhead++;
+    aheadPending = true;
     return true;
   }
 
@@ -404,15 +445,16 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
     // Linked only once accepted: a refused write leaves no hole in the chain.
     const value = options.chain === undefined ? log.value : options.chain.link(log.name, log.value);
     const item: QueuedLog = { name: log.name, value, settle: undefined };
-    // In an outage the caller does not wait: the record is safe in the queue.
+    const ahead = entry.deferred !== true && writeAhead(log.name, value);
+    // In an outage the caller does not wait: the record is safe in the queue (or written ahead).
     const done =
-      state === "failing"
+      state === "failing" || ahead
         ? Promise.resolve()
         : new Promise<void>((resolve) => {
             item.settle = resolve;
           });
     queue.push(item);
-    if (entry.deferred === true && state === "ok" && queue.length < batchSize) scheduleLinger();
+    if ((entry.deferred === true || ahead) && state === "ok" && queue.length < batchSize) scheduleLinger();
     else kick();
     return done;
   }
@@ -476,6 +518,7 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
       dropped,
       lost,
       failures,
+      writtenAhead,
     }),
     flush,
     close,

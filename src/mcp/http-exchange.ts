@@ -130,22 +130,6 @@ async function collapsedStream(response: Response): Promise<McpAnswer> {
   };
 }
 
-/**
- * Closes a per-request server once its answer was read. The SDK's close builds a "Connection
- * closed" error for requests still pending — none are, the answer is complete — and capturing
- * that error's stack was about 1 % of a tool call's CPU (decision 2841): it is built without one.
- */
-function closeQuietly(server: { close(): Promise<void> }): void {
-  const limit = Error.stackTraceLimit;
-  Error.stackTraceLimit = 0;
-  try {
-    // The close runs synchronously up to the transport's onclose, where the error is made.
-    void server.close().catch(() => undefined);
-  } finally {
-    Error.stackTraceLimit = limit;
-  }
-}
-
 export function createMcpExchange(options: {
   readonly service: McpService;
   readonly publicUrl: string;
@@ -202,7 +186,8 @@ export function createMcpExchange(options: {
           if (streamed) return await collapsedStream(response);
           return await answerOf(response);
         } finally {
-          closeQuietly(server);
+          // Its answer is read: nothing is pending (its close captures no stack, protocol-server.ts).
+          void server.close().catch(() => undefined);
         }
       }
       return answerOf(await modern.fetch(request, { parsedBody: body, authInfo }));

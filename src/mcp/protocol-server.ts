@@ -112,8 +112,26 @@ function withDropped(result: CallToolResult, relay: NotificationRelay): CallTool
   return { ...result, _meta: { ...result._meta, [DROPPED_NOTIFICATIONS_META]: { limit, scrub } } };
 }
 
+/**
+ * A per-request server whose close captures no stack. The SDK's close builds a "Connection
+ * closed" error for the requests still pending — none once the answer was read — and capturing
+ * its stack was 1–1.5 % of a tool call's CPU (decision 2841; the 2026-07-28 handler closes the
+ * server itself, after the answer, so the close is quietened here for both paths, decision 2931).
+ */
+class PerRequestServer extends Server {
+  protected override _onclose(): void {
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      super._onclose();
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
+  }
+}
+
 export function createProtocolServer(service: McpService, caller: McpCaller, logLevels: LogLevels): Server {
-  const server = new Server(SERVER_INFO, {
+  const server = new PerRequestServer(SERVER_INFO, {
     capabilities: { tools: {}, logging: {} },
     instructions: INSTRUCTIONS,
     jsonSchemaValidator: sharedValidator,

@@ -266,7 +266,8 @@ export function createMcpService(options: McpServiceOptions): McpService {
   /**
    * Hands the call's MCP row to the audit writer, which keeps it (queued through a store
    * outage) and stores it in order. The answer does not wait for the store: the decision
-   * record — the one that must exist before anything acts — was already stored.
+   * record — the one that must exist before anything acts — was already kept (stored, or
+   * written ahead: decision 2931).
    */
   function audit(input: Omit<McpCallInput, "time">): void {
     // The call has happened (or was refused); losing its MCP row must not change the answer.

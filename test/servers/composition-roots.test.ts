@@ -133,7 +133,13 @@ describe("composition roots: each process built from its validated configuration
     try {
       const url = await second.listen();
       assert.equal((await fetch(`${url}/readyz`)).status, 200);
-      assert.equal(second.context.store, store, "the overriding store is used");
+      // Seen through the view that stores waiting decision records before a log read (decision 2931).
+      await second.context.store.put("composition_probe", "one", { ok: true });
+      assert.deepEqual(
+        await store.get("composition_probe", "one"),
+        { ok: true },
+        "the overriding store is used",
+      );
       assert.equal(second.context.now().toISOString(), fixed.toISOString(), "the overriding clock is used");
       assert.equal(second.context.platform, undefined);
       for (const name of ["decisions", "bindings", "mcp", "clientCredentials", "signedPolicies"] as const) {

@@ -29,6 +29,7 @@ import { exportingRecorder } from "../../audit/export/recorder-tap.ts";
 import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts";
 import { notingRecorder } from "../../audit/recorder-notes.ts";
 import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
+import { openStoreWriteAhead, readingAfterRecords, type WriteAhead } from "../../audit/write-ahead.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
@@ -250,7 +251,14 @@ export async function buildAuthorityService(
     }));
   /** Started checkpointers: a start that fails stops their timers. */
   const started: Checkpointer[] = [];
+  let writeAhead: WriteAhead | undefined;
   try {
+    // Decision records written ahead beside a SQLite store (decision 2931): what an earlier
+    // process of this replica left there is stored before anything else reads the logs.
+    writeAhead = await openStoreWriteAhead(store, config.auditChain.replicaId);
+    /** Stores what the audit writer holds (set once it exists): log reads come after it. */
+    let storeHeldRecords: () => Promise<unknown> = async () => true;
+    const readStore = writeAhead === undefined ? store : readingAfterRecords(store, () => storeHeldRecords());
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
     if (migration.migrated > 0) logger.info(migration, "subject records migrated to an identity kind");
@@ -345,7 +353,7 @@ export async function buildAuthorityService(
         mcp: config.mcp,
         policyProtection: { mode: config.policyProtection.mode },
       },
-      store,
+      store: readStore,
       verifier,
       mcpVerifier,
       protector,
@@ -395,6 +403,7 @@ export async function buildAuthorityService(
     const audit = createAuditRecorder({
       store,
       chain,
+      ...(writeAhead === undefined ? {} : { writeAhead }),
       maxPending: config.auditBuffer,
       onStateChange: (event) => {
         if (event.state === "failing") {
@@ -402,6 +411,11 @@ export async function buildAuthorityService(
         } else logger.info({ pending: event.pending }, "audit writes recovered");
       },
     });
+    // Not while the store fails: those records wait for it anyway, and a read should fail fast.
+    storeHeldRecords = () =>
+      audit.pending() > 0 && audit.stats().state === "ok"
+        ? audit.flush(config.shutdownTimeoutMs)
+        : Promise.resolve();
     const noted = notingRecorder(audit, decisionNoteMetrics(metrics, "authority", logger));
     logOnlyModeGauge(
       metrics,
@@ -506,6 +520,8 @@ export async function buildAuthorityService(
           await retention?.stop();
           const { flushed, lost } = await recorder.close(config.shutdownTimeoutMs);
           if (!flushed) logger.error({ lost }, "audit records could not be written before shutdown");
+          // Records not stored stay in the write-ahead file for the next start.
+          writeAhead?.close();
           if (exporter !== undefined && !(await exporter.close(config.shutdownTimeoutMs)).flushed)
             logger.warn({ dropped: exporter.stats().dropped }, "decision export not flushed before shutdown");
           await tracing?.shutdown(config.shutdownTimeoutMs);
@@ -527,6 +543,7 @@ export async function buildAuthorityService(
   } catch (error) {
     // Its timer must not outlive a start that failed.
     for (const checkpointer of started) checkpointer.stop();
+    writeAhead?.close();
     if (ownsStore) await store.close();
     throw error;
   }

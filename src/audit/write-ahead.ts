@@ -1,0 +1,299 @@
+/**
+ * The write-ahead file of one replica's decision records, in front of a SQLite store
+ * (docs/decisions/2931). A decision record is appended here — one `write(2)`, handed to the
+ * kernel, which keeps it when the process dies in any way — before its answer; the store
+ * commit then goes with the records of the next few calls in one transaction (writer.ts,
+ * `writeAhead`). Once everything appended is stored, the file is emptied.
+ *
+ * A process that died with records appended and not yet stored leaves them here: the next
+ * start of the same replica stores them (`openStoreWriteAhead`) before its chains continue. Replay is idempotent: only records with an `id` are appended here, and
+ * the store keeps one entry per id and log (decision 2751).
+ *
+ * One process per file: a `.lock` file holds the owner's pid; a live other owner refuses the
+ * open. `fdatasync` runs at most once a second, in the thread pool, for a crash of the machine
+ * (the store's own commits are not synced either: SQLite WAL with synchronous = NORMAL).
+ */
+import { createHash } from "node:crypto";
+import {
+  closeSync,
+  fdatasync,
+  fdatasyncSync,
+  ftruncateSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
+import type { Store } from "../store/store.ts";
+import { isChainedLog } from "./chain.ts";
+
+interface WriteAheadRecord {
+  readonly log: string;
+  readonly value: unknown;
+}
+
+export interface WriteAhead {
+  /** Hands one record to the kernel; throws when it could not be written whole. */
+  append(log: string, value: unknown): void;
+  /** Everything appended so far is stored: the file is emptied. */
+  settled(): void;
+  /** Syncs and closes the file and releases the lock (the file stays when records remain). */
+  close(): void;
+}
+
+export class WriteAheadLockedError extends Error {
+  constructor(path: string, pid: number) {
+    super(`the decision write-ahead file ${path} is held by process ${pid}`);
+    this.name = "WriteAheadLockedError";
+  }
+}
+
+/** At most one `fdatasync` a second while records are appended. */
+const SYNC_INTERVAL_MS = 1000;
+
+/** The write-ahead file of `stream` (a replica id) beside a SQLite file. */
+export function writeAheadPathFor(sqlitePath: string, stream: string): string {
+  const tag = createHash("sha256").update(stream).digest("hex").slice(0, 16);
+  return `${sqlitePath}-decisions-${tag}.wal`;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+/**
+ * Files held open by this process. A lock naming this pid that is not held here was left by an
+ * earlier process with the same pid (pid 1 in a restarted container).
+ */
+const heldHere = new Set<string>();
+
+function takeLock(path: string): string {
+  const lock = `${path}.lock`;
+  if (heldHere.has(lock)) throw new WriteAheadLockedError(path, process.pid);
+  const taken = (): string => {
+    heldHere.add(lock);
+    return lock;
+  };
+  try {
+    writeFileSync(lock, String(process.pid), { flag: "wx" });
+    return taken();
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
+  const owner = Number.parseInt(readFileSync(lock, "utf8"), 10);
+  if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
+    throw new WriteAheadLockedError(path, owner);
+  // Left by a process that is gone.
+  writeFileSync(lock, String(process.pid));
+  return taken();
+}
+
+function releaseLock(lock: string): void {
+  heldHere.delete(lock);
+  rmSync(lock, { force: true });
+}
+
+/** Read per chunk; a line longer than this is damage, skipped (records are a few KB). */
+const CHUNK_BYTES = 1 << 20;
+/** Records stored per store call while replaying. */
+const REPLAY_BATCH = 256;
+
+/** One line's record; undefined for a line cut by a crash of the machine (its write never returned). */
+function recordOf(line: string): WriteAheadRecord | undefined {
+  try {
+    const parsed = JSON.parse(line) as Partial<WriteAheadRecord>;
+    if (typeof parsed.log === "string" && typeof parsed.value === "object" && parsed.value !== null)
+      return { log: parsed.log, value: parsed.value };
+  } catch {
+    // Not whole.
+  }
+  return undefined;
+}
+
+/**
+ * The whole records of the file, in order, read in chunks of CHUNK_BYTES and handed over in
+ * groups of at most REPLAY_BATCH: a file of any size is read without holding it whole.
+ */
+async function forEachBatch(fd: number, take: (records: WriteAheadRecord[]) => Promise<void>): Promise<void> {
+  const chunk = Buffer.allocUnsafe(CHUNK_BYTES);
+  let carry = Buffer.alloc(0);
+  let position = 0;
+  let batch: WriteAheadRecord[] = [];
+  const line = async (bytes: Buffer): Promise<void> => {
+    const record = bytes.length > CHUNK_BYTES ? undefined : recordOf(bytes.toString("utf8"));
+    if (record === undefined) return;
+    batch.push(record);
+    if (batch.length >= REPLAY_BATCH) {
+      await take(batch);
+      batch = [];
+    }
+  };
+  for (;;) {
+    const read = readSync(fd, chunk, 0, chunk.length, position);
+    if (read === 0) break;
+    position += read;
+    let bytes = Buffer.concat([carry, chunk.subarray(0, read)]);
+    let newline = bytes.indexOf(0x0a);
+    while (newline !== -1) {
+      await line(bytes.subarray(0, newline));
+      bytes = bytes.subarray(newline + 1);
+      newline = bytes.indexOf(0x0a);
+    }
+    // A line longer than a chunk is dropped as it grows, not held.
+    carry = bytes.length > CHUNK_BYTES ? Buffer.alloc(0) : Buffer.from(bytes);
+  }
+  await line(carry);
+  if (batch.length > 0) await take(batch);
+}
+
+/**
+ * Opens (creating) the write-ahead file at `path`. `replayInto` stores the records an earlier
+ * process left in it, and must run before anything is appended.
+ */
+export function openWriteAhead(path: string): {
+  readonly writeAhead: WriteAhead;
+  replayInto(store: Store): Promise<number>;
+} {
+  const lock = takeLock(path);
+  let fd: number;
+  try {
+    fd = openSync(path, "a+");
+  } catch (error) {
+    releaseLock(lock);
+    throw error;
+  }
+  let syncing: NodeJS.Timeout | undefined;
+  let closed = false;
+  const scheduleSync = (): void => {
+    if (syncing !== undefined) return;
+    syncing = setTimeout(() => {
+      syncing = undefined;
+      if (!closed) fdatasync(fd, () => undefined);
+    }, SYNC_INTERVAL_MS);
+    syncing.unref();
+  };
+  return {
+    async replayInto(store) {
+      let replayed = 0;
+      await forEachBatch(fd, async (records) => {
+        replayed += await replayWriteAhead(store, records);
+      });
+      return replayed;
+    },
+    writeAhead: {
+      append(log, value) {
+        if (closed) throw new Error("the decision write-ahead file is closed");
+        const line = Buffer.from(`${JSON.stringify({ log, value })}\n`);
+        // O_APPEND: one write of the whole line, or an error (a short write is one too).
+        const written = writeSync(fd, line);
+        if (written !== line.length) throw new Error("short write to the decision write-ahead file");
+        scheduleSync();
+      },
+      settled() {
+        if (!closed) ftruncateSync(fd, 0);
+      },
+      close() {
+        if (closed) return;
+        closed = true;
+        if (syncing !== undefined) clearTimeout(syncing);
+        try {
+          fdatasyncSync(fd);
+        } finally {
+          closeSync(fd);
+          releaseLock(lock);
+        }
+      },
+    },
+  };
+}
+
+/**
+ * Stores records a dead process left (in their order, log by log); entries the store holds
+ * already keep their place. Resolves once all are stored; throws when the store fails.
+ */
+async function replayWriteAhead(store: Store, records: readonly WriteAheadRecord[]): Promise<number> {
+  const byLog = new Map<string, unknown[]>();
+  for (const { log, value } of records) {
+    const values = byLog.get(log);
+    if (values === undefined) byLog.set(log, [value]);
+    else values.push(value);
+  }
+  for (const [log, values] of byLog) await store.appendMany(log, values);
+  return records.length;
+}
+
+/**
+ * The write-ahead file of `stream` when the store is a SQLite file (undefined otherwise): records
+ * an earlier process of the stream left are stored first, then the file is emptied. Call before
+ * the stream's chain heads are read from the store.
+ */
+export async function openStoreWriteAhead(store: Store, stream: string): Promise<WriteAhead | undefined> {
+  // The SQLite store's file (src/store/sqlite: `path`); an in-memory database has none worth keeping.
+  const path = store.backend === "sqlite" ? (store as { readonly path?: unknown }).path : undefined;
+  if (typeof path !== "string" || path === "" || path === ":memory:") return undefined;
+  const { writeAhead, replayInto } = openWriteAhead(writeAheadPathFor(path, stream));
+  try {
+    await replayInto(store);
+    writeAhead.settled();
+    return writeAhead;
+  } catch (error) {
+    writeAhead.close();
+    throw error;
+  }
+}
+
+type LogReads = Pick<Store, "readLog" | "queryLog" | "logIdsHeld">;
+
+/**
+ * The store as its readers see it while records may wait after their answer: a read of a
+ * chained log (decisions, MCP rows, evidence) first stores what the writer holds, so a record
+ * whose answer went out is found by the next read (a receipt lookup, the log views, the
+ * ingest's check of held ids). Other reads and every write go straight to the store.
+ */
+export function readingAfterRecords(store: Store, flush: () => Promise<unknown>): Store {
+  const reads: LogReads = {
+    async readLog(log, options) {
+      if (isChainedLog(log)) await flush();
+      return store.readLog(log, options);
+    },
+    async queryLog(log, query) {
+      if (isChainedLog(log)) await flush();
+      return store.queryLog(log, query);
+    },
+    async logIdsHeld(log, ids) {
+      if (isChainedLog(log)) await flush();
+      return store.logIdsHeld(log, ids);
+    },
+  };
+  const wrapped = (key: string | symbol): key is keyof LogReads =>
+    key === "readLog" || key === "queryLog" || key === "logIdsHeld";
+  // Bound once per method: the hot paths read the store's methods on every call.
+  const bound = new Map<unknown, unknown>();
+  return new Proxy(store, {
+    get(target, key) {
+      if (wrapped(key)) return reads[key];
+      const value: unknown = Reflect.get(target, key, target);
+      if (typeof value !== "function") return value;
+      let method = bound.get(value);
+      if (method === undefined) {
+        method = value.bind(target);
+        bound.set(value, method);
+      }
+      return method;
+    },
+    // A read replaced on this view (a test holding one up) replaces the view's, not the store's
+    // own, which the view's reads call.
+    set(target, key, value) {
+      if (wrapped(key)) reads[key] = value;
+      else Reflect.set(target, key, value, target);
+      return true;
+    },
+  });
+}
