@@ -13,11 +13,13 @@ import { checkSnapshotInMain } from "../src/cli/sidecar-snapshot.ts";
 import { warmCompiledParts } from "../src/servers/sidecar/warm-decision.ts";
 
 warmCompiledParts();
+// The command and its options are built here too (static defaults only: the environment and the
+// flags are read when it runs).
+const program = new Command("authority");
+register(program);
 
 startupSnapshot.setDeserializeMainFunction(() => {
   checkSnapshotInMain();
-  const program = new Command("authority");
-  register(program);
   program.parseAsync(process.argv.slice(2), { from: "user" }).catch((error: unknown) => {
     process.stderr.write(`authority: ${error instanceof Error ? error.message : String(error)}\n`);
     process.exit(1);
