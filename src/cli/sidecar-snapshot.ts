@@ -121,7 +121,7 @@ export function checkSnapshotInMain(): void {
   const entry = process.argv[1];
   const flagAt = process.execArgv.indexOf("--snapshot-blob");
   const blob = flagAt < 0 ? undefined : process.execArgv[flagAt + 1];
-  if (entry === undefined || resolve(entry).slice(-ENTRY.length - 1) !== `/${ENTRY}` || blob === undefined) {
+  if (entry === undefined || !resolve(entry).endsWith(`/${ENTRY}`) || blob === undefined) {
     process.stderr.write(
       "authority: start the sidecar's snapshot as bin/authority-sidecar does (node --snapshot-blob <blob> <app>/bin/authority.ts sidecar)\n",
     );
