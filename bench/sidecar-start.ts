@@ -16,13 +16,14 @@
  *
  * Every round is a new process, started both ways the image starts one, alternated: from the
  * sources and from the V8 start-up snapshot (built here as `make sidecar-snapshot` builds it;
- * decision 2799). The start-up figures are medians and maxima over the rounds.
+ * decision 2799), the latter by bin/authority-sidecar as the injector runs it (decision 2951).
+ * The start-up figures are medians and maxima over the rounds.
  */
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Client, credentials } from "@grpc/grpc-js";
 import { SNAPSHOT_ENV } from "../src/cli/sidecar-snapshot.ts";
@@ -76,26 +77,44 @@ interface Spawned {
   stop(): Promise<void>;
 }
 
-/** `authority sidecar` as the injector runs it, from the moment of the spawn. */
+/**
+ * `authority sidecar` from the moment of the spawn: as the injector runs it (`script`:
+ * bin/authority-sidecar, the Node flags in NODE_OPTIONS), or as `node <flags> bin/authority.ts
+ * sidecar`.
+ */
 async function spawnSidecar(
   env: Record<string, string>,
-  extraFlags: readonly string[] = [],
+  {
+    extraFlags = [],
+    script = false,
+  }: { readonly extraFlags?: readonly string[]; readonly script?: boolean } = {},
 ): Promise<Spawned> {
   const journal = await mkdtemp(join(tmpdir(), "bench-sidecar-start-"));
+  const flags = [...SERVER_NODE_FLAGS, ...extraFlags];
   const startedAt = performance.now();
   const child = track(
-    spawn(process.execPath, [...SERVER_NODE_FLAGS, ...extraFlags, "bin/authority.ts", "sidecar"], {
-      cwd: REPO,
-      env: {
-        ...process.env,
-        ...SERVER_ENV,
-        ...env,
-        AUTHORITY_SIDECAR_JOURNAL_DIR: journal,
-        AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0",
-        AUTHORITY_LOG_LEVEL: "info",
+    spawn(
+      script ? "bin/authority-sidecar" : process.execPath,
+      script ? [] : [...flags, "bin/authority.ts", "sidecar"],
+      {
+        cwd: REPO,
+        env: {
+          ...process.env,
+          ...SERVER_ENV,
+          ...env,
+          ...(script
+            ? {
+                NODE_OPTIONS: flags.join(" "),
+                PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ""}`,
+              }
+            : {}),
+          AUTHORITY_SIDECAR_JOURNAL_DIR: journal,
+          AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0",
+          AUTHORITY_LOG_LEVEL: "info",
+        },
+        stdio: ["ignore", "pipe", "pipe"],
       },
-      stdio: ["ignore", "pipe", "pipe"],
-    }),
+    ),
   );
   const line = await waitForLine(child, (text) => text.includes('"sidecar listening"'));
   const listenMs = performance.now() - startedAt;
@@ -145,8 +164,8 @@ interface FirstAllowed {
 }
 
 /** Checks one after another from the spawn until one is allowed. */
-async function firstAllowedRound(env: Record<string, string>, token: string, round: number) {
-  const sidecar = await spawnSidecar(env);
+async function firstAllowedRound(start: StartKind, token: string, round: number) {
+  const sidecar = await spawnSidecar(start.env, { script: start.script });
   const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
   try {
     const refused: Record<string, number> = {};
@@ -173,6 +192,8 @@ async function firstAllowedRound(env: Record<string, string>, token: string, rou
 interface StartKind {
   readonly name: string;
   readonly env: Record<string, string>;
+  /** Started by bin/authority-sidecar, the injected command. */
+  readonly script: boolean;
   readonly firsts: FirstAllowed[];
   readonly readies: ReadyRound[];
 }
@@ -197,12 +218,12 @@ interface ReadyRound {
 
 /** `/readyz` polled from the spawn; at 200, one Check; then the idle process is watched. */
 async function readyRound(
-  env: Record<string, string>,
+  start: StartKind,
   token: string,
   round: number,
   idleMs: number,
 ): Promise<ReadyRound> {
-  const sidecar = await spawnSidecar(env);
+  const sidecar = await spawnSidecar(start.env, { script: start.script });
   const client = new Client(`127.0.0.1:${sidecar.ports.grpc}`, credentials.createInsecure());
   try {
     while (!(await readyzOk(sidecar.ports.metrics))) {
@@ -359,11 +380,10 @@ function summarizeStalls(stalls: readonly Stall[]) {
 
 async function underLoad(env: Record<string, string>, token: string, loadMs: number) {
   const stallsFile = join(await mkdtemp(join(tmpdir(), "bench-stalls-")), "stalls.jsonl");
-  const sidecar = await spawnSidecar({ ...env, STALL_PROBE_OUT: stallsFile }, [
-    "--trace-gc",
-    "--import",
-    STALL_PROBE,
-  ]);
+  const sidecar = await spawnSidecar(
+    { ...env, STALL_PROBE_OUT: stallsFile },
+    { extraFlags: ["--trace-gc", "--import", STALL_PROBE] },
+  );
   const gc = gcPauses(sidecar.child);
   const loader = startLoader();
   try {
@@ -432,22 +452,25 @@ export async function benchSidecarStart(options: SidecarStartOptions = {}): Prom
       const sources: StartKind = {
         name: "sources",
         env: { ...world.sidecarEnv, [SNAPSHOT_ENV]: "off" },
+        script: false,
         firsts: [],
         readies: [],
       };
       const snapshot: StartKind = {
         name: "start-up snapshot",
         env: { ...world.sidecarEnv, [SNAPSHOT_ENV]: buildSnapshot(join(world.dir, "sidecar-snapshot")) },
+        // as the image's injected sidecar starts (decision 2951)
+        script: true,
         firsts: [],
         readies: [],
       };
       const starts = [sources, snapshot];
       // The authority's own first requests are not the sidecar's start-up.
-      await firstAllowedRound(sources.env, token, -1);
+      await firstAllowedRound(sources, token, -1);
       for (let round = 0; round < rounds; round++) {
         for (const start of starts) {
-          start.firsts.push(await firstAllowedRound(start.env, token, round));
-          start.readies.push(await readyRound(start.env, token, round, idleMs));
+          start.firsts.push(await firstAllowedRound(start, token, round));
+          start.readies.push(await readyRound(start, token, round, idleMs));
         }
       }
       const load = await underLoad(sources.env, token, loadMs);

@@ -8,7 +8,9 @@
  *    (after start) and answers its constant tables (`http2.constants`, `METHODS`, `STATUS_CODES`)
  *    from a copy taken here.
  * 2. `node --build-snapshot` evaluates the bundle and writes the heap to `sidecar.blob`.
- * 3. `snapshot.json` (written last) names the Node, the directory it was built in, the files the bundle was built from (the
+ * 3. `node-version` names the Node that built it (bin/authority-sidecar compares it before it
+ *    starts Node from the blob: another Node refuses the blob and exits);
+ *    `snapshot.json` (written last) names the Node, the directory it was built in, the files the bundle was built from (the
  *    repository's own, the .proto files and the lock file that fixes node_modules) and their
  *    hash; bin/authority.ts starts from the blob only while both still match.
  *
@@ -22,6 +24,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { build, type Plugin } from "esbuild";
 import {
   BLOB_FILE,
+  NODE_VERSION_FILE,
   SNAPSHOT_DIR,
   type SnapshotStamp,
   STAMP_FILE,
@@ -94,6 +97,7 @@ function filesUnder(dir: string): string[] {
 const out = resolve(ROOT, process.argv[2] ?? SNAPSHOT_DIR);
 mkdirSync(out, { recursive: true });
 rmSync(join(out, STAMP_FILE), { force: true });
+rmSync(join(out, NODE_VERSION_FILE), { force: true });
 const bundle = join(out, "sidecar.cjs");
 const result = await build({
   absWorkingDir: ROOT,
@@ -129,5 +133,6 @@ const stamp: SnapshotStamp = {
   sources,
   sha256: sourcesDigest(ROOT, sources),
 };
+writeFileSync(join(out, NODE_VERSION_FILE), `${process.version}\n`);
 writeFileSync(join(out, STAMP_FILE), `${JSON.stringify(stamp, null, 2)}\n`);
 process.stdout.write(`sidecar snapshot: ${join(out, BLOB_FILE)} (${sources.length} sources)\n`);

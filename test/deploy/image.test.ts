@@ -5,7 +5,7 @@ import { readdir, readFile, readlink, realpath } from "node:fs/promises";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
-import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
+import { SIDECAR_COMMAND, SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 import { runBound } from "../helpers/bound-command.ts";
 import { type PeerProcess, startPeerProcess } from "../helpers/peer-process.ts";
 import { stablePort } from "../helpers/stable-port.ts";
@@ -134,8 +134,9 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
       NODE_OPTIONS: SIDECAR_NODE_OPTIONS,
     });
     // chroot resolves the user in the image and execs env inside it, which changes to the
-    // image's working directory and execs the entry point: one process, the image's node (under
-    // the peer watchdog, so it cannot outlive the test).
+    // image's working directory and execs the injected sidecar's command: one process, the
+    // image's node started from the image's snapshot (under the peer watchdog, so it cannot
+    // outlive the test).
     sidecar = startPeerProcess({
       command: "chroot",
       args: [
@@ -143,8 +144,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
         root,
         "/usr/bin/env",
         `--chdir=${config.WorkingDir}`,
-        ...config.Entrypoint,
-        "sidecar",
+        ...SIDECAR_COMMAND,
       ],
       env,
     });
@@ -165,9 +165,17 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     assert.equal(await readlink(`/proc/${pid}/root`), rootPath);
     assert.equal(await readlink(`/proc/${pid}/cwd`), `${rootPath}/app`);
     assert.match(await readFile(`/proc/${pid}/status`, "utf8"), /^Uid:\s+10001\s/m);
-    // The image's start-up snapshot matches the image's Node and sources (decision 2799): its
-    // sidecar starts from it where Node can start itself again (a container has /proc; this
-    // chroot does not, and the sidecar starts from the sources, as it does without a snapshot).
+    // The image's start-up snapshot matches the image's Node and sources (decisions 2799, 2951):
+    // the injected command started Node from it, in one bootstrap (no /proc needed).
+    const args = (await readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0").filter(Boolean);
+    assert.deepEqual(args, [
+      "node",
+      "--snapshot-blob",
+      "/app/bin/../build/sidecar-snapshot/sidecar.blob",
+      "/app/bin/authority.ts",
+      "sidecar",
+    ]);
+    assert.doesNotMatch(started.output(), /start-up snapshot not used/);
     const { stdout: choice } = await run(
       "chroot",
       [

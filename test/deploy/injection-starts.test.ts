@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { promisify } from "node:util";
 import { Client, credentials } from "@grpc/grpc-js";
@@ -41,6 +41,19 @@ const CLIENT_SECRET = `s-${randomBytes(18).toString("base64url")}`;
 type Secrets = Record<string, Record<string, string>>;
 
 /** A container's environment as the kubelet would build it; a missing Secret key fails. */
+/**
+ * The container's command as the image runs it: the image's /app is this checkout, and its PATH
+ * has Node. The injected command is the image's one-bootstrap sidecar start (decision 2951).
+ */
+function startContainerCommand(container: Obj, env: Record<string, string>): ChildProcess {
+  assert.deepEqual(container.command, ["/app/bin/authority-sidecar"]);
+  assert.equal(container.args, undefined);
+  return spawn(repoPath("bin/authority-sidecar"), [], {
+    cwd: repoPath("."),
+    env: { ...env, PATH: `${dirname(process.execPath)}:/usr/bin:/bin` },
+  });
+}
+
 function resolveEnv(container: Obj, secrets: Secrets): Record<string, string> {
   const env: Record<string, string> = {};
   for (const entry of (container.env ?? []) as Obj[]) {
@@ -194,10 +207,7 @@ describe("an injected sidecar starts with exactly what the chart and the injecto
       "authority-sidecar-credentials": { "client-id": CLIENT_ID, "client-secret": CLIENT_SECRET },
     };
     const env = resolveEnv(container, secrets);
-    const args = (container.args ?? []) as string[];
-    assert.deepEqual(args, ["sidecar"]);
-    // The image: WORKDIR is the app, ENTRYPOINT ["node", "bin/authority.ts"].
-    child = spawn(process.execPath, ["bin/authority.ts", ...args], { cwd: repoPath("."), env });
+    child = startContainerCommand(container, env);
     child.stdout?.on("data", (chunk: Buffer) => {
       output += chunk.toString();
     });
@@ -310,10 +320,7 @@ describe("deploy/kubernetes/example-app.yaml's sidecar starts as documented", ()
       AUTHORITY_SIDECAR_PROXY_LISTEN: `127.0.0.1:${ports.proxy}`,
       AUTHORITY_SIDECAR_METRICS_LISTEN: `127.0.0.1:${ports.metrics}`,
     });
-    child = spawn(process.execPath, ["bin/authority.ts", ...((container.args ?? []) as string[])], {
-      cwd: repoPath("."),
-      env,
-    });
+    child = startContainerCommand(container, env);
     child.stdout?.on("data", (chunk: Buffer) => {
       output += chunk.toString();
     });

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { describe, it } from "node:test";
 import { MutatingWebhookConfiguration } from "kubernetes-models/admissionregistration.k8s.io/v1";
 import { Deployment } from "kubernetes-models/apps/v1";
@@ -350,6 +350,22 @@ describe("deploy/Containerfile", () => {
       .filter((l) => l.startsWith("!"))
       .map((l) => l.slice(1).replace(/\/\*\*$/, ""));
     for (const s of new Set(sources)) assert.ok(allowed.includes(s), `${s} is not in the build context`);
+  });
+
+  it("gives the injected sidecar's command what it starts from: the snapshot with its Node's version", () => {
+    // bin/authority-sidecar (decision 2951): an executable in the image's /app, reading node-version.
+    assert.ok(instructions.includes("WORKDIR /app"));
+    assert.deepEqual(sidecarContainer(parseSidecarSettings({}, { version: "0.0.0" }), {}).command, [
+      "/app/bin/authority-sidecar",
+    ]);
+    assert.ok((statSync(repoPath("bin/authority-sidecar")).mode & 0o111) === 0o111, "executable");
+    const snapshotCopy = instructions.find((l) => l.startsWith("COPY --from=sidecar-snapshot "));
+    assert.deepEqual(snapshotCopy?.split(/\s+/).slice(2), [
+      "/app/build/sidecar-snapshot/sidecar.blob",
+      "/app/build/sidecar-snapshot/snapshot.json",
+      "/app/build/sidecar-snapshot/node-version",
+      "./build/sidecar-snapshot/",
+    ]);
   });
 
   it("fills the compile cache as the runtime user (Node keys it by user id)", () => {

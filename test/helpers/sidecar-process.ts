@@ -20,11 +20,20 @@ export interface SidecarProcess {
 
 const repo = fileURLToPath(new URL("../../", import.meta.url));
 
-/** Starts the sidecar with this environment (listen addresses default to ephemeral ports). */
-export async function startSidecarProcess(env: Readonly<Record<string, string>>): Promise<SidecarProcess> {
-  const peer = startPeerProcess({
+/**
+ * Starts the sidecar with this environment (listen addresses default to ephemeral ports), as
+ * `node bin/authority.ts sidecar` unless another command (relative to the repository) is given.
+ */
+export async function startSidecarProcess(
+  env: Readonly<Record<string, string>>,
+  start: { readonly command: string; readonly args: readonly string[] } = {
     command: process.execPath,
     args: ["bin/authority.ts", "sidecar"],
+  },
+): Promise<SidecarProcess> {
+  const peer = startPeerProcess({
+    command: start.command,
+    args: [...start.args],
     cwd: repo,
     env: {
       PATH: process.env.PATH ?? "",

@@ -852,9 +852,19 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     const run = async (): Promise<PolicyLookup> => {
       // The signer's keys on their way beside the policy (Redis' or the authority's), not after it.
       opener.prefetchKeys?.(subjectId);
+      // Under the freshness lease a sealed allow is used only when it is the record the
+      // authority reported; with none reported yet for this subject (its first lookup in this
+      // process), the authority is asked beside the Redis read, not after the entry's
+      // verification (decision 2951). The entry is still opened and verified — a forged one is
+      // still counted — and a sealed deny still answers.
+      const early =
+        head !== null && redis !== undefined && freshness !== undefined && !authorityFacts.has(subjectId)
+          ? fromAuthority(subjectId, head, known)
+          : undefined;
+      early?.catch(() => undefined);
       const viaRedis = head === null ? undefined : await fromRedis(subjectId, head);
       if (viaRedis !== undefined) return { policy: viaRedis, layer: "redis" };
-      return { policy: await fromAuthority(subjectId, head, known), layer: "authority" };
+      return { policy: await (early ?? fromAuthority(subjectId, head, known)), layer: "authority" };
     };
     const inFlight = reloads.get(subjectId);
     if (inFlight !== undefined) {

@@ -152,6 +152,12 @@ interface EnvVar {
 }
 
 export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=2 --max-old-space-size=128";
+/**
+ * The image's sidecar command (WORKDIR /app): Node started straight from the sidecar's start-up
+ * snapshot, one bootstrap, falling back to `node bin/authority.ts sidecar` when the image has no
+ * snapshot for its Node or its sources changed (decision 2951).
+ */
+export const SIDECAR_COMMAND: readonly string[] = ["/app/bin/authority-sidecar"];
 
 function sidecarEnv(settings: SidecarSettings, capabilityMap: Record<string, string> | undefined): EnvVar[] {
   const env: EnvVar[] = [
@@ -233,7 +239,7 @@ export function sidecarContainer(
     name: sidecarContainerName,
     image: settings.image,
     imagePullPolicy: settings.imagePullPolicy,
-    args: ["sidecar"],
+    command: [...SIDECAR_COMMAND],
     ports: [
       { name: "authz-grpc", containerPort: settings.ports.grpc, protocol: "TCP" },
       { name: "authz-proxy", containerPort: settings.ports.proxy, protocol: "TCP" },

@@ -72,10 +72,12 @@ describe("buildSidecarPatch on a plain pod", () => {
     assert.equal(annotationsOf(patched)["kubectl.kubernetes.io/restartedAt"], "2025-05-02T10:14:03Z");
   });
 
-  it("adds the sidecar with image, args, named ports, probes and a locked-down security context", () => {
+  it("adds the sidecar with image, command, named ports, probes and a locked-down security context", () => {
     assert.ok(sidecar);
     assert.equal(sidecar.image, "ghcr.io/authority/authority:0.1.0");
-    assert.deepEqual(sidecar.args, ["sidecar"]);
+    // The image's one-bootstrap start (decision 2951); no args: the command is the sidecar's.
+    assert.deepEqual(sidecar.command, ["/app/bin/authority-sidecar"]);
+    assert.equal(sidecar.args, undefined);
     assert.deepEqual(sidecar.ports, [
       { name: "authz-grpc", containerPort: 9191, protocol: "TCP" },
       { name: "authz-proxy", containerPort: 15101, protocol: "TCP" },

@@ -1,13 +1,14 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { cp, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { cp, readFile, rm, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import { Client, credentials } from "@grpc/grpc-js";
 import {
   chooseSnapshot,
+  NODE_VERSION_FILE,
   SNAPSHOT_ENV,
   type SnapshotStamp,
   STAMP_FILE,
@@ -19,9 +20,10 @@ import { sidecarProcessEnv } from "./sidecar-process.ts";
 import { startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**
- * `authority sidecar` started from its V8 start-up snapshot (decision 2799): built as
- * `make sidecar-snapshot` builds it, the process is replaced by Node started from the blob, it
- * becomes ready and allows a Check. A snapshot whose stamp no longer matches the Node or the
+ * `authority sidecar` started from its V8 start-up snapshot (decisions 2799, 2951): built as
+ * `make sidecar-snapshot` builds it, Node starts from the blob (through bin/authority-sidecar,
+ * the injected command, or bin/authority.ts replacing itself), it becomes ready and allows a
+ * Check. A snapshot whose stamp no longer matches the Node or the
  * sources is never run (it would decide with other code than the sources say): the sidecar
  * starts from the sources instead, says so, and allows the same Check.
  */
@@ -66,12 +68,17 @@ describe("authority sidecar from its start-up snapshot", () => {
     await world?.close();
   });
 
-  async function startAndCheck(snapshotSetting: string): Promise<SidecarProcess> {
+  async function startAndCheck(
+    snapshotSetting: string,
+    start?: Parameters<typeof startSidecarProcess>[1],
+  ): Promise<SidecarProcess> {
     const env = await sidecarProcessEnv(world, dir.path, {
       [SNAPSHOT_ENV]: snapshotSetting,
       AUTHORITY_SIDECAR_JOURNAL_DIR: join(dir.path, `journal-${started.length}`),
+      // the script runs the `node` of its PATH, as the image's does
+      PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ""}`,
     });
-    const sidecar = await startSidecarProcess(env);
+    const sidecar = await startSidecarProcess(env, start);
     started.push(sidecar);
     await sidecar.untilReady();
     // A first Check on a loaded machine may exceed its deadline and fail closed (as in
@@ -90,6 +97,63 @@ describe("authority sidecar from its start-up snapshot", () => {
     const args = await cmdline(sidecar);
     assert.equal(args[args.indexOf("--snapshot-blob") + 1], join(snapshot, "sidecar.blob"));
     assert.doesNotMatch(sidecar.peer.output(), /start-up snapshot not used/);
+  });
+
+  // The injected sidecar's command (decision 2951): Node straight from the blob, no launcher.
+  const script = { command: "bin/authority-sidecar", args: [] };
+  const copyOf = async (name: string, change: (copy: string) => Promise<void>) => {
+    const copy = join(dir.path, name);
+    await cp(snapshot, copy, { recursive: true });
+    await change(copy);
+    return copy;
+  };
+
+  it("bin/authority-sidecar starts Node from the blob in one bootstrap, ready and allowing", async () => {
+    const sidecar = await startAndCheck(snapshot, script);
+    // `node` and the entry as the script names them: the launcher (bin/authority.ts), had it run
+    // first, would have started Node again with its own absolute paths.
+    assert.deepEqual((await cmdline(sidecar)).filter(Boolean), [
+      "node",
+      "--snapshot-blob",
+      join(snapshot, "sidecar.blob"),
+      "bin/authority.ts",
+      "sidecar",
+    ]);
+    assert.doesNotMatch(sidecar.peer.output(), /start-up snapshot not used/);
+  });
+
+  it("bin/authority-sidecar with a stale blob: its main starts the sources instead and says why", async () => {
+    const stale = await copyOf("script-stale", async (copy) => {
+      const stamp = JSON.parse(await readFile(join(copy, STAMP_FILE), "utf8")) as SnapshotStamp;
+      await writeFile(join(copy, STAMP_FILE), JSON.stringify({ ...stamp, sha256: "0".repeat(64) }));
+    });
+    const sidecar = await startAndCheck(stale, script);
+    assert.ok(!(await cmdline(sidecar)).includes("--snapshot-blob"));
+    assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
+  });
+
+  it("bin/authority-sidecar without a blob, or with another Node's, starts from the sources", async () => {
+    const missing = await copyOf("script-no-blob", (copy) => rm(join(copy, "sidecar.blob")));
+    const withoutBlob = await startAndCheck(missing, script);
+    assert.ok(!(await cmdline(withoutBlob)).includes("--snapshot-blob"));
+    assert.match(withoutBlob.peer.output(), /"reason":"the blob is missing"/);
+    // Another Node would refuse the blob and exit (no fallback there): the script asks first.
+    const otherNode = await copyOf("script-other-node", async (copy) => {
+      const stamp = JSON.parse(await readFile(join(copy, STAMP_FILE), "utf8")) as SnapshotStamp;
+      await writeFile(join(copy, STAMP_FILE), JSON.stringify({ ...stamp, node: "v24.0.0-other" }));
+      await writeFile(join(copy, NODE_VERSION_FILE), "v24.0.0-other\n");
+    });
+    const fromOtherNode = await startAndCheck(otherNode, script);
+    assert.ok(!(await cmdline(fromOtherNode)).includes("--snapshot-blob"));
+    assert.match(fromOtherNode.peer.output(), /"reason":"built by Node v24.0.0-other, running v/);
+  });
+
+  it("the blob started without its entry refuses to run", () => {
+    const run = spawnSync(process.execPath, ["--snapshot-blob", join(snapshot, "sidecar.blob"), "sidecar"], {
+      encoding: "utf8",
+    });
+    assert.equal(run.status, 1);
+    assert.match(run.stderr, /start the sidecar's snapshot as bin\/authority-sidecar does/);
   });
 
   it("starts from the sources when the snapshot is stale, and says why", async () => {
