@@ -23,6 +23,7 @@ import {
   type VerifiedPolicyCacheOptions,
 } from "../../src/policy/cache/index.ts";
 import { createSignedPolicyVerifier } from "../../src/policy/signed-policy.ts";
+import { POLICY_CACHE_SETTINGS } from "../../test/helpers/policy-cache-settings.ts";
 
 export interface ScaleRunMessage {
   readonly type: "run";
@@ -90,6 +91,7 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
   gc();
   const heapUsedBeforeBytes = process.memoryUsage().heapUsed;
   const cache = createVerifiedPolicyCache({
+    ...POLICY_CACHE_SETTINGS,
     ...message.cacheOptions,
     source: {
       fetchPolicy: async (subjectId, options) =>

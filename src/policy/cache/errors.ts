@@ -30,7 +30,11 @@ export class PolicyCacheError extends Error {
 }
 
 /** A positive whole-number option of the cache, refused as `invalid_options`. */
-export function positiveCacheOption(value: number | undefined, fallback: number, name: string): number {
+export function positiveCacheOption(
+  value: number | undefined,
+  fallback: number | undefined,
+  name: string,
+): number {
   return positiveIntegerOption(value, fallback, name, (message) => {
     throw new PolicyCacheError("invalid_options", message);
   });

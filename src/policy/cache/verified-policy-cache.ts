@@ -139,39 +139,40 @@ export interface VerifiedPolicyCacheOptions {
    * cache trusts Redis heads as before: only tests of the Redis layer leave it out.
    */
   readonly freshness?: FreshnessLease;
-  /** Local cache size (default 20000 subjects). */
-  readonly localMaxEntries?: number;
+  /** Local cache size in subjects (`--policy-cache-max-entries`). */
+  readonly localMaxEntries: number;
   /**
    * Local cache weight bound: estimated heap bytes of what the entries hold (policy-interning.ts;
-   * an entry or snapshot shared by several subjects counts once), default 48 MiB — so a heap
-   * limit (`--max-old-space-size`) stays safe however large the policies. A policy heavier
-   * than the bound is used but not kept.
+   * an entry or snapshot shared by several subjects counts once; `--policy-cache-max-mib`) — so
+   * a heap limit (`--max-old-space-size`) stays safe however large the policies. A policy
+   * heavier than the bound is used but not kept.
    */
-  readonly localMaxBytes?: number;
+  readonly localMaxBytes: number;
   /**
    * Policy loads (Redis entry or authority fetch, then verification) run at once; more wait
    * their turn in order of arrival (default 8). A burst of new subjects is then answered in
-   * order instead of every first Check finishing only when the whole burst is verified.
+   * order instead of every first Check finishing only when the whole burst is verified
+   * (`--policy-load-concurrency`).
    */
-  readonly loadConcurrency?: number;
+  readonly loadConcurrency: number;
   /**
    * With Redis: characters of sealed entries waiting to be written after their Checks were
    * answered (a write-back holds its signed policy until then); past it, write-backs are
    * dropped and counted (default 16 MiB: ≈ 7 signed 500-operation policies).
    */
   readonly writeBackMaxChars?: number;
-  /** Without Redis: how long an authority answer is used before revalidation (default 1000 ms). */
-  readonly ttlWithoutRedisMs?: number;
-  /** With Redis: how long a confirmed head still counts while Redis cannot be read (default 1000 ms). */
-  readonly stalenessMs?: number;
+  /** Without Redis: how long an authority answer is used before revalidation (`--policy-ttl-ms`). */
+  readonly ttlWithoutRedisMs: number;
+  /** With Redis: how long a confirmed head still counts while Redis cannot be read (`--staleness-ms`). */
+  readonly stalenessMs: number;
   /**
    * With Redis: the head view answers only while the store's last sync is at most this old
    * (default 300 ms, never more than `stalenessMs`). It bounds how late a change whose
    * message was lost can be noticed: past it, lookups read the head from Redis.
    */
   readonly viewMaxLagMs?: number;
-  /** Entries older than this are revalidated with the authority whatever Redis says (default 60000 ms). */
-  readonly maxAgeMs?: number;
+  /** Entries older than this are revalidated with the authority whatever Redis says (`--policy-max-age-ms`). */
+  readonly maxAgeMs: number;
   /** TTL of sealed entries in Redis (default 300000 ms). */
   readonly redisEntryTtlMs?: number;
   readonly now?: () => number;
@@ -380,12 +381,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     throw new PolicyCacheError("invalid_options", "source.fetchPolicy is required");
   if (typeof opener?.open !== "function") throw new PolicyCacheError("invalid_options", "opener is required");
   const now = options.now ?? Date.now;
-  const ttlWithoutRedisMs = positiveCacheOption(options.ttlWithoutRedisMs, 1000, "ttlWithoutRedisMs");
-  const stalenessMs = positiveCacheOption(options.stalenessMs, 1000, "stalenessMs");
-  const maxAgeMs = positiveCacheOption(options.maxAgeMs, 60_000, "maxAgeMs");
+  // The sidecar's settings: their defaults are in its settings schema only (sidecar/config.ts).
+  const ttlWithoutRedisMs = positiveCacheOption(options.ttlWithoutRedisMs, undefined, "ttlWithoutRedisMs");
+  const stalenessMs = positiveCacheOption(options.stalenessMs, undefined, "stalenessMs");
+  const maxAgeMs = positiveCacheOption(options.maxAgeMs, undefined, "maxAgeMs");
   const redisEntryTtlMs = positiveCacheOption(options.redisEntryTtlMs, 300_000, "redisEntryTtlMs");
-  const max = positiveCacheOption(options.localMaxEntries, 20_000, "localMaxEntries");
-  const loadConcurrency = positiveCacheOption(options.loadConcurrency, 8, "loadConcurrency");
+  const max = positiveCacheOption(options.localMaxEntries, undefined, "localMaxEntries");
+  const loadConcurrency = positiveCacheOption(options.loadConcurrency, undefined, "loadConcurrency");
   const writeBackMaxChars = positiveCacheOption(
     options.writeBackMaxChars,
     16 * 1024 * 1024,
@@ -393,7 +395,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   );
   const viewMaxLagMs = Math.min(positiveCacheOption(options.viewMaxLagMs, 300, "viewMaxLagMs"), stalenessMs);
 
-  const localMaxBytes = positiveCacheOption(options.localMaxBytes, 48 * 1024 * 1024, "localMaxBytes");
+  const localMaxBytes = positiveCacheOption(options.localMaxBytes, undefined, "localMaxBytes");
   const interner: PolicyInterner = createPolicyInterner();
   /** Entries a verified document already had are not validated again (policy-interning.ts). */
   const validation: PolicyValidationOptions = { knownEntry: (entry) => interner.knownEntry(entry) };

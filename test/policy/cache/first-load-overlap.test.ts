@@ -6,6 +6,7 @@ import { createVerifiedPolicyCache } from "../../../src/policy/cache/verified-po
 import { createLocalPolicyProtector } from "../../../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
+import { POLICY_CACHE_SETTINGS } from "../../helpers/policy-cache-settings.ts";
 import { protectedRecord, recordSource } from "./helpers.ts";
 
 /**
@@ -50,7 +51,7 @@ describe("a subject's first policy load", () => {
     const { source, release } = await heldSource("first-1");
     const keys = keySource();
     const opener = createSignedPolicyVerifier({ serviceIdentity: "t", source: keys });
-    const cache = createVerifiedPolicyCache({ source, opener });
+    const cache = createVerifiedPolicyCache({ ...POLICY_CACHE_SETTINGS, source, opener });
     const lookup = cache.get("first-1");
     await new Promise((resolve) => setImmediate(resolve));
     assert.deepEqual(keys.state.asked, ["subject:first-1"], "keys asked before the policy arrived");
@@ -66,7 +67,7 @@ describe("a subject's first policy load", () => {
     const keys = keySource();
     keys.state.down = true;
     const opener = createSignedPolicyVerifier({ serviceIdentity: "t", source: keys });
-    const cache = createVerifiedPolicyCache({ source, opener });
+    const cache = createVerifiedPolicyCache({ ...POLICY_CACHE_SETTINGS, source, opener });
     const lookup = cache.get("first-2");
     await new Promise((resolve) => setImmediate(resolve));
     release();
@@ -94,6 +95,7 @@ describe("a subject's first policy load", () => {
     };
     const keys = keySource();
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source: swapping,
       opener: createSignedPolicyVerifier({ serviceIdentity: "t", source: keys }),
     });

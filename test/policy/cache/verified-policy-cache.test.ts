@@ -25,6 +25,7 @@ import type { PolicyOpener } from "../../../src/policy/protector.ts";
 import type { PolicyRecord } from "../../../src/policy/record.ts";
 import { createSignedPolicyVerifier } from "../../../src/policy/signed-policy.ts";
 import { entry } from "../../core/fixtures.ts";
+import { POLICY_CACHE_SETTINGS } from "../../helpers/policy-cache-settings.ts";
 import { type RedisServerHandle, startRedisServer } from "../../helpers/redis-server.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
 
@@ -48,6 +49,7 @@ describe("verified-policy cache without Redis", () => {
     source.records.set("s1", await protectedRecord(protector, "s1", 1));
     const time = clock();
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       ttlWithoutRedisMs: 1000,
@@ -71,6 +73,7 @@ describe("verified-policy cache without Redis", () => {
     source.records.set("s2", await protectedRecord(protector, "s2", 1));
     const time = clock();
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       ttlWithoutRedisMs: 1000,
@@ -89,6 +92,7 @@ describe("verified-policy cache without Redis", () => {
     const source = recordSource(protector);
     const failures: string[] = [];
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       events: { verificationFailure: (l) => failures.push(l) },
@@ -122,7 +126,11 @@ describe("verified-policy cache without Redis", () => {
     const source = recordSource(protector);
     const record = await protectedRecord(protector, "s-marker", 1);
     source.records.set("s-marker", { ...record, revoked_at: "2026-01-02T03:04:05.000Z" });
-    const cache = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
+    const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
+      source,
+      opener: sidecarOpener(protector),
+    });
     const load = (await cache.get("s-marker")).policy.load;
     assert.ok(load.ok);
     assert.equal(load.document.revoked_at, "2026-01-02T03:04:05.000Z");
@@ -136,9 +144,9 @@ describe("verified-policy cache without Redis", () => {
       serviceIdentity: "t",
       source: { fetchPolicyKeys: () => Promise.reject(new Error("authority down")) },
     });
-    const cache = createVerifiedPolicyCache({ source, opener: unavailable });
+    const cache = createVerifiedPolicyCache({ ...POLICY_CACHE_SETTINGS, source, opener: unavailable });
     await assert.rejects(cache.get("s6"), { code: "source_unavailable" });
-    const refusing = createVerifiedPolicyCache({ source, opener: broken });
+    const refusing = createVerifiedPolicyCache({ ...POLICY_CACHE_SETTINGS, source, opener: broken });
     assert.deepEqual((await refusing.get("s6")).policy.load, {
       ok: false,
       reason: "policy_verification_failed",
@@ -174,6 +182,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     await store.waitReady(5000);
     const layers: Array<[CacheLayer, boolean]> = [];
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       redis: { store, keys },
@@ -226,6 +235,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     });
     const results: string[] = [];
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       redis: { store: slowStore, keys },
@@ -298,6 +308,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     await store.waitReady(5000);
     const reads: string[] = [];
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       redis: { store, keys },
@@ -448,6 +459,7 @@ describe("verified-policy cache under the authority's change log (freshness leas
     const driven = drivenLease();
     const layers: CacheLayer[] = [];
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       redis: { store, keys },
@@ -679,7 +691,11 @@ describe("verified-policy cache weight bound and sharing", () => {
         ],
       }),
     );
-    const cache = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
+    const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
+      source,
+      opener: sidecarOpener(protector),
+    });
     const [one, two, three] = await Promise.all(
       ["w1", "w2", "w3"].map(async (s) => (await cache.get(s)).policy),
     );
@@ -708,7 +724,11 @@ describe("verified-policy cache weight bound and sharing", () => {
   test("the local layer keeps policies within localMaxBytes, counting a shared entry once; a policy heavier than the bound is used, not kept", async () => {
     const source = recordSource(protector);
     for (let i = 0; i < 40; i++) source.records.set(`b${i}`, await protectedRecord(protector, `b${i}`, 1));
-    const roomy = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector) });
+    const roomy = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
+      source,
+      opener: sidecarOpener(protector),
+    });
     await roomy.get("b0");
     const first = roomy.bytes;
     await roomy.get("b1");
@@ -716,6 +736,7 @@ describe("verified-policy cache weight bound and sharing", () => {
     assert.ok(perSubject > 0 && perSubject < first, `a second subject adds ${perSubject} of ${first} bytes`);
 
     const bounded = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       localMaxBytes: first + 9 * perSubject,
@@ -724,7 +745,12 @@ describe("verified-policy cache weight bound and sharing", () => {
     assert.ok(bounded.bytes <= first + 9 * perSubject);
     assert.equal(bounded.size, 10);
 
-    const tiny = createVerifiedPolicyCache({ source, opener: sidecarOpener(protector), localMaxBytes: 100 });
+    const tiny = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
+      source,
+      opener: sidecarOpener(protector),
+      localMaxBytes: 100,
+    });
     assert.equal((await tiny.get("b0")).policy.load.ok, true);
     assert.equal(tiny.size, 0);
   });
@@ -741,6 +767,7 @@ describe("verified-policy cache: more subjects than it holds, loaded at once", (
     for (const subject of subjects) source.records.set(subject, await protectedRecord(protector, subject, 1));
     const driven = drivenLease();
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       freshness: driven.lease,
@@ -756,6 +783,7 @@ describe("verified-policy cache: more subjects than it holds, loaded at once", (
     source.records.set("lost-1", await protectedRecord(protector, "lost-1", 1));
     const driven = drivenLease();
     const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
       source,
       opener: sidecarOpener(protector),
       freshness: driven.lease,
