@@ -5,7 +5,8 @@
  *   5. before decryption: active connection, external mapping, subject, boundary;
  *   6. decrypt + verify the subject's v2 policy and `decide()` with the derived context
  *      (subject, partner, binding, issuer hash, external-subject hash, mapping version);
- *   7. on every call — nothing about a decision is cached but the verified document.
+ *   7. on every call — only the verified document is cached, and the binding's records are
+ *      reused for `record-cache-ms` (binding-records.ts); the policy record is read each time.
  *
  * Steps 6–7 and everything after the decision are the one enforcement pipeline
  * (src/pipeline/enforce.ts): decide and record, prepare the upstream request (input schema,
