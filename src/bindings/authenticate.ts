@@ -2,7 +2,6 @@
  * Authentication of the headless runtime paths: the binding-scoped workload token
  * (steps 1–2 of binding invoke) and the partner's user assertion (steps 3–4).
  */
-import type { AdminDeps } from "../admin/deps.ts";
 import { AuthorityError } from "../errors.ts";
 import { extractBearer } from "../identity/bearer.ts";
 import { tokenErrorToAuthorityError } from "../identity/errors.ts";
@@ -10,11 +9,9 @@ import type { VerifiedToken } from "../identity/jwt-verifier.ts";
 import { traced } from "../observability/tracing.ts";
 import type { BindingRecord, WorkloadClientRecord, WorkloadScope } from "../store/binding-model.ts";
 import { USER_ASSERTION_HEADER } from "./assertions.ts";
-import { getBinding } from "./bindings.ts";
 import { type DerivedSubject, deriveExternalSubject } from "./derive.ts";
 import type { BindingRuntime } from "./runtime.ts";
 import { TokenKeyError } from "./token-keys.ts";
-import { findWorkloadClient } from "./workload-clients.ts";
 import type { WorkloadTokenClaims } from "./workload-tokens.ts";
 
 export interface AuthenticatedWorkload {
@@ -41,7 +38,6 @@ const unknownClient = () => new AuthorityError("invalid_token", "The workload cl
  */
 export async function authenticateWorkload(
   runtime: BindingRuntime,
-  deps: Pick<AdminDeps, "store">,
   authorization: HeaderValue,
   required: { readonly scope: WorkloadScope; readonly routeBindingId?: string },
 ): Promise<AuthenticatedWorkload> {
@@ -60,7 +56,7 @@ export async function authenticateWorkload(
       throw new AuthorityError("upstream_unavailable", undefined, { cause: error });
     throw tokenErrorToAuthorityError(error, "invalid_token");
   }
-  const client = await findWorkloadClient(deps, claims.clientId);
+  const client = await runtime.records.client(claims.clientId);
   if (
     client === undefined ||
     client.status !== "active" ||
@@ -77,7 +73,7 @@ export async function authenticateWorkload(
   }
   let binding: BindingRecord;
   try {
-    binding = await getBinding(deps, client.binding_id);
+    binding = await runtime.records.binding(client.binding_id);
   } catch (error) {
     if (error instanceof AuthorityError && error.code === "not_found") throw unknownClient();
     throw error;

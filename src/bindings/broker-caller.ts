@@ -102,6 +102,6 @@ export async function authenticateBrokerCaller(
   if (issuer !== undefined && issuer === identityProvider.issuer && issuer !== runtime.tokens.issuer) {
     return identityProviderCaller(deps, identityProvider, token);
   }
-  const workload = await authenticateWorkload(runtime, deps, authorization, { scope: BROKER_EXECUTE_SCOPE });
+  const workload = await authenticateWorkload(runtime, authorization, { scope: BROKER_EXECUTE_SCOPE });
   return { binding: workload.binding, via: "workload_token" };
 }

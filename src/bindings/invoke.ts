@@ -5,7 +5,8 @@
  *   5. before decryption: active connection, external mapping, subject, boundary;
  *   6. decrypt + verify the subject's v2 policy and `decide()` with the derived context
  *      (subject, partner, binding, issuer hash, external-subject hash, mapping version);
- *   7. on every call — nothing about a decision is cached but the verified document.
+ *   7. on every call — only the verified document is cached, and the binding's records are
+ *      reused for `record-cache-ms` (binding-records.ts); the policy record is read each time.
  *
  * Steps 6–7 and everything after the decision are the one enforcement pipeline
  * (src/pipeline/enforce.ts): decide and record, prepare the upstream request (input schema,
@@ -15,7 +16,6 @@
  * bodies, statuses and idempotency.
  */
 
-import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
 import type { AdminDeps } from "../admin/deps.ts";
 import { permissionPatternMatches } from "../admin/permission-pattern.ts";
 import type { Transport } from "../audit/records.ts";
@@ -39,9 +39,8 @@ import { newEvidenceId, sha256Ref } from "./derive.ts";
 import { argumentsDigest, buildEnvelopeClaims, ENVELOPE_HEADER, PARTNER_PROFILE_V2 } from "./envelope.ts";
 import { EnvelopeCryptoUnavailableError } from "./envelope-crypto.ts";
 import { evidenceLogInput, evidenceWrite, writeEvidence } from "./evidence.ts";
-import { experienceDenial, experiencePermits, findExperience } from "./experience.ts";
+import { experienceDenial, experiencePermits } from "./experience.ts";
 import type { WorkResult } from "./idempotency.ts";
-import { findMapping } from "./mappings.ts";
 import type { BindingRuntime } from "./runtime.ts";
 
 export interface InvokeArguments {
@@ -169,7 +168,7 @@ async function checkBeforeDecryption(
   // The binding's experience narrows what end users may reach (a disabled one: nothing).
   const hidden = experienceDenial(experience, capabilityId);
   if (hidden !== undefined) return hidden;
-  const mapping = await findMapping(deps, binding.binding_id, subjectId);
+  const mapping = await runtime.records.mapping(binding.binding_id, subjectId);
   if (mapping === undefined || mapping.partner_id !== binding.partner_id) return "missing_subject";
   const subject = await runtime.decisions.subjects.get(subjectId);
   if (
@@ -391,7 +390,7 @@ async function prepareCall(
   };
 
   // Read once per call: the same copy serves the check before decryption and the decision.
-  const experience = capabilityId === undefined ? undefined : await findExperience(deps, binding);
+  const experience = capabilityId === undefined ? undefined : await runtime.records.experience(binding);
   // Step 1 of the spec's decision: no capability context is the Deny `missing_capability`.
   const resolved: TargetOutcome =
     capabilityId === undefined
@@ -572,7 +571,7 @@ async function execute(
       token: { value: call.user.token, expiresAt: call.user.assertion.expiresAt.getTime() },
     },
     authProfile: (partnerId, profileRef) =>
-      loadExecutionAuthProfile(deps, partnerId, profileRef).catch((error: unknown) => {
+      runtime.records.authProfile(partnerId, profileRef).catch((error: unknown) => {
         throw new ExecutionError("auth_profile_unavailable", {
           details: {
             issue:

@@ -16,6 +16,7 @@ import type { DecisionRuntime } from "../policy/runtime.ts";
 import { collections, storeKeys } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { type AssertionVerifiers, createAssertionVerifiers } from "./assertions.ts";
+import { type BindingRecords, createBindingRecords } from "./binding-records.ts";
 import { createKeyRingEnvelopeCrypto, type EnvelopeCrypto } from "./envelope-crypto.ts";
 import { createIdempotency, type Idempotency, type IdempotencyOptions } from "./idempotency.ts";
 import { createTokenKeys } from "./token-keys.ts";
@@ -40,6 +41,8 @@ export interface BindingRuntimeOptions {
   readonly idempotency?: Omit<IdempotencyOptions, "store" | "now">;
   /** Upstream deadline of the binding executor (`--binding-upstream-timeout-ms`), which the composition root builds. */
   readonly upstreamTimeoutMs?: number;
+  /** How long the binding's records are reused (`record-cache-ms`; default 0: read every call). */
+  readonly recordCacheMs?: number;
 }
 
 /** The fields of the authority context this module reads. */
@@ -62,6 +65,8 @@ export interface BindingRuntime {
   readonly tokens: WorkloadTokenService;
   readonly assertions: AssertionVerifiers;
   readonly idempotency: Idempotency;
+  /** The binding, workload client, mapping, experience and auth profile an invoke reads. */
+  readonly records: BindingRecords;
   /** Undefined when no key rings are configured: envelopes fail closed with 503. */
   readonly envelopes: EnvelopeCrypto | undefined;
   readonly executor: Executor;
@@ -114,6 +119,7 @@ export function createBindingRuntime(
     }),
     assertions: createAssertionVerifiers({ fetch: egress.fetch, now: owner.now }),
     idempotency: createIdempotency({ store, now: owner.now, ...options.idempotency }),
+    records: createBindingRecords(store, options.recordCacheMs ?? 0),
     envelopes:
       options.envelopes ??
       (envelopeKeyRings === undefined

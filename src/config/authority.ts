@@ -294,7 +294,7 @@ export const authoritySettings = {
     key: "record-cache-ms",
     env: "AUTHORITY_RECORD_CACHE_MS",
     description:
-      "milliseconds subject, capability, log-only and shadow-policy records are reused on the decision path, 0 to read every time (enforced policy records are always read)",
+      "milliseconds subject, capability, log-only, shadow-policy and binding records (binding, workload client, mapping, experience, auth profile) are reused on the decision path, 0 to read every time (enforced policy records are always read)",
     default: 1000,
     parse: duration("ms", 0, 60_000),
   }),

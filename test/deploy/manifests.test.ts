@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync, statSync } from "node:fs";
 import { describe, it } from "node:test";
 import { MutatingWebhookConfiguration } from "kubernetes-models/admissionregistration.k8s.io/v1";
-import { Deployment } from "kubernetes-models/apps/v1";
+import { Deployment, StatefulSet } from "kubernetes-models/apps/v1";
 import { NetworkPolicy } from "kubernetes-models/networking.k8s.io/v1";
 import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
 import { ConfigMap, Namespace, Pod, Service, ServiceAccount } from "kubernetes-models/v1";
@@ -32,6 +32,7 @@ const models: Record<string, ModelClass> = {
   "v1/ServiceAccount": ServiceAccount,
   "v1/Pod": Pod,
   "apps/v1/Deployment": Deployment,
+  "apps/v1/StatefulSet": StatefulSet,
   "policy/v1/PodDisruptionBudget": PodDisruptionBudget,
   "networking.k8s.io/v1/NetworkPolicy": NetworkPolicy,
   "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration": MutatingWebhookConfiguration,
@@ -75,9 +76,9 @@ describe("deploy/kubernetes manifests", () => {
   });
 
   it("run every container non-root, read-only, without privileges", () => {
-    const deployments = kubeDocs.filter(({ doc }) => doc.kind === "Deployment");
-    assert.ok(deployments.length >= 3);
-    for (const { f, doc } of deployments) {
+    const workloads = kubeDocs.filter(({ doc }) => doc.kind === "Deployment" || doc.kind === "StatefulSet");
+    assert.ok(workloads.length >= 4);
+    for (const { f, doc } of workloads) {
       const spec = at(doc, ["spec", "template", "spec"]);
       assert.equal(at(spec, ["automountServiceAccountToken"]), false, f);
       assert.equal(at(spec, ["securityContext", "runAsNonRoot"]), true, f);
@@ -96,7 +97,7 @@ describe("deploy/kubernetes manifests", () => {
       const selector = at(doc, ["spec", "selector"]) as Record<string, string>;
       const target = kubeDocs.find(
         ({ doc: d }) =>
-          d.kind === "Deployment" &&
+          (d.kind === "Deployment" || d.kind === "StatefulSet") &&
           Object.entries(selector).every(
             ([k, v]) => at(d, ["spec", "template", "metadata", "labels", k]) === v,
           ),
@@ -109,6 +110,29 @@ describe("deploy/kubernetes manifests", () => {
         assert.ok(portNames.includes(port.targetPort), `${f}: targetPort ${String(port.targetPort)}`);
       }
     }
+  });
+
+  it("keep the authority's records in PostgreSQL, its URL in a Secret; Redis is never the store", () => {
+    const container = list(
+      at(find("Deployment", "authority"), ["spec", "template", "spec", "containers"]),
+    )[0];
+    const configured = at(find("ConfigMap", "authority"), ["data"]) as Obj;
+    assert.equal(configured.AUTHORITY_STORE_URL, undefined, "not a plain value");
+    const storeUrl = list(container?.env).find((entry) => entry.name === "AUTHORITY_STORE_URL");
+    assert.deepEqual(storeUrl?.valueFrom, { secretKeyRef: { name: "authority-postgres", key: "url" } });
+    // The Secret's URL is written in namespace.yaml's instructions: PostgreSQL, the Service below.
+    const instructions = readRepoFile("deploy/kubernetes/namespace.yaml");
+    const urls = [...instructions.matchAll(/--from-literal=url="([^"]+)"/g)].map((m) => m[1] ?? "");
+    assert.deepEqual(urls.length, 1);
+    assert.match(urls[0] ?? "", /^postgres:\/\/[^@]+@postgres\.authority-system\.svc\.cluster\.local:5432\//);
+    for (const { f, doc } of kubeDocs) {
+      assert.doesNotMatch(String(at(doc, ["data", "AUTHORITY_STORE_URL"]) ?? ""), /^rediss?:/, f);
+    }
+    const postgres = find("StatefulSet", "postgres");
+    assert.equal(list(at(postgres, ["spec", "volumeClaimTemplates"])).length, 1, "its data on a PVC");
+    assert.equal(find("Service", "postgres") !== undefined, true);
+    // Redis stays: the sidecars' cache and the change notifications.
+    assert.match(String(configured.AUTHORITY_REDIS_URL), /^redis:\/\/redis\./);
   });
 
   describe("the example app", () => {

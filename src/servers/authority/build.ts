@@ -459,6 +459,7 @@ export async function buildAuthorityService(
           logger.error(info, "stored catalog version is invalid; capability denied"),
       },
       bindings: {
+        recordCacheMs: config.recordCacheMs,
         ...config.bindings,
         ...(custody.envelopes === undefined ? {} : { envelopes: custody.envelopes }),
         ...overrides.bindings,

@@ -60,7 +60,7 @@ export function brokerRoutes(context: AuthorityServices): FastifyPluginAsync {
         preValidation: async (request) => {
           const runtime = context.bindings;
           const routeBindingId = bodyBindingId(request.body);
-          const workload = await authenticateWorkload(runtime, context, request.headers.authorization, {
+          const workload = await authenticateWorkload(runtime, request.headers.authorization, {
             scope: BROKER_EXECUTE_SCOPE,
             ...(routeBindingId === undefined ? {} : { routeBindingId }),
           });

@@ -96,7 +96,7 @@ export function invokeRoutes(context: AuthorityServices): FastifyPluginAsync {
         // Steps 1–4 before the body is looked at: a stranger learns nothing from a 400.
         preValidation: async (request: FastifyRequest<{ Params: { bindingId: string } }>) => {
           const runtime = context.bindings;
-          const workload = await authenticateWorkload(runtime, context, request.headers.authorization, {
+          const workload = await authenticateWorkload(runtime, request.headers.authorization, {
             scope: INVOKE_SCOPE,
             routeBindingId: request.params.bindingId,
           });

@@ -112,6 +112,8 @@ export interface HarnessOptions {
   readonly upstreamDelayMs?: number;
   /** More origins egress may reach (an OAuth provider and its API). */
   readonly egressAllow?: readonly string[];
+  /** The shared store's URL (default: SQLite in the harness's temp dir). */
+  readonly storeUrl?: string;
 }
 
 async function send(url: string, method: string, path: string, options: CallOptions = {}): Promise<Reply> {
@@ -141,7 +143,7 @@ function expectStatus(reply: Reply, status: number, what: string): void {
 
 export async function startBindingsHarness(options: HarnessOptions = {}): Promise<BindingsHarness> {
   const dir: TempDir = await makeTempDir("authority-bindings-");
-  const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
+  const store = await openStore(options.storeUrl ?? `sqlite:${join(dir.path, "authority.db")}`);
   const adminIdp = await createIdpServer({ audience: "authority" });
   const adminIssuer = await adminIdp.listen();
   const partnerIdp = await createIdpServer({ audience: USER_AUDIENCE, tenantClaim: "tenant" });

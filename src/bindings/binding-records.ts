@@ -1,0 +1,82 @@
+/**
+ * The binding's own records an invoke reads before its policy: the workload client, the
+ * binding, the external mapping, the experience and the auth profile. Each is reused for
+ * `record-cache-ms` (as subject and capability records are, src/policy/runtime.ts), so a
+ * change or deletion takes effect on every replica within that bound; 0 reads every time.
+ * The subject's policy record, which holds revocation, is still read on every call.
+ */
+import { LRUCache } from "lru-cache";
+import { loadExecutionAuthProfile } from "../admin/auth-profiles.ts";
+import type { AuthProfile } from "../execute/auth-profiles.ts";
+import type {
+  BindingRecord,
+  ExperienceRecord,
+  ExternalMappingRecord,
+  WorkloadClientRecord,
+} from "../store/binding-model.ts";
+import type { Store } from "../store/store.ts";
+import { getBinding } from "./bindings.ts";
+import { findExperience } from "./experience.ts";
+import { findMapping } from "./mappings.ts";
+import { findWorkloadClient } from "./workload-clients.ts";
+
+export interface BindingRecords {
+  client(clientId: string): Promise<WorkloadClientRecord | undefined>;
+  /** Throws `not_found` as getBinding does. */
+  binding(bindingId: string): Promise<BindingRecord>;
+  mapping(bindingId: string, subjectId: string): Promise<ExternalMappingRecord | undefined>;
+  experience(
+    binding: Pick<BindingRecord, "binding_id" | "partner_id">,
+  ): Promise<ExperienceRecord | undefined>;
+  /** Throws `not_found` as loadExecutionAuthProfile does. */
+  authProfile(partnerId: string, profileId: string): Promise<AuthProfile>;
+}
+
+/** An absent answer that may be kept (the experience: its absence narrows nothing). */
+const NONE = Symbol("none");
+
+/**
+ * `load` behind a cache of `ttlMs`. Found records are kept; an absence only with
+ * `keepAbsence` (a record created a moment ago is otherwise seen at once). Failures are never kept.
+ */
+function reused<V extends object>(
+  ttlMs: number,
+  load: (...parts: string[]) => Promise<V | undefined>,
+  keepAbsence = false,
+): (...parts: string[]) => Promise<V | undefined> {
+  if (ttlMs === 0) return load;
+  const cache = new LRUCache<string, V | typeof NONE>({ max: 10_000, ttl: ttlMs });
+  return async (...parts) => {
+    // NUL never occurs in a stored id, so the joined key names one tuple.
+    const key = parts.join("\u0000");
+    const cached = cache.get(key);
+    if (cached !== undefined) return cached === NONE ? undefined : cached;
+    const value = await load(...parts);
+    if (value !== undefined) cache.set(key, value);
+    else if (keepAbsence) cache.set(key, NONE);
+    return value;
+  };
+}
+
+export function createBindingRecords(store: Store, ttlMs: number): BindingRecords {
+  if (!Number.isSafeInteger(ttlMs) || ttlMs < 0) throw new TypeError("ttlMs must be a non-negative integer");
+  const deps = { store };
+  const client = reused(ttlMs, (clientId) => findWorkloadClient(deps, clientId));
+  const binding = reused(ttlMs, (bindingId) => getBinding(deps, bindingId));
+  const mapping = reused(ttlMs, (bindingId, subjectId) => findMapping(deps, bindingId, subjectId));
+  const experience = reused(
+    ttlMs,
+    (partnerId, bindingId) => findExperience(deps, { partner_id: partnerId, binding_id: bindingId }),
+    true,
+  );
+  const authProfile = reused(ttlMs, (partnerId, profileId) =>
+    loadExecutionAuthProfile(deps, partnerId, profileId),
+  );
+  return {
+    client: (clientId) => client(clientId),
+    binding: async (bindingId) => (await binding(bindingId)) as BindingRecord,
+    mapping: (bindingId, subjectId) => mapping(bindingId, subjectId),
+    experience: (record) => experience(record.partner_id, record.binding_id),
+    authProfile: async (partnerId, profileId) => (await authProfile(partnerId, profileId)) as AuthProfile,
+  };
+}
