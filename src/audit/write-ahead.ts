@@ -69,34 +69,31 @@ function alive(pid: number): boolean {
 }
 
 /**
- * Files held open by this process. A lock naming this pid that is not held here was left by an
- * earlier process with the same pid (pid 1 in a restarted container).
+ * A lock names its owner by pid and the process's start (`performance.timeOrigin`): a lock with
+ * this pid but another start was left by an earlier process that had the same pid (pid 1 in a
+ * restarted container); one with this pid and this start is held by another writer of this process.
  */
-const heldHere = new Set<string>();
+const OWNER = `${process.pid} ${performance.timeOrigin}`;
 
 function takeLock(path: string): string {
   const lock = `${path}.lock`;
-  if (heldHere.has(lock)) throw new WriteAheadLockedError(path, process.pid);
-  const taken = (): string => {
-    heldHere.add(lock);
-    return lock;
-  };
   try {
-    writeFileSync(lock, String(process.pid), { flag: "wx" });
-    return taken();
+    writeFileSync(lock, OWNER, { flag: "wx" });
+    return lock;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
   }
-  const owner = Number.parseInt(readFileSync(lock, "utf8"), 10);
+  const held = readFileSync(lock, "utf8");
+  const owner = Number.parseInt(held, 10);
+  if (held === OWNER) throw new WriteAheadLockedError(path, owner);
   if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
     throw new WriteAheadLockedError(path, owner);
   // Left by a process that is gone.
-  writeFileSync(lock, String(process.pid));
-  return taken();
+  writeFileSync(lock, OWNER);
+  return lock;
 }
 
 function releaseLock(lock: string): void {
-  heldHere.delete(lock);
   rmSync(lock, { force: true });
 }
 
