@@ -16,14 +16,14 @@
 import { createHash } from "node:crypto";
 import {
   closeSync,
+  constants,
   fdatasync,
   fdatasyncSync,
+  fstatSync,
   ftruncateSync,
   openSync,
-  readFileSync,
   readSync,
   rmSync,
-  writeFileSync,
   writeSync,
 } from "node:fs";
 import type { Store } from "../store/store.ts";
@@ -74,25 +74,60 @@ function alive(pid: number): boolean {
  */
 const heldHere = new Set<string>();
 
+/** Owner only: the records name partners and subjects. */
+const FILE_MODE = 0o600;
+/** Never through a symlink, never a FIFO or device that blocks or never ends. */
+const NO_FOLLOW = constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/** Creates the lock naming this process; false when it exists. */
+function createLock(lock: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(lock, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | NO_FOLLOW, FILE_MODE);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw error;
+  }
+  try {
+    writeSync(fd, String(process.pid));
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/** The pid a lock names; NaN for one that is not a small regular file (left damaged). */
+function lockOwner(lock: string): number {
+  let fd: number;
+  try {
+    fd = openSync(lock, constants.O_RDONLY | NO_FOLLOW);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ELOOP") return Number.NaN;
+    throw error;
+  }
+  try {
+    if (!fstatSync(fd).isFile()) return Number.NaN;
+    const bytes = Buffer.alloc(32);
+    return Number.parseInt(bytes.toString("utf8", 0, readSync(fd, bytes, 0, bytes.length, 0)), 10);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function takeLock(path: string): string {
   const lock = `${path}.lock`;
   if (heldHere.has(lock)) throw new WriteAheadLockedError(path, process.pid);
-  const taken = (): string => {
-    heldHere.add(lock);
-    return lock;
-  };
-  try {
-    writeFileSync(lock, String(process.pid), { flag: "wx" });
-    return taken();
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  if (!createLock(lock)) {
+    const owner = lockOwner(lock);
+    if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
+      throw new WriteAheadLockedError(path, owner);
+    // Left by a process that is gone: removed (a symlink itself, not what it points to), then
+    // created anew; another process taking it over in between wins.
+    rmSync(lock, { force: true });
+    if (!createLock(lock)) throw new WriteAheadLockedError(path, lockOwner(lock));
   }
-  const owner = Number.parseInt(readFileSync(lock, "utf8"), 10);
-  if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
-    throw new WriteAheadLockedError(path, owner);
-  // Left by a process that is gone.
-  writeFileSync(lock, String(process.pid));
-  return taken();
+  heldHere.add(lock);
+  return lock;
 }
 
 function releaseLock(lock: string): void {
@@ -105,12 +140,20 @@ const CHUNK_BYTES = 1 << 20;
 /** Records stored per store call while replaying. */
 const REPLAY_BATCH = 256;
 
-/** One line's record; undefined for a line cut by a crash of the machine (its write never returned). */
+/**
+ * One line's record; undefined for a line cut by a crash of the machine (its write never
+ * returned) and for one the writer never appends (a chained log's record with an id, which
+ * the store can take): damage is skipped, never a start that fails at every try.
+ */
 function recordOf(line: string): WriteAheadRecord | undefined {
   try {
     const parsed = JSON.parse(line) as Partial<WriteAheadRecord>;
-    if (typeof parsed.log === "string" && typeof parsed.value === "object" && parsed.value !== null)
-      return { log: parsed.log, value: parsed.value };
+    const { log, value } = parsed;
+    if (typeof log !== "string" || !isChainedLog(log)) return undefined;
+    if (typeof (value as { id?: unknown } | null | undefined)?.id !== "string") return undefined;
+    // Nested too deep to be serialized again (the store would refuse it).
+    JSON.stringify(value);
+    return { log, value };
   } catch {
     // Not whole.
   }
@@ -153,6 +196,18 @@ async function forEachBatch(fd: number, take: (records: WriteAheadRecord[]) => P
   if (batch.length > 0) await take(batch);
 }
 
+/** The file itself (not a symlink's target, FIFO or device), for appending, owner only. */
+function openFile(path: string): number {
+  const flags = constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW;
+  const fd = openSync(path, flags, FILE_MODE);
+  const stat = fstatSync(fd);
+  if (!stat.isFile() || stat.nlink !== 1) {
+    closeSync(fd);
+    throw new Error(`the decision write-ahead file ${path} is not a regular file of its own`);
+  }
+  return fd;
+}
+
 /**
  * Opens (creating) the write-ahead file at `path`. `replayInto` stores the records an earlier
  * process left in it, and must run before anything is appended.
@@ -164,11 +219,13 @@ export function openWriteAhead(path: string): {
   const lock = takeLock(path);
   let fd: number;
   try {
-    fd = openSync(path, "a+");
+    fd = openFile(path);
   } catch (error) {
     releaseLock(lock);
     throw error;
   }
+  /** A write failed, maybe after part of its line: the next line starts on a line of its own. */
+  let damaged = false;
   let syncing: NodeJS.Timeout | undefined;
   let closed = false;
   const scheduleSync = (): void => {
@@ -190,14 +247,18 @@ export function openWriteAhead(path: string): {
     writeAhead: {
       append(log, value) {
         if (closed) throw new Error("the decision write-ahead file is closed");
-        const line = Buffer.from(`${JSON.stringify({ log, value })}\n`);
+        const line = Buffer.from(`${damaged ? "\n" : ""}${JSON.stringify({ log, value })}\n`);
         // O_APPEND: one write of the whole line, or an error (a short write is one too).
+        damaged = true;
         const written = writeSync(fd, line);
         if (written !== line.length) throw new Error("short write to the decision write-ahead file");
+        damaged = false;
         scheduleSync();
       },
       settled() {
-        if (!closed) ftruncateSync(fd, 0);
+        if (closed) return;
+        ftruncateSync(fd, 0);
+        damaged = false;
       },
       close() {
         if (closed) return;

@@ -1,0 +1,111 @@
+/**
+ * Attacks on the decision write-ahead file (decision 2931): a symlinked path, a file damaged
+ * by a short write, records a dead process could not have written. A start never truncates
+ * or overwrites a file it does not own, never crash-loops on a damaged file, and a record
+ * appended after damage is still replayed.
+ */
+import assert from "node:assert/strict";
+import fs, { readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { openStoreWriteAhead, openWriteAhead, writeAheadPathFor } from "../../src/audit/write-ahead.ts";
+import { openStore } from "../../src/store/index.ts";
+import type { Store } from "../../src/store/store.ts";
+import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
+
+const ids = async (store: Store, log: string): Promise<string[]> =>
+  (await store.readLog<{ id?: string }>(log)).map((entry) => entry.value.id ?? "");
+
+const line = (log: string, value: unknown) => `${JSON.stringify({ log, value })}\n`;
+
+describe("decision write-ahead file attacks", () => {
+  let dir: TempDir;
+  let n = 0;
+  const dbPath = () => join(dir.path, `x-${++n}.db`);
+
+  before(async () => {
+    dir = await makeTempDir("write-ahead-attacks-");
+  });
+  after(() => dir.cleanup());
+
+  test("a symlinked file or lock is refused: the file it points to is neither truncated nor overwritten", async () => {
+    const path = dbPath();
+    const victim = join(dir.path, `victim-${n}`);
+    writeFileSync(victim, "precious\n");
+    const store = await openStore(`sqlite:${path}`);
+    const file = writeAheadPathFor(path, "replica-s");
+    symlinkSync(victim, file);
+    await assert.rejects(openStoreWriteAhead(store, "replica-s"));
+    assert.equal(readFileSync(victim, "utf8"), "precious\n");
+    // The lock too: a stale lock that is a symlink (even to a file that never ends) is replaced,
+    // not written through.
+    const other = join(dir.path, `other-${n}.wal`);
+    symlinkSync(victim, `${other}.lock`);
+    openWriteAhead(other).writeAhead.close();
+    assert.equal(readFileSync(victim, "utf8"), "precious\n");
+    symlinkSync("/dev/zero", `${other}.lock`);
+    openWriteAhead(other).writeAhead.close();
+    await store.close();
+  });
+
+  test("the file and its lock are readable by their owner only", async () => {
+    const path = dbPath();
+    const store = await openStore(`sqlite:${path}`);
+    const writeAhead = await openStoreWriteAhead(store, "replica-m");
+    assert.ok(writeAhead);
+    const file = writeAheadPathFor(path, "replica-m");
+    assert.equal(statSync(file).mode & 0o077, 0);
+    assert.equal(statSync(`${file}.lock`).mode & 0o077, 0);
+    writeAhead.close();
+    await store.close();
+  });
+
+  test("a record appended after a short write's partial line is still replayed", async (t) => {
+    const path = dbPath();
+    const file = writeAheadPathFor(path, "replica-p");
+    const { writeAhead } = openWriteAhead(file);
+    writeAhead.append("audit", { id: "r1" });
+    // The kernel takes part of the next line (the disk filled up), then space is freed.
+    const write = fs.writeSync;
+    t.after(() => {
+      fs.writeSync = write;
+      syncBuiltinESMExports();
+    });
+    fs.writeSync = ((fd: number, buffer: Buffer) => write(fd, buffer.subarray(0, 20))) as typeof fs.writeSync;
+    syncBuiltinESMExports();
+    assert.throws(() => writeAhead.append("audit", { id: "cut" }), /short write/);
+    fs.writeSync = write;
+    syncBuiltinESMExports();
+    writeAhead.append("audit", { id: "r2" });
+    writeAhead.close();
+    const store = await openStore(`sqlite:${path}`);
+    (await openStoreWriteAhead(store, "replica-p"))?.close();
+    assert.deepEqual(await ids(store, "audit"), ["r1", "r2"]);
+    await store.close();
+  });
+
+  test("records the writer never appends (other logs, bad names, no id, too deep to store) are skipped, not a failed start", async () => {
+    const path = dbPath();
+    const file = writeAheadPathFor(path, "replica-h");
+    let deep = '{"id":"deep","x":';
+    for (let i = 0; i < 100_000; i++) deep += "[";
+    deep += "]".repeat(100_000);
+    deep += "}";
+    writeFileSync(
+      file,
+      line("audit", { id: "ok-1" }) +
+        line("partners", { id: "acme" }) +
+        line("Not A Log!", { id: "bad-name" }) +
+        line("audit", { no: "id" }) +
+        `{"log":"audit","value":${deep}}\n` +
+        line("audit", { id: "ok-2" }),
+    );
+    const store = await openStore(`sqlite:${path}`);
+    (await openStoreWriteAhead(store, "replica-h"))?.close();
+    assert.deepEqual(await ids(store, "audit"), ["ok-1", "ok-2"]);
+    assert.deepEqual(await ids(store, "partners"), []);
+    assert.equal(statSync(file).size, 0);
+    await store.close();
+  });
+});
