@@ -9,7 +9,20 @@ import fs, { readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { openStoreWriteAhead, openWriteAhead, writeAheadPathFor } from "../../src/audit/write-ahead.ts";
+import {
+  CHAINED_LOGS,
+  type ChainedLog,
+  type ChainHead,
+  createChainLinker,
+  EMPTY_HEAD,
+} from "../../src/audit/chain.ts";
+import {
+  openStoreWriteAhead,
+  openWriteAhead,
+  type WriteAhead,
+  writeAheadPathFor,
+} from "../../src/audit/write-ahead.ts";
+import { createAuditWriter } from "../../src/audit/writer.ts";
 import { openStore } from "../../src/store/index.ts";
 import type { Store } from "../../src/store/store.ts";
 import { makeTempDir, type TempDir } from "../helpers/temp-dir.ts";
@@ -106,6 +119,59 @@ describe("decision write-ahead file attacks", () => {
     assert.deepEqual(await ids(store, "audit"), ["ok-1", "ok-2"]);
     assert.deepEqual(await ids(store, "partners"), []);
     assert.equal(statSync(file).size, 0);
+    await store.close();
+  });
+});
+
+describe("decision write-ahead file and chains", () => {
+  let dir: TempDir;
+  before(async () => {
+    dir = await makeTempDir("write-ahead-chain-");
+  });
+  after(() => dir.cleanup());
+
+  test("after an append fails, later records are not answered from the file either: a kill leaves no hole in a chain", async () => {
+    const path = join(dir.path, "g.db");
+    const store = await openStore(`sqlite:${path}`);
+    const file = await openStoreWriteAhead(store, "replica-g");
+    assert.ok(file);
+    // The disk is full for one append, then has room again.
+    let full = true;
+    const writeAhead: WriteAhead = {
+      append(log, value) {
+        if (full) {
+          full = false;
+          throw new Error("ENOSPC");
+        }
+        file.append(log, value);
+      },
+      settled: () => file.settled(),
+      close: () => file.close(),
+    };
+    const heads = Object.fromEntries(CHAINED_LOGS.map((log) => [log, EMPTY_HEAD])) as Record<
+      ChainedLog,
+      ChainHead
+    >;
+    const chain = createChainLinker({ stream: "replica-g", heads });
+    const writer = createAuditWriter({ store, writeAhead, chain, lingerMs: 60_000 });
+    let answered = 0;
+    const first = writer.write({ log: { name: "audit", value: { id: "d1" } } }).then(() => answered++);
+    const second = writer.write({ log: { name: "audit", value: { id: "d2" } } }).then(() => answered++);
+    await Promise.resolve();
+    // The process dies now: the next start stores what the file holds. d2 (n = 2) without d1
+    // (n = 1, only in memory) would be a chain with a hole; so d2 was not answered either.
+    const held = readFileSync(writeAheadPathFor(path, "replica-g"), "utf8")
+      .split("\n")
+      .filter((line) => line !== "")
+      .map((line) => (JSON.parse(line) as { value: { chain: { n: number } } }).value.chain.n);
+    assert.deepEqual({ held, answered }, { held: [], answered: 0 });
+    await Promise.all([first, second]);
+    assert.deepEqual(await ids(store, "audit"), ["d1", "d2"]);
+    // Stored: records are written ahead again.
+    await writer.write({ log: { name: "audit", value: { id: "d3" } } });
+    assert.equal(writer.stats().writtenAhead, 1);
+    await writer.close();
+    file.close();
     await store.close();
   });
 });
