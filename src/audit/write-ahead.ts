@@ -22,10 +22,12 @@ import {
   fstatSync,
   ftruncateSync,
   openSync,
+  readdirSync,
   readSync,
   rmSync,
   writeSync,
 } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import type { Store } from "../store/store.ts";
 import { isChainedLog } from "./chain.ts";
 
@@ -291,18 +293,48 @@ async function replayWriteAhead(store: Store, records: readonly WriteAheadRecord
 }
 
 /**
+ * Stores what the files of other streams beside `sqlitePath` hold when no live process has them
+ * (a replica whose id was its hostname is replaced by a pod of another name: nothing would
+ * replay its file), then removes each while still holding its lock. A file that cannot be
+ * opened (held, a symlink) is left.
+ */
+async function adoptOrphans(store: Store, sqlitePath: string, own: string): Promise<void> {
+  const directory = dirname(sqlitePath);
+  const prefix = `${basename(sqlitePath)}-decisions-`;
+  for (const name of readdirSync(directory)) {
+    const file = join(directory, name);
+    if (!name.startsWith(prefix) || !name.endsWith(".wal") || file === own) continue;
+    let orphan: ReturnType<typeof openWriteAhead>;
+    try {
+      orphan = openWriteAhead(file);
+    } catch {
+      continue;
+    }
+    try {
+      await orphan.replayInto(store);
+      rmSync(file);
+    } finally {
+      orphan.writeAhead.close();
+    }
+  }
+}
+
+/**
  * The write-ahead file of `stream` when the store is a SQLite file (undefined otherwise): records
- * an earlier process of the stream left are stored first, then the file is emptied. Call before
- * the stream's chain heads are read from the store.
+ * an earlier process of the stream left are stored first, then the file is emptied; so are those
+ * of other streams' files no live process holds. Call before the stream's chain heads are read
+ * from the store.
  */
 export async function openStoreWriteAhead(store: Store, stream: string): Promise<WriteAhead | undefined> {
   // The SQLite store's file (src/store/sqlite: `path`); an in-memory database has none worth keeping.
   const path = store.backend === "sqlite" ? (store as { readonly path?: unknown }).path : undefined;
   if (typeof path !== "string" || path === "" || path === ":memory:") return undefined;
-  const { writeAhead, replayInto } = openWriteAhead(writeAheadPathFor(path, stream));
+  const own = writeAheadPathFor(path, stream);
+  const { writeAhead, replayInto } = openWriteAhead(own);
   try {
     await replayInto(store);
     writeAhead.settled();
+    await adoptOrphans(store, path, own);
     return writeAhead;
   } catch (error) {
     writeAhead.close();

@@ -5,7 +5,7 @@
  * appended after damage is still replayed.
  */
 import assert from "node:assert/strict";
-import fs, { readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import fs, { existsSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -172,6 +172,35 @@ describe("decision write-ahead file and chains", () => {
     assert.equal(writer.stats().writtenAhead, 1);
     await writer.close();
     file.close();
+    await store.close();
+  });
+});
+
+describe("decision write-ahead files of other replica ids", () => {
+  let dir: TempDir;
+  before(async () => {
+    dir = await makeTempDir("write-ahead-orphans-");
+  });
+  after(() => dir.cleanup());
+
+  test("a killed replica's file is stored by the next start under another replica id (a replaced pod's hostname); a live one's is left", async () => {
+    const path = join(dir.path, "o.db");
+    // The pod that died: its replica id was its hostname, which its replacement does not have.
+    const dead = openWriteAhead(writeAheadPathFor(path, "authority-7d9f-abcde"));
+    dead.writeAhead.append("audit", { id: "answered-1" });
+    dead.writeAhead.append("audit", { id: "answered-2" });
+    dead.writeAhead.close();
+    // A replica that is running (here: held by this process).
+    const live = openWriteAhead(writeAheadPathFor(path, "authority-live"));
+    live.writeAhead.append("audit", { id: "live-1" });
+    const store = await openStore(`sqlite:${path}`);
+    const mine = await openStoreWriteAhead(store, "authority-7d9f-fghij");
+    assert.ok(mine);
+    assert.deepEqual(await ids(store, "audit"), ["answered-1", "answered-2"]);
+    assert.equal(existsSync(writeAheadPathFor(path, "authority-7d9f-abcde")), false, "adopted, then removed");
+    assert.ok(readFileSync(writeAheadPathFor(path, "authority-live"), "utf8").includes("live-1"));
+    mine.close();
+    live.writeAhead.close();
     await store.close();
   });
 });
