@@ -144,8 +144,9 @@ const REPLAY_BATCH = 256;
 
 /**
  * One line's record; undefined for a line cut by a crash of the machine (its write never
- * returned) and for one the writer never appends (a chained log's record with an id, which
- * the store can take): damage is skipped, never a start that fails at every try.
+ * returned) and for one the writer could not have appended (it appends only records of a
+ * chained log that have an id and serialize): damage is skipped, never a start that fails at
+ * every try.
  */
 function recordOf(line: string): WriteAheadRecord | undefined {
   try {
