@@ -9,23 +9,25 @@
  * start of the same replica stores them (`openStoreWriteAhead`) before its chains continue. Replay is idempotent: only records with an `id` are appended here, and
  * the store keeps one entry per id and log (decision 2751).
  *
- * One process per file: a `.lock` file holds the owner's pid; a live other owner refuses the
+ * One process per file: a `.lock` file holds the owner's pid and start; a live other owner refuses the
  * open. `fdatasync` runs at most once a second, in the thread pool, for a crash of the machine
  * (the store's own commits are not synced either: SQLite WAL with synchronous = NORMAL).
  */
 import { createHash } from "node:crypto";
 import {
   closeSync,
+  constants,
   fdatasync,
   fdatasyncSync,
+  fstatSync,
   ftruncateSync,
   openSync,
-  readFileSync,
+  readdirSync,
   readSync,
   rmSync,
-  writeFileSync,
   writeSync,
 } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import type { Store } from "../store/store.ts";
 import { isChainedLog } from "./chain.ts";
 
@@ -75,21 +77,60 @@ function alive(pid: number): boolean {
  */
 const OWNER = `${process.pid} ${performance.timeOrigin}`;
 
+/** Owner only: the records name partners and subjects. */
+const FILE_MODE = 0o600;
+/** Never through a symlink, never a FIFO or device that blocks or never ends. */
+const NO_FOLLOW = constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/** Creates the lock naming this process; false when it exists. */
+function createLock(lock: string): boolean {
+  let fd: number;
+  try {
+    fd = openSync(lock, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | NO_FOLLOW, FILE_MODE);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return false;
+    throw error;
+  }
+  try {
+    writeSync(fd, OWNER);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
+}
+
+/** What a lock says of its owner; undefined for one that is not a small regular file (left damaged). */
+function lockContent(lock: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(lock, constants.O_RDONLY | NO_FOLLOW);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ELOOP") return undefined;
+    throw error;
+  }
+  try {
+    if (!fstatSync(fd).isFile()) return undefined;
+    const bytes = Buffer.alloc(64);
+    return bytes.toString("utf8", 0, readSync(fd, bytes, 0, bytes.length, 0));
+  } finally {
+    closeSync(fd);
+  }
+}
+
 function takeLock(path: string): string {
   const lock = `${path}.lock`;
-  try {
-    writeFileSync(lock, OWNER, { flag: "wx" });
-    return lock;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  if (!createLock(lock)) {
+    const held = lockContent(lock);
+    const owner = Number.parseInt(held ?? "", 10);
+    if (held === OWNER) throw new WriteAheadLockedError(path, owner);
+    if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
+      throw new WriteAheadLockedError(path, owner);
+    // Left by a process that is gone: removed (a symlink itself, not what it points to), then
+    // created anew; another process taking it over in between wins.
+    rmSync(lock, { force: true });
+    if (!createLock(lock))
+      throw new WriteAheadLockedError(path, Number.parseInt(lockContent(lock) ?? "", 10));
   }
-  const held = readFileSync(lock, "utf8");
-  const owner = Number.parseInt(held, 10);
-  if (held === OWNER) throw new WriteAheadLockedError(path, owner);
-  if (Number.isSafeInteger(owner) && owner !== process.pid && alive(owner))
-    throw new WriteAheadLockedError(path, owner);
-  // Left by a process that is gone.
-  writeFileSync(lock, OWNER);
   return lock;
 }
 
@@ -102,12 +143,21 @@ const CHUNK_BYTES = 1 << 20;
 /** Records stored per store call while replaying. */
 const REPLAY_BATCH = 256;
 
-/** One line's record; undefined for a line cut by a crash of the machine (its write never returned). */
+/**
+ * One line's record; undefined for a line cut by a crash of the machine (its write never
+ * returned) and for one the writer could not have appended (it appends only records of a
+ * chained log that have an id and serialize): damage is skipped, never a start that fails at
+ * every try.
+ */
 function recordOf(line: string): WriteAheadRecord | undefined {
   try {
     const parsed = JSON.parse(line) as Partial<WriteAheadRecord>;
-    if (typeof parsed.log === "string" && typeof parsed.value === "object" && parsed.value !== null)
-      return { log: parsed.log, value: parsed.value };
+    const { log, value } = parsed;
+    if (typeof log !== "string" || !isChainedLog(log)) return undefined;
+    if (typeof (value as { id?: unknown } | null | undefined)?.id !== "string") return undefined;
+    // Nested too deep to be serialized again (the store would refuse it).
+    JSON.stringify(value);
+    return { log, value };
   } catch {
     // Not whole.
   }
@@ -150,6 +200,18 @@ async function forEachBatch(fd: number, take: (records: WriteAheadRecord[]) => P
   if (batch.length > 0) await take(batch);
 }
 
+/** The file itself (not a symlink's target, FIFO or device), for appending, owner only. */
+function openFile(path: string): number {
+  const flags = constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | NO_FOLLOW;
+  const fd = openSync(path, flags, FILE_MODE);
+  const stat = fstatSync(fd);
+  if (!stat.isFile() || stat.nlink !== 1) {
+    closeSync(fd);
+    throw new Error(`the decision write-ahead file ${path} is not a regular file of its own`);
+  }
+  return fd;
+}
+
 /**
  * Opens (creating) the write-ahead file at `path`. `replayInto` stores the records an earlier
  * process left in it, and must run before anything is appended.
@@ -161,11 +223,13 @@ export function openWriteAhead(path: string): {
   const lock = takeLock(path);
   let fd: number;
   try {
-    fd = openSync(path, "a+");
+    fd = openFile(path);
   } catch (error) {
     releaseLock(lock);
     throw error;
   }
+  /** A write failed, maybe after part of its line: the next line starts on a line of its own. */
+  let damaged = false;
   let syncing: NodeJS.Timeout | undefined;
   let closed = false;
   const scheduleSync = (): void => {
@@ -187,14 +251,18 @@ export function openWriteAhead(path: string): {
     writeAhead: {
       append(log, value) {
         if (closed) throw new Error("the decision write-ahead file is closed");
-        const line = Buffer.from(`${JSON.stringify({ log, value })}\n`);
+        const line = Buffer.from(`${damaged ? "\n" : ""}${JSON.stringify({ log, value })}\n`);
         // O_APPEND: one write of the whole line, or an error (a short write is one too).
+        damaged = true;
         const written = writeSync(fd, line);
         if (written !== line.length) throw new Error("short write to the decision write-ahead file");
+        damaged = false;
         scheduleSync();
       },
       settled() {
-        if (!closed) ftruncateSync(fd, 0);
+        if (closed) return;
+        ftruncateSync(fd, 0);
+        damaged = false;
       },
       close() {
         if (closed) return;
@@ -227,18 +295,48 @@ async function replayWriteAhead(store: Store, records: readonly WriteAheadRecord
 }
 
 /**
+ * Stores what the files of other streams beside `sqlitePath` hold when no live process has them
+ * (a replica whose id was its hostname is replaced by a pod of another name: nothing would
+ * replay its file), then removes each while still holding its lock. A file that cannot be
+ * opened (held, a symlink) is left.
+ */
+async function adoptOrphans(store: Store, sqlitePath: string, own: string): Promise<void> {
+  const directory = dirname(sqlitePath);
+  const prefix = `${basename(sqlitePath)}-decisions-`;
+  for (const name of readdirSync(directory)) {
+    const file = join(directory, name);
+    if (!name.startsWith(prefix) || !name.endsWith(".wal") || file === own) continue;
+    let orphan: ReturnType<typeof openWriteAhead>;
+    try {
+      orphan = openWriteAhead(file);
+    } catch {
+      continue;
+    }
+    try {
+      await orphan.replayInto(store);
+      rmSync(file);
+    } finally {
+      orphan.writeAhead.close();
+    }
+  }
+}
+
+/**
  * The write-ahead file of `stream` when the store is a SQLite file (undefined otherwise): records
- * an earlier process of the stream left are stored first, then the file is emptied. Call before
- * the stream's chain heads are read from the store.
+ * an earlier process of the stream left are stored first, then the file is emptied; so are those
+ * of other streams' files no live process holds. Call before the stream's chain heads are read
+ * from the store.
  */
 export async function openStoreWriteAhead(store: Store, stream: string): Promise<WriteAhead | undefined> {
   // The SQLite store's file (src/store/sqlite: `path`); an in-memory database has none worth keeping.
   const path = store.backend === "sqlite" ? (store as { readonly path?: unknown }).path : undefined;
   if (typeof path !== "string" || path === "" || path === ":memory:") return undefined;
-  const { writeAhead, replayInto } = openWriteAhead(writeAheadPathFor(path, stream));
+  const own = writeAheadPathFor(path, stream);
+  const { writeAhead, replayInto } = openWriteAhead(own);
   try {
     await replayInto(store);
     writeAhead.settled();
+    await adoptOrphans(store, path, own);
     return writeAhead;
   } catch (error) {
     writeAhead.close();

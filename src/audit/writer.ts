@@ -182,6 +182,12 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   let writtenAhead = 0;
   /** Records were written ahead since the file was last emptied: empty it once all are stored. */
   let aheadPending = false;
+  /**
+   * A waited-for record was queued without being written ahead (its append failed, it has no
+   * id): later ones wait for the store too until the queue is stored, so the file never holds
+   * a record whose predecessor in its chain a kill would lose.
+   */
+  let aheadBlocked = false;
   let closing = false;
   /** Set by the counter timer and by flush(): pending counters are written in this run. */
   let countersDue = false;
@@ -276,6 +282,7 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
       }
     }
     // The queue is empty: every record written ahead is stored.
+    aheadBlocked = false;
     if (aheadPending) {
       try {
         options.writeAhead?.settled();
@@ -290,12 +297,17 @@ export function createAuditWriter(options: AuditWriterOptions): AuditWriter {
   /** Appends a waited-for record to the write-ahead file; false when it has none, or failed. */
   function writeAhead(name: string, value: unknown): boolean {
     const file = options.writeAhead;
+    if (file === undefined) return false;
     // Only a record with an id can be replayed without being stored twice (decision 2751).
-    if (file === undefined || typeof (value as { id?: unknown } | null)?.id !== "string") return false;
+    if (aheadBlocked || typeof (value as { id?: unknown } | null)?.id !== "string") {
+      aheadBlocked = true;
+      return false;
+    }
     try {
       file.append(name, value);
     } catch {
       // Disk full, I/O error: this record waits for the store instead.
+      aheadBlocked = true;
       return false;
     }
     writtenAhead++;
