@@ -2,7 +2,9 @@
  * The binding's own records an invoke reads before its policy: the workload client, the
  * binding, the external mapping, the experience and the auth profile. Each is reused for
  * `record-cache-ms` (as subject and capability records are, src/policy/runtime.ts), so a
- * change or deletion takes effect on every replica within that bound; 0 reads every time.
+ * change or deletion takes effect on every replica within that bound; 0 reads every time. A
+ * write to one of `BINDING_RECORD_COLLECTIONS` through this process's store forgets them all
+ * (`watchBindingRecordWrites`): a change made through this replica counts at once here.
  * The subject's policy record, which holds revocation, is still read on every call.
  */
 import { LRUCache } from "lru-cache";
@@ -14,6 +16,8 @@ import type {
   ExternalMappingRecord,
   WorkloadClientRecord,
 } from "../store/binding-model.ts";
+import { bindingCollections } from "../store/binding-model.ts";
+import { collections } from "../store/model.ts";
 import type { Store } from "../store/store.ts";
 import { getBinding } from "./bindings.ts";
 import { findExperience } from "./experience.ts";
@@ -30,10 +34,26 @@ export interface BindingRecords {
   ): Promise<ExperienceRecord | undefined>;
   /** Throws `not_found` as loadExecutionAuthProfile does. */
   authProfile(partnerId: string, profileId: string): Promise<AuthProfile>;
+  /** Drops every kept record (a write to one of their collections was made here). */
+  forget(): void;
 }
+
+/** Where the records kept here are stored. */
+export const BINDING_RECORD_COLLECTIONS: ReadonlySet<string> = new Set([
+  bindingCollections.bindings,
+  bindingCollections.workloadClients,
+  bindingCollections.mappings,
+  bindingCollections.experiences,
+  collections.authProfiles,
+]);
 
 /** An absent answer that may be kept (the experience: its absence narrows nothing). */
 const NONE = Symbol("none");
+
+interface Reused<V> {
+  readonly get: (...parts: string[]) => Promise<V | undefined>;
+  readonly clear: () => void;
+}
 
 /**
  * `load` behind a cache of `ttlMs`. Found records are kept; an absence only with
@@ -43,10 +63,10 @@ function reused<V extends object>(
   ttlMs: number,
   load: (...parts: string[]) => Promise<V | undefined>,
   keepAbsence = false,
-): (...parts: string[]) => Promise<V | undefined> {
-  if (ttlMs === 0) return load;
+): Reused<V> {
+  if (ttlMs === 0) return { get: load, clear: () => {} };
   const cache = new LRUCache<string, V | typeof NONE>({ max: 10_000, ttl: ttlMs });
-  return async (...parts) => {
+  const get = async (...parts: string[]): Promise<V | undefined> => {
     // NUL never occurs in a stored id, so the joined key names one tuple.
     const key = parts.join("\u0000");
     const cached = cache.get(key);
@@ -56,6 +76,7 @@ function reused<V extends object>(
     else if (keepAbsence) cache.set(key, NONE);
     return value;
   };
+  return { get, clear: () => cache.clear() };
 }
 
 export function createBindingRecords(store: Store, ttlMs: number): BindingRecords {
@@ -73,10 +94,42 @@ export function createBindingRecords(store: Store, ttlMs: number): BindingRecord
     loadExecutionAuthProfile(deps, partnerId, profileId),
   );
   return {
-    client: (clientId) => client(clientId),
-    binding: async (bindingId) => (await binding(bindingId)) as BindingRecord,
-    mapping: (bindingId, subjectId) => mapping(bindingId, subjectId),
-    experience: (record) => experience(record.partner_id, record.binding_id),
-    authProfile: async (partnerId, profileId) => (await authProfile(partnerId, profileId)) as AuthProfile,
+    client: (clientId) => client.get(clientId),
+    binding: async (bindingId) => (await binding.get(bindingId)) as BindingRecord,
+    mapping: (bindingId, subjectId) => mapping.get(bindingId, subjectId),
+    experience: (record) => experience.get(record.partner_id, record.binding_id),
+    authProfile: async (partnerId, profileId) => (await authProfile.get(partnerId, profileId)) as AuthProfile,
+    forget() {
+      for (const kept of [client, binding, mapping, experience, authProfile]) kept.clear();
+    },
   };
+}
+
+/**
+ * `store` whose writes to `BINDING_RECORD_COLLECTIONS` call `changed` once they are done (or
+ * failed: a write that may have landed forgets too). Reads and log appends pass through.
+ */
+export function watchBindingRecordWrites(store: Store, changed: () => void): Store {
+  const touches = (collection: unknown) =>
+    typeof collection === "string" && BINDING_RECORD_COLLECTIONS.has(collection);
+  const after = <T>(result: Promise<T>, hit: boolean): Promise<T> => (hit ? result.finally(changed) : result);
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (typeof value !== "function") return value;
+      if (property === "put" || property === "create" || property === "delete")
+        return (collection: string, ...rest: unknown[]) =>
+          after(
+            (value as (...args: unknown[]) => Promise<unknown>).call(target, collection, ...rest),
+            touches(collection),
+          );
+      if (property === "writeAll")
+        return (writes: readonly { readonly collection?: unknown }[], ...rest: unknown[]) =>
+          after(
+            (value as (...args: unknown[]) => Promise<unknown>).call(target, writes, ...rest),
+            writes.some((write) => touches(write.collection)),
+          );
+      return value.bind(target);
+    },
+  });
 }

@@ -30,6 +30,7 @@ import { type AuditRecorder, createAuditRecorder } from "../../audit/recorder.ts
 import { notingRecorder } from "../../audit/recorder-notes.ts";
 import { type RetentionWorker, retentionIsEmpty, startRetention } from "../../audit/retention.ts";
 import { openStoreWriteAhead, readingAfterRecords, type WriteAhead } from "../../audit/write-ahead.ts";
+import { watchBindingRecordWrites } from "../../bindings/binding-records.ts";
 import type { BindingRuntimeOptions } from "../../bindings/runtime.ts";
 import type { AuthorityConfig } from "../../config/authority.ts";
 import { loadKek } from "../../crypto/index.ts";
@@ -259,6 +260,9 @@ export async function buildAuthorityService(
     /** Stores what the audit writer holds (set once it exists): log reads come after it. */
     let storeHeldRecords: () => Promise<unknown> = async () => true;
     const readStore = writeAhead === undefined ? store : readingAfterRecords(store, () => storeHeldRecords());
+    /** Forgets the binding records invoke reuses (set once they exist): a change made here counts here at once. */
+    let forgetBindingRecords = (): void => {};
+    const contextStore = watchBindingRecordWrites(readStore, () => forgetBindingRecords());
     // Records written before subjects carried their identity kind get one (idempotent).
     const migration = await migrateSubjectIdentities(store);
     if (migration.migrated > 0) logger.info(migration, "subject records migrated to an identity kind");
@@ -353,7 +357,7 @@ export async function buildAuthorityService(
         mcp: config.mcp,
         policyProtection: { mode: config.policyProtection.mode },
       },
-      store: readStore,
+      store: contextStore,
       verifier,
       mcpVerifier,
       protector,
@@ -467,6 +471,7 @@ export async function buildAuthorityService(
       ...(overrides.mcpExecutor === undefined ? {} : { mcpExecutor: overrides.mcpExecutor }),
     });
     const runtime = services.decisions;
+    forgetBindingRecords = () => services.bindings.records.forget();
 
     const app = await createAuthorityApp(services, metrics);
     traceRequests(app, tracing);

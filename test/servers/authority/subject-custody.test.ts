@@ -252,7 +252,10 @@ for (const mode of ["crypto", "managed"] as const) {
         "retire",
       );
       // A replica that has not opened the policy yet (the first one keeps what it verified).
-      const replica = await buildAuthorityService(config, { logger: createLogger("replica", "silent") });
+      const replica = await buildAuthorityService(
+        { ...config, auditChain: { ...config.auditChain, replicaId: "custody-replica-2" } },
+        { logger: createLogger("replica", "silent") },
+      );
       try {
         const replicaUrl = await replica.listen();
         const refused = await call(

@@ -160,18 +160,22 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   ]);
 
   const conformances: Conformance[] = [];
+  let replicas = 0;
   /** One authority replica, built by the service's composition root on the shared store and keys. */
   async function startApp(replica: ReplicaOptions = {}): Promise<App> {
+    // Each replica its own id, as in a deployment: its decision chain and write-ahead file.
+    const replicaId = `bindings-replica-${++replicas}`;
+    const config = testAuthorityConfig({
+      publicUrl: "http://authority.test",
+      issuer: adminIssuer,
+      audience: "authority",
+      bodyLimitBytes: 1024 * 1024,
+      serviceIdentity: SERVICE_IDENTITY,
+      parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
+      ...replica.config,
+    });
     const service = await buildAuthorityService(
-      testAuthorityConfig({
-        publicUrl: "http://authority.test",
-        issuer: adminIssuer,
-        audience: "authority",
-        bodyLimitBytes: 1024 * 1024,
-        serviceIdentity: SERVICE_IDENTITY,
-        parameterScoping: { enabled: true, partnerAllowlist: [PARTNER] },
-        ...replica.config,
-      }),
+      { ...config, auditChain: { ...config.auditChain, replicaId } },
       {
         store: replica.store ?? store,
         verifier: createJwtVerifier({

@@ -2,7 +2,7 @@
  * The binding's records (workload client, binding, mapping, experience, auth profile) are
  * reused for `record-cache-ms` on each replica: an invoke reads none of them again within the
  * bound, and a revocation, a disabled binding or a removed mapping refuses the next invoke on
- * every replica once the bound has passed.
+ * every replica once the bound has passed — on the replica that made the change, at once.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
@@ -135,5 +135,27 @@ describe("binding records reused for record-cache-ms", () => {
       body: { active: true },
     });
     assert.equal(enabled.status, 200);
+  });
+
+  it("a change made through a replica counts on that replica at once, whatever the bound", async () => {
+    const replica = await h.startReplica({ config: { recordCacheMs: 60_000 } });
+    assert.equal((await h.invoke(LIST, { base: replica.url })).status, 200);
+    const disabled = await h.call(
+      "PATCH",
+      `/v1/bindings/${BINDING}`,
+      { token: h.admin, body: { active: false } },
+      replica.url,
+    );
+    assert.equal(disabled.status, 200);
+    const refused = await h.invoke(LIST, { base: replica.url });
+    assert.deepEqual([refused.status, refused.body.error ?? refused.body.reason], [401, "missing_subject"]);
+    const enabled = await h.call(
+      "PATCH",
+      `/v1/bindings/${BINDING}`,
+      { token: h.admin, body: { active: true } },
+      replica.url,
+    );
+    assert.equal(enabled.status, 200);
+    assert.equal((await h.invoke(LIST, { base: replica.url })).status, 200);
   });
 });
