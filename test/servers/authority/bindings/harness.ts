@@ -162,8 +162,11 @@ export async function startBindingsHarness(options: HarnessOptions = {}): Promis
   const conformances: Conformance[] = [];
   /** One authority replica, built by the service's composition root on the shared store and keys. */
   async function startApp(replica: ReplicaOptions = {}): Promise<App> {
+    const defaults = testAuthorityConfig();
     const service = await buildAuthorityService(
       testAuthorityConfig({
+        // Each replica is its own pod: its own chain stream and decision write-ahead file.
+        auditChain: { ...defaults.auditChain, replicaId: `replica-${services.length}` },
         publicUrl: "http://authority.test",
         issuer: adminIssuer,
         audience: "authority",
