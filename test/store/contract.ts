@@ -225,7 +225,10 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
         withStore(async (store) => {
           const token = { field: "claim", equals: "t" };
           await store.put("cas", "lease", { claim: "t" });
-          assert.equal(await store.putIfMatch("cas", "lease", { claim: "t", n: 1 }, token, { ttlMs: 30 }), true);
+          assert.equal(
+            await store.putIfMatch("cas", "lease", { claim: "t", n: 1 }, token, { ttlMs: 30 }),
+            true,
+          );
           await eventually(async () => (await store.get("cas", "lease")) === undefined, "lease expiry");
           assert.equal(await store.putIfMatch("cas", "lease", { claim: "t", n: 2 }, token), false);
           assert.equal(await store.deleteIfMatch("cas", "lease", token), false);
