@@ -171,8 +171,14 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       return { response: result.response, replayed: false };
     }
     // A `sending` record of ours is never taken over (it lives as long as a result), so the
-    // result replaces it unconditionally; a result kept without it is fenced by storing it first.
-    if (!sent) await sending();
+    // result replaces it unconditionally; a result kept without it is fenced by storing it first
+    // (when the key was lost meanwhile, the result's records are still stored, on their own).
+    if (!sent) {
+      await sending().catch(async (error: unknown) => {
+        if (result.writes !== undefined && result.writes.length > 0) await store.writeAll(result.writes);
+        throw error;
+      });
+    }
     const record: IdempotencyRecord = {
       state: "completed",
       request_hash: requestHash,

@@ -118,7 +118,6 @@ export function checkId(kind: "id" | "counter key", id: unknown): string {
   return id;
 }
 
-/** JSON text of a value; undefined, functions, symbols, bigints and cycles are refused. */
 const MATCH_FIELD_PATTERN = /^[a-z_][a-z0-9_]{0,63}$/;
 
 /** A compare-and-set condition: a plain field name (it becomes part of a JSON path) and a string. */
@@ -132,6 +131,7 @@ export function checkMatch(match: unknown): FieldMatch {
   return { field, equals };
 }
 
+/** JSON text of a value; undefined, functions, symbols, bigints and cycles are refused. */
 export function encodeValue(value: unknown): string {
   let text: string | undefined;
   try {

@@ -186,7 +186,12 @@ for (const [name, start] of backends) {
       ],
       [
         "keeps a result it made without the upstream",
-        async () => ({ response: { status_code: 403, body: {} }, keep: true }),
+        async () => ({
+          response: { status_code: 403, body: {} },
+          keep: true,
+          // Its evidence is stored even though the result is not.
+          writes: [{ op: "put", collection: "fencing_evidence", id: "kept", value: { by: "A" } }],
+        }),
       ],
     ];
     for (const [ending, aAfterStall] of endings) {
@@ -196,6 +201,9 @@ for (const [name, start] of backends) {
         const { a, runA, resume, runB, finishB } = await takeOver(key, aAfterStall, upstream);
         resume();
         await runA.catch(() => undefined);
+        if (ending.startsWith("keeps")) {
+          assert.deepEqual(await a.store.get("fencing_evidence", "kept"), { by: "A" });
+        }
         // B still holds the key: a third replica neither runs it nor finds it free.
         const id = bindingKeys.idempotency("b1", sha256Ref(key).slice("sha256:".length));
         const held = await a.store.get<IdempotencyRecord>(bindingCollections.idempotency, id);
