@@ -20,6 +20,7 @@
  * decision again (revocation, expiry, allowlist, mapping, subject, boundary); when it
  * refuses, its deny is the answer and the stored result stays unused (docs/bindings.md).
  */
+import { randomBytes } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Sha256Ref } from "../core/canonical-json.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
@@ -110,6 +111,11 @@ const conflict = () => new AuthorityError("idempotency_conflict");
 const inProgress = () =>
   new AuthorityError("conflict", "A request with this Idempotency-Key is still in progress; retry later.");
 const outcomeUnknown = () => new AuthorityError("idempotency_outcome_unknown");
+const claimLost = () =>
+  new AuthorityError(
+    "conflict",
+    "This request's claim on the Idempotency-Key lapsed and another request holds the key; retry later.",
+  );
 
 export function createIdempotency(options: IdempotencyOptions): Idempotency {
   if (options?.store === undefined) throw new TypeError("store is required");
@@ -123,22 +129,25 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
   const local = new Map<string, { requestHash: Sha256Ref; done: Promise<IdempotentOutcome> }>();
 
   /** The `sending` record: kept as long as a result, its claimant alive until `leaseUntil`. */
-  const sendingRecord = (requestHash: Sha256Ref, leaseUntil: number): IdempotencyRecord => ({
+  const sendingRecord = (requestHash: Sha256Ref, claim: string, leaseUntil: number): IdempotencyRecord => ({
     state: "sending",
     request_hash: requestHash,
+    claim,
     created_at: now().toISOString(),
     lease_until: new Date(leaseUntil).toISOString(),
   });
 
-  async function execute(id: string, requestHash: Sha256Ref, work: IdempotentWork) {
+  async function execute(id: string, requestHash: Sha256Ref, claim: string, work: IdempotentWork) {
+    // Every write after the claim is fenced by its token: a replica that stalled past its lease
+    // while another took the key over writes nothing and contacts nothing (decision 2991).
+    const ours = { field: "claim", equals: claim };
+    const release = () => store.deleteIfMatch(bindingCollections.idempotency, id, ours).catch(() => false);
     let sent = false;
     const sending = async () => {
-      await store.put(
-        bindingCollections.idempotency,
-        id,
-        sendingRecord(requestHash, now().getTime() + leaseMs),
-        { ttlMs },
-      );
+      const record = sendingRecord(requestHash, claim, now().getTime() + leaseMs);
+      if (!(await store.putIfMatch(bindingCollections.idempotency, id, record, ours, { ttlMs }))) {
+        throw claimLost();
+      }
       sent = true;
     };
     const unsent = () => {
@@ -150,18 +159,30 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
     } catch (error) {
       // A fault after the upstream may have been contacted: the outcome is unknown, at once.
       await (sent
-        ? store.put(bindingCollections.idempotency, id, sendingRecord(requestHash, 0), { ttlMs })
-        : store.delete(bindingCollections.idempotency, id)
+        ? store.putIfMatch(bindingCollections.idempotency, id, sendingRecord(requestHash, claim, 0), ours, {
+            ttlMs,
+          })
+        : release()
       ).catch(() => undefined);
       throw error;
     }
     if (!result.keep) {
-      await store.delete(bindingCollections.idempotency, id).catch(() => undefined);
+      await release();
       return { response: result.response, replayed: false };
+    }
+    // A `sending` record of ours is never taken over (it lives as long as a result), so the
+    // result replaces it unconditionally; a result kept without it is fenced by storing it first
+    // (when the key was lost meanwhile, the result's records are still stored, on their own).
+    if (!sent) {
+      await sending().catch(async (error: unknown) => {
+        if (result.writes !== undefined && result.writes.length > 0) await store.writeAll(result.writes);
+        throw error;
+      });
     }
     const record: IdempotencyRecord = {
       state: "completed",
       request_hash: requestHash,
+      claim,
       created_at: now().toISOString(),
       response: result.response,
     };
@@ -194,13 +215,15 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         const outcome = await joined.done;
         return replay(outcome.response, replayOptions);
       }
+      const token = randomBytes(16).toString("base64url");
       const claim: IdempotencyRecord = {
         state: "in_progress",
         request_hash: requestHash,
+        claim: token,
         created_at: now().toISOString(),
       };
       if (await store.create(bindingCollections.idempotency, id, claim, { ttlMs: leaseMs })) {
-        const done = execute(id, requestHash, work);
+        const done = execute(id, requestHash, token, work);
         local.set(id, { requestHash, done });
         try {
           return await done;

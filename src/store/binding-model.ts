@@ -165,6 +165,11 @@ export interface IdempotencyRecord {
   readonly state: "in_progress" | "sending" | "completed";
   /** hashCanonical({ binding, subject, body }): the same key must carry the same request. */
   readonly request_hash: Sha256Ref;
+  /**
+   * The claimant's random token (decision 2991): every later write of the key is made only
+   * while the stored record still carries it. Records written before it existed have none.
+   */
+  readonly claim?: string;
   readonly created_at: string;
   /** `sending`: until when the claimant is taken to be alive (ISO time). */
   readonly lease_until?: string;

@@ -3,7 +3,7 @@
  * gets the same error for the same mistake whichever backend is configured.
  */
 import { AuthorityError, type ErrorCode } from "../errors.ts";
-import type { ListOptions, ReadLogOptions, WriteOptions } from "./store.ts";
+import type { FieldMatch, ListOptions, ReadLogOptions, WriteOptions } from "./store.ts";
 
 export type StoreErrorCode =
   | "store_error"
@@ -116,6 +116,19 @@ export function checkId(kind: "id" | "counter key", id: unknown): string {
     );
   }
   return id;
+}
+
+const MATCH_FIELD_PATTERN = /^[a-z_][a-z0-9_]{0,63}$/;
+
+/** A compare-and-set condition: a plain field name (it becomes part of a JSON path) and a string. */
+export function checkMatch(match: unknown): FieldMatch {
+  const { field, equals } = (match ?? {}) as Partial<FieldMatch>;
+  if (typeof field !== "string" || !MATCH_FIELD_PATTERN.test(field) || typeof equals !== "string") {
+    throw new StoreInvalidArgumentError(
+      `A match is a field matching ${MATCH_FIELD_PATTERN.source} and a string to compare it with.`,
+    );
+  }
+  return { field, equals };
 }
 
 /** JSON text of a value; undefined, functions, symbols, bigints and cycles are refused. */

@@ -32,6 +32,16 @@ export interface WriteOptions {
   readonly ttlMs?: number;
 }
 
+/**
+ * A condition on a stored document: its top-level `field` is the string `equals`. A write
+ * with it applies only to a live document that matches (compare-and-set), in one step.
+ */
+export interface FieldMatch {
+  /** A top-level field name: 1-64 of a-z, 0-9 and _, starting with a letter or _. */
+  readonly field: string;
+  readonly equals: string;
+}
+
 export interface LogEntry<T> {
   /** 1-based, strictly increasing within one log. */
   readonly seq: number;
@@ -125,7 +135,20 @@ export interface Store {
   put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void>;
   /** Writes only when no live document has this id; true when this call created it. */
   create<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<boolean>;
+  /**
+   * Replaces a live document only while it matches (a fencing token: decision 2991); one
+   * atomic step on every backend. True when this call wrote it.
+   */
+  putIfMatch<T>(
+    collection: string,
+    id: string,
+    value: T,
+    match: FieldMatch,
+    options?: WriteOptions,
+  ): Promise<boolean>;
   delete(collection: string, id: string): Promise<boolean>;
+  /** Deletes a live document only while it matches; true when this call removed it. */
+  deleteIfMatch(collection: string, id: string, match: FieldMatch): Promise<boolean>;
   list<T>(collection: string, options?: ListOptions): Promise<Page<T>>;
   count(collection: string): Promise<number>;
   append<T>(log: string, value: T): Promise<number>;

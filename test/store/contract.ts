@@ -195,6 +195,73 @@ export function runStoreContract(name: string, open: () => Promise<OpenedStore>)
           assert.equal(await store.create("nonce", "n1", "third"), false);
         }));
 
+      it("putIfMatch and deleteIfMatch write only while the live document holds the token", () =>
+        withStore(async (store) => {
+          const mine = { field: "claim", equals: "token-a" };
+          // Absent: nothing to compare with, nothing written.
+          assert.equal(await store.putIfMatch("cas", "k", { claim: "token-a", v: 0 }, mine), false);
+          assert.equal(await store.get("cas", "k"), undefined);
+          await store.put("cas", "k", { claim: "token-a", v: 1 }, { ttlMs: 600_000 });
+          assert.equal(await store.putIfMatch("cas", "k", { claim: "token-a", v: 2 }, mine), true);
+          assert.deepEqual(await store.get("cas", "k"), { claim: "token-a", v: 2 });
+          // Taken over by another writer: the old token no longer writes or deletes.
+          await store.put("cas", "k", { claim: "token-b", v: 3 });
+          assert.equal(await store.putIfMatch("cas", "k", { claim: "token-a", v: 4 }, mine), false);
+          assert.equal(await store.deleteIfMatch("cas", "k", mine), false);
+          assert.deepEqual(await store.get("cas", "k"), { claim: "token-b", v: 3 });
+          assert.equal(await store.deleteIfMatch("cas", "k", { field: "claim", equals: "token-b" }), true);
+          assert.equal(await store.get("cas", "k"), undefined);
+          assert.deepEqual((await store.list("cas")).items, []);
+          // Only a string equals a string; other shapes never match.
+          for (const value of [{ claim: 5 }, { claim: ["5"] }, "5", ["5"], { other: "5" }, null]) {
+            await store.put("cas", "shape", value);
+            const five = { field: "claim", equals: "5" };
+            assert.equal(await store.putIfMatch("cas", "shape", { claim: "5" }, five), false);
+            assert.equal(await store.deleteIfMatch("cas", "shape", five), false);
+          }
+        }));
+
+      it("putIfMatch sets the new TTL, and an expired document never matches", () =>
+        withStore(async (store) => {
+          const token = { field: "claim", equals: "t" };
+          await store.put("cas", "lease", { claim: "t" });
+          assert.equal(
+            await store.putIfMatch("cas", "lease", { claim: "t", n: 1 }, token, { ttlMs: 30 }),
+            true,
+          );
+          await eventually(async () => (await store.get("cas", "lease")) === undefined, "lease expiry");
+          assert.equal(await store.putIfMatch("cas", "lease", { claim: "t", n: 2 }, token), false);
+          assert.equal(await store.deleteIfMatch("cas", "lease", token), false);
+          assert.equal(await store.get("cas", "lease"), undefined);
+          assert.equal(await store.create("cas", "lease", { claim: "u" }), true);
+        }));
+
+      it("lets exactly one of many concurrent putIfMatch calls with one token win", () =>
+        withStore(async (store) => {
+          await store.put("cas", "race", { claim: "start" });
+          const wins = await Promise.all(
+            Array.from({ length: 12 }, (_, i) =>
+              store.putIfMatch("cas", "race", { claim: `next-${i}` }, { field: "claim", equals: "start" }),
+            ),
+          );
+          assert.equal(wins.filter(Boolean).length, 1);
+          const winner = wins.indexOf(true);
+          assert.deepEqual(await store.get("cas", "race"), { claim: `next-${winner}` });
+        }));
+
+      it("refuses a match whose field is not a plain name", () =>
+        withStore(async (store) => {
+          await store.put("cas", "k", { claim: "t" });
+          for (const field of ["", "a.b", "$.claim", "a'b", "A", "x".repeat(65)]) {
+            await assert.rejects(
+              store.putIfMatch("cas", "k", { claim: "t" }, { field, equals: "t" }),
+              (error: unknown) => error instanceof StoreError && error.code === "store_invalid_argument",
+            );
+            await assert.rejects(store.deleteIfMatch("cas", "k", { field, equals: "t" }), StoreError);
+          }
+          assert.deepEqual(await store.get("cas", "k"), { claim: "t" });
+        }));
+
       it("drops the TTL when a document is put again without one", () =>
         withStore(async (store) => {
           await store.put("ttl", "kept", "v1", { ttlMs: 40 });

@@ -11,6 +11,7 @@ import {
   checkIncrement,
   checkLimit,
   checkListOptions,
+  checkMatch,
   checkName,
   checkTtl,
   compareCodePoints,
@@ -35,6 +36,7 @@ import {
   trimCount,
 } from "../log-query.ts";
 import type {
+  FieldMatch,
   ListOptions,
   LogEntry,
   LogQuery,
@@ -69,6 +71,10 @@ const NOW_MS = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 const LIVE = `(expires_at IS NULL OR expires_at > ${NOW_MS})`;
 /** How many expired rows one sweep statement deletes, so a sweep never holds many row locks. */
 const SWEEP_BATCH = 500;
+
+/** The live row ($1, $2) whose top-level field (parameter `field`) is the string in `equals`. */
+const matches = (field: number, equals: number): string => `collection = $1 AND id = $2 AND ${LIVE}
+  AND jsonb_typeof(value::jsonb -> $${field}::text) = 'string' AND value::jsonb ->> $${field}::text = $${equals}`;
 
 const WRITE = `
 INSERT INTO authority_documents (collection, id, value, expires_at)
@@ -331,6 +337,36 @@ export class PostgresStore implements Store {
        RETURNING 1 AS created`,
       this.#writeParams(collection, id, value, options),
       { prepared: "authority_create" },
+    );
+    return rows.length === 1;
+  }
+
+  async putIfMatch<T>(
+    collection: string,
+    id: string,
+    value: T,
+    match: FieldMatch,
+    options?: WriteOptions,
+  ): Promise<boolean> {
+    const { field, equals } = checkMatch(match);
+    // UPDATE locks the row; a concurrent writer's commit makes it compare the new version.
+    const rows = await this.#connection.query(
+      "putIfMatch",
+      `UPDATE authority_documents
+       SET value = $3, expires_at = CASE WHEN $4::bigint IS NULL THEN NULL ELSE ${NOW_MS} + $4::bigint END
+       WHERE ${matches(5, 6)} RETURNING 1 AS written`,
+      [...this.#writeParams(collection, id, value, options), field, equals],
+      { prepared: "authority_put_if_match" },
+    );
+    return rows.length === 1;
+  }
+
+  async deleteIfMatch(collection: string, id: string, match: FieldMatch): Promise<boolean> {
+    const { field, equals } = checkMatch(match);
+    const rows = await this.#connection.query(
+      "deleteIfMatch",
+      `DELETE FROM authority_documents WHERE ${matches(3, 4)} RETURNING 1 AS removed`,
+      [checkName("collection", collection), checkId("id", id), field, equals],
     );
     return rows.length === 1;
   }

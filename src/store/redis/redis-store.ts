@@ -20,6 +20,7 @@ import {
   checkIncrement,
   checkLimit,
   checkListOptions,
+  checkMatch,
   checkName,
   checkTtl,
   decodeValue,
@@ -43,6 +44,7 @@ import {
   trimCount,
 } from "../log-query.ts";
 import type {
+  FieldMatch,
   ListOptions,
   LogEntry,
   LogQuery,
@@ -117,6 +119,9 @@ function splitEntry(line: string): { seq: number; json: string } {
   return { seq: toInteger(line.slice(0, space), "seq"), json: line.slice(space + 1) };
 }
 
+/** The WRITE script's modes (scripts.ts). */
+const WRITE_MODES = { put: "0", create: "1", match: "2" } as const;
+
 export class RedisStore implements Store {
   readonly backend = "redis" as const;
   readonly keyPrefix: string;
@@ -170,16 +175,30 @@ export class RedisStore implements Store {
   }
 
   async put<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<void> {
-    const args = this.#writeArgs(collection, id, value, options, false);
+    const args = this.#writeArgs(collection, id, value, options, "put");
     return this.#connection.run("put", async (client) => {
       await this.#connection.script(client, WRITE, args);
     });
   }
 
   async create<T>(collection: string, id: string, value: T, options?: WriteOptions): Promise<boolean> {
-    const args = this.#writeArgs(collection, id, value, options, true);
+    const args = this.#writeArgs(collection, id, value, options, "create");
     return this.#connection.run("create", async (client) => {
       return toInteger(await this.#connection.script(client, WRITE, args), "create result") === 1;
+    });
+  }
+
+  async putIfMatch<T>(
+    collection: string,
+    id: string,
+    value: T,
+    match: FieldMatch,
+    options?: WriteOptions,
+  ): Promise<boolean> {
+    const { field, equals } = checkMatch(match);
+    const args = [...this.#writeArgs(collection, id, value, options, "match"), field, equals];
+    return this.#connection.run("putIfMatch", async (client) => {
+      return toInteger(await this.#connection.script(client, WRITE, args), "putIfMatch result") === 1;
     });
   }
 
@@ -188,7 +207,7 @@ export class RedisStore implements Store {
     id: string,
     value: unknown,
     options: WriteOptions | undefined,
-    onlyIfAbsent: boolean,
+    mode: "put" | "create" | "match",
   ): string[] {
     const name = checkName("collection", collection);
     const docId = checkId("id", id);
@@ -198,20 +217,30 @@ export class RedisStore implements Store {
       docId,
       encodeValue(value),
       ttl === undefined ? "" : String(ttl),
-      onlyIfAbsent ? "1" : "0",
+      WRITE_MODES[mode],
       this.#docPrefix(name),
     ];
   }
 
-  async delete(collection: string, id: string): Promise<boolean> {
+  delete(collection: string, id: string): Promise<boolean> {
+    return this.#delete("delete", collection, id, []);
+  }
+
+  async deleteIfMatch(collection: string, id: string, match: FieldMatch): Promise<boolean> {
+    const { field, equals } = checkMatch(match);
+    return this.#delete("deleteIfMatch", collection, id, [field, equals]);
+  }
+
+  async #delete(what: string, collection: string, id: string, match: string[]): Promise<boolean> {
     const name = checkName("collection", collection);
     const docId = checkId("id", id);
-    return this.#connection.run("delete", async (client) => {
+    return this.#connection.run(what, async (client) => {
       const removed = await this.#connection.script(client, DELETE, [
         ...this.#collectionKeys(name, docId),
         docId,
+        ...match,
       ]);
-      return toInteger(removed, "delete result") === 1;
+      return toInteger(removed, `${what} result`) === 1;
     });
   }
 
@@ -538,7 +567,7 @@ export class RedisStore implements Store {
             write.id,
             write.text,
             write.ttlMs === undefined ? "" : String(write.ttlMs),
-            "0",
+            WRITE_MODES.put,
             this.#docPrefix(write.collection),
           ],
         ];

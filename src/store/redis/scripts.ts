@@ -41,13 +41,32 @@ end
 `;
 
 /**
- * put and create. ARGV: id, json, ttl ms ('' = none), '1' for create-if-absent, document
- * key prefix. SET NX treats an expired key as absent, so create over an expired document wins.
+ * True when the live document at `key` is a JSON object whose top-level `field` is the string
+ * `equals` (putIfMatch, deleteIfMatch). GET never returns an expired key.
+ */
+const MATCHES = `
+local function matches(key, field, equals)
+  local text = redis.call('GET', key)
+  if not text then
+    return false
+  end
+  local decoded, doc = pcall(cjson.decode, text)
+  return decoded and type(doc) == 'table' and doc[field] == equals
+end
+`;
+
+/**
+ * put, create and putIfMatch. ARGV: id, json, ttl ms ('' = none), mode ('0' put, '1'
+ * create-if-absent, '2' only while the document matches ARGV[6], ARGV[7]), document key
+ * prefix. SET NX treats an expired key as absent, so create over an expired document wins.
  * A write with a TTL also sweeps a few expired ids, so collections that are only written
  * and read by id (nonces, sessions) do not grow their index forever.
  */
 export const WRITE = luaScript(
-  `${NOW}${SWEEP}
+  `${NOW}${SWEEP}${MATCHES}
+if ARGV[4] == '2' and not matches(KEYS[1], ARGV[6], ARGV[7]) then
+  return 0
+end
 local ttl = tonumber(ARGV[3])
 local ok
 if ttl then
@@ -79,9 +98,15 @@ return 1
   3,
 );
 
-/** ARGV: id. Returns 1 when a document was removed. */
+/**
+ * ARGV: id, and for deleteIfMatch the field and the string it must hold. Returns 1 when a
+ * document was removed.
+ */
 export const DELETE = luaScript(
-  `
+  `${MATCHES}
+if ARGV[2] and not matches(KEYS[1], ARGV[2], ARGV[3]) then
+  return 0
+end
 local removed = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])

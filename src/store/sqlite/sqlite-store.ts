@@ -11,6 +11,7 @@ import {
   checkIncrement,
   checkLimit,
   checkListOptions,
+  checkMatch,
   checkName,
   checkTtl,
   decodeValue,
@@ -36,6 +37,7 @@ import {
   trimCount,
 } from "../log-query.ts";
 import type {
+  FieldMatch,
   ListOptions,
   LogAppend,
   LogEntry,
@@ -220,6 +222,9 @@ const INCREMENT = `INSERT INTO counters (name, key, value) VALUES (:name, :key, 
   RETURNING value`;
 
 const LIVE = "(expires_at IS NULL OR expires_at > :now)";
+/** The row is live and its top-level field (checkMatch: a plain name) is the string :equals. */
+const MATCHES = `collection = :collection AND id = :id AND ${LIVE}
+  AND json_type(value, :path) = 'text' AND json_extract(value, :path) = :equals`;
 
 /** SQLITE_BUSY and SQLITE_LOCKED: another connection holds the lock longer than busy_timeout. */
 const BUSY_CODES = new Set([5, 6]);
@@ -435,6 +440,39 @@ export class SqliteStore implements Store {
       ).run({ ...params, now: this.#now() });
       return asNumber(result.changes, "change count") === 1;
     });
+  }
+
+  putIfMatch<T>(
+    collection: string,
+    id: string,
+    value: T,
+    match: FieldMatch,
+    options?: WriteOptions,
+  ): Promise<boolean> {
+    return this.#write("putIfMatch", 1, () => {
+      const params = { ...this.#writeParams(collection, id, value, options), ...this.#matchParams(match) };
+      // One statement: the comparison and the write happen under the same write lock.
+      const result = this.#statement(
+        `UPDATE documents SET value = :value, expires_at = :expires WHERE ${MATCHES}`,
+      ).run(params);
+      return asNumber(result.changes, "change count") === 1;
+    });
+  }
+
+  deleteIfMatch(collection: string, id: string, match: FieldMatch): Promise<boolean> {
+    return this.#write("deleteIfMatch", 1, () => {
+      const result = this.#statement(`DELETE FROM documents WHERE ${MATCHES}`).run({
+        collection: checkName("collection", collection),
+        id: checkId("id", id),
+        ...this.#matchParams(match),
+      });
+      return asNumber(result.changes, "change count") === 1;
+    });
+  }
+
+  #matchParams(match: FieldMatch) {
+    const { field, equals } = checkMatch(match);
+    return { path: `$.${field}`, equals, now: this.#now() } satisfies Record<string, SQLInputValue>;
   }
 
   #writeParams(collection: string, id: string, value: unknown, options: WriteOptions | undefined) {

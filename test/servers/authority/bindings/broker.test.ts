@@ -104,7 +104,7 @@ describe("broker execute", () => {
       replica.url,
     );
     assert.equal(keyed.status, 200, JSON.stringify(keyed.body));
-    assert.deepEqual(touched, ["create", "put", "writeAll"]);
+    assert.deepEqual(touched, ["create", "putIfMatch", "writeAll"]);
   });
 
   it("denies operations outside the policy", async () => {

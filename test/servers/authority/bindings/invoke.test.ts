@@ -408,8 +408,8 @@ describe("binding invoke idempotency", () => {
   it("never contacts the upstream when the key's `sending` write fails, and releases the key", async () => {
     const failingSendingWrites = new Proxy(h.store, {
       get(target, name) {
-        if (name === "put") {
-          return async (...args: Parameters<Store["put"]>) => {
+        if (name === "putIfMatch") {
+          return async (...args: Parameters<Store["putIfMatch"]>) => {
             const [collection, , value] = args;
             if (
               collection === bindingCollections.idempotency &&
@@ -418,7 +418,7 @@ describe("binding invoke idempotency", () => {
               await sleep(100); // slower than the envelope and the credentials
               throw new Error("store unavailable");
             }
-            return target.put(...args);
+            return target.putIfMatch(...args);
           };
         }
         const member = Reflect.get(target, name, target);
@@ -473,6 +473,55 @@ describe("binding invoke idempotency", () => {
       release(new EnvelopeCryptoUnavailableError("stopped"));
       await hanging;
     }
+  });
+
+  // Decision 2991: a replica that stalls between its claim and its `sending` write (a GC
+  // pause, SIGSTOP) longer than the claim's lease, while another replica runs the key.
+  it("never runs a key twice whose replica stalled past its lease before storing `sending`", async () => {
+    let wake!: () => void;
+    const woken = new Promise<void>((resolve) => {
+      wake = resolve;
+    });
+    let stalledAtSending!: () => void;
+    const atSending = new Promise<void>((resolve) => {
+      stalledAtSending = resolve;
+    });
+    const stallBeforeSending = new Proxy(h.store, {
+      get(target, name) {
+        const member = Reflect.get(target, name, target);
+        if (name !== "put" && name !== "putIfMatch") {
+          return typeof member === "function" ? member.bind(target) : member;
+        }
+        return async (...args: [string, string, IdempotencyRecord]) => {
+          const [collection, , value] = args;
+          if (collection === bindingCollections.idempotency && value.state === "sending") {
+            stalledAtSending();
+            await woken;
+          }
+          return (member as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        };
+      },
+    });
+    const replica = await h.startReplica({
+      store: stallBeforeSending,
+      bindings: { idempotency: { leaseMs: 200 } },
+    });
+    const received = h.upstream.received.length;
+    const stalled = h.invoke(body, { key: "create-stalled-claim", base: replica.url });
+    await atSending;
+    // The claim lapses; the retry on another replica takes the key over and runs it once.
+    const retried = await h.invoke(body, { key: "create-stalled-claim" });
+    assert.equal(retried.status, 200, JSON.stringify(retried.body));
+    assert.equal(h.upstream.received.length, received + 1);
+    wake();
+    const woke = await stalled;
+    assert.equal(woke.status, 409, JSON.stringify(woke.body));
+    assert.equal(woke.body.error, "conflict");
+    assert.equal(h.upstream.received.length, received + 1, "the stalled replica never called the upstream");
+    assert.equal((await keyRecord("create-stalled-claim"))?.state, "completed");
+    const replayed = await h.invoke(body, { key: "create-stalled-claim" });
+    assert.deepEqual(replayed.body, retried.body);
+    assert.equal(h.upstream.received.length, received + 1);
   });
 
   it("lets concurrent duplicates on two replicas cause exactly one upstream call", async () => {
