@@ -105,6 +105,15 @@ export function createBindingRecords(store: Store, ttlMs: number): BindingRecord
   };
 }
 
+/** The document writes that name their collection first. */
+const COLLECTION_WRITES: ReadonlySet<PropertyKey> = new Set([
+  "put",
+  "create",
+  "delete",
+  "putIfMatch",
+  "deleteIfMatch",
+]);
+
 /**
  * `store` whose writes to `BINDING_RECORD_COLLECTIONS` call `changed` once they are done (or
  * failed: a write that may have landed forgets too). Reads and log appends pass through.
@@ -113,23 +122,30 @@ export function watchBindingRecordWrites(store: Store, changed: () => void): Sto
   const touches = (collection: unknown) =>
     typeof collection === "string" && BINDING_RECORD_COLLECTIONS.has(collection);
   const after = <T>(result: Promise<T>, hit: boolean): Promise<T> => (hit ? result.finally(changed) : result);
+  const watched = (property: PropertyKey, method: (...args: unknown[]) => Promise<unknown>) => {
+    if (COLLECTION_WRITES.has(property))
+      return (collection: unknown, ...rest: unknown[]) =>
+        after(method(collection, ...rest), touches(collection));
+    if (property === "writeAll")
+      return (writes: readonly { readonly collection?: unknown }[]) =>
+        after(
+          method(writes),
+          writes.some((write) => touches(write.collection)),
+        );
+    return method;
+  };
+  // Made once per method: the hot paths read the store's methods on every call.
+  const methods = new Map<unknown, unknown>();
   return new Proxy(store, {
     get(target, property, receiver) {
-      const value = Reflect.get(target, property, receiver);
+      const value: unknown = Reflect.get(target, property, receiver);
       if (typeof value !== "function") return value;
-      if (property === "put" || property === "create" || property === "delete")
-        return (collection: string, ...rest: unknown[]) =>
-          after(
-            (value as (...args: unknown[]) => Promise<unknown>).call(target, collection, ...rest),
-            touches(collection),
-          );
-      if (property === "writeAll")
-        return (writes: readonly { readonly collection?: unknown }[], ...rest: unknown[]) =>
-          after(
-            (value as (...args: unknown[]) => Promise<unknown>).call(target, writes, ...rest),
-            writes.some((write) => touches(write.collection)),
-          );
-      return value.bind(target);
+      let method = methods.get(value);
+      if (method === undefined) {
+        method = watched(property, value.bind(target) as (...args: unknown[]) => Promise<unknown>);
+        methods.set(value, method);
+      }
+      return method;
     },
   });
 }
