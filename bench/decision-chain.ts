@@ -5,7 +5,6 @@
  * 4 KB representations and an evidence record; the receipt a response carries; and one checkpoint signature (ML-DSA-65,
  * embedded key ring), paid once per interval, not per decision. Target: ≤ 10 µs CPU per decision.
  */
-import { performance } from "node:perf_hooks";
 import { CHAINED_LOGS, createChainLinker, EMPTY_HEAD } from "../src/audit/chain.ts";
 import { evidenceRecord, mcpAuditRecord } from "../src/audit/mcp-records.ts";
 import { receiptOf } from "../src/audit/receipts.ts";
@@ -13,6 +12,7 @@ import { decisionRecord } from "../src/audit/records.ts";
 import { KeyRing } from "../src/crypto/index.ts";
 import { keyRingCheckpointSigner } from "../src/servers/authority/checkpoint-signers.ts";
 import { logs } from "../src/store/model.ts";
+import { cpuPerCall } from "./lib/cpu-per-call.ts";
 
 export interface ChainBenchRow {
   name: string;
@@ -22,13 +22,7 @@ export interface ChainBenchRow {
 }
 
 async function measure(name: string, iterations: number, fn: () => unknown): Promise<ChainBenchRow> {
-  for (let i = 0; i < Math.min(2000, iterations); i++) await fn();
-  const cpu = process.cpuUsage();
-  const started = performance.now();
-  for (let i = 0; i < iterations; i++) await fn();
-  const wall = performance.now() - started;
-  const used = process.cpuUsage(cpu);
-  return { name, cpuUs: (used.user + used.system) / iterations, wallUs: (wall * 1000) / iterations };
+  return { name, ...(await cpuPerCall(iterations, fn)) };
 }
 
 export async function benchDecisionChain(iterations = 100_000): Promise<ChainBenchRow[]> {

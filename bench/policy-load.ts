@@ -35,17 +35,14 @@ import {
 import { keepAliveTransport } from "../src/clients/crypto-service/transport.ts";
 import { passwordGrant } from "../src/clients/idp/password-grant.ts";
 import { createTokenCache } from "../src/clients/idp/token-cache.ts";
-import { computePolicyHash } from "../src/core/index.ts";
 import { deserializeEnvelope, Kek } from "../src/crypto/index.ts";
 import { createJwtVerifier } from "../src/identity/jwt-verifier.ts";
 import { createLogger } from "../src/observability/logger.ts";
-import { protectPolicy } from "../src/policy/artifact.ts";
 import { compilePolicyDocument } from "../src/policy/compile.ts";
 import { createPolicyLoader, storePolicyRecordSource } from "../src/policy/loader.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../src/policy/protector.ts";
-import { writePolicyRecord } from "../src/policy/record-store.ts";
 import { createUpstreamPolicyProtector } from "../src/policy/upstream-protector.ts";
 import { type CryptoServer, createCryptoServer } from "../src/servers/crypto/server.ts";
 import { createIdpServer } from "../src/servers/idp/server.ts";
@@ -53,6 +50,7 @@ import { createDevCertificate } from "../src/servers/managed/dev-certificate.ts"
 import { createManagedServer } from "../src/servers/managed/server.ts";
 import { openStore } from "../src/store/index.ts";
 import type { Store } from "../src/store/store.ts";
+import { storePolicyDocument } from "./lib/policy-records.ts";
 import { benchAssignment, measure, quantile } from "./policy.ts";
 
 export interface PolicyLoadBenchRow {
@@ -96,22 +94,7 @@ async function storePolicy(store: Store, protector: PolicyProtector): Promise<vo
     revokedAt: null,
     now: new Date("2026-01-01T00:00:00.000Z"),
   });
-  const { artifact, documentHash } = await protectPolicy(document, protector, PARTNER);
-  await writePolicyRecord(store, {
-    subject_id: SUBJECT,
-    partner_id: PARTNER,
-    schema_version: document.schema_version,
-    crypto_version: "subject_credentials_v1",
-    policy_version: document.policy_version,
-    policy_hash: computePolicyHash(document.apis),
-    document_hash: documentHash,
-    head: 1,
-    expires_at: document.expires_at,
-    revoked_at: document.revoked_at,
-    capabilities: [],
-    artifact,
-    updated_at: new Date().toISOString(),
-  });
+  await storePolicyDocument(store, protector, document, PARTNER);
 }
 
 interface LoaderUnderTest {

@@ -17,14 +17,11 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { performance } from "node:perf_hooks";
 import type { Capability } from "../src/core/capability.ts";
 import type { ShadowLoad } from "../src/core/decision.ts";
-import { computePolicyHash } from "../src/core/index.ts";
 import type { PolicyDocumentV1 } from "../src/core/policy-document.ts";
 import { decideStage, withShadow } from "../src/pipeline/decision.ts";
 import { createSidecarShadowPolicies } from "../src/pipeline/shadow-policies.ts";
-import { protectPolicy } from "../src/policy/artifact.ts";
 import {
   createPolicyLoader,
   type PolicyLoader,
@@ -35,10 +32,11 @@ import {
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import type { PolicyProtector } from "../src/policy/protector.ts";
-import { type PolicyCollection, writePolicyRecord } from "../src/policy/record-store.ts";
 import { openStore } from "../src/store/index.ts";
 import { collections } from "../src/store/model.ts";
 import type { Store } from "../src/store/store.ts";
+import { cpuPerCall } from "./lib/cpu-per-call.ts";
+import { storePolicyDocument } from "./lib/policy-records.ts";
 
 export interface ShadowPathRow {
   name: string;
@@ -55,13 +53,7 @@ async function measure(
   iterations: number,
   fn: () => unknown,
 ): Promise<ShadowPathRow> {
-  for (let i = 0; i < Math.min(2000, iterations); i++) await fn();
-  const cpu = process.cpuUsage();
-  const started = performance.now();
-  for (let i = 0; i < iterations; i++) await fn();
-  const wall = performance.now() - started;
-  const used = process.cpuUsage(cpu);
-  return { name, value, cpuUs: (used.user + used.system) / iterations, wallUs: (wall * 1000) / iterations };
+  return { name, value, ...(await cpuPerCall(iterations, fn)) };
 }
 
 function ratioRow(label: string, one: ShadowPathRow, withShadowRow: ShadowPathRow): ShadowPathRow {
@@ -72,35 +64,6 @@ function ratioRow(label: string, one: ShadowPathRow, withShadowRow: ShadowPathRo
     cpuUs: extra,
     wallUs: withShadowRow.wallUs - one.wallUs,
   };
-}
-
-async function storeDocument(
-  store: Store,
-  protector: PolicyProtector,
-  document: PolicyDocumentV1,
-  partnerId: string,
-  collection: PolicyCollection,
-): Promise<void> {
-  const { artifact, documentHash } = await protectPolicy(document, protector, partnerId);
-  await writePolicyRecord(
-    store,
-    {
-      subject_id: document.subject.subject_id,
-      partner_id: partnerId,
-      schema_version: document.schema_version,
-      crypto_version: "subject_credentials_v1",
-      policy_version: document.policy_version,
-      policy_hash: computePolicyHash(document.apis),
-      document_hash: documentHash,
-      head: 1,
-      expires_at: document.expires_at,
-      revoked_at: document.revoked_at,
-      capabilities: [],
-      artifact,
-      updated_at: new Date().toISOString(),
-    },
-    collection,
-  );
 }
 
 /** The authority's policy stage, as src/policy/runtime.ts builds it. */
@@ -169,8 +132,8 @@ export async function shadowPathRows(
   const shadowStore = await openStore(`sqlite:${join(dir, "shadow.db")}`);
   try {
     for (const store of [plainStore, shadowStore])
-      await storeDocument(store, protector, policy, partnerId, collections.policies);
-    await storeDocument(shadowStore, protector, shadowDocument, partnerId, collections.shadowPolicies);
+      await storePolicyDocument(store, protector, policy, partnerId, collections.policies);
+    await storePolicyDocument(shadowStore, protector, shadowDocument, partnerId, collections.shadowPolicies);
     const plain = authorityPolicies(plainStore, protector);
     const shadowed = authorityPolicies(shadowStore, protector);
     const expect = { partnerId };
