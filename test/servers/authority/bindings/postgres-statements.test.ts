@@ -7,21 +7,12 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import pg from "pg";
-import { bindingCollections } from "../../../../src/store/binding-model.ts";
-import { collections } from "../../../../src/store/model.ts";
+import { BINDING_RECORD_COLLECTIONS } from "../../../../src/bindings/binding-records.ts";
 import { type PostgresServerHandle, startPostgresServer } from "../../../helpers/postgres-server.ts";
 import { type BindingsHarness, startBindingsHarness } from "./harness.ts";
 
 const INVOKES = 20;
 const LIST = { capability_id: "customers", method: "GET", path: "/customers" };
-
-const BINDING_RECORDS = new Set<string>([
-  bindingCollections.bindings,
-  bindingCollections.workloadClients,
-  bindingCollections.mappings,
-  bindingCollections.experiences,
-  collections.authProfiles,
-]);
 
 interface Sent {
   statements: number;
@@ -44,7 +35,7 @@ async function countingStatements(during: () => Promise<void>): Promise<Sent> {
   proto.query = function (this: unknown, ...args: unknown[]) {
     sent.statements++;
     for (const value of valuesOf(args).flat()) {
-      if (typeof value === "string" && BINDING_RECORDS.has(value)) sent.bindingReads++;
+      if (typeof value === "string" && BINDING_RECORD_COLLECTIONS.has(value)) sent.bindingReads++;
     }
     return original.apply(this, args);
   };

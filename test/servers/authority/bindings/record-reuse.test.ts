@@ -7,18 +7,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import { BINDING_RECORD_COLLECTIONS } from "../../../../src/bindings/binding-records.ts";
 import { bindingCollections, bindingKeys } from "../../../../src/store/binding-model.ts";
 import { collections } from "../../../../src/store/model.ts";
 import type { Store } from "../../../../src/store/store.ts";
 import { BINDING, type BindingsHarness, startBindingsHarness } from "./harness.ts";
-
-const BINDING_RECORDS = new Set<string>([
-  bindingCollections.bindings,
-  bindingCollections.workloadClients,
-  bindingCollections.mappings,
-  bindingCollections.experiences,
-  collections.authProfiles,
-]);
 
 /** The store, counting the document reads per collection. */
 function countingReads(store: Store): { store: Store; reads: Map<string, number> } {
@@ -40,7 +33,7 @@ function countingReads(store: Store): { store: Store; reads: Map<string, number>
 
 /** The reads of the binding's records, by collection. */
 const bindingReads = (reads: Map<string, number>): Record<string, number> =>
-  Object.fromEntries([...reads].filter(([collection]) => BINDING_RECORDS.has(collection)).sort());
+  Object.fromEntries([...reads].filter(([collection]) => BINDING_RECORD_COLLECTIONS.has(collection)).sort());
 
 const LIST = { capability_id: "customers", method: "GET", path: "/customers" };
 /** The replicas' bound in the refusal test: short, so the test waits little past it. */
