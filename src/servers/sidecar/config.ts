@@ -40,6 +40,7 @@ import { ConfigError } from "../../core/config-error.ts";
 import type { EgressAllowEntry } from "../../core/egress-address.ts";
 import type { TrustedIssuer } from "../../identity/trusted-issuers.ts";
 import { JOURNAL_MAX_BYTES_DEFAULT } from "./decision-journal.ts";
+import type { PolicyCacheBounds } from "./sidecar.ts";
 
 export const sidecarSettings = {
   logLevel: logLevelSetting(),
@@ -322,11 +323,7 @@ export interface SidecarConfig {
   readonly stalenessMs: number;
   readonly policyTtlMs: number;
   readonly policyMaxAgeMs: number;
-  readonly policyCache: {
-    readonly maxEntries: number;
-    readonly maxBytes: number;
-    readonly loadConcurrency: number;
-  };
+  readonly policyCache: PolicyCacheBounds;
   readonly shutdownGraceMs: number;
   /** The drain before the grace period: not ready, still serving. */
   readonly shutdownWaitMs: number;

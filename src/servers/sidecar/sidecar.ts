@@ -51,6 +51,13 @@ export interface ListenAddress {
   readonly port: number;
 }
 
+/** What bounds the verified-policy cache (its settings: config.ts). */
+export interface PolicyCacheBounds {
+  readonly maxEntries: number;
+  readonly maxBytes: number;
+  readonly loadConcurrency: number;
+}
+
 export interface SidecarOptions {
   readonly authority: AuthorityClient;
   /** Verifies the callers' bearer tokens (createJwtVerifier, as elsewhere). */
@@ -95,11 +102,7 @@ export interface SidecarOptions {
   /** Revalidation with the authority whatever Redis says (`--policy-max-age-ms`). */
   readonly policyMaxAgeMs: number;
   /** The verified-policy cache's bounds and load concurrency (`--policy-cache-*`, `--policy-load-concurrency`). */
-  readonly policyCache: {
-    readonly maxEntries: number;
-    readonly maxBytes: number;
-    readonly loadConcurrency: number;
-  };
+  readonly policyCache: PolicyCacheBounds;
   /** How long a capability catalog is kept (default 30000 ms; 5000 ms for one that does not resolve). */
   readonly catalogTtlMs?: number;
   /** Decision records held while the authority does not take them (`--audit-max-pending`); beyond, decisions are 503. */
