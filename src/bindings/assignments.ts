@@ -198,6 +198,13 @@ export async function setBindingShadow(
   return { shadow_policy: await putShadow(deps, actor, subject, assignment, headless), assignment };
 }
 
+/** A mapped subject of the binding, with the context its v2 policy is compiled under. */
+async function mappedSubject(deps: AdminDeps, binding: BindingRecord, subjectId: string) {
+  const mapping = await getMapping(deps, binding, subjectId);
+  const subject = await headlessSubject(deps, binding, subjectId);
+  return { mapping, subject, headless: headlessContextOf(binding, mapping) };
+}
+
 /** Removes the shadow of one capability of a mapped subject (the last one: the shadow policy too). */
 export async function removeBindingShadow(
   deps: AdminDeps,
@@ -206,9 +213,7 @@ export async function removeBindingShadow(
   subjectId: string,
   capabilityId: string,
 ): Promise<ShadowOutcome> {
-  const mapping = await getMapping(deps, binding, subjectId);
-  const subject = await headlessSubject(deps, binding, subjectId);
-  const headless = headlessContextOf(binding, mapping);
+  const { subject, headless } = await mappedSubject(deps, binding, subjectId);
   return { shadow_policy: await dropShadow(deps, actor, subject, capabilityId, headless) };
 }
 
@@ -224,15 +229,8 @@ export async function promoteBindingShadow(
   subjectId: string,
   capabilityId: string,
 ): Promise<PromoteOutcome> {
-  const mapping = await getMapping(deps, binding, subjectId);
-  const subject = await headlessSubject(deps, binding, subjectId);
-  const outcome = await promoteShadowOf(
-    deps,
-    actor,
-    subject,
-    capabilityId,
-    headlessContextOf(binding, mapping),
-  );
+  const { mapping, subject, headless } = await mappedSubject(deps, binding, subjectId);
+  const outcome = await promoteShadowOf(deps, actor, subject, capabilityId, headless);
   await touchMapping(deps, mapping, binding.mapping_version);
   return outcome;
 }
@@ -245,14 +243,10 @@ export async function unassignBindingApi(
   subjectId: string,
   capabilityId: string,
 ): Promise<PublicPolicyRecord> {
-  const mapping = await getMapping(deps, binding, subjectId);
-  const subject = await headlessSubject(deps, binding, subjectId);
+  const { subject, headless } = await mappedSubject(deps, binding, subjectId);
   const partnerId = binding.partner_id;
   const record = await withKeyLock(lockKey(partnerId, subjectId), () =>
-    dropAssignmentLocked(deps, actor, subject, capabilityId, {
-      revokedAt: null,
-      headless: headlessContextOf(binding, mapping),
-    }),
+    dropAssignmentLocked(deps, actor, subject, capabilityId, { revokedAt: null, headless }),
   );
   await notifyPolicyChange(deps, record, { narrows: true });
   return toPublicPolicyRecord(record, deps.now());
