@@ -31,7 +31,8 @@ export async function benchDecisionChain(iterations = 100_000): Promise<ChainBen
   >[0]["heads"];
   const linker = createChainLinker({ stream: "bench-replica", heads });
   const time = new Date("2026-06-01T00:00:00Z");
-  const decision = decisionRecord({
+  /** One allowed call, as either path records it. */
+  const allowed = {
     actor: "agent-7",
     subject_id: "agent-7",
     partner_id: "partner-1",
@@ -40,6 +41,9 @@ export async function benchDecisionChain(iterations = 100_000): Promise<ChainBen
     path: "/invoices/inv_000123",
     permission_id: "billing-api:GET:/invoices/{id}",
     decision: "allowed",
+  } as const;
+  const decision = decisionRecord({
+    ...allowed,
     transport: "http",
     requestId: "req-bench-000000000001",
     time,
@@ -78,14 +82,7 @@ export async function benchDecisionChain(iterations = 100_000): Promise<ChainBen
   // time), transport grpc, with the subject's shadow noted beside it.
   const check = decisionRecord(
     {
-      actor: "agent-7",
-      subject_id: "agent-7",
-      partner_id: "partner-1",
-      capability_id: "billing-api",
-      method: "GET",
-      path: "/invoices/inv_000123",
-      permission_id: "billing-api:GET:/invoices/{id}",
-      decision: "allowed",
+      ...allowed,
       reason: null,
       transport: "grpc",
       requestId: "5f0c2b8e-8a53-4c4c-9d3a-1f6b2f0e9a11",
