@@ -1,4 +1,4 @@
-import { hashCanonical, type Sha256Ref } from "./canonical-json.ts";
+import { canonicalJson, hashCanonical, type Sha256Ref, sha256Hex } from "./canonical-json.ts";
 import { CoreError } from "./core-error.ts";
 import { type OperationSnapshot, operationSnapshotProblems } from "./operation-snapshot.ts";
 import { buildPermissionId, type PermissionId, parsePermissionId } from "./permission-id.ts";
@@ -133,6 +133,16 @@ function entryProblems(
   return problems;
 }
 
+/**
+ * An `apis` section a verified document had, validated as a whole (its entries and the rules
+ * across them), found again by the SHA-256 of its exact bytes.
+ */
+export interface KnownApis {
+  readonly apis: readonly PolicyApiEntry[];
+  /** hashCanonical(apis) when known (a v2 document carrying this section had it checked). */
+  readonly policyHash?: Sha256Ref;
+}
+
 export interface PolicyValidationOptions {
   /**
    * An entry that passed this validation before (in an earlier document) and has the same
@@ -140,6 +150,12 @@ export interface PolicyValidationOptions {
    * own cross-field rules being checked again; the rules across entries still are.
    */
   readonly knownEntry?: (entry: unknown) => PolicyApiEntry | undefined;
+  /**
+   * parsePolicyDocument only: the section held for the SHA-256 `hash` of an `apis` section's
+   * exact bytes, or undefined. A document whose section has those bytes takes it without
+   * parsing or validating it again.
+   */
+  readonly knownApis?: (hash: Sha256Ref) => KnownApis | undefined;
 }
 
 /** The schema's bound on `apis`: past it the whole document is checked, and refused. */
@@ -162,12 +178,18 @@ function setAsideKnown(doc: Record<string, unknown>, knownEntry: PolicyValidatio
   return { shell, merge, known: new Set(found.filter((entry) => entry !== undefined)) };
 }
 
-/** The schema check, with known entries taken as already checked. */
+/** The schema check, with known entries (or a known section, in place as `doc.apis`) taken as already checked. */
 function checkWithKnown<T extends PolicyDocument>(
   check: SchemaCheck<T>,
   doc: Record<string, unknown>,
   options: PolicyValidationOptions,
+  section: KnownApis | undefined,
 ): { readonly policy: T; readonly known: ReadonlySet<PolicyApiEntry> } {
+  if (section !== undefined) {
+    const result = check({ ...doc, apis: [] });
+    if (!result.ok) throw new PolicyDocumentError(result.messages);
+    return { policy: { ...result.value, apis: section.apis }, known: new Set(section.apis) };
+  }
   const aside = setAsideKnown(doc, options.knownEntry);
   const result = check(aside?.shell ?? doc);
   if (!result.ok) throw new PolicyDocumentError(result.messages);
@@ -180,25 +202,87 @@ function checkWithKnown<T extends PolicyDocument>(
  * schema_version and the cross-field rules (docs/core.md). Throws PolicyDocumentError.
  */
 export function validatePolicyDocument(doc: unknown, options: PolicyValidationOptions = {}): PolicyDocument {
+  return validate(doc, options, undefined);
+}
+
+/** `section`: the known section that is `doc.apis` (parsePolicyDocument found it by its bytes). */
+function validate(doc: unknown, options: PolicyValidationOptions, section: KnownApis | undefined): PolicyDocument {
   const record = typeof doc === "object" && doc !== null && !Array.isArray(doc) ? doc : undefined;
   const version = (record as Record<string, unknown> | undefined)?.schema_version;
   if (record !== undefined && version === POLICY_SCHEMA_V1) {
-    const { policy, known } = checkWithKnown(checkV1, record as Record<string, unknown>, options);
+    const { policy, known } = checkWithKnown(checkV1, record as Record<string, unknown>, options, section);
     const problems = entryProblems(policy.apis, known);
     if (problems.length > 0) throw new PolicyDocumentError(problems);
     return policy;
   }
   if (record !== undefined && version === POLICY_SCHEMA_V2) {
-    const { policy, known } = checkWithKnown(checkV2, record as Record<string, unknown>, options);
+    const { policy, known } = checkWithKnown(checkV2, record as Record<string, unknown>, options, section);
     const problems = entryProblems(policy.apis, known);
     if (policy.subject.subject_id !== policy.subject_id)
       problems.push("/subject/subject_id differs from /subject_id");
-    if (computePolicyHash(policy.apis) !== policy.policy_hash)
+    if ((section?.policyHash ?? computePolicyHash(policy.apis)) !== policy.policy_hash)
       problems.push("/policy_hash does not match /apis");
     if (problems.length > 0) throw new PolicyDocumentError(problems);
     return policy;
   }
   throw new PolicyDocumentError([`/schema_version must be ${POLICY_SCHEMA_V1} or ${POLICY_SCHEMA_V2}`]);
+}
+
+/** A document's text as the authority signs it: canonical JSON, so `apis` (sorted first) opens it. */
+const APIS_OPENING = '{"apis":';
+
+/**
+ * The exact text of a canonical document's `apis` value, and the document without it (its
+ * `apis` empty), parsed; undefined when the text is not in that shape. The split is taken at
+ * the last `],"` (nothing after `apis` in either schema holds an array); a wrong split fails
+ * the checks: the rest must be canonical JSON (each key once, so no second `apis`), and the
+ * section one complete JSON value (the caller parses it, or finds its bytes known).
+ */
+function splitApisSection(text: string): { readonly section: string; readonly rest: object } | undefined {
+  if (!text.startsWith(`${APIS_OPENING}[`)) return undefined;
+  const end = text.lastIndexOf('],"') + 1;
+  if (end <= APIS_OPENING.length) return undefined;
+  const restText = `${APIS_OPENING}[]${text.slice(end)}`;
+  try {
+    const rest: unknown = JSON.parse(restText);
+    if (typeof rest !== "object" || rest === null || Array.isArray(rest)) return undefined;
+    if (canonicalJson(rest) !== restText) return undefined;
+    return { section: text.slice(APIS_OPENING.length, end), rest };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface ParsedPolicyDocument {
+  readonly document: PolicyDocument;
+  /**
+   * `sha256:` of the exact bytes of the document's `apis` value, when they were parsed on
+   * their own: what a holder may file `document.apis` under for knownApis.
+   */
+  readonly apisHash?: Sha256Ref;
+}
+
+/**
+ * JSON.parse then validatePolicyDocument — the same document, or the same refusal. A
+ * canonical document's `apis` section is parsed on its own; one whose exact bytes hash to a
+ * section `knownApis` holds (parsed alone and validated before) is neither parsed nor
+ * validated again: text = opening + section + rest, the section one complete value and the
+ * rest without `apis`, so parsing the whole gives the rest with that section's value.
+ */
+export function parsePolicyDocument(text: string, options: PolicyValidationOptions = {}): ParsedPolicyDocument {
+  const split = options.knownApis === undefined ? undefined : splitApisSection(text);
+  if (split === undefined || options.knownApis === undefined) return { document: validatePolicyDocument(JSON.parse(text), options) };
+  const hash: Sha256Ref = `sha256:${sha256Hex(split.section)}`;
+  const known = options.knownApis(hash);
+  if (known !== undefined) return { document: validate({ ...split.rest, apis: known.apis }, options, known) };
+  let apis: unknown;
+  try {
+    apis = JSON.parse(split.section);
+  } catch {
+    // Not one value (a wrong split): the whole text decides, as without a known section.
+    return { document: validatePolicyDocument(JSON.parse(text), options) };
+  }
+  return { document: validatePolicyDocument({ ...split.rest, apis }, options), apisHash: hash };
 }
 
 /**

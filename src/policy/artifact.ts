@@ -4,6 +4,7 @@ import {
   POLICY_SCHEMA_V1,
   type PolicyDocument,
   type PolicyValidationOptions,
+  parsePolicyDocument,
   type Sha256Ref,
   sha256Hex,
   validatePolicyDocument,
@@ -49,6 +50,8 @@ export interface OpenedPolicyDocument {
   readonly documentHash: Sha256Ref;
   readonly signer: string;
   readonly signedAt: string;
+  /** sha256 of the exact bytes `document.apis` was parsed from alone (parsePolicyDocument), if it was. */
+  readonly apisHash?: Sha256Ref;
 }
 
 /**
@@ -56,7 +59,7 @@ export interface OpenedPolicyDocument {
  * matches the crypto version it was stored under (v1 ⇔ subject_credentials_v1,
  * v2 ⇔ platform_service_v2). Any failure is `policy_unverifiable`; a crypto fault stays
  * `policy_protection_unavailable`. The signature is always verified; `validation` may name
- * entries validated before (validatePolicyDocument).
+ * entries and `apis` sections validated before (parsePolicyDocument).
  */
 export async function openPolicyDocument(
   artifact: string,
@@ -66,12 +69,13 @@ export async function openPolicyDocument(
 ): Promise<OpenedPolicyDocument> {
   // The decision needs the text only; the signed blob is what the sidecar route asks for.
   const opened = await protector.open(artifact, context, { signedBlob: false });
-  let document: PolicyDocument;
+  let parsed: ReturnType<typeof parsePolicyDocument>;
   try {
-    document = validatePolicyDocument(JSON.parse(opened.document), validation);
+    parsed = parsePolicyDocument(opened.document, validation);
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }
+  const { document, apisHash } = parsed;
   if (cryptoVersionOf(document) !== context.cryptoVersion) {
     throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
   }
@@ -80,6 +84,7 @@ export async function openPolicyDocument(
     documentHash: `sha256:${sha256Hex(opened.document)}`,
     signer: opened.signer,
     signedAt: opened.signedAt,
+    ...(apisHash === undefined ? {} : { apisHash }),
   };
 }
 

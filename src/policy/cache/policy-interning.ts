@@ -15,13 +15,25 @@
  * entry passed it, and an entry of the same content would pass it again (the signature of the
  * new document is still verified, and the rules across its entries still checked).
  *
+ * A whole `apis` section is held too, by the SHA-256 of the exact bytes it was parsed from
+ * (parsePolicyDocument's `apisHash`), never by anything a document says about itself: a
+ * later document whose section has those bytes takes the shared array (`knownApis`) without
+ * parsing, validating or hashing its entries — subjects assigned the same capabilities carry
+ * byte-identical sections.
+ *
  * `heapBytes` estimates the V8 heap a JSON value occupies (64-bit, no pointer compression, as
  * Node ships): objects and arrays with their backing stores, strings with their characters,
  * doubles boxed; property names are internalized (shared) and not counted. The cache's byte
  * bound uses it; test/policy/cache/policy-interning.test.ts checks it against measured heap.
  */
 import { createHash } from "node:crypto";
-import type { PolicyApiEntry, PolicyDocument } from "../../core/index.ts";
+import {
+  type KnownApis,
+  POLICY_SCHEMA_V2,
+  type PolicyApiEntry,
+  type PolicyDocument,
+  type Sha256Ref,
+} from "../../core/index.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
 import type { Weight } from "./admission-cache.ts";
 
@@ -124,11 +136,25 @@ export interface InternedDocument {
 }
 
 export interface PolicyInterner {
-  intern(document: PolicyDocument): InternedDocument;
+  /**
+   * `apisHash`: the SHA-256 of the exact bytes `document.apis` was parsed from, alone
+   * (parsePolicyDocument); the section is then held under it. Only for a verified document.
+   */
+  intern(document: PolicyDocument, apisHash?: Sha256Ref): InternedDocument;
+  /** The held section whose exact bytes hash to `hash` (one a verified document had), if any. */
+  knownApis(hash: Sha256Ref): KnownApis | undefined;
   /** The held entry of the same content as `entry` (one a verified document had), if any. */
   knownEntry(entry: unknown): PolicyApiEntry | undefined;
   /** Shared instances alive now (entries and snapshots). */
   readonly size: number;
+  /** Sections held now (tests). */
+  readonly sections: number;
+}
+
+interface Section {
+  readonly shared: readonly Shared<PolicyApiEntry>[];
+  /** hashCanonical of the section, once a v2 document carrying it had it checked. */
+  policyHash?: Sha256Ref;
 }
 
 export function createPolicyInterner(): PolicyInterner {
@@ -141,21 +167,52 @@ export function createPolicyInterner(): PolicyInterner {
       operations: fresh.operations.map((operation) => snapshots.intern(operation, (op) => op).value),
     }));
 
+  /** Sections by the hash of their bytes, held weakly (a document holding the array keeps it). */
+  const sectionsByHash = new Map<Sha256Ref, WeakRef<readonly PolicyApiEntry[]>>();
+  const sections = new WeakMap<readonly PolicyApiEntry[], Section>();
+  const sectionCleanup = new FinalizationRegistry<Sha256Ref>((hash) => {
+    if (sectionsByHash.get(hash)?.deref() === undefined) sectionsByHash.delete(hash);
+  });
+  const sectionOf = (document: PolicyDocument, apisHash: Sha256Ref | undefined) => {
+    const held = sections.get(document.apis);
+    if (held !== undefined) return { apis: document.apis, section: held };
+    const shared = document.apis.map(internEntry);
+    const apis = Object.freeze(shared.map((entry) => entry.value));
+    const section: Section = { shared };
+    sections.set(apis, section);
+    if (apisHash !== undefined && sectionsByHash.get(apisHash)?.deref() === undefined) {
+      sectionsByHash.set(apisHash, new WeakRef(apis));
+      sectionCleanup.register(apis, apisHash);
+    }
+    return { apis, section };
+  };
+
   return {
-    intern(document) {
-      const apis = document.apis.map(internEntry);
-      const shell = { ...document, apis: apis.map((shared) => shared.value) } as PolicyDocument;
+    intern(document, apisHash) {
+      const { apis, section } = sectionOf(document, apisHash);
+      // A v2 document was validated against its policy_hash: the section's canonical hash.
+      if (document.schema_version === POLICY_SCHEMA_V2) section.policyHash ??= document.policy_hash;
+      const shell = { ...document, apis } as PolicyDocument;
       // The shell's own weight: everything but the shared entries (counted once by the cache).
       const ownBytes = heapBytes({ ...shell, apis: [] }) + SLOT * apis.length;
       // An entry's snapshots are part of its weight (heapBytes of the frozen entry counts them).
       return {
         document: Object.freeze(shell),
-        weight: { ownBytes, shared: apis.map(({ key, bytes }) => ({ key, bytes })) },
+        weight: { ownBytes, shared: section.shared.map(({ key, bytes }) => ({ key, bytes })) },
       };
+    },
+    knownApis(hash) {
+      const apis = sectionsByHash.get(hash)?.deref();
+      const section = apis === undefined ? undefined : sections.get(apis);
+      if (apis === undefined || section === undefined) return undefined;
+      return section.policyHash === undefined ? { apis } : { apis, policyHash: section.policyHash };
     },
     knownEntry: (entry) => entries.find(entry),
     get size() {
       return snapshots.size + entries.size;
+    },
+    get sections() {
+      return sectionsByHash.size;
     },
   };
 }

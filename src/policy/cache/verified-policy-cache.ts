@@ -1,7 +1,7 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
 import { growingBound } from "../../core/growing-bound.ts";
-import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.ts";
+import type { PolicyDocument, PolicyValidationOptions, Sha256Ref } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
 import { openPolicyDocument } from "../artifact.ts";
@@ -281,6 +281,13 @@ function sealable(policy: VerifiedPolicy, blob: string | undefined): SealedPolic
   };
 }
 
+/** Interns a verified document (its `apis` filed under `apisHash`, the hash of the bytes it was parsed from). */
+type Verified = (
+  document: PolicyDocument,
+  facts: Pick<PolicyRecordFacts, "revoked_at">,
+  apisHash?: Sha256Ref,
+) => PolicyLoad;
+
 /**
  * A sealed entry's content, checked field by field and its signed policy verified again;
  * undefined when anything is off. A crypto fault (keys unreachable) is thrown.
@@ -289,7 +296,7 @@ async function fromSealed(
   value: unknown,
   subjectId: string,
   opener: PolicyOpener,
-  verified: (document: PolicyDocument, facts: Pick<PolicyRecordFacts, "revoked_at">) => PolicyLoad,
+  verified: Verified,
   validation: PolicyValidationOptions,
 ): Promise<VerifiedPolicy | undefined> {
   if (typeof value !== "object" || value === null) return undefined;
@@ -332,7 +339,7 @@ async function fromSealed(
       partnerId,
       identity,
       verifiedAt: entry.verified_at,
-      load: verified(opened.document, { revoked_at: marker }),
+      load: verified(opened.document, { revoked_at: marker }, opened.apisHash),
       signed: { cryptoVersion, documentHash, revokedMarker: marker },
       fromRedis: true,
     };
@@ -397,13 +404,19 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
 
   const localMaxBytes = positiveCacheOption(options.localMaxBytes, undefined, "localMaxBytes");
   const interner: PolicyInterner = createPolicyInterner();
-  /** Entries a verified document already had are not validated again (policy-interning.ts). */
-  const validation: PolicyValidationOptions = { knownEntry: (entry) => interner.knownEntry(entry) };
+  /**
+   * Sections and entries a verified document already had are not parsed or validated again
+   * (policy-interning.ts): a section is found by the hash of its exact bytes only.
+   */
+  const validation: PolicyValidationOptions = {
+    knownEntry: (entry) => interner.knownEntry(entry),
+    knownApis: (hash) => interner.knownApis(hash),
+  };
   /** What each verified document holds beside the entries it shares with other subjects. */
   const weights = new WeakMap<PolicyDocument, Weight>();
   /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
-  const verified = (document: PolicyDocument, facts: Pick<PolicyRecordFacts, "revoked_at">): PolicyLoad => {
-    const interned = interner.intern(document);
+  const verified: Verified = (document, facts, apisHash) => {
+    const interned = interner.intern(document, apisHash);
     const load = withRevocationMarker({ ok: true, document: interned.document }, facts);
     if (load.ok) weights.set(load.document, interned.weight);
     return load;
@@ -661,7 +674,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       // A revocation written while the crypto service was down is a deny-only marker.
       return {
         ...base,
-        load: verified(opened.document, record),
+        load: verified(opened.document, record, opened.apisHash),
         signed: {
           cryptoVersion: record.crypto_version,
           documentHash: record.document_hash,
