@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { canonicalJson, hashCanonical, type Sha256Ref, sha256Hex } from "./canonical-json.ts";
 import { CoreError } from "./core-error.ts";
 import { type OperationSnapshot, operationSnapshotProblems } from "./operation-snapshot.ts";
@@ -151,9 +152,9 @@ export interface PolicyValidationOptions {
    */
   readonly knownEntry?: (entry: unknown) => PolicyApiEntry | undefined;
   /**
-   * parsePolicyDocument only: the section held for the SHA-256 `hash` of an `apis` section's
-   * exact bytes, or undefined. A document whose section has those bytes takes it without
-   * parsing or validating it again.
+   * parsePolicyDocument only: the section held for `hash` — the SHA-256 of a document's exact
+   * bytes from its start to the end of its `apis` value — or undefined. A document with those
+   * bytes takes the section without parsing or validating it again.
    */
   readonly knownApis?: (hash: Sha256Ref) => KnownApis | undefined;
 }
@@ -232,13 +233,13 @@ function validate(doc: unknown, options: PolicyValidationOptions, section: Known
 const APIS_OPENING = '{"apis":';
 
 /**
- * The exact text of a canonical document's `apis` value, and the document without it (its
- * `apis` empty), parsed; undefined when the text is not in that shape. The split is taken at
+ * Where a canonical document's `apis` value ends, and the document without it (its `apis`
+ * empty), parsed; undefined when the text is not in that shape. The split is taken at
  * the last `],"` (nothing after `apis` in either schema holds an array); a wrong split fails
  * the checks: the rest must be canonical JSON (each key once, so no second `apis`), and the
  * section one complete JSON value (the caller parses it, or finds its bytes known).
  */
-function splitApisSection(text: string): { readonly section: string; readonly rest: object } | undefined {
+function splitApisSection(text: string): { readonly end: number; readonly rest: object } | undefined {
   if (!text.startsWith(`${APIS_OPENING}[`)) return undefined;
   const end = text.lastIndexOf('],"') + 1;
   if (end <= APIS_OPENING.length) return undefined;
@@ -247,7 +248,7 @@ function splitApisSection(text: string): { readonly section: string; readonly re
     const rest: unknown = JSON.parse(restText);
     if (typeof rest !== "object" || rest === null || Array.isArray(rest)) return undefined;
     if (canonicalJson(rest) !== restText) return undefined;
-    return { section: text.slice(APIS_OPENING.length, end), rest };
+    return { end, rest };
   } catch {
     return undefined;
   }
@@ -255,34 +256,43 @@ function splitApisSection(text: string): { readonly section: string; readonly re
 
 export interface ParsedPolicyDocument {
   readonly document: PolicyDocument;
+  /** `sha256:` of the exact text (UTF-8): what a record's document_hash binds. */
+  readonly textHash: Sha256Ref;
   /**
-   * `sha256:` of the exact bytes of the document's `apis` value, when they were parsed on
-   * their own: what a holder may file `document.apis` under for knownApis.
+   * `sha256:` of the text's bytes up to the end of the `apis` value, when that value was
+   * parsed on its own: what a holder may file `document.apis` under for knownApis.
    */
   readonly apisHash?: Sha256Ref;
 }
+
+const ref = (digest: string): Sha256Ref => `sha256:${digest}`;
 
 /**
  * JSON.parse then validatePolicyDocument — the same document, or the same refusal. A
  * canonical document's `apis` section is parsed on its own; one whose exact bytes hash to a
  * section `knownApis` holds (parsed alone and validated before) is neither parsed nor
  * validated again: text = opening + section + rest, the section one complete value and the
- * rest without `apis`, so parsing the whole gives the rest with that section's value.
+ * rest without `apis`, so parsing the whole gives the rest with that section's value. The
+ * section's key and the text's hash are taken in one pass over the text.
  */
 export function parsePolicyDocument(text: string, options: PolicyValidationOptions = {}): ParsedPolicyDocument {
   const split = options.knownApis === undefined ? undefined : splitApisSection(text);
-  if (split === undefined || options.knownApis === undefined) return { document: validatePolicyDocument(JSON.parse(text), options) };
-  const hash: Sha256Ref = `sha256:${sha256Hex(split.section)}`;
-  const known = options.knownApis(hash);
-  if (known !== undefined) return { document: validate({ ...split.rest, apis: known.apis }, options, known) };
+  const whole = () => validatePolicyDocument(JSON.parse(text), options);
+  if (split === undefined || options.knownApis === undefined)
+    return { document: whole(), textHash: ref(sha256Hex(text)) };
+  const hash = createHash("sha256").update(text.slice(0, split.end));
+  const apisHash = ref(hash.copy().digest("hex"));
+  const textHash = ref(hash.update(text.slice(split.end)).digest("hex"));
+  const known = options.knownApis(apisHash);
+  if (known !== undefined) return { document: validate({ ...split.rest, apis: known.apis }, options, known), textHash };
   let apis: unknown;
   try {
-    apis = JSON.parse(split.section);
+    apis = JSON.parse(text.slice(APIS_OPENING.length, split.end));
   } catch {
     // Not one value (a wrong split): the whole text decides, as without a known section.
-    return { document: validatePolicyDocument(JSON.parse(text), options) };
+    return { document: whole(), textHash };
   }
-  return { document: validatePolicyDocument({ ...split.rest, apis }, options), apisHash: hash };
+  return { document: validatePolicyDocument({ ...split.rest, apis }, options), textHash, apisHash };
 }
 
 /**

@@ -50,7 +50,7 @@ export interface OpenedPolicyDocument {
   readonly documentHash: Sha256Ref;
   readonly signer: string;
   readonly signedAt: string;
-  /** sha256 of the exact bytes `document.apis` was parsed from alone (parsePolicyDocument), if it was. */
+  /** parsePolicyDocument's key of the `apis` section (the bytes up to its end), when it was parsed alone. */
   readonly apisHash?: Sha256Ref;
 }
 
@@ -75,13 +75,13 @@ export async function openPolicyDocument(
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }
-  const { document, apisHash } = parsed;
+  const { document, textHash, apisHash } = parsed;
   if (cryptoVersionOf(document) !== context.cryptoVersion) {
     throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
   }
   return {
     document,
-    documentHash: `sha256:${sha256Hex(opened.document)}`,
+    documentHash: textHash,
     signer: opened.signer,
     signedAt: opened.signedAt,
     ...(apisHash === undefined ? {} : { apisHash }),

@@ -129,7 +129,12 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         });
         if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
         return {
-          document: Buffer.from(verified.payload).toString("utf8"),
+          // The payload is a view into the blob: decoded in place, not copied first.
+          document: Buffer.from(
+            verified.payload.buffer,
+            verified.payload.byteOffset,
+            verified.payload.byteLength,
+          ).toString("utf8"),
           signer: verified.signer,
           signedAt: verified.signedAt,
           signedBlob: signedPolicy,

@@ -16,7 +16,8 @@
  * new document is still verified, and the rules across its entries still checked).
  *
  * A whole `apis` section is held too, by the SHA-256 of the exact bytes it was parsed from
- * (parsePolicyDocument's `apisHash`), never by anything a document says about itself: a
+ * (parsePolicyDocument's `apisHash`: the text up to the section's end, whose first 8 bytes
+ * are always `{"apis":`), never by anything a document says about itself: a
  * later document whose section has those bytes takes the shared array (`knownApis`) without
  * parsing, validating or hashing its entries — subjects assigned the same capabilities carry
  * byte-identical sections.
@@ -137,11 +138,11 @@ export interface InternedDocument {
 
 export interface PolicyInterner {
   /**
-   * `apisHash`: the SHA-256 of the exact bytes `document.apis` was parsed from, alone
-   * (parsePolicyDocument); the section is then held under it. Only for a verified document.
+   * `apisHash`: parsePolicyDocument's key of the exact bytes `document.apis` was parsed from,
+   * alone; the section is then held under it. Only for a verified document.
    */
   intern(document: PolicyDocument, apisHash?: Sha256Ref): InternedDocument;
-  /** The held section whose exact bytes hash to `hash` (one a verified document had), if any. */
+  /** The held section filed under `hash` (the bytes a verified document's section had), if any. */
   knownApis(hash: Sha256Ref): KnownApis | undefined;
   /** The held entry of the same content as `entry` (one a verified document had), if any. */
   knownEntry(entry: unknown): PolicyApiEntry | undefined;
@@ -152,7 +153,8 @@ export interface PolicyInterner {
 }
 
 interface Section {
-  readonly shared: readonly Shared<PolicyApiEntry>[];
+  /** The entries' keys and weights (Weight.shared), one array for every holder. */
+  readonly shared: Weight["shared"];
   /** hashCanonical of the section, once a v2 document carrying it had it checked. */
   policyHash?: Sha256Ref;
 }
@@ -173,14 +175,15 @@ export function createPolicyInterner(): PolicyInterner {
   const sectionCleanup = new FinalizationRegistry<Sha256Ref>((hash) => {
     if (sectionsByHash.get(hash)?.deref() === undefined) sectionsByHash.delete(hash);
   });
+  /** The document's section: the held one it already is, or its entries interned (and filed under `apisHash`). */
   const sectionOf = (document: PolicyDocument, apisHash: Sha256Ref | undefined) => {
     const held = sections.get(document.apis);
     if (held !== undefined) return { apis: document.apis, section: held };
-    const shared = document.apis.map(internEntry);
-    const apis = Object.freeze(shared.map((entry) => entry.value));
-    const section: Section = { shared };
-    sections.set(apis, section);
+    const interned = document.apis.map(internEntry);
+    const apis = Object.freeze(interned.map((entry) => entry.value));
+    const section: Section = { shared: interned.map(({ key, bytes }) => ({ key, bytes })) };
     if (apisHash !== undefined && sectionsByHash.get(apisHash)?.deref() === undefined) {
+      sections.set(apis, section);
       sectionsByHash.set(apisHash, new WeakRef(apis));
       sectionCleanup.register(apis, apisHash);
     }
@@ -196,10 +199,7 @@ export function createPolicyInterner(): PolicyInterner {
       // The shell's own weight: everything but the shared entries (counted once by the cache).
       const ownBytes = heapBytes({ ...shell, apis: [] }) + SLOT * apis.length;
       // An entry's snapshots are part of its weight (heapBytes of the frozen entry counts them).
-      return {
-        document: Object.freeze(shell),
-        weight: { ownBytes, shared: section.shared.map(({ key, bytes }) => ({ key, bytes })) },
-      };
+      return { document: Object.freeze(shell), weight: { ownBytes, shared: section.shared } };
     },
     knownApis(hash) {
       const apis = sectionsByHash.get(hash)?.deref();
