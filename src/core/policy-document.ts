@@ -207,7 +207,11 @@ export function validatePolicyDocument(doc: unknown, options: PolicyValidationOp
 }
 
 /** `section`: the known section that is `doc.apis` (parsePolicyDocument found it by its bytes). */
-function validate(doc: unknown, options: PolicyValidationOptions, section: KnownApis | undefined): PolicyDocument {
+function validate(
+  doc: unknown,
+  options: PolicyValidationOptions,
+  section: KnownApis | undefined,
+): PolicyDocument {
   const record = typeof doc === "object" && doc !== null && !Array.isArray(doc) ? doc : undefined;
   const version = (record as Record<string, unknown> | undefined)?.schema_version;
   if (record !== undefined && version === POLICY_SCHEMA_V1) {
@@ -275,7 +279,10 @@ const ref = (digest: string): Sha256Ref => `sha256:${digest}`;
  * rest without `apis`, so parsing the whole gives the rest with that section's value. The
  * section's key and the text's hash are taken in one pass over the text.
  */
-export function parsePolicyDocument(text: string, options: PolicyValidationOptions = {}): ParsedPolicyDocument {
+export function parsePolicyDocument(
+  text: string,
+  options: PolicyValidationOptions = {},
+): ParsedPolicyDocument {
   const split = options.knownApis === undefined ? undefined : splitApisSection(text);
   const whole = () => validatePolicyDocument(JSON.parse(text), options);
   if (split === undefined || options.knownApis === undefined)
@@ -284,7 +291,8 @@ export function parsePolicyDocument(text: string, options: PolicyValidationOptio
   const apisHash = ref(hash.copy().digest("hex"));
   const textHash = ref(hash.update(text.slice(split.end)).digest("hex"));
   const known = options.knownApis(apisHash);
-  if (known !== undefined) return { document: validate({ ...split.rest, apis: known.apis }, options, known), textHash };
+  if (known !== undefined)
+    return { document: validate({ ...split.rest, apis: known.apis }, options, known), textHash };
   let apis: unknown;
   try {
     apis = JSON.parse(text.slice(APIS_OPENING.length, split.end));
