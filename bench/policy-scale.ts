@@ -130,13 +130,13 @@ async function runChild(
   message: Omit<ScaleRunMessage, "type" | "capability" | "paths">,
 ): Promise<ScaleResult> {
   const authority = authorityFor(operations);
-  // The burst's subjects are signed beforehand: the burst measures the sidecar, not this process.
-  const ready = new Map<string, string>();
+  // The burst's subjects are signed beforehand and their answers handed to the child before
+  // the burst, as response bodies (bytes): the burst measures the sidecar, not this process.
+  const bodies: Record<string, Uint8Array> = {};
   for (let i = 0; i < message.burst; i++) {
     const subjectId = `scale-agent-${message.subjects + i}`;
-    ready.set(subjectId, JSON.stringify(await authority.fetchPolicy(subjectId, undefined)));
-    ready.set(
-      `subject:${subjectId}`,
+    bodies[subjectId] = Buffer.from(JSON.stringify(await authority.fetchPolicy(subjectId, undefined)));
+    bodies[`subject:${subjectId}`] = Buffer.from(
       JSON.stringify(await authority.protector.signerKeys?.(`subject:${subjectId}`)),
     );
   }
@@ -145,6 +145,10 @@ async function runChild(
       execArgv: [...SERVER_NODE_FLAGS, "--expose-gc"],
       env: { ...process.env, BENCH_REDIS_URL: redisUrl },
       stdio: ["ignore", "inherit", "inherit", "ipc"],
+      // A record arrives as one string the child JSON.parses, as a sidecar parses the
+      // authority's response body; the "json" channel would escape, split and parse the
+      // 0.5 MB string again, in the sidecar's CPU and heap (decision 3031).
+      serialization: "advanced",
     }),
   );
   try {
@@ -152,9 +156,8 @@ async function runChild(
       child.on("exit", (code) => reject(new Error(`policy-cache child exited with ${code}`)));
       child.on("message", (raw) => {
         const m = raw as { type: string; id: number; subjectId?: string; knownHead?: number; owner?: string };
-        const prepared = ready.get(m.type === "fetch" ? (m.subjectId ?? "") : (m.owner ?? ""));
-        if (prepared !== undefined && (m.type === "keys" || m.knownHead === undefined)) {
-          child.send({ type: "reply", id: m.id, value: prepared });
+        if (m.type === "bodies") {
+          child.send({ type: "reply", id: m.id, value: bodies });
         } else if (m.type === "fetch") {
           authority.fetchPolicy(m.subjectId ?? "", m.knownHead).then(
             (value) => child.send({ type: "reply", id: m.id, value: JSON.stringify(value) }),

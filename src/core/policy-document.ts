@@ -235,19 +235,21 @@ function validate(
 
 /** A document's text as the authority signs it: canonical JSON, so `apis` (sorted first) opens it. */
 const APIS_OPENING = '{"apis":';
+const SECTION_START = Buffer.from(`${APIS_OPENING}[`);
 
 /**
- * Where a canonical document's `apis` value ends, and the document without it (its `apis`
- * empty), parsed; undefined when the text is not in that shape. The split is taken at
- * the last `],"` (nothing after `apis` in either schema holds an array); a wrong split fails
- * the checks: the rest must be canonical JSON (each key once, so no second `apis`), and the
- * section one complete JSON value (the caller parses it, or finds its bytes known).
+ * Where a canonical document's `apis` value ends (a byte offset), and the document without
+ * it (its `apis` empty), parsed; undefined when the bytes are not in that shape. The split is
+ * taken at the last `],"` (nothing after `apis` in either schema holds an array); a wrong
+ * split fails the checks: the rest must be canonical JSON (each key once, so no second
+ * `apis`), and the section one complete JSON value (the caller parses it, or finds its bytes
+ * known). The split falls after an ASCII `]`, so decoding the two parts apart decodes the whole.
  */
-function splitApisSection(text: string): { readonly end: number; readonly rest: object } | undefined {
-  if (!text.startsWith(`${APIS_OPENING}[`)) return undefined;
-  const end = text.lastIndexOf('],"') + 1;
+function splitApisSection(bytes: Buffer): { readonly end: number; readonly rest: object } | undefined {
+  if (bytes.compare(SECTION_START, 0, SECTION_START.length, 0, SECTION_START.length) !== 0) return undefined;
+  const end = bytes.lastIndexOf('],"') + 1;
   if (end <= APIS_OPENING.length) return undefined;
-  const restText = `${APIS_OPENING}[]${text.slice(end)}`;
+  const restText = `${APIS_OPENING}[]${bytes.toString("utf8", end)}`;
   try {
     const rest: unknown = JSON.parse(restText);
     if (typeof rest !== "object" || rest === null || Array.isArray(rest)) return undefined;
@@ -260,11 +262,11 @@ function splitApisSection(text: string): { readonly end: number; readonly rest: 
 
 export interface ParsedPolicyDocument {
   readonly document: PolicyDocument;
-  /** `sha256:` of the exact text (UTF-8): what a record's document_hash binds. */
+  /** `sha256:` of the exact text (its bytes as given, or a string's UTF-8): what a record's document_hash binds. */
   readonly textHash: Sha256Ref;
   /**
-   * `sha256:` of the text's bytes up to the end of the `apis` value, when that value was
-   * parsed on its own: what a holder may file `document.apis` under for knownApis.
+   * `sha256:` of the bytes up to the end of the `apis` value, when that value was parsed on
+   * its own: what a holder may file `document.apis` under for knownApis.
    */
   readonly apisHash?: Sha256Ref;
 }
@@ -272,30 +274,33 @@ export interface ParsedPolicyDocument {
 const ref = (digest: string): Sha256Ref => `sha256:${digest}`;
 
 /**
- * JSON.parse then validatePolicyDocument — the same document, or the same refusal. A
- * canonical document's `apis` section is parsed on its own; one whose exact bytes hash to a
- * section `knownApis` holds (parsed alone and validated before) is neither parsed nor
- * validated again: text = opening + section + rest, the section one complete value and the
- * rest without `apis`, so parsing the whole gives the rest with that section's value. The
- * section's key and the text's hash are taken in one pass over the text.
+ * JSON.parse then validatePolicyDocument — the same document, or the same refusal. Given the
+ * exact bytes of a canonical document (UTF-8), its `apis` section is parsed on its own, and
+ * one whose bytes hash to a section `knownApis` holds (parsed alone and validated before) is
+ * neither decoded, parsed nor validated again: bytes = opening + section + rest, the section
+ * one complete value and the rest without `apis`, so parsing the whole gives the rest with
+ * that section's value. The section's key and the text's hash are taken in one pass.
  */
 export function parsePolicyDocument(
-  text: string,
+  text: string | Uint8Array,
   options: PolicyValidationOptions = {},
 ): ParsedPolicyDocument {
-  const split = options.knownApis === undefined ? undefined : splitApisSection(text);
-  const whole = () => validatePolicyDocument(JSON.parse(text), options);
+  if (typeof text === "string")
+    return { document: validatePolicyDocument(JSON.parse(text), options), textHash: ref(sha256Hex(text)) };
+  const bytes = Buffer.from(text.buffer, text.byteOffset, text.byteLength);
+  const whole = () => validatePolicyDocument(JSON.parse(bytes.toString("utf8")), options);
+  const split = options.knownApis === undefined ? undefined : splitApisSection(bytes);
   if (split === undefined || options.knownApis === undefined)
-    return { document: whole(), textHash: ref(sha256Hex(text)) };
-  const hash = createHash("sha256").update(text.slice(0, split.end));
+    return { document: whole(), textHash: ref(sha256Hex(bytes)) };
+  const hash = createHash("sha256").update(bytes.subarray(0, split.end));
   const apisHash = ref(hash.copy().digest("hex"));
-  const textHash = ref(hash.update(text.slice(split.end)).digest("hex"));
+  const textHash = ref(hash.update(bytes.subarray(split.end)).digest("hex"));
   const known = options.knownApis(apisHash);
   if (known !== undefined)
     return { document: validate({ ...split.rest, apis: known.apis }, options, known), textHash };
   let apis: unknown;
   try {
-    apis = JSON.parse(text.slice(APIS_OPENING.length, split.end));
+    apis = JSON.parse(bytes.toString("utf8", APIS_OPENING.length, split.end));
   } catch {
     // Not one value (a wrong split): the whole text decides, as without a known section.
     return { document: whole(), textHash };

@@ -71,7 +71,7 @@ export async function openPolicyDocument(
   const opened = await protector.open(artifact, context, { signedBlob: false });
   let parsed: ReturnType<typeof parsePolicyDocument>;
   try {
-    parsed = parsePolicyDocument(opened.document, validation);
+    parsed = parsePolicyDocument(opened.documentBytes ?? opened.document, validation);
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }

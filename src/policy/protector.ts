@@ -15,6 +15,11 @@ export interface PolicyProtectionContext {
 
 export interface OpenedPolicy {
   readonly document: string;
+  /**
+   * The exact verified bytes of `document` (UTF-8), when the opener has them: a caller can
+   * hash and parse them without decoding the whole text first (parsePolicyDocument).
+   */
+  readonly documentBytes?: Uint8Array;
   /** The owner whose key signed it, from the signed content. */
   readonly signer: string;
   readonly signedAt: string;

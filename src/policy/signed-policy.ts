@@ -128,13 +128,16 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
           expectedPurpose: POLICY_PURPOSE,
         });
         if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
+        const payload = verified.payload;
+        let text: string | undefined;
         return {
-          // The payload is a view into the blob: decoded in place, not copied first.
-          document: Buffer.from(
-            verified.payload.buffer,
-            verified.payload.byteOffset,
-            verified.payload.byteLength,
-          ).toString("utf8"),
+          // Decoded only if asked for (a view into the blob, not copied first): the cache
+          // parses the bytes, and decodes little of them when their apis section is known.
+          get document() {
+            text ??= Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString("utf8");
+            return text;
+          },
+          documentBytes: payload,
           signer: verified.signer,
           signedAt: verified.signedAt,
           signedBlob: signedPolicy,

@@ -30,8 +30,9 @@ function sectionHolder() {
       return held.get(hash);
     },
   };
-  const parse = (text: string) => {
-    const parsed = parsePolicyDocument(text, options);
+  /** The exact bytes a verifier hands over (a string as its UTF-8). */
+  const parse = (text: string | Uint8Array) => {
+    const parsed = parsePolicyDocument(typeof text === "string" ? Buffer.from(text) : text, options);
     const { document, apisHash } = parsed;
     if (apisHash !== undefined && !held.has(apisHash)) {
       held.set(apisHash, {
@@ -54,7 +55,7 @@ function outcomeOf(run: () => PolicyDocument): Outcome {
   }
 }
 
-const sha256 = (text: string) => `sha256:${createHash("sha256").update(text).digest("hex")}`;
+const sha256 = (text: string | Uint8Array) => `sha256:${createHash("sha256").update(text).digest("hex")}`;
 
 const billing = entry([
   ["GET", "/users/{id}"],
@@ -163,6 +164,7 @@ describe("parsePolicyDocument: an apis section known by its exact bytes", () => 
       });
     const variantArb = fc.constantFrom(
       "canonical",
+      "invalid-utf8",
       "spaced",
       "reordered",
       "second-apis",
@@ -170,7 +172,13 @@ describe("parsePolicyDocument: an apis section known by its exact bytes", () => 
       "wrong-hash",
       "array-after",
     );
-    const textOf = (document: PolicyDocument, variant: string, seed: number): string => {
+    const textOf = (document: PolicyDocument, variant: string, seed: number): Buffer => {
+      const text = textVariant(document, variant, seed);
+      const bytes = Buffer.from(text);
+      if (variant === "invalid-utf8") bytes[9 + (seed % Math.max(1, bytes.length - 10))] = 0xff;
+      return bytes;
+    };
+    const textVariant = (document: PolicyDocument, variant: string, seed: number): string => {
       const canonical = canonicalJson(document);
       switch (variant) {
         case "spaced":
@@ -201,14 +209,14 @@ describe("parsePolicyDocument: an apis section known by its exact bytes", () => 
           const holder = sectionHolder();
           for (const [document, variant, seed] of texts) {
             const text = textOf(document, variant, seed);
-            const expected = outcomeOf(() => validatePolicyDocument(JSON.parse(text)));
+            const expected = outcomeOf(() => validatePolicyDocument(JSON.parse(text.toString("utf8"))));
             let hash: string | undefined;
             const actual = outcomeOf(() => {
               const parsed = holder.parse(text);
               hash = parsed.textHash;
               return parsed.document;
             });
-            assert.equal(actual.ok, expected.ok, `${variant}: ${text.slice(0, 200)}`);
+            assert.equal(actual.ok, expected.ok, `${variant}: ${text.toString("utf8", 0, 200)}`);
             if (actual.ok && expected.ok) {
               assert.deepEqual(actual.document, expected.document);
               assert.equal(hash, sha256(text));
