@@ -148,8 +148,6 @@ export interface PolicyInterner {
   knownEntry(entry: unknown): PolicyApiEntry | undefined;
   /** Shared instances alive now (entries and snapshots). */
   readonly size: number;
-  /** Sections held now (tests). */
-  readonly sections: number;
 }
 
 interface Section {
@@ -210,9 +208,6 @@ export function createPolicyInterner(): PolicyInterner {
     knownEntry: (entry) => entries.find(entry),
     get size() {
       return snapshots.size + entries.size;
-    },
-    get sections() {
-      return sectionsByHash.size;
     },
   };
 }
