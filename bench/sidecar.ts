@@ -756,7 +756,7 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     if (partEnabled("proxy")) rows.push(...(await proxyVersusDirect(setup)));
     const maxRss = rss.stop();
     rows.push({
-      measure: `Sidecar RSS under load (max VmRSS; ${SERVER_NODE_FLAGS.join(" ") || "no flags"}${SERVER_ENV.MALLOC_ARENA_MAX === undefined ? "" : ", MALLOC_ARENA_MAX=2, warm NODE_COMPILE_CACHE"})`,
+      measure: `Sidecar RSS under load (max VmRSS; ${SERVER_NODE_FLAGS.join(" ") || "no flags"}${SERVER_ENV.MALLOC_ARENA_MAX === undefined ? "" : `, MALLOC_ARENA_MAX=2, GLIBC_TUNABLES=${SERVER_ENV.GLIBC_TUNABLES}, warm NODE_COMPILE_CACHE`})`,
       sidecar: `${fmt(maxRss / (1024 * 1024), 1)} MB`,
       baseline: "",
       result: "",
