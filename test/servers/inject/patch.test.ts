@@ -104,7 +104,7 @@ describe("buildSidecarPatch on a plain pod", () => {
       seccompProfile: { type: "RuntimeDefault" },
     });
     assert.deepEqual(sidecar.resources, {
-      requests: { cpu: "50m", memory: "160Mi" },
+      requests: { cpu: "50m", memory: "144Mi" },
       limits: { memory: "256Mi" },
     });
   });
