@@ -817,6 +817,7 @@ function setCores(pid: number | undefined, cores: string): void {
  * others, then gives both every core back: the generator's sends and the server's work do not
  * wait for each other's core, and the sidecar and the no-op server get the same placement
  * (issue 30's tail comparison). Other processes on the machine are not moved.
+ * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core.
  */
 async function withGeneratorOwnCore<T>(
   serverPid: number | undefined,
@@ -824,7 +825,7 @@ async function withGeneratorOwnCore<T>(
   run: () => Promise<T>,
 ): Promise<T> {
   const count = cpus().length;
-  if (count < 2) return run();
+  if (count < 2 || process.env.BENCH_SIDECAR_OWN_CORE === "0") return run();
   const last = count - 1;
   setCores(generatorPid, String(last));
   setCores(serverPid, last === 1 ? "0" : `0-${last - 1}`);
