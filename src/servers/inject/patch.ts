@@ -153,10 +153,10 @@ interface EnvVar {
 
 export const SIDECAR_NODE_OPTIONS = "--max-semi-space-size=2 --max-old-space-size=128";
 /**
- * glibc serves allocations of 32 KiB and more by mmap, so they go back to the system when freed:
- * V8's compiler zones grow in 32 KiB segments, and the arena otherwise keeps their peaks (≈ 18 MB
- * under load) resident for good (decision 3041). A lower threshold changes nothing more; 64 KiB
- * misses the segments.
+ * glibc maps an allocation of 32 KiB or more that no freed chunk can hold, instead of growing its
+ * arena, and unmaps it when freed: V8's compiler zones grow in 32 KiB segments, and the arena
+ * otherwise keeps their peaks (≈ 18 MB under load) resident for good (decision 3041). A lower
+ * threshold changes nothing more; 64 KiB misses the segments.
  */
 export const SIDECAR_GLIBC_TUNABLES = "glibc.malloc.mmap_threshold=32768";
 /**
