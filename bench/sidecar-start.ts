@@ -39,6 +39,7 @@ import {
   stopChild,
   track,
   waitForLine,
+  warmCompileCache,
 } from "./lib/processes.ts";
 import type { Stall } from "./lib/stall-probe.ts";
 import type { Table } from "./report.ts";
@@ -473,6 +474,8 @@ export async function benchSidecarStart(options: SidecarStartOptions = {}): Prom
           start.readies.push(await readyRound(start, token, round, idleMs));
         }
       }
+      // The load phase's extra V8 flag: without its own cache that process compiles every module (decision 3041).
+      if (SERVER_ENV.NODE_COMPILE_CACHE !== undefined) await warmCompileCache(["--trace-gc"]);
       const load = await underLoad(sources.env, token, loadMs);
       return tables(starts, load, { rounds, idleMs, loadMs });
     } finally {

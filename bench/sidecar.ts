@@ -5,10 +5,12 @@
  * its own process with the same Node flags), loaded by the same load generator — a third
  * process of its own (see "Load generator" below):
  *
- * - Check at fixed rates (1,000 and 5,000 req/s, 5 s each after a 1 s warm-up), open loop:
+ * - Check at fixed rates (500, 1,000 and 5,000 req/s, 5 s each after a 1 s warm-up), open loop:
  *   round-trip p50/p99 from the *scheduled* send time (coordinated-omission safe), the rate
  *   achieved, and the sidecar's own handler time (its Prometheus
  *   `authority_sidecar_check_duration_seconds` histogram, read before and after the run);
+ *   the generator runs alone on the last core and the measured server (sidecar or no-op alike)
+ *   on the others meanwhile (`taskset`), so neither waits for the other's core;
  * - Check capacity: closed loop, 32 calls outstanding, 3 s, in three alternating sidecar/no-op pairs: calls per second;
  * - CPU per Check call of each server process (and of redis-server), from /proc — the
  *   number that is least disturbed by other jobs on the machine;
@@ -30,9 +32,10 @@
  * send (a pause in the generator, a backlog) counts against the result instead of hiding.
  */
 
-import { fork, spawn } from "node:child_process";
+import { fork, spawn, spawnSync } from "node:child_process";
 import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect, constants as http2Constants } from "node:http2";
+import { cpus } from "node:os";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
@@ -756,7 +759,7 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     if (partEnabled("proxy")) rows.push(...(await proxyVersusDirect(setup)));
     const maxRss = rss.stop();
     rows.push({
-      measure: `Sidecar RSS under load (max VmRSS; ${SERVER_NODE_FLAGS.join(" ") || "no flags"}${SERVER_ENV.MALLOC_ARENA_MAX === undefined ? "" : ", MALLOC_ARENA_MAX=2, warm NODE_COMPILE_CACHE"})`,
+      measure: `Sidecar RSS under load (max VmRSS; ${SERVER_NODE_FLAGS.join(" ") || "no flags"}${SERVER_ENV.MALLOC_ARENA_MAX === undefined ? "" : `, MALLOC_ARENA_MAX=2, GLIBC_TUNABLES=${SERVER_ENV.GLIBC_TUNABLES}, warm NODE_COMPILE_CACHE`})`,
       sidecar: `${fmt(maxRss / (1024 * 1024), 1)} MB`,
       baseline: "",
       result: "",
@@ -800,17 +803,54 @@ async function checkRates(setup: BenchSetup): Promise<SidecarBenchRow[]> {
   return rows;
 }
 
+/**
+ * Sets the cores a process and all its threads may run on (`taskset`, Linux); no-op where it
+ * is missing. Threads started later inherit the set.
+ */
+function setCores(pid: number | undefined, cores: string): void {
+  if (pid === undefined) return;
+  spawnSync("taskset", ["-a", "-cp", cores, String(pid)], { stdio: "ignore" });
+}
+
+/**
+ * Runs `run` with the load generator alone on the last core and the measured server on the
+ * others, then gives both every core back: the generator's sends and the server's work do not
+ * wait for each other's core, and the sidecar and the no-op server get the same placement
+ * (issue 30's tail comparison). Other processes on the machine are not moved.
+ * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core.
+ */
+async function withGeneratorOwnCore<T>(
+  serverPid: number | undefined,
+  generatorPid: number | undefined,
+  run: () => Promise<T>,
+): Promise<T> {
+  const count = cpus().length;
+  if (count < 2 || process.env.BENCH_SIDECAR_OWN_CORE === "0") return run();
+  const last = count - 1;
+  setCores(generatorPid, String(last));
+  setCores(serverPid, last === 1 ? "0" : `0-${last - 1}`);
+  try {
+    return await run();
+  } finally {
+    setCores(serverPid, `0-${last}`);
+    setCores(generatorPid, `0-${last}`);
+  }
+}
+
 async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): Promise<SidecarBenchRow[]> {
   const rows: SidecarBenchRow[] = [];
   const task = { kind: "fixed" as const, rate, durationMs: FIXED_RATE_MS, warmupMs: WARMUP_MS, request };
   const before = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const real = await cpuPerCall(
-    { server: setup.sidecar.child.pid, redis: setup.redisPid, generator: setup.loader.pid },
-    () => setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
+  const real = await withGeneratorOwnCore(setup.sidecar.child.pid, setup.loader.pid, () =>
+    cpuPerCall({ server: setup.sidecar.child.pid, redis: setup.redisPid, generator: setup.loader.pid }, () =>
+      setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
+    ),
   );
   const after = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const base = await cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
-    setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
+  const base = await withGeneratorOwnCore(setup.noop.child.pid, setup.loader.pid, () =>
+    cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
+      setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
+    ),
   );
   const r = real.result;
   const b = base.result;
@@ -853,8 +893,10 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   });
   progress(rows);
   if (setup.before !== undefined) {
-    const other = await cpuPerCall({ server: setup.before.child.pid }, () =>
-      setup.loader.run({ ...task, port: setup.before?.ports.grpc ?? 0 }),
+    const other = await withGeneratorOwnCore(setup.before.child.pid, setup.loader.pid, () =>
+      cpuPerCall({ server: setup.before?.child.pid }, () =>
+        setup.loader.run({ ...task, port: setup.before?.ports.grpc ?? 0 }),
+      ),
     );
     const o = other.result;
     rows.push({

@@ -9,14 +9,15 @@ import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
+import { SIDECAR_GLIBC_TUNABLES, SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 
 /**
  * The servers run with the settings the injector gives the sidecar's container
  * (docs/sidecar.md, "Memory"): its NODE_OPTIONS (SIDECAR_NODE_OPTIONS: a small young
  * generation — V8's otherwise grows to 16–32 MB semi-spaces under allocation-heavy load — and
  * a bounded old generation, which otherwise grows to about twice the live heap),
- * MALLOC_ARENA_MAX=2 (glibc keeps per-thread arenas of freed memory otherwise) and a warm
+ * MALLOC_ARENA_MAX=2 (glibc keeps per-thread arenas of freed memory otherwise), GLIBC_TUNABLES
+ * (SIDECAR_GLIBC_TUNABLES: compiler zones' segments mapped, not kept in the arenas) and a warm
  * NODE_COMPILE_CACHE (compiled code, and no TypeScript stripping at start: its WebAssembly
  * instance alone is ~17 MB). The no-op server gets the same settings, so the comparison is of
  * the work done, not of heap settings. BENCH_SIDECAR_NODE_FLAGS overrides the flags ("" for
@@ -147,10 +148,15 @@ export async function startSidecarProcess(
   };
 }
 
-/** scripts/warm-compile-cache.ts with the servers' Node flags, into SERVER_ENV's cache. */
-export async function warmCompileCache(): Promise<void> {
+/**
+ * scripts/warm-compile-cache.ts with the servers' Node flags, into SERVER_ENV's cache. Node keys
+ * the cache by V8 flags: a server started with more of them (`--trace-gc`) misses a cache filled
+ * without them, and compiles every module again (TypeScript stripping included: ≈ 10 MB more RSS
+ * under load) unless the cache is also filled with `extraFlags`.
+ */
+export async function warmCompileCache(extraFlags: readonly string[] = []): Promise<void> {
   const script = fileURLToPath(new URL("../../scripts/warm-compile-cache.ts", import.meta.url));
-  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, script], {
+  const child = spawn(process.execPath, [...SERVER_NODE_FLAGS, ...extraFlags, script], {
     env: { ...process.env, ...SERVER_ENV },
     stdio: ["ignore", "ignore", "inherit"],
   });
@@ -253,12 +259,14 @@ export function rssBytes(pid: number | undefined): number {
 
 /**
  * The servers' environment of prepareServerEnv(): a warm compile cache in `dir` and
- * MALLOC_ARENA_MAX=2, as the sidecar's container runs (unless BENCH_SIDECAR_PLAIN_ENV=1).
+ * MALLOC_ARENA_MAX=2 and GLIBC_TUNABLES, as the sidecar's container runs (unless
+ * BENCH_SIDECAR_PLAIN_ENV=1).
  */
 export async function prepareServerEnv(dir: string): Promise<void> {
   if (process.env.BENCH_SIDECAR_PLAIN_ENV === "1") return;
   SERVER_ENV.NODE_COMPILE_CACHE = join(dir, "compile-cache");
   SERVER_ENV.MALLOC_ARENA_MAX = "2";
+  SERVER_ENV.GLIBC_TUNABLES = SIDECAR_GLIBC_TUNABLES;
   await warmCompileCache();
 }
 

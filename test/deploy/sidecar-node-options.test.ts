@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { describe, it } from "node:test";
-import { SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
+import { SIDECAR_GLIBC_TUNABLES, SIDECAR_NODE_OPTIONS } from "../../src/servers/inject/patch.ts";
 import { defaultSidecarResources } from "../../src/servers/inject/settings.ts";
 
 /**
@@ -24,6 +24,7 @@ describe("the sidecar's Node settings and memory", () => {
   it("the example manifest's sidecar runs with them", async () => {
     const manifest = await readFile("deploy/kubernetes/example-app.yaml", "utf8");
     assert.match(manifest, new RegExp(`- name: NODE_OPTIONS\\n\\s+value: ${SIDECAR_NODE_OPTIONS}\\n`));
+    assert.match(manifest, new RegExp(`- name: GLIBC_TUNABLES\\n\\s+value: ${SIDECAR_GLIBC_TUNABLES}\\n`));
   });
 
   it("the chart's injected resources are the injector's defaults", async () => {

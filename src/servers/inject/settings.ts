@@ -90,13 +90,14 @@ export interface SidecarSettings {
 export const defaultSidecarImage = (version: string): string => `ghcr.io/authority/authority:${version}`;
 
 /**
- * One sidecar per pod, so small; the memory request is what `make bench ONLY=sidecar-start`
- * measures a sidecar holding at 1,000 Checks/s (RSS ≈ 145 MiB), the limit leaves room for V8's
- * heap limit (SIDECAR_NODE_OPTIONS: 128 MB old generation) above the process's ≈ 75 MB outside
- * the heap (docs/sidecar.md, "Memory"). The chart's `sidecar.resources` repeats them.
+ * One sidecar per pod, so small; the memory request is above what a sidecar holds at 1,000
+ * Checks/s with the injected settings (RSS 119–144 MB, median ≈ 123 MiB; decision 3041), the
+ * limit leaves room for V8's heap limit (SIDECAR_NODE_OPTIONS: 128 MB old generation) above the
+ * process's ≈ 50–75 MB outside the heap (docs/sidecar.md, "Memory"). The chart's
+ * `sidecar.resources` repeats them.
  */
 export const defaultSidecarResources: SidecarResources = {
-  requests: { cpu: "50m", memory: "160Mi" },
+  requests: { cpu: "50m", memory: "144Mi" },
   limits: { memory: "256Mi" },
 };
 

@@ -104,7 +104,7 @@ describe("buildSidecarPatch on a plain pod", () => {
       seccompProfile: { type: "RuntimeDefault" },
     });
     assert.deepEqual(sidecar.resources, {
-      requests: { cpu: "50m", memory: "160Mi" },
+      requests: { cpu: "50m", memory: "144Mi" },
       limits: { memory: "256Mi" },
     });
   });
@@ -122,6 +122,7 @@ describe("buildSidecarPatch on a plain pod", () => {
       "--max-semi-space-size=2 --max-old-space-size=128",
     );
     assert.equal(envValue(sidecar, "MALLOC_ARENA_MAX")?.value, "2");
+    assert.equal(envValue(sidecar, "GLIBC_TUNABLES")?.value, "glibc.malloc.mmap_threshold=32768");
     assert.deepEqual(envValue(sidecar, "AUTHORITY_REDIS_URL"), {
       name: "AUTHORITY_REDIS_URL",
       valueFrom: { secretKeyRef: { name: "authority-redis-url", key: "url" } },
