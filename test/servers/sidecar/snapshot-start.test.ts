@@ -197,6 +197,38 @@ describe("authority sidecar from its start-up snapshot", () => {
     assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
   });
 
+  // Decision 3021: only what the sidecar runs, and a source V8 can hold at one byte a character.
+  it("bundles only the validators the sidecar's modules declare, as ASCII", async () => {
+    const stamp = JSON.parse(await readFile(join(snapshot, STAMP_FILE), "utf8")) as SnapshotStamp;
+    const validators = (sources: readonly string[]) =>
+      sources
+        .filter((source) => /generated-validators\/[0-9a-f]+\.cjs$/.test(source))
+        .map((source) => /([0-9a-f]+)\.cjs$/.exec(source)?.[1])
+        .sort();
+    // what the bundle's own modules declare, in a process that loads nothing else
+    const modules = stamp.sources.filter((source) => source.startsWith("src/") && source.endsWith(".ts"));
+    const declared = spawnSync(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `for (const m of ${JSON.stringify(modules)}) await import("./" + m);
+const { declaredSchemas, schemaKey } = await import("./src/core/schema-validator.ts");
+process.stdout.write(JSON.stringify([...new Set(declaredSchemas().map(schemaKey))].sort()));`,
+      ],
+      { cwd: repo, encoding: "utf8" },
+    );
+    assert.equal(declared.status, 0, declared.stderr);
+    assert.deepEqual(validators(stamp.sources), JSON.parse(declared.stdout));
+    const generated = await readFile(join(repo, "src/core/generated-validators/index.cjs"), "utf8");
+    assert.ok(validators(stamp.sources).length < generated.split("require(").length - 1);
+    const bundle = await readFile(join(snapshot, "sidecar.cjs"));
+    assert.equal(
+      bundle.findIndex((byte) => byte > 0x7f),
+      -1,
+    );
+  });
+
   it("uses a snapshot only when its stamp names this Node and these sources", async () => {
     const stamp = JSON.parse(await readFile(join(snapshot, STAMP_FILE), "utf8")) as SnapshotStamp;
     assert.ok(stamp.sources.includes("src/servers/sidecar/sidecar.ts"));
