@@ -115,6 +115,7 @@ describe("authority sidecar from its start-up snapshot", () => {
     // first, would have started Node again with its own absolute paths.
     assert.deepEqual((await cmdline(sidecar)).filter(Boolean), [
       "node",
+      "--expose-gc",
       "--snapshot-blob",
       join(snapshot, "sidecar.blob"),
       "bin/authority.ts",
@@ -133,10 +134,12 @@ describe("authority sidecar from its start-up snapshot", () => {
     });
     const sidecar = await startSidecarProcess(env, {
       command: process.execPath,
-      // the injected NODE_OPTIONS; --trace-gc is refused there, so all of them as arguments
+      // as bin/authority-sidecar starts it, with the injected NODE_OPTIONS (--trace-gc is refused
+      // there, so all of them as arguments)
       args: [
         ...SIDECAR_NODE_OPTIONS.split(" "),
         "--trace-gc",
+        "--expose-gc",
         "--snapshot-blob",
         join(snapshot, "sidecar.blob"),
         "bin/authority.ts",
