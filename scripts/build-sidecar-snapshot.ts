@@ -2,7 +2,12 @@
  * `make sidecar-snapshot`: the sidecar's V8 start-up snapshot (decision 2799).
  *
  * 1. esbuild bundles scripts/sidecar-snapshot-entry.ts (the sidecar command and everything it
- *    imports) into one CommonJS file: a snapshot's entry can `require` built-ins only.
+ *    imports) into one CommonJS file: a snapshot's entry can `require` built-ins only. Of the
+ *    validators generated at build time (src/core/generated-validators/), only those of the
+ *    schemas the bundle's own modules declare go in. Whitespace and comments are left out and
+ *    the bundle must be ASCII: V8 keeps a script's whole source in the heap as one string, and a
+ *    single character past Latin-1 (a "…" in a comment) stores all of it at two bytes per
+ *    character (decision 3021: the 3.6 MB bundle took 7.3 MB of the blob).
  *    `node:http`, `https`, `http2` and `tls` hold native handles Node cannot write into a
  *    snapshot, so the bundle gets each as a stand-in that loads the real module on first use
  *    (after start) and answers its constant tables (`http2.constants`, `METHODS`, `STATUS_CODES`)
@@ -19,9 +24,9 @@
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { join, relative, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { build, type Plugin } from "esbuild";
+import { type BuildOptions, build, type Plugin } from "esbuild";
 import {
   BLOB_FILE,
   NODE_VERSION_FILE,
@@ -88,6 +93,38 @@ const snapshotSafe: Plugin = {
   },
 };
 
+/**
+ * The keys of the schemas that the bundle's modules of src/ declare (each schema given to
+ * compileSchema is a module-level constant: importing a module declares its schemas).
+ */
+async function declaredSchemaKeys(options: BuildOptions): Promise<ReadonlySet<string>> {
+  const { metafile } = await build({ ...options, write: false, metafile: true });
+  for (const input of Object.keys(metafile.inputs)) {
+    if (input.startsWith("src/") && input.endsWith(".ts"))
+      await import(pathToFileURL(join(ROOT, input)).href);
+  }
+  const { declaredSchemas, schemaKey } = await import("../src/core/schema-validator.ts");
+  return new Set(declaredSchemas().map(schemaKey));
+}
+
+/** The generated validators' index with only the keys given: the others stay out of the bundle. */
+function onlyValidators(keys: ReadonlySet<string>): Plugin {
+  return {
+    name: "only-declared-validators",
+    setup(builder) {
+      builder.onLoad({ filter: /[\\/]generated-validators[\\/]index\.cjs$/ }, (args) => {
+        const index = require(args.path) as Record<string, unknown>;
+        const kept = Object.keys(index).filter((key) => keys.has(key));
+        return {
+          contents: `"use strict";\nmodule.exports = {\n${kept.map((key) => `  "${key}": () => require("./${key}.cjs"),`).join("\n")}\n};\n`,
+          loader: "js",
+          resolveDir: dirname(args.path),
+        };
+      });
+    },
+  };
+}
+
 function filesUnder(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { recursive: true, withFileTypes: true })
     .filter((entry) => entry.isFile())
@@ -99,7 +136,7 @@ mkdirSync(out, { recursive: true });
 rmSync(join(out, STAMP_FILE), { force: true });
 rmSync(join(out, NODE_VERSION_FILE), { force: true });
 const bundle = join(out, "sidecar.cjs");
-const result = await build({
+const options: BuildOptions = {
   absWorkingDir: ROOT,
   entryPoints: ["scripts/sidecar-snapshot-entry.ts"],
   bundle: true,
@@ -107,10 +144,23 @@ const result = await build({
   format: "cjs",
   target: "node24",
   outfile: bundle,
-  metafile: true,
+  minifyWhitespace: true,
   plugins: [snapshotSafe],
   logLevel: "warning",
+};
+const keys = await declaredSchemaKeys(options);
+const result = await build({
+  ...options,
+  metafile: true,
+  plugins: [snapshotSafe, onlyValidators(keys)],
 });
+// read byte by byte: any byte of a multi-byte UTF-8 character is in this range
+const notAscii = /[\u0080-\u00ff]/.exec(readFileSync(bundle, "latin1"));
+if (notAscii !== null) {
+  throw new Error(
+    `the sidecar bundle is not ASCII at byte ${String(notAscii.index)}: its source would take two bytes per character in the snapshot`,
+  );
+}
 const snapshot = spawnSync(
   process.execPath,
   ["--snapshot-blob", join(out, BLOB_FILE), "--build-snapshot", bundle],

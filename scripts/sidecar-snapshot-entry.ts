@@ -10,7 +10,7 @@ import { startupSnapshot } from "node:v8";
 import { Command } from "commander";
 import { register } from "../src/cli/commands/sidecar.ts";
 import { checkSnapshotInMain } from "../src/cli/sidecar-snapshot.ts";
-import { warmCompiledParts } from "../src/servers/sidecar/warm-decision.ts";
+import { takeExposedGc, warmCompiledParts } from "../src/servers/sidecar/warm-decision.ts";
 
 warmCompiledParts();
 // The command and its options are built here too (static defaults only: the environment and the
@@ -19,6 +19,7 @@ const program = new Command("authority");
 register(program);
 
 startupSnapshot.setDeserializeMainFunction(() => {
+  takeExposedGc();
   checkSnapshotInMain();
   program.parseAsync(process.argv.slice(2), { from: "user" }).catch((error: unknown) => {
     process.stderr.write(`authority: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -13,6 +13,13 @@ import { dirname, join, resolve } from "node:path";
  * anything else is loaded.
  */
 
+/**
+ * A start from the blob runs with V8's `gc` (bin/authority-sidecar passes it too): the warm-up
+ * collects the start-up heap once before ready (decision 3021). A start from the sources goes
+ * without it (its compile cache is keyed by the V8 flags).
+ */
+const EXPOSE_GC = "--expose-gc";
+
 export const SNAPSHOT_DIR = "build/sidecar-snapshot";
 export const BLOB_FILE = "sidecar.blob";
 export const STAMP_FILE = "snapshot.json";
@@ -101,7 +108,7 @@ export function startSidecarFromSnapshot(root: string): void {
     const execve = replaceItself();
     if (execve !== undefined) {
       // argv[1] (this entry) stays: the blob's main finds the sources it must match from it.
-      const args = [...process.execArgv, "--snapshot-blob", choice.blob, ...process.argv.slice(1)];
+      const args = [...process.execArgv, EXPOSE_GC, "--snapshot-blob", choice.blob, ...process.argv.slice(1)];
       execve(process.execPath, [process.execPath, ...args], process.env);
     }
     choice = { use: "sources", reason: "this Node cannot start another process in its place" };
@@ -138,7 +145,9 @@ export function checkSnapshotInMain(): void {
     process.stderr.write("authority: this Node cannot start the sidecar from its sources in its place\n");
     process.exit(1);
   }
-  const flags = process.execArgv.filter((_, index) => index !== flagAt && index !== flagAt + 1);
+  const flags = process.execArgv.filter(
+    (flag, index) => index !== flagAt && index !== flagAt + 1 && flag !== EXPOSE_GC,
+  );
   execve(process.execPath, [process.execPath, ...flags, entry, ...process.argv.slice(2)], {
     ...process.env,
     [SNAPSHOT_ENV]: "off",

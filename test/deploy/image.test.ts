@@ -170,6 +170,7 @@ describe("the image builds from deploy/Containerfile, and its sidecar starts, be
     const args = (await readFile(`/proc/${pid}/cmdline`, "utf8")).split("\0").filter(Boolean);
     assert.deepEqual(args, [
       "node",
+      "--expose-gc",
       "--snapshot-blob",
       "/app/bin/../build/sidecar-snapshot/sidecar.blob",
       "/app/bin/authority.ts",

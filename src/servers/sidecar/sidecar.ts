@@ -38,7 +38,7 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { tracedCheck } from "./tracing.ts";
-import { warmDecisionPath } from "./warm-decision.ts";
+import { collectStartUpGarbage, warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
 /**
@@ -430,6 +430,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     run: async () => {
       await new Promise((resolve) => setImmediate(resolve));
       await warmDecisionPath();
+      collectStartUpGarbage();
     },
   });
   let grpcTarget: string | undefined;

@@ -13,6 +13,7 @@ import {
   type SnapshotStamp,
   STAMP_FILE,
 } from "../../../src/cli/sidecar-snapshot.ts";
+import { SIDECAR_NODE_OPTIONS } from "../../../src/servers/inject/patch.ts";
 import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
@@ -114,12 +115,45 @@ describe("authority sidecar from its start-up snapshot", () => {
     // first, would have started Node again with its own absolute paths.
     assert.deepEqual((await cmdline(sidecar)).filter(Boolean), [
       "node",
+      "--expose-gc",
       "--snapshot-blob",
       join(snapshot, "sidecar.blob"),
       "bin/authority.ts",
       "sidecar",
     ]);
     assert.doesNotMatch(sidecar.peer.output(), /start-up snapshot not used/);
+  });
+
+  // Decision 3021: V8 sets the first old-generation limit of a deserialized heap a few MB above
+  // it, so its first mark-compact fell on the first Check after ready (20–40 ms of that Check's
+  // CPU). The warm-up collects the start-up heap before ready instead.
+  it("collects its start-up heap before /readyz says ready: no mark-compact in the first Check after it", async () => {
+    const env = await sidecarProcessEnv(world, dir.path, {
+      [SNAPSHOT_ENV]: snapshot,
+      AUTHORITY_SIDECAR_JOURNAL_DIR: join(dir.path, `journal-${started.length}`),
+    });
+    const sidecar = await startSidecarProcess(env, {
+      command: process.execPath,
+      // as bin/authority-sidecar starts it, with the injected NODE_OPTIONS (--trace-gc is refused
+      // there, so all of them as arguments)
+      args: [
+        ...SIDECAR_NODE_OPTIONS.split(" "),
+        "--trace-gc",
+        "--expose-gc",
+        "--snapshot-blob",
+        join(snapshot, "sidecar.blob"),
+        "bin/authority.ts",
+        "sidecar",
+      ],
+    });
+    started.push(sidecar);
+    await sidecar.untilReady();
+    const beforeCheck = sidecar.peer.output();
+    const response = await check(sidecar.ports.grpc, world.tokens.agent);
+    assert.equal(response.status.code, 0, JSON.stringify(response));
+    const duringCheck = sidecar.peer.output().slice(beforeCheck.length);
+    assert.match(beforeCheck, /Mark-Compact[^\n]*testing/, "the warm-up's collection, before ready");
+    assert.doesNotMatch(duringCheck, /Mark-Compact/, duringCheck);
   });
 
   it("bin/authority-sidecar with a stale blob: its main starts the sources instead and says why", async () => {
@@ -164,6 +198,38 @@ describe("authority sidecar from its start-up snapshot", () => {
     const sidecar = await startAndCheck(stale);
     assert.ok(!(await cmdline(sidecar)).includes("--snapshot-blob"));
     assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
+  });
+
+  // Decision 3021: only what the sidecar runs, and a source V8 can hold at one byte a character.
+  it("bundles only the validators the sidecar's modules declare, as ASCII", async () => {
+    const stamp = JSON.parse(await readFile(join(snapshot, STAMP_FILE), "utf8")) as SnapshotStamp;
+    const validators = (sources: readonly string[]) =>
+      sources
+        .filter((source) => /generated-validators\/[0-9a-f]+\.cjs$/.test(source))
+        .map((source) => /([0-9a-f]+)\.cjs$/.exec(source)?.[1])
+        .sort();
+    // what the bundle's own modules declare, in a process that loads nothing else
+    const modules = stamp.sources.filter((source) => source.startsWith("src/") && source.endsWith(".ts"));
+    const declared = spawnSync(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `for (const m of ${JSON.stringify(modules)}) await import("./" + m);
+const { declaredSchemas, schemaKey } = await import("./src/core/schema-validator.ts");
+process.stdout.write(JSON.stringify([...new Set(declaredSchemas().map(schemaKey))].sort()));`,
+      ],
+      { cwd: repo, encoding: "utf8" },
+    );
+    assert.equal(declared.status, 0, declared.stderr);
+    assert.deepEqual(validators(stamp.sources), JSON.parse(declared.stdout));
+    const generated = await readFile(join(repo, "src/core/generated-validators/index.cjs"), "utf8");
+    assert.ok(validators(stamp.sources).length < generated.split("require(").length - 1);
+    const bundle = await readFile(join(snapshot, "sidecar.cjs"));
+    assert.equal(
+      bundle.findIndex((byte) => byte > 0x7f),
+      -1,
+    );
   });
 
   it("uses a snapshot only when its stamp names this Node and these sources", async () => {
