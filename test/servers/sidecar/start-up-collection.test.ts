@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { describe, it } from "node:test";
 import { collectStartUpGarbage, takeExposedGc } from "../../../src/servers/sidecar/warm-decision.ts";
 
@@ -22,5 +23,32 @@ describe("the start-up collection's gc", () => {
     } finally {
       global.gc = before;
     }
+  });
+
+  // V8 installs `gc` in every context it creates while --expose-gc is set: a new vm context or a
+  // worker thread would hand it to any code after the main took it off its own global.
+  it("is not reachable afterwards through a new vm context or a worker thread", () => {
+    const script = `
+      import { runInNewContext } from "node:vm";
+      import { Worker } from "node:worker_threads";
+      import { once } from "node:events";
+      const { takeExposedGc, collectStartUpGarbage } = await import(${JSON.stringify(
+        new URL("../../../src/servers/sidecar/warm-decision.ts", import.meta.url).href,
+      )});
+      takeExposedGc();
+      const worker = new Worker("require('node:worker_threads').parentPort.postMessage(typeof gc)", { eval: true, execArgv: [] });
+      const [inWorker] = await once(worker, "message");
+      collectStartUpGarbage();
+      process.stdout.write(JSON.stringify({ global: typeof gc, context: runInNewContext("typeof gc"), worker: inWorker }));
+    `;
+    const child = spawnSync(process.execPath, ["--expose-gc", "--input-type=module", "-e", script], {
+      encoding: "utf8",
+    });
+    assert.equal(child.status, 0, child.stderr);
+    assert.deepEqual(JSON.parse(child.stdout), {
+      global: "undefined",
+      context: "undefined",
+      worker: "undefined",
+    });
   });
 });
