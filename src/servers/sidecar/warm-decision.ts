@@ -1,3 +1,4 @@
+import { setFlagsFromString } from "node:v8";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { CapabilityError, validateCapability } from "../../core/capability.ts";
 import {
@@ -180,13 +181,16 @@ let fullCollection: (() => void) | undefined;
 /**
  * A start from the snapshot runs with `--expose-gc` (bin/authority-sidecar): its main takes V8's
  * `gc` for collectStartUpGarbage() before any other code runs and leaves the global `undefined`
- * (V8 makes it non-configurable, so it cannot be deleted).
+ * (V8 makes it non-configurable, so it cannot be deleted). The flag is turned off too: V8 puts
+ * `gc` on the global of every context it creates while it is set (a `vm` context, a worker
+ * thread's), which would hand it to any code again.
  */
 export function takeExposedGc(): void {
   const global = globalThis as { gc?: unknown };
   if (typeof global.gc !== "function") return;
   fullCollection = global.gc as () => void;
   global.gc = undefined;
+  setFlagsFromString("--no-expose-gc");
 }
 
 /**
