@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import {
   buildSidecarPatch,
+  capabilityMapAnnotation,
   escapeJsonPointer,
   PodAnnotationError,
   planInjection,
+  SIDECAR_GLIBC_TUNABLES,
+  SIDECAR_NODE_OPTIONS,
   sidecarContainer,
   sidecarContainerName,
 } from "../../../src/servers/inject/patch.ts";
@@ -445,5 +449,63 @@ describe("the sidecar's drain on SIGTERM", () => {
     const long = loadPod("plain-pod");
     long.spec = { ...(long.spec as Obj), terminationGracePeriodSeconds: 120 };
     assert.equal(graceOf(injectAndCheck(long, settings)), 120);
+  });
+});
+
+// Decision 3041 injects GLIBC_TUNABLES beside NODE_OPTIONS and MALLOC_ARENA_MAX: only into the
+// sidecar's own container, always the same values, whatever the pod carries.
+describe("the sidecar's process environment against the pod's own", () => {
+  it("is set once, from settings alone: no pod env or annotation reaches or merges into it (property)", () => {
+    const names = ["GLIBC_TUNABLES", "NODE_OPTIONS", "MALLOC_ARENA_MAX", "LD_PRELOAD"];
+    const valueArb = fc.oneof(
+      fc.string(),
+      fc.constantFrom(
+        "glibc.malloc.tcache_count=0:glibc.rtld.nns=1",
+        "--require=/tmp/evil.js",
+        '{"billing-api":"x\\nGLIBC_TUNABLES=glibc.malloc.check=3"}',
+        "x\nGLIBC_TUNABLES=glibc.malloc.check=3",
+      ),
+    );
+    const annotationKeyArb = fc.constantFrom(
+      capabilityMapAnnotation,
+      "authority.io/glibc-tunables",
+      "authority.io/env",
+      "authority.io/node-options",
+      "prometheus.io/scrape",
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.constantFrom(...names), valueArb), { maxLength: 4 }),
+        fc.dictionary(annotationKeyArb, valueArb, { maxKeys: 4 }),
+        (appEnv, annotations) => {
+          const pod = loadPod("plain-pod");
+          const spec = pod.spec as Obj;
+          const app = {
+            ...(containersOf(pod)[0] as Obj),
+            env: appEnv.map(([name, value]) => ({ name, value })),
+          };
+          pod.spec = { ...spec, containers: [app, ...containersOf(pod).slice(1)] };
+          pod.metadata = { ...(pod.metadata as Obj), annotations: { ...annotationsOf(pod), ...annotations } };
+          let patch: ReturnType<typeof buildSidecarPatch>;
+          try {
+            patch = buildSidecarPatch(pod, chartLikeSettings);
+          } catch (error) {
+            assert.ok(error instanceof PodAnnotationError, String(error));
+            return;
+          }
+          const patched = applyJsonPatch(pod, patch);
+          assert.deepEqual(containersOf(patched)[0], app, "the workload's container is left as it was");
+          const sidecar = containerNamed(patched, sidecarContainerName);
+          const env = envOf(sidecar);
+          assert.equal(new Set(env.map((e) => e.name)).size, env.length, "each variable once");
+          assert.equal(envValue(sidecar, "GLIBC_TUNABLES")?.value, SIDECAR_GLIBC_TUNABLES);
+          assert.equal(envValue(sidecar, "NODE_OPTIONS")?.value, SIDECAR_NODE_OPTIONS);
+          assert.equal(envValue(sidecar, "MALLOC_ARENA_MAX")?.value, "2");
+          assert.equal(envValue(sidecar, "LD_PRELOAD"), undefined);
+          assert.equal(sidecar?.envFrom, undefined);
+        },
+      ),
+      { numRuns: 200 },
+    );
   });
 });
