@@ -163,6 +163,8 @@ describe("authority sidecar from its start-up snapshot", () => {
     });
     const sidecar = await startAndCheck(stale, script);
     assert.ok(!(await cmdline(sidecar)).includes("--snapshot-blob"));
+    // decision 3021: V8's gc only for a start from the blob
+    assert.ok(!(await cmdline(sidecar)).includes("--expose-gc"));
     assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
   });
 
@@ -170,6 +172,8 @@ describe("authority sidecar from its start-up snapshot", () => {
     const missing = await copyOf("script-no-blob", (copy) => rm(join(copy, "sidecar.blob")));
     const withoutBlob = await startAndCheck(missing, script);
     assert.ok(!(await cmdline(withoutBlob)).includes("--snapshot-blob"));
+    // decision 3021: V8's gc only for a start from the blob
+    assert.ok(!(await cmdline(withoutBlob)).includes("--expose-gc"));
     assert.match(withoutBlob.peer.output(), /"reason":"the blob is missing"/);
     // Another Node would refuse the blob and exit (no fallback there): the script asks first.
     const otherNode = await copyOf("script-other-node", async (copy) => {
@@ -179,6 +183,8 @@ describe("authority sidecar from its start-up snapshot", () => {
     });
     const fromOtherNode = await startAndCheck(otherNode, script);
     assert.ok(!(await cmdline(fromOtherNode)).includes("--snapshot-blob"));
+    // decision 3021: V8's gc only for a start from the blob
+    assert.ok(!(await cmdline(fromOtherNode)).includes("--expose-gc"));
     assert.match(fromOtherNode.peer.output(), /"reason":"built by Node v24.0.0-other, running v/);
   });
 
@@ -197,6 +203,8 @@ describe("authority sidecar from its start-up snapshot", () => {
     await writeFile(join(stale, STAMP_FILE), JSON.stringify({ ...stamp, sha256: "0".repeat(64) }));
     const sidecar = await startAndCheck(stale);
     assert.ok(!(await cmdline(sidecar)).includes("--snapshot-blob"));
+    // decision 3021: V8's gc only for a start from the blob
+    assert.ok(!(await cmdline(sidecar)).includes("--expose-gc"));
     assert.match(sidecar.peer.output(), /"reason":"the sources changed since the snapshot was built"/);
   });
 
