@@ -88,7 +88,7 @@ const documentArb = fc
     v2: fc.boolean(),
     // a few sections, so that most loads find one held
     picks: fc.oneof(
-      fc.constantFrom([0, 1], [2, 3], [3], []),
+      fc.constantFrom<number[]>([0, 1], [2, 3], [3], []),
       fc.uniqueArray(fc.integer({ min: 0, max: pool.length - 1 }), { maxLength: 4 }),
     ),
     subjectId: fc.constantFrom("agent-1", "agent-2", "agent-3", "x],"),
