@@ -186,6 +186,10 @@ describe("shared apis sections under attack (the real interner)", () => {
             if (actual.ok && expected.ok && fromString.ok) {
               assert.deepEqual(actual.document, expected.document, where);
               assert.deepEqual(fromString.document, expected.document, where);
+              // A record's document_hash binds the same text on both sides; only bytes that are
+              // not UTF-8 (which no signer here writes) hash apart: the sidecar binds them as signed.
+              if (Buffer.from(text).equals(bytes))
+                assert.equal(parsePolicyDocument(text).textHash, sha256(bytes), where);
             }
           }
         },
