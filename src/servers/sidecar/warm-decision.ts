@@ -175,7 +175,7 @@ function warmCheckCodec(): void {
   );
 }
 
-/** V8's `gc`, taken off the global by `takeExposedGc()`; the warm-up's alone. */
+/** V8's `gc`, taken off the global by `takeExposedGc()`; the warm-up's alone, for one collection. */
 let fullCollection: (() => void) | undefined;
 
 /**
@@ -204,5 +204,7 @@ export function takeExposedGc(): void {
  * memory reducer run two more mark-compacts eight seconds later.
  */
 export function collectStartUpGarbage(): void {
-  fullCollection?.();
+  const collect = fullCollection;
+  fullCollection = undefined; // once: not a full-heap pause on demand for whatever runs later
+  collect?.();
 }
