@@ -199,6 +199,35 @@ describe("shared apis sections under attack (the real interner)", () => {
     assert.ok(sectionsTaken > 40, `held sections taken: ${sectionsTaken}`);
   });
 
+  it("refuses what JSON.parse + validation refuse with the same error, short texts too (property)", () => {
+    const errorOf = (run: () => unknown): string => {
+      try {
+        run();
+        return "none";
+      } catch (error) {
+        return error instanceof Error ? error.constructor.name : typeof error;
+      }
+    };
+    const { options } = sidecarLike();
+    const bytesArb = fc.oneof(
+      fc
+        .constantFrom("", "{", "{}", "[]", "1", '{"apis"', '{"apis":', '{"apis":[', '{"apis":[],"')
+        .map((text) => Buffer.from(text)),
+      fc.uint8Array({ maxLength: 12 }).map((bytes) => Buffer.from(bytes)),
+    );
+    fc.assert(
+      fc.property(bytesArb, (bytes) => {
+        const expected = errorOf(() => validatePolicyDocument(JSON.parse(bytes.toString("utf8"))));
+        assert.equal(
+          errorOf(() => parsePolicyDocument(bytes, options)),
+          expected,
+          JSON.stringify(bytes.toString()),
+        );
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it("a held section is deep-frozen: one holder cannot change what another subject's decision reads", () => {
     const sidecar = sidecarLike();
     const first = sidecar.load(Buffer.from(canonicalJson(policyV1([billing, payments]))));
