@@ -246,7 +246,8 @@ const SECTION_START = Buffer.from(`${APIS_OPENING}[`);
  * known). The split falls after an ASCII `]`, so decoding the two parts apart decodes the whole.
  */
 function splitApisSection(bytes: Buffer): { readonly end: number; readonly rest: object } | undefined {
-  if (bytes.compare(SECTION_START, 0, SECTION_START.length, 0, SECTION_START.length) !== 0) return undefined;
+  // subarray, not compare(): compare throws a RangeError on a text shorter than the opening
+  if (!bytes.subarray(0, SECTION_START.length).equals(SECTION_START)) return undefined;
   const end = bytes.lastIndexOf('],"') + 1;
   if (end <= APIS_OPENING.length) return undefined;
   const restText = `${APIS_OPENING}[]${bytes.toString("utf8", end)}`;
