@@ -199,7 +199,7 @@ describe("shared apis sections under attack (the real interner)", () => {
     assert.ok(sectionsTaken > 40, `held sections taken: ${sectionsTaken}`);
   });
 
-  it("refuses what JSON.parse + validation refuse with the same error, short texts too (property)", () => {
+  it("refuses what JSON.parse + validation refuse with the same error, short or deep texts too (property)", () => {
     const errorOf = (run: () => unknown): string => {
       try {
         run();
@@ -214,6 +214,12 @@ describe("shared apis sections under attack (the real interner)", () => {
         .constantFrom("", "{", "{}", "[]", "1", '{"apis"', '{"apis":', '{"apis":[', '{"apis":[],"')
         .map((text) => Buffer.from(text)),
       fc.uint8Array({ maxLength: 12 }).map((bytes) => Buffer.from(bytes)),
+      // nested past what a recursive walk (JSON.stringify of an entry looked up) can take
+      fc
+        .constantFrom(
+          `{"apis":[${"[".repeat(1e5)}${"]".repeat(1e5)}],"schema_version":"authority-user-policy-v1"}`,
+        )
+        .map((text) => Buffer.from(text)),
     );
     fc.assert(
       fc.property(bytesArb, (bytes) => {
