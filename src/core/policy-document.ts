@@ -163,13 +163,26 @@ export interface PolicyValidationOptions {
 const MAX_APIS = 1024;
 
 /**
+ * The held entry for an unvalidated `entry`, or undefined; a lookup that cannot take it (nested
+ * past a recursive walk's stack) leaves it to the schema, which refuses it as JSON.parse +
+ * validation would.
+ */
+function lookUp(knownEntry: NonNullable<PolicyValidationOptions["knownEntry"]>, entry: unknown) {
+  try {
+    return knownEntry(entry);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * The document with its known entries set aside: what the schema still has to check (the
  * others), and how to put the known ones back in their places.
  */
 function setAsideKnown(doc: Record<string, unknown>, knownEntry: PolicyValidationOptions["knownEntry"]) {
   const apis = doc.apis;
   if (knownEntry === undefined || !Array.isArray(apis) || apis.length > MAX_APIS) return undefined;
-  const found = apis.map((entry) => knownEntry(entry));
+  const found = apis.map((entry) => lookUp(knownEntry, entry));
   if (found.every((entry) => entry === undefined)) return undefined;
   const shell = { ...doc, apis: apis.filter((_, i) => found[i] === undefined) };
   const merge = (checked: readonly PolicyApiEntry[]): PolicyApiEntry[] => {
