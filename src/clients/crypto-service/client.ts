@@ -416,9 +416,14 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     try {
       const split = splitBinaryBody(bytes);
       const payload = jsonObject(split.head, answer.status);
-      return split.bytes.length === 0
+      const blob = split.bytes;
+      // A view, not a copy: the whole answer (the plaintext in it) is wiped below.
+      return blob.length === 0
         ? payload
-        : { ...payload, signed_blob: Buffer.from(split.bytes).toString("base64") };
+        : {
+            ...payload,
+            signed_blob: Buffer.from(blob.buffer, blob.byteOffset, blob.length).toString("base64"),
+          };
     } catch (error) {
       if (error instanceof CryptoClientError) throw error;
       throw new CryptoClientError("upstream_error", { status: answer.status, cause: error });

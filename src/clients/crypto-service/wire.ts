@@ -235,7 +235,8 @@ export function parseBinaryActionRequest(head: unknown, envelope: Uint8Array): A
     });
   }
   const request = parseActionRequest({ ...head, encrypted_data: "bytes" });
-  return { ...request, encryptedData: envelope } as ActionRequest;
+  if (request.kind !== "decrypt-verify") throw invalid('A binary body is for the actions ["d","v"] only.');
+  return { ...request, encryptedData: envelope };
 }
 
 export function parseActionRequest(body: unknown): ActionRequest {

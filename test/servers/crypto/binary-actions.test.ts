@@ -142,11 +142,17 @@ describe("crypto service: binary decrypt-verify bodies", () => {
   });
 
   it("gives the client the same result over both formats, and the same refusals", async () => {
+    // Both transports: undici's kept-alive agent and an injected fetch.
+    const viaFetch = createCryptoClient({
+      baseUrl: env.cryptoUrl,
+      timeoutMs: 10_000,
+      binaryBodies: true,
+      fetch: globalThis.fetch,
+    });
     for (const options of [{ purpose: "authority-policy/v1" }, { signedBlob: false }, {}]) {
-      assert.deepEqual(
-        await binaryClient().decryptVerify(credentials, sealed, options),
-        await jsonClient().decryptVerify(credentials, sealed, options),
-      );
+      const expected = await jsonClient().decryptVerify(credentials, sealed, options);
+      assert.deepEqual(await binaryClient().decryptVerify(credentials, sealed, options), expected);
+      assert.deepEqual(await viaFetch.decryptVerify(credentials, sealed, options), expected);
     }
     const tampered = Buffer.from(sealed, "base64");
     tampered[tampered.length - 40] = (tampered[tampered.length - 40] ?? 0) ^ 1;
