@@ -25,9 +25,9 @@ export interface CryptoServerOptions {
   /** How long a verified bearer token is remembered (default 60 s; 0 verifies every call). */
   readonly tokenCacheMaxAgeMs?: number;
   /**
-   * Worker threads for sign-encrypt, started at the first such call (default: the available
-   * parallelism, 1 to 4). 0: it runs on the event loop with only the ML-DSA step on the libuv
-   * thread pool, as decrypt-verify always does (decision 3011).
+   * Worker threads for sign-encrypt and decrypt-verify, started at the first such call
+   * (default: the available parallelism, 1 to 4). 0: they run on the event loop with only
+   * the ML-DSA step on the libuv thread pool.
    */
   readonly workerThreads?: number;
 }

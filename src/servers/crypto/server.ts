@@ -153,16 +153,14 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
     now: config.now,
     cacheTtlMs: config.ownerCacheTtlMs,
   });
-  // Sign-encrypt runs whole on worker threads (started at first use): its ML-DSA signature
-  // (~1 ms) dwarfs the hop. Decrypt-verify does not: its verification (~0.2 ms) goes to the
-  // libuv thread pool as a native job and the rest (~0.1 ms) stays here, which costs less CPU in
-  // all than a worker job's two messages and wake-ups (decision 3011).
+  // Sign-encrypt and decrypt-verify run whole on worker threads (started at first use):
+  // the event loop, which also serves HTTP, only passes messages.
   const pool =
     config.workerThreads === 0 ? undefined : createCryptoWorkerPool({ size: config.workerThreads });
   const actions = createActionService({
     registry,
     now: config.now,
-    ...(pool === undefined ? {} : { signEngine: pool }),
+    ...(pool === undefined ? {} : { signEngine: pool, verifyEngine: pool }),
   });
   const verifier: JwtVerifier = cachingVerifier(config.verifier, { maxAgeMs: config.tokenCacheMaxAgeMs });
 
