@@ -2,9 +2,8 @@
  * Managed crypto API throughput: the four operations with 1 KB payloads at concurrency 16,
  * end to end (HTTPS managed API → token cache → upstream crypto service → ML-KEM / ML-DSA),
  * everything in this process on ephemeral ports: both servers share one event loop (in a
- * deployment they are two processes), the crypto service's sign-encrypt on its worker threads
- * and decrypt-verify's ML-KEM and ML-DSA steps on the libuv thread pool (decision 3011), the load
- * generator on a thread of its own. Targets: ≥ 500
+ * deployment they are two processes), the crypto service's sign-encrypt and decrypt-verify
+ * run on its worker threads, the load generator on a thread of its own. Targets: ≥ 500
  * sign-encrypt/s and ≥ 2,000 decrypt-verify/s.
  */
 
