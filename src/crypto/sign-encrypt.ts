@@ -386,8 +386,8 @@ export function decryptVerify(
 
 /**
  * `decryptVerify` with the ML-KEM decapsulation and the ML-DSA verification on the libuv
- * thread pool; the payload is hashed meanwhile (its digest is compared only after the signature has verified). Same
- * result and same `CryptoError` codes as `decryptVerify`.
+ * thread pool; the payload is hashed meanwhile (its digest is compared only after the
+ * signature has verified). Same result and same `CryptoError` codes as `decryptVerify`.
  */
 export async function decryptVerifyAsync(
   envelope: string | Uint8Array | ParsedEnvelope,
