@@ -177,8 +177,39 @@ export function unwrapContentKey(privateKey: KeyObject, header: ParsedEnvelopeHe
     // secret, which then fails the nonce check here or the AEAD tag when opening.
     sharedSecret = decapsulate(privateKey, header.kemCiphertext);
   } catch (cause) {
-    throw new CryptoError("crypto_decrypt_failed", { detail: "decapsulation", cause });
+    throw decapsulationFailed(cause);
   }
+  return contentKeyOf(sharedSecret, header);
+}
+
+/**
+ * `unwrapContentKey` with the decapsulation on the libuv thread pool (node:crypto's callback
+ * form); the same checks and the same `CryptoError`s.
+ */
+export async function unwrapContentKeyAsync(
+  privateKey: KeyObject,
+  header: ParsedEnvelopeHeader,
+): Promise<Buffer> {
+  assertKey(privateKey, KEM_ALGORITHM, "private");
+  const sharedSecret = await new Promise<Buffer>((resolve, reject) => {
+    try {
+      decapsulate(privateKey, header.kemCiphertext, (error, secret) => {
+        if (error === null || error === undefined) resolve(secret);
+        else reject(decapsulationFailed(error));
+      });
+    } catch (cause) {
+      reject(decapsulationFailed(cause));
+    }
+  });
+  return contentKeyOf(sharedSecret, header);
+}
+
+function decapsulationFailed(cause: unknown): CryptoError {
+  return new CryptoError("crypto_decrypt_failed", { detail: "decapsulation", cause });
+}
+
+/** The key schedule and the nonce check; the shared secret is wiped. */
+function contentKeyOf(sharedSecret: Buffer, header: ParsedEnvelopeHeader): Buffer {
   const { key, baseNonce } = deriveKeys(sharedSecret, header.keyId, header.info);
   sharedSecret.fill(0);
   if (!timingSafeEqual(baseNonce, asBuffer(header.nonce))) {
@@ -224,14 +255,29 @@ export function openWithContentKey(
  * change to the header, key id, KEM ciphertext, nonce, body or tag throws, with no output.
  */
 export function open(options: OpenOptions): Uint8Array {
+  const { privateKey, envelope } = addressed(options);
+  return openWith(unwrapContentKey(privateKey, envelope), envelope, options.aad);
+}
+
+/** `open` with the decapsulation on the libuv thread pool; the same checks and errors. */
+export async function openAsync(options: OpenOptions): Promise<Uint8Array> {
+  const { privateKey, envelope } = addressed(options);
+  return openWith(await unwrapContentKeyAsync(privateKey, envelope), envelope, options.aad);
+}
+
+function addressed(options: OpenOptions): { privateKey: KeyObject; envelope: ParsedEnvelope } {
   const privateKey = assertKey(options.recipientPrivateKey, KEM_ALGORITHM, "private");
   const envelope = toParsedEnvelope(options.envelope);
   if (options.recipientKeyId !== undefined && envelope.keyId !== options.recipientKeyId) {
     throw new CryptoError("crypto_wrong_recipient");
   }
-  const key = unwrapContentKey(privateKey, envelope);
+  return { privateKey, envelope };
+}
+
+/** Opens with the content key, which is wiped after. */
+function openWith(key: Buffer, envelope: ParsedEnvelope, aad: OpenOptions["aad"]): Uint8Array {
   try {
-    return openWithContentKey(envelope, key, options.aad);
+    return openWithContentKey(envelope, key, aad);
   } finally {
     key.fill(0);
   }

@@ -17,7 +17,7 @@ import type { KeyObject } from "node:crypto";
 import { toBytes } from "./bytes.ts";
 import { assertKeyId, type ParsedEnvelope, serializeEnvelope } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
-import { createSealer, open, openWithContentKey, type Sealer, toParsedEnvelope } from "./kem.ts";
+import { createSealer, open, openAsync, openWithContentKey, type Sealer, toParsedEnvelope } from "./kem.ts";
 import {
   assertOwner,
   KeyRing,
@@ -293,7 +293,21 @@ function openSigned(
   envelope: string | Uint8Array | ParsedEnvelope,
   options: DecryptVerifyOptions,
 ): OpenedSigned {
-  const decrypted = decryptSigned(addressedEnvelope(envelope, options));
+  return withLookedUpSigner(decryptSigned(addressedEnvelope(envelope, options)), options);
+}
+
+/** `openSigned` with the decapsulation on the libuv thread pool. */
+async function openSignedAsync(
+  envelope: string | Uint8Array | ParsedEnvelope,
+  options: DecryptVerifyOptions,
+): Promise<OpenedSigned> {
+  const { parsed, privateKey } = addressedEnvelope(envelope, options);
+  const blob = await openAsync({ recipientPrivateKey: privateKey, envelope: parsed, aad: SIGN_ENCRYPT_AAD });
+  return withLookedUpSigner(decrypted(parsed.keyId, blob), options);
+}
+
+/** The signer's key, looked up by the (unverified) name and key id of the document. */
+function withLookedUpSigner(decrypted: DecryptedSigned, options: DecryptVerifyOptions): OpenedSigned {
   let signerKey: KeyObject | undefined;
   try {
     // The signer name and key id are used only to find the key that must verify them.
@@ -371,15 +385,15 @@ export function decryptVerify(
 }
 
 /**
- * `decryptVerify` with the ML-DSA verification on the libuv thread pool; the payload is
- * hashed meanwhile (its digest is compared only after the signature has verified). Same
- * result and same `CryptoError` codes as `decryptVerify`.
+ * `decryptVerify` with the ML-KEM decapsulation and the ML-DSA verification on the libuv
+ * thread pool; the payload is hashed meanwhile (its digest is compared only after the
+ * signature has verified). Same result and same `CryptoError` codes as `decryptVerify`.
  */
 export async function decryptVerifyAsync(
   envelope: string | Uint8Array | ParsedEnvelope,
   options: DecryptVerifyOptions,
 ): Promise<VerifiedMessage> {
-  return verifyOpenedAsync(openSigned(envelope, options), options);
+  return verifyOpenedAsync(await openSignedAsync(envelope, options), options);
 }
 
 /** `verifyOpened` with the ML-DSA verification on the libuv thread pool. */

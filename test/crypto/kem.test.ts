@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { deserializeEnvelope } from "../../src/crypto/envelope.ts";
 import { CryptoError } from "../../src/crypto/errors.ts";
-import { createSealer, generateKeyPair, open, seal, sealBytes } from "../../src/crypto/kem.ts";
+import { createSealer, generateKeyPair, open, openAsync, seal, sealBytes } from "../../src/crypto/kem.ts";
 import { generateKeyPair as generateSigKeyPair } from "../../src/crypto/signature.ts";
 
 const code = (expected: string) => (error: unknown) =>
@@ -74,6 +74,53 @@ describe("ML-KEM-768 seal/open", () => {
       () => open({ recipientPrivateKey: recipient.privateKey, envelope, recipientKeyId: "carol-v1" }),
       code("crypto_wrong_recipient"),
     );
+  });
+
+  it("openAsync (decapsulation on the thread pool) opens and refuses exactly as open", async () => {
+    const envelope = Buffer.from(
+      seal({
+        recipientPublicKey: recipient.publicKey,
+        recipientKeyId: keyId,
+        plaintext: "secret",
+        aad: "ctx",
+      }),
+      "base64",
+    );
+    const options = { recipientPrivateKey: recipient.privateKey, envelope, aad: "ctx" };
+    assert.deepEqual(Buffer.from(await openAsync(options)), Buffer.from(open(options)));
+    const failure = (run: () => unknown) => {
+      try {
+        run();
+        return "opened";
+      } catch (error) {
+        return error instanceof CryptoError ? error.code : "other";
+      }
+    };
+    const asyncFailure = async (run: () => Promise<unknown>) => {
+      try {
+        await run();
+        return "opened";
+      } catch (error) {
+        return error instanceof CryptoError ? error.code : "other";
+      }
+    };
+    // Every byte of the envelope changed, one at a time (a stride keeps the test short), a
+    // foreign key, another aad, another expected recipient.
+    const variants: Array<Parameters<typeof open>[0]> = [
+      { ...options, recipientPrivateKey: generateKeyPair().privateKey },
+      { ...options, aad: "other" },
+      { ...options, recipientKeyId: "carol-v1" },
+    ];
+    for (let position = 0; position < envelope.length; position += 7) {
+      const changed = Buffer.from(envelope);
+      changed[position] = (changed[position] ?? 0) ^ 0x40;
+      variants.push({ ...options, envelope: changed });
+    }
+    for (const variant of variants) {
+      const expected = failure(() => open(variant));
+      assert.notEqual(expected, "opened");
+      assert.equal(await asyncFailure(() => openAsync(variant)), expected);
+    }
   });
 
   it("refuses keys of the wrong algorithm or type", () => {

@@ -22,12 +22,15 @@ import {
   ACT_AS_HEADER,
   ACTIONS_PATH,
   type ActionBody,
+  BINARY_ACTION_TYPE,
   DELEGATED_OWNERS_PATH,
   type DecryptPayload,
   type DecryptVerifyPayload,
   type EncryptPayload,
+  encodeBinaryBody,
   PUBLIC_KEYS_PATH,
   type SignEncryptPayload,
+  splitBinaryBody,
   type UnwrapPayload,
 } from "./wire.ts";
 
@@ -50,6 +53,23 @@ export interface CryptoClientOptions {
   readonly timeoutMs?: number;
   /** Send with this fetch instead of node:http(s) with a keep-alive agent. */
   readonly fetch?: typeof globalThis.fetch;
+  /**
+   * decrypt-verify with a binary body (envelope and signed blob as bytes, not base64 in JSON;
+   * decision 3011); JSON again if the upstream refuses it. Default false.
+   */
+  readonly binaryBodies?: boolean;
+}
+
+/** A 2xx answer's JSON object; anything else is `upstream_error`. */
+function jsonObject(text: string, status: number): Record<string, unknown> {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (cause) {
+    throw new CryptoClientError("upstream_error", { status, cause });
+  }
+  if (!isRecord(json)) throw new CryptoClientError("upstream_error", { status });
+  return json;
 }
 
 export interface EncryptResult {
@@ -290,22 +310,25 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     throw new TypeError("crypto client: fetch must be a function");
   }
   const send: Transport = options.fetch === undefined ? keepAliveTransport() : fetchTransport(options.fetch);
+  const binaryBodies = options.binaryBodies === true;
   const url = new URL(ACTIONS_PATH.slice(1), base.href.endsWith("/") ? base : `${base.href}/`);
 
-  async function call(
+  /** One exchange; an answer that is not 2xx becomes the failure its JSON body names. */
+  async function exchange(
     credentials: CryptoCredentials | { readonly token: string },
-    body: ActionBody | Readonly<Record<string, string>> | undefined,
+    body: { readonly type: string; readonly content: string | Uint8Array } | undefined,
     callOptions: CallOptions,
     target: URL = url,
     method?: "DELETE",
-  ): Promise<Record<string, unknown>> {
+  ): Promise<TransportAnswer> {
     const answer = await sendRequest(send, target, {
       headers: {
-        ...(body === undefined ? {} : { "content-type": "application/json" }),
+        ...(body === undefined ? {} : { "content-type": body.type }),
         ...("actAs" in credentials && credentials.actAs !== undefined
           ? { [ACT_AS_HEADER]: credentials.actAs }
           : {}),
-        accept: "application/json",
+        accept:
+          body?.type === BINARY_ACTION_TYPE ? `${BINARY_ACTION_TYPE}, application/json` : "application/json",
         authorization: `Bearer ${credentials.token}`,
         ...("apiKey" in credentials
           ? {
@@ -318,31 +341,95 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
       },
       ...(body === undefined
         ? { method: method ?? ("GET" as const), body: "" }
-        : { body: JSON.stringify(body) }),
+        : {
+            body: body.content,
+            ...(body.type === BINARY_ACTION_TYPE ? { bytesOf: BINARY_ACTION_TYPE } : {}),
+          }),
       timeoutMs,
     });
     const { status, requestId } = answer;
-    const ok = status >= 200 && status < 300;
-    if (status === 204) return {};
+    if (status >= 200 && status < 300) return answer;
     let json: unknown;
     try {
       json = JSON.parse(answer.body);
     } catch (cause) {
-      throw new CryptoClientError(ok ? "upstream_error" : codeFor(status, undefined), { status, cause });
+      throw new CryptoClientError(codeFor(status, undefined), { status, cause });
     }
-    if (!ok) {
-      const details = isRecord(json) && isRecord(json.details) ? json.details : {};
-      const fields = Array.isArray(details.fields)
-        ? details.fields.filter((f) => typeof f === "string")
-        : undefined;
-      throw new CryptoClientError(codeFor(status, details.reason), {
-        status,
-        ...(requestId === undefined ? {} : { requestId }),
-        ...(fields === undefined ? {} : { fields }),
-      });
+    const details = isRecord(json) && isRecord(json.details) ? json.details : {};
+    const fields = Array.isArray(details.fields)
+      ? details.fields.filter((f) => typeof f === "string")
+      : undefined;
+    throw new CryptoClientError(codeFor(status, details.reason), {
+      status,
+      ...(requestId === undefined ? {} : { requestId }),
+      ...(fields === undefined ? {} : { fields }),
+    });
+  }
+
+  async function call(
+    credentials: CryptoCredentials | { readonly token: string },
+    body: ActionBody | Readonly<Record<string, string>> | undefined,
+    callOptions: CallOptions,
+    target: URL = url,
+    method?: "DELETE",
+  ): Promise<Record<string, unknown>> {
+    const content =
+      body === undefined ? undefined : { type: "application/json", content: JSON.stringify(body) };
+    const answer = await exchange(credentials, content, callOptions, target, method);
+    if (answer.status === 204) return {};
+    return jsonObject(answer.body, answer.status);
+  }
+
+  /** Whether the upstream refused a binary body (415: an older crypto service); then JSON only. */
+  let binaryRefused = false;
+
+  /**
+   * decrypt-verify with a binary body (wire.ts BINARY_ACTION_TYPE): the envelope and the signed
+   * blob cross as bytes. The answer is the JSON payload it stands for (`signed_blob` as base64),
+   * so both formats are read alike; undefined when this call goes as JSON instead: an envelope
+   * that is not canonical base64 (the upstream refuses it as it always did) or an upstream
+   * that takes no binary body.
+   */
+  async function binaryDecryptVerify(
+    credentials: CryptoCredentials,
+    head: ActionBody,
+    encryptedData: string,
+    callOptions: CallOptions,
+  ): Promise<Record<string, unknown> | undefined> {
+    if (binaryRefused) return undefined;
+    const envelope = Buffer.from(encryptedData, "base64");
+    if (envelope.toString("base64") !== encryptedData) return undefined;
+    let answer: TransportAnswer;
+    try {
+      answer = await exchange(
+        credentials,
+        { type: BINARY_ACTION_TYPE, content: encodeBinaryBody(head, envelope) },
+        callOptions,
+      );
+    } catch (error) {
+      if (!(error instanceof CryptoClientError && error.status === 415)) throw error;
+      binaryRefused = true;
+      return undefined;
     }
-    if (!isRecord(json)) throw new CryptoClientError("upstream_error", { status });
-    return json;
+    const bytes = answer.bytes;
+    if (bytes === undefined) return jsonObject(answer.body, answer.status);
+    try {
+      const split = splitBinaryBody(bytes);
+      const payload = jsonObject(split.head, answer.status);
+      const blob = split.bytes;
+      // A view, not a copy: the whole answer (the plaintext in it) is wiped below.
+      return blob.length === 0
+        ? payload
+        : {
+            ...payload,
+            signed_blob: Buffer.from(blob.buffer, blob.byteOffset, blob.length).toString("base64"),
+          };
+    } catch (error) {
+      if (error instanceof CryptoClientError) throw error;
+      throw new CryptoClientError("upstream_error", { status: answer.status, cause: error });
+    } finally {
+      bytes.fill(0);
+    }
   }
 
   return {
@@ -379,16 +466,15 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
       };
     },
     async decryptVerify(credentials, encryptedData, callOptions = {}) {
-      const payload = await call(
-        credentials,
-        {
-          actions: ["d", "v"],
-          encrypted_data: encryptedData,
-          ...(callOptions.purpose === undefined ? {} : { purpose: callOptions.purpose }),
-          ...(callOptions.signedBlob === false ? { signed_blob: false } : {}),
-        },
-        callOptions,
-      );
+      const head: ActionBody = {
+        actions: ["d", "v"],
+        ...(callOptions.purpose === undefined ? {} : { purpose: callOptions.purpose }),
+        ...(callOptions.signedBlob === false ? { signed_blob: false } : {}),
+      };
+      const payload =
+        (binaryBodies
+          ? await binaryDecryptVerify(credentials, head, encryptedData, callOptions)
+          : undefined) ?? (await call(credentials, { ...head, encrypted_data: encryptedData }, callOptions));
       // Anything but an explicit true is a failed verification, whatever else came back.
       if (payload.is_valid_signature !== true)
         throw new CryptoClientError("invalid_signature", { status: 200 });

@@ -10,15 +10,25 @@ import { createRequire } from "node:module";
 export interface TransportAnswer {
   readonly status: number;
   readonly requestId: string | undefined;
+  /** The answer as text; empty when it came as `bytes`. */
   readonly body: string;
+  /** The answer's bytes, when its content type was the request's `bytesOf`. */
+  readonly bytes?: Buffer;
 }
 
 export interface TransportRequest {
   /** Default POST; a GET sends no body. */
   readonly method?: "GET" | "POST" | "DELETE";
   readonly headers: Readonly<Record<string, string>>;
-  readonly body: string;
+  readonly body: string | Uint8Array;
   readonly timeoutMs: number;
+  /** An answer of this content type is read as bytes (`TransportAnswer.bytes`), not as text. */
+  readonly bytesOf?: string;
+}
+
+/** Whether a content-type header names `type` (parameters such as charset aside). */
+function isType(header: string | null | undefined, type: string | undefined): boolean {
+  return type !== undefined && typeof header === "string" && header.split(";")[0]?.trim() === type;
 }
 
 export type Transport = (url: URL, request: TransportRequest) => Promise<TransportAnswer>;
@@ -54,8 +64,12 @@ export function fetchTransport(doFetch: typeof globalThis.fetch): Transport {
         redirect: "error",
         signal,
       });
-      const body = await response.text();
-      return { status: response.status, requestId: response.headers.get("x-request-id") ?? undefined, body };
+      const requestId = response.headers.get("x-request-id") ?? undefined;
+      if (isType(response.headers.get("content-type"), request.bytesOf)) {
+        const bytes = Buffer.from(await response.arrayBuffer());
+        return { status: response.status, requestId, body: "", bytes };
+      }
+      return { status: response.status, requestId, body: await response.text() };
     } catch (cause) {
       throw new TransportError(isTimeout(cause) ? "timeout" : "unavailable", { cause });
     }
@@ -118,9 +132,14 @@ export function keepAliveTransport(options: KeepAliveTransportOptions = {}): Tra
         signal: abort.signal,
       });
       answered = true;
-      const body = await response.body.text();
       const id = response.headers["x-request-id"];
-      return { status: response.statusCode, requestId: typeof id === "string" ? id : undefined, body };
+      const requestId = typeof id === "string" ? id : undefined;
+      const type = response.headers["content-type"];
+      if (isType(typeof type === "string" ? type : undefined, request.bytesOf)) {
+        const bytes = Buffer.from(await response.body.arrayBuffer());
+        return { status: response.statusCode, requestId, body: "", bytes };
+      }
+      return { status: response.statusCode, requestId, body: await response.body.text() };
     } catch (cause) {
       if (abort.signal.aborted) throw new TransportError("timeout", { cause });
       const retryable = !answered && closedKeptAliveConnection(cause);

@@ -37,6 +37,43 @@ export const OWNER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@~-]{0,127}$/;
 
 export type ActionCode = "e" | "d" | "s" | "v" | "u";
 
+/**
+ * The action route's second body format (decision 3011): decrypt-verify with its envelope and
+ * answer as bytes rather than base64 inside JSON, so the hop neither grows them by a third nor
+ * scans them as JSON strings. A binary body is
+ *
+ *   u32 BE head length || head: the JSON body without its byte field || the bytes
+ *
+ * Request: the head is the JSON body without `encrypted_data`, the bytes are the envelope; only
+ * `["d","v"]`. Answer (HTTP 200 to a binary request, same content type): the head is the JSON
+ * payload without `signed_blob`, the bytes are the signed blob (none when the request said
+ * `"signed_blob": false`). Failures answer in JSON as always.
+ */
+export const BINARY_ACTION_TYPE = "application/vnd.authority.action+binary";
+/** Largest head of a binary body: the fields besides the bytes are short. */
+export const MAX_BINARY_HEAD_BYTES = 4096;
+
+/** Frames a head and its bytes as one binary body. */
+export function encodeBinaryBody(head: object, bytes: Uint8Array): Buffer {
+  const json = Buffer.from(JSON.stringify(head));
+  const body = Buffer.allocUnsafe(4 + json.length + bytes.length);
+  body.writeUInt32BE(json.length, 0);
+  json.copy(body, 4);
+  body.set(bytes, 4 + json.length);
+  return body;
+}
+
+/** The head (still JSON text, for the caller's own parser) and a view of the bytes; throws on a bad frame. */
+export function splitBinaryBody(body: Uint8Array): { readonly head: string; readonly bytes: Uint8Array } {
+  const frame = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  if (frame.length < 4) throw new RangeError("binary body shorter than its length prefix");
+  const length = frame.readUInt32BE(0);
+  if (length > MAX_BINARY_HEAD_BYTES || length > frame.length - 4) {
+    throw new RangeError("binary body head length out of range");
+  }
+  return { head: frame.toString("utf8", 4, 4 + length), bytes: frame.subarray(4 + length) };
+}
+
 export type ActionRequest =
   | { readonly kind: "encrypt"; readonly data: string }
   | { readonly kind: "decrypt"; readonly encryptedData: string }
@@ -48,7 +85,8 @@ export type ActionRequest =
     }
   | {
       readonly kind: "decrypt-verify";
-      readonly encryptedData: string;
+      /** base64 text from a JSON body, the envelope's bytes from a binary one. */
+      readonly encryptedData: string | Uint8Array;
       readonly purpose: string | undefined;
       /** Whether the answer carries `signed_blob` (default true; `"signed_blob": false` leaves it out). */
       readonly signedBlob: boolean;
@@ -176,6 +214,29 @@ function actionKind(actions: unknown): ActionRequest["kind"] {
     throw invalid('The body field actions must be ["e"], ["d"], ["s","e"], ["d","v"] or ["u"].', ["actions"]);
   }
   return kind;
+}
+
+/**
+ * A binary body's request: the head parsed as a JSON body (the same checks, the envelope
+ * standing in for `encrypted_data`, which the head must not carry); only `["d","v"]`.
+ */
+export function parseBinaryActionRequest(head: unknown, envelope: Uint8Array): ActionRequest {
+  if (!isRecord(head)) throw invalid("The head of a binary body must be a JSON object.");
+  if (head.encrypted_data !== undefined) {
+    throw invalid("A binary body carries encrypted_data as its bytes, not in its head.", ["encrypted_data"]);
+  }
+  if (actionKind(head.actions) !== "decrypt-verify") {
+    throw invalid('A binary body is for the actions ["d","v"] only.', ["actions"]);
+  }
+  if (envelope.length === 0) {
+    throw new CryptoServiceError("missing_field", {
+      message: "The binary body carries no encrypted_data bytes.",
+      fields: ["encrypted_data"],
+    });
+  }
+  const request = parseActionRequest({ ...head, encrypted_data: "bytes" });
+  if (request.kind !== "decrypt-verify") throw invalid('A binary body is for the actions ["d","v"] only.');
+  return { ...request, encryptedData: envelope };
 }
 
 export function parseActionRequest(body: unknown): ActionRequest {

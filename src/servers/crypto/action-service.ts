@@ -9,13 +9,13 @@ import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import type {
   ActionRequest,
   DecryptPayload,
-  DecryptVerifyPayload,
   EncryptPayload,
   SignEncryptPayload,
   UnwrapPayload,
 } from "../../clients/crypto-service/wire.ts";
 import { CryptoError, type SignerKeyLookup } from "../../crypto/index.ts";
 import {
+  type DecryptVerifyAnswer,
   type DecryptVerifyInput,
   decryptAction,
   decryptVerifyAction,
@@ -33,7 +33,7 @@ export type ActionPayload =
   | EncryptPayload
   | DecryptPayload
   | SignEncryptPayload
-  | DecryptVerifyPayload
+  | DecryptVerifyAnswer
   | UnwrapPayload;
 
 export interface ActionService {
@@ -74,7 +74,7 @@ export function createActionService(options: ActionServiceOptions): ActionServic
 
   async function decryptVerify(
     owner: Owner,
-    encryptedData: string,
+    encryptedData: string | Uint8Array,
     purpose: string | undefined,
     signedBlob: boolean,
   ) {

@@ -6,12 +6,13 @@
  */
 
 import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
-import type {
-  DecryptPayload,
-  DecryptVerifyPayload,
-  EncryptPayload,
-  SignEncryptPayload,
-  UnwrapPayload,
+import {
+  type DecryptPayload,
+  type DecryptVerifyPayload,
+  type EncryptPayload,
+  encodeBinaryBody,
+  type SignEncryptPayload,
+  type UnwrapPayload,
 } from "../../clients/crypto-service/wire.ts";
 import {
   CryptoError,
@@ -39,7 +40,7 @@ const textDecoder = new TextDecoder("utf-8", { fatal: true });
 export interface SignatureEngine {
   signEncrypt(options: SignEncryptOptions): Promise<string>;
   /** `likelySigner` is a hint a worker pool uses (PoolDecryptVerifyOptions); others ignore it. */
-  decryptVerify(envelope: string, options: PoolDecryptVerifyOptions): Promise<VerifiedMessage>;
+  decryptVerify(envelope: string | Uint8Array, options: PoolDecryptVerifyOptions): Promise<VerifiedMessage>;
 }
 
 export const threadPoolEngine: SignatureEngine = {
@@ -139,7 +140,7 @@ export async function signEncryptAction(
 
 export interface DecryptVerifyInput {
   readonly ring: KeyRing;
-  readonly encryptedData: string;
+  readonly encryptedData: string | Uint8Array;
   readonly signerKeys: SignerKeyLookup;
   /** The signer expected to have signed (the caller itself, usually): see PoolDecryptVerifyOptions. */
   readonly likelySigner?: PoolDecryptVerifyOptions["likelySigner"];
@@ -149,13 +150,24 @@ export interface DecryptVerifyInput {
 }
 
 /**
+ * decrypt-verify's answer before it goes on the wire: the payload without `signed_blob`, and
+ * the signed blob's bytes when they were asked for (`jsonAnswer` / `binaryAnswer` encode and
+ * wipe them: the blob holds the plaintext).
+ */
+export interface DecryptVerifyAnswer {
+  readonly kind: "decrypt-verify";
+  readonly payload: DecryptVerifyPayload;
+  readonly signedBlob: Buffer | undefined;
+}
+
+/**
  * Every reported field comes from the verified signed document: `signed_by` and
  * `signed_timestamp` are what the signer signed, never anything the caller sent.
  */
 export async function decryptVerifyAction(
   input: DecryptVerifyInput,
   engine: SignatureEngine = threadPoolEngine,
-): Promise<DecryptVerifyPayload> {
+): Promise<DecryptVerifyAnswer> {
   const verified = await guardedAsync(() =>
     engine.decryptVerify(input.encryptedData, {
       recipientKeys: input.ring,
@@ -177,18 +189,36 @@ export async function decryptVerifyAction(
     signedBlob?.fill(0);
     throw error;
   }
-  const signedBlobText = signedBlob?.toString("base64");
-  signedBlob?.fill(0);
   return {
-    decrypted_data: decrypted,
-    is_valid_signature: true,
-    signed_by: verified.signer,
-    signed_timestamp: verified.signedAt,
-    signer_key_id: verified.signerKeyId,
-    recipient_key_id: verified.recipientKeyId,
-    purpose: verified.purpose,
-    ...(signedBlobText === undefined ? {} : { signed_blob: signedBlobText }),
+    kind: "decrypt-verify",
+    payload: {
+      decrypted_data: decrypted,
+      is_valid_signature: true,
+      signed_by: verified.signer,
+      signed_timestamp: verified.signedAt,
+      signer_key_id: verified.signerKeyId,
+      recipient_key_id: verified.recipientKeyId,
+      purpose: verified.purpose,
+    },
+    signedBlob,
   };
+}
+
+/** The JSON payload: `signed_blob` as base64 when asked for; the blob's bytes are wiped. */
+export function jsonAnswer(answer: DecryptVerifyAnswer): DecryptVerifyPayload {
+  const { signedBlob } = answer;
+  if (signedBlob === undefined) return answer.payload;
+  const text = signedBlob.toString("base64");
+  signedBlob.fill(0);
+  return { ...answer.payload, signed_blob: text };
+}
+
+/** The binary answer (BINARY_ACTION_TYPE): the payload as head, the signed blob as bytes; wiped after. */
+export function binaryAnswer(answer: DecryptVerifyAnswer): Buffer {
+  const { signedBlob } = answer;
+  const body = encodeBinaryBody(answer.payload, signedBlob ?? new Uint8Array(0));
+  signedBlob?.fill(0);
+  return body;
 }
 
 /**

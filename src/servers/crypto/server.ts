@@ -11,13 +11,18 @@ import { CryptoServiceError } from "../../clients/crypto-service/reasons.ts";
 import {
   ACT_AS_HEADER,
   ACTIONS_PATH,
+  type ActionRequest,
   ADMIN_OWNERS_PATH,
+  BINARY_ACTION_TYPE,
   DELEGATED_OWNER_PREFIX,
   DELEGATED_OWNERS_PATH,
   PARTNER_HEADERS,
   PUBLIC_KEYS_PATH,
   parseActionRequest,
+  parseBinaryActionRequest,
+  splitBinaryBody,
 } from "../../clients/crypto-service/wire.ts";
+import { parseBoundedJson } from "../../core/bounded-json.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { CryptoError, type PublicKeyRingJson } from "../../crypto/index.ts";
 import { createCryptoWorkerPool } from "../../crypto/worker-pool.ts";
@@ -28,6 +33,7 @@ import type { JwtVerifier, VerifiedToken } from "../../identity/jwt-verifier.ts"
 import { isStoreError, storeErrorToAuthority } from "../../store/errors.ts";
 import { createHttpServer } from "../http/server.ts";
 import { createActionService } from "./action-service.ts";
+import { binaryAnswer, jsonAnswer } from "./actions.ts";
 import { CryptoServerConfigError, type CryptoServerOptions, resolveCryptoServerOptions } from "./options.ts";
 import {
   assertOwnerId,
@@ -244,14 +250,42 @@ export async function createCryptoServer(options: CryptoServerOptions): Promise<
     return owner;
   }
 
+  // The action route's binary body (wire.ts BINARY_ACTION_TYPE): read as bytes, framed and
+  // parsed by the route; every other route refuses it as it refuses any non-JSON body.
+  app.addContentTypeParser(BINARY_ACTION_TYPE, { parseAs: "buffer" }, (_request, body, done) => {
+    done(null, body);
+  });
+
+  /** A binary body's request; any fault of its frame or head is a 400 naming nothing inside. */
+  function binaryActionRequest(body: Buffer): ActionRequest {
+    let head: unknown;
+    let bytes: Uint8Array;
+    try {
+      const split = splitBinaryBody(body);
+      bytes = split.bytes;
+      head = parseBoundedJson(split.head);
+    } catch {
+      throw new CryptoServiceError("invalid_request", {
+        message: "The binary body is not a length-prefixed JSON head followed by the encrypted_data bytes.",
+      });
+    }
+    return parseBinaryActionRequest(head, bytes);
+  }
+
   app.post(
     ACTIONS_PATH,
     handle(async (request, reply) => {
       const authenticated = await caller(request);
       const actAs = request.headers[ACT_AS_HEADER];
       const owner = actAs === undefined ? authenticated : await delegated(authenticated, actAs);
-      const payload = await actions.run(owner, parseActionRequest(request.body));
-      return reply.header("cache-control", "no-store").send(payload);
+      const body = request.body;
+      const binary = Buffer.isBuffer(body);
+      const action = binary ? binaryActionRequest(body) : parseActionRequest(body);
+      const result = await actions.run(owner, action);
+      reply.header("cache-control", "no-store");
+      if (!("kind" in result)) return reply.send(result);
+      if (binary) return reply.type(BINARY_ACTION_TYPE).send(binaryAnswer(result));
+      return reply.send(jsonAnswer(result));
     }),
   );
 

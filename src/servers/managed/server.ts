@@ -62,7 +62,12 @@ export async function createManagedServer(options: ManagedServerOptions): Promis
   const config = resolveManagedOptions(options);
   const client: CryptoClient =
     config.cryptoClient ??
-    createCryptoClient({ baseUrl: config.cryptoUrl ?? "", timeoutMs: config.upstreamTimeoutMs });
+    createCryptoClient({
+      baseUrl: config.cryptoUrl ?? "",
+      timeoutMs: config.upstreamTimeoutMs,
+      // The envelope and the signed blob cross the hop as bytes (decision 3011).
+      binaryBodies: true,
+    });
   const tokens = createTokenCache(
     managedPasswordGrant({
       tokenUrl: config.idpTokenUrl,
