@@ -90,6 +90,8 @@ const ALLOWED: Readonly<Record<string, string>> = {
     "pure memo: whether a schema reads the body (weak)",
   "src/servers/sidecar/request-guard.ts:report":
     "where the process guard logs: uncaughtException is process-wide, so its one handler is too (set by installProcessGuard)",
+  "src/servers/sidecar/warm-decision.ts:fullCollection":
+    "not a service: V8's `gc`, taken off the global by the blob's main before other code runs, dropped after its one use",
   "src/servers/sidecar/grpc/proto.ts:loaded": "pure memo: the parsed constant .proto definitions",
   "src/identity/secret-hash.ts:dummyHash": "pure memo: one dummy hash of a constant input, for equal timing",
   "src/core/schema-validator.ts:shared": "schema compiler shared by pure validators (compiled code only)",
