@@ -6,6 +6,7 @@ import { buildPermissionId } from "../../src/core/permission-id.ts";
 import {
   computePolicyHash,
   type PolicyApiEntry,
+  type PolicyDocument,
   type PolicyDocumentV1,
   type PolicyDocumentV2,
 } from "../../src/core/policy-document.ts";
@@ -119,4 +120,15 @@ export function policyV2(apis: PolicyApiEntry[], extra: Partial<PolicyDocumentV2
     apis,
     ...extra,
   };
+}
+
+/** What a parse made of a text: the document, or a refusal (whatever error it threw). */
+export type ParseOutcome = { readonly ok: true; readonly document: PolicyDocument } | { readonly ok: false };
+
+export function outcomeOf(run: () => PolicyDocument): ParseOutcome {
+  try {
+    return { ok: true, document: run() };
+  } catch {
+    return { ok: false };
+  }
 }

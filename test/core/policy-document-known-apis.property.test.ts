@@ -19,7 +19,7 @@ import {
   parsePolicyDocument,
   validatePolicyDocument,
 } from "../../src/core/policy-document.ts";
-import { entry, policyV1, policyV2, snapshot } from "./fixtures.ts";
+import { entry, outcomeOf, policyV1, policyV2, snapshot } from "./fixtures.ts";
 
 function sectionHolder() {
   const held = new Map<string, KnownApis>();
@@ -43,16 +43,6 @@ function sectionHolder() {
     return parsed;
   };
   return { held, asked, parse };
-}
-
-type Outcome = { readonly ok: true; readonly document: PolicyDocument } | { readonly ok: false };
-
-function outcomeOf(run: () => PolicyDocument): Outcome {
-  try {
-    return { ok: true, document: run() };
-  } catch {
-    return { ok: false };
-  }
 }
 
 const sha256 = (text: string | Uint8Array) => `sha256:${createHash("sha256").update(text).digest("hex")}`;

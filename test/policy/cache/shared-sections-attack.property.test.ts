@@ -21,7 +21,7 @@ import {
   validatePolicyDocument,
 } from "../../../src/core/policy-document.ts";
 import { createPolicyInterner } from "../../../src/policy/cache/policy-interning.ts";
-import { entry, policyV1, policyV2, snapshot } from "../../core/fixtures.ts";
+import { entry, outcomeOf, policyV1, policyV2, snapshot } from "../../core/fixtures.ts";
 
 /** Loads that took a held section (the property must reach that path, not only the parse). */
 let sectionsTaken = 0;
@@ -47,15 +47,6 @@ function sidecarLike() {
     return document;
   };
   return { interner, options, holders, load };
-}
-
-type Outcome = { readonly ok: true; readonly document: PolicyDocument } | { readonly ok: false };
-function outcomeOf(run: () => PolicyDocument): Outcome {
-  try {
-    return { ok: true, document: run() };
-  } catch {
-    return { ok: false };
-  }
 }
 
 const billing = entry([
