@@ -217,19 +217,6 @@ function compiledFor(schema: InputSchema): CompiledInput {
   return compiled;
 }
 
-/**
- * Compiles an operation's input schema ahead of its first call (the sidecar's warm-up, for the
- * catalogs of its configured capabilities as the authority served them), into the same caches
- * `enforceOperationInput` reads. A schema that does not compile is left for the call to refuse.
- */
-export function precompileOperationInput(operation: EnforcedOperation): void {
-  try {
-    compiledFor(operation.input_schema);
-  } catch (error) {
-    if (!(error instanceof ExecutionError)) throw error;
-  }
-}
-
 function truncate(pointer: string): string {
   return pointer.length > MAX_POINTER_LENGTH ? `${pointer.slice(0, MAX_POINTER_LENGTH)}…` : pointer;
 }

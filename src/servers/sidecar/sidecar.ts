@@ -410,8 +410,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
       },
     },
     {
-      // The mapped capabilities' catalogs, fetched and their input schemas compiled before
-      // ready (warm-decision.ts); a failure here is the first Check's to report, not readiness'.
+      // The mapped capabilities' catalogs, fetched before ready (warm-decision.ts); a failure
+      // here is the first Check's to report, not readiness'.
       name: "catalogs",
       failure: "the configured capabilities' catalogs could not be prepared",
       after: ["credentials"],
@@ -419,8 +419,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
         const partnerId = ownPartnerId;
         if (partnerId === undefined) return;
         await warmCapabilityCatalogs(options.capabilityMap.capabilityIds, async (capabilityId) => {
-          const { value } = await catalogs.get(`${partnerId}\u0000${capabilityId}`);
-          return value;
+          await catalogs.get(`${partnerId}\u0000${capabilityId}`);
         });
       },
     },

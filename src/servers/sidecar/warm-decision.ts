@@ -1,6 +1,6 @@
 import { setFlagsFromString } from "node:v8";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { type Capability, CapabilityError, validateCapability } from "../../core/capability.ts";
+import { CapabilityError, validateCapability } from "../../core/capability.ts";
 import {
   POLICY_SCHEMA_V1,
   POLICY_SCHEMA_V2,
@@ -8,7 +8,7 @@ import {
   validatePolicyDocument,
 } from "../../core/index.ts";
 import { generateSigKeyPair, sign, verify } from "../../crypto/index.ts";
-import { precompileOperationInput, validateInput } from "../../execute/input.ts";
+import { validateInput } from "../../execute/input.ts";
 import { createJwtVerifier } from "../../identity/jwt-verifier.ts";
 import { parseCheckRequest } from "./grpc/check-input.ts";
 import { allowResponse, denyResponse } from "./grpc/check-response.ts";
@@ -60,29 +60,18 @@ export function warmCompiledParts(): void {
   warmCheckCodec();
 }
 
-/** At most this many operations' input schemas are compiled before ready (each costs a few ms of CPU). */
-export const MAX_WARM_OPERATIONS = 64;
-
 /**
- * Fetches the catalogs of the capabilities this sidecar is configured for (its capability map),
- * through the catalog cache a Check reads, and compiles their operations' input schemas: the
- * first Check of a mapped capability then neither waits for its catalog nor compiles its schema
- * (issue 30). The schemas compiled are exactly those of the catalogs the authority served. A
- * catalog that cannot be fetched is left to the Check, which asks again and reports it.
+ * Fetches the catalogs of the capabilities this sidecar is configured for (its capability map)
+ * through the catalog cache a Check reads: the first Check of a mapped capability then does not
+ * wait for its catalog (issue 30). Their input schemas are not compiled here: a catalog holds
+ * many operations and the first Check needs one (decision 3071). A catalog that cannot be
+ * fetched is left to the Check, which asks again and reports it.
  */
 export async function warmCapabilityCatalogs(
   capabilityIds: readonly string[],
-  fetchCatalog: (capabilityId: string) => Promise<Capability | undefined>,
+  fetchCatalog: (capabilityId: string) => Promise<unknown>,
 ): Promise<void> {
-  const fetched = await Promise.all(capabilityIds.map((id) => fetchCatalog(id).catch(() => undefined)));
-  let budget = MAX_WARM_OPERATIONS;
-  for (const catalog of fetched) {
-    for (const operation of catalog?.operations ?? []) {
-      if (budget-- <= 0) return;
-      precompileOperationInput(operation);
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-  }
+  await Promise.all(capabilityIds.map((id) => fetchCatalog(id).catch(() => undefined)));
 }
 
 async function warmTokenVerification(): Promise<void> {
