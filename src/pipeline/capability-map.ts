@@ -27,6 +27,8 @@ export interface CapabilityMap {
   /** The mapped capability id, or undefined when no key matches. */
   resolve(host: string, path: string): string | undefined;
   readonly size: number;
+  /** Every capability id the map names, once each. */
+  readonly capabilityIds: readonly string[];
 }
 
 const HOST = /^[A-Za-z0-9.-]+(?::\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::\d{1,5})?$/;
@@ -97,6 +99,7 @@ export function createCapabilityMap(mapping: Readonly<Record<string, unknown>>):
   );
   return {
     size: entries.length,
+    capabilityIds: [...new Set(entries.map((entry) => entry.capabilityId))],
     resolve(host, path) {
       if (entries.length === 0) return undefined;
       const requestHost = host.toLowerCase();

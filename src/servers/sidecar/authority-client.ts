@@ -38,9 +38,10 @@ export interface AuthorityClient extends PolicyRecordFetcher, PolicyKeySource, P
   sendDecisions(records: Buffer, batch?: { readonly exported: boolean }): Promise<void>;
   /**
    * Proves the sidecar's own credentials (`GET /v1/sidecar/self`): resolves when the authority
-   * accepts them; an AuthorityFetchError carries the authority's status and error code.
+   * accepts them, with the partner the authority knows them by (undefined for none); an
+   * AuthorityFetchError carries the authority's status and error code.
    */
-  proveCredentials(): Promise<void>;
+  proveCredentials(): Promise<{ readonly partnerId: string | undefined }>;
 }
 
 export interface AuthorityClientOptions {
@@ -227,7 +228,9 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       const response = await call("/v1/sidecar/self");
       if (response.status === 401 || response.status === 403) return refusal(response);
       if (response.status !== 200) return unexpected(response);
-      await response.body?.cancel();
+      const body: unknown = await response.json().catch(() => undefined);
+      const partnerId = isRecord(body) ? body.partner_id : undefined;
+      return { partnerId: typeof partnerId === "string" ? partnerId : undefined };
     },
     async sendDecisions(records, batch) {
       const open = batch?.exported === true ? EXPORTED_RECORDS_OPEN : RECORDS_OPEN;

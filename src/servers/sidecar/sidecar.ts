@@ -38,7 +38,7 @@ import { createHealthServer, type HealthServer } from "./health-server.ts";
 import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { tracedCheck } from "./tracing.ts";
-import { collectStartUpGarbage, warmDecisionPath } from "./warm-decision.ts";
+import { collectStartUpGarbage, warmCapabilityCatalogs, warmDecisionPath } from "./warm-decision.ts";
 import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
 /**
@@ -400,11 +400,28 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   // is fetched, the sidecar's own credentials (token, connection) are proven against the
   // authority, the gRPC port answers an RPC, and the process-wide cold paths of a decision
   // have run once (warm-decision.ts).
+  let ownPartnerId: string | undefined;
   const warmSteps: WarmUpStep[] = [
     {
       name: "credentials",
       failure: "the authority service did not accept the sidecar's own credentials",
-      run: () => options.authority.proveCredentials(),
+      run: async () => {
+        ownPartnerId = (await options.authority.proveCredentials()).partnerId;
+      },
+    },
+    {
+      // The mapped capabilities' catalogs, fetched before ready (warm-decision.ts); a failure
+      // here is the first Check's to report, not readiness'.
+      name: "catalogs",
+      failure: "the configured capabilities' catalogs could not be prepared",
+      after: ["credentials"],
+      run: async () => {
+        const partnerId = ownPartnerId;
+        if (partnerId === undefined) return;
+        await warmCapabilityCatalogs(options.capabilityMap.capabilityIds, async (capabilityId) => {
+          await catalogs.get(`${partnerId}\u0000${capabilityId}`);
+        });
+      },
     },
   ];
   warmSteps.push({

@@ -60,6 +60,20 @@ export function warmCompiledParts(): void {
   warmCheckCodec();
 }
 
+/**
+ * Fetches the catalogs of the capabilities this sidecar is configured for (its capability map)
+ * through the catalog cache a Check reads: the first Check of a mapped capability then does not
+ * wait for its catalog (issue 30). Their input schemas are not compiled here: a catalog holds
+ * many operations and the first Check needs one (decision 3071). A catalog that cannot be
+ * fetched is left to the Check, which asks again and reports it.
+ */
+export async function warmCapabilityCatalogs(
+  capabilityIds: readonly string[],
+  fetchCatalog: (capabilityId: string) => Promise<unknown>,
+): Promise<void> {
+  await Promise.all(capabilityIds.map((id) => fetchCatalog(id).catch(() => undefined)));
+}
+
 async function warmTokenVerification(): Promise<void> {
   const issuer = "https://warm-up.invalid";
   const { privateKey, publicKey } = await generateKeyPair("ES256", { extractable: true });

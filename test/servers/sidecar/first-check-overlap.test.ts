@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Redis } from "ioredis";
+import { createCapabilityMap } from "../../../src/pipeline/capability-map.ts";
 import { policyEntryKey } from "../../../src/policy/cache/index.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
-import { AGENT, eventually, startWorld, UPSTREAM_SECRET, type World } from "./world.ts";
+import { AGENT, CAPABILITY, eventually, PARTNER, startWorld, UPSTREAM_SECRET, type World } from "./world.ts";
 
 /**
  * What a sidecar's first allowed Check waits for (decision 2871): the authority's answers it
@@ -15,7 +16,7 @@ import { AGENT, eventually, startWorld, UPSTREAM_SECRET, type World } from "./wo
  * sealed entry in Redis, the authority is asked beside it (decision 2951).
  */
 /** An authority client that logs when each of its requests is asked and answered, by route. */
-function recordingAuthority(world: World) {
+function recordingAuthority(world: World, token = world.tokens.sidecar) {
   const events: string[] = [];
   const kindOf = (url: string): string => new URL(url).pathname.split("/")[3] ?? "";
   const recording: typeof fetch = async (input, init) => {
@@ -27,7 +28,7 @@ function recordingAuthority(world: World) {
   };
   const authority = createAuthorityClient({
     baseUrl: world.authorityUrl,
-    token: staticTokenSource(world.tokens.sidecar),
+    token: staticTokenSource(token),
     fetch: recording,
   });
   const at = (event: string): number => {
@@ -49,7 +50,8 @@ describe("a sidecar's first Check", () => {
 
   it("asks for the keys with the policy and the credentials with the catalog", async () => {
     const { events, authority, at } = recordingAuthority(world);
-    const sidecar = await world.startSidecar({ authority });
+    // No capability mapped: the catalog is not fetched before ready.
+    const sidecar = await world.startSidecar({ authority, capabilityMap: createCapabilityMap({}) });
     try {
       assert.equal(await sidecar.sidecar.whenReady(30_000), true);
       events.length = 0;
@@ -61,6 +63,28 @@ describe("a sidecar's first Check", () => {
       assert.equal(injected?.header.value, UPSTREAM_SECRET);
       assert.ok(at("policy-keys asked") < at("policies answered"), events.join(", "));
       assert.ok(at("auth-profiles asked") < at("capabilities answered"), events.join(", "));
+    } finally {
+      await sidecar.close();
+    }
+  });
+
+  it("fetches its mapped capability's catalog before ready: the first Check does not ask for it", async () => {
+    // An injected sidecar's credential: its partner and its pod's capability.
+    const partnerToken = await world.token("sidecar-acme", {
+      roles: ["sidecar"],
+      claims: { partner_id: PARTNER },
+      scopes: [`authority/sidecar.capability:${CAPABILITY}`],
+    });
+    const { events, authority, at } = recordingAuthority(world, partnerToken);
+    const sidecar = await world.startSidecar({ authority });
+    try {
+      assert.equal(await sidecar.sidecar.whenReady(30_000), true);
+      assert.ok(at("self answered") < at("capabilities asked"), events.join(", "));
+      at("capabilities answered");
+      events.length = 0;
+      const response = await sidecar.check({});
+      assert.equal(response.status.code, 0, "allowed");
+      assert.ok(!events.includes("capabilities asked"), events.join(", "));
     } finally {
       await sidecar.close();
     }

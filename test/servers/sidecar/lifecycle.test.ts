@@ -34,6 +34,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
       audit: true,
       jwks: true,
       credentials: true,
+      catalogs: true,
       policy_changes: true,
       decision_path: true,
       grpc_serving: true,
@@ -72,6 +73,7 @@ describe("sidecar lifecycle: /healthz, /readyz, /metrics, gRPC health, graceful 
     const {
       jwks: _jwks,
       credentials: _credentials,
+      catalogs: _catalogs,
       policy_changes: _policyChanges,
       decision_path: _decisionPath,
       grpc_serving: _grpcServing,

@@ -45,6 +45,7 @@ describe("sidecar readiness against a real authority and identity provider", () 
       audit: true,
       jwks: true,
       credentials: true,
+      catalogs: true,
       policy_changes: true,
       decision_path: true,
       grpc_serving: true,

@@ -248,12 +248,19 @@ export interface World {
     readonly otherAgent: string;
     readonly noPolicyAgent: string;
   };
-  token(subject: string, extra?: { roles?: string[]; lifetimeSec?: number }): Promise<string>;
+  token(subject: string, extra?: TokenExtra): Promise<string>;
   startSidecar(overrides?: Partial<SidecarOptions>): Promise<SidecarHandle>;
   assign(subjectId: string, input: Partial<AssignInput>): Promise<void>;
   /** Revokes through the real admin HTTP route; resolves when the authority answered. */
   revoke(subjectId: string): Promise<number>;
   close(): Promise<void>;
+}
+
+export interface TokenExtra {
+  readonly roles?: string[];
+  readonly lifetimeSec?: number;
+  readonly claims?: Record<string, unknown>;
+  readonly scopes?: string[];
 }
 
 export interface WorldOptions {
@@ -364,12 +371,14 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
     await assign(AGENT, {});
     await assign(OTHER_AGENT, {});
 
-    const token = async (subject: string, extra: { roles?: string[]; lifetimeSec?: number } = {}) =>
+    const token = async (subject: string, extra: TokenExtra = {}) =>
       (
         await idp.issueToken({
           subject,
           ...(extra.roles === undefined ? {} : { roles: extra.roles }),
           ...(extra.lifetimeSec === undefined ? {} : { lifetimeSec: extra.lifetimeSec }),
+          ...(extra.claims === undefined ? {} : { claims: extra.claims }),
+          ...(extra.scopes === undefined ? {} : { scopes: extra.scopes }),
         })
       ).accessToken;
     const tokens = {
