@@ -18,7 +18,6 @@ import { type ChildProcess, fork } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import type { Capability } from "../src/core/capability.ts";
-import { computePolicyHash } from "../src/core/index.ts";
 import { protectPolicy } from "../src/policy/artifact.ts";
 import type { PolicyFetchResult } from "../src/policy/cache/index.ts";
 import { compilePolicyDocument } from "../src/policy/compile.ts";
@@ -26,6 +25,7 @@ import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
 import { startRedisServer } from "../test/helpers/redis-server.ts";
 import type { ScaleResult, ScaleRunMessage } from "./lib/policy-cache-child.ts";
+import { policyRecordFields } from "./lib/policy-records.ts";
 import { SERVER_NODE_FLAGS, stopChild, track } from "./lib/processes.ts";
 import { benchAssignment } from "./policy.ts";
 
@@ -95,17 +95,7 @@ function authorityFor(operations: number) {
     return {
       status: "found",
       record: {
-        subject_id: subjectId,
-        partner_id: PARTNER,
-        schema_version: document.schema_version,
-        crypto_version: "subject_credentials_v1",
-        policy_version: document.policy_version,
-        policy_hash: computePolicyHash(document.apis),
-        document_hash: documentHash,
-        head: 1,
-        expires_at: document.expires_at,
-        revoked_at: null,
-        capabilities: [],
+        ...policyRecordFields(document, PARTNER, documentHash),
         updated_at: "2026-01-01T00:00:00.000Z",
       },
       signedPolicy: opened.signedBlob ?? null,
