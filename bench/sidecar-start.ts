@@ -43,7 +43,7 @@ import {
 } from "./lib/processes.ts";
 import type { Stall } from "./lib/stall-probe.ts";
 import type { Table } from "./report.ts";
-import { checkRequestBytes, startLoader } from "./sidecar.ts";
+import { checkRequestBytes, type Loader, startLoader, startNoopProcess } from "./sidecar.ts";
 
 export interface SidecarStartOptions {
   /** Fresh processes per start-up measurement (default 5). */
@@ -379,6 +379,28 @@ function summarizeStalls(stalls: readonly Stall[]) {
   };
 }
 
+/**
+ * The floor: the no-op grpc-js Check server (Node, @grpc/grpc-js and @grpc/proto-loader, the
+ * stack DESIGN.md mandates, with the sidecar's flags and environment) under the same load, in
+ * the same run, measured the same way.
+ */
+async function noopUnderLoad(loader: Loader, request: number[], loadMs: number) {
+  const noop = await startNoopProcess();
+  try {
+    const task = { kind: "fixed", port: noop.ports.grpc, rate: LOAD_RATE, request } as const;
+    await loader.run({ ...task, durationMs: 2000, warmupMs: 0 });
+    const pid = noop.child.pid;
+    const rss = rssSampler(pid);
+    const memory = memorySampler(pid);
+    const cpuBefore = cpuMs(pid);
+    const result = await loader.run({ ...task, durationMs: loadMs, warmupMs: 0 });
+    const cpuUsPerCheck = ((cpuMs(pid) - cpuBefore) * 1000) / Math.max(1, result.calls);
+    return { maxRss: rss.stop(), atMax: memory.stop(), cpuUsPerCheck };
+  } finally {
+    await noop.stop();
+  }
+}
+
 async function underLoad(env: Record<string, string>, token: string, loadMs: number) {
   const stallsFile = join(await mkdtemp(join(tmpdir(), "bench-stalls-")), "stalls.jsonl");
   const sidecar = await spawnSidecar(
@@ -411,7 +433,10 @@ async function underLoad(env: Record<string, string>, token: string, loadMs: num
     const lagMs = await eventLoopMaxMs(sidecar.ports.metrics);
     await sleep(1200); // the probe writes every second
     const stalls = summarizeStalls(stallsBetween(stallsFile, from, to));
+    await sidecar.stop();
+    const floor = await noopUnderLoad(loader, request, loadMs);
     return {
+      floor,
       stalls,
       result,
       cpuUsPerCheck,
@@ -560,6 +585,18 @@ function tables(
     {
       measure: `the same process at its largest RSS (smaps_rollup every 250 ms): RSS / PSS (shared pages divided among the processes that map them) / private`,
       value: `${mb(load.atMax.rss)} / ${mb(load.atMax.pss)} / ${mb(load.atMax.privateBytes)} MB`,
+      target: "",
+      met: "",
+    },
+    {
+      measure: `the floor: the no-op grpc-js Check server (Node, grpc-js, proto-loader; the same flags and environment) at ${LOAD_RATE.toLocaleString("en")} Checks/s in the same run: max VmRSS; RSS / PSS / private at its largest RSS; CPU per Check`,
+      value: `${mb(load.floor.maxRss)} MB; ${mb(load.floor.atMax.rss)} / ${mb(load.floor.atMax.pss)} / ${mb(load.floor.atMax.privateBytes)} MB; ${Math.round(load.floor.cpuUsPerCheck)} µs`,
+      target: "",
+      met: "",
+    },
+    {
+      measure: "the sidecar's own above the floor: RSS / PSS / private at the largest RSS",
+      value: `${mb(load.atMax.rss - load.floor.atMax.rss)} / ${mb(load.atMax.pss - load.floor.atMax.pss)} / ${mb(load.atMax.privateBytes - load.floor.atMax.privateBytes)} MB`,
       target: "",
       met: "",
     },

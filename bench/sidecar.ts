@@ -579,8 +579,8 @@ async function startProxyScript(code: string): Promise<ChildServer> {
   };
 }
 
-/** The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own. */
-async function startNoopProcess(): Promise<ChildServer> {
+/** The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own (also bench/sidecar-start.ts's). */
+export async function startNoopProcess(): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
   const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
   const child = track(
