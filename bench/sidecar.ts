@@ -579,10 +579,14 @@ async function startProxyScript(code: string): Promise<ChildServer> {
   };
 }
 
-/** The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own (also bench/sidecar-start.ts's). */
+/**
+ * The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own (also
+ * bench/sidecar-start.ts's). It writes its compile cache once started: a process stopped at once
+ * did not always leave it, and the next one then loaded Node's TypeScript stripper (≈ 15 MB).
+ */
 export async function startNoopProcess(): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
-  const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
+  const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); (await import("node:module")).flushCompileCache(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
   const child = track(
     spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
       env: { ...process.env, ...SERVER_ENV },
