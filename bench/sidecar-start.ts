@@ -386,7 +386,7 @@ function summarizeStalls(stalls: readonly Stall[]) {
  */
 async function noopUnderLoad(loader: Loader, request: number[], loadMs: number) {
   // Its own modules are outside src/: a first start fills the compile cache (else it would load
-  // Node's TypeScript stripper, ≈ 12 MB more RSS, as a deployed sidecar does not).
+  // Node's TypeScript stripper, ≈ 12 MB more RSS under load, as a deployed sidecar does not).
   await (await startNoopProcess()).stop();
   const noop = await startNoopProcess();
   try {

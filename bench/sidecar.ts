@@ -582,7 +582,7 @@ async function startProxyScript(code: string): Promise<ChildServer> {
 /**
  * The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own (also
  * bench/sidecar-start.ts's). It writes its compile cache once started: a process stopped at once
- * did not always leave it, and the next one then loaded Node's TypeScript stripper (≈ 15 MB).
+ * did not always leave it, and the next one then loaded Node's TypeScript stripper (≈ 15 MB idle).
  */
 export async function startNoopProcess(): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
