@@ -5,7 +5,10 @@
  * workload token and user assertion verification, mapping/subject/boundary checks, the
  * warm verified policy, decide, audit record, idempotency claim, authority envelope
  * (ML-DSA-65 signature + ML-KEM-768 seal), execution with key injection and redaction,
- * evidence. One call at a time; reports p50/p99 and the added latency (target p50 ≤ 3 ms).
+ * evidence. One call at a time from a generator process of its own (bench/lib/http-caller.ts),
+ * over several rounds, each a fresh world; reports the median over the rounds of p50/p99 and of
+ * the added latency (target p50 ≤ 3 ms) with the spread beside it, and the CPU per call of the
+ * servers and of the client apart.
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -31,54 +34,39 @@ import type { Store } from "../src/store/store.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
+import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
+import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
 
-export interface LatencySummary {
-  readonly name: string;
-  readonly iterations: number;
-  readonly p50Ms: number;
-  readonly p99Ms: number;
-  readonly meanMs: number;
+/** One round's figures: a fresh world (store, authority, upstream), a fresh measurement window. */
+export interface InvokeRound {
+  readonly directP50Ms: number;
+  readonly directP99Ms: number;
+  readonly invokeP50Ms: number;
+  readonly invokeP99Ms: number;
+  /** invoke p50 − direct p50, this round. */
+  readonly addedP50Ms: number;
   /**
-   * CPU per call: the whole process (event loop, thread pool; the client and the upstream
-   * run here too), and the event loop's thread alone. Steadier than latency when other
-   * processes compete for the cores.
+   * CPU per invoke of the bench process (the authority, the upstream, its event loop and
+   * thread pool; not the client) and of the event loop's thread alone; steadier than latency
+   * when other processes compete for the cores.
    */
-  readonly cpuMsPerCall: number;
+  readonly serverCpuMsPerCall: number;
   readonly loopCpuMsPerCall: number;
-}
-
-interface CpuTotals {
-  process: number;
-  loop: number;
+  /** CPU per invoke of the client (the generator process), reported apart. */
+  readonly generatorCpuMsPerCall: number;
+  /** Median of the evidence's total_ms (inside the engine, after authentication). */
+  readonly engineP50Ms: number;
 }
 
 export interface InvokeBenchResult {
-  readonly direct: LatencySummary;
-  readonly invoke: LatencySummary;
-  /** invoke p50 − direct p50 */
-  readonly overheadP50Ms: number;
-  readonly overheadP99Ms: number;
+  readonly rounds: readonly InvokeRound[];
   readonly targetP50Ms: 3;
-  /** Medians of the evidence timings the service recorded (inside the engine, after authentication). */
-  readonly engine: {
-    readonly totalP50Ms: number;
-    readonly decisionP50Ms: number;
-    readonly upstreamP50Ms: number;
-  };
+  readonly rows: readonly Record<string, string | number>[];
 }
 
 interface EvidenceTimings {
-  readonly timings: {
-    readonly total_ms: number;
-    readonly decision_ms: number;
-    readonly upstream_ms: number | null;
-  };
+  readonly timings: { readonly total_ms: number };
 }
-
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return Number((sorted[Math.floor(sorted.length / 2)] ?? 0).toFixed(4));
-};
 
 export const API_KEY = "bench-upstream-key-0123456789";
 const RESPONSE = JSON.stringify({
@@ -89,45 +77,11 @@ const RESPONSE = JSON.stringify({
   tags: Array.from({ length: 20 }, (_, i) => `tag-${i}`),
 });
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[index] ?? 0;
-}
-
-function summarize(name: string, samples: number[], cpu: CpuTotals): LatencySummary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const round = (n: number) => Number(n.toFixed(4));
-  const calls = Math.max(1, sorted.length);
-  return {
-    name,
-    iterations: sorted.length,
-    p50Ms: round(percentile(sorted, 50)),
-    p99Ms: round(percentile(sorted, 99)),
-    meanMs: round(sorted.reduce((sum, v) => sum + v, 0) / calls),
-    cpuMsPerCall: round(cpu.process / 1000 / calls),
-    loopCpuMsPerCall: round(cpu.loop / 1000 / calls),
-  };
-}
-
-/** Runs `run` one call at a time; adds the CPU time spent (µs) to `cpu` when given. */
-async function time(iterations: number, run: () => Promise<unknown>, cpu?: CpuTotals): Promise<number[]> {
-  const samples: number[] = [];
-  const processBefore = process.cpuUsage();
-  const loopBefore = process.threadCpuUsage();
-  for (let i = 0; i < iterations; i++) {
-    const start = performance.now();
-    await run();
-    samples.push(performance.now() - start);
-  }
-  if (cpu !== undefined) {
-    const processUsed = process.cpuUsage(processBefore);
-    const loopUsed = process.threadCpuUsage(loopBefore);
-    cpu.process += processUsed.user + processUsed.system;
-    cpu.loop += loopUsed.user + loopUsed.system;
-  }
-  return samples;
-}
+const cpuUs = (): { process: number; loop: number } => {
+  const all = process.cpuUsage();
+  const loop = process.threadCpuUsage();
+  return { process: all.user + all.system, loop: loop.user + loop.system };
+};
 
 const document = {
   openapi: "3.1.0",
@@ -273,75 +227,107 @@ export interface InvokeWorld {
   close(): Promise<void>;
 }
 
+const TARGET_P50_MS = 3;
+
+/**
+ * `rounds` fresh worlds, one after the other; in each, `iterations` direct calls and as many
+ * invokes, one at a time, alternating in blocks, from the generator process. The figure is the
+ * median over the rounds of each round's added p50, the spread beside it.
+ */
 export async function benchInvoke(
-  options: { iterations?: number; warmup?: number } = {},
+  options: { rounds?: number; iterations?: number; warmup?: number } = {},
 ): Promise<InvokeBenchResult> {
-  const iterations = options.iterations ?? 1000;
-  const warmup = options.warmup ?? 100;
+  const roundCount = options.rounds ?? 7;
+  const iterations = options.iterations ?? 200;
+  const warmup = options.warmup ?? 60;
+  const caller = startHttpCaller();
+  const rounds: InvokeRound[] = [];
+  try {
+    for (let round = 0; round < roundCount; round++) {
+      rounds.push(await invokeRound(caller, round, iterations, warmup));
+    }
+  } finally {
+    await caller.close();
+  }
+  return { rounds, targetP50Ms: TARGET_P50_MS, rows: invokeRows(rounds) };
+}
+
+async function invokeRound(
+  caller: HttpCaller,
+  round: number,
+  iterations: number,
+  warmup: number,
+): Promise<InvokeRound> {
   const dir = await makeTempDir("bench-invoke-");
   const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
   const world = await startInvokeWorld(store);
-  const { authority, origin, workloadToken, assertion } = world;
   try {
-    let counter = 0;
-    const body = JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" });
-    const invoke = async () => {
-      const response = await fetch(`${authority}/v1/bindings/bench-app/invoke`, {
-        method: "POST",
-        headers: {
-          authorization: `Bearer ${workloadToken}`,
-          "x-authority-user-assertion": assertion,
-          "idempotency-key": `bench-${++counter}`,
-          "content-type": "application/json",
-        },
-        body,
-      });
-      const answer = (await response.json()) as { status?: string };
-      if (answer.status !== "allowed") throw new Error(`invoke was not allowed: ${JSON.stringify(answer)}`);
-      return answer;
+    const invoke: CallTarget = {
+      url: `${world.authority}/v1/bindings/bench-app/invoke`,
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${world.workloadToken}`,
+        "x-authority-user-assertion": world.assertion,
+        "content-type": "application/json",
+      },
+      body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }),
+      uniqueHeader: { name: "idempotency-key", prefix: `bench-${round}` },
+      expect: '"status":"allowed"',
     };
-    const direct = async () => {
-      const response = await fetch(`${origin}/items/item-1`, {
-        headers: { accept: "application/json", "x-api-key": API_KEY },
-      });
-      return response.json();
+    const direct: CallTarget = {
+      url: `${world.origin}/items/item-1`,
+      method: "GET",
+      headers: { accept: "application/json", "x-api-key": API_KEY },
+      expect: '"id":"item-1"',
     };
-    await time(warmup, direct);
-    await time(warmup, invoke);
+    await caller.sequential(direct, warmup);
+    await caller.sequential(invoke, warmup);
     const directSamples: number[] = [];
     const invokeSamples: number[] = [];
-    const directCpu: CpuTotals = { process: 0, loop: 0 };
-    const invokeCpu: CpuTotals = { process: 0, loop: 0 };
-    const rounds = 10;
-    for (let round = 0; round < rounds; round++) {
-      directSamples.push(...(await time(Math.ceil(iterations / rounds), direct, directCpu)));
-      invokeSamples.push(...(await time(Math.ceil(iterations / rounds), invoke, invokeCpu)));
+    let server = { process: 0, loop: 0 };
+    let generatorUs = 0;
+    const blocks = 8;
+    const perBlock = Math.ceil(iterations / blocks);
+    for (let block = 0; block < blocks; block++) {
+      directSamples.push(...(await caller.sequential(direct, perBlock)).samplesMs);
+      const before = cpuUs();
+      const measured = await caller.sequential(invoke, perBlock);
+      const after = cpuUs();
+      server = {
+        process: server.process + after.process - before.process,
+        loop: server.loop + after.loop - before.loop,
+      };
+      generatorUs += measured.cpuUs;
+      invokeSamples.push(...measured.samplesMs);
     }
     const recorded: EvidenceTimings[] = [];
-    let after: string | undefined;
+    let next: string | undefined;
     for (;;) {
       const page = await store.list<EvidenceTimings>("binding_invocations", {
         limit: 1000,
-        ...(after === undefined ? {} : { after }),
+        ...(next === undefined ? {} : { after: next }),
       });
       recorded.push(...page.items.map((item) => item.value));
       if (page.next === undefined) break;
-      after = page.next;
+      next = page.next;
     }
-    const measured = recorded.slice(-iterations);
-    const d = summarize("direct fetch", directSamples, directCpu);
-    const i = summarize("binding invoke", invokeSamples, invokeCpu);
+    const calls = invokeSamples.length;
+    const perCall = (us: number) => us / 1000 / calls;
+    const directP50Ms = percentile(directSamples, 50);
+    const invokeP50Ms = percentile(invokeSamples, 50);
     return {
-      direct: d,
-      invoke: i,
-      overheadP50Ms: Number((i.p50Ms - d.p50Ms).toFixed(4)),
-      overheadP99Ms: Number((i.p99Ms - d.p99Ms).toFixed(4)),
-      targetP50Ms: 3,
-      engine: {
-        totalP50Ms: median(measured.map((e) => e.timings.total_ms)),
-        decisionP50Ms: median(measured.map((e) => e.timings.decision_ms)),
-        upstreamP50Ms: median(measured.map((e) => e.timings.upstream_ms ?? 0)),
-      },
+      directP50Ms,
+      directP99Ms: percentile(directSamples, 99),
+      invokeP50Ms,
+      invokeP99Ms: percentile(invokeSamples, 99),
+      addedP50Ms: invokeP50Ms - directP50Ms,
+      serverCpuMsPerCall: perCall(server.process),
+      loopCpuMsPerCall: perCall(server.loop),
+      generatorCpuMsPerCall: perCall(generatorUs),
+      engineP50Ms: percentile(
+        recorded.slice(-calls).map((evidence) => evidence.timings.total_ms),
+        50,
+      ),
     };
   } finally {
     await world.close();
@@ -350,6 +336,69 @@ export async function benchInvoke(
   }
 }
 
+function invokeRows(rounds: readonly InvokeRound[]): Record<string, string | number>[] {
+  const column = (pick: (round: InvokeRound) => number) => rounds.map(pick);
+  const figure = (name: string, values: number[], unit: string, target = "", met = "") => ({
+    measurement: name,
+    rounds: values.length,
+    median: medianOf(values),
+    spread: spreadText(values),
+    unit,
+    target,
+    met,
+  });
+  const added = column((r) => r.addedP50Ms);
+  return [
+    figure(
+      "direct GET p50",
+      column((r) => r.directP50Ms),
+      "ms",
+    ),
+    figure(
+      "binding invoke p50",
+      column((r) => r.invokeP50Ms),
+      "ms",
+    ),
+    figure(
+      "added by invoke, p50",
+      added,
+      "ms",
+      `≤ ${TARGET_P50_MS} ms`,
+      medianOf(added) <= TARGET_P50_MS ? "yes" : "no",
+    ),
+    figure(
+      "direct GET p99",
+      column((r) => r.directP99Ms),
+      "ms",
+    ),
+    figure(
+      "binding invoke p99",
+      column((r) => r.invokeP99Ms),
+      "ms",
+    ),
+    figure(
+      "inside the engine (evidence total_ms), p50",
+      column((r) => r.engineP50Ms),
+      "ms",
+    ),
+    figure(
+      "CPU per invoke: authority + upstream (all threads)",
+      column((r) => r.serverCpuMsPerCall),
+      "ms",
+    ),
+    figure(
+      "CPU per invoke: its event loop",
+      column((r) => r.loopCpuMsPerCall),
+      "ms",
+    ),
+    figure(
+      "CPU per invoke: the client (generator process)",
+      column((r) => r.generatorCpuMsPerCall),
+      "ms",
+    ),
+  ];
+}
+
 if (import.meta.main) {
-  console.log(JSON.stringify(await benchInvoke(), null, 2));
+  console.table((await benchInvoke()).rows);
 }
