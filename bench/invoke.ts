@@ -6,7 +6,7 @@
  * warm verified policy, decide, audit record, idempotency claim, authority envelope
  * (ML-DSA-65 signature + ML-KEM-768 seal), execution with key injection and redaction,
  * evidence. One call at a time from a generator process of its own (bench/lib/http-caller.ts),
- * over several rounds, each a fresh world; reports the median over the rounds of p50/p99 and of
+ * over several rounds, each a fresh world in a fresh process (bench/lib/world-process.ts); reports the median over the rounds of p50/p99 and of
  * the added latency (target p50 ≤ 3 ms) with the spread beside it, and the CPU per call of the
  * servers and of the client apart.
  */
@@ -36,6 +36,7 @@ import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
 import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
 
 /** One round's figures: a fresh world (store, authority, upstream), a fresh measurement window. */
 export interface InvokeRound {
@@ -76,12 +77,6 @@ const RESPONSE = JSON.stringify({
   card_number: "4111111111111111",
   tags: Array.from({ length: 20 }, (_, i) => `tag-${i}`),
 });
-
-const cpuUs = (): { process: number; loop: number } => {
-  const all = process.cpuUsage();
-  const loop = process.threadCpuUsage();
-  return { process: all.user + all.system, loop: loop.user + loop.system };
-};
 
 const document = {
   openapi: "3.1.0",
@@ -239,7 +234,8 @@ export async function benchInvoke(
 ): Promise<InvokeBenchResult> {
   const roundCount = options.rounds ?? 7;
   const iterations = options.iterations ?? 200;
-  const warmup = options.warmup ?? 60;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 300;
   const caller = startHttpCaller();
   const rounds: InvokeRound[] = [];
   try {
@@ -252,22 +248,69 @@ export async function benchInvoke(
   return { rounds, targetP50Ms: TARGET_P50_MS, rows: invokeRows(rounds) };
 }
 
+/** What the world process hands the bench: where to call, with which credentials. */
+interface InvokeWorldInfo {
+  readonly authority: string;
+  readonly origin: string;
+  readonly workloadToken: string;
+  readonly assertion: string;
+}
+
+/** The invoke world on a fresh SQLite store, served in a world process (bench/lib/world-process.ts). */
+export async function serveInvokeWorld(): Promise<ServedWorld<InvokeWorldInfo>> {
+  const dir = await makeTempDir("bench-invoke-");
+  const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
+  const world = await startInvokeWorld(store);
+  return {
+    info: {
+      authority: world.authority,
+      origin: world.origin,
+      workloadToken: world.workloadToken,
+      assertion: world.assertion,
+    },
+    operations: { engineP50: (calls) => engineP50(store, Number(calls)) },
+    async close() {
+      await world.close();
+      await store.close();
+      await dir.cleanup();
+    },
+  };
+}
+
+/** Median of the evidence's total_ms over the last `calls` invocations recorded. */
+async function engineP50(store: Store, calls: number): Promise<number> {
+  const recorded: EvidenceTimings[] = [];
+  let next: string | undefined;
+  for (;;) {
+    const page = await store.list<EvidenceTimings>("binding_invocations", {
+      limit: 1000,
+      ...(next === undefined ? {} : { after: next }),
+    });
+    recorded.push(...page.items.map((item) => item.value));
+    if (page.next === undefined) break;
+    next = page.next;
+  }
+  return percentile(
+    recorded.slice(-calls).map((evidence) => evidence.timings.total_ms),
+    50,
+  );
+}
+
 async function invokeRound(
   caller: HttpCaller,
   round: number,
   iterations: number,
   warmup: number,
 ): Promise<InvokeRound> {
-  const dir = await makeTempDir("bench-invoke-");
-  const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
-  const world = await startInvokeWorld(store);
+  const world = await startWorldProcess<InvokeWorldInfo>(import.meta.url, "serveInvokeWorld");
   try {
+    const { info } = world;
     const invoke: CallTarget = {
-      url: `${world.authority}/v1/bindings/bench-app/invoke`,
+      url: `${info.authority}/v1/bindings/bench-app/invoke`,
       method: "POST",
       headers: {
-        authorization: `Bearer ${world.workloadToken}`,
-        "x-authority-user-assertion": world.assertion,
+        authorization: `Bearer ${info.workloadToken}`,
+        "x-authority-user-assertion": info.assertion,
         "content-type": "application/json",
       },
       body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }),
@@ -275,7 +318,7 @@ async function invokeRound(
       expect: '"status":"allowed"',
     };
     const direct: CallTarget = {
-      url: `${world.origin}/items/item-1`,
+      url: `${info.origin}/items/item-1`,
       method: "GET",
       headers: { accept: "application/json", "x-api-key": API_KEY },
       expect: '"id":"item-1"',
@@ -290,26 +333,15 @@ async function invokeRound(
     const perBlock = Math.ceil(iterations / blocks);
     for (let block = 0; block < blocks; block++) {
       directSamples.push(...(await caller.sequential(direct, perBlock)).samplesMs);
-      const before = cpuUs();
+      const before = await world.cpuUs();
       const measured = await caller.sequential(invoke, perBlock);
-      const after = cpuUs();
+      const after = await world.cpuUs();
       server = {
         process: server.process + after.process - before.process,
         loop: server.loop + after.loop - before.loop,
       };
       generatorUs += measured.cpuUs;
       invokeSamples.push(...measured.samplesMs);
-    }
-    const recorded: EvidenceTimings[] = [];
-    let next: string | undefined;
-    for (;;) {
-      const page = await store.list<EvidenceTimings>("binding_invocations", {
-        limit: 1000,
-        ...(next === undefined ? {} : { after: next }),
-      });
-      recorded.push(...page.items.map((item) => item.value));
-      if (page.next === undefined) break;
-      next = page.next;
     }
     const calls = invokeSamples.length;
     const perCall = (us: number) => us / 1000 / calls;
@@ -324,15 +356,10 @@ async function invokeRound(
       serverCpuMsPerCall: perCall(server.process),
       loopCpuMsPerCall: perCall(server.loop),
       generatorCpuMsPerCall: perCall(generatorUs),
-      engineP50Ms: percentile(
-        recorded.slice(-calls).map((evidence) => evidence.timings.total_ms),
-        50,
-      ),
+      engineP50Ms: await world.call<number>("engineP50", calls),
     };
   } finally {
     await world.close();
-    await store.close();
-    await dir.cleanup();
   }
 }
 
