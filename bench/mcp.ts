@@ -8,7 +8,8 @@
  * - tools/call overhead: the same GET straight to the upstream with fetch, and through
  *   /mcp tools/call (authentication, decision, audit, auth injection, redaction, MCP
  *   framing); the added p50 is the difference. Calls run one at a time, interleaved, from a
- *   generator process of its own (its CPU reported apart), over rounds of fresh services. The
+ *   generator process of its own (its CPU reported apart), over rounds, each a fresh service in
+ *   a fresh process (bench/lib/world-process.ts). The
  *   target is for the usual policy (a handful of operations); the same call under the
  *   500-operation policy is reported too, because the verified-policy path reads the
  *   whole stored policy record on every call.
@@ -40,6 +41,7 @@ import { egressAllowValue } from "../test/helpers/egress.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
 import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess, type WorldProcess } from "./lib/world-process.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -375,21 +377,22 @@ export async function benchMcp(
   const resources = Math.ceil((options.operations ?? 500) / 5);
   const roundCount = options.rounds ?? 5;
   const iterations = options.iterations ?? 240;
-  const warmup = options.warmup ?? 50;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 200;
   const caller = startHttpCaller();
   const rounds: McpRound[] = [];
   let sdkList: LatencySummary | undefined;
   let operations = 0;
   try {
     for (let round = 0; round < roundCount; round++) {
-      const service = await startMcpBenchService(resources);
+      const world = await startWorldProcess<McpWorldInfo>(import.meta.url, "serveMcpWorld", resources);
       try {
-        const measured = await mcpRound(service, caller, iterations, warmup);
+        const measured = await mcpRound(world, caller, iterations, warmup);
         rounds.push(measured.round);
         operations = measured.operations;
-        if (sdkList === undefined) sdkList = await measureSdkList(service, measured.operations, warmup);
+        if (sdkList === undefined) sdkList = await measureSdkList(world.info, measured.operations, warmup);
       } finally {
-        await service.close();
+        await world.close();
       }
     }
   } finally {
@@ -399,7 +402,32 @@ export async function benchMcp(
   return { operations, rounds, sdkList, rows: mcpRows(rounds, sdkList, operations) };
 }
 
-async function measureSdkList(service: McpBenchService, operations: number, warmup: number) {
+/** What the world process hands the bench: where to call, with which tokens. */
+interface McpWorldInfo {
+  readonly url: string;
+  readonly upstreamUrl: string;
+  readonly accessToken: string;
+  readonly smallPolicyToken: string;
+  readonly operations: number;
+}
+
+/** The MCP bench service (`resources` × 5 operations), served in a world process (bench/lib/world-process.ts). */
+export async function serveMcpWorld(resources: unknown): Promise<ServedWorld<McpWorldInfo>> {
+  const service = await startMcpBenchService(Number(resources));
+  return {
+    info: {
+      url: service.url,
+      upstreamUrl: service.upstreamUrl,
+      accessToken: service.accessToken,
+      smallPolicyToken: service.smallPolicyToken,
+      operations: service.permissionIds.length,
+    },
+    operations: { flush: () => service.context.decisions.recorder.flush(10_000) },
+    close: () => service.close(),
+  };
+}
+
+async function measureSdkList(service: McpWorldInfo, operations: number, warmup: number) {
   const client = new Client({ name: "bench", version: "1" });
   await client.connect(
     new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
@@ -416,17 +444,18 @@ async function measureSdkList(service: McpBenchService, operations: number, warm
 }
 
 async function mcpRound(
-  service: McpBenchService,
+  world: WorldProcess<McpWorldInfo>,
   caller: HttpCaller,
   iterations: number,
   warmup: number,
 ): Promise<{ round: McpRound; operations: number }> {
-  const { url, upstreamUrl, context } = service;
+  const service = world.info;
+  const { url, upstreamUrl } = service;
   const big = await rpcClient(url, service.accessToken);
   const small = await rpcClient(url, service.smallPolicyToken);
   const tools = await listAllTools(big);
-  if (tools.length !== service.permissionIds.length) {
-    throw new Error(`expected ${service.permissionIds.length} tools, got ${tools.length}`);
+  if (tools.length !== service.operations) {
+    throw new Error(`expected ${service.operations} tools, got ${tools.length}`);
   }
   const smallTools = (await small("tools/list", {})).result?.tools ?? [];
   const getTool = (list: Array<{ name: string }>) => {
@@ -477,9 +506,9 @@ async function mcpRound(
   const perBlock = Math.ceil(iterations / blocks);
   for (let block = 0; block < blocks; block++) {
     directSamples.push(...(await caller.sequential(direct, perBlock)).samplesMs);
-    const before = cpuUs();
+    const before = await world.cpuUs();
     const measured = await caller.sequential(viaSmall, perBlock);
-    const after = cpuUs();
+    const after = await world.cpuUs();
     server = {
       process: server.process + after.process - before.process,
       loop: server.loop + after.loop - before.loop,
@@ -488,7 +517,7 @@ async function mcpRound(
     callSamples.push(...measured.samplesMs);
     bigSamples.push(...(await caller.sequential(viaBig, Math.ceil(perBlock / 4))).samplesMs);
   }
-  await context.decisions.recorder.flush(10_000);
+  await world.call("flush");
   const perCall = (us: number) => us / 1000 / callSamples.length;
   const sorted = [...listSamples.wall].sort((a, b) => a - b);
   return {
@@ -506,12 +535,6 @@ async function mcpRound(
     },
   };
 }
-
-const cpuUs = (): { process: number; loop: number } => {
-  const all = process.cpuUsage();
-  const loop = process.threadCpuUsage();
-  return { process: all.user + all.system, loop: loop.user + loop.system };
-};
 
 function mcpRows(
   rounds: readonly McpRound[],

@@ -35,7 +35,12 @@ type Request = { readonly operation: string; readonly argument?: unknown };
 
 const ROLE = "bench-world-process";
 
-export async function startWorldProcess<T>(moduleUrl: string, exportName: string): Promise<WorldProcess<T>> {
+export async function startWorldProcess<T>(
+  moduleUrl: string,
+  exportName: string,
+  /** Handed to the export (cloneable). */
+  argument?: unknown,
+): Promise<WorldProcess<T>> {
   const child = track(
     fork(fileURLToPath(import.meta.url), [], {
       env: {
@@ -66,7 +71,7 @@ export async function startWorldProcess<T>(moduleUrl: string, exportName: string
     return next;
   };
   try {
-    const info = await ask<T>({ operation: "start" });
+    const info = await ask<T>({ operation: "start", argument });
     return {
       info,
       cpuUs: () => ask<CpuUs>({ operation: "cpuUs" }),
@@ -91,7 +96,7 @@ if (process.env.BENCH_WORLD_ROLE === ROLE && process.send !== undefined) {
       const module = (await import(process.env.BENCH_WORLD_MODULE ?? "")) as Record<string, unknown>;
       const serve = module[process.env.BENCH_WORLD_EXPORT ?? ""];
       if (typeof serve !== "function") throw new Error(`no world export ${process.env.BENCH_WORLD_EXPORT}`);
-      world = (await serve()) as ServedWorld<unknown>;
+      world = (await serve(argument)) as ServedWorld<unknown>;
       return world.info;
     }
     if (world === undefined) throw new Error("the world is not started");
