@@ -8,7 +8,7 @@
  *   the gateway remembers the downstream's era, so it also sends one). The client's request is
  *   captured once and replayed by the generator process (bench/lib/http-caller.ts; its CPU
  *   reported apart). Interleaved, one at a time, over rounds of fresh downstreams and
- *   services; the added p50 is the median over the rounds, the spread beside it.
+ *   services, each in a fresh process (bench/lib/world-process.ts); the added p50 is the median over the rounds, the spread beside it.
  * - tools/list of 500 downstream tools through /mcp (every page, JSON-RPC over HTTP).
  *
  * Targets: tools/call added p50 ≤ 2 ms; tools/list (500 tools) reported beside the REST one.
@@ -26,6 +26,7 @@ import { createSubject } from "../src/admin/subjects.ts";
 import { startDownstreamMcp } from "../test/helpers/downstream-mcp.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
 import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
 import { startMcpBenchService } from "./mcp.ts";
 
 const PARTNER = "bench";
@@ -118,7 +119,8 @@ export async function benchMcpDownstream(
   const count = options.tools ?? 500;
   const roundCount = options.rounds ?? 5;
   const iterations = options.iterations ?? 240;
-  const warmup = options.warmup ?? 50;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 200;
   const caller = startHttpCaller();
   const rounds: DownstreamRound[] = [];
   try {
@@ -177,17 +179,27 @@ export async function benchMcpDownstream(
   ];
 }
 
-async function downstreamRound(
-  caller: HttpCaller,
-  count: number,
-  iterations: number,
-  warmup: number,
-): Promise<DownstreamRound> {
-  const downstream = await startDownstreamMcp(tools(count), {
+/** What the world process hands the bench. */
+interface DownstreamWorldInfo {
+  readonly serviceUrl: string;
+  readonly downstreamUrl: string;
+  readonly bigToken: string;
+  readonly oneToken: string;
+}
+
+/**
+ * A downstream of `count` tools, imported and assigned on the MCP bench service, served in a
+ * world process (bench/lib/world-process.ts).
+ */
+export async function serveDownstreamWorld(count: unknown): Promise<ServedWorld<DownstreamWorldInfo>> {
+  const downstream = await startDownstreamMcp(tools(Number(count)), {
     get_item: (args) => ({ content: [{ type: "text", text: JSON.stringify({ ...ITEM, id: args.id }) }] }),
   });
   const service = await startMcpBenchService(1, [downstream.url]);
-  const clients: Client[] = [];
+  const close = async () => {
+    await service.close();
+    await downstream.close();
+  };
   try {
     const { context } = service;
     const actor = { subject: "bench-admin", requestId: "req_bench_downstream" };
@@ -219,6 +231,28 @@ async function downstreamRound(
     const bigToken = await service.issueToken("bench-downstream-all");
     const oneToken = await service.issueToken("bench-downstream-one");
 
+    return {
+      info: { serviceUrl: service.url, downstreamUrl: downstream.url, bigToken, oneToken },
+      close,
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+async function downstreamRound(
+  caller: HttpCaller,
+  count: number,
+  iterations: number,
+  warmup: number,
+): Promise<DownstreamRound> {
+  const world = await startWorldProcess<DownstreamWorldInfo>(import.meta.url, "serveDownstreamWorld", count);
+  const { bigToken, oneToken } = world.info;
+  const service = { url: world.info.serviceUrl };
+  const downstream = { url: world.info.downstreamUrl };
+  const clients: Client[] = [];
+  try {
     // tools/list of every downstream tool through /mcp: all pages, JSON-RPC over HTTP.
     const listAll = async () => {
       let cursor: string | undefined;
@@ -291,9 +325,9 @@ async function downstreamRound(
     const perBlock = Math.ceil(iterations / blocks);
     for (let block = 0; block < blocks; block++) {
       directSamples.push(...(await caller.sequential(directTarget, perBlock)).samplesMs);
-      const before = cpuUs();
+      const before = await world.cpuUs();
       const measured = await caller.sequential(gatewayTarget, perBlock);
-      const after = cpuUs();
+      const after = await world.cpuUs();
       server = {
         process: server.process + after.process - before.process,
         loop: server.loop + after.loop - before.loop,
@@ -314,13 +348,6 @@ async function downstreamRound(
     };
   } finally {
     for (const client of clients) await client.close().catch(() => undefined);
-    await service.close();
-    await downstream.close();
+    await world.close();
   }
 }
-
-const cpuUs = (): { process: number; loop: number } => {
-  const all = process.cpuUsage();
-  const loop = process.threadCpuUsage();
-  return { process: all.user + all.system, loop: loop.user + loop.system };
-};
