@@ -35,7 +35,7 @@ import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
-import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
 import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
 
 /** One round's figures: a fresh world (store, authority, upstream), a fresh measurement window. */
@@ -325,38 +325,19 @@ async function invokeRound(
     };
     await caller.sequential(direct, warmup);
     await caller.sequential(invoke, warmup);
-    const directSamples: number[] = [];
-    const invokeSamples: number[] = [];
-    let server = { process: 0, loop: 0 };
-    let generatorUs = 0;
-    const blocks = 8;
-    const perBlock = Math.ceil(iterations / blocks);
-    for (let block = 0; block < blocks; block++) {
-      directSamples.push(...(await caller.sequential(direct, perBlock)).samplesMs);
-      const before = await world.cpuUs();
-      const measured = await caller.sequential(invoke, perBlock);
-      const after = await world.cpuUs();
-      server = {
-        process: server.process + after.process - before.process,
-        loop: server.loop + after.loop - before.loop,
-      };
-      generatorUs += measured.cpuUs;
-      invokeSamples.push(...measured.samplesMs);
-    }
-    const calls = invokeSamples.length;
-    const perCall = (us: number) => us / 1000 / calls;
-    const directP50Ms = percentile(directSamples, 50);
-    const invokeP50Ms = percentile(invokeSamples, 50);
+    const window = await alternateBlocks({ caller, world, direct, gateway: invoke, iterations });
+    const directP50Ms = percentile(window.direct, 50);
+    const invokeP50Ms = percentile(window.gateway, 50);
     return {
       directP50Ms,
-      directP99Ms: percentile(directSamples, 99),
+      directP99Ms: percentile(window.direct, 99),
       invokeP50Ms,
-      invokeP99Ms: percentile(invokeSamples, 99),
+      invokeP99Ms: percentile(window.gateway, 99),
       addedP50Ms: invokeP50Ms - directP50Ms,
-      serverCpuMsPerCall: perCall(server.process),
-      loopCpuMsPerCall: perCall(server.loop),
-      generatorCpuMsPerCall: perCall(generatorUs),
-      engineP50Ms: await world.call<number>("engineP50", calls),
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
+      engineP50Ms: await world.call<number>("engineP50", window.gateway.length),
     };
   } finally {
     await world.close();
@@ -365,63 +346,40 @@ async function invokeRound(
 
 function invokeRows(rounds: readonly InvokeRound[]): Record<string, string | number>[] {
   const column = (pick: (round: InvokeRound) => number) => rounds.map(pick);
-  const figure = (name: string, values: number[], unit: string, target = "", met = "") => ({
-    measurement: name,
-    rounds: values.length,
-    median: medianOf(values),
-    spread: spreadText(values),
-    unit,
-    target,
-    met,
-  });
   const added = column((r) => r.addedP50Ms);
   return [
-    figure(
+    figureRow(
       "direct GET p50",
       column((r) => r.directP50Ms),
-      "ms",
     ),
-    figure(
+    figureRow(
       "binding invoke p50",
       column((r) => r.invokeP50Ms),
-      "ms",
     ),
-    figure(
-      "added by invoke, p50",
-      added,
-      "ms",
-      `≤ ${TARGET_P50_MS} ms`,
-      medianOf(added) <= TARGET_P50_MS ? "yes" : "no",
-    ),
-    figure(
+    figureRow("added by invoke, p50", added, `≤ ${TARGET_P50_MS} ms`, metByMedian(added, TARGET_P50_MS)),
+    figureRow(
       "direct GET p99",
       column((r) => r.directP99Ms),
-      "ms",
     ),
-    figure(
+    figureRow(
       "binding invoke p99",
       column((r) => r.invokeP99Ms),
-      "ms",
     ),
-    figure(
+    figureRow(
       "inside the engine (evidence total_ms), p50",
       column((r) => r.engineP50Ms),
-      "ms",
     ),
-    figure(
+    figureRow(
       "CPU per invoke: authority + upstream (all threads)",
       column((r) => r.serverCpuMsPerCall),
-      "ms",
     ),
-    figure(
+    figureRow(
       "CPU per invoke: its event loop",
       column((r) => r.loopCpuMsPerCall),
-      "ms",
     ),
-    figure(
+    figureRow(
       "CPU per invoke: the client (generator process)",
       column((r) => r.generatorCpuMsPerCall),
-      "ms",
     ),
   ];
 }

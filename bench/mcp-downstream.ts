@@ -25,7 +25,7 @@ import { assignCapability } from "../src/admin/policies.ts";
 import { createSubject } from "../src/admin/subjects.ts";
 import { startDownstreamMcp } from "../test/helpers/downstream-mcp.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
-import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
 import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
 import { startMcpBenchService } from "./mcp.ts";
 
@@ -131,48 +131,39 @@ export async function benchMcpDownstream(
     await caller.close();
   }
   const column = (pick: (round: DownstreamRound) => number) => rounds.map(pick);
-  const figure = (name: string, values: number[], target = "", met = "") => ({
-    measurement: name,
-    rounds: values.length,
-    median: medianOf(values),
-    spread: spreadText(values),
-    unit: "ms",
-    target,
-    met,
-  });
   const added = column((r) => r.gatewayP50Ms - r.directP50Ms);
   return [
-    figure(
+    figureRow(
       `tools/list p50, ${count} downstream tools (all pages)`,
       column((r) => r.listP50Ms),
     ),
-    figure(
+    figureRow(
       "tools/call straight to the downstream, p50",
       column((r) => r.directP50Ms),
     ),
-    figure(
+    figureRow(
       "tools/call through /mcp, p50",
       column((r) => r.gatewayP50Ms),
     ),
-    figure(
+    figureRow(
       "added by /mcp, p50",
       added,
       `≤ ${ADDED_P50_TARGET_MS} ms`,
-      medianOf(added) <= ADDED_P50_TARGET_MS ? "yes" : "no",
+      metByMedian(added, ADDED_P50_TARGET_MS),
     ),
-    figure(
+    figureRow(
       "added by /mcp, p99",
       column((r) => r.gatewayP99Ms - r.directP99Ms),
     ),
-    figure(
+    figureRow(
       "CPU per call through /mcp: service + downstream (all threads)",
       column((r) => r.serverCpuMsPerCall),
     ),
-    figure(
+    figureRow(
       "CPU per call through /mcp: its event loop",
       column((r) => r.loopCpuMsPerCall),
     ),
-    figure(
+    figureRow(
       "CPU per call through /mcp: the client (generator process)",
       column((r) => r.generatorCpuMsPerCall),
     ),
@@ -317,34 +308,22 @@ async function downstreamRound(
     const gatewayTarget = replay(gatewaySent);
     await caller.sequential(directTarget, warmup);
     await caller.sequential(gatewayTarget, warmup);
-    const directSamples: number[] = [];
-    const gatewaySamples: number[] = [];
-    let server = { process: 0, loop: 0 };
-    let generatorUs = 0;
-    const blocks = 8;
-    const perBlock = Math.ceil(iterations / blocks);
-    for (let block = 0; block < blocks; block++) {
-      directSamples.push(...(await caller.sequential(directTarget, perBlock)).samplesMs);
-      const before = await world.cpuUs();
-      const measured = await caller.sequential(gatewayTarget, perBlock);
-      const after = await world.cpuUs();
-      server = {
-        process: server.process + after.process - before.process,
-        loop: server.loop + after.loop - before.loop,
-      };
-      generatorUs += measured.cpuUs;
-      gatewaySamples.push(...measured.samplesMs);
-    }
-    const perCall = (us: number) => us / 1000 / gatewaySamples.length;
+    const window = await alternateBlocks({
+      caller,
+      world,
+      direct: directTarget,
+      gateway: gatewayTarget,
+      iterations,
+    });
     return {
       listP50Ms: percentile(list, 50),
-      directP50Ms: percentile(directSamples, 50),
-      directP99Ms: percentile(directSamples, 99),
-      gatewayP50Ms: percentile(gatewaySamples, 50),
-      gatewayP99Ms: percentile(gatewaySamples, 99),
-      serverCpuMsPerCall: perCall(server.process),
-      loopCpuMsPerCall: perCall(server.loop),
-      generatorCpuMsPerCall: perCall(generatorUs),
+      directP50Ms: percentile(window.direct, 50),
+      directP99Ms: percentile(window.direct, 99),
+      gatewayP50Ms: percentile(window.gateway, 50),
+      gatewayP99Ms: percentile(window.gateway, 99),
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
     };
   } finally {
     for (const client of clients) await client.close().catch(() => undefined);

@@ -40,7 +40,7 @@ import { openStore } from "../src/store/index.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
 import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
-import { medianOf, percentile, spreadText } from "./lib/rounds.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
 import { type ServedWorld, startWorldProcess, type WorldProcess } from "./lib/world-process.ts";
 
 export interface LatencySummary {
@@ -497,41 +497,28 @@ async function mcpRound(
   await caller.sequential(direct, warmup);
   await caller.sequential(viaSmall, warmup);
   await caller.sequential(viaBig, Math.min(warmup, 20));
-  const directSamples: number[] = [];
-  const callSamples: number[] = [];
-  const bigSamples: number[] = [];
-  let server = { process: 0, loop: 0 };
-  let generatorUs = 0;
-  const blocks = 8;
-  const perBlock = Math.ceil(iterations / blocks);
-  for (let block = 0; block < blocks; block++) {
-    directSamples.push(...(await caller.sequential(direct, perBlock)).samplesMs);
-    const before = await world.cpuUs();
-    const measured = await caller.sequential(viaSmall, perBlock);
-    const after = await world.cpuUs();
-    server = {
-      process: server.process + after.process - before.process,
-      loop: server.loop + after.loop - before.loop,
-    };
-    generatorUs += measured.cpuUs;
-    callSamples.push(...measured.samplesMs);
-    bigSamples.push(...(await caller.sequential(viaBig, Math.ceil(perBlock / 4))).samplesMs);
-  }
+  const window = await alternateBlocks({
+    caller,
+    world,
+    direct,
+    gateway: viaSmall,
+    iterations,
+    extra: viaBig,
+  });
   await world.call("flush");
-  const perCall = (us: number) => us / 1000 / callSamples.length;
   const sorted = [...listSamples.wall].sort((a, b) => a - b);
   return {
     operations: tools.length,
     round: {
       listP50Ms: percentile(sorted, 50),
-      directP50Ms: percentile(directSamples, 50),
-      directP99Ms: percentile(directSamples, 99),
-      callP50Ms: percentile(callSamples, 50),
-      callP99Ms: percentile(callSamples, 99),
-      bigCallP50Ms: percentile(bigSamples, 50),
-      serverCpuMsPerCall: perCall(server.process),
-      loopCpuMsPerCall: perCall(server.loop),
-      generatorCpuMsPerCall: perCall(generatorUs),
+      directP50Ms: percentile(window.direct, 50),
+      directP99Ms: percentile(window.direct, 99),
+      callP50Ms: percentile(window.gateway, 50),
+      callP99Ms: percentile(window.gateway, 99),
+      bigCallP50Ms: percentile(window.extra, 50),
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
     },
   };
 }
@@ -542,24 +529,14 @@ function mcpRows(
   operations: number,
 ): Record<string, string | number>[] {
   const column = (pick: (round: McpRound) => number) => rounds.map(pick);
-  const figure = (name: string, values: number[], target = "", met = "") => ({
-    measurement: name,
-    rounds: values.length,
-    median: medianOf(values),
-    spread: spreadText(values),
-    unit: "ms",
-    target,
-    met,
-  });
-  const metText = (values: number[], limit: number) => (medianOf(values) <= limit ? "yes" : "no");
   const list = column((r) => r.listP50Ms);
   const added = column((r) => r.callP50Ms - r.directP50Ms);
   return [
-    figure(
+    figureRow(
       `tools/list p50 (${operations} API tools, every page, JSON-RPC over HTTP)`,
       list,
       "≤ 20 ms",
-      metText(list, 20),
+      metByMedian(list, 20),
     ),
     {
       measurement: sdkList.name,
@@ -570,33 +547,38 @@ function mcpRows(
       target: "(information)",
       met: "",
     },
-    figure(
+    figureRow(
       "GET direct to upstream, p50",
       column((r) => r.directP50Ms),
     ),
-    figure(
+    figureRow(
       "GET through /mcp tools/call (policy of 5 operations), p50",
       column((r) => r.callP50Ms),
     ),
-    figure("tools/call added p50", added, `≤ ${ADDED_P50_TARGET_MS} ms`, metText(added, ADDED_P50_TARGET_MS)),
-    figure(
+    figureRow(
+      "tools/call added p50",
+      added,
+      `≤ ${ADDED_P50_TARGET_MS} ms`,
+      metByMedian(added, ADDED_P50_TARGET_MS),
+    ),
+    figureRow(
       "tools/call added p99",
       column((r) => r.callP99Ms - r.directP99Ms),
     ),
-    figure(
+    figureRow(
       `tools/call added p50, policy of ${operations} operations`,
       column((r) => r.bigCallP50Ms - r.directP50Ms),
       "(information)",
     ),
-    figure(
+    figureRow(
       "CPU per tools/call: service + upstream (all threads)",
       column((r) => r.serverCpuMsPerCall),
     ),
-    figure(
+    figureRow(
       "CPU per tools/call: its event loop",
       column((r) => r.loopCpuMsPerCall),
     ),
-    figure(
+    figureRow(
       "CPU per tools/call: the client (generator process)",
       column((r) => r.generatorCpuMsPerCall),
     ),
