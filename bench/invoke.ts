@@ -6,9 +6,9 @@
  * warm verified policy, decide, audit record, idempotency claim, authority envelope
  * (ML-DSA-65 signature + ML-KEM-768 seal), execution with key injection and redaction,
  * evidence. One call at a time from a generator process of its own (bench/lib/http-caller.ts),
- * over several rounds, each a fresh world in a fresh process (bench/lib/world-process.ts); reports the median over the rounds of p50/p99 and of
- * the added latency (target p50 ≤ 3 ms) with the spread beside it, and the CPU per call of the
- * servers and of the client apart.
+ * over several rounds, each a fresh world in a fresh process (bench/lib/world-process.ts);
+ * reports the median over the rounds of p50/p99 and of the added latency (target p50 ≤ 3 ms)
+ * with the spread beside it, and the CPU per call of the servers and of the client apart.
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
