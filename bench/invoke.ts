@@ -5,7 +5,10 @@
  * workload token and user assertion verification, mapping/subject/boundary checks, the
  * warm verified policy, decide, audit record, idempotency claim, authority envelope
  * (ML-DSA-65 signature + ML-KEM-768 seal), execution with key injection and redaction,
- * evidence. One call at a time; reports p50/p99 and the added latency (target p50 ≤ 3 ms).
+ * evidence. One call at a time from a generator process of its own (bench/lib/http-caller.ts),
+ * over several rounds, each a fresh world in a fresh process (bench/lib/world-process.ts);
+ * reports the median over the rounds of p50/p99 and of the added latency (target p50 ≤ 3 ms)
+ * with the spread beside it, and the CPU per call of the servers and of the client apart.
  */
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -31,54 +34,40 @@ import type { Store } from "../src/store/store.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { makeTempDir } from "../test/helpers/temp-dir.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
+import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
 
-export interface LatencySummary {
-  readonly name: string;
-  readonly iterations: number;
-  readonly p50Ms: number;
-  readonly p99Ms: number;
-  readonly meanMs: number;
+/** One round's figures: a fresh world (store, authority, upstream), a fresh measurement window. */
+export interface InvokeRound {
+  readonly directP50Ms: number;
+  readonly directP99Ms: number;
+  readonly invokeP50Ms: number;
+  readonly invokeP99Ms: number;
+  /** invoke p50 − direct p50, this round. */
+  readonly addedP50Ms: number;
   /**
-   * CPU per call: the whole process (event loop, thread pool; the client and the upstream
-   * run here too), and the event loop's thread alone. Steadier than latency when other
-   * processes compete for the cores.
+   * CPU per invoke of the bench process (the authority, the upstream, its event loop and
+   * thread pool; not the client) and of the event loop's thread alone; steadier than latency
+   * when other processes compete for the cores.
    */
-  readonly cpuMsPerCall: number;
+  readonly serverCpuMsPerCall: number;
   readonly loopCpuMsPerCall: number;
-}
-
-interface CpuTotals {
-  process: number;
-  loop: number;
+  /** CPU per invoke of the client (the generator process), reported apart. */
+  readonly generatorCpuMsPerCall: number;
+  /** Median of the evidence's total_ms (inside the engine, after authentication). */
+  readonly engineP50Ms: number;
 }
 
 export interface InvokeBenchResult {
-  readonly direct: LatencySummary;
-  readonly invoke: LatencySummary;
-  /** invoke p50 − direct p50 */
-  readonly overheadP50Ms: number;
-  readonly overheadP99Ms: number;
+  readonly rounds: readonly InvokeRound[];
   readonly targetP50Ms: 3;
-  /** Medians of the evidence timings the service recorded (inside the engine, after authentication). */
-  readonly engine: {
-    readonly totalP50Ms: number;
-    readonly decisionP50Ms: number;
-    readonly upstreamP50Ms: number;
-  };
+  readonly rows: readonly Record<string, string | number>[];
 }
 
 interface EvidenceTimings {
-  readonly timings: {
-    readonly total_ms: number;
-    readonly decision_ms: number;
-    readonly upstream_ms: number | null;
-  };
+  readonly timings: { readonly total_ms: number };
 }
-
-const median = (values: number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return Number((sorted[Math.floor(sorted.length / 2)] ?? 0).toFixed(4));
-};
 
 export const API_KEY = "bench-upstream-key-0123456789";
 const RESPONSE = JSON.stringify({
@@ -88,46 +77,6 @@ const RESPONSE = JSON.stringify({
   card_number: "4111111111111111",
   tags: Array.from({ length: 20 }, (_, i) => `tag-${i}`),
 });
-
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[index] ?? 0;
-}
-
-function summarize(name: string, samples: number[], cpu: CpuTotals): LatencySummary {
-  const sorted = [...samples].sort((a, b) => a - b);
-  const round = (n: number) => Number(n.toFixed(4));
-  const calls = Math.max(1, sorted.length);
-  return {
-    name,
-    iterations: sorted.length,
-    p50Ms: round(percentile(sorted, 50)),
-    p99Ms: round(percentile(sorted, 99)),
-    meanMs: round(sorted.reduce((sum, v) => sum + v, 0) / calls),
-    cpuMsPerCall: round(cpu.process / 1000 / calls),
-    loopCpuMsPerCall: round(cpu.loop / 1000 / calls),
-  };
-}
-
-/** Runs `run` one call at a time; adds the CPU time spent (µs) to `cpu` when given. */
-async function time(iterations: number, run: () => Promise<unknown>, cpu?: CpuTotals): Promise<number[]> {
-  const samples: number[] = [];
-  const processBefore = process.cpuUsage();
-  const loopBefore = process.threadCpuUsage();
-  for (let i = 0; i < iterations; i++) {
-    const start = performance.now();
-    await run();
-    samples.push(performance.now() - start);
-  }
-  if (cpu !== undefined) {
-    const processUsed = process.cpuUsage(processBefore);
-    const loopUsed = process.threadCpuUsage(loopBefore);
-    cpu.process += processUsed.user + processUsed.system;
-    cpu.loop += loopUsed.user + loopUsed.system;
-  }
-  return samples;
-}
 
 const document = {
   openapi: "3.1.0",
@@ -273,83 +222,168 @@ export interface InvokeWorld {
   close(): Promise<void>;
 }
 
+const TARGET_P50_MS = 3;
+
+/**
+ * `rounds` fresh worlds, one after the other; in each, `iterations` direct calls and as many
+ * invokes, one at a time, alternating in blocks, from the generator process. The figure is the
+ * median over the rounds of each round's added p50, the spread beside it.
+ */
 export async function benchInvoke(
-  options: { iterations?: number; warmup?: number } = {},
+  options: { rounds?: number; iterations?: number; warmup?: number } = {},
 ): Promise<InvokeBenchResult> {
-  const iterations = options.iterations ?? 1000;
-  const warmup = options.warmup ?? 100;
+  const roundCount = options.rounds ?? 7;
+  const iterations = options.iterations ?? 200;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 300;
+  const caller = startHttpCaller();
+  const rounds: InvokeRound[] = [];
+  try {
+    for (let round = 0; round < roundCount; round++) {
+      rounds.push(await invokeRound(caller, round, iterations, warmup));
+    }
+  } finally {
+    await caller.close();
+  }
+  return { rounds, targetP50Ms: TARGET_P50_MS, rows: invokeRows(rounds) };
+}
+
+/** What the world process hands the bench: where to call, with which credentials. */
+interface InvokeWorldInfo {
+  readonly authority: string;
+  readonly origin: string;
+  readonly workloadToken: string;
+  readonly assertion: string;
+}
+
+/** The invoke world on a fresh SQLite store, served in a world process (bench/lib/world-process.ts). */
+export async function serveInvokeWorld(): Promise<ServedWorld<InvokeWorldInfo>> {
   const dir = await makeTempDir("bench-invoke-");
   const store = await openStore(`sqlite:${join(dir.path, "authority.db")}`);
   const world = await startInvokeWorld(store);
-  const { authority, origin, workloadToken, assertion } = world;
+  return {
+    info: {
+      authority: world.authority,
+      origin: world.origin,
+      workloadToken: world.workloadToken,
+      assertion: world.assertion,
+    },
+    operations: { engineP50: (calls) => engineP50(store, Number(calls)) },
+    async close() {
+      await world.close();
+      await store.close();
+      await dir.cleanup();
+    },
+  };
+}
+
+/** Median of the evidence's total_ms over the last `calls` invocations recorded. */
+async function engineP50(store: Store, calls: number): Promise<number> {
+  const recorded: EvidenceTimings[] = [];
+  let next: string | undefined;
+  for (;;) {
+    const page = await store.list<EvidenceTimings>("binding_invocations", {
+      limit: 1000,
+      ...(next === undefined ? {} : { after: next }),
+    });
+    recorded.push(...page.items.map((item) => item.value));
+    if (page.next === undefined) break;
+    next = page.next;
+  }
+  return percentile(
+    recorded.slice(-calls).map((evidence) => evidence.timings.total_ms),
+    50,
+  );
+}
+
+async function invokeRound(
+  caller: HttpCaller,
+  round: number,
+  iterations: number,
+  warmup: number,
+): Promise<InvokeRound> {
+  const world = await startWorldProcess<InvokeWorldInfo>(import.meta.url, "serveInvokeWorld");
   try {
-    let counter = 0;
-    const body = JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" });
-    const invoke = async () => {
-      const response = await fetch(`${authority}/v1/bindings/bench-app/invoke`, {
-        method: "POST",
-        headers: {
-          authorization: `Bearer ${workloadToken}`,
-          "x-authority-user-assertion": assertion,
-          "idempotency-key": `bench-${++counter}`,
-          "content-type": "application/json",
-        },
-        body,
-      });
-      const answer = (await response.json()) as { status?: string };
-      if (answer.status !== "allowed") throw new Error(`invoke was not allowed: ${JSON.stringify(answer)}`);
-      return answer;
-    };
-    const direct = async () => {
-      const response = await fetch(`${origin}/items/item-1`, {
-        headers: { accept: "application/json", "x-api-key": API_KEY },
-      });
-      return response.json();
-    };
-    await time(warmup, direct);
-    await time(warmup, invoke);
-    const directSamples: number[] = [];
-    const invokeSamples: number[] = [];
-    const directCpu: CpuTotals = { process: 0, loop: 0 };
-    const invokeCpu: CpuTotals = { process: 0, loop: 0 };
-    const rounds = 10;
-    for (let round = 0; round < rounds; round++) {
-      directSamples.push(...(await time(Math.ceil(iterations / rounds), direct, directCpu)));
-      invokeSamples.push(...(await time(Math.ceil(iterations / rounds), invoke, invokeCpu)));
-    }
-    const recorded: EvidenceTimings[] = [];
-    let after: string | undefined;
-    for (;;) {
-      const page = await store.list<EvidenceTimings>("binding_invocations", {
-        limit: 1000,
-        ...(after === undefined ? {} : { after }),
-      });
-      recorded.push(...page.items.map((item) => item.value));
-      if (page.next === undefined) break;
-      after = page.next;
-    }
-    const measured = recorded.slice(-iterations);
-    const d = summarize("direct fetch", directSamples, directCpu);
-    const i = summarize("binding invoke", invokeSamples, invokeCpu);
-    return {
-      direct: d,
-      invoke: i,
-      overheadP50Ms: Number((i.p50Ms - d.p50Ms).toFixed(4)),
-      overheadP99Ms: Number((i.p99Ms - d.p99Ms).toFixed(4)),
-      targetP50Ms: 3,
-      engine: {
-        totalP50Ms: median(measured.map((e) => e.timings.total_ms)),
-        decisionP50Ms: median(measured.map((e) => e.timings.decision_ms)),
-        upstreamP50Ms: median(measured.map((e) => e.timings.upstream_ms ?? 0)),
+    const { info } = world;
+    const invoke: CallTarget = {
+      url: `${info.authority}/v1/bindings/bench-app/invoke`,
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${info.workloadToken}`,
+        "x-authority-user-assertion": info.assertion,
+        "content-type": "application/json",
       },
+      body: JSON.stringify({ capability_id: "items", method: "GET", path: "/items/item-1" }),
+      uniqueHeader: { name: "idempotency-key", prefix: `bench-${round}` },
+      expect: '"status":"allowed"',
+    };
+    const direct: CallTarget = {
+      url: `${info.origin}/items/item-1`,
+      method: "GET",
+      headers: { accept: "application/json", "x-api-key": API_KEY },
+      expect: '"id":"item-1"',
+    };
+    await caller.sequential(direct, warmup);
+    await caller.sequential(invoke, warmup);
+    const window = await alternateBlocks({ caller, world, direct, gateway: invoke, iterations });
+    const directP50Ms = percentile(window.direct, 50);
+    const invokeP50Ms = percentile(window.gateway, 50);
+    return {
+      directP50Ms,
+      directP99Ms: percentile(window.direct, 99),
+      invokeP50Ms,
+      invokeP99Ms: percentile(window.gateway, 99),
+      addedP50Ms: invokeP50Ms - directP50Ms,
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
+      engineP50Ms: await world.call<number>("engineP50", window.gateway.length),
     };
   } finally {
     await world.close();
-    await store.close();
-    await dir.cleanup();
   }
 }
 
+function invokeRows(rounds: readonly InvokeRound[]): Record<string, string | number>[] {
+  const column = (pick: (round: InvokeRound) => number) => rounds.map(pick);
+  const added = column((r) => r.addedP50Ms);
+  return [
+    figureRow(
+      "direct GET p50",
+      column((r) => r.directP50Ms),
+    ),
+    figureRow(
+      "binding invoke p50",
+      column((r) => r.invokeP50Ms),
+    ),
+    figureRow("added by invoke, p50", added, `≤ ${TARGET_P50_MS} ms`, metByMedian(added, TARGET_P50_MS)),
+    figureRow(
+      "direct GET p99",
+      column((r) => r.directP99Ms),
+    ),
+    figureRow(
+      "binding invoke p99",
+      column((r) => r.invokeP99Ms),
+    ),
+    figureRow(
+      "inside the engine (evidence total_ms), p50",
+      column((r) => r.engineP50Ms),
+    ),
+    figureRow(
+      "CPU per invoke: authority + upstream (all threads)",
+      column((r) => r.serverCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per invoke: its event loop",
+      column((r) => r.loopCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per invoke: the client (generator process)",
+      column((r) => r.generatorCpuMsPerCall),
+    ),
+  ];
+}
+
 if (import.meta.main) {
-  console.log(JSON.stringify(await benchInvoke(), null, 2));
+  console.table((await benchInvoke()).rows);
 }

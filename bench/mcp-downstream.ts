@@ -5,14 +5,15 @@
  *
  * - tools/call through /mcp against the same call straight to the downstream, both with the
  *   SDK's 2.x client pinned to 2026-07-28 and connected once (each call is one HTTP request;
- *   the gateway remembers the downstream's era, so it also sends one). Interleaved, one at a
- *   time; the added p50 is the difference.
+ *   the gateway remembers the downstream's era, so it also sends one). The client's request is
+ *   captured once and replayed by the generator process (bench/lib/http-caller.ts; its CPU
+ *   reported apart). Interleaved, one at a time, over rounds of fresh downstreams and
+ *   services, each in a fresh process (bench/lib/world-process.ts); the added p50 is the median over the rounds, the spread beside it.
  * - tools/list of 500 downstream tools through /mcp (every page, JSON-RPC over HTTP).
  *
  * Targets: tools/call added p50 ≤ 2 ms; tools/list (500 tools) reported beside the REST one.
  */
 
-import { cpus, loadavg } from "node:os";
 import {
   type CallToolResult,
   Client,
@@ -23,7 +24,10 @@ import { importMcpServer, previewMcpServer } from "../src/admin/mcp-servers.ts";
 import { assignCapability } from "../src/admin/policies.ts";
 import { createSubject } from "../src/admin/subjects.ts";
 import { startDownstreamMcp } from "../test/helpers/downstream-mcp.ts";
-import { type LatencySummary, startMcpBenchService } from "./mcp.ts";
+import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess } from "./lib/world-process.ts";
+import { startMcpBenchService } from "./mcp.ts";
 
 const PARTNER = "bench";
 const CAP = "downstream";
@@ -33,38 +37,6 @@ const ITEM = {
   owner: { email: "owner@example.com" },
   tags: Array.from({ length: 20 }, (_, i) => `tag-${i}`),
 };
-
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] ?? 0;
-}
-
-interface Samples {
-  readonly wall: number[];
-  cpuMs: number;
-}
-
-function summary(name: string, samples: Samples): LatencySummary {
-  const sorted = [...samples.wall].sort((a, b) => a - b);
-  const round = (n: number) => Number(n.toFixed(4));
-  return {
-    name,
-    iterations: sorted.length,
-    p50Ms: round(percentile(sorted, 50)),
-    p99Ms: round(percentile(sorted, 99)),
-    meanMs: round(sorted.reduce((a, b) => a + b, 0) / Math.max(1, sorted.length)),
-    cpuMsPerOp: round(samples.cpuMs / Math.max(1, sorted.length)),
-  };
-}
-
-async function timed(samples: Samples, run: () => Promise<unknown>): Promise<void> {
-  const cpu = process.cpuUsage();
-  const start = performance.now();
-  await run();
-  samples.wall.push(performance.now() - start);
-  const used = process.cpuUsage(cpu);
-  samples.cpuMs += (used.user + used.system) / 1000;
-}
 
 function tools(count: number): Tool[] {
   const list: Tool[] = [
@@ -92,26 +64,133 @@ function tools(count: number): Tool[] {
   return list;
 }
 
-async function modernClient(url: string, headers: Record<string, string>): Promise<Client> {
+/** One round's figures: a fresh downstream and service, a fresh measurement window. */
+interface DownstreamRound {
+  readonly listP50Ms: number;
+  readonly directP50Ms: number;
+  readonly directP99Ms: number;
+  readonly gatewayP50Ms: number;
+  readonly gatewayP99Ms: number;
+  readonly serverCpuMsPerCall: number;
+  readonly loopCpuMsPerCall: number;
+  readonly generatorCpuMsPerCall: number;
+}
+
+const ADDED_P50_TARGET_MS = 2;
+
+async function modernClient(
+  url: string,
+  headers: Record<string, string>,
+  seen: CallTarget[],
+): Promise<Client> {
   const client = new Client(
     { name: "bench", version: "1" },
     { versionNegotiation: { mode: { pin: "2026-07-28" } } },
   );
-  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
+  // Every request the SDK client sends is kept, so the generator replays its tools/call byte for byte.
+  const recording: typeof fetch = async (input, init) => {
+    if (typeof init?.body === "string") {
+      const sent = new Headers(init.headers);
+      seen.push({
+        url: input instanceof Request ? input.url : String(input),
+        method: init.method ?? "GET",
+        headers: Object.fromEntries(
+          [...sent.entries()].filter(([name]) => !["content-length", "host", "connection"].includes(name)),
+        ),
+        body: init.body,
+      });
+    }
+    return fetch(input, init);
+  };
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers }, fetch: recording }),
+  );
   return client;
 }
 
+/**
+ * `rounds` fresh downstreams and services. In each: tools/list (every page) from this process;
+ * the SDK client's own tools/call request (captured once) replayed one at a time by the
+ * generator process, straight to the downstream and through /mcp, alternating in blocks.
+ */
 export async function benchMcpDownstream(
-  options: { tools?: number; iterations?: number; warmup?: number } = {},
+  options: { tools?: number; rounds?: number; iterations?: number; warmup?: number } = {},
 ): Promise<readonly Record<string, string | number>[]> {
   const count = options.tools ?? 500;
-  const iterations = options.iterations ?? 500;
-  const warmup = options.warmup ?? 50;
-  const downstream = await startDownstreamMcp(tools(count), {
+  const roundCount = options.rounds ?? 5;
+  const iterations = options.iterations ?? 240;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 200;
+  const caller = startHttpCaller();
+  const rounds: DownstreamRound[] = [];
+  try {
+    for (let round = 0; round < roundCount; round++) {
+      rounds.push(await downstreamRound(caller, count, iterations, warmup));
+    }
+  } finally {
+    await caller.close();
+  }
+  const column = (pick: (round: DownstreamRound) => number) => rounds.map(pick);
+  const added = column((r) => r.gatewayP50Ms - r.directP50Ms);
+  return [
+    figureRow(
+      `tools/list p50, ${count} downstream tools (all pages)`,
+      column((r) => r.listP50Ms),
+    ),
+    figureRow(
+      "tools/call straight to the downstream, p50",
+      column((r) => r.directP50Ms),
+    ),
+    figureRow(
+      "tools/call through /mcp, p50",
+      column((r) => r.gatewayP50Ms),
+    ),
+    figureRow(
+      "added by /mcp, p50",
+      added,
+      `≤ ${ADDED_P50_TARGET_MS} ms`,
+      metByMedian(added, ADDED_P50_TARGET_MS),
+    ),
+    figureRow(
+      "added by /mcp, p99",
+      column((r) => r.gatewayP99Ms - r.directP99Ms),
+    ),
+    figureRow(
+      "CPU per call through /mcp: service + downstream (all threads)",
+      column((r) => r.serverCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per call through /mcp: its event loop",
+      column((r) => r.loopCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per call through /mcp: the client (generator process)",
+      column((r) => r.generatorCpuMsPerCall),
+    ),
+  ];
+}
+
+/** What the world process hands the bench. */
+interface DownstreamWorldInfo {
+  readonly serviceUrl: string;
+  readonly downstreamUrl: string;
+  readonly bigToken: string;
+  readonly oneToken: string;
+}
+
+/**
+ * A downstream of `count` tools, imported and assigned on the MCP bench service, served in a
+ * world process (bench/lib/world-process.ts).
+ */
+export async function serveDownstreamWorld(count: unknown): Promise<ServedWorld<DownstreamWorldInfo>> {
+  const downstream = await startDownstreamMcp(tools(Number(count)), {
     get_item: (args) => ({ content: [{ type: "text", text: JSON.stringify({ ...ITEM, id: args.id }) }] }),
   });
   const service = await startMcpBenchService(1, [downstream.url]);
-  const clients: Client[] = [];
+  const close = async () => {
+    await service.close();
+    await downstream.close();
+  };
   try {
     const { context } = service;
     const actor = { subject: "bench-admin", requestId: "req_bench_downstream" };
@@ -143,6 +222,28 @@ export async function benchMcpDownstream(
     const bigToken = await service.issueToken("bench-downstream-all");
     const oneToken = await service.issueToken("bench-downstream-one");
 
+    return {
+      info: { serviceUrl: service.url, downstreamUrl: downstream.url, bigToken, oneToken },
+      close,
+    };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+async function downstreamRound(
+  caller: HttpCaller,
+  count: number,
+  iterations: number,
+  warmup: number,
+): Promise<DownstreamRound> {
+  const world = await startWorldProcess<DownstreamWorldInfo>(import.meta.url, "serveDownstreamWorld", count);
+  const { bigToken, oneToken } = world.info;
+  const service = { url: world.info.serviceUrl };
+  const downstream = { url: world.info.downstreamUrl };
+  const clients: Client[] = [];
+  try {
     // tools/list of every downstream tool through /mcp: all pages, JSON-RPC over HTTP.
     const listAll = async () => {
       let cursor: string | undefined;
@@ -170,13 +271,23 @@ export async function benchMcpDownstream(
       } while (cursor !== undefined);
       if (seen !== count) throw new Error(`expected ${count} tools, got ${seen}`);
     };
-    const list: Samples = { wall: [], cpuMs: 0 };
-    for (let i = 0; i < Math.min(warmup, 20); i++) await listAll();
-    for (let i = 0; i < Math.max(20, Math.floor(iterations / 5)); i++) await timed(list, listAll);
+    const list: number[] = [];
+    for (let i = 0; i < 10; i++) await listAll();
+    for (let i = 0; i < 20; i++) {
+      const start = performance.now();
+      await listAll();
+      list.push(performance.now() - start);
+    }
 
-    // tools/call: straight to the downstream, and through /mcp, interleaved.
-    const direct = await modernClient(downstream.url, {});
-    const gateway = await modernClient(`${service.url}/mcp`, { authorization: `Bearer ${oneToken}` });
+    // tools/call: the SDK client's request, straight to the downstream and through /mcp.
+    const directSent: CallTarget[] = [];
+    const gatewaySent: CallTarget[] = [];
+    const direct = await modernClient(downstream.url, {}, directSent);
+    const gateway = await modernClient(
+      `${service.url}/mcp`,
+      { authorization: `Bearer ${oneToken}` },
+      gatewaySent,
+    );
     clients.push(direct, gateway);
     const call = async (client: Client) => {
       const result = (await client.callTool({
@@ -185,35 +296,37 @@ export async function benchMcpDownstream(
       })) as CallToolResult;
       if (result.isError === true) throw new Error(`get_item failed: ${JSON.stringify(result.content)}`);
     };
-    for (let i = 0; i < warmup; i++) {
-      await call(direct);
-      await call(gateway);
-    }
-    const directSamples: Samples = { wall: [], cpuMs: 0 };
-    const gatewaySamples: Samples = { wall: [], cpuMs: 0 };
-    for (let i = 0; i < iterations; i++) {
-      await timed(directSamples, () => call(direct));
-      await timed(gatewaySamples, () => call(gateway));
-    }
-    const rows = [
-      summary(`tools/list, ${count} downstream tools (all pages)`, list),
-      summary("tools/call straight to the downstream", directSamples),
-      summary("tools/call through /mcp", gatewaySamples),
-    ];
-    const [, d, g] = rows;
-    return [
-      ...rows.map((row) => ({ ...row })),
-      {
-        name: "added by /mcp (target ≤ 2 ms p50)",
-        p50Ms: Number(((g?.p50Ms ?? 0) - (d?.p50Ms ?? 0)).toFixed(4)),
-        p99Ms: Number(((g?.p99Ms ?? 0) - (d?.p99Ms ?? 0)).toFixed(4)),
-        loadAverage: Number((loadavg()[0] ?? 0).toFixed(2)),
-        cores: cpus().length,
-      },
-    ];
+    await call(direct);
+    await call(gateway);
+    const replay = (sent: CallTarget[]): CallTarget => {
+      const request = sent.findLast((target) => target.body?.includes('"tools/call"') === true);
+      if (request === undefined) throw new Error("the SDK client sent no tools/call");
+      // The item's text, JSON in a string: the call reached get_item and was answered.
+      return { ...request, expect: '\\"id\\":\\"item-1\\"' };
+    };
+    const directTarget = replay(directSent);
+    const gatewayTarget = replay(gatewaySent);
+    await caller.sequential(directTarget, warmup);
+    await caller.sequential(gatewayTarget, warmup);
+    const window = await alternateBlocks({
+      caller,
+      world,
+      direct: directTarget,
+      gateway: gatewayTarget,
+      iterations,
+    });
+    return {
+      listP50Ms: percentile(list, 50),
+      directP50Ms: percentile(window.direct, 50),
+      directP99Ms: percentile(window.direct, 99),
+      gatewayP50Ms: percentile(window.gateway, 50),
+      gatewayP99Ms: percentile(window.gateway, 99),
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
+    };
   } finally {
     for (const client of clients) await client.close().catch(() => undefined);
-    await service.close();
-    await downstream.close();
+    await world.close();
   }
 }

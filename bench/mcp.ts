@@ -7,7 +7,9 @@
  *   the same through the SDK client is reported for information (it adds client parsing).
  * - tools/call overhead: the same GET straight to the upstream with fetch, and through
  *   /mcp tools/call (authentication, decision, audit, auth injection, redaction, MCP
- *   framing); the added p50 is the difference. Calls run one at a time, interleaved. The
+ *   framing); the added p50 is the difference. Calls run one at a time, interleaved, from a
+ *   generator process of its own (its CPU reported apart), over rounds, each a fresh service in
+ *   a fresh process (bench/lib/world-process.ts). The
  *   target is for the usual policy (a handful of operations); the same call under the
  *   500-operation policy is reported too, because the verified-policy path reads the
  *   whole stored policy record on every call.
@@ -17,7 +19,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { cpus, loadavg, tmpdir } from "node:os";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -37,6 +39,9 @@ import { createIdpServer } from "../src/servers/idp/server.ts";
 import { openStore } from "../src/store/index.ts";
 import { egressAllowValue } from "../test/helpers/egress.ts";
 import { benchAuthorityConfig } from "./lib/authority-config.ts";
+import { type CallTarget, type HttpCaller, startHttpCaller } from "./lib/http-caller.ts";
+import { alternateBlocks, figureRow, metByMedian, percentile } from "./lib/rounds.ts";
+import { type ServedWorld, startWorldProcess, type WorldProcess } from "./lib/world-process.ts";
 
 export interface LatencySummary {
   readonly name: string;
@@ -59,28 +64,27 @@ interface Samples {
 
 const newSamples = (): Samples => ({ wall: [], cpuMs: 0 });
 
+/** One round's figures: a fresh service (store, authority, upstream), a fresh measurement window. */
+export interface McpRound {
+  /** tools/list, every page, JSON-RPC over HTTP (fetch in this process). */
+  readonly listP50Ms: number;
+  readonly directP50Ms: number;
+  readonly callP50Ms: number;
+  readonly callP99Ms: number;
+  readonly directP99Ms: number;
+  /** The same call for the subject whose policy allows every catalog operation. */
+  readonly bigCallP50Ms: number;
+  /** CPU per tools/call (the usual policy) of the service + upstream, of its event loop, of the client. */
+  readonly serverCpuMsPerCall: number;
+  readonly loopCpuMsPerCall: number;
+  readonly generatorCpuMsPerCall: number;
+}
+
 export interface McpBenchResult {
   readonly operations: number;
-  /** tools/list as JSON-RPC over HTTP. */
-  readonly list: LatencySummary;
-  /** tools/list through the SDK client (adds the client's own parsing and validation). */
+  readonly rounds: readonly McpRound[];
+  /** tools/list through the SDK client, first round only (adds the client's own parsing and validation). */
   readonly sdkList: LatencySummary;
-  readonly direct: LatencySummary;
-  /** tools/call of a subject whose policy allows five operations (the usual case). */
-  readonly call: LatencySummary;
-  /** The same call for the subject whose policy allows every catalog operation. */
-  readonly callLargePolicy: LatencySummary;
-  /** call p50 − direct p50 */
-  readonly addedP50Ms: number;
-  readonly addedP99Ms: number;
-  /** callLargePolicy p50 − direct p50 (the policy record is read and parsed on every call). */
-  readonly addedP50MsLargePolicy: number;
-  readonly targets: { readonly listP50Ms: 20; readonly addedP50Ms: 1.5 };
-  /**
-   * 1-minute load average and core count when the run ended: wall times are only
-   * comparable to the targets on an otherwise idle machine (see cpuMsPerOp).
-   */
-  readonly machine: { readonly loadAverage: number; readonly cores: number };
   readonly rows: readonly Record<string, string | number>[];
 }
 
@@ -98,12 +102,6 @@ const RESPONSE = JSON.stringify({
   owner: { email: "owner@example.com", api_token: "tok_live_123" },
   tags: Array.from({ length: 20 }, (_, i) => `tag-${i}`),
 });
-
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  const index = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[index] ?? 0;
-}
 
 function summarize(name: string, samples: Samples): LatencySummary {
   const sorted = [...samples.wall].sort((a, b) => a - b);
@@ -368,140 +366,226 @@ async function sdkListAllTools(client: Client): Promise<number> {
   return count;
 }
 
+/**
+ * `rounds` fresh services, one after the other. In each: tools/list (every page) from this
+ * process, then tools/call and the direct GET one at a time from the generator process,
+ * alternating in blocks. The figures are medians over the rounds, the spread beside them.
+ */
 export async function benchMcp(
-  options: { operations?: number; iterations?: number; warmup?: number } = {},
+  options: { operations?: number; rounds?: number; iterations?: number; warmup?: number } = {},
 ): Promise<McpBenchResult> {
   const resources = Math.ceil((options.operations ?? 500) / 5);
-  const iterations = options.iterations ?? 500;
-  const warmup = options.warmup ?? 50;
-  const service = await startMcpBenchService(resources);
-  const { url, upstreamUrl, context } = service;
-  let client: Client | undefined;
+  const roundCount = options.rounds ?? 5;
+  const iterations = options.iterations ?? 240;
+  // A fresh process per round: enough calls for the JIT before the window opens.
+  const warmup = options.warmup ?? 200;
+  const caller = startHttpCaller();
+  const rounds: McpRound[] = [];
+  let sdkList: LatencySummary | undefined;
+  let operations = 0;
   try {
-    const big = await rpcClient(url, service.accessToken);
-    const small = await rpcClient(url, service.smallPolicyToken);
-    const tools = await listAllTools(big);
-    if (tools.length !== service.permissionIds.length) {
-      throw new Error(`expected ${service.permissionIds.length} tools, got ${tools.length}`);
+    for (let round = 0; round < roundCount; round++) {
+      const world = await startWorldProcess<McpWorldInfo>(import.meta.url, "serveMcpWorld", resources);
+      try {
+        const measured = await mcpRound(world, caller, iterations, warmup);
+        rounds.push(measured.round);
+        operations = measured.operations;
+        if (sdkList === undefined) sdkList = await measureSdkList(world.info, measured.operations, warmup);
+      } finally {
+        await world.close();
+      }
     }
-    const smallTools = (await small("tools/list", {})).result?.tools ?? [];
-    const getTool = (list: Array<{ name: string }>) => {
-      const name = list.find((tool) => tool.name.startsWith("get_resource-0_"))?.name;
-      if (name === undefined) throw new Error("no get tool");
-      return name;
-    };
-
-    // tools/list, 500 allowed operations: all five pages.
-    await time(Math.min(warmup, 20), () => listAllTools(big));
-    const listSamples = await time(Math.max(20, Math.floor(iterations / 5)), () => listAllTools(big));
-    client = new Client({ name: "bench", version: "1" });
-    await client.connect(
-      new StreamableHTTPClientTransport(new URL(`${url}/mcp`), {
-        requestInit: { headers: { authorization: `Bearer ${service.accessToken}` } },
-      }),
-    );
-    const sdk = client;
-    await time(Math.min(warmup, 10), () => sdkListAllTools(sdk));
-    const sdkSamples = await time(Math.max(10, Math.floor(iterations / 25)), () => sdkListAllTools(sdk));
-
-    // tools/call against the upstream directly, interleaved.
-    const direct = async () => {
-      const response = await fetch(`${upstreamUrl}/v1/resource-0/item-1`, {
-        headers: { accept: "application/json", "x-api-key": API_KEY },
-      });
-      return response.json();
-    };
-    const caller = (rpc: typeof big, name: string) => async () => {
-      const answer = await rpc("tools/call", { name, arguments: { path: { id: "item-1" } } });
-      if (answer.result === undefined || answer.result.isError === true) throw new Error("tools/call failed");
-      return answer;
-    };
-    const viaSmall = caller(small, getTool(smallTools));
-    const viaBig = caller(big, getTool(tools));
-    await time(warmup, direct);
-    await time(warmup, viaSmall);
-    await time(Math.min(warmup, 20), viaBig);
-    const directSamples = newSamples();
-    const callSamples = newSamples();
-    const bigCallSamples = newSamples();
-    const rounds = 10;
-    for (let round = 0; round < rounds; round++) {
-      await time(Math.ceil(iterations / rounds), direct, directSamples);
-      await time(Math.ceil(iterations / rounds), viaSmall, callSamples);
-      await time(Math.ceil(iterations / rounds / 5), viaBig, bigCallSamples);
-    }
-    await context.decisions.recorder.flush(10_000);
-
-    const list = summarize(
-      `tools/list (${tools.length} API tools, every page, JSON-RPC over HTTP)`,
-      listSamples,
-    );
-    const sdkList = summarize(`tools/list (${tools.length} API tools, every page, SDK client)`, sdkSamples);
-    const d = summarize("GET direct to upstream", directSamples);
-    const c = summarize(
-      `GET through /mcp tools/call (policy of ${smallTools.length} operations)`,
-      callSamples,
-    );
-    const b = summarize(`GET through /mcp tools/call (policy of ${tools.length} operations)`, bigCallSamples);
-    const added = (s: LatencySummary, p: "p50Ms" | "p99Ms" | "cpuMsPerOp") =>
-      Number((s[p] - d[p]).toFixed(4));
-    const row = (s: LatencySummary, target: string, met = "") => ({
-      measurement: s.name,
-      iterations: s.iterations,
-      p50Ms: s.p50Ms,
-      p99Ms: s.p99Ms,
-      cpuMsPerOp: s.cpuMsPerOp,
-      target,
-      met,
-    });
-    const metText = (value: number, limit: number) => (value <= limit ? "yes" : "no");
-    return {
-      operations: tools.length,
-      list,
-      sdkList,
-      direct: d,
-      call: c,
-      callLargePolicy: b,
-      addedP50Ms: added(c, "p50Ms"),
-      addedP99Ms: added(c, "p99Ms"),
-      addedP50MsLargePolicy: added(b, "p50Ms"),
-      targets: { listP50Ms: 20, addedP50Ms: ADDED_P50_TARGET_MS },
-      machine: { loadAverage: Number((loadavg()[0] ?? 0).toFixed(2)), cores: cpus().length },
-      rows: [
-        row(list, "p50 ≤ 20 ms", metText(list.p50Ms, 20)),
-        row(sdkList, "(information)"),
-        row(d, ""),
-        row(c, ""),
-        {
-          measurement: "tools/call added latency",
-          iterations: c.iterations,
-          p50Ms: added(c, "p50Ms"),
-          p99Ms: added(c, "p99Ms"),
-          cpuMsPerOp: added(c, "cpuMsPerOp"),
-          target: `p50 ≤ ${ADDED_P50_TARGET_MS} ms`,
-          met: metText(added(c, "p50Ms"), ADDED_P50_TARGET_MS),
-        },
-        row(b, ""),
-        {
-          measurement: `tools/call added latency, policy of ${tools.length} operations`,
-          iterations: b.iterations,
-          p50Ms: added(b, "p50Ms"),
-          p99Ms: added(b, "p99Ms"),
-          cpuMsPerOp: added(b, "cpuMsPerOp"),
-          target: "(information)",
-          met: "",
-        },
-      ],
-    };
   } finally {
-    await client?.close();
-    await service.close();
+    await caller.close();
+  }
+  if (sdkList === undefined) throw new Error("no round ran");
+  return { operations, rounds, sdkList, rows: mcpRows(rounds, sdkList, operations) };
+}
+
+/** What the world process hands the bench: where to call, with which tokens. */
+interface McpWorldInfo {
+  readonly url: string;
+  readonly upstreamUrl: string;
+  readonly accessToken: string;
+  readonly smallPolicyToken: string;
+  readonly operations: number;
+}
+
+/** The MCP bench service (`resources` × 5 operations), served in a world process (bench/lib/world-process.ts). */
+export async function serveMcpWorld(resources: unknown): Promise<ServedWorld<McpWorldInfo>> {
+  const service = await startMcpBenchService(Number(resources));
+  return {
+    info: {
+      url: service.url,
+      upstreamUrl: service.upstreamUrl,
+      accessToken: service.accessToken,
+      smallPolicyToken: service.smallPolicyToken,
+      operations: service.permissionIds.length,
+    },
+    operations: { flush: () => service.context.decisions.recorder.flush(10_000) },
+    close: () => service.close(),
+  };
+}
+
+async function measureSdkList(service: McpWorldInfo, operations: number, warmup: number) {
+  const client = new Client({ name: "bench", version: "1" });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${service.url}/mcp`), {
+      requestInit: { headers: { authorization: `Bearer ${service.accessToken}` } },
+    }),
+  );
+  try {
+    await time(Math.min(warmup, 10), () => sdkListAllTools(client));
+    const samples = await time(20, () => sdkListAllTools(client));
+    return summarize(`tools/list (${operations} API tools, every page, SDK client, first round)`, samples);
+  } finally {
+    await client.close();
   }
 }
 
+async function mcpRound(
+  world: WorldProcess<McpWorldInfo>,
+  caller: HttpCaller,
+  iterations: number,
+  warmup: number,
+): Promise<{ round: McpRound; operations: number }> {
+  const service = world.info;
+  const { url, upstreamUrl } = service;
+  const big = await rpcClient(url, service.accessToken);
+  const small = await rpcClient(url, service.smallPolicyToken);
+  const tools = await listAllTools(big);
+  if (tools.length !== service.operations) {
+    throw new Error(`expected ${service.operations} tools, got ${tools.length}`);
+  }
+  const smallTools = (await small("tools/list", {})).result?.tools ?? [];
+  const getTool = (list: Array<{ name: string }>) => {
+    const name = list.find((tool) => tool.name.startsWith("get_resource-0_"))?.name;
+    if (name === undefined) throw new Error("no get tool");
+    return name;
+  };
+
+  // tools/list, 500 allowed operations: all five pages.
+  await time(Math.min(warmup, 10), () => listAllTools(big));
+  const listSamples = await time(20, () => listAllTools(big));
+
+  const direct: CallTarget = {
+    url: `${upstreamUrl}/v1/resource-0/item-1`,
+    method: "GET",
+    headers: { accept: "application/json", "x-api-key": API_KEY },
+    expect: '"id":"item-1"',
+  };
+  const caller_ = (token: string, name: string): CallTarget => ({
+    url: `${url}/mcp`,
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${token}`,
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      "mcp-protocol-version": "2025-06-18",
+    },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tools/call",
+      params: { name, arguments: { path: { id: "item-1" } } },
+    }),
+    // A successful call's text content holds the upstream's answer (status 200), JSON in a string.
+    expect: '\\"status\\":200',
+  });
+  const viaSmall = caller_(service.smallPolicyToken, getTool(smallTools));
+  const viaBig = caller_(service.accessToken, getTool(tools));
+  await caller.sequential(direct, warmup);
+  await caller.sequential(viaSmall, warmup);
+  await caller.sequential(viaBig, Math.min(warmup, 20));
+  const window = await alternateBlocks({
+    caller,
+    world,
+    direct,
+    gateway: viaSmall,
+    iterations,
+    extra: viaBig,
+  });
+  await world.call("flush");
+  const sorted = [...listSamples.wall].sort((a, b) => a - b);
+  return {
+    operations: tools.length,
+    round: {
+      listP50Ms: percentile(sorted, 50),
+      directP50Ms: percentile(window.direct, 50),
+      directP99Ms: percentile(window.direct, 99),
+      callP50Ms: percentile(window.gateway, 50),
+      callP99Ms: percentile(window.gateway, 99),
+      bigCallP50Ms: percentile(window.extra, 50),
+      serverCpuMsPerCall: window.serverCpuMsPerCall,
+      loopCpuMsPerCall: window.loopCpuMsPerCall,
+      generatorCpuMsPerCall: window.generatorCpuMsPerCall,
+    },
+  };
+}
+
+function mcpRows(
+  rounds: readonly McpRound[],
+  sdkList: LatencySummary,
+  operations: number,
+): Record<string, string | number>[] {
+  const column = (pick: (round: McpRound) => number) => rounds.map(pick);
+  const list = column((r) => r.listP50Ms);
+  const added = column((r) => r.callP50Ms - r.directP50Ms);
+  return [
+    figureRow(
+      `tools/list p50 (${operations} API tools, every page, JSON-RPC over HTTP)`,
+      list,
+      "≤ 20 ms",
+      metByMedian(list, 20),
+    ),
+    {
+      measurement: sdkList.name,
+      rounds: 1,
+      median: sdkList.p50Ms,
+      spread: "",
+      unit: "ms",
+      target: "(information)",
+      met: "",
+    },
+    figureRow(
+      "GET direct to upstream, p50",
+      column((r) => r.directP50Ms),
+    ),
+    figureRow(
+      "GET through /mcp tools/call (policy of 5 operations), p50",
+      column((r) => r.callP50Ms),
+    ),
+    figureRow(
+      "tools/call added p50",
+      added,
+      `≤ ${ADDED_P50_TARGET_MS} ms`,
+      metByMedian(added, ADDED_P50_TARGET_MS),
+    ),
+    figureRow(
+      "tools/call added p99",
+      column((r) => r.callP99Ms - r.directP99Ms),
+    ),
+    figureRow(
+      `tools/call added p50, policy of ${operations} operations`,
+      column((r) => r.bigCallP50Ms - r.directP50Ms),
+      "(information)",
+    ),
+    figureRow(
+      "CPU per tools/call: service + upstream (all threads)",
+      column((r) => r.serverCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per tools/call: its event loop",
+      column((r) => r.loopCpuMsPerCall),
+    ),
+    figureRow(
+      "CPU per tools/call: the client (generator process)",
+      column((r) => r.generatorCpuMsPerCall),
+    ),
+  ];
+}
+
 if (import.meta.main) {
-  const result = await benchMcp();
-  console.table(result.rows);
-  console.log(`load average ${result.machine.loadAverage} on ${result.machine.cores} cores`);
+  console.table((await benchMcp()).rows);
   process.exit(0);
 }
