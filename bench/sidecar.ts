@@ -33,9 +33,11 @@
  */
 
 import { fork, spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect, constants as http2Constants } from "node:http2";
 import { cpus } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
@@ -580,12 +582,12 @@ async function startProxyScript(code: string): Promise<ChildServer> {
 }
 
 /** The no-op grpc-js Check server (bench/noop-check-server.ts) in a process of its own. */
-async function startNoopProcess(): Promise<ChildServer> {
+async function startNoopProcess(env: Record<string, string> = {}): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
   const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
   const child = track(
     spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
-      env: { ...process.env, ...SERVER_ENV },
+      env: { ...process.env, ...SERVER_ENV, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     }),
   );
@@ -690,10 +692,14 @@ function progress(rows: readonly SidecarBenchRow[]): void {
 interface BenchSetup {
   readonly loader: Loader;
   readonly sidecar: ChildServer;
+  /** The `authority sidecar` CLI entry's process (idle during the Check runs). */
+  readonly second: ChildServer;
   readonly noop: ChildServer;
   /** The sidecar of another checkout (BENCH_SIDECAR_BEFORE), measured beside this one. */
   readonly before: ChildServer | undefined;
   readonly redisPid: number | undefined;
+  /** Where each server's stall probe (bench/lib/stall-probe.ts) writes, while switched on. */
+  readonly stallFiles: { readonly sidecar: string; readonly noop: string };
   readonly agentToken: string;
   readonly upstreamUrl: string;
 }
@@ -724,11 +730,18 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
       await prepareServerEnv(world.dir);
       await (await startNoopProcess()).stop();
     }
-    const sidecar = await startSidecarProcess(sidecarEnv, "command");
+    const stallFiles = {
+      sidecar: join(world.dir, "stalls-sidecar.jsonl"),
+      noop: join(world.dir, "stalls-noop.jsonl"),
+    };
+    const sidecar = await startSidecarProcess(
+      { ...sidecarEnv, ...stallProbeEnv(stallFiles.sidecar) },
+      "command",
+    );
     cleanups.unshift(() => sidecar.stop());
     const second = await startSidecarProcess(sidecarEnv, "cli");
     cleanups.unshift(() => second.stop());
-    const noop = await startNoopProcess();
+    const noop = await startNoopProcess(stallProbeEnv(stallFiles.noop));
     cleanups.unshift(() => noop.stop());
     const beforeTree = process.env.BENCH_SIDECAR_BEFORE;
     const before =
@@ -747,9 +760,11 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     const setup: BenchSetup = {
       loader,
       sidecar,
+      second,
       noop,
       before,
       redisPid: redisPid(world.redisPort),
+      stallFiles,
       agentToken,
       upstreamUrl: upstream.url,
     };
@@ -800,7 +815,102 @@ async function checkRates(setup: BenchSetup): Promise<SidecarBenchRow[]> {
     });
   }
   for (const rate of RATES) rows.push(...(await checkAtRate(setup, rate, request)));
+  if (RATES.includes(TAIL_RATE)) rows.push(await tailStalls(setup, request));
   return rows;
+}
+
+/** The servers load the stall probe asleep; tailStalls() wakes it for one run each. */
+function stallProbeEnv(file: string): Record<string, string> {
+  const probe = new URL("./lib/stall-probe.ts", import.meta.url).href;
+  return {
+    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import ${probe}`.trim(),
+    STALL_PROBE_OUT: file,
+    STALL_PROBE_ON_SIGNAL: "1",
+  };
+}
+
+/**
+ * Issue 30's tail, by cause: one more run at TAIL_RATE on each server with its stall probe on
+ * (the runs above stay unprobed, so their CPU figures are the servers' own). Every event-loop
+ * stall over 5 ms is put down to what took most of it: GC pauses (by kind), the main thread
+ * waiting for its core while the process's own threads ran (V8's GC helpers, libuv's pool),
+ * waiting for it while other processes ran, or the main thread's own work.
+ */
+async function tailStalls(setup: BenchSetup, request: number[]): Promise<SidecarBenchRow> {
+  const task = {
+    kind: "fixed" as const,
+    rate: TAIL_RATE,
+    durationMs: FIXED_RATE_MS,
+    warmupMs: WARMUP_MS,
+    request,
+  };
+  const world = [process.pid, setup.redisPid, setup.second.child.pid];
+  const probed = async (server: ChildServer, file: string) => {
+    server.child.kill("SIGUSR2");
+    const from = Date.now();
+    const result = await withGeneratorOwnCore(
+      server.child.pid,
+      setup.loader.pid,
+      () => setup.loader.run({ ...task, port: server.ports.grpc }),
+      world,
+    );
+    const to = Date.now();
+    server.child.kill("SIGUSR2");
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+    return { result, stalls: stallCauses(file, from + WARMUP_MS, to, FIXED_RATE_MS) };
+  };
+  const real = await probed(setup.sidecar, setup.stallFiles.sidecar);
+  const base = await probed(setup.noop, setup.stallFiles.noop);
+  return {
+    measure: `Check @${TAIL_RATE}/s, stall probe on: p99 ms; event-loop stalls over 5 ms per 5 s by cause (longest ms)`,
+    sidecar: `${fmt(real.result.p99Ms)}; ${real.stalls}`,
+    baseline: `${fmt(base.result.p99Ms)}; ${base.stalls} (no-op)`,
+    result: "",
+    target: "no own stall over 5 ms",
+    met: "",
+  };
+}
+
+interface ProbedStall {
+  readonly atMs: number;
+  readonly lagMs: number;
+  readonly cpuMs: number;
+  readonly runQueueMs: number;
+  readonly helperCpuMs: number;
+  readonly gcMs: number;
+  readonly gcKinds: string;
+}
+
+/** The stalls a probe wrote between `from` and `to`, counted per `perMs` by cause. */
+function stallCauses(file: string, from: number, to: number, perMs: number): string {
+  if (!existsSync(file)) return "no probe output";
+  const stalls = readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as ProbedStall)
+    .filter((stall) => stall.atMs >= from && stall.atMs <= to && stall.lagMs > 5);
+  const causes = new Map<string, { count: number; longest: number }>();
+  for (const stall of stalls) {
+    const cause = stallCause(stall);
+    const entry = causes.get(cause) ?? { count: 0, longest: 0 };
+    entry.count++;
+    entry.longest = Math.max(entry.longest, stall.lagMs);
+    causes.set(cause, entry);
+  }
+  const scale = perMs / Math.max(1, to - from);
+  const parts = [...causes]
+    .sort((a, b) => b[1].count - a[1].count)
+    .map(([cause, { count, longest }]) => `${cause} ${fmt(count * scale, 1)} (${fmt(longest, 1)})`);
+  return `${fmt(stalls.length * scale, 1)}${parts.length > 0 ? `: ${parts.join(", ")}` : ""}`;
+}
+
+function stallCause(stall: ProbedStall): string {
+  if (stall.gcMs >= stall.lagMs / 2) return `GC ${stall.gcKinds}`;
+  if (stall.runQueueMs >= stall.lagMs / 2)
+    return stall.helperCpuMs >= stall.runQueueMs / 2
+      ? "waiting for a core: own threads"
+      : "waiting for a core: others";
+  return "own work";
 }
 
 /**
@@ -823,17 +933,18 @@ async function withGeneratorOwnCore<T>(
   serverPid: number | undefined,
   generatorPid: number | undefined,
   run: () => Promise<T>,
+  world: readonly (number | undefined)[] = [],
 ): Promise<T> {
   const count = cpus().length;
   if (count < 2 || process.env.BENCH_SIDECAR_OWN_CORE === "0") return run();
   const last = count - 1;
-  setCores(generatorPid, String(last));
+  const others = process.env.BENCH_SIDECAR_WORLD_CORE === "0" ? [] : world;
+  for (const pid of [generatorPid, ...others]) setCores(pid, String(last));
   setCores(serverPid, last === 1 ? "0" : `0-${last - 1}`);
   try {
     return await run();
   } finally {
-    setCores(serverPid, `0-${last}`);
-    setCores(generatorPid, `0-${last}`);
+    for (const pid of [serverPid, generatorPid, ...others]) setCores(pid, `0-${last}`);
   }
 }
 
@@ -841,16 +952,31 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   const rows: SidecarBenchRow[] = [];
   const task = { kind: "fixed" as const, rate, durationMs: FIXED_RATE_MS, warmupMs: WARMUP_MS, request };
   const before = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const real = await withGeneratorOwnCore(setup.sidecar.child.pid, setup.loader.pid, () =>
-    cpuPerCall({ server: setup.sidecar.child.pid, redis: setup.redisPid, generator: setup.loader.pid }, () =>
-      setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
-    ),
+  const world = [process.pid, setup.redisPid, setup.second.child.pid];
+  const real = await withGeneratorOwnCore(
+    setup.sidecar.child.pid,
+    setup.loader.pid,
+    () =>
+      cpuPerCall(
+        {
+          server: setup.sidecar.child.pid,
+          redis: setup.redisPid,
+          generator: setup.loader.pid,
+          authority: process.pid,
+        },
+        () => setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
+      ),
+    world,
   );
   const after = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const base = await withGeneratorOwnCore(setup.noop.child.pid, setup.loader.pid, () =>
-    cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
-      setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
-    ),
+  const base = await withGeneratorOwnCore(
+    setup.noop.child.pid,
+    setup.loader.pid,
+    () =>
+      cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
+        setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
+      ),
+    world,
   );
   const r = real.result;
   const b = base.result;
@@ -885,7 +1011,7 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   progress(rows);
   rows.push({
     measure: `Check @${rate}/s: CPU µs per call (server process; redis-server; generator)`,
-    sidecar: `${fmt(real.usPerCall.server ?? Number.NaN, 1)}; redis ${fmt(real.usPerCall.redis ?? Number.NaN, 1)}; gen ${fmt(real.usPerCall.generator ?? Number.NaN, 1)}`,
+    sidecar: `${fmt(real.usPerCall.server ?? Number.NaN, 1)}; redis ${fmt(real.usPerCall.redis ?? Number.NaN, 1)}; gen ${fmt(real.usPerCall.generator ?? Number.NaN, 1)}; authority ${fmt(real.usPerCall.authority ?? Number.NaN, 1)}`,
     baseline: `${fmt(base.usPerCall.server ?? Number.NaN, 1)}; gen ${fmt(base.usPerCall.generator ?? Number.NaN, 1)} (no-op)`,
     result: `sidecar ${fmt((real.usPerCall.server ?? Number.NaN) / (base.usPerCall.server ?? Number.NaN), 2)}× the no-op's CPU`,
     target: "",
