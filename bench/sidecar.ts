@@ -1010,7 +1010,7 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   });
   progress(rows);
   rows.push({
-    measure: `Check @${rate}/s: CPU µs per call (server process; redis-server; generator)`,
+    measure: `Check @${rate}/s: CPU µs per call (server process; redis-server; generator; authority, storing the records)`,
     sidecar: `${fmt(real.usPerCall.server ?? Number.NaN, 1)}; redis ${fmt(real.usPerCall.redis ?? Number.NaN, 1)}; gen ${fmt(real.usPerCall.generator ?? Number.NaN, 1)}; authority ${fmt(real.usPerCall.authority ?? Number.NaN, 1)}`,
     baseline: `${fmt(base.usPerCall.server ?? Number.NaN, 1)}; gen ${fmt(base.usPerCall.generator ?? Number.NaN, 1)} (no-op)`,
     result: `sidecar ${fmt((real.usPerCall.server ?? Number.NaN) / (base.usPerCall.server ?? Number.NaN), 2)}× the no-op's CPU`,
