@@ -55,6 +55,7 @@ import {
   track,
   waitForLine,
 } from "./lib/processes.ts";
+import type { Stall } from "./lib/stall-probe.ts";
 
 /** BENCH_SIDECAR_RATES=1000 measures a subset. 500/s: issue 30's tail (p99 within 2 ms of the no-op's). */
 const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "500,1000,5000")
@@ -871,23 +872,13 @@ async function tailStalls(setup: BenchSetup, request: number[]): Promise<Sidecar
   };
 }
 
-interface ProbedStall {
-  readonly atMs: number;
-  readonly lagMs: number;
-  readonly cpuMs: number;
-  readonly runQueueMs: number;
-  readonly helperCpuMs: number;
-  readonly gcMs: number;
-  readonly gcKinds: string;
-}
-
 /** The stalls a probe wrote between `from` and `to`, counted per `perMs` by cause. */
 function stallCauses(file: string, from: number, to: number, perMs: number): string {
   if (!existsSync(file)) return "no probe output";
   const stalls = readFileSync(file, "utf8")
     .split("\n")
     .filter((line) => line.length > 0)
-    .map((line) => JSON.parse(line) as ProbedStall)
+    .map((line) => JSON.parse(line) as Stall)
     .filter((stall) => stall.atMs >= from && stall.atMs <= to && stall.lagMs > 5);
   const causes = new Map<string, { count: number; longest: number }>();
   for (const stall of stalls) {
@@ -904,7 +895,7 @@ function stallCauses(file: string, from: number, to: number, perMs: number): str
   return `${fmt(stalls.length * scale, 1)}${parts.length > 0 ? `: ${parts.join(", ")}` : ""}`;
 }
 
-function stallCause(stall: ProbedStall): string {
+function stallCause(stall: Stall): string {
   if (stall.gcMs >= stall.lagMs / 2) return `GC ${stall.gcKinds}`;
   if (stall.runQueueMs >= stall.lagMs / 2)
     return stall.helperCpuMs >= stall.runQueueMs / 2
