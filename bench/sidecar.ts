@@ -918,7 +918,10 @@ function setCores(pid: number | undefined, cores: string): void {
  * others, then gives both every core back: the generator's sends and the server's work do not
  * wait for each other's core, and the sidecar and the no-op server get the same placement
  * (issue 30's tail comparison). Other processes on the machine are not moved.
- * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core.
+ * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core. BENCH_SIDECAR_WORLD_CORE=1 also
+ * puts `world` (the bench process with the authority storing the records, redis-server, the idle
+ * CLI sidecar) on the generator's core: off by default, as at 5,000/s the authority then starves
+ * beside the generator and the sidecar's record queue backs up (decision 3091).
  */
 async function withGeneratorOwnCore<T>(
   serverPid: number | undefined,
@@ -929,7 +932,7 @@ async function withGeneratorOwnCore<T>(
   const count = cpus().length;
   if (count < 2 || process.env.BENCH_SIDECAR_OWN_CORE === "0") return run();
   const last = count - 1;
-  const others = process.env.BENCH_SIDECAR_WORLD_CORE === "0" ? [] : world;
+  const others = process.env.BENCH_SIDECAR_WORLD_CORE === "1" ? world : [];
   for (const pid of [generatorPid, ...others]) setCores(pid, String(last));
   setCores(serverPid, last === 1 ? "0" : `0-${last - 1}`);
   try {
