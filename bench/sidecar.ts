@@ -920,7 +920,7 @@ function setCores(pid: number | undefined, cores: string): void {
  * (issue 30's tail comparison). Other processes on the machine are not moved.
  * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core. BENCH_SIDECAR_WORLD_CORE=1 also
  * puts `world` (the bench process with the authority storing the records, redis-server, the idle
- * CLI sidecar) on the generator's core: off by default, as at 5,000/s the authority then starves
+ * CLI sidecar) on the generator's core: off by default, as at 5,000/s the authority may then starve
  * beside the generator and the sidecar's record queue backs up (decision 3091).
  */
 async function withGeneratorOwnCore<T>(
