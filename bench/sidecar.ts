@@ -33,9 +33,11 @@
  */
 
 import { fork, spawn, spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect, constants as http2Constants } from "node:http2";
 import { cpus } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import * as hdr from "hdr-histogram-js";
@@ -53,6 +55,7 @@ import {
   track,
   waitForLine,
 } from "./lib/processes.ts";
+import type { Stall } from "./lib/stall-probe.ts";
 
 /** BENCH_SIDECAR_RATES=1000 measures a subset. 500/s: issue 30's tail (p99 within 2 ms of the no-op's). */
 const RATES: readonly number[] = (process.env.BENCH_SIDECAR_RATES ?? "500,1000,5000")
@@ -584,12 +587,12 @@ async function startProxyScript(code: string): Promise<ChildServer> {
  * bench/sidecar-start.ts's). It writes its compile cache once started: a process stopped at once
  * did not always leave it, and the next one then loaded Node's TypeScript stripper (≈ 15 MB idle).
  */
-export async function startNoopProcess(): Promise<ChildServer> {
+export async function startNoopProcess(env: Record<string, string> = {}): Promise<ChildServer> {
   const module = new URL("./noop-check-server.ts", import.meta.url).href;
   const code = `const m = await import(${JSON.stringify(module)}); const s = await m.startNoopCheckServer(); (await import("node:module")).flushCompileCache(); console.log("noop-port " + s.port); process.on("SIGTERM", () => s.close().then(() => process.exit(0)));`;
   const child = track(
     spawn(process.execPath, [...SERVER_NODE_FLAGS, "--input-type=module", "-e", code], {
-      env: { ...process.env, ...SERVER_ENV },
+      env: { ...process.env, ...SERVER_ENV, ...env },
       stdio: ["ignore", "pipe", "pipe"],
     }),
   );
@@ -694,10 +697,14 @@ function progress(rows: readonly SidecarBenchRow[]): void {
 interface BenchSetup {
   readonly loader: Loader;
   readonly sidecar: ChildServer;
+  /** The `authority sidecar` CLI entry's process (idle during the Check runs). */
+  readonly second: ChildServer;
   readonly noop: ChildServer;
   /** The sidecar of another checkout (BENCH_SIDECAR_BEFORE), measured beside this one. */
   readonly before: ChildServer | undefined;
   readonly redisPid: number | undefined;
+  /** Where each server's stall probe (bench/lib/stall-probe.ts) writes, while switched on. */
+  readonly stallFiles: { readonly sidecar: string; readonly noop: string };
   readonly agentToken: string;
   readonly upstreamUrl: string;
 }
@@ -724,15 +731,23 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     const revokedToken = await world.token("bench-revoked");
     if (process.env.BENCH_SIDECAR_PLAIN_ENV !== "1") {
       // Fill the compile cache as the image build does (deploy/Containerfile); the no-op
-      // server's own modules are outside src/, so it fills them by starting once.
+      // server's own modules are outside src/, so it fills them by starting once, the stall
+      // probe's with them (TypeScript stripping at start would add ≈ 12 MB to both servers' RSS).
       await prepareServerEnv(world.dir);
-      await (await startNoopProcess()).stop();
+      await (await startNoopProcess(stallProbeEnv(join(world.dir, "stalls-warm.jsonl")))).stop();
     }
-    const sidecar = await startSidecarProcess(sidecarEnv, "command");
+    const stallFiles = {
+      sidecar: join(world.dir, "stalls-sidecar.jsonl"),
+      noop: join(world.dir, "stalls-noop.jsonl"),
+    };
+    const sidecar = await startSidecarProcess(
+      { ...sidecarEnv, ...stallProbeEnv(stallFiles.sidecar) },
+      "command",
+    );
     cleanups.unshift(() => sidecar.stop());
     const second = await startSidecarProcess(sidecarEnv, "cli");
     cleanups.unshift(() => second.stop());
-    const noop = await startNoopProcess();
+    const noop = await startNoopProcess(stallProbeEnv(stallFiles.noop));
     cleanups.unshift(() => noop.stop());
     const beforeTree = process.env.BENCH_SIDECAR_BEFORE;
     const before =
@@ -751,9 +766,11 @@ export async function benchSidecar(): Promise<SidecarBenchRow[]> {
     const setup: BenchSetup = {
       loader,
       sidecar,
+      second,
       noop,
       before,
       redisPid: redisPid(world.redisPort),
+      stallFiles,
       agentToken,
       upstreamUrl: upstream.url,
     };
@@ -804,7 +821,92 @@ async function checkRates(setup: BenchSetup): Promise<SidecarBenchRow[]> {
     });
   }
   for (const rate of RATES) rows.push(...(await checkAtRate(setup, rate, request)));
+  if (RATES.includes(TAIL_RATE)) rows.push(await tailStalls(setup, request));
   return rows;
+}
+
+/** The servers load the stall probe asleep; tailStalls() wakes it for one run each. */
+function stallProbeEnv(file: string): Record<string, string> {
+  const probe = new URL("./lib/stall-probe.ts", import.meta.url).href;
+  return {
+    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import ${probe}`.trim(),
+    STALL_PROBE_OUT: file,
+    STALL_PROBE_ON_SIGNAL: "1",
+  };
+}
+
+/**
+ * Issue 30's tail, by cause: one more run at TAIL_RATE on each server with its stall probe on
+ * (the runs above stay unprobed, so their CPU figures are the servers' own). Every event-loop
+ * stall over 5 ms is put down to what took most of it: GC pauses (by kind), the main thread
+ * waiting for its core while the process's own threads ran (V8's GC helpers, libuv's pool),
+ * waiting for it while other processes ran, or the main thread's own work.
+ */
+async function tailStalls(setup: BenchSetup, request: number[]): Promise<SidecarBenchRow> {
+  const task = {
+    kind: "fixed" as const,
+    rate: TAIL_RATE,
+    durationMs: FIXED_RATE_MS,
+    warmupMs: WARMUP_MS,
+    request,
+  };
+  const world = [process.pid, setup.redisPid, setup.second.child.pid];
+  const probed = async (server: ChildServer, file: string) => {
+    server.child.kill("SIGUSR2");
+    const from = Date.now();
+    const result = await withGeneratorOwnCore(
+      server.child.pid,
+      setup.loader.pid,
+      () => setup.loader.run({ ...task, port: server.ports.grpc }),
+      world,
+    );
+    const to = Date.now();
+    server.child.kill("SIGUSR2");
+    await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+    return { result, stalls: stallCauses(file, from + WARMUP_MS, to, FIXED_RATE_MS) };
+  };
+  const real = await probed(setup.sidecar, setup.stallFiles.sidecar);
+  const base = await probed(setup.noop, setup.stallFiles.noop);
+  return {
+    measure: `Check @${TAIL_RATE}/s, stall probe on: p99 ms; event-loop stalls over 5 ms per 5 s by cause (longest ms)`,
+    sidecar: `${fmt(real.result.p99Ms)}; ${real.stalls}`,
+    baseline: `${fmt(base.result.p99Ms)}; ${base.stalls} (no-op)`,
+    result: "",
+    target: "no own stall over 5 ms",
+    met: "",
+  };
+}
+
+/** The stalls a probe wrote between `from` and `to`, counted per `perMs` by cause. */
+function stallCauses(file: string, from: number, to: number, perMs: number): string {
+  if (!existsSync(file)) return "no probe output";
+  const stalls = readFileSync(file, "utf8")
+    .split("\n")
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as Stall)
+    .filter((stall) => stall.atMs >= from && stall.atMs <= to && stall.lagMs > 5);
+  const causes = new Map<string, { count: number; longest: number }>();
+  for (const stall of stalls) {
+    const cause = stallCause(stall);
+    const entry = causes.get(cause) ?? { count: 0, longest: 0 };
+    entry.count++;
+    entry.longest = Math.max(entry.longest, stall.lagMs);
+    causes.set(cause, entry);
+  }
+  const scale = perMs / Math.max(1, to - from);
+  const parts = [...causes]
+    .sort((a, b) => b[1].count - a[1].count)
+    .map(([cause, { count, longest }]) => `${cause} ${fmt(count * scale, 1)} (${fmt(longest, 1)})`);
+  return `${fmt(stalls.length * scale, 1)}${parts.length > 0 ? `: ${parts.join(", ")}` : ""}`;
+}
+
+function stallCause(stall: Stall): string {
+  if (stall.gcMs >= stall.lagMs / 2) return `GC ${stall.gcKinds}`;
+  if (stall.runQueueMs >= stall.lagMs / 2)
+    return stall.helperCpuMs >= stall.runQueueMs / 2
+      ? "waiting for a core: own threads"
+      : "waiting for a core: others";
+  return "own work";
 }
 
 /**
@@ -821,23 +923,27 @@ function setCores(pid: number | undefined, cores: string): void {
  * others, then gives both every core back: the generator's sends and the server's work do not
  * wait for each other's core, and the sidecar and the no-op server get the same placement
  * (issue 30's tail comparison). Other processes on the machine are not moved.
- * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core.
+ * BENCH_SIDECAR_OWN_CORE=0 leaves every process on every core. BENCH_SIDECAR_WORLD_CORE=1 also
+ * puts `world` (the bench process with the authority storing the records, redis-server, the idle
+ * CLI sidecar) on the generator's core: off by default, as at 5,000/s the authority may then starve
+ * beside the generator and the sidecar's record queue backs up (decision 3091).
  */
 async function withGeneratorOwnCore<T>(
   serverPid: number | undefined,
   generatorPid: number | undefined,
   run: () => Promise<T>,
+  world: readonly (number | undefined)[] = [],
 ): Promise<T> {
   const count = cpus().length;
   if (count < 2 || process.env.BENCH_SIDECAR_OWN_CORE === "0") return run();
   const last = count - 1;
-  setCores(generatorPid, String(last));
+  const others = process.env.BENCH_SIDECAR_WORLD_CORE === "1" ? world : [];
+  for (const pid of [generatorPid, ...others]) setCores(pid, String(last));
   setCores(serverPid, last === 1 ? "0" : `0-${last - 1}`);
   try {
     return await run();
   } finally {
-    setCores(serverPid, `0-${last}`);
-    setCores(generatorPid, `0-${last}`);
+    for (const pid of [serverPid, generatorPid, ...others]) setCores(pid, `0-${last}`);
   }
 }
 
@@ -845,16 +951,31 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   const rows: SidecarBenchRow[] = [];
   const task = { kind: "fixed" as const, rate, durationMs: FIXED_RATE_MS, warmupMs: WARMUP_MS, request };
   const before = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const real = await withGeneratorOwnCore(setup.sidecar.child.pid, setup.loader.pid, () =>
-    cpuPerCall({ server: setup.sidecar.child.pid, redis: setup.redisPid, generator: setup.loader.pid }, () =>
-      setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
-    ),
+  const world = [process.pid, setup.redisPid, setup.second.child.pid];
+  const real = await withGeneratorOwnCore(
+    setup.sidecar.child.pid,
+    setup.loader.pid,
+    () =>
+      cpuPerCall(
+        {
+          server: setup.sidecar.child.pid,
+          redis: setup.redisPid,
+          generator: setup.loader.pid,
+          authority: process.pid,
+        },
+        () => setup.loader.run({ ...task, port: setup.sidecar.ports.grpc }),
+      ),
+    world,
   );
   const after = await handlerBuckets(setup.sidecar.ports.metrics, "grpc");
-  const base = await withGeneratorOwnCore(setup.noop.child.pid, setup.loader.pid, () =>
-    cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
-      setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
-    ),
+  const base = await withGeneratorOwnCore(
+    setup.noop.child.pid,
+    setup.loader.pid,
+    () =>
+      cpuPerCall({ server: setup.noop.child.pid, generator: setup.loader.pid }, () =>
+        setup.loader.run({ ...task, port: setup.noop.ports.grpc }),
+      ),
+    world,
   );
   const r = real.result;
   const b = base.result;
@@ -888,8 +1009,8 @@ async function checkAtRate(setup: BenchSetup, rate: number, request: number[]): 
   });
   progress(rows);
   rows.push({
-    measure: `Check @${rate}/s: CPU µs per call (server process; redis-server; generator)`,
-    sidecar: `${fmt(real.usPerCall.server ?? Number.NaN, 1)}; redis ${fmt(real.usPerCall.redis ?? Number.NaN, 1)}; gen ${fmt(real.usPerCall.generator ?? Number.NaN, 1)}`,
+    measure: `Check @${rate}/s: CPU µs per call (server process; redis-server; generator; authority, storing the records)`,
+    sidecar: `${fmt(real.usPerCall.server ?? Number.NaN, 1)}; redis ${fmt(real.usPerCall.redis ?? Number.NaN, 1)}; gen ${fmt(real.usPerCall.generator ?? Number.NaN, 1)}; authority ${fmt(real.usPerCall.authority ?? Number.NaN, 1)}`,
     baseline: `${fmt(base.usPerCall.server ?? Number.NaN, 1)}; gen ${fmt(base.usPerCall.generator ?? Number.NaN, 1)} (no-op)`,
     result: `sidecar ${fmt((real.usPerCall.server ?? Number.NaN) / (base.usPerCall.server ?? Number.NaN), 2)}× the no-op's CPU`,
     target: "",

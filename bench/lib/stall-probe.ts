@@ -5,6 +5,9 @@
  * the time it waited runnable for a core (`/proc/thread-self/schedstat`'s run-queue delay: the
  * machine's contention, not ours) and the GC pauses inside the gap (`PerformanceObserver`).
  * With STALL_PROBE_OUT set the process appends them there as JSON lines, every second.
+ * With STALL_PROBE_ON_SIGNAL=1 the probe sleeps until SIGUSR2, and each SIGUSR2 turns it on or
+ * off (off writes what it found at once): the bench probes one run and leaves the others, and
+ * their CPU figures, untouched.
  */
 import { appendFileSync, readFileSync } from "node:fs";
 import { PerformanceObserver } from "node:perf_hooks";
@@ -21,6 +24,11 @@ export interface Stall {
   readonly cpuMs: number;
   /** Time runnable but waiting for a core during the gap. */
   readonly runQueueMs: number;
+  /**
+   * CPU of the process's other threads during the gap (V8's GC helpers, libuv's pool): on a
+   * process given one core, the part of the wait for a core that is the process's own.
+   */
+  readonly helperCpuMs: number;
   /** Page faults that read from disk, and times the thread slept voluntarily (a lock, I/O), during the gap. */
   readonly majorFaults: number;
   readonly sleeps: number;
@@ -38,7 +46,7 @@ const runQueueNs = (): number => {
 };
 
 const gcs: { start: number; end: number; kind: number }[] = [];
-new PerformanceObserver((list) => {
+const gcObserver = new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) {
     gcs.push({
       start: entry.startTime,
@@ -47,17 +55,19 @@ new PerformanceObserver((list) => {
     });
   }
   if (gcs.length > 4096) gcs.splice(0, gcs.length - 4096);
-}).observe({ entryTypes: ["gc"] });
+});
 const GC_KIND: Record<number, string> = { 1: "minor", 2: "major", 4: "incremental", 8: "weak" };
 
 let stalls: Stall[] = [];
 let last = performance.now();
 let lastCpu = process.threadCpuUsage();
+let lastProcessCpu = process.cpuUsage();
 let lastQueue = runQueueNs();
 let lastUsage = process.resourceUsage();
 const tick = (): void => {
   const now = performance.now();
   const cpu = process.threadCpuUsage();
+  const processCpu = process.cpuUsage();
   const queue = runQueueNs();
   const usage = process.resourceUsage();
   const lag = now - last - TICK_MS;
@@ -68,6 +78,15 @@ const tick = (): void => {
       lagMs: Math.round(lag * 10) / 10,
       cpuMs: Math.round((cpu.user + cpu.system - lastCpu.user - lastCpu.system) / 100) / 10,
       runQueueMs: Math.round((queue - lastQueue) / 1e5) / 10,
+      helperCpuMs:
+        Math.round(
+          (processCpu.user +
+            processCpu.system -
+            lastProcessCpu.user -
+            lastProcessCpu.system -
+            (cpu.user + cpu.system - lastCpu.user - lastCpu.system)) /
+            100,
+        ) / 10,
       majorFaults: usage.majorPageFault - lastUsage.majorPageFault,
       sleeps: usage.voluntaryContextSwitches - lastUsage.voluntaryContextSwitches,
       gcMs: Math.round(inGap.reduce((sum, gc) => sum + gc.end - gc.start, 0) * 10) / 10,
@@ -76,11 +95,21 @@ const tick = (): void => {
   }
   last = now;
   lastCpu = cpu;
+  lastProcessCpu = processCpu;
   lastQueue = queue;
   lastUsage = usage;
-  setTimeout(tick, TICK_MS).unref();
+  timer = setTimeout(tick, TICK_MS).unref();
 };
-setTimeout(tick, TICK_MS).unref();
+let timer: NodeJS.Timeout | undefined;
+const start = (): void => {
+  gcObserver.observe({ entryTypes: ["gc"] });
+  last = performance.now();
+  lastCpu = process.threadCpuUsage();
+  lastProcessCpu = process.cpuUsage();
+  lastQueue = runQueueNs();
+  lastUsage = process.resourceUsage();
+  timer = setTimeout(tick, TICK_MS).unref();
+};
 
 const out = process.env.STALL_PROBE_OUT;
 const flush = (): void => {
@@ -90,3 +119,12 @@ const flush = (): void => {
 };
 setInterval(flush, 1000).unref();
 process.on("exit", flush);
+if (process.env.STALL_PROBE_ON_SIGNAL === "1") {
+  process.on("SIGUSR2", () => {
+    if (timer === undefined) return start();
+    clearTimeout(timer);
+    timer = undefined;
+    gcObserver.disconnect();
+    flush();
+  });
+} else start();

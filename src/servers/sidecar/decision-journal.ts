@@ -121,7 +121,7 @@ interface Batch {
   readonly segment: Segment;
   /** The lines, as one text: encoded once, when written, and dropped then. */
   text: string;
-  readonly tickets: Ticket[];
+  tickets: Ticket[];
   state: "queued" | "written" | "failed";
   readonly done: Promise<void>;
   settle(error?: unknown): void;
@@ -129,7 +129,8 @@ interface Batch {
 
 interface Ticket extends JournalTicket {
   readonly segment: Segment;
-  readonly batch: Batch | undefined;
+  /** Until its batch is written (kept when the write failed: the ticket counts for nothing then). */
+  batch: Batch | undefined;
   released: boolean;
 }
 
@@ -396,6 +397,10 @@ export function openDecisionJournal(options: DecisionJournalOptions): DecisionJo
       return;
     }
     batch.state = "written";
+    // A written ticket needs nothing of its batch; held by tickets until the shipper releases
+    // them (a flush interval or more), the batch, its promise and its list would be promoted.
+    for (const ticket of batch.tickets) ticket.batch = undefined;
+    batch.tickets = [];
     dirty = true;
     armSync();
     batch.settle();

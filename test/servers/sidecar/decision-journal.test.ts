@@ -13,6 +13,8 @@ import fs, {
 import { syncBuiltinESMExports } from "node:module";
 import { join } from "node:path";
 import { after, before, describe, it, mock } from "node:test";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import type { ShippedDecision } from "../../../src/audit/shipped-decisions.ts";
 import {
   denyOf,
@@ -129,6 +131,29 @@ describe("the decision journal", () => {
       },
     };
   };
+
+  it("a written line's ticket holds nothing of its turn's write until it is released", async () => {
+    // The tickets live until the authority has the records (a flush interval or more): whatever
+    // they hold outlives the young generation and is promoted, to be swept by a full collection.
+    setFlagsFromString("--expose-gc");
+    const collect = runInNewContext("gc") as () => void;
+    const journal = openDecisionJournal({ dir: join(tmp.path, "written-tickets") });
+    const first = journal.append('{"id":"dec_1"}');
+    const second = journal.append('{"id":"dec_2"}');
+    const turn = await (async () => {
+      const landing = journal.written(first);
+      assert.ok(landing !== undefined);
+      await landing;
+      return new WeakRef(landing);
+    })();
+    assert.equal(journal.written(first), undefined);
+    await new Promise((resolve) => setImmediate(resolve));
+    collect();
+    assert.equal(turn.deref(), undefined, "the write's promise is still held by its unreleased tickets");
+    journal.release(first);
+    journal.release(second);
+    journal.close();
+  });
 
   it("writes each record before the decision is returned, and ships it from the next process", async () => {
     const dir = join(tmp.path, "ahead");
