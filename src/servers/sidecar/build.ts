@@ -26,6 +26,7 @@ import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
 import type { SidecarConfig } from "./config.ts";
+import { createNodeJsonFetch } from "./node-json-fetch.ts";
 import { clientCredentialsTokenSource, fileTokenSource, type ServiceTokenSource } from "./service-token.ts";
 import { createSidecar, type Sidecar } from "./sidecar.ts";
 
@@ -84,6 +85,12 @@ export async function readPinnedKeys(path: string): Promise<PublicKeyRingJson[]>
  * in every pod. A stall still shows in the metric when it delays one of the samples.
  */
 const EVENT_LOOP_SAMPLE_MS = 100;
+
+/**
+ * Largest answer the sidecar reads from the authority or an issuer's JWKS: a signed policy of
+ * hundreds of operations fits many times over.
+ */
+const MAX_PLATFORM_ANSWER_BYTES = 32 * 1024 * 1024;
 
 /** The platform's services this sidecar knows of are never an upstream; its own ports are added on start. */
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
@@ -149,13 +156,20 @@ export async function buildSidecar(
     serviceName: "authority-sidecar",
     logger,
   });
+  // The authority's and the issuers' requests over node:http, not fetch: no undici at start (decision 3081).
+  const platformFetch = createNodeJsonFetch({ maxAnswerBytes: MAX_PLATFORM_ANSWER_BYTES });
   return createSidecar({
     ...(tracing === undefined ? {} : { tracing }),
     ...(decisionExport === undefined ? {} : { decisionExport }),
     authority:
       overrides.authority ??
-      createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
-    verifier: overrides.verifier ?? createTrustedIssuersVerifier(config.trustedIssuers),
+      createAuthorityClient({
+        baseUrl: config.authorityUrl,
+        token: overrides.token ?? tokenSource(config),
+        fetch: platformFetch,
+      }),
+    verifier:
+      overrides.verifier ?? createTrustedIssuersVerifier(config.trustedIssuers, { fetch: platformFetch }),
     policyKeys: {
       serviceIdentity: config.serviceIdentity,
       ...(pinned === undefined ? {} : { pinned }),
