@@ -48,7 +48,8 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
       const fail = (error: unknown) => {
         if (settled) return;
         settled = true;
-        reject(error);
+        // As fetch: an aborted request rejects with the signal's reason (a TimeoutError for a deadline).
+        reject(init.signal.aborted ? init.signal.reason : error);
       };
       const read = (response: IncomingMessage) => {
         const status = response.statusCode ?? 0;
@@ -70,7 +71,7 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
         });
         response.on("error", fail);
         response.on("close", () => {
-          if (!response.complete) fail(init.signal.reason ?? new Error("the answer was cut off"));
+          if (!response.complete) fail(new Error("the answer was cut off"));
         });
         response.on("end", () => {
           if (settled) return;
