@@ -8,7 +8,7 @@
  */
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
-import type { JsonAnswer, JsonFetch } from "../../core/json-fetch.ts";
+import type { JsonAnswer, JsonFetch, JsonFetchInit } from "../../core/json-fetch.ts";
 
 /** An answer larger than the transport's limit: refused rather than buffered. */
 export class AnswerTooLargeError extends Error {
@@ -17,6 +17,9 @@ export class AnswerTooLargeError extends Error {
     this.name = "AnswerTooLargeError";
   }
 }
+
+/** fetch's redirect statuses (a 304 is an answer, not a redirect). */
+const REDIRECTS: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
 
 export interface NodeJsonFetchOptions {
   /** Largest answer body read (bytes). */
@@ -37,7 +40,11 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
   const agentsNow = () =>
     (agents ??= { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) });
 
-  return (url, init) =>
+  /**
+   * One exchange. `onStale`: the request failed on a kept-alive connection before any answer
+   * (the server had closed it meanwhile), so it never reached the server and may be sent again.
+   */
+  const exchange = (url: string, init: JsonFetchInit, onStale?: () => Promise<JsonAnswer>) =>
     new Promise<JsonAnswer>((resolve, reject) => {
       const target = new URL(url);
       const secure = target.protocol === "https:";
@@ -51,9 +58,11 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
         // As fetch: an aborted request rejects with the signal's reason (a TimeoutError for a deadline).
         reject(init.signal.aborted ? init.signal.reason : error);
       };
+      let answered = false;
       const read = (response: IncomingMessage) => {
+        answered = true;
         const status = response.statusCode ?? 0;
-        if (init.redirect === "error" && status >= 300 && status < 400) {
+        if (init.redirect === "error" && REDIRECTS.has(status)) {
           fail(new Error(`redirect refused (${status})`));
           request.destroy();
           return;
@@ -92,7 +101,18 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
         },
         read,
       );
-      request.on("error", fail);
+      request.on("error", (error) => {
+        if (onStale !== undefined && !answered && request.reusedSocket && !init.signal.aborted) {
+          settled = true;
+          onStale().then(resolve, reject);
+          return;
+        }
+        fail(error);
+      });
       request.end(body);
     });
+
+  // Only a GET is sent again: the authority's reads; a POST (decision records) is retried by its sender.
+  return (url, init) =>
+    exchange(url, init, (init.method ?? "GET") === "GET" ? () => exchange(url, init) : undefined);
 }

@@ -122,6 +122,40 @@ describe("the sidecar's node:http transport", () => {
     };
     await assert.rejects(get("/moved"), /redirect refused \(302\)/);
     assert.equal((await get("/moved", 2000, "manual")).status, 302);
+    // A 304 (a policy not modified) is an answer, not a redirect.
+    handler = (_request, response) => {
+      response.writeHead(304);
+      response.end();
+    };
+    assert.equal((await get("/unchanged")).status, 304);
+  });
+
+  it("sends a GET again when its kept-alive connection was closed before any answer; never a POST", async () => {
+    const served = new WeakMap<object, number>();
+    let requests = 0;
+    handler = (request, response) => {
+      requests++;
+      const count = (served.get(request.socket) ?? 0) + 1;
+      served.set(request.socket, count);
+      // The second request on a connection: closed unanswered, as a server closing an idle one.
+      if (count === 2) request.socket.destroy();
+      else response.end('{"fresh":true}');
+    };
+    await get("/first");
+    requests = 0;
+    assert.deepEqual(await (await get("/again")).json(), { fresh: true });
+    assert.equal(requests, 2, "sent once more, on a new connection");
+    requests = 0;
+    await assert.rejects(
+      fetch(`${base}/post`, {
+        method: "POST",
+        headers: {},
+        body: Buffer.from("{}"),
+        redirect: "error",
+        signal: AbortSignal.timeout(2000),
+      }),
+    );
+    assert.equal(requests, 1, "a POST is not sent again");
   });
 
   it("the authority client over it: limits and failures are upstream_unavailable, the token never in the error", async () => {
