@@ -9,6 +9,7 @@ import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
 import { startDecisionExport } from "../../audit/export/start.ts";
 import { ConfigError } from "../../core/config-error.ts";
+import type { JsonFetch } from "../../core/json-fetch.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
@@ -48,7 +49,7 @@ export interface SidecarOverrides {
   readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
 }
 
-function tokenSource(config: SidecarConfig): ServiceTokenSource {
+function tokenSource(config: SidecarConfig, fetch: JsonFetch): ServiceTokenSource {
   const credentials = config.credentials;
   return credentials.kind === "token_file"
     ? fileTokenSource(credentials.path)
@@ -56,6 +57,7 @@ function tokenSource(config: SidecarConfig): ServiceTokenSource {
         tokenUrl: credentials.tokenUrl,
         clientId: credentials.clientId,
         clientSecret: credentials.clientSecret,
+        fetch,
       });
 }
 
@@ -156,7 +158,8 @@ export async function buildSidecar(
     serviceName: "authority-sidecar",
     logger,
   });
-  // The authority's and the issuers' requests over node:http, not fetch: no undici at start (decision 3081).
+  // The authority's, the token endpoint's and the issuers' requests over node:http, not fetch: no
+  // undici at start (decision 3081).
   const platformFetch = createNodeJsonFetch({ maxAnswerBytes: MAX_PLATFORM_ANSWER_BYTES });
   return createSidecar({
     ...(tracing === undefined ? {} : { tracing }),
@@ -165,7 +168,7 @@ export async function buildSidecar(
       overrides.authority ??
       createAuthorityClient({
         baseUrl: config.authorityUrl,
-        token: overrides.token ?? tokenSource(config),
+        token: overrides.token ?? tokenSource(config, platformFetch),
         fetch: platformFetch,
       }),
     verifier:

@@ -52,12 +52,17 @@ describe("a sidecar's start path", () => {
   });
 
   /** The undici modules a sidecar started with these Node arguments had loaded by its first allowed Check. */
-  async function undiciByFirstAllow(args: readonly string[]): Promise<unknown> {
+  async function undiciByFirstAllow(
+    args: readonly string[],
+    sidecarCredentials: Record<string, string> = {},
+  ): Promise<unknown> {
     const env = await sidecarProcessEnv(world, dir.path, {
       [SNAPSHOT_ENV]: snapshot,
       AUTHORITY_SIDECAR_JOURNAL_DIR: join(dir.path, `journal-${started.length}`),
       AUTHORITY_SIDECAR_SHUTDOWN_WAIT_MS: "0",
+      ...sidecarCredentials,
     });
+    if (sidecarCredentials.AUTHORITY_CLIENT_ID !== undefined) delete env.AUTHORITY_SIDECAR_TOKEN_FILE;
     const sidecar = await startSidecarProcess(env, {
       command: process.execPath,
       args: ["--require", preload, ...args, "bin/authority.ts", "sidecar"],
@@ -97,10 +102,24 @@ describe("a sidecar's start path", () => {
     }
   }
 
+  const fromSnapshot = () => ["--expose-gc", "--snapshot-blob", join(snapshot, "sidecar.blob")];
+
   it("from its start-up snapshot, loads no undici up to its first allowed Check", async () => {
-    assert.deepEqual(
-      await undiciByFirstAllow(["--expose-gc", "--snapshot-blob", join(snapshot, "sidecar.blob")]),
-      [],
-    );
+    assert.deepEqual(await undiciByFirstAllow(fromSnapshot()), []);
+  });
+
+  it("with client credentials, as the chart injects it: its token request loads no undici either", async () => {
+    await world.idp.directory.addClient({
+      clientId: "start-path-sidecar",
+      clientSecret: "start-path-sidecar-secret",
+      scopes: ["authority/sidecar", "authority/sidecar.platform"],
+      roles: ["sidecar"],
+    });
+    const grant = {
+      AUTHORITY_CLIENT_ID: "start-path-sidecar",
+      AUTHORITY_CLIENT_SECRET: "start-path-sidecar-secret",
+      AUTHORITY_IDP_TOKEN_URL: world.idp.tokenEndpoint,
+    };
+    assert.deepEqual(await undiciByFirstAllow(fromSnapshot(), grant), []);
   });
 });
