@@ -1,6 +1,6 @@
 /**
- * The sidecar's transport to the platform's own services (the authority, its trusted issuers'
- * JWKS): node:http(s) over kept-alive agents, the answer read whole under a byte limit. Not
+ * The sidecar's transport to the platform's own services (the authority, the token endpoint, its
+ * trusted issuers' JWKS): node:http(s) over kept-alive agents, the answer read whole under a byte limit. Not
  * undici, which fetch (and anything touching `Headers`) loads: ≈ 25–30 ms of CPU at start that
  * the start-up snapshot cannot hold (decisions 2811, 3021, 3081); http and https are loaded for
  * the sidecar's own ports and gRPC anyway. TLS: Node's defaults (system store and
@@ -41,8 +41,8 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
     (agents ??= { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) });
 
   /**
-   * One exchange. `onStale`: the request failed on a kept-alive connection before any answer
-   * (the server had closed it meanwhile), so it never reached the server and may be sent again.
+   * One exchange. `onStale`: the request failed on a reused kept-alive connection before any
+   * answer (most likely the server had closed it as idle meanwhile); called instead of failing.
    */
   const exchange = (url: string, init: JsonFetchInit, onStale?: () => Promise<JsonAnswer>) =>
     new Promise<JsonAnswer>((resolve, reject) => {
