@@ -82,7 +82,9 @@ function newAjv(coerce: boolean, validateSchema = true): Ajv2020 {
     useDefaults: false,
     removeAdditional: false,
     validateSchema,
-    code: { regExp: linearRegExp },
+    // optimize: false skips ajv's pass over the generated code: a schema's compile (a sidecar's
+    // first Check of an operation) costs ≈ 5 ms less CPU of ≈ 10; its validations no more (3081).
+    code: { regExp: linearRegExp, optimize: false },
   });
   addFormats(ajv);
   linearUniqueItems(ajv);

@@ -1,7 +1,5 @@
 import {
   createLocalJWKSet,
-  createRemoteJWKSet,
-  customFetch,
   decodeProtectedHeader,
   errors,
   type FlattenedJWSInput,
@@ -12,6 +10,7 @@ import {
   jwtVerify,
 } from "jose";
 import { checkJsonBounds, type JsonLimits } from "../core/bounded-json.ts";
+import type { JsonFetch } from "../core/json-fetch.ts";
 import { positiveIntegerOption } from "../core/positive-integer.ts";
 import {
   readAudience,
@@ -55,9 +54,9 @@ export interface RemoteJwksOptions {
   /**
    * Sends the key-set request. A URL a partner configured (a binding's `jwks_url`) is always
    * fetched through the egress gate's fetch (src/execute/egress.ts); without one, fetch as is:
-   * only for the operator's own configured issuers.
+   * only for the operator's own configured issuers (the sidecar gives its node:http transport).
    */
-  readonly fetch?: (url: string, init: RequestInit) => Promise<Response>;
+  readonly fetch?: JsonFetch;
   /** Abort a JWKS fetch after this long (default 5000 ms). */
   readonly timeoutMs?: number;
   /** Minimum time between refetches triggered by an unknown `kid` (default 10000 ms). */
@@ -267,6 +266,67 @@ function positiveInt(value: unknown, name: string, fallback: number): number {
   return positiveIntegerOption(nonNegative(value, name, fallback), fallback, name, fail);
 }
 
+/** A remote key set as jose's createRemoteJWKSet keeps one, fetched through a JsonFetch. */
+interface RemoteKeySet {
+  (header: JWSHeaderParameters, token: FlattenedJWSInput): ReturnType<JWTVerifyGetKey>;
+  readonly fresh: boolean;
+  reload(): Promise<void>;
+  keyCount(): number | undefined;
+}
+
+/**
+ * The remote key set: refetched once older than `cacheMaxAgeMs`, and for an unknown `kid` at
+ * most once per `cooldownMs`; concurrent reloads share one request. Not jose's
+ * createRemoteJWKSet: it builds a `Headers`, which loads undici (decision 3081).
+ */
+function remoteKeySet(
+  url: URL,
+  options: { fetch: JsonFetch; timeoutMs: number; cooldownMs: number; cacheMaxAgeMs: number },
+): RemoteKeySet {
+  let local: ReturnType<typeof createLocalJWKSet> | undefined;
+  let keyCount: number | undefined;
+  let fetchedAt = Number.NEGATIVE_INFINITY;
+  let pending: Promise<void> | undefined;
+  const within = (ms: number) => Date.now() < fetchedAt + ms;
+  const load = async () => {
+    const answer = await options.fetch(url.href, {
+      method: "GET",
+      headers: { accept: "application/json, application/jwk-set+json" },
+      redirect: "manual",
+      signal: AbortSignal.timeout(options.timeoutMs),
+    });
+    if (answer.status !== 200) {
+      await answer.body?.cancel();
+      throw new Error(`the JSON Web Key Set answer was ${answer.status}, not 200`);
+    }
+    const jwks = (await answer.json()) as JSONWebKeySet;
+    local = createLocalJWKSet(jwks);
+    keyCount = jwks.keys.length;
+    fetchedAt = Date.now();
+  };
+  const reload = () => {
+    pending ??= load().finally(() => {
+      pending = undefined;
+    });
+    return pending;
+  };
+  const getKey = async (header: JWSHeaderParameters, token: FlattenedJWSInput) => {
+    if (local === undefined || !within(options.cacheMaxAgeMs)) await reload();
+    try {
+      return await (local as NonNullable<typeof local>)(header, token);
+    } catch (error) {
+      if (!(error instanceof errors.JWKSNoMatchingKey) || within(options.cooldownMs)) throw error;
+      await reload();
+      return (local as NonNullable<typeof local>)(header, token);
+    }
+  };
+  return Object.defineProperties(getKey, {
+    fresh: { get: () => local !== undefined && within(options.cacheMaxAgeMs) },
+    reload: { value: reload },
+    keyCount: { value: () => keyCount },
+  }) as RemoteKeySet;
+}
+
 /**
  * Builds the key resolver. Remote failures other than "no such key" (network, timeout,
  * non-200, bad JSON, bad key set) become `jwks_unavailable` here, where their origin is
@@ -295,11 +355,11 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
   if (typeof remote !== "object" || remote === null || remote.url === undefined) {
     fail("jwks must be a URL, remote JWKS options or a JSON Web Key Set");
   }
-  const getKey = createRemoteJWKSet(parseJwksUrl(remote.url), {
-    timeoutDuration: positiveInt(remote.timeoutMs, "jwks.timeoutMs", 5000),
-    cooldownDuration: nonNegative(remote.cooldownMs, "jwks.cooldownMs", 10_000),
-    cacheMaxAge: nonNegative(remote.cacheMaxAgeMs, "jwks.cacheMaxAgeMs", 300_000),
-    ...(remote.fetch === undefined ? {} : { [customFetch]: remote.fetch }),
+  const getKey = remoteKeySet(parseJwksUrl(remote.url), {
+    fetch: remote.fetch ?? globalThis.fetch,
+    timeoutMs: positiveInt(remote.timeoutMs, "jwks.timeoutMs", 5000),
+    cooldownMs: nonNegative(remote.cooldownMs, "jwks.cooldownMs", 10_000),
+    cacheMaxAgeMs: nonNegative(remote.cacheMaxAgeMs, "jwks.cacheMaxAgeMs", 300_000),
   });
   let state: JwksStatus["state"] = "not_fetched";
   let checkedAt: string | null = null;
@@ -340,7 +400,7 @@ function createKeyResolver(jwks: JwtVerifierOptions["jwks"]): {
     status: () => ({
       source: "remote",
       state,
-      key_count: getKey.jwks()?.keys.length ?? null,
+      key_count: getKey.keyCount() ?? null,
       checked_at: checkedAt,
     }),
   };

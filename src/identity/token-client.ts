@@ -1,3 +1,4 @@
+import type { JsonAnswer, JsonFetch } from "../core/json-fetch.ts";
 import { isRecord } from "../core/own-property.ts";
 /**
  * A small OAuth 2.0 token-endpoint client (password and client-credentials grants), used
@@ -21,6 +22,8 @@ export interface TokenRequest {
   readonly scope?: string;
   readonly audience?: string;
   readonly timeoutMs?: number;
+  /** Sends the request (the sidecar's node:http transport, decision 3081); default the global fetch. */
+  readonly fetch?: JsonFetch;
 }
 
 export interface TokenResponse {
@@ -76,16 +79,17 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
     throw new TokenRequestError("invalid_request", "token URL must be http(s)");
   }
   const { body, authorization } = requestBody(request);
-  let response: Response;
+  const send: JsonFetch = request.fetch ?? globalThis.fetch;
+  let response: JsonAnswer;
   try {
-    response = await fetch(url, {
+    response = await send(url.href, {
       method: "POST",
       headers: {
         "content-type": "application/x-www-form-urlencoded",
         accept: "application/json",
         ...(authorization === undefined ? {} : { authorization }),
       },
-      body,
+      body: Buffer.from(body.toString()),
       redirect: "error",
       signal: AbortSignal.timeout(request.timeoutMs ?? 10_000),
     });
@@ -110,7 +114,8 @@ export async function requestToken(request: TokenRequest): Promise<TokenResponse
       { cause },
     );
   }
-  if (!response.ok || !isRecord(json) || typeof json.access_token !== "string") {
+  const ok = response.status >= 200 && response.status < 300;
+  if (!ok || !isRecord(json) || typeof json.access_token !== "string") {
     const error = isRecord(json) && typeof json.error === "string" ? json.error : "invalid_response";
     const description =
       isRecord(json) && typeof json.error_description === "string" ? `: ${json.error_description}` : "";

@@ -1,4 +1,5 @@
 import { decodeJwt } from "jose";
+import type { JsonFetch } from "../core/json-fetch.ts";
 import { readScopes } from "./claims.ts";
 import { IdentityConfigError, TokenVerificationError } from "./errors.ts";
 import { createJwtVerifier, type JwtVerifier, type VerifiedToken } from "./jwt-verifier.ts";
@@ -67,6 +68,8 @@ export interface TrustedIssuersVerifier {
 
 export interface TrustedIssuersOptions {
   readonly maxTokenLength?: number;
+  /** Fetches the issuers' JWKS (the sidecar's node:http transport); default the global fetch. */
+  readonly fetch?: JsonFetch;
   readonly now?: () => Date;
 }
 
@@ -143,7 +146,7 @@ export function createTrustedIssuersVerifier(
     const verifier = createJwtVerifier({
       issuer: issuer.issuer,
       audience: issuer.audience,
-      jwks: { url: issuer.jwksUrl },
+      jwks: { url: issuer.jwksUrl, ...(options.fetch === undefined ? {} : { fetch: options.fetch }) },
       partnerClaim: issuer.claims.partnerId,
       rolesClaim: issuer.claims.roles,
       maxTokenLength,

@@ -32,6 +32,8 @@ const OPERATOR_CLIENTS: Readonly<Record<string, string>> = {
     "the crypto service / managed crypto API at the URL the operator configured",
   "src/servers/sidecar/authority-client.ts":
     "the sidecar's authority service, at the URL the operator configured",
+  "src/servers/sidecar/node-json-fetch.ts":
+    "the sidecar's transport to the platform's own services (its authority, its trusted issuers' JWKS), at the URLs the operator configured",
   "src/execute/oauth-token-endpoint.ts":
     "oauth4webapi builds the token request; it is sent through the caller's fetch (the executor's: the egress gate)",
   "src/cli/commands/explain.ts": "`authority explain`: the admin API at the --url the operator gives",

@@ -1,4 +1,5 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
+import type { JsonAnswer, JsonFetch } from "../../core/json-fetch.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
@@ -12,7 +13,8 @@ import type { ServiceTokenSource } from "./service-token.ts";
 
 /**
  * The sidecar's client of the authority service's `/v1/sidecar/*` routes. Every call has
- * its own deadline; keep-alive connections come from fetch's (undici's) pool. Any answer
+ * its own deadline; requests go through the transport its composition root gives (the sidecar's:
+ * node:http with kept-alive agents, node-json-fetch.ts). Any answer
  * other than the expected ones is an AuthorityFetchError (`upstream_unavailable`): the
  * caller denies, it never guesses.
  */
@@ -50,8 +52,8 @@ export interface AuthorityClientOptions {
   readonly token: ServiceTokenSource;
   /** Deadline of one call (default 2000 ms). */
   readonly timeoutMs?: number;
-  /** Default: the global fetch. */
-  readonly fetch?: typeof fetch;
+  /** The transport (the sidecar's: createNodeJsonFetch). Default: the global fetch. */
+  readonly fetch?: JsonFetch;
 }
 
 function stringMap(value: unknown): Record<string, string> | undefined {
@@ -105,7 +107,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     throw new SidecarConfigError("authority url must be http(s)");
   if (typeof options.token?.token !== "function") throw new SidecarConfigError("token source is required");
   const timeoutMs = positiveIntOption(options.timeoutMs, 2000, "timeoutMs");
-  const doFetch = options.fetch ?? globalThis.fetch;
+  const doFetch: JsonFetch = options.fetch ?? globalThis.fetch;
   const root = base.href.replace(/\/+$/, "");
 
   const call = async (
@@ -113,7 +115,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     headers: Record<string, string> = {},
     body?: Buffer,
     deadlineMs = timeoutMs,
-  ): Promise<Response> => {
+  ): Promise<JsonAnswer> => {
     for (let attempt = 0; ; attempt++) {
       let token: string;
       try {
@@ -121,10 +123,10 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       } catch (error) {
         throw new AuthorityFetchError("the sidecar's own token is unavailable", undefined, { cause: error });
       }
-      let response: Response;
+      let response: JsonAnswer;
       try {
         response = await doFetch(`${root}${path}`, {
-          ...(body === undefined ? {} : { method: "POST", body }),
+          ...(body === undefined ? {} : { method: "POST" as const, body }),
           headers: {
             authorization: `Bearer ${token}`,
             accept: "application/json",
@@ -152,7 +154,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     }
   };
 
-  const json = async (response: Response): Promise<unknown> => {
+  const json = async (response: JsonAnswer): Promise<unknown> => {
     try {
       return await response.json();
     } catch (error) {
@@ -162,7 +164,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     }
   };
 
-  const unexpected = async (response: Response): Promise<never> => {
+  const unexpected = async (response: JsonAnswer): Promise<never> => {
     await response.body?.cancel();
     throw new AuthorityFetchError(`the authority service answered ${response.status}`, response.status);
   };
@@ -170,7 +172,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   const segment = encodeURIComponent;
 
   /** The authority's own error code (`invalid_token`, `insufficient_role`…): safe to log, never a secret. */
-  const refusal = async (response: Response): Promise<never> => {
+  const refusal = async (response: JsonAnswer): Promise<never> => {
     let code: string | undefined;
     try {
       const body = (await response.json()) as unknown;
@@ -186,7 +188,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   };
 
   /** 200: true; 404: false, its body discarded; anything else is an unexpected answer. */
-  const found = async (response: Response): Promise<boolean> => {
+  const found = async (response: JsonAnswer): Promise<boolean> => {
     if (response.status === 404) {
       await response.body?.cancel();
       return false;
@@ -196,7 +198,7 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   };
 
   /** A policy answer (200 or 404) of the sidecar policy routes, checked. */
-  const policyAnswer = async (response: Response): Promise<PolicyFetchResult> => {
+  const policyAnswer = async (response: JsonAnswer): Promise<PolicyFetchResult> => {
     if (response.status === 404) {
       await response.body?.cancel();
       return { status: "not_found" };

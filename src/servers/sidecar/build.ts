@@ -9,6 +9,7 @@ import { readFile } from "node:fs/promises";
 import type { Registry } from "prom-client";
 import { startDecisionExport } from "../../audit/export/start.ts";
 import { ConfigError } from "../../core/config-error.ts";
+import type { JsonFetch } from "../../core/json-fetch.ts";
 import type { PublicKeyRingJson } from "../../crypto/index.ts";
 import { createEgressPolicy, type EgressPolicy, endpointOfUrl } from "../../execute/egress.ts";
 import { createTrustedIssuersVerifier } from "../../identity/trusted-issuers.ts";
@@ -26,6 +27,7 @@ import { parseCacheKey } from "../../policy/cache/index.ts";
 import { parsePinnedPolicyKeys } from "../../policy/signed-policy.ts";
 import { type AuthorityClient, createAuthorityClient } from "./authority-client.ts";
 import type { SidecarConfig } from "./config.ts";
+import { createNodeJsonFetch } from "./node-json-fetch.ts";
 import { clientCredentialsTokenSource, fileTokenSource, type ServiceTokenSource } from "./service-token.ts";
 import { createSidecar, type Sidecar } from "./sidecar.ts";
 
@@ -47,7 +49,7 @@ export interface SidecarOverrides {
   readonly redis?: { readonly url: string; readonly cacheKey: Uint8Array };
 }
 
-function tokenSource(config: SidecarConfig): ServiceTokenSource {
+function tokenSource(config: SidecarConfig, fetch: JsonFetch): ServiceTokenSource {
   const credentials = config.credentials;
   return credentials.kind === "token_file"
     ? fileTokenSource(credentials.path)
@@ -55,6 +57,7 @@ function tokenSource(config: SidecarConfig): ServiceTokenSource {
         tokenUrl: credentials.tokenUrl,
         clientId: credentials.clientId,
         clientSecret: credentials.clientSecret,
+        fetch,
       });
 }
 
@@ -84,6 +87,12 @@ export async function readPinnedKeys(path: string): Promise<PublicKeyRingJson[]>
  * in every pod. A stall still shows in the metric when it delays one of the samples.
  */
 const EVENT_LOOP_SAMPLE_MS = 100;
+
+/**
+ * Largest answer the sidecar reads from the authority or an issuer's JWKS: a signed policy of
+ * hundreds of operations fits many times over.
+ */
+const MAX_PLATFORM_ANSWER_BYTES = 32 * 1024 * 1024;
 
 /** The platform's services this sidecar knows of are never an upstream; its own ports are added on start. */
 export function sidecarEgressPolicy(config: SidecarConfig): EgressPolicy {
@@ -149,13 +158,21 @@ export async function buildSidecar(
     serviceName: "authority-sidecar",
     logger,
   });
+  // The authority's, the token endpoint's and the issuers' requests over node:http, not fetch: no
+  // undici at start (decision 3081).
+  const platformFetch = createNodeJsonFetch({ maxAnswerBytes: MAX_PLATFORM_ANSWER_BYTES });
   return createSidecar({
     ...(tracing === undefined ? {} : { tracing }),
     ...(decisionExport === undefined ? {} : { decisionExport }),
     authority:
       overrides.authority ??
-      createAuthorityClient({ baseUrl: config.authorityUrl, token: overrides.token ?? tokenSource(config) }),
-    verifier: overrides.verifier ?? createTrustedIssuersVerifier(config.trustedIssuers),
+      createAuthorityClient({
+        baseUrl: config.authorityUrl,
+        token: overrides.token ?? tokenSource(config, platformFetch),
+        fetch: platformFetch,
+      }),
+    verifier:
+      overrides.verifier ?? createTrustedIssuersVerifier(config.trustedIssuers, { fetch: platformFetch }),
     policyKeys: {
       serviceIdentity: config.serviceIdentity,
       ...(pinned === undefined ? {} : { pinned }),

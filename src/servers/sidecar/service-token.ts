@@ -1,4 +1,5 @@
 import { readFile } from "node:fs/promises";
+import type { JsonFetch } from "../../core/json-fetch.ts";
 import { requestToken } from "../../identity/token-client.ts";
 import { SidecarConfigError } from "./errors.ts";
 
@@ -41,6 +42,8 @@ export interface ClientCredentialsSourceOptions {
   readonly scope?: string;
   readonly audience?: string;
   readonly timeoutMs?: number;
+  /** Sends the token request (the sidecar's node:http transport); default the global fetch. */
+  readonly fetch?: JsonFetch;
 }
 
 export function clientCredentialsTokenSource(options: ClientCredentialsSourceOptions): ServiceTokenSource {
@@ -58,6 +61,7 @@ export function clientCredentialsTokenSource(options: ClientCredentialsSourceOpt
       ...(options.scope === undefined ? {} : { scope: options.scope }),
       ...(options.audience === undefined ? {} : { audience: options.audience }),
       timeoutMs: options.timeoutMs ?? 5000,
+      ...(options.fetch === undefined ? {} : { fetch: options.fetch }),
     });
     const lifetimeMs = (response.expiresIn ?? 60) * 1000;
     // Renew at 80 % of the lifetime, so a token in use never expires on the way.

@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Redis } from "ioredis";
+import type { JsonFetch } from "../../../src/core/json-fetch.ts";
 import { createCapabilityMap } from "../../../src/pipeline/capability-map.ts";
 import { policyEntryKey } from "../../../src/policy/cache/index.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
+import { createNodeJsonFetch } from "../../../src/servers/sidecar/node-json-fetch.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import { AGENT, CAPABILITY, eventually, PARTNER, startWorld, UPSTREAM_SECRET, type World } from "./world.ts";
 
@@ -19,10 +21,12 @@ import { AGENT, CAPABILITY, eventually, PARTNER, startWorld, UPSTREAM_SECRET, ty
 function recordingAuthority(world: World, token = world.tokens.sidecar) {
   const events: string[] = [];
   const kindOf = (url: string): string => new URL(url).pathname.split("/")[3] ?? "";
-  const recording: typeof fetch = async (input, init) => {
-    const kind = kindOf(String(input));
+  // The sidecar's own transport (build.ts), recorded.
+  const transport = createNodeJsonFetch({ maxAnswerBytes: 1024 * 1024 });
+  const recording: JsonFetch = async (url, init) => {
+    const kind = kindOf(url);
     events.push(`${kind} asked`);
-    const response = await fetch(input, init);
+    const response = await transport(url, init);
     events.push(`${kind} answered`);
     return response;
   };

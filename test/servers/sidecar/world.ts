@@ -28,6 +28,7 @@ import { buildAuthorityService } from "../../../src/servers/authority/build.ts";
 import type { AuthorityServices } from "../../../src/servers/authority/services.ts";
 import { createIdpServer, type IdpServer } from "../../../src/servers/idp/server.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
+import { createNodeJsonFetch } from "../../../src/servers/sidecar/node-json-fetch.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import {
   createSidecar,
@@ -394,7 +395,12 @@ export async function startWorld(options: WorldOptions = {}): Promise<World> {
     const startSidecar = async (overrides: Partial<SidecarOptions> = {}): Promise<SidecarHandle> => {
       const sidecar = createSidecar({
         ...sidecarTestOptions(),
-        authority: createAuthorityClient({ baseUrl: authorityUrl, token: staticTokenSource(tokens.sidecar) }),
+        authority: createAuthorityClient({
+          baseUrl: authorityUrl,
+          token: staticTokenSource(tokens.sidecar),
+          // The sidecar's own transport, as build.ts gives it.
+          fetch: createNodeJsonFetch({ maxAnswerBytes: 32 * 1024 * 1024 }),
+        }),
         verifier: verifierOf(),
         // No key ring: signed policies verified with the public keys the authority hands out.
         policyKeys: { serviceIdentity: "test-environment" },
