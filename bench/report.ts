@@ -21,6 +21,8 @@ export interface SectionReport {
   /** When the section was measured, and the 1-minute load average then (sections of one page may come from different runs). */
   readonly measuredAt?: string;
   readonly loadAtStart?: number;
+  /** A fixed workload's milliseconds before and after the section (bench/lib/cpu-probe.ts). */
+  readonly cpuProbeMs?: readonly [number, number];
   /** Set when the section threw: its message (the run then fails). */
   readonly error?: string;
 }
@@ -134,8 +136,9 @@ export function renderSection(section: SectionReport): string {
   }
   const when = section.measuredAt === undefined ? "" : `, measured ${section.measuredAt}`;
   const load = section.loadAtStart === undefined ? "" : `, load ${section.loadAtStart}`;
+  const probe = section.cpuProbeMs === undefined ? "" : `, CPU probe ${section.cpuProbeMs.join(" → ")} ms`;
   lines.push(
-    `_\`${section.name}\`: ${section.seconds.toFixed(0)} s${when}${load}_`,
+    `_\`${section.name}\`: ${section.seconds.toFixed(0)} s${when}${load}${probe}_`,
     `<!-- /bench:${section.name} -->`,
     "",
   );
@@ -185,6 +188,9 @@ export function renderReport(
     "Each section says when it was measured and the load then (`make bench ONLY=a,b UPDATE=1`",
     "measures some sections again). Where the load average is well above the core count, other",
     "work shared the CPUs and latencies are inflated: CPU time per request is the least disturbed figure.",
+    "The machine is a VM whose host runs other work too, which its load average does not show: each",
+    "section's CPU probe is the milliseconds a fixed single-threaded workload took before and after it",
+    "(bench/lib/cpu-probe.ts); where it is higher, every figure of that section was measured on a slower CPU.",
     "",
     renderFacts(facts),
     ...(missing.length === 0 ? [] : [`- Not measured yet: ${missing.join(", ")}`]),

@@ -18,6 +18,7 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { loadavg } from "node:os";
 import { fileURLToPath } from "node:url";
+import { cpuProbeMs } from "./lib/cpu-probe.ts";
 import {
   type MachineFacts,
   machineFacts,
@@ -273,6 +274,7 @@ const isTables = (result: Rows | readonly Table[]): result is readonly Table[] =
   result.length > 0 && Array.isArray((result[0] as { rows?: unknown }).rows);
 
 export async function runModule(module: BenchModule, context: BenchContext): Promise<SectionReport> {
+  const probeBefore = cpuProbeMs();
   const started = performance.now();
   const base = {
     name: module.name,
@@ -284,7 +286,8 @@ export async function runModule(module: BenchModule, context: BenchContext): Pro
   try {
     const result = await module.run(context);
     const tables = isTables(result) ? result : [{ rows: result }];
-    return { ...base, tables, seconds: (performance.now() - started) / 1000 };
+    const seconds = (performance.now() - started) / 1000;
+    return { ...base, tables, seconds, cpuProbeMs: [probeBefore, cpuProbeMs()] };
   } catch (error) {
     const message = error instanceof Error ? error.message : String(error);
     return { ...base, tables: [], seconds: (performance.now() - started) / 1000, error: message };

@@ -21,6 +21,7 @@ const section = (name: string, value: number, measuredAt: string): SectionReport
   seconds: 1,
   measuredAt,
   loadAtStart: 0.5,
+  cpuProbeMs: [16.7, 17.2],
 });
 
 describe("bench report: sections replaced one module at a time (make bench UPDATE=1)", () => {
@@ -35,7 +36,7 @@ describe("bench report: sections replaced one module at a time (make bench UPDAT
   it("marks every section with its module and lists modules never measured", () => {
     assert.deepEqual([...pageSections(first).keys()], ["alpha", "beta"]);
     assert.match(first, /Not measured yet: gamma/);
-    assert.match(first, /measured 2026-11-28T00:00:00Z, load 0.5/);
+    assert.match(first, /measured 2026-11-28T00:00:00Z, load 0.5, CPU probe 16.7 → 17.2 ms/);
   });
 
   it("replaces the measured sections, keeps the others in module order", () => {
