@@ -6,6 +6,7 @@ import { PolicyCacheError } from "../../policy/cache/index.ts";
 import { buildSidecar } from "../../servers/sidecar/build.ts";
 import { type SidecarConfig, sidecarSchema } from "../../servers/sidecar/config.ts";
 import { SidecarConfigError } from "../../servers/sidecar/errors.ts";
+import { lowerHelperThreadPriority } from "../../servers/sidecar/helper-threads.ts";
 import { installProcessGuard } from "../../servers/sidecar/request-guard.ts";
 import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
@@ -21,6 +22,8 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
 
 async function run(config: SidecarConfig): Promise<void> {
   const log = createLogger("sidecar", config.logLevel);
+  // The event loop first, V8's helper threads when it waits (helper-threads.ts, decision 3092).
+  log.debug({ threads: lowerHelperThreadPriority() }, "V8 helper threads at the lowest priority");
   const sidecar = await buildSidecar(config, { logger: log });
   // The last line of defence (request-guard.ts): an exception nothing caught fails its request
   // closed; outside any request it ends the process (decision records are in the journal).
