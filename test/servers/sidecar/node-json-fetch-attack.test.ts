@@ -5,6 +5,7 @@ import { createServer as createNetServer, type Server as NetServer, type Socket 
 import { after, before, describe, it } from "node:test";
 import { gzipSync } from "node:zlib";
 import type { JsonAnswer } from "../../../src/core/json-fetch.ts";
+import { requestToken, TokenRequestError } from "../../../src/identity/token-client.ts";
 import { createNodeJsonFetch } from "../../../src/servers/sidecar/node-json-fetch.ts";
 
 /**
@@ -253,7 +254,60 @@ describe("the sidecar's node:http transport under attack", () => {
   });
 });
 
-describe("the node:http transport and a server that dies between calls", () => {
+/** Every string reachable from an error: its own properties, its cause chain, its stack. */
+function everythingIn(error: unknown, seen = new Set<unknown>()): string {
+  if (typeof error !== "object" || error === null || seen.has(error)) return String(error);
+  seen.add(error);
+  return Object.getOwnPropertyNames(error)
+    .map((name) => everythingIn((error as Record<string, unknown>)[name], seen))
+    .join(" ");
+}
+
+describe("the token request over the node:http transport: the client secret in no error", () => {
+  const SECRET = "client-secret-canary-3121";
+  const basic = Buffer.from(`sidecar:${SECRET}`).toString("base64");
+  const fetch = createNodeJsonFetch({ maxAnswerBytes: LIMIT });
+
+  it("whether the endpoint resets, answers garbage, redirects, stalls or is too large", async () => {
+    const faults: ReadonlyArray<(socket: Socket) => void> = [
+      (socket) => socket.destroy(),
+      (socket) => socket.end("NOT HTTP AT ALL\r\n\r\n"),
+      (socket) =>
+        socket.end("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/\r\nContent-Length: 0\r\n\r\n"),
+      (socket) => socket.write("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{"),
+      (socket) =>
+        socket.end(`HTTP/1.1 200 OK\r\nContent-Length: ${LIMIT + 1}\r\n\r\n${"x".repeat(LIMIT + 1)}`),
+    ];
+    for (const fault of faults) {
+      let received = "";
+      const server = await rawServer((socket, request) => {
+        received = request;
+        fault(socket);
+      });
+      try {
+        const error = await settles(
+          requestToken({
+            tokenUrl: `${server.url}/oauth2/token`,
+            grant: { type: "client_credentials", clientId: "sidecar", clientSecret: SECRET },
+            timeoutMs: 300,
+            fetch,
+          }),
+        ).then(
+          () => assert.fail("resolved"),
+          (caught: unknown) => caught,
+        );
+        assert.ok(error instanceof TokenRequestError, String(error));
+        assert.ok(received.includes(basic), "the secret went to the endpoint, in its header");
+        const text = everythingIn(error);
+        assert.ok(!text.includes(SECRET) && !text.includes(basic), text);
+      } finally {
+        server.close();
+      }
+    }
+  });
+});
+
+describe("the node:http transport and a signal aborted before the call", () => {
   let server: Server;
   let base: string;
   before(async () => {
