@@ -230,6 +230,24 @@ describe("the sidecar's node:http transport under attack", () => {
     }
   });
 
+  it("reaches an IPv6 literal on its port and names it so in Host", async (context) => {
+    const server = createServer((request, response) =>
+      response.end(JSON.stringify({ host: request.headers.host })),
+    );
+    const listened = await new Promise<boolean>((resolve) => {
+      server.once("error", () => resolve(false));
+      server.listen(0, "::1", () => resolve(true));
+    });
+    if (!listened) return context.skip("no IPv6 loopback here");
+    const port = (server.address() as AddressInfo).port;
+    try {
+      assert.deepEqual(await (await get(`http://[::1]:${port}/`, 2000)).json(), { host: `[::1]:${port}` });
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
   it("sends the URL's user-info nowhere: a URL with credentials is refused, as fetch refuses it", async () => {
     let authorization: string | undefined;
     const server = createServer((request, response) => {
