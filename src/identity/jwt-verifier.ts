@@ -276,8 +276,10 @@ interface RemoteKeySet {
 
 /**
  * The remote key set: refetched once older than `cacheMaxAgeMs`, and for an unknown `kid` at
- * most once per `cooldownMs`; concurrent reloads share one request. Not jose's
- * createRemoteJWKSet: it builds a `Headers`, which loads undici (decision 3081).
+ * most once per `cooldownMs`, counted from the last request, answered or not (jose counts from
+ * the last answer: an issuer failing got a request per token naming a random kid, 3121);
+ * concurrent reloads share one request. Not jose's createRemoteJWKSet: it builds a `Headers`,
+ * which loads undici (decision 3081).
  */
 function remoteKeySet(
   url: URL,
@@ -286,6 +288,7 @@ function remoteKeySet(
   let local: ReturnType<typeof createLocalJWKSet> | undefined;
   let keyCount: number | undefined;
   let fetchedAt = Number.NEGATIVE_INFINITY;
+  let requestedAt = Number.NEGATIVE_INFINITY;
   let pending: Promise<void> | undefined;
   const within = (ms: number) => Date.now() < fetchedAt + ms;
   const load = async () => {
@@ -305,9 +308,12 @@ function remoteKeySet(
     fetchedAt = Date.now();
   };
   const reload = () => {
-    pending ??= load().finally(() => {
-      pending = undefined;
-    });
+    if (pending === undefined) {
+      requestedAt = Date.now();
+      pending = load().finally(() => {
+        pending = undefined;
+      });
+    }
     return pending;
   };
   const getKey = async (header: JWSHeaderParameters, token: FlattenedJWSInput) => {
@@ -315,7 +321,9 @@ function remoteKeySet(
     try {
       return await (local as NonNullable<typeof local>)(header, token);
     } catch (error) {
-      if (!(error instanceof errors.JWKSNoMatchingKey) || within(options.cooldownMs)) throw error;
+      // A reload under way is shared; a new one waits a cooldown after the last request.
+      const coolingDown = pending === undefined && Date.now() < requestedAt + options.cooldownMs;
+      if (!(error instanceof errors.JWKSNoMatchingKey) || coolingDown) throw error;
       await reload();
       return (local as NonNullable<typeof local>)(header, token);
     }

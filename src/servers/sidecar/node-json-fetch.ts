@@ -50,6 +50,9 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
       const secure = target.protocol === "https:";
       if (!secure && target.protocol !== "http:")
         return reject(new TypeError("only http(s) URLs are fetched"));
+      // Refused as fetch refuses it: node:http would send a URL's user-info as Basic credentials.
+      if (target.username !== "" || target.password !== "")
+        return reject(new TypeError("a URL with credentials is not fetched"));
       init.signal.throwIfAborted();
       let settled = false;
       const fail = (error: unknown) => {
@@ -108,6 +111,12 @@ export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
           return;
         }
         fail(error);
+      });
+      // Whatever else ended the exchange before an answer (a 101 upgrade nobody asked for: Node
+      // drops the socket and says nothing), the call settles: one that never does would hold its
+      // caller, and a key-set reload every token shares, forever (3121). An answer settles by its own end.
+      request.on("close", () => {
+        if (!answered) fail(new Error("the connection closed without an answer"));
       });
       request.end(body);
     });
