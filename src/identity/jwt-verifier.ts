@@ -290,8 +290,10 @@ function remoteKeySet(
   let fetchedAt = Number.NEGATIVE_INFINITY;
   let requestedAt = Number.NEGATIVE_INFINITY;
   let pending: Promise<void> | undefined;
+  /** The last request's failure, until a request succeeds. */
+  let lastFailure: unknown;
   const within = (ms: number) => Date.now() < fetchedAt + ms;
-  const load = async () => {
+  const fetchKeySet = async () => {
     const answer = await options.fetch(url.href, {
       method: "GET",
       headers: { accept: "application/json, application/jwk-set+json" },
@@ -306,6 +308,15 @@ function remoteKeySet(
     local = createLocalJWKSet(jwks);
     keyCount = jwks.keys.length;
     fetchedAt = Date.now();
+  };
+  const load = async () => {
+    try {
+      await fetchKeySet();
+      lastFailure = undefined;
+    } catch (error) {
+      lastFailure = error;
+      throw error;
+    }
   };
   const reload = () => {
     if (pending === undefined) {
@@ -323,7 +334,9 @@ function remoteKeySet(
     } catch (error) {
       // A reload under way is shared; a new one waits a cooldown after the last request.
       const coolingDown = pending === undefined && Date.now() < requestedAt + options.cooldownMs;
-      if (!(error instanceof errors.JWKSNoMatchingKey) || coolingDown) throw error;
+      if (!(error instanceof errors.JWKSNoMatchingKey)) throw error;
+      // Cooling down after a failed request: the kid is not known to be unknown, the issuer is unreachable.
+      if (coolingDown) throw lastFailure ?? error;
       await reload();
       return (local as NonNullable<typeof local>)(header, token);
     }
