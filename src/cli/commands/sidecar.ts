@@ -20,10 +20,11 @@ import { addSettingOptions, loadCommandConfig } from "../settings-options.ts";
  * 70) outside one.
  */
 
+/** The longest a start keeps V8's helper threads at the event loop's priority. */
+const HELPER_THREADS_LOWERED_BY_MS = 60_000;
+
 async function run(config: SidecarConfig): Promise<void> {
   const log = createLogger("sidecar", config.logLevel);
-  // The event loop first, V8's helper threads when it waits (helper-threads.ts, decision 3092).
-  log.debug({ threads: lowerHelperThreadPriority() }, "V8 helper threads at the lowest priority");
   const sidecar = await buildSidecar(config, { logger: log });
   // The last line of defence (request-guard.ts): an exception nothing caught fails its request
   // closed; outside any request it ends the process (decision records are in the journal).
@@ -34,6 +35,14 @@ async function run(config: SidecarConfig): Promise<void> {
     await sidecar.close({ graceMs: 0 });
     throw error;
   }
+  // Once warm (or after a minute without), the event loop first and V8's helper threads when it
+  // waits; during the start their background compiles are worth their slices (decision 3092).
+  const lowerBy = Date.now() + HELPER_THREADS_LOWERED_BY_MS;
+  const lowerWhenReady = setInterval(() => {
+    if (!sidecar.ready && Date.now() < lowerBy) return;
+    clearInterval(lowerWhenReady);
+    log.debug({ threads: lowerHelperThreadPriority() }, "V8 helper threads at the lowest priority");
+  }, 50).unref();
   let stopping = false;
   const stop = (signal: string): void => {
     if (stopping) return;
