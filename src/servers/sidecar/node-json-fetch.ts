@@ -9,6 +9,7 @@
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import type { JsonAnswer, JsonFetch, JsonFetchInit } from "../../core/json-fetch.ts";
+import { positiveIntegerOption } from "../../core/positive-integer.ts";
 
 /** An answer larger than the transport's limit: refused rather than buffered. */
 export class AnswerTooLargeError extends Error {
@@ -32,9 +33,7 @@ function answerOf(status: number, bytes: Buffer): JsonAnswer {
 
 /** Idle kept-alive sockets are unreferenced by Node's agents: they never hold the process open. */
 export function createNodeJsonFetch(options: NodeJsonFetchOptions): JsonFetch {
-  const limit = options.maxAnswerBytes;
-  if (!Number.isSafeInteger(limit) || limit <= 0)
-    throw new TypeError("maxAnswerBytes must be a positive integer");
+  const limit = positiveIntegerOption(options.maxAnswerBytes, undefined, "maxAnswerBytes");
   // Made on first use: in the start-up snapshot node:http(s) are stand-ins loaded after start.
   let agents: { readonly http: HttpAgent; readonly https: HttpsAgent } | undefined;
   const agentsNow = () =>
