@@ -53,17 +53,8 @@ export interface ManagedBenchRow {
   target: string;
 }
 
-interface RoundFigures {
-  reqPerSec: number;
-  p50Ms: number;
-  p99Ms: number;
-  errors: number;
-  loopBusyPct: number;
-  cpuPct: number;
-  serverCpuMsPerReq: number;
-  loopCpuMsPerReq: number;
-  generatorCpuMsPerReq: number;
-}
+/** One round's figures: a row's, before the rounds are summarized. */
+type RoundFigures = Omit<ManagedBenchRow, "name" | "rounds" | "reqPerSecSpread" | "target">;
 
 const targets: Readonly<Record<string, string>> = {
   "sign-encrypt": "≥ 500 req/s",

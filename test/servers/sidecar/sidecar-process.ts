@@ -1,5 +1,8 @@
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { CAPABILITY, UPSTREAM_HOST, type World } from "./world.ts";
 
 /** The environment of a real `authority sidecar` process of `world` (test/helpers/sidecar-process.ts starts it). */
@@ -27,4 +30,14 @@ export async function readyzStatus(metricsPort: number): Promise<number | undefi
   const response = await fetch(`http://127.0.0.1:${metricsPort}/readyz`).catch(() => undefined);
   await response?.arrayBuffer();
   return response?.status;
+}
+
+/** Builds the sidecar's start-up snapshot into `dir` (scripts/build-sidecar-snapshot.ts), as `make sidecar-snapshot` does. */
+export function buildSidecarSnapshot(dir: string): void {
+  const repo = fileURLToPath(new URL("../../../", import.meta.url));
+  const built = spawnSync(process.execPath, ["scripts/build-sidecar-snapshot.ts", dir], {
+    cwd: repo,
+    encoding: "utf8",
+  });
+  assert.equal(built.status, 0, built.stderr);
 }

@@ -17,7 +17,7 @@ import { SIDECAR_NODE_OPTIONS } from "../../../src/servers/inject/patch.ts";
 import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, type Decoded, envoyCheckRequest, unary } from "./grpc/helpers.ts";
-import { sidecarProcessEnv } from "./sidecar-process.ts";
+import { buildSidecarSnapshot, sidecarProcessEnv } from "./sidecar-process.ts";
 import { startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**
@@ -57,11 +57,7 @@ describe("authority sidecar from its start-up snapshot", () => {
     world = await startWorld();
     dir = await makeTempDir("snapshot-start-");
     snapshot = join(dir.path, "snapshot");
-    const built = spawnSync(process.execPath, ["scripts/build-sidecar-snapshot.ts", snapshot], {
-      cwd: repo,
-      encoding: "utf8",
-    });
-    assert.equal(built.status, 0, built.stderr);
+    buildSidecarSnapshot(snapshot);
   });
   after(async () => {
     for (const sidecar of started) await sidecar.peer.kill();

@@ -1,16 +1,14 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
-import { fileURLToPath } from "node:url";
 import { Client, credentials } from "@grpc/grpc-js";
 import { SNAPSHOT_ENV } from "../../../src/cli/sidecar-snapshot.ts";
 import { type SidecarProcess, startSidecarProcess } from "../../helpers/sidecar-process.ts";
 import { makeTempDir, type TempDir } from "../../helpers/temp-dir.ts";
 import { checkMethod, envoyCheckRequest, unary } from "./grpc/helpers.ts";
-import { sidecarProcessEnv } from "./sidecar-process.ts";
+import { buildSidecarSnapshot, sidecarProcessEnv } from "./sidecar-process.ts";
 import { startWorld, UPSTREAM_HOST, type World } from "./world.ts";
 
 /**
@@ -23,8 +21,6 @@ import { startWorld, UPSTREAM_HOST, type World } from "./world.ts";
  * A preload answers SIGUSR2 with the undici modules Node has loaded so far.
  */
 const REPORT = `process.on("SIGUSR2", () => process.stderr.write("loaded-undici " + JSON.stringify(process.moduleLoadList.filter((name) => name.includes("undici"))) + "\\n"));\n`;
-
-const repo = fileURLToPath(new URL("../../../", import.meta.url));
 
 describe("a sidecar's start path", () => {
   let world: World;
@@ -39,11 +35,7 @@ describe("a sidecar's start path", () => {
     preload = join(dir.path, "report.cjs");
     await writeFile(preload, REPORT);
     snapshot = join(dir.path, "snapshot");
-    const built = spawnSync(process.execPath, ["scripts/build-sidecar-snapshot.ts", snapshot], {
-      cwd: repo,
-      encoding: "utf8",
-    });
-    assert.equal(built.status, 0, built.stderr);
+    buildSidecarSnapshot(snapshot);
   });
   after(async () => {
     for (const sidecar of started) await sidecar.peer.stop();
