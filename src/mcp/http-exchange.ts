@@ -10,11 +10,12 @@
 import type { IncomingHttpHeaders } from "node:http";
 import {
   type AuthInfo,
+  classifyInboundRequest,
   createMcpHandler,
-  isLegacyRequest,
   WebStandardStreamableHTTPServerTransport,
 } from "@modelcontextprotocol/server";
 import { sseData } from "./downstream-client.ts";
+import { answerPlainRequest, headerOf, type PlainRequest, plainRequestOf } from "./plain-exchange.ts";
 import { createLogLevels, createProtocolServer } from "./protocol-server.ts";
 import { mcpResourceUrl } from "./resource-metadata.ts";
 import type { McpCaller, McpService } from "./service.ts";
@@ -53,6 +54,26 @@ function webHeaders(headers: IncomingHttpHeaders): Headers {
     result.set(name, Array.isArray(value) ? value.join(", ") : value);
   }
   return result;
+}
+
+/**
+ * Whether the SDK's entry routes this POST to its 2025-era serving: its own classification
+ * (`classifyInboundRequest`, what `isLegacyRequest` runs for a parsed body), fed the same
+ * headers a web `Request` would give it.
+ */
+function isLegacy(headers: IncomingHttpHeaders, body: unknown): boolean {
+  const protocolVersionHeader = headerOf(headers, "mcp-protocol-version");
+  const mcpMethodHeader = headerOf(headers, "mcp-method");
+  const mcpNameHeader = headerOf(headers, "mcp-name");
+  return (
+    classifyInboundRequest({
+      httpMethod: "POST",
+      ...(protocolVersionHeader === undefined ? {} : { protocolVersionHeader }),
+      ...(mcpMethodHeader === undefined ? {} : { mcpMethodHeader }),
+      ...(mcpNameHeader === undefined ? {} : { mcpNameHeader }),
+      body,
+    }).kind === "legacy"
+  );
 }
 
 /** The caller as the SDK carries it to the factory: scopes and client for display only. */
@@ -159,38 +180,47 @@ export function createMcpExchange(options: {
     },
 
     async answer({ headers, body, caller }) {
-      const request = new Request(endpoint, {
-        method: "POST",
-        headers: webHeaders(headers),
-        ...(caller.signal === undefined ? {} : { signal: caller.signal }),
-      });
       const authInfo = authInfoOf(caller);
-      let response: Response;
-      if (await isLegacyRequest(request, body)) {
-        // A tool call may relay a downstream's notifications: its answer is a stream of events
-        // (read whole here, before the server is closed), sent as JSON when it holds only the response.
-        // Only a downstream MCP tool has notifications to relay: an API tool's answer stays JSON
-        // (the SDK's SSE framing, and reading it back, cost 0.1–0.2 ms a call; decision 2841).
-        const streamed =
-          isToolCall(body) &&
-          acceptsEventStream(headers.accept) &&
-          (await service.mayRelay(caller, toolNameOf(body)));
+      if (!isLegacy(headers, body)) {
+        return answerOf(await modern.fetch(webRequest(headers, caller), { parsedBody: body, authInfo }));
+      }
+      // A tool call may relay a downstream's notifications: its answer is a stream of events
+      // (read whole here, before the server is closed), sent as JSON when it holds only the response.
+      // Only a downstream MCP tool has notifications to relay: an API tool's answer stays JSON
+      // (the SDK's SSE framing, and reading it back, cost 0.1–0.2 ms a call; decision 2841).
+      const streamed =
+        isToolCall(body) &&
+        acceptsEventStream(headers.accept) &&
+        (await service.mayRelay(caller, toolNameOf(body)));
+      const server = createProtocolServer(service, caller, logLevels);
+      // One request answered in JSON that passes every check of the SDK's transport: answered
+      // without its web Request and Response (decision 3151); anything else goes through it.
+      const plain: PlainRequest | undefined = streamed ? undefined : plainRequestOf(headers, body);
+      try {
+        if (plain !== undefined) return await answerPlainRequest(server, plain, authInfo);
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,
           enableJsonResponse: !streamed,
         });
-        const server = createProtocolServer(service, caller, logLevels);
         await server.connect(transport);
-        try {
-          response = await transport.handleRequest(request, { parsedBody: body, authInfo });
-          if (streamed) return await collapsedStream(response);
-          return await answerOf(response);
-        } finally {
-          // Its answer is read: nothing is pending (its close captures no stack, protocol-server.ts).
-          void server.close().catch(() => undefined);
-        }
+        const response = await transport.handleRequest(webRequest(headers, caller), {
+          parsedBody: body,
+          authInfo,
+        });
+        if (streamed) return await collapsedStream(response);
+        return await answerOf(response);
+      } finally {
+        // Its answer is read: nothing is pending (its close captures no stack, protocol-server.ts).
+        void server.close().catch(() => undefined);
       }
-      return answerOf(await modern.fetch(request, { parsedBody: body, authInfo }));
     },
   };
+
+  function webRequest(headers: IncomingHttpHeaders, caller: McpCaller): Request {
+    return new Request(endpoint, {
+      method: "POST",
+      headers: webHeaders(headers),
+      ...(caller.signal === undefined ? {} : { signal: caller.signal }),
+    });
+  }
 }

@@ -1,0 +1,112 @@
+/**
+ * A 2025-era POST that holds one JSON-RPC request (not `initialize`) and is answered in JSON,
+ * handed to the per-request protocol server without the SDK's web transport: no web `Request`,
+ * no `Response.json` read back into bytes. The SDK's Streamable HTTP transport answers such a
+ * POST with status 200, `content-type: application/json` and the server's JSON-RPC response
+ * as its body, and nothing else; so does this.
+ *
+ * Only a request that passes every check that transport makes is taken here, with the SDK's
+ * own predicates (its Accept and Content-Type checks, `parseJSONRPCMessage` — the transport's
+ * schema — and the protocol version list the server gives its transport). Everything else —
+ * a notification, a batch, `initialize`, a header or message the transport refuses — goes
+ * through the SDK's transport, so its answers (and its error answers) stay its own. The
+ * protocol server (request schemas, handlers, result encoding, JSON-RPC errors) is the
+ * SDK's, unchanged.
+ */
+import type { IncomingHttpHeaders } from "node:http";
+import {
+  type AuthInfo,
+  isInitializeRequest,
+  isJSONRPCRequest,
+  isJsonContentType,
+  type JSONRPCMessage,
+  type JSONRPCRequest,
+  parseJSONRPCMessage,
+  type Server,
+  type Transport,
+} from "@modelcontextprotocol/server";
+import { supportedProtocolVersions } from "./protocol-server.ts";
+
+/** A request the SDK's transport would accept and answer in JSON. */
+export interface PlainRequest {
+  readonly message: JSONRPCRequest;
+}
+
+/** What the route sends: the transport's JSON answer, as bytes. */
+export interface PlainAnswer {
+  readonly status: number;
+  readonly headers: [string, string][];
+  readonly body: Buffer;
+}
+
+/** A header as a web `Headers` reads it (repeated values joined). */
+export function headerOf(headers: IncomingHttpHeaders, name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value.join(", ") : value;
+}
+
+/**
+ * The request, when the SDK's transport would take it as one JSON-RPC request (its checks,
+ * in its order: Accept, Content-Type, the message schema, not `initialize`, the protocol
+ * version header); undefined leaves it to that transport.
+ */
+export function plainRequestOf(headers: IncomingHttpHeaders, body: unknown): PlainRequest | undefined {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) return undefined;
+  const accept = headerOf(headers, "accept");
+  if (!accept?.includes("application/json") || !accept.includes("text/event-stream")) return undefined;
+  if (!isJsonContentType(headerOf(headers, "content-type"))) return undefined;
+  let message: JSONRPCMessage;
+  try {
+    message = parseJSONRPCMessage(body);
+  } catch {
+    return undefined;
+  }
+  if (isInitializeRequest(message) || !isJSONRPCRequest(message)) return undefined;
+  const version = headerOf(headers, "mcp-protocol-version");
+  if (version !== undefined && !supportedProtocolVersions.includes(version)) return undefined;
+  return { message };
+}
+
+/** The one response to `id` the server sends; its notifications are dropped, as the JSON transport drops them. */
+class OneResponseTransport implements Transport {
+  onclose?: () => void;
+  onerror?: (error: Error) => void;
+  onmessage?: Transport["onmessage"];
+  readonly response: Promise<JSONRPCMessage>;
+  readonly #id: JSONRPCRequest["id"];
+  #respond: (message: JSONRPCMessage) => void = () => undefined;
+
+  constructor(id: JSONRPCRequest["id"]) {
+    this.#id = id;
+    this.response = new Promise((resolve) => {
+      this.#respond = resolve;
+    });
+  }
+
+  async start(): Promise<void> {}
+
+  async send(message: JSONRPCMessage): Promise<void> {
+    if (("result" in message || "error" in message) && message.id === this.#id) this.#respond(message);
+  }
+
+  async close(): Promise<void> {
+    this.onclose?.();
+  }
+}
+
+/** Connects `server` to the request, and answers with its response (the caller closes the server). */
+export async function answerPlainRequest(
+  server: Server,
+  request: PlainRequest,
+  authInfo: AuthInfo,
+): Promise<PlainAnswer> {
+  const transport = new OneResponseTransport(request.message.id);
+  await server.connect(transport);
+  transport.onmessage?.(request.message, { authInfo });
+  const response = await transport.response;
+  return {
+    status: 200,
+    headers: [["content-type", "application/json"]],
+    body: Buffer.from(JSON.stringify(response)),
+  };
+}
