@@ -195,9 +195,11 @@ export function createMcpExchange(options: {
       const server = createProtocolServer(service, caller, logLevels);
       // One request answered in JSON that passes every check of the SDK's transport: answered
       // without its web Request and Response (decision 3151); anything else goes through it.
+      // Once its one response is out the server holds nothing (no pending request, no timer):
+      // it is dropped, not closed.
       const plain: PlainRequest | undefined = streamed ? undefined : plainRequestOf(headers, body);
+      if (plain !== undefined) return answerPlainRequest(server, plain, authInfo);
       try {
-        if (plain !== undefined) return await answerPlainRequest(server, plain, authInfo);
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,
           enableJsonResponse: !streamed,
