@@ -16,7 +16,6 @@
 import type { IncomingHttpHeaders } from "node:http";
 import {
   type AuthInfo,
-  isInitializeRequest,
   isJSONRPCRequest,
   isJsonContentType,
   type JSONRPCMessage,
@@ -61,37 +60,29 @@ export function plainRequestOf(headers: IncomingHttpHeaders, body: unknown): Pla
   } catch {
     return undefined;
   }
-  if (isInitializeRequest(message) || !isJSONRPCRequest(message)) return undefined;
+  // Any `initialize` (the transport's own predicate takes only a valid one) stays with the transport.
+  if (!isJSONRPCRequest(message) || message.method === "initialize") return undefined;
   const version = headerOf(headers, "mcp-protocol-version");
   if (version !== undefined && !supportedProtocolVersions.includes(version)) return undefined;
   return { message };
 }
 
+type OneResponseTransport = Transport & { readonly response: Promise<JSONRPCMessage> };
+
 /** The one response to `id` the server sends; its notifications are dropped, as the JSON transport drops them. */
-class OneResponseTransport implements Transport {
-  onclose?: () => void;
-  onerror?: (error: Error) => void;
-  onmessage?: Transport["onmessage"];
-  readonly response: Promise<JSONRPCMessage>;
-  readonly #id: JSONRPCRequest["id"];
-  #respond: (message: JSONRPCMessage) => void = () => undefined;
-
-  constructor(id: JSONRPCRequest["id"]) {
-    this.#id = id;
-    this.response = new Promise((resolve) => {
-      this.#respond = resolve;
-    });
-  }
-
-  async start(): Promise<void> {}
-
-  async send(message: JSONRPCMessage): Promise<void> {
-    if (("result" in message || "error" in message) && message.id === this.#id) this.#respond(message);
-  }
-
-  async close(): Promise<void> {
-    this.onclose?.();
-  }
+function oneResponseTransport(id: JSONRPCRequest["id"]): OneResponseTransport {
+  const { promise, resolve } = Promise.withResolvers<JSONRPCMessage>();
+  const transport: OneResponseTransport = {
+    response: promise,
+    async start() {},
+    async send(message) {
+      if (("result" in message || "error" in message) && message.id === id) resolve(message);
+    },
+    async close() {
+      transport.onclose?.();
+    },
+  };
+  return transport;
 }
 
 /** Connects `server` to the request, and answers with its response (the caller closes the server). */
@@ -100,7 +91,7 @@ export async function answerPlainRequest(
   request: PlainRequest,
   authInfo: AuthInfo,
 ): Promise<PlainAnswer> {
-  const transport = new OneResponseTransport(request.message.id);
+  const transport = oneResponseTransport(request.message.id);
   await server.connect(transport);
   transport.onmessage?.(request.message, { authInfo });
   const response = await transport.response;

@@ -166,6 +166,7 @@ test("what the SDK's transport refuses or treats otherwise stays with it, and it
     ],
     ["a notification", HEADERS, { jsonrpc: "2.0", method: "notifications/initialized" }],
     ["a response", HEADERS, { jsonrpc: "2.0", id: 3, result: {} }],
+    ["initialize without its params", HEADERS, rpc("initialize")],
     [
       "initialize",
       without("mcp-protocol-version"),
