@@ -197,8 +197,8 @@ export function createMcpExchange(options: {
       // without its web Request and Response (decision 3151); anything else goes through it.
       // Once its one response is out the server holds nothing (no pending request, no timer):
       // it is dropped, not closed.
-      const plain: PlainRequest | undefined = streamed ? undefined : plainRequestOf(headers, body);
-      if (plain !== undefined) return answerPlainRequest(server, plain, authInfo);
+      const plain: PlainRequest | undefined = plainRequestOf(headers, body);
+      if (plain !== undefined) return answerPlainRequest(server, plain, authInfo, streamed);
       try {
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,

@@ -67,16 +67,35 @@ export function plainRequestOf(headers: IncomingHttpHeaders, body: unknown): Pla
   return { message };
 }
 
-type OneResponseTransport = Transport & { readonly response: Promise<JSONRPCMessage> };
+/** Headers of the SDK transport's event stream as the exchange sends it (its `connection` dropped). */
+const EVENT_STREAM_HEADERS: [string, string][] = [
+  ["cache-control", "no-cache, no-transform"],
+  ["content-type", "text/event-stream"],
+  ["x-accel-buffering", "no"],
+];
 
-/** The one response to `id` the server sends; its notifications are dropped, as the JSON transport drops them. */
-function oneResponseTransport(id: JSONRPCRequest["id"]): OneResponseTransport {
-  const { promise, resolve } = Promise.withResolvers<JSONRPCMessage>();
+interface OneResponseTransport extends Transport {
+  /** The messages of the request's stream, in order, its response last. */
+  readonly messages: Promise<JSONRPCMessage[]>;
+}
+
+/**
+ * The one response to `id` the server sends, after the notifications it sends for that request
+ * when they are relayed; otherwise they are dropped, as the SDK's JSON transport drops them
+ * (and so is any message not sent for the request, as a stateless POST has no other stream).
+ */
+function oneResponseTransport(id: JSONRPCRequest["id"], relay: boolean): OneResponseTransport {
+  const { promise, resolve } = Promise.withResolvers<JSONRPCMessage[]>();
+  const messages: JSONRPCMessage[] = [];
   const transport: OneResponseTransport = {
-    response: promise,
+    messages: promise,
     async start() {},
-    async send(message) {
-      if (("result" in message || "error" in message) && message.id === id) resolve(message);
+    async send(message, options) {
+      if ("result" in message || "error" in message) {
+        if (message.id !== id) return;
+        messages.push(message);
+        resolve(messages);
+      } else if (relay && options?.relatedRequestId === id) messages.push(message);
     },
     async close() {
       transport.onclose?.();
@@ -85,19 +104,31 @@ function oneResponseTransport(id: JSONRPCRequest["id"]): OneResponseTransport {
   return transport;
 }
 
-/** Connects `server` to the request, and answers with its response (the caller closes the server). */
+/**
+ * Connects `server` to the request and answers as the SDK's transport does: the response in
+ * JSON; when notifications are relayed and some came, the whole stream of events (what the
+ * exchange sends for a stream that holds more than the response).
+ */
 export async function answerPlainRequest(
   server: Server,
   request: PlainRequest,
   authInfo: AuthInfo,
+  relay: boolean,
 ): Promise<PlainAnswer> {
-  const transport = oneResponseTransport(request.message.id);
+  const transport = oneResponseTransport(request.message.id, relay);
   await server.connect(transport);
   transport.onmessage?.(request.message, { authInfo });
-  const response = await transport.response;
+  const messages = await transport.messages;
+  if (messages.length === 1) {
+    return {
+      status: 200,
+      headers: [["content-type", "application/json"]],
+      body: Buffer.from(JSON.stringify(messages[0])),
+    };
+  }
   return {
     status: 200,
-    headers: [["content-type", "application/json"]],
-    body: Buffer.from(JSON.stringify(response)),
+    headers: EVENT_STREAM_HEADERS.map(([name, value]) => [name, value]),
+    body: Buffer.from(messages.map((message) => `event: message\ndata: ${JSON.stringify(message)}\n\n`).join("")),
   };
 }

@@ -8,10 +8,11 @@
 import assert from "node:assert/strict";
 import type { IncomingHttpHeaders } from "node:http";
 import { after, before, test } from "node:test";
-import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/server";
+import { Server, WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/server";
 import type { Principal } from "../../../../src/identity/principal.ts";
+import { sseData } from "../../../../src/mcp/downstream-client.ts";
 import { createMcpExchange, type McpAnswer } from "../../../../src/mcp/http-exchange.ts";
-import { plainRequestOf } from "../../../../src/mcp/plain-exchange.ts";
+import { answerPlainRequest, plainRequestOf } from "../../../../src/mcp/plain-exchange.ts";
 import { createLogLevels, createProtocolServer } from "../../../../src/mcp/protocol-server.ts";
 import type { McpCaller } from "../../../../src/mcp/service.ts";
 import { encodeToolCursor } from "../../../../src/mcp/tool-pages.ts";
@@ -180,5 +181,60 @@ test("what the SDK's transport refuses or treats otherwise stays with it, and it
   for (const [label, headers, body] of cases) {
     assert.equal(plainRequestOf(headers, body), undefined, `${label}: left to the SDK's transport`);
     await assertSameAnswer(label, headers, body, agent);
+  }
+});
+
+/**
+ * A relayed call's stream: the SDK's transport in its event-stream mode, read whole as the
+ * exchange reads it (its `connection` header dropped; a stream holding only the response is
+ * that response in JSON), against the plain exchange with relaying on, for one server whose
+ * tool sends notifications for the request before answering.
+ */
+test("a relayed call: the events of the SDK's stream, or its one response in JSON, byte for byte", async () => {
+  const notifyingServer = (notifications: number): Server => {
+    const server = new Server({ name: "t", version: "1" }, { capabilities: { tools: {}, logging: {} } });
+    server.setRequestHandler("tools/call", async (request, context) => {
+      for (let i = 0; i < notifications; i++) {
+        await context.mcpReq.notify({
+          method: "notifications/message",
+          params: { level: "info", data: `line ${i} of ${request.params.name}` },
+        });
+      }
+      return { content: [{ type: "text", text: "done" }] };
+    });
+    return server;
+  };
+  const authInfo = { token: "", clientId: "", scopes: [] };
+  const web = new Headers();
+  for (const [name, value] of Object.entries(HEADERS)) if (name !== "host") web.set(name, String(value));
+  for (const notifications of [0, 1, 3]) {
+    const body = rpc("tools/call", { name: "chatty", arguments: {} }, 11);
+    const plain = plainRequestOf(HEADERS, body);
+    assert.ok(plain !== undefined);
+    const ours = await answerPlainRequest(notifyingServer(notifications), plain, authInfo, true);
+    const server = notifyingServer(notifications);
+    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    await server.connect(transport);
+    const response = await transport.handleRequest(
+      new Request(`${PUBLIC_URL}/mcp`, { method: "POST", headers: web }),
+      { parsedBody: body, authInfo },
+    );
+    const text = await response.text();
+    await server.close();
+    const events = sseData(text);
+    const label = `${notifications} notifications`;
+    if (events.length === 1) {
+      assert.deepEqual(ours.headers, [["content-type", "application/json"]], label);
+      assert.equal(ours.body.toString(), events[0], label);
+    } else {
+      assert.equal(events.length, notifications + 1, label);
+      assert.deepEqual(
+        ours.headers,
+        [...response.headers].filter(([name]) => name !== "connection"),
+        label,
+      );
+      assert.equal(ours.body.toString(), text, label);
+    }
+    assert.equal(ours.status, response.status, label);
   }
 });
