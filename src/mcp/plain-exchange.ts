@@ -129,6 +129,8 @@ export async function answerPlainRequest(
   return {
     status: 200,
     headers: EVENT_STREAM_HEADERS.map(([name, value]) => [name, value]),
-    body: Buffer.from(messages.map((message) => `event: message\ndata: ${JSON.stringify(message)}\n\n`).join("")),
+    body: Buffer.from(
+      messages.map((message) => `event: message\ndata: ${JSON.stringify(message)}\n\n`).join(""),
+    ),
   };
 }
