@@ -1,8 +1,9 @@
 /**
  * One POST to /mcp, answered by the SDK's 2.x serving entries: a 2026-07-28 request (its
  * `_meta` envelope names the revision; no handshake, no session) goes to the modern
- * handler, anything else to a stateless 2025-era transport answering in plain JSON (a tool
- * call that relays a downstream's notifications: an SSE stream, notification-relay.ts). The
+ * handler, anything else to a stateless 2025-era per-request server answering in plain JSON
+ * (a tool call that relays a downstream's notifications: an SSE stream, notification-relay.ts)
+ * — one request through plain-exchange.ts, the rest through the SDK's transport. The
  * caller is already authenticated by the route; it reaches the per-request server through
  * `authInfo` and never through anything the client sent. Transport-free otherwise: the
  * route hands in the parsed body and gets status, headers and bytes back.
@@ -185,18 +186,17 @@ export function createMcpExchange(options: {
         return answerOf(await modern.fetch(webRequest(headers, caller), { parsedBody: body, authInfo }));
       }
       // A tool call may relay a downstream's notifications: its answer is a stream of events
-      // (read whole here, before the server is closed), sent as JSON when it holds only the response.
-      // Only a downstream MCP tool has notifications to relay: an API tool's answer stays JSON
-      // (the SDK's SSE framing, and reading it back, cost 0.1–0.2 ms a call; decision 2841).
+      // (read whole here), sent as JSON when it holds only the response. Only a downstream MCP
+      // tool has notifications to relay: an API tool's answer is JSON (decision 2841).
       const streamed =
         isToolCall(body) &&
         acceptsEventStream(headers.accept) &&
         (await service.mayRelay(caller, toolNameOf(body)));
       const server = createProtocolServer(service, caller, logLevels);
-      // One request answered in JSON that passes every check of the SDK's transport: answered
-      // without its web Request and Response (decision 3151); anything else goes through it.
-      // Once its one response is out the server holds nothing (no pending request, no timer):
-      // it is dropped, not closed.
+      // One request that passes every check of the SDK's transport is answered without its web
+      // Request and Response (decision 3151); anything else goes through it. Once its one
+      // response is out the server holds nothing (no pending request, no timer): it is dropped,
+      // not closed.
       const plain: PlainRequest | undefined = plainRequestOf(headers, body);
       if (plain !== undefined) return answerPlainRequest(server, plain, authInfo, streamed);
       try {

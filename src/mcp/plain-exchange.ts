@@ -1,9 +1,10 @@
 /**
- * A 2025-era POST that holds one JSON-RPC request (not `initialize`) and is answered in JSON,
- * handed to the per-request protocol server without the SDK's web transport: no web `Request`,
- * no `Response.json` read back into bytes. The SDK's Streamable HTTP transport answers such a
- * POST with status 200, `content-type: application/json` and the server's JSON-RPC response
- * as its body, and nothing else; so does this.
+ * A 2025-era POST that holds one JSON-RPC request (not `initialize`), handed to the per-request
+ * protocol server without the SDK's web transport: no web `Request`, no `Response` read back
+ * into bytes. The SDK's Streamable HTTP transport answers such a POST with status 200,
+ * `content-type: application/json` and the server's JSON-RPC response as its body; a relayed
+ * call whose stream held notifications, with its events (the exchange's reading of the SDK's
+ * event stream). So does this, byte for byte (test/servers/authority/mcp/plain-exchange.test.ts).
  *
  * Only a request that passes every check that transport makes is taken here, with the SDK's
  * own predicates (its Accept and Content-Type checks, `parseJSONRPCMessage` — the transport's
@@ -26,7 +27,7 @@ import {
 } from "@modelcontextprotocol/server";
 import { supportedProtocolVersions } from "./protocol-server.ts";
 
-/** A request the SDK's transport would accept and answer in JSON. */
+/** A request the SDK's transport would accept as one JSON-RPC request. */
 export interface PlainRequest {
   readonly message: JSONRPCRequest;
 }
