@@ -33,6 +33,11 @@ export interface ApiToolTarget {
 
 export interface ApiToolIndex {
   readonly tools: readonly Tool[];
+  /**
+   * The tools without signed constraints, in the same order: what is listed outside the
+   * parameter-scoping rollout. Built with the index (once per policy version), not per listing.
+   */
+  readonly unconstrainedTools: readonly Tool[];
   readonly byName: ReadonlyMap<string, ApiToolTarget>;
   /** Permissions left out because their name collided with an earlier tool (fail closed; logged). */
   readonly collisions: readonly PermissionId[];
@@ -145,6 +150,7 @@ export function buildApiToolIndex(
   reserved: ReadonlySet<string> = new Set(),
 ): ApiToolIndex {
   const tools: Tool[] = [];
+  const unconstrainedTools: Tool[] = [];
   const byName = new Map<string, ApiToolTarget>();
   const collisions: PermissionId[] = [];
   const seen = new Set<string>();
@@ -165,6 +171,7 @@ export function buildApiToolIndex(
         collisions.push(permissionId);
         continue;
       }
+      const constrained = hasConstraints(snapshot.parameter_constraints);
       byName.set(name, {
         name,
         capabilityId: entry.capability_id,
@@ -172,10 +179,12 @@ export function buildApiToolIndex(
         method: snapshot.method,
         pathTemplate: snapshot.path,
         kind: downstream ? "downstream_mcp" : "api",
-        constrained: hasConstraints(snapshot.parameter_constraints),
+        constrained,
       });
-      tools.push(downstream ? downstreamToolFor(name, snapshot) : toolFor(name, snapshot));
+      const tool = downstream ? downstreamToolFor(name, snapshot) : toolFor(name, snapshot);
+      tools.push(tool);
+      if (!constrained) unconstrainedTools.push(tool);
     }
   }
-  return { tools, byName, collisions };
+  return { tools, unconstrainedTools, byName, collisions };
 }

@@ -1,8 +1,9 @@
 /**
  * One POST to /mcp, answered by the SDK's 2.x serving entries: a 2026-07-28 request (its
  * `_meta` envelope names the revision; no handshake, no session) goes to the modern
- * handler, anything else to a stateless 2025-era transport answering in plain JSON (a tool
- * call that relays a downstream's notifications: an SSE stream, notification-relay.ts). The
+ * handler, anything else to a stateless 2025-era per-request server answering in plain JSON
+ * (a tool call that relays a downstream's notifications: an SSE stream, notification-relay.ts)
+ * — one request through plain-exchange.ts, the rest through the SDK's transport. The
  * caller is already authenticated by the route; it reaches the per-request server through
  * `authInfo` and never through anything the client sent. Transport-free otherwise: the
  * route hands in the parsed body and gets status, headers and bytes back.
@@ -10,11 +11,12 @@
 import type { IncomingHttpHeaders } from "node:http";
 import {
   type AuthInfo,
+  classifyInboundRequest,
   createMcpHandler,
-  isLegacyRequest,
   WebStandardStreamableHTTPServerTransport,
 } from "@modelcontextprotocol/server";
 import { sseData } from "./downstream-client.ts";
+import { answerPlainRequest, headerOf, type PlainRequest, plainRequestOf } from "./plain-exchange.ts";
 import { createLogLevels, createProtocolServer } from "./protocol-server.ts";
 import { mcpResourceUrl } from "./resource-metadata.ts";
 import type { McpCaller, McpService } from "./service.ts";
@@ -53,6 +55,26 @@ function webHeaders(headers: IncomingHttpHeaders): Headers {
     result.set(name, Array.isArray(value) ? value.join(", ") : value);
   }
   return result;
+}
+
+/**
+ * Whether the SDK's entry routes this POST to its 2025-era serving: its own classification
+ * (`classifyInboundRequest`, what `isLegacyRequest` runs for a parsed body), fed the same
+ * headers a web `Request` would give it.
+ */
+function isLegacy(headers: IncomingHttpHeaders, body: unknown): boolean {
+  const protocolVersionHeader = headerOf(headers, "mcp-protocol-version");
+  const mcpMethodHeader = headerOf(headers, "mcp-method");
+  const mcpNameHeader = headerOf(headers, "mcp-name");
+  return (
+    classifyInboundRequest({
+      httpMethod: "POST",
+      ...(protocolVersionHeader === undefined ? {} : { protocolVersionHeader }),
+      ...(mcpMethodHeader === undefined ? {} : { mcpMethodHeader }),
+      ...(mcpNameHeader === undefined ? {} : { mcpNameHeader }),
+      body,
+    }).kind === "legacy"
+  );
 }
 
 /** The caller as the SDK carries it to the factory: scopes and client for display only. */
@@ -159,38 +181,48 @@ export function createMcpExchange(options: {
     },
 
     async answer({ headers, body, caller }) {
-      const request = new Request(endpoint, {
-        method: "POST",
-        headers: webHeaders(headers),
-        ...(caller.signal === undefined ? {} : { signal: caller.signal }),
-      });
       const authInfo = authInfoOf(caller);
-      let response: Response;
-      if (await isLegacyRequest(request, body)) {
-        // A tool call may relay a downstream's notifications: its answer is a stream of events
-        // (read whole here, before the server is closed), sent as JSON when it holds only the response.
-        // Only a downstream MCP tool has notifications to relay: an API tool's answer stays JSON
-        // (the SDK's SSE framing, and reading it back, cost 0.1–0.2 ms a call; decision 2841).
-        const streamed =
-          isToolCall(body) &&
-          acceptsEventStream(headers.accept) &&
-          (await service.mayRelay(caller, toolNameOf(body)));
+      if (!isLegacy(headers, body)) {
+        return answerOf(await modern.fetch(webRequest(headers, caller), { parsedBody: body, authInfo }));
+      }
+      // A tool call may relay a downstream's notifications: its answer is a stream of events
+      // (read whole here), sent as JSON when it holds only the response. Only a downstream MCP
+      // tool has notifications to relay: an API tool's answer is JSON (decision 2841).
+      const streamed =
+        isToolCall(body) &&
+        acceptsEventStream(headers.accept) &&
+        (await service.mayRelay(caller, toolNameOf(body)));
+      const server = createProtocolServer(service, caller, logLevels);
+      // One request that passes every check of the SDK's transport is answered without its web
+      // Request and Response (decision 3151); anything else goes through it. Once its one
+      // response is out the server holds nothing (no pending request, no timer): it is dropped,
+      // not closed.
+      const plain: PlainRequest | undefined = plainRequestOf(headers, body);
+      if (plain !== undefined) return answerPlainRequest(server, plain, authInfo, streamed);
+      try {
         const transport = new WebStandardStreamableHTTPServerTransport({
           sessionIdGenerator: undefined,
           enableJsonResponse: !streamed,
         });
-        const server = createProtocolServer(service, caller, logLevels);
         await server.connect(transport);
-        try {
-          response = await transport.handleRequest(request, { parsedBody: body, authInfo });
-          if (streamed) return await collapsedStream(response);
-          return await answerOf(response);
-        } finally {
-          // Its answer is read: nothing is pending (its close captures no stack, protocol-server.ts).
-          void server.close().catch(() => undefined);
-        }
+        const response = await transport.handleRequest(webRequest(headers, caller), {
+          parsedBody: body,
+          authInfo,
+        });
+        if (streamed) return await collapsedStream(response);
+        return await answerOf(response);
+      } finally {
+        // Its answer is read: nothing is pending (its close captures no stack, protocol-server.ts).
+        void server.close().catch(() => undefined);
       }
-      return answerOf(await modern.fetch(request, { parsedBody: body, authInfo }));
     },
   };
+
+  function webRequest(headers: IncomingHttpHeaders, caller: McpCaller): Request {
+    return new Request(endpoint, {
+      method: "POST",
+      headers: webHeaders(headers),
+      ...(caller.signal === undefined ? {} : { signal: caller.signal }),
+    });
+  }
 }

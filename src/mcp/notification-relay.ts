@@ -58,19 +58,28 @@ export interface NotificationRelay {
 
 export function createNotificationRelay(options: {
   readonly progressToken: string | number | undefined;
-  readonly logLevel: string | undefined;
+  /** The caller's log level, asked for only when a downstream call needs it (an API tool never does). */
+  readonly logLevel: () => string | undefined;
   readonly notify: (notification: { method: string; params: Record<string, unknown> }) => Promise<void>;
 }): NotificationRelay {
   const { progressToken, notify } = options;
+  let level: { readonly value: string | undefined } | undefined;
+  const logLevel = (): string | undefined => {
+    level ??= { value: options.logLevel() };
+    return level.value;
+  };
   return {
     wantsProgress: progressToken !== undefined,
-    logLevel: options.logLevel,
+    get logLevel() {
+      return logLevel();
+    },
     dropped: { limit: 0, scrub: 0 },
     async send(notification) {
+      const threshold = notification.method === "notifications/message" ? logLevel() : undefined;
       if (notification.method === "notifications/progress") {
         if (progressToken === undefined) return;
         await notify({ method: notification.method, params: { ...notification.params, progressToken } });
-      } else if (options.logLevel !== undefined && passesLevel(notification.params.level, options.logLevel)) {
+      } else if (threshold !== undefined && passesLevel(notification.params.level, threshold)) {
         await notify({ method: notification.method, params: { ...notification.params } });
       }
     },

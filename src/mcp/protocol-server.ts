@@ -91,7 +91,8 @@ function relayFor(
   const token = request.params._meta?.progressToken;
   const envelope = context.mcpReq.envelope as Readonly<Record<string, unknown>> | undefined;
   const modernLevel = envelope?.[LOG_LEVEL_META_KEY];
-  const logLevel =
+  // The level a 2025-era client set is looked up (a hash of its token) only if a log line comes.
+  const logLevel = (): string | undefined =>
     envelope === undefined
       ? (logLevels.get(caller) ?? "debug")
       : isLogLevel(modernLevel)

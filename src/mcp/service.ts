@@ -326,8 +326,10 @@ export function createMcpService(options: McpServiceOptions): McpService {
     const index = toolCache.indexFor(subjectId, hash, gate.document);
     // Outside the parameter-scoping rollout a constrained operation is refused by the decision:
     // not listed either.
-    if (rolloutCovers(runtime.constraintsRollout, partnerId)) return [...tools, ...index.tools];
-    return [...tools, ...index.tools.filter((tool) => index.byName.get(tool.name)?.constrained !== true)];
+    const apiTools = rolloutCovers(runtime.constraintsRollout, partnerId)
+      ? index.tools
+      : index.unconstrainedTools;
+    return [...tools, ...apiTools];
   }
 
   async function callManagementTool(

@@ -124,3 +124,28 @@ test("the same operation in two capabilities gets two names", () => {
     ["api-a", "api-b"],
   );
 });
+
+test("the tools without signed constraints are kept with the index, in list order", () => {
+  const constrained = {
+    ...snapshot("GET", "/users/{id}"),
+    parameter_constraints: [{ in: "path" as const, name: "id", max_length: 4 }],
+  };
+  const doc = policyV1([
+    {
+      ...entry([
+        ["GET", "/users/{id}"],
+        ["DELETE", "/users/{id}"],
+        ["POST", "/invoices"],
+      ]),
+      operations: [snapshot("DELETE", "/users/{id}"), constrained, snapshot("POST", "/invoices")],
+    },
+  ]);
+  const index = buildApiToolIndex(doc);
+  assert.equal(index.tools.length, 3);
+  assert.deepEqual(
+    index.unconstrainedTools.map((tool) => tool.name),
+    index.tools.filter((tool) => index.byName.get(tool.name)?.constrained !== true).map((tool) => tool.name),
+  );
+  assert.equal(index.unconstrainedTools.length, 2);
+  assert.ok(index.unconstrainedTools.every((tool) => index.tools.includes(tool)));
+});
