@@ -39,7 +39,7 @@ import { createSidecarMetrics, type SidecarMetrics } from "./metrics.ts";
 import { createForwardProxy, type ForwardProxy } from "./proxy.ts";
 import { tracedCheck } from "./tracing.ts";
 import { collectStartUpGarbage, warmCapabilityCatalogs, warmDecisionPath } from "./warm-decision.ts";
-import { createWarmUp, type WarmUpStep } from "./warm-up.ts";
+import { afterRequestsInFlight, createWarmUp, type WarmUpStep } from "./warm-up.ts";
 
 /**
  * One sidecar process: the ext_authz gRPC server, the forward proxy and the metrics/health
@@ -437,6 +437,10 @@ export function createSidecar(options: SidecarOptions): Sidecar {
   if (warmVerifier !== undefined) {
     warmSteps.unshift({ name: "jwks", failure: "the callers' JWKS could not be fetched", run: warmVerifier });
   }
+  // A Check that arrives while the process warms up is answered before the warm-up's CPU-bound
+  // parts go on (decision 3141): they are for the first Check after ready, and a Check already
+  // in flight pays for its own cold paths. Each wait is bounded by a decision's deadline.
+  const checksFirst = () => afterRequestsInFlight(() => checkServer.inFlight > 0, options.decisionTimeoutMs);
   // The decision path's warm-up keeps the CPU busy while the network steps wait for their
   // answers: it starts once their requests are sent, and yields between its parts (none holds
   // the CPU for more than a few hundred milliseconds, far inside their deadlines); the gRPC
@@ -445,8 +449,8 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     name: "decision_path",
     failure: "the decision path's self-check failed",
     run: async () => {
-      await new Promise((resolve) => setImmediate(resolve));
-      await warmDecisionPath();
+      await checksFirst();
+      await warmDecisionPath(checksFirst);
       collectStartUpGarbage();
     },
   });
@@ -457,6 +461,7 @@ export function createSidecar(options: SidecarOptions): Sidecar {
     after: ["decision_path"],
     run: async () => {
       if (grpcTarget === undefined) throw new Error("the gRPC port is not bound");
+      await checksFirst();
       await probeOwnGrpcPort(grpcTarget);
     },
   });

@@ -34,7 +34,9 @@ import { loadProtos } from "./grpc/proto.ts";
  * its signer's keys, the partner's catalog and credentials (fetched from the authority; a few
  * milliseconds each), and the input schema of the operation called.
  */
-export async function warmDecisionPath(): Promise<void> {
+export async function warmDecisionPath(
+  betweenParts: () => Promise<void> = () => new Promise((resolve) => setImmediate(resolve)),
+): Promise<void> {
   // Between parts the event loop runs: each part holds the CPU for up to a few hundred
   // milliseconds, and what else the process does meanwhile (health probes, its timers) waits.
   const parts = [
@@ -46,7 +48,7 @@ export async function warmDecisionPath(): Promise<void> {
   ];
   for (const part of parts) {
     await part();
-    await new Promise((resolve) => setImmediate(resolve));
+    await betweenParts();
   }
 }
 

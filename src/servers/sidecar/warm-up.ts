@@ -37,6 +37,20 @@ export interface WarmUp {
   stop(): void;
 }
 
+/**
+ * Resolves once `busy()` is false — checked after a turn of the event loop, then every
+ * millisecond — or after `maxWaitMs` at the latest. The warm-up's CPU-bound parts wait so for
+ * the requests already in flight (decision 3141): those are answered first, and requests that
+ * never pause delay readiness by at most `maxWaitMs` per part, never stop it.
+ */
+export async function afterRequestsInFlight(busy: () => boolean, maxWaitMs: number): Promise<void> {
+  await new Promise((resolve) => setImmediate(resolve));
+  const until = performance.now() + maxWaitMs;
+  while (busy() && performance.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, 1));
+  }
+}
+
 const SAFE_TEXT = /^[\w .,:;()'/+-]{1,200}$/;
 
 /**

@@ -1,6 +1,10 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { createWarmUp, type WarmUpStep } from "../../../src/servers/sidecar/warm-up.ts";
+import {
+  afterRequestsInFlight,
+  createWarmUp,
+  type WarmUpStep,
+} from "../../../src/servers/sidecar/warm-up.ts";
 import { createLogCapture } from "../../helpers/log-capture.ts";
 
 /**
@@ -82,5 +86,30 @@ describe("warm-up steps with prerequisites", () => {
       logger: createLogCapture().logger("t"),
     });
     assert.throws(() => warmUp.start(), /unknown step b/);
+  });
+});
+
+describe("afterRequestsInFlight: the warm-up's CPU-bound parts after the requests in flight", () => {
+  test("resolves at once when nothing is in flight", async () => {
+    await afterRequestsInFlight(() => false, 60_000);
+  });
+
+  test("waits while requests are in flight and resolves once they are answered", async () => {
+    let inFlight = 1;
+    let resolved = false;
+    const waiting = afterRequestsInFlight(() => inFlight > 0, 60_000).then(() => {
+      resolved = true;
+    });
+    for (let turn = 0; turn < 10; turn++) await tick();
+    assert.equal(resolved, false, "still waiting while a request is in flight");
+    inFlight = 0;
+    await waiting;
+    assert.equal(resolved, true);
+  });
+
+  test("requests that never pause delay it by at most its bound", async () => {
+    const started = performance.now();
+    await afterRequestsInFlight(() => true, 20);
+    assert.ok(performance.now() - started >= 20);
   });
 });
