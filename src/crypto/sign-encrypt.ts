@@ -197,6 +197,11 @@ export interface VerifiedMessage {
    */
   readonly signedDocument: Uint8Array;
   readonly signature: Uint8Array;
+  /**
+   * The whole signed blob, which `plaintext`, `signedDocument` and `signature` are views into:
+   * what `encodeSignedBlob` of them would build, without the copy. Wiping it wipes the plaintext.
+   */
+  readonly signedBlob: Uint8Array;
 }
 
 /** The envelope parsed and its recipient key found: the first checks of `decryptVerify`. */
@@ -368,6 +373,7 @@ function completeVerified(
     purpose: document.purpose,
     signedDocument: opened.documentBytes,
     signature: opened.signature,
+    signedBlob: opened.blob,
   };
 }
 

@@ -55,7 +55,12 @@ export type ToWorker =
 export type FromWorker =
   | { readonly kind: "signed"; readonly id: number; readonly envelope: string }
   | { readonly kind: "need-signer"; readonly id: number; readonly signer: string; readonly keyId: string }
-  | ({ readonly kind: "verified"; readonly id: number } & VerifiedMessage)
+  | ({
+      readonly kind: "verified";
+      readonly id: number;
+      /** The verified signed blob (signed-blob.ts), in a buffer of its own, transferred. */
+      readonly blob: Uint8Array;
+    } & Omit<VerifiedMessage, "plaintext" | "signedDocument" | "signature" | "signedBlob">)
   | {
       readonly kind: "failed";
       readonly id: number;
@@ -83,6 +88,14 @@ function fail(id: number, error: unknown): void {
   });
 }
 
+/** `bytes` if they fill their buffer alone (safe to transfer), else a copy of them, the original wiped. */
+function ownBuffer(bytes: Uint8Array): Uint8Array {
+  if (bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength) return bytes;
+  const copy = new Uint8Array(bytes);
+  bytes.fill(0);
+  return copy;
+}
+
 /** Verifies with the signer's key (undefined: unknown signer) and posts the result. */
 function verifyAndAnswer(
   id: number,
@@ -92,25 +105,21 @@ function verifyAndAnswer(
 ): void {
   try {
     const verified = verifyOpened(withSignerKey(decrypted, signerKey), { expectedPurpose });
-    // A copy in a buffer of its own goes to the owner; the decrypted blob stays here, wiped.
-    const plaintext = new Uint8Array(verified.plaintext);
-    const signedDocument = new Uint8Array(verified.signedDocument);
-    const signature = new Uint8Array(verified.signature);
-    decrypted.blob.fill(0);
+    // The verified blob goes to the owner whole (its parts are views into it), moved rather
+    // than copied when it fills a buffer of its own; otherwise one copy, and this one is wiped.
+    const blob = ownBuffer(decrypted.blob);
     post(
       {
         kind: "verified",
         id,
-        plaintext,
+        blob,
         signer: verified.signer,
         signerKeyId: verified.signerKeyId,
         signedAt: verified.signedAt,
         recipientKeyId: verified.recipientKeyId,
         purpose: verified.purpose,
-        signedDocument,
-        signature,
       },
-      [plaintext.buffer, signedDocument.buffer, signature.buffer],
+      [blob.buffer as ArrayBuffer],
     );
   } catch (error) {
     fail(id, error);

@@ -15,8 +15,10 @@
  *   caller named a `likelySigner`: its keys, looked up with `signerKeys` before the job is
  *   sent, go with the job, and a document signed by it is verified without asking back;
  * - a failure that is not a `CryptoError` arrives as a plain `Error` with its message;
- * - bytes cross threads as copies in buffers of their own (never a shared Buffer pool
- *   slab); the worker wipes its copies of plaintexts when it is done with them.
+ * - bytes cross threads in buffers of their own (never a shared Buffer pool slab), moved
+ *   rather than copied where they already fill one: the verified blob comes back whole, and
+ *   `plaintext`, `signedDocument` and `signature` are views into it (`signedBlob`), as
+ *   `decryptVerify`'s are into its decrypted blob.
  *
  * Threads start at the first call (or `start()`), hold the process open only while a call
  * is pending, and a thread that dies fails its pending calls and is replaced on next use.
@@ -37,6 +39,7 @@ import {
   type SignEncryptOptions,
   type VerifiedMessage,
 } from "./sign-encrypt.ts";
+import { decodeSignedBlob } from "./signed-blob.ts";
 import type { FromWorker, LikelySignerKeys, ToWorker } from "./worker-pool-thread.ts";
 
 export interface CryptoWorkerPoolOptions {
@@ -59,7 +62,7 @@ export interface CryptoWorkerPool {
   readonly size: number;
   /** `signEncrypt` on a worker thread. */
   signEncrypt(options: SignEncryptOptions): Promise<string>;
-  /** `decryptVerify` on a worker thread; `plaintext` is a buffer of its own. */
+  /** `decryptVerify` on a worker thread; the result's bytes share a buffer no other call holds. */
   decryptVerify(
     envelope: string | Uint8Array | ParsedEnvelope,
     options: PoolDecryptVerifyOptions,
@@ -183,18 +186,21 @@ export function createCryptoWorkerPool(options: CryptoWorkerPoolOptions = {}): C
       case "verified": {
         const job = settle(message.id);
         if (job === undefined) {
-          message.plaintext.fill(0);
+          message.blob.fill(0);
           return;
         }
+        // The worker verified this blob; its parts are views into it, as decryptVerify's are.
+        const parts = decodeSignedBlob(message.blob);
         const verified: VerifiedMessage = {
-          plaintext: message.plaintext,
+          plaintext: parts.payload,
           signer: message.signer,
           signerKeyId: message.signerKeyId,
           signedAt: message.signedAt,
           recipientKeyId: message.recipientKeyId,
           purpose: message.purpose,
-          signedDocument: message.signedDocument,
-          signature: message.signature,
+          signedDocument: parts.document,
+          signature: parts.signature,
+          signedBlob: message.blob,
         };
         (job.resolve as (value: VerifiedMessage) => void)(verified);
         return;

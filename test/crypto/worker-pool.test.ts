@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { CryptoError } from "../../src/crypto/errors.ts";
 import { KeyRing, signerKeyLookup } from "../../src/crypto/key-ring.ts";
-import { decryptVerify, signEncrypt } from "../../src/crypto/sign-encrypt.ts";
+import { decryptVerify, signEncrypt, verifySignedBlob } from "../../src/crypto/sign-encrypt.ts";
+import { encodeSignedBlob } from "../../src/crypto/signed-blob.ts";
 import { createCryptoWorkerPool } from "../../src/crypto/worker-pool.ts";
 
 // The behaviours shared with signEncrypt / decryptVerify (every tampering, every error
@@ -38,13 +39,25 @@ describe("crypto worker pool", () => {
     assert.equal(text(decryptVerify(envelopes[3] ?? "", atBob).plaintext), inputs[3]);
   });
 
-  it("returns a plaintext in a buffer of its own, which the caller may wipe", async () => {
+  it("returns the verified signed blob in a buffer of its own, the parts views into it, which the caller may wipe", async () => {
     const envelope = signEncrypt({ signer: alice.signer(), recipient: bob, purpose: "p", plaintext: "mine" });
     const first = await pool.decryptVerify(envelope, atBob);
     const second = await pool.decryptVerify(envelope, atBob);
     assert.equal(first.plaintext.byteLength, 4);
-    assert.equal(first.plaintext.buffer.byteLength, 4);
-    first.plaintext.fill(0);
+    assert.equal(first.signedBlob.byteOffset, 0);
+    assert.equal(first.signedBlob.byteLength, first.signedBlob.buffer.byteLength);
+    for (const part of [first.plaintext, first.signedDocument, first.signature]) {
+      assert.equal(part.buffer, first.signedBlob.buffer);
+    }
+    // The same bytes encodeSignedBlob would build, and anyone with alice's public key verifies them.
+    assert.deepEqual(
+      Buffer.from(first.signedBlob),
+      encodeSignedBlob(first.signedDocument, first.signature, first.plaintext),
+    );
+    const checked = await verifySignedBlob(first.signedBlob, { signerKeys: signers, expectedPurpose: "p" });
+    assert.equal(text(checked.payload), "mine");
+    assert.notEqual(second.signedBlob.buffer, first.signedBlob.buffer);
+    first.signedBlob.fill(0);
     assert.equal(text(second.plaintext), "mine");
   });
 

@@ -12,7 +12,6 @@ import {
   CryptoError,
   decryptVerifyWithContentKey,
   deserializeEnvelope,
-  encodeSignedBlob,
   type ParsedEnvelope,
   PublicKeyRing,
   type VerifiedMessage,
@@ -79,14 +78,10 @@ export function cryptoServiceSignerKeys(publicKeys: (owner: string) => Promise<u
   });
 }
 
-/** base64 of the signed blob (document, signature, plaintext); the binary copy is wiped. */
+/** base64 of the signed blob (document, signature, plaintext): the verified blob itself, not a copy. */
 function signedBlobText(verified: VerifiedMessage): string {
-  const blob = encodeSignedBlob(verified.signedDocument, verified.signature, verified.plaintext);
-  try {
-    return blob.toString("base64");
-  } finally {
-    blob.fill(0);
-  }
+  const blob = verified.signedBlob;
+  return Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength).toString("base64");
 }
 
 export interface ContentKeyOpenOptions {
@@ -137,6 +132,7 @@ export async function decryptVerifyWithUnwrap(
       signedBlob: options.signedBlob ? signedBlobText(verified) : undefined,
     };
   } finally {
-    verified.plaintext.fill(0);
+    // The whole verified blob: the plaintext is a view into it.
+    verified.signedBlob.fill(0);
   }
 }

@@ -19,7 +19,6 @@ import {
   decrypt,
   decryptVerifyAsync,
   deserializeEnvelopeHeader,
-  encodeSignedBlob,
   encrypt,
   type KeyRing,
   type Recipient,
@@ -90,11 +89,17 @@ async function guardedAsync<T>(run: () => Promise<T>): Promise<T> {
   }
 }
 
-function toText(bytes: Uint8Array): string {
+function readText(bytes: Uint8Array): string {
   try {
     return textDecoder.decode(bytes);
   } catch (cause) {
     throw new CryptoServiceError("not_text", { cause });
+  }
+}
+
+function toText(bytes: Uint8Array): string {
+  try {
+    return readText(bytes);
   } finally {
     bytes.fill(0);
   }
@@ -178,17 +183,19 @@ export async function decryptVerifyAction(
   );
   // The signed blob (document, signature, plaintext) lets the caller hand the content on to a
   // party that checks the signature with public keys only (spec note 3: the original signature).
-  const signedBlob =
-    input.signedBlob === false
-      ? undefined
-      : encodeSignedBlob(verified.signedDocument, verified.signature, verified.plaintext);
+  // It is the verified blob itself (the plaintext is a view into it): wiped here when it is
+  // not asked for or the text is refused, else by the answer that carries it.
+  const whole = verified.signedBlob;
   let decrypted: string;
   try {
-    decrypted = toText(verified.plaintext);
+    decrypted = readText(verified.plaintext);
   } catch (error) {
-    signedBlob?.fill(0);
+    whole.fill(0);
     throw error;
   }
+  let signedBlob: Buffer | undefined;
+  if (input.signedBlob === false) whole.fill(0);
+  else signedBlob = Buffer.from(whole.buffer, whole.byteOffset, whole.byteLength);
   return {
     kind: "decrypt-verify",
     payload: {
