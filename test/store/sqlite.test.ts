@@ -300,8 +300,8 @@ describe("SqliteStore specifics", () => {
           // Where SQLite puts its temporary files (read once, when the process starts it).
           env: { ...process.env, SQLITE_TMPDIR: tmp.path },
         });
-        const [code_] = (await once(child, "exit")) as [number | null];
-        assert.equal(code_, 0);
+        const [exitCode] = (await once(child, "exit")) as [number | null];
+        assert.equal(exitCode, 0);
       } finally {
         watcher.close();
       }
