@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { existsSync } from "node:fs";
+import { existsSync, watch } from "node:fs";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
@@ -273,6 +273,45 @@ describe("SqliteStore specifics", () => {
     const reopened = new SqliteStore({ path, checkpoint: "inline" });
     assert.ok((await reopened.logLength("audit")) >= acknowledged, "no acknowledged append is lost");
     await reopened.close();
+  });
+
+  it("a batch transaction writes no temporary file (statement journals stay in memory)", async () => {
+    const path = freshPath();
+    const tmp = await makeTempDir("store-sqlite-tmp-");
+    try {
+      const storeUrl = new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url).href;
+      // Batches of records that each touch every log index: the statement journals of one
+      // transaction pass SQLite's 64 KiB spill threshold, which used to write them to a file.
+      const code = `
+        const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+        const store = new SqliteStore({ path: ${JSON.stringify(path)}, checkpoint: "inline" });
+        const record = (b, i) => ({ id: "r" + b + "-" + i, partner_id: "p" + i, subject_id: "s" + (i * 7919 % 1000),
+          capability_id: "c" + (i % 13), decision: i % 2 ? "allowed" : "denied", reason: "r" + (i % 5), pad: "x".repeat(400) });
+        for (let b = 0; b < 10; b++) {
+          await store.appendAcross(Array.from({ length: 100 }, (_, i) => ({ log: i % 2 ? "audit" : "evidence", value: record(b, i) })));
+          await store.writeAll(Array.from({ length: 50 }, (_, i) => ({ op: "put", collection: "docs", id: "d" + b + "-" + i, value: { pad: "y".repeat(600) } })));
+        }
+        await store.close();`;
+      const created: string[] = [];
+      const watcher = watch(tmp.path, (_event, name) => created.push(String(name)));
+      try {
+        const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+          stdio: ["ignore", "inherit", "inherit"],
+          // Where SQLite puts its temporary files (read once, when the process starts it).
+          env: { ...process.env, SQLITE_TMPDIR: tmp.path },
+        });
+        const [exitCode] = (await once(child, "exit")) as [number | null];
+        assert.equal(exitCode, 0);
+      } finally {
+        watcher.close();
+      }
+      assert.deepEqual(created, [], "no temporary file was created");
+      const reopened = new SqliteStore({ path, checkpoint: "inline" });
+      assert.equal(await reopened.logLength("audit"), 500);
+      await reopened.close();
+    } finally {
+      await tmp.cleanup();
+    }
   });
 
   it("a checkpoint thread that cannot open the file hands the checkpoints back to the writer", async () => {

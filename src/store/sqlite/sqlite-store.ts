@@ -310,6 +310,11 @@ export class SqliteStore implements Store {
       const inlinePages = checked.walAutocheckpointPages * (threaded ? THREAD_BACKSTOP : 1);
       this.#db.exec(`PRAGMA wal_autocheckpoint = ${inlinePages}`);
       this.#db.exec("PRAGMA foreign_keys = ON");
+      // A statement inside a transaction of several (appendAcross, writeAll) keeps a copy of each
+      // page it changes (its statement journal); past 64 KiB SQLite spilled it to a temporary
+      // file: page-sized writes that nothing reads unless a statement fails (decision 3161).
+      // Temporary files stay in memory instead.
+      this.#db.exec("PRAGMA temp_store = MEMORY");
       this.#migrate();
       this.sweepExpired();
     } catch (error) {
