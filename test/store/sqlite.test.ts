@@ -66,6 +66,11 @@ describe("SqliteStore specifics", () => {
       CREATE TABLE counters (name TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
         PRIMARY KEY (name, key)) WITHOUT ROWID;
       INSERT INTO store_meta VALUES ('schema_version', '1');
+      INSERT INTO documents VALUES
+        ('policies', 'p1', '{"large":"${"x".repeat(5000)}"}', NULL),
+        ('policies', 'p2', '{"small":true}', NULL),
+        ('idempotency', 'k1', '{"kept":1}', 4102444800000),
+        ('idempotency', 'k0', '{"gone":1}', 1000);
       INSERT INTO logs VALUES
         ('audit', 1, '{"id":"dec_old","partner_id":"p1","subject_id":"s1","decision":"denied","time":"2026-05-01T00:00:02Z"}'),
         ('audit', 2, '{"id":"dec_old","partner_id":"p2","subject_id":"s2","decision":"allowed","time":"2026-05-01T00:00:01Z"}'),
@@ -94,13 +99,34 @@ describe("SqliteStore specifics", () => {
       // An id written before version 3 (even twice) is checked from then on: its first entry holds it.
       assert.equal(await store.append("audit", { id: "dec_old" }), 1);
       assert.equal(await store.logLength("audit"), 4);
+      // Version 4 copied the documents into a rowid table: every row, its expiry kept.
+      assert.deepEqual(await store.get("policies", "p1"), { large: "x".repeat(5000) });
+      assert.deepEqual(
+        (await store.list("policies")).items.map((entry) => entry.id),
+        ["p1", "p2"],
+      );
+      assert.deepEqual(await store.get("idempotency", "k1"), { kept: 1 });
+      assert.equal(await store.get("idempotency", "k0"), undefined);
+      await store.put("policies", "p3", { added: true });
+      assert.equal(await store.create("policies", "p2", { again: true }), false);
     } finally {
       await store.close();
     }
     const check = new DatabaseSync(path);
     assert.equal(
       check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
-      "3",
+      "4",
+    );
+    const documents = check.prepare("SELECT sql FROM sqlite_schema WHERE name = 'documents'").get()?.sql;
+    assert.doesNotMatch(String(documents), /WITHOUT ROWID/);
+    assert.deepEqual(
+      check
+        .prepare(
+          "SELECT name FROM sqlite_schema WHERE tbl_name = 'documents' AND type = 'index' ORDER BY name",
+        )
+        .all()
+        .map((row) => row.name),
+      ["documents_expiry", "sqlite_autoindex_documents_1"],
     );
     check.close();
   });

@@ -83,7 +83,7 @@ export interface SqliteStoreOptions {
   readonly now?: () => number;
 }
 
-const SCHEMA_VERSION = 3;
+const SCHEMA_VERSION = 4;
 
 /**
  * WAL pages of a transaction, estimated as 8 plus one per row (measured with decision records:
@@ -186,9 +186,34 @@ function parseEntry(text: string): unknown {
 }
 
 /** Schema changes after version 1, applied in order to a file that has not seen them. */
+/**
+ * Version 4: `documents` as a rowid table (decision 3201), its key a separate unique index.
+ * In a `WITHOUT ROWID` table every B-tree cell, interior ones included, holds the whole row,
+ * and a row over about 1 KB (a signed policy, an idempotency record with its result) spills to
+ * an overflow page that each key comparison reads past the page cache; the key's own index
+ * holds only keys. Same columns, same key, same SQL: the rows are copied over once.
+ */
+function documentsWithRowids(db: DatabaseSync): void {
+  db.exec(`
+    CREATE TABLE documents_by_rowid (
+      collection TEXT NOT NULL,
+      id TEXT NOT NULL,
+      value TEXT NOT NULL,
+      expires_at INTEGER,
+      PRIMARY KEY (collection, id)
+    );
+    INSERT INTO documents_by_rowid (collection, id, value, expires_at)
+      SELECT collection, id, value, expires_at FROM documents ORDER BY collection, id;
+    DROP TABLE documents;
+    ALTER TABLE documents_by_rowid RENAME TO documents;
+    CREATE INDEX documents_expiry ON documents (expires_at) WHERE expires_at IS NOT NULL;
+  `);
+}
+
 const MIGRATIONS: ReadonlyArray<{ readonly version: number; readonly apply: (db: DatabaseSync) => void }> = [
   { version: 2, apply: addLogIndexes },
   { version: 3, apply: addLogRecordIds },
+  { version: 4, apply: documentsWithRowids },
 ];
 
 /**
