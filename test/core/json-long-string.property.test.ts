@@ -1,0 +1,152 @@
+/**
+ * jsonParserTakingString (the sidecar's reading of the authority's policy answer): whatever the
+ * bytes, the result is what JSON.parse makes of their UTF-8 text — the same value, or a refusal.
+ * The shortcut takes the value of the top-level key from the bytes; every way of placing,
+ * repeating, spelling or breaking that key or its value must come out as JSON.parse decides.
+ */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import { jsonParserTakingString } from "../../src/core/json-long-string.ts";
+
+const parse = jsonParserTakingString("signed_policy");
+
+function outcome(run: () => unknown): { value: unknown } | { refused: string } {
+  try {
+    return { value: run() };
+  } catch (error) {
+    return { refused: error instanceof Error ? error.name : String(error) };
+  }
+}
+
+function assertAsJsonParse(bytes: Buffer): void {
+  assert.deepStrictEqual(
+    outcome(() => parse(bytes)),
+    outcome(() => JSON.parse(bytes.toString("utf8"))),
+    bytes.toString("latin1").slice(0, 300),
+  );
+}
+
+const BLOB = Buffer.alloc(3000, 7).toString("base64");
+const FACTS = '"subject":{"partner_id":"p","identity":"platform_vouched"},"policy":{"head":1}';
+
+describe("jsonParserTakingString", () => {
+  it("takes the value of the top-level key, as JSON.parse does", () => {
+    const body = Buffer.from(`{${FACTS},"signed_policy":"${BLOB}"}`);
+    const parsed = parse(body) as Record<string, unknown>;
+    assert.equal(parsed.signed_policy, BLOB);
+    assert.deepStrictEqual(parsed, JSON.parse(body.toString()));
+  });
+
+  it("decides as JSON.parse where the key is placed, repeated, spelled or broken otherwise", () => {
+    const bodies = [
+      // the key nested, and the top-level one spelled with spaces or an escape
+      `{"a":{"signed_policy":"${BLOB}"},"signed_policy" : ""}`,
+      `{"a":{"signed_policy":"${BLOB}"},"signed\\u005fpolicy":""}`,
+      `{"signed_policy":"${BLOB}","signed\\u005fpolicy":"b"}`,
+      `{"signed_policy":"${BLOB}","signed_policy":"b"}`,
+      `{"signed_policy":"x","signed_policy":"${BLOB}"}`,
+      `{"signed_policy":"${BLOB}","a":{"signed_policy":""}}`,
+      // another member equal to whatever could stand in for the value while the rest is parsed
+      ...["", "a", "b", "x"].flatMap((other) => [
+        `{"a":{"signed_policy":"${BLOB}"},"signed\\u005fpolicy":"${other}"}`,
+        `{"a":{"signed_policy":"${BLOB}"},"signed_policy" :"${other}"}`,
+      ]),
+      // the token inside another string, or as a key
+      `{"a":"\\"signed_policy\\":\\"${BLOB}","signed_policy":""}`,
+      `{"signed_policy":"${BLOB}":1}`,
+      `{"x":"signed_policy","signed_policy":"${BLOB}"}`,
+      // the value with escapes, control characters, non-ASCII, or not a string
+      `{"signed_policy":"${BLOB}\\u0041"}`,
+      `{"signed_policy":"${BLOB}\\n"}`,
+      `{"signed_policy":"${BLOB}\n"}`,
+      `{"signed_policy":"${BLOB}\t"}`,
+      `{"signed_policy":"${BLOB}\u0000"}`,
+      `{"signed_policy":"${BLOB}é"}`,
+      `{"signed_policy":null}`,
+      `{"signed_policy":"${BLOB}`,
+      `{"signed_policy":"${BLOB}"`,
+      `{"signed_policy":"${BLOB}"}}`,
+      `{"signed_policy":"${BLOB}"} x`,
+      `["signed_policy","${BLOB}"]`,
+      `{"a":["signed_policy":"${BLOB}"]}`,
+      `\uFEFF{"signed_policy":"${BLOB}"}`,
+      `{"__proto__":{"signed_policy":"x"},"signed_policy":"${BLOB}"}`,
+      `{"signed_policy":""}`,
+      `{}`,
+      ``,
+    ];
+    for (const body of bodies) assertAsJsonParse(Buffer.from(body));
+    // invalid UTF-8 around the value
+    assertAsJsonParse(
+      Buffer.concat([
+        Buffer.from('{"a":"'),
+        Buffer.from([0xc3]),
+        Buffer.from(`","signed_policy":"${BLOB}"}`),
+      ]),
+    );
+    assertAsJsonParse(
+      Buffer.concat([Buffer.from(`{"signed_policy":"${BLOB}`), Buffer.from([0xff, 0x22, 0x7d])]),
+    );
+  });
+
+  it("gives JSON.parse's result for bodies built from the pieces an answer can go wrong with (property)", () => {
+    const piece = fc.constantFrom(
+      '"signed_policy":"',
+      '"signed_policy"',
+      '"signed\\u005fpolicy"',
+      '"',
+      ":",
+      ",",
+      "{",
+      "}",
+      "[",
+      "]",
+      " ",
+      "\\",
+      '\\"',
+      "\\u0041",
+      "\n",
+      "\u0001",
+      "é",
+      "null",
+      "1",
+      '"a"',
+      BLOB.slice(0, 40),
+      FACTS,
+    );
+    fc.assert(
+      fc.property(fc.array(piece, { maxLength: 14 }), fc.uint8Array({ maxLength: 3 }), (pieces, raw) => {
+        assertAsJsonParse(Buffer.from(pieces.join("")));
+        assertAsJsonParse(Buffer.concat([Buffer.from(pieces.join("")), raw]));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it("gives JSON.parse's result for any JSON object with the key set anywhere (property)", () => {
+    const base64 = fc.string({ unit: fc.constantFrom(..."ABCxyz019+/="), maxLength: 60 });
+    fc.assert(
+      fc.property(
+        fc.dictionary(fc.string({ maxLength: 6 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 4 }),
+        base64,
+        fc.nat(),
+        (object, value, at) => {
+          const text = JSON.stringify({ ...object, signed_policy: value });
+          assertAsJsonParse(Buffer.from(text));
+          // the same key again at another place (JSON.parse keeps the last)
+          const cut = at % (text.length + 1);
+          assertAsJsonParse(
+            Buffer.from(`${text.slice(0, cut)}"signed_policy":"${value}",${text.slice(cut)}`),
+          );
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it("refuses a key that would need escaping", () => {
+    assert.throws(() => jsonParserTakingString('a"b'), TypeError);
+    assert.throws(() => jsonParserTakingString(""), TypeError);
+  });
+});
