@@ -1,4 +1,5 @@
 import {
+  type ApisSectionBytes,
   CRYPTO_VERSION_V2,
   canonicalJson,
   POLICY_SCHEMA_V1,
@@ -52,6 +53,8 @@ export interface OpenedPolicyDocument {
   readonly signedAt: string;
   /** parsePolicyDocument's key of the `apis` section (the bytes up to its end), when it was parsed alone. */
   readonly apisHash?: Sha256Ref;
+  /** With `apisHash`: the bytes it is the hash of, and SHA-256 run over them. */
+  readonly apisSection?: ApisSectionBytes;
 }
 
 /**
@@ -75,7 +78,7 @@ export async function openPolicyDocument(
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }
-  const { document, textHash, apisHash } = parsed;
+  const { document, textHash, apisHash, apisSection } = parsed;
   if (cryptoVersionOf(document) !== context.cryptoVersion) {
     throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
   }
@@ -85,6 +88,7 @@ export async function openPolicyDocument(
     signer: opened.signer,
     signedAt: opened.signedAt,
     ...(apisHash === undefined ? {} : { apisHash }),
+    ...(apisSection === undefined ? {} : { apisSection }),
   };
 }
 

@@ -4,7 +4,7 @@ import { growingBound } from "../../core/growing-bound.ts";
 import type { PolicyDocument, PolicyValidationOptions, Sha256Ref } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
-import { openPolicyDocument } from "../artifact.ts";
+import { type OpenedPolicyDocument, openPolicyDocument } from "../artifact.ts";
 import type { PolicyChange } from "../change-log.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
@@ -281,11 +281,11 @@ function sealable(policy: VerifiedPolicy, blob: string | undefined): SealedPolic
   };
 }
 
-/** Interns a verified document (its `apis` filed under `apisHash`, the hash of the bytes it was parsed from). */
+/** Interns a verified document (its `apis` filed under the bytes it was parsed from and their hash). */
 type Verified = (
   document: PolicyDocument,
   facts: Pick<PolicyRecordFacts, "revoked_at">,
-  apisHash?: Sha256Ref,
+  opened?: Pick<OpenedPolicyDocument, "apisHash" | "apisSection">,
 ) => PolicyLoad;
 
 /**
@@ -339,7 +339,7 @@ async function fromSealed(
       partnerId,
       identity,
       verifiedAt: entry.verified_at,
-      load: verified(opened.document, { revoked_at: marker }, opened.apisHash),
+      load: verified(opened.document, { revoked_at: marker }, opened),
       signed: { cryptoVersion, documentHash, revokedMarker: marker },
       fromRedis: true,
     };
@@ -411,12 +411,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const validation: PolicyValidationOptions = {
     knownEntry: (entry) => interner.knownEntry(entry),
     knownApis: (hash) => interner.knownApis(hash),
+    heldApis: (bytes) => interner.heldApis(bytes),
   };
   /** What each verified document holds beside the entries it shares with other subjects. */
   const weights = new WeakMap<PolicyDocument, Weight>();
   /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
-  const verified: Verified = (document, facts, apisHash) => {
-    const interned = interner.intern(document, apisHash);
+  const verified: Verified = (document, facts, opened) => {
+    const interned = interner.intern(document, opened?.apisHash, opened?.apisSection);
     const load = withRevocationMarker({ ok: true, document: interned.document }, facts);
     if (load.ok) weights.set(load.document, interned.weight);
     return load;
@@ -674,7 +675,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       // A revocation written while the crypto service was down is a deny-only marker.
       return {
         ...base,
-        load: verified(opened.document, record, opened.apisHash),
+        load: verified(opened.document, record, opened),
         signed: {
           cryptoVersion: record.crypto_version,
           documentHash: record.document_hash,
