@@ -90,6 +90,38 @@ describe("jsonParserTakingString", () => {
     );
   });
 
+  it("finds a control character or a backslash wherever it stands in a long value", () => {
+    for (const bad of ["\u0000", "\u0001", "\n", "\u001f", "\\"]) {
+      for (const at of [
+        0,
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+        7,
+        100,
+        BLOB.length - 3,
+        BLOB.length - 2,
+        BLOB.length - 1,
+        BLOB.length,
+      ]) {
+        for (const shift of ["", " ", "  ", "   "]) {
+          assertAsJsonParse(
+            Buffer.from(`{${shift}"signed_policy":"${BLOB.slice(0, at)}${bad}${BLOB.slice(at)}"}`),
+          );
+        }
+      }
+    }
+    // the bytes just above the range are plain
+    const spaced = `${BLOB.slice(0, 9)} !${BLOB.slice(9)}`;
+    assert.equal(
+      (parse(Buffer.from(`{"signed_policy":"${spaced}"}`)) as { signed_policy: string }).signed_policy,
+      spaced,
+    );
+  });
+
   it("gives JSON.parse's result for bodies built from the pieces an answer can go wrong with (property)", () => {
     const piece = fc.constantFrom(
       '"signed_policy":"',
