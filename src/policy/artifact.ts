@@ -65,13 +65,18 @@ export interface OpenedPolicyDocument {
  * entries and `apis` sections validated before (parsePolicyDocument).
  */
 export async function openPolicyDocument(
-  artifact: string,
+  artifact: string | Uint8Array,
   protector: PolicyOpener,
   context: PolicyProtectionContext,
   validation: PolicyValidationOptions = {},
 ): Promise<OpenedPolicyDocument> {
   // The decision needs the text only; the signed blob is what the sidecar route asks for.
-  const opened = await protector.open(artifact, context, { signedBlob: false });
+  const opened =
+    typeof artifact === "string"
+      ? await protector.open(artifact, context, { signedBlob: false })
+      : protector.openSigned !== undefined
+        ? await protector.openSigned(artifact, context)
+        : await protector.open(Buffer.from(artifact).toString("base64"), context, { signedBlob: false });
   let parsed: ReturnType<typeof parsePolicyDocument>;
   try {
     parsed = parsePolicyDocument(opened.documentBytes ?? opened.document, validation);

@@ -7,9 +7,19 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { jsonParserTakingString } from "../../src/core/json-long-string.ts";
+import { base64BytesDecoded, jsonParserSettingAside } from "../../src/core/json-long-string.ts";
 
-const parse = jsonParserTakingString("signed_policy");
+const parseSettingAside = jsonParserSettingAside("signed_policy");
+
+/** The parse with the set-aside value put back as the string it stands for. */
+function parse(bytes: Buffer): unknown {
+  const { json, value } = parseSettingAside(bytes);
+  if (value === undefined) return json;
+  const object = json as Record<string, unknown>;
+  assert.equal(object.signed_policy, "", "the member is there, its value set aside");
+  object.signed_policy = value.toString("latin1");
+  return object;
+}
 
 function outcome(run: () => unknown): { value: unknown } | { refused: string } {
   try {
@@ -30,7 +40,7 @@ function assertAsJsonParse(bytes: Buffer): void {
 const BLOB = Buffer.alloc(3000, 7).toString("base64");
 const FACTS = '"subject":{"partner_id":"p","identity":"platform_vouched"},"policy":{"head":1}';
 
-describe("jsonParserTakingString", () => {
+describe("jsonParserSettingAside", () => {
   it("takes the value of the top-level key, as JSON.parse does", () => {
     const body = Buffer.from(`{${FACTS},"signed_policy":"${BLOB}"}`);
     const parsed = parse(body) as Record<string, unknown>;
@@ -178,7 +188,51 @@ describe("jsonParserTakingString", () => {
   });
 
   it("refuses a key that would need escaping", () => {
-    assert.throws(() => jsonParserTakingString('a"b'), TypeError);
-    assert.throws(() => jsonParserTakingString(""), TypeError);
+    assert.throws(() => jsonParserSettingAside('a"b'), TypeError);
+    assert.throws(() => jsonParserSettingAside(""), TypeError);
+  });
+
+  it("sets the value aside for an answer as the authority writes it", () => {
+    const { json, value } = parseSettingAside(Buffer.from(`{${FACTS},"signed_policy":"${BLOB}"}`));
+    assert.equal(value?.toString("latin1"), BLOB);
+    assert.deepStrictEqual(json, { ...JSON.parse(`{${FACTS}}`), signed_policy: "" });
+  });
+});
+
+describe("base64BytesDecoded", () => {
+  const decodedAsNode = (text: string) => {
+    const decoded = base64BytesDecoded(Buffer.from(text, "latin1"));
+    if (decoded !== undefined) assert.ok(decoded.equals(Buffer.from(text, "base64")), text.slice(0, 80));
+    return decoded;
+  };
+
+  it("decodes strict base64 of any length as Buffer.from does, across its chunks", () => {
+    for (const size of [0, 1, 2, 3, 4, 5, 49_151, 49_152, 49_153, 200_000]) {
+      const bytes = Buffer.from(Buffer.alloc(size, 0).map((_, i) => (i * 7919) % 251));
+      assert.ok(decodedAsNode(bytes.toString("base64"))?.equals(bytes), String(size));
+    }
+  });
+
+  it("gives undefined for anything but strict base64, never other bytes (property)", () => {
+    const big = Buffer.from(Buffer.alloc(150_000).map((_, i) => (i * 31) % 256)).toString("base64");
+    const junk = fc.constantFrom("=", "==", "===", " ", "!", "-", "_", "\u007f", "é", "A", "AA", "AAA");
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ maxLength: 40 }),
+        junk,
+        fc.nat(),
+        fc.boolean(),
+        (bytes, inserted, at, long) => {
+          const text = long ? big : Buffer.from(bytes).toString("base64");
+          // a character inserted, one removed, or the edge of a chunk (65,536 characters)
+          const cut = long ? 65_536 + (at % 9) - 4 : at % (text.length + 1);
+          decodedAsNode(`${text.slice(0, cut)}${inserted}${text.slice(cut)}`);
+          decodedAsNode(`${text.slice(0, cut)}${text.slice(cut + 1)}`);
+          const withPad = `${text.slice(0, cut)}=${text.slice(cut + 1)}`;
+          if (cut < text.length - 2) assert.equal(decodedAsNode(withPad), undefined, "a = inside");
+        },
+      ),
+      { numRuns: 400 },
+    );
   });
 });

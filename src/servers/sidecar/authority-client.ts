@@ -1,6 +1,6 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import type { JsonAnswer, JsonFetch } from "../../core/json-fetch.ts";
-import { jsonParserTakingString } from "../../core/json-long-string.ts";
+import { base64BytesDecoded, jsonParserSettingAside } from "../../core/json-long-string.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
@@ -93,7 +93,17 @@ function policyChangeOf(value: unknown): PolicyChange | undefined {
   return { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt };
 }
 
-const parseTakingSignedPolicy = jsonParserTakingString("signed_policy");
+const parseSettingAsideSignedPolicy = jsonParserSettingAside("signed_policy");
+
+/**
+ * A policy answer's signed policy: the blob decoded straight from the answer's bytes when they
+ * are strict base64 (no 0.5 MB string made), otherwise the string JSON.parse would give.
+ */
+function signedPolicyOf(json: unknown, aside: Buffer | undefined): unknown {
+  if (aside === undefined) return isRecord(json) ? json.signed_policy : undefined;
+  if (aside.length === 0) return "";
+  return base64BytesDecoded(aside) ?? aside.toString("latin1");
+}
 
 const RECORDS_OPEN = Buffer.from('{"records":');
 const EXPORTED_RECORDS_OPEN = Buffer.from('{"exported":true,"records":');
@@ -168,19 +178,24 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
   };
 
   /**
-   * A policy answer's JSON: its 0.5 MB `signed_policy` (500 operations) taken straight from the
-   * bytes when the transport has them (decision 3131), otherwise the body's JSON.
+   * A policy answer's JSON and its signed policy: the 0.5 MB `signed_policy` (500 operations)
+   * set aside from the bytes when the transport has them (decision 3131), otherwise the body's JSON.
    */
-  const policyJson = async (response: JsonAnswer): Promise<unknown> => {
-    if (response.bytes === undefined) return json(response);
+  const policyJson = async (response: JsonAnswer): Promise<{ body: unknown; signedPolicy: unknown }> => {
+    if (response.bytes === undefined) {
+      const body = await json(response);
+      return { body, signedPolicy: isRecord(body) ? body.signed_policy : undefined };
+    }
     const bytes = await response.bytes();
+    let parsed: ReturnType<typeof parseSettingAsideSignedPolicy>;
     try {
-      return parseTakingSignedPolicy(bytes);
+      parsed = parseSettingAsideSignedPolicy(bytes);
     } catch (error) {
       throw new AuthorityFetchError("the authority service answered without JSON", response.status, {
         cause: error,
       });
     }
+    return { body: parsed.json, signedPolicy: signedPolicyOf(parsed.json, parsed.value) };
   };
 
   const unexpected = async (response: JsonAnswer): Promise<never> => {
@@ -223,15 +238,18 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       return { status: "not_found" };
     }
     if (response.status !== 200) return unexpected(response);
-    const body = await policyJson(response);
+    const { body, signedPolicy } = await policyJson(response);
     const subject = isRecord(body) ? body.subject : undefined;
     const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
-    const signedPolicy = isRecord(body) ? body.signed_policy : undefined;
     if (
       !isRecord(subject) ||
       typeof subject.partner_id !== "string" ||
       record === undefined ||
-      !(signedPolicy === null || (typeof signedPolicy === "string" && signedPolicy.length > 0))
+      !(
+        signedPolicy === null ||
+        (typeof signedPolicy === "string" && signedPolicy.length > 0) ||
+        (signedPolicy instanceof Uint8Array && signedPolicy.length > 0)
+      )
     ) {
       throw new AuthorityFetchError("the policy answer is malformed", 200);
     }
