@@ -1,26 +1,24 @@
-import { isAscii } from "node:buffer";
-
 /**
- * JSON.parse of a UTF-8 body whose one large value is a top-level plain string (the authority's
- * policy answer: a 0.5 MB base64 `signed_policy` beside a few hundred bytes of facts), that
- * value set aside as its bytes. Decoding the whole body to a string and having JSON.parse scan
- * and copy that value again made two large strings per answer, each a fresh mapping of V8's
- * large-object space (decision 3131); here only the rest goes through JSON.parse, and the
- * caller decodes the value's bytes as it needs them (base64BytesDecoded).
+ * JSON.parse of a UTF-8 body whose one large value is a top-level base64 string (the
+ * authority's policy answer: a 0.5 MB `signed_policy` beside a few hundred bytes of facts), that
+ * value decoded straight from its bytes. Decoding the whole body to a string, having JSON.parse
+ * scan and copy the value, then decoding that string made two 0.5 MB strings per answer, each a
+ * fresh mapping of V8's large-object space (decision 3131); here only the rest goes through
+ * JSON.parse and the value is never a string.
  *
- * `{ json }` is JSON.parse's value, or JSON.parse refuses. `{ json, value }`: `json` is the
- * object JSON.parse makes, but for the top-level `key`, which is "" there and whose string is
- * exactly the characters of `value` (a view of the bytes: ASCII, nothing to decode). The value
- * is set aside only when its bytes are what the string is — the first `"key":"`, then characters
- * that need no decoding (ASCII, no backslash, no control character) up to the next quote — and
- * when the rest, parsed with two different stand-ins for the value, gives the top-level `key`
- * exactly each stand-in: only the text between those quotes differs, so that literal, and no
- * other, is the member JSON.parse keeps (a nested or repeated `key`, another spelling of it, or
- * a literal that is not a value gives something else, and the whole body is parsed).
+ * `{ json }`: JSON.parse's value, or JSON.parse refuses. `{ json, decoded }`: `json` is the object
+ * JSON.parse makes but for the top-level `key`, which is "" there, and `decoded` is
+ * `Buffer.from(<its string>, "base64")`. The value is decoded so only when its characters, up to
+ * the next quote after the first `"key":"`, are strict base64 (base64BytesDecoded: then they are
+ * what the string is, nothing to unescape) and the rest, parsed with two different stand-ins for
+ * them, gives the top-level `key` exactly each stand-in: only the text between those quotes
+ * differs, so that literal, and no other, is the member JSON.parse keeps (a nested or repeated
+ * `key`, another spelling of it, or a literal that is not a value gives something else).
+ * Anything else is parsed whole.
  */
-export function jsonParserSettingAside(
+export function jsonParserDecodingBase64(
   key: string,
-): (bytes: Uint8Array) => { readonly json: unknown; readonly value?: Buffer } {
+): (bytes: Uint8Array) => { readonly json: unknown; readonly decoded?: Buffer } {
   if (!/^[A-Za-z0-9_]+$/.test(key)) throw new TypeError("the key must be plain ASCII letters, digits or _");
   const opening = Buffer.from(`"${key}":"`);
   return (input) => {
@@ -29,16 +27,19 @@ export function jsonParserSettingAside(
     const at = bytes.indexOf(opening);
     const start = at + opening.length;
     const end = at < 0 ? -1 : bytes.indexOf(QUOTE, start);
-    if (end < 0 || !plainString(bytes, start, end)) return whole();
+    if (end < 0) return whole();
     const before = bytes.toString("utf8", 0, start);
     const after = bytes.toString("utf8", end);
     const first = parsedWith(before, "a", after, key);
     const second = first === undefined ? undefined : parsedWith(before, "b", after, key);
-    if (first === undefined || second === undefined) return whole();
+    const decoded = second === undefined ? undefined : base64BytesDecoded(bytes.subarray(start, end));
+    if (first === undefined || decoded === undefined) return whole();
     first[key] = "";
-    return { json: first, value: bytes.subarray(start, end) };
+    return { json: first, decoded };
   };
 }
+
+const QUOTE = 0x22;
 
 /** Characters of base64 decoded a chunk at a time: each chunk's string stays out of V8's large-object space. */
 const BASE64_CHUNK = 65_536;
@@ -48,8 +49,9 @@ const BASE64_CHUNK = 65_536;
  * base64 (the alphabet, then at most two `=` at the end, a multiple of 4), decoded in 64 KiB
  * chunks into one buffer without the whole string being made; undefined for any other
  * characters (the caller decodes them whole, as before). Node's decoder skips a character
- * outside the alphabet and stops at `=`: for any such character the bytes decoded fall short of
- * three per four characters less the final padding, which is what tells them apart.
+ * outside the alphabet (a control character, a backslash, anything not ASCII too) and stops at
+ * `=`: for any such character the bytes decoded fall short of three per four characters less
+ * the final padding, which is what tells them apart.
  */
 export function base64BytesDecoded(chars: Uint8Array): Buffer | undefined {
   const text = Buffer.from(chars.buffer, chars.byteOffset, chars.byteLength);
@@ -66,38 +68,6 @@ export function base64BytesDecoded(chars: Uint8Array): Buffer | undefined {
 }
 
 const EQUALS = 0x3d;
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-
-/** Whether bytes [start, end) are, as they stand, the characters of a JSON string (no `"` by construction). */
-function plainString(bytes: Buffer, start: number, end: number): boolean {
-  const value = bytes.subarray(start, end);
-  return isAscii(value) && value.indexOf(BACKSLASH) < 0 && !hasControlByte(value);
-}
-
-/**
- * Whether an ASCII value holds a byte below 0x20 (JSON refuses those unescaped in a string): four
- * bytes at a time, `(w - 0x20202020) & ~w` setting a byte's top bit only where some byte of the
- * word is below 0x20 (a borrow starts only at such a byte), the bytes outside whole words one by one.
- */
-function hasControlByte(value: Buffer): boolean {
-  const { buffer, byteOffset: start } = value;
-  const end = start + value.byteLength;
-  const bytes = new Uint8Array(buffer);
-  const wordsStart = (start + 3) & ~3;
-  const wordsEnd = end & ~3;
-  if (wordsEnd <= wordsStart) return bytes.subarray(start, end).some((byte) => byte < 0x20);
-  for (let i = start; i < wordsStart; i++) if ((bytes[i] as number) < 0x20) return true;
-  for (let i = wordsEnd; i < end; i++) if ((bytes[i] as number) < 0x20) return true;
-  const words = new Uint32Array(buffer, wordsStart, (wordsEnd - wordsStart) >>> 2);
-  let below = 0;
-  for (let i = 0; i < words.length; i++) {
-    const word = words[i] as number;
-    below |= (word - 0x20202020) & ~word;
-  }
-  return (below & 0x80808080) !== 0;
-}
-
 /** The rest parsed with `stand_in` as the value; the object when its own top-level `key` is exactly that. */
 function parsedWith(
   before: string,

@@ -7,21 +7,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
-import { base64BytesDecoded, jsonParserSettingAside } from "../../src/core/json-long-string.ts";
+import { base64BytesDecoded, jsonParserDecodingBase64 } from "../../src/core/json-long-string.ts";
 
-const parseSettingAside = jsonParserSettingAside("signed_policy");
+const parse = jsonParserDecodingBase64("signed_policy");
 
-/** The parse with the set-aside value put back as the string it stands for. */
-function parse(bytes: Buffer): unknown {
-  const { json, value } = parseSettingAside(bytes);
-  if (value === undefined) return json;
-  const object = json as Record<string, unknown>;
-  assert.equal(object.signed_policy, "", "the member is there, its value set aside");
-  object.signed_policy = value.toString("latin1");
-  return object;
-}
-
-function outcome(run: () => unknown): { value: unknown } | { refused: string } {
+function outcome<T>(run: () => T): { value: T } | { refused: string } {
   try {
     return { value: run() };
   } catch (error) {
@@ -29,23 +19,32 @@ function outcome(run: () => unknown): { value: unknown } | { refused: string } {
   }
 }
 
+/** The parse gives JSON.parse's value (its signed_policy decoded from base64 when it says so), or the same refusal. */
 function assertAsJsonParse(bytes: Buffer): void {
-  assert.deepStrictEqual(
-    outcome(() => parse(bytes)),
-    outcome(() => JSON.parse(bytes.toString("utf8"))),
-    bytes.toString("latin1").slice(0, 300),
-  );
+  const where = bytes.toString("latin1").slice(0, 300);
+  const expected = outcome(() => JSON.parse(bytes.toString("utf8")) as unknown);
+  const actual = outcome(() => parse(bytes));
+  if ("value" in actual && actual.value.decoded !== undefined) {
+    assert.ok("value" in expected, where);
+    const object = expected.value as Record<string, unknown>;
+    assert.equal(typeof object.signed_policy, "string", where);
+    assert.ok(actual.value.decoded.equals(Buffer.from(object.signed_policy as string, "base64")), where);
+    assert.deepStrictEqual(actual.value.json, { ...object, signed_policy: "" }, where);
+    return;
+  }
+  assert.deepStrictEqual("value" in actual ? { value: actual.value.json } : actual, expected, where);
 }
 
 const BLOB = Buffer.alloc(3000, 7).toString("base64");
 const FACTS = '"subject":{"partner_id":"p","identity":"platform_vouched"},"policy":{"head":1}';
 
-describe("jsonParserSettingAside", () => {
-  it("takes the value of the top-level key, as JSON.parse does", () => {
+describe("jsonParserDecodingBase64", () => {
+  it("decodes the top-level key's base64 from the bytes, the rest as JSON.parse gives it", () => {
     const body = Buffer.from(`{${FACTS},"signed_policy":"${BLOB}"}`);
-    const parsed = parse(body) as Record<string, unknown>;
-    assert.equal(parsed.signed_policy, BLOB);
-    assert.deepStrictEqual(parsed, JSON.parse(body.toString()));
+    const { json, decoded } = parse(body);
+    assert.ok(decoded?.equals(Buffer.alloc(3000, 7)));
+    assert.deepStrictEqual(json, { ...JSON.parse(body.toString()), signed_policy: "" });
+    assertAsJsonParse(body);
   });
 
   it("decides as JSON.parse where the key is placed, repeated, spelled or broken otherwise", () => {
@@ -124,12 +123,11 @@ describe("jsonParserSettingAside", () => {
         }
       }
     }
-    // the bytes just above the range are plain
+    // not base64, but a string JSON.parse takes: parsed whole
     const spaced = `${BLOB.slice(0, 9)} !${BLOB.slice(9)}`;
-    assert.equal(
-      (parse(Buffer.from(`{"signed_policy":"${spaced}"}`)) as { signed_policy: string }).signed_policy,
-      spaced,
-    );
+    const { json, decoded } = parse(Buffer.from(`{"signed_policy":"${spaced}"}`));
+    assert.equal(decoded, undefined);
+    assert.equal((json as { signed_policy: string }).signed_policy, spaced);
   });
 
   it("gives JSON.parse's result for bodies built from the pieces an answer can go wrong with (property)", () => {
@@ -188,14 +186,8 @@ describe("jsonParserSettingAside", () => {
   });
 
   it("refuses a key that would need escaping", () => {
-    assert.throws(() => jsonParserSettingAside('a"b'), TypeError);
-    assert.throws(() => jsonParserSettingAside(""), TypeError);
-  });
-
-  it("sets the value aside for an answer as the authority writes it", () => {
-    const { json, value } = parseSettingAside(Buffer.from(`{${FACTS},"signed_policy":"${BLOB}"}`));
-    assert.equal(value?.toString("latin1"), BLOB);
-    assert.deepStrictEqual(json, { ...JSON.parse(`{${FACTS}}`), signed_policy: "" });
+    assert.throws(() => jsonParserDecodingBase64('a"b'), TypeError);
+    assert.throws(() => jsonParserDecodingBase64(""), TypeError);
   });
 });
 

@@ -1,6 +1,6 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import type { JsonAnswer, JsonFetch } from "../../core/json-fetch.ts";
-import { base64BytesDecoded, jsonParserSettingAside } from "../../core/json-long-string.ts";
+import { jsonParserDecodingBase64 } from "../../core/json-long-string.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
@@ -93,17 +93,7 @@ function policyChangeOf(value: unknown): PolicyChange | undefined {
   return { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt };
 }
 
-const parseSettingAsideSignedPolicy = jsonParserSettingAside("signed_policy");
-
-/**
- * A policy answer's signed policy: the blob decoded straight from the answer's bytes when they
- * are strict base64 (no 0.5 MB string made), otherwise the string JSON.parse would give.
- */
-function signedPolicyOf(json: unknown, aside: Buffer | undefined): unknown {
-  if (aside === undefined) return isRecord(json) ? json.signed_policy : undefined;
-  if (aside.length === 0) return "";
-  return base64BytesDecoded(aside) ?? aside.toString("latin1");
-}
+const parseDecodingSignedPolicy = jsonParserDecodingBase64("signed_policy");
 
 const RECORDS_OPEN = Buffer.from('{"records":');
 const EXPORTED_RECORDS_OPEN = Buffer.from('{"exported":true,"records":');
@@ -179,7 +169,8 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
 
   /**
    * A policy answer's JSON and its signed policy: the 0.5 MB `signed_policy` (500 operations)
-   * set aside from the bytes when the transport has them (decision 3131), otherwise the body's JSON.
+   * decoded from the bytes when the transport has them (the blob, no string made; decision
+   * 3131), otherwise the body's JSON and its base64 string.
    */
   const policyJson = async (response: JsonAnswer): Promise<{ body: unknown; signedPolicy: unknown }> => {
     if (response.bytes === undefined) {
@@ -187,15 +178,16 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       return { body, signedPolicy: isRecord(body) ? body.signed_policy : undefined };
     }
     const bytes = await response.bytes();
-    let parsed: ReturnType<typeof parseSettingAsideSignedPolicy>;
+    let parsed: ReturnType<typeof parseDecodingSignedPolicy>;
     try {
-      parsed = parseSettingAsideSignedPolicy(bytes);
+      parsed = parseDecodingSignedPolicy(bytes);
     } catch (error) {
       throw new AuthorityFetchError("the authority service answered without JSON", response.status, {
         cause: error,
       });
     }
-    return { body: parsed.json, signedPolicy: signedPolicyOf(parsed.json, parsed.value) };
+    const { json: body, decoded } = parsed;
+    return { body, signedPolicy: decoded ?? (isRecord(body) ? body.signed_policy : undefined) };
   };
 
   const unexpected = async (response: JsonAnswer): Promise<never> => {
