@@ -5,7 +5,8 @@
  * round-robin over 10, 1,000 and 10,000 subjects holding 5- or 500-operation policies (v1:
  * each subject its own signer, as `authority serve` assigns them). This process plays the
  * authority: it signs each subject's policy when asked (nothing is kept but the keys) and
- * answers over IPC, so the child's CPU and RSS are the sidecar's share alone. Per row: the
+ * answers over IPC with the body its sidecar route sends, so the child's CPU and RSS are the
+ * sidecar's share alone (BENCH_BURST_CPU_PROFILE=<file>: a CPU profile of a row's burst). Per row: the
  * child's RSS and heap after the run, the warm CPU per Check (gRPC and token checks are not
  * in it: bench/sidecar.ts measures those), how many Checks had to load a policy, and a burst
  * of 100 new subjects' first Checks at once (slowest, and how many took over 200 ms).

@@ -2,9 +2,9 @@
  * The sidecar's policy path in a process of its own, for bench/policy-scale.ts: the real
  * verified-policy cache (src/policy/cache) with a real redis-server, the real signed-policy
  * verifier (public keys only), and `decide()` on every Check — as `authority sidecar` runs
- * them, without gRPC. Policy records and signer keys come from the parent over IPC (the
- * authority's sidecar route, in effect: JSON in, parsed here), so this process's CPU and RSS
- * are the sidecar's share alone. The freshness lease is always current and reports no change
+ * them, without gRPC. Policy records and signer keys come from the parent over IPC as the
+ * authority's sidecar routes answer them (status and body bytes), read by the sidecar's own
+ * authority client, so this process's CPU and RSS are the sidecar's share alone. The freshness lease is always current and reports no change
  * (the steady state between policy changes).
  *
  * Messages from the parent: { type: "run", ... } → { type: "result", ... }; the parent answers

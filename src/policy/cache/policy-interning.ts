@@ -206,10 +206,14 @@ export function createPolicyInterner(): PolicyInterner {
     if (apisHash === undefined || sectionsByHash.get(apisHash)?.deref() !== undefined)
       return { apis, section: { shared } };
     const key = bytes === undefined ? undefined : bytesKey(bytes.bytes);
+    // The kept bytes weigh in the cache's bound like the entries: once while any policy holds the section.
     const section: Section =
       bytes === undefined
         ? { shared }
-        : { shared, bytes: { copy: Buffer.from(bytes.bytes), sha256: bytes.sha256 } };
+        : {
+            shared: [...shared, { key: `apis-bytes:${apisHash}`, bytes: bytes.bytes.byteLength }],
+            bytes: { copy: Buffer.from(bytes.bytes), sha256: bytes.sha256 },
+          };
     sections.set(apis, section);
     sectionsByHash.set(apisHash, new WeakRef(apis));
     if (key !== undefined && sectionsByBytes.get(key)?.deref() === undefined)
