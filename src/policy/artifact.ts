@@ -76,7 +76,11 @@ export async function openPolicyDocument(
       ? await protector.open(artifact, context, { signedBlob: false })
       : protector.openSigned !== undefined
         ? await protector.openSigned(artifact, context)
-        : await protector.open(Buffer.from(artifact).toString("base64"), context, { signedBlob: false });
+        : await protector.open(
+            Buffer.from(artifact.buffer, artifact.byteOffset, artifact.byteLength).toString("base64"),
+            context,
+            { signedBlob: false },
+          );
   let parsed: ReturnType<typeof parsePolicyDocument>;
   try {
     parsed = parsePolicyDocument(opened.documentBytes ?? opened.document, validation);

@@ -243,6 +243,13 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     assert.equal(second.layer, "redis");
     assert.equal(source.calls.length, calls);
     assert.equal(second.policy.load.ok, true);
+    // An opener that takes base64 only is handed the blob's base64.
+    source.records.set("b3", await protectedRecord(protector, "b3", 2));
+    const base64Only = sidecarOpener(protector);
+    const c = await sidecarCache(asBytes, {
+      opener: { open: (artifact, context, options) => base64Only.open(artifact, context, options) },
+    });
+    assert.equal((await c.cache.get("b3")).policy.load.ok, true);
   });
 
   test("a first Check is answered before its sealed entry is written: a stalled Redis write does not hold it", async () => {
