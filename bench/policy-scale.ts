@@ -6,10 +6,10 @@
  * each subject its own signer, as `authority serve` assigns them). This process plays the
  * authority: it signs each subject's policy when asked (nothing is kept but the keys) and
  * answers over IPC with the body its sidecar route sends, so the child's CPU and RSS are the
- * sidecar's share alone (BENCH_BURST_CPU_PROFILE=<file>: a CPU profile of a row's burst). Per row: the
- * child's RSS and heap after the run, the warm CPU per Check (gRPC and token checks are not
- * in it: bench/sidecar.ts measures those), how many Checks had to load a policy, and a burst
- * of 100 new subjects' first Checks at once (slowest, and how many took over 200 ms).
+ * sidecar's share alone (BENCH_BURST_CPU_PROFILE=<file>: a CPU profile of a row's burst). Per
+ * row: the child's RSS and heap after the run, the warm CPU per Check (gRPC and token checks
+ * are not in it: bench/sidecar.ts measures those), how many Checks had to load a policy, and a
+ * burst of 100 new subjects' first Checks at once (slowest, and how many took over 200 ms).
  * Targets: CPU per Check at 10,000 subjects within 1.5× of 10 subjects; every first Check of
  * the burst within the 200 ms deadline (`burstMet`, every row).
  *

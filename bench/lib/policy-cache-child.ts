@@ -4,8 +4,8 @@
  * verifier (public keys only), and `decide()` on every Check — as `authority sidecar` runs
  * them, without gRPC. Policy records and signer keys come from the parent over IPC as the
  * authority's sidecar routes answer them (status and body bytes), read by the sidecar's own
- * authority client, so this process's CPU and RSS are the sidecar's share alone. The freshness lease is always current and reports no change
- * (the steady state between policy changes).
+ * authority client, so this process's CPU and RSS are the sidecar's share alone. The freshness
+ * lease is always current and reports no change (the steady state between policy changes).
  *
  * Messages from the parent: { type: "run", ... } → { type: "result", ... }; the parent answers
  * { type: "reply", id, value } to this process's { type: "fetch" | "keys", id, ... }.
