@@ -5,10 +5,11 @@
  * round-robin over 10, 1,000 and 10,000 subjects holding 5- or 500-operation policies (v1:
  * each subject its own signer, as `authority serve` assigns them). This process plays the
  * authority: it signs each subject's policy when asked (nothing is kept but the keys) and
- * answers over IPC, so the child's CPU and RSS are the sidecar's share alone. Per row: the
- * child's RSS and heap after the run, the warm CPU per Check (gRPC and token checks are not
- * in it: bench/sidecar.ts measures those), how many Checks had to load a policy, and a burst
- * of 100 new subjects' first Checks at once (slowest, and how many took over 200 ms).
+ * answers over IPC with the body its sidecar route sends, so the child's CPU and RSS are the
+ * sidecar's share alone (BENCH_BURST_CPU_PROFILE=<file>: a CPU profile of a row's burst). Per
+ * row: the child's RSS and heap after the run, the warm CPU per Check (gRPC and token checks
+ * are not in it: bench/sidecar.ts measures those), how many Checks had to load a policy, and a
+ * burst of 100 new subjects' first Checks at once (slowest, and how many took over 200 ms).
  * Targets: CPU per Check at 10,000 subjects within 1.5× of 10 subjects; every first Check of
  * the burst within the 200 ms deadline (`burstMet`, every row).
  *
@@ -19,12 +20,12 @@ import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import type { Capability } from "../src/core/capability.ts";
 import { protectPolicy } from "../src/policy/artifact.ts";
-import type { PolicyFetchResult } from "../src/policy/cache/index.ts";
 import { compilePolicyDocument } from "../src/policy/compile.ts";
 import { createLocalPolicyProtector } from "../src/policy/local-protector.ts";
 import { createProcessKeyRings } from "../src/policy/process-key-rings.ts";
+import type { SidecarPolicyResponse } from "../src/servers/authority/routes/sidecar.ts";
 import { startRedisServer } from "../test/helpers/redis-server.ts";
-import type { ScaleResult, ScaleRunMessage } from "./lib/policy-cache-child.ts";
+import type { BenchAnswer, ScaleResult, ScaleRunMessage } from "./lib/policy-cache-child.ts";
 import { policyRecordFields } from "./lib/policy-records.ts";
 import { SERVER_NODE_FLAGS, stopChild, track } from "./lib/processes.ts";
 import { benchAssignment } from "./policy.ts";
@@ -69,18 +70,19 @@ export interface PolicyScaleOptions {
   readonly cacheOptions?: Record<string, unknown>;
 }
 
-/** The authority's side: signs subject i's policy of `operations` operations on request. */
+/**
+ * The authority's side: signs subject i's policy of `operations` operations on request, and
+ * answers as its sidecar route does (`/v1/sidecar/policies/:subject`): a 304 for a known head,
+ * otherwise the subject, the record's facts and the signed blob, as JSON bytes.
+ */
 function authorityFor(operations: number) {
   const protector = createLocalPolicyProtector({
     keyRings: createProcessKeyRings(),
     serviceIdentity: "bench",
   });
   const assignment = benchAssignment(operations);
-  const fetchPolicy = async (
-    subjectId: string,
-    knownHead: number | undefined,
-  ): Promise<PolicyFetchResult> => {
-    if (knownHead === 1) return { status: "not_modified" };
+  const policyAnswer = async (subjectId: string, knownHead: number | undefined): Promise<BenchAnswer> => {
+    if (knownHead === 1) return { status: 304 };
     const document = compilePolicyDocument({
       subject: { subject_id: subjectId, subject_type: "agent", display_name: subjectId },
       cryptoVersion: "subject_credentials_v1",
@@ -92,16 +94,19 @@ function authorityFor(operations: number) {
     const context = { cryptoVersion: "subject_credentials_v1" as const, subjectId, partnerId: PARTNER };
     const { artifact, documentHash } = await protectPolicy(document, protector, PARTNER);
     const opened = await protector.open(artifact, context);
-    return {
-      status: "found",
-      record: {
+    const body: SidecarPolicyResponse = {
+      subject: { subject_id: subjectId, partner_id: PARTNER, identity: "platform_vouched" },
+      policy: {
         ...policyRecordFields(document, PARTNER, documentHash),
         updated_at: "2026-01-01T00:00:00.000Z",
       },
-      signedPolicy: opened.signedBlob ?? null,
-      partnerId: PARTNER,
-      identity: "platform_vouched",
+      signed_policy: opened.signedBlob ?? null,
     };
+    return { status: 200, body: Buffer.from(JSON.stringify(body)) };
+  };
+  const keysAnswer = async (owner: string): Promise<BenchAnswer> => {
+    const ring = await protector.signerKeys?.(owner);
+    return ring === undefined ? { status: 404 } : { status: 200, body: Buffer.from(JSON.stringify(ring)) };
   };
   const capability: Capability = {
     capability_id: CAPABILITY,
@@ -111,7 +116,7 @@ function authorityFor(operations: number) {
     operations: assignment.operations,
   };
   const paths = assignment.operations.slice(0, 50).map((op) => op.path.replace("{id}", "42"));
-  return { protector, fetchPolicy, capability, paths, allowed: assignment.allowed_permission_ids };
+  return { policyAnswer, keysAnswer, capability, paths };
 }
 
 async function runChild(
@@ -122,13 +127,11 @@ async function runChild(
   const authority = authorityFor(operations);
   // The burst's subjects are signed beforehand and their answers handed to the child before
   // the burst, as response bodies (bytes): the burst measures the sidecar, not this process.
-  const bodies: Record<string, Uint8Array> = {};
+  const bodies: Record<string, BenchAnswer> = {};
   for (let i = 0; i < message.burst; i++) {
     const subjectId = `scale-agent-${message.subjects + i}`;
-    bodies[subjectId] = Buffer.from(JSON.stringify(await authority.fetchPolicy(subjectId, undefined)));
-    bodies[`subject:${subjectId}`] = Buffer.from(
-      JSON.stringify(await authority.protector.signerKeys?.(`subject:${subjectId}`)),
-    );
+    bodies[subjectId] = await authority.policyAnswer(subjectId, undefined);
+    bodies[`subject:${subjectId}`] = await authority.keysAnswer(`subject:${subjectId}`);
   }
   const child: ChildProcess = track(
     fork(fileURLToPath(new URL("./lib/policy-cache-child.ts", import.meta.url)), [], {
@@ -149,13 +152,13 @@ async function runChild(
         if (m.type === "bodies") {
           child.send({ type: "reply", id: m.id, value: bodies });
         } else if (m.type === "fetch") {
-          authority.fetchPolicy(m.subjectId ?? "", m.knownHead).then(
-            (value) => child.send({ type: "reply", id: m.id, value: JSON.stringify(value) }),
+          authority.policyAnswer(m.subjectId ?? "", m.knownHead).then(
+            (value) => child.send({ type: "reply", id: m.id, value }),
             (error: unknown) => reject(error),
           );
         } else if (m.type === "keys") {
-          authority.protector.signerKeys?.(m.owner ?? "").then(
-            (value) => child.send({ type: "reply", id: m.id, value: JSON.stringify(value) }),
+          authority.keysAnswer(m.owner ?? "").then(
+            (value) => child.send({ type: "reply", id: m.id, value }),
             (error: unknown) => reject(error),
           );
         } else if (m.type === "result") resolve(raw as ScaleResult);

@@ -2,27 +2,30 @@
  * The sidecar's policy path in a process of its own, for bench/policy-scale.ts: the real
  * verified-policy cache (src/policy/cache) with a real redis-server, the real signed-policy
  * verifier (public keys only), and `decide()` on every Check — as `authority sidecar` runs
- * them, without gRPC. Policy records and signer keys come from the parent over IPC (the
- * authority's sidecar route, in effect: JSON in, parsed here), so this process's CPU and RSS
- * are the sidecar's share alone. The freshness lease is always current and reports no change
- * (the steady state between policy changes).
+ * them, without gRPC. Policy records and signer keys come from the parent over IPC as the
+ * authority's sidecar routes answer them (status and body bytes), read by the sidecar's own
+ * authority client, so this process's CPU and RSS are the sidecar's share alone. The freshness
+ * lease is always current and reports no change (the steady state between policy changes).
  *
  * Messages from the parent: { type: "run", ... } → { type: "result", ... }; the parent answers
  * { type: "reply", id, value } to this process's { type: "fetch" | "keys", id, ... }.
  */
 import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import { Session } from "node:inspector/promises";
 import type { Capability } from "../../src/core/capability.ts";
 import { decide } from "../../src/core/decision.ts";
-import type { PublicKeyRingJson } from "../../src/crypto/index.ts";
+import type { JsonFetch } from "../../src/core/json-fetch.ts";
 import {
   createRedisPolicyStore,
   createVerifiedPolicyCache,
   deriveCacheKeys,
   type FreshnessLease,
-  type PolicyFetchResult,
   type VerifiedPolicyCacheOptions,
 } from "../../src/policy/cache/index.ts";
 import { createSignedPolicyVerifier } from "../../src/policy/signed-policy.ts";
+import { createAuthorityClient } from "../../src/servers/sidecar/authority-client.ts";
+import { answerOf } from "../../src/servers/sidecar/node-json-fetch.ts";
 import { POLICY_CACHE_SETTINGS } from "../../test/helpers/policy-cache-settings.ts";
 
 export interface ScaleRunMessage {
@@ -85,19 +88,70 @@ const lease: FreshnessLease = {
   whenCurrent: async () => true,
 };
 
-/**
- * The burst's answers, handed over before it starts (after the warm figures are taken): the
- * bytes of the authority's response bodies, by subject id (its policy) or owner (its keys).
- * A fetch of one decodes and parses it, as a sidecar does a response body; the 0.5 MB of a
- * 500-operation record crossing the IPC channel is not the sidecar's CPU (decision 3031).
- */
-const bodies = new Map<string, Uint8Array>();
+/** An answer of the authority's sidecar routes as the parent sends it: its status and body bytes. */
+export interface BenchAnswer {
+  readonly status: number;
+  readonly body?: Uint8Array;
+}
 
-function held(key: string): string | undefined {
-  const body = bodies.get(key);
-  return body === undefined
-    ? undefined
-    : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString("utf8");
+/**
+ * The burst's answers, handed over before it starts (after the warm figures are taken), by
+ * subject id (its policy) or owner (its keys). The sidecar's authority client reads them as it
+ * reads its transport's answers (the bytes of a body read whole), so a first Check pays what
+ * a sidecar's does for the body; the 0.5 MB of a 500-operation answer crossing the IPC channel
+ * is not the sidecar's CPU (decision 3031).
+ */
+const bodies = new Map<string, BenchAnswer>();
+
+/** The sidecar's authority client over the parent: held answers first, otherwise asked for. */
+function authorityClient() {
+  const fetch: JsonFetch = async (url, init) => {
+    const path = decodeURIComponent(new URL(url).pathname);
+    const policy = path.match(/^\/v1\/sidecar\/policies\/(.+)$/)?.[1];
+    const owner = path.match(/^\/v1\/sidecar\/policy-keys\/(.+)$/)?.[1];
+    const knownHead = init.headers["if-none-match"]?.replaceAll('"', "");
+    const key = policy ?? owner ?? "";
+    const held = knownHead === undefined ? bodies.get(key) : undefined;
+    const answer =
+      held ??
+      (await ask<BenchAnswer>(
+        policy === undefined
+          ? { type: "keys", owner }
+          : {
+              type: "fetch",
+              subjectId: policy,
+              knownHead: knownHead === undefined ? undefined : Number(knownHead),
+            },
+      ));
+    const body = answer.body ?? new Uint8Array();
+    return answerOf(answer.status, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+  };
+  return createAuthorityClient({
+    baseUrl: "http://authority.bench",
+    token: { token: async () => "bench-token", invalidate: () => undefined },
+    fetch,
+  });
+}
+
+/**
+ * BENCH_BURST_CPU_PROFILE=<file>: a CPU profile (100 µs sampling) of the burst alone, from its
+ * first Check to its last answer, written to the file (the write-backs after it are not in it).
+ */
+async function startBurstProfile(): Promise<{ stop(): Promise<void> } | undefined> {
+  const file = process.env.BENCH_BURST_CPU_PROFILE;
+  if (file === undefined || file === "") return undefined;
+  const session = new Session();
+  session.connect();
+  await session.post("Profiler.enable");
+  await session.post("Profiler.setSamplingInterval", { interval: 100 });
+  await session.post("Profiler.start");
+  return {
+    async stop() {
+      const { profile } = await session.post("Profiler.stop");
+      writeFileSync(file, JSON.stringify(profile));
+      session.disconnect();
+    },
+  };
 }
 
 async function run(message: ScaleRunMessage): Promise<ScaleResult> {
@@ -105,25 +159,12 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
   await store.waitReady(5000);
   gc();
   const heapUsedBeforeBytes = process.memoryUsage().heapUsed;
+  const client = authorityClient();
   const cache = createVerifiedPolicyCache({
     ...POLICY_CACHE_SETTINGS,
     ...message.cacheOptions,
-    source: {
-      fetchPolicy: async (subjectId, options) =>
-        JSON.parse(
-          (options.knownHead === undefined ? held(subjectId) : undefined) ??
-            (await ask<string>({ type: "fetch", subjectId, knownHead: options.knownHead })),
-        ) as PolicyFetchResult,
-    },
-    opener: createSignedPolicyVerifier({
-      serviceIdentity: "bench",
-      source: {
-        fetchPolicyKeys: async (owner) =>
-          JSON.parse(held(owner) ?? (await ask<string>({ type: "keys", owner }))) as
-            | PublicKeyRingJson
-            | undefined,
-      },
-    }),
+    source: client,
+    opener: createSignedPolicyVerifier({ serviceIdentity: "bench", source: client }),
     redis: { store, keys: deriveCacheKeys(new Uint8Array(randomBytes(32))) },
     freshness: lease,
     events: { writeBack: (result) => (writeBacks[result] += 1) },
@@ -196,9 +237,10 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
   if (message.burst > 0) {
     // The warm phase's write-backs are long done in a sidecar that served a while.
     await cache.writtenBack();
-    const handed = await ask<Record<string, Uint8Array>>({ type: "bodies" });
+    const handed = await ask<Record<string, BenchAnswer>>({ type: "bodies" });
     for (const [key, body] of Object.entries(handed)) bodies.set(key, body);
     const dropped = writeBacks.dropped;
+    const profile = await startBurstProfile();
     const burstCpu = process.cpuUsage();
     const burstStart = performance.now();
     await Promise.all(
@@ -210,6 +252,7 @@ async function run(message: ScaleRunMessage): Promise<ScaleResult> {
       }),
     );
     const spent = process.cpuUsage(burstCpu);
+    await profile?.stop();
     burstCpuMsPerSubject = (spent.user + spent.system) / 1000 / message.burst;
     // What the burst's sealed entries cost after the Checks were answered (off their path).
     const writeBackCpu = process.cpuUsage();

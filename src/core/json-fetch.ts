@@ -19,6 +19,8 @@ export interface JsonAnswer {
   readonly status: number;
   /** The body parsed as JSON; rejects when it is not JSON. */
   json(): Promise<unknown>;
+  /** The body's bytes, when the transport read it whole (the sidecar's does; decision 3131). */
+  bytes?(): Promise<Uint8Array>;
   /** The unread body (fetch's), to be released; absent when the answer was read whole. */
   readonly body?: { cancel(): Promise<void> } | null;
 }

@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { canonicalJson, hashCanonical, type Sha256Ref, sha256Hex } from "./canonical-json.ts";
 import { CoreError } from "./core-error.ts";
 import { type OperationSnapshot, operationSnapshotProblems } from "./operation-snapshot.ts";
@@ -144,6 +144,23 @@ export interface KnownApis {
   readonly policyHash?: Sha256Ref;
 }
 
+/**
+ * A section held with the exact bytes it was parsed from (the text from its start to the end of
+ * the section) and SHA-256 run over them: a text that starts with those bytes is hashed from there.
+ */
+export interface HeldApis extends KnownApis {
+  /** The state after the section's bytes, never digested (continued on a copy). */
+  readonly sha256: Hash;
+}
+
+/** Where a parsed section came from, for a holder to keep: the bytes, and SHA-256 run over them. */
+export interface ApisSectionBytes {
+  /** A view of the text from its start to the end of the section. */
+  readonly bytes: Uint8Array;
+  /** The state after `bytes`, never digested. */
+  readonly sha256: Hash;
+}
+
 export interface PolicyValidationOptions {
   /**
    * An entry that passed this validation before (in an earlier document) and has the same
@@ -157,6 +174,12 @@ export interface PolicyValidationOptions {
    * bytes takes the section without parsing or validating it again.
    */
   readonly knownApis?: (hash: Sha256Ref) => KnownApis | undefined;
+  /**
+   * parsePolicyDocument only: the section held for exactly these bytes (a document's, from its
+   * start to the end of its `apis` value; the holder compares them byte for byte), or undefined.
+   * Asked first: a section found so is neither hashed, parsed nor validated again.
+   */
+  readonly heldApis?: (bytes: Uint8Array) => HeldApis | undefined;
 }
 
 /** The schema's bound on `apis`: past it the whole document is checked, and refused. */
@@ -283,6 +306,8 @@ export interface ParsedPolicyDocument {
    * its own: what a holder may file `document.apis` under for knownApis.
    */
   readonly apisHash?: Sha256Ref;
+  /** With `apisHash`: the bytes it is the hash of, and SHA-256 run over them (for `heldApis`). */
+  readonly apisSection?: ApisSectionBytes;
 }
 
 const ref = (digest: string): Sha256Ref => `sha256:${digest}`;
@@ -293,7 +318,9 @@ const ref = (digest: string): Sha256Ref => `sha256:${digest}`;
  * one whose bytes hash to a section `knownApis` holds (parsed alone and validated before) is
  * neither decoded, parsed nor validated again: bytes = opening + section + rest, the section
  * one complete value and the rest without `apis`, so parsing the whole gives the rest with
- * that section's value. The section's key and the text's hash are taken in one pass.
+ * that section's value. The section's key and the text's hash are taken in one pass; a section
+ * `heldApis` holds for the very bytes the text starts with is not hashed again either (SHA-256
+ * continues from the state held after them, over the rest).
  */
 export function parsePolicyDocument(
   text: string | Uint8Array,
@@ -303,13 +330,21 @@ export function parsePolicyDocument(
     return { document: validatePolicyDocument(JSON.parse(text), options), textHash: ref(sha256Hex(text)) };
   const bytes = Buffer.from(text.buffer, text.byteOffset, text.byteLength);
   const whole = () => validatePolicyDocument(JSON.parse(bytes.toString("utf8")), options);
-  const split = options.knownApis === undefined ? undefined : splitApisSection(bytes);
-  if (split === undefined || options.knownApis === undefined)
-    return { document: whole(), textHash: ref(sha256Hex(bytes)) };
-  const hash = createHash("sha256").update(bytes.subarray(0, split.end));
+  const split =
+    options.knownApis === undefined && options.heldApis === undefined ? undefined : splitApisSection(bytes);
+  if (split === undefined) return { document: whole(), textHash: ref(sha256Hex(bytes)) };
+  const section = bytes.subarray(0, split.end);
+  const rest = bytes.subarray(split.end);
+  const held = options.heldApis?.(section);
+  if (held !== undefined) {
+    const textHash = ref(held.sha256.copy().update(rest).digest("hex"));
+    return { document: validate({ ...split.rest, apis: held.apis }, options, held), textHash };
+  }
+  const hash = createHash("sha256").update(section);
+  const sha256 = hash.copy();
   const apisHash = ref(hash.copy().digest("hex"));
-  const textHash = ref(hash.update(bytes.subarray(split.end)).digest("hex"));
-  const known = options.knownApis(apisHash);
+  const textHash = ref(hash.update(rest).digest("hex"));
+  const known = options.knownApis?.(apisHash);
   if (known !== undefined)
     return { document: validate({ ...split.rest, apis: known.apis }, options, known), textHash };
   let apis: unknown;
@@ -319,7 +354,8 @@ export function parsePolicyDocument(
     // Not one value (a wrong split): the whole text decides, as without a known section.
     return { document: whole(), textHash };
   }
-  return { document: validatePolicyDocument({ ...split.rest, apis }, options), textHash, apisHash };
+  const document = validatePolicyDocument({ ...split.rest, apis }, options);
+  return { document, textHash, apisHash, apisSection: { bytes: section, sha256 } };
 }
 
 /**

@@ -1,4 +1,5 @@
 import {
+  type ApisSectionBytes,
   CRYPTO_VERSION_V2,
   canonicalJson,
   POLICY_SCHEMA_V1,
@@ -52,6 +53,8 @@ export interface OpenedPolicyDocument {
   readonly signedAt: string;
   /** parsePolicyDocument's key of the `apis` section (the bytes up to its end), when it was parsed alone. */
   readonly apisHash?: Sha256Ref;
+  /** With `apisHash`: the bytes it is the hash of, and SHA-256 run over them. */
+  readonly apisSection?: ApisSectionBytes;
 }
 
 /**
@@ -62,20 +65,29 @@ export interface OpenedPolicyDocument {
  * entries and `apis` sections validated before (parsePolicyDocument).
  */
 export async function openPolicyDocument(
-  artifact: string,
+  artifact: string | Uint8Array,
   protector: PolicyOpener,
   context: PolicyProtectionContext,
   validation: PolicyValidationOptions = {},
 ): Promise<OpenedPolicyDocument> {
   // The decision needs the text only; the signed blob is what the sidecar route asks for.
-  const opened = await protector.open(artifact, context, { signedBlob: false });
+  const opened =
+    typeof artifact === "string"
+      ? await protector.open(artifact, context, { signedBlob: false })
+      : protector.openSigned !== undefined
+        ? await protector.openSigned(artifact, context)
+        : await protector.open(
+            Buffer.from(artifact.buffer, artifact.byteOffset, artifact.byteLength).toString("base64"),
+            context,
+            { signedBlob: false },
+          );
   let parsed: ReturnType<typeof parsePolicyDocument>;
   try {
     parsed = parsePolicyDocument(opened.documentBytes ?? opened.document, validation);
   } catch (error) {
     throw new PolicyProtectionError("policy_unverifiable", "policy content is invalid", { cause: error });
   }
-  const { document, textHash, apisHash } = parsed;
+  const { document, textHash, apisHash, apisSection } = parsed;
   if (cryptoVersionOf(document) !== context.cryptoVersion) {
     throw new PolicyProtectionError("policy_unverifiable", "policy schema does not match its crypto version");
   }
@@ -85,6 +97,7 @@ export async function openPolicyDocument(
     signer: opened.signer,
     signedAt: opened.signedAt,
     ...(apisHash === undefined ? {} : { apisHash }),
+    ...(apisSection === undefined ? {} : { apisSection }),
   };
 }
 

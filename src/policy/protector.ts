@@ -43,6 +43,12 @@ export interface OpenOptions {
 export interface PolicyOpener {
   open(artifact: string, context: PolicyProtectionContext, options?: OpenOptions): Promise<OpenedPolicy>;
   /**
+   * `open` for a signed blob given as its bytes rather than base64 (a sidecar's verifier: its
+   * client decodes the blob from the answer's bytes; decision 3131). Without it such a blob is
+   * opened as its base64.
+   */
+  openSigned?(blob: Uint8Array, context: PolicyProtectionContext): Promise<OpenedPolicy>;
+  /**
    * Starts fetching the public keys a policy of this subject is likely signed with, without
    * waiting, while the policy itself is fetched (openers that fetch keys). Nothing is trusted
    * by it: the keys are only used by `open`, to verify a policy their owner must have signed.

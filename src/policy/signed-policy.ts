@@ -105,48 +105,56 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
   /** The crypto version of the last policy opened: which owner a subject's next policy is likely signed by. */
   let lastVersion: PolicyProtectionContext["cryptoVersion"] | undefined;
 
+  /** Verifies a signed blob (bytes); `signedPolicy`: its base64 as given, handed back as `signedBlob`. */
+  const verify = async (
+    blob: Buffer,
+    context: PolicyProtectionContext,
+    signedPolicy?: string,
+  ): Promise<OpenedPolicy> => {
+    lastVersion = context.cryptoVersion;
+    const expected = policyKeyOwner(context, options.serviceIdentity);
+    let signer: string;
+    let keyId: string;
+    try {
+      // Unverified: only selects the key that must verify it, and refuses another signer early.
+      const document = parseSignedDocument(decodeSignedBlob(blob).document);
+      signer = document.signer;
+      keyId = document.signer_key_id;
+    } catch (error) {
+      throw unverifiable("signed policy is malformed", error);
+    }
+    if (signer !== expected) throw unverifiable("policy was signed by another owner");
+    const key = await keys.keyFor(signer, keyId);
+    try {
+      const verified = await verifySignedBlob(blob, {
+        signerKeys: (name, id) => (name === signer && id === keyId ? key : undefined),
+        expectedPurpose: POLICY_PURPOSE,
+      });
+      if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
+      const payload = verified.payload;
+      let text: string | undefined;
+      return {
+        // Decoded only if asked for (a view into the blob, not copied first): the cache
+        // parses the bytes, and decodes little of them when their apis section is known.
+        get document() {
+          text ??= Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString("utf8");
+          return text;
+        },
+        documentBytes: payload,
+        signer: verified.signer,
+        signedAt: verified.signedAt,
+        ...(signedPolicy === undefined ? {} : { signedBlob: signedPolicy }),
+      };
+    } catch (error) {
+      if (isCryptoError(error)) throw unverifiable(`signed policy rejected: ${error.code}`, error);
+      throw error;
+    }
+  };
+
   return {
-    async open(signedPolicy: string, context: PolicyProtectionContext): Promise<OpenedPolicy> {
-      lastVersion = context.cryptoVersion;
-      const expected = policyKeyOwner(context, options.serviceIdentity);
-      const blob = Buffer.from(signedPolicy, "base64");
-      let signer: string;
-      let keyId: string;
-      try {
-        // Unverified: only selects the key that must verify it, and refuses another signer early.
-        const document = parseSignedDocument(decodeSignedBlob(blob).document);
-        signer = document.signer;
-        keyId = document.signer_key_id;
-      } catch (error) {
-        throw unverifiable("signed policy is malformed", error);
-      }
-      if (signer !== expected) throw unverifiable("policy was signed by another owner");
-      const key = await keys.keyFor(signer, keyId);
-      try {
-        const verified = await verifySignedBlob(blob, {
-          signerKeys: (name, id) => (name === signer && id === keyId ? key : undefined),
-          expectedPurpose: POLICY_PURPOSE,
-        });
-        if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
-        const payload = verified.payload;
-        let text: string | undefined;
-        return {
-          // Decoded only if asked for (a view into the blob, not copied first): the cache
-          // parses the bytes, and decodes little of them when their apis section is known.
-          get document() {
-            text ??= Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString("utf8");
-            return text;
-          },
-          documentBytes: payload,
-          signer: verified.signer,
-          signedAt: verified.signedAt,
-          signedBlob: signedPolicy,
-        };
-      } catch (error) {
-        if (isCryptoError(error)) throw unverifiable(`signed policy rejected: ${error.code}`, error);
-        throw error;
-      }
-    },
+    open: (signedPolicy, context) => verify(Buffer.from(signedPolicy, "base64"), context, signedPolicy),
+    openSigned: (blob, context) =>
+      verify(Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength), context),
     prefetchKeys(subjectId) {
       // Signed by the owner the last policy's crypto version names (v1, a subject's own keys,
       // until a policy says otherwise); for v2 that is the service's ring, fetched once.

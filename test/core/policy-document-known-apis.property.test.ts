@@ -5,7 +5,7 @@
  * what JSON.parse + validatePolicyDocument make of it (the same document, or a refusal).
  */
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { canonicalJson } from "../../src/core/canonical-json.ts";
@@ -23,22 +23,31 @@ import { entry, outcomeOf, policyV1, policyV2, snapshot } from "./fixtures.ts";
 
 function sectionHolder() {
   const held = new Map<string, KnownApis>();
+  /** The bytes each held section was parsed from, and SHA-256 run over them (heldApis). */
+  const heldBytes: { readonly copy: Buffer; readonly sha256: Hash; readonly known: KnownApis }[] = [];
   const asked: string[] = [];
   const options: PolicyValidationOptions = {
     knownApis: (hash) => {
       asked.push(hash);
       return held.get(hash);
     },
+    heldApis: (bytes) => {
+      const found = heldBytes.find(({ copy }) => copy.equals(bytes));
+      return found === undefined ? undefined : { ...found.known, sha256: found.sha256 };
+    },
   };
   /** The exact bytes a verifier hands over (a string as its UTF-8). */
   const parse = (text: string | Uint8Array) => {
     const parsed = parsePolicyDocument(typeof text === "string" ? Buffer.from(text) : text, options);
-    const { document, apisHash } = parsed;
+    const { document, apisHash, apisSection } = parsed;
     if (apisHash !== undefined && !held.has(apisHash)) {
-      held.set(apisHash, {
+      const known = {
         apis: document.apis,
         ...(document.schema_version === POLICY_SCHEMA_V2 ? { policyHash: document.policy_hash } : {}),
-      });
+      };
+      held.set(apisHash, known);
+      assert.ok(apisSection !== undefined, "a section filed under its hash comes with its bytes");
+      heldBytes.push({ copy: Buffer.from(apisSection.bytes), sha256: apisSection.sha256, known });
     }
     return parsed;
   };
@@ -74,11 +83,14 @@ describe("parsePolicyDocument: an apis section known by its exact bytes", () => 
       return parse(source, reviver);
     };
     let second: ReturnType<typeof parsePolicyDocument>;
+    holder.asked.length = 0;
     try {
       second = holder.parse(text);
     } finally {
       JSON.parse = parse;
     }
+    // Found by its bytes: the section was not hashed (its hash never asked for) nor parsed.
+    assert.deepEqual(holder.asked, []);
     assert.equal(second.document.apis, first.document.apis);
     assert.equal(second.document.subject.subject_id, "agent-8");
     assert.deepEqual(second.document, validatePolicyDocument(JSON.parse(text)));

@@ -20,15 +20,20 @@
  * are always `{"apis":`), never by anything a document says about itself: a
  * later document whose section has those bytes takes the shared array (`knownApis`) without
  * parsing, validating or hashing its entries — subjects assigned the same capabilities carry
- * byte-identical sections.
+ * byte-identical sections. With the section its bytes are kept (one copy per section) and
+ * SHA-256 run over them (`heldApis`): a later document that starts with exactly those bytes —
+ * compared byte for byte, found by their length and last bytes — takes the section without
+ * those bytes being hashed again; the text's hash continues from the held state over the rest.
  *
  * `heapBytes` estimates the V8 heap a JSON value occupies (64-bit, no pointer compression, as
  * Node ships): objects and arrays with their backing stores, strings with their characters,
  * doubles boxed; property names are internalized (shared) and not counted. The cache's byte
  * bound uses it; test/policy/cache/policy-interning.test.ts checks it against measured heap.
  */
-import { createHash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import {
+  type ApisSectionBytes,
+  type HeldApis,
   type KnownApis,
   POLICY_SCHEMA_V2,
   type PolicyApiEntry,
@@ -141,9 +146,11 @@ export interface PolicyInterner {
    * `apisHash`: parsePolicyDocument's key of the exact bytes `document.apis` was parsed from,
    * alone; the section is then held under it. Only for a verified document.
    */
-  intern(document: PolicyDocument, apisHash?: Sha256Ref): InternedDocument;
+  intern(document: PolicyDocument, apisHash?: Sha256Ref, bytes?: ApisSectionBytes): InternedDocument;
   /** The held section filed under `hash` (the bytes a verified document's section had), if any. */
   knownApis(hash: Sha256Ref): KnownApis | undefined;
+  /** The held section whose bytes (kept when it was filed) are exactly `bytes`, if any. */
+  heldApis(bytes: Uint8Array): HeldApis | undefined;
   /** The held entry of the same content as `entry` (one a verified document had), if any. */
   knownEntry(entry: unknown): PolicyApiEntry | undefined;
   /** Shared instances alive now (entries and snapshots). */
@@ -155,6 +162,14 @@ interface Section {
   readonly shared: Weight["shared"];
   /** hashCanonical of the section, once a v2 document carrying it had it checked. */
   policyHash?: Sha256Ref;
+  /** A copy of the bytes it was parsed from, and SHA-256 run over them (never digested). */
+  readonly bytes?: { readonly copy: Buffer; readonly sha256: Hash };
+}
+
+/** Where held bytes are looked for: their length and last 64 bytes (a match is then compared whole). */
+function bytesKey(bytes: Uint8Array): string {
+  const view = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return `${view.length}:${view.toString("latin1", Math.max(0, view.length - 64))}`;
 }
 
 export function createPolicyInterner(): PolicyInterner {
@@ -169,28 +184,47 @@ export function createPolicyInterner(): PolicyInterner {
 
   /** Sections by the hash of their bytes, held weakly (a document holding the array keeps it). */
   const sectionsByHash = new Map<Sha256Ref, WeakRef<readonly PolicyApiEntry[]>>();
+  /** The same sections by bytesKey of the bytes they hold (one per key: another is found by its hash). */
+  const sectionsByBytes = new Map<string, WeakRef<readonly PolicyApiEntry[]>>();
   const sections = new WeakMap<readonly PolicyApiEntry[], Section>();
-  const sectionCleanup = new FinalizationRegistry<Sha256Ref>((hash) => {
-    if (sectionsByHash.get(hash)?.deref() === undefined) sectionsByHash.delete(hash);
+  const sectionCleanup = new FinalizationRegistry<{ hash: Sha256Ref; bytesKey?: string }>((filed) => {
+    if (sectionsByHash.get(filed.hash)?.deref() === undefined) sectionsByHash.delete(filed.hash);
+    if (filed.bytesKey !== undefined && sectionsByBytes.get(filed.bytesKey)?.deref() === undefined)
+      sectionsByBytes.delete(filed.bytesKey);
   });
   /** The document's section: the held one it already is, or its entries interned (and filed under `apisHash`). */
-  const sectionOf = (document: PolicyDocument, apisHash: Sha256Ref | undefined) => {
+  const sectionOf = (
+    document: PolicyDocument,
+    apisHash: Sha256Ref | undefined,
+    bytes: ApisSectionBytes | undefined,
+  ) => {
     const held = sections.get(document.apis);
     if (held !== undefined) return { apis: document.apis, section: held };
     const interned = document.apis.map(internEntry);
     const apis = Object.freeze(interned.map((entry) => entry.value));
-    const section: Section = { shared: interned.map(({ key, bytes }) => ({ key, bytes })) };
-    if (apisHash !== undefined && sectionsByHash.get(apisHash)?.deref() === undefined) {
-      sections.set(apis, section);
-      sectionsByHash.set(apisHash, new WeakRef(apis));
-      sectionCleanup.register(apis, apisHash);
-    }
+    const shared = interned.map(({ key, bytes }) => ({ key, bytes }));
+    if (apisHash === undefined || sectionsByHash.get(apisHash)?.deref() !== undefined)
+      return { apis, section: { shared } };
+    const key = bytes === undefined ? undefined : bytesKey(bytes.bytes);
+    // The kept bytes weigh in the cache's bound like the entries: once while any policy holds the section.
+    const section: Section =
+      bytes === undefined
+        ? { shared }
+        : {
+            shared: [...shared, { key: `apis-bytes:${apisHash}`, bytes: bytes.bytes.byteLength }],
+            bytes: { copy: Buffer.from(bytes.bytes), sha256: bytes.sha256 },
+          };
+    sections.set(apis, section);
+    sectionsByHash.set(apisHash, new WeakRef(apis));
+    if (key !== undefined && sectionsByBytes.get(key)?.deref() === undefined)
+      sectionsByBytes.set(key, new WeakRef(apis));
+    sectionCleanup.register(apis, key === undefined ? { hash: apisHash } : { hash: apisHash, bytesKey: key });
     return { apis, section };
   };
 
   return {
-    intern(document, apisHash) {
-      const { apis, section } = sectionOf(document, apisHash);
+    intern(document, apisHash, bytes) {
+      const { apis, section } = sectionOf(document, apisHash, bytes);
       // A v2 document was validated against its policy_hash: the section's canonical hash.
       if (document.schema_version === POLICY_SCHEMA_V2) section.policyHash ??= document.policy_hash;
       const shell = { ...document, apis } as PolicyDocument;
@@ -204,6 +238,16 @@ export function createPolicyInterner(): PolicyInterner {
       const section = apis === undefined ? undefined : sections.get(apis);
       if (apis === undefined || section === undefined) return undefined;
       return section.policyHash === undefined ? { apis } : { apis, policyHash: section.policyHash };
+    },
+    heldApis(bytes) {
+      const apis = sectionsByBytes.get(bytesKey(bytes))?.deref();
+      const section = apis === undefined ? undefined : sections.get(apis);
+      if (apis === undefined || section?.bytes === undefined || !section.bytes.copy.equals(bytes))
+        return undefined;
+      const { sha256 } = section.bytes;
+      return section.policyHash === undefined
+        ? { apis, sha256 }
+        : { apis, policyHash: section.policyHash, sha256 };
     },
     knownEntry: (entry) => entries.find(entry),
     get size() {

@@ -1,10 +1,10 @@
 import { LRUCache } from "lru-cache";
 import type { PolicyLoad } from "../../core/decision.ts";
 import { growingBound } from "../../core/growing-bound.ts";
-import type { PolicyDocument, PolicyValidationOptions, Sha256Ref } from "../../core/index.ts";
+import type { PolicyDocument, PolicyValidationOptions } from "../../core/index.ts";
 import { isSubjectIdentity, type SubjectIdentity } from "../../core/subject-identity.ts";
 import type { CryptoVersion } from "../../store/model.ts";
-import { openPolicyDocument } from "../artifact.ts";
+import { type OpenedPolicyDocument, openPolicyDocument } from "../artifact.ts";
 import type { PolicyChange } from "../change-log.ts";
 import { withRevocationMarker } from "../loader.ts";
 import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
@@ -62,8 +62,11 @@ export type PolicyFetchResult =
       readonly status: "found";
       /** The record's facts (the encrypted artifact never reaches a sidecar). */
       readonly record: PolicyRecordFacts;
-      /** base64 signed blob; null when the authority could not open the artifact. */
-      readonly signedPolicy: string | null;
+      /**
+       * base64 signed blob, or the blob itself when the client decoded it from the answer's
+       * bytes (decision 3131); null when the authority could not open the artifact.
+       */
+      readonly signedPolicy: string | Uint8Array | null;
       /** The subject's partner as the authority knows it (from the subject record, not the policy record). */
       readonly partnerId: string;
       /** Which principals stand for the subject (src/core/subject-identity.ts), from the subject record. */
@@ -262,7 +265,16 @@ interface SealedPolicy {
  */
 const ENTRY_OVERHEAD_BYTES = 1024;
 
-function sealable(policy: VerifiedPolicy, blob: string | undefined): SealedPolicy | undefined {
+/** base64 of a signed policy held as its blob: made when it is sealed, after the Check. */
+const base64Of = (signed: string | Uint8Array): string =>
+  typeof signed === "string"
+    ? signed
+    : Buffer.from(signed.buffer, signed.byteOffset, signed.byteLength).toString("base64");
+
+/** The sealed entry's content, its signed policy still as given (base64Of when it is sealed). */
+type Sealable = Omit<SealedPolicy, "signed_policy"> & { readonly signed_policy: string | Uint8Array | null };
+
+function sealable(policy: VerifiedPolicy, blob: string | Uint8Array | undefined): Sealable | undefined {
   const signed = policy.load.ok ? policy.signed : undefined;
   // An allow without its signed policy cannot be checked again by the next reader: not cached.
   if (policy.load.ok && (signed === undefined || blob === undefined)) return undefined;
@@ -281,11 +293,11 @@ function sealable(policy: VerifiedPolicy, blob: string | undefined): SealedPolic
   };
 }
 
-/** Interns a verified document (its `apis` filed under `apisHash`, the hash of the bytes it was parsed from). */
+/** Interns a verified document (its `apis` filed under the bytes it was parsed from and their hash). */
 type Verified = (
   document: PolicyDocument,
   facts: Pick<PolicyRecordFacts, "revoked_at">,
-  apisHash?: Sha256Ref,
+  opened?: Pick<OpenedPolicyDocument, "apisHash" | "apisSection">,
 ) => PolicyLoad;
 
 /**
@@ -339,7 +351,7 @@ async function fromSealed(
       partnerId,
       identity,
       verifiedAt: entry.verified_at,
-      load: verified(opened.document, { revoked_at: marker }, opened.apisHash),
+      load: verified(opened.document, { revoked_at: marker }, opened),
       signed: { cryptoVersion, documentHash, revokedMarker: marker },
       fromRedis: true,
     };
@@ -411,12 +423,13 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const validation: PolicyValidationOptions = {
     knownEntry: (entry) => interner.knownEntry(entry),
     knownApis: (hash) => interner.knownApis(hash),
+    heldApis: (bytes) => interner.heldApis(bytes),
   };
   /** What each verified document holds beside the entries it shares with other subjects. */
   const weights = new WeakMap<PolicyDocument, Weight>();
   /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
-  const verified: Verified = (document, facts, apisHash) => {
-    const interned = interner.intern(document, apisHash);
+  const verified: Verified = (document, facts, opened) => {
+    const interned = interner.intern(document, opened?.apisHash, opened?.apisSection);
     const load = withRevocationMarker({ ok: true, document: interned.document }, facts);
     if (load.ok) weights.set(load.document, interned.weight);
     return load;
@@ -648,7 +661,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
 
   const openRecord = async (
     record: PolicyRecordFacts,
-    signedPolicy: string | null,
+    signedPolicy: string | Uint8Array | null,
     partnerId: string,
     identity: SubjectIdentity,
     subjectId: string,
@@ -674,7 +687,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
       // A revocation written while the crypto service was down is a deny-only marker.
       return {
         ...base,
-        load: verified(opened.document, record, opened.apisHash),
+        load: verified(opened.document, record, opened),
         signed: {
           cryptoVersion: record.crypto_version,
           documentHash: record.document_hash,
@@ -696,7 +709,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
    * head). The head is raised before the Check is answered, as ever; the sealed entry is
    * written after it (writeBacks): best effort, a lost write only costs another sidecar a fetch.
    */
-  const store = async (policy: VerifiedPolicy, blob?: string): Promise<void> => {
+  const store = async (policy: VerifiedPolicy, blob?: string | Uint8Array): Promise<void> => {
     local.set(policy.subjectId, policy);
     if (redis === undefined) return;
     raiseView(policy.subjectId, policy.head);
@@ -708,16 +721,22 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
   const writeBackLater = (
     target: NonNullable<VerifiedPolicyCacheOptions["redis"]>,
     policy: VerifiedPolicy,
-    content: SealedPolicy,
+    content: Sealable,
   ): void => {
     const { subjectId, head } = policy;
+    const signed = content.signed_policy;
+    const signedChars =
+      signed === null ? 0 : typeof signed === "string" ? signed.length : Math.ceil(signed.length / 3) * 4;
     writeBacks.add(subjectId, {
-      chars: ENTRY_OVERHEAD_BYTES + (content.signed_policy?.length ?? 0),
+      chars: ENTRY_OVERHEAD_BYTES + signedChars,
       run: async () => {
         // Superseded while it waited: the newer policy's own write-back (or a reload) covers it.
         const current = local.quiet(subjectId)?.head ?? viewHead(subjectId);
         if (current !== undefined && current > head) return false;
-        const sealed = sealEntry(target.keys, policyEntryName(subjectId), content);
+        const sealed = sealEntry(target.keys, policyEntryName(subjectId), {
+          ...content,
+          signed_policy: signed === null ? null : base64Of(signed),
+        } satisfies SealedPolicy);
         await target.store.putEntry(subjectId, sealed, redisEntryTtlMs);
         return true;
       },

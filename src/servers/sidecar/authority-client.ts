@@ -1,5 +1,6 @@
 import { type Capability, validateCapability } from "../../core/index.ts";
 import type { JsonAnswer, JsonFetch } from "../../core/json-fetch.ts";
+import { jsonParserDecodingBase64 } from "../../core/json-long-string.ts";
 import { isRecord } from "../../core/own-property.ts";
 import { isSubjectIdentity } from "../../core/subject-identity.ts";
 import { PUBLIC_KEYS_FORMAT, type PublicKeyRingJson } from "../../crypto/index.ts";
@@ -92,6 +93,8 @@ function policyChangeOf(value: unknown): PolicyChange | undefined {
   return { subject_id: subjectId, head, document_hash: documentHash, revoked_at: revokedAt };
 }
 
+const parseDecodingSignedPolicy = jsonParserDecodingBase64("signed_policy");
+
 const RECORDS_OPEN = Buffer.from('{"records":');
 const EXPORTED_RECORDS_OPEN = Buffer.from('{"exported":true,"records":');
 const RECORDS_CLOSE = Buffer.from("}");
@@ -164,6 +167,29 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
     }
   };
 
+  /**
+   * A policy answer's JSON and its signed policy: the 0.5 MB `signed_policy` (500 operations)
+   * decoded from the bytes when the transport has them (the blob, no string made; decision
+   * 3131), otherwise the body's JSON and its base64 string.
+   */
+  const policyJson = async (response: JsonAnswer): Promise<{ body: unknown; signedPolicy: unknown }> => {
+    if (response.bytes === undefined) {
+      const body = await json(response);
+      return { body, signedPolicy: isRecord(body) ? body.signed_policy : undefined };
+    }
+    const bytes = await response.bytes();
+    let parsed: ReturnType<typeof parseDecodingSignedPolicy>;
+    try {
+      parsed = parseDecodingSignedPolicy(bytes);
+    } catch (error) {
+      throw new AuthorityFetchError("the authority service answered without JSON", response.status, {
+        cause: error,
+      });
+    }
+    const { json: body, decoded } = parsed;
+    return { body, signedPolicy: decoded ?? (isRecord(body) ? body.signed_policy : undefined) };
+  };
+
   const unexpected = async (response: JsonAnswer): Promise<never> => {
     await response.body?.cancel();
     throw new AuthorityFetchError(`the authority service answered ${response.status}`, response.status);
@@ -204,15 +230,18 @@ export function createAuthorityClient(options: AuthorityClientOptions): Authorit
       return { status: "not_found" };
     }
     if (response.status !== 200) return unexpected(response);
-    const body = await json(response);
+    const { body, signedPolicy } = await policyJson(response);
     const subject = isRecord(body) ? body.subject : undefined;
     const record = isRecord(body) ? policyRecordOf(body.policy) : undefined;
-    const signedPolicy = isRecord(body) ? body.signed_policy : undefined;
     if (
       !isRecord(subject) ||
       typeof subject.partner_id !== "string" ||
       record === undefined ||
-      !(signedPolicy === null || (typeof signedPolicy === "string" && signedPolicy.length > 0))
+      !(
+        signedPolicy === null ||
+        (typeof signedPolicy === "string" && signedPolicy.length > 0) ||
+        (signedPolicy instanceof Uint8Array && signedPolicy.length > 0)
+      )
     ) {
       throw new AuthorityFetchError("the policy answer is malformed", 200);
     }

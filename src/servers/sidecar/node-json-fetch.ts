@@ -27,8 +27,13 @@ export interface NodeJsonFetchOptions {
   readonly maxAnswerBytes: number;
 }
 
-function answerOf(status: number, bytes: Buffer): JsonAnswer {
-  return { status, json: async () => JSON.parse(bytes.toString("utf8")) as unknown };
+/** An answer read whole: its JSON, or its bytes for a caller that parses them itself. */
+export function answerOf(status: number, bytes: Buffer): JsonAnswer {
+  return {
+    status,
+    json: async () => JSON.parse(bytes.toString("utf8")) as unknown,
+    bytes: async () => bytes,
+  };
 }
 
 /** Idle kept-alive sockets are unreferenced by Node's agents: they never hold the process open. */

@@ -12,6 +12,11 @@ import { entry, policyV1 } from "../../core/fixtures.ts";
 
 export const PARTNER = "partner-1";
 
+/** A fetched signed policy as base64 (the sidecar's client hands the blob's bytes when it has them). */
+export function signedPolicyText(signed: string | Uint8Array): string {
+  return typeof signed === "string" ? signed : Buffer.from(signed).toString("base64");
+}
+
 /** A real, protected v1 policy record for `subjectId`. */
 export async function protectedRecord(
   protector: PolicyProtector,

@@ -4,7 +4,8 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import fc from "fast-check";
 import { benchAssignment } from "../../../bench/policy.ts";
-import type { PolicyDocument } from "../../../src/core/index.ts";
+import { canonicalJson } from "../../../src/core/canonical-json.ts";
+import { type PolicyDocument, parsePolicyDocument } from "../../../src/core/index.ts";
 import { createPolicyInterner, heapBytes } from "../../../src/policy/cache/policy-interning.ts";
 import { compilePolicyDocument } from "../../../src/policy/compile.ts";
 
@@ -51,6 +52,22 @@ describe("policy interning", () => {
 
   // The lower bound leaves room for V8's in-object slack, which depends on what else the process
   // has loaded: the same 368-byte estimate measured 402 bytes alone and 413–472 in the runner.
+  test("a section held with its bytes weighs them once, as a shared part of every holder", () => {
+    const interner = createPolicyInterner();
+    const parse = (subjectId: string) =>
+      parsePolicyDocument(Buffer.from(canonicalJson(documentOf(subjectId, 5))), {
+        heldApis: (bytes) => interner.heldApis(bytes),
+      });
+    const first = parse("agent-1");
+    assert.ok(first.apisHash !== undefined && first.apisSection !== undefined);
+    const held = interner.intern(first.document, first.apisHash, first.apisSection);
+    const part = held.weight.shared.find((shared) => shared.key === `apis-bytes:${first.apisHash}`);
+    assert.equal(part?.bytes, first.apisSection.bytes.byteLength);
+    const second = parse("agent-2");
+    assert.equal(second.apisSection, undefined, "found by its bytes, not filed again");
+    assert.equal(interner.intern(second.document).weight.shared, held.weight.shared);
+  });
+
   test("a subject's own share of an interned policy is what its heap grows by (within 0.8–2×)", () => {
     const interner = createPolicyInterner();
     const texts = Array.from({ length: 300 }, (_, i) => JSON.stringify(documentOf(`agent-${i}`, 100)));

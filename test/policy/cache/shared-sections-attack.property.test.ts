@@ -36,13 +36,18 @@ function sidecarLike() {
       if (known !== undefined) sectionsTaken++;
       return known;
     },
+    heldApis: (bytes) => {
+      const held = interner.heldApis(bytes);
+      if (held !== undefined) sectionsTaken++;
+      return held;
+    },
   };
   /** Documents held, as the cache holds them (a held section lives while one holds it). */
   const holders: PolicyDocument[] = [];
   const load = (bytes: Uint8Array): PolicyDocument => {
     const parsed = parsePolicyDocument(bytes, options);
     assert.equal(parsed.textHash, sha256(bytes));
-    const { document } = interner.intern(parsed.document, parsed.apisHash);
+    const { document } = interner.intern(parsed.document, parsed.apisHash, parsed.apisSection);
     holders.push(document);
     return document;
   };
@@ -253,6 +258,33 @@ describe("shared apis sections under attack (the real interner)", () => {
         "https://evil.example";
     }, TypeError);
     assert.deepEqual(second.apis, validatePolicyDocument(policyV1([billing, payments])).apis);
+  });
+
+  it("a section of the held one's length and last bytes, other bytes before, is decided by its own bytes", () => {
+    const sidecar = sidecarLike();
+    const upstream = (host: string) =>
+      entry([["GET", "/users/{id}"]], {
+        operations: [snapshot("GET", "/users/{id}", { upstream_url_template: `https://${host}/users/{id}` })],
+      });
+    const held = Buffer.from(canonicalJson(policyV1([upstream("api.example"), payments])));
+    const other = Buffer.from(
+      canonicalJson(
+        policyV1([upstream("evl.example"), payments], {
+          subject: { subject_id: "agent-2", subject_type: "agent", display_name: "" },
+        }),
+      ),
+    );
+    const end = held.lastIndexOf('],"') + 1;
+    // The two sections: same length, same last 64 bytes, one byte apart well before them.
+    assert.equal(other.lastIndexOf('],"') + 1, end);
+    assert.ok(held.subarray(end - 64, end).equals(other.subarray(end - 64, end)));
+    assert.ok(!held.subarray(0, end).equals(other.subarray(0, end)));
+    sidecar.load(held);
+    assert.ok(sidecar.interner.heldApis(held.subarray(0, end)) !== undefined);
+    assert.equal(sidecar.interner.heldApis(other.subarray(0, end)), undefined);
+    const loaded = sidecar.load(other);
+    assert.deepEqual(loaded, validatePolicyDocument(JSON.parse(other.toString())));
+    assert.equal(loaded.apis[0]?.operations[0]?.upstream_url_template, "https://evl.example/users/{id}");
   });
 
   it("a section collected and filed again is still decided by its own bytes", async () => {

@@ -19,7 +19,7 @@ import { createLocalPolicyProtector } from "../../../src/policy/local-protector.
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import { capability, entry, NOW, snapshot } from "../../core/fixtures.ts";
 import { POLICY_CACHE_SETTINGS } from "../../helpers/policy-cache-settings.ts";
-import { protectedRecord, recordSource, sidecarOpener } from "./helpers.ts";
+import { protectedRecord, recordSource, sidecarOpener, signedPolicyText } from "./helpers.ts";
 
 const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
 
@@ -33,7 +33,7 @@ function forging(
     async fetchPolicy(subject, options): Promise<PolicyFetchResult> {
       const result = await source.fetchPolicy(subject, options);
       if (subject !== subjectId || result.status !== "found" || result.signedPolicy === null) return result;
-      return { ...result, signedPolicy: await forge(result.signedPolicy) };
+      return { ...result, signedPolicy: await forge(signedPolicyText(result.signedPolicy)) };
     },
   };
 }

@@ -11,6 +11,7 @@ import {
   type FreshnessLease,
   openEntry,
   type PolicyChangePublisher,
+  type PolicyRecordFetcher,
   policyEntryKey,
   policyEntryName,
   policyHeadKey,
@@ -174,7 +175,7 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
   });
 
   const sidecarCache = async (
-    source: ReturnType<typeof recordSource>,
+    source: PolicyRecordFetcher,
     extra: Partial<VerifiedPolicyCacheOptions> = {},
   ) => {
     const store = createRedisPolicyStore({ url: server.url });
@@ -211,6 +212,44 @@ describe("verified-policy cache with Redis (real redis-server)", () => {
     assert.equal(source.calls.length, calls);
     assert.equal(second.policy.load.ok, true);
     assert.equal(second.policy.head, 4);
+  });
+
+  test("a signed policy handed as its blob's bytes is verified as its base64 is; its sealed entry serves a second sidecar", async () => {
+    const source = recordSource(protector);
+    source.records.set("b1", await protectedRecord(protector, "b1", 2));
+    source.records.set("b2", await protectedRecord(protector, "b2", 2));
+    /** The client's answer when it decoded the blob from the body's bytes; b2's with one byte flipped. */
+    const asBytes: PolicyRecordFetcher = {
+      async fetchPolicy(subjectId, options) {
+        const result = await source.fetchPolicy(subjectId, options);
+        if (result.status !== "found" || typeof result.signedPolicy !== "string") return result;
+        const blob = Buffer.from(result.signedPolicy, "base64");
+        if (subjectId === "b2") blob.writeUInt8(blob.readUInt8(blob.length - 10) ^ 1, blob.length - 10);
+        return { ...result, signedPolicy: new Uint8Array(blob) };
+      },
+    };
+    const a = await sidecarCache(asBytes);
+    const first = await a.cache.get("b1");
+    assert.equal(first.layer, "authority");
+    assert.equal(first.policy.load.ok, true);
+    assert.deepEqual((await a.cache.get("b2")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+    await a.cache.writtenBack();
+    const b = await sidecarCache(source);
+    const calls = source.calls.length;
+    const second = await b.cache.get("b1");
+    assert.equal(second.layer, "redis");
+    assert.equal(source.calls.length, calls);
+    assert.equal(second.policy.load.ok, true);
+    // An opener that takes base64 only is handed the blob's base64.
+    source.records.set("b3", await protectedRecord(protector, "b3", 2));
+    const base64Only = sidecarOpener(protector);
+    const c = await sidecarCache(asBytes, {
+      opener: { open: (artifact, context, options) => base64Only.open(artifact, context, options) },
+    });
+    assert.equal((await c.cache.get("b3")).policy.load.ok, true);
   });
 
   test("a first Check is answered before its sealed entry is written: a stalled Redis write does not hold it", async () => {

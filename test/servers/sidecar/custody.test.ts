@@ -25,6 +25,7 @@ import { createAuthorityClient } from "../../../src/servers/sidecar/authority-cl
 import { resolveSidecarConfig } from "../../../src/servers/sidecar/config.ts";
 import { staticTokenSource } from "../../../src/servers/sidecar/service-token.ts";
 import type { CryptoVersion } from "../../../src/store/model.ts";
+import { signedPolicyText } from "../../policy/cache/helpers.ts";
 import { chartLikeSettings } from "../inject/fixtures.ts";
 import { ALLOWED, CAPABILITY, deniedBody, eventually, PARTNER, startWorld, type World } from "./world.ts";
 
@@ -88,7 +89,12 @@ describe("key custody: what an injected sidecar holds cannot open or forge a pol
     });
     const result = await client.fetchPolicy(subjectId, {});
     assert.equal(result.status, "found");
-    return result as Extract<PolicyFetchResult, { status: "found" }>;
+    const found = result as Extract<PolicyFetchResult, { status: "found" }>;
+    // As base64: the client hands the blob's bytes when its transport has them.
+    return {
+      ...found,
+      signedPolicy: found.signedPolicy === null ? null : signedPolicyText(found.signedPolicy),
+    };
   };
 
   /** The genuine document of a signed policy, widened to allow every operation of the catalog. */
