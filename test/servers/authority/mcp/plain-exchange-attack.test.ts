@@ -170,6 +170,35 @@ test("fuzz: exchange vs SDK transport", async () => {
       params: { _meta: { "io.modelcontextprotocol/protocolVersion": "2025-06-18" } },
     },
   ]);
+  // `_meta` of every shape, on a listing and on a call (what the protocol lifts from it).
+  for (const meta of [
+    "x",
+    null,
+    [],
+    1,
+    { progressToken: 1 },
+    { progressToken: "t" },
+    { "io.modelcontextprotocol/logLevel": "debug" },
+    { "io.modelcontextprotocol/related-task": {} },
+    { __proto__: null, progressToken: 2 },
+  ]) {
+    bodies.push([
+      `meta ${JSON.stringify(meta)}`,
+      { jsonrpc: "2.0", id: 6, method: "tools/list", params: { _meta: meta } },
+    ]);
+    bodies.push([
+      `call meta ${JSON.stringify(meta)}`,
+      { jsonrpc: "2.0", id: 6, method: "tools/call", params: { name: "x", arguments: {}, _meta: meta } },
+    ]);
+  }
+  bodies.push([
+    "task param",
+    { jsonrpc: "2.0", id: 6, method: "tools/call", params: { name: "x", arguments: {}, task: { ttl: 1 } } },
+  ]);
+  bodies.push([
+    "cancel self",
+    { jsonrpc: "2.0", id: 6, method: "notifications/cancelled", params: { requestId: 6 } },
+  ]);
   bodies.push(["response", { jsonrpc: "2.0", id: 5, result: {} }]);
   bodies.push(["batch of one", [{ jsonrpc: "2.0", id: 5, method: "tools/list" }]]);
   bodies.push(["empty object", {}]);
