@@ -54,6 +54,8 @@ export interface DownstreamExchange {
   readonly headers?: Readonly<Record<string, string>>;
   readonly query?: Readonly<Record<string, string>>;
   readonly signal?: AbortSignal;
+  /** The whole exchange's deadline, when the caller made one (its timeout and abort): used as it is, without `timeoutMs` and `signal`. */
+  readonly deadline?: AbortSignal;
   /** Where the notifications of this exchange's own responses go (none: they are left to the SDK). */
   readonly notifications?: NotificationSink;
   /** The least severe log level to ask the downstream for (with `notifications`). */
@@ -143,6 +145,7 @@ interface Current {
 const currentExchange = new AsyncLocalStorage<Current>();
 
 function deadlineOf(exchange: DownstreamExchange): AbortSignal {
+  if (exchange.deadline !== undefined) return exchange.deadline;
   return exchange.signal === undefined
     ? AbortSignal.timeout(exchange.timeoutMs)
     : AbortSignal.any([AbortSignal.timeout(exchange.timeoutMs), exchange.signal]);
