@@ -164,7 +164,7 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
       totalMs: performance.now() - started,
       upstreamMs: performance.now() - upstreamStarted,
     });
-    const relay = takenRelay();
+    const relay = notificationRelay();
     const received = relay === undefined ? undefined : collector(relay);
     let answer: CallToolResult | ProtocolError;
     try {
@@ -228,17 +228,6 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
   }
 
   return { send };
-}
-
-/**
- * The call's relay when its caller takes anything: a progress token, or a log level. A caller
- * that takes neither is relayed nothing, so the downstream is sent no token and nothing of its
- * stream is kept (what it sends anyway is dropped, as the relay would drop it).
- */
-function takenRelay(): NotificationRelay | undefined {
-  const relay = notificationRelay();
-  if (relay === undefined || (!relay.wantsProgress && relay.logLevel === undefined)) return undefined;
-  return relay;
 }
 
 /**
