@@ -54,6 +54,8 @@ export interface DownstreamExchange {
   readonly headers?: Readonly<Record<string, string>>;
   readonly query?: Readonly<Record<string, string>>;
   readonly signal?: AbortSignal;
+  /** The whole exchange's deadline, when the caller made one (its timeout and abort): used as it is, without `timeoutMs` and `signal`. */
+  readonly deadline?: AbortSignal;
   /** Where the notifications of this exchange's own responses go (none: they are left to the SDK). */
   readonly notifications?: NotificationSink;
   /** The least severe log level to ask the downstream for (with `notifications`). */
@@ -89,6 +91,9 @@ export function sseData(text: string): string[] {
   return events;
 }
 
+/** Stateless between calls (no streaming decode): one for every exchange. */
+const utf8 = new TextDecoder();
+
 /**
  * Each SSE event's data, and a JSON body, within the JSON bounds; answers the SSE events that
  * parsed (the messages of the stream).
@@ -96,7 +101,7 @@ export function sseData(text: string): string[] {
 function checkBodyBounds(bytes: Uint8Array, contentType: string | null): unknown[] {
   const type = (contentType ?? "").split(";", 1)[0]?.trim().toLowerCase() ?? "";
   if (bytes.byteLength === 0) return [];
-  const text = new TextDecoder().decode(bytes);
+  const text = utf8.decode(bytes);
   const messages: unknown[] = [];
   try {
     if (type === "application/json") parseBoundedJson(text, "downstream");
@@ -143,6 +148,7 @@ interface Current {
 const currentExchange = new AsyncLocalStorage<Current>();
 
 function deadlineOf(exchange: DownstreamExchange): AbortSignal {
+  if (exchange.deadline !== undefined) return exchange.deadline;
   return exchange.signal === undefined
     ? AbortSignal.timeout(exchange.timeoutMs)
     : AbortSignal.any([AbortSignal.timeout(exchange.timeoutMs), exchange.signal]);
@@ -380,7 +386,8 @@ export function createDownstreamCaller(options: { readonly maxServers?: number }
       const current = { exchange, deadline: deadlineOf(exchange) };
       return currentExchange.run(current, () => {
         let pending = kept.get(key);
-        const era = eras.get(key);
+        // The era is only looked up for a server that has no kept client (yet).
+        const era = pending === undefined ? eras.get(key) : undefined;
         if (pending === undefined && era?.kind === "modern") {
           // Kept from the first call that knows the era (synchronously: concurrent calls share it).
           pending = open(url, current, era, validators);

@@ -179,7 +179,8 @@ export function createDownstreamSender(options: DownstreamSenderOptions): Downst
           maxResponseBytes,
           headers: { ...(await request.extraHeaders), ...session.credentials.headers },
           query: session.credentials.query,
-          signal,
+          // This stage's deadline (its timer and the caller's abort) is the exchange's: no second timer.
+          deadline: signal,
           ...(received === undefined ? {} : { notifications: received.sink }),
           ...(relay?.logLevel === undefined ? {} : { logLevel: relay.logLevel }),
         },

@@ -48,11 +48,12 @@ export interface McpExchange {
   }): Promise<McpAnswer>;
 }
 
-function webHeaders(headers: IncomingHttpHeaders): Headers {
-  const result = new Headers();
+/** The request's headers as name/value pairs (Node's names are unique and lowercase): copied once, by the `Request`. */
+function webHeaders(headers: IncomingHttpHeaders): [string, string][] {
+  const result: [string, string][] = [];
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || DROPPED_HEADERS.has(name)) continue;
-    result.set(name, Array.isArray(value) ? value.join(", ") : value);
+    result.push([name, Array.isArray(value) ? value.join(", ") : value]);
   }
   return result;
 }

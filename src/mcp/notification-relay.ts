@@ -1,8 +1,8 @@
 /**
  * What a governed downstream tool call may pass back to its caller besides the result: the
  * downstream's `notifications/progress` and `notifications/message` (logging). The tools/call
- * handler (protocol-server.ts) opens one relay per call, holding the caller's own progress
- * token and log level; the downstream send stage (downstream-send.ts) finds it in the call's
+ * handler (protocol-server.ts) opens one relay per call whose caller takes notifications,
+ * holding the caller's own progress token and log level; the downstream send stage (downstream-send.ts) finds it in the call's
  * async context, scrubs and redacts each notification like the result and hands it over.
  * Bounded per call (count and bytes): what is past the bounds, or cannot be scrubbed, is
  * dropped and counted, never passed raw. The downstream never sees the caller's token and

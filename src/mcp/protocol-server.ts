@@ -81,16 +81,20 @@ export function createLogLevels(max = 10_000): LogLevels {
 /**
  * The relay of one tools/call: the caller's progress token, and its log level — a 2026-07-28
  * request's own (`_meta`; none: no log lines, as the revision says), else the one its client set.
+ * None when the caller takes neither (a 2026-07-28 request with no token and no level): nothing is
+ * set up, and the downstream is sent no token (decision 3191).
  */
 function relayFor(
   request: { params: { _meta?: Record<string, unknown> } },
   context: ServerContext,
   caller: McpCaller,
   logLevels: LogLevels,
-): NotificationRelay {
+): NotificationRelay | undefined {
   const token = request.params._meta?.progressToken;
   const envelope = context.mcpReq.envelope as Readonly<Record<string, unknown>> | undefined;
   const modernLevel = envelope?.[LOG_LEVEL_META_KEY];
+  const takesProgress = typeof token === "string" || typeof token === "number";
+  if (envelope !== undefined && !takesProgress && !isLogLevel(modernLevel)) return undefined;
   // The level a 2025-era client set is looked up (a hash of its token) only if a log line comes.
   const logLevel = (): string | undefined =>
     envelope === undefined
@@ -99,7 +103,7 @@ function relayFor(
         ? modernLevel
         : undefined;
   return createNotificationRelay({
-    progressToken: typeof token === "string" || typeof token === "number" ? token : undefined,
+    progressToken: takesProgress ? token : undefined,
     logLevel,
     notify: (notification) =>
       context.mcpReq.notify(notification as Parameters<ServerContext["mcpReq"]["notify"]>[0]),
@@ -147,10 +151,9 @@ export function createProtocolServer(service: McpService, caller: McpCaller, log
         ? context.mcpReq.signal
         : AbortSignal.any([context.mcpReq.signal, caller.signal]);
     const relay = relayFor(request, context, caller, logLevels);
-    const result = await withNotificationRelay(relay, () =>
-      service.callTool(caller, request.params.name, request.params.arguments ?? {}, signal),
-    );
-    return withDropped(result, relay);
+    const call = () => service.callTool(caller, request.params.name, request.params.arguments ?? {}, signal);
+    if (relay === undefined) return call();
+    return withDropped(await withNotificationRelay(relay, call), relay);
   });
   server.setRequestHandler("logging/setLevel", async (request) => {
     logLevels.set(caller, request.params.level);

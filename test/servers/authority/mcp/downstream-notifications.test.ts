@@ -232,6 +232,34 @@ test("a downstream never sees the caller's progress token and cannot address one
   }
 });
 
+test("a caller that takes neither progress nor log lines is relayed nothing, and the downstream is sent no token", async () => {
+  const { client, logs } = await modernAgent();
+  try {
+    const before = d.requests.length;
+    // No onprogress (no progress token) and no log level: the caller takes no notification.
+    const result = (await client.callTool({ name: "leaky", arguments: {} })) as CallToolResult;
+    assert.equal((result.content[0] as { text: string }).text, "leaked nothing");
+    assert.equal(logs.length, 0);
+    assert.equal(
+      result._meta?.[DROPPED_NOTIFICATIONS_META],
+      undefined,
+      "nothing was taken, so nothing was dropped",
+    );
+    const sent = d.requests
+      .slice(before)
+      .map(
+        (request) =>
+          JSON.parse(request.body) as { method?: string; params?: { _meta?: Record<string, unknown> } },
+      )
+      .filter((message) => message.method === "tools/call");
+    assert.equal(sent.length, 1);
+    assert.equal(sent[0]?.params?._meta?.progressToken, undefined);
+    assert.equal(sent[0]?.params?._meta?.[LOG_LEVEL_META_KEY], undefined);
+  } finally {
+    await client.close();
+  }
+});
+
 test("a denied call relays nothing and reaches no downstream", async () => {
   const { client, logs } = await modernAgent();
   try {
