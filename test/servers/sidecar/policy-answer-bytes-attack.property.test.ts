@@ -17,6 +17,7 @@ import { createLocalPolicyProtector } from "../../../src/policy/local-protector.
 import { createProcessKeyRings } from "../../../src/policy/process-key-rings.ts";
 import { createAuthorityClient } from "../../../src/servers/sidecar/authority-client.ts";
 import { answerOf } from "../../../src/servers/sidecar/node-json-fetch.ts";
+import { entry } from "../../core/fixtures.ts";
 import { protectedRecord, recordSource, sidecarOpener } from "../../policy/cache/helpers.ts";
 
 const protector = createLocalPolicyProtector({ keyRings: createProcessKeyRings(), serviceIdentity: "t" });
@@ -219,5 +220,40 @@ describe("a policy answer read from its bytes decides as its JSON text does", ()
       }),
       { numRuns: 200 },
     );
+  });
+
+  it("a value over several 64 KiB decoding chunks, broken at and around their edges", async () => {
+    const source = recordSource(protector);
+    const apis = Array.from({ length: 400 }, (_, i) =>
+      entry([["GET", `/items-${i}/{id}`]], { capabilityId: `api-${i}` }),
+    );
+    source.records.set("big", await protectedRecord(protector, "big", 2, { apis }));
+    const found = await source.fetchPolicy("big", {});
+    assert.ok(found.status === "found" && typeof found.signedPolicy === "string");
+    const signed = found.signedPolicy;
+    assert.ok(signed.length > 2 * 65_536 + 16, `${signed.length} characters`);
+    const body = (value: string) =>
+      Buffer.from(
+        `{"policy":${JSON.stringify(found.record)},"signed_policy":"${value}","subject":{"partner_id":"partner-1","identity":"platform_vouched"}}`,
+      );
+    const before = verifiedSeen;
+    await assertSame(body(signed), "the genuine large answer");
+    assert.equal(verifiedSeen, before + 1);
+    for (const edge of [65_536, 131_072]) {
+      for (let shift = -5; shift <= 5; shift++) {
+        const at = edge + shift;
+        for (const inserted of ["=", "\\u0000", "\\\\", " ", "A", "-"]) {
+          await assertSame(
+            body(`${signed.slice(0, at)}${inserted}${signed.slice(at)}`),
+            `${inserted} at ${at}`,
+          );
+          await assertSame(
+            body(`${signed.slice(0, at)}${inserted}${signed.slice(at + inserted.length)}`),
+            `${inserted} over ${at}`,
+          );
+        }
+        await assertSame(body(`${signed.slice(0, at)}${signed.slice(at + 1)}`), `one removed at ${at}`);
+      }
+    }
   });
 });
