@@ -234,6 +234,26 @@ describe("SqliteStore specifics", () => {
     assert.equal((await allDocuments(path)).length, rows);
   });
 
+  it("a migrated file marked back to version 3 (an older build's way back) is migrated again, every row kept (decision 3181)", async () => {
+    const rows = 50;
+    const path = versionOneFile(rows);
+    assert.equal((await allDocuments(path)).length, rows);
+    const raw = new DatabaseSync(path);
+    raw.exec("UPDATE store_meta SET value = '3' WHERE key = 'schema_version'");
+    raw.close();
+    assert.equal((await allDocuments(path)).length, rows);
+    const check = new DatabaseSync(path);
+    assert.equal(
+      check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
+      "4",
+    );
+    assert.doesNotMatch(
+      String(check.prepare("SELECT sql FROM sqlite_schema WHERE name = 'documents'").get()?.sql),
+      /WITHOUT ROWID/,
+    );
+    check.close();
+  });
+
   it("refuses a file of a newer schema version and leaves it as it was (decision 3181)", async () => {
     const path = freshPath();
     (await openStore(`sqlite://${path}`)).close();
