@@ -17,7 +17,7 @@ let h: Harness;
 const SUBJECT = "attack-agent";
 before(async () => {
   h = await startHarness({});
-  await h.grant(SUBJECT, [permission("get", "/orders")]);
+  await h.grant(SUBJECT, [permission("get", "/orders"), permission("get", "/slow")]);
   await h.grant("attack-other", [permission("delete", "/orders/{orderId}"), permission("get", "/orders")]);
 });
 after(() => h.close());
@@ -286,4 +286,46 @@ test("2025-era POSTs built to split the two paths are answered as the SDK transp
   }
   assert.deepEqual(failures, []);
   assert.ok(compared > 500, `${compared} compared`);
+});
+
+test("a call whose client goes away mid-call is aborted alike on both paths: the late upstream answer is never relayed", async () => {
+  const agent = caller(principal(SUBJECT, ["agent"]));
+  const headers = {
+    host: "127.0.0.1",
+    "content-type": "application/json",
+    accept: "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-06-18",
+  };
+  const exchange = createMcpExchange({ service: h.context.mcp.service, publicUrl: PUBLIC_URL });
+  const list = JSON.parse(
+    (
+      await exchange.answer({ headers, body: { jsonrpc: "2.0", id: 1, method: "tools/list" }, caller: agent })
+    ).body.toString(),
+  );
+  const name = (list.result.tools as Array<{ name: string }>).find((tool) =>
+    tool.name.startsWith("neverAnswersInTime_"),
+  )?.name;
+  assert.ok(name !== undefined);
+  const body = { jsonrpc: "2.0", id: 8, method: "tools/call", params: { name, arguments: {} } };
+  const answers: Record<string, McpAnswer> = {};
+  for (const [path, answer] of [
+    ["plain", (who: McpCaller) => exchange.answer({ headers, body, caller: who })],
+    ["sdk", (who: McpCaller) => sdkAnswer(headers, body, who)],
+  ] as const) {
+    const gone = new AbortController();
+    const before = h.upstream.requests.length;
+    const pending = answer({ ...agent, signal: gone.signal });
+    // The client goes away once the upstream has the request (it answers only after 5 s).
+    while (!h.upstream.requests.slice(before).some((request) => request.url.startsWith("/v1/slow")))
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    gone.abort();
+    answers[path] = await within(pending, path);
+  }
+  const plain = answers.plain;
+  const sdk = answers.sdk;
+  assert.ok(plain !== undefined && sdk !== undefined);
+  assert.equal(plain.status, sdk.status);
+  assert.doesNotMatch(plain.body.toString(), /late/);
+  const text = (answer: McpAnswer) => JSON.parse(answer.body.toString()).result?.content?.[0]?.text as string;
+  assert.equal(text(plain), text(sdk));
 });
