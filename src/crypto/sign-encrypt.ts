@@ -491,7 +491,11 @@ export async function verifySignedBlob(
     context: SIGN_ENCRYPT_CONTEXT,
   });
   if (!valid) throw new CryptoError("crypto_bad_signature");
-  assertPayloadMatches(document, payload.length, PayloadPrefix.digest(payload, options.heldPrefix?.(payload)));
+  assertPayloadMatches(
+    document,
+    payload.length,
+    PayloadPrefix.digest(payload, options.heldPrefix?.(payload)),
+  );
   if (document.purpose !== options.expectedPurpose) throw new CryptoError("crypto_wrong_purpose");
   if (!TIMESTAMP.test(document.signed_at) || Number.isNaN(Date.parse(document.signed_at))) {
     throw new CryptoError("crypto_malformed", { detail: "signed_at" });

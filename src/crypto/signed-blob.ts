@@ -88,7 +88,8 @@ export class PayloadPrefix {
     if (!(prefix instanceof PayloadPrefix)) return payloadDigest(payload);
     const bytes = prefix.#bytes;
     const view = asBuffer(payload);
-    if (view.length < bytes.length || !view.subarray(0, bytes.length).equals(bytes)) return payloadDigest(payload);
+    if (view.length < bytes.length || !view.subarray(0, bytes.length).equals(bytes))
+      return payloadDigest(payload);
     return prefix.#state.copy().update(view.subarray(bytes.length)).digest();
   }
 }
