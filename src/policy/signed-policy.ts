@@ -91,7 +91,8 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         });
       }
       try {
-        return json === undefined ? undefined : PublicKeyRing.import(json);
+        // Only verified with: its ML-KEM keys are not imported (decision 3132).
+        return json === undefined ? undefined : PublicKeyRing.import(json, { verifying: true });
       } catch (error) {
         throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are malformed", {
           cause: error,
