@@ -74,6 +74,7 @@ export {
   decryptVerifyWithContentKey,
   encodeSignedBlob,
   formatSignedAt,
+  PayloadPrefix,
   parseSignedDocument,
   SIGN_ENCRYPT_CONTEXT,
   SIGNED_BLOB_VERSION,

@@ -11,6 +11,7 @@ import { assertKeyId } from "./envelope.ts";
 import { CryptoError } from "./errors.ts";
 import {
   assertKey,
+  assertPublicKeyLength,
   exportRawPublicKey,
   generateKemKeyPair,
   generateSigKeyPair,
@@ -261,7 +262,12 @@ export class PublicKeyRing {
     this.#byId = new Map(versions.map((version) => [version.keyId, version]));
   }
 
-  static import(json: unknown): PublicKeyRing {
+  /**
+   * `verifying`: the ring is only verified with (a sidecar's policy signers): its ML-KEM keys
+   * are checked for their length here and imported when first used, which a verifier never
+   * does (the same error then). Its ML-DSA keys are imported, and checked, here either way.
+   */
+  static import(json: unknown, options: { readonly verifying?: boolean } = {}): PublicKeyRing {
     const malformed = (detail: string) => new CryptoError("crypto_malformed", { detail });
     if (!isRecord(json) || json.format !== PUBLIC_KEYS_FORMAT || !Array.isArray(json.keys)) {
       throw malformed("not an authority.public-keys.v1 document");
@@ -278,12 +284,24 @@ export class PublicKeyRing {
       if (status !== "active" && status !== "retired") throw malformed("status");
       if (status === "active") active++;
       if (typeof kemPublicKey !== "string" || typeof sigPublicKey !== "string") throw malformed("public key");
+      const createdAt = parseTimestamp(entry.createdAt, "createdAt");
+      if (options.verifying !== true) {
+        const kemKey = importPublicKey(KEM_ALGORITHM, kemPublicKey);
+        const sigKey = importPublicKey(SIG_ALGORITHM, sigPublicKey);
+        return Object.freeze({ keyId, createdAt, status, kemPublicKey: kemKey, sigPublicKey: sigKey });
+      }
+      assertPublicKeyLength(KEM_ALGORITHM, kemPublicKey);
+      const sigKey = importPublicKey(SIG_ALGORITHM, sigPublicKey);
+      let kemKey: KeyObject | undefined;
       return Object.freeze({
         keyId,
-        createdAt: parseTimestamp(entry.createdAt, "createdAt"),
+        createdAt,
         status,
-        kemPublicKey: importPublicKey(KEM_ALGORITHM, kemPublicKey),
-        sigPublicKey: importPublicKey(SIG_ALGORITHM, sigPublicKey),
+        get kemPublicKey(): KeyObject {
+          kemKey ??= importPublicKey(KEM_ALGORITHM, kemPublicKey);
+          return kemKey;
+        },
+        sigPublicKey: sigKey,
       });
     });
     if (active !== 1) throw malformed("exactly one key must be active");

@@ -64,12 +64,18 @@ function rawBytes(input: Uint8Array | string, what: string): Uint8Array {
   return typeof input === "string" ? fromBase64(input, what) : input;
 }
 
-/** Imports a raw public key (bytes or standard base64). */
-export function importPublicKey(algorithm: KeyAlgorithm, raw: Uint8Array | string): KeyObject {
+/** The raw bytes of a public key of the algorithm's length (bytes or standard base64), not imported. */
+export function assertPublicKeyLength(algorithm: KeyAlgorithm, raw: Uint8Array | string): Uint8Array {
   const bytes = rawBytes(raw, "public key");
   if (bytes.length !== KEY_SIZES[algorithm].publicKey) {
     throw new CryptoError("crypto_invalid_key", { detail: `${algorithm} public key length` });
   }
+  return bytes;
+}
+
+/** Imports a raw public key (bytes or standard base64). */
+export function importPublicKey(algorithm: KeyAlgorithm, raw: Uint8Array | string): KeyObject {
+  const bytes = assertPublicKeyLength(algorithm, raw);
   try {
     return createPublicKey({ key: asBuffer(bytes), format: "raw-public", asymmetricKeyType: algorithm });
   } catch (cause) {

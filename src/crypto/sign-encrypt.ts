@@ -32,6 +32,7 @@ import {
   assertPayloadMatches,
   canonicalDocument,
   decodeSignedBlob,
+  PayloadPrefix,
   parseSignedDocument,
   payloadDigest,
   SIGNED_DOCUMENT_TYPE,
@@ -43,6 +44,7 @@ export {
   canonicalDocument,
   decodeSignedBlob,
   encodeSignedBlob,
+  PayloadPrefix,
   parseSignedDocument,
   SIGNED_BLOB_VERSION,
   SIGNED_DOCUMENT_TYPE,
@@ -448,6 +450,13 @@ export interface VerifySignedBlobOptions {
   /** ML-DSA public key of a signer's key version, or undefined when not trusted. */
   readonly signerKeys: SignerKeyLookup;
   readonly expectedPurpose: string;
+  /**
+   * Bytes the payload may start with, and the digest's state after them (a policy's held
+   * `apis` section): only the rest of the payload is hashed when it starts with exactly
+   * those bytes. Only a candidate: the bytes are compared here, and the state is one
+   * PayloadPrefix made over them, so no answer can change what the digest is.
+   */
+  readonly heldPrefix?: (payload: Uint8Array) => PayloadPrefix | undefined;
 }
 
 /** A signed blob whose signature verified: the signed facts and the payload (a view into the blob). */
@@ -482,7 +491,11 @@ export async function verifySignedBlob(
     context: SIGN_ENCRYPT_CONTEXT,
   });
   if (!valid) throw new CryptoError("crypto_bad_signature");
-  assertPayloadMatches(document, payload.length, payloadDigest(payload));
+  assertPayloadMatches(
+    document,
+    payload.length,
+    PayloadPrefix.digest(payload, options.heldPrefix?.(payload)),
+  );
   if (document.purpose !== options.expectedPurpose) throw new CryptoError("crypto_wrong_purpose");
   if (!TIMESTAMP.test(document.signed_at) || Number.isNaN(Date.parse(document.signed_at))) {
     throw new CryptoError("crypto_malformed", { detail: "signed_at" });

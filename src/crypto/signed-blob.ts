@@ -11,7 +11,7 @@
  * travels as raw bytes rather than as base64 inside JSON. See docs/crypto.md §3.
  */
 
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash, type Hash, timingSafeEqual } from "node:crypto";
 import { isRecord } from "../core/own-property.ts";
 import { asBuffer, utf8 } from "./bytes.ts";
 import { CryptoError } from "./errors.ts";
@@ -60,6 +60,38 @@ const STRING_FIELDS = DOCUMENT_FIELDS.filter((field) => field !== "payload_lengt
 
 export function payloadDigest(payload: Uint8Array): Buffer {
   return createHash(PAYLOAD_DIGEST_ALGORITHM).update(payload).digest();
+}
+
+/**
+ * Bytes that many payloads start with (a policy's shared `apis` section) and the payload
+ * digest's state after them, made here only: whoever holds one cannot pair the state with
+ * other bytes. `bytes` is kept, not copied — hand it a private copy that nobody writes to.
+ */
+export class PayloadPrefix {
+  readonly #bytes: Buffer;
+  readonly #state: Hash;
+
+  private constructor(bytes: Buffer) {
+    this.#bytes = bytes;
+    this.#state = createHash(PAYLOAD_DIGEST_ALGORITHM).update(bytes);
+  }
+
+  static of(bytes: Uint8Array): PayloadPrefix {
+    return new PayloadPrefix(asBuffer(bytes));
+  }
+
+  /**
+   * payloadDigest(payload) from the held state when the payload starts with exactly the held
+   * bytes (compared byte for byte), hashing only the rest; otherwise hashed whole.
+   */
+  static digest(payload: Uint8Array, prefix: PayloadPrefix | undefined): Buffer {
+    if (!(prefix instanceof PayloadPrefix)) return payloadDigest(payload);
+    const bytes = prefix.#bytes;
+    const view = asBuffer(payload);
+    if (view.length < bytes.length || !view.subarray(0, bytes.length).equals(bytes))
+      return payloadDigest(payload);
+    return prefix.#state.copy().update(view.subarray(bytes.length)).digest();
+  }
 }
 
 /**

@@ -12,6 +12,7 @@ import {
 } from "../core/index.ts";
 import type { CryptoVersion } from "../store/model.ts";
 import {
+  type OpenOptions,
   type PolicyOpener,
   type PolicyProtectionContext,
   PolicyProtectionError,
@@ -62,24 +63,27 @@ export interface OpenedPolicyDocument {
  * matches the crypto version it was stored under (v1 ⇔ subject_credentials_v1,
  * v2 ⇔ platform_service_v2). Any failure is `policy_unverifiable`; a crypto fault stays
  * `policy_protection_unavailable`. The signature is always verified; `validation` may name
- * entries and `apis` sections validated before (parsePolicyDocument).
+ * entries and `apis` sections validated before (parsePolicyDocument), `held` the bytes a signed
+ * payload may start with and whose digest state is held (a verifier compares them).
  */
 export async function openPolicyDocument(
   artifact: string | Uint8Array,
   protector: PolicyOpener,
   context: PolicyProtectionContext,
   validation: PolicyValidationOptions = {},
+  held: Pick<OpenOptions, "heldPrefix"> = {},
 ): Promise<OpenedPolicyDocument> {
   // The decision needs the text only; the signed blob is what the sidecar route asks for.
+  const options: OpenOptions = { ...held, signedBlob: false };
   const opened =
     typeof artifact === "string"
-      ? await protector.open(artifact, context, { signedBlob: false })
+      ? await protector.open(artifact, context, options)
       : protector.openSigned !== undefined
-        ? await protector.openSigned(artifact, context)
+        ? await protector.openSigned(artifact, context, held)
         : await protector.open(
             Buffer.from(artifact.buffer, artifact.byteOffset, artifact.byteLength).toString("base64"),
             context,
-            { signedBlob: false },
+            options,
           );
   let parsed: ReturnType<typeof parsePolicyDocument>;
   try {

@@ -1,4 +1,4 @@
-import type { PublicKeyRingJson } from "../crypto/index.ts";
+import type { PayloadPrefix, PublicKeyRingJson } from "../crypto/index.ts";
 import type { CryptoVersion } from "../store/model.ts";
 
 /**
@@ -37,6 +37,11 @@ export interface OpenOptions {
    * crypto service sends back half the bytes (the blob repeats the whole policy text).
    */
   readonly signedBlob?: boolean;
+  /**
+   * A signed blob's payload may start with these bytes, hashed before (a held `apis` section):
+   * for verifySignedBlob's `heldPrefix`. Openers that do not verify a signed blob ignore it.
+   */
+  readonly heldPrefix?: (payload: Uint8Array) => PayloadPrefix | undefined;
 }
 
 /** Opens a policy for a decision: the authority decrypt-verifies, a sidecar verifies a signed blob. */
@@ -47,7 +52,11 @@ export interface PolicyOpener {
    * client decodes the blob from the answer's bytes; decision 3131). Without it such a blob is
    * opened as its base64.
    */
-  openSigned?(blob: Uint8Array, context: PolicyProtectionContext): Promise<OpenedPolicy>;
+  openSigned?(
+    blob: Uint8Array,
+    context: PolicyProtectionContext,
+    options?: Pick<OpenOptions, "heldPrefix">,
+  ): Promise<OpenedPolicy>;
   /**
    * Starts fetching the public keys a policy of this subject is likely signed with, without
    * waiting, while the policy itself is fetched (openers that fetch keys). Nothing is trusted

@@ -25,6 +25,7 @@ import {
 import { createSignerKeyCache } from "../crypto/signer-key-cache.ts";
 import {
   type OpenedPolicy,
+  type OpenOptions,
   POLICY_PURPOSE,
   type PolicyOpener,
   type PolicyProtectionContext,
@@ -90,7 +91,8 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
         });
       }
       try {
-        return json === undefined ? undefined : PublicKeyRing.import(json);
+        // Only verified with: its ML-KEM keys are not imported (decision 3132).
+        return json === undefined ? undefined : PublicKeyRing.import(json, { verifying: true });
       } catch (error) {
         throw new PolicyProtectionError("policy_protection_unavailable", "policy keys are malformed", {
           cause: error,
@@ -109,6 +111,7 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
   const verify = async (
     blob: Buffer,
     context: PolicyProtectionContext,
+    openOptions: OpenOptions | undefined,
     signedPolicy?: string,
   ): Promise<OpenedPolicy> => {
     lastVersion = context.cryptoVersion;
@@ -129,6 +132,7 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
       const verified = await verifySignedBlob(blob, {
         signerKeys: (name, id) => (name === signer && id === keyId ? key : undefined),
         expectedPurpose: POLICY_PURPOSE,
+        ...(openOptions?.heldPrefix === undefined ? {} : { heldPrefix: openOptions.heldPrefix }),
       });
       if (verified.signer !== expected) throw new CryptoError("crypto_unknown_signer");
       const payload = verified.payload;
@@ -152,9 +156,10 @@ export function createSignedPolicyVerifier(options: SignedPolicyVerifierOptions)
   };
 
   return {
-    open: (signedPolicy, context) => verify(Buffer.from(signedPolicy, "base64"), context, signedPolicy),
-    openSigned: (blob, context) =>
-      verify(Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength), context),
+    open: (signedPolicy, context, openOptions) =>
+      verify(Buffer.from(signedPolicy, "base64"), context, openOptions, signedPolicy),
+    openSigned: (blob, context, openOptions) =>
+      verify(Buffer.from(blob.buffer, blob.byteOffset, blob.byteLength), context, openOptions),
     prefetchKeys(subjectId) {
       // Signed by the owner the last policy's crypto version names (v1, a subject's own keys,
       // until a policy says otherwise); for v2 that is the service's ring, fetched once.

@@ -96,12 +96,41 @@ describe("key ring", () => {
       { ...exported, keys: [{ ...first, createdAt: "yesterday" }] },
     ];
     for (const variant of variants) {
-      assert.throws(
-        () => PublicKeyRing.import(variant),
-        (error: unknown) => error instanceof CryptoError,
-        JSON.stringify(variant)?.slice(0, 80),
-      );
+      for (const options of [{}, { verifying: true }]) {
+        assert.throws(
+          () => PublicKeyRing.import(variant, options),
+          (error: unknown) => error instanceof CryptoError,
+          JSON.stringify(variant)?.slice(0, 80),
+        );
+      }
     }
+  });
+
+  it("a ring only verified with imports its ML-KEM keys when first used, as the same keys", () => {
+    const ring = KeyRing.generate({ owner: "svc" });
+    const exported = ring.exportPublic();
+    const verifying = PublicKeyRing.import(exported, { verifying: true });
+    const signature = sign({ privateKey: ring.current.sig.privateKey, message: "m", context: "c" });
+    const key = verifying.signerKeys("svc", ring.current.keyId);
+    assert.ok(key);
+    assert.equal(verify({ publicKey: key, message: "m", signature, context: "c" }), true);
+    const kem = verifying.current.kemPublicKey;
+    assert.ok(kem.equals(ring.current.kem.publicKey));
+    assert.equal(verifying.current.kemPublicKey, kem, "imported once");
+    assert.equal(text(decrypt(ring, encrypt(verifying, "to svc"))), "to svc");
+    // A KEM key of the right length that does not import is refused when it is used.
+    const first = exported.keys[0];
+    assert.ok(first);
+    const zeros = Buffer.alloc(1184, 0xff).toString("base64");
+    const lazy = PublicKeyRing.import(
+      { ...exported, keys: [{ ...first, kemPublicKey: zeros }] },
+      { verifying: true },
+    );
+    assert.throws(() => lazy.current.kemPublicKey, code("crypto_invalid_key"));
+    assert.throws(
+      () => PublicKeyRing.import({ ...exported, keys: [{ ...first, kemPublicKey: zeros }] }),
+      code("crypto_invalid_key"),
+    );
   });
 
   it("raw keys round-trip through seeds and public bytes", () => {

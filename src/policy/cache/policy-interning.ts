@@ -24,6 +24,8 @@
  * SHA-256 run over them (`heldApis`): a later document that starts with exactly those bytes —
  * compared byte for byte, found by their length and last bytes — takes the section without
  * those bytes being hashed again; the text's hash continues from the held state over the rest.
+ * The same bytes with SHA-512 run over them (made once a second text seems to start with them)
+ * spare the signature's payload digest those bytes too (`heldPrefix`; src/crypto compares them).
  *
  * `heapBytes` estimates the V8 heap a JSON value occupies (64-bit, no pointer compression, as
  * Node ships): objects and arrays with their backing stores, strings with their characters,
@@ -41,6 +43,7 @@ import {
   type Sha256Ref,
 } from "../../core/index.ts";
 import type { OperationSnapshot } from "../../core/operation-snapshot.ts";
+import { PayloadPrefix } from "../../crypto/index.ts";
 import type { Weight } from "./admission-cache.ts";
 
 const OBJECT_HEADER = 24;
@@ -151,6 +154,11 @@ export interface PolicyInterner {
   knownApis(hash: Sha256Ref): KnownApis | undefined;
   /** The held section whose bytes (kept when it was filed) are exactly `bytes`, if any. */
   heldApis(bytes: Uint8Array): HeldApis | undefined;
+  /**
+   * The kept bytes of the held section a signed payload seems to start with, and SHA-512 run
+   * over them (verifySignedBlob's `heldPrefix`; it compares them with the payload), if any.
+   */
+  heldPrefix(payload: Uint8Array): PayloadPrefix | undefined;
   /** The held entry of the same content as `entry` (one a verified document had), if any. */
   knownEntry(entry: unknown): PolicyApiEntry | undefined;
   /** Shared instances alive now (entries and snapshots). */
@@ -163,7 +171,7 @@ interface Section {
   /** hashCanonical of the section, once a v2 document carrying it had it checked. */
   policyHash?: Sha256Ref;
   /** A copy of the bytes it was parsed from, and SHA-256 run over them (never digested). */
-  readonly bytes?: { readonly copy: Buffer; readonly sha256: Hash };
+  readonly bytes?: { readonly copy: Buffer; readonly sha256: Hash; sha512?: PayloadPrefix };
 }
 
 /** Where held bytes are looked for: their length and last 64 bytes (a match is then compared whole). */
@@ -248,6 +256,18 @@ export function createPolicyInterner(): PolicyInterner {
       return section.policyHash === undefined
         ? { apis, sha256 }
         : { apis, policyHash: section.policyHash, sha256 };
+    },
+    heldPrefix(payload) {
+      const view = Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+      // Where a policy text's section ends (parsePolicyDocument's split); only a candidate.
+      const end = view.lastIndexOf('],"') + 1;
+      if (end === 0) return undefined;
+      const apis = sectionsByBytes.get(bytesKey(view.subarray(0, end)))?.deref();
+      const held = apis === undefined ? undefined : sections.get(apis)?.bytes;
+      if (held === undefined) return undefined;
+      // Hashed once, when a second text first seems to start with the section: never for one alone.
+      held.sha512 ??= PayloadPrefix.of(held.copy);
+      return held.sha512;
     },
     knownEntry: (entry) => entries.find(entry),
     get size() {

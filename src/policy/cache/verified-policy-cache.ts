@@ -7,7 +7,7 @@ import type { CryptoVersion } from "../../store/model.ts";
 import { type OpenedPolicyDocument, openPolicyDocument } from "../artifact.ts";
 import type { PolicyChange } from "../change-log.ts";
 import { withRevocationMarker } from "../loader.ts";
-import { type PolicyOpener, PolicyProtectionError } from "../protector.ts";
+import { type OpenOptions, type PolicyOpener, PolicyProtectionError } from "../protector.ts";
 import type { PolicyRecordFacts } from "../record.ts";
 import { createAdmissionCache, type Weight } from "./admission-cache.ts";
 import type { FreshnessLease } from "./authority-lease.ts";
@@ -310,6 +310,7 @@ async function fromSealed(
   opener: PolicyOpener,
   verified: Verified,
   validation: PolicyValidationOptions,
+  held: Pick<OpenOptions, "heldPrefix">,
 ): Promise<VerifiedPolicy | undefined> {
   if (typeof value !== "object" || value === null) return undefined;
   const entry = value as Partial<SealedPolicy>;
@@ -343,6 +344,7 @@ async function fromSealed(
       opener,
       { cryptoVersion, subjectId, partnerId },
       validation,
+      held,
     );
     if (opened.documentHash !== documentHash) return undefined;
     return {
@@ -425,6 +427,8 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     knownApis: (hash) => interner.knownApis(hash),
     heldApis: (bytes) => interner.heldApis(bytes),
   };
+  /** A held section's bytes spare the payload's SHA-512 of a signed policy that starts with them. */
+  const held = { heldPrefix: (payload: Uint8Array) => interner.heldPrefix(payload) };
   /** What each verified document holds beside the entries it shares with other subjects. */
   const weights = new WeakMap<PolicyDocument, Weight>();
   /** A verified document, its entries shared with every other holder, revoked by the record's marker. */
@@ -681,6 +685,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
         opener,
         { cryptoVersion: record.crypto_version, subjectId: record.subject_id, partnerId },
         validation,
+        held,
       );
       // The record's facts (head, revocation, expiry) must describe exactly the signed text.
       if (opened.documentHash !== record.document_hash) return refused();
@@ -759,7 +764,7 @@ export function createVerifiedPolicyCache(options: VerifiedPolicyCacheOptions): 
     let policy: VerifiedPolicy | undefined;
     try {
       policy = opened.ok
-        ? await fromSealed(opened.value, subjectId, opener, verified, validation)
+        ? await fromSealed(opened.value, subjectId, opener, verified, validation, held)
         : undefined;
     } catch {
       // Keys cannot be fetched now: the authority path decides (and fails closed) instead.

@@ -20,11 +20,14 @@ import {
   parsePolicyDocument,
   validatePolicyDocument,
 } from "../../../src/core/policy-document.ts";
+import { PayloadPrefix, payloadDigest } from "../../../src/crypto/signed-blob.ts";
 import { createPolicyInterner } from "../../../src/policy/cache/policy-interning.ts";
 import { entry, outcomeOf, policyV1, policyV2, snapshot } from "../../core/fixtures.ts";
 
 /** Loads that took a held section (the property must reach that path, not only the parse). */
 let sectionsTaken = 0;
+/** Loads offered a held SHA-512 prefix. */
+let prefixesOffered = 0;
 const sha256 = (bytes: Uint8Array) => `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
 
 function sidecarLike() {
@@ -45,6 +48,10 @@ function sidecarLike() {
   /** Documents held, as the cache holds them (a held section lives while one holds it). */
   const holders: PolicyDocument[] = [];
   const load = (bytes: Uint8Array): PolicyDocument => {
+    // The signature's payload digest from the section held for these bytes, if any: SHA-512 of them.
+    const prefix = interner.heldPrefix(bytes);
+    if (prefix !== undefined) prefixesOffered++;
+    assert.deepEqual(PayloadPrefix.digest(bytes, prefix), payloadDigest(bytes));
     const parsed = parsePolicyDocument(bytes, options);
     assert.equal(parsed.textHash, sha256(bytes));
     const { document } = interner.intern(parsed.document, parsed.apisHash, parsed.apisSection);
@@ -193,6 +200,7 @@ describe("shared apis sections under attack (the real interner)", () => {
       { numRuns: 400 },
     );
     assert.ok(sectionsTaken > 40, `held sections taken: ${sectionsTaken}`);
+    assert.ok(prefixesOffered > 40, `held prefixes offered: ${prefixesOffered}`);
   });
 
   it("refuses what JSON.parse + validation refuse with the same error, short or deep texts too (property)", () => {
@@ -282,6 +290,11 @@ describe("shared apis sections under attack (the real interner)", () => {
     sidecar.load(held);
     assert.ok(sidecar.interner.heldApis(held.subarray(0, end)) !== undefined);
     assert.equal(sidecar.interner.heldApis(other.subarray(0, end)), undefined);
+    // The same look-up key offers the held SHA-512 prefix for the other bytes: src/crypto compares them.
+    const prefix = sidecar.interner.heldPrefix(other);
+    assert.ok(prefix !== undefined);
+    assert.deepEqual(PayloadPrefix.digest(other, prefix), payloadDigest(other));
+    assert.notDeepEqual(PayloadPrefix.digest(other, prefix), PayloadPrefix.digest(held, prefix));
     const loaded = sidecar.load(other);
     assert.deepEqual(loaded, validatePolicyDocument(JSON.parse(other.toString())));
     assert.equal(loaded.apis[0]?.operations[0]?.upstream_url_template, "https://evl.example/users/{id}");

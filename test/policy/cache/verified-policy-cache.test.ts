@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import { Redis } from "ioredis";
+import { decodeSignedBlob, PayloadPrefix } from "../../../src/crypto/index.ts";
 import {
   type CacheLayer,
   createPolicyChangePublisher,
@@ -67,6 +68,57 @@ describe("verified-policy cache without Redis", () => {
     assert.deepEqual(source.calls.at(-1), { subjectId: "s1", knownHead: 1 });
     assert.equal(revalidated.policy.load.ok, true);
     assert.equal(source.calls.length, 2);
+  });
+
+  test("a held section spares the payload's SHA-512 of the next subject's policy; a payload changed inside it is refused", async () => {
+    const source = recordSource(protector);
+    for (const subjectId of ["h1", "h2", "h3"])
+      source.records.set(subjectId, await protectedRecord(protector, subjectId, 1));
+    /**
+     * The held prefixes the cache offered the verifier; h3's payload with one byte of its section
+     * changed, well before the section's last 64 bytes (its look-up key is the held one's).
+     */
+    const offered: Array<PayloadPrefix | undefined> = [];
+    const asBytes: PolicyRecordFetcher = {
+      async fetchPolicy(subjectId, options) {
+        const result = await source.fetchPolicy(subjectId, options);
+        if (result.status !== "found" || typeof result.signedPolicy !== "string") return result;
+        const blob = Buffer.from(result.signedPolicy, "base64");
+        const payloadAt = decodeSignedBlob(blob).payload.byteOffset - blob.byteOffset;
+        if (subjectId !== "h3") return { ...result, signedPolicy: new Uint8Array(blob) };
+        // Another auth profile, as valid as the signed one.
+        blob.write("billing-oautx", blob.indexOf("billing-oauth", payloadAt));
+        // An answer whose record binds the changed text: only the signature can refuse it.
+        const documentHash =
+          `sha256:${createHash("sha256").update(blob.subarray(payloadAt)).digest("hex")}` as const;
+        return {
+          ...result,
+          record: { ...result.record, document_hash: documentHash },
+          signedPolicy: new Uint8Array(blob),
+        };
+      },
+    };
+    const verifier = sidecarOpener(protector);
+    const cache = createVerifiedPolicyCache({
+      ...POLICY_CACHE_SETTINGS,
+      source: asBytes,
+      opener: {
+        open: (artifact, context, options) => verifier.open(artifact, context, options),
+        openSigned: (blob, context, options) => {
+          offered.push(options?.heldPrefix?.(decodeSignedBlob(blob).payload));
+          return verifier.openSigned?.(blob, context, options) ?? Promise.reject(new Error("no openSigned"));
+        },
+      },
+    });
+    assert.equal((await cache.get("h1")).policy.load.ok, true);
+    assert.equal((await cache.get("h2")).policy.load.ok, true);
+    assert.deepEqual((await cache.get("h3")).policy.load, {
+      ok: false,
+      reason: "policy_verification_failed",
+    });
+    assert.equal(offered[0], undefined, "nothing held before the first policy was verified");
+    assert.ok(offered[1] instanceof PayloadPrefix, "h2's payload starts with h1's section");
+    assert.equal(offered[2], offered[1], "the changed section is offered the held prefix, and refused");
   });
 
   test("past the TTL with the authority unreachable, the cached policy is not used (upstream_unavailable)", async () => {
