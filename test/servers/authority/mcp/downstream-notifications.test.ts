@@ -318,13 +318,11 @@ test("attack (decision 3181): calls that take notifications and calls that take 
       Array.from({ length: rounds }, (_, i) =>
         i % 2 === 0
           ? callWith(taker.client, "leaky", "debug").then((call) => ({ taker: true, ...call }))
-          : silent.client
-              .callTool({ name: "leaky", arguments: {} })
-              .then((result) => ({
-                taker: false,
-                result: result as CallToolResult,
-                progress: [] as Progress[],
-              })),
+          : silent.client.callTool({ name: "leaky", arguments: {} }).then((result) => ({
+              taker: false,
+              result: result as CallToolResult,
+              progress: [] as Progress[],
+            })),
       ),
     );
     for (const { taker: takes, result, progress } of results) {
