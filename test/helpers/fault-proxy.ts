@@ -20,11 +20,18 @@ export interface FaultProxy {
   accepted(): number;
   /** Drops every open connection (e.g. so a hung client's socket is freed). */
   dropAll(): void;
+  /**
+   * Cuts every open connection from the service without telling its client, whose next bytes
+   * get a reset: a peer that dropped the connection while the client held it idle, unnoticed.
+   */
+  cutAllSilently(): void;
   close(): Promise<void>;
 }
 
 export async function startFaultProxy(targetPort: number, targetHost = "127.0.0.1"): Promise<FaultProxy> {
   const sockets = new Set<Socket>();
+  /** Each passing client connection and its connection to the service. */
+  const passing = new Map<Socket, Socket>();
   let accepted = 0;
   const state: { mode: FaultMode } = { mode: "pass" };
   const track = (socket: Socket) => {
@@ -45,9 +52,15 @@ export async function startFaultProxy(targetPort: number, targetHost = "127.0.0.
     }
     const upstream = tcpConnect({ host: targetHost, port: targetPort });
     track(upstream);
+    passing.set(client, upstream);
     upstream.on("error", () => client.destroy());
-    client.on("close", () => upstream.destroy());
-    upstream.on("close", () => client.destroy());
+    client.on("close", () => {
+      passing.delete(client);
+      upstream.destroy();
+    });
+    upstream.on("close", () => {
+      if (passing.get(client) === upstream) client.destroy();
+    });
     client.pipe(upstream);
     upstream.pipe(client);
   });
@@ -67,6 +80,16 @@ export async function startFaultProxy(targetPort: number, targetHost = "127.0.0.
     accepted: () => accepted,
     dropAll() {
       for (const socket of sockets) socket.destroy();
+    },
+    cutAllSilently() {
+      for (const [client, upstream] of passing) {
+        passing.delete(client);
+        client.unpipe(upstream);
+        upstream.unpipe(client);
+        upstream.destroy();
+        client.on("data", () => client.resetAndDestroy());
+        client.resume();
+      }
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -312,7 +312,7 @@ describe("PostgresStore specifics", () => {
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'authority-drop') t",
       );
       assert.ok(Number(killed) >= 1, `terminated ${killed} sessions`);
-      // Reads retry once on a fresh connection: no caller sees the dropped ones.
+      // Reads retry past every dropped connection the pool still holds: no caller sees them.
       assert.deepEqual(
         await Promise.all(Array.from({ length: 8 }, (_, i) => store.get("c", `k${i}`))),
         [0, 1, 2, 3, 4, 5, 6, 7],
@@ -327,6 +327,28 @@ describe("PostgresStore specifics", () => {
       assert.equal((await store.health()).ok, true);
     } finally {
       await store.close();
+    }
+  });
+
+  it("a read passes every pooled connection that died unnoticed, then runs on a fresh one", async () => {
+    const { url } = await freshSchemaUrl();
+    const proxy = await startFaultProxy(server.port);
+    const proxied = new URL(url);
+    proxied.port = String(proxy.port);
+    const store = await PostgresStore.open({ url: proxied.toString(), poolSize: 4, sweepIntervalMs: 0 });
+    try {
+      await Promise.all(Array.from({ length: 8 }, (_, i) => store.put("c", `k${i}`, i)));
+      assert.ok(proxy.accepted() >= 3, `${proxy.accepted()} connections opened`);
+      // Every pooled connection is dead, and the pool has not noticed any of them.
+      proxy.cutAllSilently();
+      assert.equal(await store.get("c", "k5"), 5);
+      assert.equal(await store.count("c"), 8);
+      // A write on a dead connection is not retried: it may have committed.
+      proxy.cutAllSilently();
+      await assert.rejects(store.put("c", "k9", 9), assertUnavailable());
+    } finally {
+      await store.close();
+      await proxy.close();
     }
   });
 

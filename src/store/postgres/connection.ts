@@ -4,8 +4,8 @@
  * altogether); waiting for a pooled connection is bounded too. Every driver failure becomes a
  * StoreError whose message names host, port and database, never the URL or its password. A
  * dropped connection is discarded by the pool and the next call opens a fresh one; reads lost
- * to a dropped connection are tried once more on a fresh one (writes never: an append may
- * have committed before the connection died).
+ * to a dropped connection are tried again, at most the pool's size of times (writes never: an
+ * append may have committed before the connection died).
  */
 import { DatabaseError, Pool, type PoolClient, type QueryResultRow } from "pg";
 import { positiveIntegerOption } from "../../core/positive-integer.ts";
@@ -85,7 +85,7 @@ function isConnectionLost(error: unknown): boolean {
 }
 
 export interface RunOptions {
-  /** A read: when the connection it ran on turns out to be dead, run it once more on a fresh one. */
+  /** A read: when the connection it ran on turns out to be dead, run it again on another one (at most the pool's size of times). */
   readonly retryOnLostConnection?: boolean;
   /** Deadline of this call instead of the statement timeout (health checks, migrations), ms. */
   readonly timeoutMs?: number;
@@ -180,17 +180,20 @@ export class PostgresConnection {
     operation: (client: PoolClient) => Promise<R>,
     options: RunOptions = {},
   ): Promise<R> {
-    try {
-      return await this.#runOnce(operation, options);
-    } catch (error) {
-      if (options.retryOnLostConnection === true && !this.#closed && isConnectionLost(error)) {
-        try {
-          return await this.#runOnce(operation, options);
-        } catch (again) {
-          throw this.#toStoreError(again, what);
-        }
+    // When the server dropped several pooled connections, the next ones the pool hands out may
+    // be dead too until it notices: each is destroyed as it fails, so a read tries at most the
+    // pool's size of them before a fresh connection.
+    for (let retries = 0; ; retries += 1) {
+      try {
+        return await this.#runOnce(operation, options);
+      } catch (error) {
+        const retry =
+          options.retryOnLostConnection === true &&
+          !this.#closed &&
+          retries < this.#options.poolSize &&
+          isConnectionLost(error);
+        if (!retry) throw this.#toStoreError(error, what);
       }
-      throw this.#toStoreError(error, what);
     }
   }
 
