@@ -254,6 +254,47 @@ describe("SqliteStore specifics", () => {
     check.close();
   });
 
+  it("attack: a process killed mid-batch (statement journals in memory) keeps every acknowledged batch whole and no part of another (decision 3181)", async () => {
+    const path = freshPath();
+    // Batches that spill a statement journal past 64 KiB: 40 documents of 3 KB, an append and a count each.
+    const code = `
+      const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+      const store = new SqliteStore({ path: ${JSON.stringify(path)}, checkpoint: "inline" });
+      for (let b = 1; ; b++) {
+        const writes = Array.from({ length: 40 }, (_, i) => ({ op: "put", collection: "results", id: "b" + b + "-" + i, value: { b, pad: "x".repeat(3000) } }));
+        writes.push({ op: "append", log: "evidence", value: { b } }, { op: "increment", counters: "batches", key: "n" });
+        await store.writeAll(writes);
+        process.stdout.write(b + "\\n");
+      }`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let acknowledged = 0;
+    let buffered = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split("\n");
+      buffered = lines.pop() ?? "";
+      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
+    });
+    await eventually(async () => acknowledged >= 60, "60 batches acknowledged");
+    child.kill("SIGKILL");
+    await once(child, "exit");
+    const store = new SqliteStore({ path, checkpoint: "inline" });
+    try {
+      const batches = (await store.readCounters("batches")).n ?? 0;
+      assert.ok(batches >= acknowledged, `${batches} batches stored, ${acknowledged} acknowledged`);
+      assert.equal(await store.logLength("evidence"), batches);
+      assert.equal(
+        await store.count("results"),
+        batches * 40,
+        "every stored batch whole, no part of another",
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
   it("refuses a file of a newer schema version and leaves it as it was (decision 3181)", async () => {
     const path = freshPath();
     (await openStore(`sqlite://${path}`)).close();
