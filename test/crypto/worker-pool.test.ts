@@ -172,6 +172,49 @@ describe("crypto worker pool", () => {
       assert.throws(() => createCryptoWorkerPool({ size }), TypeError);
     }
   });
+  it("moves each verified blob to its own caller, at every size and on both signer paths, under concurrency (decision 3181)", async () => {
+    const carol = KeyRing.generate({ owner: "carol" });
+    const withCarol = signerKeyLookup([alice, bob, carol]);
+    // Around the Buffer pool's and AES block's edges, and large enough to move rather than copy.
+    const sizes = [0, 1, 15, 16, 17, 4095, 4096, 4097, 65536, 1 << 20];
+    const likelySigner = { id: "alice", keyIds: alice.versions.map((version) => version.keyId) };
+    const jobs = sizes.flatMap((size, i) =>
+      [alice, carol].map((signer) => ({
+        plaintext: String.fromCharCode(97 + (i % 26)).repeat(size),
+        purpose: `p${i}`,
+        // alice: her keys go with the job; carol: the worker asks for them.
+        likely: signer === alice,
+        envelope: signEncrypt({
+          signer: signer.signer(),
+          recipient: bob,
+          purpose: `p${i}`,
+          plaintext: String.fromCharCode(97 + (i % 26)).repeat(size),
+        }),
+      })),
+    );
+    const results = await Promise.all(
+      jobs.map((job) =>
+        pool.decryptVerify(job.envelope, {
+          recipientKeys: bob,
+          signerKeys: withCarol,
+          expectedPurpose: job.purpose,
+          ...(job.likely ? { likelySigner } : {}),
+        }),
+      ),
+    );
+    assert.equal(new Set(results.map((result) => result.signedBlob.buffer)).size, results.length);
+    for (const [k, result] of results.entries()) {
+      assert.equal(text(result.plaintext), jobs[k]?.plaintext);
+      assert.deepEqual(
+        Buffer.from(result.signedBlob),
+        encodeSignedBlob(result.signedDocument, result.signature, result.plaintext),
+      );
+    }
+    // Wiping some results leaves every other one whole.
+    for (const [k, result] of results.entries()) if (k % 2 === 0) result.signedBlob.fill(0);
+    for (const [k, result] of results.entries())
+      if (k % 2 === 1) assert.equal(text(result.plaintext), jobs[k]?.plaintext);
+  });
 });
 
 describe("a closed crypto worker pool", () => {

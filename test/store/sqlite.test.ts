@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { existsSync, watch } from "node:fs";
+import { existsSync, statSync, watch } from "node:fs";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { after, before, describe, it } from "node:test";
@@ -129,6 +129,188 @@ describe("SqliteStore specifics", () => {
       ["documents_expiry", "sqlite_autoindex_documents_1"],
     );
     check.close();
+  });
+
+  /** A version 1 file (the schema before any migration) holding `rows` documents of about 3 KB. */
+  function versionOneFile(rows: number): string {
+    const path = freshPath();
+    const raw = new DatabaseSync(path);
+    raw.exec(`
+      PRAGMA journal_mode = WAL;
+      CREATE TABLE store_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL) WITHOUT ROWID;
+      CREATE TABLE documents (collection TEXT NOT NULL, id TEXT NOT NULL, value TEXT NOT NULL,
+        expires_at INTEGER, PRIMARY KEY (collection, id)) WITHOUT ROWID;
+      CREATE TABLE logs (log TEXT NOT NULL, seq INTEGER NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (log, seq)) WITHOUT ROWID;
+      CREATE TABLE counters (name TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL,
+        PRIMARY KEY (name, key)) WITHOUT ROWID;
+      INSERT INTO store_meta VALUES ('schema_version', '1');`);
+    const insert = raw.prepare("INSERT INTO documents VALUES ('policies', ?, ?, NULL)");
+    raw.exec("BEGIN");
+    for (let i = 0; i < rows; i++) insert.run(`p${i}`, JSON.stringify({ n: i, pad: "x".repeat(3000) }));
+    raw.exec("COMMIT");
+    raw.close();
+    return path;
+  }
+
+  const storeUrl = new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url).href;
+
+  async function allDocuments(path: string): Promise<number[]> {
+    const store = new SqliteStore({ path, checkpoint: "inline" });
+    try {
+      const found: number[] = [];
+      let after: string | undefined;
+      do {
+        const page = await store.list<{ n: number }>("policies", {
+          limit: 1000,
+          ...(after === undefined ? {} : { after }),
+        });
+        for (const item of page.items) found.push(item.value.n);
+        after = page.next;
+      } while (after !== undefined);
+      return found.sort((a, b) => a - b);
+    } finally {
+      await store.close();
+    }
+  }
+
+  it("attack: two processes opening a file that needs the rowid migration at once both open it, every row once (decision 3181)", async () => {
+    const rows = 2000;
+    const path = versionOneFile(rows);
+    const code = (name: string) => `
+      const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+      const store = new SqliteStore({ path: ${JSON.stringify(path)}, checkpoint: "inline" });
+      await store.put("policies", ${JSON.stringify(name)}, { n: -1 });
+      await store.close();`;
+    const children = ["a", "b"].map((name) =>
+      spawn(process.execPath, ["--input-type=module", "-e", code(name)], {
+        stdio: ["ignore", "inherit", "inherit"],
+      }),
+    );
+    const codes = await Promise.all(
+      children.map(async (child) => ((await once(child, "exit")) as [number | null])[0]),
+    );
+    assert.deepEqual(codes, [0, 0]);
+    const found = await allDocuments(path);
+    assert.deepEqual(found, [-1, -1, ...Array.from({ length: rows }, (_, i) => i)]);
+    const check = new DatabaseSync(path);
+    assert.equal(
+      check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
+      "4",
+    );
+    check.close();
+  });
+
+  it("attack: a process killed during the rowid migration leaves the file at one version or the other, every row readable (decision 3181)", async () => {
+    const rows = 4000;
+    const path = versionOneFile(rows);
+    const child = spawn(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `const { SqliteStore } = await import(${JSON.stringify(storeUrl)}); new SqliteStore({ path: ${JSON.stringify(path)}, checkpoint: "inline" }); process.stdout.write("open\\n"); setInterval(() => {}, 1000);`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    // Killed once the migration has written a part of its copy to the WAL (or, on a fast machine, once it finished).
+    const walBytes = () => (existsSync(`${path}-wal`) ? statSync(`${path}-wal`).size : 0);
+    let opened = false;
+    child.stdout.on("data", () => {
+      opened = true;
+    });
+    await eventually(async () => walBytes() > 2_000_000 || opened, "the migration under way");
+    child.kill("SIGKILL");
+    await once(child, "exit");
+    const raw = new DatabaseSync(path);
+    assert.equal(raw.prepare("PRAGMA integrity_check").get()?.integrity_check, "ok");
+    assert.ok(
+      ["1", "4"].includes(
+        String(raw.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value),
+      ),
+    );
+    assert.equal(raw.prepare("SELECT COUNT(*) AS n FROM documents").get()?.n, rows);
+    raw.close();
+    assert.equal((await allDocuments(path)).length, rows);
+  });
+
+  it("a migrated file marked back to version 3 (an older build's way back) is migrated again, every row kept (decision 3181)", async () => {
+    const rows = 50;
+    const path = versionOneFile(rows);
+    assert.equal((await allDocuments(path)).length, rows);
+    const raw = new DatabaseSync(path);
+    raw.exec("UPDATE store_meta SET value = '3' WHERE key = 'schema_version'");
+    raw.close();
+    assert.equal((await allDocuments(path)).length, rows);
+    const check = new DatabaseSync(path);
+    assert.equal(
+      check.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
+      "4",
+    );
+    assert.doesNotMatch(
+      String(check.prepare("SELECT sql FROM sqlite_schema WHERE name = 'documents'").get()?.sql),
+      /WITHOUT ROWID/,
+    );
+    check.close();
+  });
+
+  it("attack: a process killed mid-batch (statement journals in memory) keeps every acknowledged batch whole and no part of another (decision 3181)", async () => {
+    const path = freshPath();
+    // Batches that spill a statement journal past 64 KiB: 40 documents of 3 KB, an append and a count each.
+    const code = `
+      const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
+      const store = new SqliteStore({ path: ${JSON.stringify(path)}, checkpoint: "inline" });
+      for (let b = 1; ; b++) {
+        const writes = Array.from({ length: 40 }, (_, i) => ({ op: "put", collection: "results", id: "b" + b + "-" + i, value: { b, pad: "x".repeat(3000) } }));
+        writes.push({ op: "append", log: "evidence", value: { b } }, { op: "increment", counters: "batches", key: "n" });
+        await store.writeAll(writes);
+        process.stdout.write(b + "\\n");
+      }`;
+    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+      stdio: ["ignore", "pipe", "inherit"],
+    });
+    let acknowledged = 0;
+    let buffered = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const lines = buffered.split("\n");
+      buffered = lines.pop() ?? "";
+      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
+    });
+    await eventually(async () => acknowledged >= 60, "60 batches acknowledged");
+    child.kill("SIGKILL");
+    await once(child, "exit");
+    const store = new SqliteStore({ path, checkpoint: "inline" });
+    try {
+      const batches = (await store.readCounters("batches")).n ?? 0;
+      assert.ok(batches >= acknowledged, `${batches} batches stored, ${acknowledged} acknowledged`);
+      assert.equal(await store.logLength("evidence"), batches);
+      assert.equal(
+        await store.count("results"),
+        batches * 40,
+        "every stored batch whole, no part of another",
+      );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("refuses a file of a newer schema version and leaves it as it was (decision 3181)", async () => {
+    const path = freshPath();
+    (await openStore(`sqlite://${path}`)).close();
+    const raw = new DatabaseSync(path);
+    raw.exec("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'");
+    raw.close();
+    assert.throws(
+      () => new SqliteStore({ path, checkpoint: "inline" }),
+      (error: unknown) => error instanceof StoreError && /newer than this build/.test(error.message),
+    );
+    const after = new DatabaseSync(path);
+    assert.equal(
+      after.prepare("SELECT value FROM store_meta WHERE key = 'schema_version'").get()?.value,
+      "99",
+    );
+    after.close();
   });
 
   it("keeps data in the file across close and reopen, in WAL mode", async () => {

@@ -414,7 +414,8 @@ export function createCryptoClient(options: CryptoClientOptions): CryptoClient {
     const bytes = answer.bytes;
     if (bytes === undefined) return jsonObject(answer.body, answer.status);
     try {
-      const split = splitBinaryBody(bytes);
+      // Its head holds the plaintext (decrypted_data): bounded by the answer, not a request's 4 KB.
+      const split = splitBinaryBody(bytes, bytes.length);
       const payload = jsonObject(split.head, answer.status);
       const blob = split.bytes;
       // A view, not a copy: the whole answer (the plaintext in it) is wiped below.

@@ -50,7 +50,11 @@ export type ActionCode = "e" | "d" | "s" | "v" | "u";
  * `"signed_blob": false`). Failures answer in JSON as always.
  */
 export const BINARY_ACTION_TYPE = "application/vnd.authority.action+binary";
-/** Largest head of a binary body: the fields besides the bytes are short. */
+/**
+ * Largest head of a binary request: its fields besides the envelope are short. An answer's head
+ * carries `decrypted_data` (a policy text: hundreds of KB), so an answer is split with the answer's
+ * own length as the bound; the transport that read it whole bounds that.
+ */
 export const MAX_BINARY_HEAD_BYTES = 4096;
 
 /** Frames a head and its bytes as one binary body. */
@@ -63,12 +67,18 @@ export function encodeBinaryBody(head: object, bytes: Uint8Array): Buffer {
   return body;
 }
 
-/** The head (still JSON text, for the caller's own parser) and a view of the bytes; throws on a bad frame. */
-export function splitBinaryBody(body: Uint8Array): { readonly head: string; readonly bytes: Uint8Array } {
+/**
+ * The head (still JSON text, for the caller's own parser) and a view of the bytes; throws on a bad
+ * frame or a head over `maxHeadBytes` (a request's bound unless the caller names another).
+ */
+export function splitBinaryBody(
+  body: Uint8Array,
+  maxHeadBytes: number = MAX_BINARY_HEAD_BYTES,
+): { readonly head: string; readonly bytes: Uint8Array } {
   const frame = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   if (frame.length < 4) throw new RangeError("binary body shorter than its length prefix");
   const length = frame.readUInt32BE(0);
-  if (length > MAX_BINARY_HEAD_BYTES || length > frame.length - 4) {
+  if (length > maxHeadBytes || length > frame.length - 4) {
     throw new RangeError("binary body head length out of range");
   }
   return { head: frame.toString("utf8", 4, 4 + length), bytes: frame.subarray(4 + length) };

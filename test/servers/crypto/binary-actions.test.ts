@@ -141,6 +141,24 @@ describe("crypto service: binary decrypt-verify bodies", () => {
     assert.equal(splitBinaryBody(lean.bytes).bytes.length, 0);
   });
 
+  it("answers a plaintext longer than a request head's bound as JSON does: the answer's head carries it (decision 3181)", async () => {
+    // The answer's head holds `decrypted_data`: a policy text is far over the 4 KB a request head may have.
+    for (const size of [4000, 4096, 70_000, 400_000]) {
+      const text = `é${"policy ".repeat(size / 7)}"\\`;
+      const large = (await jsonClient().signEncrypt(credentials, text, { purpose: "authority-policy/v1" }))
+        .encryptedData;
+      for (const options of [{ purpose: "authority-policy/v1" }, { signedBlob: false }]) {
+        const expected = await jsonClient().decryptVerify(credentials, large, options);
+        assert.equal(expected.decryptedData, text);
+        assert.deepEqual(
+          await binaryClient().decryptVerify(credentials, large, options),
+          expected,
+          `${size}`,
+        );
+      }
+    }
+  });
+
   it("gives the client the same result over both formats, and the same refusals", async () => {
     // Both transports: undici's kept-alive agent and an injected fetch.
     const viaFetch = createCryptoClient({

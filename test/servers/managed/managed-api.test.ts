@@ -88,6 +88,20 @@ describe("managed crypto API", () => {
     assert.equal(checked.signer, "partner-acme");
   });
 
+  it("decrypt-verifies a policy-sized text, over 4 KB, with and without its signed blob (decision 3181)", async () => {
+    const purpose = "authority-policy";
+    for (const size of [5000, 300_000]) {
+      const text = "p".repeat(size);
+      const sealed = okBody(await call("sign-encrypt", { data: text, purpose }));
+      for (const extra of [{}, { signed_blob: false }]) {
+        const verified = okBody(
+          await call("decrypt-verify", { encrypted_data: sealed.encrypted_data, purpose, ...extra }),
+        );
+        assert.equal(verified.decrypted_data, text, `${size}`);
+      }
+    }
+  });
+
   it("signs under a named purpose, and decrypt-verify with a purpose refuses any other", async () => {
     const purpose = "authority-policy";
     const sealed = okBody(await call("sign-encrypt", { data: "policy text", purpose }));

@@ -308,3 +308,37 @@ test("2025-11-25 (SDK 1.x): the level set with logging/setLevel holds for the cl
     await client.close();
   }
 });
+
+test("attack (decision 3181): calls that take notifications and calls that take none, at once on one kept downstream client, each get only their own", async () => {
+  const taker = await modernAgent();
+  const silent = await modernAgent();
+  try {
+    const rounds = 6;
+    const results = await Promise.all(
+      Array.from({ length: rounds }, (_, i) =>
+        i % 2 === 0
+          ? callWith(taker.client, "leaky", "debug").then((call) => ({ taker: true, ...call }))
+          : silent.client.callTool({ name: "leaky", arguments: {} }).then((result) => ({
+              taker: false,
+              result: result as CallToolResult,
+              progress: [] as Progress[],
+            })),
+      ),
+    );
+    for (const { taker: takes, result, progress } of results) {
+      assert.equal((result.content[0] as { text: string }).text, "leaked nothing");
+      if (takes) {
+        // Its own progress line only, however the calls interleaved.
+        assert.equal(progress.length, 1);
+        assert.deepEqual(result._meta?.[DROPPED_NOTIFICATIONS_META], { limit: 0, scrub: 1 });
+      } else assert.equal(result._meta?.[DROPPED_NOTIFICATIONS_META], undefined);
+    }
+    // Each taking call's three log lines at debug (the fourth is dropped); none for the silent client.
+    assert.equal(taker.logs.length, (rounds / 2) * 3);
+    assert.equal(silent.logs.length, 0);
+    assert.ok(!JSON.stringify(taker.logs).includes(SECRET));
+  } finally {
+    await taker.client.close();
+    await silent.client.close();
+  }
+});
