@@ -266,20 +266,7 @@ describe("SqliteStore specifics", () => {
         await store.writeAll(writes);
         process.stdout.write(b + "\\n");
       }`;
-    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let acknowledged = 0;
-    let buffered = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split("\n");
-      buffered = lines.pop() ?? "";
-      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
-    });
-    await eventually(async () => acknowledged >= 60, "60 batches acknowledged");
-    child.kill("SIGKILL");
-    await once(child, "exit");
+    const acknowledged = await killedOnceAcknowledged(code, 60, "60 batches acknowledged");
     const store = new SqliteStore({ path, checkpoint: "inline" });
     try {
       const batches = (await store.readCounters("batches")).n ?? 0;
@@ -464,20 +451,7 @@ describe("SqliteStore specifics", () => {
       const { SqliteStore } = await import(${JSON.stringify(storeUrl)});
       const store = new SqliteStore({ path: ${JSON.stringify(path)}, walAutocheckpointPages: 16 });
       for (let i = 1; ; i++) process.stdout.write(String(await store.appendMany("audit", [{ id: "r" + i }])) + "\\n");`;
-    const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
-      stdio: ["ignore", "pipe", "inherit"],
-    });
-    let acknowledged = 0;
-    let buffered = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const lines = buffered.split("\n");
-      buffered = lines.pop() ?? "";
-      for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
-    });
-    await eventually(async () => acknowledged >= 1000, "1,000 appends acknowledged");
-    child.kill("SIGKILL");
-    await once(child, "exit");
+    const acknowledged = await killedOnceAcknowledged(code, 1000, "1,000 appends acknowledged");
     const reopened = new SqliteStore({ path, checkpoint: "inline" });
     assert.ok((await reopened.logLength("audit")) >= acknowledged, "no acknowledged append is lost");
     await reopened.close();
@@ -545,3 +519,25 @@ describe("SqliteStore specifics", () => {
     assert.throws(() => new SqliteStore({ path: freshPath(), checkpoint: "later" as "thread" }), StoreError);
   });
 });
+
+/**
+ * Runs `code` in a child that prints one acknowledged count per line, kills it with SIGKILL once
+ * `count` are acknowledged, and returns the highest it printed.
+ */
+async function killedOnceAcknowledged(code: string, count: number, what: string): Promise<number> {
+  const child = spawn(process.execPath, ["--input-type=module", "-e", code], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let acknowledged = 0;
+  let buffered = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    buffered += chunk.toString();
+    const lines = buffered.split("\n");
+    buffered = lines.pop() ?? "";
+    for (const line of lines) acknowledged = Math.max(acknowledged, Number(line));
+  });
+  await eventually(async () => acknowledged >= count, what);
+  child.kill("SIGKILL");
+  await once(child, "exit");
+  return acknowledged;
+}
